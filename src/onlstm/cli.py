@@ -1,0 +1,54 @@
+"""The ``onlstm`` command."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _cmd_demo(args) -> int:
+    from .demo_layer import run
+    run(seconds=args.seconds, seed=args.seed, as_json=args.json)
+    return 0
+
+
+def _cmd_info(args) -> int:
+    import torch
+
+    from . import __version__
+    from .nn._ext import extension_error, load_extension
+    kernel = load_extension()
+    info = {
+        "onlstm": __version__, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "cpp_kernel": kernel is not None, "cpp_kernel_error": extension_error(),
+        "cuda": torch.cuda.is_available(),
+    }
+    print(json.dumps(info, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in info.items()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("demo", help="train a small ON-LSTM on a toy bracket language and print its distances")
+    p.add_argument("--seconds", type=float, default=20.0, help="training time budget (default 20)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
+    p.set_defaults(func=_cmd_demo)
+    p = sub.add_parser("info", help="versions and whether the C++ kernel is built")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_info)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Build (once, on first use) and load the C++ kernel; fall back cleanly when that is impossible."""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+_SOURCE = Path(__file__).parent / "csrc" / "onlstm_cpu.cpp"
+_CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
+_state: dict = {"tried": False, "module": None, "error": None}
+
+
+def extension_name() -> str:
+    """Name of the compiled module: changes with the source, the flags and the torch version."""
+    h = hashlib.sha1()
+    h.update(_SOURCE.read_bytes())
+    h.update(" ".join(_CFLAGS).encode())
+    h.update(torch.__version__.encode())
+    return f"onlstm_cpu_{h.hexdigest()[:12]}"
+
+
+def load_extension():
+    """Return the compiled kernel module, or ``None`` (with one warning) if it cannot be built.
+
+    Set ``ONLSTM_NO_EXTENSION=1`` to skip the build. The build directory is PyTorch's
+    (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``).
+    """
+    if _state["tried"]:
+        return _state["module"]
+    _state["tried"] = True
+    if os.environ.get("ONLSTM_NO_EXTENSION", "") not in ("", "0"):
+        _state["error"] = "disabled by ONLSTM_NO_EXTENSION"
+        return None
+    try:
+        from torch.utils import cpp_extension
+
+        name = extension_name()
+        build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
+        if not any(build_dir.glob(f"{name}*.so")):
+            print("onlstm: compiling the C++ kernel (once per machine, about a minute) ...", file=sys.stderr, flush=True)
+        _state["module"] = cpp_extension.load(
+            name=name,
+            sources=[str(_SOURCE)],
+            extra_cflags=_CFLAGS,
+            extra_ldflags=["-fopenmp"],
+            verbose=False,
+        )
+    except Exception as exc:  # no compiler, no ninja, no headers, ...
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        _state["error"] = f"{type(exc).__name__}: {first}"
+        warnings.warn(
+            f"onlstm: C++ kernel unavailable ({_state['error']}); using the slower pure-Python fast path",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return _state["module"]
+
+
+def extension_error() -> str | None:
+    """Why the kernel is not in use (``None`` when it is, or has not been tried yet)."""
+    return _state["error"]

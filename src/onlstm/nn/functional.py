@@ -1,0 +1,79 @@
+"""Functional pieces of ON-LSTM, written to mirror the equations of Shen et al. (2019).
+
+Everything here works on plain tensors and is differentiated by autograd; it is the *reference*
+path that the fast kernels are tested against.  Notation (per step, hidden size ``D``, chunk size
+``C``, ``n = D // C`` chunks):
+
+    pre    = W x + U h + b                       # (B, 2n + 4D)
+    layout = [l_i (n) | l_f (n) | o (D) | c^ (D) | i (D) | f (D)]   (the reference code's order)
+    f~ = cumax(l_f)          rises 0 -> 1          (master forget)
+    i~ = 1 - cumax(l_i)      falls 1 -> 0          (master input, ``'paper'``)
+       = sum_{j>k} p_j       computed as an exclusive suffix sum, so the top chunk is exactly 0
+    i~ = sum_{j>=k} p_j      (``'reverse'``: inclusive suffix sum, the top chunk gets p_n > 0)
+    w  = f~ * i~                               (broadcast from n chunks to D units)
+    f^ = f * w + (f~ - w),   i^ = i * w + (i~ - w)
+    c' = f^ * c + i^ * c^,   h' = o * tanh(c')
+    d_f = 1 - mean(f~),      d_i = mean(i~)
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+MASTER_INPUT_MODES = ("paper", "reverse")
+
+
+def cumax(x: Tensor, dim: int = -1) -> Tensor:
+    """Cumulative softmax: ``cumsum(softmax(x, dim), dim)``; values rise monotonically from >0 to 1."""
+    return torch.cumsum(torch.softmax(x, dim=dim), dim=dim)
+
+
+def suffix_sum(p: Tensor, inclusive: bool) -> Tensor:
+    """``s_k = sum_{j >= k} p_j`` (inclusive) or ``sum_{j > k} p_j`` (exclusive) over the last dim."""
+    s = torch.flip(torch.cumsum(torch.flip(p, (-1,)), -1), (-1,))
+    return s if inclusive else s - p
+
+
+def master_forget(logits: Tensor) -> Tensor:
+    """Master forget gate ``f~ = cumax(l_f)`` over the chunk dimension (last)."""
+    return cumax(logits)
+
+
+def master_input(logits: Tensor, mode: str = "paper") -> Tensor:
+    """Master input gate over chunks.
+
+    ``'paper'``: ``1 - cumax(l_i)``, written as the exclusive suffix sum of the softmax (the same
+    value without the cancellation), so the highest chunk is exactly zero and never written.
+    ``'reverse'``: the inclusive suffix sum; the highest chunk receives ``p_n > 0``.
+    """
+    if mode not in MASTER_INPUT_MODES:
+        raise ValueError(f"master_input must be one of {MASTER_INPUT_MODES}, got {mode!r}")
+    return suffix_sum(torch.softmax(logits, dim=-1), inclusive=(mode == "reverse"))
+
+
+def gate_size(hidden_size: int, chunk_size: int) -> int:
+    """Width of the pre-activation: 4 standard gates plus the two master gates."""
+    return 4 * hidden_size + 2 * (hidden_size // chunk_size)
+
+
+def cell_update(pre: Tensor, c: Tensor, chunk_size: int, mode: str = "paper"):
+    """One ON-LSTM step from the pre-activation ``pre`` (B, 2n + 4D) and the cell ``c`` (B, D).
+
+    Returns ``h', c', d_f, d_i`` with ``d_f, d_i`` shaped (B,).
+    """
+    batch, hidden = c.shape
+    n = hidden // chunk_size
+    l_i, l_f = pre[:, :n], pre[:, n:2 * n]
+    o, c_hat, i, f = pre[:, 2 * n:].view(batch, 4 * n, chunk_size).chunk(4, dim=1)  # each (B, n, C)
+    mf = master_forget(l_f)                       # (B, n)
+    mi = master_input(l_i, mode)                  # (B, n)
+    o, i, f = torch.sigmoid(o), torch.sigmoid(i), torch.sigmoid(f)
+    c_hat = torch.tanh(c_hat)
+    w = (mf * mi)[:, :, None]                     # overlap, (B, n, 1) broadcast over C units
+    f_hat = f * w + (mf[:, :, None] - w)
+    i_hat = i * w + (mi[:, :, None] - w)
+    c_new = f_hat * c.view(batch, n, chunk_size) + i_hat * c_hat
+    h_new = o * torch.tanh(c_new)
+    d_f = 1.0 - mf.mean(-1)
+    d_i = mi.mean(-1)
+    return h_new.reshape(batch, hidden), c_new.reshape(batch, hidden), d_f, d_i

@@ -1,0 +1,394 @@
+"""``ONLSTMCell`` and ``ONLSTM``: the ordered-neurons LSTM with the interface of ``torch.nn.LSTM``."""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence
+
+from . import functional as Fn
+from ._ext import load_extension
+from .fused import PythonKernel, fused_layer
+
+IMPLS = ("auto", "cpp", "python", "reference")
+
+
+class Distances(NamedTuple):
+    """Per-step distances: ``forget = 1 - mean(master forget)`` (used for parsing) and
+    ``input = mean(master input)``."""
+
+    forget: Tensor | PackedSequence
+    input: Tensor | PackedSequence
+
+
+def _check_sizes(input_size: int, hidden_size: int, chunk_size: int) -> None:
+    for name, value in (("input_size", input_size), ("hidden_size", hidden_size), ("chunk_size", chunk_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if hidden_size % chunk_size:
+        raise ValueError(
+            f"hidden_size ({hidden_size}) must be divisible by chunk_size ({chunk_size}); "
+            f"choose a chunk_size among the divisors of {hidden_size}")
+
+
+def _check_master_input(mode: str) -> None:
+    if mode not in Fn.MASTER_INPUT_MODES:
+        raise ValueError(f"master_input must be one of {Fn.MASTER_INPUT_MODES}, got {mode!r}")
+
+
+def _check_p(name: str, p: float) -> None:
+    if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1), got {p!r}")
+
+
+def dropconnect_weight(weight: Tensor, p: float, training: bool) -> Tensor:
+    """The reference DropConnect: one mask per call, not inverted (``weight * (1 - p)`` in eval)."""
+    if p == 0.0:
+        return weight
+    if not training:
+        return weight * (1.0 - p)
+    keep = torch.empty_like(weight).uniform_() >= p
+    return weight * keep
+
+
+class ONLSTMCell(nn.Module):
+    r"""One ON-LSTM step: ``(x, (h, c)) -> (h', c')``, shaped like :class:`torch.nn.LSTMCell`.
+
+    Args:
+        input_size: features of ``x``.
+        hidden_size: units of ``h`` and ``c`` (``D``); must be a multiple of ``chunk_size``.
+        chunk_size: units per master-gate chunk (``C``); there are ``n = D / C`` chunks.
+        bias: add the biases ``bias_ih`` and ``bias_hh``.
+        dropconnect: DropConnect probability on ``weight_hh`` (see :meth:`sample_mask`).
+        master_input: ``'paper'`` (``1 - cumax``: the top chunk is never written) or
+            ``'reverse'`` (reverse cumulative sum: every chunk can be written).
+
+    Parameters are ``weight_ih (2n+4D, input)``, ``weight_hh (2n+4D, D)``, ``bias_ih``, ``bias_hh``
+    with rows ``[master input (n) | master forget (n) | out | cell | in | forget]``, the layout of
+    the authors' code, initialised like ``nn.Linear``.
+
+    DropConnect draws one mask for ``weight_hh`` and keeps it until :meth:`sample_mask` is called
+    again, so a loop over the steps of a sequence shares one mask (as the reference does); call
+    ``sample_mask()`` at the start of each sequence. In eval mode the weight is scaled by ``1 - p``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, chunk_size: int, bias: bool = True,
+                 dropconnect: float = 0.0, master_input: str = "reverse",
+                 device=None, dtype=None) -> None:
+        super().__init__()
+        _check_sizes(input_size, hidden_size, chunk_size)
+        _check_p("dropconnect", dropconnect)
+        _check_master_input(master_input)
+        self.input_size, self.hidden_size, self.chunk_size = input_size, hidden_size, chunk_size
+        self.n_chunks = hidden_size // chunk_size
+        self.bias, self.dropconnect, self.master_input = bias, float(dropconnect), master_input
+        g = Fn.gate_size(hidden_size, chunk_size)
+        kw = {"device": device, "dtype": dtype}
+        self.weight_ih = nn.Parameter(torch.empty(g, input_size, **kw))
+        self.weight_hh = nn.Parameter(torch.empty(g, hidden_size, **kw))
+        if bias:
+            self.bias_ih = nn.Parameter(torch.empty(g, **kw))
+            self.bias_hh = nn.Parameter(torch.empty(g, **kw))
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        self._mask: Optional[Tensor] = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _linear_init(self.weight_ih, self.bias_ih)
+        _linear_init(self.weight_hh, self.bias_hh)
+
+    def sample_mask(self) -> None:
+        """Draw a new DropConnect mask for ``weight_hh`` (used by every training step until the next call)."""
+        self._mask = torch.empty_like(self.weight_hh).uniform_() >= self.dropconnect
+
+    def _w_hh(self) -> Tensor:
+        if self.dropconnect == 0.0:
+            return self.weight_hh
+        if not self.training:
+            return self.weight_hh * (1.0 - self.dropconnect)
+        if self._mask is None or self._mask.shape != self.weight_hh.shape or self._mask.device != self.weight_hh.device:
+            self.sample_mask()
+        return self.weight_hh * self._mask
+
+    def forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None,
+                return_distances: bool = False):
+        """``input`` (B, input_size) or (input_size,); ``hx = (h, c)`` each (B, D) or (D,), zeros if None.
+
+        Returns ``(h', c')``, or ``(h', c'), Distances(forget, input)`` (each (B,) or ()) when asked.
+        """
+        if input.dim() not in (1, 2):
+            raise ValueError(f"ONLSTMCell: expected input of shape (batch, {self.input_size}) or "
+                             f"({self.input_size},), got {tuple(input.shape)}")
+        if input.shape[-1] != self.input_size:
+            raise ValueError(f"ONLSTMCell: input has {input.shape[-1]} features, expected input_size={self.input_size}")
+        unbatched = input.dim() == 1
+        x = input.unsqueeze(0) if unbatched else input
+        if hx is None:
+            h = c = x.new_zeros(x.shape[0], self.hidden_size)
+        else:
+            h, c = _unpack_hx(hx)
+            want = (self.hidden_size,) if unbatched else (x.shape[0], self.hidden_size)
+            for name, t in (("h", h), ("c", c)):
+                if tuple(t.shape) != want:
+                    raise ValueError(f"ONLSTMCell: expected {name} of shape {want}, got {tuple(t.shape)}")
+            if unbatched:
+                h, c = h.unsqueeze(0), c.unsqueeze(0)
+        pre = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self._w_hh(), self.bias_hh)
+        h1, c1, d_f, d_i = Fn.cell_update(pre, c, self.chunk_size, self.master_input)
+        if unbatched:
+            h1, c1, d_f, d_i = h1[0], c1[0], d_f[0], d_i[0]
+        if return_distances:
+            return (h1, c1), Distances(d_f, d_i)
+        return h1, c1
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}, chunk_size={self.chunk_size}"
+        if not self.bias:
+            s += ", bias=False"
+        if self.dropconnect:
+            s += f", dropconnect={self.dropconnect}"
+        return s + f", master_input={self.master_input!r}"
+
+
+def _linear_init(weight: Tensor, bias: Optional[Tensor]) -> None:
+    """``nn.Linear``'s default initialisation (what the reference code gets)."""
+    nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        bound = 1.0 / math.sqrt(weight.shape[1])
+        nn.init.uniform_(bias, -bound, bound)
+
+
+def _unpack_hx(hx):
+    if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+        raise ValueError("hx must be a pair (h, c) of tensors")
+    return hx[0], hx[1]
+
+
+class ONLSTM(nn.Module):
+    r"""Multi-layer ON-LSTM with the interface of :class:`torch.nn.LSTM`.
+
+    ``forward(input, hx=None, return_distances=False)`` returns ``output, (h_n, c_n)`` shaped exactly
+    like ``nn.LSTM``'s, and, with ``return_distances=True``, a third value
+    :class:`Distances` ``(forget, input)`` laid out like ``output`` with one feature per layer and
+    direction (index ``layer * num_directions + direction``): ``(T, B, L*dirs)``,
+    ``(B, T, L*dirs)`` with ``batch_first``, ``(T, L*dirs)`` unbatched, or a ``PackedSequence``
+    whose data is ``(N, L*dirs)`` for packed input.
+
+    Args beyond ``nn.LSTM``'s: ``chunk_size`` (default 1: every unit its own chunk),
+    ``dropconnect`` (on ``weight_hh``, one mask per forward call shared over time and batch, not
+    inverted), ``master_input`` (``'reverse'`` default, or ``'paper'``) and ``impl``:
+    ``'auto'`` (C++ kernel on CPU, else the pure-Python fused path on CPU, the reference step loop
+    on other devices), ``'cpp'``, ``'python'`` or ``'reference'``.
+    ``dropout`` is applied to the outputs of every layer but the last, as in ``nn.LSTM``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, chunk_size: int = 1,
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 dropconnect: float = 0.0, bidirectional: bool = False,
+                 master_input: str = "reverse", impl: str = "auto", device=None, dtype=None) -> None:
+        super().__init__()
+        _check_sizes(input_size, hidden_size, chunk_size)
+        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers <= 0:
+            raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
+        _check_p("dropout", dropout)
+        _check_p("dropconnect", dropconnect)
+        _check_master_input(master_input)
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.chunk_size, self.n_chunks = chunk_size, hidden_size // chunk_size
+        self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
+        self.dropout, self.dropconnect = float(dropout), float(dropconnect)
+        self.master_input, self.impl = master_input, impl
+        self.num_directions = 2 if bidirectional else 1
+        g = Fn.gate_size(hidden_size, chunk_size)
+        kw = {"device": device, "dtype": dtype}
+        self._flat_names = []
+        for layer in range(num_layers):
+            layer_in = input_size if layer == 0 else hidden_size * self.num_directions
+            for direction in range(self.num_directions):
+                sfx = f"_l{layer}" + ("_reverse" if direction == 1 else "")
+                names = [f"weight_ih{sfx}", f"weight_hh{sfx}"] + ([f"bias_ih{sfx}", f"bias_hh{sfx}"] if bias else [])
+                shapes = [(g, layer_in), (g, hidden_size), (g,), (g,)]
+                for name, shape in zip(names, shapes):
+                    setattr(self, name, nn.Parameter(torch.empty(*shape, **kw)))
+                self._flat_names.append(names)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for names in self._flat_names:
+            params = [getattr(self, nm) for nm in names]
+            _linear_init(params[0], params[2] if self.bias else None)
+            _linear_init(params[1], params[3] if self.bias else None)
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, chunk_size={self.chunk_size}"
+        for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0),
+                              ("dropconnect", 0.0), ("bidirectional", False)):
+            if getattr(self, name) != default:
+                s += f", {name}={getattr(self, name)}"
+        return s + f", master_input={self.master_input!r}, impl={self.impl!r}"
+
+    # -- implementation choice ------------------------------------------------------------------
+    def resolved_impl(self, device: torch.device) -> str:
+        """The implementation a forward call on ``device`` will use."""
+        if self.impl == "reference" or device.type != "cpu":
+            return "reference"
+        if self.impl == "python":
+            return "python"
+        kernel = load_extension()
+        if kernel is None:
+            if self.impl == "cpp":
+                from ._ext import extension_error
+                raise RuntimeError(f"impl='cpp' but the C++ kernel is unavailable: {extension_error()}")
+            return "python"
+        return "cpp"
+
+    # -- forward --------------------------------------------------------------------------------
+    def forward(self, input, hx=None, return_distances: bool = False):
+        packed = isinstance(input, PackedSequence)
+        if packed:
+            data, batch_sizes, sorted_idx, unsorted_idx = input
+            self._check_features(data, 2)
+            batch = int(batch_sizes[0])
+            unbatched = False
+        else:
+            if input.dim() not in (2, 3):
+                raise ValueError(
+                    f"ONLSTM: expected input of 3 dimensions ({'batch, seq' if self.batch_first else 'seq, batch'}, "
+                    f"input_size={self.input_size}) or 2 (seq, input_size) for an unbatched sequence, "
+                    f"got {input.dim()} dimensions with shape {tuple(input.shape)}")
+            self._check_features(input, input.dim())
+            unbatched = input.dim() == 2
+            x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
+            steps, batch = x.shape[0], x.shape[1]
+            if steps == 0 or batch == 0:
+                raise ValueError(f"ONLSTM: input has an empty sequence or batch dimension: shape {tuple(input.shape)}")
+            data = x.reshape(steps * batch, self.input_size)
+            batch_sizes = torch.full((steps,), batch, dtype=torch.int64)
+            sorted_idx = unsorted_idx = None
+        h0, c0 = self._initial_state(hx, batch, data, unbatched, sorted_idx)
+
+        impl = self.resolved_impl(data.device)
+        layer_input = data
+        h_n, c_n, dists = [], [], []
+        rev_idx = None
+        for layer in range(self.num_layers):
+            outs = []
+            for direction in range(self.num_directions):
+                k = layer * self.num_directions + direction
+                x_l = layer_input
+                if direction == 1:
+                    if rev_idx is None:
+                        rev_idx = _reverse_index(batch_sizes).to(data.device)
+                    x_l = x_l.index_select(0, rev_idx)
+                out, hk, ck, dist = self._run(k, x_l, batch_sizes, h0[k], c0[k], impl)
+                if direction == 1:
+                    out, dist = out.index_select(0, rev_idx), dist.index_select(0, rev_idx)
+                outs.append(out)
+                h_n.append(hk)
+                c_n.append(ck)
+                dists.append(dist)
+            layer_input = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                layer_input = F.dropout(layer_input, self.dropout, True)
+        h_n, c_n = torch.stack(h_n), torch.stack(c_n)
+        dist = torch.stack(dists, dim=-1)  # (N, 2, L*dirs)
+
+        if packed:
+            if unsorted_idx is not None:
+                h_n, c_n = h_n.index_select(1, unsorted_idx), c_n.index_select(1, unsorted_idx)
+            output = PackedSequence(layer_input, batch_sizes, sorted_idx, unsorted_idx)
+            if return_distances:
+                d = Distances(*(PackedSequence(dist[:, j].contiguous(), batch_sizes, sorted_idx, unsorted_idx) for j in (0, 1)))
+                return output, (h_n, c_n), d
+            return output, (h_n, c_n)
+        output = layer_input.view(steps, batch, -1)
+        d_f, d_i = dist[:, 0].reshape(steps, batch, -1), dist[:, 1].reshape(steps, batch, -1)
+        if unbatched:
+            output, d_f, d_i = output[:, 0], d_f[:, 0], d_i[:, 0]
+            h_n, c_n = h_n[:, 0], c_n[:, 0]
+        elif self.batch_first:
+            output, d_f, d_i = output.transpose(0, 1), d_f.transpose(0, 1), d_i.transpose(0, 1)
+        if return_distances:
+            return output, (h_n, c_n), Distances(d_f, d_i)
+        return output, (h_n, c_n)
+
+    def _check_features(self, x: Tensor, dim: int) -> None:
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"ONLSTM: input.size(-1) must be equal to input_size. Expected {self.input_size}, "
+                             f"got {x.shape[-1]}")
+        if not x.is_floating_point():
+            raise ValueError(f"ONLSTM: input must be a floating-point tensor, got {x.dtype}")
+
+    def _initial_state(self, hx, batch, data, unbatched, sorted_idx):
+        layers = self.num_layers * self.num_directions
+        if hx is None:
+            z = data.new_zeros(layers, batch, self.hidden_size)
+            return z, z
+        h0, c0 = _unpack_hx(hx)
+        want = (layers, self.hidden_size) if unbatched else (layers, batch, self.hidden_size)
+        for name, t in (("h_0", h0), ("c_0", c0)):
+            if not isinstance(t, Tensor) or tuple(t.shape) != want:
+                got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise ValueError(f"ONLSTM: expected {name} of shape {want} "
+                                 f"(num_layers * num_directions, {'' if unbatched else 'batch, '}hidden_size), got {got}")
+        if unbatched:
+            h0, c0 = h0.unsqueeze(1), c0.unsqueeze(1)
+        if sorted_idx is not None:
+            h0, c0 = h0.index_select(1, sorted_idx), c0.index_select(1, sorted_idx)
+        return h0, c0
+
+    def _weights(self, k: int):
+        names = self._flat_names[k]
+        w_ih, w_hh = getattr(self, names[0]), getattr(self, names[1])
+        b_ih = getattr(self, names[2]) if self.bias else None
+        b_hh = getattr(self, names[3]) if self.bias else None
+        return w_ih, dropconnect_weight(w_hh, self.dropconnect, self.training), b_ih, b_hh
+
+    def _run(self, k, x, batch_sizes, h0, c0, impl):
+        """One layer/direction over packed rows ``x`` (N, in): ``out (N, D), h_n, c_n, dist (N, 2)``."""
+        w_ih, w_hh, b_ih, b_hh = self._weights(k)
+        inclusive = self.master_input == "reverse"
+        if impl == "reference":
+            return _reference_layer(x, w_ih, w_hh, b_ih, b_hh, h0, c0, batch_sizes.tolist(),
+                                    self.chunk_size, self.master_input)
+        kernel = load_extension() if impl == "cpp" else PythonKernel
+        bias = None if b_ih is None else b_ih + b_hh
+        return fused_layer(x, w_ih, w_hh, bias, h0, c0, batch_sizes, self.chunk_size, inclusive, kernel)
+
+
+def _reference_layer(x, w_ih, w_hh, b_ih, b_hh, h0, c0, bs, chunk, mode):
+    """The readable step loop: input projection once, then ``U h`` and the cell update per step."""
+    xp = F.linear(x, w_ih, b_ih)                       # (N, G)
+    h, c = h0, c0
+    outs, dists = [], []
+    off = 0
+    for b in bs:
+        pre = xp[off:off + b] + F.linear(h[:b], w_hh, b_hh)
+        h_new, c_new, d_f, d_i = Fn.cell_update(pre, c[:b], chunk, mode)
+        outs.append(h_new)
+        dists.append(torch.stack([d_f, d_i], dim=-1))
+        h = torch.cat([h_new, h[b:]]) if b < h.shape[0] else h_new
+        c = torch.cat([c_new, c[b:]]) if b < c.shape[0] else c_new
+        off += b
+    return torch.cat(outs), h, c, torch.cat(dists)
+
+
+def _reverse_index(batch_sizes: Tensor) -> Tensor:
+    """Row permutation of packed data that reverses every sequence within its own length."""
+    bs = batch_sizes.to(torch.int64)
+    steps, batch = bs.numel(), int(bs[0])
+    offsets = torch.cumsum(bs, 0) - bs                                   # (T,)
+    lengths = (bs.unsqueeze(0) > torch.arange(batch).unsqueeze(1)).sum(1)  # (B,)
+    t = torch.arange(steps).unsqueeze(1).expand(steps, batch)
+    r = torch.arange(batch).unsqueeze(0).expand(steps, batch)
+    valid = r < bs.unsqueeze(1)
+    t_rev = lengths.unsqueeze(0) - 1 - t
+    src = offsets[t_rev.clamp(min=0)] + r
+    return src[valid]

@@ -1,0 +1,44 @@
+"""The compiled kernel: it builds here, and a machine without a compiler falls back with one warning."""
+import os
+import subprocess
+import sys
+
+import torch
+
+from onlstm.nn._ext import extension_error, load_extension
+
+
+def test_kernel_builds_and_is_used_by_default():
+    assert load_extension() is not None, f"C++ kernel failed to build: {extension_error()}"
+    m = __import__("onlstm").ONLSTM(3, 4, chunk_size=2)
+    assert m.resolved_impl(torch.device("cpu")) == "cpp"
+
+
+def test_no_compiler_falls_back_to_python_path_with_a_warning(tmp_path):
+    code = (
+        "import torch, onlstm\n"
+        "m = onlstm.ONLSTM(3, 4, chunk_size=2)\n"
+        "print('IMPL', m.resolved_impl(torch.device('cpu')))\n"
+        "out, _ = m(torch.randn(5, 2, 3)); out.sum().backward()\n"
+        "print('SHAPE', tuple(out.shape))\n"
+    )
+    env = dict(os.environ, CXX=str(tmp_path / "no-such-compiler"), TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))
+    env.pop("ONLSTM_NO_EXTENSION", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "IMPL python" in r.stdout and "SHAPE (5, 2, 4)" in r.stdout
+    warnings = [ln for ln in r.stderr.splitlines() if "C++ kernel unavailable" in ln]
+    assert len(warnings) == 1, r.stderr
+
+
+def test_cpp_requested_but_unavailable_is_an_error(tmp_path):
+    code = (
+        "import torch, onlstm\n"
+        "try:\n"
+        "    onlstm.ONLSTM(3, 4, chunk_size=2, impl='cpp')(torch.randn(2, 1, 3))\n"
+        "except RuntimeError as e:\n"
+        "    print('ERR', e)\n"
+    )
+    env = dict(os.environ, ONLSTM_NO_EXTENSION="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert "ERR impl='cpp' but the C++ kernel is unavailable" in r.stdout, r.stdout + r.stderr

@@ -1,0 +1,446 @@
+"""The ON-LSTM layer checked against the maths, against itself (fast == reference) and nn.LSTM's contract."""
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+import onlstm
+from onlstm.nn import functional as Fn
+
+FAST = ["cpp", "python"]
+ALL = ["reference"] + FAST
+
+
+def make(impl, *args, seed=0, dtype=torch.float64, **kw):
+    torch.manual_seed(seed)
+    return onlstm.ONLSTM(*args, impl=impl, **kw).to(dtype)
+
+
+def run_all(model, x, hx, impls, seed=1, return_distances=True):
+    """Forward+backward with each implementation from the same RNG state; everything it produced."""
+    res = {}
+    for impl in impls:
+        model.impl = impl
+        torch.manual_seed(seed)
+        out, (h, c), d = model(x, hx, return_distances=True)
+        if isinstance(out, torch.nn.utils.rnn.PackedSequence):
+            out, df, di = out.data, d.forget.data, d.input.data
+        else:
+            df, di = d.forget, d.input
+        gen = torch.Generator().manual_seed(7)
+        weights = [torch.randn(t.shape, generator=gen, dtype=t.dtype) for t in (out, h, c, df, di)]
+        loss = sum((w * t).sum() for w, t in zip(weights, (out, h, c, df, di)))
+        leaves = [t for t in ([x.data if isinstance(x, torch.nn.utils.rnn.PackedSequence) else x] + list(hx or [])) if t.requires_grad]
+        grads = torch.autograd.grad(loss, leaves + list(model.parameters()))
+        res[impl] = [out, h, c, df, di, *grads]
+    return res
+
+
+def assert_all_close(res, ref="reference", atol=1e-9, rtol=1e-7):
+    for impl, vals in res.items():
+        for i, (a, b) in enumerate(zip(res[ref], vals)):
+            torch.testing.assert_close(b, a, atol=atol, rtol=rtol, msg=lambda m: f"{impl} item {i}: {m}")
+
+
+# ---------------------------------------------------------------------------------------------
+# cumax and the master gates
+# ---------------------------------------------------------------------------------------------
+
+def test_cumax_hand_computed():
+    x = torch.log(torch.tensor([1.0, 2.0, 1.0]))  # softmax = [.25, .5, .25]
+    torch.testing.assert_close(onlstm.cumax(x), torch.tensor([0.25, 0.75, 1.0]))
+    y = torch.randn(4, 6)
+    c = onlstm.cumax(y)
+    assert torch.all(c[:, 1:] >= c[:, :-1]) and torch.allclose(c[:, -1], torch.ones(4))
+
+
+def test_master_input_modes_hand_computed():
+    logits = torch.log(torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64))
+    torch.testing.assert_close(Fn.master_input(logits, "paper"), torch.tensor([0.9, 0.7, 0.4, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(Fn.master_input(logits, "paper"), 1 - onlstm.cumax(logits))
+    torch.testing.assert_close(Fn.master_input(logits, "reverse"), torch.tensor([1.0, 0.9, 0.7, 0.4], dtype=torch.float64))
+    assert Fn.master_input(logits, "paper")[-1].item() == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# The cell update against the piecewise form with hard (one-hot) master gates
+# ---------------------------------------------------------------------------------------------
+
+def piecewise(c, c_hat, i, f, a, b, n, C, mode):
+    """Seed-paper form: below the forget split take the candidate, above the input split keep the
+    old cell, in the overlap act like an LSTM, in a gap between the two regions write zero."""
+    out = torch.empty_like(c)
+    for k in range(n):
+        sl = slice(k * C, (k + 1) * C)
+        forget_on = k >= a                      # f~_k = 1
+        input_on = k < b if mode == "paper" else k <= b   # i~_k = 1
+        if forget_on and input_on:
+            out[:, sl] = f[:, sl] * c[:, sl] + i[:, sl] * c_hat[:, sl]
+        elif forget_on:
+            out[:, sl] = c[:, sl]
+        elif input_on:
+            out[:, sl] = c_hat[:, sl]
+        else:
+            out[:, sl] = 0.0
+    return out
+
+
+@pytest.mark.parametrize("mode", ["paper", "reverse"])
+@pytest.mark.parametrize("impl", ALL)
+def test_hard_master_gates_give_piecewise_update(mode, impl):
+    n, C, B = 5, 3, 4
+    D = n * C
+    gen = torch.Generator().manual_seed(3)
+    for a, b in itertools.product(range(n), range(n)):
+        pre = torch.randn(B, 2 * n + 4 * D, generator=gen, dtype=torch.float64)
+        pre[:, :2 * n] = 0.0
+        pre[:, b] = 1e4          # master input one-hot at b
+        pre[:, n + a] = 1e4      # master forget one-hot at a
+        c = torch.randn(B, D, generator=gen, dtype=torch.float64)
+        m = make(impl, 3, D, chunk_size=C, master_input=mode)
+        with torch.no_grad():
+            m.weight_ih_l0.zero_(); m.weight_hh_l0.zero_()
+            m.bias_ih_l0.copy_(pre[0]); m.bias_hh_l0.zero_()
+        x = torch.zeros(1, 1, 3, dtype=torch.float64)
+        _, (h1, c1), d = m(x, (torch.zeros(1, 1, D, dtype=torch.float64), c[:1].unsqueeze(0)), return_distances=True)
+        o, ch, i, f = pre[:1, 2 * n:].view(1, 4, D).unbind(1)
+        want = piecewise(c[:1], torch.tanh(ch), torch.sigmoid(i), torch.sigmoid(f), a, b, n, C, mode)
+        torch.testing.assert_close(c1[0], want, atol=1e-12, rtol=0)
+        torch.testing.assert_close(h1[0], torch.sigmoid(o) * torch.tanh(want), atol=1e-12, rtol=0)
+        # distances: forget = 1 - mean(f~) = a / n; input = mean(i~)
+        assert d.forget.item() == pytest.approx(a / n)
+        assert d.input.item() == pytest.approx((b if mode == "paper" else b + 1) / n)
+
+
+def reference_code_cell(x, hx, cx, w_ih, b_ih, w_hh, b_hh, n, C):
+    """The authors' cell, re-typed from its description (cell kept as (B, n, C), 1 - cumsoftmax)."""
+    gates = F.linear(x, w_ih, b_ih) + F.linear(hx, w_hh, b_hh)
+    cin, cforget = gates[:, :n * 2].chunk(2, 1)
+    outg, cell, ing, forg = gates[:, n * 2:].view(-1, n * 4, C).chunk(4, 1)
+    cin = 1.0 - torch.cumsum(torch.softmax(cin, -1), -1)
+    cforget = torch.cumsum(torch.softmax(cforget, -1), -1)
+    d_f = 1.0 - cforget.sum(-1) / n
+    d_i = cin.sum(-1) / n
+    cin, cforget = cin[:, :, None], cforget[:, :, None]
+    ing, forg, cell, outg = torch.sigmoid(ing), torch.sigmoid(forg), torch.tanh(cell), torch.sigmoid(outg)
+    overlap = cforget * cin
+    forg = forg * overlap + (cforget - overlap)
+    ing = ing * overlap + (cin - overlap)
+    cy = forg * cx + ing * cell
+    hy = outg * torch.tanh(cy)
+    return hy.view(-1, n * C), cy, d_f, d_i
+
+
+@pytest.mark.parametrize("impl", ALL)
+def test_weights_in_reference_layout_give_reference_outputs(impl):
+    n, C, I, B, T = 4, 5, 6, 3, 7
+    D = n * C
+    m = make(impl, I, D, chunk_size=C, master_input="paper")
+    x = torch.randn(T, B, I, dtype=torch.float64)
+    out, (h_n, c_n), d = m(x, return_distances=True)
+    hx, cx = torch.zeros(B, D, dtype=torch.float64), torch.zeros(B, n, C, dtype=torch.float64)
+    for t in range(T):
+        hx, cx, d_f, d_i = reference_code_cell(x[t], hx, cx, m.weight_ih_l0, m.bias_ih_l0, m.weight_hh_l0, m.bias_hh_l0, n, C)
+        torch.testing.assert_close(out[t], hx)
+        torch.testing.assert_close(d.forget[t, :, 0], d_f)
+        torch.testing.assert_close(d.input[t, :, 0], d_i)
+    torch.testing.assert_close(c_n[0], cx.view(B, D))
+
+
+@pytest.mark.parametrize("impl", ALL)
+def test_paper_top_chunk_stays_zero_reverse_does_not(impl):
+    n, C = 4, 3
+    torch.manual_seed(0)
+    x = torch.randn(30, 5, 6, dtype=torch.float64)
+    for mode in ("paper", "reverse"):
+        m = make(impl, 6, n * C, chunk_size=C, master_input=mode)
+        c0 = torch.zeros(1, 5, n * C, dtype=torch.float64)
+        with torch.no_grad():
+            # step by step, so every intermediate cell is seen
+            h, c = torch.zeros_like(c0), c0
+            tops = []
+            for t in range(30):
+                _, (h, c) = m(x[t:t + 1], (h, c))
+                tops.append(c[0, :, -C:].abs().max().item())
+        if mode == "paper":
+            assert max(tops) == 0.0
+        else:
+            assert min(tops) > 1e-6
+
+
+def test_single_chunk_paper_layer_outputs_zeros():
+    m = make("reference", 3, 4, chunk_size=4, master_input="paper")
+    out, _ = m(torch.randn(5, 2, 3, dtype=torch.float64))
+    assert out.abs().max().item() == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradients
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["paper", "reverse"])
+def test_gradcheck_cell(mode):
+    torch.manual_seed(0)
+    cell = onlstm.ONLSTMCell(3, 6, chunk_size=2, master_input=mode).double()
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    h = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    c = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+
+    names = [k for k, _ in cell.named_parameters()]
+
+    def f(x, h, c, *params):
+        (h1, c1), d = torch.func.functional_call(cell, dict(zip(names, params)), (x, (h, c)),
+                                                 {"return_distances": True})
+        return h1, c1, d.forget, d.input
+
+    params = [p.detach().clone().requires_grad_(True) for p in cell.parameters()]
+    assert torch.autograd.gradcheck(f, (x, h, c, *params))
+
+
+@pytest.mark.parametrize("impl", FAST)
+@pytest.mark.parametrize("mode", ["paper", "reverse"])
+def test_gradcheck_fast_path(impl, mode):
+    from onlstm.nn._ext import load_extension
+    from onlstm.nn.fused import PythonKernel, fused_layer
+    kernel = load_extension() if impl == "cpp" else PythonKernel
+    assert kernel is not None, "the C++ kernel failed to build"
+    torch.manual_seed(0)
+    n, C, I = 3, 2, 4
+    D, G = n * C, 4 * n * C + 2 * n
+    bs = torch.tensor([3, 3, 2, 1])               # a packed batch with unequal lengths
+    N = int(bs.sum())
+    x = torch.randn(N, I, dtype=torch.float64, requires_grad=True)
+    w_ih = (0.5 * torch.randn(G, I, dtype=torch.float64)).requires_grad_()
+    w_hh = (0.5 * torch.randn(G, D, dtype=torch.float64)).requires_grad_()
+    b = (0.5 * torch.randn(G, dtype=torch.float64)).requires_grad_()
+    h0 = torch.randn(3, D, dtype=torch.float64, requires_grad=True)
+    c0 = torch.randn(3, D, dtype=torch.float64, requires_grad=True)
+
+    def f(x, w_ih, w_hh, b, h0, c0):
+        return fused_layer(x, w_ih, w_hh, b, h0, c0, bs, C, mode == "reverse", kernel)
+
+    assert torch.autograd.gradcheck(f, (x, w_ih, w_hh, b, h0, c0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Fast == reference, chunked == whole, packed == alone
+# ---------------------------------------------------------------------------------------------
+
+CONFIGS = [
+    dict(input_size=5, hidden_size=6, num_layers=1, chunk_size=2),
+    dict(input_size=4, hidden_size=12, num_layers=2, chunk_size=3, bidirectional=True),
+    dict(input_size=3, hidden_size=8, num_layers=3, chunk_size=4, master_input="paper", bias=False),
+    dict(input_size=5, hidden_size=6, num_layers=2, chunk_size=1, dropout=0.3, dropconnect=0.4, bidirectional=True),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("train", [True, False])
+def test_fast_equals_reference(cfg, train):
+    m = make("reference", **cfg)
+    m.train(train)
+    x = torch.randn(6, 3, cfg["input_size"], dtype=torch.float64, requires_grad=True)
+    L = cfg["num_layers"] * (2 if cfg.get("bidirectional") else 1)
+    hx = tuple(torch.randn(L, 3, cfg["hidden_size"], dtype=torch.float64, requires_grad=True) for _ in range(2))
+    assert_all_close(run_all(m, x, hx, ALL))
+
+
+def test_fast_equals_reference_float32_paper_size():
+    m = make("reference", 40, 50, num_layers=2, chunk_size=10, dtype=torch.float32, dropconnect=0.45)
+    x = torch.randn(12, 4, 40, requires_grad=True)
+    assert_all_close(run_all(m, x, None, ALL), atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[1:3])
+def test_packed_fast_equals_reference(cfg):
+    m = make("reference", **cfg)
+    lengths = torch.tensor([2, 6, 4, 1, 6])
+    x = torch.randn(6, 5, cfg["input_size"], dtype=torch.float64)
+    packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+    packed.data.requires_grad_(True)
+    assert_all_close(run_all(m, packed, None, ALL))
+
+
+@pytest.mark.parametrize("impl", ALL)
+@pytest.mark.parametrize("cfg", CONFIGS[:3])
+def test_two_chunks_with_carried_state_equal_one_pass(impl, cfg):
+    if cfg.get("bidirectional"):
+        cfg = dict(cfg, bidirectional=False)   # a backward direction cannot be split in time
+    m = make(impl, **cfg).eval()
+    x = torch.randn(9, 2, cfg["input_size"], dtype=torch.float64)
+    out, (h, c), d = m(x, return_distances=True)
+    o1, s1, d1 = m(x[:4], return_distances=True)
+    o2, s2, d2 = m(x[4:], s1, return_distances=True)
+    torch.testing.assert_close(torch.cat([o1, o2]), out)
+    torch.testing.assert_close(s2[0], h)
+    torch.testing.assert_close(s2[1], c)
+    torch.testing.assert_close(torch.cat([d1.forget, d2.forget]), d.forget)
+    torch.testing.assert_close(torch.cat([d1.input, d2.input]), d.input)
+
+
+@pytest.mark.parametrize("impl", ALL)
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_packed_batch_equals_each_sequence_alone(impl, bidirectional):
+    m = make(impl, 3, 6, num_layers=2, chunk_size=2, bidirectional=bidirectional).eval()
+    lengths = torch.tensor([3, 7, 1, 5])
+    x = torch.randn(7, 4, 3, dtype=torch.float64)
+    x[torch.arange(7).unsqueeze(1) >= lengths] = float("nan")  # padding must never be read
+    L = 2 * (2 if bidirectional else 1)
+    hx = tuple(torch.randn(L, 4, 6, dtype=torch.float64) for _ in range(2))
+    packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+    out, (h, c), d = m(packed, hx, return_distances=True)
+    out_pad, _ = pad_packed_sequence(out)
+    df_pad, _ = pad_packed_sequence(d.forget)
+    di_pad, _ = pad_packed_sequence(d.input)
+    for b, n in enumerate(lengths.tolist()):
+        ob, (hb, cb), db = m(x[:n, b:b + 1], (hx[0][:, b:b + 1], hx[1][:, b:b + 1]), return_distances=True)
+        torch.testing.assert_close(out_pad[:n, b], ob[:, 0])
+        torch.testing.assert_close(h[:, b], hb[:, 0])
+        torch.testing.assert_close(c[:, b], cb[:, 0])
+        torch.testing.assert_close(df_pad[:n, b], db.forget[:, 0])
+        torch.testing.assert_close(di_pad[:n, b], db.input[:, 0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes and options, as nn.LSTM
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("impl", ALL)
+@pytest.mark.parametrize("batch_first,bidirectional,unbatched", list(itertools.product([False, True], repeat=3)))
+def test_shapes_match_nn_lstm(impl, batch_first, bidirectional, unbatched):
+    kw = dict(num_layers=2, batch_first=batch_first, bidirectional=bidirectional)
+    lstm = torch.nn.LSTM(5, 8, **kw)
+    m = onlstm.ONLSTM(5, 8, chunk_size=4, impl=impl, **kw)
+    x = torch.randn(7, 5) if unbatched else (torch.randn(3, 7, 5) if batch_first else torch.randn(7, 3, 5))
+    o1, (h1, c1) = lstm(x)
+    o2, (h2, c2), d = m(x, return_distances=True)
+    assert o2.shape == o1.shape and h2.shape == h1.shape and c2.shape == c1.shape
+    assert d.forget.shape == d.input.shape == o1.shape[:-1] + (2 * (2 if bidirectional else 1),)
+    if batch_first and not unbatched:   # distances follow the output's layout
+        m.batch_first = False
+        _, _, d_tf = m(x.transpose(0, 1), return_distances=True)
+        torch.testing.assert_close(d_tf.forget.transpose(0, 1), d.forget)
+
+
+def test_parameter_names_match_nn_lstm():
+    lstm = torch.nn.LSTM(5, 8, num_layers=2, bidirectional=True)
+    m = onlstm.ONLSTM(5, 8, num_layers=2, chunk_size=4, bidirectional=True)
+    assert [k for k, _ in m.named_parameters()] == [k for k, _ in lstm.named_parameters()]
+    assert m.weight_ih_l1_reverse.shape == (4 * 8 + 2 * 2, 16)
+
+
+def test_dropconnect_one_mask_per_call_and_scaled_in_eval():
+    p = 0.4
+    m = make("reference", 3, 6, chunk_size=2, dropconnect=p)
+    plain = make("reference", 3, 6, chunk_size=2)
+    plain.load_state_dict(m.state_dict())
+    x = torch.randn(8, 2, 3, dtype=torch.float64)
+    for impl in ALL:
+        m.impl = impl
+        torch.manual_seed(5)
+        out, _ = m(x)
+        torch.manual_seed(5)
+        keep = torch.empty_like(m.weight_hh_l0).uniform_() >= p   # the one mask for the whole call
+        with torch.no_grad():
+            plain.weight_hh_l0.copy_(m.weight_hh_l0 * keep)
+        torch.testing.assert_close(out, plain(x)[0])
+        m.eval()
+        with torch.no_grad():
+            plain.weight_hh_l0.copy_(m.weight_hh_l0 * (1 - p))
+        torch.testing.assert_close(m(x)[0], plain(x)[0])
+        m.train()
+
+
+def test_cell_step_loop_equals_layer():
+    torch.manual_seed(0)
+    cell = onlstm.ONLSTMCell(4, 6, chunk_size=3, dropconnect=0.3).double()
+    layer = onlstm.ONLSTM(4, 6, chunk_size=3, dropconnect=0.3, impl="reference").double()
+    layer.load_state_dict({k + "_l0": v for k, v in cell.state_dict().items()})
+    x = torch.randn(5, 2, 4, dtype=torch.float64)
+    torch.manual_seed(9)
+    out, (h_n, c_n), d = layer(x, return_distances=True)
+    torch.manual_seed(9)
+    cell.sample_mask()
+    h = c = None
+    for t in range(5):
+        (h, c), dist = cell(x[t], None if h is None else (h, c), return_distances=True)
+        torch.testing.assert_close(h, out[t])
+        torch.testing.assert_close(dist.forget, d.forget[t, :, 0])
+    torch.testing.assert_close(c, c_n[0])
+    # unbatched
+    (h1, c1) = cell.eval()(x[0, 0])
+    assert h1.shape == (6,) and c1.shape == (6,)
+
+
+def test_double_backward_is_refused_clearly():
+    m = make("cpp", 3, 4, chunk_size=2)
+    x = torch.randn(3, 2, 3, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(m(x)[0].sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError):
+        g.sum().backward()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(input_size=0, hidden_size=4), "input_size must be a positive integer"),
+    (dict(input_size=3, hidden_size=-4), "hidden_size must be a positive integer"),
+    (dict(input_size=3, hidden_size=10, chunk_size=3), "divisible by chunk_size"),
+    (dict(input_size=3, hidden_size=4, chunk_size=0), "chunk_size must be a positive integer"),
+    (dict(input_size=3, hidden_size=4, num_layers=0), "num_layers must be a positive integer"),
+    (dict(input_size=3, hidden_size=4, dropout=1.5), "dropout must be a probability"),
+    (dict(input_size=3, hidden_size=4, dropconnect=-0.1), "dropconnect must be a probability"),
+    (dict(input_size=3, hidden_size=4, master_input="forward"), "master_input must be one of"),
+    (dict(input_size=3, hidden_size=4, impl="cuda"), "impl must be one of"),
+])
+def test_bad_constructor_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        onlstm.ONLSTM(**kwargs)
+
+
+def test_bad_cell_arguments():
+    with pytest.raises(ValueError, match="divisible by chunk_size"):
+        onlstm.ONLSTMCell(3, 10, chunk_size=4)
+    cell = onlstm.ONLSTMCell(3, 4, chunk_size=2)
+    with pytest.raises(ValueError, match="expected input of shape"):
+        cell(torch.randn(2, 2, 3))
+    with pytest.raises(ValueError, match="input has 5 features, expected input_size=3"):
+        cell(torch.randn(2, 5))
+    with pytest.raises(ValueError, match=r"expected c of shape \(2, 4\)"):
+        cell(torch.randn(2, 3), (torch.zeros(2, 4), torch.zeros(2, 2, 2)))
+
+
+@pytest.mark.parametrize("impl", ALL)
+def test_bad_forward_input(impl):
+    m = onlstm.ONLSTM(3, 4, num_layers=2, chunk_size=2, impl=impl)
+    with pytest.raises(ValueError, match="expected input of 3 dimensions"):
+        m(torch.randn(2, 3, 4, 3))
+    with pytest.raises(ValueError, match="Expected 3, got 5"):
+        m(torch.randn(2, 3, 5))
+    with pytest.raises(ValueError, match="floating-point"):
+        m(torch.ones(2, 3, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"expected h_0 of shape \(2, 3, 4\)"):
+        m(torch.randn(2, 3, 3), (torch.zeros(1, 3, 4), torch.zeros(2, 3, 4)))
+    with pytest.raises(ValueError, match=r"expected c_0 of shape \(2, 3, 4\)"):
+        m(torch.randn(2, 3, 3), (torch.zeros(2, 3, 4), torch.zeros(2, 3, 5)))
+    with pytest.raises(ValueError, match=r"expected h_0 of shape \(2, 4\)"):
+        m(torch.randn(5, 3), (torch.zeros(2, 3, 4), torch.zeros(2, 3, 4)))
+    with pytest.raises(ValueError, match="pair"):
+        m(torch.randn(2, 3, 3), torch.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match="empty"):
+        m(torch.randn(0, 3, 3))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_matches_cpu():
+    m = make("auto", 5, 8, num_layers=2, chunk_size=2, dtype=torch.float32)
+    x = torch.randn(6, 3, 5)
+    out_cpu, _, d_cpu = m(x, return_distances=True)
+    out_gpu, _, d_gpu = m.cuda()(x.cuda(), return_distances=True)
+    assert m.resolved_impl(x.cuda().device) == "reference"
+    torch.testing.assert_close(out_gpu.cpu(), out_cpu, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(d_gpu.forget.cpu(), d_cpu.forget, atol=1e-5, rtol=1e-4)
