@@ -38,7 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="versions and whether the C++ kernel is built")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_info)
+    for register in _subcommand_modules():
+        register(sub)
     return ap
+
+
+def _subcommand_modules():
+    """Each experiment adds its own sub-commands through a ``register(subparsers)`` function."""
+    registrars = []
+    # (experiment modules append their register functions here, one line each)
+    return registrars
 
 
 def main(argv=None) -> int:
