@@ -324,11 +324,24 @@ def test_shapes_match_nn_lstm(impl, batch_first, bidirectional, unbatched):
         torch.testing.assert_close(d_tf.forget.transpose(0, 1), d.forget)
 
 
+def test_bfloat16_runs_on_the_reference_path():
+    m = onlstm.ONLSTM(4, 6, chunk_size=3).to(torch.bfloat16)
+    x = torch.randn(5, 2, 4, dtype=torch.bfloat16)
+    assert m.resolved_impl(x.device, x.dtype) == "reference"
+    out, (h, c) = m(x)
+    assert out.dtype == torch.bfloat16 and out.shape == (5, 2, 6)
+    ref = make("reference", 4, 6, chunk_size=3, dtype=torch.float32)
+    ref.load_state_dict({k: v.float() for k, v in m.state_dict().items()})
+    torch.testing.assert_close(out.float(), ref(x.float())[0], atol=5e-2, rtol=5e-2)
+
+
 def test_parameter_names_match_nn_lstm():
     lstm = torch.nn.LSTM(5, 8, num_layers=2, bidirectional=True)
     m = onlstm.ONLSTM(5, 8, num_layers=2, chunk_size=4, bidirectional=True)
     assert [k for k, _ in m.named_parameters()] == [k for k, _ in lstm.named_parameters()]
     assert m.weight_ih_l1_reverse.shape == (4 * 8 + 2 * 2, 16)
+    assert [[p.shape for p in ps] for ps in m.all_weights][0] == [(36, 5), (36, 8), (36,), (36,)]
+    m.flatten_parameters()
 
 
 def test_dropconnect_one_mask_per_call_and_scaled_in_eval():

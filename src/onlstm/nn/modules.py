@@ -234,10 +234,22 @@ class ONLSTM(nn.Module):
                 s += f", {name}={getattr(self, name)}"
         return s + f", master_input={self.master_input!r}, impl={self.impl!r}"
 
+    def flatten_parameters(self) -> None:
+        """No-op, for code written against ``nn.LSTM`` (there is no cuDNN weight buffer here)."""
+
+    @property
+    def all_weights(self) -> list[list[nn.Parameter]]:
+        """Parameters per layer and direction, as ``nn.LSTM.all_weights``."""
+        return [[getattr(self, nm) for nm in names] for names in self._flat_names]
+
     # -- implementation choice ------------------------------------------------------------------
-    def resolved_impl(self, device: torch.device) -> str:
-        """The implementation a forward call on ``device`` will use."""
-        if self.impl == "reference" or device.type != "cpu":
+    def resolved_impl(self, device: torch.device, dtype: torch.dtype = torch.float32) -> str:
+        """The implementation a forward call on ``device`` with ``dtype`` will use.
+
+        The fused kernels handle float32 and float64 on the CPU; everything else (CUDA, half
+        precision) runs the reference step loop.
+        """
+        if self.impl == "reference" or device.type != "cpu" or dtype not in (torch.float32, torch.float64):
             return "reference"
         if self.impl == "python":
             return "python"
@@ -274,7 +286,7 @@ class ONLSTM(nn.Module):
             sorted_idx = unsorted_idx = None
         h0, c0 = self._initial_state(hx, batch, data, unbatched, sorted_idx)
 
-        impl = self.resolved_impl(data.device)
+        impl = self.resolved_impl(data.device, data.dtype)
         layer_input = data
         h_n, c_n, dists = [], [], []
         rev_idx = None
