@@ -1,0 +1,281 @@
+"""Reader and writer of the propositional-logic pair files of Bowman et al. (2015).
+
+Line format (exact): ``LABEL<TAB>A<TAB>B`` with ``\\n`` line ends, LABEL one of ``= < > ^ | v #``
+and A, B formulas in the notation of :mod:`onlstm.logic.formulas`.
+
+Directory layout: files ``train0`` … ``train12`` and ``test0`` … ``test12``; file ``k`` holds the
+pairs whose larger operator count is ``k`` (file 12: 12 or more). A name may carry a suffix
+after a dot (``train1.head200``). A directory may hold any subset of these files.
+
+Typical use (the paper's protocol: train on <= 6 operators, test on 7 … 12)::
+
+    train = read_examples(root, split="train", max_ops=6)
+    test = read_examples(root, split="test", buckets=range(7, 13))
+
+Every problem in a file raises :class:`LogicDataError` naming the file, the line number and
+what is wrong.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Container, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .formulas import Formula, FormulaSyntaxError, count_operators, parse, to_text
+from .relations import RELATIONS, relation
+
+#: The last file number; it holds every pair with this many operators or more.
+LAST_BUCKET = 12
+SPLITS: tuple[str, ...] = ("train", "test")
+_FILE_NAME = re.compile(r"^(train|test)(\d+)(?:\..+)?$")
+
+
+class LogicDataError(ValueError):
+    """A logic data file or directory is malformed or selects nothing."""
+
+
+def bucket_of(ops_a: int, ops_b: int) -> int:
+    """The file number a pair belongs in: its larger operator count, capped at 12."""
+    return min(max(ops_a, ops_b), LAST_BUCKET)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled pair read from a file."""
+
+    label: str
+    a: Formula
+    b: Formula
+    ops_a: int
+    ops_b: int
+    source: str
+    """path of the file it came from"""
+    line: int
+    """1-based line number in ``source``"""
+    split: str | None = None
+    """``train``/``test`` from the file name, ``None`` when the name does not say"""
+    file_number: int | None = None
+    """``k`` of ``train{k}``/``test{k}``, ``None`` when the name does not say"""
+
+    @property
+    def max_ops(self) -> int:
+        """The larger of the two operator counts."""
+        return max(self.ops_a, self.ops_b)
+
+    @property
+    def bucket(self) -> int:
+        """The file number the pair belongs in by the split rule (see :func:`bucket_of`)."""
+        return bucket_of(self.ops_a, self.ops_b)
+
+    @property
+    def text_a(self) -> str:
+        return to_text(self.a)
+
+    @property
+    def text_b(self) -> str:
+        return to_text(self.b)
+
+    @property
+    def where(self) -> str:
+        """``'path:line'`` for messages."""
+        return f"{self.source}:{self.line}"
+
+
+# --------------------------------------------------------------------------- lines
+
+
+def parse_line(line: str, source: str = "<string>", lineno: int = 1,
+               split: str | None = None, file_number: int | None = None) -> Example:
+    """Parse one line ``LABEL<TAB>A<TAB>B`` (a trailing ``\\n`` or ``\\r\\n`` is allowed).
+
+    Raises :class:`LogicDataError` naming ``source``, ``lineno`` and the problem.
+    """
+    text = line.rstrip("\n").rstrip("\r")
+    where = f"{source}, line {lineno}"
+    if not text.strip():
+        raise LogicDataError(f"{where}: empty line; every line must be LABEL<TAB>A<TAB>B (remove blank lines)")
+    fields = text.split("\t")
+    if len(fields) != 3:
+        raise LogicDataError(
+            f"{where}: expected 3 TAB-separated fields LABEL<TAB>A<TAB>B, found {len(fields)} "
+            f"({len(fields) - 1} TABs) in {text!r}; fields must be separated by single TAB characters")
+    label, text_a, text_b = fields
+    if label not in RELATIONS:
+        raise LogicDataError(f"{where}: unknown label {label!r}; the label must be one of {' '.join(RELATIONS)}")
+    a = _parse_formula(text_a, where, "first")
+    b = _parse_formula(text_b, where, "second")
+    return Example(label, a, b, count_operators(a), count_operators(b), source, lineno, split, file_number)
+
+
+def _parse_formula(text: str, where: str, which: str) -> Formula:
+    """Parse a formula field, turning a syntax error into a :class:`LogicDataError` with the place."""
+    try:
+        return parse(text)
+    except FormulaSyntaxError as exc:
+        raise LogicDataError(f"{where}: {which} formula is not in the notation: {exc}") from None
+
+
+def format_line(label: str, a: Formula | str, b: Formula | str) -> str:
+    """One line ``LABEL<TAB>A<TAB>B`` (without the ``\\n``); formulas may be given as text."""
+    if label not in RELATIONS:
+        raise ValueError(f"unknown label {label!r}; the label must be one of {' '.join(RELATIONS)}")
+    ta = a if isinstance(a, str) else to_text(a)
+    tb = b if isinstance(b, str) else to_text(b)
+    return f"{label}\t{ta}\t{tb}"
+
+
+def write_file(path: str | Path, rows: Iterable[tuple[str, Formula | str, Formula | str]]) -> int:
+    """Write ``(label, a, b)`` rows in the line format with ``\\n`` line ends; returns the line count."""
+    n = 0
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        for label, a, b in rows:
+            fh.write(format_line(label, a, b) + "\n")
+            n += 1
+    return n
+
+
+def split_file_name(split: str, k: int) -> str:
+    """``split_file_name('train', 4) == 'train4'``."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}: use 'train' or 'test'")
+    return f"{split}{k}"
+
+
+# --------------------------------------------------------------------------- files
+
+
+def parse_file_name(path: str | Path) -> tuple[str, int] | None:
+    """``(split, k)`` for names like ``train4`` or ``test12.head200``; ``None`` otherwise."""
+    m = _FILE_NAME.match(Path(path).name)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def read_file(path: str | Path) -> list[Example]:
+    """All examples of one file; split and file number come from its name when it has the pattern."""
+    path = Path(path)
+    if not path.is_file():
+        raise LogicDataError(f"{path}: no such file; give a train{{k}}/test{{k}} file or a directory of them")
+    named = parse_file_name(path)
+    split, number = named if named else (None, None)
+    with open(path, encoding="utf-8") as fh:
+        return [parse_line(line, str(path), i, split, number) for i, line in enumerate(fh, start=1)]
+
+
+def find_split_files(directory: str | Path) -> list[tuple[str, int, Path]]:
+    """``(split, k, path)`` of the ``train{k}``/``test{k}`` files in ``directory``, sorted by split and k."""
+    directory = Path(directory)
+    found = []
+    for p in directory.iterdir():
+        named = parse_file_name(p)
+        if named and p.is_file():
+            found.append((named[0], named[1], p))
+    found.sort(key=lambda t: (SPLITS.index(t[0]), t[1], t[2].name))
+    return found
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def _check_split(split: str | None) -> None:
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}: use 'train', 'test' or None for both")
+
+
+def matches(ex: Example, split: str | None = None, buckets: Container[int] | None = None,
+            min_ops: int | None = None, max_ops: int | None = None) -> bool:
+    """Whether ``ex`` passes the selection of :func:`select` (``None`` = no condition)."""
+    if split is not None and ex.split != split:
+        return False
+    if buckets is not None and (ex.file_number if ex.file_number is not None else ex.bucket) not in buckets:
+        return False
+    if min_ops is not None and ex.max_ops < min_ops:
+        return False
+    return max_ops is None or ex.max_ops <= max_ops
+
+
+def select(examples: Iterable[Example], split: str | None = None, buckets: Iterable[int] | None = None,
+           min_ops: int | None = None, max_ops: int | None = None) -> list[Example]:
+    """The examples of ``split`` whose file number is in ``buckets`` and whose larger operator
+    count lies in ``[min_ops, max_ops]``. Conditions left ``None`` are not applied.
+
+    ``buckets`` selects by file number (file 12 holds 12-19 operators); ``min_ops``/``max_ops``
+    by the pair's actual larger operator count.
+    """
+    _check_split(split)
+    bucket_set = None if buckets is None else set(buckets)
+    return [ex for ex in examples if matches(ex, split, bucket_set, min_ops, max_ops)]
+
+
+def check_file_numbers(examples: Iterable[Example]) -> None:
+    """Raise :class:`LogicDataError` for the first example whose file number breaks the split rule."""
+    for ex in examples:
+        if ex.file_number is not None and ex.file_number != ex.bucket:
+            raise LogicDataError(
+                f"{ex.source}, line {ex.line}: the larger operator count is {ex.max_ops}, so the pair belongs "
+                f"in file number {ex.bucket}, not {ex.file_number} (file k holds max count k; file 12 holds 12+)")
+
+
+def relabel_mismatches(examples: Iterable[Example]) -> list[tuple[Example, str]]:
+    """``(example, recomputed label)`` for every example whose label differs from its truth sets' relation."""
+    out = []
+    for ex in examples:
+        computed = relation(ex.a, ex.b)
+        if computed != ex.label:
+            out.append((ex, computed))
+    return out
+
+
+def read_examples(path: str | Path, split: str | None = None, buckets: Iterable[int] | None = None,
+                  min_ops: int | None = None, max_ops: int | None = None,
+                  check_buckets: bool = False) -> list[Example]:
+    """Read a directory of ``train{k}``/``test{k}`` files or a single file and select examples.
+
+    See :func:`select` for ``split``, ``buckets``, ``min_ops`` and ``max_ops``. With a
+    directory, only the files of the selected split and buckets are opened. With
+    ``check_buckets``, an example whose file number breaks the split rule raises.
+
+    Raises :class:`LogicDataError` when the path does not exist, the directory holds no such
+    files, a line is malformed (naming file and line), or nothing is selected.
+    """
+    _check_split(split)
+    path = Path(path)
+    bucket_set = None if buckets is None else set(buckets)
+    if path.is_dir():
+        examples = _read_directory(path, split, bucket_set)
+    elif path.is_file():
+        examples = read_file(path)
+    else:
+        raise LogicDataError(f"{path}: no such file or directory; give a directory of train{{k}}/test{{k}} "
+                             f"files (k = 0 … 12) or one such file")
+    if check_buckets:
+        check_file_numbers(examples)
+    chosen = select(examples, split, bucket_set, min_ops, max_ops)
+    if not chosen:
+        raise LogicDataError(
+            f"{path}: no examples match split={split!r}, buckets={_show(bucket_set)}, min_ops={min_ops}, "
+            f"max_ops={max_ops} ({len(examples)} examples read); widen the selection")
+    return chosen
+
+
+def _read_directory(directory: Path, split: str | None, buckets: set[int] | None) -> list[Example]:
+    """Examples of the directory's files of ``split`` whose number is in ``buckets``."""
+    files = find_split_files(directory)
+    if not files:
+        raise LogicDataError(
+            f"{directory}: no train{{k}}/test{{k}} files here (expected names like train0 … train12, "
+            f"test0 … test12); generate some with `onlstm logic generate --out {directory}`")
+    wanted = [(s, k, p) for s, k, p in files
+              if (split is None or s == split) and (buckets is None or k in buckets)]
+    if not wanted:
+        names = ", ".join(p.name for _, _, p in files)
+        raise LogicDataError(
+            f"{directory}: no file matches split={split!r}, buckets={_show(buckets)} (files present: {names})")
+    examples: list[Example] = []
+    for _, _, p in wanted:
+        examples.extend(read_file(p))
+    return examples
+
+
+def _show(buckets: set[int] | None) -> str:
+    return "None" if buckets is None else "{" + ", ".join(map(str, sorted(buckets))) + "}"

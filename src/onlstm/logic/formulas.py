@@ -1,0 +1,265 @@
+"""Propositional formulas in the notation of Bowman et al. (2015).
+
+The notation is fully bracketed and binary; tokens are separated by single spaces:
+
+* a variable (``a`` … ``f``) is written bare: ``c``;
+* negation: ``( not X )``;
+* conjunction / disjunction: ``( X ( and Y ) )`` / ``( X ( or Y ) )`` -- the operator first
+  combines with its right argument, then the result with the left argument.
+
+Example: ``( ( not f ) ( and ( ( not c ) ( and b ) ) ) )``.
+
+A formula's *truth set* is the set of the 64 assignments of ``a`` … ``f`` that make it true,
+stored as a 64-bit integer: bit ``i`` is set when the formula is true under assignment ``i``,
+where variable number ``k`` (``a`` = 0, …, ``f`` = 5) is true in assignment ``i`` iff bit ``k``
+of ``i`` is set.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+VARIABLES: tuple[str, ...] = ("a", "b", "c", "d", "e", "f")
+BINARY_OPERATORS: tuple[str, ...] = ("and", "or")
+OPERATORS: tuple[str, ...] = ("not",) + BINARY_OPERATORS
+VOCABULARY: tuple[str, ...] = VARIABLES + OPERATORS + ("(", ")")
+
+N_ASSIGNMENTS = 2 ** len(VARIABLES)  # 64
+FULL_SET = (1 << N_ASSIGNMENTS) - 1  # truth set of a tautology
+EMPTY_SET = 0  # truth set of a contradiction
+
+
+def _variable_mask(k: int) -> int:
+    """Truth set of variable number ``k``: the assignments whose bit ``k`` is set."""
+    mask = 0
+    for i in range(N_ASSIGNMENTS):
+        if (i >> k) & 1:
+            mask |= 1 << i
+    return mask
+
+
+VARIABLE_TRUTH_SETS: dict[str, int] = {v: _variable_mask(k) for k, v in enumerate(VARIABLES)}
+
+
+class FormulaSyntaxError(ValueError):
+    """A string is not a formula in the notation (see the module docstring)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    """A propositional variable, one of ``a`` … ``f``."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name not in VARIABLE_TRUTH_SETS:
+            raise ValueError(f"unknown variable {self.name!r}: use one of {', '.join(VARIABLES)}")
+
+    def __str__(self) -> str:
+        return to_text(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    """Negation ``( not X )``."""
+
+    arg: "Formula"
+
+    def __str__(self) -> str:
+        return to_text(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Binary:
+    """Conjunction or disjunction ``( left ( op right ) )`` with ``op`` in ``and``/``or``."""
+
+    op: str
+    left: "Formula"
+    right: "Formula"
+
+    def __post_init__(self) -> None:
+        if self.op not in BINARY_OPERATORS:
+            raise ValueError(f"unknown binary operator {self.op!r}: use 'and' or 'or'")
+
+    def __str__(self) -> str:
+        return to_text(self)
+
+
+Formula = Union[Var, Not, Binary]
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def _tokens_into(f: Formula, out: list[str]) -> None:
+    """Append the tokens of ``f`` to ``out`` (recursive helper of :func:`to_tokens`)."""
+    if isinstance(f, Var):
+        out.append(f.name)
+    elif isinstance(f, Not):
+        out.append("(")
+        out.append("not")
+        _tokens_into(f.arg, out)
+        out.append(")")
+    elif isinstance(f, Binary):
+        out.append("(")
+        _tokens_into(f.left, out)
+        out.append("(")
+        out.append(f.op)
+        _tokens_into(f.right, out)
+        out.append(")")
+        out.append(")")
+    else:
+        raise TypeError(f"not a formula: {f!r} (expected Var, Not or Binary)")
+
+
+def to_tokens(f: Formula) -> list[str]:
+    """The tokens of ``f`` in the notation, e.g. ``['(', 'not', 'a', ')']``."""
+    out: list[str] = []
+    _tokens_into(f, out)
+    return out
+
+
+def to_text(f: Formula) -> str:
+    """``f`` in the notation, tokens joined by single spaces (inverse of :func:`parse`)."""
+    return " ".join(to_tokens(f))
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _Parser:
+    """Recursive-descent parser over a token list; raises :class:`FormulaSyntaxError`."""
+
+    def __init__(self, tokens: list[str], text: str) -> None:
+        self.tokens = tokens
+        self.text = text
+        self.pos = 0
+
+    def fail(self, problem: str) -> FormulaSyntaxError:
+        """An error naming the problem, the token position and the text."""
+        return FormulaSyntaxError(f"{problem} at token {self.pos + 1} of {self.text!r}")
+
+    def peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self, expected: str | None = None) -> str:
+        tok = self.peek()
+        if tok is None:
+            want = f"{expected!r}" if expected else "a formula"
+            raise self.fail(f"unbalanced brackets or truncated formula: expected {want} but the text ended")
+        if expected is not None and tok != expected:
+            raise self.fail(f"expected {expected!r}, found {tok!r}")
+        self.pos += 1
+        return tok
+
+    def formula(self) -> Formula:
+        tok = self.take()
+        if tok in VARIABLE_TRUTH_SETS:
+            return Var(tok)
+        if tok != "(":
+            raise self.fail(self._unexpected(tok, "a variable or '('"))
+        if self.peek() == "not":
+            self.take()
+            arg = self.formula()
+            self.take(")")
+            return Not(arg)
+        left = self.formula()
+        if self.peek() != "(":
+            found = "the end of the text" if self.peek() is None else repr(self.peek())
+            raise self.fail(f"expected '(' before the operator, found {found}: binary formulas are written "
+                            f"( X ( and Y ) ) / ( X ( or Y ) ), negation ( not X )")
+        self.take("(")
+        op = self.take()
+        if op not in BINARY_OPERATORS:
+            raise self.fail(self._unexpected(op, "'and' or 'or' after '( X ('"))
+        right = self.formula()
+        self.take(")")
+        self.take(")")
+        return Binary(op, left, right)
+
+    @staticmethod
+    def _unexpected(tok: str, expected: str) -> str:
+        if tok not in VOCABULARY:
+            return f"unknown token {tok!r} (vocabulary: {' '.join(VOCABULARY)})"
+        return f"expected {expected}, found {tok!r}"
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` on single spaces; reject empty text, double/leading/trailing spaces and tabs."""
+    if not text:
+        raise FormulaSyntaxError("empty formula")
+    tokens = text.split(" ")
+    if "" in tokens:
+        raise FormulaSyntaxError(
+            f"tokens must be separated by single spaces (found a double, leading or trailing space) in {text!r}")
+    for tok in tokens:
+        if tok not in VOCABULARY:
+            raise FormulaSyntaxError(f"unknown token {tok!r} in {text!r} (vocabulary: {' '.join(VOCABULARY)})")
+    return tokens
+
+
+def parse(text: str) -> Formula:
+    """Parse one formula written in the notation; ``to_text(parse(s)) == s`` for every valid ``s``.
+
+    Raises :class:`FormulaSyntaxError` naming the problem (unknown token, unbalanced brackets,
+    a construction outside the notation, trailing tokens).
+    """
+    tokens = tokenize(text)
+    p = _Parser(tokens, text)
+    f = p.formula()
+    if p.pos != len(tokens):
+        raise p.fail(f"unexpected {tokens[p.pos]!r} after a complete formula (unbalanced brackets?)")
+    return f
+
+
+# --------------------------------------------------------------------------- measures
+
+
+def count_operators(f: Formula) -> int:
+    """Number of operators (``and`` + ``or`` + ``not``) in ``f``."""
+    if isinstance(f, Var):
+        return 0
+    if isinstance(f, Not):
+        return 1 + count_operators(f.arg)
+    return 1 + count_operators(f.left) + count_operators(f.right)
+
+
+def count_operators_text(text: str) -> int:
+    """Operator count of a formula string without parsing it (counts the operator tokens)."""
+    return sum(1 for tok in text.split(" ") if tok in OPERATORS)
+
+
+def truth_set(f: Formula) -> int:
+    """The truth set of ``f`` over the 64 assignments, as a 64-bit integer mask."""
+    if isinstance(f, Var):
+        return VARIABLE_TRUTH_SETS[f.name]
+    if isinstance(f, Not):
+        return FULL_SET ^ truth_set(f.arg)
+    left, right = truth_set(f.left), truth_set(f.right)
+    return left & right if f.op == "and" else left | right
+
+
+def evaluate(f: Formula, assignment: dict[str, bool]) -> bool:
+    """Truth value of ``f`` under ``assignment`` (a dict variable -> bool; missing variables are False)."""
+    if isinstance(f, Var):
+        return bool(assignment.get(f.name, False))
+    if isinstance(f, Not):
+        return not evaluate(f.arg, assignment)
+    if f.op == "and":
+        return evaluate(f.left, assignment) and evaluate(f.right, assignment)
+    return evaluate(f.left, assignment) or evaluate(f.right, assignment)
+
+
+def assignment_index(assignment: dict[str, bool]) -> int:
+    """The bit position of ``assignment`` in a truth set (variable ``k`` true <=> bit ``k`` set)."""
+    return sum(1 << k for k, v in enumerate(VARIABLES) if assignment.get(v, False))
+
+
+def is_tautology(f: Formula) -> bool:
+    """True when ``f`` holds under every assignment."""
+    return truth_set(f) == FULL_SET
+
+
+def is_contradiction(f: Formula) -> bool:
+    """True when ``f`` holds under no assignment."""
+    return truth_set(f) == EMPTY_SET

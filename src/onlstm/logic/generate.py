@@ -1,0 +1,309 @@
+"""Random formula pairs labelled with their relation, written in the layout of Bowman et al. (2015).
+
+For every length bucket ``k`` (0 … 12) the generator draws pairs whose larger operator count is
+``k`` (bucket 12: between 12 and ``max_ops``), labels them from their truth sets
+(:func:`onlstm.logic.relations.relation_of_sets`) and splits them into ``test{k}`` and
+``train{k}``.
+
+How a pair is drawn (documented so that results can be compared):
+
+* the larger operator count ``m`` is ``k`` (bucket 12: uniform in ``12 … max_ops``); a fair coin
+  decides whether ``A`` or ``B`` has ``m`` operators, the other side gets a count uniform in
+  ``0 … m``;
+* a formula with ``n`` operators is ``( not X )`` with probability ``not_prob`` (``X`` has
+  ``n - 1`` operators), otherwise ``( L ( op R ) )`` with ``op`` uniform in ``and``/``or`` and the
+  ``n - 1`` remaining operators split uniformly between ``L`` and ``R``; variables are uniform
+  over ``a`` … ``f``;
+* formulas that are always true or always false are redrawn unless ``allow_degenerate`` (the
+  original data contains none, see :mod:`onlstm.logic.relations`);
+* a pair already drawn for the same bucket is redrawn unless ``allow_duplicates``, so train and
+  test never share a pair. Small buckets have few distinct pairs (bucket 0: 36), so they may
+  come out smaller than asked; the summary says so.
+
+Label balancing (``balance_labels``): random pairs are dominated by ``#`` (independence), more so
+the longer the formulas. With balancing, the generator first draws a pool of
+``pool_factor × per_length`` distinct candidate pairs for the bucket, then picks ``per_length``
+of them by *water filling*: every label gets ``min(available, level)`` pairs with the level as
+high as the total allows, so rare labels keep all their candidates and frequent ones are cut
+down to the same level. The result is as close to uniform as the pool allows; labels that are
+rare for a length (``=`` and ``^`` for long formulas) stay under-represented. Bigger
+``pool_factor`` -> more uniform, slower.
+
+The stream of random numbers of bucket ``k`` depends only on ``(seed, k)``, so a bucket's content
+does not change when other options such as ``max_ops`` change the other buckets.
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from .data import LAST_BUCKET, write_file
+from .formulas import BINARY_OPERATORS, EMPTY_SET, FULL_SET, VARIABLE_TRUTH_SETS, VARIABLES, Formula, parse
+from .relations import RELATIONS, relation_of_sets
+
+
+class Pair(NamedTuple):
+    """One generated example: label, the two formulas as text, and their operator counts."""
+
+    label: str
+    a: str
+    b: str
+    ops_a: int
+    ops_b: int
+
+
+@dataclass
+class GenerateConfig:
+    """Options of :func:`generate_dataset` (see the module docstring for what each does)."""
+
+    per_length: int = 1000
+    """pairs per length bucket, train and test together"""
+    seed: int = 0
+    max_ops: int = 12
+    """largest operator count of a formula; buckets 0 … min(max_ops, 12) are written"""
+    test_fraction: float = 0.2
+    """share of each bucket written to ``test{k}`` (ignored when ``test_count`` is set)"""
+    test_count: int | None = None
+    """pairs per bucket written to ``test{k}`` (the rest goes to ``train{k}``)"""
+    balance_labels: bool = False
+    pool_factor: int = 10
+    """with ``balance_labels``: candidates drawn per requested pair"""
+    not_prob: float = 0.5
+    allow_degenerate: bool = False
+    allow_duplicates: bool = False
+    max_tries_factor: int = 20
+    """give up on a bucket after ``max_tries_factor × pairs wanted`` draws (small buckets run out)"""
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the bad option and its allowed range."""
+        if self.per_length < 1:
+            raise ValueError(f"per_length must be >= 1, got {self.per_length}")
+        if self.max_ops < 0:
+            raise ValueError(f"max_ops must be >= 0, got {self.max_ops}")
+        if not 0.0 <= self.test_fraction <= 1.0:
+            raise ValueError(f"test_fraction must be in [0, 1], got {self.test_fraction}")
+        if self.test_count is not None and not 0 <= self.test_count <= self.per_length:
+            raise ValueError(f"test_count must be in [0, per_length={self.per_length}], got {self.test_count}")
+        if not 0.0 <= self.not_prob <= 1.0:
+            raise ValueError(f"not_prob must be in [0, 1], got {self.not_prob}")
+        if self.pool_factor < 1 or self.max_tries_factor < 1:
+            raise ValueError("pool_factor and max_tries_factor must be >= 1")
+
+    def n_test(self, n_pairs: int) -> int:
+        """How many of ``n_pairs`` pairs of a bucket go to the test file."""
+        if self.test_count is not None:
+            return min(n_pairs, round(self.test_count * n_pairs / self.per_length))
+        return round(self.test_fraction * n_pairs)
+
+
+@dataclass
+class FileReport:
+    """What was written to one file."""
+
+    name: str
+    n_pairs: int
+    labels: Counter = field(default_factory=Counter)
+
+
+@dataclass
+class BucketReport:
+    """What was generated for one length bucket."""
+
+    bucket: int
+    wanted: int
+    drawn: int
+    seconds: float
+    files: list[FileReport] = field(default_factory=list)
+
+    @property
+    def n_pairs(self) -> int:
+        return sum(f.n_pairs for f in self.files)
+
+
+@dataclass
+class GenerationReport:
+    """Summary of a :func:`generate_dataset` run."""
+
+    out_dir: Path
+    buckets: list[BucketReport]
+    seconds: float
+
+    @property
+    def n_pairs(self) -> int:
+        return sum(b.n_pairs for b in self.buckets)
+
+    def label_counts(self, split: str | None = None) -> Counter:
+        """Label counts over all files, or over the files of one split (``train``/``test``)."""
+        total: Counter = Counter()
+        for b in self.buckets:
+            for f in b.files:
+                if split is None or f.name.startswith(split):
+                    total.update(f.labels)
+        return total
+
+
+# --------------------------------------------------------------------------- formulas
+
+
+def random_formula_text(n_ops: int, rng: random.Random, not_prob: float = 0.5) -> tuple[str, int]:
+    """A random formula with exactly ``n_ops`` operators: ``(text, truth set)``.
+
+    Builds the text and the truth set together (no parse), which makes the generator fast.
+    """
+    if n_ops == 0:
+        v = VARIABLES[rng.randrange(len(VARIABLES))]
+        return v, VARIABLE_TRUTH_SETS[v]
+    if rng.random() < not_prob:
+        text, ts = random_formula_text(n_ops - 1, rng, not_prob)
+        return f"( not {text} )", FULL_SET ^ ts
+    op = BINARY_OPERATORS[rng.randrange(2)]
+    n_left = rng.randrange(n_ops)
+    lt, ls = random_formula_text(n_left, rng, not_prob)
+    rt, rs = random_formula_text(n_ops - 1 - n_left, rng, not_prob)
+    return f"( {lt} ( {op} {rt} ) )", (ls & rs) if op == "and" else (ls | rs)
+
+
+def random_formula(n_ops: int, rng: random.Random, not_prob: float = 0.5) -> Formula:
+    """A random :class:`~onlstm.logic.formulas.Formula` with exactly ``n_ops`` operators."""
+    return parse(random_formula_text(n_ops, rng, not_prob)[0])
+
+
+def _draw_formula(n_ops: int, rng: random.Random, cfg: GenerateConfig) -> tuple[str, int]:
+    """A random formula, redrawn while it is degenerate (unless allowed)."""
+    while True:
+        text, ts = random_formula_text(n_ops, rng, cfg.not_prob)
+        if cfg.allow_degenerate or ts not in (EMPTY_SET, FULL_SET):
+            return text, ts
+
+
+def _draw_op_counts(bucket: int, rng: random.Random, max_ops: int) -> tuple[int, int]:
+    """Operator counts ``(ops_a, ops_b)`` of a pair in ``bucket`` (see the module docstring)."""
+    longest = bucket if bucket < LAST_BUCKET else rng.randint(LAST_BUCKET, max(LAST_BUCKET, max_ops))
+    other = rng.randint(0, longest)
+    return (longest, other) if rng.random() < 0.5 else (other, longest)
+
+
+def draw_pair(bucket: int, rng: random.Random, cfg: GenerateConfig) -> Pair:
+    """One random labelled pair whose larger operator count puts it in ``bucket``."""
+    ops_a, ops_b = _draw_op_counts(bucket, rng, cfg.max_ops)
+    a, sa = _draw_formula(ops_a, rng, cfg)
+    b, sb = _draw_formula(ops_b, rng, cfg)
+    return Pair(relation_of_sets(sa, sb), a, b, ops_a, ops_b)
+
+
+# --------------------------------------------------------------------------- buckets
+
+
+def _draw_distinct(bucket: int, wanted: int, rng: random.Random, cfg: GenerateConfig) -> tuple[list[Pair], int]:
+    """Up to ``wanted`` pairs (distinct unless allowed) and the number of draws it took."""
+    pairs: list[Pair] = []
+    seen: set[tuple[str, str]] = set()
+    max_tries = cfg.max_tries_factor * wanted
+    tries = 0
+    while len(pairs) < wanted and tries < max_tries:
+        tries += 1
+        p = draw_pair(bucket, rng, cfg)
+        if not cfg.allow_duplicates:
+            key = (p.a, p.b)
+            if key in seen:
+                continue
+            seen.add(key)
+        pairs.append(p)
+    return pairs, tries
+
+
+def water_fill(pairs: list[Pair], n: int) -> list[Pair]:
+    """Pick ``n`` of ``pairs`` (in their order) with the label counts as equal as possible.
+
+    Each label gets ``min(available, level)`` pairs, ``level`` as high as ``n`` allows; the
+    remainder goes, one each, to the labels with spare pairs in :data:`RELATIONS` order.
+    """
+    by_label: dict[str, list[Pair]] = {lab: [] for lab in RELATIONS}
+    for p in pairs:
+        by_label[p.label].append(p)
+    sizes = {lab: len(v) for lab, v in by_label.items()}
+    if sum(sizes.values()) <= n:
+        return list(pairs)
+    level = 0
+    while sum(min(s, level + 1) for s in sizes.values()) <= n:
+        level += 1
+    quota = {lab: min(s, level) for lab, s in sizes.items()}
+    spare = n - sum(quota.values())
+    for lab in RELATIONS:
+        if spare and sizes[lab] > quota[lab]:
+            quota[lab] += 1
+            spare -= 1
+    return [p for lab in RELATIONS for p in by_label[lab][: quota[lab]]]
+
+
+def generate_bucket(bucket: int, cfg: GenerateConfig) -> tuple[list[Pair], int]:
+    """The shuffled pairs of one bucket and the number of draws it took."""
+    rng = random.Random(f"onlstm-logic/{cfg.seed}/{bucket}")
+    if cfg.balance_labels:
+        pool, tries = _draw_distinct(bucket, cfg.pool_factor * cfg.per_length, rng, cfg)
+        pairs = water_fill(pool, cfg.per_length)
+    else:
+        pairs, tries = _draw_distinct(bucket, cfg.per_length, rng, cfg)
+    rng.shuffle(pairs)
+    return pairs, tries
+
+
+def bucket_range(max_ops: int) -> range:
+    """The buckets written for ``max_ops``: 0 … min(max_ops, 12)."""
+    return range(min(max_ops, LAST_BUCKET) + 1)
+
+
+# --------------------------------------------------------------------------- dataset
+
+
+def format_label_counts(counts: Counter) -> str:
+    """``'= 3.1%  < 10.0% …'``: the share of each label, in :data:`RELATIONS` order."""
+    total = sum(counts.values()) or 1
+    return "  ".join(f"{lab} {100.0 * counts.get(lab, 0) / total:4.1f}%" for lab in RELATIONS)
+
+
+def _write_pairs(path: Path, pairs: list[Pair]) -> None:
+    """Write pairs in the line format ``LABEL<TAB>A<TAB>B`` (``\\n`` line ends)."""
+    write_file(path, ((p.label, p.a, p.b) for p in pairs))
+
+
+def generate_dataset(out_dir: str | Path, cfg: GenerateConfig,
+                     log: Callable[[str], None] | None = None) -> GenerationReport:
+    """Generate and write ``train{k}``/``test{k}`` for every bucket into ``out_dir``.
+
+    ``log`` (e.g. ``print``) receives one summary line per bucket. Returns a
+    :class:`GenerationReport` with the counts and label distributions.
+    """
+    cfg.validate()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    reports = []
+    for bucket in bucket_range(cfg.max_ops):
+        t0 = time.perf_counter()
+        pairs, tries = generate_bucket(bucket, cfg)
+        n_test = cfg.n_test(len(pairs))
+        report = BucketReport(bucket, cfg.per_length, tries, 0.0)
+        for split, chunk in (("train", pairs[n_test:]), ("test", pairs[:n_test])):
+            _write_pairs(out / f"{split}{bucket}", chunk)
+            report.files.append(FileReport(f"{split}{bucket}", len(chunk), Counter(p.label for p in chunk)))
+        report.seconds = time.perf_counter() - t0
+        reports.append(report)
+        if log is not None:
+            log(_bucket_line(report))
+    return GenerationReport(out, reports, time.perf_counter() - start)
+
+
+def _bucket_line(r: BucketReport) -> str:
+    """One summary line for a bucket: sizes, shortfall, speed, label shares."""
+    sizes = "  ".join(f"{f.name:<7} {f.n_pairs:>6}" for f in r.files)
+    short = f" (only {r.n_pairs} distinct of {r.wanted} wanted)" if r.n_pairs < r.wanted else ""
+    labels: Counter = Counter()
+    for f in r.files:
+        labels.update(f.labels)
+    rate = r.drawn / r.seconds if r.seconds > 0 else float("inf")
+    return f"{sizes}  | {format_label_counts(labels)}  | {r.drawn} draws, {rate:,.0f}/s{short}"
