@@ -45,9 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _subcommand_modules():
     """Each experiment adds its own sub-commands through a ``register(subparsers)`` function."""
-    registrars = []
-    # (experiment modules append their register functions here, one line each)
-    return registrars
+    from .logic.cli import register as logic_commands
+    from .parsing.cli import register as parsing_commands
+
+    return [parsing_commands, logic_commands]
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,335 @@
+"""Penn Treebank ``.mrg`` files -> normalised gold trees for unsupervised-parsing evaluation.
+
+Normalisation (DESIGN.md section 2, as in the ON-LSTM/PRPN evaluation code), applied to each tree:
+
+1. keep only words whose POS tag is in :data:`WORD_TAGS`; this drops punctuation, ``$``, ``#``,
+   ``-NONE-`` empty elements (traces) and odd tags such as ``-LRB-`` or ambiguous ``JJ|NN``;
+2. lowercase each word, and replace each run of digits by ``N`` (``"1,234.5"`` -> ``"N,N.N"``);
+3. drop phrases left without words;
+4. strip function tags and indices from phrase labels (``NP-SBJ-1`` -> ``NP``);
+5. collapse unary chains of phrases: a phrase whose only child is a phrase merges with it and the
+   labels are joined with ``+``, top first (``(SBAR (S ...))`` -> ``(SBAR+S ...)``, nltk's
+   ``collapse_unary`` convention); the PTB's unlabelled root wrapper ``( (S ...) )`` disappears.
+   Pre-terminals are kept, so a one-word phrase stays ``(NP (PRP it))`` in the labelled tree (a one-word
+   span, which no metric counts).  The unlabelled tree (:func:`onlstm.parsing.trees.unlabel`) has no
+   unary nodes at all.
+
+Files are read as text and each top-level bracketing is handed to ``nltk.Tree.fromstring``; nltk's
+corpus readers are not used (nltk >= 3.10 refuses paths outside its data roots).  Any problem -- missing
+or empty directory, no ``.mrg`` file, unbalanced brackets, a word outside a ``(TAG word)`` pre-terminal
+-- raises :class:`TreebankError` naming the file (and the tree and line) and what to do.  Trees that
+normalise to no words are skipped and counted (:attr:`Treebank.skipped_empty`), never an error.
+
+Sections: in the full WSJ layout (``00/ ... 24/`` holding ``wsj_SSNN.mrg``) and in NLTK's flat sample
+(``wsj_0001.mrg ... wsj_0199.mrg``, sections 00 and 01) a file's section is the ``SS`` of its name
+(or, failing that, a two-digit parent directory name).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from nltk.tree import Tree as LabelledTree
+
+from ..parsing.trees import Tree, strip_function_tags, unlabel
+
+__all__ = [
+    "GoldSentence", "Treebank", "TreebankError", "WORD_TAGS", "file_section", "find_mrg_files",
+    "load_treebank", "load_wsj10", "normalise_tree", "normalise_word", "read_mrg_file", "split_bracketings",
+]
+
+WORD_TAGS = frozenset(
+    "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH "
+    "VB VBD VBG VBN VBP VBZ WDT WP WP$ WRB".split()
+)
+"""POS tags whose words are kept (DESIGN.md section 2)."""
+
+_DIGITS = re.compile(r"\d+")
+_SECTION_IN_NAME = re.compile(r"^wsj_(\d\d)\d\d\.mrg$", re.IGNORECASE)
+
+
+class TreebankError(ValueError):
+    """A treebank that cannot be read; the message names the file and the problem."""
+
+
+# ----------------------------------------------------------------------------------------------------
+# one tree
+
+
+def normalise_word(word: str) -> str:
+    """Lowercase and replace every run of digits by ``N``: ``"1987"`` -> ``"N"``, ``"3.5"`` -> ``"N.N"``."""
+    return _DIGITS.sub("N", word.lower())
+
+
+def _is_preterminal(node: LabelledTree) -> bool:
+    return len(node) == 1 and isinstance(node[0], str)
+
+
+def normalise_tree(tree: LabelledTree) -> LabelledTree | None:
+    """The normalised copy of a raw PTB tree (steps 1-5 of the module docstring), or ``None`` when no
+    word survives.  Raises ``ValueError`` for a word that is not inside a ``(TAG word)`` pre-terminal,
+    since its tag, and so whether to keep it, is unknown."""
+    if not isinstance(tree, LabelledTree):
+        raise TypeError(f"normalise_tree needs an nltk.Tree, got {type(tree).__name__}")
+    node = _normalise(tree)
+    if node is None:
+        return None
+    if node.label() == "":  # an unlabelled root with several children: give it a name
+        node.set_label("ROOT")
+    return node
+
+
+def _normalise(node: LabelledTree) -> LabelledTree | None:
+    if _is_preterminal(node):
+        tag = node.label()
+        return LabelledTree(tag, [normalise_word(node[0])]) if tag in WORD_TAGS else None
+    kids = []
+    for child in node:
+        if isinstance(child, str):
+            raise ValueError(f"the word {child!r} is directly under ({node.label()} ...), not inside a (TAG word) pre-terminal")
+        new = _normalise(child)
+        if new is not None:
+            kids.append(new)
+    if not kids:
+        return None
+    label = strip_function_tags(node.label())
+    if len(kids) == 1 and not _is_preterminal(kids[0]):
+        only = kids[0]
+        joined = only.label() if not label else f"{label}+{only.label()}"
+        return LabelledTree(joined, list(only))
+    return LabelledTree(label, kids)
+
+
+# ----------------------------------------------------------------------------------------------------
+# one file
+
+
+def split_bracketings(text: str, source: str = "<text>") -> list[tuple[int, str]]:
+    """Split a file's text into its top-level bracketings: ``[(first_line, text), ...]`` (1-based lines).
+
+    Raises :class:`TreebankError` for a ``)`` without ``(``, a ``(`` never closed, or text outside any
+    bracket, naming ``source`` and the line.
+    """
+    out: list[tuple[int, str]] = []
+    depth, start, start_line, line = 0, 0, 1, 1
+    for pos, ch in enumerate(text):
+        if ch == "\n":
+            line += 1
+        elif ch == "(":
+            if depth == 0:
+                start, start_line = pos, line
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                raise TreebankError(f"{source}: unbalanced brackets: ')' at line {line} closes nothing; the file is malformed")
+            depth -= 1
+            if depth == 0:
+                out.append((start_line, text[start:pos + 1]))
+        elif depth == 0 and not ch.isspace():
+            snippet = text[pos:pos + 30].split("\n")[0]
+            raise TreebankError(f"{source}: text outside any bracketing at line {line}: {snippet!r}; an .mrg file holds only bracketed trees")
+    if depth:
+        raise TreebankError(f"{source}: unbalanced brackets: the tree starting at line {start_line} is never closed "
+                            f"({depth} '(' still open at the end of the file); the file is malformed or truncated")
+    return out
+
+
+def read_mrg_file(path: str | Path) -> list[LabelledTree]:
+    """The raw (not normalised) trees of one ``.mrg`` file, in order."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise TreebankError(f"{path}: not UTF-8/ASCII text ({err}); is this a treebank .mrg file?") from None
+    except OSError as err:
+        raise TreebankError(f"{path}: cannot read the file ({err.strerror or err})") from None
+    trees = []
+    for k, (line, chunk) in enumerate(split_bracketings(text, str(path))):
+        try:
+            trees.append(LabelledTree.fromstring(chunk))
+        except ValueError as err:
+            raise TreebankError(f"{path}: tree {k + 1} (line {line}) is not a valid bracketing: {err}") from None
+    return trees
+
+
+# ----------------------------------------------------------------------------------------------------
+# a directory
+
+
+def file_section(path: str | Path) -> str | None:
+    """The WSJ section (``'00'`` .. ``'24'``) of a file: ``SS`` in ``wsj_SSNN.mrg``, else a two-digit
+    parent directory name, else ``None``."""
+    path = Path(path)
+    m = _SECTION_IN_NAME.match(path.name)
+    if m:
+        return m.group(1)
+    return path.parent.name if re.fullmatch(r"\d\d", path.parent.name) else None
+
+
+def _section_names(sections: Iterable[int | str] | int | str | None) -> tuple[str, ...] | None:
+    if sections is None:
+        return None
+    if isinstance(sections, (int, str)):
+        sections = [sections]
+    names = []
+    for s in sections:
+        text = str(s).strip()
+        if not text.isdigit() or int(text) > 99:
+            raise ValueError(f"a WSJ section is a number such as 23 or '00', got {s!r}")
+        names.append(f"{int(text):02d}")
+    if not names:
+        raise ValueError("sections is empty; pass None for all sections")
+    return tuple(sorted(set(names)))
+
+
+def find_mrg_files(directory: str | Path, sections: Iterable[int | str] | int | str | None = None) -> list[Path]:
+    """All ``*.mrg`` files (case-insensitive, searched recursively) under ``directory``, sorted by path
+    ignoring case,
+    optionally only those of the given WSJ ``sections`` (e.g. ``23`` or ``["00", "01"]``).  A single
+    ``.mrg`` file may be given instead of a directory."""
+    directory = Path(directory)
+    wanted = _section_names(sections)
+    if not directory.exists():
+        raise TreebankError(f"{directory}: no such file or directory; give the folder that holds the .mrg files")
+    if directory.is_file():
+        files = [directory]
+    else:
+        entries = list(directory.rglob("*"))
+        if not entries:
+            raise TreebankError(f"{directory}: the directory is empty; give the folder that holds the .mrg files")
+        files = sorted((p for p in entries if p.is_file() and p.suffix.lower() == ".mrg"),
+                       key=lambda p: (p.as_posix().lower(), p.as_posix()))
+        if not files:
+            raise TreebankError(f"{directory}: no .mrg files found (searched sub-folders too, {len(entries)} entries); "
+                                "expected Penn Treebank files such as wsj_0001.mrg")
+    if wanted is None:
+        return files
+    picked = [p for p in files if file_section(p) in wanted]
+    if not picked:
+        found = sorted({s for s in map(file_section, files) if s is not None})
+        raise TreebankError(f"{directory}: no .mrg file of section(s) {', '.join(wanted)}; sections present: "
+                            f"{', '.join(found) if found else 'none recognisable (names are not wsj_SSNN.mrg)'}")
+    return picked
+
+
+@dataclass(frozen=True)
+class GoldSentence:
+    """One normalised gold sentence: ``words``, the unlabelled ``tree`` (nested tuples), the normalised
+    ``labelled`` tree (``nltk.Tree``), and where it came from (``file`` relative to the directory,
+    ``index`` = 0-based position of the tree in the file, WSJ ``section`` or ``None``)."""
+
+    words: tuple[str, ...]
+    tree: Tree
+    labelled: LabelledTree
+    file: str
+    index: int
+    section: str | None
+
+
+@dataclass
+class Treebank:
+    """Normalised gold sentences and what was read, skipped and filtered to get them."""
+
+    sentences: list[GoldSentence]
+    directory: Path
+    files: list[Path]
+    trees_read: int
+    skipped_empty: int
+    skipped_long: int = 0
+    max_length: int | None = None
+    sections: tuple[str, ...] = ()
+    empty_files: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def __iter__(self) -> Iterator[GoldSentence]:
+        return iter(self.sentences)
+
+    @property
+    def words(self) -> list[tuple[str, ...]]:
+        return [s.words for s in self.sentences]
+
+    @property
+    def trees(self) -> list[Tree]:
+        return [s.tree for s in self.sentences]
+
+    @property
+    def labelled_trees(self) -> list[LabelledTree]:
+        return [s.labelled for s in self.sentences]
+
+    @property
+    def name(self) -> str:
+        """E.g. ``'WSJ10 (NLTK sample, sections 00-01)'`` or ``'WSJ all lengths (section 23)'``."""
+        length = "WSJ10" if self.max_length == 10 else (f"WSJ<={self.max_length}" if self.max_length else "WSJ all lengths")
+        secs = list(self.sections)
+        where = "sections unknown" if not secs else (f"section {secs[0]}" if len(secs) == 1 else f"sections {secs[0]}-{secs[-1]}"
+                                               if _contiguous(secs) else "sections " + ",".join(secs))
+        sample = "NLTK sample, " if secs and set(secs) <= {"00", "01"} else ""
+        return f"{length} ({sample}{where})"
+
+    def summary(self) -> str:
+        """One line: what was read and what was skipped."""
+        parts = [f"{self.name}: {len(self)} sentences from {len(self.files)} files ({self.trees_read} trees read",
+                 f"{self.skipped_empty} empty after normalisation skipped"]
+        if self.max_length is not None:
+            parts.append(f"{self.skipped_long} longer than {self.max_length} words left out")
+        if self.empty_files:
+            parts.append(f"{len(self.empty_files)} files without trees")
+        return ", ".join(parts) + ")"
+
+
+def _contiguous(secs: Sequence[str]) -> bool:
+    nums = [int(s) for s in secs]
+    return nums == list(range(nums[0], nums[0] + len(nums)))
+
+
+def load_treebank(directory: str | Path, *, max_length: int | None = None,
+                  sections: Iterable[int | str] | int | str | None = None) -> Treebank:
+    """Read and normalise every ``.mrg`` file under ``directory`` (see the module docstring).
+
+    ``max_length``: keep sentences of at most this many words after normalisation (``10`` gives WSJ10;
+    ``None`` keeps all lengths).  ``sections``: only files of these WSJ sections (``23`` for the WSJ test
+    set in a full treebank).  Sentences that normalise to no words are skipped and counted.
+    Raises :class:`TreebankError` when nothing can be read or nothing is left.
+    """
+    if max_length is not None and max_length < 1:
+        raise ValueError(f"max_length must be >= 1 or None, got {max_length}")
+    root = Path(directory)
+    files = find_mrg_files(root, sections)
+    base = root if root.is_dir() else root.parent
+    sentences: list[GoldSentence] = []
+    trees_read = skipped_empty = skipped_long = 0
+    empty_files: list[str] = []
+    for path in files:
+        rel = path.relative_to(base).as_posix()
+        raw = read_mrg_file(path)
+        if not raw:
+            empty_files.append(rel)
+        section = file_section(path)
+        for k, tree in enumerate(raw):
+            trees_read += 1
+            try:
+                norm = normalise_tree(tree)
+            except ValueError as err:
+                raise TreebankError(f"{path}: tree {k + 1}: {err}") from None
+            if norm is None:
+                skipped_empty += 1
+                continue
+            words = tuple(norm.leaves())
+            if max_length is not None and len(words) > max_length:
+                skipped_long += 1
+                continue
+            sentences.append(GoldSentence(words, unlabel(norm), norm, rel, k, section))
+    found_sections = tuple(sorted({s for s in map(file_section, files) if s is not None}))
+    bank = Treebank(sentences, root, files, trees_read, skipped_empty, skipped_long, max_length, found_sections, empty_files)
+    if not sentences:
+        raise TreebankError(f"{root}: no sentence left ({bank.summary()}); check the files and the length/section filters")
+    return bank
+
+
+def load_wsj10(directory: str | Path, sections: Iterable[int | str] | int | str | None = None) -> Treebank:
+    """WSJ10: the sentences of at most 10 words after normalisation (``load_treebank(..., max_length=10)``)."""
+    return load_treebank(directory, max_length=10, sections=sections)

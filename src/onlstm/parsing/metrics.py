@@ -1,0 +1,287 @@
+"""Unsupervised-parsing metrics, each a named function with its convention stated.
+
+All metrics compare a list of gold trees with a list of predicted trees over the same sentences (same
+order, same number of words per sentence; the words themselves are not compared here because a model
+may have replaced rare words by ``<unk>``; the ``compare-trees`` command does compare them).  Trees are
+unlabelled trees or ``nltk.Tree`` (see :mod:`onlstm.parsing.trees`); only spans matter, except for
+:func:`label_recall`, which needs labelled gold trees.
+
+Conventions, side by side (n = number of words of a sentence):
+
+==========================  =============  ======================  =====================  ============
+metric                      spans          whole-sentence (0, n)   averaging              empty sets
+==========================  =============  ======================  =====================  ============
+:func:`sentence_f1`         >= 2 words     excluded on both sides  mean over sentences    see below
+:func:`corpus_f1`           >= 2 words     excluded on both sides  pooled counts          see below
+:func:`evalb_f1`            >= 2 words     counted on both sides   pooled counts          see below
+:func:`label_recall`        >= 2 words     excluded                pooled, per label      label absent
+:func:`average_depth`       >= 2 words     counted                 mean over words        --
+==========================  =============  ======================  =====================  ============
+
+Empty sets follow the PRPN / ON-LSTM evaluation code (``test_phrase_grammar.py``), where
+``precision = |overlap| / (|pred| + 1e-8)`` and ``recall = |overlap| / (|gold| + 1e-8)``, then
+``recall = 1`` if gold is empty and additionally ``precision = 1`` if the prediction is empty too.
+Written without the epsilon (:func:`prf_from_counts`):
+
+* gold empty, prediction empty      -> P = 1, R = 1, F1 = 1 (every one- and two-word sentence);
+* gold empty, prediction not empty  -> P = 0, R = 1, F1 = 0 (e.g. a flat gold tree over 3+ words
+  against any binary tree);
+* gold not empty, prediction empty  -> P = 0, R = 0, F1 = 0;
+* otherwise P = matched / |pred|, R = matched / |gold|, F1 = 2PR / (P + R), and F1 = 0 when P + R = 0.
+
+The pooled metrics apply the same rule to the summed counts.  Values are fractions in [0, 1]; the
+epsilon-free form differs from the reference script by at most ~1e-8.  Spans are sets per sentence, so a
+unary chain counts once (EVALB proper counts each bracket of a chain and also compares labels; this
+"EVALB-style" score is unlabelled).  Sentences are never dropped: one- and two-word sentences count
+(with F1 = 1 under the sentence convention whatever the prediction), as in the reference code.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from .trees import LabelledTree, labelled_spans, span_info, word_depths
+
+__all__ = [
+    "F1Score", "LabelRecall", "ParseEvaluation", "average_depth", "corpus_f1", "evalb_f1", "evaluate", "f1_scores",
+    "label_recall", "prf_from_counts", "sentence_f1", "sentence_prf",
+]
+
+
+@dataclass(frozen=True)
+class F1Score:
+    """Precision, recall and F1 (fractions) with the counts behind them.
+
+    For :func:`sentence_f1` the three values are means over sentences and the counts are totals
+    (for information); for the pooled metrics they are computed from the counts.
+    """
+
+    precision: float
+    recall: float
+    f1: float
+    sentences: int
+    matched: int
+    gold: int
+    predicted: int
+    convention: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LabelRecall:
+    """Of ``gold`` gold constituents with this label, ``found`` are spans of the prediction."""
+
+    label: str
+    gold: int
+    found: int
+    recall: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def prf_from_counts(matched: int, predicted: int, gold: int) -> tuple[float, float, float]:
+    """``(precision, recall, f1)`` from counts with the PRPN/ON-LSTM empty-set rule (module docstring):
+    recall is 1 when ``gold == 0``; precision is 1 when both are 0 and 0 when only ``predicted`` is 0."""
+    if matched > min(predicted, gold) or min(matched, predicted, gold) < 0:
+        raise ValueError(f"inconsistent counts: matched={matched}, predicted={predicted}, gold={gold}")
+    recall = 1.0 if gold == 0 else matched / gold
+    if predicted == 0:
+        precision = 1.0 if gold == 0 else 0.0
+    else:
+        precision = matched / predicted
+    f1 = 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
+    return precision, recall, f1
+
+
+_Info = tuple[int, set, set]  # (words, gold spans >= 2 words with root, predicted spans likewise)
+
+
+def _infos(gold: Sequence[object], pred: Sequence[object]) -> list[_Info]:
+    """Span sets of every sentence, after checking that the two lists pair up."""
+    gold, pred = list(gold), list(pred)
+    if len(gold) != len(pred):
+        raise ValueError(f"got {len(gold)} gold trees and {len(pred)} predicted trees; they must be the same sentences in the same order")
+    if not gold:
+        raise ValueError("no sentences to score (the gold list is empty)")
+    out = []
+    for k, (g, p) in enumerate(zip(gold, pred)):
+        ng, gs = span_info(g)
+        np_, ps = span_info(p)
+        if ng != np_:
+            raise ValueError(f"sentence {k}: the gold tree has {ng} words but the predicted tree has {np_}")
+        out.append((ng, gs, ps))
+    return out
+
+
+def _counts(infos: list[_Info], include_root: bool) -> list[tuple[int, int, int]]:
+    """Per sentence ``(matched, predicted, gold)`` span counts."""
+    out = []
+    for n, gs, ps in infos:
+        if not include_root:
+            root = {(0, n)}
+            gs, ps = gs - root, ps - root
+        out.append((len(gs & ps), len(ps), len(gs)))
+    return out
+
+
+def sentence_prf(gold_tree: object, pred_tree: object) -> tuple[float, float, float]:
+    """``(precision, recall, f1)`` of one sentence under the PRPN/ON-LSTM convention: spans of >= 2
+    words, whole-sentence span excluded on both sides, empty-set rule of :func:`prf_from_counts`."""
+    (m, p, g), = _counts(_infos([gold_tree], [pred_tree]), include_root=False)
+    return prf_from_counts(m, p, g)
+
+
+_SENTENCE = "sentence-level mean; spans >= 2 words; root excluded"
+_CORPUS = "corpus-level pooled; spans >= 2 words; root excluded"
+_EVALB = "EVALB-style corpus-level; spans >= 2 words; root counted"
+
+
+def _sentence(infos: list[_Info]) -> F1Score:
+    counts = _counts(infos, include_root=False)
+    per = [prf_from_counts(*c) for c in counts]
+    n = len(per)
+    return F1Score(
+        precision=sum(x[0] for x in per) / n, recall=sum(x[1] for x in per) / n, f1=sum(x[2] for x in per) / n,
+        sentences=n, matched=sum(c[0] for c in counts), predicted=sum(c[1] for c in counts),
+        gold=sum(c[2] for c in counts), convention=_SENTENCE,
+    )
+
+
+def _pooled(counts: list[tuple[int, int, int]], convention: str) -> F1Score:
+    m, p, g = (sum(c[i] for c in counts) for i in range(3))
+    precision, recall, f1 = prf_from_counts(m, p, g)
+    return F1Score(precision, recall, f1, sentences=len(counts), matched=m, gold=g, predicted=p, convention=convention)
+
+
+def sentence_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
+    """Sentence-level unlabelled F1, the PRPN / ON-LSTM / Kim et al. convention (the paper's WSJ10 number).
+
+    Per sentence: spans of two or more words, the whole-sentence span excluded on both sides,
+    precision/recall/F1 with the empty-set rule (gold empty -> recall 1; both empty -> precision 1 too;
+    see the module docstring).  The result is the mean of the per-sentence values over all sentences.
+    """
+    return _sentence(_infos(gold, pred))
+
+
+def corpus_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
+    """Corpus-level unlabelled F1: the spans of :func:`sentence_f1` (>= 2 words, whole sentence
+    excluded), matched/predicted/gold counts summed over sentences, then P, R, F1 from the totals (the
+    empty-set rule applies only if a total is zero, e.g. a corpus of one- and two-word sentences)."""
+    return _pooled(_counts(_infos(gold, pred), include_root=False), _CORPUS)
+
+
+def evalb_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
+    """EVALB-style unlabelled F1: corpus-level pooled counts over spans of two or more words **with** the
+    whole-sentence (root) bracket counted on both sides.  One-word spans (and so the root of a one-word
+    sentence) are not counted.  Unlabelled, and unary chains count once (see the module docstring)."""
+    return _pooled(_counts(_infos(gold, pred), include_root=True), _EVALB)
+
+
+def f1_scores(gold: Sequence[object], pred: Sequence[object]) -> dict[str, F1Score]:
+    """``{"sentence_f1", "corpus_f1", "evalb_f1"}`` from one walk of the trees (same values as the three
+    functions called separately)."""
+    infos = _infos(gold, pred)
+    return {"sentence_f1": _sentence(infos), "corpus_f1": _pooled(_counts(infos, False), _CORPUS),
+            "evalb_f1": _pooled(_counts(infos, True), _EVALB)}
+
+
+def label_recall(gold: Sequence[LabelledTree], pred: Sequence[object]) -> dict[str, LabelRecall]:
+    """Per gold label, corpus-level recall: the fraction of gold constituents with that label whose span
+    is a constituent of the prediction.
+
+    Gold constituents are the labelled phrases of :func:`~onlstm.parsing.trees.labelled_spans` with the
+    span rules of :func:`sentence_f1` (two or more words, whole sentence excluded) so the numbers
+    decompose that metric's recall; labels lose function tags and indices (``NP-SBJ-1`` -> ``NP``).
+    A span carrying several labels (a collapsed unary chain such as ``SBAR+S``) counts once for each
+    label.  The predicted side may be labelled or not; its labels are ignored.  Returned ordered by
+    gold count (largest first, then label name).
+    """
+    gold = list(gold)
+    return _label_recall(gold, _infos(gold, pred))
+
+
+def _label_recall(gold: list, infos: list[_Info]) -> dict[str, LabelRecall]:
+    found: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    for k, (g, (_, _, ps)) in enumerate(zip(gold, infos)):
+        if not isinstance(g, LabelledTree):
+            raise TypeError(f"label_recall needs labelled (nltk.Tree) gold trees; gold tree {k} is {type(g).__name__}")
+        for s, e, lab in labelled_spans(g):  # whole sentence already excluded there, so `ps` may keep it
+            total[lab] += 1
+            found[lab] += (s, e) in ps
+    order = sorted(total, key=lambda lab: (-total[lab], lab))
+    return {lab: LabelRecall(lab, total[lab], found[lab], found[lab] / total[lab]) for lab in order}
+
+
+def average_depth(trees: Sequence[object], per_sentence: bool = False) -> float:
+    """Average word depth: for every word, the number of distinct constituents of two or more words
+    (the root included) that contain it (:func:`~onlstm.parsing.trees.word_depths`).
+
+    ``per_sentence=False`` (default): mean over all words of the corpus.  ``per_sentence=True``: mean
+    over sentences of each sentence's mean, which is what the ON-LSTM ``parse_comparison.py`` script
+    reports.  Right-branching trees of n words have mean depth (n + 1) / 2 - 1 / n.
+    """
+    trees = list(trees)
+    if not trees:
+        raise ValueError("average_depth got no trees")
+    depths = [word_depths(t) for t in trees]
+    if per_sentence:
+        return sum(sum(d) / len(d) for d in depths) / len(depths)
+    return sum(sum(d) for d in depths) / sum(len(d) for d in depths)
+
+
+@dataclass
+class ParseEvaluation:
+    """Every metric for one (gold, prediction) pairing; :meth:`to_dict` for JSON, :meth:`format_table`
+    for people.  ``label_recall`` is ``None`` when the gold trees are unlabelled."""
+
+    sentence: F1Score
+    corpus: F1Score
+    evalb: F1Score
+    depth_gold: float
+    depth_pred: float
+    label_recall: dict[str, LabelRecall] | None = field(default=None)
+
+    @property
+    def sentences(self) -> int:
+        return self.sentence.sentences
+
+    def to_dict(self) -> dict:
+        return {
+            "sentences": self.sentences,
+            "sentence_f1": self.sentence.to_dict(),
+            "corpus_f1": self.corpus.to_dict(),
+            "evalb_f1": self.evalb.to_dict(),
+            "average_depth": {"gold": self.depth_gold, "predicted": self.depth_pred},
+            "label_recall": None if self.label_recall is None else {k: v.to_dict() for k, v in self.label_recall.items()},
+        }
+
+    def format_table(self) -> str:
+        """A small fixed-width table; precision/recall/F1 in percent."""
+        lines = [f"sentences: {self.sentences}", "",
+                 f"{'metric':<14}{'P (%)':>8}{'R (%)':>8}{'F1 (%)':>8}   convention"]
+        for name, sc in (("sentence F1", self.sentence), ("corpus F1", self.corpus), ("EVALB-style", self.evalb)):
+            lines.append(f"{name:<14}{100 * sc.precision:8.1f}{100 * sc.recall:8.1f}{100 * sc.f1:8.1f}   {sc.convention}")
+        lines += ["", f"average word depth: gold {self.depth_gold:.2f}, predicted {self.depth_pred:.2f}"]
+        if self.label_recall is not None:
+            lines += ["", f"{'label':<8}{'gold':>7}{'found':>7}{'recall (%)':>12}"]
+            lines += [f"{r.label:<8}{r.gold:>7}{r.found:>7}{100 * r.recall:12.1f}" for r in self.label_recall.values()]
+        return "\n".join(lines)
+
+
+def evaluate(gold: Sequence[object], pred: Sequence[object]) -> ParseEvaluation:
+    """All metrics at once.  Label recall is computed when every gold tree is an ``nltk.Tree``."""
+    gold, pred = list(gold), list(pred)
+    infos = _infos(gold, pred)
+    labelled = all(isinstance(g, LabelledTree) for g in gold)
+    f1 = {"sentence_f1": _sentence(infos), "corpus_f1": _pooled(_counts(infos, False), _CORPUS),
+          "evalb_f1": _pooled(_counts(infos, True), _EVALB)}
+    return ParseEvaluation(
+        sentence=f1["sentence_f1"], corpus=f1["corpus_f1"], evalb=f1["evalb_f1"],
+        depth_gold=average_depth(gold), depth_pred=average_depth(pred),
+        label_recall=_label_recall(gold, infos) if labelled else None,
+    )
