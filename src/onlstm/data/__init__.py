@@ -1,2 +1,1 @@
-"""Corpora and readers (PTB text, treebank ``.mrg`` files, ...); import the sub-modules directly, e.g.
-``from onlstm.data.treebank import load_wsj10``."""
+"""Corpora and readers: treebank .mrg files, vocabularies (more to come: PTB text, syntactic pairs)."""

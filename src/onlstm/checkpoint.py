@@ -1,0 +1,123 @@
+"""Checkpoints as data, never pickled code: weights in safetensors, everything else in JSON.
+
+A run directory holds
+
+    config.json              {"kind": ..., "model": {...}, "onlstm_version": ...}  (+ anything the trainer adds)
+    vocab.json               the vocabulary, one string per id
+    model.<tag>.safetensors  the weights (tags: "best", "last", ...)
+
+Every file is written to a temporary name and renamed into place, so an interrupted write never
+leaves a half-written checkpoint behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from . import __version__
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, corrupt or does not fit the model; the message says which."""
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call ``write(tmp_path)`` and move the result to ``path`` in one rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    def w(tmp):
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2)
+            f.write("\n")
+    atomic_write(path, w)
+
+
+def read_json(path: Path) -> Any:
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path} is missing; is this a run directory written by onlstm?")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path} is not valid JSON ({e}); the checkpoint is corrupt") from e
+
+
+def state_dict_for_saving(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's tensors with tied (shared) parameters stored once, contiguous, on the CPU."""
+    out, seen = {}, {}
+    for name, t in module.state_dict(keep_vars=False).items():
+        key = (t.data_ptr(), t.shape, t.dtype) if t.numel() else None
+        if key is not None and key in seen:
+            continue
+        if key is not None:
+            seen[key] = name
+        out[name] = t.detach().cpu().contiguous()
+    return out
+
+
+def save_weights(path: Path, module: torch.nn.Module, metadata: dict[str, str] | None = None) -> None:
+    tensors = state_dict_for_saving(module)
+    atomic_write(Path(path), lambda tmp: save_file(tensors, tmp, metadata=metadata or {}))
+
+
+def load_weights(path: Path, module: torch.nn.Module) -> None:
+    """Load weights saved by :func:`save_weights` into ``module``; tied parameters are restored by the tie."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"weights file {path} is missing")
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path} cannot be read as safetensors ({e}); the file is corrupt or truncated") from e
+    expected = module.state_dict()
+    saved_ok = set(state_dict_for_saving(module))
+    missing = sorted(saved_ok - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{path} does not fit this model: missing {missing[:5]}, unexpected {unexpected[:5]}; "
+                              "was it written with another configuration?")
+    wrong = [f"{k}: saved {tuple(v.shape)}, model {tuple(expected[k].shape)}" for k, v in tensors.items()
+             if tuple(v.shape) != tuple(expected[k].shape)]
+    if wrong:
+        raise CheckpointError(f"{path} does not fit this model: {'; '.join(wrong[:5])}")
+    module.load_state_dict(tensors, strict=False)
+
+
+def resolve_weights(path: Path, tag: str = "best") -> tuple[Path, Path]:
+    """``(run_dir, weights_file)`` from a run directory (uses ``model.<tag>.safetensors``, falling back
+    to ``model.last.safetensors``) or from a weights file inside one."""
+    path = Path(path)
+    if path.is_dir():
+        for t in (tag, "last"):
+            f = path / f"model.{t}.safetensors"
+            if f.exists():
+                return path, f
+        raise CheckpointError(f"{path} holds no model.{tag}.safetensors or model.last.safetensors")
+    if path.suffix == ".safetensors":
+        if not path.exists():
+            raise CheckpointError(f"{path} does not exist")
+        return path.parent, path
+    raise CheckpointError(f"{path} is neither a run directory nor a .safetensors file")
+
+
+def config_header(kind: str, model_config: dict, **extra) -> dict:
+    return {"kind": kind, "onlstm_version": __version__, "model": model_config, **extra}
