@@ -7,6 +7,13 @@ import sys
 
 
 def _cmd_demo(args) -> int:
+    from .demo import DemoConfig, run
+    run(DemoConfig(out=args.out, seconds=args.seconds, seed=args.seed, train_sentences=args.train_sentences,
+                   test_sentences=args.test_sentences), as_json=args.json)
+    return 0
+
+
+def _cmd_layer_demo(args) -> int:
     from .demo_layer import run
     run(seconds=args.seconds, seed=args.seed, as_json=args.json)
     return 0
@@ -30,11 +37,19 @@ def _cmd_info(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("demo", help="train a small ON-LSTM on a toy bracket language and print its distances")
-    p.add_argument("--seconds", type=float, default=20.0, help="training time budget (default 20)")
+    p = sub.add_parser("demo", help="grammar corpus -> ON-LSTM LM -> induced trees vs gold and baselines")
+    p.add_argument("--out", default="demo_out", help="run directory for the checkpoint, trees and plots")
+    p.add_argument("--seconds", type=float, default=150.0, help="training time budget (default 150)")
+    p.add_argument("--train-sentences", type=int, default=20000, help="generated training sentences")
+    p.add_argument("--test-sentences", type=int, default=500, help="generated held-out test sentences")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     p.set_defaults(func=_cmd_demo)
+    p = sub.add_parser("layer-demo", help="train a tiny ON-LSTM on a bracket language and print its distances")
+    p.add_argument("--seconds", type=float, default=20.0, help="training time budget (default 20)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
+    p.set_defaults(func=_cmd_layer_demo)
     p = sub.add_parser("info", help="versions and whether the C++ kernel is built")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_info)
@@ -47,8 +62,9 @@ def _subcommand_modules():
     """Each experiment adds its own sub-commands through a ``register(subparsers)`` function."""
     from .logic.cli import register as logic_commands
     from .parsing.cli import register as parsing_commands
+    from .parsing.model_cli import register as model_parsing_commands
 
-    return [parsing_commands, logic_commands]
+    return [model_parsing_commands, parsing_commands, logic_commands]
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,136 @@
+"""From a trained ON-LSTM language model to trees: distances of every word, batched, and the trees
+they induce.
+
+Protocol (DESIGN.md §2, as the authors' evaluation): each sentence is read as
+``<eos> w1 ... wn <eos>`` from a zero state, in eval mode; the master-forget distance of layer ``l``
+on reading each word ``w_i`` (the boundary tokens dropped) is the split score of the greedy
+top-down builder (:func:`onlstm.parsing.trees.build_tree`).
+
+Sentences are run in batches sorted by length. The model reads left to right, so what follows a
+sentence in its batch column (padding) cannot change any of its distances; a test checks batched
+== one by one.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..checkpoint import CheckpointError, read_json, resolve_weights, load_weights
+from ..data.vocab import EOS, Vocab
+from ..lm.model import LanguageModel, LMConfig
+from .trees import Tree, build_tree
+
+
+@dataclass
+class LoadedLM:
+    model: LanguageModel
+    vocab: Vocab
+    config: dict
+    run_dir: Path
+
+    @property
+    def normalisation(self) -> str:
+        """How the training text was normalised: ``'ptb'`` (lower case, digits -> N, PTB tokens) or ``'lower'``."""
+        return self.config.get("text_normalisation", "ptb")
+
+
+def load_language_model(checkpoint: str | Path, tag: str = "best", device: str = "cpu") -> LoadedLM:
+    """A language model run directory (or its ``.safetensors`` file) -> model in eval mode + vocabulary."""
+    run_dir, weights = resolve_weights(Path(checkpoint), tag)
+    config = read_json(run_dir / "config.json")
+    if config.get("kind") != "lm":
+        raise CheckpointError(f"{run_dir} holds a {config.get('kind')!r} checkpoint; parsing needs a language model ('lm')")
+    model = LanguageModel(LMConfig.from_dict(config["model"]))
+    load_weights(weights, model)
+    vocab = Vocab.load(run_dir / "vocab.json")
+    if len(vocab) != model.config.vocab_size:
+        raise CheckpointError(f"{run_dir}: vocab.json has {len(vocab)} words but the model expects {model.config.vocab_size}")
+    if not model.has_distances:
+        raise CheckpointError(f"{run_dir}: a {model.config.cell!r} model has no master gates, so it induces no trees; "
+                              "use an ON-LSTM model (or the baselines of eval-parse)")
+    return LoadedLM(model.to(device).eval(), vocab, config, run_dir)
+
+
+_DIGITS = re.compile(r"\d+")
+_PUNCT = re.compile(r"^[^\w]+$")
+
+
+def normalise_words(words: Sequence[str], scheme: str) -> tuple[list[str], list[str]]:
+    """Words as the model's training text had them; returns ``(kept, dropped)``.
+
+    ``'ptb'``: lower case, every run of digits -> ``N``, tokens made only of punctuation dropped
+    (Mikolov's PTB text has none). ``'lower'``: lower case only.
+    """
+    kept, dropped = [], []
+    for w in words:
+        if scheme == "ptb":
+            if _PUNCT.match(w):
+                dropped.append(w)
+                continue
+            kept.append(_DIGITS.sub("N", w.lower()))
+        else:
+            kept.append(w.lower())
+    return kept, dropped
+
+
+def tokenize(line: str, scheme: str) -> list[str]:
+    """Split raw text into tokens: Penn Treebank tokenisation for ``'ptb'``, white space otherwise."""
+    if scheme == "ptb":
+        from nltk.tokenize import TreebankWordTokenizer
+        return TreebankWordTokenizer().tokenize(line)
+    return line.split()
+
+
+@torch.no_grad()
+def sentence_distances(model: LanguageModel, vocab: Vocab, sentences: Sequence[Sequence[str]],
+                       batch_size: int = 128) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
+    """Master-forget and master-input distances of every word of every sentence.
+
+    Returns ``(forget, input, n_unknown)``: for sentence ``k`` tensors of shape ``(layers, n_words)``,
+    and how many words were mapped to ``<unk>``.
+    """
+    if EOS not in vocab:
+        raise ValueError(f"the vocabulary has no {EOS} token, which the parsing protocol reads around each sentence")
+    model.eval()
+    eos = vocab.index[EOS]
+    device = model.embedding.weight.device
+    encoded, unknown = [], 0
+    for s in sentences:
+        if len(s) == 0:
+            raise ValueError("cannot parse an empty sentence")
+        ids, unk = vocab.encode(s)
+        encoded.append(ids)
+        unknown += unk
+    order = sorted(range(len(encoded)), key=lambda k: -len(encoded[k]))
+    forget: list = [None] * len(encoded)
+    inputs: list = [None] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        T = len(encoded[idx[0]]) + 2
+        tokens = torch.full((T, len(idx)), eos, dtype=torch.long)
+        for b, k in enumerate(idx):
+            tokens[1:len(encoded[k]) + 1, b] = torch.tensor(encoded[k])
+        _, _, extras = model(tokens.to(device), return_distances=True)
+        df = torch.stack([d.forget for d in extras["distances"]]).cpu()   # (layers, T, B)
+        di = torch.stack([d.input for d in extras["distances"]]).cpu()
+        for b, k in enumerate(idx):
+            n = len(encoded[k])
+            forget[k] = df[:, 1:n + 1, b].clone()
+            inputs[k] = di[:, 1:n + 1, b].clone()
+    return forget, inputs, unknown
+
+
+def trees_from_distances(sentences: Sequence[Sequence[str]], distances: Sequence[torch.Tensor], layer: int) -> list[Tree]:
+    """Trees from the ``layer``-th (0-based) row of each sentence's distances."""
+    return [build_tree(list(s), d[layer].tolist()) for s, d in zip(sentences, distances)]
+
+
+def check_layer(layer: int, n_layers: int) -> int:
+    """A 1-based layer number from the command line -> 0-based index, with a clear error."""
+    if not 1 <= layer <= n_layers:
+        raise ValueError(f"--layer must be between 1 and {n_layers} (the model has {n_layers} layers), got {layer}")
+    return layer - 1

@@ -1,0 +1,204 @@
+"""Commands that parse with a trained language model: ``parse``, ``eval-parse`` and ``plot``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from ..checkpoint import CheckpointError
+from .baselines import score_baselines
+from .induce import (check_layer, load_language_model, normalise_words, sentence_distances, tokenize,
+                     trees_from_distances)
+from .metrics import evaluate
+from .trees import LabelledTree, parse_brackets, to_brackets, unlabel
+
+EXIT_BAD_INPUT = 2
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("parse", help="parse raw sentences (one per line) with a trained ON-LSTM language model")
+    p.add_argument("input", nargs="?", type=Path, help="text file, one sentence per line (default: standard input)")
+    p.add_argument("--checkpoint", required=True, type=Path, help="language-model run directory or .safetensors file")
+    p.add_argument("--layer", type=int, default=None, help="1-based layer whose distances build the tree "
+                                                           "(default: 2, the paper's, or the last layer of a smaller model)")
+    p.add_argument("--format", choices=["brackets", "pretty", "json"], default="brackets")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.set_defaults(func=_cmd_parse)
+
+    p = subparsers.add_parser("eval-parse", help="induced trees vs a Penn Treebank directory, per layer, with baselines")
+    p.add_argument("--checkpoint", required=True, type=Path)
+    p.add_argument("--treebank", required=True, type=Path, help="directory of .mrg files (searched recursively)")
+    p.add_argument("--wsj10", action="store_true", help="only sentences of at most 10 words after normalisation")
+    p.add_argument("--sections", nargs="+", default=None, help="WSJ sections to use, e.g. 23 (default: all found)")
+    p.add_argument("--layers", default="all", help="'all' or comma-separated 1-based layers (default: all)")
+    p.add_argument("--out-trees", type=Path, default=None,
+                   help="write predicted trees here, one bracketed tree per line (PATH.layerN.txt per layer)")
+    p.add_argument("--random-draws", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--json", action="store_true", help="print one JSON object with every number")
+    p.set_defaults(func=_cmd_eval_parse)
+
+    p = subparsers.add_parser("plot", help="per-layer distances of a sentence and its induced (and gold) tree, PNG+SVG")
+    p.add_argument("sentence", help="the sentence, in quotes")
+    p.add_argument("--checkpoint", required=True, type=Path)
+    p.add_argument("--layer", type=int, default=None, help="1-based layer for the tree (default as parse)")
+    p.add_argument("--gold", default=None, help="gold tree in bracket notation, drawn beside the induced one")
+    p.add_argument("--out", type=Path, default=Path("parse_plot"), help="output prefix (writes .png and .svg)")
+    p.set_defaults(func=_cmd_plot)
+
+
+def _default_layer(n_layers: int) -> int:
+    return 2 if n_layers >= 2 else 1
+
+
+def _fail(cmd: str, err: Exception) -> int:
+    print(f"onlstm {cmd}: error: {err}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _prepare(lines, scheme: str):
+    """Raw lines -> normalised word lists; returns (sentences, line numbers, dropped tokens, empty lines)."""
+    sentences, numbers, dropped, empty = [], [], 0, []
+    for k, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        words, gone = normalise_words(tokenize(line, scheme), scheme)
+        dropped += len(gone)
+        if not words:
+            empty.append(k)
+            continue
+        sentences.append(words)
+        numbers.append(k)
+    return sentences, numbers, dropped, empty
+
+
+def _cmd_parse(args) -> int:
+    try:
+        lm = load_language_model(args.checkpoint)
+        n_layers = len(lm.model.layers)
+        layer = check_layer(args.layer or _default_layer(n_layers), n_layers)
+        text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
+    except (CheckpointError, ValueError, OSError) as err:
+        return _fail("parse", err)
+    sentences, numbers, dropped, empty = _prepare(text.splitlines(), lm.normalisation)
+    if not sentences:
+        return _fail("parse", ValueError("no sentence to parse in the input"))
+    forget, _, unknown = sentence_distances(lm.model, lm.vocab, sentences, args.batch_size)
+    trees = trees_from_distances(sentences, forget, layer)
+    for words, dist, tree, line in zip(sentences, forget, trees, numbers):
+        if args.format == "json":
+            print(json.dumps({"line": line, "words": words, "tree": to_brackets(tree),
+                              "unknown": [w for w in words if w not in lm.vocab],
+                              "distances": [[round(v, 5) for v in row] for row in dist.tolist()]}))
+        elif args.format == "pretty":
+            _as_nltk(tree).pretty_print(unicodelines=True)
+        else:
+            print(to_brackets(tree))
+    total = sum(len(s) for s in sentences)
+    notes = [f"{len(sentences)} sentences, {total} words, {unknown} unknown to the model (mapped to <unk>)"]
+    if dropped:
+        notes.append(f"{dropped} punctuation tokens dropped (the model's text has none)")
+    if empty:
+        notes.append(f"lines with no word left after normalisation, skipped: {empty[:10]}")
+    print("onlstm parse: " + "; ".join(notes) + f"; layer {layer + 1}", file=sys.stderr)
+    return 0
+
+
+def _as_nltk(tree):
+    """An unlabelled tree as an ``nltk.Tree`` with blank labels (every word under its own blank
+    pre-terminal: nltk's pretty printer misplaces words that stand beside constituents)."""
+    from nltk.tree import Tree as T
+    if isinstance(tree, str):
+        return T("", [tree])
+    return T("", [_as_nltk(t) for t in tree])
+
+
+def _parse_layers(spec: str, n_layers: int) -> list[int]:
+    if spec == "all":
+        return list(range(n_layers))
+    try:
+        return [check_layer(int(v), n_layers) for v in spec.split(",")]
+    except ValueError as err:
+        raise ValueError(f"--layers: {err}" if "layer" in str(err) else f"--layers must be 'all' or numbers like 2,3; got {spec!r}")
+
+
+def _cmd_eval_parse(args) -> int:
+    from ..data.treebank import TreebankError, load_treebank
+    try:
+        lm = load_language_model(args.checkpoint)
+        layers = _parse_layers(args.layers, len(lm.model.layers))
+        bank = load_treebank(args.treebank, max_length=10 if args.wsj10 else None, sections=args.sections)
+    except (CheckpointError, TreebankError, ValueError, OSError) as err:
+        return _fail("eval-parse", err)
+    sentences = [list(w) for w in bank.words]
+    gold = bank.labelled_trees
+    t0 = time.perf_counter()
+    forget, _, unknown = sentence_distances(lm.model, lm.vocab, sentences, args.batch_size)
+    seconds = time.perf_counter() - t0
+    rows, per_layer_trees = {}, {}
+    for l in layers:
+        pred = trees_from_distances(sentences, forget, l)
+        per_layer_trees[l] = pred
+        rows[f"layer {l + 1}"] = evaluate(gold, pred)
+    baselines = score_baselines(gold, draws=args.random_draws)
+    written = []
+    if args.out_trees:
+        for l, pred in per_layer_trees.items():
+            path = args.out_trees if len(layers) == 1 else args.out_trees.with_name(f"{args.out_trees.stem}.layer{l + 1}.txt")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("\n".join(to_brackets(t) for t in pred) + "\n")
+            written.append(str(path))
+    n_words = sum(len(s) for s in sentences)
+    result = {
+        "treebank": bank.name, "summary": bank.summary(), "sentences": len(sentences), "words": n_words,
+        "unknown_words": unknown, "sentences_per_second": len(sentences) / seconds,
+        "layers": {k: v.to_dict() for k, v in rows.items()}, "baselines": baselines, "trees_written": written,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(bank.summary())
+    print(f"{len(sentences)} sentences, {n_words} words ({unknown} unknown to the model); "
+          f"distances at {len(sentences) / seconds:.0f} sentences/s")
+    print(f"\n{'F1 (%)':<26}{'sentence':>9}{'corpus':>8}{'EVALB':>8}{'depth':>7}")
+    for name, ev in rows.items():
+        print(f"{'ON-LSTM ' + name:<26}{100 * ev.sentence.f1:9.1f}{100 * ev.corpus.f1:8.1f}{100 * ev.evalb.f1:8.1f}"
+              f"{ev.depth_pred:7.2f}")
+    for name, sc in baselines.items():
+        label = name + (f" ({args.random_draws} draws)" if name == "random" else "")
+        print(f"{label:<26}{100 * sc['sentence_f1']:9.1f}{100 * sc['corpus_f1']:8.1f}{100 * sc['evalb_f1']:8.1f}")
+    first = next(iter(rows.values()))
+    print(f"{'gold':<26}{'':>25}{first.depth_gold:7.2f}")
+    if first.label_recall:
+        print(f"\nlabel recall (%)  " + "  ".join(f"{lab:>6}" for lab in first.label_recall))
+        for name, ev in rows.items():
+            print(f"{'ON-LSTM ' + name:<18}" + "  ".join(f"{100 * r.recall:6.1f}" for r in ev.label_recall.values()))
+        print(f"{'gold count':<18}" + "  ".join(f"{r.gold:6d}" for r in first.label_recall.values()))
+    for w in written:
+        print(f"trees written to {w}")
+    return 0
+
+
+def _cmd_plot(args) -> int:
+    from ..plots import plot_sentence
+    try:
+        lm = load_language_model(args.checkpoint)
+        n_layers = len(lm.model.layers)
+        layer = check_layer(args.layer or _default_layer(n_layers), n_layers)
+        words, dropped = normalise_words(tokenize(args.sentence, lm.normalisation), lm.normalisation)
+        if not words:
+            raise ValueError("the sentence has no word left after normalisation")
+        gold = None
+        if args.gold:
+            gold = parse_brackets(args.gold)
+            gold = unlabel(gold) if isinstance(gold, LabelledTree) else gold
+            from .trees import leaves
+            if [w.lower() for w in leaves(gold)] != words:
+                raise ValueError(f"the gold tree's words {leaves(gold)} differ from the sentence's {words}")
+    except (CheckpointError, ValueError, OSError) as err:
+        return _fail("plot", err)
+    paths = plot_sentence(lm.model, lm.vocab, words, args.out, gold=gold, layer=layer)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0

@@ -1,0 +1,181 @@
+"""Parsing with a model: the grammar, batched distances, and the parse / eval-parse / plot / demo commands."""
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from onlstm.checkpoint import config_header, save_weights, write_json
+from onlstm.cli import main
+from onlstm.data.grammar import Grammar
+from onlstm.data.vocab import Vocab
+from onlstm.lm.model import LanguageModel, LMConfig
+from onlstm.parsing import build_tree, leaves, to_brackets, unlabel
+from onlstm.parsing.induce import load_language_model, normalise_words, sentence_distances
+
+MRG = """
+( (S (NP-SBJ (DT The) (NN cat) )
+     (VP (VBD sat)
+         (PP-LOC (IN on) (NP (DT the) (NN mat) )))
+     (. .) ))
+( (S (NP-SBJ (NNP Bob) )
+     (VP (VBD saw) (NP (CD 3) (NNS dogs) ))
+     (. .) ))
+"""
+
+
+def make_run(tmp_path: Path, words, cell="onlstm", normalisation="ptb", hidden=(12, 12, 8)) -> Path:
+    torch.manual_seed(0)
+    vocab = Vocab.build([words])
+    cfg = LMConfig(vocab_size=len(vocab), emb_size=8, hidden_sizes=list(hidden), cell=cell, chunk_size=4)
+    model = LanguageModel(cfg)
+    run = tmp_path / f"run_{cell}"
+    save_weights(run / "model.best.safetensors", model)
+    vocab.save(run / "vocab.json")
+    write_json(run / "config.json", config_header("lm", cfg.to_dict(), text_normalisation=normalisation))
+    return run
+
+
+# -- grammar ---------------------------------------------------------------------------------------
+
+def test_grammar_trees_are_consistent_with_their_sentences():
+    g = Grammar()
+    trees = g.corpus(300, seed=3)
+    for t in trees:
+        words = t.leaves()
+        assert g.min_words <= len(words) <= g.max_words
+        # every word hangs from a pre-terminal of the lexicon that contains it
+        for word, (pos, tag) in zip(words, t.pos()):
+            assert pos == word and word in g.lexicon[tag]
+        # every phrase expands by one of its rules
+        for sub in t.subtrees(lambda s: s.label() in g.rules):
+            rhs = tuple(c.label() for c in sub)
+            assert rhs in [r for _, r in g.rules[sub.label()]], (sub.label(), rhs)
+        assert leaves(unlabel(t)) == words
+    assert g.corpus(5, seed=1) == g.corpus(5, seed=1)
+    # both branching directions occur: an NP -> NP PP (left) and a VP -> VT NP (right)
+    rules = {(s.label(), tuple(c.label() for c in s)) for t in trees for s in t.subtrees(lambda s: s.height() > 2)}
+    assert ("NP", ("NP", "PP")) in rules and ("VP", ("VT", "NP")) in rules
+
+
+def test_grammar_rejects_bad_rules():
+    with pytest.raises(ValueError, match="neither a rule nor in the lexicon"):
+        Grammar(rules={"S": [(1.0, ("NP", "XX"))], "NP": [(1.0, ("DET",))]})
+    with pytest.raises(ValueError, match="must not recurse"):
+        Grammar(rules={"S": [(1.0, ("S", "DET"))]})
+
+
+# -- distances -------------------------------------------------------------------------------------
+
+def test_batched_distances_equal_one_by_one(tmp_path):
+    words = "the cat sat on mat bob saw N dogs".split()
+    lm = load_language_model(make_run(tmp_path, words))
+    rng = random.Random(0)
+    sentences = [[rng.choice(words) for _ in range(rng.randint(1, 9))] for _ in range(23)]
+    forget, inputs, unk = sentence_distances(lm.model, lm.vocab, sentences, batch_size=5)
+    assert unk == 0
+    for s, f, i in zip(sentences, forget, inputs):
+        f1, i1, _ = sentence_distances(lm.model, lm.vocab, [s], batch_size=1)
+        assert f.shape == (3, len(s))
+        torch.testing.assert_close(f, f1[0], atol=1e-6, rtol=0)
+        torch.testing.assert_close(i, i1[0], atol=1e-6, rtol=0)
+
+
+def test_distances_follow_the_protocol(tmp_path):
+    """<eos> w1..wn <eos> from a zero state: the words' distances are positions 1..n of one pass."""
+    words = "a b c d".split()
+    lm = load_language_model(make_run(tmp_path, words))
+    forget, _, _ = sentence_distances(lm.model, lm.vocab, [["a", "b", "c"]])
+    ids = torch.tensor([lm.vocab.index[w] for w in ["<eos>", "a", "b", "c", "<eos>"]]).unsqueeze(1)
+    with torch.no_grad():
+        _, _, extras = lm.model(ids, return_distances=True)
+    want = torch.stack([d.forget[1:4, 0] for d in extras["distances"]])
+    torch.testing.assert_close(forget[0], want)
+    assert lm.model.training is False
+
+
+def test_normalisation_of_raw_text():
+    assert normalise_words(["The", "3", "cats", ",", "ran", "1.5"], "ptb") == (["the", "N", "cats", "ran", "N.N"], [","])
+    assert normalise_words(["The", ","], "lower") == (["the", ","], [])
+
+
+# -- commands --------------------------------------------------------------------------------------
+
+def test_parse_command_brackets_json_and_unknown_count(tmp_path, capsys):
+    run = make_run(tmp_path, "the cat sat on mat".split())
+    text = tmp_path / "in.txt"
+    text.write_text("The cat sat on the mat.\n\nThe dog sat\n")
+    assert main(["parse", "--checkpoint", str(run), str(text)]) == 0
+    out, err = capsys.readouterr()
+    lines = out.strip().splitlines()
+    assert len(lines) == 2
+    assert leaves(__import__("onlstm").parsing.parse_brackets(lines[0])) == "the cat sat on the mat".split()
+    assert "1 unknown" in err and "1 punctuation tokens dropped" in err
+    assert main(["parse", "--checkpoint", str(run), "--format", "json", "--layer", "3", str(text)]) == 0
+    rows = [json.loads(l) for l in capsys.readouterr()[0].splitlines()]
+    assert [r["line"] for r in rows] == [1, 3] and rows[1]["unknown"] == ["dog"]
+    # the tree is the greedy builder applied to the reported layer's distances
+    assert rows[0]["tree"] == to_brackets(build_tree(rows[0]["words"], rows[0]["distances"][2]))
+    assert main(["parse", "--checkpoint", str(run), "--format", "pretty", str(text)]) == 0
+
+
+def test_parse_command_errors(tmp_path, capsys):
+    run = make_run(tmp_path, "a b".split())
+    assert main(["parse", "--checkpoint", str(tmp_path / "nope")]) == 2
+    assert "neither a run directory" in capsys.readouterr().err
+    assert main(["parse", "--checkpoint", str(run), "--layer", "7", str(run / "vocab.json")]) == 2
+    assert "--layer must be between 1 and 3" in capsys.readouterr().err
+    lstm = make_run(tmp_path, "a b".split(), cell="lstm")
+    assert main(["parse", "--checkpoint", str(lstm)]) == 2
+    assert "no master gates" in capsys.readouterr().err
+    (run / "model.best.safetensors").write_bytes(b"not a safetensors file")
+    assert main(["parse", "--checkpoint", str(run)]) == 2
+    assert "corrupt" in capsys.readouterr().err
+
+
+def test_eval_parse_command(tmp_path, capsys):
+    bank = tmp_path / "wsj"
+    bank.mkdir()
+    (bank / "wsj_0001.mrg").write_text(MRG)
+    run = make_run(tmp_path, "the cat sat on mat bob saw N dogs".split())
+    out_trees = tmp_path / "pred.txt"
+    assert main(["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--json",
+                 "--out-trees", str(out_trees)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["sentences"] == 2 and res["words"] == 10 and res["unknown_words"] == 0
+    assert set(res["layers"]) == {"layer 1", "layer 2", "layer 3"}
+    assert set(res["baselines"]) == {"left-branching", "right-branching", "balanced", "random"}
+    # sentence 1 gold spans (len>1, not root): (the cat), (sat on the mat), (on the mat), (the mat);
+    # right-branching finds (cat sat on the mat)... -> its spans: (1,6),(2,6),(3,6),(4,6): matches (2,6),(3,6),(4,6)
+    # sentence 2 "bob saw N dogs": gold (saw N dogs), (N dogs); right-branching (saw N dogs), (N dogs) -> both
+    s1 = 2 * (3 / 4) * (3 / 4) / (3 / 4 + 3 / 4)
+    assert res["baselines"]["right-branching"]["sentence_f1"] == pytest.approx((s1 + 1.0) / 2)
+    written = [out_trees.with_name(f"pred.layer{l}.txt") for l in (1, 2, 3)]
+    assert all(len(p.read_text().splitlines()) == 2 for p in written)
+    assert main(["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--layers", "2"]) == 0
+    table = capsys.readouterr().out
+    assert "ON-LSTM layer 2" in table and "right-branching" in table and "sentences/s" in table
+    assert main(["eval-parse", "--checkpoint", str(run), "--treebank", str(tmp_path / "empty")]) == 2
+
+
+def test_plot_command(tmp_path, capsys):
+    run = make_run(tmp_path, "the cat sat".split(), normalisation="lower")
+    prefix = tmp_path / "fig"
+    assert main(["plot", "--checkpoint", str(run), "the cat sat", "--gold", "((the cat) sat)", "--out", str(prefix)]) == 0
+    assert prefix.with_suffix(".png").stat().st_size > 1000 and prefix.with_suffix(".svg").exists()
+    assert main(["plot", "--checkpoint", str(run), "the cat sat", "--gold", "((the dog) sat)", "--out", str(prefix)]) == 2
+    assert "differ" in capsys.readouterr().err
+
+
+def test_demo_smoke(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--seconds", "2", "--out", str(out), "--json", "--seed", "1", "--train-sentences", "500",
+                 "--test-sentences", "60"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["chosen_layer"] in (1, 2, 3) and len(res["layers"]) == 3
+    assert set(res["baselines"]) == {"left-branching", "right-branching", "balanced", "random"}
+    assert len((out / "test_pred.txt").read_text().splitlines()) == res["test_sentences"]
+    assert Path(res["plots"][0]).exists()
+    # the demo's run directory is an ordinary checkpoint
+    assert main(["parse", "--checkpoint", str(out)]) == 2   # no stdin text -> clear error, not a crash
