@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from . import __version__
@@ -81,24 +81,39 @@ def save_weights(path: Path, module: torch.nn.Module, metadata: dict[str, str] |
 
 def load_weights(path: Path, module: torch.nn.Module) -> None:
     """Load weights saved by :func:`save_weights` into ``module``; tied parameters are restored by the tie."""
+    tensors, _ = read_safetensors(path)
+    assign_weights(module, tensors, str(path))
+
+
+def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """All tensors and the metadata of a safetensors file, with :class:`CheckpointError` for a missing,
+    truncated or corrupt file (nothing is unpickled)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"weights file {path} is missing")
     try:
         tensors = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as e:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{path} cannot be read as safetensors ({e}); the file is corrupt or truncated") from e
+    return tensors, metadata
+
+
+def assign_weights(module: torch.nn.Module, tensors: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
+    """Copy ``tensors`` (named as :func:`state_dict_for_saving` names them) into ``module``, after checking
+    that names and shapes fit."""
     expected = module.state_dict()
     saved_ok = set(state_dict_for_saving(module))
     missing = sorted(saved_ok - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     if missing or unexpected:
-        raise CheckpointError(f"{path} does not fit this model: missing {missing[:5]}, unexpected {unexpected[:5]}; "
+        raise CheckpointError(f"{source} does not fit this model: missing {missing[:5]}, unexpected {unexpected[:5]}; "
                               "was it written with another configuration?")
     wrong = [f"{k}: saved {tuple(v.shape)}, model {tuple(expected[k].shape)}" for k, v in tensors.items()
              if tuple(v.shape) != tuple(expected[k].shape)]
     if wrong:
-        raise CheckpointError(f"{path} does not fit this model: {'; '.join(wrong[:5])}")
+        raise CheckpointError(f"{source} does not fit this model: {'; '.join(wrong[:5])}")
     module.load_state_dict(tensors, strict=False)
 
 

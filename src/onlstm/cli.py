@@ -60,11 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _subcommand_modules():
     """Each experiment adds its own sub-commands through a ``register(subparsers)`` function."""
+    from .data.download import register as data_commands
+    from .lm.cli import register as lm_commands
     from .logic.cli import register as logic_commands
     from .parsing.cli import register as parsing_commands
     from .parsing.model_cli import register as model_parsing_commands
 
-    return [model_parsing_commands, parsing_commands, logic_commands]
+    return [model_parsing_commands, parsing_commands, logic_commands, lm_commands, data_commands]
 
 
 def main(argv=None) -> int:

@@ -60,12 +60,24 @@ class LMConfig:
         return cls(**d)
 
 
-def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Dropout with one mask per sequence, shared over time (``x`` is (T, B, F))."""
+def locked_dropout(x: torch.Tensor, p: float, training: bool,
+                   shard: tuple[int, int] | None = None) -> torch.Tensor:
+    """Dropout with one mask per sequence, shared over time (``x`` is (T, B, F)).
+
+    ``shard = (start, total)``: ``x`` holds columns ``start:start+B`` of a batch of ``total``
+    columns; the mask is drawn for all ``total`` columns and sliced, so that processes which each
+    own a share of the batch (and share the random state) drop exactly what one process would.
+    """
     if not training or p == 0.0:
         return x
-    mask = x.new_empty(1, x.shape[1], x.shape[2]).bernoulli_(1 - p) / (1 - p)
-    return x * mask
+    if shard is None:
+        mask = x.new_empty(1, x.shape[1], x.shape[2]).bernoulli_(1 - p)
+    else:
+        start, total = shard
+        if not 0 <= start <= total - x.shape[1]:
+            raise ValueError(f"shard {shard} does not hold the {x.shape[1]} columns of the input")
+        mask = x.new_empty(1, total, x.shape[2]).bernoulli_(1 - p)[:, start:start + x.shape[1]]
+    return x * (mask / (1 - p))
 
 
 def embedding_dropout(weight: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -99,14 +111,19 @@ class LanguageModel(nn.Module):
     def has_distances(self) -> bool:
         return has_distances(self.config.cell)
 
-    def forward(self, tokens: torch.Tensor, state=None, return_distances: bool = False):
+    def forward(self, tokens: torch.Tensor, state=None, return_distances: bool = False, *,
+                shard: tuple[int, int] | None = None):
         """``tokens`` (T, B) -> ``output`` (T, B, last width), new ``state`` (one per layer), and a dict
         with ``raw`` (last layer's output before dropout, for TAR), ``dropped`` (after, for AR) and,
         when asked, ``distances``: per layer, :class:`onlstm.Distances` with (T, B) tensors.
+
+        ``shard = (start, total)`` (training on several processes): ``tokens`` are columns
+        ``start:start+B`` of a batch of ``total``; locked-dropout masks are drawn for the whole batch
+        and sliced (see :func:`locked_dropout`).
         """
         c = self.config
         w = embedding_dropout(self.embedding.weight, c.dropout_emb, self.training)
-        x = locked_dropout(F.embedding(tokens, w), c.dropout_in, self.training)
+        x = locked_dropout(F.embedding(tokens, w), c.dropout_in, self.training, shard)
         state = state or [None] * len(self.layers)
         new_state, dists = [], []
         for i, layer in enumerate(self.layers):
@@ -116,7 +133,7 @@ class LanguageModel(nn.Module):
                 dists.append(type(d)(d.forget[..., 0], d.input[..., 0]))
             raw = x
             p = c.dropout_out if i == len(self.layers) - 1 else c.dropout_hidden
-            x = locked_dropout(x, p, self.training)
+            x = locked_dropout(x, p, self.training, shard)
         extras = {"raw": raw, "dropped": x}
         if return_distances:
             extras["distances"] = dists

@@ -1,0 +1,100 @@
+"""Training speed of the language model: ON-LSTM vs LSTM layers, same preset, same run.
+
+    python benchmarks/lm_speed.py [--config configs/lm/ptb-cpu.yaml] [--steps 10] [--repeats 3] [--threads N]
+
+Times the trainer's full step (embedding/locked dropout, DropConnect, the recurrent layers, full
+softmax over a 10,000-word vocabulary, AR/TAR, backward, clipping, SGD) on random tokens, with the
+preset's sizes, batch and BPTT length. The two models are timed in alternation (ON-LSTM, LSTM,
+ON-LSTM, ...) after warm-up steps, so that load from other processes affects both alike; each
+measurement is ``steps`` steps, and the median over ``repeats`` is reported, with the ratio.
+Any model or training field can be overridden like ``onlstm lm train`` flags, e.g. ``--hidden-sizes``.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from onlstm.lm.config import add_config_flags, load_config, overrides_from_args
+from onlstm.lm.model import LanguageModel, LMConfig
+from onlstm.lm.train import _Objective, make_optimizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build(cfg, cell: str, vocab: int):
+    torch.manual_seed(cfg.train.seed)
+    model = LanguageModel(LMConfig(vocab_size=vocab, **{**cfg.model, "cell": cell}))
+    model.train()
+    obj = _Objective(model, cfg.train.alpha, cfg.train.beta)
+    return model, obj, make_optimizer(list(model.parameters()), cfg.train)
+
+
+def step(model, obj, opt, x, y, clip):
+    opt.zero_grad(set_to_none=True)
+    loss, _, _ = obj(x, y, None, None)
+    loss.backward()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", type=Path, default=ROOT / "configs" / "lm" / "ptb-cpu.yaml")
+    ap.add_argument("--cells", nargs="+", default=["onlstm", "lstm"])
+    ap.add_argument("--steps", type=int, default=10, help="steps per measurement (default 10)")
+    ap.add_argument("--repeats", type=int, default=3, help="measurements per model (default 3)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per model first (default 2)")
+    ap.add_argument("--vocab", type=int, default=10000, help="vocabulary size (PTB: 10000)")
+    ap.add_argument("--seq-len", type=int, default=None, help="segment length (default: the preset's bptt)")
+    add_config_flags(ap)
+    args = ap.parse_args(argv)
+    torch.set_flush_denormal(True)
+    cfg = load_config(args.config, overrides_from_args(args))
+    t = cfg.train
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    seq = args.seq_len or t.bptt
+    g = torch.Generator().manual_seed(0)
+    data = torch.randint(0, args.vocab, (seq + 1, t.batch_size), generator=g)
+    x, y = data[:-1], data[1:]
+    runs = {}
+    for cell in args.cells:
+        runs[cell] = build(cfg, cell, args.vocab)
+        for _ in range(args.warmup):
+            step(*runs[cell], x, y, t.clip)
+    times = {cell: [] for cell in args.cells}
+    for _ in range(args.repeats):
+        for cell in args.cells:
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                step(*runs[cell], x, y, t.clip)
+            times[cell].append(time.perf_counter() - t0)
+    tokens = args.steps * seq * t.batch_size
+    m = cfg.model
+    print(f"# {args.config.name}: emb {m['emb_size']}, layers {m['hidden_sizes']}, chunk {m['chunk_size']}, "
+          f"batch {t.batch_size}, seq {seq}, vocab {args.vocab}; {args.steps} steps x {args.repeats} repeats, "
+          f"alternating")
+    print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
+    print("| cell | params | tokens/s (median) | min .. max | ms/step |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    rate = {}
+    for cell in args.cells:
+        ts = times[cell]
+        rate[cell] = tokens / statistics.median(ts)
+        n = sum(p.numel() for p in runs[cell][0].parameters())
+        print(f"| {cell} | {n / 1e6:.2f}M | {rate[cell]:,.0f} | {tokens / max(ts):,.0f} .. {tokens / min(ts):,.0f} | "
+              f"{1000 * statistics.median(ts) / args.steps:.0f} |")
+    if "onlstm" in rate and "lstm" in rate:
+        print(f"ON-LSTM / LSTM tokens/s: {rate['onlstm'] / rate['lstm']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

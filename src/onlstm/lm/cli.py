@@ -1,0 +1,157 @@
+"""``onlstm lm train`` and ``onlstm lm eval``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def register(subparsers) -> None:
+    """Add ``onlstm lm {train,eval}`` to the top-level ``subparsers``."""
+    p = subparsers.add_parser("lm", help="word-level language modelling (PTB): train, eval",
+                              description="AWD-style word-level language model with ON-LSTM (or LSTM/GRU) layers.")
+    sub = p.add_subparsers(dest="lm_command", required=True, metavar="{train,eval}")
+    _register_train(sub)
+    _register_eval(sub)
+
+
+# --------------------------------------------------------------------------- train
+
+
+def _register_train(sub) -> None:
+    from .config import add_config_flags
+    p = sub.add_parser(
+        "train", help="train a language model (resumable; torchrun for several processes)",
+        description="Train the paper's language model. Settings: defaults (the paper's command) <- --config "
+                    "FILE <- flags. Ctrl-C stops after the current step and saves a resumable checkpoint. "
+                    "Several processes: torchrun --nproc_per_node N -m onlstm lm train ...")
+    p.add_argument("--config", type=Path, help="YAML preset (configs/lm/*.yaml)")
+    p.add_argument("--data-dir", type=Path, required=True,
+                   help="folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt (or train.txt, ...)")
+    p.add_argument("--out", type=Path, required=True, help="run directory (checkpoints, config, logs)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out exactly where it stopped (its saved settings are used; only "
+                        "runtime fields such as --epochs, --device, --threads may change)")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="stop after this many optimizer steps in total and save a resumable checkpoint")
+    add_config_flags(p)
+    p.set_defaults(func=_cmd_train)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ..checkpoint import CheckpointError
+    from ..data.ptb import CorpusError
+    from .config import explicit_settings, overrides_from_args
+    from .train import RunDirError, train
+    try:
+        explicit = explicit_settings(args.config, overrides_from_args(args))
+        if args.max_steps is not None and args.max_steps <= 0:
+            raise ValueError(f"--max-steps must be positive, got {args.max_steps}")
+        result = train(args.out, args.data_dir, explicit, resume=args.resume, max_steps=args.max_steps,
+                       log=tqdm.write)
+    except (CorpusError, CheckpointError, RunDirError, ValueError) as e:
+        print(f"onlstm lm train: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_INTERRUPTED if result["status"] == "interrupted" else 0
+
+
+# --------------------------------------------------------------------------- eval
+
+
+def _register_eval(sub) -> None:
+    p = sub.add_parser(
+        "eval", help="perplexity of a trained model on a split",
+        description="Perplexity of a checkpoint. Protocols: 'paper' = the whole split as one stream (batch 1) in "
+                    "segments of --bptt from a zero state, the paper's test protocol; 'batched' = the split cut "
+                    "into --batch-size contiguous columns read together (each from a zero state, the last "
+                    "N mod B tokens dropped), the reference's validation protocol with B=10: faster, slightly "
+                    "higher perplexity.")
+    p.add_argument("--checkpoint", type=Path, required=True, help="run directory or a .safetensors file in one")
+    p.add_argument("--data-dir", type=Path, default=None, help="corpus folder (default: the one the run was trained on)")
+    p.add_argument("--split", choices=("train", "valid", "test"), default="test")
+    p.add_argument("--protocol", choices=("paper", "batched", "both"), default="paper")
+    p.add_argument("--batch-size", type=int, default=10, help="columns of the batched protocol (default 10)")
+    p.add_argument("--bptt", type=int, default=70, help="segment length (default 70)")
+    p.add_argument("--weights", choices=("best", "last"), default="best",
+                   help="which weights of a run directory (default best)")
+    p.add_argument("--oov", choices=("auto", "error", "unk"), default=None,
+                   help="words outside the vocabulary (default: the run's setting)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_eval)
+
+
+def load_lm(checkpoint: Path, weights: str = "best", device="cpu"):
+    """``(model, vocab, config_json, weights_path)`` from a run directory (or a weights file in one)."""
+    from ..checkpoint import CheckpointError, load_weights, read_json, resolve_weights
+    from ..data.vocab import Vocab
+    from .model import LanguageModel, LMConfig
+
+    run_dir, wfile = resolve_weights(Path(checkpoint), weights)
+    config = read_json(run_dir / "config.json")
+    if config.get("kind") != "lm" or "model" not in config:
+        raise CheckpointError(f"{run_dir / 'config.json'} is not a language-model config (kind {config.get('kind')!r})")
+    try:
+        model_cfg = LMConfig.from_dict(config["model"])
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{run_dir / 'config.json'}: bad model config ({e})") from None
+    vocab = Vocab.load(run_dir / "vocab.json")
+    if len(vocab) != model_cfg.vocab_size:
+        raise CheckpointError(f"{run_dir}: vocab.json has {len(vocab)} words but the model expects "
+                              f"{model_cfg.vocab_size}; the run directory is inconsistent")
+    model = LanguageModel(model_cfg)
+    load_weights(wfile, model)
+    return model.to(device).eval(), vocab, config, wfile
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..checkpoint import CheckpointError
+    from ..data.ptb import CorpusError, encode_split, split_file
+    from .distributed import resolve_device
+    from .evaluate import perplexity
+
+    torch.set_flush_denormal(True)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        if args.batch_size <= 0 or args.bptt <= 0:
+            raise ValueError("--batch-size and --bptt must be positive")
+        device = resolve_device(args.device)
+        model, vocab, config, wfile = load_lm(args.checkpoint, args.weights, device)
+        data = config.get("data", {})
+        data_dir = args.data_dir or (Path(data["data_dir"]) if data.get("data_dir") else None)
+        if data_dir is None:
+            raise ValueError("pass --data-dir (the run does not record its corpus folder)")
+        oov = args.oov or data.get("oov", "auto")
+        path = split_file(data_dir, args.split)
+        split = encode_split(args.split, path, vocab, bool(data.get("closed_vocab", False)), oov)
+        protocols = ("paper", "batched") if args.protocol == "both" else (args.protocol,)
+        results = {}
+        for prot in protocols:
+            results[prot] = perplexity(model, split.ids, prot, args.batch_size, args.bptt, device,
+                                       progress=not args.no_progress and not args.json)
+    except (CorpusError, CheckpointError, ValueError) as e:
+        print(f"onlstm lm eval: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("onlstm lm eval: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if args.json:
+        print(json.dumps({"weights": str(wfile), "split": args.split, "file": str(path),
+                          "unknown_words": split.n_unknown, **{k: v.to_dict() for k, v in results.items()}}, indent=2))
+    else:
+        print(f"{wfile} on {path} ({split.n_tokens:,} tokens"
+              + (f", {split.n_unknown} mapped to <unk>" if split.n_unknown else "") + ")")
+        for r in results.values():
+            print(f"{args.split} {r.describe()}")
+    return 0

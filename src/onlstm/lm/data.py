@@ -1,0 +1,68 @@
+"""Token streams for language modelling: columns, segments and the variable-length BPTT schedule.
+
+A split is one stream of ids. :func:`batchify` cuts it into ``B`` equal contiguous columns
+(``(T, B)``, the last ``N mod B`` tokens dropped, as in the reference); training reads it in
+segments ``rows[i : i + L]`` predicting ``rows[i + 1 : i + 1 + L]`` and carries the recurrent state
+from one segment to the next.
+"""
+from __future__ import annotations
+
+import random
+from typing import NamedTuple
+
+import torch
+
+
+def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """``ids`` (N,) -> (N // B, B): column ``b`` is the contiguous stretch ``ids[b*T : (b+1)*T]``."""
+    if batch_size <= 0:
+        raise ValueError(f"batch size must be positive, got {batch_size}")
+    rows = ids.numel() // batch_size
+    if rows < 2:
+        raise ValueError(f"a stream of {ids.numel()} tokens is too short for {batch_size} columns "
+                         "(each column needs at least 2 tokens); use a smaller batch size or more text")
+    return ids[: rows * batch_size].view(batch_size, rows).t().contiguous()
+
+
+def column_share(n_columns: int, rank: int, world: int) -> tuple[int, int]:
+    """``(start, stop)`` of the columns process ``rank`` of ``world`` owns (as even as possible, in order)."""
+    base, extra = divmod(n_columns, world)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+class Segment(NamedTuple):
+    start: int        # first input row
+    length: int       # rows of input (targets are the next rows)
+    lr_scale: float   # drawn length / bptt (before clipping at the end of the stream), as the reference
+
+
+def bptt_schedule(n_rows: int, bptt: int, seed: int, epoch: int, variable: bool = True,
+                  short_prob: float = 0.05, std: float = 5.0, min_len: int = 5) -> list[Segment]:
+    """The segments of one epoch over ``n_rows`` rows.
+
+    With ``variable``: each length is ``max(min_len, int(N(b, std)))`` where ``b = bptt`` with
+    probability ``1 - short_prob`` and ``bptt / 2`` otherwise; the learning rate of that step is
+    scaled by ``length / bptt``; the last segment is clipped to the rows left. The lengths are a
+    function of ``(seed, epoch)`` only (their own generator), so a resumed run and every process of
+    a distributed run draw the same schedule. As the reference, segments start while
+    ``i < n_rows - 2`` (so every segment has at least 2 steps).
+    """
+    rng = random.Random(f"onlstm-lm-bptt:{seed}:{epoch}")
+    out: list[Segment] = []
+    i = 0
+    while i < n_rows - 2:
+        if variable:
+            b = bptt if rng.random() >= short_prob else bptt / 2
+            length = max(min_len, int(rng.gauss(b, std)))
+        else:
+            length = bptt
+        out.append(Segment(i, min(length, n_rows - 1 - i), length / bptt))
+        i += out[-1].length
+    return out
+
+
+def segment(data: torch.Tensor, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs ``data[start : start+length]`` and targets one row later."""
+    length = min(length, data.shape[0] - 1 - start)
+    return data[start:start + length], data[start + 1:start + 1 + length]

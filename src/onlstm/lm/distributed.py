@@ -1,0 +1,88 @@
+"""Several processes (``torchrun``): set-up and the few collectives the trainer needs.
+
+Under ``torchrun --nproc_per_node N -m onlstm lm train …`` the environment has ``WORLD_SIZE``,
+``RANK`` and ``LOCAL_RANK``; the process group uses ``gloo`` on the CPU and ``nccl`` on GPUs (one GPU
+per process, ``cuda:LOCAL_RANK``). A single process needs none of this and every helper is then a no-op.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class DistContext:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    # ------------------------------------------------------------------ collectives
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        if not self.distributed:
+            return t
+        x = t.to(self.device)
+        dist.all_reduce(x, op=dist.ReduceOp.SUM)
+        return x.to(t.device)
+
+    def any(self, flag: bool) -> bool:
+        """True on every process if ``flag`` is true on any (used to stop all processes at the same step)."""
+        if not self.distributed:
+            return flag
+        x = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+        return bool(x.item() > 0)
+
+    def gather_columns(self, t: torch.Tensor, dim: int) -> torch.Tensor:
+        """Concatenate every process's ``t`` along ``dim`` in rank order (equal shapes required)."""
+        if not self.distributed:
+            return t
+        parts = [torch.empty_like(t) for _ in range(self.world)]
+        dist.all_gather(parts, t.contiguous())
+        return torch.cat(parts, dim=dim)
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was asked for but CUDA is not available; use --device cpu")
+    if name == "cuda":
+        return torch.device("cuda", local_rank)
+    return torch.device(name)
+
+
+def setup(device: str = "auto") -> DistContext:
+    """Join the process group when started by torchrun (``WORLD_SIZE`` > 1); otherwise a single process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext(device=resolve_device(device))
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    dev = resolve_device(device, local_rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", timeout=timedelta(hours=2))
+    return DistContext(rank, world, local_rank, dev)
+
+
+def teardown() -> None:
+    """Leave the process group, if this process joined one."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,669 @@
+"""Training of the AWD-style language model: the paper's recipe, exact resume, several processes.
+
+The recipe (DESIGN.md section 2, the reference ``main.py``):
+
+* the training text is cut into ``batch_size`` contiguous columns, read in segments of variable length
+  (:func:`onlstm.lm.data.bptt_schedule`), the recurrent state carried (detached) from one segment to
+  the next and reset at every epoch; each step's learning rate is ``lr * seq_len / bptt``;
+* loss = cross-entropy (full softmax) + AR ``alpha * mean(dropped output^2)`` + TAR
+  ``beta * mean((raw_t - raw_{t-1})^2)`` on the last layer; gradient norm clipped at ``clip``;
+* SGD (weight decay) until validation stops improving (NT-ASGD: worse than the best of all but the
+  last ``nonmono`` SGD epochs), then the same SGD steps while keeping a running average of the weights
+  after every step -- exactly ``torch.optim.ASGD(t0=0, lambd=0.)``, whose step is plain SGD and whose
+  ``ax`` is this average, kept here as ordinary tensors so it can be saved exactly; validation, the
+  best checkpoint and the final test use the averaged weights.
+
+Run directory (see :mod:`onlstm.checkpoint`)::
+
+    config.json               kind "lm", model (LMConfig), train (TrainConfig), data
+    vocab.json                the vocabulary
+    model.best.safetensors    weights with the best validation loss (averaged once averaging started)
+    model.last.safetensors    the weights evaluation would use now (averaged once averaging started)
+    resume.safetensors        everything --resume needs, in one file written atomically: raw weights,
+                              optimizer tensors, averaged weights, RNG state, the carried recurrent
+                              state; the rest (epoch, position, histories) as JSON in its metadata
+    log.csv                   one row per epoch
+    results.json              final validation/test perplexity of the best weights
+    tensorboard/              when the tensorboard package is installed
+
+Resume continues exactly: a run stopped anywhere (``max_steps``, Ctrl-C, a checkpoint every
+``checkpoint_every`` batches) and resumed gives the same weights, bit for bit, as an uninterrupted run
+on the same machine and thread count.
+
+Several processes: every process owns ``batch_size / world`` consecutive columns; the random state is
+the same on every process and dropout masks are drawn for the whole batch and sliced, so a run on N
+processes computes what one process with the whole batch computes (up to floating-point reduction
+order). Checkpoints hold the whole batch's state, so a run can be resumed with another process count.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..checkpoint import (CheckpointError, assign_weights, atomic_write, config_header, read_json,
+                          read_safetensors, save_weights, state_dict_for_saving, write_json)
+from ..data.ptb import Corpus, load_corpus
+from ..data.vocab import Vocab
+from ..encoders import detach_state
+from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section
+from .data import batchify, bptt_schedule, column_share, segment
+from .distributed import DistContext, setup, teardown
+from .evaluate import Interrupted, perplexity
+from .model import LanguageModel, LMConfig
+
+RESUME_FILE = "resume.safetensors"
+RESUME_FORMAT = "onlstm-lm-resume/1"
+LOG_COLUMNS = ("epoch", "steps", "train_loss", "train_ppl", "valid_loss", "valid_ppl", "best_valid_ppl",
+               "averaging", "tokens", "epoch_seconds", "tokens_per_s", "elapsed_s")
+
+
+@dataclass
+class Progress:
+    """Where a run is; saved as JSON in the resume file."""
+
+    epoch: int = 1                    # current epoch, 1-based
+    batch: int = 0                    # segments of this epoch done
+    step: int = 0                     # optimizer steps since the start
+    averaging: bool = False           # NT-ASGD has switched to averaging
+    avg_count: int = 0                # steps averaged so far
+    best_valid: float | None = None   # best validation loss (nats/token)
+    sgd_valid_history: list = field(default_factory=list)   # validation losses of the SGD phase
+    history: list = field(default_factory=list)              # one dict per finished epoch (log.csv)
+    epoch_loss_sum: float = 0.0       # summed training cross-entropy of this epoch so far (all processes)
+    epoch_tokens: int = 0
+    epoch_seconds: float = 0.0
+    elapsed: float = 0.0              # wall time of all sessions of this run
+    finished: bool = False
+    results: dict | None = None
+
+
+class _Objective(nn.Module):
+    """The training loss of one segment, as a module so that DistributedDataParallel can wrap it."""
+
+    def __init__(self, model: LanguageModel, alpha: float, beta: float):
+        super().__init__()
+        self.model, self.alpha, self.beta = model, alpha, beta
+
+    def forward(self, x, y, state, shard):
+        out, state, extras = self.model(x, state, shard=shard)
+        logits = self.model.logits(out)
+        raw = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1))
+        loss = raw
+        if self.alpha:
+            loss = loss + self.alpha * extras["dropped"].pow(2).mean()
+        if self.beta and extras["raw"].shape[0] > 1:
+            r = extras["raw"]
+            loss = loss + self.beta * (r[1:] - r[:-1]).pow(2).mean()
+        return loss, raw.detach(), state
+
+
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM asks the run to stop after the current step and save a resumable
+    checkpoint; a second Ctrl-C aborts at once without saving."""
+
+    def __init__(self, log: Callable[[str], None] | None = None):
+        self.requested = False
+        self._old: dict = {}
+        self._log = log
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested and signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        if not self.requested:
+            print("\nstopping after this step and saving a resumable checkpoint "
+                  "(press Ctrl-C again to abort without saving)", file=sys.stderr, flush=True)
+        self.requested = True
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}
+        return False
+
+
+def nonmono_switch(history: list[float], loss: float, nonmono: int) -> bool:
+    """NT-ASGD's trigger (the reference's condition): switch to averaging when this epoch's validation
+    ``loss`` is worse than the best of the SGD epochs before the last ``nonmono`` ones (``history`` =
+    validation losses of the earlier SGD epochs, oldest first)."""
+    return len(history) > nonmono and loss > min(history[:-nonmono])
+
+
+# --------------------------------------------------------------------------- optimizer state as data
+
+
+def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def optimizer_to_data(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    """The optimizer's state as tensors (for safetensors) and JSON (hyperparameters, scalars)."""
+    sd = opt.state_dict()
+    tensors, scalars = {}, {}
+    for idx, st in sd["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"optim.{idx}.{k}"] = v.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(str(idx), {})[k] = v
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def optimizer_from_data(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    state: dict = {}
+    for key, t in tensors.items():
+        if key.startswith("optim."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = t
+    for idx, kv in meta.get("scalars", {}).items():
+        state.setdefault(int(idx), {}).update(kv)
+    groups = meta["param_groups"]
+    if [len(g["params"]) for g in groups] != [len(g["params"]) for g in opt.param_groups]:
+        raise CheckpointError("the optimizer state in the resume file does not fit this model")
+    opt.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _flatten_state(state) -> tuple[dict[str, torch.Tensor], list[int]]:
+    tensors, layout = {}, []
+    for i, s in enumerate(state):
+        parts = [s] if torch.is_tensor(s) else list(s)
+        layout.append(0 if torch.is_tensor(s) else len(parts))
+        for j, t in enumerate(parts):
+            tensors[f"hidden.{i}.{j}"] = t
+    return tensors, layout
+
+
+def _unflatten_state(tensors: dict[str, torch.Tensor], layout: list[int], device) -> list:
+    out = []
+    for i, n in enumerate(layout):
+        if n == 0:
+            out.append(tensors[f"hidden.{i}.0"].to(device))
+        else:
+            out.append(tuple(tensors[f"hidden.{i}.{j}"].to(device) for j in range(n)))
+    return out
+
+
+# --------------------------------------------------------------------------- run directory
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be used as asked (exists without --resume, or config mismatch)."""
+
+
+def run_config_from_saved(saved: dict) -> RunConfig:
+    if saved.get("kind") != "lm":
+        raise CheckpointError(f"config.json has kind {saved.get('kind')!r}, not 'lm': not a language-model run")
+    model = dict(saved["model"])
+    model.pop("vocab_size", None)
+    return RunConfig(check_model_section(model), TrainConfig.from_dict(saved["train"]))
+
+
+def merge_for_resume(saved: RunConfig, explicit: dict) -> RunConfig:
+    """Apply the explicitly given settings to a saved run: runtime fields may change, others must match."""
+    clashes = []
+    for k, v in explicit.get("model", {}).items():
+        if saved.model.get(k) != v:
+            clashes.append(f"model.{k} (run: {saved.model.get(k)!r}, given: {v!r})")
+    train = saved.train.to_dict()
+    given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
+    for k, v in given.items():
+        if k in RUNTIME_FIELDS:
+            train[k] = v
+        elif v != train[k]:
+            clashes.append(f"train.{k} (run: {train[k]!r}, given: {v!r})")
+    if clashes:
+        raise RunDirError("cannot change " + ", ".join(clashes) + " when resuming; resume with the run's own "
+                          f"settings (only {', '.join(RUNTIME_FIELDS)} may change) or train into a new --out")
+    return RunConfig(dict(saved.model), TrainConfig.from_dict(train))
+
+
+def write_log_csv(path: Path, history: list[dict]) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=LOG_COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    for row in history:
+        w.writerow(row)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(buf.getvalue()))
+
+
+def _fmt_time(s: float) -> str:
+    if not math.isfinite(s) or s < 0:
+        return "?"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+# --------------------------------------------------------------------------- the trainer
+
+
+class Trainer:
+    def __init__(self, run_dir: Path, data_dir: Path, explicit: dict, resume: bool = False,
+                 ctx: DistContext | None = None, log: Callable[[str], None] = print):
+        self.run_dir, self.data_dir = Path(run_dir), Path(data_dir)
+        self.resume = resume
+        run_dir = self.run_dir
+        resume_file = run_dir / RESUME_FILE
+        if resume:
+            if not (run_dir / "config.json").exists():
+                raise RunDirError(f"--resume: {run_dir} holds no config.json; it is not a run directory "
+                                  "(drop --resume to start a new run there)")
+            self.config = merge_for_resume(run_config_from_saved(read_json(run_dir / "config.json")), explicit)
+        else:
+            if (run_dir / "config.json").exists() or resume_file.exists():
+                raise RunDirError(f"{run_dir} already holds a run; pass --resume to continue it, "
+                                  "or choose another --out")
+            from .config import load_config
+            self.config = load_config(None, explicit)
+        cfg = self.config.train
+        self.cfg = cfg
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.ctx = ctx or setup(cfg.device)
+        self._log = log
+        if self.ctx.distributed and cfg.batch_size % self.ctx.world:
+            raise ValueError(f"batch_size {cfg.batch_size} is not divisible by the {self.ctx.world} processes; "
+                             "every process must own the same number of columns")
+        # data
+        self.corpus: Corpus = load_corpus(self.data_dir, oov=cfg.oov)
+        if resume:
+            saved_vocab = Vocab.load(run_dir / "vocab.json")
+            if saved_vocab.words != self.corpus.vocab.words:
+                raise RunDirError(f"the training text in {self.data_dir} gives a different vocabulary "
+                                  f"({len(self.corpus.vocab)} words) from the run's vocab.json ({len(saved_vocab)}); "
+                                  "resume with the --data-dir the run was started with")
+        self.model_config = self.config.model_config(len(self.corpus.vocab))
+        dev = self.ctx.device
+        torch.manual_seed(cfg.seed)
+        self.model = LanguageModel(self.model_config).to(dev)
+        self.params = [p for _, p in self.model.named_parameters()]
+        self.param_names = [n for n, _ in self.model.named_parameters()]
+        self.optimizer = make_optimizer(self.params, cfg)
+        self.avg: list[torch.Tensor] | None = None
+        self.progress = Progress()
+        self.hidden = None
+        start, stop = column_share(cfg.batch_size, self.ctx.rank, self.ctx.world)
+        self.shard = (start, cfg.batch_size) if self.ctx.distributed else None
+        self.train_data = batchify(self.corpus["train"].ids, cfg.batch_size)[:, start:stop].contiguous().to(dev)
+        self.n_rows = batchify(self.corpus["train"].ids, cfg.batch_size).shape[0]
+        objective = _Objective(self.model, cfg.alpha, cfg.beta)
+        if self.ctx.distributed:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            objective = DDP(objective, device_ids=[dev.index] if dev.type == "cuda" else None)
+        self.objective = objective
+        if self.ctx.is_main and not resume:
+            write_json(run_dir / "config.json", self._config_json())
+            self.corpus.vocab.save(run_dir / "vocab.json")
+        self.ctx.barrier()
+        if resume and resume_file.exists():
+            self._load(resume_file)
+        elif resume:
+            self.log(f"{run_dir} has no {RESUME_FILE} yet; starting from the beginning")
+        self.stop = StopRequest()
+        self._tb = None
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def log(self, msg: str) -> None:
+        if self.ctx.is_main:
+            self._log(msg)
+
+    def _config_json(self) -> dict:
+        c = self.corpus
+        data = {"data_dir": str(self.data_dir), "closed_vocab": c.closed_vocab, "oov": self.cfg.oov,
+                **{f"{k}_tokens": s.n_tokens for k, s in c.splits.items()}}
+        return config_header("lm", self.model_config.to_dict(), train=self.cfg.to_dict(), data=data)
+
+    @contextmanager
+    def eval_weights(self):
+        """The weights evaluation uses: the running average once averaging started, else the current ones."""
+        if self.avg is None:
+            yield
+            return
+        saved = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for p, a in zip(self.params, self.avg):
+                p.copy_(a)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, s in zip(self.params, saved):
+                    p.copy_(s)
+
+    def _start_averaging(self) -> None:
+        self.progress.averaging = True
+        self.progress.avg_count = 0
+        self.avg = [p.detach().clone() for p in self.params]
+        self.log(f"epoch {self.progress.epoch}: switching to averaged SGD (NT-ASGD)")
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def save(self) -> None:
+        """Write the resume file and model.last (all processes take part: the state is gathered)."""
+        self._flush_epoch_loss()
+        prog = self.progress
+        tensors: dict[str, torch.Tensor] = {}
+        layout: list[int] = []
+        if self.hidden is not None and 0 < prog.batch:
+            flat, layout = _flatten_state(self.hidden)
+            for k, t in flat.items():
+                tensors[k] = self.ctx.gather_columns(t.detach(), dim=1).cpu().contiguous()
+        if not self.ctx.is_main:
+            self.ctx.barrier()
+            return
+        for k, t in state_dict_for_saving(self.model).items():
+            tensors[f"model.{k}"] = t
+        if self.avg is not None:
+            for n, a in zip(self.param_names, self.avg):
+                tensors[f"avg.{n}"] = a.detach().cpu().contiguous()
+        opt_tensors, opt_meta = optimizer_to_data(self.optimizer)
+        tensors.update(opt_tensors)
+        tensors["rng.torch"] = torch.get_rng_state()
+        if self.ctx.device.type == "cuda":
+            tensors["rng.cuda"] = torch.cuda.get_rng_state(self.ctx.device)
+        meta = {"format": RESUME_FORMAT, "progress": json.dumps(asdict(prog)), "optimizer": json.dumps(opt_meta),
+                "hidden_layout": json.dumps(layout), "model_config": json.dumps(self.model_config.to_dict()),
+                "world": str(self.ctx.world)}
+        from safetensors.torch import save_file
+        atomic_write(self.run_dir / RESUME_FILE, lambda tmp: save_file(tensors, tmp, metadata=meta))
+        with self.eval_weights():
+            save_weights(self.run_dir / "model.last.safetensors", self.model)
+        write_log_csv(self.run_dir / "log.csv", prog.history)
+        self.ctx.barrier()
+
+    def _load(self, path: Path) -> None:
+        tensors, meta = read_safetensors(path)
+        if meta.get("format") != RESUME_FORMAT:
+            raise CheckpointError(f"{path} is not an onlstm language-model resume file "
+                                  f"(format {meta.get('format')!r}, expected {RESUME_FORMAT!r})")
+        try:
+            saved_model = json.loads(meta["model_config"])
+            prog = Progress(**json.loads(meta["progress"]))
+            opt_meta = json.loads(meta["optimizer"])
+            layout = json.loads(meta["hidden_layout"])
+        except (KeyError, TypeError, json.JSONDecodeError) as e:
+            raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({e})") from None
+        if saved_model != self.model_config.to_dict():
+            raise CheckpointError(f"{path} was written for another model ({saved_model}) than config.json describes "
+                                  f"({self.model_config.to_dict()}); the run directory is inconsistent")
+        model_t = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
+        assign_weights(self.model, model_t, f"{path} (model)")
+        optimizer_from_data(self.optimizer, {k: v for k, v in tensors.items() if k.startswith("optim.")}, opt_meta)
+        if prog.averaging:
+            try:
+                self.avg = [tensors[f"avg.{n}"].to(self.ctx.device) for n in self.param_names]
+            except KeyError as e:
+                raise CheckpointError(f"{path}: averaged weights {e} missing") from None
+        if "rng.torch" not in tensors:
+            raise CheckpointError(f"{path}: the random state (rng.torch) is missing; the file is incomplete")
+        torch.set_rng_state(tensors["rng.torch"])
+        if self.ctx.device.type == "cuda" and "rng.cuda" in tensors:
+            torch.cuda.set_rng_state(tensors["rng.cuda"], self.ctx.device)
+        if layout:
+            full = _unflatten_state(tensors, layout, "cpu")
+            start, stop = column_share(self.cfg.batch_size, self.ctx.rank, self.ctx.world)
+            def cut(t):
+                if t.shape[1] != self.cfg.batch_size:
+                    raise CheckpointError(f"{path}: saved state has {t.shape[1]} columns, batch_size is "
+                                          f"{self.cfg.batch_size}")
+                return t[:, start:stop].contiguous().to(self.ctx.device)
+            self.hidden = [cut(s) if torch.is_tensor(s) else tuple(cut(t) for t in s) for s in full]
+        self.progress = prog
+        self.log(f"resumed {self.run_dir} at epoch {prog.epoch}, batch {prog.batch}, step {prog.step}"
+                 + (" (averaging)" if prog.averaging else ""))
+
+    # -- training ----------------------------------------------------------------------------------
+    def _flush_epoch_loss(self) -> None:
+        t = torch.stack([self._acc_loss, self._acc_tok]).cpu()
+        t = self.ctx.all_reduce_sum(t)
+        self.progress.epoch_loss_sum += float(t[0])
+        self.progress.epoch_tokens += int(round(float(t[1])))
+        self._acc_loss.zero_()
+        self._acc_tok.zero_()
+        now = time.perf_counter()
+        self.progress.elapsed += now - self._clock
+        if self._in_epoch:
+            self.progress.epoch_seconds += now - self._clock
+        self._clock = now
+
+    def _tensorboard(self):
+        if self._tb is None and self.cfg.tensorboard and self.ctx.is_main:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+            except Exception:        # tensorboard not installed: CSV log only
+                self._tb = False
+        return self._tb or None
+
+    def validate(self):
+        with self.eval_weights():
+            return perplexity(self.model, self.corpus["valid"].ids, "batched", self.cfg.eval_batch_size,
+                              self.cfg.bptt, self.ctx.device, rank=self.ctx.rank, world=self.ctx.world,
+                              reduce=self.ctx.all_reduce_sum,
+                              should_stop=(lambda: self.stop.requested) if not self.ctx.distributed else None)
+
+    def run(self, max_steps: int | None = None, on_step: Callable[["Trainer"], None] | None = None) -> dict:
+        """Train to ``cfg.epochs`` (or until ``max_steps`` optimizer steps in total, or a stop request),
+        then (``final_test``) score the best weights. Returns ``{"status": ..., "progress": ...}``."""
+        cfg, prog, ctx = self.cfg, self.progress, self.ctx
+        self._acc_loss = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        self._acc_tok = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        self._clock = time.perf_counter()
+        self._in_epoch = False
+        self.model.train()
+        status = "finished"
+        with self.stop:
+            try:
+                status = self._epochs(max_steps, on_step)
+            except KeyboardInterrupt:
+                self.log("aborted without saving; the last checkpoint is kept")
+                raise
+        if status == "finished" and prog.results is None and cfg.final_test:
+            status = self._final_test()
+        if self._tb:
+            self._tb.close()
+        return {"status": status, "progress": asdict(prog)}
+
+    def _epochs(self, max_steps, on_step) -> str:
+        cfg, ctx = self.cfg, self.ctx
+        prog = self.progress
+        averaging_allowed = cfg.optimizer == "sgd" and cfg.averaging
+        if prog.epoch > cfg.epochs:
+            self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
+        while prog.epoch <= cfg.epochs:
+            sched = bptt_schedule(self.n_rows, cfg.bptt, cfg.seed, prog.epoch, cfg.variable_bptt,
+                                  cfg.bptt_short_prob, cfg.bptt_std, cfg.min_seq_len)
+            if prog.batch == 0:
+                self.hidden = None
+                if (averaging_allowed and not prog.averaging and cfg.asgd_start_epoch
+                        and prog.epoch >= cfg.asgd_start_epoch):
+                    self._start_averaging()
+            status = self._train_epoch(sched, max_steps, on_step)
+            if status != "running":
+                return status
+            # validation at the end of the epoch
+            self._flush_epoch_loss()
+            self._in_epoch = False
+            try:
+                valid = self.validate()
+            except Interrupted:
+                self.save()
+                self.log(self._stopped_message("interrupted during validation"))
+                return "interrupted"
+            self._end_of_epoch(valid, averaging_allowed)
+            if ctx.any(self.stop.requested):
+                self.log(self._stopped_message("interrupted"))
+                return "interrupted"
+        prog.finished = True
+        return "finished"
+
+    def _train_epoch(self, sched, max_steps, on_step) -> str:
+        cfg, ctx, prog = self.cfg, self.ctx, self.progress
+        from tqdm import tqdm
+        bar = tqdm(total=len(sched), initial=prog.batch, desc=f"epoch {prog.epoch}/{cfg.epochs}", unit="batch",
+                   disable=not (cfg.progress and ctx.is_main), leave=False, dynamic_ncols=True)
+        self._in_epoch = True
+        session_start, session_batches = time.perf_counter(), 0
+        since_tokens, since_loss = 0, torch.zeros((), dtype=torch.float64, device=ctx.device)
+        since_clock = time.perf_counter()
+        try:
+            for k in range(prog.batch, len(sched)):
+                seg = sched[k]
+                x, y = segment(self.train_data, seg.start, seg.length)
+                self.hidden = detach_state(self.hidden)
+                for g in self.optimizer.param_groups:
+                    g["lr"] = cfg.lr * seg.lr_scale
+                self.optimizer.zero_grad(set_to_none=True)
+                loss, raw, self.hidden = self.objective(x, y, self.hidden, self.shard)
+                loss.backward()
+                if cfg.clip:
+                    torch.nn.utils.clip_grad_norm_(self.params, cfg.clip)
+                self.optimizer.step()
+                if self.avg is not None:
+                    prog.avg_count += 1
+                    with torch.no_grad():
+                        for a, p in zip(self.avg, self.params):
+                            a.lerp_(p, 1.0 / prog.avg_count)
+                prog.batch, prog.step = k + 1, prog.step + 1
+                n = y.numel()
+                self._acc_loss += raw.double() * n
+                self._acc_tok += n
+                since_loss += raw.double() * n
+                since_tokens += n
+                session_batches += 1
+                bar.update(1)
+                if on_step is not None:
+                    on_step(self)
+                if prog.step % cfg.log_every == 0 or k + 1 == len(sched):
+                    now = time.perf_counter()
+                    cur = float(since_loss) / max(since_tokens, 1)
+                    tok_s = since_tokens * ctx.world / max(now - since_clock, 1e-9)
+                    rate = session_batches / max(now - session_start, 1e-9)
+                    left = (len(sched) - k - 1 + (cfg.epochs - prog.epoch) * len(sched)) / rate
+                    bar.set_postfix_str(f"loss {cur:.3f} ppl {math.exp(min(cur, 50)):.1f} {tok_s:,.0f} tok/s "
+                                        f"left {_fmt_time(left)}", refresh=False)
+                    tb = self._tensorboard()
+                    if tb:
+                        tb.add_scalar("train/loss", cur, prog.step)
+                        tb.add_scalar("train/tokens_per_s", tok_s, prog.step)
+                    since_tokens, since_clock = 0, now
+                    since_loss.zero_()
+                stop = ctx.any(self.stop.requested or bool(max_steps and prog.step >= max_steps))
+                if stop or prog.step % cfg.checkpoint_every == 0:
+                    self.save()
+                if stop:
+                    if self.stop.requested:
+                        self.log(self._stopped_message("interrupted"))
+                        return "interrupted"
+                    self.log(self._stopped_message(f"stopped after {prog.step} steps (max_steps)"))
+                    return "stopped"
+        finally:
+            bar.close()
+        return "running"
+
+    def _end_of_epoch(self, valid, averaging_allowed: bool) -> None:
+        cfg, prog = self.cfg, self.progress
+        improved = prog.best_valid is None or valid.loss < prog.best_valid
+        if improved:
+            prog.best_valid = valid.loss
+            if self.ctx.is_main:
+                with self.eval_weights():
+                    save_weights(self.run_dir / "model.best.safetensors", self.model)
+        train_loss = prog.epoch_loss_sum / max(prog.epoch_tokens, 1)
+        row = {"epoch": prog.epoch, "steps": prog.step, "train_loss": round(train_loss, 6),
+               "train_ppl": round(math.exp(min(train_loss, 50)), 3), "valid_loss": round(valid.loss, 6),
+               "valid_ppl": round(valid.ppl, 3), "best_valid_ppl": round(math.exp(prog.best_valid), 3),
+               "averaging": int(prog.averaging), "tokens": prog.epoch_tokens,
+               "epoch_seconds": round(prog.epoch_seconds, 2),
+               "tokens_per_s": round(prog.epoch_tokens / max(prog.epoch_seconds, 1e-9), 1),
+               "elapsed_s": round(prog.elapsed, 1)}
+        prog.history.append(row)
+        self.log(f"epoch {prog.epoch:3d} | train ppl {row['train_ppl']:8.2f} | valid ppl {valid.ppl:8.2f}"
+                 f"{' *' if improved else '  '} | {'ASGD' if prog.averaging else 'SGD '} | "
+                 f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s")
+        tb = self._tensorboard()
+        if tb:
+            tb.add_scalar("valid/ppl", valid.ppl, prog.epoch)
+            tb.add_scalar("train/epoch_ppl", row["train_ppl"], prog.epoch)
+        if averaging_allowed and not prog.averaging:
+            switch = nonmono_switch(prog.sgd_valid_history, valid.loss, cfg.nonmono)
+            prog.sgd_valid_history.append(valid.loss)
+            if switch:
+                self._start_averaging()
+        prog.epoch += 1
+        prog.batch = 0
+        prog.epoch_loss_sum, prog.epoch_tokens, prog.epoch_seconds = 0.0, 0, 0.0
+        self.hidden = None
+        self.save()
+
+    def _stopped_message(self, why: str) -> str:
+        p = self.progress
+        return (f"{why}: saved {self.run_dir / RESUME_FILE} at epoch {p.epoch}, batch {p.batch}, step {p.step}; "
+                f"continue with: onlstm lm train --out {self.run_dir} --data-dir {self.data_dir} --resume")
+
+    def _final_test(self) -> str:
+        """Score the best weights on valid (batched, eval_batch_size) and test (test_batch_size)."""
+        cfg, prog = self.cfg, self.progress
+        status = "finished"
+        if self.ctx.is_main:
+            best = self.run_dir / "model.best.safetensors"
+            model = LanguageModel(self.model_config).to(self.ctx.device)
+            from ..checkpoint import load_weights
+            load_weights(best, model)
+            test_protocol = "paper" if cfg.test_batch_size == 1 else "batched"
+            try:
+                with self.stop:
+                    stop = (lambda: self.stop.requested)
+                    valid = perplexity(model, self.corpus["valid"].ids, "batched", cfg.eval_batch_size, cfg.bptt,
+                                       self.ctx.device, should_stop=stop)
+                    test = perplexity(model, self.corpus["test"].ids, test_protocol, cfg.test_batch_size, cfg.bptt,
+                                      self.ctx.device, progress=cfg.progress, should_stop=stop)
+            except Interrupted:
+                self.log("final test interrupted; score the run later with onlstm lm eval")
+                status = "interrupted"
+            else:
+                prog.results = {"weights": "model.best.safetensors", "valid": valid.to_dict(),
+                                "test": test.to_dict(), "epochs": prog.epoch - 1, "steps": prog.step,
+                                "train_seconds": round(prog.elapsed, 1)}
+                write_json(self.run_dir / "results.json", prog.results)
+                self.log(f"best weights: valid {valid.describe()}")
+                self.log(f"best weights: test  {test.describe()}")
+        if self.ctx.distributed:
+            flag = torch.tensor([1.0 if status == "interrupted" else 0.0])
+            flag = self.ctx.all_reduce_sum(flag)
+            status = "interrupted" if float(flag[0]) > 0 else status
+        if status == "finished":
+            self.save()
+        return status
+
+
+def train(run_dir: Path, data_dir: Path, explicit: dict | None = None, resume: bool = False,
+          max_steps: int | None = None, on_step=None, log: Callable[[str], None] = print) -> dict:
+    """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the
+    user (config file and flags). Returns ``{"status", "progress"}``; joins the process group under torchrun."""
+    torch.set_flush_denormal(True)
+    try:
+        trainer = Trainer(run_dir, data_dir, explicit or {}, resume=resume, log=log)
+        return trainer.run(max_steps=max_steps, on_step=on_step)
+    finally:
+        teardown()

@@ -1,0 +1,98 @@
+"""Two CPU processes (torchrun, gloo) against the single-process run defined to be equivalent.
+
+Equivalence: N processes with a global batch of B columns, each process owning B/N consecutive
+columns, compute what ONE process computes with all B columns and the same seed -- same data, same
+BPTT lengths, same dropout masks (every process keeps the same random state; locked-dropout masks are
+drawn for all B columns and sliced; embedding and DropConnect masks are shared over the batch anyway),
+the same mean loss (DDP averages the per-process means of equal shares) and so the same clipped
+gradient and update. The two differ only by floating-point reduction order, so the weights must agree
+to ~1e-6 after training, while a different seed moves them by orders of magnitude more.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file
+
+from onlstm.checkpoint import read_json
+from onlstm.lm.config import explicit_settings
+from onlstm.lm.train import train
+
+TINY = Path(__file__).parents[1] / "configs" / "lm" / "tiny.yaml"
+ROOT = Path(__file__).parents[1]
+
+pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
+                                reason="torch.distributed with gloo is not available")
+
+
+def write_corpus(dir: Path) -> Path:
+    import random
+    r = random.Random(3)
+    words = "the cat dog sat on mat a big small red ran fast slow".split()
+    dir.mkdir(parents=True, exist_ok=True)
+    for name, n in (("train", 110), ("valid", 16), ("test", 16)):
+        lines = [" " + " ".join(r.choice(words) for _ in range(r.randint(3, 9))) + " " for _ in range(n)]
+        (dir / f"ptb.{name}.txt").write_text("\n".join(lines) + "\n")
+    return dir
+
+
+def quiet(msg):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+
+def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
+    data = write_corpus(tmp_path / "data")
+    flags = ["--asgd-start-epoch", "2", "--momentum", "0.5"]
+    stop = 40                                   # epoch 1 has 33 steps: stop in epoch 2, while averaging
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "onlstm", "lm", "train", "--config", str(TINY), "--data-dir", str(data),
+           "--out", str(tmp_path / "two"), "--max-steps", str(stop), *flags]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "stopped after 40 steps" in proc.stdout
+
+    s = explicit_settings(TINY, {"train": {"asgd_start_epoch": 2, "momentum": 0.5}})
+    one = train(tmp_path / "one", data, s, max_steps=stop, log=quiet)
+    assert one["progress"]["epoch"] == 2 and one["progress"]["averaging"]
+
+    # the checkpoints at step 40: weights, averaged weights, momentum buffers, the carried state of
+    # all 4 columns (gathered from both processes) and the random state
+    two_ckpt, one_ckpt = (load_file(str(tmp_path / r / "resume.safetensors")) for r in ("two", "one"))
+    assert torch.equal(two_ckpt["rng.torch"], one_ckpt["rng.torch"])
+    assert two_ckpt["hidden.0.0"].shape[1] == 4
+    assert max_diff(two_ckpt, one_ckpt) < 1e-5
+    assert two_ckpt.keys() == one_ckpt.keys()
+
+    # both resumed in one process to the end: the checkpoint does not depend on the process count
+    train(tmp_path / "two", data, s, resume=True, log=quiet)
+    train(tmp_path / "one", data, s, resume=True, log=quiet)
+    final = [load_file(str(tmp_path / r / "model.last.safetensors")) for r in ("two", "one")]
+    diff = max_diff(*final)
+    assert diff < 1e-5
+
+    other = train(tmp_path / "seed", data, explicit_settings(TINY, {"train": {**s["train"], "seed": 8}}), log=quiet)
+    assert other["status"] == "finished"
+    moved = max_diff(final[1], load_file(str(tmp_path / "seed" / "model.last.safetensors")))
+    assert moved > 1000 * max(diff, 1e-7)                 # the comparison is sensitive
+
+    r2, r1 = (read_json(tmp_path / r / "results.json") for r in ("two", "one"))
+    assert abs(r2["test"]["loss"] - r1["test"]["loss"]) < 1e-5

@@ -1,0 +1,304 @@
+"""Language-model training and evaluation: exact resume, NT-ASGD averaging, learning-rate scaling,
+perplexity protocols, the commands, and clear errors for bad run directories and checkpoints."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from onlstm.checkpoint import CheckpointError, read_json, resolve_weights
+from onlstm.cli import main
+from onlstm.data.vocab import Vocab
+from onlstm.lm import LanguageModel, LMConfig
+from onlstm.lm.config import explicit_settings
+from onlstm.lm.data import batchify, bptt_schedule
+from onlstm.lm.evaluate import perplexity, stream_loss
+from onlstm.lm.train import RunDirError, nonmono_switch, train
+
+TINY = Path(__file__).parents[1] / "configs" / "lm" / "tiny.yaml"
+WORDS = "the cat dog sat on mat a big small red ran fast slow".split()
+
+
+def write_corpus(dir: Path, seed: int = 0, n_train: int = 110) -> Path:
+    r = random.Random(seed)
+    dir.mkdir(parents=True, exist_ok=True)
+    for name, n in (("train", n_train), ("valid", 16), ("test", 16)):
+        lines = [" " + " ".join(r.choice(WORDS) for _ in range(r.randint(3, 9))) + " " for _ in range(n)]
+        (dir / f"ptb.{name}.txt").write_text("\n".join(lines) + "\n")
+    return dir
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+def settings(**train) -> dict:
+    model = {k: train.pop(k) for k in list(train) if k in ("cell", "hidden_sizes", "emb_size")}
+    return explicit_settings(TINY, {"train": train, "model": model})
+
+
+def quiet(msg):
+    pass
+
+
+def tensors(run: Path, name: str) -> dict:
+    return load_file(str(run / f"{name}.safetensors"))
+
+
+def assert_same_tensors(a: dict, b: dict, exact: bool = True, atol: float = 0.0):
+    assert a.keys() == b.keys()
+    for k in a:
+        if exact:
+            assert torch.equal(a[k], b[k]), k
+        else:
+            torch.testing.assert_close(a[k], b[k], atol=atol, rtol=0, msg=k)
+
+
+def log_rows(run: Path) -> list[dict]:
+    with open(run / "log.csv") as f:
+        return [{k: v for k, v in row.items() if k not in ("epoch_seconds", "tokens_per_s", "elapsed_s")}
+                for row in csv.DictReader(f)]
+
+
+def steps_in_epoch(corpus: Path, s: dict, epoch: int) -> int:
+    from onlstm.data.ptb import load_corpus
+    from onlstm.lm.config import load_config
+    t = load_config(TINY, {"train": s["train"]}).train
+    rows = batchify(load_corpus(corpus)["train"].ids, t.batch_size).shape[0]
+    return len(bptt_schedule(rows, t.bptt, t.seed, epoch, t.variable_bptt, t.bptt_short_prob, t.bptt_std,
+                             t.min_seq_len))
+
+
+# --------------------------------------------------------------------------- resume
+
+
+VARIANTS = {
+    "onlstm-sgd-averaging": dict(asgd_start_epoch=2),
+    "lstm-momentum": dict(cell="lstm", momentum=0.5),
+    "gru-adam": dict(cell="gru", optimizer="adam", lr=0.003),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_resume_mid_epoch_equals_uninterrupted(tmp_path, corpus, variant):
+    s = settings(**VARIANTS[variant])
+    full = train(tmp_path / "full", corpus, s, log=quiet)
+    assert full["status"] == "finished"
+    stop_at = steps_in_epoch(corpus, s, 1) + 3                 # in epoch 2, after averaging started
+    part = train(tmp_path / "part", corpus, s, max_steps=stop_at, log=quiet)
+    assert part["status"] == "stopped"
+    p = part["progress"]
+    assert (p["epoch"], p["batch"], p["step"]) == (2, 3, stop_at)
+    if variant.startswith("onlstm"):
+        assert p["averaging"] and p["avg_count"] == 3
+    saved = tensors(tmp_path / "part", "resume")
+    assert any(k.startswith("hidden.") for k in saved)        # the carried state is part of the checkpoint
+    resumed = train(tmp_path / "part", corpus, s, resume=True, log=quiet)
+    assert resumed["status"] == "finished"
+    for name in ("model.last", "model.best", "resume"):
+        assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / "part", name))
+    assert log_rows(tmp_path / "full") == log_rows(tmp_path / "part")
+    assert read_json(tmp_path / "full" / "results.json")["test"] == read_json(tmp_path / "part" / "results.json")["test"]
+
+
+def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(tmp_path, corpus):
+    s = settings(momentum=0.3)
+    full = train(tmp_path / "full", corpus, s, log=quiet)
+
+    def interrupt(trainer):
+        if trainer.progress.step == 5:
+            signal.raise_signal(signal.SIGINT)       # what Ctrl-C sends; the handler only sets a flag
+
+    part = train(tmp_path / "part", corpus, s, on_step=interrupt, log=quiet)
+    assert part["status"] == "interrupted" and part["progress"]["step"] == 5
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler      # handler restored
+    train(tmp_path / "part", corpus, s, resume=True, log=quiet)
+    assert full["progress"]["step"] == read_json(tmp_path / "part" / "results.json")["steps"]
+    assert_same_tensors(tensors(tmp_path / "full", "model.last"), tensors(tmp_path / "part", "model.last"))
+    assert_same_tensors(tensors(tmp_path / "full", "resume"), tensors(tmp_path / "part", "resume"))
+
+
+# --------------------------------------------------------------------------- the recipe
+
+
+def test_averaging_lr_scaling_and_evaluation_weights(tmp_path, corpus):
+    s = settings(asgd_start_epoch=2)
+    seen = {"iterates": [], "lr_checked": 0}
+
+    def check(trainer):
+        prog, cfg = trainer.progress, trainer.cfg
+        sched = bptt_schedule(trainer.n_rows, cfg.bptt, cfg.seed, prog.epoch, cfg.variable_bptt,
+                              cfg.bptt_short_prob, cfg.bptt_std, cfg.min_seq_len)
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.lr * sched[prog.batch - 1].lr_scale)
+        seen["lr_checked"] += 1
+        if prog.averaging:
+            seen["iterates"].append([p.detach().clone() for p in trainer.params])
+            mean = [torch.stack(ps).mean(0) for ps in zip(*seen["iterates"])]
+            for a, m in zip(trainer.avg, mean):                       # ASGD(t0=0, lambd=0)'s ax
+                torch.testing.assert_close(a, m, atol=1e-6, rtol=1e-5)
+            seen["names"] = trainer.param_names
+
+    out = train(tmp_path / "run", corpus, s, on_step=check, log=quiet)
+    assert seen["lr_checked"] == out["progress"]["step"]
+    assert len(seen["iterates"]) == steps_in_epoch(corpus, s, 2) == out["progress"]["avg_count"]
+    res = tensors(tmp_path / "run", "resume")
+    last = tensors(tmp_path / "run", "model.last")
+    for n in seen["names"]:                    # evaluation (and model.last) use the averaged weights
+        assert torch.equal(last[n], res[f"avg.{n}"])
+        assert not torch.equal(res[f"model.{n}"], res[f"avg.{n}"])
+    rows = log_rows(tmp_path / "run")
+    assert [r["averaging"] for r in rows] == ["0", "1"]
+
+
+@pytest.mark.parametrize("history, loss, nonmono, expected", [
+    ([5.0, 4.0, 3.0], 3.5, 3, False),          # not more than nonmono epochs yet
+    ([5.0, 4.0, 3.0, 3.1], 3.05, 3, False),    # 3.05 < min(history[:-3]) = 5.0
+    ([3.0, 4.0, 3.5, 3.2], 3.1, 3, True),      # 3.1 > min([3.0])
+    ([3.0, 4.0, 3.5, 3.2], 2.9, 3, False),     # improved on everything
+    ([3.0, 2.0, 3.5, 3.2, 3.3], 2.5, 3, True), # 2.5 > min([3.0, 2.0]) = 2.0
+])
+def test_nonmono_rule(history, loss, nonmono, expected):
+    assert nonmono_switch(history, loss, nonmono) is expected
+
+
+def test_nonmono_switch_in_training(tmp_path, corpus):
+    """With nonmono=1 and a too-large learning rate validation stalls; from the next epoch on the run averages."""
+    out = train(tmp_path / "run", corpus, settings(epochs=5, nonmono=1, lr=40.0, final_test=False), log=quiet)
+    p = out["progress"]
+    losses = [h["valid_loss"] for h in p["history"]]
+    expect_switch = next((i for i in range(len(losses)) if nonmono_switch(losses[:i], losses[i], 1)), None)
+    averaging = [h["averaging"] for h in p["history"]]
+    assert expect_switch is not None and expect_switch < 4, "this setting is meant to trigger the switch"
+    assert averaging == [0] * (expect_switch + 1) + [1] * (len(losses) - expect_switch - 1)
+    assert p["averaging"] and p["avg_count"] > 0
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def tiny_model(vocab=11, cell="onlstm", seed=0) -> LanguageModel:
+    torch.manual_seed(seed)
+    return LanguageModel(LMConfig(vocab_size=vocab, emb_size=8, hidden_sizes=[12, 8], chunk_size=4, cell=cell)).eval()
+
+
+def test_uniform_model_has_perplexity_vocab_size():
+    m = tiny_model()
+    with torch.no_grad():
+        m.embedding.weight.zero_()                      # tied decoder: all logits 0
+    ids = torch.randint(0, 11, (103,))
+    p = perplexity(m, ids, "paper", bptt=7)
+    assert p.ppl == pytest.approx(11.0) and p.tokens == 102 and p.dropped == 0
+    b = perplexity(m, ids, "batched", batch_size=4, bptt=7)
+    assert b.ppl == pytest.approx(11.0) and b.tokens == 4 * (25 - 1) and b.dropped == 3
+
+
+def test_state_is_carried_across_segments():
+    m = tiny_model()
+    ids = torch.randint(0, 11, (60,))
+    one = perplexity(m, ids, "paper", bptt=1000)
+    seg = perplexity(m, ids, "paper", bptt=5)
+    assert seg.loss == pytest.approx(one.loss, rel=1e-6)
+    cold = sum(stream_loss(m, batchify(ids[i:i + 5], 1), 1000)[0] for i in range(0, 55, 5))
+    assert abs(cold - one.loss * one.tokens) > 1e-3       # restarting from zero would change the result
+
+
+def test_batched_protocol_is_the_columns_read_alone():
+    m = tiny_model(cell="lstm")
+    ids = torch.randint(0, 11, (83,))
+    b = perplexity(m, ids, "batched", batch_size=4, bptt=6)
+    cols = batchify(ids, 4)
+    alone = [stream_loss(m, cols[:, j:j + 1], 6) for j in range(4)]
+    assert b.loss * b.tokens == pytest.approx(sum(s for s, _ in alone), rel=1e-6)
+    assert b.tokens == sum(n for _, n in alone)
+
+
+# --------------------------------------------------------------------------- commands and run directories
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, corpus) -> Path:
+    out = tmp_path_factory.mktemp("run") / "tiny"
+    assert main(["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(out),
+                 "--epochs", "1", "--cell", "lstm"]) == 0
+    return out
+
+
+def test_run_directory_layout_is_data_only(finished_run):
+    names = sorted(p.name for p in finished_run.iterdir())
+    assert names == ["config.json", "log.csv", "model.best.safetensors", "model.last.safetensors",
+                     "results.json", "resume.safetensors", "vocab.json"]
+    config = read_json(finished_run / "config.json")
+    assert config["kind"] == "lm" and config["train"]["epochs"] == 1
+    cfg = LMConfig.from_dict(config["model"])                 # how other commands load the model
+    assert cfg.cell == "lstm" and cfg.vocab_size == len(Vocab.load(finished_run / "vocab.json"))
+    run_dir, weights = resolve_weights(finished_run)
+    assert weights.name == "model.best.safetensors"
+
+
+def test_eval_command_matches_the_final_test(finished_run, corpus, capsys):
+    capsys.readouterr()
+    assert main(["lm", "eval", "--checkpoint", str(finished_run), "--data-dir", str(corpus), "--split", "test",
+                 "--protocol", "both", "--bptt", "8", "--batch-size", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    results = read_json(finished_run / "results.json")
+    assert out["paper"]["loss"] == pytest.approx(results["test"]["loss"], rel=1e-9)
+    assert out["paper"]["batch_size"] == 1 and out["batched"]["batch_size"] == 2
+    assert main(["lm", "eval", "--checkpoint", str(finished_run), "--split", "valid", "--protocol", "batched",
+                 "--batch-size", "2", "--bptt", "8"]) == 0          # data dir recorded in the run
+    text = capsys.readouterr().out
+    assert f"{results['valid']['ppl']:.2f}" in text
+
+
+def test_existing_run_needs_resume(finished_run, corpus, capsys):
+    rc = main(["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(finished_run)])
+    assert rc == 2 and "already holds a run; pass --resume" in capsys.readouterr().err
+
+
+def test_resume_refuses_changed_settings_and_other_data(finished_run, corpus, tmp_path, capsys):
+    rc = main(["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(finished_run),
+               "--resume", "--lr", "3", "--cell", "lstm"])
+    assert rc == 2 and "cannot change train.lr (run: 10.0, given: 3.0)" in capsys.readouterr().err
+    other = write_corpus(tmp_path / "other", seed=1, n_train=3)
+    (other / "ptb.train.txt").write_text("completely different words here\n")
+    with pytest.raises(RunDirError, match="different vocabulary"):
+        train(finished_run, other, {}, resume=True, log=quiet)
+    with pytest.raises(RunDirError, match="not a run directory"):
+        train(tmp_path / "empty", corpus, {}, resume=True, log=quiet)
+
+
+def test_corrupt_and_mismatched_checkpoints_are_explained(finished_run, corpus, tmp_path, capsys):
+    import shutil
+    run = tmp_path / "copy"
+    shutil.copytree(finished_run, run)
+    data = (run / "resume.safetensors").read_bytes()
+    (run / "resume.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        train(run, corpus, {}, resume=True, log=quiet)
+    (run / "model.best.safetensors").write_bytes(b"\x00" * 10)
+    capsys.readouterr()
+    assert main(["lm", "eval", "--checkpoint", str(run), "--data-dir", str(corpus)]) == 2
+    assert "corrupt or truncated" in capsys.readouterr().err
+    other = tmp_path / "other"
+    assert main(["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(other),
+                 "--epochs", "1", "--hidden-sizes", "20", "16", "--no-final-test"]) == 0
+    shutil.copy(other / "model.best.safetensors", run / "model.best.safetensors")
+    assert main(["lm", "eval", "--checkpoint", str(run), "--data-dir", str(corpus)]) == 2
+    assert "does not fit this model" in capsys.readouterr().err
+    shutil.copy(other / "resume.safetensors", run / "resume.safetensors")
+    with pytest.raises(CheckpointError, match="written for another model"):
+        train(run, corpus, {}, resume=True, log=quiet)
