@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", type=parse_shape, nargs="+", default=SHAPES, metavar="TxBxINxHxC")
     ap.add_argument("--impls", default="cpp,python,reference", help="comma-separated ON-LSTM implementations")
     ap.add_argument("--repeats", type=int, default=5, help="timed rounds per shape (median reported)")
-    ap.add_argument("--master-input", default="reverse", choices=["paper", "reverse"])
+    ap.add_argument("--master-input", default="paper", choices=["paper", "reverse"])
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = ap.parse_args(argv)
     if args.threads:

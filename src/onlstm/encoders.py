@@ -52,7 +52,7 @@ class _ONLSTMLayer(nn.Module):
         return out, state, None
 
 
-def _onlstm(input_size, hidden_size, *, chunk_size=1, dropconnect=0.0, master_input="reverse", **_):
+def _onlstm(input_size, hidden_size, *, chunk_size=1, dropconnect=0.0, master_input="paper", **_):
     if hidden_size % chunk_size:
         raise ValueError(f"ON-LSTM layer of {hidden_size} units: not divisible by chunk_size={chunk_size}")
     return _ONLSTMLayer(ONLSTM(input_size, hidden_size, chunk_size=chunk_size, dropconnect=dropconnect,

@@ -111,7 +111,7 @@ MODEL_HELP = {
     "hidden_sizes": "width of every recurrent layer, e.g. 1150 1150 400",
     "cell": "recurrent layer: onlstm, lstm or gru",
     "chunk_size": "ON-LSTM chunk size (units per master-gate level)",
-    "master_input": "ON-LSTM master input gate: reverse (default, no dead chunk) or paper",
+    "master_input": "ON-LSTM master input gate: paper (default, as published; its top chunk is never written) or reverse (no dead chunk)",
     "dropout_emb": "embedding row dropout (AWD dropoute)",
     "dropout_in": "locked dropout on the embedding output (dropouti)",
     "dropout_hidden": "locked dropout between layers (dropouth)",

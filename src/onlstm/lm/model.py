@@ -26,7 +26,7 @@ class LMConfig:
     hidden_sizes: list[int] = field(default_factory=lambda: [1150, 1150, 400])
     cell: str = "onlstm"
     chunk_size: int = 10
-    master_input: str = "reverse"
+    master_input: str = "paper"
     dropout_emb: float = 0.1       # whole embedding rows (words) dropped, AWD's dropoute
     dropout_in: float = 0.5        # locked dropout on the embedding output, AWD's dropouti
     dropout_hidden: float = 0.3    # locked dropout between layers, AWD's dropouth

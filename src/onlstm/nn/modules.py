@@ -76,7 +76,7 @@ class ONLSTMCell(nn.Module):
     """
 
     def __init__(self, input_size: int, hidden_size: int, chunk_size: int, bias: bool = True,
-                 dropconnect: float = 0.0, master_input: str = "reverse",
+                 dropconnect: float = 0.0, master_input: str = "paper",
                  device=None, dtype=None) -> None:
         super().__init__()
         _check_sizes(input_size, hidden_size, chunk_size)
@@ -181,7 +181,7 @@ class ONLSTM(nn.Module):
 
     Args beyond ``nn.LSTM``'s: ``chunk_size`` (default 1: every unit its own chunk),
     ``dropconnect`` (on ``weight_hh``, one mask per forward call shared over time and batch, not
-    inverted), ``master_input`` (``'reverse'`` default, or ``'paper'``) and ``impl``:
+    inverted), ``master_input`` (``'paper'`` default, or ``'reverse'``) and ``impl``:
     ``'auto'`` (C++ kernel on CPU, else the pure-Python fused path on CPU, the reference step loop
     on other devices), ``'cpp'``, ``'python'`` or ``'reference'``.
     ``dropout`` is applied to the outputs of every layer but the last, as in ``nn.LSTM``.
@@ -190,7 +190,7 @@ class ONLSTM(nn.Module):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, chunk_size: int = 1,
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
                  dropconnect: float = 0.0, bidirectional: bool = False,
-                 master_input: str = "reverse", impl: str = "auto", device=None, dtype=None) -> None:
+                 master_input: str = "paper", impl: str = "auto", device=None, dtype=None) -> None:
         super().__init__()
         _check_sizes(input_size, hidden_size, chunk_size)
         if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers <= 0:
