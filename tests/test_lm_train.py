@@ -178,7 +178,7 @@ def test_nonmono_rule(history, loss, nonmono, expected):
 
 def test_nonmono_switch_in_training(tmp_path, corpus):
     """With nonmono=1 and a too-large learning rate validation stalls; from the next epoch on the run averages."""
-    out = train(tmp_path / "run", corpus, settings(epochs=5, nonmono=1, lr=40.0, final_test=False), log=quiet)
+    out = train(tmp_path / "run", corpus, settings(epochs=5, nonmono=1, lr=200, final_test=False), log=quiet)
     p = out["progress"]
     losses = [h["valid_loss"] for h in p["history"]]
     expect_switch = next((i for i in range(len(losses)) if nonmono_switch(losses[:i], losses[i], 1)), None)
