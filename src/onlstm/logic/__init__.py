@@ -5,7 +5,12 @@
 * :mod:`.relations` -- the 7 relations ``= < > ^ | v #`` of a pair, from the truth sets.
 * :mod:`.generate` -- random labelled pairs written as ``train0`` … ``train12`` / ``test0`` … ``test12``.
 * :mod:`.data` -- reading (with selection by split and operator count) and writing those files.
-* :mod:`.cli` -- ``onlstm logic generate`` / ``onlstm logic check``.
+* :mod:`.model` -- the classifier: one shared encoder (ON-LSTM, LSTM, GRU), features
+  ``[h1, h2, h1*h2, |h1-h2|]``, an MLP over the 7 relations.
+* :mod:`.train` -- training on <= 6 operators with a validation hold-out and early stopping.
+* :mod:`.evaluate` -- accuracy by number of operators, checkpoint loading, tables.
+* :mod:`.compare` / :mod:`.plots` -- several encoders and seeds with the same budget; the figure.
+* :mod:`.cli` -- ``onlstm logic generate | check | train | eval | compare``.
 """
 from .data import (
     Example, LogicDataError, bucket_of, check_file_numbers, format_line, parse_line, read_examples, read_file,
@@ -16,10 +21,19 @@ from .formulas import (
 )
 from .generate import GenerateConfig, generate_dataset, random_formula
 from .relations import RELATION_NAMES, RELATIONS, relation, relation_of_sets
+from .model import LogicClassifier, LogicModelConfig, pad_batch, pair_features, token_ids
+from .train import LogicTrainConfig, TrainResult
+from .train import train as train_classifier  # not `train`: that name is the submodule
+from .evaluate import LengthAccuracy, count_by_length, evaluate_examples, format_table, load_classifier, predict
+from .compare import CompareResult
+from .compare import compare as compare_encoders  # not `compare`: that name is the submodule
 
 __all__ = [
-    "Binary", "Example", "FULL_SET", "Formula", "FormulaSyntaxError", "GenerateConfig", "LogicDataError", "Not",
-    "RELATIONS", "RELATION_NAMES", "VARIABLES", "Var", "bucket_of", "check_file_numbers", "count_operators",
-    "format_line", "generate_dataset", "parse", "parse_line", "random_formula", "read_examples", "read_file",
-    "relabel_mismatches", "relation", "relation_of_sets", "select", "to_text", "truth_set", "write_file",
+    "Binary", "CompareResult", "Example", "FULL_SET", "Formula", "FormulaSyntaxError", "GenerateConfig",
+    "LengthAccuracy", "LogicClassifier", "LogicDataError", "LogicModelConfig", "LogicTrainConfig", "Not",
+    "RELATIONS", "RELATION_NAMES", "TrainResult", "VARIABLES", "Var", "bucket_of", "check_file_numbers",
+    "compare_encoders", "count_by_length", "count_operators", "evaluate_examples", "format_line",
+    "format_table", "generate_dataset", "load_classifier", "pad_batch", "pair_features", "parse", "parse_line",
+    "predict", "random_formula", "read_examples", "read_file", "relabel_mismatches", "relation",
+    "relation_of_sets", "select", "to_text", "token_ids", "train_classifier", "truth_set", "write_file",
 ]

@@ -1,0 +1,103 @@
+"""Train several encoders with the same data, budget and seeds, and evaluate them by length.
+
+``OUT/<cell>-seed<seed>/`` is one run directory per (cell, seed) (see :mod:`.train`); ``OUT/compare.json``
+holds every run's numbers and is rewritten after each run; ``OUT/accuracy_by_length.png`` is the
+plot. A run directory that already holds a finished run with exactly the same model, training
+config and data is reused instead of retrained (so an interrupted comparison can be resumed).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterable
+
+from ..checkpoint import CheckpointError, read_json, write_json
+from .evaluate import (
+    DEFAULT_BUCKETS, LengthAccuracy, evaluate_examples, format_table, load_classifier, majority_baseline,
+    read_test_examples,
+)
+from .model import KIND, LogicModelConfig
+from .train import LogicTrainConfig, train
+
+
+@dataclass
+class CompareResult:
+    out_dir: Path
+    runs: list[dict] = field(default_factory=list)
+    """per run: cell, seed, run_dir, train (summary), test (LengthAccuracy.to_dict())"""
+    results: dict[str, list[LengthAccuracy]] = field(default_factory=dict)
+    """per cell, the test results of its seeds, in seed order"""
+    baseline: LengthAccuracy | None = None
+    interrupted: bool = False
+    table: str = ""
+    plot: Path | None = None
+
+
+def _finished_run(run_dir: Path, model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data: str) -> dict | None:
+    """The ``result`` of a finished run in ``run_dir`` trained with exactly these settings, else None."""
+    try:
+        header = read_json(run_dir / "config.json")
+    except CheckpointError:
+        return None
+    same = (header.get("kind") == KIND and header.get("status") == "finished"
+            and header.get("model") == model_cfg.to_dict() and header.get("train") == train_cfg.to_dict()
+            and (header.get("data") or {}).get("path") == str(data)
+            and (run_dir / "model.best.safetensors").exists())
+    return header.get("result") if same else None
+
+
+def compare(model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data: str | Path, out: str | Path,
+            cells: Iterable[str] = ("onlstm", "lstm"), seeds: Iterable[int] = (0,),
+            buckets: Iterable[int] = DEFAULT_BUCKETS, log: Callable[[str], None] | None = print) -> CompareResult:
+    """Train every cell with every seed (same data, same budget), evaluate on the test files of ``buckets``."""
+    log = log or (lambda _m: None)
+    out, cells, seeds, buckets = Path(out), list(cells), list(seeds), list(buckets)
+    test = read_test_examples(data, "test", buckets)  # fail early, before any training
+    res = CompareResult(out, baseline=majority_baseline(test))
+    start = time.perf_counter()
+
+    def save() -> None:
+        write_json(out / "compare.json", {
+            "kind": "logic-compare", "data": str(data), "cells": cells, "seeds": seeds, "buckets": buckets,
+            "model": model_cfg.to_dict(), "train": train_cfg.to_dict(), "runs": res.runs,
+            "majority_baseline": res.baseline.to_dict(), "interrupted": res.interrupted,
+            "seconds": round(time.perf_counter() - start, 1)})
+
+    for seed in seeds:
+        for cell in cells:
+            mcfg, tcfg = replace(model_cfg, cell=cell), replace(train_cfg, seed=seed)
+            run_dir = out / f"{cell}-seed{seed}"
+            summary = _finished_run(run_dir, mcfg, tcfg, str(data))
+            if summary is not None:
+                log(f"== {cell}, seed {seed}: reusing the finished run in {run_dir}")
+            else:
+                log(f"== {cell}, seed {seed}: training into {run_dir}")
+                tr = train(mcfg, tcfg, data, run_dir, log=log)
+                if tr.interrupted:
+                    res.interrupted = True
+                    save()
+                    return _finish(res, buckets, log)
+                summary = read_json(run_dir / "config.json")["result"]
+            model, _ = load_classifier(run_dir, "best")
+            t0 = time.perf_counter()
+            acc = evaluate_examples(model, test, train_cfg.eval_batch_size)
+            log(f"{cell}, seed {seed}: test accuracy <=6 {100 * acc.pooled(range(7)):.1f}%, "
+                f"7-12 {100 * acc.pooled(range(7, 13)):.1f}% ({time.perf_counter() - t0:.0f} s to evaluate)")
+            res.results.setdefault(cell, []).append(acc)
+            res.runs.append({"cell": cell, "seed": seed, "run_dir": str(run_dir), "train": summary,
+                             "test": acc.to_dict()})
+            save()
+    return _finish(res, buckets, log)
+
+
+def _finish(res: CompareResult, buckets: list[int], log: Callable[[str], None]) -> CompareResult:
+    if not res.results:
+        return res
+    from .plots import plot_accuracy_by_length
+
+    rows = [(cell, rs) for cell, rs in res.results.items()]
+    res.table = format_table(rows + [("majority label", [res.baseline])], buckets, counts=res.baseline)
+    res.plot = plot_accuracy_by_length(rows, res.out_dir / "accuracy_by_length.png")
+    (res.out_dir / "table.md").write_text(res.table + "\n")
+    return res

@@ -1,0 +1,197 @@
+"""Accuracy of a trained classifier by number of operators.
+
+A pair's *length* is its file number ``k`` (the larger operator count of its two formulas; file 12
+holds 12 or more), the x axis of the paper's figure; a pair read from a file without such a name
+gets its length from its formulas the same way. Summary columns pool the pairs of several lengths
+(so lengths with more pairs weigh more):
+
+* ``<=6`` -- lengths 0 … 6 present (the lengths trained on),
+* ``7-12`` -- lengths 7 … 12 present (never seen in training),
+* ``all`` -- every pair evaluated.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..checkpoint import CheckpointError, load_weights, read_json, resolve_weights
+from .data import Example, LogicDataError, read_examples
+from .model import KIND, TOKENS, LogicClassifier, LogicModelConfig
+from .relations import RELATIONS
+from .train import collate, encode_examples
+
+#: The lengths of the paper's figure.
+DEFAULT_BUCKETS: tuple[int, ...] = tuple(range(1, 13))
+SEEN: tuple[int, ...] = tuple(range(0, 7))
+UNSEEN: tuple[int, ...] = tuple(range(7, 13))
+
+
+def length_of(ex: Example) -> int:
+    """The length an example is reported under: its file number, else its bucket."""
+    return ex.file_number if ex.file_number is not None else ex.bucket
+
+
+@dataclass
+class LengthAccuracy:
+    """Correct and total counts per length; every accuracy is a fraction in [0, 1] (NaN when empty)."""
+
+    correct: dict[int, int] = field(default_factory=dict)
+    total: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def lengths(self) -> list[int]:
+        return sorted(self.total)
+
+    def accuracy(self, length: int) -> float:
+        n = self.total.get(length, 0)
+        return self.correct.get(length, 0) / n if n else math.nan
+
+    def pooled(self, lengths: Iterable[int] | None = None) -> float:
+        """Accuracy over all pairs of ``lengths`` (None = every length); NaN when there are none."""
+        keys = self.lengths if lengths is None else [k for k in lengths if k in self.total]
+        n = sum(self.total[k] for k in keys)
+        return sum(self.correct.get(k, 0) for k in keys) / n if n else math.nan
+
+    @property
+    def overall(self) -> float:
+        return self.pooled(None)
+
+    def summary(self) -> dict[str, float]:
+        """``{'<=6': …, '7-12': …, 'all': …}``."""
+        return {"<=6": self.pooled(SEEN), "7-12": self.pooled(UNSEEN), "all": self.overall}
+
+    def to_dict(self) -> dict:
+        return {"by_length": {str(k): {"correct": self.correct.get(k, 0), "total": self.total[k],
+                                       "accuracy": self.accuracy(k)} for k in self.lengths},
+                **{k: v for k, v in self.summary().items()}}
+
+
+def count_by_length(examples: list[Example], predictions: Iterable[int | str]) -> LengthAccuracy:
+    """Tally predictions (class indices or labels) against the examples' labels, per length."""
+    result = LengthAccuracy()
+    predictions = list(predictions)
+    if len(predictions) != len(examples):
+        raise ValueError(f"{len(predictions)} predictions for {len(examples)} examples")
+    for ex, p in zip(examples, predictions):
+        label = RELATIONS[p] if isinstance(p, int) else p
+        k = length_of(ex)
+        result.total[k] = result.total.get(k, 0) + 1
+        result.correct[k] = result.correct.get(k, 0) + int(label == ex.label)
+    return result
+
+
+def majority_baseline(examples: list[Example]) -> LengthAccuracy:
+    """Accuracy per length of always answering that length's most frequent label (an upper bound
+    for any constant answer; useful to read the model's numbers)."""
+    by_len: dict[int, Counter] = {}
+    for ex in examples:
+        by_len.setdefault(length_of(ex), Counter())[ex.label] += 1
+    return LengthAccuracy({k: c.most_common(1)[0][1] for k, c in by_len.items()},
+                          {k: sum(c.values()) for k, c in by_len.items()})
+
+
+@torch.no_grad()
+def predict(model: LogicClassifier, examples: list[Example], batch_size: int = 512) -> list[int]:
+    """Class index (into :data:`RELATIONS`) predicted for each example, in eval mode."""
+    was_training = model.training
+    model.eval()
+    data = encode_examples(examples)
+    # Sort by length so that a batch's formulas are similar in length (faster; results do not change).
+    order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
+    out = [0] * len(data)
+    for i in range(0, len(order), batch_size):
+        idx = order[i: i + batch_size]
+        a, al, b, bl, _ = collate([data[j] for j in idx])
+        for j, p in zip(idx, model(a, al, b, bl).argmax(-1).tolist()):
+            out[j] = p
+    model.train(was_training)
+    return out
+
+
+def evaluate_examples(model: LogicClassifier, examples: list[Example], batch_size: int = 512) -> LengthAccuracy:
+    return count_by_length(examples, predict(model, examples, batch_size))
+
+
+def load_classifier(checkpoint: str | Path, tag: str = "best") -> tuple[LogicClassifier, dict]:
+    """Model and ``config.json`` contents from a run directory or a ``.safetensors`` file inside one.
+
+    Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when
+    the checkpoint is of another kind (e.g. a language model).
+    """
+    run_dir, weights = resolve_weights(Path(checkpoint), tag)
+    header = read_json(run_dir / "config.json")
+    kind = header.get("kind") if isinstance(header, dict) else None
+    if kind != KIND:
+        raise CheckpointError(f"{run_dir} holds a checkpoint of kind {kind!r}, not a logic classifier "
+                              f"({KIND!r}); train one with `onlstm logic train`")
+    try:
+        cfg = LogicModelConfig.from_dict(header["model"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{run_dir / 'config.json'}: bad model config ({exc})") from None
+    vocab_path = run_dir / "vocab.json"
+    if vocab_path.exists() and tuple(read_json(vocab_path)) != TOKENS:
+        raise CheckpointError(f"{vocab_path} differs from this version's token list {list(TOKENS)}")
+    model = LogicClassifier(cfg)
+    load_weights(weights, model)
+    model.eval()
+    return model, header
+
+
+def read_test_examples(data: str | Path, split: str = "test",
+                       buckets: Iterable[int] = DEFAULT_BUCKETS) -> list[Example]:
+    path = Path(data)
+    if not path.exists():
+        raise LogicDataError(f"data directory {path} does not exist; give the directory of test{{k}} files "
+                             "(from `onlstm logic generate` or the original data)")
+    return read_examples(path, split=split, buckets=list(buckets))
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _pct(x: float) -> str:
+    return "–" if math.isnan(x) else f"{100 * x:.1f}"
+
+
+def _pct_std(xs: list[float]) -> str:
+    xs = [x for x in xs if not math.isnan(x)]
+    if not xs:
+        return "–"
+    mean = sum(xs) / len(xs)
+    if len(xs) == 1:
+        return f"{100 * mean:.1f}"
+    std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    return f"{100 * mean:.1f} ± {100 * std:.1f}"
+
+
+SUMMARY_COLUMNS = ("<=6", "7-12", "all")
+
+
+def format_table(rows: list[tuple[str, list[LengthAccuracy]]], lengths: Iterable[int] | None = None,
+                 counts: LengthAccuracy | None = None) -> str:
+    """A Markdown table: one row per ``(name, results)``; several results give mean ± sample std.
+
+    Columns: each length, then ``<=6``, ``7-12``, ``all`` (pooled, see the module docstring).
+    Accuracies in percent. ``counts`` adds a row with the number of pairs per length.
+    """
+    if lengths is None:
+        lengths = sorted({k for _, rs in rows for r in rs for k in r.lengths})
+    lengths = list(lengths)
+    head = ["model"] + [str(k) for k in lengths] + list(SUMMARY_COLUMNS)
+    body = []
+    for name, results in rows:
+        cells = [_pct_std([r.accuracy(k) for r in results]) for k in lengths]
+        cells += [_pct_std([r.summary()[c] for r in results]) for c in SUMMARY_COLUMNS]
+        body.append([name] + cells)
+    if counts is not None:
+        body.append(["pairs"] + [str(counts.total.get(k, 0)) for k in lengths]
+                    + [str(sum(counts.total.get(k, 0) for k in ks)) for ks in (SEEN, UNSEEN, counts.lengths)])
+    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+    line = lambda r: "| " + " | ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) + " |"
+    sep = "|" + "|".join("-" * (w + 1) + ":" if i else "-" * (w + 2) for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(head), sep] + [line(r) for r in body])

@@ -1,0 +1,172 @@
+"""The relation classifier of the paper's logical-inference experiment (after Bowman et al. 2015).
+
+    formula A tokens (T_a,)  ─┐                      ┌─ h1 (H,)
+                              ├─ embedding ─ encoder ┤
+    formula B tokens (T_b,)  ─┘  (shared, one layer) └─ h2 (H,)
+    features = [h1, h2, h1 * h2, |h1 - h2|]  (4H,) -> MLP -> logits over the 7 relations
+
+* One encoder for both formulas, chosen by name from :mod:`onlstm.encoders` (``onlstm``, ``lstm``,
+  ``gru``): the only difference between the models compared is the ``cell`` field.
+* A formula's encoding is the encoder's hidden state after its **last real token**: the two
+  formulas of a batch are packed (:class:`torch.nn.utils.rnn.PackedSequence`), so padding never
+  reaches the state, and a formula gets the same encoding alone or in any batch.
+* Tokens: ``a`` … ``f``, ``not``, ``and``, ``or``, ``(`` and ``)`` -- the brackets are tokens, as in
+  the original data; id 0 is padding (never fed to the encoder thanks to packing).
+* Dropout ``dropout`` (the paper: 0.2) on the embedding output, on the features and on the MLP's
+  hidden layer. DropConnect on the hidden-to-hidden weights is available (``dropconnect``) but off
+  by default, as the paper does not mention it for this task.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+from ..encoders import ENCODERS, make_encoder
+from ..nn.functional import MASTER_INPUT_MODES
+from .formulas import VOCABULARY, Formula, to_tokens
+from .relations import RELATIONS
+
+#: Checkpoint kind written into ``config.json`` (see :mod:`onlstm.checkpoint`).
+KIND = "logic-classifier"
+PAD = "<pad>"
+#: Token strings by id; id 0 is padding.
+TOKENS: tuple[str, ...] = (PAD,) + VOCABULARY
+TOKEN_IDS: dict[str, int] = {t: i for i, t in enumerate(TOKENS)}
+
+
+@dataclass
+class LogicModelConfig:
+    """Architecture of :class:`LogicClassifier` (saved in ``config.json`` next to every checkpoint)."""
+
+    cell: str = "onlstm"
+    emb_size: int = 128
+    hidden_size: int = 400
+    chunk_size: int = 10
+    """ON-LSTM only: 400 units in 40 chunks of 10 (the paper's language-model chunk size)"""
+    master_input: str = "paper"
+    """ON-LSTM only: the layer's default, ``'paper'`` (top chunk never written); ``'reverse'`` fixes that"""
+    dropout: float = 0.2
+    dropconnect: float = 0.0
+    mlp_hidden: int = 400
+    """width of the MLP's hidden layer (ReLU); 0 = a single linear layer over the features"""
+    n_classes: int = len(RELATIONS)
+    vocab_size: int = len(TOKENS)
+
+    def __post_init__(self):
+        if self.cell not in ENCODERS:
+            raise ValueError(f"cell must be one of {sorted(ENCODERS)}, got {self.cell!r}")
+        for name in ("emb_size", "hidden_size", "chunk_size", "n_classes", "vocab_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.mlp_hidden < 0:
+            raise ValueError(f"mlp_hidden must be >= 0 (0 = linear classifier), got {self.mlp_hidden}")
+        for name in ("dropout", "dropconnect"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.cell == "onlstm" and self.hidden_size % self.chunk_size:
+            raise ValueError(f"hidden_size={self.hidden_size} is not divisible by chunk_size={self.chunk_size}")
+        if self.master_input not in MASTER_INPUT_MODES:
+            raise ValueError(f"master_input must be one of {MASTER_INPUT_MODES}, got {self.master_input!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LogicModelConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown logic model config fields {unknown}; known: {sorted(names)}")
+        return cls(**d)
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+def token_ids(formula: Formula | str) -> list[int]:
+    """Token ids of a formula (a :class:`Formula` or its text in the notation)."""
+    tokens = formula.split(" ") if isinstance(formula, str) else to_tokens(formula)
+    try:
+        return [TOKEN_IDS[t] for t in tokens]
+    except KeyError as exc:
+        raise ValueError(f"unknown token {exc.args[0]!r}; the vocabulary is {' '.join(VOCABULARY)}") from None
+
+
+def pad_batch(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tokens (T, N) int64 padded with 0, lengths (N,) int64)`` from lists of token ids."""
+    if not seqs:
+        raise ValueError("empty batch")
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int64)
+    if int(lengths.min()) == 0:
+        raise ValueError("a formula has no tokens")
+    tokens = torch.zeros(int(lengths.max()), len(seqs), dtype=torch.int64)
+    for j, s in enumerate(seqs):
+        tokens[: len(s), j] = torch.as_tensor(s, dtype=torch.int64)
+    return tokens, lengths
+
+
+# --------------------------------------------------------------------------- model
+
+
+def pair_features(h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
+    """``[h1, h2, h1 * h2, |h1 - h2|]`` along the last dimension: (B, H), (B, H) -> (B, 4H)."""
+    return torch.cat([h1, h2, h1 * h2, (h1 - h2).abs()], dim=-1)
+
+
+def _last_hidden(state) -> torch.Tensor:
+    """The top layer's final hidden state (N, H) from an encoder state (``(h, c)`` or ``h``)."""
+    h = state[0] if isinstance(state, tuple) else state  # (layers, N, H)
+    return h[-1]
+
+
+class LogicClassifier(nn.Module):
+    """Shared-encoder pair classifier over the 7 relations (class ``k`` = ``RELATIONS[k]``)."""
+
+    def __init__(self, config: LogicModelConfig):
+        super().__init__()
+        self.config = c = config
+        self.embedding = nn.Embedding(c.vocab_size, c.emb_size, padding_idx=0)
+        # Small uniform init, as the language model (an N(0, 1) embedding gives denormal gradients on CPU).
+        nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
+        with torch.no_grad():
+            self.embedding.weight[0].zero_()
+        self.encoder = make_encoder(c.cell, c.emb_size, c.hidden_size, chunk_size=c.chunk_size,
+                                    master_input=c.master_input, dropconnect=c.dropconnect)
+        n_feat = 4 * c.hidden_size
+        if c.mlp_hidden:
+            self.mlp = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(n_feat, c.mlp_hidden), nn.ReLU(),
+                                     nn.Dropout(c.dropout), nn.Linear(c.mlp_hidden, c.n_classes))
+        else:
+            self.mlp = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(n_feat, c.n_classes))
+
+    def encode(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Encode formulas: ``tokens`` (T, N) padded, ``lengths`` (N,) -> hidden state at each last token (N, H)."""
+        if tokens.dim() != 2 or lengths.dim() != 1 or tokens.shape[1] != lengths.shape[0]:
+            raise ValueError(f"expected tokens (T, N) and lengths (N,), got {tuple(tokens.shape)} and "
+                             f"{tuple(lengths.shape)}")
+        x = F.dropout(self.embedding(tokens), self.config.dropout, self.training)     # (T, N, E)
+        packed = pack_padded_sequence(x, lengths.cpu(), enforce_sorted=False)
+        _, state, _ = self.encoder(packed)
+        return _last_hidden(state)                                                   # (N, H)
+
+    def features(self, a_tokens, a_lengths, b_tokens, b_lengths) -> torch.Tensor:
+        """``[h1, h2, h1*h2, |h1-h2|]`` (B, 4H); both formulas go through the encoder in one call."""
+        n = a_tokens.shape[1]
+        t = max(a_tokens.shape[0], b_tokens.shape[0])
+        both = torch.cat([F.pad(a_tokens, (0, 0, 0, t - a_tokens.shape[0])),
+                          F.pad(b_tokens, (0, 0, 0, t - b_tokens.shape[0]))], dim=1)  # (T, 2B)
+        h = self.encode(both, torch.cat([a_lengths, b_lengths]))                       # (2B, H)
+        return pair_features(h[:n], h[n:])
+
+    def forward(self, a_tokens, a_lengths, b_tokens, b_lengths) -> torch.Tensor:
+        """Logits (B, 7) for pairs given as padded token batches (see :func:`pad_batch`)."""
+        return self.mlp(self.features(a_tokens, a_lengths, b_tokens, b_lengths))
+
+
+def num_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,301 @@
+"""Training of :class:`~onlstm.logic.model.LogicClassifier` on formula pairs with few operators.
+
+The paper's protocol: train on pairs whose larger operator count is at most 6, hold out 10 % of
+them for validation, stop early on validation accuracy, test on 7 … 12 operators (see
+:mod:`onlstm.logic.evaluate`).
+
+Run directory (``out``), written atomically (see :mod:`onlstm.checkpoint`)::
+
+    config.json               kind, model config, train config, data summary, status and result
+    vocab.json                the token strings by id (id 0 = padding)
+    history.json              one record per validation check
+    model.best.safetensors    weights with the best validation accuracy so far
+    model.last.safetensors    weights at the last validation check (or at the interruption)
+
+Ctrl-C stops training cleanly: the last weights are saved, ``status`` becomes ``interrupted`` and
+the best checkpoint is kept.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from ..checkpoint import config_header, save_weights, write_json
+from .data import Example, LogicDataError, read_examples
+from .model import KIND, TOKENS, LogicClassifier, LogicModelConfig, num_parameters, pad_batch, token_ids
+from .relations import RELATIONS
+
+
+@dataclass
+class LogicTrainConfig:
+    """Options of :func:`train` (saved in ``config.json``)."""
+
+    max_train_ops: int = 6
+    """train on pairs whose larger operator count is at most this (files train0 … train{max_train_ops})"""
+    valid_fraction: float = 0.1
+    """share of those pairs held out for validation (early stopping)"""
+    max_train_examples: int | None = None
+    """use a random subset of this many pairs (before the validation split); None = all"""
+    seed: int = 0
+    """seeds the subset, the validation split, the initialisation, dropout and the batch order"""
+    epochs: int = 30
+    batch_size: int = 128
+    lr: float = 1e-3
+    """Adam learning rate"""
+    lr_decay: float = 0.5
+    """multiply the learning rate by this after a validation check without improvement"""
+    weight_decay: float = 0.0
+    clip: float = 1.0
+    """gradient norm clipping; 0 = none"""
+    patience: int = 4
+    """stop after this many validation checks in a row without improvement"""
+    valid_every: int = 0
+    """steps between validation checks; 0 = once per epoch"""
+    time_limit: float | None = None
+    """stop after this many minutes of training (checked after every step); None = no limit"""
+    eval_batch_size: int = 512
+    threads: int | None = None
+    """torch.set_num_threads (for the whole process); None = leave as is. On a CPU shared with other jobs one
+    thread was 3-10x faster than two here"""
+    progress: bool = True
+    """tqdm progress bar (shown on a terminal only)"""
+
+    def __post_init__(self):
+        if self.max_train_ops < 0:
+            raise ValueError(f"max_train_ops must be >= 0, got {self.max_train_ops}")
+        if not 0.0 < self.valid_fraction < 1.0:
+            raise ValueError(f"valid_fraction must be in (0, 1), got {self.valid_fraction}")
+        for name in ("epochs", "batch_size", "patience", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_train_examples is not None and self.max_train_examples < 2:
+            raise ValueError(f"max_train_examples must be >= 2 or None, got {self.max_train_examples}")
+        if self.lr <= 0 or not 0.0 < self.lr_decay <= 1.0:
+            raise ValueError(f"lr must be > 0 and lr_decay in (0, 1], got {self.lr}, {self.lr_decay}")
+        if self.valid_every < 0 or self.clip < 0 or self.weight_decay < 0:
+            raise ValueError("valid_every, clip and weight_decay must be >= 0")
+        if self.time_limit is not None and self.time_limit <= 0:
+            raise ValueError(f"time_limit must be > 0 minutes or None, got {self.time_limit}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LogicTrainConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown logic train config fields {unknown}; known: {sorted(names)}")
+        return cls(**d)
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    best_valid_accuracy: float
+    best_step: int
+    steps: int
+    epochs: float
+    seconds: float
+    stopped_by: str
+    """``epochs``, ``patience``, ``time_limit`` or ``interrupted``"""
+    n_train: int
+    n_valid: int
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped_by == "interrupted"
+
+
+# --------------------------------------------------------------------------- data
+
+
+Encoded = tuple[list[int], list[int], int]
+
+
+def encode_examples(examples: list[Example]) -> list[Encoded]:
+    """``(ids of A, ids of B, class index)`` per example."""
+    return [(token_ids(ex.a), token_ids(ex.b), RELATIONS.index(ex.label)) for ex in examples]
+
+
+def collate(batch: list[Encoded]):
+    """``(a_tokens, a_lengths, b_tokens, b_lengths, labels)`` tensors for a list of encoded pairs."""
+    a, al = pad_batch([e[0] for e in batch])
+    b, bl = pad_batch([e[1] for e in batch])
+    return a, al, b, bl, torch.tensor([e[2] for e in batch], dtype=torch.int64)
+
+
+def split_train_valid(examples: list[Example], cfg: LogicTrainConfig) -> tuple[list[Example], list[Example]]:
+    """Seeded subset (``max_train_examples``) and validation hold-out (``valid_fraction``)."""
+    rng = random.Random(f"onlstm-logic-split/{cfg.seed}")
+    pool = list(examples)
+    rng.shuffle(pool)
+    if cfg.max_train_examples is not None:
+        pool = pool[: cfg.max_train_examples]
+    n_valid = max(1, round(cfg.valid_fraction * len(pool)))
+    if n_valid >= len(pool):
+        raise LogicDataError(f"only {len(pool)} training pairs: too few to hold out {cfg.valid_fraction:.0%} "
+                             "for validation and train on the rest")
+    return pool[n_valid:], pool[:n_valid]
+
+
+def load_training_examples(data: str | Path, cfg: LogicTrainConfig) -> list[Example]:
+    """The pairs of the ``train{k}`` files with ``k <= max_train_ops`` whose larger count is <= max_train_ops."""
+    path = Path(data)
+    if not path.exists():
+        raise LogicDataError(f"data directory {path} does not exist; create one with `onlstm logic generate "
+                             f"--out {path}` or pass the directory of the original train{{k}}/test{{k}} files")
+    buckets = range(cfg.max_train_ops + 1) if path.is_dir() else None
+    return read_examples(path, split="train", buckets=buckets, max_ops=cfg.max_train_ops)
+
+
+@torch.no_grad()
+def accuracy(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> float:
+    """Fraction of pairs whose argmax class is the label (model put in eval mode and restored)."""
+    was_training = model.training
+    model.eval()
+    correct = 0
+    for i in range(0, len(data), batch_size):
+        a, al, b, bl, y = collate(data[i: i + batch_size])
+        correct += int((model(a, al, b, bl).argmax(-1) == y).sum())
+    model.train(was_training)
+    return correct / len(data)
+
+
+# --------------------------------------------------------------------------- training
+
+
+def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, out: str | Path,
+          log: Callable[[str], None] | None = print) -> TrainResult:
+    """Train a classifier on ``data`` (a directory of ``train{k}`` files, or one file) into run dir ``out``.
+
+    Returns a :class:`TrainResult`; on Ctrl-C returns with ``stopped_by == 'interrupted'`` after
+    saving the last weights (the best checkpoint is kept).
+    """
+    log = log or (lambda _msg: None)
+    out = Path(out)
+    examples = load_training_examples(data, cfg)
+    train_ex, valid_ex = split_train_valid(examples, cfg)
+    train_data, valid_data = encode_examples(train_ex), encode_examples(valid_ex)
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(cfg.seed)
+    model = LogicClassifier(model_cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    data_summary = {"path": str(data), "n_train": len(train_data), "n_valid": len(valid_data),
+                    "max_ops": max(ex.max_ops for ex in examples)}
+    header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
+    write_json(out / "vocab.json", list(TOKENS))
+
+    def write_status(status: str, result: dict | None = None) -> None:
+        write_json(out / "config.json", {**header, "status": status, "result": result})
+
+    write_status("running")
+    steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
+    valid_every = cfg.valid_every or steps_per_epoch
+    log(f"{model_cfg.cell}: {num_parameters(model):,} parameters; {len(train_data)} training pairs, "
+        f"{len(valid_data)} validation pairs (<= {cfg.max_train_ops} operators); {steps_per_epoch} steps/epoch, "
+        f"validation every {valid_every} steps; run dir {out}")
+
+    history: list[dict] = []
+    best_acc, best_step, bad_checks = -1.0, 0, 0
+    step, stopped_by = 0, "epochs"
+    loss_sum, correct_sum, seen = 0.0, 0, 0
+    start = time.perf_counter()
+    order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
+    bar = None
+
+    def check() -> bool:
+        """Validate, checkpoint, adapt the learning rate; True when patience is exhausted."""
+        nonlocal best_acc, best_step, bad_checks, loss_sum, correct_sum, seen
+        acc = accuracy(model, valid_data, cfg.eval_batch_size)
+        rec = {"step": step, "epoch": round(step / steps_per_epoch, 3), "seconds": round(time.perf_counter() - start, 1),
+               "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct_sum / max(seen, 1),
+               "valid_accuracy": acc, "lr": opt.param_groups[0]["lr"]}
+        loss_sum, correct_sum, seen = 0.0, 0, 0
+        improved = acc > best_acc
+        if improved:
+            best_acc, best_step, bad_checks = acc, step, 0
+            save_weights(out / "model.best.safetensors", model)
+        else:
+            bad_checks += 1
+            for g in opt.param_groups:
+                g["lr"] *= cfg.lr_decay
+        save_weights(out / "model.last.safetensors", model)
+        rec["best"] = improved
+        history.append(rec)
+        write_json(out / "history.json", history)
+        msg = (f"step {step} (epoch {rec['epoch']:.2f}, {rec['seconds']:.0f} s): train loss {rec['train_loss']:.4f} "
+               f"acc {100 * rec['train_accuracy']:.1f}%, valid acc {100 * acc:.2f}%"
+               f"{' (best)' if improved else f' (best {100 * best_acc:.2f}% at step {best_step})'}")
+        (tqdm.write if log is print else log)(msg)  # tqdm.write keeps a progress bar intact
+        return bad_checks >= cfg.patience
+
+    model.train()
+    try:
+        for epoch in range(cfg.epochs):
+            order = list(range(len(train_data)))
+            order_rng.shuffle(order)
+            bar = tqdm(total=steps_per_epoch, desc=f"{model_cfg.cell} epoch {epoch + 1}/{cfg.epochs}",
+                       leave=False, disable=None if cfg.progress else True, dynamic_ncols=True)
+            for i in range(0, len(order), cfg.batch_size):
+                a, al, b, bl, y = collate([train_data[j] for j in order[i: i + cfg.batch_size]])
+                logits = model(a, al, b, bl)                                    # (B, 7)
+                loss = F.cross_entropy(logits, y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.clip:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+                opt.step()
+                step += 1
+                loss_sum += float(loss.detach()) * len(y)
+                correct_sum += int((logits.argmax(-1) == y).sum())
+                seen += len(y)
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{100 * correct_sum / seen:.1f}%",
+                                best=f"{100 * max(best_acc, 0):.1f}%")
+                if step % valid_every == 0 and check():
+                    stopped_by = "patience"
+                elif cfg.time_limit is not None and time.perf_counter() - start > 60 * cfg.time_limit:
+                    stopped_by = "time_limit"
+                    if step % valid_every:
+                        check()
+                if stopped_by != "epochs":
+                    break
+            bar.close()
+            bar = None
+            if stopped_by != "epochs":
+                break
+        else:
+            if step % valid_every:  # the steps after the last check count too
+                check()
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        stopped_by = "interrupted"
+        save_weights(out / "model.last.safetensors", model)
+        log(f"interrupted at step {step}: last weights saved; best checkpoint "
+            + (f"kept (valid acc {100 * best_acc:.2f}% at step {best_step})" if best_acc >= 0
+               else "not written yet (no validation check done)"))
+    seconds = time.perf_counter() - start
+    result = TrainResult(out, max(best_acc, 0.0), best_step, step, round(step / steps_per_epoch, 3), seconds,
+                         stopped_by, len(train_data), len(valid_data), history)
+    write_status("interrupted" if stopped_by == "interrupted" else "finished", {
+        "best_valid_accuracy": result.best_valid_accuracy, "best_step": best_step, "steps": step,
+        "epochs": result.epochs, "seconds": round(seconds, 1), "stopped_by": stopped_by})
+    if stopped_by != "interrupted":
+        log(f"{model_cfg.cell}: stopped by {stopped_by} after {step} steps ({result.epochs:.2f} epochs, "
+            f"{seconds / 60:.1f} min); best valid acc {100 * result.best_valid_accuracy:.2f}% at step {best_step}")
+    return result

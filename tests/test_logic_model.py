@@ -1,0 +1,386 @@
+"""Logic classifier: features, padding invariance, evaluation by length, training/eval/compare smoke
+runs on tiny generated data, checkpoints, interruption and errors."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from onlstm.checkpoint import CheckpointError, load_weights, write_json
+from onlstm.cli import main
+from onlstm.logic import data as D
+from onlstm.logic import evaluate as E
+from onlstm.logic import train as T
+from onlstm.logic.cli import SettingsError, parse_buckets
+from onlstm.logic.formulas import parse
+from onlstm.logic.generate import GenerateConfig, generate_dataset
+from onlstm.logic.model import (
+    KIND, TOKENS, LogicClassifier, LogicModelConfig, pad_batch, pair_features, token_ids,
+)
+from onlstm.logic.relations import RELATIONS
+
+REPO = Path(__file__).parents[1]
+TINY = dict(emb_size=8, hidden_size=16, chunk_size=4, mlp_hidden=16)
+TINY_FLAGS = ["--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "16"]
+CELLS = ("onlstm", "lstm", "gru")
+
+FORMULAS = [
+    "a",
+    "( not b )",
+    "( a ( and b ) )",
+    "( ( not f ) ( and ( ( not c ) ( and b ) ) ) )",
+    "( ( a ( or ( not ( c ( and d ) ) ) ) ) ( and ( not e ) ) )",
+]
+
+
+def tiny_model(cell: str, seed: int = 0) -> LogicClassifier:
+    torch.manual_seed(seed)
+    return LogicClassifier(LogicModelConfig(cell=cell, **TINY)).eval()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run far faster on one thread, above all on a CPU shared with other jobs."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory) -> Path:
+    """Generated files train0..train9 / test0..test9, 24 pairs per length (6 of them in test)."""
+    out = tmp_path_factory.mktemp("logic-data")
+    generate_dataset(out, GenerateConfig(per_length=24, seed=3, max_ops=9, test_count=6))
+    return out
+
+
+# --------------------------------------------------------------------------- tokens and features
+
+
+def test_vocabulary_has_brackets_and_padding_first():
+    assert TOKENS[0] == "<pad>"
+    assert set(TOKENS[1:]) == set("abcdef") | {"not", "and", "or", "(", ")"}
+    assert token_ids("( not a )") == [TOKENS.index(t) for t in ("(", "not", "a", ")")]
+    assert token_ids(parse("( a ( and b ) )")) == token_ids("( a ( and b ) )")
+    with pytest.raises(ValueError, match="unknown token 'x'"):
+        token_ids("( not x )")
+
+
+def test_pad_batch_shapes_and_lengths():
+    tokens, lengths = pad_batch([[1, 2, 3], [4], [5, 6]])
+    assert tokens.shape == (3, 3) and lengths.tolist() == [3, 1, 2]
+    assert tokens[:, 1].tolist() == [4, 0, 0] and tokens[:, 2].tolist() == [5, 6, 0]
+
+
+def test_pair_features_are_exactly_h1_h2_product_absdiff():
+    h1, h2 = torch.randn(3, 5), torch.randn(3, 5)
+    f = pair_features(h1, h2)
+    assert f.shape == (3, 20)
+    assert torch.equal(f[:, 0:5], h1)
+    assert torch.equal(f[:, 5:10], h2)
+    assert torch.equal(f[:, 10:15], h1 * h2)
+    assert torch.equal(f[:, 15:20], (h1 - h2).abs())
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_model_features_use_each_formulas_own_encoding(cell):
+    model = tiny_model(cell)
+    a, al = pad_batch([token_ids(f) for f in FORMULAS[:3]])
+    b, bl = pad_batch([token_ids(f) for f in FORMULAS[2:]])
+    with torch.no_grad():
+        feats = model.features(a, al, b, bl)
+        expected = pair_features(model.encode(a, al), model.encode(b, bl))
+        logits = model(a, al, b, bl)
+    torch.testing.assert_close(feats, expected)
+    assert feats.shape == (3, 4 * 16) and logits.shape == (3, len(RELATIONS))
+    torch.testing.assert_close(logits, model.mlp(feats))
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_padding_does_not_change_a_formulas_encoding(cell):
+    """Each formula's encoding in a padded batch equals the encoder's last output on it alone."""
+    model = tiny_model(cell)
+    tokens, lengths = pad_batch([token_ids(f) for f in FORMULAS])
+    with torch.no_grad():
+        batch = model.encode(tokens, lengths)
+        for j, f in enumerate(FORMULAS):
+            ids = torch.tensor(token_ids(f)).unsqueeze(1)                     # (T, 1)
+            alone = model.encode(ids, torch.tensor([ids.shape[0]]))
+            # independent route: run the encoder on the unpadded sequence, take its last output
+            out, _, _ = model.encoder(model.embedding(ids))
+            torch.testing.assert_close(batch[j], alone[0], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(batch[j], out[-1, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_pair_prediction_does_not_depend_on_the_batch():
+    model = tiny_model("onlstm")
+    pairs = [(FORMULAS[i], FORMULAS[-1 - i]) for i in range(len(FORMULAS))]
+    a, al = pad_batch([token_ids(p[0]) for p in pairs])
+    b, bl = pad_batch([token_ids(p[1]) for p in pairs])
+    with torch.no_grad():
+        together = model(a, al, b, bl)
+        for j, (x, y) in enumerate(pairs):
+            xa, xl = pad_batch([token_ids(x)])
+            ya, yl = pad_batch([token_ids(y)])
+            torch.testing.assert_close(together[j], model(xa, xl, ya, yl)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_config_validation_messages():
+    with pytest.raises(ValueError, match="cell must be one of"):
+        LogicModelConfig(cell="transformer-xl")
+    with pytest.raises(ValueError, match="not divisible by chunk_size"):
+        LogicModelConfig(hidden_size=30, chunk_size=4)
+    with pytest.raises(ValueError, match="unknown logic model config fields"):
+        LogicModelConfig.from_dict({"hiden_size": 3})
+    with pytest.raises(ValueError, match="valid_fraction"):
+        T.LogicTrainConfig(valid_fraction=1.0)
+    assert LogicModelConfig(cell="lstm", hidden_size=30, chunk_size=4).hidden_size == 30  # chunk ignored
+
+
+# --------------------------------------------------------------------------- evaluation by length
+
+
+def _example(label, a, b, number):
+    fa, fb = parse(a), parse(b)
+    from onlstm.logic.formulas import count_operators
+    return D.Example(label, fa, fb, count_operators(fa), count_operators(fb), "mem", 1, "test", number)
+
+
+def test_count_by_length_agrees_with_a_hand_count():
+    exs = [_example("#", "a", "b", 1), _example("=", "a", "a", 1), _example("<", "a", "b", 1),
+           _example("|", "a", "b", 7), _example("v", "a", "b", 7), _example("^", "a", "b", 12)]
+    preds = ["#", "=", "#", "|", "|", "#"]        # right: 2 of 3 at length 1, 1 of 2 at 7, 0 of 1 at 12
+    r = E.count_by_length(exs, [RELATIONS.index(p) for p in preds])
+    assert r.lengths == [1, 7, 12]
+    assert (r.correct, r.total) == ({1: 2, 7: 1, 12: 0}, {1: 3, 7: 2, 12: 1})
+    assert r.accuracy(1) == pytest.approx(2 / 3) and r.accuracy(12) == 0.0 and math.isnan(r.accuracy(5))
+    s = r.summary()
+    assert s["<=6"] == pytest.approx(2 / 3) and s["7-12"] == pytest.approx(1 / 3) and s["all"] == pytest.approx(3 / 6)
+    assert E.count_by_length(exs, preds).correct == r.correct  # labels work as well as indices
+    base = E.majority_baseline(exs)
+    assert base.correct == {1: 1, 7: 1, 12: 1}
+    table = E.format_table([("m", [r]), ("m2", [r, E.count_by_length(exs, ["#"] * 6)])], [1, 7, 12], counts=r)
+    lines = table.splitlines()
+    assert lines[0].split("|")[1].strip() == "model" and "<=6" in lines[0] and "7-12" in lines[0]
+    assert lines[2].split("|")[2].strip() == "66.7"
+    assert "±" in lines[3] and lines[4].split("|")[2].strip() == "3"
+
+
+def test_evaluate_on_files_matches_predictions_one_by_one(tiny_data):
+    model = tiny_model("onlstm", seed=1)
+    exs = E.read_test_examples(tiny_data, "test", range(1, 10))
+    result = E.evaluate_examples(model, exs, batch_size=7)  # batches cut across lengths
+    correct: dict[int, int] = {}
+    total: dict[int, int] = {}
+    with torch.no_grad():
+        for ex in exs:
+            a, al = pad_batch([token_ids(ex.a)])
+            b, bl = pad_batch([token_ids(ex.b)])
+            hit = RELATIONS[int(model(a, al, b, bl).argmax())] == ex.label
+            k = ex.file_number
+            total[k] = total.get(k, 0) + 1
+            correct[k] = correct.get(k, 0) + int(hit)
+    assert result.total == total and result.correct == correct
+    assert sum(total.values()) == sum(1 for k in range(1, 10) for _ in open(tiny_data / f"test{k}"))
+
+
+# --------------------------------------------------------------------------- train / eval / compare
+
+
+def _train_args(data, out, *extra):
+    return ["logic", "train", "--data", str(data), "--out", str(out), *TINY_FLAGS, "--epochs", "2",
+            "--batch-size", "16", "--valid-every", "3", "--patience", "50", "--no-progress", *extra]
+
+
+def test_train_then_eval_smoke(tiny_data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(_train_args(tiny_data, run, "--cell", "lstm", "--seed", "5")) == 0
+    assert {p.name for p in run.iterdir()} == {"config.json", "vocab.json", "history.json",
+                                               "model.best.safetensors", "model.last.safetensors"}
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["kind"] == KIND and cfg["status"] == "finished" and cfg["model"]["cell"] == "lstm"
+    assert cfg["train"]["seed"] == 5 and cfg["train"]["max_train_ops"] == 6
+    n_pool = sum(1 for k in range(7) for _ in open(tiny_data / f"train{k}"))
+    assert cfg["data"]["n_train"] + cfg["data"]["n_valid"] == n_pool
+    assert cfg["data"]["n_valid"] == round(0.1 * n_pool) and cfg["data"]["max_ops"] == 6
+    hist = json.loads((run / "history.json").read_text())
+    steps_per_epoch = math.ceil(cfg["data"]["n_train"] / 16)
+    assert cfg["result"]["steps"] == 2 * steps_per_epoch and cfg["result"]["stopped_by"] == "epochs"
+    assert [h["step"] for h in hist][-1] == 2 * steps_per_epoch      # a check after the last step
+    best = max(hist, key=lambda h: (h["valid_accuracy"], -h["step"]))
+    assert cfg["result"]["best_valid_accuracy"] == best["valid_accuracy"]
+    assert cfg["result"]["best_step"] == best["step"]
+    assert json.loads((run / "vocab.json").read_text()) == list(TOKENS)
+
+    # the best checkpoint reproduces the recorded validation accuracy
+    model, _ = E.load_classifier(run)
+    tcfg = T.LogicTrainConfig.from_dict(cfg["train"])
+    _, valid = T.split_train_valid(T.load_training_examples(tiny_data, tcfg), tcfg)
+    assert T.accuracy(model, T.encode_examples(valid)) == pytest.approx(best["valid_accuracy"])
+
+    capsys.readouterr()
+    assert main(["logic", "eval", "--checkpoint", str(run), "--data", str(tiny_data), "--lengths", "1-9",
+                 "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["cell"] == "lstm" and sorted(rep["by_length"], key=int) == [str(k) for k in range(1, 10)]
+    for k, v in rep["by_length"].items():
+        assert v["total"] == 6 and v["accuracy"] == pytest.approx(v["correct"] / v["total"])
+    seen = [rep["by_length"][str(k)] for k in range(1, 7)]
+    assert rep["<=6"] == pytest.approx(sum(v["correct"] for v in seen) / 36)
+    assert rep["all"] == pytest.approx(sum(v["correct"] for v in rep["by_length"].values()) / 54)
+    direct = E.evaluate_examples(model, E.read_test_examples(tiny_data, "test", range(1, 10)))
+    assert {int(k): v["correct"] for k, v in rep["by_length"].items()} == direct.correct
+
+    assert main(["logic", "eval", "--checkpoint", str(run), "--data", str(tiny_data)]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[2].startswith("| lstm") and "majority label" in table and "pairs" in table
+
+
+def test_same_seed_same_training(tiny_data, tmp_path):
+    cfg = T.LogicTrainConfig(epochs=1, batch_size=32, valid_every=2, progress=False, seed=2)
+    r1 = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "a", log=None)
+    r2 = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "b", log=None)
+    strip = lambda h: [{k: v for k, v in x.items() if k != "seconds"} for x in h]
+    assert strip(r1.history) == strip(r2.history)
+
+
+def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
+    real_collate, calls = T.collate, {"n": 0}
+
+    def interrupting_collate(batch):
+        calls["n"] += 1
+        if calls["n"] == 6:    # steps 1-3, one validation batch, step 4, then Ctrl-C in step 5
+            raise KeyboardInterrupt
+        return real_collate(batch)
+
+    monkeypatch.setattr(T, "collate", interrupting_collate)
+    run = tmp_path / "run"
+    logs = []
+    cfg = T.LogicTrainConfig(epochs=5, batch_size=16, valid_every=3, eval_batch_size=1000, progress=False)
+    res = T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=logs.append)
+    assert res.interrupted and res.steps == 4 and res.best_step == 3
+    header = json.loads((run / "config.json").read_text())
+    assert header["status"] == "interrupted" and header["result"]["stopped_by"] == "interrupted"
+    assert "interrupted at step 4" in logs[-1] and "best checkpoint kept" in logs[-1]
+    best, last = LogicClassifier(LogicModelConfig(**TINY)), LogicClassifier(LogicModelConfig(**TINY))
+    load_weights(run / "model.best.safetensors", best)
+    load_weights(run / "model.last.safetensors", last)
+    assert not torch.equal(best.mlp[-1].weight, last.mlp[-1].weight)   # last = after step 4, best = step 3
+    monkeypatch.setattr(T, "collate", real_collate)
+    model, _ = E.load_classifier(run)
+    assert torch.equal(model.mlp[-1].weight, best.mlp[-1].weight)
+
+
+def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    args = ["logic", "compare", "--data", str(tiny_data), "--out", str(out), *TINY_FLAGS, "--epochs", "1",
+            "--batch-size", "32", "--no-progress", "--seeds", "0", "1", "--lengths", "1-9"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    rep = json.loads((out / "compare.json").read_text())
+    assert [(r["cell"], r["seed"]) for r in rep["runs"]] == [("onlstm", 0), ("lstm", 0), ("onlstm", 1), ("lstm", 1)]
+    for r in rep["runs"]:
+        run_cfg = json.loads((Path(r["run_dir"]) / "config.json").read_text())
+        assert run_cfg["model"]["cell"] == r["cell"] and run_cfg["train"]["seed"] == r["seed"]
+        assert {k: v for k, v in run_cfg["train"].items() if k != "seed"} == \
+               {k: v for k, v in rep["train"].items() if k != "seed"}            # same budget
+        assert sum(v["total"] for v in r["test"]["by_length"].values()) == 54
+    assert (out / "accuracy_by_length.png").stat().st_size > 1000
+    table = (out / "table.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
+    assert set(rows) == {"onlstm", "lstm", "majority label", "pairs"}
+    assert "±" in rows["onlstm"] and table.strip() in text
+    # second call: the finished runs are reused, not retrained
+    assert main(args) == 0
+    assert capsys.readouterr().out.count("reusing the finished run") == 4
+
+
+# --------------------------------------------------------------------------- settings and errors
+
+
+def test_yaml_config_and_flag_priority(tiny_data, tmp_path, capsys):
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"data: {tiny_data}\nout: {tmp_path / 'y'}\nmodel: {{hidden_size: 16, chunk_size: 4, "
+                    f"emb_size: 8, mlp_hidden: 8}}\ntrain: {{epochs: 1, batch_size: 64, lr: 0.01}}\n")
+    assert main(["logic", "train", "--config", str(conf), "--lr", "0.002", "--no-progress"]) == 0
+    cfg = json.loads((tmp_path / "y" / "config.json").read_text())
+    assert cfg["model"]["mlp_hidden"] == 8 and cfg["train"]["batch_size"] == 64 and cfg["train"]["lr"] == 0.002
+    conf.write_text("modle: {}\n")
+    assert main(["logic", "train", "--config", str(conf)]) == 2
+    assert "unknown keys ['modle']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs" / "logic").glob("*.yaml")))
+def test_shipped_configs_are_valid(name, tmp_path):
+    from onlstm.logic.cli import load_yaml
+    doc = load_yaml(REPO / "configs" / "logic" / name)
+    LogicModelConfig.from_dict(doc.get("model") or {})
+    T.LogicTrainConfig.from_dict(doc.get("train") or {})
+    assert set(doc.get("compare") or {}) <= {"cells", "seeds", "lengths"}
+
+
+def test_shipped_configs_exist():
+    assert (REPO / "configs" / "logic").is_dir() and list((REPO / "configs" / "logic").glob("*.yaml"))
+
+
+def test_parse_buckets():
+    assert parse_buckets("1-12") == list(range(1, 13))
+    assert parse_buckets("0-2,7") == [0, 1, 2, 7]
+    assert parse_buckets([7, 8]) == [7, 8]
+    with pytest.raises(SettingsError):
+        parse_buckets("a-b")
+
+
+def test_clear_errors(tiny_data, tmp_path, capsys):
+    missing = tmp_path / "nope"
+    assert main(_train_args(missing, tmp_path / "r")) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "onlstm logic generate" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(_train_args(empty, tmp_path / "r")) == 2
+    assert "no train{k}/test{k} files" in capsys.readouterr().err
+    assert main(["logic", "train", "--out", str(tmp_path / "r")]) == 2
+    assert "no data directory" in capsys.readouterr().err
+
+    # a run directory of another kind
+    other = tmp_path / "lm"
+    write_json(other / "config.json", {"kind": "language-model", "model": {}})
+    (other / "model.best.safetensors").write_bytes(b"")
+    assert main(["logic", "eval", "--checkpoint", str(other), "--data", str(tiny_data)]) == 2
+    assert "kind 'language-model', not a logic classifier" in capsys.readouterr().err
+    assert main(["logic", "eval", "--checkpoint", str(tmp_path / "none"), "--data", str(tiny_data)]) == 2
+    assert "neither a run directory nor a .safetensors file" in capsys.readouterr().err
+    with pytest.raises(CheckpointError, match="no model.best.safetensors"):
+        E.load_classifier(empty)
+
+    # a checkpoint is fine but the data directory is missing
+    run = tmp_path / "ok"
+    T.train(LogicModelConfig(**TINY), T.LogicTrainConfig(epochs=1, batch_size=64, progress=False), tiny_data, run,
+            log=None)
+    assert main(["logic", "eval", "--checkpoint", str(run), "--data", str(missing)]) == 2
+    assert "data directory" in capsys.readouterr().err
+    assert main(["logic", "eval", "--checkpoint", str(run), "--data", str(tiny_data), "--lengths", "13-14"]) == 2
+    assert "no file matches" in capsys.readouterr().err
+
+
+SAMPLE_DIR = Path(__file__).parents[2] / "shared" / "data" / "logic-sample"
+
+
+@pytest.mark.skipif(not SAMPLE_DIR.is_dir(), reason="shared logic sample not present")
+def test_trains_and_evaluates_on_the_original_layout(tmp_path, capsys):
+    """The 200-line samples of the original train1/train4 files (names with a suffix) are read as they are."""
+    run = tmp_path / "orig"
+    assert main(["logic", "train", "--data", str(SAMPLE_DIR), "--out", str(run), *TINY_FLAGS, "--epochs", "1",
+                 "--batch-size", "64", "--no-progress"]) == 0
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["data"]["n_train"] + cfg["data"]["n_valid"] == 400 and cfg["data"]["max_ops"] == 4
+    capsys.readouterr()
+    assert main(["logic", "eval", "--checkpoint", str(run), "--data", str(SAMPLE_DIR), "--split", "train",
+                 "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert {k: v["total"] for k, v in rep["by_length"].items()} == {"1": 200, "4": 200}
