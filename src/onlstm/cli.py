@@ -9,7 +9,7 @@ import sys
 def _cmd_demo(args) -> int:
     from .demo import DemoConfig, run
     run(DemoConfig(out=args.out, seconds=args.seconds, seed=args.seed, train_sentences=args.train_sentences,
-                   test_sentences=args.test_sentences), as_json=args.json)
+                   test_sentences=args.test_sentences, threads=args.threads), as_json=args.json)
     return 0
 
 
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=150.0, help="training time budget (default 150)")
     p.add_argument("--train-sentences", type=int, default=20000, help="generated training sentences")
     p.add_argument("--test-sentences", type=int, default=500, help="generated held-out test sentences")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the model is small; 0 = torch's default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     p.set_defaults(func=_cmd_demo)

@@ -42,6 +42,9 @@ class DemoConfig:
     batch_size: int = 32
     bptt: int = 35
     lr: float = 3e-3
+    master_input: str = "reverse"   # see README: the demo runs measured with both gates
+    dropout: float = 0.1        # locked dropouts (input, between layers, output) and DropConnect
+    threads: int = 1       # small matrices: one thread is as fast as two and immune to other load
 
 
 def _stream(sentences, vocab: Vocab) -> torch.Tensor:
@@ -54,8 +57,9 @@ def _stream(sentences, vocab: Vocab) -> torch.Tensor:
 def train_lm(cfg: DemoConfig, train_sents, vocab: Vocab, quiet: bool) -> tuple[LanguageModel, dict]:
     torch.manual_seed(cfg.seed)
     model_cfg = LMConfig(vocab_size=len(vocab), emb_size=cfg.emb_size, hidden_sizes=list(cfg.hidden_sizes),
-                         cell="onlstm", chunk_size=cfg.chunk_size, dropout_emb=0.0, dropout_in=0.1,
-                         dropout_hidden=0.1, dropout_out=0.1, dropconnect=0.1)
+                         cell="onlstm", chunk_size=cfg.chunk_size, master_input=cfg.master_input,
+                         dropout_emb=0.0, dropout_in=cfg.dropout, dropout_hidden=cfg.dropout,
+                         dropout_out=cfg.dropout, dropconnect=cfg.dropout)
     model = LanguageModel(model_cfg)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     data = _stream(train_sents, vocab)
@@ -96,6 +100,8 @@ def _pct(x: float) -> str:
 
 def run(cfg: DemoConfig, as_json: bool = False) -> dict:
     torch.set_flush_denormal(True)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     quiet = as_json
     out_dir = Path(cfg.out)
     grammar = Grammar()
