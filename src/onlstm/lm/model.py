@@ -8,18 +8,21 @@ weights the last width must equal the embedding size.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..dataconfig import DictConfig
 from ..encoders import ENCODERS, has_distances, make_encoder
 
 
 @dataclass
-class LMConfig:
+class LMConfig(DictConfig):
     """Architecture of :class:`LanguageModel` (saved as JSON next to every checkpoint)."""
+
+    config_kind = "language-model"
 
     vocab_size: int
     emb_size: int = 400
@@ -48,16 +51,6 @@ class LMConfig:
             if bad:
                 raise ValueError(f"hidden sizes {bad} are not divisible by chunk_size={self.chunk_size}")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "LMConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown language-model config fields {unknown}; known: {sorted(names)}")
-        return cls(**d)
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool,

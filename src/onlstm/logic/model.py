@@ -18,7 +18,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from ..dataconfig import DictConfig
 from ..encoders import ENCODERS, make_encoder
 from ..nn.functional import MASTER_INPUT_MODES
 from .formulas import VOCABULARY, Formula, to_tokens
@@ -40,8 +41,10 @@ TOKEN_IDS: dict[str, int] = {t: i for i, t in enumerate(TOKENS)}
 
 
 @dataclass
-class LogicModelConfig:
+class LogicModelConfig(DictConfig):
     """Architecture of :class:`LogicClassifier` (saved in ``config.json`` next to every checkpoint)."""
+
+    config_kind = "logic model"
 
     cell: str = "onlstm"
     emb_size: int = 128
@@ -73,16 +76,6 @@ class LogicModelConfig:
         if self.master_input not in MASTER_INPUT_MODES:
             raise ValueError(f"master_input must be one of {MASTER_INPUT_MODES}, got {self.master_input!r}")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "LogicModelConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown logic model config fields {unknown}; known: {sorted(names)}")
-        return cls(**d)
 
 
 # --------------------------------------------------------------------------- tokens

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -29,14 +29,17 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..checkpoint import config_header, save_weights, write_json
+from ..dataconfig import DictConfig
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKENS, LogicClassifier, LogicModelConfig, num_parameters, pad_batch, token_ids
 from .relations import RELATIONS
 
 
 @dataclass
-class LogicTrainConfig:
+class LogicTrainConfig(DictConfig):
     """Options of :func:`train` (saved in ``config.json``)."""
+
+    config_kind = "logic train"
 
     max_train_ops: int = 6
     """train on pairs whose larger operator count is at most this (files train0 … train{max_train_ops})"""
@@ -85,16 +88,6 @@ class LogicTrainConfig:
         if self.time_limit is not None and self.time_limit <= 0:
             raise ValueError(f"time_limit must be > 0 minutes or None, got {self.time_limit}")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "LogicTrainConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown logic train config fields {unknown}; known: {sorted(names)}")
-        return cls(**d)
 
 
 @dataclass
