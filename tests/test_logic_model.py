@@ -138,7 +138,28 @@ def test_config_validation_messages():
         LogicModelConfig.from_dict({"hiden_size": 3})
     with pytest.raises(ValueError, match="valid_fraction"):
         T.LogicTrainConfig(valid_fraction=1.0)
+    with pytest.raises(ValueError, match="min_lr"):
+        T.LogicTrainConfig(lr=1e-3, min_lr=1e-2)
+    with pytest.raises(ValueError, match="lr_patience must be >= 1"):
+        T.LogicTrainConfig(lr_patience=0)
     assert LogicModelConfig(cell="lstm", hidden_size=30, chunk_size=4).hidden_size == 30  # chunk ignored
+
+
+def test_plateau_schedule_decays_only_after_lr_patience_bad_checks():
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.Adam([p], lr=0.008)
+    sched = T.PlateauSchedule(opt, factor=0.5, patience=3, min_lr=0.0015)
+    lrs = []
+    # bad, bad, better (resets), bad, bad, bad (decay), bad, bad, bad (decay), 3 more bad (decay to the floor),
+    # 3 more bad (already at the floor: no change reported)
+    for improved in [False, False, True, False, False, False, False, False, False, False, False, False,
+                     False, False, False]:
+        decayed = sched.step(improved)
+        lrs.append((opt.param_groups[0]["lr"], decayed))
+    assert [lr for lr, _ in lrs] == [0.008] * 5 + [0.004] * 3 + [0.002] * 3 + [0.0015] * 4
+    assert [i for i, (_, d) in enumerate(lrs) if d] == [5, 8, 11]
+    constant = T.PlateauSchedule(opt, factor=1.0, patience=1)
+    assert not any(constant.step(False) for _ in range(5)) and opt.param_groups[0]["lr"] == 0.0015
 
 
 # --------------------------------------------------------------------------- evaluation by length
@@ -294,9 +315,19 @@ def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
     rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
     assert set(rows) == {"onlstm", "lstm", "majority label", "pairs"}
     assert "±" in rows["onlstm"] and table.strip() in text
-    # second call: the finished runs are reused, not retrained
+    # second call: the finished runs are reused, not retrained -- also when a run was written before a
+    # config field existed (its default applies) and when only display settings differ
+    cfg_path = out / "lstm-seed1" / "config.json"
+    old_cfg = json.loads(cfg_path.read_text())
+    del old_cfg["model"]["mlp_activation"], old_cfg["train"]["adam_eps"]
+    old_cfg["train"]["progress"] = True
+    cfg_path.write_text(json.dumps(old_cfg))
     assert main(args) == 0
     assert capsys.readouterr().out.count("reusing the finished run") == 4
+    # a setting that changes training is not reused
+    assert main([*args[:-4], "1", "--lengths", "1-9", "--lr", "0.0005"]) == 0  # seed 1 only
+    text = capsys.readouterr().out
+    assert "reusing" not in text and text.count("training into") == 2
 
 
 # --------------------------------------------------------------------------- settings and errors
@@ -384,3 +415,30 @@ def test_trains_and_evaluates_on_the_original_layout(tmp_path, capsys):
                  "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert {k: v["total"] for k, v in rep["by_length"].items()} == {"1": 200, "4": 200}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_asked_for_without_cuda_is_a_clear_error(tiny_data, tmp_path, capsys):
+    assert main(_train_args(tiny_data, tmp_path / "r") + ["--device", "cuda"]) == 2
+    assert "CUDA is not available; use --device cpu" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()  # refused before any work
+    with pytest.raises(ValueError, match="device must be auto, cpu, cuda or cuda:N"):
+        T.LogicTrainConfig(device="gpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_train_and_eval_on_cuda_match_cpu(tiny_data, tmp_path):
+    """The same seeded run without dropout (the CPU and CUDA generators differ) on CUDA and on CPU gives the
+    same weights up to rounding, and evaluation on CUDA gives the CPU's predictions."""
+    models = {}
+    for dev in ("cpu", "cuda"):
+        run = tmp_path / dev
+        T.train(LogicModelConfig(**{**TINY, "dropout": 0.0}),
+                T.LogicTrainConfig(epochs=1, batch_size=32, progress=False, device=dev), tiny_data, run, log=None)
+        models[dev], _ = E.load_classifier(run, "last", dev)
+        assert next(models[dev].parameters()).device.type == dev
+    for (name, p_cpu), p_gpu in zip(models["cpu"].named_parameters(), models["cuda"].parameters()):
+        torch.testing.assert_close(p_gpu.cpu(), p_cpu, rtol=1e-3, atol=1e-4, msg=name)
+    test = E.read_test_examples(tiny_data, "test", range(1, 10))
+    cuda_on_cpu, _ = E.load_classifier(tmp_path / "cuda", "last", "cpu")
+    assert E.predict(models["cuda"], test) == E.predict(cuda_on_cpu, test)

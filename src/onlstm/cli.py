@@ -72,6 +72,14 @@ def _subcommand_modules():
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    # Long jobs are often run as `onlstm … > log &`: print each progress line when it happens, not when a
+    # block buffer fills (pytest's capture objects have no reconfigure; leave those alone).
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and not stream.isatty():
+            try:
+                stream.reconfigure(line_buffering=True)
+            except (ValueError, OSError):  # a stream that cannot change its buffering
+                pass
     try:
         return args.func(args)
     except KeyboardInterrupt:

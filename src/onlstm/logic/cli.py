@@ -138,6 +138,7 @@ _MODEL_FLAGS = [
     ("--dropout", "dropout", float, "dropout on embeddings, features and MLP hidden layer (paper: 0.2)"),
     ("--dropconnect", "dropconnect", float, "DropConnect on hidden-to-hidden weights (default 0)"),
     ("--mlp-hidden", "mlp_hidden", int, "MLP hidden width (default 400; 0 = linear)"),
+    ("--mlp-activation", "mlp_activation", str, "MLP hidden activation: relu (default) or elu (the authors')"),
 ]
 _TRAIN_FLAGS = [
     ("--max-train-ops", "max_train_ops", int, "train on pairs with at most this many operators (default 6)"),
@@ -147,13 +148,17 @@ _TRAIN_FLAGS = [
     ("--epochs", "epochs", int, "maximum epochs (default 30)"),
     ("--batch-size", "batch_size", int, "pairs per step (default 128)"),
     ("--lr", "lr", float, "Adam learning rate (default 1e-3)"),
-    ("--lr-decay", "lr_decay", float, "learning-rate factor after a validation check without improvement (default 0.5)"),
+    ("--lr-decay", "lr_decay", float, "learning-rate factor on a validation plateau, 1 = constant (default 0.5)"),
+    ("--lr-patience", "lr_patience", int, "checks in a row without improvement before each decay (default 3)"),
+    ("--min-lr", "min_lr", float, "never decay the learning rate below this (default 1e-5)"),
     ("--weight-decay", "weight_decay", float, "Adam weight decay (default 0)"),
+    ("--adam-eps", "adam_eps", float, "Adam epsilon (default 1e-8)"),
     ("--clip", "clip", float, "gradient norm clipping, 0 = none (default 1)"),
-    ("--patience", "patience", int, "stop after this many validation checks without improvement (default 4)"),
+    ("--patience", "patience", int, "stop after this many validation checks without improvement (default 8)"),
     ("--valid-every", "valid_every", int, "steps between validation checks, 0 = each epoch (default 0)"),
     ("--time-limit", "time_limit", float, "stop training after this many minutes (default none)"),
     ("--eval-batch-size", "eval_batch_size", int, "pairs per evaluation batch (default 512)"),
+    ("--device", "device", str, "auto (default: cuda if available), cpu, cuda or cuda:N"),
     ("--threads", "threads", int, "torch threads (default: torch's choice)"),
 ]
 
@@ -206,6 +211,7 @@ def load_yaml(path: Path) -> dict:
 def resolve_settings(args: argparse.Namespace):
     """``(model config, train config, data, out, compare section)`` from defaults < YAML < flags."""
     from .model import LogicModelConfig
+    from ..lm.distributed import resolve_device
     from .train import LogicTrainConfig
 
     doc = load_yaml(args.config) if args.config else {}
@@ -222,6 +228,7 @@ def resolve_settings(args: argparse.Namespace):
         model["cell"] = args.cell
     try:
         model_cfg, train_cfg = LogicModelConfig.from_dict(model), LogicTrainConfig.from_dict(train)
+        resolve_device(train_cfg.device)  # cuda asked for on a machine without it: say so before any work
     except (TypeError, ValueError) as exc:
         raise SettingsError(str(exc)) from None
     data = args.data or doc.get("data")
@@ -307,6 +314,7 @@ def _register_eval(sub) -> None:
     p.add_argument("--lengths", default="1-12", help="file numbers to evaluate, e.g. 1-12 (default) or 0-12")
     p.add_argument("--tag", default="best", help="weights file model.<tag>.safetensors (default best)")
     p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--device", default="auto", help="auto (default: cuda if available), cpu, cuda or cuda:N")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=_cmd_eval)
 
@@ -316,13 +324,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     from ..checkpoint import CheckpointError
     from .data import LogicDataError
+    from ..lm.distributed import resolve_device
     from .evaluate import evaluate_examples, format_table, load_classifier, majority_baseline, read_test_examples
 
     try:
         lengths = parse_buckets(args.lengths)
-        model, header = load_classifier(args.checkpoint, args.tag)
+        device = resolve_device(args.device)
+        model, header = load_classifier(args.checkpoint, args.tag, device)
         examples = read_test_examples(args.data, args.split, lengths)
-    except (SettingsError, LogicDataError, CheckpointError) as exc:
+    except (SettingsError, LogicDataError, CheckpointError, ValueError) as exc:
         return _fail("eval", exc)
     result = evaluate_examples(model, examples, args.batch_size)
     baseline = majority_baseline(examples)

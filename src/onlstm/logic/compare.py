@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..checkpoint import CheckpointError, read_json, write_json
+from ..lm.distributed import resolve_device
 from .evaluate import (
     DEFAULT_BUCKETS, LengthAccuracy, evaluate_examples, format_table, load_classifier, majority_baseline,
     read_test_examples,
@@ -34,16 +35,28 @@ class CompareResult:
     plot: Path | None = None
 
 
+#: Training settings that do not change what is learned (display, evaluation batching, thread count).
+_NOT_RESULT_FIELDS = ("progress", "eval_batch_size", "threads", "device")
+
+
+def _same_training(a: LogicTrainConfig, b: LogicTrainConfig) -> bool:
+    return replace(a, **{f: getattr(b, f) for f in _NOT_RESULT_FIELDS}) == b
+
+
 def _finished_run(run_dir: Path, model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data: str) -> dict | None:
     """The ``result`` of a finished run in ``run_dir`` trained with exactly these settings, else None."""
     try:
         header = read_json(run_dir / "config.json")
     except CheckpointError:
         return None
-    same = (header.get("kind") == KIND and header.get("status") == "finished"
-            and header.get("model") == model_cfg.to_dict() and header.get("train") == train_cfg.to_dict()
-            and (header.get("data") or {}).get("path") == str(data)
-            and (run_dir / "model.best.safetensors").exists())
+    if header.get("kind") != KIND or header.get("status") != "finished":
+        return None
+    try:  # read back through the dataclasses, so a field added later (with its default) still matches
+        same = (LogicModelConfig.from_dict(header.get("model") or {}) == model_cfg
+                and _same_training(LogicTrainConfig.from_dict(header.get("train") or {}), train_cfg))
+    except (TypeError, ValueError):
+        return None
+    same = same and (header.get("data") or {}).get("path") == str(data) and (run_dir / "model.best.safetensors").exists()
     return header.get("result") if same else None
 
 
@@ -79,7 +92,7 @@ def compare(model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data: str 
                     save()
                     return _finish(res, buckets, log)
                 summary = read_json(run_dir / "config.json")["result"]
-            model, _ = load_classifier(run_dir, "best")
+            model, _ = load_classifier(run_dir, "best", resolve_device(train_cfg.device))
             t0 = time.perf_counter()
             acc = evaluate_examples(model, test, train_cfg.eval_batch_size)
             log(f"{cell}, seed {seed}: test accuracy <=6 {100 * acc.pooled(range(7)):.1f}%, "

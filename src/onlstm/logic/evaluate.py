@@ -104,9 +104,10 @@ def predict(model: LogicClassifier, examples: list[Example], batch_size: int = 5
     # Sort by length so that a batch's formulas are similar in length (faster; results do not change).
     order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
     out = [0] * len(data)
+    device = next(model.parameters()).device
     for i in range(0, len(order), batch_size):
         idx = order[i: i + batch_size]
-        a, al, b, bl, _ = collate([data[j] for j in idx])
+        a, al, b, bl, _ = (t.to(device) for t in collate([data[j] for j in idx]))
         for j, p in zip(idx, model(a, al, b, bl).argmax(-1).tolist()):
             out[j] = p
     model.train(was_training)
@@ -117,8 +118,10 @@ def evaluate_examples(model: LogicClassifier, examples: list[Example], batch_siz
     return count_by_length(examples, predict(model, examples, batch_size))
 
 
-def load_classifier(checkpoint: str | Path, tag: str = "best") -> tuple[LogicClassifier, dict]:
-    """Model and ``config.json`` contents from a run directory or a ``.safetensors`` file inside one.
+def load_classifier(checkpoint: str | Path, tag: str = "best",
+                    device: str | torch.device = "cpu") -> tuple[LogicClassifier, dict]:
+    """Model (on ``device``, eval mode) and ``config.json`` contents from a run directory or a
+    ``.safetensors`` file inside one.
 
     Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when
     the checkpoint is of another kind (e.g. a language model).
@@ -138,7 +141,7 @@ def load_classifier(checkpoint: str | Path, tag: str = "best") -> tuple[LogicCla
         raise CheckpointError(f"{vocab_path} differs from this version's token list {list(TOKENS)}")
     model = LogicClassifier(cfg)
     load_weights(weights, model)
-    model.eval()
+    model.to(device).eval()
     return model, header
 
 

@@ -40,6 +40,9 @@ TOKENS: tuple[str, ...] = (PAD,) + VOCABULARY
 TOKEN_IDS: dict[str, int] = {t: i for i, t in enumerate(TOKENS)}
 
 
+_ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU}
+
+
 @dataclass
 class LogicModelConfig(DictConfig):
     """Architecture of :class:`LogicClassifier` (saved in ``config.json`` next to every checkpoint)."""
@@ -56,7 +59,9 @@ class LogicModelConfig(DictConfig):
     dropout: float = 0.2
     dropconnect: float = 0.0
     mlp_hidden: int = 400
-    """width of the MLP's hidden layer (ReLU); 0 = a single linear layer over the features"""
+    """width of the MLP's hidden layer; 0 = a single linear layer over the features"""
+    mlp_activation: str = "relu"
+    """activation of the MLP's hidden layer: ``relu`` or ``elu`` (the authors' script uses ELU)"""
     n_classes: int = len(RELATIONS)
     vocab_size: int = len(TOKENS)
 
@@ -66,6 +71,8 @@ class LogicModelConfig(DictConfig):
         for name in ("emb_size", "hidden_size", "chunk_size", "n_classes", "vocab_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.mlp_activation not in _ACTIVATIONS:
+            raise ValueError(f"mlp_activation must be one of {sorted(_ACTIVATIONS)}, got {self.mlp_activation!r}")
         if self.mlp_hidden < 0:
             raise ValueError(f"mlp_hidden must be >= 0 (0 = linear classifier), got {self.mlp_hidden}")
         for name in ("dropout", "dropconnect"):
@@ -132,7 +139,7 @@ class LogicClassifier(nn.Module):
                                     master_input=c.master_input, dropconnect=c.dropconnect)
         n_feat = 4 * c.hidden_size
         if c.mlp_hidden:
-            self.mlp = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(n_feat, c.mlp_hidden), nn.ReLU(),
+            self.mlp = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(n_feat, c.mlp_hidden), _ACTIVATIONS[c.mlp_activation](),
                                      nn.Dropout(c.dropout), nn.Linear(c.mlp_hidden, c.n_classes))
         else:
             self.mlp = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(n_feat, c.n_classes))

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from ..checkpoint import config_header, save_weights, write_json
 from ..dataconfig import DictConfig
+from ..lm.distributed import resolve_device
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKENS, LogicClassifier, LogicModelConfig, num_parameters, pad_batch, token_ids
 from .relations import RELATIONS
@@ -54,17 +55,29 @@ class LogicTrainConfig(DictConfig):
     lr: float = 1e-3
     """Adam learning rate"""
     lr_decay: float = 0.5
-    """multiply the learning rate by this after a validation check without improvement"""
+    """multiply the learning rate by this after ``lr_patience`` validation checks in a row without improvement;
+    1 = constant learning rate"""
+    lr_patience: int = 3
+    """validation checks in a row without improvement before the learning rate is decayed (the count then
+    starts again). Both models sit on a ~65% plateau for thousands of steps before they learn the
+    operators; decaying after every such check (lr_patience 1) kept the LSTM there for good"""
+    min_lr: float = 1e-5
+    """the learning rate is never decayed below this"""
     weight_decay: float = 0.0
+    """Adam's (L2) weight decay; the authors' script: 1.2e-6"""
+    adam_eps: float = 1e-8
+    """Adam's epsilon (torch's default; the authors' script: 1e-9)"""
     clip: float = 1.0
     """gradient norm clipping; 0 = none"""
-    patience: int = 4
+    patience: int = 8
     """stop after this many validation checks in a row without improvement"""
     valid_every: int = 0
     """steps between validation checks; 0 = once per epoch"""
     time_limit: float | None = None
     """stop after this many minutes of training (checked after every step); None = no limit"""
     eval_batch_size: int = 512
+    device: str = "auto"
+    """``auto`` (cuda if available), ``cpu``, ``cuda`` or ``cuda:N``"""
     threads: int | None = None
     """torch.set_num_threads (for the whole process); None = leave as is. On a CPU shared with other jobs one
     thread was 3-10x faster than two here"""
@@ -76,13 +89,19 @@ class LogicTrainConfig(DictConfig):
             raise ValueError(f"max_train_ops must be >= 0, got {self.max_train_ops}")
         if not 0.0 < self.valid_fraction < 1.0:
             raise ValueError(f"valid_fraction must be in (0, 1), got {self.valid_fraction}")
-        for name in ("epochs", "batch_size", "patience", "eval_batch_size"):
+        for name in ("epochs", "batch_size", "patience", "lr_patience", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_train_examples is not None and self.max_train_examples < 2:
             raise ValueError(f"max_train_examples must be >= 2 or None, got {self.max_train_examples}")
         if self.lr <= 0 or not 0.0 < self.lr_decay <= 1.0:
             raise ValueError(f"lr must be > 0 and lr_decay in (0, 1], got {self.lr}, {self.lr_decay}")
+        if not 0.0 <= self.min_lr <= self.lr:
+            raise ValueError(f"min_lr must be in [0, lr={self.lr}], got {self.min_lr}")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if self.adam_eps <= 0:
+            raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         if self.valid_every < 0 or self.clip < 0 or self.weight_decay < 0:
             raise ValueError("valid_every, clip and weight_decay must be >= 0")
         if self.time_limit is not None and self.time_limit <= 0:
@@ -107,6 +126,28 @@ class TrainResult:
     @property
     def interrupted(self) -> bool:
         return self.stopped_by == "interrupted"
+
+
+class PlateauSchedule:
+    """Learning-rate decay on a validation plateau: after ``patience`` checks in a row without a new best,
+    multiply every group's learning rate by ``factor`` (never below ``min_lr``) and count again."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, factor: float, patience: int, min_lr: float = 0.0):
+        self.optimizer, self.factor, self.patience, self.min_lr = optimizer, factor, patience, min_lr
+        self.bad = 0
+
+    def step(self, improved: bool) -> bool:
+        """Record one validation check; returns True when the learning rate was decayed."""
+        self.bad = 0 if improved else self.bad + 1
+        if self.bad < self.patience or self.factor == 1.0:
+            return False
+        self.bad = 0
+        changed = False
+        for g in self.optimizer.param_groups:
+            new = max(g["lr"] * self.factor, self.min_lr)
+            changed |= new < g["lr"]
+            g["lr"] = new
+        return changed
 
 
 # --------------------------------------------------------------------------- data
@@ -157,8 +198,9 @@ def accuracy(model: LogicClassifier, data: list[Encoded], batch_size: int = 512)
     was_training = model.training
     model.eval()
     correct = 0
+    device = next(model.parameters()).device
     for i in range(0, len(data), batch_size):
-        a, al, b, bl, y = collate(data[i: i + batch_size])
+        a, al, b, bl, y = (t.to(device) for t in collate(data[i: i + batch_size]))
         correct += int((model(a, al, b, bl).argmax(-1) == y).sum())
     model.train(was_training)
     return correct / len(data)
@@ -183,9 +225,11 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.set_flush_denormal(True)
+    device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
-    model = LogicClassifier(model_cfg)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    model = LogicClassifier(model_cfg).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    schedule = PlateauSchedule(opt, cfg.lr_decay, cfg.lr_patience, cfg.min_lr)
 
     data_summary = {"path": str(data), "n_train": len(train_data), "n_valid": len(valid_data),
                     "max_ops": max(ex.max_ops for ex in examples)}
@@ -198,7 +242,7 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
     write_status("running")
     steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
     valid_every = cfg.valid_every or steps_per_epoch
-    log(f"{model_cfg.cell}: {num_parameters(model):,} parameters; {len(train_data)} training pairs, "
+    log(f"{model_cfg.cell} on {device}: {num_parameters(model):,} parameters; {len(train_data)} training pairs, "
         f"{len(valid_data)} validation pairs (<= {cfg.max_train_ops} operators); {steps_per_epoch} steps/epoch, "
         f"validation every {valid_every} steps; run dir {out}")
 
@@ -224,15 +268,15 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
             save_weights(out / "model.best.safetensors", model)
         else:
             bad_checks += 1
-            for g in opt.param_groups:
-                g["lr"] *= cfg.lr_decay
+        decayed = schedule.step(improved)
         save_weights(out / "model.last.safetensors", model)
         rec["best"] = improved
         history.append(rec)
         write_json(out / "history.json", history)
         msg = (f"step {step} (epoch {rec['epoch']:.2f}, {rec['seconds']:.0f} s): train loss {rec['train_loss']:.4f} "
                f"acc {100 * rec['train_accuracy']:.1f}%, valid acc {100 * acc:.2f}%"
-               f"{' (best)' if improved else f' (best {100 * best_acc:.2f}% at step {best_step})'}")
+               f"{' (best)' if improved else f' (best {100 * best_acc:.2f}% at step {best_step})'}"
+               + (f"; learning rate now {opt.param_groups[0]['lr']:.3g}" if decayed else ""))
         (tqdm.write if log is print else log)(msg)  # tqdm.write keeps a progress bar intact
         return bad_checks >= cfg.patience
 
@@ -244,7 +288,7 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
             bar = tqdm(total=steps_per_epoch, desc=f"{model_cfg.cell} epoch {epoch + 1}/{cfg.epochs}",
                        leave=False, disable=None if cfg.progress else True, dynamic_ncols=True)
             for i in range(0, len(order), cfg.batch_size):
-                a, al, b, bl, y = collate([train_data[j] for j in order[i: i + cfg.batch_size]])
+                a, al, b, bl, y = (t.to(device) for t in collate([train_data[j] for j in order[i: i + cfg.batch_size]]))
                 logits = model(a, al, b, bl)                                    # (B, 7)
                 loss = F.cross_entropy(logits, y)
                 opt.zero_grad(set_to_none=True)
