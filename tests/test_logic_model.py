@@ -311,6 +311,7 @@ def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
                {k: v for k, v in rep["train"].items() if k != "seed"}            # same budget
         assert sum(v["total"] for v in r["test"]["by_length"].values()) == 54
     assert (out / "accuracy_by_length.png").stat().st_size > 1000
+    assert (out / "training_curves.png").stat().st_size > 1000
     table = (out / "table.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
     assert set(rows) == {"onlstm", "lstm", "majority label", "pairs"}

@@ -354,8 +354,8 @@ def _register_compare(sub) -> None:
         "compare", help="train ON-LSTM and LSTM with the same data, budget and seeds; table and plot by length",
         description="For each seed and each cell: train into OUT/<cell>-seed<seed> (a finished run with the same "
                     "settings is reused), evaluate its best checkpoint on the test files, then print one row per "
-                    "cell (mean ± sample std over seeds) and write OUT/compare.json, OUT/table.md and "
-                    "OUT/accuracy_by_length.png.")
+                    "cell (mean ± sample std over seeds) and write OUT/compare.json, OUT/table.md, "
+                    "OUT/accuracy_by_length.png and OUT/training_curves.png.")
     _add_settings(p, cell=False)
     p.add_argument("--cells", nargs="+", help="encoders to compare (default: onlstm lstm)")
     p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: 0)")
@@ -385,5 +385,5 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         return _fail("compare", exc)
     if res.table:
         print(res.table)
-        print(f"wrote {out / 'compare.json'}, {out / 'table.md'} and {res.plot}")
+        print(f"wrote {out / 'compare.json'}, {out / 'table.md'}, {res.plot} and {res.curves}")
     return EXIT_INTERRUPTED if res.interrupted else 0

@@ -33,6 +33,8 @@ class CompareResult:
     interrupted: bool = False
     table: str = ""
     plot: Path | None = None
+    curves: Path | None = None
+    """``OUT/training_curves.png``: validation and training accuracy against step for every run"""
 
 
 #: Training settings that do not change what is learned (display, evaluation batching, thread count).
@@ -107,10 +109,17 @@ def compare(model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data: str 
 def _finish(res: CompareResult, buckets: list[int], log: Callable[[str], None]) -> CompareResult:
     if not res.results:
         return res
-    from .plots import plot_accuracy_by_length
+    from .plots import plot_accuracy_by_length, plot_training_curves
 
     rows = [(cell, rs) for cell, rs in res.results.items()]
     res.table = format_table(rows + [("majority label", [res.baseline])], buckets, counts=res.baseline)
     res.plot = plot_accuracy_by_length(rows, res.out_dir / "accuracy_by_length.png")
+    curves = []
+    for run in res.runs:
+        try:
+            curves.append((run["cell"], read_json(Path(run["run_dir"]) / "history.json")))
+        except CheckpointError:  # a run directory without a history (never validated): nothing to draw
+            pass
+    res.curves = plot_training_curves(curves, res.out_dir / "training_curves.png")
     (res.out_dir / "table.md").write_text(res.table + "\n")
     return res

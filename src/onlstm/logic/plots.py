@@ -1,4 +1,5 @@
-"""Plot of accuracy against number of operators (the paper's logical-inference figure)."""
+"""Plots of the logical-inference experiment: accuracy against number of operators (the paper's figure)
+and validation accuracy against training step (where the plateau shows)."""
 from __future__ import annotations
 
 import math
@@ -14,13 +15,7 @@ def plot_accuracy_by_length(rows: list[tuple[str, list[LengthAccuracy]]], path: 
     Several results per model: the line is the mean, the band ± one sample standard deviation,
     and each run is drawn faintly. A dashed vertical line marks the longest length trained on.
     """
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - matplotlib is a dependency
-        raise RuntimeError(f"plotting needs matplotlib ({exc}); pip install matplotlib") from exc
-
+    plt = _pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -48,6 +43,52 @@ def plot_accuracy_by_length(rows: list[tuple[str, list[LengthAccuracy]]], path: 
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path, title: str | None = None) -> Path:
+    """Validation accuracy (and training accuracy, dotted) against step, one colour per model.
+
+    ``runs``: ``(model name, history)`` per run, ``history`` as in a run's ``history.json``; runs of the same
+    model share a colour.
+    """
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    colours: dict[str, str] = {}
+    for name, history in runs:
+        if not history:
+            continue
+        steps = [r["step"] for r in history]
+        kw = {"color": colours[name]} if name in colours else {"label": f"{name} validation"}
+        (line,) = ax.plot(steps, [100 * r["valid_accuracy"] for r in history], **kw)
+        if name not in colours:
+            colours[name] = line.get_color()
+            kw = {"label": f"{name} training (running, with dropout)"}
+        else:
+            kw = {}
+        ax.plot(steps, [100 * r["train_accuracy"] for r in history], color=colours[name], linestyle=":",
+                linewidth=1, **kw)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _pyplot():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - matplotlib is a dependency
+        raise RuntimeError(f"plotting needs matplotlib ({exc}); pip install matplotlib") from exc
+    return plt
 
 
 def _mean(xs: list[float]) -> float:
