@@ -1,0 +1,104 @@
+"""Training speed of the logical-inference classifier: ON-LSTM vs LSTM (vs GRU) encoders, same run.
+
+    python benchmarks/logic_speed.py [--data runs/logic/data] [--batch-size 64] [--steps 20] [--repeats 5] [--threads 1]
+
+Times the full training step of ``onlstm logic train`` (embedding dropout, both formulas through the
+shared encoder in one packed call, features, MLP, cross-entropy, backward, clipping, Adam) with the
+paper's model (400 units, embedding 128). Batches are real pairs with <= 6 operators: read from
+``--data`` when it has train files (e.g. from ``onlstm logic generate``), otherwise generated in
+memory with a fixed seed. Every model sees the same batches. The models are timed in alternation
+(ON-LSTM, LSTM, ON-LSTM, ...) after warm-up steps, so that load from other processes affects all
+alike; the median over ``repeats`` is printed with the ratio to the LSTM.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from onlstm.logic.generate import GenerateConfig, generate_dataset
+from onlstm.logic.model import LogicClassifier, LogicModelConfig
+from onlstm.logic.train import LogicTrainConfig, collate, encode_examples, load_training_examples
+
+
+def batches(data_dir: Path | None, batch_size: int, n: int, seed: int = 0):
+    cfg = LogicTrainConfig()
+    if data_dir is not None and any(Path(data_dir).glob("train*")):
+        examples = load_training_examples(data_dir, cfg)
+        source = str(data_dir)
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="onlstm-logic-bench-"))
+        generate_dataset(tmp, GenerateConfig(per_length=max(200, batch_size * n // 6), seed=seed, max_ops=6,
+                                             balance_labels=True), log=None)
+        examples = load_training_examples(tmp, cfg)
+        source = f"generated in memory ({tmp})"
+    data = encode_examples(examples)
+    rng = random.Random(seed)
+    rng.shuffle(data)
+    out = [collate(data[(i * batch_size) % len(data):][:batch_size]) for i in range(n)]
+    return out, source
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=Path("runs/logic/data"))
+    ap.add_argument("--cells", nargs="+", default=["onlstm", "lstm"])
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--hidden-size", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=20, help="steps per measurement (default 20)")
+    ap.add_argument("--repeats", type=int, default=5, help="measurements per model (default 5)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the logic presets)")
+    args = ap.parse_args(argv)
+    if "lstm" not in args.cells:
+        ap.error("--cells must include lstm (the reference of the ratio)")
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    data, source = batches(args.data, args.batch_size, args.steps)
+
+    models = {}
+    for cell in args.cells:
+        torch.manual_seed(0)
+        m = LogicClassifier(LogicModelConfig(cell=cell, hidden_size=args.hidden_size))
+        m.train()
+        models[cell] = (m, torch.optim.Adam(m.parameters(), lr=1e-3))
+
+    def run(cell: str, n: int) -> float:
+        m, opt = models[cell]
+        t0 = time.perf_counter()
+        for a, al, b, bl, y in data[:n]:
+            loss = F.cross_entropy(m(a, al, b, bl), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+            opt.step()
+        return time.perf_counter() - t0
+
+    for cell in args.cells:
+        run(cell, args.warmup)
+    times: dict[str, list[float]] = {c: [] for c in args.cells}
+    for _ in range(args.repeats):
+        for cell in args.cells:
+            times[cell].append(run(cell, args.steps))
+
+    print(f"# logic classifier training step: {args.hidden_size} units, embedding 128, batch {args.batch_size} pairs "
+          f"(<= 6 operators) from {source}")
+    print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}; "
+          f"{args.steps} steps x {args.repeats} repeats, alternating; median")
+    ref = args.steps / statistics.median(times["lstm"])
+    print(f"{'encoder':8s} {'steps/s':>9s} {'x lstm':>7s}")
+    for cell in args.cells:
+        sps = args.steps / statistics.median(times[cell])
+        print(f"{cell:8s} {sps:9.2f} {sps / ref:7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
