@@ -2,6 +2,7 @@
 runs on tiny generated data, checkpoints, interruption and errors."""
 from __future__ import annotations
 
+from dataclasses import replace
 import json
 import math
 from pathlib import Path
@@ -443,3 +444,106 @@ def test_train_and_eval_on_cuda_match_cpu(tiny_data, tmp_path):
     test = E.read_test_examples(tiny_data, "test", range(1, 10))
     cuda_on_cpu, _ = E.load_classifier(tmp_path / "cuda", "last", "cpu")
     assert E.predict(models["cuda"], test) == E.predict(cuda_on_cpu, test)
+
+
+# --------------------------------------------------------------------------- resume
+
+
+def _weights(path):
+    from onlstm.checkpoint import read_safetensors
+    return read_safetensors(path)[0]
+
+
+def _interrupt_at(monkeypatch, n_collate_calls, how):
+    """Make the n-th batch collation (training and validation batches count) send a real SIGINT (``signal``:
+    handled, the step completes) or raise KeyboardInterrupt (``abort``: as a second Ctrl-C)."""
+    import signal
+    real, calls = T.collate, {"n": 0}
+
+    def patched(batch):
+        calls["n"] += 1
+        if calls["n"] == n_collate_calls:
+            if how == "signal":
+                signal.raise_signal(signal.SIGINT)
+            else:
+                raise KeyboardInterrupt
+        return real(batch)
+
+    monkeypatch.setattr(T, "collate", patched)
+    return lambda: monkeypatch.setattr(T, "collate", real)
+
+
+# 24 pairs per length x 7 files (0-6), 6 of each in test, fewer for tiny buckets; batch 16, checks every 5 steps.
+RESUME_CFG = dict(epochs=3, batch_size=16, valid_every=5, eval_batch_size=1000, progress=False, seed=4)
+
+
+@pytest.mark.parametrize("how,call", [("signal", 4), ("signal", 9), ("abort", 9)])
+def test_interrupted_then_resumed_equals_uninterrupted(tiny_data, tmp_path, monkeypatch, how, call):
+    """Ctrl-C mid-epoch (or a hard abort, which resumes from the last check) then --resume gives the same
+    weights, bit for bit, and the same validation history as a run that was never interrupted."""
+    cfg = T.LogicTrainConfig(**RESUME_CFG)
+    whole = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "whole", log=None)
+    assert whole.stopped_by == "epochs" and whole.steps > 10
+
+    restore = _interrupt_at(monkeypatch, call, how)
+    run = tmp_path / "cut"
+    first = T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None)
+    restore()
+    assert first.interrupted and 0 < first.steps < whole.steps
+    assert json.loads((run / "config.json").read_text())["status"] == "interrupted"
+    logs = []
+    second = T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=logs.append, resume=True)
+    assert second.stopped_by == "epochs" and second.steps == whole.steps
+    assert "resuming" in logs[0]
+    strip = lambda h: [{k: v for k, v in x.items() if k != "seconds"} for x in h]
+    assert strip(second.history) == strip(whole.history)
+    for tag in ("best", "last"):
+        a, b = _weights(tmp_path / "whole" / f"model.{tag}.safetensors"), _weights(run / f"model.{tag}.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), tag
+    assert not (run / T.RESUME_FILE).exists()  # finished: nothing left to resume
+
+
+def test_resume_at_an_epoch_boundary(tiny_data, tmp_path, monkeypatch):
+    """Stopped right after the last step of an epoch: the next epoch's shuffle must still be the one an
+    uninterrupted run draws."""
+    cfg = T.LogicTrainConfig(**{**RESUME_CFG, "valid_every": 1000})     # one check per epoch
+    whole = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "whole", log=None)
+    per_epoch = whole.steps // cfg.epochs
+    restore = _interrupt_at(monkeypatch, per_epoch, "signal")       # the epoch's last training batch
+    run = tmp_path / "cut"
+    first = T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None)
+    restore()
+    assert first.interrupted and first.steps == per_epoch
+    T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None, resume=True)
+    a, b = _weights(tmp_path / "whole" / "model.last.safetensors"), _weights(run / "model.last.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_errors_and_cli(tiny_data, tmp_path, monkeypatch, capsys):
+    cfg = T.LogicTrainConfig(**RESUME_CFG)
+    run = tmp_path / "run"
+    with pytest.raises(CheckpointError, match="missing"):
+        T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None, resume=True)
+    restore = _interrupt_at(monkeypatch, 9, "signal")
+    assert main(_train_args(tiny_data, run, "--seed", "4")) == 130         # Ctrl-C: exit status 130
+    restore()
+    assert (run / T.RESUME_FILE).exists()
+    with pytest.raises(CheckpointError, match="other settings"):
+        T.train(LogicModelConfig(**TINY), replace(cfg, lr=0.01), tiny_data, run, log=None, resume=True)
+    assert main(_train_args(tiny_data, run, "--seed", "4", "--resume")) == 0
+    assert "resuming" in capsys.readouterr().out
+    assert main(_train_args(tiny_data, run, "--seed", "4", "--resume")) == 2
+    assert "finished run; nothing to resume" in capsys.readouterr().err
+
+
+def test_compare_resumes_an_interrupted_run(tiny_data, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "cmp"
+    args = ["logic", "compare", "--data", str(tiny_data), "--out", str(out), *TINY_FLAGS, "--epochs", "2",
+            "--batch-size", "16", "--valid-every", "5", "--no-progress", "--cells", "lstm", "--lengths", "1-9"]
+    restore = _interrupt_at(monkeypatch, 9, "signal")
+    assert main(args) == 130
+    restore()
+    capsys.readouterr()
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "resuming the interrupted run in" in text and "resuming " + str(out / "lstm-seed0") in text

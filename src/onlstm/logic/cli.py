@@ -276,9 +276,13 @@ def _register_train(sub) -> None:
         description="Train the paper's classifier (shared one-layer encoder, features [h1, h2, h1*h2, |h1-h2|], "
                     "MLP over the 7 relations) on the train{k} files with k <= --max-train-ops, 10%% held out "
                     "for validation and early stopping. Writes config.json, vocab.json, history.json, "
-                    "model.best.safetensors and model.last.safetensors into --out. Ctrl-C stops cleanly and "
-                    "keeps the best checkpoint (exit status 130).")
+                    "model.best.safetensors and model.last.safetensors into --out. Ctrl-C stops after the current "
+                    "step, keeps the best checkpoint and writes resume.safetensors (exit status 130); run the same "
+                    "command with --resume to go on exactly where it stopped.")
     _add_settings(p, cell=True)
+    p.add_argument("--resume", action="store_true",
+                   help="go on from --out/resume.safetensors (same settings; written at every validation check "
+                        "and on Ctrl-C)")
     p.set_defaults(func=_cmd_train)
 
 
@@ -289,7 +293,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     try:
         model_cfg, train_cfg, data, out, _ = resolve_settings(args)
-        result = train(model_cfg, train_cfg, data, out)
+        result = train(model_cfg, train_cfg, data, out, resume=args.resume)
     except (SettingsError, LogicDataError, CheckpointError) as exc:
         return _fail("train", exc)
     if result.interrupted:

@@ -19,7 +19,7 @@ from .evaluate import (
     read_test_examples,
 )
 from .model import KIND, LogicModelConfig
-from .train import LogicTrainConfig, train
+from .train import LogicTrainConfig, can_resume, same_training, train
 
 
 @dataclass
@@ -37,14 +37,6 @@ class CompareResult:
     """``OUT/training_curves.png``: validation and training accuracy against step for every run"""
 
 
-#: Training settings that do not change what is learned (display, evaluation batching, thread count).
-_NOT_RESULT_FIELDS = ("progress", "eval_batch_size", "threads", "device")
-
-
-def _same_training(a: LogicTrainConfig, b: LogicTrainConfig) -> bool:
-    return replace(a, **{f: getattr(b, f) for f in _NOT_RESULT_FIELDS}) == b
-
-
 def _finished_run(run_dir: Path, model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data: str) -> dict | None:
     """The ``result`` of a finished run in ``run_dir`` trained with exactly these settings, else None."""
     try:
@@ -55,7 +47,7 @@ def _finished_run(run_dir: Path, model_cfg: LogicModelConfig, train_cfg: LogicTr
         return None
     try:  # read back through the dataclasses, so a field added later (with its default) still matches
         same = (LogicModelConfig.from_dict(header.get("model") or {}) == model_cfg
-                and _same_training(LogicTrainConfig.from_dict(header.get("train") or {}), train_cfg))
+                and same_training(LogicTrainConfig.from_dict(header.get("train") or {}), train_cfg))
     except (TypeError, ValueError):
         return None
     same = same and (header.get("data") or {}).get("path") == str(data) and (run_dir / "model.best.safetensors").exists()
@@ -87,8 +79,9 @@ def compare(model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data: str 
             if summary is not None:
                 log(f"== {cell}, seed {seed}: reusing the finished run in {run_dir}")
             else:
-                log(f"== {cell}, seed {seed}: training into {run_dir}")
-                tr = train(mcfg, tcfg, data, run_dir, log=log)
+                go_on = can_resume(run_dir, mcfg, tcfg)
+                log(f"== {cell}, seed {seed}: {'resuming the interrupted run in' if go_on else 'training into'} {run_dir}")
+                tr = train(mcfg, tcfg, data, run_dir, log=log, resume=go_on)
                 if tr.interrupted:
                     res.interrupted = True
                     save()

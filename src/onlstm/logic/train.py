@@ -11,16 +11,22 @@ Run directory (``out``), written atomically (see :mod:`onlstm.checkpoint`)::
     history.json              one record per validation check
     model.best.safetensors    weights with the best validation accuracy so far
     model.last.safetensors    weights at the last validation check (or at the interruption)
+    resume.safetensors        (until the run finishes) everything needed to go on exactly: weights, Adam state, RNG state, batch
+                              order, position in the epoch, best/patience/schedule counters (no pickle)
 
-Ctrl-C stops training cleanly: the last weights are saved, ``status`` becomes ``interrupted`` and
-the best checkpoint is kept.
+Ctrl-C (or SIGTERM) stops training after the current step: the last weights and the resume file are
+saved, ``status`` becomes ``interrupted`` and the best checkpoint is kept; a second Ctrl-C aborts at
+once (the resume file of the last validation check stays). ``train(..., resume=True)`` (``onlstm
+logic train --resume``) goes on from the resume file and gives the same weights, bit for bit, as a run
+that was never interrupted.
 """
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -28,9 +34,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..checkpoint import config_header, save_weights, write_json
+from ..checkpoint import (CheckpointError, assign_weights, atomic_write, config_header, read_json, read_safetensors,
+                          save_weights, state_dict_for_saving, write_json)
 from ..dataconfig import DictConfig
 from ..lm.distributed import resolve_device
+from ..lm.train import StopRequest, optimizer_from_data, optimizer_to_data
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKENS, LogicClassifier, LogicModelConfig, num_parameters, pad_batch, token_ids
 from .relations import RELATIONS
@@ -209,15 +217,58 @@ def accuracy(model: LogicClassifier, data: list[Encoded], batch_size: int = 512)
 # --------------------------------------------------------------------------- training
 
 
+#: Training settings that do not change what is learned (display, evaluation batching, threads, device).
+RUNTIME_FIELDS = ("progress", "eval_batch_size", "threads", "device")
+RESUME_FILE = "resume.safetensors"
+RESUME_FORMAT = "onlstm-logic-resume-1"
+
+
+def same_training(a: LogicTrainConfig, b: LogicTrainConfig) -> bool:
+    """Whether two training configs learn the same thing (they may differ in :data:`RUNTIME_FIELDS`)."""
+    return replace(a, **{f: getattr(b, f) for f in RUNTIME_FIELDS}) == b
+
+
+def _check_resumable(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> None:
+    header = read_json(out / "config.json")
+    if header.get("kind") != KIND:
+        raise CheckpointError(f"{out} holds a run of kind {header.get('kind')!r}, not a logic classifier")
+    try:
+        saved_model = LogicModelConfig.from_dict(header.get("model") or {})
+        saved_train = LogicTrainConfig.from_dict(header.get("train") or {})
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{out / 'config.json'}: bad config ({exc})") from None
+    if saved_model != model_cfg or not same_training(saved_train, cfg):
+        raise CheckpointError(f"{out} was trained with other settings than these; resume with the same model and "
+                              f"training settings (only {', '.join(RUNTIME_FIELDS)} may change), or train into a "
+                              "new --out")
+    if header.get("status") == "finished":
+        raise CheckpointError(f"{out} holds a finished run; nothing to resume")
+    if not (out / RESUME_FILE).exists():
+        raise CheckpointError(f"{out / RESUME_FILE} is missing: the run was stopped before its first validation "
+                              "check; train again without --resume")
+
+
+def can_resume(out: str | Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> bool:
+    """Whether ``out`` holds an unfinished run with these settings and a resume file."""
+    try:
+        _check_resumable(Path(out), model_cfg, cfg)
+    except CheckpointError:
+        return False
+    return True
+
+
 def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, out: str | Path,
-          log: Callable[[str], None] | None = print) -> TrainResult:
+          log: Callable[[str], None] | None = print, resume: bool = False) -> TrainResult:
     """Train a classifier on ``data`` (a directory of ``train{k}`` files, or one file) into run dir ``out``.
 
-    Returns a :class:`TrainResult`; on Ctrl-C returns with ``stopped_by == 'interrupted'`` after
-    saving the last weights (the best checkpoint is kept).
+    ``resume=True`` goes on from ``out/resume.safetensors`` (same settings required). Returns a
+    :class:`TrainResult`; on Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last
+    weights and the resume file (the best checkpoint is kept).
     """
     log = log or (lambda _msg: None)
     out = Path(out)
+    if resume:
+        _check_resumable(out, model_cfg, cfg)
     examples = load_training_examples(data, cfg)
     train_ex, valid_ex = split_train_valid(examples, cfg)
     train_data, valid_data = encode_examples(train_ex), encode_examples(valid_ex)
@@ -239,100 +290,158 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
     def write_status(status: str, result: dict | None = None) -> None:
         write_json(out / "config.json", {**header, "status": status, "result": result})
 
-    write_status("running")
     steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
     valid_every = cfg.valid_every or steps_per_epoch
+    # Everything the loop carries from step to step (saved in the resume file).
+    st = {"step": 0, "epoch": 0, "pos": 0, "best_acc": -1.0, "best_step": 0, "bad_checks": 0, "schedule_bad": 0,
+          "loss_sum": 0.0, "correct_sum": 0, "seen": 0, "seconds": 0.0, "epoch_rng": None}
+    history: list[dict] = []
+    order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
+    if resume:
+        path = out / RESUME_FILE
+        tensors, meta = read_safetensors(path)
+        if meta.get("format") != RESUME_FORMAT:
+            raise CheckpointError(f"{path} is not a logic resume file (format {meta.get('format')!r})")
+        try:
+            st.update(json.loads(meta["progress"]))
+            opt_meta = json.loads(meta["optimizer"])
+        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc})") from None
+        if st["epoch_rng"] is None or st.get("order_rng") is None or "rng.torch" not in tensors:
+            raise CheckpointError(f"{path}: the random state is missing; the file is incomplete")
+        assign_weights(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, f"{path} (model)")
+        optimizer_from_data(opt, {k: v for k, v in tensors.items() if k.startswith("optim.")}, opt_meta)
+        schedule.bad = st["schedule_bad"]
+        torch.set_rng_state(tensors["rng.torch"])
+        if device.type == "cuda" and "rng.cuda" in tensors:
+            torch.cuda.set_rng_state(tensors["rng.cuda"], device)
+        v, internal, gauss = st["order_rng"]
+        order_rng.setstate((v, tuple(internal), gauss))
+        history = read_json(out / "history.json")[: st["n_checks"]] if st["n_checks"] else []
+        log(f"resuming {out} at step {st['step']} (epoch {st['epoch'] + 1}, batch {st['pos'] + 1}); best valid acc "
+            f"{100 * max(st['best_acc'], 0):.2f}% at step {st['best_step']}")
+
+    write_status("running")
     log(f"{model_cfg.cell} on {device}: {num_parameters(model):,} parameters; {len(train_data)} training pairs, "
         f"{len(valid_data)} validation pairs (<= {cfg.max_train_ops} operators); {steps_per_epoch} steps/epoch, "
         f"validation every {valid_every} steps; run dir {out}")
 
-    history: list[dict] = []
-    best_acc, best_step, bad_checks = -1.0, 0, 0
-    step, stopped_by = 0, "epochs"
-    loss_sum, correct_sum, seen = 0.0, 0, 0
-    start = time.perf_counter()
-    order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
+    stopped_by = "epochs"
+    start = time.perf_counter() - st["seconds"]
     bar = None
+
+    def save_resume() -> None:
+        st["seconds"], st["schedule_bad"], st["n_checks"] = time.perf_counter() - start, schedule.bad, len(history)
+        st["order_rng"] = list(order_rng.getstate())  # after this epoch's shuffle (used when resuming at pos 0)
+        tensors = {f"model.{k}": v for k, v in state_dict_for_saving(model).items()}
+        opt_tensors, opt_meta = optimizer_to_data(opt)
+        tensors.update(opt_tensors)
+        tensors["rng.torch"] = torch.get_rng_state()
+        if device.type == "cuda":
+            tensors["rng.cuda"] = torch.cuda.get_rng_state(device)
+        meta = {"format": RESUME_FORMAT, "progress": json.dumps(st), "optimizer": json.dumps(opt_meta)}
+        from safetensors.torch import save_file
+        atomic_write(out / RESUME_FILE, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
     def check() -> bool:
         """Validate, checkpoint, adapt the learning rate; True when patience is exhausted."""
-        nonlocal best_acc, best_step, bad_checks, loss_sum, correct_sum, seen
         acc = accuracy(model, valid_data, cfg.eval_batch_size)
-        rec = {"step": step, "epoch": round(step / steps_per_epoch, 3), "seconds": round(time.perf_counter() - start, 1),
-               "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct_sum / max(seen, 1),
+        rec = {"step": st["step"], "epoch": round(st["step"] / steps_per_epoch, 3),
+               "seconds": round(time.perf_counter() - start, 1),
+               "train_loss": st["loss_sum"] / max(st["seen"], 1), "train_accuracy": st["correct_sum"] / max(st["seen"], 1),
                "valid_accuracy": acc, "lr": opt.param_groups[0]["lr"]}
-        loss_sum, correct_sum, seen = 0.0, 0, 0
-        improved = acc > best_acc
+        st["loss_sum"], st["correct_sum"], st["seen"] = 0.0, 0, 0
+        improved = acc > st["best_acc"]
         if improved:
-            best_acc, best_step, bad_checks = acc, step, 0
+            st["best_acc"], st["best_step"], st["bad_checks"] = acc, st["step"], 0
             save_weights(out / "model.best.safetensors", model)
         else:
-            bad_checks += 1
+            st["bad_checks"] += 1
         decayed = schedule.step(improved)
         save_weights(out / "model.last.safetensors", model)
         rec["best"] = improved
         history.append(rec)
         write_json(out / "history.json", history)
-        msg = (f"step {step} (epoch {rec['epoch']:.2f}, {rec['seconds']:.0f} s): train loss {rec['train_loss']:.4f} "
+        save_resume()
+        best, best_step = st["best_acc"], st["best_step"]
+        msg = (f"step {st['step']} (epoch {rec['epoch']:.2f}, {rec['seconds']:.0f} s): train loss {rec['train_loss']:.4f} "
                f"acc {100 * rec['train_accuracy']:.1f}%, valid acc {100 * acc:.2f}%"
-               f"{' (best)' if improved else f' (best {100 * best_acc:.2f}% at step {best_step})'}"
+               f"{' (best)' if improved else f' (best {100 * best:.2f}% at step {best_step})'}"
                + (f"; learning rate now {opt.param_groups[0]['lr']:.3g}" if decayed else ""))
         (tqdm.write if log is print else log)(msg)  # tqdm.write keeps a progress bar intact
-        return bad_checks >= cfg.patience
+        return st["bad_checks"] >= cfg.patience
 
     model.train()
     try:
-        for epoch in range(cfg.epochs):
-            order = list(range(len(train_data)))
-            order_rng.shuffle(order)
-            bar = tqdm(total=steps_per_epoch, desc=f"{model_cfg.cell} epoch {epoch + 1}/{cfg.epochs}",
-                       leave=False, disable=None if cfg.progress else True, dynamic_ncols=True)
-            for i in range(0, len(order), cfg.batch_size):
-                a, al, b, bl, y = (t.to(device) for t in collate([train_data[j] for j in order[i: i + cfg.batch_size]]))
-                logits = model(a, al, b, bl)                                    # (B, 7)
-                loss = F.cross_entropy(logits, y)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-                opt.step()
-                step += 1
-                loss_sum += float(loss.detach()) * len(y)
-                correct_sum += int((logits.argmax(-1) == y).sum())
-                seen += len(y)
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{100 * correct_sum / seen:.1f}%",
-                                best=f"{100 * max(best_acc, 0):.1f}%")
-                if step % valid_every == 0 and check():
-                    stopped_by = "patience"
-                elif cfg.time_limit is not None and time.perf_counter() - start > 60 * cfg.time_limit:
-                    stopped_by = "time_limit"
-                    if step % valid_every:
-                        check()
+        with StopRequest() as stop:
+            while st["epoch"] < cfg.epochs:
+                if st["pos"] == 0:
+                    st["epoch_rng"] = list(order_rng.getstate())
+                else:  # resumed mid-epoch: replay this epoch's shuffle from its saved start
+                    order_rng.setstate((st["epoch_rng"][0], tuple(st["epoch_rng"][1]), st["epoch_rng"][2]))
+                order = list(range(len(train_data)))
+                order_rng.shuffle(order)
+                bar = tqdm(total=steps_per_epoch, initial=st["pos"], desc=f"{model_cfg.cell} epoch {st['epoch'] + 1}/{cfg.epochs}",
+                           leave=False, disable=None if cfg.progress else True, dynamic_ncols=True)
+                for i in range(st["pos"] * cfg.batch_size, len(order), cfg.batch_size):
+                    batch = collate([train_data[j] for j in order[i: i + cfg.batch_size]])
+                    a, al, b, bl, y = (t.to(device) for t in batch)
+                    logits = model(a, al, b, bl)                                    # (B, 7)
+                    loss = F.cross_entropy(logits, y)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if cfg.clip:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+                    opt.step()
+                    st["step"] += 1
+                    st["pos"] += 1
+                    st["loss_sum"] += float(loss.detach()) * len(y)
+                    st["correct_sum"] += int((logits.argmax(-1) == y).sum())
+                    st["seen"] += len(y)
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{st['loss_sum'] / st['seen']:.3f}", acc=f"{100 * st['correct_sum'] / st['seen']:.1f}%",
+                                    best=f"{100 * max(st['best_acc'], 0):.1f}%")
+                    if st["pos"] == steps_per_epoch:  # the epoch is over: the next step starts a new one
+                        st["epoch"], st["pos"] = st["epoch"] + 1, 0
+                    if st["step"] % valid_every == 0 and check():
+                        stopped_by = "patience"
+                    elif cfg.time_limit is not None and time.perf_counter() - start > 60 * cfg.time_limit:
+                        stopped_by = "time_limit"
+                        if st["step"] % valid_every:
+                            check()
+                    elif stop.requested:
+                        stopped_by = "interrupted"
+                    if stopped_by != "epochs" or st["pos"] == 0:
+                        break
+                bar.close()
+                bar = None
                 if stopped_by != "epochs":
                     break
-            bar.close()
-            bar = None
-            if stopped_by != "epochs":
-                break
-        else:
-            if step % valid_every:  # the steps after the last check count too
-                check()
-    except KeyboardInterrupt:
-        if bar is not None:
-            bar.close()
-        stopped_by = "interrupted"
+            else:
+                if st["step"] and (not history or history[-1]["step"] != st["step"]):
+                    check()  # the steps after the last check count too
+    except KeyboardInterrupt:  # a second Ctrl-C (or one outside the signal handler): no resume file written
+        stopped_by = "aborted"
+    if bar is not None:
+        bar.close()
+    if stopped_by in ("interrupted", "aborted"):
         save_weights(out / "model.last.safetensors", model)
-        log(f"interrupted at step {step}: last weights saved; best checkpoint "
-            + (f"kept (valid acc {100 * best_acc:.2f}% at step {best_step})" if best_acc >= 0
+        if stopped_by == "interrupted":
+            save_resume()
+        resumable = "resume with --resume" if stopped_by == "interrupted" else \
+            ("resume with --resume from the last validation check" if (out / RESUME_FILE).exists() else "not resumable")
+        log(f"interrupted at step {st['step']}: last weights saved ({resumable}); best checkpoint "
+            + (f"kept (valid acc {100 * st['best_acc']:.2f}% at step {st['best_step']})" if st["best_acc"] >= 0
                else "not written yet (no validation check done)"))
+        stopped_by = "interrupted"
     seconds = time.perf_counter() - start
-    result = TrainResult(out, max(best_acc, 0.0), best_step, step, round(step / steps_per_epoch, 3), seconds,
-                         stopped_by, len(train_data), len(valid_data), history)
+    result = TrainResult(out, max(st["best_acc"], 0.0), st["best_step"], st["step"], round(st["step"] / steps_per_epoch, 3),
+                         seconds, stopped_by, len(train_data), len(valid_data), history)
     write_status("interrupted" if stopped_by == "interrupted" else "finished", {
-        "best_valid_accuracy": result.best_valid_accuracy, "best_step": best_step, "steps": step,
+        "best_valid_accuracy": result.best_valid_accuracy, "best_step": st["best_step"], "steps": st["step"],
         "epochs": result.epochs, "seconds": round(seconds, 1), "stopped_by": stopped_by})
     if stopped_by != "interrupted":
-        log(f"{model_cfg.cell}: stopped by {stopped_by} after {step} steps ({result.epochs:.2f} epochs, "
-            f"{seconds / 60:.1f} min); best valid acc {100 * result.best_valid_accuracy:.2f}% at step {best_step}")
+        (out / RESUME_FILE).unlink(missing_ok=True)  # a finished run is not resumed (see _check_resumable)
+        log(f"{model_cfg.cell}: stopped by {stopped_by} after {st['step']} steps ({result.epochs:.2f} epochs, "
+            f"{seconds / 60:.1f} min); best valid acc {100 * result.best_valid_accuracy:.2f}% at step {st['best_step']}")
     return result
