@@ -52,6 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cells", nargs="+", default=["onlstm", "lstm"])
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--hidden-size", type=int, default=400)
+    ap.add_argument("--chunk-size", type=int, default=10, help="ON-LSTM chunk size (default 10)")
     ap.add_argument("--steps", type=int, default=20, help="steps per measurement (default 20)")
     ap.add_argument("--repeats", type=int, default=5, help="measurements per model (default 5)")
     ap.add_argument("--warmup", type=int, default=3)
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
     models = {}
     for cell in args.cells:
         torch.manual_seed(0)
-        m = LogicClassifier(LogicModelConfig(cell=cell, hidden_size=args.hidden_size))
+        m = LogicClassifier(LogicModelConfig(cell=cell, hidden_size=args.hidden_size, chunk_size=args.chunk_size))
         m.train()
         models[cell] = (m, torch.optim.Adam(m.parameters(), lr=1e-3))
 
