@@ -547,3 +547,20 @@ def test_compare_resumes_an_interrupted_run(tiny_data, tmp_path, monkeypatch, ca
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "resuming the interrupted run in" in text and "resuming " + str(out / "lstm-seed0") in text
+
+
+def test_each_epoch_draws_a_new_batch_order(tiny_data, tmp_path, monkeypatch):
+    """Epochs are reshuffled (the resume file replays an epoch's order; it must not freeze it)."""
+    real, seen = T.collate, []
+
+    def recording(batch):
+        seen.append([(tuple(e[0]), tuple(e[1]), e[2]) for e in batch])
+        return real(batch)
+
+    monkeypatch.setattr(T, "collate", recording)
+    cfg = T.LogicTrainConfig(**{**RESUME_CFG, "valid_every": 10_000, "eval_batch_size": 10_000})
+    res = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "r", log=None)
+    per_epoch = res.steps // cfg.epochs
+    epochs = [[pair for batch in seen[e * per_epoch:(e + 1) * per_epoch] for pair in batch] for e in range(cfg.epochs)]
+    assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(epochs[2])          # every pair once per epoch
+    assert epochs[0] != epochs[1] and epochs[1] != epochs[2]                     # in a new order

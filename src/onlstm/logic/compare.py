@@ -18,8 +18,8 @@ from .evaluate import (
     DEFAULT_BUCKETS, LengthAccuracy, evaluate_examples, format_table, load_classifier, majority_baseline,
     read_test_examples,
 )
-from .model import KIND, LogicModelConfig
-from .train import LogicTrainConfig, can_resume, same_training, train
+from .model import LogicModelConfig
+from .train import LogicTrainConfig, can_resume, read_run_header, train
 
 
 @dataclass
@@ -40,17 +40,11 @@ class CompareResult:
 def _finished_run(run_dir: Path, model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data: str) -> dict | None:
     """The ``result`` of a finished run in ``run_dir`` trained with exactly these settings, else None."""
     try:
-        header = read_json(run_dir / "config.json")
+        header, same = read_run_header(run_dir, model_cfg, train_cfg)
     except CheckpointError:
         return None
-    if header.get("kind") != KIND or header.get("status") != "finished":
-        return None
-    try:  # read back through the dataclasses, so a field added later (with its default) still matches
-        same = (LogicModelConfig.from_dict(header.get("model") or {}) == model_cfg
-                and same_training(LogicTrainConfig.from_dict(header.get("train") or {}), train_cfg))
-    except (TypeError, ValueError):
-        return None
-    same = same and (header.get("data") or {}).get("path") == str(data) and (run_dir / "model.best.safetensors").exists()
+    same = (same and header.get("status") == "finished" and (header.get("data") or {}).get("path") == str(data)
+            and (run_dir / "model.best.safetensors").exists())
     return header.get("result") if same else None
 
 

@@ -33,16 +33,7 @@ def plot_accuracy_by_length(rows: list[tuple[str, list[LengthAccuracy]]], path: 
     if train_max_ops is not None:
         ax.axvline(train_max_ops + 0.5, color="grey", linestyle="--", linewidth=1)
         ax.text(train_max_ops + 0.6, ax.get_ylim()[0], " unseen lengths", va="bottom", color="grey", fontsize=8)
-    ax.set_xlabel("number of operators")
-    ax.set_ylabel("test accuracy (%)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, "number of operators", "test accuracy (%)", title)
 
 
 def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path, title: str | None = None) -> Path:
@@ -69,15 +60,20 @@ def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path, t
             kw = {}
         ax.plot(steps, [100 * r["train_accuracy"] for r in history], color=colours[name], linestyle=":",
                 linewidth=1, **kw)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("accuracy (%)")
+    return _save(fig, ax, path, "training step", "accuracy (%)", title, legend_size=8)
+
+
+def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str | None, legend_size=None) -> Path:
+    """Labels, grid, legend and title on ``ax``; write ``fig`` to ``path`` and close it."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=legend_size)
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _pyplot().close(fig)
     return path
 
 

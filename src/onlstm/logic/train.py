@@ -228,16 +228,27 @@ def same_training(a: LogicTrainConfig, b: LogicTrainConfig) -> bool:
     return replace(a, **{f: getattr(b, f) for f in RUNTIME_FIELDS}) == b
 
 
-def _check_resumable(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> None:
-    header = read_json(out / "config.json")
+def read_run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, bool]:
+    """``config.json`` of the logic run in ``out`` and whether it was trained with these settings.
+
+    The saved settings are read back through the dataclasses, so a field added later (with its default)
+    still matches, and :data:`RUNTIME_FIELDS` may differ. Raises :class:`CheckpointError` when the file is
+    missing or corrupt, of another kind, or its settings do not parse.
+    """
+    header = read_json(Path(out) / "config.json")
     if header.get("kind") != KIND:
         raise CheckpointError(f"{out} holds a run of kind {header.get('kind')!r}, not a logic classifier")
     try:
         saved_model = LogicModelConfig.from_dict(header.get("model") or {})
         saved_train = LogicTrainConfig.from_dict(header.get("train") or {})
     except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{out / 'config.json'}: bad config ({exc})") from None
-    if saved_model != model_cfg or not same_training(saved_train, cfg):
+        raise CheckpointError(f"{Path(out) / 'config.json'}: bad config ({exc})") from None
+    return header, saved_model == model_cfg and same_training(saved_train, cfg)
+
+
+def _check_resumable(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> None:
+    header, same = read_run_header(out, model_cfg, cfg)
+    if not same:
         raise CheckpointError(f"{out} was trained with other settings than these; resume with the same model and "
                               f"training settings (only {', '.join(RUNTIME_FIELDS)} may change), or train into a "
                               "new --out")
@@ -294,9 +305,12 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
     valid_every = cfg.valid_every or steps_per_epoch
     # Everything the loop carries from step to step (saved in the resume file).
     st = {"step": 0, "epoch": 0, "pos": 0, "best_acc": -1.0, "best_step": 0, "bad_checks": 0, "schedule_bad": 0,
-          "loss_sum": 0.0, "correct_sum": 0, "seen": 0, "seconds": 0.0, "epoch_rng": None}
+          "loss_sum": 0.0, "correct_sum": 0, "seen": 0, "seconds": 0.0}
     history: list[dict] = []
     order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
+    # The batch-order generator's state at the start of the epoch that holds step `pos` (JSON: a list); each
+    # epoch's shuffle is drawn from it, so a resumed run replays the shuffle of the epoch it stopped in.
+    st["epoch_rng"] = list(order_rng.getstate())
     if resume:
         path = out / RESUME_FILE
         tensors, meta = read_safetensors(path)
@@ -307,7 +321,7 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
             opt_meta = json.loads(meta["optimizer"])
         except (KeyError, TypeError, json.JSONDecodeError) as exc:
             raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc})") from None
-        if st["epoch_rng"] is None or st.get("order_rng") is None or "rng.torch" not in tensors:
+        if "rng.torch" not in tensors:
             raise CheckpointError(f"{path}: the random state is missing; the file is incomplete")
         assign_weights(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, f"{path} (model)")
         optimizer_from_data(opt, {k: v for k, v in tensors.items() if k.startswith("optim.")}, opt_meta)
@@ -315,8 +329,6 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
         torch.set_rng_state(tensors["rng.torch"])
         if device.type == "cuda" and "rng.cuda" in tensors:
             torch.cuda.set_rng_state(tensors["rng.cuda"], device)
-        v, internal, gauss = st["order_rng"]
-        order_rng.setstate((v, tuple(internal), gauss))
         history = read_json(out / "history.json")[: st["n_checks"]] if st["n_checks"] else []
         log(f"resuming {out} at step {st['step']} (epoch {st['epoch'] + 1}, batch {st['pos'] + 1}); best valid acc "
             f"{100 * max(st['best_acc'], 0):.2f}% at step {st['best_step']}")
@@ -332,7 +344,6 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
 
     def save_resume() -> None:
         st["seconds"], st["schedule_bad"], st["n_checks"] = time.perf_counter() - start, schedule.bad, len(history)
-        st["order_rng"] = list(order_rng.getstate())  # after this epoch's shuffle (used when resuming at pos 0)
         tensors = {f"model.{k}": v for k, v in state_dict_for_saving(model).items()}
         opt_tensors, opt_meta = optimizer_to_data(opt)
         tensors.update(opt_tensors)
@@ -375,10 +386,8 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
     try:
         with StopRequest() as stop:
             while st["epoch"] < cfg.epochs:
-                if st["pos"] == 0:
-                    st["epoch_rng"] = list(order_rng.getstate())
-                else:  # resumed mid-epoch: replay this epoch's shuffle from its saved start
-                    order_rng.setstate((st["epoch_rng"][0], tuple(st["epoch_rng"][1]), st["epoch_rng"][2]))
+                version, internal, gauss = st["epoch_rng"]
+                order_rng.setstate((version, tuple(internal), gauss))
                 order = list(range(len(train_data)))
                 order_rng.shuffle(order)
                 bar = tqdm(total=steps_per_epoch, initial=st["pos"], desc=f"{model_cfg.cell} epoch {st['epoch'] + 1}/{cfg.epochs}",
@@ -402,7 +411,7 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
                     bar.set_postfix(loss=f"{st['loss_sum'] / st['seen']:.3f}", acc=f"{100 * st['correct_sum'] / st['seen']:.1f}%",
                                     best=f"{100 * max(st['best_acc'], 0):.1f}%")
                     if st["pos"] == steps_per_epoch:  # the epoch is over: the next step starts a new one
-                        st["epoch"], st["pos"] = st["epoch"] + 1, 0
+                        st["epoch"], st["pos"], st["epoch_rng"] = st["epoch"] + 1, 0, list(order_rng.getstate())
                     if st["step"] % valid_every == 0 and check():
                         stopped_by = "patience"
                     elif cfg.time_limit is not None and time.perf_counter() - start > 60 * cfg.time_limit:
