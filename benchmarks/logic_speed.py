@@ -21,11 +21,10 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import LogicClassifier, LogicModelConfig
-from onlstm.logic.train import LogicTrainConfig, collate, encode_examples, load_training_examples
+from onlstm.logic.train import LogicTrainConfig, collate, encode_examples, load_training_examples, train_step
 
 
 def batches(data_dir: Path | None, batch_size: int, n: int, seed: int = 0):
@@ -74,12 +73,8 @@ def main(argv=None) -> int:
     def run(cell: str, n: int) -> float:
         m, opt = models[cell]
         t0 = time.perf_counter()
-        for a, al, b, bl, y in data[:n]:
-            loss = F.cross_entropy(m(a, al, b, bl), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
-            opt.step()
+        for batch in data[:n]:
+            train_step(m, opt, batch, clip=1.0)
         return time.perf_counter() - t0
 
     for cell in args.cells:

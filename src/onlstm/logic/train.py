@@ -217,6 +217,20 @@ def accuracy(model: LogicClassifier, data: list[Encoded], batch_size: int = 512)
 # --------------------------------------------------------------------------- training
 
 
+def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: float):
+    """One update on a collated batch already on the model's device: cross-entropy, backward, gradient-norm
+    clipping (``clip`` 0 = none), optimizer step. Returns ``(loss, logits)``, detached."""
+    a, al, b, bl, y = batch
+    logits = model(a, al, b, bl)                                    # (B, 7)
+    loss = F.cross_entropy(logits, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+    return loss.detach(), logits.detach()
+
+
 #: Training settings that do not change what is learned (display, evaluation batching, threads, device).
 RUNTIME_FIELDS = ("progress", "eval_batch_size", "threads", "device")
 RESUME_FILE = "resume.safetensors"
@@ -393,18 +407,12 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
                 bar = tqdm(total=steps_per_epoch, initial=st["pos"], desc=f"{model_cfg.cell} epoch {st['epoch'] + 1}/{cfg.epochs}",
                            leave=False, disable=None if cfg.progress else True, dynamic_ncols=True)
                 for i in range(st["pos"] * cfg.batch_size, len(order), cfg.batch_size):
-                    batch = collate([train_data[j] for j in order[i: i + cfg.batch_size]])
-                    a, al, b, bl, y = (t.to(device) for t in batch)
-                    logits = model(a, al, b, bl)                                    # (B, 7)
-                    loss = F.cross_entropy(logits, y)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    if cfg.clip:
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-                    opt.step()
+                    batch = [t.to(device) for t in collate([train_data[j] for j in order[i: i + cfg.batch_size]])]
+                    loss, logits = train_step(model, opt, batch, cfg.clip)
+                    y = batch[-1]
                     st["step"] += 1
                     st["pos"] += 1
-                    st["loss_sum"] += float(loss.detach()) * len(y)
+                    st["loss_sum"] += float(loss) * len(y)
                     st["correct_sum"] += int((logits.argmax(-1) == y).sum())
                     st["seen"] += len(y)
                     bar.update(1)
