@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.onlstm-installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test lint format bench clean
 
 install: $(STAMP)
 
@@ -21,6 +21,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Lint: ruff (rules and format) over the whole tree, mypy over the layer (configured in pyproject.toml).
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/layer_speed.py
