@@ -16,6 +16,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from .. import encoders
+from ..config import ConfigError, add_flags, flags_given, merged, read_yaml
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 
 
@@ -127,84 +129,36 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
-_CONFIG_KEYS = ("data", "out", "model", "train", "compare")
+_CONFIG_KEYS = ("data", "out")
+_COMPARE_KEYS = ("cells", "seeds", "lengths")
 
-# (flag, section, field, type, help); the default shown in --help is the dataclass default.
-_MODEL_FLAGS = [
-    ("--emb-size", "emb_size", int, "embedding size (paper: 128)"),
-    ("--hidden-size", "hidden_size", int, "encoder units (paper: 400)"),
-    ("--chunk-size", "chunk_size", int, "ON-LSTM chunk size (default 10: 40 chunks of 10 units)"),
-    ("--master-input", "master_input", str, "ON-LSTM master input gate: paper (default, the layer's) or reverse"),
-    ("--dropout", "dropout", float, "dropout on embeddings, features and MLP hidden layer (paper: 0.2)"),
-    ("--dropconnect", "dropconnect", float, "DropConnect on hidden-to-hidden weights (default 0)"),
-    ("--mlp-hidden", "mlp_hidden", int, "MLP hidden width (default 400; 0 = linear)"),
-    ("--mlp-activation", "mlp_activation", str, "MLP hidden activation: relu (default) or elu (the authors')"),
-]
-_TRAIN_FLAGS = [
-    ("--max-train-ops", "max_train_ops", int, "train on pairs with at most this many operators (default 6)"),
-    ("--valid-fraction", "valid_fraction", float, "share held out for validation (default 0.1)"),
-    ("--max-train-examples", "max_train_examples", int, "random subset of the training pairs (default all)"),
-    ("--seed", "seed", int, "seed of subset, split, init, dropout and batch order (default 0)"),
-    ("--epochs", "epochs", int, "maximum epochs (default 30)"),
-    ("--batch-size", "batch_size", int, "pairs per step (default 128)"),
-    ("--lr", "lr", float, "Adam learning rate (default 1e-3)"),
-    ("--lr-decay", "lr_decay", float, "learning-rate factor on a validation plateau, 1 = constant (default 0.5)"),
-    ("--lr-patience", "lr_patience", int, "checks in a row without improvement before each decay (default 3)"),
-    ("--min-lr", "min_lr", float, "never decay the learning rate below this (default 1e-5)"),
-    ("--weight-decay", "weight_decay", float, "Adam weight decay (default 0)"),
-    ("--adam-eps", "adam_eps", float, "Adam epsilon (default 1e-8)"),
-    ("--clip", "clip", float, "gradient norm clipping, 0 = none (default 1)"),
-    ("--patience", "patience", int, "stop after this many validation checks without improvement (default 8)"),
-    ("--valid-every", "valid_every", int, "steps between validation checks, 0 = each epoch (default 0)"),
-    ("--time-limit", "time_limit", float, "stop training after this many minutes (default none)"),
-    ("--eval-batch-size", "eval_batch_size", int, "pairs per evaluation batch (default 512)"),
-    ("--device", "device", str, "auto (default: cuda if available), cpu, cuda or cuda:N"),
-    ("--threads", "threads", int, "torch threads (default: torch's choice)"),
-]
-
-
-_METAVAR = {int: "N", float: "X", str: "NAME"}
+#: Bad --config file or option values; printed on stderr, exit status 2 (the name the logic commands used).
+SettingsError = ConfigError
 
 
 def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
+    """``--config``, ``--data``, ``--out`` and one flag per model/training field (generated from the dataclasses)."""
+    from .model import LogicModelConfig
+    from .train import LogicTrainConfig
+
     p.add_argument("--config", type=Path, help="YAML file with data/out/model/train/compare settings (configs/logic/)")
     p.add_argument("--data", type=Path, help="directory of train{k}/test{k} files (generated or the original data)")
     p.add_argument("--out", type=Path, help="output directory")
-    if cell:
-        p.add_argument("--cell", help="encoder: onlstm (default), lstm or gru")
-    g = p.add_argument_group("model")
-    for flag, name, typ, hlp in _MODEL_FLAGS:
-        g.add_argument(flag, dest=f"model.{name}", type=typ, metavar=_METAVAR[typ], help=hlp)
-    g = p.add_argument_group("training")
-    for flag, name, typ, hlp in _TRAIN_FLAGS:
-        g.add_argument(flag, dest=f"train.{name}", type=typ, metavar=_METAVAR[typ], help=hlp)
-    g.add_argument("--no-progress", dest="train.progress", action="store_const", const=False,
-                   help="no progress bar (it is shown on a terminal only anyway)")
-
-
-class SettingsError(ValueError):
-    """Bad --config file or option values; printed on stderr, exit status 2."""
+    add_flags(p, LogicModelConfig, "model", "model", skip=() if cell else ("cell",))
+    add_flags(p, LogicTrainConfig, "train", "training")
 
 
 def load_yaml(path: Path) -> dict:
-    try:
-        import yaml
-    except ImportError as exc:  # pragma: no cover - pyyaml is a dependency
-        raise SettingsError(f"--config needs PyYAML ({exc}); pip install pyyaml") from None
-    if not path.is_file():
-        raise SettingsError(f"config file {path} does not exist")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise SettingsError(f"config file {path} is not valid YAML: {exc}") from None
-    if not isinstance(doc, dict):
-        raise SettingsError(f"config file {path}: expected a mapping with keys {', '.join(_CONFIG_KEYS)}")
-    unknown = sorted(set(doc) - set(_CONFIG_KEYS))
+    """A logic config file: ``data``, ``out`` and the sections ``model``, ``train`` (checked against their
+    dataclasses: names and value types) and ``compare``."""
+    from .model import LogicModelConfig
+    from .train import LogicTrainConfig
+
+    doc = read_yaml(path, {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": None}, _CONFIG_KEYS)
+    unknown = sorted(set(doc["compare"]) - set(_COMPARE_KEYS))
     if unknown:
-        raise SettingsError(f"config file {path}: unknown keys {unknown}; allowed: {', '.join(_CONFIG_KEYS)}")
-    for section in ("model", "train", "compare"):
-        if not isinstance(doc.get(section) or {}, dict):
-            raise SettingsError(f"config file {path}: '{section}' must be a mapping")
+        raise SettingsError(f"config file {path}: unknown keys {unknown} in the compare: section; allowed: "
+                            f"{', '.join(_COMPARE_KEYS)}")
     return doc
 
 
@@ -215,21 +169,11 @@ def resolve_settings(args: argparse.Namespace):
     from .train import LogicTrainConfig
 
     doc = load_yaml(args.config) if args.config else {}
-    model = dict(doc.get("model") or {})
-    train = dict(doc.get("train") or {})
-    for key, value in vars(args).items():
-        if value is None:
-            continue
-        if key.startswith("model."):
-            model[key[6:]] = value
-        elif key.startswith("train."):
-            train[key[6:]] = value
-    if getattr(args, "cell", None):
-        model["cell"] = args.cell
+    model_cfg = LogicModelConfig.from_dict(merged(doc.get("model"), flags_given(args, "model")))
+    train_cfg = LogicTrainConfig.from_dict(merged(doc.get("train"), flags_given(args, "train")))
     try:
-        model_cfg, train_cfg = LogicModelConfig.from_dict(model), LogicTrainConfig.from_dict(train)
         resolve_device(train_cfg.device)  # cuda asked for on a machine without it: say so before any work
-    except (TypeError, ValueError) as exc:
+    except ValueError as exc:
         raise SettingsError(str(exc)) from None
     data = args.data or doc.get("data")
     out = args.out or doc.get("out")
@@ -361,7 +305,8 @@ def _register_compare(sub) -> None:
                     "cell (mean ± sample std over seeds) and write OUT/compare.json, OUT/table.md, "
                     "OUT/accuracy_by_length.png and OUT/training_curves.png.")
     _add_settings(p, cell=False)
-    p.add_argument("--cells", nargs="+", help="encoders to compare (default: onlstm lstm)")
+    p.add_argument("--cells", nargs="+", help=f"encoders to compare, from: {', '.join(encoders.names())} "
+                                               "(default: onlstm lstm)")
     p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: 0)")
     p.add_argument("--lengths", help="test file numbers, e.g. 1-12 (default)")
     p.set_defaults(func=_cmd_compare)
@@ -369,19 +314,17 @@ def _register_compare(sub) -> None:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from ..checkpoint import CheckpointError
-    from ..encoders import ENCODERS
     from .compare import compare
     from .data import LogicDataError
 
     try:
         model_cfg, train_cfg, data, out, section = resolve_settings(args)
-        unknown = sorted(set(section) - {"cells", "seeds", "lengths"})
-        if unknown:
-            raise SettingsError(f"unknown keys {unknown} in the compare: section; allowed: cells, seeds, lengths")
-        cells = args.cells or section.get("cells") or ["onlstm", "lstm"]
-        bad = [c for c in cells if c not in ENCODERS]
+        cells = args.cells or section.get("cells") or _default_cells()
+        bad = [c for c in cells if c not in encoders.names()]
         if bad:
-            raise SettingsError(f"unknown cells {bad}; choose from {sorted(ENCODERS)}")
+            raise SettingsError(f"unknown cells {bad}; choose from {encoders.names()}")
+        for cell in cells:  # every cell must work with these settings before the first one trains
+            encoders.get(cell).validate(model_cfg.hidden_size, encoders.options_for(cell, model_cfg))
         seeds = args.seeds or section.get("seeds") or [0]
         lengths = parse_buckets(args.lengths or section.get("lengths") or "1-12")
         res = compare(model_cfg, train_cfg, data, out, cells, seeds, lengths)
@@ -391,3 +334,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(res.table)
         print(f"wrote {out / 'compare.json'}, {out / 'table.md'}, {res.plot} and {res.curves}")
     return EXIT_INTERRUPTED if res.interrupted else 0
+
+
+def _default_cells() -> list[str]:
+    """The paper's comparison (ON-LSTM against LSTM); any registered encoder can be named with --cells."""
+    return ["onlstm", "lstm"]
