@@ -34,12 +34,23 @@ import dataclasses
 import functools
 import types
 import typing
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
-__all__ = ["ConfigError", "Config", "option", "coerce", "check_section", "read_yaml", "add_flags", "flags_given",
-           "merged", "field_help"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "add_flags",
+    "check_section",
+    "coerce",
+    "field_help",
+    "flags_given",
+    "merged",
+    "option",
+    "read_yaml",
+]
 
 
 class ConfigError(ValueError):
@@ -71,7 +82,7 @@ def field_help(f: dataclasses.Field) -> str:
     return h() if callable(h) else h
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _types(cls) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 

@@ -25,8 +25,9 @@ forward call, not inverted (weights scaled by ``1 - p`` in eval).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,9 +37,24 @@ from .config import ConfigError, coerce
 from .nn import ONLSTM, dropconnect_weight
 from .nn.functional import MASTER_INPUT_MODES
 
-__all__ = ["EncoderError", "EncoderOption", "EncoderSpec", "register", "unregister", "get", "names",
-           "make_encoder", "has_distances", "options_for", "check_cell", "cell_help", "accepted_by", "option_help",
-           "TorchRNN", "detach_state"]
+__all__ = [
+    "EncoderError",
+    "EncoderOption",
+    "EncoderSpec",
+    "TorchRNN",
+    "accepted_by",
+    "cell_help",
+    "check_cell",
+    "detach_state",
+    "get",
+    "has_distances",
+    "make_encoder",
+    "names",
+    "option_help",
+    "options_for",
+    "register",
+    "unregister",
+]
 
 
 class EncoderError(ConfigError):
@@ -86,7 +102,10 @@ class EncoderSpec:
                                f"(it accepts: {accepted})")
         out = {}
         for o in self.options:
-            value = coerce(options.get(o.name, o.default), o.type, f"{self.name} option {o.name}")
+            try:
+                value = coerce(options.get(o.name, o.default), o.type, f"{self.name} option {o.name}")
+            except ConfigError as exc:
+                raise EncoderError(str(exc)) from None
             if o.choices and value not in o.choices:
                 raise EncoderError(f"{self.name} option {o.name} must be one of {', '.join(o.choices)}, got {value!r}")
             out[o.name] = value

@@ -32,7 +32,8 @@ class LMConfig(Config):
 
     vocab_size: int = option(help="vocabulary size", fixed="is taken from the training text")
     emb_size: int = option(400, "embedding width (= last layer's width when tied)")
-    hidden_sizes: list[int] = option([1150, 1150, 400], "width of every recurrent layer, e.g. 1150 1150 400")
+    hidden_sizes: list[int] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
+        [1150, 1150, 400], "width of every recurrent layer, e.g. 1150 1150 400")
     cell: str = option("onlstm", lambda: encoders.cell_help("recurrent layer"))
     chunk_size: int = option(10, encoders.option_help("chunk_size", "ON-LSTM chunk size (units per master-gate level)"))
     master_input: str = option("paper", encoders.option_help(
@@ -42,7 +43,8 @@ class LMConfig(Config):
     dropout_in: float = option(0.5, "locked dropout on the embedding output (dropouti)")
     dropout_hidden: float = option(0.3, "locked dropout between layers (dropouth)")
     dropout_out: float = option(0.45, "locked dropout on the last layer's output (dropout)")
-    dropconnect: float = option(0.45, encoders.option_help("dropconnect", "DropConnect on hidden-to-hidden weights (wdrop)"))
+    dropconnect: float = option(0.45, encoders.option_help("dropconnect",
+                                                           "DropConnect on hidden-to-hidden weights (wdrop)"))
     tie_weights: bool = option(True, "tie the decoder to the embedding")
 
     def validate(self) -> None:

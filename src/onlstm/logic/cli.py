@@ -164,8 +164,8 @@ def load_yaml(path: Path) -> dict:
 
 def resolve_settings(args: argparse.Namespace):
     """``(model config, train config, data, out, compare section)`` from defaults < YAML < flags."""
-    from .model import LogicModelConfig
     from ..lm.distributed import resolve_device
+    from .model import LogicModelConfig
     from .train import LogicTrainConfig
 
     doc = load_yaml(args.config) if args.config else {}
@@ -271,8 +271,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     import json
 
     from ..checkpoint import CheckpointError
-    from .data import LogicDataError
     from ..lm.distributed import resolve_device
+    from .data import LogicDataError
     from .evaluate import evaluate_examples, format_table, load_classifier, majority_baseline, read_test_examples
 
     try:
