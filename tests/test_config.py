@@ -162,6 +162,22 @@ def test_logic_yaml_errors_name_the_field(tmp_path, capsys):
     assert err.startswith("onlstm logic train: config file") and "train.lr" in err and err.count("\n") == 1
 
 
+def test_logic_compare_section_is_typed(tmp_path):
+    from onlstm.logic.cli import CompareSettings, load_yaml
+
+    f = tmp_path / "c.yaml"
+    f.write_text("compare:\n  cells: [lstm, gru]\n  seeds: [0, 1.0]\n  lengths: [7, 8]\n")
+    what = CompareSettings.from_dict(load_yaml(f)["compare"])
+    assert (what.cells, what.seeds, what.lengths) == (["lstm", "gru"], [0, 1], [7, 8])
+    f.write_text("compare:\n  seeds: [zero]\n")
+    with pytest.raises(ConfigError, match=r"compare.seeds\[0\] must be an integer"):
+        load_yaml(f)
+    f.write_text("compare:\n  cells: [lstm, elman]\n")
+    with pytest.raises(ConfigError, match=r"unknown cells \['elman'\]"):
+        CompareSettings.from_dict(load_yaml(f)["compare"])
+    assert CompareSettings().cells == ["onlstm", "lstm"]
+
+
 def test_logic_flags_win_over_the_file(tmp_path):
     model, train, _, _, _ = _logic_settings(tmp_path, "model:\n  hidden_size: 40\n  chunk_size: 4\n"
                                                       "train:\n  lr: 0.01\n  epochs: 3\n",

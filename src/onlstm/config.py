@@ -295,7 +295,8 @@ def _add_flag(group, f: dataclasses.Field, tp: Any, dest: str) -> None:
     if tp is bool:
         group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, **kw)
     elif typing.get_origin(tp) in (list, tuple):
-        group.add_argument(_flag(f.name), nargs="+", type=typing.get_args(tp)[0], metavar="N", **kw)
+        item = typing.get_args(tp)[0]
+        group.add_argument(_flag(f.name), nargs="+", type=item, metavar={int: "N", float: "X"}.get(item, "NAME"), **kw)
     else:
         choices = f.metadata.get("choices")
         metavar = None if choices else {int: "N", float: "X"}.get(tp, "NAME")

@@ -14,10 +14,11 @@ import argparse
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import encoders
-from ..config import ConfigError, add_flags, flags_given, merged, read_yaml
+from ..config import Config, ConfigError, add_flags, flags_given, merged, option, read_yaml
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 
 
@@ -130,10 +131,42 @@ def _cmd_check(args: argparse.Namespace) -> int:
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 _CONFIG_KEYS = ("data", "out")
-_COMPARE_KEYS = ("cells", "seeds", "lengths")
 
 #: Bad --config file or option values; printed on stderr, exit status 2 (the name the logic commands used).
 SettingsError = ConfigError
+
+
+@dataclass
+class CompareSettings(Config):
+    """What ``onlstm logic compare`` compares (the ``compare:`` section of a config file, or flags)."""
+
+    section = "compare"
+
+    # The paper's comparison; any registered encoder can be named.
+    cells: list[str] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
+        ["onlstm", "lstm"], lambda: f"encoders to compare, from: {', '.join(encoders.names())}")
+    seeds: list[int] = option([0], "seeds")  # noqa: RUF009 (option() returns a dataclasses.field)
+    lengths: str | list[int] = option("1-12", "test file numbers, e.g. 1-12 or 0-3,12")  # noqa: RUF009
+
+    def validate(self) -> None:
+        bad = [c for c in self.cells if c not in encoders.names()]
+        if bad:
+            raise SettingsError(f"unknown cells {bad}; choose from {encoders.names()}")
+        if not self.cells or not self.seeds:
+            raise SettingsError("compare.cells and compare.seeds must not be empty")
+
+
+@dataclass
+class EvalSettings(Config):
+    """Options of ``onlstm logic eval`` besides the checkpoint and the data."""
+
+    section = "eval"
+
+    split: str = option("test", "which files to read", choices=("test", "train"))
+    lengths: str = option("1-12", "file numbers to evaluate, e.g. 1-12 or 0-12")
+    tag: str = option("best", "weights file model.<tag>.safetensors")
+    batch_size: int = option(512, "pairs per batch")
+    device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
 
 
 def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
@@ -154,12 +187,8 @@ def load_yaml(path: Path) -> dict:
     from .model import LogicModelConfig
     from .train import LogicTrainConfig
 
-    doc = read_yaml(path, {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": None}, _CONFIG_KEYS)
-    unknown = sorted(set(doc["compare"]) - set(_COMPARE_KEYS))
-    if unknown:
-        raise SettingsError(f"config file {path}: unknown keys {unknown} in the compare: section; allowed: "
-                            f"{', '.join(_COMPARE_KEYS)}")
-    return doc
+    return read_yaml(path, {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings},
+                     _CONFIG_KEYS)
 
 
 def resolve_settings(args: argparse.Namespace):
@@ -258,11 +287,7 @@ def _register_eval(sub) -> None:
     p.add_argument("--checkpoint", required=True, type=Path,
                    help="run directory of `onlstm logic train` (uses model.best) or a .safetensors file in one")
     p.add_argument("--data", required=True, type=Path, help="directory of test{k} files (or one file)")
-    p.add_argument("--split", choices=("test", "train"), default="test", help="which files to read (default test)")
-    p.add_argument("--lengths", default="1-12", help="file numbers to evaluate, e.g. 1-12 (default) or 0-12")
-    p.add_argument("--tag", default="best", help="weights file model.<tag>.safetensors (default best)")
-    p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument("--device", default="auto", help="auto (default: cuda if available), cpu, cuda or cuda:N")
+    add_flags(p, EvalSettings, "eval", "evaluation")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=_cmd_eval)
 
@@ -276,17 +301,18 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import evaluate_examples, format_table, load_classifier, majority_baseline, read_test_examples
 
     try:
-        lengths = parse_buckets(args.lengths)
-        device = resolve_device(args.device)
-        model, header = load_classifier(args.checkpoint, args.tag, device)
-        examples = read_test_examples(args.data, args.split, lengths)
+        opts = EvalSettings.from_dict(flags_given(args, "eval"))
+        lengths = parse_buckets(opts.lengths)
+        device = resolve_device(opts.device)
+        model, header = load_classifier(args.checkpoint, opts.tag, device)
+        examples = read_test_examples(args.data, opts.split, lengths)
     except (SettingsError, LogicDataError, CheckpointError, ValueError) as exc:
         return _fail("eval", exc)
-    result = evaluate_examples(model, examples, args.batch_size)
+    result = evaluate_examples(model, examples, opts.batch_size)
     baseline = majority_baseline(examples)
     if args.json:
         print(json.dumps({"checkpoint": str(args.checkpoint), "cell": header["model"]["cell"],
-                          "data": str(args.data), "split": args.split, **result.to_dict(),
+                          "data": str(args.data), "split": opts.split, **result.to_dict(),
                           "majority_baseline": baseline.to_dict()}, indent=2))
         return 0
     name = header["model"]["cell"]
@@ -305,10 +331,7 @@ def _register_compare(sub) -> None:
                     "cell (mean ± sample std over seeds) and write OUT/compare.json, OUT/table.md, "
                     "OUT/accuracy_by_length.png and OUT/training_curves.png.")
     _add_settings(p, cell=False)
-    p.add_argument("--cells", nargs="+", help=f"encoders to compare, from: {', '.join(encoders.names())} "
-                                               "(default: onlstm lstm)")
-    p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: 0)")
-    p.add_argument("--lengths", help="test file numbers, e.g. 1-12 (default)")
+    add_flags(p, CompareSettings, "compare", "comparison")
     p.set_defaults(func=_cmd_compare)
 
 
@@ -319,23 +342,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     try:
         model_cfg, train_cfg, data, out, section = resolve_settings(args)
-        cells = args.cells or section.get("cells") or _default_cells()
-        bad = [c for c in cells if c not in encoders.names()]
-        if bad:
-            raise SettingsError(f"unknown cells {bad}; choose from {encoders.names()}")
-        for cell in cells:  # every cell must work with these settings before the first one trains
+        what = CompareSettings.from_dict(merged(section, flags_given(args, "compare")))
+        for cell in what.cells:  # every cell must work with these settings before the first one trains
             encoders.get(cell).validate(model_cfg.hidden_size, encoders.options_for(cell, model_cfg))
-        seeds = args.seeds or section.get("seeds") or [0]
-        lengths = parse_buckets(args.lengths or section.get("lengths") or "1-12")
-        res = compare(model_cfg, train_cfg, data, out, cells, seeds, lengths)
+        lengths = parse_buckets(what.lengths)
+        res = compare(model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths)
     except (SettingsError, LogicDataError, CheckpointError) as exc:
         return _fail("compare", exc)
     if res.table:
         print(res.table)
         print(f"wrote {out / 'compare.json'}, {out / 'table.md'}, {res.plot} and {res.curves}")
     return EXIT_INTERRUPTED if res.interrupted else 0
-
-
-def _default_cells() -> list[str]:
-    """The paper's comparison (ON-LSTM against LSTM); any registered encoder can be named with --cells."""
-    return ["onlstm", "lstm"]
