@@ -100,6 +100,26 @@ def test_yaml_sections_are_checked_against_their_dataclass(tmp_path):
         read_yaml(tmp_path / "none.yaml", {"train": Recipe})
 
 
+def test_mapping_fields_from_files_and_flags():
+    @dataclass
+    class Model(Config):
+        section = "model"
+        extra: dict[str, float] = option({}, "extras", omit_default=True)  # noqa: RUF009
+
+    assert Model(extra={"a": "1e-3"}).extra == {"a": 0.001}
+    with pytest.raises(ConfigError, match="model.extra.b must be a number"):
+        Model(extra={"b": "x"})
+    with pytest.raises(ConfigError, match="model.extra must be a mapping"):
+        Model(extra=[1])
+    assert Model().to_dict() == {} and Model(extra={"a": 1}).to_dict() == {"extra": {"a": 1.0}}
+    p = argparse.ArgumentParser()
+    add_flags(p, Model, "model")
+    assert flags_given(p.parse_args(["--extra", "a=1", "b=2e-3", "--extra", "a=3"]), "model") == \
+        {"extra": {"a": 3, "b": "2e-3"}}                          # read as YAML scalars, coerced when built
+    with pytest.raises(SystemExit):
+        p.parse_args(["--extra", "novalue"])
+
+
 def test_fixed_fields_are_neither_in_files_nor_flags():
     with pytest.raises(ConfigError, match="model.vocab_size is taken from the training text"):
         check_section(LMConfig, {"vocab_size": 3}, "model")
@@ -214,6 +234,17 @@ def test_lm_yaml_float_spellings_and_errors(tmp_path):
     with pytest.raises(ConfigError, match="train.lr must be a number"):
         load_config(f)
     assert TrainConfig.from_dict(TrainConfig().to_dict()) == TrainConfig()
+
+
+def test_lm_runs_saved_before_the_change_still_load():
+    # a config.json model section as LMConfig wrote it before (ints where floats belong, as JSON may have them)
+    old = {"vocab_size": 50, "emb_size": 16, "hidden_sizes": [24, 16], "cell": "onlstm", "chunk_size": 4,
+           "master_input": "paper", "dropout_emb": 0.1, "dropout_in": 0.3, "dropout_hidden": 0.2, "dropout_out": 0,
+           "dropconnect": 0.3, "tie_weights": True}
+    cfg = LMConfig.from_dict(old)
+    assert cfg.to_dict() == old and type(cfg.dropout_out) is float
+    with pytest.raises(ConfigError, match=r"unknown language-model config fields \['dropout'\]"):
+        LMConfig.from_dict({**old, "dropout": 0.1})
 
 
 def test_lm_flags_are_generated_with_defaults(capsys):

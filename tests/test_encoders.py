@@ -80,7 +80,7 @@ def test_built_layers_get_their_options():
     assert isinstance(lstm.rnn, nn.LSTM) and lstm.dropconnect == 0.25
     # an experiment config passes each encoder only the options it declares
     cfg = LogicModelConfig(cell="lstm", hidden_size=30, chunk_size=4, dropconnect=0.1)
-    assert cfg.encoder_options() == {"dropconnect": 0.1}
+    assert cfg.layer_options() == {"dropconnect": 0.1}
     assert E.options_for("onlstm", cfg) == {"chunk_size": 4, "master_input": "paper", "dropconnect": 0.1}
 
 
@@ -152,15 +152,17 @@ def test_user_encoder_trains_as_a_language_model(toy, tmp_path, capsys):
 
     corpus, run = _lm_corpus(tmp_path / "corpus"), tmp_path / "lm-toy"
     # tiny.yaml sets chunk_size and dropconnect: options the toy does not declare, so it does not get them
+    # its own option comes through encoder_options
     assert main(["lm", "train", "--config", str(TINY_LM), "--data-dir", str(corpus), "--out", str(run),
-                 "--epochs", "1", "--cell", "toy"]) == 0
+                 "--epochs", "1", "--cell", "toy", "--encoder-options", "bias=false"]) == 0
     saved = json.loads((run / "config.json").read_text())
-    assert saved["model"]["cell"] == "toy"
+    assert saved["model"]["cell"] == "toy" and saved["model"]["encoder_options"] == {"bias": False}
     with open(run / "log.csv") as f:
         rows = list(csv.DictReader(f))
     assert rows and all(math.isfinite(float(r["train_loss"])) and math.isfinite(float(r["valid_loss"])) for r in rows)
     model, vocab, _, _ = load_lm(run)
     assert isinstance(model.layers[0], ToyRNN) and len(vocab) == saved["model"]["vocab_size"]
+    assert not model.layers[0].rnn.bias and not any("bias" in k for k in model.state_dict() if k.startswith("layers"))
     # parsing needs distances: the toy's spec says it yields none
     with pytest.raises(CheckpointError, match="'toy' model has no master gates"):
         load_language_model(run)
@@ -182,12 +184,17 @@ def test_user_encoder_trains_on_the_logic_task(toy, tmp_path, capsys):
                  "--no-progress"]) == 0
     saved = json.loads((run / "config.json").read_text())
     assert saved["model"]["cell"] == "toy" and saved["status"] == "finished"
+    assert "encoder_options" not in saved["model"]         # unused: config.json as before the field existed
     history = json.loads((run / "history.json").read_text())
     assert history and all(math.isfinite(h["train_loss"]) for h in history)
     model, _ = load_classifier(run)
     assert isinstance(model.encoder, ToyRNN)
     assert main(["logic", "eval", "--checkpoint", str(run), "--data", str(data), "--lengths", "1-9"]) == 0
     assert "toy" in capsys.readouterr().out
+    # an option the chosen encoder does not accept is an error naming both
+    assert main(["logic", "train", "--data", str(data), "--out", str(tmp_path / "x"), "--cell", "lstm",
+                 "--encoder-options", "bias=false"]) == 2
+    assert "encoder 'lstm' does not accept the option(s) bias" in capsys.readouterr().err
     E.unregister("toy")
     with pytest.raises(CheckpointError, match="must be registered"):
         load_classifier(run)

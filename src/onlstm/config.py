@@ -30,6 +30,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import functools
 import types
@@ -61,19 +62,20 @@ class ConfigError(ValueError):
 
 
 def option(default: Any = MISSING, help: str | Callable[[], str] = "", *, choices: Iterable[str] | None = None,
-           flag: bool = True, fixed: str | None = None, default_text: str | None = None) -> Any:
+           flag: bool = True, fixed: str | None = None, default_text: str | None = None,
+           omit_default: bool = False) -> Any:
     """A dataclass field with its help text (a string, or a function returning it when the parser is built).
 
     ``choices``: allowed values (checked whenever the config is built). ``flag=False``: no command-line flag
     (settable in a file). ``fixed``: neither in a file nor a flag; the text says why (e.g. ``"is taken from
     the training text"``). ``default_text``: how ``--help`` shows the default (e.g. ``"all"`` for None).
-    A list default is copied for every instance.
+    ``omit_default``: left out of ``to_dict`` while it has its default (see :meth:`Config.to_dict`).
+    A list or dict default is copied for every instance.
     """
     meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag and fixed is None,
-            "fixed": fixed, "default_text": default_text}
-    if isinstance(default, list):
-        items = list(default)
-        return dataclasses.field(default_factory=lambda: list(items), metadata=meta)
+            "fixed": fixed, "default_text": default_text, "omit_default": omit_default}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -122,7 +124,8 @@ def _number(value, where: str, integer: bool):
 
 
 def coerce(value: Any, tp: Any, where: str) -> Any:
-    """``value`` converted to type ``tp`` (int, float, bool, str, list[X], X | None); ConfigError naming ``where``."""
+    """``value`` converted to type ``tp`` (int, float, bool, str, list[X], dict[str, X], X | None); a
+    :class:`ConfigError` naming ``where`` when it cannot be."""
     if _is_union(tp):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
@@ -136,6 +139,11 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             except ConfigError:
                 pass
         raise ConfigError(f"{where} has the wrong type: {value!r}")
+    if typing.get_origin(tp) is dict or tp is dict:
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{where} must be a mapping of name: value, got {value!r}")
+        item = (typing.get_args(tp) or (str, Any))[1]
+        return {k: coerce(v, item, f"{where}.{k}") for k, v in value.items()}
     if typing.get_origin(tp) in (list, tuple) or tp in (list, tuple):
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where} must be a list, got {value!r}")
@@ -186,7 +194,13 @@ class Config:
         """Checks across fields (ranges, consistency); raise :class:`ConfigError` naming the field."""
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields as plain data; a field declared with ``omit_default=True`` is left out while it has its
+        default, so adding such a field does not change the config.json of runs that do not use it."""
+        out = dataclasses.asdict(self)
+        for f in fields(self):
+            if f.metadata.get("omit_default") and out[f.name] == _default(f):
+                del out[f.name]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping):
@@ -281,7 +295,29 @@ def _shown_default(f: dataclasses.Field) -> str:
         return "yes" if d else "no"
     if isinstance(d, list):
         return " ".join(map(str, d))
+    if isinstance(d, dict):
+        return " ".join(f"{k}={v}" for k, v in d.items()) or "none"
     return "none" if d is None else str(d)
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` from the command line; the value is read as a YAML scalar (``false``, ``3``, ``relu``)."""
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError:
+        return key.strip(), value
+
+
+class _MappingAction(argparse.Action):
+    """Collects ``KEY=VALUE`` pairs (the flag may be repeated) into one dict."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, {**(getattr(namespace, self.dest) or {}), **dict(values)})
 
 
 def _add_flag(group, f: dataclasses.Field, tp: Any, dest: str) -> None:
@@ -294,6 +330,9 @@ def _add_flag(group, f: dataclasses.Field, tp: Any, dest: str) -> None:
     kw: dict = {"dest": dest, "default": None, "help": text}
     if tp is bool:
         group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, **kw)
+    elif typing.get_origin(tp) is dict:
+        group.add_argument(_flag(f.name), nargs="+", type=_key_value, metavar="KEY=VALUE", action=_MappingAction,
+                           **kw)
     elif typing.get_origin(tp) in (list, tuple):
         item = typing.get_args(tp)[0]
         group.add_argument(_flag(f.name), nargs="+", type=item, metavar={int: "N", float: "X"}.get(item, "NAME"), **kw)

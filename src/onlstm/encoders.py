@@ -177,9 +177,15 @@ def check_cell(name: Any, where: str = "cell") -> EncoderSpec:
     return _REGISTRY[name]
 
 
-def options_for(name: str, values: Mapping[str, Any] | object) -> dict:
-    """The options of encoder ``name`` found in ``values`` (an experiment config), see :meth:`EncoderSpec.select`."""
-    return get(name).select(values)
+def options_for(name: str, values: Mapping[str, Any] | object, extra: Mapping[str, Any] | None = None) -> dict:
+    """Options for encoder ``name`` from an experiment config: the fields it declares (see
+    :meth:`EncoderSpec.select`) plus ``extra`` (the config's ``encoder_options``, set explicitly by the user:
+    :meth:`EncoderSpec.validate` rejects any of them the encoder does not accept)."""
+    return {**get(name).select(values), **(extra or {})}
+
+
+ENCODER_OPTIONS_HELP = ("options of the encoder beyond the fields above, e.g. nonlinearity=tanh (YAML: a mapping); "
+                        "an option the chosen encoder does not accept is an error")
 
 
 def accepted_by(option: str) -> list[str]:

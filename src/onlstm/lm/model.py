@@ -9,6 +9,7 @@ weights the last width must equal the embedding size.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +47,8 @@ class LMConfig(Config):
     dropconnect: float = option(0.45, encoders.option_help("dropconnect",
                                                            "DropConnect on hidden-to-hidden weights (wdrop)"))
     tie_weights: bool = option(True, "tie the decoder to the embedding")
+    encoder_options: dict[str, Any] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
+        {}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
 
     def validate(self) -> None:
         spec = encoders.check_cell(self.cell, "cell")
@@ -57,11 +60,12 @@ class LMConfig(Config):
         if self.tie_weights and self.hidden_sizes[-1] != self.emb_size:
             raise ConfigError(f"tie_weights needs the last layer's width ({self.hidden_sizes[-1]}) to equal "
                               f"emb_size ({self.emb_size}); change one of them or set tie_weights: false")
-        spec.validate(self.hidden_sizes, self.encoder_options())
+        spec.validate(self.hidden_sizes, self.layer_options())
 
-    def encoder_options(self) -> dict:
-        """The options this config gives its encoder (those the encoder declares)."""
-        return encoders.options_for(self.cell, self)
+    def layer_options(self, cell: str | None = None) -> dict:
+        """The options this config gives encoder ``cell`` (default: its own): the fields the encoder declares
+        and ``encoder_options``."""
+        return encoders.options_for(cell or self.cell, self, self.encoder_options)
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool,
@@ -100,7 +104,7 @@ class LanguageModel(nn.Module):
         self.embedding = nn.Embedding(c.vocab_size, c.emb_size)
         sizes = [c.emb_size] + c.hidden_sizes
         self.layers = nn.ModuleList(
-            make_encoder(c.cell, sizes[i], sizes[i + 1], **c.encoder_options()) for i in range(len(c.hidden_sizes)))
+            make_encoder(c.cell, sizes[i], sizes[i + 1], **c.layer_options()) for i in range(len(c.hidden_sizes)))
         self.decoder = nn.Linear(c.hidden_sizes[-1], c.vocab_size)
         # As the reference: small uniform embedding (an N(0, 1) tied embedding makes early gradients
         # denormal and CPU steps 15-100x slower), zero decoder bias.

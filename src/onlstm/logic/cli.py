@@ -344,7 +344,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         model_cfg, train_cfg, data, out, section = resolve_settings(args)
         what = CompareSettings.from_dict(merged(section, flags_given(args, "compare")))
         for cell in what.cells:  # every cell must work with these settings before the first one trains
-            encoders.get(cell).validate(model_cfg.hidden_size, encoders.options_for(cell, model_cfg))
+            encoders.get(cell).validate(model_cfg.hidden_size, model_cfg.layer_options(cell))
         lengths = parse_buckets(what.lengths)
         res = compare(model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths)
     except (SettingsError, LogicDataError, CheckpointError) as exc:

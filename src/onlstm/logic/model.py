@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -68,6 +69,8 @@ class LogicModelConfig(Config):
     mlp_hidden: int = option(400, "width of the MLP's hidden layer; 0 = a single linear layer over the features")
     mlp_activation: str = option("relu", "activation of the MLP's hidden layer: relu or elu (the authors' script)",
                                  choices=tuple(_ACTIVATIONS))
+    encoder_options: dict[str, Any] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
+        {}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
     n_classes: int = option(len(RELATIONS), "number of relations", flag=False)
     vocab_size: int = option(len(TOKENS), "token vocabulary size (with padding)", flag=False)
 
@@ -81,11 +84,12 @@ class LogicModelConfig(Config):
         for name in ("dropout", "dropconnect"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        spec.validate(self.hidden_size, self.encoder_options())
+        spec.validate(self.hidden_size, self.layer_options())
 
-    def encoder_options(self) -> dict:
-        """The options this config gives its encoder (those the encoder declares)."""
-        return encoders.options_for(self.cell, self)
+    def layer_options(self, cell: str | None = None) -> dict:
+        """The options this config gives encoder ``cell`` (default: its own): the fields the encoder declares
+        and ``encoder_options``."""
+        return encoders.options_for(cell or self.cell, self, self.encoder_options)
 
 
 # --------------------------------------------------------------------------- tokens
@@ -138,7 +142,7 @@ class LogicClassifier(nn.Module):
         nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
         with torch.no_grad():
             self.embedding.weight[0].zero_()
-        self.encoder = make_encoder(c.cell, c.emb_size, c.hidden_size, **c.encoder_options())
+        self.encoder = make_encoder(c.cell, c.emb_size, c.hidden_size, **c.layer_options())
         n_feat = 4 * c.hidden_size
         if c.mlp_hidden:
             self.mlp = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(n_feat, c.mlp_hidden), _ACTIVATIONS[c.mlp_activation](),
