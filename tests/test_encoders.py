@@ -103,6 +103,22 @@ def test_register_twice_is_an_error_unless_replaced():
     assert "twice" not in E.names()
 
 
+def test_a_user_check_runs_for_every_experiment_config():
+    def even_only(sizes, opts):
+        if any(h % 2 for h in sizes):
+            raise ValueError(f"widths must be even, got {sizes}")
+
+    E.register("even", lambda i, h: E.TorchRNN(nn.GRU(i, h)), check=even_only)
+    try:
+        with pytest.raises(E.EncoderError, match=r"encoder 'even': widths must be even, got \[15\]"):
+            LogicModelConfig(cell="even", hidden_size=15)
+        with pytest.raises(E.EncoderError, match="widths must be even"):
+            LMConfig(vocab_size=5, emb_size=4, hidden_sizes=[7, 4], cell="even")
+        assert LogicModelConfig(cell="even", hidden_size=16).layer_options() == {}
+    finally:
+        E.unregister("even")
+
+
 # --------------------------------------------------------------------------- a user's encoder, end to end
 
 

@@ -116,7 +116,12 @@ class EncoderSpec:
         sizes = [hidden_sizes] if isinstance(hidden_sizes, int) else list(hidden_sizes)
         opts = self.resolve(options or {})
         if self.check is not None:
-            self.check(sizes, opts)
+            try:
+                self.check(sizes, opts)
+            except EncoderError:
+                raise
+            except ValueError as exc:  # a user's check may raise a plain ValueError: still a one-line CLI error
+                raise EncoderError(f"encoder {self.name!r}: {exc}") from None
         return opts
 
     def select(self, values: Mapping[str, Any] | object) -> dict:

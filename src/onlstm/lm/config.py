@@ -13,7 +13,8 @@ paper's command)::
 
 Every field is also a flag of ``onlstm lm train`` (``hidden_sizes`` -> ``--hidden-sizes 400 400``,
 booleans as ``--averaging`` / ``--no-averaging``); a flag given on the command line wins over the file.
-Unknown fields and values of the wrong type are errors that name the field.
+Unknown fields and values of the wrong type are errors that name the field. The machinery (coercion, YAML
+sections, generated flags) is :mod:`onlstm.config`; this module holds the recipe and its own checks.
 """
 from __future__ import annotations
 
