@@ -206,6 +206,20 @@ def test_logic_flags_win_over_the_file(tmp_path):
     assert (train.lr, train.epochs, train.progress, train.batch_size) == (0.002, 3, False, 128)
 
 
+def test_logic_generate_flags(tmp_path, capsys):
+    from onlstm.logic.generate import GenerateConfig
+
+    args = build_parser().parse_args(["logic", "generate", "--out", str(tmp_path), "--per-length", "30",
+                                      "--test-count", "5", "--balance-labels"])
+    cfg = GenerateConfig.from_dict(flags_given(args, "generate"))
+    assert (cfg.per_length, cfg.test_count, cfg.balance_labels, cfg.test_fraction) == (30, 5, True, 0.2)
+    assert main(["logic", "generate", "--out", str(tmp_path), "--test-fraction", "0.5", "--test-count", "3"]) == 2
+    assert "--test-fraction or --test-count, not both" in capsys.readouterr().err
+    assert main(["logic", "generate", "--out", str(tmp_path), "--per-length", "0"]) == 2
+    assert "per_length must be >= 1" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())                           # nothing written on bad input
+
+
 def test_logic_runs_saved_before_the_change_still_load():
     # config.json sections as the hand-written settings code saved them (ints where floats belong included)
     old_model = {"cell": "onlstm", "emb_size": 128, "hidden_size": 400, "chunk_size": 10, "master_input": "paper",

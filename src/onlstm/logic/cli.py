@@ -38,43 +38,24 @@ def register(subparsers) -> None:
 
 
 def _register_generate(sub) -> None:
-    d = GenerateConfig()
     p = sub.add_parser(
         "generate", help="write random labelled formula pairs as train0..train12 / test0..test12",
         description="Random formula pairs over a-f with not/and/or, labelled with their relation from the "
                     "truth sets, written as LABEL<TAB>A<TAB>B into train{k}/test{k} (k = larger operator "
                     "count; file 12 holds 12 or more).")
     p.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
-    p.add_argument("--per-length", type=int, default=d.per_length,
-                   help=f"pairs per length bucket k, train+test together (default {d.per_length})")
-    p.add_argument("--seed", type=int, default=d.seed, help=f"random seed; same seed, same files (default {d.seed})")
-    p.add_argument("--max-ops", type=int, default=d.max_ops,
-                   help=f"largest operator count of a formula (default {d.max_ops}); above 12 all go to file 12")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--test-fraction", type=float, default=d.test_fraction,
-                   help=f"share of each bucket written to test{{k}} (default {d.test_fraction})")
-    g.add_argument("--test-count", type=int, default=None, help="pairs per bucket written to test{k} instead")
-    p.add_argument("--balance-labels", action="store_true",
-                   help="draw --pool-factor times more distinct pairs and keep label counts as equal as possible")
-    p.add_argument("--pool-factor", type=int, default=d.pool_factor,
-                   help=f"with --balance-labels: candidates per wanted pair (default {d.pool_factor})")
-    p.add_argument("--not-prob", type=float, default=d.not_prob,
-                   help=f"probability that an operator node is 'not' (default {d.not_prob})")
-    p.add_argument("--allow-degenerate", action="store_true",
-                   help="keep formulas that are always true or always false (the original data has none)")
-    p.add_argument("--allow-duplicates", action="store_true", help="allow the same pair twice in a bucket")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
+    add_flags(p, GenerateConfig, "generate", "data")
     p.set_defaults(func=_cmd_generate)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    cfg = GenerateConfig(
-        per_length=args.per_length, seed=args.seed, max_ops=args.max_ops, test_fraction=args.test_fraction,
-        test_count=args.test_count, balance_labels=args.balance_labels, pool_factor=args.pool_factor,
-        not_prob=args.not_prob, allow_degenerate=args.allow_degenerate, allow_duplicates=args.allow_duplicates)
+    given = flags_given(args, "generate")
     try:
-        cfg.validate()
-    except ValueError as exc:
+        if "test_fraction" in given and "test_count" in given:
+            raise SettingsError("give --test-fraction or --test-count, not both")
+        cfg = GenerateConfig.from_dict(given)
+    except ConfigError as exc:
         print(f"onlstm logic generate: {exc}", file=sys.stderr)
         return 2
     report = generate_dataset(args.out, cfg, log=None if args.quiet else print)
