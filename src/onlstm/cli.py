@@ -7,9 +7,15 @@ import sys
 
 
 def _cmd_demo(args) -> int:
+    from .config import ConfigError, flags_given, merged, read_yaml
     from .demo import DemoConfig, run
-    run(DemoConfig(out=args.out, seconds=args.seconds, seed=args.seed, train_sentences=args.train_sentences,
-                   test_sentences=args.test_sentences, threads=args.threads), as_json=args.json)
+    try:
+        file = read_yaml(args.config, {"demo": DemoConfig})["demo"] if args.config else {}
+        cfg = DemoConfig.from_dict(merged(file, flags_given(args, "demo")))
+    except ConfigError as exc:
+        print(f"onlstm demo: {exc}", file=sys.stderr)
+        return 2
+    run(cfg, as_json=args.json)
     return 0
 
 
@@ -34,17 +40,19 @@ def _cmd_info(args) -> int:
     return 0
 
 
+def _add_demo_flags(p: argparse.ArgumentParser) -> None:
+    from .config import add_flags
+    from .demo import DemoConfig
+    p.add_argument("--config", help="YAML file with a demo: section (any field below); flags win over it")
+    p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
+    add_flags(p, DemoConfig, "demo", "demo settings")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="grammar corpus -> ON-LSTM LM -> induced trees vs gold and baselines")
-    p.add_argument("--out", default="demo_out", help="run directory for the checkpoint, trees and plots")
-    p.add_argument("--seconds", type=float, default=150.0, help="training time budget (default 150)")
-    p.add_argument("--train-sentences", type=int, default=20000, help="generated training sentences")
-    p.add_argument("--test-sentences", type=int, default=500, help="generated held-out test sentences")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the model is small; 0 = torch's default)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
+    _add_demo_flags(p)
     p.set_defaults(func=_cmd_demo)
     p = sub.add_parser("layer-demo", help="train a tiny ON-LSTM on a bracket language and print its distances")
     p.add_argument("--seconds", type=float, default=20.0, help="training time budget (default 20)")

@@ -1,31 +1,233 @@
-"""One registry of recurrent encoders with the same call, so every experiment runs with any of them.
+"""The one registry of recurrent encoders: every experiment builds its layers from here, by name.
 
-Every encoder built by :func:`make_encoder` is a single recurrent layer (stack them for depth, as the
-language model does, so that layers can have different widths) with
+An entry (:class:`EncoderSpec`) says how to build one layer, which options it accepts (with type, default
+and help), whether it yields master-gate distances (needed to induce trees), whether it is causal per step
+(usable as a language model) and whether it carries state across calls (BPTT segments), plus its own
+validation (e.g. ON-LSTM's divisibility of the width by ``chunk_size``). Experiment configs, ``--cell``
+help texts and default encoder lists read the registry, so an encoder registered from user code::
 
-    forward(x (T, B, in), hx=None, return_distances=False)
-        -> output (T, B, out), state, distances
+    import onlstm.encoders as E
+    E.register("toy", lambda input_size, hidden_size: E.TorchRNN(torch.nn.RNN(input_size, hidden_size)),
+               description="one-layer tanh RNN")
 
-``state`` is whatever the encoder carries between calls (``(h, c)`` shaped like ``nn.LSTM``'s for
-ON-LSTM and LSTM, ``h`` for GRU); ``distances`` is :class:`onlstm.Distances` for ON-LSTM and ``None``
-for encoders without master gates. DropConnect on the hidden-to-hidden weights works the same way
-for every encoder: one mask per forward call, not inverted (weights scaled by ``1 - p`` in eval).
+is available to ``onlstm lm train --cell toy`` and ``onlstm logic train --cell toy`` (run through
+``onlstm.cli.main`` in the same process) without editing anything else.
+
+Every encoder is a single recurrent layer (the language model stacks them, so layers can differ in width)
+with the call
+
+    forward(x (T, B, in) or a PackedSequence, hx=None, return_distances=False) -> output, state, distances
+
+``state`` is what the encoder carries between calls (``(h, c)`` shaped like ``nn.LSTM``'s for ON-LSTM and
+LSTM, ``h`` for GRU); ``distances`` is :class:`onlstm.Distances` for encoders that yield them, else None.
+DropConnect on hidden-to-hidden weights works the same way for every built-in encoder: one mask per
+forward call, not inverted (weights scaled by ``1 - p`` in eval).
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 from torch.func import functional_call
 
+from .config import ConfigError, coerce
 from .nn import ONLSTM, dropconnect_weight
+from .nn.functional import MASTER_INPUT_MODES
+
+__all__ = [
+    "EncoderError",
+    "EncoderOption",
+    "EncoderSpec",
+    "TorchRNN",
+    "accepted_by",
+    "cell_help",
+    "check_cell",
+    "detach_state",
+    "get",
+    "has_distances",
+    "make_encoder",
+    "names",
+    "option_help",
+    "options_for",
+    "register",
+    "unregister",
+]
 
 
-class _TorchRNN(nn.Module):
-    """``nn.LSTM`` / ``nn.GRU`` (one layer) with reference-style DropConnect on ``weight_hh_l0``."""
+class EncoderError(ConfigError):
+    """Unknown encoder, an option it does not accept, or settings it cannot work with."""
 
-    def __init__(self, rnn: nn.RNNBase, dropconnect: float):
+
+@dataclass(frozen=True)
+class EncoderOption:
+    """One option an encoder accepts: ``name``, its type (int, float, str, bool), default and help text."""
+
+    name: str
+    type: type
+    default: Any
+    help: str = ""
+    choices: tuple | None = None
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """A registry entry. ``build(input_size, hidden_size, **options)`` returns one layer with the call above.
+
+    ``check(hidden_sizes, options)``: the encoder's own validation (raise :class:`EncoderError` saying what to
+    change); it runs with the options already type-checked and defaults filled in.
+    """
+
+    name: str
+    build: Callable[..., nn.Module]
+    options: tuple[EncoderOption, ...] = ()
+    yields_distances: bool = False
+    causal: bool = True
+    stateful: bool = True
+    description: str = ""
+    check: Callable[[list[int], dict], None] | None = field(default=None, compare=False)
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.options)
+
+    def resolve(self, options: Mapping[str, Any]) -> dict:
+        """``options`` type-checked, with the defaults of the ones not given; an undeclared one is an error."""
+        unknown = sorted(set(options) - set(self.option_names))
+        if unknown:
+            accepted = ", ".join(self.option_names) or "none"
+            raise EncoderError(f"encoder {self.name!r} does not accept the option(s) {', '.join(unknown)} "
+                               f"(it accepts: {accepted})")
+        out = {}
+        for o in self.options:
+            try:
+                value = coerce(options.get(o.name, o.default), o.type, f"{self.name} option {o.name}")
+            except ConfigError as exc:
+                raise EncoderError(str(exc)) from None
+            if o.choices and value not in o.choices:
+                raise EncoderError(f"{self.name} option {o.name} must be one of {', '.join(o.choices)}, got {value!r}")
+            out[o.name] = value
+        return out
+
+    def validate(self, hidden_sizes: int | Sequence[int], options: Mapping[str, Any] | None = None) -> dict:
+        """Check that layers of ``hidden_sizes`` units can be built with ``options``; returns the resolved options."""
+        sizes = [hidden_sizes] if isinstance(hidden_sizes, int) else list(hidden_sizes)
+        opts = self.resolve(options or {})
+        if self.check is not None:
+            try:
+                self.check(sizes, opts)
+            except EncoderError:
+                raise
+            except ValueError as exc:  # a user's check may raise a plain ValueError: still a one-line CLI error
+                raise EncoderError(f"encoder {self.name!r}: {exc}") from None
+        return opts
+
+    def select(self, values: Mapping[str, Any] | object) -> dict:
+        """The options this encoder declares, taken from a mapping or an experiment config's attributes.
+
+        Experiment configs hold the options of several encoders (``chunk_size`` for ON-LSTM, ...) so that one
+        config file serves every encoder of a comparison; each encoder receives only the ones it declares.
+        """
+        get = values.get if isinstance(values, Mapping) else (lambda k, d: getattr(values, k, d))
+        missing = object()
+        return {n: v for n in self.option_names if (v := get(n, missing)) is not missing}
+
+
+_REGISTRY: dict[str, EncoderSpec] = {}
+
+
+def register(name: str, build: Callable[..., nn.Module], *, options: Iterable[EncoderOption] = (),
+             yields_distances: bool = False, causal: bool = True, stateful: bool = True, description: str = "",
+             check: Callable[[list[int], dict], None] | None = None, replace: bool = False) -> EncoderSpec:
+    """Add an encoder to the registry (from the package or from user code); returns its spec.
+
+    Registering a name that is already there is an error unless ``replace=True``.
+    """
+    if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise EncoderError(f"encoder name must be a non-empty word (letters, digits, - and _), got {name!r}")
+    if name in _REGISTRY and not replace:
+        raise EncoderError(f"an encoder named {name!r} is already registered; pass replace=True to replace it")
+    spec = EncoderSpec(name, build, tuple(options), yields_distances, causal, stateful, description, check)
+    _REGISTRY[name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove an encoder (e.g. one a test registered); unknown names are an error."""
+    get(name)
+    del _REGISTRY[name]
+
+
+def names() -> list[str]:
+    """The registered encoder names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> EncoderSpec:
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise EncoderError(f"unknown encoder {name!r}; registered encoders: {', '.join(names())} (an encoder "
+                           "defined in your own code must be registered with onlstm.encoders.register first)") from None
+
+
+def check_cell(name: Any, where: str = "cell") -> EncoderSpec:
+    """The spec of the encoder a config names in ``where``; the error lists the registered names."""
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise EncoderError(f"{where} must be one of {names()}, got {name!r}; an encoder defined in your own code "
+                           "must be registered (onlstm.encoders.register) before a config or a run using it is "
+                           "built or loaded")
+    return _REGISTRY[name]
+
+
+def options_for(name: str, values: Mapping[str, Any] | object, extra: Mapping[str, Any] | None = None) -> dict:
+    """Options for encoder ``name`` from an experiment config: the fields it declares (see
+    :meth:`EncoderSpec.select`) plus ``extra`` (the config's ``encoder_options``, set explicitly by the user:
+    :meth:`EncoderSpec.validate` rejects any of them the encoder does not accept)."""
+    return {**get(name).select(values), **(extra or {})}
+
+
+ENCODER_OPTIONS_HELP = ("options of the encoder beyond the fields above, e.g. nonlinearity=tanh (YAML: a mapping); "
+                        "an option the chosen encoder does not accept is an error")
+
+
+def accepted_by(option: str) -> list[str]:
+    """Names of the registered encoders that declare ``option`` (for help texts)."""
+    return [n for n in names() if option in _REGISTRY[n].option_names]
+
+
+def cell_help(prefix: str = "encoder") -> str:
+    """``--cell`` help text listing the registry (computed when the parser is built)."""
+    return f"{prefix}: one of {', '.join(names())} (register more with onlstm.encoders.register)"
+
+
+def option_help(option: str, text: str) -> Callable[[], str]:
+    """Help text of an experiment field that is an encoder option, naming the encoders that take it (computed
+    when the parser is built, so encoders registered later are listed)."""
+    return lambda: f"{text} (used by: {', '.join(accepted_by(option)) or 'no registered encoder'})"
+
+
+def make_encoder(name: str, input_size: int, hidden_size: int, **options) -> nn.Module:
+    """Build one layer of encoder ``name``; an option it does not declare is an :class:`EncoderError`."""
+    spec = get(name)
+    return spec.build(input_size, hidden_size, **spec.validate(hidden_size, options))
+
+
+def has_distances(name: str) -> bool:
+    """Whether the encoder produces master-gate distances (and so can induce trees)."""
+    return get(name).yields_distances
+
+
+# --------------------------------------------------------------------------- built-in encoders
+
+
+class TorchRNN(nn.Module):
+    """A one-layer ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` with this module's call and optional DropConnect on
+    ``weight_hh_l0`` (reference style: one mask per call, not inverted). Also a ready wrapper for user encoders."""
+
+    def __init__(self, rnn: nn.RNNBase, dropconnect: float = 0.0):
         super().__init__()
         self.rnn, self.dropconnect = rnn, float(dropconnect)
         self.hidden_size = rnn.hidden_size
@@ -52,38 +254,33 @@ class _ONLSTMLayer(nn.Module):
         return out, state, None
 
 
-def _onlstm(input_size, hidden_size, *, chunk_size=1, dropconnect=0.0, master_input="paper", **_):
-    if hidden_size % chunk_size:
-        raise ValueError(f"ON-LSTM layer of {hidden_size} units: not divisible by chunk_size={chunk_size}")
-    return _ONLSTMLayer(ONLSTM(input_size, hidden_size, chunk_size=chunk_size, dropconnect=dropconnect,
-                               master_input=master_input))
+def _check_dropconnect(sizes: list[int], opts: dict) -> None:
+    if not 0.0 <= opts["dropconnect"] < 1.0:
+        raise EncoderError(f"dropconnect must be in [0, 1), got {opts['dropconnect']}")
 
 
-def _lstm(input_size, hidden_size, *, dropconnect=0.0, **_):
-    return _TorchRNN(nn.LSTM(input_size, hidden_size), dropconnect)
+def _check_onlstm(sizes: list[int], opts: dict) -> None:
+    _check_dropconnect(sizes, opts)
+    chunk = opts["chunk_size"]
+    if chunk <= 0:
+        raise EncoderError(f"chunk_size must be positive, got {chunk}")
+    bad = [h for h in sizes if h % chunk]
+    if bad:
+        raise EncoderError(f"hidden sizes {bad} are not divisible by chunk_size={chunk}: an ON-LSTM layer is cut "
+                           "into chunks of chunk_size units; change the hidden size(s) or chunk_size")
 
 
-def _gru(input_size, hidden_size, *, dropconnect=0.0, **_):
-    return _TorchRNN(nn.GRU(input_size, hidden_size), dropconnect)
+_DROPCONNECT = EncoderOption("dropconnect", float, 0.0, "DropConnect on hidden-to-hidden weights")
 
-
-ENCODERS: dict[str, Callable[..., nn.Module]] = {"onlstm": _onlstm, "lstm": _lstm, "gru": _gru}
-
-
-def make_encoder(name: str, input_size: int, hidden_size: int, **options) -> nn.Module:
-    """Build one recurrent layer by name (``onlstm``, ``lstm``, ``gru``).
-
-    ``options``: ``chunk_size``, ``master_input`` (ON-LSTM only; ignored by the others) and
-    ``dropconnect`` (all).
-    """
-    if name not in ENCODERS:
-        raise ValueError(f"unknown encoder {name!r}; choose one of {sorted(ENCODERS)}")
-    return ENCODERS[name](input_size, hidden_size, **options)
-
-
-def has_distances(name: str) -> bool:
-    """Whether the encoder produces master-gate distances (and so can induce trees)."""
-    return name == "onlstm"
+register("onlstm", lambda i, h, **o: _ONLSTMLayer(ONLSTM(i, h, **o)), yields_distances=True, check=_check_onlstm,
+         description="Ordered Neurons LSTM (master gates; yields distances for tree induction)",
+         options=(EncoderOption("chunk_size", int, 1, "units per master-gate level"),
+                  EncoderOption("master_input", str, "paper", "master input gate: paper or reverse",
+                                MASTER_INPUT_MODES), _DROPCONNECT))
+register("lstm", lambda i, h, dropconnect: TorchRNN(nn.LSTM(i, h), dropconnect), options=(_DROPCONNECT,),
+         check=_check_dropconnect, description="torch.nn.LSTM")
+register("gru", lambda i, h, dropconnect: TorchRNN(nn.GRU(i, h), dropconnect), options=(_DROPCONNECT,),
+         check=_check_dropconnect, description="torch.nn.GRU")
 
 
 def detach_state(state):

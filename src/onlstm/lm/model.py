@@ -8,49 +8,64 @@ weights the last width must equal the embedding size.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..dataconfig import DictConfig
-from ..encoders import ENCODERS, has_distances, make_encoder
+from .. import encoders
+from ..config import Config, ConfigError, option
+from ..encoders import make_encoder
 
 
 @dataclass
-class LMConfig(DictConfig):
-    """Architecture of :class:`LanguageModel` (saved as JSON next to every checkpoint)."""
+class LMConfig(Config):
+    """Architecture of :class:`LanguageModel` (saved as JSON next to every checkpoint).
 
-    config_kind = "language-model"
+    ``chunk_size``, ``master_input`` and ``dropconnect`` are encoder options: each layer receives those its
+    encoder declares in :mod:`onlstm.encoders` (so one preset serves ON-LSTM and LSTM alike).
+    """
 
-    vocab_size: int
-    emb_size: int = 400
-    hidden_sizes: list[int] = field(default_factory=lambda: [1150, 1150, 400])
-    cell: str = "onlstm"
-    chunk_size: int = 10
-    master_input: str = "paper"
-    dropout_emb: float = 0.1       # whole embedding rows (words) dropped, AWD's dropoute
-    dropout_in: float = 0.5        # locked dropout on the embedding output, AWD's dropouti
-    dropout_hidden: float = 0.3    # locked dropout between layers, AWD's dropouth
-    dropout_out: float = 0.45      # locked dropout on the last layer's output, AWD's dropout
-    dropconnect: float = 0.45      # on hidden-to-hidden weights, AWD's wdrop
-    tie_weights: bool = True
+    section = "model"
+    config_kind = "language-model config"
 
-    def __post_init__(self):
-        self.hidden_sizes = list(self.hidden_sizes)
-        if self.cell not in ENCODERS:
-            raise ValueError(f"cell must be one of {sorted(ENCODERS)}, got {self.cell!r}")
+    vocab_size: int = option(help="vocabulary size", fixed="is taken from the training text")
+    emb_size: int = option(400, "embedding width (= last layer's width when tied)")
+    hidden_sizes: list[int] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
+        [1150, 1150, 400], "width of every recurrent layer, e.g. 1150 1150 400")
+    cell: str = option("onlstm", lambda: encoders.cell_help("recurrent layer"))
+    chunk_size: int = option(10, encoders.option_help("chunk_size", "ON-LSTM chunk size (units per master-gate level)"))
+    master_input: str = option("paper", encoders.option_help(
+        "master_input", "ON-LSTM master input gate: paper (as published; its top chunk is never written) or "
+                        "reverse (no dead chunk)"))
+    dropout_emb: float = option(0.1, "embedding row dropout (AWD dropoute)")
+    dropout_in: float = option(0.5, "locked dropout on the embedding output (dropouti)")
+    dropout_hidden: float = option(0.3, "locked dropout between layers (dropouth)")
+    dropout_out: float = option(0.45, "locked dropout on the last layer's output (dropout)")
+    dropconnect: float = option(0.45, encoders.option_help("dropconnect",
+                                                           "DropConnect on hidden-to-hidden weights (wdrop)"))
+    tie_weights: bool = option(True, "tie the decoder to the embedding")
+    encoder_options: dict[str, Any] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
+        {}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
+
+    def validate(self) -> None:
+        spec = encoders.check_cell(self.cell, "cell")
+        if not spec.causal:
+            raise ConfigError(f"encoder {self.cell!r} is not causal per step (its output at a step depends on later "
+                              "tokens), so it cannot be a language model; choose another cell")
         if self.vocab_size <= 0 or self.emb_size <= 0 or not self.hidden_sizes or min(self.hidden_sizes) <= 0:
-            raise ValueError("vocab_size, emb_size and every hidden size must be positive and hidden_sizes non-empty")
+            raise ConfigError("vocab_size, emb_size and every hidden size must be positive and hidden_sizes non-empty")
         if self.tie_weights and self.hidden_sizes[-1] != self.emb_size:
-            raise ValueError(f"tie_weights needs the last layer's width ({self.hidden_sizes[-1]}) to equal "
-                             f"emb_size ({self.emb_size}); change one of them or set tie_weights: false")
-        if self.cell == "onlstm":
-            bad = [h for h in self.hidden_sizes if h % self.chunk_size]
-            if bad:
-                raise ValueError(f"hidden sizes {bad} are not divisible by chunk_size={self.chunk_size}")
+            raise ConfigError(f"tie_weights needs the last layer's width ({self.hidden_sizes[-1]}) to equal "
+                              f"emb_size ({self.emb_size}); change one of them or set tie_weights: false")
+        spec.validate(self.hidden_sizes, self.layer_options())
 
+    def layer_options(self, cell: str | None = None) -> dict:
+        """The options this config gives encoder ``cell`` (default: its own): the fields the encoder declares
+        and ``encoder_options``."""
+        return encoders.options_for(cell or self.cell, self, self.encoder_options)
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool,
@@ -89,9 +104,7 @@ class LanguageModel(nn.Module):
         self.embedding = nn.Embedding(c.vocab_size, c.emb_size)
         sizes = [c.emb_size] + c.hidden_sizes
         self.layers = nn.ModuleList(
-            make_encoder(c.cell, sizes[i], sizes[i + 1], chunk_size=c.chunk_size, master_input=c.master_input,
-                         dropconnect=c.dropconnect)
-            for i in range(len(c.hidden_sizes)))
+            make_encoder(c.cell, sizes[i], sizes[i + 1], **c.layer_options()) for i in range(len(c.hidden_sizes)))
         self.decoder = nn.Linear(c.hidden_sizes[-1], c.vocab_size)
         # As the reference: small uniform embedding (an N(0, 1) tied embedding makes early gradients
         # denormal and CPU steps 15-100x slower), zero decoder bias.
@@ -102,7 +115,7 @@ class LanguageModel(nn.Module):
 
     @property
     def has_distances(self) -> bool:
-        return has_distances(self.config.cell)
+        return encoders.has_distances(self.config.cell)
 
     def forward(self, tokens: torch.Tensor, state=None, return_distances: bool = False, *,
                 shard: tuple[int, int] | None = None):

@@ -14,8 +14,11 @@ import argparse
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
+from .. import encoders
+from ..config import Config, ConfigError, add_flags, flags_given, merged, option, read_yaml
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 
 
@@ -35,43 +38,24 @@ def register(subparsers) -> None:
 
 
 def _register_generate(sub) -> None:
-    d = GenerateConfig()
     p = sub.add_parser(
         "generate", help="write random labelled formula pairs as train0..train12 / test0..test12",
         description="Random formula pairs over a-f with not/and/or, labelled with their relation from the "
                     "truth sets, written as LABEL<TAB>A<TAB>B into train{k}/test{k} (k = larger operator "
                     "count; file 12 holds 12 or more).")
     p.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
-    p.add_argument("--per-length", type=int, default=d.per_length,
-                   help=f"pairs per length bucket k, train+test together (default {d.per_length})")
-    p.add_argument("--seed", type=int, default=d.seed, help=f"random seed; same seed, same files (default {d.seed})")
-    p.add_argument("--max-ops", type=int, default=d.max_ops,
-                   help=f"largest operator count of a formula (default {d.max_ops}); above 12 all go to file 12")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--test-fraction", type=float, default=d.test_fraction,
-                   help=f"share of each bucket written to test{{k}} (default {d.test_fraction})")
-    g.add_argument("--test-count", type=int, default=None, help="pairs per bucket written to test{k} instead")
-    p.add_argument("--balance-labels", action="store_true",
-                   help="draw --pool-factor times more distinct pairs and keep label counts as equal as possible")
-    p.add_argument("--pool-factor", type=int, default=d.pool_factor,
-                   help=f"with --balance-labels: candidates per wanted pair (default {d.pool_factor})")
-    p.add_argument("--not-prob", type=float, default=d.not_prob,
-                   help=f"probability that an operator node is 'not' (default {d.not_prob})")
-    p.add_argument("--allow-degenerate", action="store_true",
-                   help="keep formulas that are always true or always false (the original data has none)")
-    p.add_argument("--allow-duplicates", action="store_true", help="allow the same pair twice in a bucket")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
+    add_flags(p, GenerateConfig, "generate", "data")
     p.set_defaults(func=_cmd_generate)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    cfg = GenerateConfig(
-        per_length=args.per_length, seed=args.seed, max_ops=args.max_ops, test_fraction=args.test_fraction,
-        test_count=args.test_count, balance_labels=args.balance_labels, pool_factor=args.pool_factor,
-        not_prob=args.not_prob, allow_degenerate=args.allow_degenerate, allow_duplicates=args.allow_duplicates)
+    given = flags_given(args, "generate")
     try:
-        cfg.validate()
-    except ValueError as exc:
+        if "test_fraction" in given and "test_count" in given:
+            raise SettingsError("give --test-fraction or --test-count, not both")
+        cfg = GenerateConfig.from_dict(given)
+    except ConfigError as exc:
         print(f"onlstm logic generate: {exc}", file=sys.stderr)
         return 2
     report = generate_dataset(args.out, cfg, log=None if args.quiet else print)
@@ -127,109 +111,79 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
-_CONFIG_KEYS = ("data", "out", "model", "train", "compare")
+_CONFIG_KEYS = ("data", "out")
 
-# (flag, section, field, type, help); the default shown in --help is the dataclass default.
-_MODEL_FLAGS = [
-    ("--emb-size", "emb_size", int, "embedding size (paper: 128)"),
-    ("--hidden-size", "hidden_size", int, "encoder units (paper: 400)"),
-    ("--chunk-size", "chunk_size", int, "ON-LSTM chunk size (default 10: 40 chunks of 10 units)"),
-    ("--master-input", "master_input", str, "ON-LSTM master input gate: paper (default, the layer's) or reverse"),
-    ("--dropout", "dropout", float, "dropout on embeddings, features and MLP hidden layer (paper: 0.2)"),
-    ("--dropconnect", "dropconnect", float, "DropConnect on hidden-to-hidden weights (default 0)"),
-    ("--mlp-hidden", "mlp_hidden", int, "MLP hidden width (default 400; 0 = linear)"),
-    ("--mlp-activation", "mlp_activation", str, "MLP hidden activation: relu (default) or elu (the authors')"),
-]
-_TRAIN_FLAGS = [
-    ("--max-train-ops", "max_train_ops", int, "train on pairs with at most this many operators (default 6)"),
-    ("--valid-fraction", "valid_fraction", float, "share held out for validation (default 0.1)"),
-    ("--max-train-examples", "max_train_examples", int, "random subset of the training pairs (default all)"),
-    ("--seed", "seed", int, "seed of subset, split, init, dropout and batch order (default 0)"),
-    ("--epochs", "epochs", int, "maximum epochs (default 30)"),
-    ("--batch-size", "batch_size", int, "pairs per step (default 128)"),
-    ("--lr", "lr", float, "Adam learning rate (default 1e-3)"),
-    ("--lr-decay", "lr_decay", float, "learning-rate factor on a validation plateau, 1 = constant (default 0.5)"),
-    ("--lr-patience", "lr_patience", int, "checks in a row without improvement before each decay (default 3)"),
-    ("--min-lr", "min_lr", float, "never decay the learning rate below this (default 1e-5)"),
-    ("--weight-decay", "weight_decay", float, "Adam weight decay (default 0)"),
-    ("--adam-eps", "adam_eps", float, "Adam epsilon (default 1e-8)"),
-    ("--clip", "clip", float, "gradient norm clipping, 0 = none (default 1)"),
-    ("--patience", "patience", int, "stop after this many validation checks without improvement (default 8)"),
-    ("--valid-every", "valid_every", int, "steps between validation checks, 0 = each epoch (default 0)"),
-    ("--time-limit", "time_limit", float, "stop training after this many minutes (default none)"),
-    ("--eval-batch-size", "eval_batch_size", int, "pairs per evaluation batch (default 512)"),
-    ("--device", "device", str, "auto (default: cuda if available), cpu, cuda or cuda:N"),
-    ("--threads", "threads", int, "torch threads (default: torch's choice)"),
-]
+#: Bad --config file or option values; printed on stderr, exit status 2 (the name the logic commands used).
+SettingsError = ConfigError
 
 
-_METAVAR = {int: "N", float: "X", str: "NAME"}
+@dataclass
+class CompareSettings(Config):
+    """What ``onlstm logic compare`` compares (the ``compare:`` section of a config file, or flags)."""
+
+    section = "compare"
+
+    # The paper's comparison; any registered encoder can be named.
+    cells: list[str] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
+        ["onlstm", "lstm"], lambda: f"encoders to compare, from: {', '.join(encoders.names())}")
+    seeds: list[int] = option([0], "seeds")  # noqa: RUF009 (option() returns a dataclasses.field)
+    lengths: str | list[int] = option("1-12", "test file numbers, e.g. 1-12 or 0-3,12")  # noqa: RUF009
+
+    def validate(self) -> None:
+        bad = [c for c in self.cells if c not in encoders.names()]
+        if bad:
+            raise SettingsError(f"unknown cells {bad}; choose from {encoders.names()}")
+        if not self.cells or not self.seeds:
+            raise SettingsError("compare.cells and compare.seeds must not be empty")
+
+
+@dataclass
+class EvalSettings(Config):
+    """Options of ``onlstm logic eval`` besides the checkpoint and the data."""
+
+    section = "eval"
+
+    split: str = option("test", "which files to read", choices=("test", "train"))
+    lengths: str = option("1-12", "file numbers to evaluate, e.g. 1-12 or 0-12")
+    tag: str = option("best", "weights file model.<tag>.safetensors")
+    batch_size: int = option(512, "pairs per batch")
+    device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
 
 
 def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
+    """``--config``, ``--data``, ``--out`` and one flag per model/training field (generated from the dataclasses)."""
+    from .model import LogicModelConfig
+    from .train import LogicTrainConfig
+
     p.add_argument("--config", type=Path, help="YAML file with data/out/model/train/compare settings (configs/logic/)")
     p.add_argument("--data", type=Path, help="directory of train{k}/test{k} files (generated or the original data)")
     p.add_argument("--out", type=Path, help="output directory")
-    if cell:
-        p.add_argument("--cell", help="encoder: onlstm (default), lstm or gru")
-    g = p.add_argument_group("model")
-    for flag, name, typ, hlp in _MODEL_FLAGS:
-        g.add_argument(flag, dest=f"model.{name}", type=typ, metavar=_METAVAR[typ], help=hlp)
-    g = p.add_argument_group("training")
-    for flag, name, typ, hlp in _TRAIN_FLAGS:
-        g.add_argument(flag, dest=f"train.{name}", type=typ, metavar=_METAVAR[typ], help=hlp)
-    g.add_argument("--no-progress", dest="train.progress", action="store_const", const=False,
-                   help="no progress bar (it is shown on a terminal only anyway)")
-
-
-class SettingsError(ValueError):
-    """Bad --config file or option values; printed on stderr, exit status 2."""
+    add_flags(p, LogicModelConfig, "model", "model", skip=() if cell else ("cell",))
+    add_flags(p, LogicTrainConfig, "train", "training")
 
 
 def load_yaml(path: Path) -> dict:
-    try:
-        import yaml
-    except ImportError as exc:  # pragma: no cover - pyyaml is a dependency
-        raise SettingsError(f"--config needs PyYAML ({exc}); pip install pyyaml") from None
-    if not path.is_file():
-        raise SettingsError(f"config file {path} does not exist")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise SettingsError(f"config file {path} is not valid YAML: {exc}") from None
-    if not isinstance(doc, dict):
-        raise SettingsError(f"config file {path}: expected a mapping with keys {', '.join(_CONFIG_KEYS)}")
-    unknown = sorted(set(doc) - set(_CONFIG_KEYS))
-    if unknown:
-        raise SettingsError(f"config file {path}: unknown keys {unknown}; allowed: {', '.join(_CONFIG_KEYS)}")
-    for section in ("model", "train", "compare"):
-        if not isinstance(doc.get(section) or {}, dict):
-            raise SettingsError(f"config file {path}: '{section}' must be a mapping")
-    return doc
+    """A logic config file: ``data``, ``out`` and the sections ``model``, ``train`` (checked against their
+    dataclasses: names and value types) and ``compare``."""
+    from .model import LogicModelConfig
+    from .train import LogicTrainConfig
+
+    return read_yaml(path, {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings},
+                     _CONFIG_KEYS)
 
 
 def resolve_settings(args: argparse.Namespace):
     """``(model config, train config, data, out, compare section)`` from defaults < YAML < flags."""
-    from .model import LogicModelConfig
     from ..lm.distributed import resolve_device
+    from .model import LogicModelConfig
     from .train import LogicTrainConfig
 
     doc = load_yaml(args.config) if args.config else {}
-    model = dict(doc.get("model") or {})
-    train = dict(doc.get("train") or {})
-    for key, value in vars(args).items():
-        if value is None:
-            continue
-        if key.startswith("model."):
-            model[key[6:]] = value
-        elif key.startswith("train."):
-            train[key[6:]] = value
-    if getattr(args, "cell", None):
-        model["cell"] = args.cell
+    model_cfg = LogicModelConfig.from_dict(merged(doc.get("model"), flags_given(args, "model")))
+    train_cfg = LogicTrainConfig.from_dict(merged(doc.get("train"), flags_given(args, "train")))
     try:
-        model_cfg, train_cfg = LogicModelConfig.from_dict(model), LogicTrainConfig.from_dict(train)
         resolve_device(train_cfg.device)  # cuda asked for on a machine without it: say so before any work
-    except (TypeError, ValueError) as exc:
+    except ValueError as exc:
         raise SettingsError(str(exc)) from None
     data = args.data or doc.get("data")
     out = args.out or doc.get("out")
@@ -314,11 +268,7 @@ def _register_eval(sub) -> None:
     p.add_argument("--checkpoint", required=True, type=Path,
                    help="run directory of `onlstm logic train` (uses model.best) or a .safetensors file in one")
     p.add_argument("--data", required=True, type=Path, help="directory of test{k} files (or one file)")
-    p.add_argument("--split", choices=("test", "train"), default="test", help="which files to read (default test)")
-    p.add_argument("--lengths", default="1-12", help="file numbers to evaluate, e.g. 1-12 (default) or 0-12")
-    p.add_argument("--tag", default="best", help="weights file model.<tag>.safetensors (default best)")
-    p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument("--device", default="auto", help="auto (default: cuda if available), cpu, cuda or cuda:N")
+    add_flags(p, EvalSettings, "eval", "evaluation")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=_cmd_eval)
 
@@ -327,22 +277,23 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     import json
 
     from ..checkpoint import CheckpointError
-    from .data import LogicDataError
     from ..lm.distributed import resolve_device
+    from .data import LogicDataError
     from .evaluate import evaluate_examples, format_table, load_classifier, majority_baseline, read_test_examples
 
     try:
-        lengths = parse_buckets(args.lengths)
-        device = resolve_device(args.device)
-        model, header = load_classifier(args.checkpoint, args.tag, device)
-        examples = read_test_examples(args.data, args.split, lengths)
+        opts = EvalSettings.from_dict(flags_given(args, "eval"))
+        lengths = parse_buckets(opts.lengths)
+        device = resolve_device(opts.device)
+        model, header = load_classifier(args.checkpoint, opts.tag, device)
+        examples = read_test_examples(args.data, opts.split, lengths)
     except (SettingsError, LogicDataError, CheckpointError, ValueError) as exc:
         return _fail("eval", exc)
-    result = evaluate_examples(model, examples, args.batch_size)
+    result = evaluate_examples(model, examples, opts.batch_size)
     baseline = majority_baseline(examples)
     if args.json:
         print(json.dumps({"checkpoint": str(args.checkpoint), "cell": header["model"]["cell"],
-                          "data": str(args.data), "split": args.split, **result.to_dict(),
+                          "data": str(args.data), "split": opts.split, **result.to_dict(),
                           "majority_baseline": baseline.to_dict()}, indent=2))
         return 0
     name = header["model"]["cell"]
@@ -361,30 +312,22 @@ def _register_compare(sub) -> None:
                     "cell (mean ± sample std over seeds) and write OUT/compare.json, OUT/table.md, "
                     "OUT/accuracy_by_length.png and OUT/training_curves.png.")
     _add_settings(p, cell=False)
-    p.add_argument("--cells", nargs="+", help="encoders to compare (default: onlstm lstm)")
-    p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: 0)")
-    p.add_argument("--lengths", help="test file numbers, e.g. 1-12 (default)")
+    add_flags(p, CompareSettings, "compare", "comparison")
     p.set_defaults(func=_cmd_compare)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from ..checkpoint import CheckpointError
-    from ..encoders import ENCODERS
     from .compare import compare
     from .data import LogicDataError
 
     try:
         model_cfg, train_cfg, data, out, section = resolve_settings(args)
-        unknown = sorted(set(section) - {"cells", "seeds", "lengths"})
-        if unknown:
-            raise SettingsError(f"unknown keys {unknown} in the compare: section; allowed: cells, seeds, lengths")
-        cells = args.cells or section.get("cells") or ["onlstm", "lstm"]
-        bad = [c for c in cells if c not in ENCODERS]
-        if bad:
-            raise SettingsError(f"unknown cells {bad}; choose from {sorted(ENCODERS)}")
-        seeds = args.seeds or section.get("seeds") or [0]
-        lengths = parse_buckets(args.lengths or section.get("lengths") or "1-12")
-        res = compare(model_cfg, train_cfg, data, out, cells, seeds, lengths)
+        what = CompareSettings.from_dict(merged(section, flags_given(args, "compare")))
+        for cell in what.cells:  # every cell must work with these settings before the first one trains
+            encoders.get(cell).validate(model_cfg.hidden_size, model_cfg.layer_options(cell))
+        lengths = parse_buckets(what.lengths)
+        res = compare(model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths)
     except (SettingsError, LogicDataError, CheckpointError) as exc:
         return _fail("compare", exc)
     if res.table:

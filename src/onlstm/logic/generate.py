@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from ..config import Config, ConfigError, option
 from .data import LAST_BUCKET, write_file
 from .formulas import BINARY_OPERATORS, EMPTY_SET, FULL_SET, VARIABLE_TRUTH_SETS, VARIABLES, Formula, parse
 from .relations import RELATIONS, relation_of_sets
@@ -57,41 +58,42 @@ class Pair(NamedTuple):
 
 
 @dataclass
-class GenerateConfig:
+class GenerateConfig(Config):
     """Options of :func:`generate_dataset` (see the module docstring for what each does)."""
 
-    per_length: int = 1000
-    """pairs per length bucket, train and test together"""
-    seed: int = 0
-    max_ops: int = 12
-    """largest operator count of a formula; buckets 0 … min(max_ops, 12) are written"""
-    test_fraction: float = 0.2
-    """share of each bucket written to ``test{k}`` (ignored when ``test_count`` is set)"""
-    test_count: int | None = None
-    """pairs per bucket written to ``test{k}`` (the rest goes to ``train{k}``)"""
-    balance_labels: bool = False
-    pool_factor: int = 10
-    """with ``balance_labels``: candidates drawn per requested pair"""
-    not_prob: float = 0.5
-    allow_degenerate: bool = False
-    allow_duplicates: bool = False
-    max_tries_factor: int = 20
-    """give up on a bucket after ``max_tries_factor × pairs wanted`` draws (small buckets run out)"""
+    section = "generate"
+
+    per_length: int = option(1000, "pairs per length bucket k, train and test together")
+    seed: int = option(0, "random seed; same seed, same files")
+    max_ops: int = option(12, "largest operator count of a formula; buckets 0 ... min(max_ops, 12) are written "
+                              "(above 12 all go to file 12)")
+    test_fraction: float = option(0.2, "share of each bucket written to test{k} (ignored when test_count is set)")
+    test_count: int | None = option(None, "pairs per bucket written to test{k} instead of test_fraction (the rest "
+                                          "goes to train{k})")
+    balance_labels: bool = option(False, "draw pool_factor times more distinct pairs and keep label counts as equal "
+                                         "as possible")
+    pool_factor: int = option(10, "with balance_labels: candidates drawn per requested pair")
+    not_prob: float = option(0.5, "probability that an operator node is 'not'")
+    allow_degenerate: bool = option(False, "keep formulas that are always true or always false (the original data "
+                                           "has none)")
+    allow_duplicates: bool = option(False, "allow the same pair twice in a bucket")
+    max_tries_factor: int = option(20, "give up on a bucket after max_tries_factor x pairs wanted draws (small "
+                                       "buckets run out)", flag=False)
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the bad option and its allowed range."""
+        """Raise :class:`ConfigError` (a ValueError) naming the bad option and its allowed range."""
         if self.per_length < 1:
-            raise ValueError(f"per_length must be >= 1, got {self.per_length}")
+            raise ConfigError(f"per_length must be >= 1, got {self.per_length}")
         if self.max_ops < 0:
-            raise ValueError(f"max_ops must be >= 0, got {self.max_ops}")
+            raise ConfigError(f"max_ops must be >= 0, got {self.max_ops}")
         if not 0.0 <= self.test_fraction <= 1.0:
-            raise ValueError(f"test_fraction must be in [0, 1], got {self.test_fraction}")
+            raise ConfigError(f"test_fraction must be in [0, 1], got {self.test_fraction}")
         if self.test_count is not None and not 0 <= self.test_count <= self.per_length:
-            raise ValueError(f"test_count must be in [0, per_length={self.per_length}], got {self.test_count}")
+            raise ConfigError(f"test_count must be in [0, per_length={self.per_length}], got {self.test_count}")
         if not 0.0 <= self.not_prob <= 1.0:
-            raise ValueError(f"not_prob must be in [0, 1], got {self.not_prob}")
+            raise ConfigError(f"not_prob must be in [0, 1], got {self.not_prob}")
         if self.pool_factor < 1 or self.max_tries_factor < 1:
-            raise ValueError("pool_factor and max_tries_factor must be >= 1")
+            raise ConfigError("pool_factor and max_tries_factor must be >= 1")
 
     def n_test(self, n_pairs: int) -> int:
         """How many of ``n_pairs`` pairs of a bucket go to the test file."""

@@ -18,16 +18,18 @@
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from ..dataconfig import DictConfig
-from ..encoders import ENCODERS, make_encoder
+from .. import encoders
+from ..config import Config, ConfigError, option
+from ..encoders import make_encoder
 from ..nn.functional import MASTER_INPUT_MODES
 from .formulas import VOCABULARY, Formula, to_tokens
 from .relations import RELATIONS
@@ -44,45 +46,50 @@ _ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU}
 
 
 @dataclass
-class LogicModelConfig(DictConfig):
-    """Architecture of :class:`LogicClassifier` (saved in ``config.json`` next to every checkpoint)."""
+class LogicModelConfig(Config):
+    """Architecture of :class:`LogicClassifier` (saved in ``config.json`` next to every checkpoint).
 
-    config_kind = "logic model"
+    ``chunk_size``, ``master_input`` and ``dropconnect`` are encoder options: the encoder receives those it
+    declares in :mod:`onlstm.encoders`, so one config serves every encoder of a comparison.
+    """
 
-    cell: str = "onlstm"
-    emb_size: int = 128
-    hidden_size: int = 400
-    chunk_size: int = 10
-    """ON-LSTM only: 400 units in 40 chunks of 10 (the paper's language-model chunk size)"""
-    master_input: str = "paper"
-    """ON-LSTM only: the layer's default, ``'paper'`` (top chunk never written); ``'reverse'`` fixes that"""
-    dropout: float = 0.2
-    dropconnect: float = 0.0
-    mlp_hidden: int = 400
-    """width of the MLP's hidden layer; 0 = a single linear layer over the features"""
-    mlp_activation: str = "relu"
-    """activation of the MLP's hidden layer: ``relu`` or ``elu`` (the authors' script uses ELU)"""
-    n_classes: int = len(RELATIONS)
-    vocab_size: int = len(TOKENS)
+    section = "model"
+    config_kind = "logic model config"
 
-    def __post_init__(self):
-        if self.cell not in ENCODERS:
-            raise ValueError(f"cell must be one of {sorted(ENCODERS)}, got {self.cell!r}")
+    cell: str = option("onlstm", lambda: encoders.cell_help())
+    emb_size: int = option(128, "embedding size (paper: 128)")
+    hidden_size: int = option(400, "encoder units (paper: 400)")
+    chunk_size: int = option(10, encoders.option_help(
+        "chunk_size", "ON-LSTM chunk size (10: 40 chunks of 10 units, the paper's language-model chunk size)"))
+    master_input: str = option("paper", encoders.option_help(
+        "master_input", "ON-LSTM master input gate: paper (the layer's default; top chunk never written) or "
+                        "reverse"), choices=MASTER_INPUT_MODES)
+    dropout: float = option(0.2, "dropout on embeddings, features and MLP hidden layer (paper: 0.2)")
+    dropconnect: float = option(0.0, encoders.option_help("dropconnect", "DropConnect on hidden-to-hidden weights"))
+    mlp_hidden: int = option(400, "width of the MLP's hidden layer; 0 = a single linear layer over the features")
+    mlp_activation: str = option("relu", "activation of the MLP's hidden layer: relu or elu (the authors' script)",
+                                 choices=tuple(_ACTIVATIONS))
+    encoder_options: dict[str, Any] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
+        {}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
+    n_classes: int = option(len(RELATIONS), "number of relations", flag=False)
+    vocab_size: int = option(len(TOKENS), "token vocabulary size (with padding)", flag=False)
+
+    def validate(self) -> None:
+        spec = encoders.check_cell(self.cell, "cell")
         for name in ("emb_size", "hidden_size", "chunk_size", "n_classes", "vocab_size"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.mlp_activation not in _ACTIVATIONS:
-            raise ValueError(f"mlp_activation must be one of {sorted(_ACTIVATIONS)}, got {self.mlp_activation!r}")
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.mlp_hidden < 0:
-            raise ValueError(f"mlp_hidden must be >= 0 (0 = linear classifier), got {self.mlp_hidden}")
+            raise ConfigError(f"mlp_hidden must be >= 0 (0 = linear classifier), got {self.mlp_hidden}")
         for name in ("dropout", "dropconnect"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.cell == "onlstm" and self.hidden_size % self.chunk_size:
-            raise ValueError(f"hidden_size={self.hidden_size} is not divisible by chunk_size={self.chunk_size}")
-        if self.master_input not in MASTER_INPUT_MODES:
-            raise ValueError(f"master_input must be one of {MASTER_INPUT_MODES}, got {self.master_input!r}")
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        spec.validate(self.hidden_size, self.layer_options())
 
+    def layer_options(self, cell: str | None = None) -> dict:
+        """The options this config gives encoder ``cell`` (default: its own): the fields the encoder declares
+        and ``encoder_options``."""
+        return encoders.options_for(cell or self.cell, self, self.encoder_options)
 
 
 # --------------------------------------------------------------------------- tokens
@@ -135,8 +142,7 @@ class LogicClassifier(nn.Module):
         nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
         with torch.no_grad():
             self.embedding.weight[0].zero_()
-        self.encoder = make_encoder(c.cell, c.emb_size, c.hidden_size, chunk_size=c.chunk_size,
-                                    master_input=c.master_input, dropconnect=c.dropconnect)
+        self.encoder = make_encoder(c.cell, c.emb_size, c.hidden_size, **c.layer_options())
         n_feat = 4 * c.hidden_size
         if c.mlp_hidden:
             self.mlp = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(n_feat, c.mlp_hidden), _ACTIVATIONS[c.mlp_activation](),

@@ -1,0 +1,362 @@
+"""The one typed-configuration system of ``onlstm``: every experiment's settings are dataclasses built with it.
+
+A config class is a dataclass deriving from :class:`Config` whose fields are declared with :func:`option`
+(default, help text, optional choices). From the fields alone this module gives
+
+* typed coercion (:func:`coerce`): a YAML value or a saved JSON value is converted to the field's declared
+  type (``int``, ``float`` -- including YAML 1.1's ``1e-3``, which PyYAML reads as a string -- ``bool``,
+  ``str``, ``list[...]``, ``X | None``); anything else is a :class:`ConfigError` naming ``section.field``;
+* ``to_dict`` / ``from_dict`` (unknown fields are an error naming them), the format saved in a run's
+  ``config.json``;
+* :func:`read_yaml`: a YAML file with named sections, each checked against its dataclass;
+* :func:`add_flags` / :func:`flags_given`: one command-line flag per field (``hidden_sizes`` ->
+  ``--hidden-sizes 8 4``, booleans as ``--x`` / ``--no-x``), help and the default shown from the field;
+* precedence defaults < ``--config`` file < flags (:func:`merged`).
+
+Example::
+
+    @dataclass
+    class Train(Config):
+        section = "train"
+        lr: float = option(1e-3, "learning rate")
+        device: str = option("auto", "where to run", choices=("auto", "cpu", "cuda"))
+
+    parser = argparse.ArgumentParser()
+    add_flags(parser, Train, "train")
+    args = parser.parse_args(["--lr", "0.01"])
+    file = read_yaml(path, {"train": Train})["train"] if path else {}
+    cfg = Train.from_dict(merged(file, flags_given(args, "train")))
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import functools
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "add_flags",
+    "check_section",
+    "coerce",
+    "field_help",
+    "flags_given",
+    "merged",
+    "option",
+    "read_yaml",
+]
+
+
+class ConfigError(ValueError):
+    """A bad setting (config file, flag or saved config); the command prints it on one line and exits with 2."""
+
+
+# --------------------------------------------------------------------------- declaring fields
+
+
+def option(default: Any = MISSING, help: str | Callable[[], str] = "", *, choices: Iterable[str] | None = None,
+           flag: bool = True, fixed: str | None = None, default_text: str | None = None,
+           omit_default: bool = False) -> Any:
+    """A dataclass field with its help text (a string, or a function returning it when the parser is built).
+
+    ``choices``: allowed values (checked whenever the config is built). ``flag=False``: no command-line flag
+    (settable in a file). ``fixed``: neither in a file nor a flag; the text says why (e.g. ``"is taken from
+    the training text"``). ``default_text``: how ``--help`` shows the default (e.g. ``"all"`` for None).
+    ``omit_default``: left out of ``to_dict`` while it has its default (see :meth:`Config.to_dict`).
+    A list or dict default is copied for every instance.
+    """
+    meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag and fixed is None,
+            "fixed": fixed, "default_text": default_text, "omit_default": omit_default}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def field_help(f: dataclasses.Field) -> str:
+    h = f.metadata.get("help", "")
+    return h() if callable(h) else h
+
+
+@functools.cache
+def _types(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not MISSING else MISSING
+
+
+# --------------------------------------------------------------------------- typed coercion
+
+
+def _is_union(tp) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _number(value, where: str, integer: bool):
+    """``value`` as an int/float; numeric strings too (YAML 1.1 reads ``1e-3`` as a string)."""
+    what = "an integer" if integer else "a number"
+    if isinstance(value, bool):
+        raise ConfigError(f"{where} must be {what}, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ConfigError(f"{where} must be {what}, got {value!r}") from None
+    if integer:
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{where} must be {what}, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    raise ConfigError(f"{where} must be {what}, got {value!r}")
+
+
+def coerce(value: Any, tp: Any, where: str) -> Any:
+    """``value`` converted to type ``tp`` (int, float, bool, str, list[X], dict[str, X], X | None); a
+    :class:`ConfigError` naming ``where`` when it cannot be."""
+    if _is_union(tp):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return coerce(value, rest[0], where)
+        for a in rest:
+            try:
+                return coerce(value, a, where)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{where} has the wrong type: {value!r}")
+    if typing.get_origin(tp) is dict or tp is dict:
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{where} must be a mapping of name: value, got {value!r}")
+        item = (typing.get_args(tp) or (str, Any))[1]
+        return {k: coerce(v, item, f"{where}.{k}") for k, v in value.items()}
+    if typing.get_origin(tp) in (list, tuple) or tp in (list, tuple):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        item = (typing.get_args(tp) or (Any,))[0]
+        return [coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    if tp is int or tp is float:
+        return _number(value, where, tp is int)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
+    where = f"{section}.{f.name}"
+    value = coerce(value, _types(cls)[f.name], where)
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        raise ConfigError(f"{where} must be one of {', '.join(map(str, choices))}, got {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------- the base class
+
+
+class Config:
+    """Base of every config dataclass: fields coerced and checked at construction, ``to_dict`` / ``from_dict``.
+
+    Subclasses set ``section`` (the YAML section and the prefix of error messages, e.g. ``"train"``),
+    optionally ``config_kind`` (how ``from_dict`` names them, default ``section``) and put their own
+    checks in :meth:`validate`.
+    """
+
+    section = "config"
+    config_kind = ""
+
+    def __post_init__(self):
+        for f in fields(self):
+            setattr(self, f.name, _check_value(type(self), f, getattr(self, f.name), self.section))
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks across fields (ranges, consistency); raise :class:`ConfigError` naming the field."""
+
+    def to_dict(self) -> dict:
+        """The fields as plain data; a field declared with ``omit_default=True`` is left out while it has its
+        default, so adding such a field does not change the config.json of runs that do not use it."""
+        out = dataclasses.asdict(self)
+        for f in fields(self):
+            if f.metadata.get("omit_default") and out[f.name] == _default(f):
+                del out[f.name]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping):
+        """A config from ``to_dict``'s output (a saved run's, a merged file + flags); unknown fields are errors."""
+        kind = cls.config_kind or cls.section
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"the {kind} settings must be a mapping of field: value, got {type(data).__name__}")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"unknown {kind} fields {unknown}; known: {sorted(names)}")
+        missing = sorted(f.name for f in fields(cls) if _default(f) is MISSING and f.name not in data)
+        if missing:
+            raise ConfigError(f"the {kind} settings lack the required fields {missing}")
+        return cls(**data)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def check_section(cls, data: Any, section: str) -> dict:
+    """A (partial) section of a file or of flags: names checked against ``cls``, values coerced; returns a dict."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"section {section!r} must be a mapping of field: value, got {type(data).__name__}")
+    by_name = {f.name: f for f in fields(cls)}
+    for name in data:
+        fixed = by_name[name].metadata.get("fixed") if name in by_name else None
+        if fixed:
+            raise ConfigError(f"{section}.{name} {fixed}; remove it from the config")
+    settable = sorted(n for n, f in by_name.items() if not f.metadata.get("fixed"))
+    unknown = sorted(set(data) - set(settable))
+    if unknown:
+        raise ConfigError(f"unknown {section} fields {unknown}; known: {settable}")
+    return {k: _check_value(cls, by_name[k], v, section) for k, v in data.items()}
+
+
+def read_yaml(path: str | Path, sections: Mapping[str, type | None], keys: Iterable[str] = (),
+              missing_hint: str = "") -> dict:
+    """Read a YAML config file: ``sections`` maps a section name to its config class (None: any mapping),
+    ``keys`` are other allowed top-level keys (values returned as they are). Returns ``{name: dict}`` for
+    every section (empty when absent) and the keys present; errors name the file and ``section.field``."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist{missing_hint}")
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    allowed = [*keys, *sections]
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {path}: expected a mapping with keys {', '.join(allowed)}")
+    unknown = sorted(set(doc) - set(allowed))
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown keys {unknown}; allowed: {', '.join(allowed)}")
+    out = {k: doc[k] for k in keys if k in doc}
+    for name, cls in sections.items():
+        value = doc.get(name) or {}
+        try:
+            if cls is None:
+                if not isinstance(value, dict):
+                    raise ConfigError(f"'{name}' must be a mapping")
+                out[name] = dict(value)
+            else:
+                out[name] = check_section(cls, value, name)
+        except ConfigError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from None
+    return out
+
+
+def merged(*layers: Mapping | None) -> dict:
+    """Later layers win: ``merged(file_section, flags_given(args, section))`` (defaults come from the class)."""
+    out: dict = {}
+    for layer in layers:
+        out.update(layer or {})
+    return out
+
+
+# --------------------------------------------------------------------------- command-line flags
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _shown_default(f: dataclasses.Field) -> str:
+    if f.metadata.get("default_text"):
+        return f.metadata["default_text"]
+    d = _default(f)
+    if isinstance(d, bool):
+        return "yes" if d else "no"
+    if isinstance(d, list):
+        return " ".join(map(str, d))
+    if isinstance(d, dict):
+        return " ".join(f"{k}={v}" for k, v in d.items()) or "none"
+    return "none" if d is None else str(d)
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` from the command line; the value is read as a YAML scalar (``false``, ``3``, ``relu``)."""
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError:
+        return key.strip(), value
+
+
+class _MappingAction(argparse.Action):
+    """Collects ``KEY=VALUE`` pairs (the flag may be repeated) into one dict."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, {**(getattr(namespace, self.dest) or {}), **dict(values)})
+
+
+def _add_flag(group, f: dataclasses.Field, tp: Any, dest: str) -> None:
+    text = field_help(f)
+    if _default(f) is not MISSING:
+        text = f"{text} (default: {_shown_default(f)})" if text else f"default: {_shown_default(f)}"
+    text = text.replace("%", "%%")  # argparse %-formats help strings
+    if _is_union(tp):
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    kw: dict = {"dest": dest, "default": None, "help": text}
+    if tp is bool:
+        group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, **kw)
+    elif typing.get_origin(tp) is dict:
+        group.add_argument(_flag(f.name), nargs="+", type=_key_value, metavar="KEY=VALUE", action=_MappingAction,
+                           **kw)
+    elif typing.get_origin(tp) in (list, tuple):
+        item = typing.get_args(tp)[0]
+        group.add_argument(_flag(f.name), nargs="+", type=item, metavar={int: "N", float: "X"}.get(item, "NAME"), **kw)
+    else:
+        choices = f.metadata.get("choices")
+        metavar = None if choices else {int: "N", float: "X"}.get(tp, "NAME")
+        group.add_argument(_flag(f.name), type=tp, choices=choices, metavar=metavar, **kw)
+
+
+def add_flags(parser: argparse.ArgumentParser, cls, section: str, title: str | None = None,
+              skip: Iterable[str] = ()) -> None:
+    """One flag per field of ``cls`` (except ``fixed``/``flag=False`` fields and ``skip``), in a group ``title``.
+
+    Flags default to None ("not given"), so :func:`flags_given` returns only what the user typed and the
+    dataclass default stays the one place a default is written."""
+    group = parser.add_argument_group(title or section)
+    hints = _types(cls)
+    skip = set(skip)
+    for f in fields(cls):
+        if f.metadata.get("flag", True) and not f.metadata.get("fixed") and f.name not in skip:
+            _add_flag(group, f, hints[f.name], f"{section}.{f.name}")
+
+
+def flags_given(args: argparse.Namespace, section: str) -> dict:
+    """The fields of ``section`` set on the command line (flags added by :func:`add_flags`)."""
+    prefix = section + "."
+    return {k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}

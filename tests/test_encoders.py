@@ -1,0 +1,229 @@
+"""The encoder registry: specs, option checking, validation, and an encoder registered from user code that
+every experiment's command then trains, saves and loads back without any other change."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from onlstm import encoders as E
+from onlstm.checkpoint import CheckpointError
+from onlstm.cli import main
+from onlstm.lm import LMConfig
+from onlstm.logic.generate import GenerateConfig, generate_dataset
+from onlstm.logic.model import LogicModelConfig
+
+TINY_LM = Path(__file__).parents[1] / "configs" / "lm" / "tiny.yaml"
+WORDS = ["the", "cat", "dog", "sat", "on", "mat", "a", "big", "small", "red", "ran", "fast", "slow"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+def test_builtin_entries_declare_what_they_are():
+    assert {"onlstm", "lstm", "gru"} <= set(E.names()) and E.names() == sorted(E.names())
+    on, lstm = E.get("onlstm"), E.get("lstm")
+    assert on.yields_distances and not lstm.yields_distances and not E.get("gru").yields_distances
+    assert on.causal and on.stateful and lstm.causal and lstm.stateful
+    assert set(on.option_names) == {"chunk_size", "master_input", "dropconnect"}
+    assert lstm.option_names == ("dropconnect",)
+    assert E.has_distances("onlstm") and not E.has_distances("gru")
+
+
+def test_unknown_encoder_lists_the_known_ones():
+    with pytest.raises(E.EncoderError, match=r"unknown encoder 'transformer-xl'; registered encoders: .*gru.*lstm"):
+        E.get("transformer-xl")
+    with pytest.raises(ValueError, match="cell must be one of"):   # configs say which field is wrong
+        LMConfig(vocab_size=5, cell="nope")
+
+
+def test_make_encoder_rejects_options_the_encoder_does_not_accept():
+    with pytest.raises(E.EncoderError, match=r"encoder 'lstm' does not accept the option\(s\) chunk_size"):
+        E.make_encoder("lstm", 3, 4, chunk_size=2)
+    with pytest.raises(E.EncoderError, match="'onlstm' does not accept the option.* nonlinearity"):
+        E.make_encoder("onlstm", 3, 4, nonlinearity="relu")
+    with pytest.raises(E.EncoderError, match="onlstm option chunk_size must be an integer"):
+        E.make_encoder("onlstm", 3, 4, chunk_size="two")
+
+
+def test_onlstm_validation_says_what_to_change():
+    with pytest.raises(E.EncoderError, match=r"hidden sizes \[30\] are not divisible by chunk_size=4.*change"):
+        E.get("onlstm").validate([32, 30], {"chunk_size": 4})
+    with pytest.raises(E.EncoderError, match="master_input must be one of paper, reverse"):
+        E.make_encoder("onlstm", 3, 4, master_input="forward")
+    with pytest.raises(E.EncoderError, match="dropconnect must be in"):
+        E.make_encoder("gru", 3, 4, dropconnect=1.0)
+    # the same check guards every experiment's config
+    with pytest.raises(ValueError, match="not divisible by chunk_size"):
+        LMConfig(vocab_size=5, emb_size=6, hidden_sizes=[8, 6], chunk_size=4)
+    assert LMConfig(vocab_size=5, emb_size=6, hidden_sizes=[8, 6], chunk_size=4, cell="lstm").cell == "lstm"
+
+
+def test_built_layers_get_their_options():
+    layer = E.make_encoder("onlstm", 3, 8, chunk_size=4, master_input="reverse", dropconnect=0.25)
+    assert (layer.rnn.chunk_size, layer.rnn.master_input) == (4, "reverse")
+    lstm = E.make_encoder("lstm", 3, 8, dropconnect=0.25)
+    assert isinstance(lstm.rnn, nn.LSTM) and lstm.dropconnect == 0.25
+    # an experiment config passes each encoder only the options it declares
+    cfg = LogicModelConfig(cell="lstm", hidden_size=30, chunk_size=4, dropconnect=0.1)
+    assert cfg.layer_options() == {"dropconnect": 0.1}
+    assert E.options_for("onlstm", cfg) == {"chunk_size": 4, "master_input": "paper", "dropconnect": 0.1}
+
+
+def test_register_twice_is_an_error_unless_replaced():
+    build = lambda i, h: E.TorchRNN(nn.RNN(i, h))
+    try:
+        E.register("twice", build)
+        with pytest.raises(E.EncoderError, match="already registered; pass replace=True"):
+            E.register("twice", build)
+        spec = E.register("twice", build, causal=False, replace=True)
+        assert E.get("twice") is spec and not spec.causal
+        with pytest.raises(ValueError, match="not causal per step.*cannot be a language model"):
+            LMConfig(vocab_size=5, emb_size=4, hidden_sizes=[4], cell="twice")
+        with pytest.raises(E.EncoderError, match="already registered"):
+            E.register("lstm", build)
+        with pytest.raises(E.EncoderError, match="non-empty word"):
+            E.register("bad name", build)
+    finally:
+        E.unregister("twice")
+    assert "twice" not in E.names()
+
+
+def test_a_user_check_runs_for_every_experiment_config():
+    def even_only(sizes, opts):
+        if any(h % 2 for h in sizes):
+            raise ValueError(f"widths must be even, got {sizes}")
+
+    E.register("even", lambda i, h: E.TorchRNN(nn.GRU(i, h)), check=even_only)
+    try:
+        with pytest.raises(E.EncoderError, match=r"encoder 'even': widths must be even, got \[15\]"):
+            LogicModelConfig(cell="even", hidden_size=15)
+        with pytest.raises(E.EncoderError, match="widths must be even"):
+            LMConfig(vocab_size=5, emb_size=4, hidden_sizes=[7, 4], cell="even")
+        assert LogicModelConfig(cell="even", hidden_size=16).layer_options() == {}
+    finally:
+        E.unregister("even")
+
+
+# --------------------------------------------------------------------------- a user's encoder, end to end
+
+
+class ToyRNN(nn.Module):
+    """What a user would write: a one-layer tanh RNN with the registry's call (tensor or packed input)."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
+        super().__init__()
+        self.rnn = nn.RNN(input_size, hidden_size, bias=bias)
+        self.hidden_size = hidden_size
+
+    def forward(self, x, hx=None, return_distances: bool = False):
+        out, h = self.rnn(x, hx)
+        return out, h, None
+
+
+@pytest.fixture
+def toy():
+    spec = E.register("toy", ToyRNN, description="one-layer tanh RNN",
+                      options=(E.EncoderOption("bias", bool, True, "add biases"),))
+    yield spec
+    if "toy" in E.names():
+        E.unregister("toy")
+
+
+def _lm_corpus(dir: Path) -> Path:
+    r = random.Random(0)
+    dir.mkdir(parents=True, exist_ok=True)
+    for name, n in (("train", 110), ("valid", 16), ("test", 16)):
+        lines = [" " + " ".join(r.choice(WORDS) for _ in range(r.randint(3, 9))) + " " for _ in range(n)]
+        (dir / f"ptb.{name}.txt").write_text("\n".join(lines) + "\n")
+    return dir
+
+
+def test_registered_encoder_shows_in_the_help(toy, capsys):
+    for argv in (["lm", "train", "--help"], ["logic", "train", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        out = " ".join(capsys.readouterr().out.split())
+        cell_help = out.split("--cell NAME ")[-1].split(" --")[0]
+        assert "one of gru, lstm, onlstm, toy" in cell_help, argv
+
+
+def test_user_encoder_trains_as_a_language_model(toy, tmp_path, capsys):
+    from onlstm.lm.cli import load_lm
+    from onlstm.parsing.induce import load_language_model
+
+    corpus, run = _lm_corpus(tmp_path / "corpus"), tmp_path / "lm-toy"
+    # tiny.yaml sets chunk_size and dropconnect: options the toy does not declare, so it does not get them
+    # its own option comes through encoder_options
+    assert main(["lm", "train", "--config", str(TINY_LM), "--data-dir", str(corpus), "--out", str(run),
+                 "--epochs", "1", "--cell", "toy", "--encoder-options", "bias=false"]) == 0
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["model"]["cell"] == "toy" and saved["model"]["encoder_options"] == {"bias": False}
+    with open(run / "log.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and all(math.isfinite(float(r["train_loss"])) and math.isfinite(float(r["valid_loss"])) for r in rows)
+    model, vocab, _, _ = load_lm(run)
+    assert isinstance(model.layers[0], ToyRNN) and len(vocab) == saved["model"]["vocab_size"]
+    assert not model.layers[0].rnn.bias and not any("bias" in k for k in model.state_dict() if k.startswith("layers"))
+    # parsing needs distances: the toy's spec says it yields none
+    with pytest.raises(CheckpointError, match="'toy' model has no master gates"):
+        load_language_model(run)
+    E.unregister("toy")
+    with pytest.raises(CheckpointError, match=r"got 'toy'.*must be registered \(onlstm.encoders.register\)"):
+        load_lm(run)
+    assert main(["lm", "eval", "--checkpoint", str(run), "--data-dir", str(corpus)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("onlstm lm eval:") and "must be registered" in err and "\n" not in err
+
+
+def test_user_encoder_trains_on_the_logic_task(toy, tmp_path, capsys):
+    from onlstm.logic.evaluate import load_classifier
+
+    data, run = tmp_path / "data", tmp_path / "logic-toy"
+    generate_dataset(data, GenerateConfig(per_length=24, seed=3, max_ops=9, test_count=6))
+    assert main(["logic", "train", "--data", str(data), "--out", str(run), "--cell", "toy", "--emb-size", "8",
+                 "--hidden-size", "16", "--mlp-hidden", "16", "--epochs", "2", "--batch-size", "16",
+                 "--no-progress"]) == 0
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["model"]["cell"] == "toy" and saved["status"] == "finished"
+    assert "encoder_options" not in saved["model"]         # unused: config.json as before the field existed
+    history = json.loads((run / "history.json").read_text())
+    assert history and all(math.isfinite(h["train_loss"]) for h in history)
+    model, _ = load_classifier(run)
+    assert isinstance(model.encoder, ToyRNN)
+    assert main(["logic", "eval", "--checkpoint", str(run), "--data", str(data), "--lengths", "1-9"]) == 0
+    assert "toy" in capsys.readouterr().out
+    # an option the chosen encoder does not accept is an error naming both
+    assert main(["logic", "train", "--data", str(data), "--out", str(tmp_path / "x"), "--cell", "lstm",
+                 "--encoder-options", "bias=false"]) == 2
+    assert "encoder 'lstm' does not accept the option(s) bias" in capsys.readouterr().err
+    E.unregister("toy")
+    with pytest.raises(CheckpointError, match="must be registered"):
+        load_classifier(run)
+    assert main(["logic", "train", "--data", str(data), "--out", str(tmp_path / "again"), "--cell", "toy"]) == 2
+    assert "cell must be one of" in capsys.readouterr().err
+
+
+def test_user_encoder_in_a_logic_comparison(toy, tmp_path, capsys):
+    data, out = tmp_path / "data", tmp_path / "cmp"
+    generate_dataset(data, GenerateConfig(per_length=12, seed=4, max_ops=8, test_count=4))
+    assert main(["logic", "compare", "--data", str(data), "--out", str(out), "--cells", "toy", "lstm",
+                 "--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "8",
+                 "--epochs", "1", "--batch-size", "32", "--no-progress", "--lengths", "1-8"]) == 0
+    assert json.loads((out / "compare.json").read_text())["cells"] == ["toy", "lstm"]
+    assert main(["logic", "compare", "--data", str(data), "--out", str(out), "--cells", "toy", "nope"]) == 2
+    assert "unknown cells ['nope']" in capsys.readouterr().err
