@@ -7,7 +7,7 @@ import sys
 
 
 def _cmd_demo(args) -> int:
-    from .demo import DemoConfig, run
+    from .parsing.demo import DemoConfig, run
     run(DemoConfig(out=args.out, seconds=args.seconds, seed=args.seed, train_sentences=args.train_sentences,
                    test_sentences=args.test_sentences, threads=args.threads), as_json=args.json)
     return 0

@@ -20,12 +20,14 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .checkpoint import config_header, save_weights, write_json
-from .data.grammar import Grammar
-from .data.vocab import EOS, Vocab
-from .lm.model import LanguageModel, LMConfig
-from .parsing import evaluate, score_baselines, to_brackets, unlabel
-from .parsing.induce import sentence_distances, trees_from_distances
+from ..checkpoint import config_header, save_weights, write_json
+from ..data.grammar import Grammar
+from ..data.vocab import EOS, Vocab
+from ..models.language_model import LanguageModel, LMConfig
+from .baselines import score_baselines
+from .metrics import evaluate
+from .trees import to_brackets, unlabel
+from .induce import sentence_distances, trees_from_distances
 
 
 @dataclass

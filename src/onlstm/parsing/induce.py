@@ -21,7 +21,7 @@ import torch
 
 from ..checkpoint import CheckpointError, read_json, resolve_weights, load_weights
 from ..data.vocab import EOS, Vocab
-from ..lm.model import LanguageModel, LMConfig
+from ..models.language_model import LanguageModel, LMConfig
 from .trees import Tree, build_tree
 
 

@@ -182,7 +182,7 @@ def _cmd_eval_parse(args) -> int:
 
 
 def _cmd_plot(args) -> int:
-    from ..plots import plot_sentence
+    from .plots import plot_sentence
     try:
         lm = load_language_model(args.checkpoint)
         n_layers = len(lm.model.layers)
