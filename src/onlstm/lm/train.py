@@ -59,6 +59,7 @@ from ..checkpoint import (CheckpointError, assign_weights, atomic_write, config_
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
+from ..errors import OnlstmError
 from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section
 from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
@@ -208,7 +209,7 @@ def _unflatten_state(tensors: dict[str, torch.Tensor], layout: list[int], device
 # --------------------------------------------------------------------------- run directory
 
 
-class RunDirError(ValueError):
+class RunDirError(OnlstmError, ValueError):
     """The run directory cannot be used as asked (exists without --resume, or config mismatch)."""
 
 

@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, OnlstmError
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 
 
@@ -182,7 +183,7 @@ def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
                    help="no progress bar (it is shown on a terminal only anyway)")
 
 
-class SettingsError(ValueError):
+class SettingsError(OnlstmError, ValueError):
     """Bad --config file or option values; printed on stderr, exit status 2."""
 
 

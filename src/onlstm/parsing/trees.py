@@ -25,6 +25,8 @@ from typing import Iterable, Iterator, Sequence, Union
 
 from nltk.tree import Tree as LabelledTree
 
+from ..errors import OnlstmError
+
 Tree = Union[str, tuple]
 """An unlabelled tree: a word (``str``) or a tuple of two or more sub-trees."""
 Span = tuple[int, int]
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 
-class TreeFormatError(ValueError):
+class TreeFormatError(OnlstmError, ValueError):
     """A bracket string or tree object that cannot be read as a tree; the message says where and why."""
 
 
