@@ -1,6 +1,7 @@
-"""Trees as plain data: the distance -> tree builder, bracket strings, leaves and spans.
+"""Trees as plain data: bracket strings, leaves and spans (read by the treebank reader and by parsing;
+the distance -> tree builder is :func:`onlstm.parsing.trees.build_tree`).
 
-Two representations are used throughout ``onlstm.parsing``:
+Two representations are used throughout ``onlstm.data.treebank`` and ``onlstm.parsing``:
 
 * **Unlabelled tree** (:data:`Tree`): a word is a ``str``; a constituent is a ``tuple`` of two or more
   sub-trees.  A one-word sentence is just the word.  ``(("the", "cat"), "sat")`` is written
@@ -19,7 +20,6 @@ constituents) is out of reach; Penn Treebank sentences are far below that.
 """
 from __future__ import annotations
 
-import math
 import re
 from typing import Iterable, Iterator, Sequence, Union
 
@@ -35,7 +35,7 @@ LabelledSpan = tuple[int, int, str]
 FORMATS = ("auto", "labelled", "unlabelled")
 
 __all__ = [
-    "FORMATS", "LabelledSpan", "LabelledTree", "Span", "Tree", "TreeFormatError", "build_tree",
+    "FORMATS", "LabelledSpan", "LabelledTree", "Span", "Tree", "TreeFormatError",
     "detect_format", "is_labelled", "iter_constituents", "labelled_spans", "leaves", "parse_brackets", "parse_tree_lines",
     "span_info", "spans", "strip_function_tags", "to_brackets", "unlabel", "word_depths",
 ]
@@ -43,47 +43,6 @@ __all__ = [
 
 class TreeFormatError(OnlstmError, ValueError):
     """A bracket string or tree object that cannot be read as a tree; the message says where and why."""
-
-
-# ----------------------------------------------------------------------------------------------------
-# distances -> tree
-
-
-def build_tree(words: Sequence[str], distances: Sequence[float]) -> Tree:
-    """The reference greedy top-down builder (Shen et al. 2019) from per-word syntactic distances.
-
-    Over ``words[lo:hi]`` take ``i``, the position of the largest distance (the **leftmost** one on
-    ties, like ``numpy.argmax``); the tree is ``(build(words[lo:i]), (words[i], build(words[i+1:hi])))``
-    where an empty part is dropped and a one-element group is unwrapped.  So the chosen word starts a
-    constituent spanning it and everything to its right within the current span:
-
-    * ``i`` first:  ``(w_i, build(right))``;  ``i`` last: ``(build(left), w_i)``;
-    * one word: the word itself (a ``str``, not a 1-tuple).
-
-    Degenerate input: zero words, a length mismatch, a NaN distance or a non-string word raise
-    ``ValueError``/``TypeError`` (NaN has no place in "largest", and silently choosing one would hide
-    a broken model).  ``distances`` may be any 1-D sequence of numbers (list, NumPy array, 1-D tensor);
-    ``inf``/``-inf`` are compared normally.
-    """
-    words = list(words)
-    dist = [float(d) for d in distances]
-    if len(words) != len(dist):
-        raise ValueError(f"build_tree needs one distance per word: got {len(words)} words and {len(dist)} distances")
-    if not words:
-        raise ValueError("build_tree got zero words; a tree needs at least one word (skip empty sentences before building)")
-    bad = [i for i, d in enumerate(dist) if math.isnan(d)]
-    if bad:
-        raise ValueError(f"build_tree got NaN distances at word positions {bad[:10]}; check the model's output")
-    _check_words(words)
-    return _build(words, dist, 0, len(words))
-
-
-def _build(words: list[str], dist: list[float], lo: int, hi: int) -> Tree:
-    if hi - lo == 1:
-        return words[lo]
-    i = max(range(lo, hi), key=dist.__getitem__)  # max() keeps the first maximum: leftmost on ties
-    right: Tree = words[i] if i + 1 == hi else (words[i], _build(words, dist, i + 1, hi))
-    return right if i == lo else (_build(words, dist, lo, i), right)
 
 
 def _check_words(words: Sequence[object]) -> None:
