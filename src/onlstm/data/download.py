@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import socket
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -28,6 +27,8 @@ PTB_FILES = {
 
 class DownloadError(OnlstmError, RuntimeError):
     """The download failed; the message says why and what to do instead."""
+
+    exit_code = EXIT_FINDING  # the input was fine; the network or the server was not (see onlstm.errors)
 
 
 def _offline_help(url: str, reason, to: Path) -> str:
@@ -95,10 +96,6 @@ def register(subparsers) -> None:
 
 
 def _cmd_download(args: argparse.Namespace) -> int:
-    try:
-        download_ptb(args.to, url=args.url, timeout=args.timeout, force=args.force)
-    except DownloadError as e:
-        print(f"onlstm data download: {e}", file=sys.stderr)
-        return 1
+    download_ptb(args.to, url=args.url, timeout=args.timeout, force=args.force)  # DownloadError: exit status 1
     print(f"done: pass --data-dir {args.to}")
     return 0

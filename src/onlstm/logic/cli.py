@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, OnlstmError
+from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, OnlstmError, command_error
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 
 
@@ -98,14 +98,10 @@ def _register_check(sub) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from .data import LogicDataError, read_examples, relabel_mismatches
+    from .data import read_examples, relabel_mismatches
 
     t0 = time.perf_counter()
-    try:
-        examples = read_examples(args.path)
-    except LogicDataError as exc:
-        print(f"onlstm logic check: {exc}", file=sys.stderr)
-        return 1
+    examples = read_examples(args.path)  # a LogicDataError (bad input) exits with status 2 (see onlstm.errors)
     by_file: dict[str, Counter] = {}
     misfiled = []
     for ex in examples:
@@ -121,13 +117,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"misfiled at {ex.where}: larger operator count {ex.max_ops} but file number {ex.file_number}")
     print(f"{len(examples) - len(wrong)}/{len(examples)} labels agree, {len(misfiled)} lines break the "
           f"file-number rule ({time.perf_counter() - t0:.1f} s)")
-    return 0 if not wrong and not misfiled else 1
+    return 0 if not wrong and not misfiled else EXIT_FINDING  # a finding, not bad input
 
 
 # --------------------------------------------------------------------------- train / eval / compare: settings
 
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
 _CONFIG_KEYS = ("data", "out", "model", "train", "compare")
 
 # (flag, section, field, type, help); the default shown in --help is the dataclass default.
@@ -212,7 +206,7 @@ def load_yaml(path: Path) -> dict:
 def resolve_settings(args: argparse.Namespace):
     """``(model config, train config, data, out, compare section)`` from defaults < YAML < flags."""
     from .model import LogicModelConfig
-    from ..lm.distributed import resolve_device
+    from ..runs import resolve_device
     from .train import LogicTrainConfig
 
     doc = load_yaml(args.config) if args.config else {}
@@ -263,11 +257,6 @@ def parse_buckets(text: str | list) -> list[int]:
     return sorted(out)
 
 
-def _fail(command: str, exc: Exception) -> int:
-    print(f"onlstm logic {command}: {exc}", file=sys.stderr)
-    return EXIT_BAD_INPUT
-
-
 # --------------------------------------------------------------------------- train
 
 
@@ -288,15 +277,10 @@ def _register_train(sub) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from ..checkpoint import CheckpointError
-    from .data import LogicDataError
     from .train import train
 
-    try:
-        model_cfg, train_cfg, data, out, _ = resolve_settings(args)
-        result = train(model_cfg, train_cfg, data, out, resume=args.resume)
-    except (SettingsError, LogicDataError, CheckpointError) as exc:
-        return _fail("train", exc)
+    model_cfg, train_cfg, data, out, _ = resolve_settings(args)
+    result = train(model_cfg, train_cfg, data, out, resume=args.resume)
     if result.interrupted:
         return EXIT_INTERRUPTED
     print(f"evaluate with: onlstm logic eval --checkpoint {out} --data {data}")
@@ -327,9 +311,7 @@ def _register_eval(sub) -> None:
 def _cmd_eval(args: argparse.Namespace) -> int:
     import json
 
-    from ..checkpoint import CheckpointError
-    from .data import LogicDataError
-    from ..lm.distributed import resolve_device
+    from ..runs import resolve_device
     from .evaluate import evaluate_examples, format_table, load_classifier, majority_baseline, read_test_examples
 
     try:
@@ -337,8 +319,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         device = resolve_device(args.device)
         model, header = load_classifier(args.checkpoint, args.tag, device)
         examples = read_test_examples(args.data, args.split, lengths)
-    except (SettingsError, LogicDataError, CheckpointError, ValueError) as exc:
-        return _fail("eval", exc)
+    except ValueError as exc:  # bad input reported by library code as a plain ValueError
+        raise command_error(exc) from None
     result = evaluate_examples(model, examples, args.batch_size)
     baseline = majority_baseline(examples)
     if args.json:
@@ -369,25 +351,20 @@ def _register_compare(sub) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from ..checkpoint import CheckpointError
     from ..encoders import ENCODERS
     from .compare import compare
-    from .data import LogicDataError
 
-    try:
-        model_cfg, train_cfg, data, out, section = resolve_settings(args)
-        unknown = sorted(set(section) - {"cells", "seeds", "lengths"})
-        if unknown:
-            raise SettingsError(f"unknown keys {unknown} in the compare: section; allowed: cells, seeds, lengths")
-        cells = args.cells or section.get("cells") or ["onlstm", "lstm"]
-        bad = [c for c in cells if c not in ENCODERS]
-        if bad:
-            raise SettingsError(f"unknown cells {bad}; choose from {sorted(ENCODERS)}")
-        seeds = args.seeds or section.get("seeds") or [0]
-        lengths = parse_buckets(args.lengths or section.get("lengths") or "1-12")
-        res = compare(model_cfg, train_cfg, data, out, cells, seeds, lengths)
-    except (SettingsError, LogicDataError, CheckpointError) as exc:
-        return _fail("compare", exc)
+    model_cfg, train_cfg, data, out, section = resolve_settings(args)
+    unknown = sorted(set(section) - {"cells", "seeds", "lengths"})
+    if unknown:
+        raise SettingsError(f"unknown keys {unknown} in the compare: section; allowed: cells, seeds, lengths")
+    cells = args.cells or section.get("cells") or ["onlstm", "lstm"]
+    bad = [c for c in cells if c not in ENCODERS]
+    if bad:
+        raise SettingsError(f"unknown cells {bad}; choose from {sorted(ENCODERS)}")
+    seeds = args.seeds or section.get("seeds") or [0]
+    lengths = parse_buckets(args.lengths or section.get("lengths") or "1-12")
+    res = compare(model_cfg, train_cfg, data, out, cells, seeds, lengths)
     if res.table:
         print(res.table)
         print(f"wrote {out / 'compare.json'}, {out / 'table.md'}, {res.plot} and {res.curves}")

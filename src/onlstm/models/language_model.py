@@ -134,3 +134,25 @@ class LanguageModel(nn.Module):
 
     def logits(self, output: torch.Tensor) -> torch.Tensor:
         return self.decoder(output)
+
+
+KIND = "lm"
+"""``config.json``'s ``kind`` of a language-model run (``onlstm lm train``, ``onlstm demo``)."""
+
+
+def load_language_model_run(checkpoint, tag: str = "best", device="cpu", hint: str = "train one with `onlstm lm "
+                            "train` or `onlstm demo`"):
+    """A language-model run directory (or a ``.safetensors`` file in one) as a
+    :class:`~onlstm.runs.LoadedRun`: the model in eval mode on ``device``, its :class:`~onlstm.data.vocab.Vocab`
+    and ``config.json``. Every problem is a :class:`~onlstm.checkpoint.CheckpointError` naming the file."""
+    from ..checkpoint import CheckpointError
+    from ..data.vocab import Vocab
+    from ..runs import load_run
+
+    def check(run) -> None:
+        if len(run.vocab) != run.model.config.vocab_size:
+            raise CheckpointError(f"{run.run_dir}: vocab.json has {len(run.vocab)} words but the model expects "
+                                  f"{run.model.config.vocab_size}; the run directory is inconsistent")
+
+    return load_run(checkpoint, KIND, lambda section: LanguageModel(LMConfig.from_dict(section)), tag=tag,
+                    device=device, vocab=Vocab.load, check=check, what="a language model", hint=hint)
