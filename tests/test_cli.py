@@ -131,3 +131,20 @@ def test_parse_without_a_checkpoint_is_a_clear_error_under_both_names(spelling, 
     assert main(spelling + ["--checkpoint", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"onlstm {' '.join(spelling)}: ") and "Traceback" not in err
+
+
+def test_parsing_evaluate_is_the_function_and_the_module_still_imports():
+    """``onlstm.parsing.evaluate`` (the metrics function, public since the start) shares its name with the
+    submodule of eval-parse; in a fresh process, importing the CLI and the submodule must not rebind it."""
+    import os
+    import subprocess
+    import sys
+
+    import onlstm
+    code = ("import onlstm.parsing.cli\nfrom onlstm.parsing.evaluate import score_treebank\n"
+            "from onlstm.parsing import evaluate\n"
+            "assert evaluate.__module__ == 'onlstm.parsing.metrics', evaluate\nprint('ok')")
+    src = os.path.dirname(os.path.dirname(onlstm.__file__))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": src})
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -9,14 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 from ..errors import InputError, command_error
-from .baselines import score_baselines
 from .induce import (check_layer, load_language_model, normalise_words, sentence_distances, tokenize,
                      trees_from_distances)
-from .metrics import evaluate
+from .evaluate import score_treebank
 from .trees import (FORMATS, LabelledTree, TreeFormatError, leaves, parse_brackets, parse_tree_lines, to_brackets,
                     unlabel)
 
@@ -31,21 +29,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_model_commands(sub)
     _add_compare_trees(sub)
     # the old spellings (`onlstm parse ...`): the same parsers under the top-level command
-    _add_model_commands(subparsers, alias_of="(= onlstm parsing parse etc.) ")
-    _add_compare_trees(subparsers, alias_of="(= onlstm parsing compare-trees) ")
+    _add_model_commands(subparsers, alias_of="onlstm parsing")
+    _add_compare_trees(subparsers, alias_of="onlstm parsing")
+
+
+def _help(alias_of: str, name: str, text: str) -> str:
+    return f"(= {alias_of} {name}) {text}" if alias_of else text
 
 
 def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = "") -> None:
-    p = subparsers.add_parser("parse", help=alias_of + "parse raw sentences (one per line) with a trained ON-LSTM language model")
+    p = subparsers.add_parser("parse", help=_help(alias_of, "parse", "parse raw sentences (one per line) with a "
+                                                                     "trained ON-LSTM language model"))
     p.add_argument("input", nargs="?", type=Path, help="text file, one sentence per line (default: standard input)")
     p.add_argument("--checkpoint", required=True, type=Path, help="language-model run directory or .safetensors file")
     p.add_argument("--layer", type=int, default=None, help="1-based layer whose distances build the tree "
                                                            "(default: 2, the paper's, or the last layer of a smaller model)")
     p.add_argument("--format", choices=["brackets", "pretty", "json"], default="brackets")
     p.add_argument("--batch-size", type=int, default=128)
-    p.set_defaults(func=_cmd_parse)
+    p.set_defaults(func=_cmd_parse, prog=p.prog)
 
-    p = subparsers.add_parser("eval-parse", help=alias_of + "induced trees vs a Penn Treebank directory, per layer, with baselines")
+    p = subparsers.add_parser("eval-parse", help=_help(alias_of, "eval-parse", "induced trees vs a Penn Treebank "
+                                                                               "directory, per layer, with baselines"))
     p.add_argument("--checkpoint", required=True, type=Path)
     p.add_argument("--treebank", required=True, type=Path, help="directory of .mrg files (searched recursively)")
     p.add_argument("--wsj10", action="store_true", help="only sentences of at most 10 words after normalisation")
@@ -58,7 +62,8 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
     p.add_argument("--json", action="store_true", help="print one JSON object with every number")
     p.set_defaults(func=_cmd_eval_parse)
 
-    p = subparsers.add_parser("plot", help=alias_of + "per-layer distances of a sentence and its induced (and gold) tree, PNG+SVG")
+    p = subparsers.add_parser("plot", help=_help(alias_of, "plot", "per-layer distances of a sentence and its "
+                                                                   "induced (and gold) tree, PNG+SVG"))
     p.add_argument("sentence", help="the sentence, in quotes")
     p.add_argument("--checkpoint", required=True, type=Path)
     p.add_argument("--layer", type=int, default=None, help="1-based layer for the tree (default as parse)")
@@ -70,7 +75,8 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
 def _add_compare_trees(subparsers: argparse._SubParsersAction, alias_of: str = "") -> None:
     p = subparsers.add_parser(
         "compare-trees",
-        help=alias_of + "score predicted trees against gold trees (sentence/corpus/EVALB-style F1, label recall, depth)",
+        help=_help(alias_of, "compare-trees", "score predicted trees against gold trees (sentence/corpus/EVALB-style "
+                                              "F1, label recall, depth)"),
         description=(
             "GOLD and PRED hold one tree per line, in bracket notation: unlabelled '((the cat) sat)' or "
             "labelled '(S (NP (DT the) (NN cat)) (VP (VBD sat)))'; line k of PRED must have the same words "
@@ -212,7 +218,7 @@ def _cmd_parse(args) -> int:
         notes.append(f"{dropped} punctuation tokens dropped (the model's text has none)")
     if empty:
         notes.append(f"lines with no word left after normalisation, skipped: {empty[:10]}")
-    print("onlstm parse: " + "; ".join(notes) + f"; layer {layer + 1}", file=sys.stderr)
+    print(f"{args.prog}: " + "; ".join(notes) + f"; layer {layer + 1}", file=sys.stderr)
     return 0
 
 
@@ -242,36 +248,27 @@ def _cmd_eval_parse(args) -> int:
         bank = load_treebank(args.treebank, max_length=10 if args.wsj10 else None, sections=args.sections)
     except (ValueError, OSError) as err:
         raise command_error(err) from None
-    sentences = [list(w) for w in bank.words]
-    gold = bank.labelled_trees
-    t0 = time.perf_counter()
-    forget, _, unknown = sentence_distances(lm.model, lm.vocab, sentences, args.batch_size)
-    seconds = time.perf_counter() - t0
-    rows, per_layer_trees = {}, {}
-    for l in layers:
-        pred = trees_from_distances(sentences, forget, l)
-        per_layer_trees[l] = pred
-        rows[f"layer {l + 1}"] = evaluate(gold, pred)
-    baselines = score_baselines(gold, draws=args.random_draws)
+    scores = score_treebank(lm, bank, layers, args.batch_size, args.random_draws)
+    rows, baselines = scores.rows, scores.baselines
     written = []
     if args.out_trees:
-        for l, pred in per_layer_trees.items():
+        for l, pred in scores.trees.items():
             path = args.out_trees if len(layers) == 1 else args.out_trees.with_name(f"{args.out_trees.stem}.layer{l + 1}.txt")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("\n".join(to_brackets(t) for t in pred) + "\n")
             written.append(str(path))
-    n_words = sum(len(s) for s in sentences)
+    n_words, unknown, n_sent = scores.words, scores.unknown_words, scores.sentences
     result = {
-        "treebank": bank.name, "summary": bank.summary(), "sentences": len(sentences), "words": n_words,
-        "unknown_words": unknown, "sentences_per_second": len(sentences) / seconds,
+        "treebank": bank.name, "summary": bank.summary(), "sentences": n_sent, "words": n_words,
+        "unknown_words": unknown, "sentences_per_second": n_sent / scores.seconds,
         "layers": {k: v.to_dict() for k, v in rows.items()}, "baselines": baselines, "trees_written": written,
     }
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     print(bank.summary())
-    print(f"{len(sentences)} sentences, {n_words} words ({unknown} unknown to the model); "
-          f"distances at {len(sentences) / seconds:.0f} sentences/s")
+    print(f"{n_sent} sentences, {n_words} words ({unknown} unknown to the model); "
+          f"distances at {n_sent / scores.seconds:.0f} sentences/s")
     print(f"\n{'F1 (%)':<26}{'sentence':>9}{'corpus':>8}{'EVALB':>8}{'depth':>7}")
     for name, ev in rows.items():
         print(f"{'ON-LSTM ' + name:<26}{100 * ev.sentence.f1:9.1f}{100 * ev.corpus.f1:8.1f}{100 * ev.evalb.f1:8.1f}"
