@@ -11,7 +11,6 @@ YAML file given with ``--config`` (sections ``model:``, ``train:``, ``compare:``
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -73,8 +72,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     try:
         cfg.validate()
     except ValueError as exc:
-        print(f"onlstm logic generate: {exc}", file=sys.stderr)
-        return 2
+        raise command_error(exc) from None
     report = generate_dataset(args.out, cfg, log=None if args.quiet else print)
     rate = report.n_pairs / report.seconds if report.seconds > 0 else float("inf")
     print(f"wrote {report.n_pairs} pairs to {report.out_dir} in {report.seconds:.1f} s ({rate:,.0f} pairs/s)")
