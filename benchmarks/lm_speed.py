@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from onlstm.lm.config import add_config_flags, load_config, overrides_from_args
-from onlstm.lm.model import LanguageModel, LMConfig
+from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.lm.train import _Objective, make_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]

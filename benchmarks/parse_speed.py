@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from onlstm.data.vocab import Vocab
-from onlstm.lm.model import LanguageModel, LMConfig
+from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.parsing.induce import sentence_distances
 
 

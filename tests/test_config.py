@@ -16,6 +16,7 @@ from onlstm.lm.config import TrainConfig, load_config
 from onlstm.logic.cli import resolve_settings
 from onlstm.logic.model import LogicModelConfig
 from onlstm.logic.train import LogicTrainConfig
+from onlstm.errors import OnlstmError
 
 
 @dataclass
@@ -68,7 +69,7 @@ def test_construction_coerces_and_checks_choices():
         Recipe(mode="c")
     with pytest.raises(ConfigError, match="train.lr must be positive"):
         Recipe(lr=0.0)
-    assert ConfigError.__mro__[1] is ValueError
+    assert issubclass(ConfigError, ValueError) and issubclass(ConfigError, OnlstmError)
 
 
 def test_to_dict_from_dict_round_trip_and_unknown_fields():
@@ -270,7 +271,7 @@ def test_lm_flags_are_generated_with_defaults(capsys):
 
 
 def test_demo_settings_from_flags_and_file(tmp_path, capsys):
-    from onlstm.demo import DemoConfig
+    from onlstm.parsing.demo import DemoConfig
 
     args = build_parser().parse_args(["demo", "--seconds", "2", "--out", "x", "--hidden-sizes", "16", "8"])
     cfg = DemoConfig.from_dict(flags_given(args, "demo"))

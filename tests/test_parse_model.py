@@ -10,7 +10,7 @@ from onlstm.checkpoint import config_header, save_weights, write_json
 from onlstm.cli import main
 from onlstm.data.grammar import Grammar
 from onlstm.data.vocab import Vocab
-from onlstm.lm.model import LanguageModel, LMConfig
+from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.parsing import build_tree, leaves, to_brackets, unlabel
 from onlstm.parsing.induce import load_language_model, normalise_words, sentence_distances
 

@@ -22,9 +22,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from . import __version__
+from .errors import OnlstmError
 
 
-class CheckpointError(ValueError):
+class CheckpointError(OnlstmError, ValueError):
     """A checkpoint that is missing, corrupt or does not fit the model; the message says which."""
 
 

@@ -5,17 +5,14 @@ import argparse
 import json
 import sys
 
+from .errors import EXIT_INTERRUPTED, OnlstmError
+
 
 def _cmd_demo(args) -> int:
-    from .config import ConfigError, flags_given, merged, read_yaml
-    from .demo import DemoConfig, run
-    try:
-        file = read_yaml(args.config, {"demo": DemoConfig})["demo"] if args.config else {}
-        cfg = DemoConfig.from_dict(merged(file, flags_given(args, "demo")))
-    except ConfigError as exc:
-        print(f"onlstm demo: {exc}", file=sys.stderr)
-        return 2
-    run(cfg, as_json=args.json)
+    from .config import flags_given, merged, read_yaml
+    from .parsing.demo import DemoConfig, run
+    file = read_yaml(args.config, {"demo": DemoConfig})["demo"] if args.config else {}
+    run(DemoConfig.from_dict(merged(file, flags_given(args, "demo"))), as_json=args.json)
     return 0
 
 
@@ -42,7 +39,7 @@ def _cmd_info(args) -> int:
 
 def _add_demo_flags(p: argparse.ArgumentParser) -> None:
     from .config import add_flags
-    from .demo import DemoConfig
+    from .parsing.demo import DemoConfig
     p.add_argument("--config", help="YAML file with a demo: section (any field below); flags win over it")
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     add_flags(p, DemoConfig, "demo", "demo settings")
@@ -73,13 +70,28 @@ def _subcommand_modules():
     from .lm.cli import register as lm_commands
     from .logic.cli import register as logic_commands
     from .parsing.cli import register as parsing_commands
-    from .parsing.model_cli import register as model_parsing_commands
 
-    return [model_parsing_commands, parsing_commands, logic_commands, lm_commands, data_commands]
+    return [parsing_commands, logic_commands, lm_commands, data_commands]
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one ``onlstm`` command; the ONE place where errors meant for users become a message and an exit
+    status (see :mod:`onlstm.errors`): ``onlstm <command>: <message>`` on stderr, no traceback."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _line_buffered()
+    try:
+        return args.func(args)
+    except OnlstmError as exc:
+        print(f"{command_path(parser, argv)}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:  # the trainers catch Ctrl-C themselves, save, and return 130 too
+        print(f"{command_path(parser, argv)}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _line_buffered() -> None:
     # Long jobs are often run as `onlstm … > log &`: print each progress line when it happens, not when a
     # block buffer fills (pytest's capture objects have no reconfigure; leave those alone).
     for stream in (sys.stdout, sys.stderr):
@@ -88,11 +100,21 @@ def main(argv=None) -> int:
                 stream.reconfigure(line_buffering=True)
             except (ValueError, OSError):  # a stream that cannot change its buffering
                 pass
-    try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+
+
+def command_path(parser: argparse.ArgumentParser, argv: list[str]) -> str:
+    """``onlstm lm train`` for ``argv = ['lm', 'train', ...]``: the program name and the sub-commands named
+    in ``argv``, as the user typed them (an alias stays an alias)."""
+    words = [parser.prog]
+    for token in argv:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None or token not in sub.choices:
+            if token.startswith("-"):
+                continue  # an option of the command read so far
+            break
+        words.append(token)
+        parser = sub.choices[token]
+    return " ".join(words)
 
 
 if __name__ == "__main__":

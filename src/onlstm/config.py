@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
+from .errors import OnlstmError
 
 __all__ = [
     "Config",
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
+class ConfigError(OnlstmError, ValueError):
     """A bad setting (config file, flag or saved config); the command prints it on one line and exits with 2."""
 
 

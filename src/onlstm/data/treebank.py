@@ -11,7 +11,7 @@ Normalisation (DESIGN.md section 2, as in the ON-LSTM/PRPN evaluation code), app
    labels are joined with ``+``, top first (``(SBAR (S ...))`` -> ``(SBAR+S ...)``, nltk's
    ``collapse_unary`` convention); the PTB's unlabelled root wrapper ``( (S ...) )`` disappears.
    Pre-terminals are kept, so a one-word phrase stays ``(NP (PRP it))`` in the labelled tree (a one-word
-   span, which no metric counts).  The unlabelled tree (:func:`onlstm.parsing.trees.unlabel`) has no
+   span, which no metric counts).  The unlabelled tree (:func:`onlstm.data.trees.unlabel`) has no
    unary nodes at all.
 
 Files are read as text and each top-level bracketing is handed to ``nltk.Tree.fromstring``; nltk's
@@ -33,7 +33,8 @@ from typing import Iterable, Iterator, Sequence
 
 from nltk.tree import Tree as LabelledTree
 
-from ..parsing.trees import Tree, strip_function_tags, unlabel
+from ..errors import OnlstmError
+from .trees import Tree, strip_function_tags, unlabel
 
 __all__ = [
     "GoldSentence", "Treebank", "TreebankError", "WORD_TAGS", "file_section", "find_mrg_files",
@@ -50,7 +51,7 @@ _DIGITS = re.compile(r"\d+")
 _SECTION_IN_NAME = re.compile(r"^wsj_(\d\d)\d\d\.mrg$", re.IGNORECASE)
 
 
-class TreebankError(ValueError):
+class TreebankError(OnlstmError, ValueError):
     """A treebank that cannot be read; the message names the file and the problem."""
 
 

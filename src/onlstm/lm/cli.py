@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
+from ..errors import EXIT_INTERRUPTED, command_error
 
 
 def register(subparsers) -> None:
@@ -45,19 +43,16 @@ def _register_train(sub) -> None:
 def _cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ..checkpoint import CheckpointError
-    from ..data.ptb import CorpusError
     from .config import explicit_settings, overrides_from_args
-    from .train import RunDirError, train
+    from .train import train
     try:
         explicit = explicit_settings(args.config, overrides_from_args(args))
         if args.max_steps is not None and args.max_steps <= 0:
             raise ValueError(f"--max-steps must be positive, got {args.max_steps}")
         result = train(args.out, args.data_dir, explicit, resume=args.resume, max_steps=args.max_steps,
                        log=tqdm.write)
-    except (CorpusError, CheckpointError, RunDirError, ValueError) as e:
-        print(f"onlstm lm train: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except ValueError as e:  # the settings' checks raise plain ValueErrors: bad input all the same
+        raise command_error(e) from None
     return EXIT_INTERRUPTED if result["status"] == "interrupted" else 0
 
 
@@ -91,38 +86,17 @@ def _register_eval(sub) -> None:
 
 def load_lm(checkpoint: Path, weights: str = "best", device="cpu"):
     """``(model, vocab, config_json, weights_path)`` from a run directory (or a weights file in one)."""
-    from ..checkpoint import CheckpointError, load_weights, read_json, resolve_weights
-    from ..data.vocab import Vocab
-    from .model import LanguageModel, LMConfig
-
-    run_dir, wfile = resolve_weights(Path(checkpoint), weights)
-    config = read_json(run_dir / "config.json")
-    if config.get("kind") != "lm" or "model" not in config:
-        raise CheckpointError(f"{run_dir / 'config.json'} is not a language-model config (kind {config.get('kind')!r})")
-    try:
-        model_cfg = LMConfig.from_dict(config["model"])
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{run_dir / 'config.json'}: bad model config ({e})") from None
-    vocab = Vocab.load(run_dir / "vocab.json")
-    if len(vocab) != model_cfg.vocab_size:
-        raise CheckpointError(f"{run_dir}: vocab.json has {len(vocab)} words but the model expects "
-                              f"{model_cfg.vocab_size}; the run directory is inconsistent")
-    model = LanguageModel(model_cfg)
-    load_weights(wfile, model)
-    return model.to(device).eval(), vocab, config, wfile
+    from ..models.language_model import load_language_model_run
+    run = load_language_model_run(checkpoint, weights, device)
+    return run.model, run.vocab, run.config, run.weights
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..checkpoint import CheckpointError
-    from ..data.ptb import CorpusError, encode_split, split_file
-    from .distributed import resolve_device
+    from ..data.ptb import encode_split, split_file
+    from ..runs import resolve_device, setup_torch
     from .evaluate import perplexity
 
-    torch.set_flush_denormal(True)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    setup_torch(args.threads)
     try:
         if args.batch_size <= 0 or args.bptt <= 0:
             raise ValueError("--batch-size and --bptt must be positive")
@@ -140,12 +114,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         for prot in protocols:
             results[prot] = perplexity(model, split.ids, prot, args.batch_size, args.bptt, device,
                                        progress=not args.no_progress and not args.json)
-    except (CorpusError, CheckpointError, ValueError) as e:
-        print(f"onlstm lm eval: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("onlstm lm eval: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except ValueError as e:
+        raise command_error(e) from None
     if args.json:
         print(json.dumps({"weights": str(wfile), "split": args.split, "file": str(path),
                           "unknown_words": split.n_unknown, **{k: v.to_dict() for k, v in results.items()}}, indent=2))

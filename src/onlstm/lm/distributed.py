@@ -13,6 +13,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ..runs import resolve_device  # noqa: F401  (re-exported: the one device resolver)
+
 
 @dataclass
 class DistContext:
@@ -56,16 +58,6 @@ class DistContext:
     def barrier(self) -> None:
         if self.distributed:
             dist.barrier()
-
-
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} was asked for but CUDA is not available; use --device cpu")
-    if name == "cuda":
-        return torch.device("cuda", local_rank)
-    return torch.device(name)
 
 
 def setup(device: str = "auto") -> DistContext:

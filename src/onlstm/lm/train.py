@@ -39,11 +39,7 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
-import signal
-import sys
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -54,16 +50,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checkpoint import (CheckpointError, assign_weights, atomic_write, config_header, read_json,
-                          read_safetensors, save_weights, state_dict_for_saving, write_json)
+from ..checkpoint import CheckpointError, atomic_write, config_header, read_json, save_weights, write_json
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
+from ..errors import OnlstmError
+from ..runs import (StopRequest, optimizer_from_data, optimizer_to_data, read_resume,  # noqa: F401
+                    restore_training, setup_torch, training_tensors, write_resume)
 from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section
 from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
 from .evaluate import Interrupted, perplexity
-from .model import LanguageModel, LMConfig
+from .model import LanguageModel
 
 RESUME_FILE = "resume.safetensors"
 RESUME_FORMAT = "onlstm-lm-resume/1"
@@ -111,37 +109,6 @@ class _Objective(nn.Module):
         return loss, raw.detach(), state
 
 
-class StopRequest:
-    """Ctrl-C (SIGINT) or SIGTERM asks the run to stop after the current step and save a resumable
-    checkpoint; a second Ctrl-C aborts at once without saving."""
-
-    def __init__(self, log: Callable[[str], None] | None = None):
-        self.requested = False
-        self._old: dict = {}
-        self._log = log
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        if self.requested and signum == signal.SIGINT:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            raise KeyboardInterrupt
-        if not self.requested:
-            print("\nstopping after this step and saving a resumable checkpoint "
-                  "(press Ctrl-C again to abort without saving)", file=sys.stderr, flush=True)
-        self.requested = True
-
-    def __exit__(self, *exc):
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        self._old = {}
-        return False
-
-
 def nonmono_switch(history: list[float], loss: float, nonmono: int) -> bool:
     """NT-ASGD's trigger (the reference's condition): switch to averaging when this epoch's validation
     ``loss`` is worse than the best of the SGD epochs before the last ``nonmono`` ones (``history`` =
@@ -156,33 +123,6 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-
-def optimizer_to_data(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
-    """The optimizer's state as tensors (for safetensors) and JSON (hyperparameters, scalars)."""
-    sd = opt.state_dict()
-    tensors, scalars = {}, {}
-    for idx, st in sd["state"].items():
-        for k, v in st.items():
-            if torch.is_tensor(v):
-                tensors[f"optim.{idx}.{k}"] = v.detach().cpu().contiguous()
-            else:
-                scalars.setdefault(str(idx), {})[k] = v
-    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
-
-
-def optimizer_from_data(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
-    state: dict = {}
-    for key, t in tensors.items():
-        if key.startswith("optim."):
-            _, idx, name = key.split(".", 2)
-            state.setdefault(int(idx), {})[name] = t
-    for idx, kv in meta.get("scalars", {}).items():
-        state.setdefault(int(idx), {}).update(kv)
-    groups = meta["param_groups"]
-    if [len(g["params"]) for g in groups] != [len(g["params"]) for g in opt.param_groups]:
-        raise CheckpointError("the optimizer state in the resume file does not fit this model")
-    opt.load_state_dict({"state": state, "param_groups": groups})
 
 
 def _flatten_state(state) -> tuple[dict[str, torch.Tensor], list[int]]:
@@ -208,7 +148,7 @@ def _unflatten_state(tensors: dict[str, torch.Tensor], layout: list[int], device
 # --------------------------------------------------------------------------- run directory
 
 
-class RunDirError(ValueError):
+class RunDirError(OnlstmError, ValueError):
     """The run directory cannot be used as asked (exists without --resume, or config mismatch)."""
 
 
@@ -263,38 +203,62 @@ class Trainer:
                  ctx: DistContext | None = None, log: Callable[[str], None] = print):
         self.run_dir, self.data_dir = Path(run_dir), Path(data_dir)
         self.resume = resume
-        run_dir = self.run_dir
-        resume_file = run_dir / RESUME_FILE
-        if resume:
-            if not (run_dir / "config.json").exists():
-                raise RunDirError(f"--resume: {run_dir} holds no config.json; it is not a run directory "
-                                  "(drop --resume to start a new run there)")
-            self.config = merge_for_resume(run_config_from_saved(read_json(run_dir / "config.json")), explicit)
-        else:
-            if (run_dir / "config.json").exists() or resume_file.exists():
-                raise RunDirError(f"{run_dir} already holds a run; pass --resume to continue it, "
-                                  "or choose another --out")
-            from .config import load_config
-            self.config = load_config(None, explicit)
-        cfg = self.config.train
-        self.cfg = cfg
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        self.config = self._resolve_config(explicit)
+        cfg = self.cfg = self.config.train
+        setup_torch(cfg.threads)
         self.ctx = ctx or setup(cfg.device)
         self._log = log
         if self.ctx.distributed and cfg.batch_size % self.ctx.world:
-            raise ValueError(f"batch_size {cfg.batch_size} is not divisible by the {self.ctx.world} processes; "
-                             "every process must own the same number of columns")
-        # data
+            raise RunDirError(f"batch_size {cfg.batch_size} is not divisible by the {self.ctx.world} processes; "
+                              "every process must own the same number of columns")
+        self._load_data()
+        self._build_model()
+        if self.ctx.is_main and not resume:
+            write_json(self.run_dir / "config.json", self._config_json())
+            self.corpus.vocab.save(self.run_dir / "vocab.json")
+        self.ctx.barrier()
+        resume_file = self.run_dir / RESUME_FILE
+        if resume and resume_file.exists():
+            self._load(resume_file)
+        elif resume:
+            self.log(f"{self.run_dir} has no {RESUME_FILE} yet; starting from the beginning")
+        self.stop = StopRequest()
+        self._tb = None
+
+    def _resolve_config(self, explicit: dict) -> RunConfig:
+        """The run's settings: the saved ones (+ allowed changes) on resume, else defaults < explicit."""
+        run_dir = self.run_dir
+        if self.resume:
+            if not (run_dir / "config.json").exists():
+                raise RunDirError(f"--resume: {run_dir} holds no config.json; it is not a run directory "
+                                  "(drop --resume to start a new run there)")
+            return merge_for_resume(run_config_from_saved(read_json(run_dir / "config.json")), explicit)
+        if (run_dir / "config.json").exists() or (run_dir / RESUME_FILE).exists():
+            raise RunDirError(f"{run_dir} already holds a run; pass --resume to continue it, "
+                              "or choose another --out")
+        from .config import load_config
+        return load_config(None, explicit)
+
+    def _load_data(self) -> None:
+        """The corpus (with the run's vocabulary checked on resume) and this process's training columns."""
+        cfg = self.cfg
         self.corpus: Corpus = load_corpus(self.data_dir, oov=cfg.oov)
-        if resume:
-            saved_vocab = Vocab.load(run_dir / "vocab.json")
+        if self.resume:
+            saved_vocab = Vocab.load(self.run_dir / "vocab.json")
             if saved_vocab.words != self.corpus.vocab.words:
                 raise RunDirError(f"the training text in {self.data_dir} gives a different vocabulary "
                                   f"({len(self.corpus.vocab)} words) from the run's vocab.json ({len(saved_vocab)}); "
                                   "resume with the --data-dir the run was started with")
+        start, stop = column_share(cfg.batch_size, self.ctx.rank, self.ctx.world)
+        self.shard = (start, cfg.batch_size) if self.ctx.distributed else None
+        columns = batchify(self.corpus["train"].ids, cfg.batch_size)
+        self.train_data = columns[:, start:stop].contiguous().to(self.ctx.device)
+        self.n_rows = columns.shape[0]
+
+    def _build_model(self) -> None:
+        """Model (seeded), optimizer, an empty progress record and the training objective."""
+        cfg, dev = self.cfg, self.ctx.device
         self.model_config = self.config.model_config(len(self.corpus.vocab))
-        dev = self.ctx.device
         torch.manual_seed(cfg.seed)
         self.model = LanguageModel(self.model_config).to(dev)
         self.params = [p for _, p in self.model.named_parameters()]
@@ -303,25 +267,11 @@ class Trainer:
         self.avg: list[torch.Tensor] | None = None
         self.progress = Progress()
         self.hidden = None
-        start, stop = column_share(cfg.batch_size, self.ctx.rank, self.ctx.world)
-        self.shard = (start, cfg.batch_size) if self.ctx.distributed else None
-        self.train_data = batchify(self.corpus["train"].ids, cfg.batch_size)[:, start:stop].contiguous().to(dev)
-        self.n_rows = batchify(self.corpus["train"].ids, cfg.batch_size).shape[0]
         objective = _Objective(self.model, cfg.alpha, cfg.beta)
         if self.ctx.distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
             objective = DDP(objective, device_ids=[dev.index] if dev.type == "cuda" else None)
         self.objective = objective
-        if self.ctx.is_main and not resume:
-            write_json(run_dir / "config.json", self._config_json())
-            self.corpus.vocab.save(run_dir / "vocab.json")
-        self.ctx.barrier()
-        if resume and resume_file.exists():
-            self._load(resume_file)
-        elif resume:
-            self.log(f"{run_dir} has no {RESUME_FILE} yet; starting from the beginning")
-        self.stop = StopRequest()
-        self._tb = None
 
     # -- helpers ---------------------------------------------------------------------------------
     def log(self, msg: str) -> None:
@@ -371,66 +321,53 @@ class Trainer:
         if not self.ctx.is_main:
             self.ctx.barrier()
             return
-        for k, t in state_dict_for_saving(self.model).items():
-            tensors[f"model.{k}"] = t
+        common, opt_meta = training_tensors(self.model, self.optimizer, self.ctx.device)
+        tensors.update(common)
         if self.avg is not None:
             for n, a in zip(self.param_names, self.avg):
                 tensors[f"avg.{n}"] = a.detach().cpu().contiguous()
-        opt_tensors, opt_meta = optimizer_to_data(self.optimizer)
-        tensors.update(opt_tensors)
-        tensors["rng.torch"] = torch.get_rng_state()
-        if self.ctx.device.type == "cuda":
-            tensors["rng.cuda"] = torch.cuda.get_rng_state(self.ctx.device)
-        meta = {"format": RESUME_FORMAT, "progress": json.dumps(asdict(prog)), "optimizer": json.dumps(opt_meta),
-                "hidden_layout": json.dumps(layout), "model_config": json.dumps(self.model_config.to_dict()),
-                "world": str(self.ctx.world)}
-        from safetensors.torch import save_file
-        atomic_write(self.run_dir / RESUME_FILE, lambda tmp: save_file(tensors, tmp, metadata=meta))
+        write_resume(self.run_dir / RESUME_FILE, RESUME_FORMAT, tensors, {
+            "progress": asdict(prog), "optimizer": opt_meta, "hidden_layout": layout,
+            "model_config": self.model_config.to_dict(), "world": self.ctx.world})
         with self.eval_weights():
             save_weights(self.run_dir / "model.last.safetensors", self.model)
         write_log_csv(self.run_dir / "log.csv", prog.history)
         self.ctx.barrier()
 
     def _load(self, path: Path) -> None:
-        tensors, meta = read_safetensors(path)
-        if meta.get("format") != RESUME_FORMAT:
-            raise CheckpointError(f"{path} is not an onlstm language-model resume file "
-                                  f"(format {meta.get('format')!r}, expected {RESUME_FORMAT!r})")
+        fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
+        tensors, meta = read_resume(path, RESUME_FORMAT, "an onlstm language-model resume file",
+                                    ("model_config", "progress", "optimizer", "hidden_layout"), fix)
         try:
-            saved_model = json.loads(meta["model_config"])
-            prog = Progress(**json.loads(meta["progress"]))
-            opt_meta = json.loads(meta["optimizer"])
-            layout = json.loads(meta["hidden_layout"])
-        except (KeyError, TypeError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({e})") from None
-        if saved_model != self.model_config.to_dict():
-            raise CheckpointError(f"{path} was written for another model ({saved_model}) than config.json describes "
-                                  f"({self.model_config.to_dict()}); the run directory is inconsistent")
-        model_t = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
-        assign_weights(self.model, model_t, f"{path} (model)")
-        optimizer_from_data(self.optimizer, {k: v for k, v in tensors.items() if k.startswith("optim.")}, opt_meta)
+            prog = Progress(**meta["progress"])
+        except TypeError as e:
+            raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({e}); {fix}") from None
+        if meta["model_config"] != self.model_config.to_dict():
+            raise CheckpointError(f"{path} was written for another model ({meta['model_config']}) than config.json "
+                                  f"describes ({self.model_config.to_dict()}); the run directory is inconsistent")
+        restore_training(path, tensors, meta["optimizer"], self.model, self.optimizer, self.ctx.device)
         if prog.averaging:
             try:
                 self.avg = [tensors[f"avg.{n}"].to(self.ctx.device) for n in self.param_names]
             except KeyError as e:
                 raise CheckpointError(f"{path}: averaged weights {e} missing") from None
-        if "rng.torch" not in tensors:
-            raise CheckpointError(f"{path}: the random state (rng.torch) is missing; the file is incomplete")
-        torch.set_rng_state(tensors["rng.torch"])
-        if self.ctx.device.type == "cuda" and "rng.cuda" in tensors:
-            torch.cuda.set_rng_state(tensors["rng.cuda"], self.ctx.device)
-        if layout:
-            full = _unflatten_state(tensors, layout, "cpu")
-            start, stop = column_share(self.cfg.batch_size, self.ctx.rank, self.ctx.world)
-            def cut(t):
-                if t.shape[1] != self.cfg.batch_size:
-                    raise CheckpointError(f"{path}: saved state has {t.shape[1]} columns, batch_size is "
-                                          f"{self.cfg.batch_size}")
-                return t[:, start:stop].contiguous().to(self.ctx.device)
-            self.hidden = [cut(s) if torch.is_tensor(s) else tuple(cut(t) for t in s) for s in full]
+        if meta["hidden_layout"]:
+            self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
         self.progress = prog
         self.log(f"resumed {self.run_dir} at epoch {prog.epoch}, batch {prog.batch}, step {prog.step}"
                  + (" (averaging)" if prog.averaging else ""))
+
+    def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
+        """The saved recurrent state (all columns), cut to this process's columns."""
+        full = _unflatten_state(tensors, layout, "cpu")
+        start, stop = column_share(self.cfg.batch_size, self.ctx.rank, self.ctx.world)
+
+        def cut(t):
+            if t.shape[1] != self.cfg.batch_size:
+                raise CheckpointError(f"{path}: saved state has {t.shape[1]} columns, batch_size is "
+                                      f"{self.cfg.batch_size}")
+            return t[:, start:stop].contiguous().to(self.ctx.device)
+        return [cut(s) if torch.is_tensor(s) else tuple(cut(t) for t in s) for s in full]
 
     # -- training ----------------------------------------------------------------------------------
     def _flush_epoch_loss(self) -> None:
@@ -523,51 +460,18 @@ class Trainer:
         bar = tqdm(total=len(sched), initial=prog.batch, desc=f"epoch {prog.epoch}/{cfg.epochs}", unit="batch",
                    disable=not (cfg.progress and ctx.is_main), leave=False, dynamic_ncols=True)
         self._in_epoch = True
-        session_start, session_batches = time.perf_counter(), 0
-        since_tokens, since_loss = 0, torch.zeros((), dtype=torch.float64, device=ctx.device)
-        since_clock = time.perf_counter()
+        # the running figures of the progress bar: since the last report, and since this session started
+        self._since = {"tokens": 0, "loss": torch.zeros((), dtype=torch.float64, device=ctx.device),
+                       "clock": time.perf_counter(), "session_start": time.perf_counter(), "session_batches": 0}
         try:
             for k in range(prog.batch, len(sched)):
-                seg = sched[k]
-                x, y = segment(self.train_data, seg.start, seg.length)
-                self.hidden = detach_state(self.hidden)
-                for g in self.optimizer.param_groups:
-                    g["lr"] = cfg.lr * seg.lr_scale
-                self.optimizer.zero_grad(set_to_none=True)
-                loss, raw, self.hidden = self.objective(x, y, self.hidden, self.shard)
-                loss.backward()
-                if cfg.clip:
-                    torch.nn.utils.clip_grad_norm_(self.params, cfg.clip)
-                self.optimizer.step()
-                if self.avg is not None:
-                    prog.avg_count += 1
-                    with torch.no_grad():
-                        for a, p in zip(self.avg, self.params):
-                            a.lerp_(p, 1.0 / prog.avg_count)
-                prog.batch, prog.step = k + 1, prog.step + 1
-                n = y.numel()
-                self._acc_loss += raw.double() * n
-                self._acc_tok += n
-                since_loss += raw.double() * n
-                since_tokens += n
-                session_batches += 1
+                self._step(sched[k])
+                prog.batch = k + 1
                 bar.update(1)
                 if on_step is not None:
                     on_step(self)
                 if prog.step % cfg.log_every == 0 or k + 1 == len(sched):
-                    now = time.perf_counter()
-                    cur = float(since_loss) / max(since_tokens, 1)
-                    tok_s = since_tokens * ctx.world / max(now - since_clock, 1e-9)
-                    rate = session_batches / max(now - session_start, 1e-9)
-                    left = (len(sched) - k - 1 + (cfg.epochs - prog.epoch) * len(sched)) / rate
-                    bar.set_postfix_str(f"loss {cur:.3f} ppl {math.exp(min(cur, 50)):.1f} {tok_s:,.0f} tok/s "
-                                        f"left {_fmt_time(left)}", refresh=False)
-                    tb = self._tensorboard()
-                    if tb:
-                        tb.add_scalar("train/loss", cur, prog.step)
-                        tb.add_scalar("train/tokens_per_s", tok_s, prog.step)
-                    since_tokens, since_clock = 0, now
-                    since_loss.zero_()
+                    self._report(bar, len(sched), len(sched) - k - 1)
                 stop = ctx.any(self.stop.requested or bool(max_steps and prog.step >= max_steps))
                 if stop or prog.step % cfg.checkpoint_every == 0:
                     self.save()
@@ -580,6 +484,49 @@ class Trainer:
         finally:
             bar.close()
         return "running"
+
+    def _step(self, seg) -> None:
+        """One optimizer step on one segment (+ the running average once averaging started)."""
+        cfg, prog = self.cfg, self.progress
+        x, y = segment(self.train_data, seg.start, seg.length)
+        self.hidden = detach_state(self.hidden)
+        for g in self.optimizer.param_groups:
+            g["lr"] = cfg.lr * seg.lr_scale
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, raw, self.hidden = self.objective(x, y, self.hidden, self.shard)
+        loss.backward()
+        if cfg.clip:
+            torch.nn.utils.clip_grad_norm_(self.params, cfg.clip)
+        self.optimizer.step()
+        if self.avg is not None:
+            prog.avg_count += 1
+            with torch.no_grad():
+                for a, p in zip(self.avg, self.params):
+                    a.lerp_(p, 1.0 / prog.avg_count)
+        prog.step += 1
+        n = y.numel()
+        self._acc_loss += raw.double() * n
+        self._acc_tok += n
+        self._since["loss"] += raw.double() * n
+        self._since["tokens"] += n
+        self._since["session_batches"] += 1
+
+    def _report(self, bar, n_batches: int, left_in_epoch: int) -> None:
+        """Loss, speed and time left on the progress bar (and tensorboard) since the last report."""
+        cfg, prog, since = self.cfg, self.progress, self._since
+        now = time.perf_counter()
+        cur = float(since["loss"]) / max(since["tokens"], 1)
+        tok_s = since["tokens"] * self.ctx.world / max(now - since["clock"], 1e-9)
+        rate = since["session_batches"] / max(now - since["session_start"], 1e-9)
+        left = (left_in_epoch + (cfg.epochs - prog.epoch) * n_batches) / rate
+        bar.set_postfix_str(f"loss {cur:.3f} ppl {math.exp(min(cur, 50)):.1f} {tok_s:,.0f} tok/s "
+                            f"left {_fmt_time(left)}", refresh=False)
+        tb = self._tensorboard()
+        if tb:
+            tb.add_scalar("train/loss", cur, prog.step)
+            tb.add_scalar("train/tokens_per_s", tok_s, prog.step)
+        since["tokens"], since["clock"] = 0, now
+        since["loss"].zero_()
 
     def _end_of_epoch(self, valid, averaging_allowed: bool) -> None:
         cfg, prog = self.cfg, self.progress
@@ -661,7 +608,6 @@ def train(run_dir: Path, data_dir: Path, explicit: dict | None = None, resume: b
           max_steps: int | None = None, on_step=None, log: Callable[[str], None] = print) -> dict:
     """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the
     user (config file and flags). Returns ``{"status", "progress"}``; joins the process group under torchrun."""
-    torch.set_flush_denormal(True)
     try:
         trainer = Trainer(run_dir, data_dir, explicit or {}, resume=resume, log=log)
         return trainer.run(max_steps=max_steps, on_step=on_step)

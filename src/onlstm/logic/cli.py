@@ -11,7 +11,6 @@ YAML file given with ``--config`` (sections ``model:``, ``train:``, ``compare:``
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from .. import encoders
 from ..config import Config, ConfigError, add_flags, flags_given, merged, option, read_yaml
+from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 
 
@@ -55,9 +55,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         if "test_fraction" in given and "test_count" in given:
             raise SettingsError("give --test-fraction or --test-count, not both")
         cfg = GenerateConfig.from_dict(given)
-    except ConfigError as exc:
-        print(f"onlstm logic generate: {exc}", file=sys.stderr)
-        return 2
+    except ValueError as exc:
+        raise command_error(exc) from None
     report = generate_dataset(args.out, cfg, log=None if args.quiet else print)
     rate = report.n_pairs / report.seconds if report.seconds > 0 else float("inf")
     print(f"wrote {report.n_pairs} pairs to {report.out_dir} in {report.seconds:.1f} s ({rate:,.0f} pairs/s)")
@@ -81,14 +80,10 @@ def _register_check(sub) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from .data import LogicDataError, read_examples, relabel_mismatches
+    from .data import read_examples, relabel_mismatches
 
     t0 = time.perf_counter()
-    try:
-        examples = read_examples(args.path)
-    except LogicDataError as exc:
-        print(f"onlstm logic check: {exc}", file=sys.stderr)
-        return 1
+    examples = read_examples(args.path)  # a LogicDataError (bad input) exits with status 2 (see onlstm.errors)
     by_file: dict[str, Counter] = {}
     misfiled = []
     for ex in examples:
@@ -104,13 +99,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"misfiled at {ex.where}: larger operator count {ex.max_ops} but file number {ex.file_number}")
     print(f"{len(examples) - len(wrong)}/{len(examples)} labels agree, {len(misfiled)} lines break the "
           f"file-number rule ({time.perf_counter() - t0:.1f} s)")
-    return 0 if not wrong and not misfiled else 1
+    return 0 if not wrong and not misfiled else EXIT_FINDING  # a finding, not bad input
 
 
 # --------------------------------------------------------------------------- train / eval / compare: settings
 
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
 _CONFIG_KEYS = ("data", "out")
 
 #: Bad --config file or option values; printed on stderr, exit status 2 (the name the logic commands used).
@@ -174,7 +167,7 @@ def load_yaml(path: Path) -> dict:
 
 def resolve_settings(args: argparse.Namespace):
     """``(model config, train config, data, out, compare section)`` from defaults < YAML < flags."""
-    from ..lm.distributed import resolve_device
+    from ..runs import resolve_device
     from .model import LogicModelConfig
     from .train import LogicTrainConfig
 
@@ -216,11 +209,6 @@ def parse_buckets(text: str | list) -> list[int]:
     return sorted(out)
 
 
-def _fail(command: str, exc: Exception) -> int:
-    print(f"onlstm logic {command}: {exc}", file=sys.stderr)
-    return EXIT_BAD_INPUT
-
-
 # --------------------------------------------------------------------------- train
 
 
@@ -241,15 +229,10 @@ def _register_train(sub) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from ..checkpoint import CheckpointError
-    from .data import LogicDataError
     from .train import train
 
-    try:
-        model_cfg, train_cfg, data, out, _ = resolve_settings(args)
-        result = train(model_cfg, train_cfg, data, out, resume=args.resume)
-    except (SettingsError, LogicDataError, CheckpointError) as exc:
-        return _fail("train", exc)
+    model_cfg, train_cfg, data, out, _ = resolve_settings(args)
+    result = train(model_cfg, train_cfg, data, out, resume=args.resume)
     if result.interrupted:
         return EXIT_INTERRUPTED
     print(f"evaluate with: onlstm logic eval --checkpoint {out} --data {data}")
@@ -276,9 +259,7 @@ def _register_eval(sub) -> None:
 def _cmd_eval(args: argparse.Namespace) -> int:
     import json
 
-    from ..checkpoint import CheckpointError
-    from ..lm.distributed import resolve_device
-    from .data import LogicDataError
+    from ..runs import resolve_device
     from .evaluate import evaluate_examples, format_table, load_classifier, majority_baseline, read_test_examples
 
     try:
@@ -287,8 +268,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         device = resolve_device(opts.device)
         model, header = load_classifier(args.checkpoint, opts.tag, device)
         examples = read_test_examples(args.data, opts.split, lengths)
-    except (SettingsError, LogicDataError, CheckpointError, ValueError) as exc:
-        return _fail("eval", exc)
+    except ValueError as exc:  # bad input reported by library code as a plain ValueError
+        raise command_error(exc) from None
     result = evaluate_examples(model, examples, opts.batch_size)
     baseline = majority_baseline(examples)
     if args.json:
@@ -317,19 +298,14 @@ def _register_compare(sub) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from ..checkpoint import CheckpointError
     from .compare import compare
-    from .data import LogicDataError
 
-    try:
-        model_cfg, train_cfg, data, out, section = resolve_settings(args)
-        what = CompareSettings.from_dict(merged(section, flags_given(args, "compare")))
-        for cell in what.cells:  # every cell must work with these settings before the first one trains
-            encoders.get(cell).validate(model_cfg.hidden_size, model_cfg.layer_options(cell))
-        lengths = parse_buckets(what.lengths)
-        res = compare(model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths)
-    except (SettingsError, LogicDataError, CheckpointError) as exc:
-        return _fail("compare", exc)
+    model_cfg, train_cfg, data, out, section = resolve_settings(args)
+    what = CompareSettings.from_dict(merged(section, flags_given(args, "compare")))
+    for cell in what.cells:  # every cell must work with these settings before the first one trains
+        encoders.get(cell).validate(model_cfg.hidden_size, model_cfg.layer_options(cell))
+    lengths = parse_buckets(what.lengths)
+    res = compare(model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths)
     if res.table:
         print(res.table)
         print(f"wrote {out / 'compare.json'}, {out / 'table.md'}, {res.plot} and {res.curves}")

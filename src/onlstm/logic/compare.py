@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..checkpoint import CheckpointError, read_json, write_json
-from ..lm.distributed import resolve_device
+from ..runs import resolve_device
 from .evaluate import (
     DEFAULT_BUCKETS, LengthAccuracy, evaluate_examples, format_table, load_classifier, majority_baseline,
     read_test_examples,

@@ -22,6 +22,7 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import OnlstmError
 from .formulas import Formula, FormulaSyntaxError, count_operators, parse, to_text
 from .relations import RELATIONS, relation
 
@@ -31,7 +32,7 @@ SPLITS: tuple[str, ...] = ("train", "test")
 _FILE_NAME = re.compile(r"^(train|test)(\d+)(?:\..+)?$")
 
 
-class LogicDataError(ValueError):
+class LogicDataError(OnlstmError, ValueError):
     """A logic data file or directory is malformed or selects nothing."""
 
 

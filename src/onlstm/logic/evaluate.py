@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CheckpointError, load_weights, read_json, resolve_weights
+from ..checkpoint import CheckpointError, read_json
+from ..runs import LoadedRun, load_run
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKENS, LogicClassifier, LogicModelConfig
 from .relations import RELATIONS
@@ -126,23 +127,19 @@ def load_classifier(checkpoint: str | Path, tag: str = "best",
     Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when
     the checkpoint is of another kind (e.g. a language model).
     """
-    run_dir, weights = resolve_weights(Path(checkpoint), tag)
-    header = read_json(run_dir / "config.json")
-    kind = header.get("kind") if isinstance(header, dict) else None
-    if kind != KIND:
-        raise CheckpointError(f"{run_dir} holds a checkpoint of kind {kind!r}, not a logic classifier "
-                              f"({KIND!r}); train one with `onlstm logic train`")
-    try:
-        cfg = LogicModelConfig.from_dict(header["model"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{run_dir / 'config.json'}: bad model config ({exc})") from None
-    vocab_path = run_dir / "vocab.json"
-    if vocab_path.exists() and tuple(read_json(vocab_path)) != TOKENS:
-        raise CheckpointError(f"{vocab_path} differs from this version's token list {list(TOKENS)}")
-    model = LogicClassifier(cfg)
-    load_weights(weights, model)
-    model.to(device).eval()
-    return model, header
+    run = load_run(checkpoint, KIND, lambda section: LogicClassifier(LogicModelConfig.from_dict(section)), tag=tag,
+                   device=device, vocab=_read_tokens, check=_check_tokens, what="a logic classifier",
+                   hint="train one with `onlstm logic train`")
+    return run.model, run.config
+
+
+def _read_tokens(path: Path) -> list | None:
+    return read_json(path) if path.exists() else None  # runs written before vocab.json existed have none
+
+
+def _check_tokens(run: LoadedRun) -> None:
+    if run.vocab is not None and tuple(run.vocab) != TOKENS:
+        raise CheckpointError(f"{run.run_dir / 'vocab.json'} differs from this version's token list {list(TOKENS)}")
 
 
 def read_test_examples(data: str | Path, split: str = "test",

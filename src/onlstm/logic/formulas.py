@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from ..errors import OnlstmError
+
 VARIABLES: tuple[str, ...] = ("a", "b", "c", "d", "e", "f")
 BINARY_OPERATORS: tuple[str, ...] = ("and", "or")
 OPERATORS: tuple[str, ...] = ("not",) + BINARY_OPERATORS
@@ -41,7 +43,7 @@ def _variable_mask(k: int) -> int:
 VARIABLE_TRUTH_SETS: dict[str, int] = {v: _variable_mask(k) for k, v in enumerate(VARIABLES)}
 
 
-class FormulaSyntaxError(ValueError):
+class FormulaSyntaxError(OnlstmError, ValueError):
     """A string is not a formula in the notation (see the module docstring)."""
 
 

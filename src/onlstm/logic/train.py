@@ -22,7 +22,6 @@ that was never interrupted.
 """
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
@@ -34,11 +33,10 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..checkpoint import (CheckpointError, assign_weights, atomic_write, config_header, read_json, read_safetensors,
-                          save_weights, state_dict_for_saving, write_json)
+from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
 from ..config import Config, ConfigError, option
-from ..lm.distributed import resolve_device
-from ..lm.train import StopRequest, optimizer_from_data, optimizer_to_data
+from ..runs import (StopRequest, read_resume, resolve_device, restore_training, setup_torch, training_tensors,
+                    write_resume)
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKENS, LogicClassifier, LogicModelConfig, num_parameters, pad_batch, token_ids
 from .relations import RELATIONS
@@ -283,169 +281,204 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
         _check_resumable(out, model_cfg, cfg)
     examples = load_training_examples(data, cfg)
     train_ex, valid_ex = split_train_valid(examples, cfg)
-    train_data, valid_data = encode_examples(train_ex), encode_examples(valid_ex)
-
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    torch.set_flush_denormal(True)
-    device = resolve_device(cfg.device)
-    torch.manual_seed(cfg.seed)
-    model = LogicClassifier(model_cfg).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
-    schedule = PlateauSchedule(opt, cfg.lr_decay, cfg.lr_patience, cfg.min_lr)
-
-    data_summary = {"path": str(data), "n_train": len(train_data), "n_valid": len(valid_data),
+    run = _LogicRun(model_cfg, cfg, out, encode_examples(train_ex), encode_examples(valid_ex), log)
+    data_summary = {"path": str(data), "n_train": len(run.train_data), "n_valid": len(run.valid_data),
                     "max_ops": max(ex.max_ops for ex in examples)}
-    header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
+    run.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
     write_json(out / "vocab.json", list(TOKENS))
-
-    def write_status(status: str, result: dict | None = None) -> None:
-        write_json(out / "config.json", {**header, "status": status, "result": result})
-
-    steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
-    valid_every = cfg.valid_every or steps_per_epoch
-    # Everything the loop carries from step to step (saved in the resume file).
-    st = {"step": 0, "epoch": 0, "pos": 0, "best_acc": -1.0, "best_step": 0, "bad_checks": 0, "schedule_bad": 0,
-          "loss_sum": 0.0, "correct_sum": 0, "seen": 0, "seconds": 0.0}
-    history: list[dict] = []
-    order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
-    # The batch-order generator's state at the start of the epoch that holds step `pos` (JSON: a list); each
-    # epoch's shuffle is drawn from it, so a resumed run replays the shuffle of the epoch it stopped in.
-    st["epoch_rng"] = list(order_rng.getstate())
     if resume:
-        path = out / RESUME_FILE
-        tensors, meta = read_safetensors(path)
-        if meta.get("format") != RESUME_FORMAT:
-            raise CheckpointError(f"{path} is not a logic resume file (format {meta.get('format')!r})")
-        try:
-            st.update(json.loads(meta["progress"]))
-            opt_meta = json.loads(meta["optimizer"])
-        except (KeyError, TypeError, json.JSONDecodeError) as exc:
-            raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc})") from None
-        if "rng.torch" not in tensors:
-            raise CheckpointError(f"{path}: the random state is missing; the file is incomplete")
-        assign_weights(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, f"{path} (model)")
-        optimizer_from_data(opt, {k: v for k, v in tensors.items() if k.startswith("optim.")}, opt_meta)
-        schedule.bad = st["schedule_bad"]
-        torch.set_rng_state(tensors["rng.torch"])
-        if device.type == "cuda" and "rng.cuda" in tensors:
-            torch.cuda.set_rng_state(tensors["rng.cuda"], device)
-        history = read_json(out / "history.json")[: st["n_checks"]] if st["n_checks"] else []
-        log(f"resuming {out} at step {st['step']} (epoch {st['epoch'] + 1}, batch {st['pos'] + 1}); best valid acc "
-            f"{100 * max(st['best_acc'], 0):.2f}% at step {st['best_step']}")
+        run.restore()
+    run.write_status("running")
+    log(f"{model_cfg.cell} on {run.device}: {num_parameters(run.model):,} parameters; {len(run.train_data)} training "
+        f"pairs, {len(run.valid_data)} validation pairs (<= {cfg.max_train_ops} operators); {run.steps_per_epoch} "
+        f"steps/epoch, validation every {run.valid_every} steps; run dir {out}")
+    stopped_by = run.loop()
+    return run.finish(stopped_by)
 
-    write_status("running")
-    log(f"{model_cfg.cell} on {device}: {num_parameters(model):,} parameters; {len(train_data)} training pairs, "
-        f"{len(valid_data)} validation pairs (<= {cfg.max_train_ops} operators); {steps_per_epoch} steps/epoch, "
-        f"validation every {valid_every} steps; run dir {out}")
 
-    stopped_by = "epochs"
-    start = time.perf_counter() - st["seconds"]
-    bar = None
+class _LogicRun:
+    """One training run: the model, its optimizer and schedule, and ``st``, everything the loop carries from
+    step to step (saved in the resume file)."""
 
-    def save_resume() -> None:
-        st["seconds"], st["schedule_bad"], st["n_checks"] = time.perf_counter() - start, schedule.bad, len(history)
-        tensors = {f"model.{k}": v for k, v in state_dict_for_saving(model).items()}
-        opt_tensors, opt_meta = optimizer_to_data(opt)
-        tensors.update(opt_tensors)
-        tensors["rng.torch"] = torch.get_rng_state()
-        if device.type == "cuda":
-            tensors["rng.cuda"] = torch.cuda.get_rng_state(device)
-        meta = {"format": RESUME_FORMAT, "progress": json.dumps(st), "optimizer": json.dumps(opt_meta)}
-        from safetensors.torch import save_file
-        atomic_write(out / RESUME_FILE, lambda tmp: save_file(tensors, tmp, metadata=meta))
+    def __init__(self, model_cfg: LogicModelConfig, cfg: LogicTrainConfig, out: Path, train_data: list[Encoded],
+                 valid_data: list[Encoded], log: Callable[[str], None]):
+        self.model_cfg, self.cfg, self.out, self.log = model_cfg, cfg, out, log
+        self.train_data, self.valid_data = train_data, valid_data
+        setup_torch(cfg.threads)
+        self.device = resolve_device(cfg.device)
+        torch.manual_seed(cfg.seed)
+        self.model = LogicClassifier(model_cfg).to(self.device)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps,
+                                    weight_decay=cfg.weight_decay)
+        self.schedule = PlateauSchedule(self.opt, cfg.lr_decay, cfg.lr_patience, cfg.min_lr)
+        self.steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
+        self.valid_every = cfg.valid_every or self.steps_per_epoch
+        self.st: dict = {"step": 0, "epoch": 0, "pos": 0, "best_acc": -1.0, "best_step": 0, "bad_checks": 0,
+                         "schedule_bad": 0, "loss_sum": 0.0, "correct_sum": 0, "seen": 0, "seconds": 0.0}
+        self.history: list[dict] = []
+        self.order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
+        # The batch-order generator's state at the start of the epoch that holds step `pos` (JSON: a list); each
+        # epoch's shuffle is drawn from it, so a resumed run replays the shuffle of the epoch it stopped in.
+        self.st["epoch_rng"] = list(self.order_rng.getstate())
+        self.header: dict = {}
+        self.start = 0.0
 
-    def check() -> bool:
+    def write_status(self, status: str, result: dict | None = None) -> None:
+        write_json(self.out / "config.json", {**self.header, "status": status, "result": result})
+
+    # -- resume ------------------------------------------------------------------------------------
+    def restore(self) -> None:
+        path = self.out / RESUME_FILE
+        tensors, meta = read_resume(path, RESUME_FORMAT, "a logic resume file", ("progress", "optimizer"),
+                                    "train again without --resume (into a new --out, or after removing this one)")
+        st = self.st
+        st.update(meta["progress"])
+        restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
+        self.schedule.bad = st["schedule_bad"]
+        self.history = read_json(self.out / "history.json")[: st["n_checks"]] if st["n_checks"] else []
+        self.log(f"resuming {self.out} at step {st['step']} (epoch {st['epoch'] + 1}, batch {st['pos'] + 1}); best "
+                 f"valid acc {100 * max(st['best_acc'], 0):.2f}% at step {st['best_step']}")
+
+    def save_resume(self) -> None:
+        st = self.st
+        st["seconds"], st["schedule_bad"], st["n_checks"] = time.perf_counter() - self.start, self.schedule.bad, \
+            len(self.history)
+        tensors, opt_meta = training_tensors(self.model, self.opt, self.device)
+        write_resume(self.out / RESUME_FILE, RESUME_FORMAT, tensors, {"progress": st, "optimizer": opt_meta})
+
+    # -- validation --------------------------------------------------------------------------------
+    def check(self) -> bool:
         """Validate, checkpoint, adapt the learning rate; True when patience is exhausted."""
-        acc = accuracy(model, valid_data, cfg.eval_batch_size)
-        rec = {"step": st["step"], "epoch": round(st["step"] / steps_per_epoch, 3),
-               "seconds": round(time.perf_counter() - start, 1),
-               "train_loss": st["loss_sum"] / max(st["seen"], 1), "train_accuracy": st["correct_sum"] / max(st["seen"], 1),
+        st, cfg, out, opt = self.st, self.cfg, self.out, self.opt
+        acc = accuracy(self.model, self.valid_data, cfg.eval_batch_size)
+        rec = {"step": st["step"], "epoch": round(st["step"] / self.steps_per_epoch, 3),
+               "seconds": round(time.perf_counter() - self.start, 1),
+               "train_loss": st["loss_sum"] / max(st["seen"], 1),
+               "train_accuracy": st["correct_sum"] / max(st["seen"], 1),
                "valid_accuracy": acc, "lr": opt.param_groups[0]["lr"]}
         st["loss_sum"], st["correct_sum"], st["seen"] = 0.0, 0, 0
         improved = acc > st["best_acc"]
         if improved:
             st["best_acc"], st["best_step"], st["bad_checks"] = acc, st["step"], 0
-            save_weights(out / "model.best.safetensors", model)
+            save_weights(out / "model.best.safetensors", self.model)
         else:
             st["bad_checks"] += 1
-        decayed = schedule.step(improved)
-        save_weights(out / "model.last.safetensors", model)
+        decayed = self.schedule.step(improved)
+        save_weights(out / "model.last.safetensors", self.model)
         rec["best"] = improved
-        history.append(rec)
-        write_json(out / "history.json", history)
-        save_resume()
+        self.history.append(rec)
+        write_json(out / "history.json", self.history)
+        self.save_resume()
         best, best_step = st["best_acc"], st["best_step"]
-        msg = (f"step {st['step']} (epoch {rec['epoch']:.2f}, {rec['seconds']:.0f} s): train loss {rec['train_loss']:.4f} "
-               f"acc {100 * rec['train_accuracy']:.1f}%, valid acc {100 * acc:.2f}%"
+        msg = (f"step {st['step']} (epoch {rec['epoch']:.2f}, {rec['seconds']:.0f} s): train loss "
+               f"{rec['train_loss']:.4f} acc {100 * rec['train_accuracy']:.1f}%, valid acc {100 * acc:.2f}%"
                f"{' (best)' if improved else f' (best {100 * best:.2f}% at step {best_step})'}"
                + (f"; learning rate now {opt.param_groups[0]['lr']:.3g}" if decayed else ""))
-        (tqdm.write if log is print else log)(msg)  # tqdm.write keeps a progress bar intact
+        (tqdm.write if self.log is print else self.log)(msg)  # tqdm.write keeps a progress bar intact
         return st["bad_checks"] >= cfg.patience
 
-    model.train()
-    try:
-        with StopRequest() as stop:
-            while st["epoch"] < cfg.epochs:
-                version, internal, gauss = st["epoch_rng"]
-                order_rng.setstate((version, tuple(internal), gauss))
-                order = list(range(len(train_data)))
-                order_rng.shuffle(order)
-                bar = tqdm(total=steps_per_epoch, initial=st["pos"], desc=f"{model_cfg.cell} epoch {st['epoch'] + 1}/{cfg.epochs}",
-                           leave=False, disable=None if cfg.progress else True, dynamic_ncols=True)
-                for i in range(st["pos"] * cfg.batch_size, len(order), cfg.batch_size):
-                    batch = [t.to(device) for t in collate([train_data[j] for j in order[i: i + cfg.batch_size]])]
-                    loss, logits = train_step(model, opt, batch, cfg.clip)
-                    y = batch[-1]
-                    st["step"] += 1
-                    st["pos"] += 1
-                    st["loss_sum"] += float(loss) * len(y)
-                    st["correct_sum"] += int((logits.argmax(-1) == y).sum())
-                    st["seen"] += len(y)
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{st['loss_sum'] / st['seen']:.3f}", acc=f"{100 * st['correct_sum'] / st['seen']:.1f}%",
-                                    best=f"{100 * max(st['best_acc'], 0):.1f}%")
-                    if st["pos"] == steps_per_epoch:  # the epoch is over: the next step starts a new one
-                        st["epoch"], st["pos"], st["epoch_rng"] = st["epoch"] + 1, 0, list(order_rng.getstate())
-                    if st["step"] % valid_every == 0 and check():
-                        stopped_by = "patience"
-                    elif cfg.time_limit is not None and time.perf_counter() - start > 60 * cfg.time_limit:
-                        stopped_by = "time_limit"
-                        if st["step"] % valid_every:
-                            check()
-                    elif stop.requested:
-                        stopped_by = "interrupted"
-                    if stopped_by != "epochs" or st["pos"] == 0:
+    # -- the loop ----------------------------------------------------------------------------------
+    def loop(self) -> str:
+        """Train until the epochs are done, patience or the time limit runs out, or Ctrl-C; returns why it
+        stopped (``epochs``, ``patience``, ``time_limit``, ``interrupted`` or ``aborted``)."""
+        st, cfg = self.st, self.cfg
+        stopped_by = "epochs"
+        self.start = time.perf_counter() - st["seconds"]
+        self.bar = None
+        self.model.train()
+        try:
+            with StopRequest() as stop:
+                while st["epoch"] < cfg.epochs:
+                    stopped_by = self._epoch(stop)
+                    if stopped_by != "epochs":
                         break
-                bar.close()
-                bar = None
-                if stopped_by != "epochs":
-                    break
-            else:
-                if st["step"] and (not history or history[-1]["step"] != st["step"]):
-                    check()  # the steps after the last check count too
-    except KeyboardInterrupt:  # a second Ctrl-C (or one outside the signal handler): no resume file written
-        stopped_by = "aborted"
-    if bar is not None:
-        bar.close()
-    if stopped_by in ("interrupted", "aborted"):
-        save_weights(out / "model.last.safetensors", model)
+                else:
+                    if st["step"] and (not self.history or self.history[-1]["step"] != st["step"]):
+                        self.check()  # the steps after the last check count too
+        except KeyboardInterrupt:  # a second Ctrl-C (or one outside the signal handler): no resume file written
+            stopped_by = "aborted"
+        if self.bar is not None:
+            self.bar.close()
+        return stopped_by
+
+    def _epoch(self, stop: StopRequest) -> str:
+        """The rest of the current epoch (from step ``pos``); returns ``epochs`` when it ran to its end."""
+        st, cfg = self.st, self.cfg
+        version, internal, gauss = st["epoch_rng"]
+        self.order_rng.setstate((version, tuple(internal), gauss))
+        order = list(range(len(self.train_data)))
+        self.order_rng.shuffle(order)
+        self.bar = tqdm(total=self.steps_per_epoch, initial=st["pos"],
+                        desc=f"{self.model_cfg.cell} epoch {st['epoch'] + 1}/{cfg.epochs}",
+                        leave=False, disable=None if cfg.progress else True, dynamic_ncols=True)
+        stopped_by = "epochs"
+        for i in range(st["pos"] * cfg.batch_size, len(order), cfg.batch_size):
+            self._step([self.train_data[j] for j in order[i: i + cfg.batch_size]])
+            if st["pos"] == self.steps_per_epoch:  # the epoch is over: the next step starts a new one
+                st["epoch"], st["pos"], st["epoch_rng"] = st["epoch"] + 1, 0, list(self.order_rng.getstate())
+            stopped_by = self._after_step(stop)
+            if stopped_by != "epochs" or st["pos"] == 0:
+                break
+        self.bar.close()
+        self.bar = None
+        return stopped_by
+
+    def _step(self, pairs: list[Encoded]) -> None:
+        st = self.st
+        batch = [t.to(self.device) for t in collate(pairs)]
+        loss, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
+        y = batch[-1]
+        st["step"] += 1
+        st["pos"] += 1
+        st["loss_sum"] += float(loss) * len(y)
+        st["correct_sum"] += int((logits.argmax(-1) == y).sum())
+        st["seen"] += len(y)
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{st['loss_sum'] / st['seen']:.3f}",
+                             acc=f"{100 * st['correct_sum'] / st['seen']:.1f}%",
+                             best=f"{100 * max(st['best_acc'], 0):.1f}%")
+
+    def _after_step(self, stop: StopRequest) -> str:
+        """Validation when due, then the stopping rules; returns ``epochs`` to go on."""
+        st, cfg = self.st, self.cfg
+        if st["step"] % self.valid_every == 0 and self.check():
+            return "patience"
+        if cfg.time_limit is not None and time.perf_counter() - self.start > 60 * cfg.time_limit:
+            if st["step"] % self.valid_every:
+                self.check()
+            return "time_limit"
+        if stop.requested:
+            return "interrupted"
+        return "epochs"
+
+    # -- the end -----------------------------------------------------------------------------------
+    def finish(self, stopped_by: str) -> TrainResult:
+        """Save what an interruption needs, write the final status, and the result."""
+        st, out = self.st, self.out
+        if stopped_by in ("interrupted", "aborted"):
+            stopped_by = self._save_interrupted(stopped_by)
+        seconds = time.perf_counter() - self.start
+        result = TrainResult(out, max(st["best_acc"], 0.0), st["best_step"], st["step"],
+                             round(st["step"] / self.steps_per_epoch, 3), seconds, stopped_by, len(self.train_data),
+                             len(self.valid_data), self.history)
+        self.write_status("interrupted" if stopped_by == "interrupted" else "finished", {
+            "best_valid_accuracy": result.best_valid_accuracy, "best_step": st["best_step"], "steps": st["step"],
+            "epochs": result.epochs, "seconds": round(seconds, 1), "stopped_by": stopped_by})
+        if stopped_by != "interrupted":
+            (out / RESUME_FILE).unlink(missing_ok=True)  # a finished run is not resumed (see _check_resumable)
+            self.log(f"{self.model_cfg.cell}: stopped by {stopped_by} after {st['step']} steps ({result.epochs:.2f} "
+                     f"epochs, {seconds / 60:.1f} min); best valid acc {100 * result.best_valid_accuracy:.2f}% at "
+                     f"step {st['best_step']}")
+        return result
+
+    def _save_interrupted(self, stopped_by: str) -> str:
+        st, out = self.st, self.out
+        save_weights(out / "model.last.safetensors", self.model)
         if stopped_by == "interrupted":
-            save_resume()
+            self.save_resume()
         resumable = "resume with --resume" if stopped_by == "interrupted" else \
             ("resume with --resume from the last validation check" if (out / RESUME_FILE).exists() else "not resumable")
-        log(f"interrupted at step {st['step']}: last weights saved ({resumable}); best checkpoint "
-            + (f"kept (valid acc {100 * st['best_acc']:.2f}% at step {st['best_step']})" if st["best_acc"] >= 0
-               else "not written yet (no validation check done)"))
-        stopped_by = "interrupted"
-    seconds = time.perf_counter() - start
-    result = TrainResult(out, max(st["best_acc"], 0.0), st["best_step"], st["step"], round(st["step"] / steps_per_epoch, 3),
-                         seconds, stopped_by, len(train_data), len(valid_data), history)
-    write_status("interrupted" if stopped_by == "interrupted" else "finished", {
-        "best_valid_accuracy": result.best_valid_accuracy, "best_step": st["best_step"], "steps": st["step"],
-        "epochs": result.epochs, "seconds": round(seconds, 1), "stopped_by": stopped_by})
-    if stopped_by != "interrupted":
-        (out / RESUME_FILE).unlink(missing_ok=True)  # a finished run is not resumed (see _check_resumable)
-        log(f"{model_cfg.cell}: stopped by {stopped_by} after {st['step']} steps ({result.epochs:.2f} epochs, "
-            f"{seconds / 60:.1f} min); best valid acc {100 * result.best_valid_accuracy:.2f}% at step {st['best_step']}")
-    return result
+        self.log(f"interrupted at step {st['step']}: last weights saved ({resumable}); best checkpoint "
+                 + (f"kept (valid acc {100 * st['best_acc']:.2f}% at step {st['best_step']})" if st["best_acc"] >= 0
+                    else "not written yet (no validation check done)"))
+        return "interrupted"

@@ -1,5 +1,9 @@
 """Unsupervised constituency parsing, the model-independent part: distances -> trees, bracket strings,
 spans, metrics and baselines.  Gold treebank reading lives in :mod:`onlstm.data.treebank`."""
+# The submodule `evaluate` (scoring a model on a treebank) is loaded first, so that the package attribute
+# `evaluate` ends up as the metrics function below (the public name since the start) and a later
+# `from onlstm.parsing.evaluate import ...` finds the module in sys.modules without rebinding it.
+from . import evaluate as _evaluate_module  # noqa: F401, I001
 from .baselines import (BASELINES, balanced, baseline_trees, left_branching, random_baseline_scores,
                         random_tree, right_branching, score_baselines)
 from .metrics import (F1Score, LabelRecall, ParseEvaluation, average_depth, corpus_f1, evalb_f1, evaluate,

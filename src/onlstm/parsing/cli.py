@@ -1,4 +1,9 @@
-"""``onlstm compare-trees GOLD PRED``: score one file of trees against another, model-free."""
+"""``onlstm parsing {parse,eval-parse,compare-trees,plot}``: parse with a trained language model, score trees.
+
+The four commands were top-level commands before; ``onlstm parse``, ``onlstm eval-parse``, ``onlstm
+compare-trees`` and ``onlstm plot`` remain as aliases that run the same code with the same options.
+``onlstm demo`` (:mod:`onlstm.parsing.demo`) is registered by :mod:`onlstm.cli`.
+"""
 from __future__ import annotations
 
 import argparse
@@ -6,20 +11,72 @@ import json
 import sys
 from pathlib import Path
 
-from .trees import FORMATS, LabelledTree, TreeFormatError, leaves, parse_tree_lines
+from ..errors import InputError, command_error
+from .induce import (check_layer, load_language_model, normalise_words, sentence_distances, tokenize,
+                     trees_from_distances)
+from .evaluate import score_treebank
+from .trees import (FORMATS, LabelledTree, TreeFormatError, leaves, parse_brackets, parse_tree_lines, to_brackets,
+                    unlabel)
 
-EXIT_BAD_INPUT = 2
-
-
-class InputError(ValueError):
-    """Bad command input; the message is printed on stderr and the command exits with status 2."""
+COMMANDS = ("parse", "eval-parse", "compare-trees", "plot")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``compare-trees`` sub-command to the ``onlstm`` command."""
+    """Add ``onlstm parsing {parse,eval-parse,compare-trees,plot}`` and the old top-level names as aliases."""
+    p = subparsers.add_parser("parsing", help="unsupervised parsing: parse, eval-parse, compare-trees, plot",
+                              description="Trees from a trained ON-LSTM language model, and tree scoring.")
+    sub = p.add_subparsers(dest="parsing_command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
+    _add_model_commands(sub)
+    _add_compare_trees(sub)
+    # the old spellings (`onlstm parse ...`): the same parsers under the top-level command
+    _add_model_commands(subparsers, alias_of="onlstm parsing")
+    _add_compare_trees(subparsers, alias_of="onlstm parsing")
+
+
+def _help(alias_of: str, name: str, text: str) -> str:
+    return f"(= {alias_of} {name}) {text}" if alias_of else text
+
+
+def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = "") -> None:
+    p = subparsers.add_parser("parse", help=_help(alias_of, "parse", "parse raw sentences (one per line) with a "
+                                                                     "trained ON-LSTM language model"))
+    p.add_argument("input", nargs="?", type=Path, help="text file, one sentence per line (default: standard input)")
+    p.add_argument("--checkpoint", required=True, type=Path, help="language-model run directory or .safetensors file")
+    p.add_argument("--layer", type=int, default=None, help="1-based layer whose distances build the tree "
+                                                           "(default: 2, the paper's, or the last layer of a smaller model)")
+    p.add_argument("--format", choices=["brackets", "pretty", "json"], default="brackets")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.set_defaults(func=_cmd_parse, prog=p.prog)
+
+    p = subparsers.add_parser("eval-parse", help=_help(alias_of, "eval-parse", "induced trees vs a Penn Treebank "
+                                                                               "directory, per layer, with baselines"))
+    p.add_argument("--checkpoint", required=True, type=Path)
+    p.add_argument("--treebank", required=True, type=Path, help="directory of .mrg files (searched recursively)")
+    p.add_argument("--wsj10", action="store_true", help="only sentences of at most 10 words after normalisation")
+    p.add_argument("--sections", nargs="+", default=None, help="WSJ sections to use, e.g. 23 (default: all found)")
+    p.add_argument("--layers", default="all", help="'all' or comma-separated 1-based layers (default: all)")
+    p.add_argument("--out-trees", type=Path, default=None,
+                   help="write predicted trees here, one bracketed tree per line (PATH.layerN.txt per layer)")
+    p.add_argument("--random-draws", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--json", action="store_true", help="print one JSON object with every number")
+    p.set_defaults(func=_cmd_eval_parse)
+
+    p = subparsers.add_parser("plot", help=_help(alias_of, "plot", "per-layer distances of a sentence and its "
+                                                                   "induced (and gold) tree, PNG+SVG"))
+    p.add_argument("sentence", help="the sentence, in quotes")
+    p.add_argument("--checkpoint", required=True, type=Path)
+    p.add_argument("--layer", type=int, default=None, help="1-based layer for the tree (default as parse)")
+    p.add_argument("--gold", default=None, help="gold tree in bracket notation, drawn beside the induced one")
+    p.add_argument("--out", type=Path, default=Path("parse_plot"), help="output prefix (writes .png and .svg)")
+    p.set_defaults(func=_cmd_plot)
+
+
+def _add_compare_trees(subparsers: argparse._SubParsersAction, alias_of: str = "") -> None:
     p = subparsers.add_parser(
         "compare-trees",
-        help="score predicted trees against gold trees (sentence/corpus/EVALB-style F1, label recall, depth)",
+        help=_help(alias_of, "compare-trees", "score predicted trees against gold trees (sentence/corpus/EVALB-style "
+                                              "F1, label recall, depth)"),
         description=(
             "GOLD and PRED hold one tree per line, in bracket notation: unlabelled '((the cat) sat)' or "
             "labelled '(S (NP (DT the) (NN cat)) (VP (VBD sat)))'; line k of PRED must have the same words "
@@ -102,13 +159,152 @@ def compare_tree_files(gold_path: Path, pred_path: Path, gold_format: str = "aut
 
 
 def _cmd_compare_trees(args: argparse.Namespace) -> int:
-    try:
-        result = compare_tree_files(args.gold, args.pred, args.gold_format, args.pred_format, args.normalise_gold)
-    except InputError as err:
-        print(f"onlstm compare-trees: error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    result = compare_tree_files(args.gold, args.pred, args.gold_format, args.pred_format, args.normalise_gold)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(result.format_table())
+    return 0
+
+
+# --------------------------------------------------------------------------- commands that read a model
+
+
+def _default_layer(n_layers: int) -> int:
+    return 2 if n_layers >= 2 else 1
+
+
+def _prepare(lines, scheme: str):
+    """Raw lines -> normalised word lists; returns (sentences, line numbers, dropped tokens, empty lines)."""
+    sentences, numbers, dropped, empty = [], [], 0, []
+    for k, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        words, gone = normalise_words(tokenize(line, scheme), scheme)
+        dropped += len(gone)
+        if not words:
+            empty.append(k)
+            continue
+        sentences.append(words)
+        numbers.append(k)
+    return sentences, numbers, dropped, empty
+
+
+def _cmd_parse(args) -> int:
+    try:
+        lm = load_language_model(args.checkpoint)
+        n_layers = len(lm.model.layers)
+        layer = check_layer(args.layer or _default_layer(n_layers), n_layers)
+        text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
+    except (ValueError, OSError) as err:
+        raise command_error(err) from None
+    sentences, numbers, dropped, empty = _prepare(text.splitlines(), lm.normalisation)
+    if not sentences:
+        raise InputError("no sentence to parse in the input")
+    forget, _, unknown = sentence_distances(lm.model, lm.vocab, sentences, args.batch_size)
+    trees = trees_from_distances(sentences, forget, layer)
+    for words, dist, tree, line in zip(sentences, forget, trees, numbers):
+        if args.format == "json":
+            print(json.dumps({"line": line, "words": words, "tree": to_brackets(tree),
+                              "unknown": [w for w in words if w not in lm.vocab],
+                              "distances": [[round(v, 5) for v in row] for row in dist.tolist()]}))
+        elif args.format == "pretty":
+            _as_nltk(tree).pretty_print(unicodelines=True)
+        else:
+            print(to_brackets(tree))
+    total = sum(len(s) for s in sentences)
+    notes = [f"{len(sentences)} sentences, {total} words, {unknown} unknown to the model (mapped to <unk>)"]
+    if dropped:
+        notes.append(f"{dropped} punctuation tokens dropped (the model's text has none)")
+    if empty:
+        notes.append(f"lines with no word left after normalisation, skipped: {empty[:10]}")
+    print(f"{args.prog}: " + "; ".join(notes) + f"; layer {layer + 1}", file=sys.stderr)
+    return 0
+
+
+def _as_nltk(tree):
+    """An unlabelled tree as an ``nltk.Tree`` with blank labels (every word under its own blank
+    pre-terminal: nltk's pretty printer misplaces words that stand beside constituents)."""
+    from nltk.tree import Tree as T
+    if isinstance(tree, str):
+        return T("", [tree])
+    return T("", [_as_nltk(t) for t in tree])
+
+
+def _parse_layers(spec: str, n_layers: int) -> list[int]:
+    if spec == "all":
+        return list(range(n_layers))
+    try:
+        return [check_layer(int(v), n_layers) for v in spec.split(",")]
+    except ValueError as err:
+        raise ValueError(f"--layers: {err}" if "layer" in str(err) else f"--layers must be 'all' or numbers like 2,3; got {spec!r}")
+
+
+def _cmd_eval_parse(args) -> int:
+    from ..data.treebank import load_treebank
+    try:
+        lm = load_language_model(args.checkpoint)
+        layers = _parse_layers(args.layers, len(lm.model.layers))
+        bank = load_treebank(args.treebank, max_length=10 if args.wsj10 else None, sections=args.sections)
+    except (ValueError, OSError) as err:
+        raise command_error(err) from None
+    scores = score_treebank(lm, bank, layers, args.batch_size, args.random_draws)
+    rows, baselines = scores.rows, scores.baselines
+    written = []
+    if args.out_trees:
+        for l, pred in scores.trees.items():
+            path = args.out_trees if len(layers) == 1 else args.out_trees.with_name(f"{args.out_trees.stem}.layer{l + 1}.txt")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("\n".join(to_brackets(t) for t in pred) + "\n")
+            written.append(str(path))
+    n_words, unknown, n_sent = scores.words, scores.unknown_words, scores.sentences
+    result = {
+        "treebank": bank.name, "summary": bank.summary(), "sentences": n_sent, "words": n_words,
+        "unknown_words": unknown, "sentences_per_second": n_sent / scores.seconds,
+        "layers": {k: v.to_dict() for k, v in rows.items()}, "baselines": baselines, "trees_written": written,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(bank.summary())
+    print(f"{n_sent} sentences, {n_words} words ({unknown} unknown to the model); "
+          f"distances at {n_sent / scores.seconds:.0f} sentences/s")
+    print(f"\n{'F1 (%)':<26}{'sentence':>9}{'corpus':>8}{'EVALB':>8}{'depth':>7}")
+    for name, ev in rows.items():
+        print(f"{'ON-LSTM ' + name:<26}{100 * ev.sentence.f1:9.1f}{100 * ev.corpus.f1:8.1f}{100 * ev.evalb.f1:8.1f}"
+              f"{ev.depth_pred:7.2f}")
+    for name, sc in baselines.items():
+        label = name + (f" ({args.random_draws} draws)" if name == "random" else "")
+        print(f"{label:<26}{100 * sc['sentence_f1']:9.1f}{100 * sc['corpus_f1']:8.1f}{100 * sc['evalb_f1']:8.1f}")
+    first = next(iter(rows.values()))
+    print(f"{'gold':<26}{'':>25}{first.depth_gold:7.2f}")
+    if first.label_recall:
+        print("\nlabel recall (%)  " + "  ".join(f"{lab:>6}" for lab in first.label_recall))
+        for name, ev in rows.items():
+            print(f"{'ON-LSTM ' + name:<18}" + "  ".join(f"{100 * r.recall:6.1f}" for r in ev.label_recall.values()))
+        print(f"{'gold count':<18}" + "  ".join(f"{r.gold:6d}" for r in first.label_recall.values()))
+    for w in written:
+        print(f"trees written to {w}")
+    return 0
+
+
+def _cmd_plot(args) -> int:
+    from .plots import plot_sentence
+    try:
+        lm = load_language_model(args.checkpoint)
+        n_layers = len(lm.model.layers)
+        layer = check_layer(args.layer or _default_layer(n_layers), n_layers)
+        words, dropped = normalise_words(tokenize(args.sentence, lm.normalisation), lm.normalisation)
+        if not words:
+            raise ValueError("the sentence has no word left after normalisation")
+        gold = None
+        if args.gold:
+            gold = parse_brackets(args.gold)
+            gold = unlabel(gold) if isinstance(gold, LabelledTree) else gold
+            if [w.lower() for w in leaves(gold)] != words:
+                raise ValueError(f"the gold tree's words {leaves(gold)} differ from the sentence's {words}")
+    except (ValueError, OSError) as err:
+        raise command_error(err) from None
+    paths = plot_sentence(lm.model, lm.vocab, words, args.out, gold=gold, layer=layer)
+    print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -19,9 +19,9 @@ from typing import Sequence
 
 import torch
 
-from ..checkpoint import CheckpointError, read_json, resolve_weights, load_weights
+from ..checkpoint import CheckpointError
 from ..data.vocab import EOS, Vocab
-from ..lm.model import LanguageModel, LMConfig
+from ..models.language_model import LanguageModel, load_language_model_run
 from .trees import Tree, build_tree
 
 
@@ -40,19 +40,12 @@ class LoadedLM:
 
 def load_language_model(checkpoint: str | Path, tag: str = "best", device: str = "cpu") -> LoadedLM:
     """A language model run directory (or its ``.safetensors`` file) -> model in eval mode + vocabulary."""
-    run_dir, weights = resolve_weights(Path(checkpoint), tag)
-    config = read_json(run_dir / "config.json")
-    if config.get("kind") != "lm":
-        raise CheckpointError(f"{run_dir} holds a {config.get('kind')!r} checkpoint; parsing needs a language model ('lm')")
-    model = LanguageModel(LMConfig.from_dict(config["model"]))
-    load_weights(weights, model)
-    vocab = Vocab.load(run_dir / "vocab.json")
-    if len(vocab) != model.config.vocab_size:
-        raise CheckpointError(f"{run_dir}: vocab.json has {len(vocab)} words but the model expects {model.config.vocab_size}")
-    if not model.has_distances:
-        raise CheckpointError(f"{run_dir}: a {model.config.cell!r} model has no master gates, so it induces no trees; "
-                              "use an ON-LSTM model (or the baselines of eval-parse)")
-    return LoadedLM(model.to(device).eval(), vocab, config, run_dir)
+    run = load_language_model_run(checkpoint, tag, device, hint="parsing needs a language model: train one with "
+                                  "`onlstm lm train` or `onlstm demo`")
+    if not run.model.has_distances:
+        raise CheckpointError(f"{run.run_dir}: a {run.model.config.cell!r} model has no master gates, so it induces "
+                              "no trees; use an ON-LSTM model (or the baselines of eval-parse)")
+    return LoadedLM(run.model, run.vocab, run.config, run.run_dir)
 
 
 _DIGITS = re.compile(r"\d+")

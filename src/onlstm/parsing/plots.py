@@ -9,8 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .parsing.induce import sentence_distances, trees_from_distances  # noqa: E402
-from .parsing.trees import Tree  # noqa: E402
+from .induce import sentence_distances, trees_from_distances  # noqa: E402
+from .trees import Tree  # noqa: E402
 
 
 def _layout(tree: Tree, x0: int = 0):

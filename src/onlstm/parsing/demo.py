@@ -20,13 +20,16 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .checkpoint import config_header, save_weights, write_json
-from .config import Config, ConfigError, option
-from .data.grammar import Grammar
-from .data.vocab import EOS, Vocab
-from .lm.model import LanguageModel, LMConfig
-from .parsing import evaluate, score_baselines, to_brackets, unlabel
-from .parsing.induce import sentence_distances, trees_from_distances
+from ..checkpoint import config_header, save_weights, write_json
+from ..config import Config, ConfigError, option
+from ..data.grammar import Grammar
+from ..data.vocab import EOS, Vocab
+from ..models.language_model import LanguageModel, LMConfig
+from ..runs import StopRequest, setup_torch
+from .baselines import score_baselines
+from .induce import sentence_distances, trees_from_distances
+from .metrics import evaluate
+from .trees import to_brackets, unlabel
 
 
 @dataclass
@@ -69,13 +72,19 @@ def _stream(sentences, vocab: Vocab) -> torch.Tensor:
     return torch.tensor(ids)
 
 
-def train_lm(cfg: DemoConfig, train_sents, vocab: Vocab, quiet: bool) -> tuple[LanguageModel, dict]:
+def _demo_model(cfg: DemoConfig, vocab: Vocab) -> LanguageModel:
     torch.manual_seed(cfg.seed)
     model_cfg = LMConfig(vocab_size=len(vocab), emb_size=cfg.emb_size, hidden_sizes=list(cfg.hidden_sizes),
                          cell="onlstm", chunk_size=cfg.chunk_size, master_input=cfg.master_input,
                          dropout_emb=0.0, dropout_in=cfg.dropout, dropout_hidden=cfg.dropout,
                          dropout_out=cfg.dropout, dropconnect=cfg.dropout)
-    model = LanguageModel(model_cfg)
+    return LanguageModel(model_cfg)
+
+
+def train_lm(cfg: DemoConfig, train_sents, vocab: Vocab, quiet: bool) -> tuple[LanguageModel, dict]:
+    """Adam on contiguous columns of the training stream for ``cfg.seconds`` seconds. Ctrl-C (the shared
+    :class:`~onlstm.runs.StopRequest`) ends training early and the demo goes on with the model so far."""
+    model = _demo_model(cfg, vocab)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     data = _stream(train_sents, vocab)
     n = data.numel() // cfg.batch_size
@@ -84,29 +93,37 @@ def train_lm(cfg: DemoConfig, train_sents, vocab: Vocab, quiet: bool) -> tuple[L
     bar = tqdm(total=int(cfg.seconds), unit="s", desc="training ON-LSTM LM", disable=quiet,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s {postfix}")
     model.train()
-    while time.monotonic() - start < cfg.seconds:
-        if i + cfg.bptt + 1 > data.shape[0]:
-            i, state = 0, None
-        x, y = data[i:i + cfg.bptt], data[i + 1:i + 1 + cfg.bptt]
-        i += cfg.bptt
-        state = None if state is None else [tuple(t.detach() for t in s) for s in state]
-        out, state, _ = model(x, state)
-        loss = F.cross_entropy(model.logits(out).flatten(0, 1), y.flatten())
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-        opt.step()
-        steps += 1
-        tokens += y.numel()
-        loss_avg = loss.item() if loss_avg is None else 0.98 * loss_avg + 0.02 * loss.item()
-        elapsed = time.monotonic() - start
-        bar.n = min(int(cfg.seconds), int(elapsed))
-        bar.set_postfix_str(f"loss {loss_avg:.3f} ppl {math.exp(loss_avg):.2f} {tokens / elapsed:.0f} tok/s", refresh=False)
-        bar.refresh()
+    with StopRequest() as stop:
+        while time.monotonic() - start < cfg.seconds and not stop.requested:
+            if i + cfg.bptt + 1 > data.shape[0]:
+                i, state = 0, None
+            x, y = data[i:i + cfg.bptt], data[i + 1:i + 1 + cfg.bptt]
+            i += cfg.bptt
+            loss, state = _demo_step(model, opt, x, y, state)
+            steps += 1
+            tokens += y.numel()
+            loss_avg = loss if loss_avg is None else 0.98 * loss_avg + 0.02 * loss
+            elapsed = time.monotonic() - start
+            bar.n = min(int(cfg.seconds), int(elapsed))
+            bar.set_postfix_str(f"loss {loss_avg:.3f} ppl {math.exp(loss_avg):.2f} {tokens / elapsed:.0f} tok/s",
+                                refresh=False)
+            bar.refresh()
     bar.close()
     model.eval()
     return model, {"steps": steps, "tokens": tokens, "train_seconds": time.monotonic() - start,
-                   "train_loss": loss_avg}
+                   "train_loss": loss_avg, "stopped_by": "interrupted" if stop.requested else "time"}
+
+
+def _demo_step(model: LanguageModel, opt: torch.optim.Optimizer, x, y, state) -> tuple[float, list]:
+    """One update on segment ``x -> y`` from the carried (detached) ``state``; ``(loss, new state)``."""
+    state = None if state is None else [tuple(t.detach() for t in s) for s in state]
+    out, state, _ = model(x, state)
+    loss = F.cross_entropy(model.logits(out).flatten(0, 1), y.flatten())
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    opt.step()
+    return loss.item(), state
 
 
 def _pct(x: float) -> str:
@@ -114,28 +131,49 @@ def _pct(x: float) -> str:
 
 
 def run(cfg: DemoConfig, as_json: bool = False) -> dict:
-    torch.set_flush_denormal(True)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    quiet = as_json
+    setup_torch(cfg.threads)
     out_dir = Path(cfg.out)
+    train, dev, test, vocab = _corpora(cfg, quiet=as_json)
+    model, info = train_lm(cfg, [t.leaves() for t in train], vocab, as_json)
+    _save_run(cfg, out_dir, model, vocab)
+    scores = _score(cfg, model, vocab, dev, test, out_dir)
+    result = {
+        "train": info, "vocab_size": len(vocab), "model": model.config.to_dict(),
+        "chosen_layer": scores["best"] + 1, "layers": scores["layers"], "baselines": scores["baselines"],
+        "onlstm_beats_every_baseline": scores["beats"], "test_sentences": len(test),
+        "parse_sentences_per_second": (len(dev) + len(test)) / scores["parse_seconds"],
+        "run_dir": str(out_dir), "plots": [str(p) for p in _plot_example(model, vocab, test, scores["best"], out_dir)],
+    }
+    if as_json:
+        print(json.dumps(result))
+    else:
+        _print_report(info, scores, dev, test, out_dir)
+    return result
+
+
+def _corpora(cfg: DemoConfig, quiet: bool):
+    """Training, development and test sentences from the demo grammar (three seeds), and the vocabulary."""
     grammar = Grammar()
     train = grammar.corpus(cfg.train_sentences, seed=cfg.seed)
     dev = grammar.corpus(cfg.dev_sentences, seed=cfg.seed + 1_000_003)
     test = grammar.corpus(cfg.test_sentences, seed=cfg.seed + 2_000_003)
-    train_words = [t.leaves() for t in train]
-    vocab = Vocab.build(train_words)
+    vocab = Vocab.build([t.leaves() for t in train])
     if not quiet:
         print(f"generated {len(train)} training, {len(dev)} development and {len(test)} test sentences "
               f"({len(vocab)} word types) from the demo grammar")
-    model, info = train_lm(cfg, train_words, vocab, quiet)
+    return train, dev, test, vocab
 
-    # checkpoint: an ordinary language-model run directory
+
+def _save_run(cfg: DemoConfig, out_dir: Path, model: LanguageModel, vocab: Vocab) -> None:
+    """An ordinary language-model run directory, so ``onlstm parsing parse --checkpoint`` reads it."""
     save_weights(out_dir / "model.best.safetensors", model)
     vocab.save(out_dir / "vocab.json")
     write_json(out_dir / "config.json", config_header("lm", model.config.to_dict(), text_normalisation="lower",
                                                       trained_on="onlstm demo grammar", demo=cfg.to_dict()))
 
+
+def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_dir: Path) -> dict:
+    """Per-layer F1 on test, the layer chosen on dev, the baselines; writes the test trees (gold, predicted)."""
     t0 = time.monotonic()
     dev_words, test_words = [t.leaves() for t in dev], [t.leaves() for t in test]
     dev_f, _, _ = sentence_distances(model, vocab, dev_words)
@@ -153,42 +191,37 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
     baselines = score_baselines(test, draws=5, seed=cfg.seed)
     (out_dir / "test_gold.txt").write_text("\n".join(to_brackets(unlabel(t)) for t in test) + "\n")
     (out_dir / "test_pred.txt").write_text("\n".join(to_brackets(t) for t in pred) + "\n")
-    chosen = per_layer_test[best]
-    beats = all(chosen["sentence_f1"] > b["sentence_f1"] for b in baselines.values())
+    beats = all(per_layer_test[best]["sentence_f1"] > b["sentence_f1"] for b in baselines.values())
+    return {"best": best, "layers": per_layer_test, "pred": pred, "baselines": baselines, "beats": beats,
+            "parse_seconds": parse_seconds}
 
-    plot_files = []
+
+def _plot_example(model: LanguageModel, vocab: Vocab, test, best: int, out_dir: Path) -> list:
     try:
         from .plots import plot_sentence
+        test_words = [t.leaves() for t in test]
         k = next(i for i, w in enumerate(test_words) if 7 <= len(w) <= 12)
-        plot_files = plot_sentence(model, vocab, test_words[k], out_dir / "example", gold=unlabel(test[k]),
-                                   layer=best)
+        return plot_sentence(model, vocab, test_words[k], out_dir / "example", gold=unlabel(test[k]), layer=best)
     except ImportError as e:       # matplotlib missing: the numbers still stand
-        plot_files = [f"(no plot: {e})"]
+        return [f"(no plot: {e})"]
 
-    result = {
-        "train": info, "vocab_size": len(vocab), "model": model.config.to_dict(),
-        "chosen_layer": best + 1, "layers": per_layer_test, "baselines": baselines,
-        "onlstm_beats_every_baseline": beats, "test_sentences": len(test),
-        "parse_sentences_per_second": (len(dev) + len(test)) / parse_seconds,
-        "run_dir": str(out_dir), "plots": [str(p) for p in plot_files],
-    }
-    if as_json:
-        print(json.dumps(result))
-        return result
+
+def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
+    best, pred = scores["best"], scores["pred"]
     print(f"\ntrained {info['steps']} steps ({info['tokens']} tokens) in {info['train_seconds']:.0f}s; "
           f"final training loss {info['train_loss']:.3f}")
     print(f"\nunsupervised parsing of {len(test)} held-out sentences (F1 in %; layer chosen on {len(dev)} dev sentences)")
     print(f"{'':24}{'sentence':>9}{'corpus':>8}{'EVALB':>8}")
-    for row in per_layer_test:
+    for row in scores["layers"]:
         mark = "  <- chosen on dev" if row["layer"] == best + 1 else ""
         print(f"{'ON-LSTM layer ' + str(row['layer']):24}{_pct(row['sentence_f1']):>9}{_pct(row['corpus_f1']):>8}"
               f"{_pct(row['evalb_f1']):>8}{mark}")
-    for name, sc in baselines.items():
+    for name, sc in scores["baselines"].items():
         label = f"{name} baseline" + (" (5 draws)" if name == "random" else "")
         print(f"{label:24}{_pct(sc['sentence_f1']):>9}{_pct(sc['corpus_f1']):>8}{_pct(sc['evalb_f1']):>8}")
-    print(f"\nON-LSTM (layer {best + 1}) {'beats' if beats else 'does NOT beat'} every trivial baseline on sentence F1.")
+    print(f"\nON-LSTM (layer {best + 1}) {'beats' if scores['beats'] else 'does NOT beat'} every trivial baseline on "
+          "sentence F1.")
     print("\nexamples (gold | induced):")
     for k in range(4):
         print(f"  gold: {to_brackets(unlabel(test[k]))}\n  pred: {to_brackets(pred[k])}\n")
     print(f"checkpoint, trees and plots in {out_dir}/ (try: onlstm parse --checkpoint {out_dir} <<< 'the dog saw a cat')")
-    return result

@@ -1,0 +1,48 @@
+"""The errors meant for users, and the exit-status convention of the ``onlstm`` command.
+
+Every error whose message is written for the person at the keyboard (a missing file, a corrupt checkpoint,
+a bad setting) derives from :class:`OnlstmError`. The command has ONE handler (:func:`onlstm.cli.main`):
+an :class:`OnlstmError` raised anywhere under a sub-command is printed as ``onlstm <command>: <message>``
+on stderr, without a traceback, and the process exits with the error's :attr:`~OnlstmError.exit_code`.
+Anything else is a bug and keeps its traceback.
+
+Exit statuses (the same for every sub-command):
+
+* ``0`` -- the command did what was asked;
+* ``1`` -- the command ran on good input and reports a negative finding: ``onlstm logic check`` found
+  labels that disagree with the truth sets or misfiled lines; ``onlstm data download`` could not reach
+  the network. A script can tell "the data is wrong" from "the command was used wrongly";
+* ``2`` (:data:`EXIT_BAD_INPUT`) -- bad input: a file that is missing or malformed, a checkpoint of
+  another kind, a setting out of range. The message names the problem and how to fix it;
+* ``130`` (:data:`EXIT_INTERRUPTED`) -- interrupted by Ctrl-C (or SIGTERM for the trainers, which save a
+  resumable checkpoint first), as a shell reports a process killed by SIGINT.
+
+Most classes keep :class:`ValueError` (or :class:`RuntimeError`) as a second base, so code written
+before this module existed (``except ValueError``) still catches them.
+"""
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDING = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+class OnlstmError(Exception):
+    """Base of every error meant for users: the CLI prints its message (no traceback) and exits with
+    :attr:`exit_code`."""
+
+    exit_code: int = EXIT_BAD_INPUT
+
+
+class InputError(OnlstmError, ValueError):
+    """Bad command input (options, input files) that no more specific class describes."""
+
+
+def command_error(exc: BaseException) -> OnlstmError:
+    """``exc`` as an :class:`OnlstmError` with the same message, for the command boundary: a plain
+    ``ValueError`` (or ``OSError``) raised by library code on bad user input becomes an error the CLI
+    reports without a traceback. An :class:`OnlstmError` is returned unchanged."""
+    if isinstance(exc, OnlstmError):
+        return exc
+    return InputError(str(exc))

@@ -1,0 +1,184 @@
+"""The shared runtime (onlstm.runs): resume files, opening a run, Ctrl-C, device and threads."""
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+from onlstm.checkpoint import CheckpointError, config_header, save_weights, write_json
+from onlstm.errors import OnlstmError
+from onlstm.runs import (StopRequest, load_run, read_resume, resolve_device, restore_training, setup_torch,
+                         training_tensors, write_resume)
+
+FMT = "onlstm-test-resume/1"
+
+
+def test_resume_file_round_trip_and_its_layout(tmp_path):
+    path = tmp_path / "resume.safetensors"
+    tensors = {"a": torch.arange(6.0).view(2, 3), "b": torch.tensor([1, 2], dtype=torch.int64)}
+    progress = {"step": 7, "best": 0.5, "order": [3, 1, 2]}
+    write_resume(path, FMT, tensors, {"progress": progress, "world": 2})
+    # the layout both trainers wrote before onlstm.runs existed: format as is, every other value as JSON text
+    with safe_open(str(path), framework="pt") as f:
+        assert f.metadata() == {"format": FMT, "progress": json.dumps(progress), "world": "2"}
+    got, meta = read_resume(path, FMT, "a test resume file", ("progress", "world"))
+    assert meta == {"progress": progress, "world": 2}
+    assert torch.equal(got["a"], tensors["a"]) and torch.equal(got["b"], tensors["b"])
+
+
+def test_a_file_written_the_old_way_is_read(tmp_path):
+    path = tmp_path / "resume.safetensors"   # written as logic/train.py wrote it before this module existed
+    save_file({"rng.torch": torch.get_rng_state()}, str(path),
+              metadata={"format": "onlstm-logic-resume-1", "progress": json.dumps({"step": 3}),
+                        "optimizer": json.dumps({"param_groups": [], "scalars": {}})})
+    _, meta = read_resume(path, "onlstm-logic-resume-1", "a logic resume file", ("progress", "optimizer"))
+    assert meta["progress"] == {"step": 3}
+
+
+def test_unusable_resume_files_say_how_to_go_on(tmp_path):
+    path = tmp_path / "resume.safetensors"
+    write_resume(path, "other-format/9", {"x": torch.zeros(1)}, {"progress": {}})
+    with pytest.raises(CheckpointError, match=r"format 'other-format/9', expected 'onlstm-test-resume/1'\); it cannot "
+                                              r"be resumed: train into a new --out"):
+        read_resume(path, FMT, "a test resume file", ("progress",), fix="train into a new --out")
+    write_resume(path, FMT, {"x": torch.zeros(1)}, {"progress": {}})
+    with pytest.raises(CheckpointError, match="incomplete or corrupt.*start a new run"):
+        read_resume(path, FMT, "a test resume file", ("progress", "optimizer"))
+    path.write_bytes(b"not safetensors")
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        read_resume(path, FMT, "a test resume file", ("progress",))
+
+
+def _step(model, opt, x):
+    opt.zero_grad()
+    loss = (model(x) + 0.1 * torch.randn(x.shape[0], 2)).pow(2).mean()   # the noise consumes the RNG
+    loss.backward()
+    opt.step()
+
+
+def test_training_state_restores_exactly(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(5, 3)
+    model = nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    for _ in range(3):
+        _step(model, opt, x)
+    tensors, opt_meta = training_tensors(model, opt, torch.device("cpu"))
+    path = tmp_path / "resume.safetensors"
+    write_resume(path, FMT, tensors, {"optimizer": opt_meta})
+    for _ in range(2):                          # the uninterrupted run goes on
+        _step(model, opt, x)
+
+    torch.manual_seed(123)                      # a fresh process: other weights, other random state
+    model2 = nn.Linear(3, 2)
+    opt2 = torch.optim.Adam(model2.parameters(), lr=0.1)
+    got, meta = read_resume(path, FMT, "a test resume file", ("optimizer",))
+    restore_training(path, got, meta["optimizer"], model2, opt2, torch.device("cpu"))
+    for _ in range(2):
+        _step(model2, opt2, x)
+    for a, b in zip(model.parameters(), model2.parameters()):
+        assert torch.equal(a, b)               # bit for bit, Adam moments and random state included
+
+
+def test_restore_refuses_a_file_without_random_state(tmp_path):
+    model = nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tensors, meta = training_tensors(model, opt, torch.device("cpu"))
+    del tensors["rng.torch"]
+    with pytest.raises(CheckpointError, match="random state"):
+        restore_training(tmp_path / "r", tensors, meta, model, opt, torch.device("cpu"))
+
+
+# --------------------------------------------------------------------------- load_run
+
+
+def _toy_run(tmp_path, kind="toy", model_section=None):
+    run = tmp_path / "run"
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    save_weights(run / "model.best.safetensors", model)
+    write_json(run / "config.json", config_header(kind, model_section or {"inputs": 3, "outputs": 2}))
+    write_json(run / "vocab.json", ["a", "b"])
+    return run, model
+
+
+def _build(section):
+    return nn.Linear(section["inputs"], section["outputs"])
+
+
+def test_load_run_builds_and_fills_the_model(tmp_path):
+    from onlstm.checkpoint import read_json
+    run_dir, saved = _toy_run(tmp_path)
+    run = load_run(run_dir, "toy", _build, vocab=read_json)
+    assert run.vocab == ["a", "b"] and run.config["kind"] == "toy" and not run.model.training
+    assert torch.equal(run.model.weight, saved.weight) and run.weights.name == "model.best.safetensors"
+
+
+def test_load_run_errors_name_the_problem(tmp_path):
+    run_dir, _ = _toy_run(tmp_path, kind="other")
+    with pytest.raises(CheckpointError, match=r"kind 'other', not a toy model \('toy'\); train one first"):
+        load_run(run_dir, "toy", _build, what="a toy model", hint="train one first")
+    run_dir, _ = _toy_run(tmp_path, model_section={"inputs": 3})
+    with pytest.raises(CheckpointError, match=r"bad model config \('outputs'\)"):
+        load_run(run_dir, "toy", _build)
+    run_dir, _ = _toy_run(tmp_path, model_section={"inputs": 4, "outputs": 2})
+    with pytest.raises(CheckpointError, match="does not fit this model"):
+        load_run(run_dir, "toy", _build)
+    with pytest.raises(CheckpointError, match="neither a run directory"):
+        load_run(tmp_path / "none", "toy", _build)
+
+
+def test_load_run_check_refuses_before_reading_weights(tmp_path):
+    run_dir, _ = _toy_run(tmp_path)
+    (run_dir / "model.best.safetensors").write_bytes(b"garbage")   # never read: the check refuses first
+
+    def check(run):
+        raise CheckpointError(f"{run.run_dir}: refused")
+    with pytest.raises(CheckpointError, match="refused"):
+        load_run(run_dir, "toy", _build, check=check)
+
+
+# --------------------------------------------------------------------------- StopRequest, device, threads
+
+
+def test_stop_request_first_signal_asks_second_ctrl_c_aborts(capsys):
+    before = signal.getsignal(signal.SIGINT)
+    with StopRequest() as stop:
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.requested
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is before   # handlers given back
+    assert "stopping after this step" in capsys.readouterr().err
+
+
+def test_resolve_device():
+    assert resolve_device("cpu") == torch.device("cpu")
+    if not torch.cuda.is_available():
+        assert resolve_device("auto") == torch.device("cpu")
+        with pytest.raises(OnlstmError, match="CUDA is not available; use --device cpu"):
+            resolve_device("cuda:1")
+    else:
+        assert resolve_device("cuda", local_rank=0) == torch.device("cuda", 0)
+
+
+def test_setup_torch_sets_threads_and_flushes_denormals():
+    threads = torch.get_num_threads()
+    supported = torch.set_flush_denormal(False)        # True where the CPU can flush denormals
+    tiny = torch.tensor([1e-40], dtype=torch.float32)   # a float32 denormal
+    assert float(tiny * 1.0) != 0.0
+    try:
+        setup_torch(1)
+        assert torch.get_num_threads() == 1
+        if supported:
+            assert float(tiny * 1.0) == 0.0
+        setup_torch(None)                               # None: leaves the count alone
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(True)                  # as every trainer leaves the process
