@@ -193,7 +193,7 @@ def test_paper_preset_is_the_papers_command():
         (20, 70, 30.0, 0.25, 1.2e-6, 2.0, 1.0, 5, 141, 1000)
     from onlstm.lm import LanguageModel
     n = sum(p.numel() for p in LanguageModel(m).parameters())
-    assert round(n / 1e6, 1) == 25.2                          # DESIGN.md: 25.2M parameters at vocab 10k
+    assert round(n / 1e6, 1) == 25.2                          # docs/design.md §1.2: 25.2M parameters at vocab 10k
 
 
 @pytest.mark.parametrize("name", ["ptb-cpu.yaml", "tiny.yaml"])

@@ -1,6 +1,6 @@
 """Penn Treebank ``.mrg`` files -> normalised gold trees for unsupervised-parsing evaluation.
 
-Normalisation (DESIGN.md section 2, as in the ON-LSTM/PRPN evaluation code), applied to each tree:
+Normalisation (docs/design.md §2.2, as in the ON-LSTM/PRPN evaluation code), applied to each tree:
 
 1. keep only words whose POS tag is in :data:`WORD_TAGS`; this drops punctuation, ``$``, ``#``,
    ``-NONE-`` empty elements (traces) and odd tags such as ``-LRB-`` or ambiguous ``JJ|NN``;
@@ -45,7 +45,7 @@ WORD_TAGS = frozenset(
     "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH "
     "VB VBD VBG VBN VBP VBZ WDT WP WP$ WRB".split()
 )
-"""POS tags whose words are kept (DESIGN.md section 2)."""
+"""POS tags whose words are kept (docs/design.md §2.2)."""
 
 _DIGITS = re.compile(r"\d+")
 _SECTION_IN_NAME = re.compile(r"^wsj_(\d\d)\d\d\.mrg$", re.IGNORECASE)

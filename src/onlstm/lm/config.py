@@ -31,7 +31,7 @@ OPTIMIZERS = ("sgd", "adam")
 
 @dataclass
 class TrainConfig(Config):
-    """The training recipe. Defaults are the paper's PTB command (DESIGN.md section 2)."""
+    """The training recipe. Defaults are the paper's PTB command (docs/design.md §2.1)."""
 
     section = "train"
 

@@ -1,6 +1,6 @@
 """Training of the AWD-style language model: the paper's recipe, exact resume, several processes.
 
-The recipe (DESIGN.md section 2, the reference ``main.py``):
+The recipe (docs/design.md §2.1, the reference ``main.py``):
 
 * the training text is cut into ``batch_size`` contiguous columns, read in segments of variable length
   (:func:`onlstm.lm.data.bptt_schedule`), the recurrent state carried (detached) from one segment to

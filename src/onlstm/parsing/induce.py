@@ -1,7 +1,7 @@
 """From a trained ON-LSTM language model to trees: distances of every word, batched, and the trees
 they induce.
 
-Protocol (DESIGN.md §2, as the authors' evaluation): each sentence is read as
+Protocol (docs/design.md §2.2, as the authors' evaluation): each sentence is read as
 ``<eos> w1 ... wn <eos>`` from a zero state, in eval mode; the master-forget distance of layer ``l``
 on reading each word ``w_i`` (the boundary tokens dropped) is the split score of the greedy
 top-down builder (:func:`onlstm.parsing.trees.build_tree`).
