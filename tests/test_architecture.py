@@ -7,11 +7,12 @@ cannot hide a dependency.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "onlstm"
+from support import REPO
+
+PACKAGE = REPO / "src" / "onlstm"
 
 #: Experiment packages (add new ones here, e.g. the coming syntactic evaluation).
 EXPERIMENTS = ("lm", "parsing", "logic", "syneval")

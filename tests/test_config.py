@@ -11,12 +11,12 @@ import pytest
 
 from onlstm.cli import build_parser, main
 from onlstm.config import Config, ConfigError, add_flags, check_section, coerce, flags_given, merged, option, read_yaml
+from onlstm.errors import OnlstmError
 from onlstm.lm import LMConfig
 from onlstm.lm.config import TrainConfig, load_config
 from onlstm.logic.cli import resolve_settings
 from onlstm.logic.model import LogicModelConfig
 from onlstm.logic.train import LogicTrainConfig
-from onlstm.errors import OnlstmError
 
 
 @dataclass

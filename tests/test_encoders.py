@@ -18,8 +18,8 @@ from onlstm.cli import main
 from onlstm.lm import LMConfig
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import LogicModelConfig
+from support import TINY_LM
 
-TINY_LM = Path(__file__).parents[1] / "configs" / "lm" / "tiny.yaml"
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "a", "big", "small", "red", "ran", "fast", "slow"]
 
 

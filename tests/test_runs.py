@@ -12,8 +12,16 @@ from torch import nn
 
 from onlstm.checkpoint import CheckpointError, config_header, save_weights, write_json
 from onlstm.errors import OnlstmError
-from onlstm.runs import (StopRequest, load_run, read_resume, resolve_device, restore_training, setup_torch,
-                         training_tensors, write_resume)
+from onlstm.runs import (
+    StopRequest,
+    load_run,
+    read_resume,
+    resolve_device,
+    restore_training,
+    setup_torch,
+    training_tensors,
+    write_resume,
+)
 
 FMT = "onlstm-test-resume/1"
 

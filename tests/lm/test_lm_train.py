@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
-import random
 import signal
 from pathlib import Path
 
@@ -21,25 +19,9 @@ from onlstm.lm.config import explicit_settings
 from onlstm.lm.data import batchify, bptt_schedule
 from onlstm.lm.evaluate import perplexity, stream_loss
 from onlstm.lm.train import RunDirError, nonmono_switch, train
+from support import TINY_LM, quiet, write_corpus
 
-TINY = Path(__file__).parents[1] / "configs" / "lm" / "tiny.yaml"
-WORDS = "the cat dog sat on mat a big small red ran fast slow".split()
-
-
-def write_corpus(dir: Path, seed: int = 0, n_train: int = 110) -> Path:
-    r = random.Random(seed)
-    dir.mkdir(parents=True, exist_ok=True)
-    for name, n in (("train", n_train), ("valid", 16), ("test", 16)):
-        lines = [" " + " ".join(r.choice(WORDS) for _ in range(r.randint(3, 9))) + " " for _ in range(n)]
-        (dir / f"ptb.{name}.txt").write_text("\n".join(lines) + "\n")
-    return dir
-
-
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+TINY = TINY_LM
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +32,6 @@ def corpus(tmp_path_factory) -> Path:
 def settings(**train) -> dict:
     model = {k: train.pop(k) for k in list(train) if k in ("cell", "hidden_sizes", "emb_size")}
     return explicit_settings(TINY, {"train": train, "model": model})
-
-
-def quiet(msg):
-    pass
 
 
 def tensors(run: Path, name: str) -> dict:

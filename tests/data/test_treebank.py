@@ -1,14 +1,32 @@
 """Treebank reading and normalisation, on .mrg snippets written here and (if present) the NLTK sample."""
-from pathlib import Path
 
 import pytest
 
-from onlstm.data.treebank import (WORD_TAGS, TreebankError, file_section, find_mrg_files, load_treebank,
-                                  load_wsj10, normalise_tree, normalise_word, read_mrg_file, split_bracketings)
-from onlstm.parsing import (LabelledTree, baseline_trees, labelled_spans, leaves, parse_brackets, sentence_f1,
-                            to_brackets, unlabel)
+from onlstm.data.treebank import (
+    WORD_TAGS,
+    TreebankError,
+    file_section,
+    find_mrg_files,
+    load_treebank,
+    load_wsj10,
+    normalise_tree,
+    normalise_word,
+    read_mrg_file,
+    split_bracketings,
+)
+from onlstm.parsing import (
+    LabelledTree,
+    baseline_trees,
+    labelled_spans,
+    leaves,
+    parse_brackets,
+    sentence_f1,
+    to_brackets,
+    unlabel,
+)
+from support import SHARED_DATA
 
-TREEBANK = Path(__file__).parents[2] / "shared" / "data" / "treebank"
+TREEBANK = SHARED_DATA / "treebank"
 
 # A PTB-style sentence with a function-tagged subject, an empty complementizer (-NONE- 0) that leaves
 # SBAR with the single child S (a unary chain), numbers, '%' (tagged NN) and final punctuation.

@@ -15,9 +15,11 @@ from onlstm.data.ptb import CorpusError, load_corpus, split_file
 from onlstm.lm.config import RUNTIME_FIELDS, TrainConfig, explicit_settings, load_config
 from onlstm.lm.data import batchify, bptt_schedule, column_share, segment
 from onlstm.lm.model import LMConfig, locked_dropout
+from support import CONFIGS as CONFIG_DIR
+from support import SHARED_DATA
 
-PTB_DIR = Path(__file__).parents[2] / "shared" / "data" / "ptb"
-CONFIGS = Path(__file__).parents[1] / "configs" / "lm"
+PTB_DIR = SHARED_DATA / "ptb"
+CONFIGS = CONFIG_DIR / "lm"
 
 
 def write(dir: Path, files: dict[str, str]) -> Path:

@@ -14,8 +14,9 @@ from onlstm.logic import data as D
 from onlstm.logic import formulas as F
 from onlstm.logic import generate as G
 from onlstm.logic.relations import RELATIONS, REVERSE, relation, relation_of_sets
+from support import SHARED_DATA
 
-SAMPLE_DIR = Path(__file__).parents[2] / "shared" / "data" / "logic-sample"
+SAMPLE_DIR = SHARED_DATA / "logic-sample"
 SAMPLE_FILES = ("train1.head200", "train4.head200")
 
 T = "( a ( or ( not a ) ) )"  # tautology

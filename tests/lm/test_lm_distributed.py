@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,34 +22,13 @@ from safetensors.torch import load_file
 from onlstm.checkpoint import read_json
 from onlstm.lm.config import explicit_settings
 from onlstm.lm.train import train
+from support import REPO, TINY_LM, quiet, write_corpus
 
-TINY = Path(__file__).parents[1] / "configs" / "lm" / "tiny.yaml"
-ROOT = Path(__file__).parents[1]
+TINY = TINY_LM
+ROOT = REPO
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason="torch.distributed with gloo is not available")
-
-
-def write_corpus(dir: Path) -> Path:
-    import random
-    r = random.Random(3)
-    words = "the cat dog sat on mat a big small red ran fast slow".split()
-    dir.mkdir(parents=True, exist_ok=True)
-    for name, n in (("train", 110), ("valid", 16), ("test", 16)):
-        lines = [" " + " ".join(r.choice(words) for _ in range(r.randint(3, 9))) + " " for _ in range(n)]
-        (dir / f"ptb.{name}.txt").write_text("\n".join(lines) + "\n")
-    return dir
-
-
-def quiet(msg):
-    pass
-
-
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
 
 
 def max_diff(a: dict, b: dict) -> float:
@@ -59,7 +37,7 @@ def max_diff(a: dict, b: dict) -> float:
 
 
 def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
-    data = write_corpus(tmp_path / "data")
+    data = write_corpus(tmp_path / "data", seed=3)
     flags = ["--asgd-start-epoch", "2", "--momentum", "0.5"]
     stop = 40                                   # epoch 1 has 33 steps: stop in epoch 2, while averaging
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}

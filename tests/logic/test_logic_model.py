@@ -2,9 +2,9 @@
 runs on tiny generated data, checkpoints, interruption and errors."""
 from __future__ import annotations
 
-from dataclasses import replace
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,11 +19,17 @@ from onlstm.logic.cli import SettingsError, parse_buckets
 from onlstm.logic.formulas import parse
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import (
-    KIND, TOKENS, LogicClassifier, LogicModelConfig, pad_batch, pair_features, token_ids,
+    KIND,
+    TOKENS,
+    LogicClassifier,
+    LogicModelConfig,
+    pad_batch,
+    pair_features,
+    token_ids,
 )
 from onlstm.logic.relations import RELATIONS
+from support import REPO, SHARED_DATA
 
-REPO = Path(__file__).parents[1]
 TINY = dict(emb_size=8, hidden_size=16, chunk_size=4, mlp_hidden=16)
 TINY_FLAGS = ["--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "16"]
 CELLS = ("onlstm", "lstm", "gru")
@@ -401,7 +407,7 @@ def test_clear_errors(tiny_data, tmp_path, capsys):
     assert "no file matches" in capsys.readouterr().err
 
 
-SAMPLE_DIR = Path(__file__).parents[2] / "shared" / "data" / "logic-sample"
+SAMPLE_DIR = SHARED_DATA / "logic-sample"
 
 
 @pytest.mark.skipif(not SAMPLE_DIR.is_dir(), reason="shared logic sample not present")
@@ -428,7 +434,7 @@ def test_cuda_asked_for_without_cuda_is_a_clear_error(tiny_data, tmp_path, capsy
         T.LogicTrainConfig(device="gpu")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_train_and_eval_on_cuda_match_cpu(tiny_data, tmp_path):
     """The same seeded run without dropout (the CPU and CUDA generators differ) on CUDA and on CPU gives the
     same weights up to rounding, and evaluation on CUDA gives the CPU's predictions."""

@@ -8,12 +8,37 @@ import pytest
 import torch
 
 from onlstm.cli import main
-from onlstm.parsing import (LabelledTree, TreeFormatError, average_depth, balanced, baseline_trees, build_tree,
-                            corpus_f1, detect_format, evalb_f1, evaluate, f1_scores, label_recall,
-                            labelled_spans, leaves, left_branching, parse_brackets, parse_tree_lines,
-                            prf_from_counts, random_baseline_scores, random_tree, right_branching,
-                            score_baselines, sentence_f1, sentence_prf, spans, strip_function_tags,
-                            to_brackets, unlabel, word_depths)
+from onlstm.parsing import (
+    LabelledTree,
+    TreeFormatError,
+    average_depth,
+    balanced,
+    baseline_trees,
+    build_tree,
+    corpus_f1,
+    detect_format,
+    evalb_f1,
+    evaluate,
+    f1_scores,
+    label_recall,
+    labelled_spans,
+    leaves,
+    left_branching,
+    parse_brackets,
+    parse_tree_lines,
+    prf_from_counts,
+    random_baseline_scores,
+    random_tree,
+    right_branching,
+    score_baselines,
+    sentence_f1,
+    sentence_prf,
+    spans,
+    strip_function_tags,
+    to_brackets,
+    unlabel,
+    word_depths,
+)
 
 W6 = "the cat sat on the mat".split()
 GOLD6 = (("the", "cat"), ("sat", ("on", ("the", "mat"))))          # spans w/o root: 02 26 36 46

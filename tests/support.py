@@ -1,0 +1,27 @@
+"""Paths and small data makers shared by the tests (importable because tests/ holds the root conftest.py)."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+TINY_LM = CONFIGS / "lm" / "tiny.yaml"
+# The real data sets sit beside the checkout in this project's workspace; tests that use them skip without them.
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+WORDS = "the cat dog sat on mat a big small red ran fast slow".split()
+
+
+def write_corpus(dir: Path, seed: int = 0, n_train: int = 110) -> Path:
+    """A tiny PTB-layout corpus (``ptb.{train,valid,test}.txt``) of random sentences over :data:`WORDS`."""
+    r = random.Random(seed)
+    dir.mkdir(parents=True, exist_ok=True)
+    for name, n in (("train", n_train), ("valid", 16), ("test", 16)):
+        lines = [" " + " ".join(r.choice(WORDS) for _ in range(r.randint(3, 9))) + " " for _ in range(n)]
+        (dir / f"ptb.{name}.txt").write_text("\n".join(lines) + "\n")
+    return dir
+
+
+def quiet(msg: str) -> None:
+    """A ``log`` callback that drops the message."""
