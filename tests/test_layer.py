@@ -266,7 +266,7 @@ def test_non_finite_values_propagate_as_in_the_reference(where, dtype, bidirecti
             fin = a.isfinite()
             torch.testing.assert_close(b[fin], a[fin], atol=2e-5 if dtype == torch.float32 else 1e-9,
                                        rtol=1e-4 if dtype == torch.float32 else 1e-7,
-                                       msg=lambda msg: f"{impl} item {i}: {msg}")
+                                       msg=lambda msg, impl=impl, i=i: f"{impl} item {i}: {msg}")
 
 
 # ---------------------------------------------------------------------------------------------
