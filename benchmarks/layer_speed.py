@@ -1,6 +1,6 @@
 """Forward+backward speed of the ON-LSTM layer against torch.nn.LSTM of the same size, same run.
 
-    python benchmarks/layer_speed.py [--repeats 5] [--impls cpp,python,reference] [--shapes ...]
+    python benchmarks/layer_speed.py [--repeats 5] [--impls cpp,fused,reference] [--shapes ...]
 
 For each shape (T, B, input, hidden, chunk) it times ``out.sum().backward()`` of a one-layer
 ``nn.LSTM`` and of each ON-LSTM implementation, interleaved round by round so that drifts in the
@@ -41,7 +41,8 @@ def step_fn(module, x):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", type=parse_shape, nargs="+", default=SHAPES, metavar="TxBxINxHxC")
-    ap.add_argument("--impls", default="cpp,python,reference", help="comma-separated ON-LSTM implementations")
+    ap.add_argument("--impls", default="cpp,fused,reference",
+                    help="comma-separated ON-LSTM implementations (impl= values: cpp, fused, reference, auto, ...)")
     ap.add_argument("--repeats", type=int, default=5, help="timed rounds per shape (median reported)")
     ap.add_argument("--master-input", default="paper", choices=["paper", "reverse"])
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")

@@ -14,19 +14,22 @@ def test_kernel_builds_and_is_used_by_default():
     assert m.resolved_impl(torch.device("cpu")) == "cpp"
 
 
-def test_no_compiler_falls_back_to_python_path_with_a_warning(tmp_path):
+def test_no_compiler_falls_back_to_fused_kernel_with_a_warning(tmp_path):
     code = (
         "import torch, onlstm\n"
         "m = onlstm.ONLSTM(3, 4, chunk_size=2)\n"
         "print('IMPL', m.resolved_impl(torch.device('cpu')))\n"
         "out, _ = m(torch.randn(5, 2, 3)); out.sum().backward()\n"
         "print('SHAPE', tuple(out.shape))\n"
+        "st = onlstm.nn.kernel_status()\n"
+        "print('STATUS', st['cpp']['available'], st['fused']['available'], bool(st['cpp']['reason']))\n"
     )
     env = dict(os.environ, CXX=str(tmp_path / "no-such-compiler"), TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))
     env.pop("ONLSTM_NO_EXTENSION", None)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "IMPL python" in r.stdout and "SHAPE (5, 2, 4)" in r.stdout
+    assert "IMPL fused" in r.stdout and "SHAPE (5, 2, 4)" in r.stdout
+    assert "STATUS False True True" in r.stdout
     warnings = [ln for ln in r.stderr.splitlines() if "C++ kernel unavailable" in ln]
     assert len(warnings) == 1, r.stderr
 

@@ -9,7 +9,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 import onlstm
 from onlstm.nn import functional as Fn
 
-FAST = ["cpp", "python"]
+FAST = ["cpp", "fused"]
 ALL = ["reference"] + FAST
 
 
@@ -202,10 +202,9 @@ def test_gradcheck_cell(mode):
 @pytest.mark.parametrize("impl", FAST)
 @pytest.mark.parametrize("mode", ["paper", "reverse"])
 def test_gradcheck_fast_path(impl, mode):
-    from onlstm.nn._ext import load_extension
-    from onlstm.nn.fused import PythonKernel, fused_layer
-    kernel = load_extension() if impl == "cpp" else PythonKernel
-    assert kernel is not None, "the C++ kernel failed to build"
+    from onlstm.nn.kernels import fused_layer, kernel_error, load_kernel
+    kernel = load_kernel(impl)
+    assert kernel is not None, f"the {impl} kernel failed to load: {kernel_error(impl)}"
     torch.manual_seed(0)
     n, C, I = 3, 2, 4
     D, G = n * C, 4 * n * C + 2 * n
@@ -222,6 +221,52 @@ def test_gradcheck_fast_path(impl, mode):
         return fused_layer(x, w_ih, w_hh, b, h0, c0, bs, C, mode == "reverse", kernel)
 
     assert torch.autograd.gradcheck(f, (x, w_ih, w_hh, b, h0, c0))
+
+
+# ---------------------------------------------------------------------------------------------
+# NaN and Inf: every implementation gives a non-finite value exactly where the reference does
+# ---------------------------------------------------------------------------------------------
+
+def poison(m, x, where):
+    """Put a NaN (or an Inf) into the input or into one weight, in place."""
+    with torch.no_grad():
+        if where == "nan-input":
+            x[2, 1, 0] = float("nan")
+        elif where == "inf-input":
+            x[3, 0, 1] = float("inf")
+        elif where == "nan-weight_hh":      # one unit's output gate (rows 2n.. are o)
+            m.weight_hh_l0[2 * m.n_chunks + 3, 7] = float("nan")
+        elif where == "nan-weight_ih":      # one master-forget logit
+            m.weight_ih_l0[m.n_chunks + 1, 2] = float("nan")
+
+
+@pytest.mark.parametrize("where", ["nan-input", "inf-input", "nan-weight_hh", "nan-weight_ih"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_non_finite_values_propagate_as_in_the_reference(where, dtype, bidirectional):
+    m = make("reference", 4, 10, chunk_size=5, dtype=dtype, bidirectional=bidirectional)   # issue #13's layer
+    x = torch.randn(6, 3, 4, dtype=dtype)
+    poison(m, x, where)
+    x.requires_grad_(True)
+    res = run_all(m, x, None, ALL)
+    ref = res["reference"]
+    out, x_grad = ref[0], ref[5]
+    assert out.isnan().any(), "the poisoned value must reach the output"
+    if where != "nan-weight_ih":    # a NaN master-forget logit reaches every unit at once: all NaN
+        assert out.isfinite().any(), "the case must mix non-finite and finite outputs"
+    if where == "nan-input":    # the NaN reaches row 1 from step 2 on (up to step 2 in the reverse direction)
+        assert out[:, [0, 2]].isfinite().all() and out[2:, 1, :10].isnan().all() and out[:2, 1, :10].isfinite().all()
+        if bidirectional:
+            assert out[:3, 1, 10:].isnan().all() and out[3:, 1, 10:].isfinite().all()
+        assert x_grad[:, [0, 2]].isfinite().all() and x_grad[:, 1].isnan().any()
+    for impl, vals in res.items():
+        for i, (a, b) in enumerate(zip(ref, vals)):
+            for kind in ("isnan", "isposinf", "isneginf"):
+                assert torch.equal(getattr(b, kind)(), getattr(a, kind)()), f"{impl} item {i}: {kind} differs"
+            fin = a.isfinite()
+            torch.testing.assert_close(b[fin], a[fin], atol=2e-5 if dtype == torch.float32 else 1e-9,
+                                       rtol=1e-4 if dtype == torch.float32 else 1e-7,
+                                       msg=lambda msg, impl=impl, i=i: f"{impl} item {i}: {msg}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,6 +367,20 @@ def test_shapes_match_nn_lstm(impl, batch_first, bidirectional, unbatched):
         m.batch_first = False
         _, _, d_tf = m(x.transpose(0, 1), return_distances=True)
         torch.testing.assert_close(d_tf.forget.transpose(0, 1), d.forget)
+
+
+def test_python_is_a_deprecated_alias_of_fused():
+    with pytest.warns(DeprecationWarning, match="impl='python' is deprecated.*use impl='fused'"):
+        m = make("python", 3, 6, chunk_size=2)
+    assert m.impl == "fused" and m.resolved_impl(torch.device("cpu"), torch.float64) == "fused"
+    ref = make("reference", 3, 6, chunk_size=2)
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    torch.testing.assert_close(m(x)[0], ref(x)[0])
+    with pytest.warns(DeprecationWarning, match="use impl='fused'"):
+        ref.impl = "python"
+    assert ref.impl == "fused"
+    with pytest.raises(ValueError, match="impl must be one of"):
+        ref.impl = "cuda"
 
 
 def test_bfloat16_runs_on_the_reference_path():

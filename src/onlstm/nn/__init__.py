@@ -1,5 +1,21 @@
-"""The ON-LSTM layer: functional pieces, the cell, the multi-layer module and its kernels."""
+"""The ON-LSTM layer: the equations (functional), the readable reference step loop (reference), the
+kernel interface and registry (kernels) with the fused PyTorch and C++ kernels, the cell and the
+multi-layer module."""
 from .functional import cumax, master_forget, master_input
-from .modules import ONLSTM, ONLSTMCell, Distances, dropconnect_weight
+from .kernels import KernelSpec, LayerKernel, kernel_status, register_kernel, unregister_kernel
+from .modules import ONLSTM, Distances, ONLSTMCell, dropconnect_weight
 
-__all__ = ["cumax", "master_forget", "master_input", "ONLSTM", "ONLSTMCell", "Distances", "dropconnect_weight"]
+__all__ = [
+           "ONLSTM",
+           "Distances",
+           "KernelSpec",
+           "LayerKernel",
+           "ONLSTMCell",
+           "cumax",
+           "dropconnect_weight",
+           "kernel_status",
+           "master_forget",
+           "master_input",
+           "register_kernel",
+           "unregister_kernel",
+]

@@ -1,17 +1,23 @@
-"""Build (once, on first use) and load the C++ kernel; fall back cleanly when that is impossible."""
+"""Build (once, on first use) and load the C++ kernel (registered as ``impl='cpp'`` in kernels.py).
+
+Compiler flags: no ``-ffast-math``. Its ``-ffinite-math-only`` lets the compiler assume no NaN or Inf
+ever occurs, and the kernel then turned a NaN input into finite outputs. The flags kept here allow
+what does not change results for non-finite values (no ``errno`` from math functions, no trapping);
+the source declares glibc's vectorised ``exp`` itself (see csrc/onlstm_cpu.cpp).
+"""
 from __future__ import annotations
 
 import hashlib
 import os
 import sys
-import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
 _SOURCE = Path(__file__).parent / "csrc" / "onlstm_cpu.cpp"
-_CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
-_state: dict = {"tried": False, "module": None, "error": None}
+_CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"]
+_state: dict[str, Any] = {"tried": False, "module": None, "error": None}
 
 
 def extension_name() -> str:
@@ -23,8 +29,10 @@ def extension_name() -> str:
     return f"onlstm_cpu_{h.hexdigest()[:12]}"
 
 
-def load_extension():
-    """Return the compiled kernel module, or ``None`` (with one warning) if it cannot be built.
+def load_extension() -> Any:
+    """Return the compiled kernel module, or ``None`` if it cannot be built (the reason: :func:`extension_error`).
+
+    ``impl='auto'`` then falls back to the ``fused`` kernel with one warning (kernels.py).
 
     Set ``ONLSTM_NO_EXTENSION=1`` to skip the build. The build directory is PyTorch's
     (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``).
@@ -49,14 +57,9 @@ def load_extension():
             extra_ldflags=["-fopenmp"],
             verbose=False,
         )
-    except Exception as exc:  # no compiler, no ninja, no headers, ...
+    except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, no headers, ...: fall back, say why
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         _state["error"] = f"{type(exc).__name__}: {first}"
-        warnings.warn(
-            f"onlstm: C++ kernel unavailable ({_state['error']}); using the slower pure-Python fast path",
-            RuntimeWarning,
-            stacklevel=2,
-        )
     return _state["module"]
 
 

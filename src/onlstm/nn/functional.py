@@ -29,8 +29,19 @@ def cumax(x: Tensor, dim: int = -1) -> Tensor:
 
 
 def suffix_sum(p: Tensor, inclusive: bool) -> Tensor:
-    """``s_k = sum_{j >= k} p_j`` (inclusive) or ``sum_{j > k} p_j`` (exclusive) over the last dim."""
+    """``s_k = sum_{j >= k} p_j`` (inclusive) or ``sum_{j > k} p_j`` (exclusive) over the last dim.
+
+    The one suffix sum of the Python code: the master input gate (forward) and the adjoint of the
+    master forget gate's cumulative sum (the fused backward) both use it. The C++ kernel has its own
+    loops (``master_gates`` and the end of ``backward_row`` in ``csrc/onlstm_cpu.cpp``).
+    """
     s = torch.flip(torch.cumsum(torch.flip(p, (-1,)), -1), (-1,))
+    return s if inclusive else s - p
+
+
+def prefix_sum(p: Tensor, inclusive: bool) -> Tensor:
+    """``s_k = sum_{j <= k} p_j`` (inclusive) or ``sum_{j < k} p_j`` (exclusive): the adjoint of :func:`suffix_sum`."""
+    s = torch.cumsum(p, -1)
     return s if inclusive else s - p
 
 
@@ -56,7 +67,7 @@ def gate_size(hidden_size: int, chunk_size: int) -> int:
     return 4 * hidden_size + 2 * (hidden_size // chunk_size)
 
 
-def cell_update(pre: Tensor, c: Tensor, chunk_size: int, mode: str = "paper"):
+def cell_update(pre: Tensor, c: Tensor, chunk_size: int, mode: str = "paper") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """One ON-LSTM step from the pre-activation ``pre`` (B, 2n + 4D) and the cell ``c`` (B, D).
 
     Returns ``h', c', d_f, d_i`` with ``d_f, d_i`` shaped (B,).

@@ -1,25 +1,28 @@
-"""Fast path: one layer and one direction over a whole sequence, with a hand-written backward.
+"""The ``fused`` kernel: one layer and one direction over a whole sequence in PyTorch operations,
+with a hand-written backward.
 
-Two kernels share one contract (see ``csrc/onlstm_cpu.cpp`` for the data layout):
-
-* the compiled C++ kernel (``_ext.load_extension``), used on CPU when it can be built;
-* :class:`PythonKernel`, the same algorithm in PyTorch operations, used when it cannot.
-
-Both take the sequence in PyTorch's packed layout (``x`` is ``(N, input)``, the ``bs_t`` rows of step
-``t`` contiguous, ``bs_t`` non-increasing), so padded batches, packed batches and the reversed
-direction all run through the same code.
+It implements :class:`onlstm.nn.kernels.LayerKernel` (see there for the contract shared with the C++
+kernel, ``csrc/onlstm_cpu.cpp``): the sequence comes in PyTorch's packed layout (``x`` is
+``(N, input)``, the ``bs_t`` rows of step ``t`` contiguous, ``bs_t`` non-increasing), so padded
+batches, packed batches and the reversed direction all run through the same code. It runs wherever
+PyTorch does; the registry offers it for float32/float64 on the CPU, where it is the fallback when the
+C++ kernel cannot be built.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
+from .functional import prefix_sum, suffix_sum
 
-class PythonKernel:
-    """The fused algorithm in PyTorch operations (the fallback when the C++ kernel is unavailable)."""
+
+class FusedKernel:
+    """The fused algorithm in PyTorch operations; ``saved = (act, cells, tanh(cells))``."""
 
     @staticmethod
-    def forward(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive, pack):
+    def forward(x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor,
+                batch_sizes: Tensor, chunk: int, inclusive: bool
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
         bs = batch_sizes.tolist()
         N, G, D = x.shape[0], w_hh.shape[0], w_hh.shape[1]
         n = D // chunk
@@ -49,11 +52,14 @@ class PythonKernel:
             dist[off:off + b, 1] = mi.mean(-1)
             prev, off = off, off + b
         h_n, c_n = _final_states(out, cells, bs)
-        return out, h_n, c_n, dist, act, cells, tcs
+        return out, h_n, c_n, dist, (act, cells, tcs)
 
     @staticmethod
-    def backward(grad_out, grad_hn, grad_cn, grad_dist, x, w_ih, w_hh, h0, c0, batch_sizes, act,
-                 cells, tcs, out, chunk, inclusive, pack):
+    def backward(grad_out: Tensor, grad_hn: Tensor, grad_cn: Tensor, grad_dist: Tensor | None, x: Tensor,
+                 w_ih: Tensor, w_hh: Tensor, h0: Tensor, c0: Tensor, batch_sizes: Tensor, out: Tensor,
+                 saved: tuple[Tensor, ...], chunk: int, inclusive: bool
+                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        act, cells, tcs = saved
         bs = batch_sizes.tolist()
         N, G, D = x.shape[0], w_hh.shape[0], w_hh.shape[1]
         n = D // chunk
@@ -90,10 +96,8 @@ class PythonKernel:
             gates[:, 1] = dcu * i_hat * (1 - ch * ch)
             gates[:, 2] = dih * w * ig * (1 - ig)
             gates[:, 3] = dfh * w * fg * (1 - fg)
-            dpf = torch.flip(torch.cumsum(torch.flip(dmf, (-1,)), -1), (-1,))
-            dpi = torch.cumsum(dmi, -1)
-            if not inclusive:
-                dpi = dpi - dmi
+            dpf = suffix_sum(dmf, inclusive=True)          # adjoint of mf = prefix_sum(pf)
+            dpi = prefix_sum(dmi, inclusive)               # adjoint of mi = suffix_sum(pi)
             dg[:, n:2 * n] = pf * (dpf - (dpf * pf).sum(-1, keepdim=True))
             dg[:, :n] = pi * (dpi - (dpi * pi).sum(-1, keepdim=True))
             dh[:b] = dg @ w_hh
@@ -102,15 +106,12 @@ class PythonKernel:
         return dG @ w_ih, dGt @ x, dGt @ h_prev, dG.sum(0), dh, dc
 
 
-def _master(pi: Tensor, pf: Tensor, inclusive: bool):
-    mf = torch.cumsum(pf, -1)
-    mi = torch.flip(torch.cumsum(torch.flip(pi, (-1,)), -1), (-1,))
-    if not inclusive:
-        mi = mi - pi
-    return mi, mf
+def _master(pi: Tensor, pf: Tensor, inclusive: bool) -> tuple[Tensor, Tensor]:
+    """Master input and forget gates from the chunk softmaxes (``functional.master_input/forget``)."""
+    return suffix_sum(pi, inclusive), prefix_sum(pf, inclusive=True)
 
 
-def _final_states(out: Tensor, cells: Tensor, bs: list[int]):
+def _final_states(out: Tensor, cells: Tensor, bs: list[int]) -> tuple[Tensor, Tensor]:
     """Each row's state after its own last step (rows drop out of the packed batch from the end)."""
     h_n, c_n = out.new_empty(bs[0], out.shape[1]), out.new_empty(bs[0], out.shape[1])
     off = 0
@@ -121,39 +122,3 @@ def _final_states(out: Tensor, cells: Tensor, bs: list[int]):
             c_n[nxt:b] = cells[off + nxt:off + b]
         off += b
     return h_n, c_n
-
-
-class FusedLayer(torch.autograd.Function):
-    """Autograd wrapper around a kernel's whole-sequence forward and hand-written backward."""
-
-    @staticmethod
-    def forward(ctx, x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive, kernel, pack):
-        out, h_n, c_n, dist, act, cells, tcs = kernel.forward(
-            x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive, pack)
-        ctx.save_for_backward(x, w_ih, w_hh, h0, c0, batch_sizes, act, cells, tcs, out)
-        ctx.config = (chunk, inclusive, kernel, pack, bias is not None)
-        return out, h_n, c_n, dist
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g_out, g_hn, g_cn, g_dist):
-        x, w_ih, w_hh, h0, c0, batch_sizes, act, cells, tcs, out = ctx.saved_tensors
-        chunk, inclusive, kernel, pack, has_bias = ctx.config
-        zeros = torch.zeros_like
-        g_out = zeros(out) if g_out is None else g_out.contiguous()
-        g_hn = zeros(h0) if g_hn is None else g_hn.contiguous()
-        g_cn = zeros(c0) if g_cn is None else g_cn.contiguous()
-        dx, dw_ih, dw_hh, db, dh0, dc0 = kernel.backward(
-            g_out, g_hn, g_cn, g_dist, x, w_ih, w_hh, h0, c0, batch_sizes, act, cells, tcs, out,
-            chunk, inclusive, pack)
-        return dx, dw_ih, dw_hh, (db if has_bias else None), dh0, dc0, None, None, None, None, None
-
-
-def fused_layer(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive, kernel, pack=True):
-    """Run one ON-LSTM layer/direction over a packed sequence; returns ``out, h_n, c_n, dist``.
-
-    ``dist[:, 0]`` is the master-forget distance and ``dist[:, 1]`` the master-input distance of
-    every row.
-    """
-    return FusedLayer.apply(x.contiguous(), w_ih, w_hh, bias, h0.contiguous(), c0.contiguous(),
-                            batch_sizes, chunk, inclusive, kernel, pack)

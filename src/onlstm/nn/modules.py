@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -10,10 +10,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
 from . import functional as Fn
-from ._ext import load_extension
-from .fused import PythonKernel, fused_layer
-
-IMPLS = ("auto", "cpp", "python", "reference")
+from . import kernels
+from .reference import reference_layer
 
 
 class Distances(NamedTuple):
@@ -22,6 +20,19 @@ class Distances(NamedTuple):
 
     forget: Tensor | PackedSequence
     input: Tensor | PackedSequence
+
+
+class _Flat(NamedTuple):
+    """The input of ``ONLSTM.forward`` as packed rows, and what is needed to lay the output out like it."""
+
+    data: Tensor                    # (N, input_size)
+    batch_sizes: Tensor             # (T,) int64 on the CPU, non-increasing
+    sorted_idx: Tensor | None       # PackedSequence's permutations (None: padded input)
+    unsorted_idx: Tensor | None
+    packed: bool
+    unbatched: bool
+    steps: int
+    batch: int
 
 
 def _check_sizes(input_size: int, hidden_size: int, chunk_size: int) -> None:
@@ -95,7 +106,7 @@ class ONLSTMCell(nn.Module):
         else:
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
-        self._mask: Optional[Tensor] = None
+        self._mask: Tensor | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -113,9 +124,10 @@ class ONLSTMCell(nn.Module):
             return self.weight_hh * (1.0 - self.dropconnect)
         if self._mask is None or self._mask.shape != self.weight_hh.shape or self._mask.device != self.weight_hh.device:
             self.sample_mask()
+        assert self._mask is not None  # sample_mask() just set it
         return self.weight_hh * self._mask
 
-    def forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None,
+    def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None,
                 return_distances: bool = False):
         """``input`` (B, input_size) or (input_size,); ``hx = (h, c)`` each (B, D) or (D,), zeros if None.
 
@@ -155,7 +167,7 @@ class ONLSTMCell(nn.Module):
         return s + f", master_input={self.master_input!r}"
 
 
-def _linear_init(weight: Tensor, bias: Optional[Tensor]) -> None:
+def _linear_init(weight: Tensor, bias: Tensor | None) -> None:
     """``nn.Linear``'s default initialisation (what the reference code gets)."""
     nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
     if bias is not None:
@@ -181,9 +193,12 @@ class ONLSTM(nn.Module):
 
     Args beyond ``nn.LSTM``'s: ``chunk_size`` (default 1: every unit its own chunk),
     ``dropconnect`` (on ``weight_hh``, one mask per forward call shared over time and batch, not
-    inverted), ``master_input`` (``'paper'`` default, or ``'reverse'``) and ``impl``:
-    ``'auto'`` (C++ kernel on CPU, else the pure-Python fused path on CPU, the reference step loop
-    on other devices), ``'cpp'``, ``'python'`` or ``'reference'``.
+    inverted), ``master_input`` (``'paper'`` default, or ``'reverse'``) and ``impl``, what runs each
+    layer (see :mod:`onlstm.nn.kernels`): ``'reference'`` (the readable step loop, autograd),
+    ``'fused'`` (whole-sequence PyTorch operations with a hand-written backward), ``'cpp'`` (the
+    compiled kernel), any registered kernel, or ``'auto'`` (default: the best available kernel for
+    the input's device and dtype, the C++ one on CPU; else the reference). ``'python'`` is a
+    deprecated alias of ``'fused'``.
     ``dropout`` is applied to the outputs of every layer but the last, as in ``nn.LSTM``.
     """
 
@@ -198,13 +213,12 @@ class ONLSTM(nn.Module):
         _check_p("dropout", dropout)
         _check_p("dropconnect", dropconnect)
         _check_master_input(master_input)
-        if impl not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        self._impl = kernels.canonical_impl(impl, stacklevel=3)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.chunk_size, self.n_chunks = chunk_size, hidden_size // chunk_size
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
         self.dropout, self.dropconnect = float(dropout), float(dropconnect)
-        self.master_input, self.impl = master_input, impl
+        self.master_input = master_input
         self.num_directions = 2 if bidirectional else 1
         g = Fn.gate_size(hidden_size, chunk_size)
         kw = {"device": device, "dtype": dtype}
@@ -243,51 +257,62 @@ class ONLSTM(nn.Module):
         return [[getattr(self, nm) for nm in names] for names in self._flat_names]
 
     # -- implementation choice ------------------------------------------------------------------
+    @property
+    def impl(self) -> str:
+        """What runs the layers: ``'auto'``, ``'reference'`` or a registered kernel's name."""
+        return self._impl
+
+    @impl.setter
+    def impl(self, value: str) -> None:
+        self._impl = kernels.canonical_impl(value, stacklevel=4)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # modules pickled before ``impl`` became a property stored it as a plain attribute
+        if "impl" in state:
+            state["_impl"] = kernels.canonical_impl(state.pop("impl"))
+        super().__setstate__(state)
+
     def resolved_impl(self, device: torch.device, dtype: torch.dtype = torch.float32) -> str:
         """The implementation a forward call on ``device`` with ``dtype`` will use.
 
-        The fused kernels handle float32 and float64 on the CPU; everything else (CUDA, half
-        precision) runs the reference step loop.
+        The built-in kernels handle float32 and float64 on the CPU; everything else (CUDA, half
+        precision) runs the reference step loop unless a registered kernel supports it.
         """
-        if self.impl == "reference" or device.type != "cpu" or dtype not in (torch.float32, torch.float64):
-            return "reference"
-        if self.impl == "python":
-            return "python"
-        kernel = load_extension()
-        if kernel is None:
-            if self.impl == "cpp":
-                from ._ext import extension_error
-                raise RuntimeError(f"impl='cpp' but the C++ kernel is unavailable: {extension_error()}")
-            return "python"
-        return "cpp"
+        return kernels.resolve_impl(self.impl, device, dtype)
 
     # -- forward --------------------------------------------------------------------------------
     def forward(self, input, hx=None, return_distances: bool = False):
-        packed = isinstance(input, PackedSequence)
-        if packed:
+        flat = self._flatten_input(input)
+        h0, c0 = self._initial_state(hx, flat.batch, flat.data, flat.unbatched, flat.sorted_idx)
+        impl = self.resolved_impl(flat.data.device, flat.data.dtype)
+        out, h_n, c_n, dist = self._layers(flat, h0, c0, impl)
+        return self._format_output(flat, out, h_n, c_n, dist, return_distances)
+
+    def _flatten_input(self, input: Tensor | PackedSequence) -> _Flat:
+        """Any accepted input as packed rows ``(N, input_size)`` with its batch sizes."""
+        if isinstance(input, PackedSequence):
             data, batch_sizes, sorted_idx, unsorted_idx = input
             self._check_features(data, 2)
-            batch = int(batch_sizes[0])
-            unbatched = False
-        else:
-            if input.dim() not in (2, 3):
-                raise ValueError(
-                    f"ONLSTM: expected input of 3 dimensions ({'batch, seq' if self.batch_first else 'seq, batch'}, "
-                    f"input_size={self.input_size}) or 2 (seq, input_size) for an unbatched sequence, "
-                    f"got {input.dim()} dimensions with shape {tuple(input.shape)}")
-            self._check_features(input, input.dim())
-            unbatched = input.dim() == 2
-            x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
-            steps, batch = x.shape[0], x.shape[1]
-            if steps == 0 or batch == 0:
-                raise ValueError(f"ONLSTM: input has an empty sequence or batch dimension: shape {tuple(input.shape)}")
-            data = x.reshape(steps * batch, self.input_size)
-            batch_sizes = torch.full((steps,), batch, dtype=torch.int64)
-            sorted_idx = unsorted_idx = None
-        h0, c0 = self._initial_state(hx, batch, data, unbatched, sorted_idx)
+            return _Flat(data, batch_sizes, sorted_idx, unsorted_idx, True, False, len(batch_sizes),
+                         int(batch_sizes[0]))
+        if input.dim() not in (2, 3):
+            raise ValueError(
+                f"ONLSTM: expected input of 3 dimensions ({'batch, seq' if self.batch_first else 'seq, batch'}, "
+                f"input_size={self.input_size}) or 2 (seq, input_size) for an unbatched sequence, "
+                f"got {input.dim()} dimensions with shape {tuple(input.shape)}")
+        self._check_features(input, input.dim())
+        unbatched = input.dim() == 2
+        x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
+        steps, batch = x.shape[0], x.shape[1]
+        if steps == 0 or batch == 0:
+            raise ValueError(f"ONLSTM: input has an empty sequence or batch dimension: shape {tuple(input.shape)}")
+        data = x.reshape(steps * batch, self.input_size)
+        batch_sizes = torch.full((steps,), batch, dtype=torch.int64)
+        return _Flat(data, batch_sizes, None, None, False, unbatched, steps, batch)
 
-        impl = self.resolved_impl(data.device, data.dtype)
-        layer_input = data
+    def _layers(self, flat: _Flat, h0: Tensor, c0: Tensor, impl: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Every layer and direction: last layer's rows ``(N, D*dirs)``, ``h_n, c_n``, ``dist (N, 2, L*dirs)``."""
+        layer_input = flat.data
         h_n, c_n, dists = [], [], []
         rev_idx = None
         for layer in range(self.num_layers):
@@ -297,10 +322,10 @@ class ONLSTM(nn.Module):
                 x_l = layer_input
                 if direction == 1:
                     if rev_idx is None:
-                        rev_idx = _reverse_index(batch_sizes).to(data.device)
+                        rev_idx = _reverse_index(flat.batch_sizes).to(flat.data.device)
                     x_l = x_l.index_select(0, rev_idx)
-                out, hk, ck, dist = self._run(k, x_l, batch_sizes, h0[k], c0[k], impl)
-                if direction == 1:
+                out, hk, ck, dist = self._run(k, x_l, flat.batch_sizes, h0[k], c0[k], impl)
+                if rev_idx is not None and direction == 1:
                     out, dist = out.index_select(0, rev_idx), dist.index_select(0, rev_idx)
                 outs.append(out)
                 h_n.append(hk)
@@ -309,20 +334,24 @@ class ONLSTM(nn.Module):
             layer_input = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 layer_input = F.dropout(layer_input, self.dropout, True)
-        h_n, c_n = torch.stack(h_n), torch.stack(c_n)
-        dist = torch.stack(dists, dim=-1)  # (N, 2, L*dirs)
+        return layer_input, torch.stack(h_n), torch.stack(c_n), torch.stack(dists, dim=-1)
 
-        if packed:
-            if unsorted_idx is not None:
-                h_n, c_n = h_n.index_select(1, unsorted_idx), c_n.index_select(1, unsorted_idx)
-            output = PackedSequence(layer_input, batch_sizes, sorted_idx, unsorted_idx)
+    def _format_output(self, flat: _Flat, out: Tensor, h_n: Tensor, c_n: Tensor, dist: Tensor,
+                       return_distances: bool):
+        """Lay the packed rows out like the input (``nn.LSTM``'s shapes), distances likewise."""
+        if flat.packed:
+            if flat.unsorted_idx is not None:
+                h_n, c_n = h_n.index_select(1, flat.unsorted_idx), c_n.index_select(1, flat.unsorted_idx)
+            packed = PackedSequence(out, flat.batch_sizes, flat.sorted_idx, flat.unsorted_idx)
             if return_distances:
-                d = Distances(*(PackedSequence(dist[:, j].contiguous(), batch_sizes, sorted_idx, unsorted_idx) for j in (0, 1)))
-                return output, (h_n, c_n), d
-            return output, (h_n, c_n)
-        output = layer_input.view(steps, batch, -1)
+                d = Distances(*(PackedSequence(dist[:, j].contiguous(), flat.batch_sizes, flat.sorted_idx,
+                                               flat.unsorted_idx) for j in (0, 1)))
+                return packed, (h_n, c_n), d
+            return packed, (h_n, c_n)
+        steps, batch = flat.steps, flat.batch
+        output = out.view(steps, batch, -1)
         d_f, d_i = dist[:, 0].reshape(steps, batch, -1), dist[:, 1].reshape(steps, batch, -1)
-        if unbatched:
+        if flat.unbatched:
             output, d_f, d_i = output[:, 0], d_f[:, 0], d_i[:, 0]
             h_n, c_n = h_n[:, 0], c_n[:, 0]
         elif self.batch_first:
@@ -363,33 +392,18 @@ class ONLSTM(nn.Module):
         b_hh = getattr(self, names[3]) if self.bias else None
         return w_ih, dropconnect_weight(w_hh, self.dropconnect, self.training), b_ih, b_hh
 
-    def _run(self, k, x, batch_sizes, h0, c0, impl):
+    def _run(self, k: int, x: Tensor, batch_sizes: Tensor, h0: Tensor, c0: Tensor,
+             impl: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """One layer/direction over packed rows ``x`` (N, in): ``out (N, D), h_n, c_n, dist (N, 2)``."""
         w_ih, w_hh, b_ih, b_hh = self._weights(k)
-        inclusive = self.master_input == "reverse"
         if impl == "reference":
-            return _reference_layer(x, w_ih, w_hh, b_ih, b_hh, h0, c0, batch_sizes.tolist(),
-                                    self.chunk_size, self.master_input)
-        kernel = load_extension() if impl == "cpp" else PythonKernel
-        bias = None if b_ih is None else b_ih + b_hh
-        return fused_layer(x, w_ih, w_hh, bias, h0, c0, batch_sizes, self.chunk_size, inclusive, kernel)
-
-
-def _reference_layer(x, w_ih, w_hh, b_ih, b_hh, h0, c0, bs, chunk, mode):
-    """The readable step loop: input projection once, then ``U h`` and the cell update per step."""
-    xp = F.linear(x, w_ih, b_ih)                       # (N, G)
-    h, c = h0, c0
-    outs, dists = [], []
-    off = 0
-    for b in bs:
-        pre = xp[off:off + b] + F.linear(h[:b], w_hh, b_hh)
-        h_new, c_new, d_f, d_i = Fn.cell_update(pre, c[:b], chunk, mode)
-        outs.append(h_new)
-        dists.append(torch.stack([d_f, d_i], dim=-1))
-        h = torch.cat([h_new, h[b:]]) if b < h.shape[0] else h_new
-        c = torch.cat([c_new, c[b:]]) if b < c.shape[0] else c_new
-        off += b
-    return torch.cat(outs), h, c, torch.cat(dists)
+            return reference_layer(x, w_ih, w_hh, b_ih, b_hh, h0, c0, batch_sizes.tolist(),
+                                   self.chunk_size, self.master_input)
+        kernel = kernels.load_kernel(impl)
+        assert kernel is not None, impl  # resolve_impl only returns kernels that loaded
+        bias = None if b_ih is None or b_hh is None else b_ih + b_hh
+        return kernels.fused_layer(x, w_ih, w_hh, bias, h0, c0, batch_sizes, self.chunk_size,
+                                   self.master_input == "reverse", kernel)
 
 
 def _reverse_index(batch_sizes: Tensor) -> Tensor:

@@ -17,6 +17,20 @@
 #include <cmath>
 #include <vector>
 
+// NaN and Inf must propagate as in the reference path, so the kernel is built without -ffast-math
+// (its -ffinite-math-only lets the compiler assume there are none: a NaN input came out finite).
+// glibc declares its vectorised exp (libmvec) only under -ffast-math; declaring it here keeps the
+// element-wise loops vectorised without that assumption. libmvec's exp returns NaN for NaN and
+// handles +-Inf like the scalar exp.
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(_OPENMP)
+extern "C" {
+#pragma omp declare simd notinbranch
+double exp(double) noexcept;
+#pragma omp declare simd notinbranch
+float expf(float) noexcept;
+}
+#endif
+
 using at::Tensor;
 
 namespace {
@@ -47,8 +61,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const c10::optional<Tensor>& b, 
   return at::mm(x, w.t());
 }
 
-Tensor prepack(const Tensor& w, int64_t batch, bool dnnl, bool pack) {
-  if (!dnnl || !pack) return w.contiguous();
+Tensor prepack(const Tensor& w, int64_t batch, bool dnnl) {
+  if (!dnnl) return w.contiguous();
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_reorder_linear_weight", "");
   std::vector<c10::IValue> stack;
   stack.emplace_back(w.contiguous());
@@ -236,7 +250,7 @@ int64_t grain_rows(int64_t D) { return std::max<int64_t>(1, 4096 / std::max<int6
 std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
                                    const c10::optional<Tensor>& bias, const Tensor& h0,
                                    const Tensor& c0, const Tensor& batch_sizes, int64_t chunk,
-                                   bool inclusive, bool pack) {
+                                   bool inclusive) {
   const auto bs = to_vector(batch_sizes);
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0];
@@ -244,7 +258,7 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
   // The input projection for all steps at once; each row is then overwritten in place by its
   // activations (forward_row reads a value before it writes the same position).
   Tensor act = linear(x.contiguous(), w_ih.contiguous(), bias, dnnl).contiguous();  // (N, G)
-  Tensor whh = prepack(w_hh, B, dnnl, pack);
+  Tensor whh = prepack(w_hh, B, dnnl);
   auto opts = x.options();
   Tensor out = at::empty({N, D}, opts);
   Tensor cells = at::empty({N, D}, opts), tcs = at::empty({N, D}, opts);
@@ -294,13 +308,13 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
                                     const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
                                     const Tensor& h0, const Tensor& c0, const Tensor& batch_sizes,
                                     const Tensor& act, const Tensor& cells, const Tensor& tcs,
-                                    const Tensor& out, int64_t chunk, bool inclusive, bool pack) {
+                                    const Tensor& out, int64_t chunk, bool inclusive) {
   const auto bs = to_vector(batch_sizes);
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0];
   const int64_t T = bs.size();
   const bool dnnl = use_dnnl(x);
-  Tensor whh_t = prepack(w_hh.t().contiguous(), B, dnnl, pack);  // linear(dg, whh_t) = dg @ w_hh
+  Tensor whh_t = prepack(w_hh.t().contiguous(), B, dnnl);  // linear(dg, whh_t) = dg @ w_hh
   auto opts = x.options();
   Tensor dG = at::empty({N, G}, opts);
   Tensor dh = grad_hn.contiguous().clone();

@@ -1,0 +1,298 @@
+"""The kernel interface of the ON-LSTM layer and the registry that ``impl=`` chooses from.
+
+A *kernel* runs one layer in one direction over a whole packed sequence, forward and a hand-written
+backward; :class:`LayerKernel` is the written contract. ``ONLSTM(impl=...)`` accepts
+
+* ``'reference'``: the readable step loop of :mod:`onlstm.nn.reference`, differentiated by autograd.
+  It is not a kernel: it runs on every device and dtype and is the oracle the kernels are tested
+  against;
+* the name of a registered kernel: ``'fused'`` (PyTorch operations, :mod:`onlstm.nn.fused`) and
+  ``'cpp'`` (compiled C++, :mod:`onlstm.nn._ext`) are built in;
+* ``'auto'``: the available registered kernel with the highest priority that supports the input's
+  device and dtype, else ``'reference'``.
+
+A kernel named explicitly runs the reference path on a device or dtype it does not support (as
+``'auto'`` would without a kernel there), and is an error when it cannot be loaded.
+
+Adding a kernel (e.g. a Triton kernel for CUDA) means: write a class with the two methods of
+:class:`LayerKernel`, then register it::
+
+    from onlstm.nn.kernels import KernelSpec, register_kernel
+
+    register_kernel(KernelSpec(
+        name="triton", load=lambda: TritonKernel(),          # load may raise: "unavailable, because ..."
+        devices=("cuda",), dtypes=(torch.float32,), priority=30, label="Triton kernel"))
+
+``ONLSTM(..., impl="triton")`` then uses it, and ``impl='auto'`` prefers it on CUDA float32 inputs
+(higher priority wins). ``load`` is called once, on first use; if it raises, the kernel is
+unavailable for the rest of the process: ``'auto'`` falls back to the next kernel with one
+``RuntimeWarning``, and :func:`kernel_status` reports the reason. The test suite runs every kernel
+against the reference (tests/test_layer.py); add the new name there.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from .fused import FusedKernel
+
+KernelOutputs = tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, ...]]
+KernelGrads = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
+
+
+class LayerKernel(Protocol):
+    """One ON-LSTM layer, one direction, over a whole sequence in PyTorch's packed layout.
+
+    Shapes (``N = sum(batch_sizes)`` rows, ``B = batch_sizes[0]``, hidden ``D``, ``G = 4D + 2D/chunk``):
+    ``x (N, I)``, ``w_ih (G, I)``, ``w_hh (G, D)``, ``bias (G,)`` (``b_ih + b_hh``) or ``None``,
+    ``h0, c0 (B, D)``, ``batch_sizes`` a CPU int64 tensor, non-increasing; the rows of step ``t``
+    are contiguous. ``inclusive`` selects ``master_input='reverse'`` (inclusive suffix sum) over
+    ``'paper'``. Gate row layout and the equations: :mod:`onlstm.nn.functional`.
+    """
+
+    def forward(self, x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor,
+                batch_sizes: Tensor, chunk: int, inclusive: bool) -> KernelOutputs:
+        """Return ``out (N, D), h_n (B, D), c_n (B, D), dist (N, 2), saved``.
+
+        ``dist[:, 0]`` is the master-forget distance and ``dist[:, 1]`` the master-input distance of
+        every row; ``saved`` is whatever tensors ``backward`` needs (kept by autograd between the two).
+        """
+        ...
+
+    def backward(self, grad_out: Tensor, grad_hn: Tensor, grad_cn: Tensor, grad_dist: Tensor | None,
+                 x: Tensor, w_ih: Tensor, w_hh: Tensor, h0: Tensor, c0: Tensor, batch_sizes: Tensor,
+                 out: Tensor, saved: tuple[Tensor, ...], chunk: int, inclusive: bool) -> KernelGrads:
+        """Return the gradients ``dx, dw_ih, dw_hh, dbias, dh0, dc0`` (contiguous gradients in)."""
+        ...
+
+
+class _KernelFunction(torch.autograd.Function):
+    """Autograd wrapper around a kernel's whole-sequence forward and hand-written backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor,
+                batch_sizes: Tensor, chunk: int, inclusive: bool, kernel: LayerKernel
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        out, h_n, c_n, dist, saved = kernel.forward(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive)
+        ctx.save_for_backward(x, w_ih, w_hh, h0, c0, batch_sizes, out, *saved)
+        ctx.config = (chunk, inclusive, kernel, bias is not None)
+        return out, h_n, c_n, dist
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, g_out: Tensor | None, g_hn: Tensor | None, g_cn: Tensor | None,
+                 g_dist: Tensor | None) -> tuple[Tensor | None, ...]:
+        x, w_ih, w_hh, h0, c0, batch_sizes, out, *saved = ctx.saved_tensors
+        chunk, inclusive, kernel, has_bias = ctx.config
+        zeros = torch.zeros_like
+        g_out = zeros(out) if g_out is None else g_out.contiguous()
+        g_hn = zeros(h0) if g_hn is None else g_hn.contiguous()
+        g_cn = zeros(c0) if g_cn is None else g_cn.contiguous()
+        g_dist = None if g_dist is None else g_dist.contiguous()
+        dx, dw_ih, dw_hh, db, dh0, dc0 = kernel.backward(
+            g_out, g_hn, g_cn, g_dist, x, w_ih, w_hh, h0, c0, batch_sizes, out, tuple(saved), chunk, inclusive)
+        return dx, dw_ih, dw_hh, (db if has_bias else None), dh0, dc0, None, None, None, None
+
+
+def fused_layer(x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor,
+                batch_sizes: Tensor, chunk: int, inclusive: bool, kernel: LayerKernel
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Run ``kernel`` over one layer/direction of a packed sequence; returns ``out, h_n, c_n, dist``."""
+    outputs = _KernelFunction.apply(x.contiguous(), w_ih, w_hh, bias, h0.contiguous(), c0.contiguous(),
+                                    batch_sizes, chunk, inclusive, kernel)
+    return outputs[0], outputs[1], outputs[2], outputs[3]
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+# ---------------------------------------------------------------------------------------------
+
+RESERVED = ("auto", "reference")
+DEPRECATED_ALIASES = {"python": "fused"}  # old name -> new name; accepted with a DeprecationWarning
+
+
+class KernelUnavailable(RuntimeError):
+    """Raised by a kernel's ``load`` when it cannot run on this machine; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A registered kernel: how to load it and where it runs.
+
+    ``load`` returns the kernel or raises (any exception: the kernel is then unavailable, its message
+    the reason); ``devices`` are device types (``'cpu'``, ``'cuda'``); ``priority`` orders the
+    candidates of ``impl='auto'`` (higher first); ``label`` names it in messages.
+    """
+
+    name: str
+    load: Callable[[], LayerKernel]
+    devices: tuple[str, ...]
+    dtypes: tuple[torch.dtype, ...]
+    priority: int = 0
+    label: str = ""
+
+    def supports(self, device: torch.device, dtype: torch.dtype) -> bool:
+        return device.type in self.devices and dtype in self.dtypes
+
+    @property
+    def title(self) -> str:
+        return self.label or f"{self.name!r} kernel"
+
+
+_specs: dict[str, KernelSpec] = {}
+_loaded: dict[str, LayerKernel] = {}
+_errors: dict[str, str] = {}
+_warned: set[str] = set()
+
+
+def register_kernel(spec: KernelSpec, *, replace: bool = False) -> None:
+    """Make ``spec.name`` a valid ``impl`` (and a candidate of ``'auto'``)."""
+    if spec.name in RESERVED or spec.name in DEPRECATED_ALIASES or not spec.name.isidentifier():
+        raise ValueError(f"cannot register a kernel named {spec.name!r}: choose an identifier other than "
+                         f"{RESERVED + tuple(DEPRECATED_ALIASES)}")
+    if spec.name in _specs and not replace:
+        raise ValueError(f"a kernel named {spec.name!r} is already registered; pass replace=True to replace it")
+    _forget(spec.name)
+    _specs[spec.name] = spec
+
+
+def unregister_kernel(name: str) -> None:
+    """Remove a registered kernel (and what is remembered about loading it)."""
+    _specs.pop(name, None)
+    _forget(name)
+
+
+def _forget(name: str) -> None:
+    _loaded.pop(name, None)
+    _errors.pop(name, None)
+    _warned.discard(name)
+
+
+def kernel_names() -> tuple[str, ...]:
+    """Registered kernels, highest priority first."""
+    return tuple(s.name for s in sorted(_specs.values(), key=lambda s: -s.priority))
+
+
+def impl_choices() -> tuple[str, ...]:
+    """Every value ``ONLSTM(impl=...)`` accepts (without the deprecated aliases)."""
+    return RESERVED + kernel_names()
+
+
+def canonical_impl(impl: str, stacklevel: int = 2) -> str:
+    """``impl`` checked, with a deprecated alias replaced by its new name (and a DeprecationWarning).
+
+    ``stacklevel`` is the warning's, counted from here (2: this function's caller).
+    """
+    if isinstance(impl, str) and impl in DEPRECATED_ALIASES:
+        new = DEPRECATED_ALIASES[impl]
+        warnings.warn(f"impl={impl!r} is deprecated and will be removed in the next release; use impl={new!r} "
+                      "(the same kernel)", DeprecationWarning, stacklevel=stacklevel)
+        return new
+    if not isinstance(impl, str) or impl not in impl_choices():
+        raise ValueError(f"impl must be one of {impl_choices()}, got {impl!r}")
+    return impl
+
+
+def load_kernel(name: str) -> LayerKernel | None:
+    """The kernel registered as ``name``, loaded on first use; ``None`` if it cannot be loaded."""
+    if name in _loaded:
+        return _loaded[name]
+    if name in _errors:
+        return None
+    spec = _specs[name]
+    try:
+        kernel = spec.load()
+    except Exception as exc:  # noqa: BLE001 - a loader may fail in any way (compiler, driver, import): report it
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        _errors[name] = first if isinstance(exc, KernelUnavailable) else f"{type(exc).__name__}: {first}"
+        return None
+    _loaded[name] = kernel
+    return kernel
+
+
+def kernel_status() -> dict[str, dict[str, Any]]:
+    """For each registered kernel: ``{"available": bool, "reason": str | None}`` (loads each kernel)."""
+    status: dict[str, dict[str, Any]] = {}
+    for name in kernel_names():
+        ok = load_kernel(name) is not None
+        status[name] = {"available": ok, "reason": None if ok else _errors.get(name)}
+    return status
+
+
+def kernel_error(name: str) -> str | None:
+    """Why the kernel ``name`` could not be loaded (``None`` when it could, or was not tried)."""
+    return _errors.get(name)
+
+
+def resolve_impl(impl: str, device: torch.device, dtype: torch.dtype) -> str:
+    """The name of what runs a forward call of ``impl`` on ``device``/``dtype``: a kernel or ``'reference'``."""
+    if impl == "reference":
+        return "reference"
+    if impl != "auto":
+        spec = _specs.get(impl)
+        if spec is None:
+            raise ValueError(f"impl={impl!r} is no longer a registered kernel; use one of {impl_choices()}")
+        if not spec.supports(device, dtype):
+            return "reference"
+        if load_kernel(impl) is None:
+            raise RuntimeError(f"impl={impl!r} but the {spec.title} is unavailable: {_errors[impl]}")
+        return impl
+    failed = []
+    chosen = "reference"
+    for name in kernel_names():
+        if _specs[name].supports(device, dtype):
+            if load_kernel(name) is not None:
+                chosen = name
+                break
+            failed.append(name)
+    for name in failed:
+        if name not in _warned:
+            _warned.add(name)
+            warnings.warn(f"onlstm: {_specs[name].title} unavailable ({_errors[name]}); impl='auto' uses "
+                          f"{chosen!r} instead", RuntimeWarning, stacklevel=3)
+    return chosen
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-in kernels
+# ---------------------------------------------------------------------------------------------
+
+class CppKernel:
+    """The compiled kernel (``csrc/onlstm_cpu.cpp``) behind the :class:`LayerKernel` interface."""
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    def forward(self, x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor,
+                batch_sizes: Tensor, chunk: int, inclusive: bool) -> KernelOutputs:
+        out, h_n, c_n, dist, act, cells, tcs = self._module.forward(
+            x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive)
+        return out, h_n, c_n, dist, (act, cells, tcs)
+
+    def backward(self, grad_out: Tensor, grad_hn: Tensor, grad_cn: Tensor, grad_dist: Tensor | None,
+                 x: Tensor, w_ih: Tensor, w_hh: Tensor, h0: Tensor, c0: Tensor, batch_sizes: Tensor,
+                 out: Tensor, saved: tuple[Tensor, ...], chunk: int, inclusive: bool) -> KernelGrads:
+        act, cells, tcs = saved
+        dx, dw_ih, dw_hh, db, dh0, dc0 = self._module.backward(
+            grad_out, grad_hn, grad_cn, grad_dist, x, w_ih, w_hh, h0, c0, batch_sizes, act, cells, tcs, out,
+            chunk, inclusive)
+        return dx, dw_ih, dw_hh, db, dh0, dc0
+
+
+def _load_cpp() -> LayerKernel:
+    from ._ext import extension_error, load_extension
+
+    module = load_extension()
+    if module is None:
+        raise KernelUnavailable(extension_error() or "the C++ kernel could not be loaded")
+    return CppKernel(module)
+
+
+_CPU_FLOATS = (torch.float32, torch.float64)
+register_kernel(KernelSpec("cpp", _load_cpp, ("cpu",), _CPU_FLOATS, priority=20, label="C++ kernel"))
+register_kernel(KernelSpec("fused", FusedKernel, ("cpu",), _CPU_FLOATS, priority=10, label="fused kernel"))

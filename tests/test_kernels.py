@@ -1,0 +1,110 @@
+"""The kernel registry: a kernel registered from outside is chosen by impl='auto' and by name where it
+runs, an unavailable one falls back with one warning, and `kernel_status` reports each kernel."""
+import warnings
+
+import pytest
+import torch
+
+import onlstm
+from onlstm.nn import kernels
+from onlstm.nn.fused import FusedKernel
+
+
+class CountingKernel(FusedKernel):
+    """A toy kernel: the fused one, counting its calls (so a test can see that it ran)."""
+
+    def __init__(self):
+        self.forward_calls = self.backward_calls = 0
+
+    def forward(self, *args):
+        self.forward_calls += 1
+        return FusedKernel.forward(*args)
+
+    def backward(self, *args):
+        self.backward_calls += 1
+        return FusedKernel.backward(*args)
+
+
+@pytest.fixture
+def toy():
+    """Register 'toy' for float64 on the CPU with the highest priority; unregistered afterwards."""
+    kernel = CountingKernel()
+    kernels.register_kernel(kernels.KernelSpec("toy", lambda: kernel, ("cpu",), (torch.float64,), priority=100))
+    yield kernel
+    kernels.unregister_kernel("toy")
+
+
+def test_builtin_kernels_and_impl_choices():
+    assert kernels.kernel_names() == ("cpp", "fused")
+    assert kernels.impl_choices() == ("auto", "reference", "cpp", "fused")
+    status = onlstm.nn.kernel_status()
+    assert set(status) == {"cpp", "fused"} and status["fused"] == {"available": True, "reason": None}
+
+
+def test_registered_kernel_is_chosen_by_auto_where_it_runs(toy):
+    m = onlstm.ONLSTM(3, 6, chunk_size=2).double()
+    assert m.resolved_impl(torch.device("cpu"), torch.float64) == "toy"
+    assert m.resolved_impl(torch.device("cpu"), torch.float32) == "cpp"            # toy: float64 only
+    assert m.resolved_impl(torch.device("cuda"), torch.float64) == "reference"     # toy: CPU only
+    x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
+    out, _ = m(x)
+    out.sum().backward()
+    assert toy.forward_calls == 1 and toy.backward_calls == 1
+    ref = onlstm.ONLSTM(3, 6, chunk_size=2, impl="reference").double()
+    ref.load_state_dict(m.state_dict())
+    torch.testing.assert_close(out, ref(x)[0])
+
+
+def test_registered_kernel_by_name(toy):
+    m = onlstm.ONLSTM(3, 6, chunk_size=2, impl="toy").double()
+    m(torch.randn(4, 1, 3, dtype=torch.float64))
+    assert toy.forward_calls == 1
+    assert m.resolved_impl(torch.device("cpu"), torch.float32) == "reference"      # not a dtype it runs
+    assert "toy" in kernels.impl_choices()
+    kernels.unregister_kernel("toy")
+    with pytest.raises(ValueError, match="impl must be one of"):
+        onlstm.ONLSTM(3, 6, chunk_size=2, impl="toy")
+
+
+def test_a_kernel_for_another_device_is_chosen_there():
+    kernels.register_kernel(kernels.KernelSpec("gpu_toy", CountingKernel, ("cuda",), (torch.float32,), priority=30))
+    try:
+        m = onlstm.ONLSTM(3, 6, chunk_size=2)
+        assert m.resolved_impl(torch.device("cuda"), torch.float32) == "gpu_toy"
+        assert m.resolved_impl(torch.device("cuda"), torch.float16) == "reference"
+        assert m.resolved_impl(torch.device("cpu"), torch.float32) == "cpp"
+    finally:
+        kernels.unregister_kernel("gpu_toy")
+
+
+def test_unavailable_kernel_falls_back_with_one_warning():
+    def load():
+        raise kernels.KernelUnavailable("needs a driver this machine lacks")
+
+    kernels.register_kernel(kernels.KernelSpec("broken", load, ("cpu",), (torch.float64,), priority=100,
+                                               label="broken test kernel"))
+    try:
+        m = onlstm.ONLSTM(3, 6, chunk_size=2).double()
+        x = torch.randn(4, 2, 3, dtype=torch.float64)
+        with pytest.warns(RuntimeWarning, match=r"broken test kernel unavailable \(needs a driver this machine "
+                                                r"lacks\); impl='auto' uses 'cpp' instead"):
+            m(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")       # the second call must not warn again
+            m(x)
+            assert m.resolved_impl(torch.device("cpu"), torch.float64) == "cpp"
+        assert kernels.kernel_status()["broken"] == {"available": False, "reason": "needs a driver this machine lacks"}
+        m.impl = "broken"
+        with pytest.raises(RuntimeError, match="impl='broken' but the broken test kernel is unavailable: needs a driver"):
+            m(x)
+    finally:
+        kernels.unregister_kernel("broken")
+
+
+def test_registering_bad_names_is_refused():
+    spec = kernels.KernelSpec("fused", FusedKernel, ("cpu",), (torch.float64,))
+    with pytest.raises(ValueError, match="already registered; pass replace=True"):
+        kernels.register_kernel(spec)
+    for name in ("auto", "reference", "python", "not a name"):
+        with pytest.raises(ValueError, match=f"cannot register a kernel named '{name}'"):
+            kernels.register_kernel(kernels.KernelSpec(name, FusedKernel, ("cpu",), (torch.float64,)))
