@@ -111,3 +111,37 @@ def test_relative_imports_resolve_like_python():
                                                                                   "onlstm.lm.train.x"}
     assert "onlstm.parsing.trees" in imported_modules("from . import trees\n", "onlstm.parsing.__init__")
     assert imported_modules("import torch\nfrom typing import Any\n", "onlstm.runs") == set()
+
+
+# --------------------------------------------------------------------------- function length
+
+MAX_FUNCTION_LINES = 60
+#: A function may be longer when its ``def`` line or the line above it carries this marker with the reason.
+LONG_OK = "# long function:"
+
+
+def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
+    """``(name, lines)`` of every function in ``source`` longer than ``limit`` lines without a justification."""
+    lines = source.splitlines()
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = node.end_lineno - node.lineno + 1
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            context = lines[max(first - 2, 0):node.lineno]
+            if length > limit and not any(LONG_OK in line for line in context):
+                out.append((node.name, length))
+    return out
+
+
+def test_long_function_checker_catches_a_long_function():
+    body = "".join(f"    x{i} = {i}\n" for i in range(70))
+    assert long_functions("def f():\n" + body) == [("f", 71)]
+    assert long_functions(f"{LONG_OK} a table of cases\ndef f():\n" + body) == []
+    assert long_functions("def f():\n" + body[:200]) == []
+
+
+def test_no_function_in_src_is_over_60_lines():
+    found = {f"{path.relative_to(PACKAGE)}:{name} ({n} lines)"
+             for path in PACKAGE.rglob("*.py") for name, n in long_functions(path.read_text())}
+    assert not found, f"split these into named steps, or say why with '{LONG_OK} <reason>': {sorted(found)}"

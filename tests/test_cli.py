@@ -148,3 +148,14 @@ def test_parsing_evaluate_is_the_function_and_the_module_still_imports():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": src})
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_info_lists_every_registered_kernel(capsys):
+    import json
+
+    from onlstm.nn import kernels
+    assert main(["info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert set(info["kernels"]) == set(kernels.kernel_names()) >= {"fused", "cpp"}
+    assert info["kernels"]["fused"] == {"available": True, "reason": None}   # pure PyTorch: always there
+    assert info["cpp_kernel"] == info["kernels"]["cpp"]["available"]

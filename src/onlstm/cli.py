@@ -26,12 +26,12 @@ def _cmd_info(args) -> int:
     import torch
 
     from . import __version__
-    from .nn._ext import extension_error, load_extension
-    kernel = load_extension()
+    from .nn.kernels import kernel_status
+    kernels = kernel_status()
     info = {
         "onlstm": __version__, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "cpp_kernel": kernel is not None, "cpp_kernel_error": extension_error(),
-        "cuda": torch.cuda.is_available(),
+        "cpp_kernel": kernels["cpp"]["available"], "cpp_kernel_error": kernels["cpp"]["reason"],
+        "kernels": kernels, "cuda": torch.cuda.is_available(),
     }
     print(json.dumps(info, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in info.items()))
     return 0
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     p.set_defaults(func=_cmd_layer_demo)
-    p = sub.add_parser("info", help="versions and whether the C++ kernel is built")
+    p = sub.add_parser("info", help="versions and which layer kernels are available (and why not)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_info)
     for register in _subcommand_modules():

@@ -507,7 +507,7 @@ def test_bad_forward_input(impl):
         m(torch.randn(0, 3, 3))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_cuda_matches_cpu():
     m = make("auto", 5, 8, num_layers=2, chunk_size=2, dtype=torch.float32)
     x = torch.randn(6, 3, 5)
