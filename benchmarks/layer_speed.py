@@ -7,6 +7,7 @@ For each shape (T, B, input, hidden, chunk) it times ``out.sum().backward()`` of
 machine's speed hit all of them alike, and reports the median tokens/s (T*B / time) and the ratio
 to ``nn.LSTM`` (higher is better; 1.0 = as fast as nn.LSTM).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,14 +36,18 @@ def step_fn(module, x):
         x.grad = None
         out = module(x)[0]
         out.sum().backward()
+
     return run
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", type=parse_shape, nargs="+", default=SHAPES, metavar="TxBxINxHxC")
-    ap.add_argument("--impls", default="cpp,fused,reference",
-                    help="comma-separated ON-LSTM implementations (impl= values: cpp, fused, reference, auto, ...)")
+    ap.add_argument(
+        "--impls",
+        default="cpp,fused,reference",
+        help="comma-separated ON-LSTM implementations (impl= values: cpp, fused, reference, auto, ...)",
+    )
     ap.add_argument("--repeats", type=int, default=5, help="timed rounds per shape (median reported)")
     ap.add_argument("--master-input", default="paper", choices=["paper", "reverse"])
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
@@ -53,7 +58,7 @@ def main(argv=None) -> int:
     impls = [s for s in args.impls.split(",") if s]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, forward+backward, median of {args.repeats}")
     rows = []
-    for (T, B, I, H, C) in args.shapes:
+    for T, B, I, H, C in args.shapes:
         torch.manual_seed(0)
         x = torch.randn(T, B, I, requires_grad=True)
         mods = {"nn.LSTM": torch.nn.LSTM(I, H)}

@@ -9,6 +9,7 @@ ON-LSTM, ...) after warm-up steps, so that load from other processes affects bot
 measurement is ``steps`` steps, and the median over ``repeats`` is reported, with the ratio.
 Any model or training field can be overridden like ``onlstm lm train`` flags, e.g. ``--hidden-sizes``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,8 @@ from pathlib import Path
 import torch
 
 from onlstm.lm.config import add_config_flags, load_config, overrides_from_args
-from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.lm.train import _Objective, make_optimizer
+from onlstm.models.language_model import LanguageModel, LMConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,10 +79,14 @@ def main(argv=None) -> int:
             times[cell].append(time.perf_counter() - t0)
     tokens = args.steps * seq * t.batch_size
     m = cfg.model
-    print(f"# {args.config.name}: emb {m['emb_size']}, layers {m['hidden_sizes']}, chunk {m['chunk_size']}, "
-          f"batch {t.batch_size}, seq {seq}, vocab {args.vocab}; {args.steps} steps x {args.repeats} repeats, "
-          f"alternating")
-    print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
+    print(
+        f"# {args.config.name}: emb {m['emb_size']}, layers {m['hidden_sizes']}, chunk {m['chunk_size']}, "
+        f"batch {t.batch_size}, seq {seq}, vocab {args.vocab}; {args.steps} steps x {args.repeats} repeats, "
+        f"alternating"
+    )
+    print(
+        f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}"
+    )
     print("| cell | params | tokens/s (median) | min .. max | ms/step |")
     print("| --- | ---: | ---: | ---: | ---: |")
     rate = {}
@@ -89,8 +94,10 @@ def main(argv=None) -> int:
         ts = times[cell]
         rate[cell] = tokens / statistics.median(ts)
         n = sum(p.numel() for p in runs[cell][0].parameters())
-        print(f"| {cell} | {n / 1e6:.2f}M | {rate[cell]:,.0f} | {tokens / max(ts):,.0f} .. {tokens / min(ts):,.0f} | "
-              f"{1000 * statistics.median(ts) / args.steps:.0f} |")
+        print(
+            f"| {cell} | {n / 1e6:.2f}M | {rate[cell]:,.0f} | {tokens / max(ts):,.0f} .. {tokens / min(ts):,.0f} | "
+            f"{1000 * statistics.median(ts) / args.steps:.0f} |"
+        )
     if "onlstm" in rate and "lstm" in rate:
         print(f"ON-LSTM / LSTM tokens/s: {rate['onlstm'] / rate['lstm']:.2f}")
     return 0

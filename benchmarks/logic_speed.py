@@ -10,6 +10,7 @@ memory with a fixed seed. Every model sees the same batches. The models are time
 (ON-LSTM, LSTM, ON-LSTM, ...) after warm-up steps, so that load from other processes affects all
 alike; the median over ``repeats`` is printed with the ratio to the LSTM.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,14 +35,17 @@ def batches(data_dir: Path | None, batch_size: int, n: int, seed: int = 0):
         source = str(data_dir)
     else:
         tmp = Path(tempfile.mkdtemp(prefix="onlstm-logic-bench-"))
-        generate_dataset(tmp, GenerateConfig(per_length=max(200, batch_size * n // 6), seed=seed, max_ops=6,
-                                             balance_labels=True), log=None)
+        generate_dataset(
+            tmp,
+            GenerateConfig(per_length=max(200, batch_size * n // 6), seed=seed, max_ops=6, balance_labels=True),
+            log=None,
+        )
         examples = load_training_examples(tmp, cfg)
         source = f"generated in memory ({tmp})"
     data = encode_examples(examples)
     rng = random.Random(seed)
     rng.shuffle(data)
-    out = [collate(data[(i * batch_size) % len(data):][:batch_size]) for i in range(n)]
+    out = [collate(data[(i * batch_size) % len(data) :][:batch_size]) for i in range(n)]
     return out, source
 
 
@@ -84,10 +88,14 @@ def main(argv=None) -> int:
         for cell in args.cells:
             times[cell].append(run(cell, args.steps))
 
-    print(f"# logic classifier training step: {args.hidden_size} units, embedding 128, batch {args.batch_size} pairs "
-          f"(<= 6 operators) from {source}")
-    print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}; "
-          f"{args.steps} steps x {args.repeats} repeats, alternating; median")
+    print(
+        f"# logic classifier training step: {args.hidden_size} units, embedding 128, batch {args.batch_size} pairs "
+        f"(<= 6 operators) from {source}"
+    )
+    print(
+        f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}; "
+        f"{args.steps} steps x {args.repeats} repeats, alternating; median"
+    )
     ref = args.steps / statistics.median(times["lstm"])
     print(f"{'encoder':8s} {'steps/s':>9s} {'x lstm':>7s}")
     for cell in args.cells:

@@ -8,6 +8,7 @@ Adam for a fixed number of BPTT steps on the start of PTB's training text, for e
 and evaluated on the start of the validation text. Prints validation perplexity per run and the
 mean per mode. Without the data directory it exits with a message (nothing is downloaded).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,7 @@ class LM(nn.Module):
 
 def batchify(ids, bsz):
     n = ids.numel() // bsz
-    return ids[:n * bsz].view(bsz, n).t().contiguous()
+    return ids[: n * bsz].view(bsz, n).t().contiguous()
 
 
 def evaluate(model, data, bptt=35):
@@ -58,8 +59,8 @@ def evaluate(model, data, bptt=35):
     tot, cnt, hx = 0.0, 0, None
     with torch.no_grad():
         for i in range(0, data.shape[0] - 1, bptt):
-            x, y = data[i:i + bptt], data[i + 1:i + 1 + bptt]
-            x = x[:y.shape[0]]
+            x, y = data[i : i + bptt], data[i + 1 : i + 1 + bptt]
+            x = x[: y.shape[0]]
             logits, hx = model(x, hx)
             tot += nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
             cnt += y.numel()
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
             while step < args.steps:
                 if i + 36 > train.shape[0]:
                     i, hx = 0, None
-                x, y = train[i:i + 35], train[i + 1:i + 36]
+                x, y = train[i : i + 35], train[i + 1 : i + 36]
                 i += 35
                 hx = None if hx is None else tuple(h.detach() for h in hx)
                 logits, hx = model(x, hx)
@@ -106,9 +107,14 @@ def main(argv=None) -> int:
                 step += 1
             ppl = evaluate(model, valid)
             results.setdefault(mode, []).append(ppl)
-            print(f"{mode:8s} seed {seed}: valid ppl {ppl:8.2f}  ({time.time() - t0:.0f}s, {args.steps} steps)", flush=True)
-    print(f"\nvocab {len(vocab)}, train tokens {train.numel()}, valid tokens {valid.numel()}, "
-          f"2x200 units, chunk {args.chunk}, {args.steps} steps of 32x35")
+            print(
+                f"{mode:8s} seed {seed}: valid ppl {ppl:8.2f}  ({time.time() - t0:.0f}s, {args.steps} steps)",
+                flush=True,
+            )
+    print(
+        f"\nvocab {len(vocab)}, train tokens {train.numel()}, valid tokens {valid.numel()}, "
+        f"2x200 units, chunk {args.chunk}, {args.steps} steps of 32x35"
+    )
     for mode, v in results.items():
         sd = statistics.stdev(v) if len(v) > 1 else float("nan")
         print(f"{mode:8s} mean valid ppl {statistics.mean(v):8.2f} (sd {sd:.2f}, {len(v)} seeds)")

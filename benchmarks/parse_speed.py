@@ -7,6 +7,7 @@ The model has the shape of ``configs/lm/ptb-cpu.yaml`` by default, with random w
 depend on training) and a 10,000-word vocabulary. Sentences come from the treebank directory
 (normalised as eval-parse does); without one, random sentences of PTB-like lengths are used.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,9 @@ from onlstm.parsing.induce import sentence_distances
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--treebank", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "treebank")
+    ap.add_argument(
+        "--treebank", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "treebank"
+    )
     ap.add_argument("--emb", type=int, default=200)
     ap.add_argument("--hidden", type=int, nargs="+", default=[400, 400, 200])
     ap.add_argument("--chunk", type=int, default=10)
@@ -34,6 +37,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     if args.treebank.exists():
         from onlstm.data.treebank import load_treebank
+
         bank = load_treebank(args.treebank)
         sentences, source = [list(w) for w in bank.words], bank.name
     else:
@@ -42,16 +46,19 @@ def main(argv=None) -> int:
         source = "random sentences (no treebank found)"
     words = sorted({w for s in sentences for w in s})[:9998]
     vocab = Vocab(["<eos>", "<unk>"] + words)
-    model = LanguageModel(LMConfig(vocab_size=len(vocab), emb_size=args.emb, hidden_sizes=args.hidden,
-                                   chunk_size=args.chunk)).eval()
+    model = LanguageModel(
+        LMConfig(vocab_size=len(vocab), emb_size=args.emb, hidden_sizes=args.hidden, chunk_size=args.chunk)
+    ).eval()
     n_words = sum(len(s) for s in sentences)
-    print(f"{len(sentences)} sentences ({n_words} words) from {source}; model {args.emb}-"
-          f"{'-'.join(map(str, args.hidden))}, chunk {args.chunk}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"{len(sentences)} sentences ({n_words} words) from {source}; model {args.emb}-"
+        f"{'-'.join(map(str, args.hidden))}, chunk {args.chunk}; torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     sentence_distances(model, vocab, sentences[:64], args.batch_size)  # warm-up / kernel build
     t0 = time.perf_counter()
     sentence_distances(model, vocab, sentences, args.batch_size)
     batched = len(sentences) / (time.perf_counter() - t0)
-    few = sentences[:args.one_by_one]
+    few = sentences[: args.one_by_one]
     t0 = time.perf_counter()
     for s in few:
         sentence_distances(model, vocab, [s], 1)

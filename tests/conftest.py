@@ -1,5 +1,6 @@
 """Shared fixtures and markers. Tests are laid out like src/onlstm (tests/nn, tests/lm, ...); helpers that
 several test modules need live in support.py next to this file."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Paths and small data makers shared by the tests (importable because tests/ holds the root conftest.py)."""
+
 from __future__ import annotations
 
 import random

@@ -4,6 +4,7 @@ shared layers (nn, data, errors, config, checkpoint, runs, encoders, models) nev
 Imports are read with ``ast`` (nothing is executed), including imports inside functions, so a lazy import
 cannot hide a dependency.
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,7 +24,7 @@ SHARED = ("nn", "data", "errors", "config", "checkpoint", "runs", "encoders", "m
 def imported_modules(source: str, module: str) -> set[str]:
     """Absolute names of the ``onlstm`` modules that ``source`` (the text of module ``module``, e.g.
     ``onlstm.lm.train``) imports; relative imports are resolved against ``module``."""
-    package = module.split(".")[:-1]      # onlstm.lm.train and onlstm.lm.__init__ both live in onlstm.lm
+    package = module.split(".")[:-1]  # onlstm.lm.train and onlstm.lm.__init__ both live in onlstm.lm
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -70,8 +71,7 @@ def package_modules():
 
 
 def test_no_experiment_imports_another_and_shared_code_imports_none():
-    problems = [v for module, path in package_modules()
-                for v in violations(module, path.read_text(encoding="utf-8"))]
+    problems = [v for module, path in package_modules() for v in violations(module, path.read_text(encoding="utf-8"))]
     assert problems == []
 
 
@@ -81,34 +81,50 @@ def test_every_listed_shared_part_and_experiment_exists_or_is_planned():
     assert {"nn", "data", "errors", "checkpoint", "runs", "encoders", "models"} <= present
 
 
-@pytest.mark.parametrize("module, source, expected", [
-    # the checker must see each of these (synthetic sources: nothing in the package is changed)
-    ("onlstm.logic.train", "from ..lm.train import StopRequest\n", "experiment 'logic' must not import experiment 'lm'"),
-    ("onlstm.logic.cli", "def f():\n    from ..lm import distributed\n", "must not import experiment 'lm'"),
-    ("onlstm.parsing.induce", "import onlstm.lm.model\n", "experiment 'parsing' must not import experiment 'lm'"),
-    ("onlstm.data.treebank", "from ..parsing.trees import Tree\n", "shared 'data' must not import experiment 'parsing'"),
-    ("onlstm.runs", "from .logic import train\n", "shared 'runs' must not import experiment 'logic'"),
-    ("onlstm.models.language_model", "from ..parsing import trees\n", "shared 'models' must not import"),
-    ("onlstm.lm.train", "from ..syneval import score\n", "must not import experiment 'syneval'"),
-])
+@pytest.mark.parametrize(
+    "module, source, expected",
+    [
+        # the checker must see each of these (synthetic sources: nothing in the package is changed)
+        (
+            "onlstm.logic.train",
+            "from ..lm.train import StopRequest\n",
+            "experiment 'logic' must not import experiment 'lm'",
+        ),
+        ("onlstm.logic.cli", "def f():\n    from ..lm import distributed\n", "must not import experiment 'lm'"),
+        ("onlstm.parsing.induce", "import onlstm.lm.model\n", "experiment 'parsing' must not import experiment 'lm'"),
+        (
+            "onlstm.data.treebank",
+            "from ..parsing.trees import Tree\n",
+            "shared 'data' must not import experiment 'parsing'",
+        ),
+        ("onlstm.runs", "from .logic import train\n", "shared 'runs' must not import experiment 'logic'"),
+        ("onlstm.models.language_model", "from ..parsing import trees\n", "shared 'models' must not import"),
+        ("onlstm.lm.train", "from ..syneval import score\n", "must not import experiment 'syneval'"),
+    ],
+)
 def test_the_checker_catches_an_injected_import(module, source, expected):
     found = violations(module, source)
     assert len(found) == 1 and expected in found[0], found
 
 
-@pytest.mark.parametrize("module, source", [
-    ("onlstm.lm.train", "from .model import LanguageModel\nfrom ..runs import StopRequest\n"),
-    ("onlstm.parsing.induce", "from ..models.language_model import LanguageModel\n"),
-    ("onlstm.data.treebank", "from .trees import Tree\n"),
-    ("onlstm.cli", "from .lm.cli import register\nfrom .logic.cli import register\n"),   # the CLI sits above all
-])
+@pytest.mark.parametrize(
+    "module, source",
+    [
+        ("onlstm.lm.train", "from .model import LanguageModel\nfrom ..runs import StopRequest\n"),
+        ("onlstm.parsing.induce", "from ..models.language_model import LanguageModel\n"),
+        ("onlstm.data.treebank", "from .trees import Tree\n"),
+        ("onlstm.cli", "from .lm.cli import register\nfrom .logic.cli import register\n"),  # the CLI sits above all
+    ],
+)
 def test_allowed_imports_pass(module, source):
     assert violations(module, source) == []
 
 
 def test_relative_imports_resolve_like_python():
-    assert imported_modules("from ..lm.train import x\n", "onlstm.logic.train") == {"onlstm.lm.train",
-                                                                                  "onlstm.lm.train.x"}
+    assert imported_modules("from ..lm.train import x\n", "onlstm.logic.train") == {
+        "onlstm.lm.train",
+        "onlstm.lm.train.x",
+    }
     assert "onlstm.parsing.trees" in imported_modules("from . import trees\n", "onlstm.parsing.__init__")
     assert imported_modules("import torch\nfrom typing import Any\n", "onlstm.runs") == set()
 
@@ -128,7 +144,7 @@ def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[s
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             length = node.end_lineno - node.lineno + 1
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            context = lines[max(first - 2, 0):node.lineno]
+            context = lines[max(first - 2, 0) : node.lineno]
             if length > limit and not any(LONG_OK in line for line in context):
                 out.append((node.name, length))
     return out
@@ -142,6 +158,9 @@ def test_long_function_checker_catches_a_long_function():
 
 
 def test_no_function_in_src_is_over_60_lines():
-    found = {f"{path.relative_to(PACKAGE)}:{name} ({n} lines)"
-             for path in PACKAGE.rglob("*.py") for name, n in long_functions(path.read_text())}
+    found = {
+        f"{path.relative_to(PACKAGE)}:{name} ({n} lines)"
+        for path in PACKAGE.rglob("*.py")
+        for name, n in long_functions(path.read_text())
+    }
     assert not found, f"split these into named steps, or say why with '{LONG_OK} <reason>': {sorted(found)}"

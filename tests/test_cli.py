@@ -1,5 +1,6 @@
 """The ``onlstm`` command as a whole: the one error handler, the exit-status convention (onlstm.errors) and
 the ``onlstm parsing ...`` group with its old top-level spellings."""
+
 from __future__ import annotations
 
 import json
@@ -20,11 +21,21 @@ from onlstm.logic.formulas import FormulaSyntaxError
 from onlstm.parsing.cli import InputError
 
 
-@pytest.mark.parametrize("cls, second", [
-    (CheckpointError, ValueError), (CorpusError, ValueError), (TreebankError, ValueError),
-    (DownloadError, RuntimeError), (RunDirError, ValueError), (InputError, ValueError), (SettingsError, ValueError),
-    (TreeFormatError, ValueError), (LogicDataError, ValueError), (FormulaSyntaxError, ValueError),
-])
+@pytest.mark.parametrize(
+    "cls, second",
+    [
+        (CheckpointError, ValueError),
+        (CorpusError, ValueError),
+        (TreebankError, ValueError),
+        (DownloadError, RuntimeError),
+        (RunDirError, ValueError),
+        (InputError, ValueError),
+        (SettingsError, ValueError),
+        (TreeFormatError, ValueError),
+        (LogicDataError, ValueError),
+        (FormulaSyntaxError, ValueError),
+    ],
+)
 def test_every_user_error_has_the_one_base_and_keeps_its_old_base(cls, second):
     assert issubclass(cls, errors.OnlstmError) and issubclass(cls, second)
 
@@ -32,7 +43,7 @@ def test_every_user_error_has_the_one_base_and_keeps_its_old_base(cls, second):
 def test_exit_codes():
     assert (errors.EXIT_BAD_INPUT, errors.EXIT_INTERRUPTED) == (2, 130)
     assert errors.OnlstmError.exit_code == 2 and CheckpointError("x").exit_code == 2
-    assert DownloadError.exit_code == 1          # the network failed, not the input (as before)
+    assert DownloadError.exit_code == 1  # the network failed, not the input (as before)
 
 
 def test_command_error_keeps_the_message_and_passes_onlstm_errors_through():
@@ -47,7 +58,7 @@ def test_command_path_names_what_was_typed():
     assert command_path(p, ["lm", "train", "--out", "x"]) == "onlstm lm train"
     assert command_path(p, ["parsing", "compare-trees", "a", "b"]) == "onlstm parsing compare-trees"
     assert command_path(p, ["compare-trees", "a", "b"]) == "onlstm compare-trees"
-    assert command_path(p, ["logic", "check", "lm"]) == "onlstm logic check"   # a positional named like a command
+    assert command_path(p, ["logic", "check", "lm"]) == "onlstm logic check"  # a positional named like a command
 
 
 def test_one_handler_prints_one_line_without_traceback(tmp_path, capsys):
@@ -63,6 +74,7 @@ def test_ctrl_c_exits_130(monkeypatch, capsys):
 
     def interrupted(args):
         raise KeyboardInterrupt
+
     parser = cli.build_parser()
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     parser._subparsers._group_actions[0].choices["info"].set_defaults(func=interrupted)
@@ -122,7 +134,7 @@ def test_every_parsing_command_is_in_the_group_and_an_alias(command):
     top = p._subparsers._group_actions[0].choices
     group = top["parsing"]._subparsers._group_actions[0].choices
     assert command in top and command in group
-    options = lambda parser: sorted(o for a in parser._actions for o in a.option_strings)  # noqa: E731
+    options = lambda parser: sorted(o for a in parser._actions for o in a.option_strings)
     assert options(top[command]) == options(group[command])
 
 
@@ -141,12 +153,16 @@ def test_parsing_evaluate_is_the_function_and_the_module_still_imports():
     import sys
 
     import onlstm
-    code = ("import onlstm.parsing.cli\nfrom onlstm.parsing.evaluate import score_treebank\n"
-            "from onlstm.parsing import evaluate\n"
-            "assert evaluate.__module__ == 'onlstm.parsing.metrics', evaluate\nprint('ok')")
+
+    code = (
+        "import onlstm.parsing.cli\nfrom onlstm.parsing.evaluate import score_treebank\n"
+        "from onlstm.parsing import evaluate\n"
+        "assert evaluate.__module__ == 'onlstm.parsing.metrics', evaluate\nprint('ok')"
+    )
     src = os.path.dirname(os.path.dirname(onlstm.__file__))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": src})
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": src}
+    )
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
@@ -154,8 +170,9 @@ def test_info_lists_every_registered_kernel(capsys):
     import json
 
     from onlstm.nn import kernels
+
     assert main(["info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert set(info["kernels"]) == set(kernels.kernel_names()) >= {"fused", "cpp"}
-    assert info["kernels"]["fused"] == {"available": True, "reason": None}   # pure PyTorch: always there
+    assert info["kernels"]["fused"] == {"available": True, "reason": None}  # pure PyTorch: always there
     assert info["cpp_kernel"] == info["kernels"]["cpp"]["available"]

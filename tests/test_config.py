@@ -1,5 +1,6 @@
 """The one config system: typed coercion, to_dict/from_dict, YAML sections, generated flags, precedence
 defaults < --config < flags, and the LM, logic and demo commands on top of it."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,7 @@ class Recipe(Config):
 
     lr: float = option(1e-3, "learning rate")
     steps: int = option(10, "updates")
-    sizes: list[int] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
-        [4, 2], "widths")
+    sizes: list[int] = option([4, 2], "widths")
     limit: float | None = option(None, "minutes", default_text="no limit")
     fast: bool = option(True, "go fast")
     mode: str = option("a", "mode", choices=("a", "b"))
@@ -48,16 +48,18 @@ def test_every_spelling_of_a_float_is_a_float(text):
 def test_coercion_follows_the_declared_type():
     assert coerce(3, float, "x") == 3.0 and type(coerce(3, float, "x")) is float
     assert coerce(4.0, int, "x") == 4 and type(coerce(4.0, int, "x")) is int
-    assert coerce("1e3", int, "x") == 1000                        # YAML 1.1 reads 1e3 as a string
+    assert coerce("1e3", int, "x") == 1000  # YAML 1.1 reads 1e3 as a string
     assert coerce(None, int | None, "x") is None and coerce("2.5", float | None, "x") == 2.5
     assert coerce((1, 2.0), list[int], "x") == [1, 2]
-    for value, tp, message in [("fast", float, "x must be a number, got 'fast'"),
-                               (2.5, int, "x must be an integer, got 2.5"),
-                               (True, int, "x must be an integer, got True"),
-                               ("yes", bool, "x must be true or false"),
-                               (3, str, "x must be a string"),
-                               ("1 2", list[int], "x must be a list"),
-                               ([1, "b"], list[int], r"x\[1\] must be an integer")]:
+    for value, tp, message in [
+        ("fast", float, "x must be a number, got 'fast'"),
+        (2.5, int, "x must be an integer, got 2.5"),
+        (True, int, "x must be an integer, got True"),
+        ("yes", bool, "x must be true or false"),
+        (3, str, "x must be a string"),
+        ("1 2", list[int], "x must be a list"),
+        ([1, "b"], list[int], r"x\[1\] must be an integer"),
+    ]:
         with pytest.raises(ConfigError, match=message):
             coerce(value, tp, "x")
 
@@ -77,7 +79,7 @@ def test_to_dict_from_dict_round_trip_and_unknown_fields():
     assert Recipe.from_dict(json.loads(json.dumps(r.to_dict()))) == r
     with pytest.raises(ConfigError, match=r"unknown train fields \['learning_rate', 'zz'\]"):
         Recipe.from_dict({"learning_rate": 1, "zz": 2})
-    assert Recipe().sizes is not Recipe().sizes                   # a list default is copied
+    assert Recipe().sizes is not Recipe().sizes  # a list default is copied
 
 
 # --------------------------------------------------------------------------- files
@@ -88,11 +90,13 @@ def test_yaml_sections_are_checked_against_their_dataclass(tmp_path):
     f.write_text("train:\n  lr: 1e-3\n  sizes: [8, 4]\nnote: hi\n")
     doc = read_yaml(f, {"train": Recipe}, keys=("note",))
     assert doc == {"note": "hi", "train": {"lr": 0.001, "sizes": [8, 4]}}
-    for text, message in [("train:\n  lr: fast\n", "train.lr must be a number, got 'fast'"),
-                          ("train:\n  step: 3\n", r"unknown train fields \['step'\]"),
-                          ("trian: {}\n", r"unknown keys \['trian'\]; allowed: note, train"),
-                          ("train: [1]\n", "section 'train' must be a mapping"),
-                          ("train: {lr: [\n", "is not valid YAML")]:
+    for text, message in [
+        ("train:\n  lr: fast\n", "train.lr must be a number, got 'fast'"),
+        ("train:\n  step: 3\n", r"unknown train fields \['step'\]"),
+        ("trian: {}\n", r"unknown keys \['trian'\]; allowed: note, train"),
+        ("train: [1]\n", "section 'train' must be a mapping"),
+        ("train: {lr: [\n", "is not valid YAML"),
+    ]:
         f.write_text(text)
         with pytest.raises(ConfigError, match=message) as info:
             read_yaml(f, {"train": Recipe}, keys=("note",))
@@ -105,7 +109,7 @@ def test_mapping_fields_from_files_and_flags():
     @dataclass
     class Model(Config):
         section = "model"
-        extra: dict[str, float] = option({}, "extras", omit_default=True)  # noqa: RUF009
+        extra: dict[str, float] = option({}, "extras", omit_default=True)
 
     assert Model(extra={"a": "1e-3"}).extra == {"a": 0.001}
     with pytest.raises(ConfigError, match="model.extra.b must be a number"):
@@ -115,8 +119,9 @@ def test_mapping_fields_from_files_and_flags():
     assert Model().to_dict() == {} and Model(extra={"a": 1}).to_dict() == {"extra": {"a": 1.0}}
     p = argparse.ArgumentParser()
     add_flags(p, Model, "model")
-    assert flags_given(p.parse_args(["--extra", "a=1", "b=2e-3", "--extra", "a=3"]), "model") == \
-        {"extra": {"a": 3, "b": "2e-3"}}                          # read as YAML scalars, coerced when built
+    assert flags_given(p.parse_args(["--extra", "a=1", "b=2e-3", "--extra", "a=3"]), "model") == {
+        "extra": {"a": 3, "b": "2e-3"}
+    }  # read as YAML scalars, coerced when built
     with pytest.raises(SystemExit):
         p.parse_args(["--extra", "novalue"])
 
@@ -152,7 +157,7 @@ def test_precedence_defaults_then_file_then_flags(tmp_path):
     add_flags(p, Recipe, "train")
     args = p.parse_args(["--steps", "9"])
     r = Recipe.from_dict(merged(read_yaml(f, {"train": Recipe})["train"], flags_given(args, "train")))
-    assert (r.lr, r.steps, r.mode) == (0.5, 9, "a")               # file over default, flag over file
+    assert (r.lr, r.steps, r.mode) == (0.5, 9, "a")  # file over default, flag over file
 
 
 # --------------------------------------------------------------------------- the logic command (issue #9's bug)
@@ -200,9 +205,15 @@ def test_logic_compare_section_is_typed(tmp_path):
 
 
 def test_logic_flags_win_over_the_file(tmp_path):
-    model, train, _, _, _ = _logic_settings(tmp_path, "model:\n  hidden_size: 40\n  chunk_size: 4\n"
-                                                      "train:\n  lr: 0.01\n  epochs: 3\n",
-                                            "--lr", "2e-3", "--no-progress", "--cell", "gru")
+    model, train, _, _, _ = _logic_settings(
+        tmp_path,
+        "model:\n  hidden_size: 40\n  chunk_size: 4\ntrain:\n  lr: 0.01\n  epochs: 3\n",
+        "--lr",
+        "2e-3",
+        "--no-progress",
+        "--cell",
+        "gru",
+    )
     assert (model.hidden_size, model.chunk_size, model.cell) == (40, 4, "gru")
     assert (train.lr, train.epochs, train.progress, train.batch_size) == (0.002, 3, False, 128)
 
@@ -210,26 +221,55 @@ def test_logic_flags_win_over_the_file(tmp_path):
 def test_logic_generate_flags(tmp_path, capsys):
     from onlstm.logic.generate import GenerateConfig
 
-    args = build_parser().parse_args(["logic", "generate", "--out", str(tmp_path), "--per-length", "30",
-                                      "--test-count", "5", "--balance-labels"])
+    args = build_parser().parse_args(
+        ["logic", "generate", "--out", str(tmp_path), "--per-length", "30", "--test-count", "5", "--balance-labels"]
+    )
     cfg = GenerateConfig.from_dict(flags_given(args, "generate"))
     assert (cfg.per_length, cfg.test_count, cfg.balance_labels, cfg.test_fraction) == (30, 5, True, 0.2)
     assert main(["logic", "generate", "--out", str(tmp_path), "--test-fraction", "0.5", "--test-count", "3"]) == 2
     assert "--test-fraction or --test-count, not both" in capsys.readouterr().err
     assert main(["logic", "generate", "--out", str(tmp_path), "--per-length", "0"]) == 2
     assert "per_length must be >= 1" in capsys.readouterr().err
-    assert not list(tmp_path.iterdir())                           # nothing written on bad input
+    assert not list(tmp_path.iterdir())  # nothing written on bad input
 
 
 def test_logic_runs_saved_before_the_change_still_load():
     # config.json sections as the hand-written settings code saved them (ints where floats belong included)
-    old_model = {"cell": "onlstm", "emb_size": 128, "hidden_size": 400, "chunk_size": 10, "master_input": "paper",
-                 "dropout": 0.2, "dropconnect": 0, "mlp_hidden": 400, "mlp_activation": "relu", "n_classes": 7,
-                 "vocab_size": 12}
-    old_train = {"max_train_ops": 6, "valid_fraction": 0.1, "max_train_examples": None, "seed": 0, "epochs": 30,
-                 "batch_size": 128, "lr": 0.001, "lr_decay": 0.5, "lr_patience": 3, "min_lr": 1e-05,
-                 "weight_decay": 0, "adam_eps": 1e-08, "clip": 1, "patience": 8, "valid_every": 0,
-                 "time_limit": 50, "eval_batch_size": 512, "device": "auto", "threads": 1, "progress": True}
+    old_model = {
+        "cell": "onlstm",
+        "emb_size": 128,
+        "hidden_size": 400,
+        "chunk_size": 10,
+        "master_input": "paper",
+        "dropout": 0.2,
+        "dropconnect": 0,
+        "mlp_hidden": 400,
+        "mlp_activation": "relu",
+        "n_classes": 7,
+        "vocab_size": 12,
+    }
+    old_train = {
+        "max_train_ops": 6,
+        "valid_fraction": 0.1,
+        "max_train_examples": None,
+        "seed": 0,
+        "epochs": 30,
+        "batch_size": 128,
+        "lr": 0.001,
+        "lr_decay": 0.5,
+        "lr_patience": 3,
+        "min_lr": 1e-05,
+        "weight_decay": 0,
+        "adam_eps": 1e-08,
+        "clip": 1,
+        "patience": 8,
+        "valid_every": 0,
+        "time_limit": 50,
+        "eval_batch_size": 512,
+        "device": "auto",
+        "threads": 1,
+        "progress": True,
+    }
     assert LogicModelConfig.from_dict(old_model) == LogicModelConfig()
     train = LogicTrainConfig.from_dict(old_train)
     assert train.time_limit == 50.0 and train.clip == 1.0 and train.threads == 1
@@ -253,9 +293,20 @@ def test_lm_yaml_float_spellings_and_errors(tmp_path):
 
 def test_lm_runs_saved_before_the_change_still_load():
     # a config.json model section as LMConfig wrote it before (ints where floats belong, as JSON may have them)
-    old = {"vocab_size": 50, "emb_size": 16, "hidden_sizes": [24, 16], "cell": "onlstm", "chunk_size": 4,
-           "master_input": "paper", "dropout_emb": 0.1, "dropout_in": 0.3, "dropout_hidden": 0.2, "dropout_out": 0,
-           "dropconnect": 0.3, "tie_weights": True}
+    old = {
+        "vocab_size": 50,
+        "emb_size": 16,
+        "hidden_sizes": [24, 16],
+        "cell": "onlstm",
+        "chunk_size": 4,
+        "master_input": "paper",
+        "dropout_emb": 0.1,
+        "dropout_in": 0.3,
+        "dropout_hidden": 0.2,
+        "dropout_out": 0,
+        "dropconnect": 0.3,
+        "tie_weights": True,
+    }
     cfg = LMConfig.from_dict(old)
     assert cfg.to_dict() == old and type(cfg.dropout_out) is float
     with pytest.raises(ConfigError, match=r"unknown language-model config fields \['dropout'\]"):

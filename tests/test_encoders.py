@@ -1,5 +1,6 @@
 """The encoder registry: specs, option checking, validation, and an encoder registered from user code that
 every experiment's command then trains, saves and loads back without any other change."""
+
 from __future__ import annotations
 
 import csv
@@ -47,7 +48,7 @@ def test_builtin_entries_declare_what_they_are():
 def test_unknown_encoder_lists_the_known_ones():
     with pytest.raises(E.EncoderError, match=r"unknown encoder 'transformer-xl'; registered encoders: .*gru.*lstm"):
         E.get("transformer-xl")
-    with pytest.raises(ValueError, match="cell must be one of"):   # configs say which field is wrong
+    with pytest.raises(ValueError, match="cell must be one of"):  # configs say which field is wrong
         LMConfig(vocab_size=5, cell="nope")
 
 
@@ -137,8 +138,9 @@ class ToyRNN(nn.Module):
 
 @pytest.fixture
 def toy():
-    spec = E.register("toy", ToyRNN, description="one-layer tanh RNN",
-                      options=(E.EncoderOption("bias", bool, True, "add biases"),))
+    spec = E.register(
+        "toy", ToyRNN, description="one-layer tanh RNN", options=(E.EncoderOption("bias", bool, True, "add biases"),)
+    )
     yield spec
     if "toy" in E.names():
         E.unregister("toy")
@@ -169,8 +171,27 @@ def test_user_encoder_trains_as_a_language_model(toy, tmp_path, capsys):
     corpus, run = _lm_corpus(tmp_path / "corpus"), tmp_path / "lm-toy"
     # tiny.yaml sets chunk_size and dropconnect: options the toy does not declare, so it does not get them
     # its own option comes through encoder_options
-    assert main(["lm", "train", "--config", str(TINY_LM), "--data-dir", str(corpus), "--out", str(run),
-                 "--epochs", "1", "--cell", "toy", "--encoder-options", "bias=false"]) == 0
+    assert (
+        main(
+            [
+                "lm",
+                "train",
+                "--config",
+                str(TINY_LM),
+                "--data-dir",
+                str(corpus),
+                "--out",
+                str(run),
+                "--epochs",
+                "1",
+                "--cell",
+                "toy",
+                "--encoder-options",
+                "bias=false",
+            ]
+        )
+        == 0
+    )
     saved = json.loads((run / "config.json").read_text())
     assert saved["model"]["cell"] == "toy" and saved["model"]["encoder_options"] == {"bias": False}
     with open(run / "log.csv") as f:
@@ -195,12 +216,35 @@ def test_user_encoder_trains_on_the_logic_task(toy, tmp_path, capsys):
 
     data, run = tmp_path / "data", tmp_path / "logic-toy"
     generate_dataset(data, GenerateConfig(per_length=24, seed=3, max_ops=9, test_count=6))
-    assert main(["logic", "train", "--data", str(data), "--out", str(run), "--cell", "toy", "--emb-size", "8",
-                 "--hidden-size", "16", "--mlp-hidden", "16", "--epochs", "2", "--batch-size", "16",
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "logic",
+                "train",
+                "--data",
+                str(data),
+                "--out",
+                str(run),
+                "--cell",
+                "toy",
+                "--emb-size",
+                "8",
+                "--hidden-size",
+                "16",
+                "--mlp-hidden",
+                "16",
+                "--epochs",
+                "2",
+                "--batch-size",
+                "16",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     saved = json.loads((run / "config.json").read_text())
     assert saved["model"]["cell"] == "toy" and saved["status"] == "finished"
-    assert "encoder_options" not in saved["model"]         # unused: config.json as before the field existed
+    assert "encoder_options" not in saved["model"]  # unused: config.json as before the field existed
     history = json.loads((run / "history.json").read_text())
     assert history and all(math.isfinite(h["train_loss"]) for h in history)
     model, _ = load_classifier(run)
@@ -208,8 +252,23 @@ def test_user_encoder_trains_on_the_logic_task(toy, tmp_path, capsys):
     assert main(["logic", "eval", "--checkpoint", str(run), "--data", str(data), "--lengths", "1-9"]) == 0
     assert "toy" in capsys.readouterr().out
     # an option the chosen encoder does not accept is an error naming both
-    assert main(["logic", "train", "--data", str(data), "--out", str(tmp_path / "x"), "--cell", "lstm",
-                 "--encoder-options", "bias=false"]) == 2
+    assert (
+        main(
+            [
+                "logic",
+                "train",
+                "--data",
+                str(data),
+                "--out",
+                str(tmp_path / "x"),
+                "--cell",
+                "lstm",
+                "--encoder-options",
+                "bias=false",
+            ]
+        )
+        == 2
+    )
     assert "encoder 'lstm' does not accept the option(s) bias" in capsys.readouterr().err
     E.unregister("toy")
     with pytest.raises(CheckpointError, match="must be registered"):
@@ -221,9 +280,37 @@ def test_user_encoder_trains_on_the_logic_task(toy, tmp_path, capsys):
 def test_user_encoder_in_a_logic_comparison(toy, tmp_path, capsys):
     data, out = tmp_path / "data", tmp_path / "cmp"
     generate_dataset(data, GenerateConfig(per_length=12, seed=4, max_ops=8, test_count=4))
-    assert main(["logic", "compare", "--data", str(data), "--out", str(out), "--cells", "toy", "lstm",
-                 "--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "8",
-                 "--epochs", "1", "--batch-size", "32", "--no-progress", "--lengths", "1-8"]) == 0
+    assert (
+        main(
+            [
+                "logic",
+                "compare",
+                "--data",
+                str(data),
+                "--out",
+                str(out),
+                "--cells",
+                "toy",
+                "lstm",
+                "--emb-size",
+                "8",
+                "--hidden-size",
+                "16",
+                "--chunk-size",
+                "4",
+                "--mlp-hidden",
+                "8",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "32",
+                "--no-progress",
+                "--lengths",
+                "1-8",
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "compare.json").read_text())["cells"] == ["toy", "lstm"]
     assert main(["logic", "compare", "--data", str(data), "--out", str(out), "--cells", "toy", "nope"]) == 2
     assert "unknown cells ['nope']" in capsys.readouterr().err

@@ -1,4 +1,5 @@
 """The shared runtime (onlstm.runs): resume files, opening a run, Ctrl-C, device and threads."""
+
 from __future__ import annotations
 
 import json
@@ -40,10 +41,16 @@ def test_resume_file_round_trip_and_its_layout(tmp_path):
 
 
 def test_a_file_written_the_old_way_is_read(tmp_path):
-    path = tmp_path / "resume.safetensors"   # written as logic/train.py wrote it before this module existed
-    save_file({"rng.torch": torch.get_rng_state()}, str(path),
-              metadata={"format": "onlstm-logic-resume-1", "progress": json.dumps({"step": 3}),
-                        "optimizer": json.dumps({"param_groups": [], "scalars": {}})})
+    path = tmp_path / "resume.safetensors"  # written as logic/train.py wrote it before this module existed
+    save_file(
+        {"rng.torch": torch.get_rng_state()},
+        str(path),
+        metadata={
+            "format": "onlstm-logic-resume-1",
+            "progress": json.dumps({"step": 3}),
+            "optimizer": json.dumps({"param_groups": [], "scalars": {}}),
+        },
+    )
     _, meta = read_resume(path, "onlstm-logic-resume-1", "a logic resume file", ("progress", "optimizer"))
     assert meta["progress"] == {"step": 3}
 
@@ -51,8 +58,11 @@ def test_a_file_written_the_old_way_is_read(tmp_path):
 def test_unusable_resume_files_say_how_to_go_on(tmp_path):
     path = tmp_path / "resume.safetensors"
     write_resume(path, "other-format/9", {"x": torch.zeros(1)}, {"progress": {}})
-    with pytest.raises(CheckpointError, match=r"format 'other-format/9', expected 'onlstm-test-resume/1'\); it cannot "
-                                              r"be resumed: train into a new --out"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"format 'other-format/9', expected 'onlstm-test-resume/1'\); it cannot "
+        r"be resumed: train into a new --out",
+    ):
         read_resume(path, FMT, "a test resume file", ("progress",), fix="train into a new --out")
     write_resume(path, FMT, {"x": torch.zeros(1)}, {"progress": {}})
     with pytest.raises(CheckpointError, match="incomplete or corrupt.*start a new run"):
@@ -64,7 +74,7 @@ def test_unusable_resume_files_say_how_to_go_on(tmp_path):
 
 def _step(model, opt, x):
     opt.zero_grad()
-    loss = (model(x) + 0.1 * torch.randn(x.shape[0], 2)).pow(2).mean()   # the noise consumes the RNG
+    loss = (model(x) + 0.1 * torch.randn(x.shape[0], 2)).pow(2).mean()  # the noise consumes the RNG
     loss.backward()
     opt.step()
 
@@ -79,10 +89,10 @@ def test_training_state_restores_exactly(tmp_path):
     tensors, opt_meta = training_tensors(model, opt, torch.device("cpu"))
     path = tmp_path / "resume.safetensors"
     write_resume(path, FMT, tensors, {"optimizer": opt_meta})
-    for _ in range(2):                          # the uninterrupted run goes on
+    for _ in range(2):  # the uninterrupted run goes on
         _step(model, opt, x)
 
-    torch.manual_seed(123)                      # a fresh process: other weights, other random state
+    torch.manual_seed(123)  # a fresh process: other weights, other random state
     model2 = nn.Linear(3, 2)
     opt2 = torch.optim.Adam(model2.parameters(), lr=0.1)
     got, meta = read_resume(path, FMT, "a test resume file", ("optimizer",))
@@ -90,7 +100,7 @@ def test_training_state_restores_exactly(tmp_path):
     for _ in range(2):
         _step(model2, opt2, x)
     for a, b in zip(model.parameters(), model2.parameters()):
-        assert torch.equal(a, b)               # bit for bit, Adam moments and random state included
+        assert torch.equal(a, b)  # bit for bit, Adam moments and random state included
 
 
 def test_restore_refuses_a_file_without_random_state(tmp_path):
@@ -121,6 +131,7 @@ def _build(section):
 
 def test_load_run_builds_and_fills_the_model(tmp_path):
     from onlstm.checkpoint import read_json
+
     run_dir, saved = _toy_run(tmp_path)
     run = load_run(run_dir, "toy", _build, vocab=read_json)
     assert run.vocab == ["a", "b"] and run.config["kind"] == "toy" and not run.model.training
@@ -143,10 +154,11 @@ def test_load_run_errors_name_the_problem(tmp_path):
 
 def test_load_run_check_refuses_before_reading_weights(tmp_path):
     run_dir, _ = _toy_run(tmp_path)
-    (run_dir / "model.best.safetensors").write_bytes(b"garbage")   # never read: the check refuses first
+    (run_dir / "model.best.safetensors").write_bytes(b"garbage")  # never read: the check refuses first
 
     def check(run):
         raise CheckpointError(f"{run.run_dir}: refused")
+
     with pytest.raises(CheckpointError, match="refused"):
         load_run(run_dir, "toy", _build, check=check)
 
@@ -161,7 +173,7 @@ def test_stop_request_first_signal_asks_second_ctrl_c_aborts(capsys):
         assert stop.requested
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)
-    assert signal.getsignal(signal.SIGINT) is before   # handlers given back
+    assert signal.getsignal(signal.SIGINT) is before  # handlers given back
     assert "stopping after this step" in capsys.readouterr().err
 
 
@@ -177,16 +189,16 @@ def test_resolve_device():
 
 def test_setup_torch_sets_threads_and_flushes_denormals():
     threads = torch.get_num_threads()
-    supported = torch.set_flush_denormal(False)        # True where the CPU can flush denormals
-    tiny = torch.tensor([1e-40], dtype=torch.float32)   # a float32 denormal
+    supported = torch.set_flush_denormal(False)  # True where the CPU can flush denormals
+    tiny = torch.tensor([1e-40], dtype=torch.float32)  # a float32 denormal
     assert float(tiny * 1.0) != 0.0
     try:
         setup_torch(1)
         assert torch.get_num_threads() == 1
         if supported:
             assert float(tiny * 1.0) == 0.0
-        setup_torch(None)                               # None: leaves the count alone
+        setup_torch(None)  # None: leaves the count alone
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
-        torch.set_flush_denormal(True)                  # as every trainer leaves the process
+        torch.set_flush_denormal(True)  # as every trainer leaves the process

@@ -1,4 +1,5 @@
 """``python -m onlstm …`` (what ``torchrun … -m onlstm lm train …`` runs)."""
+
 import sys
 
 from .cli import main

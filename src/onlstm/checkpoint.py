@@ -9,6 +9,7 @@ A run directory holds
 Every file is written to a temporary name and renamed into place, so an interrupted write never
 leaves a half-written checkpoint behind.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,6 +49,7 @@ def write_json(path: Path, obj: Any) -> None:
         with open(tmp, "w") as f:
             json.dump(obj, f, indent=2)
             f.write("\n")
+
     atomic_write(path, w)
 
 
@@ -109,10 +111,15 @@ def assign_weights(module: torch.nn.Module, tensors: dict[str, torch.Tensor], so
     missing = sorted(saved_ok - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     if missing or unexpected:
-        raise CheckpointError(f"{source} does not fit this model: missing {missing[:5]}, unexpected {unexpected[:5]}; "
-                              "was it written with another configuration?")
-    wrong = [f"{k}: saved {tuple(v.shape)}, model {tuple(expected[k].shape)}" for k, v in tensors.items()
-             if tuple(v.shape) != tuple(expected[k].shape)]
+        raise CheckpointError(
+            f"{source} does not fit this model: missing {missing[:5]}, unexpected {unexpected[:5]}; "
+            "was it written with another configuration?"
+        )
+    wrong = [
+        f"{k}: saved {tuple(v.shape)}, model {tuple(expected[k].shape)}"
+        for k, v in tensors.items()
+        if tuple(v.shape) != tuple(expected[k].shape)
+    ]
     if wrong:
         raise CheckpointError(f"{source} does not fit this model: {'; '.join(wrong[:5])}")
     module.load_state_dict(tensors, strict=False)

@@ -1,4 +1,5 @@
 """The ``onlstm`` command."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,6 +12,7 @@ from .errors import EXIT_INTERRUPTED, OnlstmError
 def _cmd_demo(args) -> int:
     from .config import flags_given, merged, read_yaml
     from .parsing.demo import DemoConfig, run
+
     file = read_yaml(args.config, {"demo": DemoConfig})["demo"] if args.config else {}
     run(DemoConfig.from_dict(merged(file, flags_given(args, "demo"))), as_json=args.json)
     return 0
@@ -18,6 +20,7 @@ def _cmd_demo(args) -> int:
 
 def _cmd_layer_demo(args) -> int:
     from .demo_layer import run
+
     run(seconds=args.seconds, seed=args.seed, as_json=args.json)
     return 0
 
@@ -27,11 +30,16 @@ def _cmd_info(args) -> int:
 
     from . import __version__
     from .nn.kernels import kernel_status
+
     kernels = kernel_status()
     info = {
-        "onlstm": __version__, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "cpp_kernel": kernels["cpp"]["available"], "cpp_kernel_error": kernels["cpp"]["reason"],
-        "kernels": kernels, "cuda": torch.cuda.is_available(),
+        "onlstm": __version__,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpp_kernel": kernels["cpp"]["available"],
+        "cpp_kernel_error": kernels["cpp"]["reason"],
+        "kernels": kernels,
+        "cuda": torch.cuda.is_available(),
     }
     print(json.dumps(info, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in info.items()))
     return 0
@@ -40,6 +48,7 @@ def _cmd_info(args) -> int:
 def _add_demo_flags(p: argparse.ArgumentParser) -> None:
     from .config import add_flags
     from .parsing.demo import DemoConfig
+
     p.add_argument("--config", help="YAML file with a demo: section (any field below); flags win over it")
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     add_flags(p, DemoConfig, "demo", "demo settings")

@@ -27,6 +27,7 @@ Example::
     file = read_yaml(path, {"train": Train})["train"] if path else {}
     cfg = Train.from_dict(merged(file, flags_given(args, "train")))
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
+
 from .errors import OnlstmError
 
 __all__ = [
@@ -62,9 +64,16 @@ class ConfigError(OnlstmError, ValueError):
 # --------------------------------------------------------------------------- declaring fields
 
 
-def option(default: Any = MISSING, help: str | Callable[[], str] = "", *, choices: Iterable[str] | None = None,
-           flag: bool = True, fixed: str | None = None, default_text: str | None = None,
-           omit_default: bool = False) -> Any:
+def option(
+    default: Any = MISSING,
+    help: str | Callable[[], str] = "",
+    *,
+    choices: Iterable[str] | None = None,
+    flag: bool = True,
+    fixed: str | None = None,
+    default_text: str | None = None,
+    omit_default: bool = False,
+) -> Any:
     """A dataclass field with its help text (a string, or a function returning it when the parser is built).
 
     ``choices``: allowed values (checked whenever the config is built). ``flag=False``: no command-line flag
@@ -73,8 +82,14 @@ def option(default: Any = MISSING, help: str | Callable[[], str] = "", *, choice
     ``omit_default``: left out of ``to_dict`` while it has its default (see :meth:`Config.to_dict`).
     A list or dict default is copied for every instance.
     """
-    meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag and fixed is None,
-            "fixed": fixed, "default_text": default_text, "omit_default": omit_default}
+    meta = {
+        "help": help,
+        "choices": tuple(choices) if choices else None,
+        "flag": flag and fixed is None,
+        "fixed": fixed,
+        "default_text": default_text,
+        "omit_default": omit_default,
+    }
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -238,8 +253,9 @@ def check_section(cls, data: Any, section: str) -> dict:
     return {k: _check_value(cls, by_name[k], v, section) for k, v in data.items()}
 
 
-def read_yaml(path: str | Path, sections: Mapping[str, type | None], keys: Iterable[str] = (),
-              missing_hint: str = "") -> dict:
+def read_yaml(
+    path: str | Path, sections: Mapping[str, type | None], keys: Iterable[str] = (), missing_hint: str = ""
+) -> dict:
     """Read a YAML config file: ``sections`` maps a section name to its config class (None: any mapping),
     ``keys`` are other allowed top-level keys (values returned as they are). Returns ``{name: dict}`` for
     every section (empty when absent) and the keys present; errors name the file and ``section.field``."""
@@ -332,8 +348,7 @@ def _add_flag(group, f: dataclasses.Field, tp: Any, dest: str) -> None:
     if tp is bool:
         group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, **kw)
     elif typing.get_origin(tp) is dict:
-        group.add_argument(_flag(f.name), nargs="+", type=_key_value, metavar="KEY=VALUE", action=_MappingAction,
-                           **kw)
+        group.add_argument(_flag(f.name), nargs="+", type=_key_value, metavar="KEY=VALUE", action=_MappingAction, **kw)
     elif typing.get_origin(tp) in (list, tuple):
         item = typing.get_args(tp)[0]
         group.add_argument(_flag(f.name), nargs="+", type=item, metavar={int: "N", float: "X"}.get(item, "NAME"), **kw)
@@ -343,8 +358,9 @@ def _add_flag(group, f: dataclasses.Field, tp: Any, dest: str) -> None:
         group.add_argument(_flag(f.name), type=tp, choices=choices, metavar=metavar, **kw)
 
 
-def add_flags(parser: argparse.ArgumentParser, cls, section: str, title: str | None = None,
-              skip: Iterable[str] = ()) -> None:
+def add_flags(
+    parser: argparse.ArgumentParser, cls, section: str, title: str | None = None, skip: Iterable[str] = ()
+) -> None:
     """One flag per field of ``cls`` (except ``fixed``/``flag=False`` fields and ``skip``), in a group ``title``.
 
     Flags default to None ("not given"), so :func:`flags_given` returns only what the user typed and the
@@ -360,4 +376,4 @@ def add_flags(parser: argparse.ArgumentParser, cls, section: str, title: str | N
 def flags_given(args: argparse.Namespace, section: str) -> dict:
     """The fields of ``section`` set on the command line (flags added by :func:`add_flags`)."""
     prefix = section + "."
-    return {k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}
+    return {k[len(prefix) :]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}

@@ -6,6 +6,7 @@ that predicts the next token must track how deeply it is nested. After training,
 each held-out token with its distance ``d_f = 1 - mean(master forget)`` (the quantity ON-LSTM
 parses with) and the correlation between ``d_f`` and the token's nesting depth.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,26 +63,29 @@ def batches(sents, batch_size, rng):
     order = list(range(len(sents)))
     rng.shuffle(order)
     for i in range(0, len(order), batch_size):
-        chunk = [sents[j] for j in order[i:i + batch_size]]
+        chunk = [sents[j] for j in order[i : i + batch_size]]
         T = max(len(s) for s in chunk)
         x = torch.zeros(T + 1, len(chunk), dtype=torch.long)
         mask = torch.zeros(T, len(chunk), dtype=torch.bool)
         for b, s in enumerate(chunk):
             ids = [INDEX["<eos>"]] + [INDEX[t] for t in s]
-            x[:len(ids), b] = torch.tensor(ids)
-            mask[:len(s), b] = True
+            x[: len(ids), b] = torch.tensor(ids)
+            mask[: len(s), b] = True
         yield x[:-1], x[1:], mask
 
 
-def run(seconds: float = 20.0, seed: int = 0, as_json: bool = False) -> dict:
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    train, held_out = corpus(rng, 4000), corpus(rng, 200)
-    model = TinyLM(len(VOCAB))
+def _train(model: TinyLM, train, seconds: float, rng: random.Random, quiet: bool) -> int:
+    """Adam on ``train`` for ``seconds`` of wall time; returns the number of steps."""
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     loss_fn = nn.CrossEntropyLoss(reduction="none")
     start, steps, loss_avg = time.monotonic(), 0, None
-    bar = tqdm(total=round(seconds), unit="s", desc="training", disable=as_json, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}s {postfix}")
+    bar = tqdm(
+        total=round(seconds),
+        unit="s",
+        desc="training",
+        disable=quiet,
+        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}s {postfix}",
+    )
     while time.monotonic() - start < seconds:
         for x, y, mask in batches(train, 32, rng):
             logits, _ = model(x)
@@ -97,8 +101,13 @@ def run(seconds: float = 20.0, seed: int = 0, as_json: bool = False) -> dict:
             if time.monotonic() - start >= seconds:
                 break
     bar.close()
+    return steps
 
+
+def _held_out(model: TinyLM, held_out) -> tuple[float, list[float], list[int], list]:
+    """Mean held-out loss, every token's last-layer distance and nesting depth, and up to 3 example sentences."""
     model.eval()
+    loss_fn = nn.CrossEntropyLoss(reduction="none")
     all_d, all_depth, tot_loss, tot_n, examples = [], [], 0.0, 0, []
     with torch.no_grad():
         for x, y, mask in batches(held_out, 50, random.Random(1)):
@@ -106,26 +115,43 @@ def run(seconds: float = 20.0, seed: int = 0, as_json: bool = False) -> dict:
             tot_loss += (loss_fn(logits.flatten(0, 1), y.flatten()) * mask.flatten()).sum().item()
             tot_n += int(mask.sum())
             for b in range(x.shape[1]):
-                n = int(mask[:, b].sum()) - 1          # tokens of the sentence, without the final <eos>
-                toks = [VOCAB[i] for i in x[1:n + 1, b].tolist()]
-                dist = d.forget[1:n + 1, b, -1].tolist()   # last layer, distance on reading each token
+                n = int(mask[:, b].sum()) - 1  # tokens of the sentence, without the final <eos>
+                toks = [VOCAB[i] for i in x[1 : n + 1, b].tolist()]
+                dist = d.forget[1 : n + 1, b, -1].tolist()  # last layer, distance on reading each token
                 all_d += dist
                 all_depth += depths(toks)
                 if len(examples) < 3 and 8 <= n <= 16:
                     examples.append(list(zip(toks, dist)))
+    return tot_loss / tot_n, all_d, all_depth, examples
+
+
+def run(seconds: float = 20.0, seed: int = 0, as_json: bool = False) -> dict:
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    train, held_out = corpus(rng, 4000), corpus(rng, 200)
+    model = TinyLM(len(VOCAB))
+    start = time.monotonic()
+    steps = _train(model, train, seconds, rng, quiet=as_json)
+    train_seconds = round(time.monotonic() - start, 1)
+    loss, all_d, all_depth, examples = _held_out(model, held_out)
     dd, dp = torch.tensor(all_d), torch.tensor(all_depth, dtype=torch.float)
     corr = torch.corrcoef(torch.stack([dd, dp]))[0, 1].item()
     result = {
-        "train_seconds": round(time.monotonic() - start, 1), "steps": steps,
-        "held_out_loss": tot_loss / tot_n, "held_out_perplexity": float(torch.exp(torch.tensor(tot_loss / tot_n))),
-        "corr_distance_depth": corr, "examples": [[(t, round(v, 3)) for t, v in ex] for ex in examples],
+        "train_seconds": train_seconds,
+        "steps": steps,
+        "held_out_loss": loss,
+        "held_out_perplexity": float(torch.exp(torch.tensor(loss))),
+        "corr_distance_depth": corr,
+        "examples": [[(t, round(v, 3)) for t, v in ex] for ex in examples],
         "impl": model.rnn.resolved_impl(torch.device("cpu")),
     }
     if as_json:
         print(json.dumps(result))
         return result
-    print(f"\ntrained {steps} steps in {result['train_seconds']}s ({result['impl']} kernel); "
-          f"held-out perplexity {result['held_out_perplexity']:.3f}")
+    print(
+        f"\ntrained {steps} steps in {result['train_seconds']}s ({result['impl']} kernel); "
+        f"held-out perplexity {result['held_out_perplexity']:.3f}"
+    )
     print("master-forget distance of each held-out token (last layer):")
     for ex in examples:
         print()

@@ -23,6 +23,7 @@ LSTM, ``h`` for GRU); ``distances`` is :class:`onlstm.Distances` for encoders th
 DropConnect on hidden-to-hidden weights works the same way for every built-in encoder: one mask per
 forward call, not inverted (weights scaled by ``1 - p`` in eval).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -98,8 +99,9 @@ class EncoderSpec:
         unknown = sorted(set(options) - set(self.option_names))
         if unknown:
             accepted = ", ".join(self.option_names) or "none"
-            raise EncoderError(f"encoder {self.name!r} does not accept the option(s) {', '.join(unknown)} "
-                               f"(it accepts: {accepted})")
+            raise EncoderError(
+                f"encoder {self.name!r} does not accept the option(s) {', '.join(unknown)} (it accepts: {accepted})"
+            )
         out = {}
         for o in self.options:
             try:
@@ -138,9 +140,18 @@ class EncoderSpec:
 _REGISTRY: dict[str, EncoderSpec] = {}
 
 
-def register(name: str, build: Callable[..., nn.Module], *, options: Iterable[EncoderOption] = (),
-             yields_distances: bool = False, causal: bool = True, stateful: bool = True, description: str = "",
-             check: Callable[[list[int], dict], None] | None = None, replace: bool = False) -> EncoderSpec:
+def register(
+    name: str,
+    build: Callable[..., nn.Module],
+    *,
+    options: Iterable[EncoderOption] = (),
+    yields_distances: bool = False,
+    causal: bool = True,
+    stateful: bool = True,
+    description: str = "",
+    check: Callable[[list[int], dict], None] | None = None,
+    replace: bool = False,
+) -> EncoderSpec:
     """Add an encoder to the registry (from the package or from user code); returns its spec.
 
     Registering a name that is already there is an error unless ``replace=True``.
@@ -169,16 +180,20 @@ def get(name: str) -> EncoderSpec:
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
-        raise EncoderError(f"unknown encoder {name!r}; registered encoders: {', '.join(names())} (an encoder "
-                           "defined in your own code must be registered with onlstm.encoders.register first)") from None
+        raise EncoderError(
+            f"unknown encoder {name!r}; registered encoders: {', '.join(names())} (an encoder "
+            "defined in your own code must be registered with onlstm.encoders.register first)"
+        ) from None
 
 
 def check_cell(name: Any, where: str = "cell") -> EncoderSpec:
     """The spec of the encoder a config names in ``where``; the error lists the registered names."""
     if not isinstance(name, str) or name not in _REGISTRY:
-        raise EncoderError(f"{where} must be one of {names()}, got {name!r}; an encoder defined in your own code "
-                           "must be registered (onlstm.encoders.register) before a config or a run using it is "
-                           "built or loaded")
+        raise EncoderError(
+            f"{where} must be one of {names()}, got {name!r}; an encoder defined in your own code "
+            "must be registered (onlstm.encoders.register) before a config or a run using it is "
+            "built or loaded"
+        )
     return _REGISTRY[name]
 
 
@@ -189,8 +204,10 @@ def options_for(name: str, values: Mapping[str, Any] | object, extra: Mapping[st
     return {**get(name).select(values), **(extra or {})}
 
 
-ENCODER_OPTIONS_HELP = ("options of the encoder beyond the fields above, e.g. nonlinearity=tanh (YAML: a mapping); "
-                        "an option the chosen encoder does not accept is an error")
+ENCODER_OPTIONS_HELP = (
+    "options of the encoder beyond the fields above, e.g. nonlinearity=tanh (YAML: a mapping); "
+    "an option the chosen encoder does not accept is an error"
+)
 
 
 def accepted_by(option: str) -> list[str]:
@@ -266,21 +283,40 @@ def _check_onlstm(sizes: list[int], opts: dict) -> None:
         raise EncoderError(f"chunk_size must be positive, got {chunk}")
     bad = [h for h in sizes if h % chunk]
     if bad:
-        raise EncoderError(f"hidden sizes {bad} are not divisible by chunk_size={chunk}: an ON-LSTM layer is cut "
-                           "into chunks of chunk_size units; change the hidden size(s) or chunk_size")
+        raise EncoderError(
+            f"hidden sizes {bad} are not divisible by chunk_size={chunk}: an ON-LSTM layer is cut "
+            "into chunks of chunk_size units; change the hidden size(s) or chunk_size"
+        )
 
 
 _DROPCONNECT = EncoderOption("dropconnect", float, 0.0, "DropConnect on hidden-to-hidden weights")
 
-register("onlstm", lambda i, h, **o: _ONLSTMLayer(ONLSTM(i, h, **o)), yields_distances=True, check=_check_onlstm,
-         description="Ordered Neurons LSTM (master gates; yields distances for tree induction)",
-         options=(EncoderOption("chunk_size", int, 1, "units per master-gate level"),
-                  EncoderOption("master_input", str, "paper", "master input gate: paper or reverse",
-                                MASTER_INPUT_MODES), _DROPCONNECT))
-register("lstm", lambda i, h, dropconnect: TorchRNN(nn.LSTM(i, h), dropconnect), options=(_DROPCONNECT,),
-         check=_check_dropconnect, description="torch.nn.LSTM")
-register("gru", lambda i, h, dropconnect: TorchRNN(nn.GRU(i, h), dropconnect), options=(_DROPCONNECT,),
-         check=_check_dropconnect, description="torch.nn.GRU")
+register(
+    "onlstm",
+    lambda i, h, **o: _ONLSTMLayer(ONLSTM(i, h, **o)),
+    yields_distances=True,
+    check=_check_onlstm,
+    description="Ordered Neurons LSTM (master gates; yields distances for tree induction)",
+    options=(
+        EncoderOption("chunk_size", int, 1, "units per master-gate level"),
+        EncoderOption("master_input", str, "paper", "master input gate: paper or reverse", MASTER_INPUT_MODES),
+        _DROPCONNECT,
+    ),
+)
+register(
+    "lstm",
+    lambda i, h, dropconnect: TorchRNN(nn.LSTM(i, h), dropconnect),
+    options=(_DROPCONNECT,),
+    check=_check_dropconnect,
+    description="torch.nn.LSTM",
+)
+register(
+    "gru",
+    lambda i, h, dropconnect: TorchRNN(nn.GRU(i, h), dropconnect),
+    options=(_DROPCONNECT,),
+    check=_check_dropconnect,
+    description="torch.nn.GRU",
+)
 
 
 def detach_state(state):

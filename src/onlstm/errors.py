@@ -20,6 +20,7 @@ Exit statuses (the same for every sub-command):
 Most classes keep :class:`ValueError` (or :class:`RuntimeError`) as a second base, so code written
 before this module existed (``except ValueError``) still catches them.
 """
+
 from __future__ import annotations
 
 EXIT_OK = 0

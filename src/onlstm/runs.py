@@ -13,21 +13,31 @@
 Resume files keep the format names they had before this module existed (``onlstm-lm-resume/1``,
 ``onlstm-logic-resume-1``) and the same layout, so a file written by an older version loads.
 """
+
 from __future__ import annotations
 
 import json
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
-from .checkpoint import (CheckpointError, assign_weights, atomic_write, load_weights, read_json, read_safetensors,
-                         resolve_weights, state_dict_for_saving)
+from .checkpoint import (
+    CheckpointError,
+    assign_weights,
+    atomic_write,
+    load_weights,
+    read_json,
+    read_safetensors,
+    resolve_weights,
+    state_dict_for_saving,
+)
 from .errors import InputError
 
 # --------------------------------------------------------------------------- device, threads, denormals
@@ -76,8 +86,12 @@ class StopRequest:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
         if not self.requested:
-            print("\nstopping after this step and saving a resumable checkpoint "
-                  "(press Ctrl-C again to abort without saving)", file=sys.stderr, flush=True)
+            print(
+                "\nstopping after this step and saving a resumable checkpoint "
+                "(press Ctrl-C again to abort without saving)",
+                file=sys.stderr,
+                flush=True,
+            )
         self.requested = True
 
     def __exit__(self, *exc):
@@ -92,17 +106,25 @@ class StopRequest:
 
 @dataclass
 class LoadedRun:
-    model: nn.Module          # on the asked device, in eval mode
-    config: dict              # config.json
-    vocab: Any                # what the ``vocab`` reader returned (None without one)
+    model: nn.Module  # on the asked device, in eval mode
+    config: dict  # config.json
+    vocab: Any  # what the ``vocab`` reader returned (None without one)
     run_dir: Path
     weights: Path
 
 
-def load_run(path: str | Path, kind: str, build: Callable[[dict], nn.Module], *, tag: str = "best",
-             device: str | torch.device = "cpu", vocab: Callable[[Path], Any] | None = None,
-             check: Callable[[LoadedRun], None] | None = None, what: str | None = None,
-             hint: str = "") -> LoadedRun:
+def load_run(
+    path: str | Path,
+    kind: str,
+    build: Callable[[dict], nn.Module],
+    *,
+    tag: str = "best",
+    device: str | torch.device = "cpu",
+    vocab: Callable[[Path], Any] | None = None,
+    check: Callable[[LoadedRun], None] | None = None,
+    what: str | None = None,
+    hint: str = "",
+) -> LoadedRun:
     """Open the run directory ``path`` (or a ``.safetensors`` file in one) holding a model of ``kind``.
 
     ``build(config["model"])`` makes the (untrained) model; a ``TypeError``/``ValueError``/``KeyError`` it
@@ -115,8 +137,10 @@ def load_run(path: str | Path, kind: str, build: Callable[[dict], nn.Module], *,
     config = read_json(run_dir / "config.json")
     found = config.get("kind") if isinstance(config, dict) else None
     if found != kind:
-        raise CheckpointError(f"{run_dir} holds a checkpoint of kind {found!r}, not {what or kind} ({kind!r})"
-                              + (f"; {hint}" if hint else ""))
+        raise CheckpointError(
+            f"{run_dir} holds a checkpoint of kind {found!r}, not {what or kind} ({kind!r})"
+            + (f"; {hint}" if hint else "")
+        )
     try:
         model = build(config["model"])
     except (KeyError, TypeError, ValueError) as exc:
@@ -159,8 +183,9 @@ def optimizer_from_data(opt: torch.optim.Optimizer, tensors: dict[str, torch.Ten
     opt.load_state_dict({"state": state, "param_groups": groups})
 
 
-def training_tensors(model: nn.Module, opt: torch.optim.Optimizer,
-                     device: torch.device) -> tuple[dict[str, torch.Tensor], dict]:
+def training_tensors(
+    model: nn.Module, opt: torch.optim.Optimizer, device: torch.device
+) -> tuple[dict[str, torch.Tensor], dict]:
     """What every trainer saves: ``model.*`` weights, ``optim.*`` optimizer tensors, ``rng.torch`` (and
     ``rng.cuda`` on a GPU); returns ``(tensors, optimizer metadata)``."""
     tensors = {f"model.{k}": v for k, v in state_dict_for_saving(model).items()}
@@ -172,8 +197,14 @@ def training_tensors(model: nn.Module, opt: torch.optim.Optimizer,
     return tensors, opt_meta
 
 
-def restore_training(path: Path, tensors: dict[str, torch.Tensor], opt_meta: dict, model: nn.Module,
-                     opt: torch.optim.Optimizer, device: torch.device) -> None:
+def restore_training(
+    path: Path,
+    tensors: dict[str, torch.Tensor],
+    opt_meta: dict,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    device: torch.device,
+) -> None:
     """Undo :func:`training_tensors`: weights, optimizer state and random state back in place."""
     if "rng.torch" not in tensors:
         raise CheckpointError(f"{path}: the random state (rng.torch) is missing; the file is incomplete")
@@ -188,19 +219,22 @@ def write_resume(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: d
     """Write a resume file atomically: ``tensors`` as safetensors, every ``meta`` value as JSON text in the
     file's metadata next to ``format = fmt``."""
     from safetensors.torch import save_file
+
     header = {"format": fmt, **{k: json.dumps(v) for k, v in meta.items()}}
     atomic_write(Path(path), lambda tmp: save_file(tensors, tmp, metadata=header))
 
 
-def read_resume(path: Path, fmt: str, what: str, keys: tuple[str, ...],
-                fix: str = "start a new run with another --out") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def read_resume(
+    path: Path, fmt: str, what: str, keys: tuple[str, ...], fix: str = "start a new run with another --out"
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """``(tensors, metadata)`` of a resume file written by :func:`write_resume` with format ``fmt``; the
     metadata values in ``keys`` must be present and are decoded from JSON. ``what`` names the file for
     people ("a logic resume file"); ``fix`` says how to go on when the file cannot be used."""
     tensors, raw = read_safetensors(path)
     if raw.get("format") != fmt:
-        raise CheckpointError(f"{path} is not {what} (format {raw.get('format')!r}, expected {fmt!r}); "
-                              f"it cannot be resumed: {fix}")
+        raise CheckpointError(
+            f"{path} is not {what} (format {raw.get('format')!r}, expected {fmt!r}); it cannot be resumed: {fix}"
+        )
     try:
         meta = {k: json.loads(raw[k]) for k in keys}
     except (KeyError, TypeError, json.JSONDecodeError) as exc:

@@ -69,12 +69,21 @@ def test_normalise_tree_by_hand():
     raw = LabelledTree.fromstring(SAID)
     norm = normalise_tree(raw)
     assert leaves(norm) == ["mr.", "smith", "said", "it", "rose", "N.N", "%", "in", "N"]
-    assert to_brackets(norm) == ("(S (NP (NNP mr.) (NNP smith)) (VP (VBD said) (SBAR+S (NP (PRP it)) "
-                                 "(VP (VBD rose) (NP (CD N.N) (NN %)) (PP (IN in) (NP (CD N)))))))")
+    assert to_brackets(norm) == (
+        "(S (NP (NNP mr.) (NNP smith)) (VP (VBD said) (SBAR+S (NP (PRP it)) "
+        "(VP (VBD rose) (NP (CD N.N) (NN %)) (PP (IN in) (NP (CD N)))))))"
+    )
     assert unlabel(norm) == (("mr.", "smith"), ("said", ("it", ("rose", ("N.N", "%"), ("in", "N")))))
     # mr.0 smith1 said2 it3 rose4 N.N5 %6 in7 N8
-    assert labelled_spans(norm) == {(0, 2, "NP"), (2, 9, "VP"), (3, 9, "SBAR"), (3, 9, "S"), (4, 9, "VP"),
-                                    (5, 7, "NP"), (7, 9, "PP")}
+    assert labelled_spans(norm) == {
+        (0, 2, "NP"),
+        (2, 9, "VP"),
+        (3, 9, "SBAR"),
+        (3, 9, "S"),
+        (4, 9, "VP"),
+        (5, 7, "NP"),
+        (7, 9, "PP"),
+    }
     assert normalise_tree(LabelledTree.fromstring(EMPTY)) is None
     paid = normalise_tree(LabelledTree.fromstring(PAID))
     assert leaves(paid) == ["he", "paid", "N"] and unlabel(paid) == ("he", ("paid", "N"))
@@ -88,7 +97,9 @@ def test_normalise_tree_rejects_bare_words():
 
 def test_split_bracketings_errors():
     assert [line for line, _ in split_bracketings(SAID + "\n" + PAID)] == [1, 12]
-    with pytest.raises(TreebankError, match=r"x\.mrg: unbalanced brackets: the tree starting at line 1 is never closed"):
+    with pytest.raises(
+        TreebankError, match=r"x\.mrg: unbalanced brackets: the tree starting at line 1 is never closed"
+    ):
         split_bracketings("( (S (NP (DT the) (NN cat))\n", "x.mrg")
     with pytest.raises(TreebankError, match=r"line 2 closes nothing"):
         split_bracketings("( (S (NN x)))\n)", "x.mrg")
@@ -107,12 +118,18 @@ def _bank(tmp_path, files):
 def test_load_flat_nltk_layout(tmp_path):
     root = _bank(tmp_path, {"wsj_0101.mrg": SAID + EMPTY + PAID + LONG, "wsj_0102.mrg": "", "notes.txt": "x"})
     bank = load_treebank(root)
-    assert [s.words for s in bank] == [tuple("mr. smith said it rose N.N % in N".split()), ("he", "paid", "N"),
-                                       tuple("the stocks fell sharply in heavy trading on friday and monday".split())]
+    assert [s.words for s in bank] == [
+        tuple("mr. smith said it rose N.N % in N".split()),
+        ("he", "paid", "N"),
+        tuple("the stocks fell sharply in heavy trading on friday and monday".split()),
+    ]
     assert (bank.trees_read, bank.skipped_empty, bank.skipped_long) == (4, 1, 0)
     assert bank.empty_files == ["wsj_0102.mrg"] and bank.sections == ("01",)
-    assert [(s.file, s.index, s.section) for s in bank] == [("wsj_0101.mrg", 0, "01"), ("wsj_0101.mrg", 2, "01"),
-                                                            ("wsj_0101.mrg", 3, "01")]
+    assert [(s.file, s.index, s.section) for s in bank] == [
+        ("wsj_0101.mrg", 0, "01"),
+        ("wsj_0101.mrg", 2, "01"),
+        ("wsj_0101.mrg", 3, "01"),
+    ]
     assert "1 empty after normalisation skipped" in bank.summary()
     wsj10 = load_wsj10(root)
     assert len(wsj10) == 2 and wsj10.skipped_long == 1 and wsj10.name.startswith("WSJ10 (NLTK sample")

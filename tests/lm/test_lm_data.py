@@ -1,5 +1,6 @@
 """Language-modelling data: the PTB reader, vocabulary policy, columns, the BPTT schedule, the download
 command's offline behaviour, and the config presets."""
+
 from __future__ import annotations
 
 import http.server
@@ -37,7 +38,7 @@ CLOSED = {"ptb.train.txt": " a b <unk> \n b c \n", "ptb.valid.txt": " c a \n", "
 
 def test_reader_appends_eos_and_builds_vocab_from_train(tmp_path):
     c = load_corpus(write(tmp_path, CLOSED))
-    assert c.vocab.words == ["<eos>", "<unk>", "a", "b", "c"]     # specials, then first appearance
+    assert c.vocab.words == ["<eos>", "<unk>", "a", "b", "c"]  # specials, then first appearance
     assert c.closed_vocab
     w = c.vocab.words
     assert [w[i] for i in c["train"].ids] == ["a", "b", "<unk>", "<eos>", "b", "c", "<eos>"]
@@ -92,7 +93,7 @@ def test_real_ptb_counts():
 
 def test_batchify_columns_are_contiguous_stretches():
     ids = torch.arange(23)
-    d = batchify(ids, 4)                                  # 5 rows, 3 tokens dropped
+    d = batchify(ids, 4)  # 5 rows, 3 tokens dropped
     assert d.shape == (5, 4)
     assert d[:, 1].tolist() == [5, 6, 7, 8, 9]
     with pytest.raises(ValueError, match="too short"):
@@ -114,7 +115,7 @@ def test_bptt_schedule_tiles_the_stream_and_is_reproducible():
     assert s == bptt_schedule(n, 70, seed=141, epoch=3)
     assert s != bptt_schedule(n, 70, seed=141, epoch=4)
     assert s[0].start == 0 and all(a.start + a.length == b.start for a, b in zip(s, s[1:]))
-    assert s[-1].start + s[-1].length == n - 1                      # every row is predicted once
+    assert s[-1].start + s[-1].length == n - 1  # every row is predicted once
     assert all(seg.length >= 2 for seg in s) and all(seg.length >= 5 for seg in s[:-1])
     assert all(seg.lr_scale >= 5 / 70 for seg in s)
     fixed = bptt_schedule(n, 70, 0, 1, variable=False)
@@ -124,8 +125,8 @@ def test_bptt_schedule_tiles_the_stream_and_is_reproducible():
 def test_bptt_lengths_follow_the_recipe():
     lengths = [seg.length for e in range(1, 30) for seg in bptt_schedule(100_000, 70, 1, e)[:-1]]
     mean = sum(lengths) / len(lengths)
-    short = sum(x < 52 for x in lengths) / len(lengths)    # > 3.5 sd below 70: drawn around 35
-    assert 67.5 < mean < 69.5      # 0.95 * 70 + 0.05 * 35 = 68.25, minus int() truncation ~0.5
+    short = sum(x < 52 for x in lengths) / len(lengths)  # > 3.5 sd below 70: drawn around 35
+    assert 67.5 < mean < 69.5  # 0.95 * 70 + 0.05 * 35 = 68.25, minus int() truncation ~0.5
     assert 0.035 < short < 0.065
 
 
@@ -142,7 +143,7 @@ def test_locked_dropout_shard_is_the_slice_of_the_whole_batch_mask():
     torch.manual_seed(0)
     part = locked_dropout(x[:, 2:4], 0.5, True, shard=(2, 6))
     assert torch.equal(part, full[:, 2:4])
-    assert torch.equal(full[0], full[2])                     # one mask over time
+    assert torch.equal(full[0], full[2])  # one mask over time
 
 
 # --------------------------------------------------------------------------- download
@@ -191,11 +192,22 @@ def test_paper_preset_is_the_papers_command():
     assert (m.emb_size, m.hidden_sizes, m.chunk_size) == (400, [1150, 1150, 400], 10)
     assert (m.dropout_in, m.dropout_hidden, m.dropout_out, m.dropout_emb, m.dropconnect) == (0.5, 0.3, 0.45, 0.1, 0.45)
     t = cfg.train
-    assert (t.batch_size, t.bptt, t.lr, t.clip, t.weight_decay, t.alpha, t.beta, t.nonmono, t.seed, t.epochs) == \
-        (20, 70, 30.0, 0.25, 1.2e-6, 2.0, 1.0, 5, 141, 1000)
+    assert (t.batch_size, t.bptt, t.lr, t.clip, t.weight_decay, t.alpha, t.beta, t.nonmono, t.seed, t.epochs) == (
+        20,
+        70,
+        30.0,
+        0.25,
+        1.2e-6,
+        2.0,
+        1.0,
+        5,
+        141,
+        1000,
+    )
     from onlstm.lm import LanguageModel
+
     n = sum(p.numel() for p in LanguageModel(m).parameters())
-    assert round(n / 1e6, 1) == 25.2                          # docs/design.md §1.2: 25.2M parameters at vocab 10k
+    assert round(n / 1e6, 1) == 25.2  # docs/design.md §1.2: 25.2M parameters at vocab 10k
 
 
 @pytest.mark.parametrize("name", ["ptb-cpu.yaml", "tiny.yaml"])

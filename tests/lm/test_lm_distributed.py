@@ -8,6 +8,7 @@ the same mean loss (DDP averages the per-process means of equal shares) and so t
 gradient and update. The two differ only by floating-point reduction order, so the weights must agree
 to ~1e-6 after training, while a different seed moves them by orders of magnitude more.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,9 @@ from support import REPO, TINY_LM, quiet, write_corpus
 TINY = TINY_LM
 ROOT = REPO
 
-pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
-                                reason="torch.distributed with gloo is not available")
+pytestmark = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed with gloo is not available"
+)
 
 
 def max_diff(a: dict, b: dict) -> float:
@@ -39,11 +41,29 @@ def max_diff(a: dict, b: dict) -> float:
 def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
     data = write_corpus(tmp_path / "data", seed=3)
     flags = ["--asgd-start-epoch", "2", "--momentum", "0.5"]
-    stop = 40                                   # epoch 1 has 33 steps: stop in epoch 2, while averaging
+    stop = 40  # epoch 1 has 33 steps: stop in epoch 2, while averaging
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "onlstm", "lm", "train", "--config", str(TINY), "--data-dir", str(data),
-           "--out", str(tmp_path / "two"), "--max-steps", str(stop), *flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "onlstm",
+        "lm",
+        "train",
+        "--config",
+        str(TINY),
+        "--data-dir",
+        str(data),
+        "--out",
+        str(tmp_path / "two"),
+        "--max-steps",
+        str(stop),
+        *flags,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "stopped after 40 steps" in proc.stdout
@@ -70,7 +90,7 @@ def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
     other = train(tmp_path / "seed", data, explicit_settings(TINY, {"train": {**s["train"], "seed": 8}}), log=quiet)
     assert other["status"] == "finished"
     moved = max_diff(final[1], load_file(str(tmp_path / "seed" / "model.last.safetensors")))
-    assert moved > 1000 * max(diff, 1e-7)                 # the comparison is sensitive
+    assert moved > 1000 * max(diff, 1e-7)  # the comparison is sensitive
 
     r2, r1 = (read_json(tmp_path / r / "results.json") for r in ("two", "one"))
     assert abs(r2["test"]["loss"] - r1["test"]["loss"]) < 1e-5

@@ -1,5 +1,6 @@
 """Language-model training and evaluation: exact resume, NT-ASGD averaging, learning-rate scaling,
 perplexity protocols, the commands, and clear errors for bad run directories and checkpoints."""
+
 from __future__ import annotations
 
 import csv
@@ -49,17 +50,21 @@ def assert_same_tensors(a: dict, b: dict, exact: bool = True, atol: float = 0.0)
 
 def log_rows(run: Path) -> list[dict]:
     with open(run / "log.csv") as f:
-        return [{k: v for k, v in row.items() if k not in ("epoch_seconds", "tokens_per_s", "elapsed_s")}
-                for row in csv.DictReader(f)]
+        return [
+            {k: v for k, v in row.items() if k not in ("epoch_seconds", "tokens_per_s", "elapsed_s")}
+            for row in csv.DictReader(f)
+        ]
 
 
 def steps_in_epoch(corpus: Path, s: dict, epoch: int) -> int:
     from onlstm.data.ptb import load_corpus
     from onlstm.lm.config import load_config
+
     t = load_config(TINY, {"train": s["train"]}).train
     rows = batchify(load_corpus(corpus)["train"].ids, t.batch_size).shape[0]
-    return len(bptt_schedule(rows, t.bptt, t.seed, epoch, t.variable_bptt, t.bptt_short_prob, t.bptt_std,
-                             t.min_seq_len))
+    return len(
+        bptt_schedule(rows, t.bptt, t.seed, epoch, t.variable_bptt, t.bptt_short_prob, t.bptt_std, t.min_seq_len)
+    )
 
 
 # --------------------------------------------------------------------------- resume
@@ -77,7 +82,7 @@ def test_resume_mid_epoch_equals_uninterrupted(tmp_path, corpus, variant):
     s = settings(**VARIANTS[variant])
     full = train(tmp_path / "full", corpus, s, log=quiet)
     assert full["status"] == "finished"
-    stop_at = steps_in_epoch(corpus, s, 1) + 3                 # in epoch 2, after averaging started
+    stop_at = steps_in_epoch(corpus, s, 1) + 3  # in epoch 2, after averaging started
     part = train(tmp_path / "part", corpus, s, max_steps=stop_at, log=quiet)
     assert part["status"] == "stopped"
     p = part["progress"]
@@ -85,13 +90,15 @@ def test_resume_mid_epoch_equals_uninterrupted(tmp_path, corpus, variant):
     if variant.startswith("onlstm"):
         assert p["averaging"] and p["avg_count"] == 3
     saved = tensors(tmp_path / "part", "resume")
-    assert any(k.startswith("hidden.") for k in saved)        # the carried state is part of the checkpoint
+    assert any(k.startswith("hidden.") for k in saved)  # the carried state is part of the checkpoint
     resumed = train(tmp_path / "part", corpus, s, resume=True, log=quiet)
     assert resumed["status"] == "finished"
     for name in ("model.last", "model.best", "resume"):
         assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / "part", name))
     assert log_rows(tmp_path / "full") == log_rows(tmp_path / "part")
-    assert read_json(tmp_path / "full" / "results.json")["test"] == read_json(tmp_path / "part" / "results.json")["test"]
+    assert (
+        read_json(tmp_path / "full" / "results.json")["test"] == read_json(tmp_path / "part" / "results.json")["test"]
+    )
 
 
 def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(tmp_path, corpus):
@@ -100,11 +107,11 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(tmp_path, corpus):
 
     def interrupt(trainer):
         if trainer.progress.step == 5:
-            signal.raise_signal(signal.SIGINT)       # what Ctrl-C sends; the handler only sets a flag
+            signal.raise_signal(signal.SIGINT)  # what Ctrl-C sends; the handler only sets a flag
 
     part = train(tmp_path / "part", corpus, s, on_step=interrupt, log=quiet)
     assert part["status"] == "interrupted" and part["progress"]["step"] == 5
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler      # handler restored
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
     train(tmp_path / "part", corpus, s, resume=True, log=quiet)
     assert full["progress"]["step"] == read_json(tmp_path / "part" / "results.json")["steps"]
     assert_same_tensors(tensors(tmp_path / "full", "model.last"), tensors(tmp_path / "part", "model.last"))
@@ -120,14 +127,22 @@ def test_averaging_lr_scaling_and_evaluation_weights(tmp_path, corpus):
 
     def check(trainer):
         prog, cfg = trainer.progress, trainer.cfg
-        sched = bptt_schedule(trainer.n_rows, cfg.bptt, cfg.seed, prog.epoch, cfg.variable_bptt,
-                              cfg.bptt_short_prob, cfg.bptt_std, cfg.min_seq_len)
+        sched = bptt_schedule(
+            trainer.n_rows,
+            cfg.bptt,
+            cfg.seed,
+            prog.epoch,
+            cfg.variable_bptt,
+            cfg.bptt_short_prob,
+            cfg.bptt_std,
+            cfg.min_seq_len,
+        )
         assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.lr * sched[prog.batch - 1].lr_scale)
         seen["lr_checked"] += 1
         if prog.averaging:
             seen["iterates"].append([p.detach().clone() for p in trainer.params])
             mean = [torch.stack(ps).mean(0) for ps in zip(*seen["iterates"])]
-            for a, m in zip(trainer.avg, mean):                       # ASGD(t0=0, lambd=0)'s ax
+            for a, m in zip(trainer.avg, mean):  # ASGD(t0=0, lambd=0)'s ax
                 torch.testing.assert_close(a, m, atol=1e-6, rtol=1e-5)
             seen["names"] = trainer.param_names
 
@@ -136,20 +151,23 @@ def test_averaging_lr_scaling_and_evaluation_weights(tmp_path, corpus):
     assert len(seen["iterates"]) == steps_in_epoch(corpus, s, 2) == out["progress"]["avg_count"]
     res = tensors(tmp_path / "run", "resume")
     last = tensors(tmp_path / "run", "model.last")
-    for n in seen["names"]:                    # evaluation (and model.last) use the averaged weights
+    for n in seen["names"]:  # evaluation (and model.last) use the averaged weights
         assert torch.equal(last[n], res[f"avg.{n}"])
         assert not torch.equal(res[f"model.{n}"], res[f"avg.{n}"])
     rows = log_rows(tmp_path / "run")
     assert [r["averaging"] for r in rows] == ["0", "1"]
 
 
-@pytest.mark.parametrize("history, loss, nonmono, expected", [
-    ([5.0, 4.0, 3.0], 3.5, 3, False),          # not more than nonmono epochs yet
-    ([5.0, 4.0, 3.0, 3.1], 3.05, 3, False),    # 3.05 < min(history[:-3]) = 5.0
-    ([3.0, 4.0, 3.5, 3.2], 3.1, 3, True),      # 3.1 > min([3.0])
-    ([3.0, 4.0, 3.5, 3.2], 2.9, 3, False),     # improved on everything
-    ([3.0, 2.0, 3.5, 3.2, 3.3], 2.5, 3, True), # 2.5 > min([3.0, 2.0]) = 2.0
-])
+@pytest.mark.parametrize(
+    "history, loss, nonmono, expected",
+    [
+        ([5.0, 4.0, 3.0], 3.5, 3, False),  # not more than nonmono epochs yet
+        ([5.0, 4.0, 3.0, 3.1], 3.05, 3, False),  # 3.05 < min(history[:-3]) = 5.0
+        ([3.0, 4.0, 3.5, 3.2], 3.1, 3, True),  # 3.1 > min([3.0])
+        ([3.0, 4.0, 3.5, 3.2], 2.9, 3, False),  # improved on everything
+        ([3.0, 2.0, 3.5, 3.2, 3.3], 2.5, 3, True),  # 2.5 > min([3.0, 2.0]) = 2.0
+    ],
+)
 def test_nonmono_rule(history, loss, nonmono, expected):
     assert nonmono_switch(history, loss, nonmono) is expected
 
@@ -177,7 +195,7 @@ def tiny_model(vocab=11, cell="onlstm", seed=0) -> LanguageModel:
 def test_uniform_model_has_perplexity_vocab_size():
     m = tiny_model()
     with torch.no_grad():
-        m.embedding.weight.zero_()                      # tied decoder: all logits 0
+        m.embedding.weight.zero_()  # tied decoder: all logits 0
     ids = torch.randint(0, 11, (103,))
     p = perplexity(m, ids, "paper", bptt=7)
     assert p.ppl == pytest.approx(11.0) and p.tokens == 102 and p.dropped == 0
@@ -191,8 +209,8 @@ def test_state_is_carried_across_segments():
     one = perplexity(m, ids, "paper", bptt=1000)
     seg = perplexity(m, ids, "paper", bptt=5)
     assert seg.loss == pytest.approx(one.loss, rel=1e-6)
-    cold = sum(stream_loss(m, batchify(ids[i:i + 5], 1), 1000)[0] for i in range(0, 55, 5))
-    assert abs(cold - one.loss * one.tokens) > 1e-3       # restarting from zero would change the result
+    cold = sum(stream_loss(m, batchify(ids[i : i + 5], 1), 1000)[0] for i in range(0, 55, 5))
+    assert abs(cold - one.loss * one.tokens) > 1e-3  # restarting from zero would change the result
 
 
 def test_batched_protocol_is_the_columns_read_alone():
@@ -200,7 +218,7 @@ def test_batched_protocol_is_the_columns_read_alone():
     ids = torch.randint(0, 11, (83,))
     b = perplexity(m, ids, "batched", batch_size=4, bptt=6)
     cols = batchify(ids, 4)
-    alone = [stream_loss(m, cols[:, j:j + 1], 6) for j in range(4)]
+    alone = [stream_loss(m, cols[:, j : j + 1], 6) for j in range(4)]
     assert b.loss * b.tokens == pytest.approx(sum(s for s, _ in alone), rel=1e-6)
     assert b.tokens == sum(n for _, n in alone)
 
@@ -211,33 +229,94 @@ def test_batched_protocol_is_the_columns_read_alone():
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, corpus) -> Path:
     out = tmp_path_factory.mktemp("run") / "tiny"
-    assert main(["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(out),
-                 "--epochs", "1", "--cell", "lstm"]) == 0
+    assert (
+        main(
+            [
+                "lm",
+                "train",
+                "--config",
+                str(TINY),
+                "--data-dir",
+                str(corpus),
+                "--out",
+                str(out),
+                "--epochs",
+                "1",
+                "--cell",
+                "lstm",
+            ]
+        )
+        == 0
+    )
     return out
 
 
 def test_run_directory_layout_is_data_only(finished_run):
     names = sorted(p.name for p in finished_run.iterdir())
-    assert names == ["config.json", "log.csv", "model.best.safetensors", "model.last.safetensors",
-                     "results.json", "resume.safetensors", "vocab.json"]
+    assert names == [
+        "config.json",
+        "log.csv",
+        "model.best.safetensors",
+        "model.last.safetensors",
+        "results.json",
+        "resume.safetensors",
+        "vocab.json",
+    ]
     config = read_json(finished_run / "config.json")
     assert config["kind"] == "lm" and config["train"]["epochs"] == 1
-    cfg = LMConfig.from_dict(config["model"])                 # how other commands load the model
+    cfg = LMConfig.from_dict(config["model"])  # how other commands load the model
     assert cfg.cell == "lstm" and cfg.vocab_size == len(Vocab.load(finished_run / "vocab.json"))
-    run_dir, weights = resolve_weights(finished_run)
+    _run_dir, weights = resolve_weights(finished_run)
     assert weights.name == "model.best.safetensors"
 
 
 def test_eval_command_matches_the_final_test(finished_run, corpus, capsys):
     capsys.readouterr()
-    assert main(["lm", "eval", "--checkpoint", str(finished_run), "--data-dir", str(corpus), "--split", "test",
-                 "--protocol", "both", "--bptt", "8", "--batch-size", "2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "lm",
+                "eval",
+                "--checkpoint",
+                str(finished_run),
+                "--data-dir",
+                str(corpus),
+                "--split",
+                "test",
+                "--protocol",
+                "both",
+                "--bptt",
+                "8",
+                "--batch-size",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     results = read_json(finished_run / "results.json")
     assert out["paper"]["loss"] == pytest.approx(results["test"]["loss"], rel=1e-9)
     assert out["paper"]["batch_size"] == 1 and out["batched"]["batch_size"] == 2
-    assert main(["lm", "eval", "--checkpoint", str(finished_run), "--split", "valid", "--protocol", "batched",
-                 "--batch-size", "2", "--bptt", "8"]) == 0          # data dir recorded in the run
+    assert (
+        main(
+            [
+                "lm",
+                "eval",
+                "--checkpoint",
+                str(finished_run),
+                "--split",
+                "valid",
+                "--protocol",
+                "batched",
+                "--batch-size",
+                "2",
+                "--bptt",
+                "8",
+            ]
+        )
+        == 0
+    )  # data dir recorded in the run
     text = capsys.readouterr().out
     assert f"{results['valid']['ppl']:.2f}" in text
 
@@ -248,8 +327,23 @@ def test_existing_run_needs_resume(finished_run, corpus, capsys):
 
 
 def test_resume_refuses_changed_settings_and_other_data(finished_run, corpus, tmp_path, capsys):
-    rc = main(["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(finished_run),
-               "--resume", "--lr", "3", "--cell", "lstm"])
+    rc = main(
+        [
+            "lm",
+            "train",
+            "--config",
+            str(TINY),
+            "--data-dir",
+            str(corpus),
+            "--out",
+            str(finished_run),
+            "--resume",
+            "--lr",
+            "3",
+            "--cell",
+            "lstm",
+        ]
+    )
     assert rc == 2 and "cannot change train.lr (run: 10.0, given: 3.0)" in capsys.readouterr().err
     other = write_corpus(tmp_path / "other", seed=1, n_train=3)
     (other / "ptb.train.txt").write_text("completely different words here\n")
@@ -261,6 +355,7 @@ def test_resume_refuses_changed_settings_and_other_data(finished_run, corpus, tm
 
 def test_corrupt_and_mismatched_checkpoints_are_explained(finished_run, corpus, tmp_path, capsys):
     import shutil
+
     run = tmp_path / "copy"
     shutil.copytree(finished_run, run)
     data = (run / "resume.safetensors").read_bytes()
@@ -272,8 +367,27 @@ def test_corrupt_and_mismatched_checkpoints_are_explained(finished_run, corpus, 
     assert main(["lm", "eval", "--checkpoint", str(run), "--data-dir", str(corpus)]) == 2
     assert "corrupt or truncated" in capsys.readouterr().err
     other = tmp_path / "other"
-    assert main(["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(other),
-                 "--epochs", "1", "--hidden-sizes", "20", "16", "--no-final-test"]) == 0
+    assert (
+        main(
+            [
+                "lm",
+                "train",
+                "--config",
+                str(TINY),
+                "--data-dir",
+                str(corpus),
+                "--out",
+                str(other),
+                "--epochs",
+                "1",
+                "--hidden-sizes",
+                "20",
+                "16",
+                "--no-final-test",
+            ]
+        )
+        == 0
+    )
     shutil.copy(other / "model.best.safetensors", run / "model.best.safetensors")
     assert main(["lm", "eval", "--checkpoint", str(run), "--data-dir", str(corpus)]) == 2
     assert "does not fit this model" in capsys.readouterr().err

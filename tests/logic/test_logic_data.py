@@ -1,5 +1,6 @@
 """Logic data: formulas, relations, reader, generator -- checked against hand-worked cases and the
 original files of Bowman et al. (2015) in the shared sample."""
+
 from __future__ import annotations
 
 import itertools
@@ -30,25 +31,28 @@ def rel(a: str, b: str) -> str:
 # --------------------------------------------------------------------------- relations
 
 
-@pytest.mark.parametrize("a, b, expected", [
-    ("a", "a", "="),
-    ("a", "( not ( not a ) )", "="),
-    ("( a ( and b ) )", "( b ( and a ) )", "="),
-    ("( not ( a ( or b ) ) )", "( ( not a ) ( and ( not b ) ) )", "="),  # De Morgan
-    ("( a ( and b ) )", "a", "<"),
-    ("a", "( a ( or b ) )", "<"),
-    ("a", "( a ( and b ) )", ">"),
-    ("( a ( or b ) )", "b", ">"),
-    ("a", "( not a )", "^"),
-    ("( a ( and b ) )", "( ( not a ) ( or ( not b ) ) )", "^"),
-    ("( a ( and b ) )", "( not a )", "|"),
-    ("a", "( ( not a ) ( and c ) )", "|"),
-    ("( a ( or b ) )", "( not a )", "v"),
-    ("( not ( a ( and b ) ) )", "a", "v"),
-    ("a", "b", "#"),
-    ("( a ( and b ) )", "( a ( and c ) )", "#"),
-    ("( a ( or b ) )", "( not b )", "v"),
-])
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ("a", "a", "="),
+        ("a", "( not ( not a ) )", "="),
+        ("( a ( and b ) )", "( b ( and a ) )", "="),
+        ("( not ( a ( or b ) ) )", "( ( not a ) ( and ( not b ) ) )", "="),  # De Morgan
+        ("( a ( and b ) )", "a", "<"),
+        ("a", "( a ( or b ) )", "<"),
+        ("a", "( a ( and b ) )", ">"),
+        ("( a ( or b ) )", "b", ">"),
+        ("a", "( not a )", "^"),
+        ("( a ( and b ) )", "( ( not a ) ( or ( not b ) ) )", "^"),
+        ("( a ( and b ) )", "( not a )", "|"),
+        ("a", "( ( not a ) ( and c ) )", "|"),
+        ("( a ( or b ) )", "( not a )", "v"),
+        ("( not ( a ( and b ) ) )", "a", "v"),
+        ("a", "b", "#"),
+        ("( a ( and b ) )", "( a ( and c ) )", "#"),
+        ("( a ( or b ) )", "( not b )", "v"),
+    ],
+)
 def test_relation_hand_checked(a, b, expected):
     assert rel(a, b) == expected
     assert rel(b, a) == REVERSE[expected]
@@ -61,12 +65,19 @@ def test_every_relation_is_covered_by_the_hand_checked_cases():
     assert labels == set(RELATIONS)
 
 
-@pytest.mark.parametrize("a, b, expected", [
-    (C, "b", "<"), ("b", C, ">"),
-    (T, "b", ">"), ("b", T, "<"),
-    (C, T, "<"), (T, C, ">"),
-    (C, "( b ( and ( not b ) ) )", "="), (T, "( c ( or ( not c ) ) )", "="),
-])
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        (C, "b", "<"),
+        ("b", C, ">"),
+        (T, "b", ">"),
+        ("b", T, "<"),
+        (C, T, "<"),
+        (T, C, ">"),
+        (C, "( b ( and ( not b ) ) )", "="),
+        (T, "( c ( or ( not c ) ) )", "="),
+    ],
+)
 def test_degenerate_formulas_follow_the_documented_order(a, b, expected):
     assert rel(a, b) == expected
 
@@ -108,14 +119,17 @@ def test_truth_set_agrees_with_evaluation_on_all_64_assignments():
 # --------------------------------------------------------------------------- formulas
 
 
-@pytest.mark.parametrize("text, n_ops", [
-    ("c", 0),
-    ("( not f )", 1),
-    ("( a ( and a ) )", 1),
-    ("( ( not f ) ( and ( ( not c ) ( and b ) ) ) )", 4),
-    ("( not ( c ( or ( not ( b ( or f ) ) ) ) ) )", 4),
-    ("( ( ( d ( or f ) ) ( and ( not c ) ) ) ( and a ) )", 4),
-])
+@pytest.mark.parametrize(
+    "text, n_ops",
+    [
+        ("c", 0),
+        ("( not f )", 1),
+        ("( a ( and a ) )", 1),
+        ("( ( not f ) ( and ( ( not c ) ( and b ) ) ) )", 4),
+        ("( not ( c ( or ( not ( b ( or f ) ) ) ) ) )", 4),
+        ("( ( ( d ( or f ) ) ( and ( not c ) ) ) ( and a ) )", 4),
+    ],
+)
 def test_print_parse_round_trip_and_operator_count(text, n_ops):
     f = F.parse(text)
     assert F.to_text(f) == text
@@ -138,20 +152,23 @@ def test_generated_formulas_round_trip_and_have_the_asked_operator_count():
         assert F.truth_set(f) == ts
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("", "empty"),
-    ("( a and b )", "expected"),
-    ("( not a", "unbalanced"),
-    ("( not a ) )", "unbalanced"),
-    ("a b", "after a complete formula"),
-    ("( a ( xor b ) )", "unknown token 'xor'"),
-    ("g", "unknown token 'g'"),
-    ("( not  a )", "single spaces"),
-    ("( not a ) ", "single spaces"),
-    ("( a ( and b ) c )", "expected ')'"),
-    ("( ( not a ) )", "expected '('"),
-    ("(not a)", "unknown token"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("", "empty"),
+        ("( a and b )", "expected"),
+        ("( not a", "unbalanced"),
+        ("( not a ) )", "unbalanced"),
+        ("a b", "after a complete formula"),
+        ("( a ( xor b ) )", "unknown token 'xor'"),
+        ("g", "unknown token 'g'"),
+        ("( not  a )", "single spaces"),
+        ("( not a ) ", "single spaces"),
+        ("( a ( and b ) c )", "expected ')'"),
+        ("( ( not a ) )", "expected '('"),
+        ("(not a)", "unknown token"),
+    ],
+)
 def test_parse_rejects_text_outside_the_notation(text, problem):
     with pytest.raises(F.FormulaSyntaxError) as info:
         F.parse(text)
@@ -208,16 +225,19 @@ def test_sample_selection_by_split_and_counts(sample_examples):
 GOOD = "#\ta\t( not b )\n"
 
 
-@pytest.mark.parametrize("bad_line, problem", [
-    ("#\ta\n", "expected 3 TAB-separated fields"),
-    ("#\ta\tb\tc\n", "found 4"),
-    ("x\ta\tb\n", "unknown label 'x'"),
-    ("#\t( not a\tb\n", "unbalanced"),
-    ("#\ta\t( not z )\n", "unknown token 'z'"),
-    ("#\t( a and b )\tb\n", "first formula is not in the notation"),
-    ("#\ta\t( ( not a ) )\n", "second formula is not in the notation"),
-    ("\n", "empty line"),
-])
+@pytest.mark.parametrize(
+    "bad_line, problem",
+    [
+        ("#\ta\n", "expected 3 TAB-separated fields"),
+        ("#\ta\tb\tc\n", "found 4"),
+        ("x\ta\tb\n", "unknown label 'x'"),
+        ("#\t( not a\tb\n", "unbalanced"),
+        ("#\ta\t( not z )\n", "unknown token 'z'"),
+        ("#\t( a and b )\tb\n", "first formula is not in the notation"),
+        ("#\ta\t( ( not a ) )\n", "second formula is not in the notation"),
+        ("\n", "empty line"),
+    ],
+)
 def test_reader_errors_name_file_line_and_problem(tmp_path, bad_line, problem):
     path = tmp_path / "train1"
     path.write_text(GOOD + GOOD + bad_line + GOOD, encoding="utf-8")
@@ -247,7 +267,9 @@ def test_reader_single_file_and_misfiled_line(tmp_path):
     path.write_text("=\ta\ta\n#\ta\t( not b )\n", encoding="utf-8")
     exs = D.read_examples(path)
     assert [(e.label, e.ops_a, e.ops_b, e.line, e.split, e.file_number) for e in exs] == [
-        ("=", 0, 0, 1, "train", 0), ("#", 0, 1, 2, "train", 0)]
+        ("=", 0, 0, 1, "train", 0),
+        ("#", 0, 1, 2, "train", 0),
+    ]
     with pytest.raises(D.LogicDataError, match=r"line 2: the larger operator count is 1, so the pair belongs in file"):
         D.read_examples(path, check_buckets=True)
     other = tmp_path / "pairs.tsv"
@@ -328,8 +350,26 @@ def test_config_validation():
 
 def test_cli_generate_and_check(tmp_path, capsys):
     out = tmp_path / "gen"
-    assert main(["logic", "generate", "--out", str(out), "--per-length", "20", "--seed", "3",
-                 "--max-ops", "5", "--balance-labels", "--pool-factor", "3"]) == 0
+    assert (
+        main(
+            [
+                "logic",
+                "generate",
+                "--out",
+                str(out),
+                "--per-length",
+                "20",
+                "--seed",
+                "3",
+                "--max-ops",
+                "5",
+                "--balance-labels",
+                "--pool-factor",
+                "3",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "wrote" in text and "train labels" in text and "train5" in text
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{s}{k}" for s in ("train", "test") for k in range(6))

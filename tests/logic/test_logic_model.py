@@ -1,5 +1,6 @@
 """Logic classifier: features, padding invariance, evaluation by length, training/eval/compare smoke
 runs on tiny generated data, checkpoints, interruption and errors."""
+
 from __future__ import annotations
 
 import json
@@ -115,7 +116,7 @@ def test_padding_does_not_change_a_formulas_encoding(cell):
     with torch.no_grad():
         batch = model.encode(tokens, lengths)
         for j, f in enumerate(FORMULAS):
-            ids = torch.tensor(token_ids(f)).unsqueeze(1)                     # (T, 1)
+            ids = torch.tensor(token_ids(f)).unsqueeze(1)  # (T, 1)
             alone = model.encode(ids, torch.tensor([ids.shape[0]]))
             # independent route: run the encoder on the unpadded sequence, take its last output
             out, _, _ = model.encoder(model.embedding(ids))
@@ -159,8 +160,23 @@ def test_plateau_schedule_decays_only_after_lr_patience_bad_checks():
     lrs = []
     # bad, bad, better (resets), bad, bad, bad (decay), bad, bad, bad (decay), 3 more bad (decay to the floor),
     # 3 more bad (already at the floor: no change reported)
-    for improved in [False, False, True, False, False, False, False, False, False, False, False, False,
-                     False, False, False]:
+    for improved in [
+        False,
+        False,
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+    ]:
         decayed = sched.step(improved)
         lrs.append((opt.param_groups[0]["lr"], decayed))
     assert [lr for lr, _ in lrs] == [0.008] * 5 + [0.004] * 3 + [0.002] * 3 + [0.0015] * 4
@@ -175,13 +191,20 @@ def test_plateau_schedule_decays_only_after_lr_patience_bad_checks():
 def _example(label, a, b, number):
     fa, fb = parse(a), parse(b)
     from onlstm.logic.formulas import count_operators
+
     return D.Example(label, fa, fb, count_operators(fa), count_operators(fb), "mem", 1, "test", number)
 
 
 def test_count_by_length_agrees_with_a_hand_count():
-    exs = [_example("#", "a", "b", 1), _example("=", "a", "a", 1), _example("<", "a", "b", 1),
-           _example("|", "a", "b", 7), _example("v", "a", "b", 7), _example("^", "a", "b", 12)]
-    preds = ["#", "=", "#", "|", "|", "#"]        # right: 2 of 3 at length 1, 1 of 2 at 7, 0 of 1 at 12
+    exs = [
+        _example("#", "a", "b", 1),
+        _example("=", "a", "a", 1),
+        _example("<", "a", "b", 1),
+        _example("|", "a", "b", 7),
+        _example("v", "a", "b", 7),
+        _example("^", "a", "b", 12),
+    ]
+    preds = ["#", "=", "#", "|", "|", "#"]  # right: 2 of 3 at length 1, 1 of 2 at 7, 0 of 1 at 12
     r = E.count_by_length(exs, [RELATIONS.index(p) for p in preds])
     assert r.lengths == [1, 7, 12]
     assert (r.correct, r.total) == ({1: 2, 7: 1, 12: 0}, {1: 3, 7: 2, 12: 1})
@@ -220,15 +243,37 @@ def test_evaluate_on_files_matches_predictions_one_by_one(tiny_data):
 
 
 def _train_args(data, out, *extra):
-    return ["logic", "train", "--data", str(data), "--out", str(out), *TINY_FLAGS, "--epochs", "2",
-            "--batch-size", "16", "--valid-every", "3", "--patience", "50", "--no-progress", *extra]
+    return [
+        "logic",
+        "train",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        *TINY_FLAGS,
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--valid-every",
+        "3",
+        "--patience",
+        "50",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def test_train_then_eval_smoke(tiny_data, tmp_path, capsys):
     run = tmp_path / "run"
     assert main(_train_args(tiny_data, run, "--cell", "lstm", "--seed", "5")) == 0
-    assert {p.name for p in run.iterdir()} == {"config.json", "vocab.json", "history.json",
-                                               "model.best.safetensors", "model.last.safetensors"}
+    assert {p.name for p in run.iterdir()} == {
+        "config.json",
+        "vocab.json",
+        "history.json",
+        "model.best.safetensors",
+        "model.last.safetensors",
+    }
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["kind"] == KIND and cfg["status"] == "finished" and cfg["model"]["cell"] == "lstm"
     assert cfg["train"]["seed"] == 5 and cfg["train"]["max_train_ops"] == 6
@@ -238,7 +283,7 @@ def test_train_then_eval_smoke(tiny_data, tmp_path, capsys):
     hist = json.loads((run / "history.json").read_text())
     steps_per_epoch = math.ceil(cfg["data"]["n_train"] / 16)
     assert cfg["result"]["steps"] == 2 * steps_per_epoch and cfg["result"]["stopped_by"] == "epochs"
-    assert [h["step"] for h in hist][-1] == 2 * steps_per_epoch      # a check after the last step
+    assert [h["step"] for h in hist][-1] == 2 * steps_per_epoch  # a check after the last step
     best = max(hist, key=lambda h: (h["valid_accuracy"], -h["step"]))
     assert cfg["result"]["best_valid_accuracy"] == best["valid_accuracy"]
     assert cfg["result"]["best_step"] == best["step"]
@@ -251,11 +296,12 @@ def test_train_then_eval_smoke(tiny_data, tmp_path, capsys):
     assert T.accuracy(model, T.encode_examples(valid)) == pytest.approx(best["valid_accuracy"])
 
     capsys.readouterr()
-    assert main(["logic", "eval", "--checkpoint", str(run), "--data", str(tiny_data), "--lengths", "1-9",
-                 "--json"]) == 0
+    assert (
+        main(["logic", "eval", "--checkpoint", str(run), "--data", str(tiny_data), "--lengths", "1-9", "--json"]) == 0
+    )
     rep = json.loads(capsys.readouterr().out)
     assert rep["cell"] == "lstm" and sorted(rep["by_length"], key=int) == [str(k) for k in range(1, 10)]
-    for k, v in rep["by_length"].items():
+    for v in rep["by_length"].values():
         assert v["total"] == 6 and v["accuracy"] == pytest.approx(v["correct"] / v["total"])
     seen = [rep["by_length"][str(k)] for k in range(1, 7)]
     assert rep["<=6"] == pytest.approx(sum(v["correct"] for v in seen) / 36)
@@ -281,7 +327,7 @@ def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
 
     def interrupting_collate(batch):
         calls["n"] += 1
-        if calls["n"] == 6:    # steps 1-3, one validation batch, step 4, then Ctrl-C in step 5
+        if calls["n"] == 6:  # steps 1-3, one validation batch, step 4, then Ctrl-C in step 5
             raise KeyboardInterrupt
         return real_collate(batch)
 
@@ -297,7 +343,7 @@ def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
     best, last = LogicClassifier(LogicModelConfig(**TINY)), LogicClassifier(LogicModelConfig(**TINY))
     load_weights(run / "model.best.safetensors", best)
     load_weights(run / "model.last.safetensors", last)
-    assert not torch.equal(best.mlp[-1].weight, last.mlp[-1].weight)   # last = after step 4, best = step 3
+    assert not torch.equal(best.mlp[-1].weight, last.mlp[-1].weight)  # last = after step 4, best = step 3
     monkeypatch.setattr(T, "collate", real_collate)
     model, _ = E.load_classifier(run)
     assert torch.equal(model.mlp[-1].weight, best.mlp[-1].weight)
@@ -305,8 +351,25 @@ def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
 
 def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
     out = tmp_path / "cmp"
-    args = ["logic", "compare", "--data", str(tiny_data), "--out", str(out), *TINY_FLAGS, "--epochs", "1",
-            "--batch-size", "32", "--no-progress", "--seeds", "0", "1", "--lengths", "1-9"]
+    args = [
+        "logic",
+        "compare",
+        "--data",
+        str(tiny_data),
+        "--out",
+        str(out),
+        *TINY_FLAGS,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+        "--no-progress",
+        "--seeds",
+        "0",
+        "1",
+        "--lengths",
+        "1-9",
+    ]
     assert main(args) == 0
     text = capsys.readouterr().out
     rep = json.loads((out / "compare.json").read_text())
@@ -314,8 +377,9 @@ def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
     for r in rep["runs"]:
         run_cfg = json.loads((Path(r["run_dir"]) / "config.json").read_text())
         assert run_cfg["model"]["cell"] == r["cell"] and run_cfg["train"]["seed"] == r["seed"]
-        assert {k: v for k, v in run_cfg["train"].items() if k != "seed"} == \
-               {k: v for k, v in rep["train"].items() if k != "seed"}            # same budget
+        assert {k: v for k, v in run_cfg["train"].items() if k != "seed"} == {
+            k: v for k, v in rep["train"].items() if k != "seed"
+        }  # same budget
         assert sum(v["total"] for v in r["test"]["by_length"].values()) == 54
     assert (out / "accuracy_by_length.png").stat().st_size > 1000
     assert (out / "training_curves.png").stat().st_size > 1000
@@ -343,8 +407,10 @@ def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
 
 def test_yaml_config_and_flag_priority(tiny_data, tmp_path, capsys):
     conf = tmp_path / "c.yaml"
-    conf.write_text(f"data: {tiny_data}\nout: {tmp_path / 'y'}\nmodel: {{hidden_size: 16, chunk_size: 4, "
-                    f"emb_size: 8, mlp_hidden: 8}}\ntrain: {{epochs: 1, batch_size: 64, lr: 0.01}}\n")
+    conf.write_text(
+        f"data: {tiny_data}\nout: {tmp_path / 'y'}\nmodel: {{hidden_size: 16, chunk_size: 4, "
+        f"emb_size: 8, mlp_hidden: 8}}\ntrain: {{epochs: 1, batch_size: 64, lr: 0.01}}\n"
+    )
     assert main(["logic", "train", "--config", str(conf), "--lr", "0.002", "--no-progress"]) == 0
     cfg = json.loads((tmp_path / "y" / "config.json").read_text())
     assert cfg["model"]["mlp_hidden"] == 8 and cfg["train"]["batch_size"] == 64 and cfg["train"]["lr"] == 0.002
@@ -356,6 +422,7 @@ def test_yaml_config_and_flag_priority(tiny_data, tmp_path, capsys):
 @pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs" / "logic").glob("*.yaml")))
 def test_shipped_configs_are_valid(name, tmp_path):
     from onlstm.logic.cli import load_yaml
+
     doc = load_yaml(REPO / "configs" / "logic" / name)
     LogicModelConfig.from_dict(doc.get("model") or {})
     T.LogicTrainConfig.from_dict(doc.get("train") or {})
@@ -399,8 +466,9 @@ def test_clear_errors(tiny_data, tmp_path, capsys):
 
     # a checkpoint is fine but the data directory is missing
     run = tmp_path / "ok"
-    T.train(LogicModelConfig(**TINY), T.LogicTrainConfig(epochs=1, batch_size=64, progress=False), tiny_data, run,
-            log=None)
+    T.train(
+        LogicModelConfig(**TINY), T.LogicTrainConfig(epochs=1, batch_size=64, progress=False), tiny_data, run, log=None
+    )
     assert main(["logic", "eval", "--checkpoint", str(run), "--data", str(missing)]) == 2
     assert "data directory" in capsys.readouterr().err
     assert main(["logic", "eval", "--checkpoint", str(run), "--data", str(tiny_data), "--lengths", "13-14"]) == 2
@@ -414,13 +482,31 @@ SAMPLE_DIR = SHARED_DATA / "logic-sample"
 def test_trains_and_evaluates_on_the_original_layout(tmp_path, capsys):
     """The 200-line samples of the original train1/train4 files (names with a suffix) are read as they are."""
     run = tmp_path / "orig"
-    assert main(["logic", "train", "--data", str(SAMPLE_DIR), "--out", str(run), *TINY_FLAGS, "--epochs", "1",
-                 "--batch-size", "64", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "logic",
+                "train",
+                "--data",
+                str(SAMPLE_DIR),
+                "--out",
+                str(run),
+                *TINY_FLAGS,
+                "--epochs",
+                "1",
+                "--batch-size",
+                "64",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["data"]["n_train"] + cfg["data"]["n_valid"] == 400 and cfg["data"]["max_ops"] == 4
     capsys.readouterr()
-    assert main(["logic", "eval", "--checkpoint", str(run), "--data", str(SAMPLE_DIR), "--split", "train",
-                 "--json"]) == 0
+    assert (
+        main(["logic", "eval", "--checkpoint", str(run), "--data", str(SAMPLE_DIR), "--split", "train", "--json"]) == 0
+    )
     rep = json.loads(capsys.readouterr().out)
     assert {k: v["total"] for k, v in rep["by_length"].items()} == {"1": 200, "4": 200}
 
@@ -441,8 +527,13 @@ def test_train_and_eval_on_cuda_match_cpu(tiny_data, tmp_path):
     models = {}
     for dev in ("cpu", "cuda"):
         run = tmp_path / dev
-        T.train(LogicModelConfig(**{**TINY, "dropout": 0.0}),
-                T.LogicTrainConfig(epochs=1, batch_size=32, progress=False, device=dev), tiny_data, run, log=None)
+        T.train(
+            LogicModelConfig(**{**TINY, "dropout": 0.0}),
+            T.LogicTrainConfig(epochs=1, batch_size=32, progress=False, device=dev),
+            tiny_data,
+            run,
+            log=None,
+        )
         models[dev], _ = E.load_classifier(run, "last", dev)
         assert next(models[dev].parameters()).device.type == dev
     for (name, p_cpu), p_gpu in zip(models["cpu"].named_parameters(), models["cuda"].parameters()):
@@ -457,6 +548,7 @@ def test_train_and_eval_on_cuda_match_cpu(tiny_data, tmp_path):
 
 def _weights(path):
     from onlstm.checkpoint import read_safetensors
+
     return read_safetensors(path)[0]
 
 
@@ -464,6 +556,7 @@ def _interrupt_at(monkeypatch, n_collate_calls, how):
     """Make the n-th batch collation (training and validation batches count) send a real SIGINT (``signal``:
     handled, the step completes) or raise KeyboardInterrupt (``abort``: as a second Ctrl-C)."""
     import signal
+
     real, calls = T.collate, {"n": 0}
 
     def patched(batch):
@@ -512,10 +605,10 @@ def test_interrupted_then_resumed_equals_uninterrupted(tiny_data, tmp_path, monk
 def test_resume_at_an_epoch_boundary(tiny_data, tmp_path, monkeypatch):
     """Stopped right after the last step of an epoch: the next epoch's shuffle must still be the one an
     uninterrupted run draws."""
-    cfg = T.LogicTrainConfig(**{**RESUME_CFG, "valid_every": 1000})     # one check per epoch
+    cfg = T.LogicTrainConfig(**{**RESUME_CFG, "valid_every": 1000})  # one check per epoch
     whole = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "whole", log=None)
     per_epoch = whole.steps // cfg.epochs
-    restore = _interrupt_at(monkeypatch, per_epoch, "signal")       # the epoch's last training batch
+    restore = _interrupt_at(monkeypatch, per_epoch, "signal")  # the epoch's last training batch
     run = tmp_path / "cut"
     first = T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None)
     restore()
@@ -531,7 +624,7 @@ def test_resume_errors_and_cli(tiny_data, tmp_path, monkeypatch, capsys):
     with pytest.raises(CheckpointError, match="missing"):
         T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None, resume=True)
     restore = _interrupt_at(monkeypatch, 9, "signal")
-    assert main(_train_args(tiny_data, run, "--seed", "4")) == 130         # Ctrl-C: exit status 130
+    assert main(_train_args(tiny_data, run, "--seed", "4")) == 130  # Ctrl-C: exit status 130
     restore()
     assert (run / T.RESUME_FILE).exists()
     with pytest.raises(CheckpointError, match="other settings"):
@@ -544,8 +637,26 @@ def test_resume_errors_and_cli(tiny_data, tmp_path, monkeypatch, capsys):
 
 def test_compare_resumes_an_interrupted_run(tiny_data, tmp_path, monkeypatch, capsys):
     out = tmp_path / "cmp"
-    args = ["logic", "compare", "--data", str(tiny_data), "--out", str(out), *TINY_FLAGS, "--epochs", "2",
-            "--batch-size", "16", "--valid-every", "5", "--no-progress", "--cells", "lstm", "--lengths", "1-9"]
+    args = [
+        "logic",
+        "compare",
+        "--data",
+        str(tiny_data),
+        "--out",
+        str(out),
+        *TINY_FLAGS,
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--valid-every",
+        "5",
+        "--no-progress",
+        "--cells",
+        "lstm",
+        "--lengths",
+        "1-9",
+    ]
     restore = _interrupt_at(monkeypatch, 9, "signal")
     assert main(args) == 130
     restore()
@@ -567,6 +678,8 @@ def test_each_epoch_draws_a_new_batch_order(tiny_data, tmp_path, monkeypatch):
     cfg = T.LogicTrainConfig(**{**RESUME_CFG, "valid_every": 10_000, "eval_batch_size": 10_000})
     res = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "r", log=None)
     per_epoch = res.steps // cfg.epochs
-    epochs = [[pair for batch in seen[e * per_epoch:(e + 1) * per_epoch] for pair in batch] for e in range(cfg.epochs)]
-    assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(epochs[2])          # every pair once per epoch
-    assert epochs[0] != epochs[1] and epochs[1] != epochs[2]                     # in a new order
+    epochs = [
+        [pair for batch in seen[e * per_epoch : (e + 1) * per_epoch] for pair in batch] for e in range(cfg.epochs)
+    ]
+    assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(epochs[2])  # every pair once per epoch
+    assert epochs[0] != epochs[1] and epochs[1] != epochs[2]  # in a new order

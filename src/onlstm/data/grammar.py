@@ -9,6 +9,7 @@ pre-terminal, so the structure is learnable from word sequences alone.
 Trees are :class:`nltk.Tree` in treebank form — ``(S (NP (DET the) (N dog)) (VP (V slept)))`` — so
 they go through the same metrics as Penn Treebank trees.
 """
+
 from __future__ import annotations
 
 import random
@@ -55,7 +56,9 @@ class Grammar:
             for _, rhs in options:
                 for sym in rhs:
                     if sym not in self.rules and sym not in self.lexicon:
-                        raise ValueError(f"grammar rule {lhs} -> {' '.join(rhs)}: {sym!r} is neither a rule nor in the lexicon")
+                        raise ValueError(
+                            f"grammar rule {lhs} -> {' '.join(rhs)}: {sym!r} is neither a rule nor in the lexicon"
+                        )
             if self.start not in self.rules:
                 raise ValueError(f"start symbol {self.start!r} has no rule")
             base = options[0][1]
@@ -75,7 +78,7 @@ class Grammar:
         if depth >= self.max_depth:
             options = options[:1]
         r = rng.random() * sum(w for w, _ in options)
-        for weight, rhs in options:
+        for weight, rhs in options:  # noqa: B007 (the rhs where r runs out is the one chosen)
             r -= weight
             if r <= 0:
                 break
@@ -87,8 +90,10 @@ class Grammar:
             tree = self._expand(self.start, rng, 0)
             if self.min_words <= len(tree.leaves()) <= self.max_words:
                 return tree
-        raise RuntimeError(f"no sentence of {self.min_words}-{self.max_words} words in {tries} draws; "
-                           "loosen the length limits or the rule weights")
+        raise RuntimeError(
+            f"no sentence of {self.min_words}-{self.max_words} words in {tries} draws; "
+            "loosen the length limits or the rule weights"
+        )
 
     def corpus(self, n: int, seed: int = 0) -> list[Tree]:
         rng = random.Random(seed)

@@ -15,6 +15,7 @@ files do not belong together, and loading stops with a message naming the word, 
 ``oov="error"`` always stops; ``oov="auto"`` (default) stops only for a closed-vocabulary corpus
 and maps to ``<unk>`` otherwise.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -39,16 +40,20 @@ def split_file(data_dir: Path, split: str) -> Path:
         raise CorpusError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise CorpusError(f"data directory {data_dir} does not exist; pass --data-dir pointing at a folder "
-                          "with ptb.train.txt, ptb.valid.txt and ptb.test.txt (`onlstm data download ptb "
-                          "--to DIR` fetches them)")
+        raise CorpusError(
+            f"data directory {data_dir} does not exist; pass --data-dir pointing at a folder "
+            "with ptb.train.txt, ptb.valid.txt and ptb.test.txt (`onlstm data download ptb "
+            "--to DIR` fetches them)"
+        )
     candidates = [data_dir / f"ptb.{split}.txt", data_dir / f"{split}.txt"]
     for c in candidates:
         if c.is_file():
             return c
-    raise CorpusError(f"{data_dir} has no {split} file (looked for {candidates[0].name} and {candidates[1].name}); "
-                      "a corpus directory needs ptb.train.txt, ptb.valid.txt and ptb.test.txt "
-                      "(or train.txt, valid.txt, test.txt)")
+    raise CorpusError(
+        f"{data_dir} has no {split} file (looked for {candidates[0].name} and {candidates[1].name}); "
+        "a corpus directory needs ptb.train.txt, ptb.valid.txt and ptb.test.txt "
+        "(or train.txt, valid.txt, test.txt)"
+    )
 
 
 def read_lines(path: Path) -> list[list[str]]:
@@ -84,20 +89,26 @@ class Split:
 @dataclass
 class Corpus:
     vocab: Vocab
-    closed_vocab: bool                      # the training text contains <unk>
+    closed_vocab: bool  # the training text contains <unk>
     splits: dict[str, Split] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Split:
         return self.splits[name]
 
     def summary(self) -> str:
-        parts = [f"{s.name} {s.n_tokens:,} tokens ({s.n_lines:,} lines"
-                 + (f", {s.n_unknown} mapped to {UNK})" if s.n_unknown else ")") for s in self.splits.values()]
-        return f"vocabulary {len(self.vocab):,} words ({'closed' if self.closed_vocab else 'open'}); " + "; ".join(parts)
+        parts = [
+            f"{s.name} {s.n_tokens:,} tokens ({s.n_lines:,} lines"
+            + (f", {s.n_unknown} mapped to {UNK})" if s.n_unknown else ")")
+            for s in self.splits.values()
+        ]
+        return f"vocabulary {len(self.vocab):,} words ({'closed' if self.closed_vocab else 'open'}); " + "; ".join(
+            parts
+        )
 
 
-def encode_split(name: str, path: Path, vocab: Vocab, closed_vocab: bool, oov: str = "auto",
-                 lines: list[list[str]] | None = None) -> Split:
+def encode_split(
+    name: str, path: Path, vocab: Vocab, closed_vocab: bool, oov: str = "auto", lines: list[list[str]] | None = None
+) -> Split:
     """Read ``path`` (unless its ``lines`` are given) and encode it with ``vocab`` under the ``oov``
     policy (see the module docstring)."""
     if oov not in OOV_POLICIES:
@@ -113,12 +124,16 @@ def encode_split(name: str, path: Path, vocab: Vocab, closed_vocab: bool, oov: s
             i = vocab.index.get(w)
             if i is None:
                 if strict or unk is None:
-                    why = ("the training text contains <unk>, so the corpus claims a closed vocabulary"
-                           if closed_vocab and oov == "auto" else f"oov policy is {oov!r}")
+                    why = (
+                        "the training text contains <unk>, so the corpus claims a closed vocabulary"
+                        if closed_vocab and oov == "auto"
+                        else f"oov policy is {oov!r}"
+                    )
                     raise CorpusError(
                         f"{path}, line {lineno}: word {w!r} is not in the training vocabulary ({why}). "
                         f"Use the {name} file that belongs to this training file, replace rare words by <unk> "
-                        "when preprocessing, or pass --oov unk to map unknown words to <unk>")
+                        "when preprocessing, or pass --oov unk to map unknown words to <unk>"
+                    )
                 i, unknown = unk, unknown + 1
             ids.append(i)
     return Split(name, Path(path), torch.tensor(ids, dtype=torch.int64), len(lines), unknown)

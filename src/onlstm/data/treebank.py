@@ -24,12 +24,13 @@ Sections: in the full WSJ layout (``00/ ... 24/`` holding ``wsj_SSNN.mrg``) and 
 (``wsj_0001.mrg ... wsj_0199.mrg``, sections 00 and 01) a file's section is the ``SS`` of its name
 (or, failing that, a two-digit parent directory name).
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 from nltk.tree import Tree as LabelledTree
 
@@ -37,8 +38,18 @@ from ..errors import OnlstmError
 from .trees import Tree, strip_function_tags, unlabel
 
 __all__ = [
-    "GoldSentence", "Treebank", "TreebankError", "WORD_TAGS", "file_section", "find_mrg_files",
-    "load_treebank", "load_wsj10", "normalise_tree", "normalise_word", "read_mrg_file", "split_bracketings",
+    "WORD_TAGS",
+    "GoldSentence",
+    "Treebank",
+    "TreebankError",
+    "file_section",
+    "find_mrg_files",
+    "load_treebank",
+    "load_wsj10",
+    "normalise_tree",
+    "normalise_word",
+    "read_mrg_file",
+    "split_bracketings",
 ]
 
 WORD_TAGS = frozenset(
@@ -89,7 +100,9 @@ def _normalise(node: LabelledTree) -> LabelledTree | None:
     kids = []
     for child in node:
         if isinstance(child, str):
-            raise ValueError(f"the word {child!r} is directly under ({node.label()} ...), not inside a (TAG word) pre-terminal")
+            raise ValueError(
+                f"the word {child!r} is directly under ({node.label()} ...), not inside a (TAG word) pre-terminal"
+            )
         new = _normalise(child)
         if new is not None:
             kids.append(new)
@@ -124,16 +137,22 @@ def split_bracketings(text: str, source: str = "<text>") -> list[tuple[int, str]
             depth += 1
         elif ch == ")":
             if depth == 0:
-                raise TreebankError(f"{source}: unbalanced brackets: ')' at line {line} closes nothing; the file is malformed")
+                raise TreebankError(
+                    f"{source}: unbalanced brackets: ')' at line {line} closes nothing; the file is malformed"
+                )
             depth -= 1
             if depth == 0:
-                out.append((start_line, text[start:pos + 1]))
+                out.append((start_line, text[start : pos + 1]))
         elif depth == 0 and not ch.isspace():
-            snippet = text[pos:pos + 30].split("\n")[0]
-            raise TreebankError(f"{source}: text outside any bracketing at line {line}: {snippet!r}; an .mrg file holds only bracketed trees")
+            snippet = text[pos : pos + 30].split("\n")[0]
+            raise TreebankError(
+                f"{source}: text outside any bracketing at line {line}: {snippet!r}; an .mrg file holds only bracketed trees"
+            )
     if depth:
-        raise TreebankError(f"{source}: unbalanced brackets: the tree starting at line {start_line} is never closed "
-                            f"({depth} '(' still open at the end of the file); the file is malformed or truncated")
+        raise TreebankError(
+            f"{source}: unbalanced brackets: the tree starting at line {start_line} is never closed "
+            f"({depth} '(' still open at the end of the file); the file is malformed or truncated"
+        )
     return out
 
 
@@ -200,18 +219,24 @@ def find_mrg_files(directory: str | Path, sections: Iterable[int | str] | int | 
         entries = list(directory.rglob("*"))
         if not entries:
             raise TreebankError(f"{directory}: the directory is empty; give the folder that holds the .mrg files")
-        files = sorted((p for p in entries if p.is_file() and p.suffix.lower() == ".mrg"),
-                       key=lambda p: (p.as_posix().lower(), p.as_posix()))
+        files = sorted(
+            (p for p in entries if p.is_file() and p.suffix.lower() == ".mrg"),
+            key=lambda p: (p.as_posix().lower(), p.as_posix()),
+        )
         if not files:
-            raise TreebankError(f"{directory}: no .mrg files found (searched sub-folders too, {len(entries)} entries); "
-                                "expected Penn Treebank files such as wsj_0001.mrg")
+            raise TreebankError(
+                f"{directory}: no .mrg files found (searched sub-folders too, {len(entries)} entries); "
+                "expected Penn Treebank files such as wsj_0001.mrg"
+            )
     if wanted is None:
         return files
     picked = [p for p in files if file_section(p) in wanted]
     if not picked:
         found = sorted({s for s in map(file_section, files) if s is not None})
-        raise TreebankError(f"{directory}: no .mrg file of section(s) {', '.join(wanted)}; sections present: "
-                            f"{', '.join(found) if found else 'none recognisable (names are not wsj_SSNN.mrg)'}")
+        raise TreebankError(
+            f"{directory}: no .mrg file of section(s) {', '.join(wanted)}; sections present: "
+            f"{', '.join(found) if found else 'none recognisable (names are not wsj_SSNN.mrg)'}"
+        )
     return picked
 
 
@@ -264,17 +289,30 @@ class Treebank:
     @property
     def name(self) -> str:
         """E.g. ``'WSJ10 (NLTK sample, sections 00-01)'`` or ``'WSJ all lengths (section 23)'``."""
-        length = "WSJ10" if self.max_length == 10 else (f"WSJ<={self.max_length}" if self.max_length else "WSJ all lengths")
+        length = (
+            "WSJ10" if self.max_length == 10 else (f"WSJ<={self.max_length}" if self.max_length else "WSJ all lengths")
+        )
         secs = list(self.sections)
-        where = "sections unknown" if not secs else (f"section {secs[0]}" if len(secs) == 1 else f"sections {secs[0]}-{secs[-1]}"
-                                               if _contiguous(secs) else "sections " + ",".join(secs))
+        where = (
+            "sections unknown"
+            if not secs
+            else (
+                f"section {secs[0]}"
+                if len(secs) == 1
+                else f"sections {secs[0]}-{secs[-1]}"
+                if _contiguous(secs)
+                else "sections " + ",".join(secs)
+            )
+        )
         sample = "NLTK sample, " if secs and set(secs) <= {"00", "01"} else ""
         return f"{length} ({sample}{where})"
 
     def summary(self) -> str:
         """One line: what was read and what was skipped."""
-        parts = [f"{self.name}: {len(self)} sentences from {len(self.files)} files ({self.trees_read} trees read",
-                 f"{self.skipped_empty} empty after normalisation skipped"]
+        parts = [
+            f"{self.name}: {len(self)} sentences from {len(self.files)} files ({self.trees_read} trees read",
+            f"{self.skipped_empty} empty after normalisation skipped",
+        ]
         if self.max_length is not None:
             parts.append(f"{self.skipped_long} longer than {self.max_length} words left out")
         if self.empty_files:
@@ -287,8 +325,9 @@ def _contiguous(secs: Sequence[str]) -> bool:
     return nums == list(range(nums[0], nums[0] + len(nums)))
 
 
-def load_treebank(directory: str | Path, *, max_length: int | None = None,
-                  sections: Iterable[int | str] | int | str | None = None) -> Treebank:
+def load_treebank(
+    directory: str | Path, *, max_length: int | None = None, sections: Iterable[int | str] | int | str | None = None
+) -> Treebank:
     """Read and normalise every ``.mrg`` file under ``directory`` (see the module docstring).
 
     ``max_length``: keep sentences of at most this many words after normalisation (``10`` gives WSJ10;
@@ -325,9 +364,13 @@ def load_treebank(directory: str | Path, *, max_length: int | None = None,
                 continue
             sentences.append(GoldSentence(words, unlabel(norm), norm, rel, k, section))
     found_sections = tuple(sorted({s for s in map(file_section, files) if s is not None}))
-    bank = Treebank(sentences, root, files, trees_read, skipped_empty, skipped_long, max_length, found_sections, empty_files)
+    bank = Treebank(
+        sentences, root, files, trees_read, skipped_empty, skipped_long, max_length, found_sections, empty_files
+    )
     if not sentences:
-        raise TreebankError(f"{root}: no sentence left ({bank.summary()}); check the files and the length/section filters")
+        raise TreebankError(
+            f"{root}: no sentence left ({bank.summary()}); check the files and the length/section filters"
+        )
     return bank
 
 

@@ -18,16 +18,17 @@ so a unary chain (two nodes over the same words) contributes its span once.
 Trees are walked recursively, so a tree deeper than Python's recursion limit (about 1,000 nested
 constituents) is out of reach; Penn Treebank sentences are far below that.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Iterable, Iterator, Sequence, Union
+from collections.abc import Iterable, Iterator, Sequence
 
 from nltk.tree import Tree as LabelledTree
 
 from ..errors import OnlstmError
 
-Tree = Union[str, tuple]
+Tree = str | tuple
 """An unlabelled tree: a word (``str``) or a tuple of two or more sub-trees."""
 Span = tuple[int, int]
 LabelledSpan = tuple[int, int, str]
@@ -35,9 +36,25 @@ LabelledSpan = tuple[int, int, str]
 FORMATS = ("auto", "labelled", "unlabelled")
 
 __all__ = [
-    "FORMATS", "LabelledSpan", "LabelledTree", "Span", "Tree", "TreeFormatError",
-    "detect_format", "is_labelled", "iter_constituents", "labelled_spans", "leaves", "parse_brackets", "parse_tree_lines",
-    "span_info", "spans", "strip_function_tags", "to_brackets", "unlabel", "word_depths",
+    "FORMATS",
+    "LabelledSpan",
+    "LabelledTree",
+    "Span",
+    "Tree",
+    "TreeFormatError",
+    "detect_format",
+    "is_labelled",
+    "iter_constituents",
+    "labelled_spans",
+    "leaves",
+    "parse_brackets",
+    "parse_tree_lines",
+    "span_info",
+    "spans",
+    "strip_function_tags",
+    "to_brackets",
+    "unlabel",
+    "word_depths",
 ]
 
 
@@ -74,7 +91,9 @@ def _collect(node: object, start: int, out: list) -> int:
     if isinstance(node, str):
         return start + 1
     if not isinstance(node, _NODE_TYPES):
-        raise TypeError(f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(node).__name__} {node!r}")
+        raise TypeError(
+            f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(node).__name__} {node!r}"
+        )
     end = start
     for child in node:
         end = _collect(child, end, out)
@@ -104,7 +123,9 @@ def leaves(tree: object) -> list[str]:
         elif _is_node(node):
             stack.extend(reversed(node))
         else:
-            raise TypeError(f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(node).__name__} {node!r}")
+            raise TypeError(
+                f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(node).__name__} {node!r}"
+            )
     return out
 
 
@@ -180,7 +201,9 @@ def unlabel(tree: object) -> Tree:
     if isinstance(tree, str):
         return tree
     if not _is_node(tree):
-        raise TypeError(f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(tree).__name__} {tree!r}")
+        raise TypeError(
+            f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(tree).__name__} {tree!r}"
+        )
     kids = [unlabel(c) for c in tree]
     if not kids:
         raise TreeFormatError(f"a constituent without words: {tree!r}")
@@ -202,10 +225,14 @@ def to_brackets(tree: object) -> str:
     """
     if isinstance(tree, str):
         if _WORD.fullmatch(tree) is None:
-            raise ValueError(f"cannot write the word {tree!r} in bracket notation (empty, or has spaces or parentheses)")
+            raise ValueError(
+                f"cannot write the word {tree!r} in bracket notation (empty, or has spaces or parentheses)"
+            )
         return tree
     if not _is_node(tree):
-        raise TypeError(f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(tree).__name__} {tree!r}")
+        raise TypeError(
+            f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(tree).__name__} {tree!r}"
+        )
     parts = [to_brackets(c) for c in tree]
     if isinstance(tree, LabelledTree):
         parts.insert(0, str(tree.label()))
@@ -291,7 +318,8 @@ def parse_brackets(text: str, labelled: bool | None = None) -> Tree | LabelledTr
         if not _labelled_shape(node):
             raise TreeFormatError(
                 "not a labelled tree: each bracket must start with a label and each word must sit in a "
-                "pre-terminal '(TAG word)'; read it as unlabelled instead")
+                "pre-terminal '(TAG word)'; read it as unlabelled instead"
+            )
         return _as_labelled(node)
     return unlabel(node)
 

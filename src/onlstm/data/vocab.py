@@ -1,9 +1,10 @@
 """A word vocabulary with ``<unk>`` handling, stored as a JSON list of words."""
+
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from ..checkpoint import CheckpointError, read_json, write_json
 
@@ -19,7 +20,7 @@ class Vocab:
             raise ValueError(f"vocabulary has duplicate words: {dup}")
 
     @classmethod
-    def build(cls, sentences: Iterable[Iterable[str]], specials=(EOS, UNK)) -> "Vocab":
+    def build(cls, sentences: Iterable[Iterable[str]], specials=(EOS, UNK)) -> Vocab:
         """Specials first, then words in order of first appearance (deterministic)."""
         seen = dict.fromkeys(specials)
         for s in sentences:
@@ -56,7 +57,7 @@ class Vocab:
         write_json(Path(path), self.words)
 
     @classmethod
-    def load(cls, path: Path) -> "Vocab":
+    def load(cls, path: Path) -> Vocab:
         words = read_json(Path(path))
         if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
             raise CheckpointError(f"{path} must hold a JSON list of words")

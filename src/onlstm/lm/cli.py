@@ -1,4 +1,5 @@
 """``onlstm lm train`` and ``onlstm lm eval``."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,8 +11,11 @@ from ..errors import EXIT_INTERRUPTED, command_error
 
 def register(subparsers) -> None:
     """Add ``onlstm lm {train,eval}`` to the top-level ``subparsers``."""
-    p = subparsers.add_parser("lm", help="word-level language modelling (PTB): train, eval",
-                              description="AWD-style word-level language model with ON-LSTM (or LSTM/GRU) layers.")
+    p = subparsers.add_parser(
+        "lm",
+        help="word-level language modelling (PTB): train, eval",
+        description="AWD-style word-level language model with ON-LSTM (or LSTM/GRU) layers.",
+    )
     sub = p.add_subparsers(dest="lm_command", required=True, metavar="{train,eval}")
     _register_train(sub)
     _register_eval(sub)
@@ -22,20 +26,34 @@ def register(subparsers) -> None:
 
 def _register_train(sub) -> None:
     from .config import add_config_flags
+
     p = sub.add_parser(
-        "train", help="train a language model (resumable; torchrun for several processes)",
+        "train",
+        help="train a language model (resumable; torchrun for several processes)",
         description="Train the paper's language model. Settings: defaults (the paper's command) <- --config "
-                    "FILE <- flags. Ctrl-C stops after the current step and saves a resumable checkpoint. "
-                    "Several processes: torchrun --nproc_per_node N -m onlstm lm train ...")
+        "FILE <- flags. Ctrl-C stops after the current step and saves a resumable checkpoint. "
+        "Several processes: torchrun --nproc_per_node N -m onlstm lm train ...",
+    )
     p.add_argument("--config", type=Path, help="YAML preset (configs/lm/*.yaml)")
-    p.add_argument("--data-dir", type=Path, required=True,
-                   help="folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt (or train.txt, ...)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        required=True,
+        help="folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt (or train.txt, ...)",
+    )
     p.add_argument("--out", type=Path, required=True, help="run directory (checkpoints, config, logs)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out exactly where it stopped (its saved settings are used; only "
-                        "runtime fields such as --epochs, --device, --threads may change)")
-    p.add_argument("--max-steps", type=int, default=None,
-                   help="stop after this many optimizer steps in total and save a resumable checkpoint")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out exactly where it stopped (its saved settings are used; only "
+        "runtime fields such as --epochs, --device, --threads may change)",
+    )
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help="stop after this many optimizer steps in total and save a resumable checkpoint",
+    )
     add_config_flags(p)
     p.set_defaults(func=_cmd_train)
 
@@ -45,12 +63,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from .config import explicit_settings, overrides_from_args
     from .train import train
+
     try:
         explicit = explicit_settings(args.config, overrides_from_args(args))
         if args.max_steps is not None and args.max_steps <= 0:
             raise ValueError(f"--max-steps must be positive, got {args.max_steps}")
-        result = train(args.out, args.data_dir, explicit, resume=args.resume, max_steps=args.max_steps,
-                       log=tqdm.write)
+        result = train(args.out, args.data_dir, explicit, resume=args.resume, max_steps=args.max_steps, log=tqdm.write)
     except ValueError as e:  # the settings' checks raise plain ValueErrors: bad input all the same
         raise command_error(e) from None
     return EXIT_INTERRUPTED if result["status"] == "interrupted" else 0
@@ -61,22 +79,31 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _register_eval(sub) -> None:
     p = sub.add_parser(
-        "eval", help="perplexity of a trained model on a split",
+        "eval",
+        help="perplexity of a trained model on a split",
         description="Perplexity of a checkpoint. Protocols: 'paper' = the whole split as one stream (batch 1) in "
-                    "segments of --bptt from a zero state, the paper's test protocol; 'batched' = the split cut "
-                    "into --batch-size contiguous columns read together (each from a zero state, the last "
-                    "N mod B tokens dropped), the reference's validation protocol with B=10: faster, slightly "
-                    "higher perplexity.")
+        "segments of --bptt from a zero state, the paper's test protocol; 'batched' = the split cut "
+        "into --batch-size contiguous columns read together (each from a zero state, the last "
+        "N mod B tokens dropped), the reference's validation protocol with B=10: faster, slightly "
+        "higher perplexity.",
+    )
     p.add_argument("--checkpoint", type=Path, required=True, help="run directory or a .safetensors file in one")
-    p.add_argument("--data-dir", type=Path, default=None, help="corpus folder (default: the one the run was trained on)")
+    p.add_argument(
+        "--data-dir", type=Path, default=None, help="corpus folder (default: the one the run was trained on)"
+    )
     p.add_argument("--split", choices=("train", "valid", "test"), default="test")
     p.add_argument("--protocol", choices=("paper", "batched", "both"), default="paper")
     p.add_argument("--batch-size", type=int, default=10, help="columns of the batched protocol (default 10)")
     p.add_argument("--bptt", type=int, default=70, help="segment length (default 70)")
-    p.add_argument("--weights", choices=("best", "last"), default="best",
-                   help="which weights of a run directory (default best)")
-    p.add_argument("--oov", choices=("auto", "error", "unk"), default=None,
-                   help="words outside the vocabulary (default: the run's setting)")
+    p.add_argument(
+        "--weights", choices=("best", "last"), default="best", help="which weights of a run directory (default best)"
+    )
+    p.add_argument(
+        "--oov",
+        choices=("auto", "error", "unk"),
+        default=None,
+        help="words outside the vocabulary (default: the run's setting)",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -87,6 +114,7 @@ def _register_eval(sub) -> None:
 def load_lm(checkpoint: Path, weights: str = "best", device="cpu"):
     """``(model, vocab, config_json, weights_path)`` from a run directory (or a weights file in one)."""
     from ..models.language_model import load_language_model_run
+
     run = load_language_model_run(checkpoint, weights, device)
     return run.model, run.vocab, run.config, run.weights
 
@@ -112,16 +140,36 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         protocols = ("paper", "batched") if args.protocol == "both" else (args.protocol,)
         results = {}
         for prot in protocols:
-            results[prot] = perplexity(model, split.ids, prot, args.batch_size, args.bptt, device,
-                                       progress=not args.no_progress and not args.json)
+            results[prot] = perplexity(
+                model,
+                split.ids,
+                prot,
+                args.batch_size,
+                args.bptt,
+                device,
+                progress=not args.no_progress and not args.json,
+            )
     except ValueError as e:
         raise command_error(e) from None
     if args.json:
-        print(json.dumps({"weights": str(wfile), "split": args.split, "file": str(path),
-                          "unknown_words": split.n_unknown, **{k: v.to_dict() for k, v in results.items()}}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "weights": str(wfile),
+                    "split": args.split,
+                    "file": str(path),
+                    "unknown_words": split.n_unknown,
+                    **{k: v.to_dict() for k, v in results.items()},
+                },
+                indent=2,
+            )
+        )
     else:
-        print(f"{wfile} on {path} ({split.n_tokens:,} tokens"
-              + (f", {split.n_unknown} mapped to <unk>" if split.n_unknown else "") + ")")
+        print(
+            f"{wfile} on {path} ({split.n_tokens:,} tokens"
+            + (f", {split.n_unknown} mapped to <unk>" if split.n_unknown else "")
+            + ")"
+        )
         for r in results.values():
             print(f"{args.split} {r.describe()}")
     return 0

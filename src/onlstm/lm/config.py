@@ -16,6 +16,7 @@ booleans as ``--averaging`` / ``--no-averaging``); a flag given on the command l
 Unknown fields and values of the wrong type are errors that name the field. The machinery (coercion, YAML
 sections, generated flags) is :mod:`onlstm.config`; this module holds the recipe and its own checks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,9 @@ class TrainConfig(Config):
     eval_batch_size: int = option(10, "columns of the validation stream during training (the reference: 10)")
     test_batch_size: int = option(1, "columns of the test stream for the final test (the paper: 1)")
     bptt: int = option(70, "mean segment length (truncated back-propagation through time)")
-    variable_bptt: bool = option(True, "draw each segment's length: bptt (or bptt/2 with bptt_short_prob) + "
-                                       "N(0, bptt_std)")
+    variable_bptt: bool = option(
+        True, "draw each segment's length: bptt (or bptt/2 with bptt_short_prob) + N(0, bptt_std)"
+    )
     bptt_short_prob: float = option(0.05, "probability of a segment centred on bptt/2")
     bptt_std: float = option(5.0, "standard deviation of the segment length")
     min_seq_len: int = option(5, "shortest drawn segment")
@@ -54,26 +56,43 @@ class TrainConfig(Config):
     alpha: float = option(2.0, "AR: alpha * mean(last layer's dropped output ^ 2)")
     beta: float = option(1.0, "TAR: beta * mean((h_t - h_{t-1}) ^ 2) of the last layer's raw output")
     averaging: bool = option(True, "with sgd: average the weights (ASGD, t0=0, lambd=0) once validation stalls")
-    nonmono: int = option(5, "switch to averaging when validation is worse than the best of all but the last "
-                             "nonmono epochs")
-    asgd_start_epoch: int = option(0, "with averaging: start averaging at this epoch at the latest (0: only the "
-                                      "nonmono rule)")
-    oov: str = option("auto", "valid/test words outside the vocabulary: auto (error if the training text has "
-                              "<unk>), error, or unk (map to <unk>)", choices=("auto", "error", "unk"))
-    final_test: bool = option(True, "after the last epoch, score the best weights on the test set "
-                                    "(test_batch_size columns)")
+    nonmono: int = option(
+        5, "switch to averaging when validation is worse than the best of all but the last nonmono epochs"
+    )
+    asgd_start_epoch: int = option(
+        0, "with averaging: start averaging at this epoch at the latest (0: only the nonmono rule)"
+    )
+    oov: str = option(
+        "auto",
+        "valid/test words outside the vocabulary: auto (error if the training text has "
+        "<unk>), error, or unk (map to <unk>)",
+        choices=("auto", "error", "unk"),
+    )
+    final_test: bool = option(
+        True, "after the last epoch, score the best weights on the test set (test_batch_size columns)"
+    )
     # --- runtime options (may change when resuming) ---
     device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
     threads: int = option(0, "CPU threads per process (0: PyTorch's default)")
     log_every: int = option(100, "batches between progress/TensorBoard updates")
-    checkpoint_every: int = option(1000, "batches between resumable checkpoints (also at every epoch end and on "
-                                         "Ctrl-C)")
+    checkpoint_every: int = option(
+        1000, "batches between resumable checkpoints (also at every epoch end and on Ctrl-C)"
+    )
     progress: bool = option(True, "show a progress bar")
     tensorboard: bool = option(True, "write TensorBoard logs to RUN_DIR/tensorboard when tensorboard is installed")
 
     def validate(self) -> None:
-        positive = ("epochs", "batch_size", "eval_batch_size", "test_batch_size", "bptt", "min_seq_len",
-                    "nonmono", "log_every", "checkpoint_every")
+        positive = (
+            "epochs",
+            "batch_size",
+            "eval_batch_size",
+            "test_batch_size",
+            "bptt",
+            "min_seq_len",
+            "nonmono",
+            "log_every",
+            "checkpoint_every",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)}")
@@ -94,8 +113,16 @@ class TrainConfig(Config):
 
 
 # Fields that describe how to run, not what is learned: they may differ when a run is resumed.
-RUNTIME_FIELDS = ("epochs", "final_test", "device", "threads", "log_every", "checkpoint_every", "progress",
-                  "tensorboard")
+RUNTIME_FIELDS = (
+    "epochs",
+    "final_test",
+    "device",
+    "threads",
+    "log_every",
+    "checkpoint_every",
+    "progress",
+    "tensorboard",
+)
 
 
 # --------------------------------------------------------------------------- sections

@@ -5,6 +5,7 @@ A split is one stream of ids. :func:`batchify` cuts it into ``B`` equal contiguo
 segments ``rows[i : i + L]`` predicting ``rows[i + 1 : i + 1 + L]`` and carries the recurrent state
 from one segment to the next.
 """
+
 from __future__ import annotations
 
 import random
@@ -19,8 +20,10 @@ def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
         raise ValueError(f"batch size must be positive, got {batch_size}")
     rows = ids.numel() // batch_size
     if rows < 2:
-        raise ValueError(f"a stream of {ids.numel()} tokens is too short for {batch_size} columns "
-                         "(each column needs at least 2 tokens); use a smaller batch size or more text")
+        raise ValueError(
+            f"a stream of {ids.numel()} tokens is too short for {batch_size} columns "
+            "(each column needs at least 2 tokens); use a smaller batch size or more text"
+        )
     return ids[: rows * batch_size].view(batch_size, rows).t().contiguous()
 
 
@@ -32,13 +35,21 @@ def column_share(n_columns: int, rank: int, world: int) -> tuple[int, int]:
 
 
 class Segment(NamedTuple):
-    start: int        # first input row
-    length: int       # rows of input (targets are the next rows)
-    lr_scale: float   # drawn length / bptt (before clipping at the end of the stream), as the reference
+    start: int  # first input row
+    length: int  # rows of input (targets are the next rows)
+    lr_scale: float  # drawn length / bptt (before clipping at the end of the stream), as the reference
 
 
-def bptt_schedule(n_rows: int, bptt: int, seed: int, epoch: int, variable: bool = True,
-                  short_prob: float = 0.05, std: float = 5.0, min_len: int = 5) -> list[Segment]:
+def bptt_schedule(
+    n_rows: int,
+    bptt: int,
+    seed: int,
+    epoch: int,
+    variable: bool = True,
+    short_prob: float = 0.05,
+    std: float = 5.0,
+    min_len: int = 5,
+) -> list[Segment]:
     """The segments of one epoch over ``n_rows`` rows.
 
     With ``variable``: each length is ``max(min_len, int(N(b, std)))`` where ``b = bptt`` with
@@ -65,4 +76,4 @@ def bptt_schedule(n_rows: int, bptt: int, seed: int, epoch: int, variable: bool 
 def segment(data: torch.Tensor, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs ``data[start : start+length]`` and targets one row later."""
     length = min(length, data.shape[0] - 1 - start)
-    return data[start:start + length], data[start + 1:start + 1 + length]
+    return data[start : start + length], data[start + 1 : start + 1 + length]

@@ -4,6 +4,7 @@ Under ``torchrun --nproc_per_node N -m onlstm lm train …`` the environment has
 ``RANK`` and ``LOCAL_RANK``; the process group uses ``gloo`` on the CPU and ``nccl`` on GPUs (one GPU
 per process, ``cuda:LOCAL_RANK``). A single process needs none of this and every helper is then a no-op.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..runs import resolve_device  # noqa: F401  (re-exported: the one device resolver)
+from ..runs import resolve_device
 
 
 @dataclass

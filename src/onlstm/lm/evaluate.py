@@ -15,11 +15,12 @@ Both report ``exp(total cross-entropy / tokens scored)``, with the number of tok
 reference divides the summed loss by the stream length instead of the number of predictions:
 a relative difference of ``1/T`` in the loss, 0.001% for PTB test at batch 1.)
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -31,27 +32,35 @@ PROTOCOLS = ("paper", "batched")
 
 @dataclass
 class Perplexity:
-    loss: float          # mean cross-entropy per scored token, nats
-    tokens: int          # tokens scored
+    loss: float  # mean cross-entropy per scored token, nats
+    tokens: int  # tokens scored
     protocol: str
     batch_size: int
     bptt: int
-    dropped: int = 0     # tokens at the end of the stream not in any column
+    dropped: int = 0  # tokens at the end of the stream not in any column
 
     @property
     def ppl(self) -> float:
         return math.exp(self.loss) if self.loss < 700 else float("inf")
 
     def describe(self) -> str:
-        what = ("one stream, batch 1" if self.batch_size == 1 else
-                f"{self.batch_size} columns, each from a zero state")
+        what = "one stream, batch 1" if self.batch_size == 1 else f"{self.batch_size} columns, each from a zero state"
         drop = f", {self.dropped} tokens at the end not scored" if self.dropped else ""
-        return (f"perplexity {self.ppl:.2f} (loss {self.loss:.4f} nats/token over {self.tokens:,} tokens; "
-                f"protocol {self.protocol}: {what}, segments of {self.bptt}{drop})")
+        return (
+            f"perplexity {self.ppl:.2f} (loss {self.loss:.4f} nats/token over {self.tokens:,} tokens; "
+            f"protocol {self.protocol}: {what}, segments of {self.bptt}{drop})"
+        )
 
     def to_dict(self) -> dict:
-        return {"ppl": self.ppl, "loss": self.loss, "tokens": self.tokens, "protocol": self.protocol,
-                "batch_size": self.batch_size, "bptt": self.bptt, "dropped": self.dropped}
+        return {
+            "ppl": self.ppl,
+            "loss": self.loss,
+            "tokens": self.tokens,
+            "protocol": self.protocol,
+            "batch_size": self.batch_size,
+            "bptt": self.bptt,
+            "dropped": self.dropped,
+        }
 
 
 class Interrupted(Exception):
@@ -59,8 +68,9 @@ class Interrupted(Exception):
 
 
 @torch.no_grad()
-def stream_loss(model, data: torch.Tensor, bptt: int, should_stop: Callable[[], bool] | None = None,
-                progress=None) -> tuple[float, int]:
+def stream_loss(
+    model, data: torch.Tensor, bptt: int, should_stop: Callable[[], bool] | None = None, progress=None
+) -> tuple[float, int]:
     """Summed cross-entropy and the number of predictions over ``data`` (T, B), read in segments of
     ``bptt`` from a zero state. ``model`` is a :class:`LanguageModel`; it is put in eval mode."""
     was_training = model.training
@@ -72,7 +82,7 @@ def stream_loss(model, data: torch.Tensor, bptt: int, should_stop: Callable[[], 
         for i in range(0, data.shape[0] - 1, bptt):
             if should_stop is not None and should_stop():
                 raise Interrupted()
-            x, y = data[i:i + bptt], data[i + 1:i + 1 + bptt]
+            x, y = data[i : i + bptt], data[i + 1 : i + 1 + bptt]
             x = x[: y.shape[0]]
             out, state, _ = model(x, state)
             logits = model.logits(out)
@@ -85,9 +95,19 @@ def stream_loss(model, data: torch.Tensor, bptt: int, should_stop: Callable[[], 
     return float(total), count
 
 
-def perplexity(model, ids: torch.Tensor, protocol: str = "paper", batch_size: int = 10, bptt: int = 70,
-               device=None, progress: bool = False, rank: int = 0, world: int = 1, reduce=None,
-               should_stop=None) -> Perplexity:
+def perplexity(
+    model,
+    ids: torch.Tensor,
+    protocol: str = "paper",
+    batch_size: int = 10,
+    bptt: int = 70,
+    device=None,
+    progress: bool = False,
+    rank: int = 0,
+    world: int = 1,
+    reduce=None,
+    should_stop=None,
+) -> Perplexity:
     """Perplexity of ``model`` on the stream ``ids`` (1-D) under ``protocol`` (``paper``: batch 1,
     ``batched``: ``batch_size`` columns). With ``world > 1`` each process scores its share of the
     columns and ``reduce(tensor)`` (an all-reduce sum) combines them."""
@@ -102,8 +122,14 @@ def perplexity(model, ids: torch.Tensor, protocol: str = "paper", batch_size: in
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=(data.shape[0] - 1) * (stop - start), unit="tok", unit_scale=True, desc=f"eval ({protocol})",
-                   leave=False)
+
+        bar = tqdm(
+            total=(data.shape[0] - 1) * (stop - start),
+            unit="tok",
+            unit_scale=True,
+            desc=f"eval ({protocol})",
+            leave=False,
+        )
     try:
         if stop > start:
             total, count = stream_loss(model, data[:, start:stop].to(device), bptt, should_stop, bar)

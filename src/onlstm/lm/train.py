@@ -35,16 +35,17 @@ the same on every process and dropout masks are drawn for the whole batch and sl
 processes computes what one process with the whole batch computes (up to floating-point reduction
 order). Checkpoints hold the whole batch's state, so a run can be resumed with another process count.
 """
+
 from __future__ import annotations
 
 import csv
 import io
 import math
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -55,8 +56,16 @@ from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
 from ..errors import OnlstmError
-from ..runs import (StopRequest, optimizer_from_data, optimizer_to_data, read_resume,  # noqa: F401
-                    restore_training, setup_torch, training_tensors, write_resume)
+from ..runs import (  # noqa: F401
+    StopRequest,
+    optimizer_from_data,
+    optimizer_to_data,
+    read_resume,
+    restore_training,
+    setup_torch,
+    training_tensors,
+    write_resume,
+)
 from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section
 from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
@@ -65,26 +74,38 @@ from .model import LanguageModel
 
 RESUME_FILE = "resume.safetensors"
 RESUME_FORMAT = "onlstm-lm-resume/1"
-LOG_COLUMNS = ("epoch", "steps", "train_loss", "train_ppl", "valid_loss", "valid_ppl", "best_valid_ppl",
-               "averaging", "tokens", "epoch_seconds", "tokens_per_s", "elapsed_s")
+LOG_COLUMNS = (
+    "epoch",
+    "steps",
+    "train_loss",
+    "train_ppl",
+    "valid_loss",
+    "valid_ppl",
+    "best_valid_ppl",
+    "averaging",
+    "tokens",
+    "epoch_seconds",
+    "tokens_per_s",
+    "elapsed_s",
+)
 
 
 @dataclass
 class Progress:
     """Where a run is; saved as JSON in the resume file."""
 
-    epoch: int = 1                    # current epoch, 1-based
-    batch: int = 0                    # segments of this epoch done
-    step: int = 0                     # optimizer steps since the start
-    averaging: bool = False           # NT-ASGD has switched to averaging
-    avg_count: int = 0                # steps averaged so far
-    best_valid: float | None = None   # best validation loss (nats/token)
-    sgd_valid_history: list = field(default_factory=list)   # validation losses of the SGD phase
-    history: list = field(default_factory=list)              # one dict per finished epoch (log.csv)
-    epoch_loss_sum: float = 0.0       # summed training cross-entropy of this epoch so far (all processes)
+    epoch: int = 1  # current epoch, 1-based
+    batch: int = 0  # segments of this epoch done
+    step: int = 0  # optimizer steps since the start
+    averaging: bool = False  # NT-ASGD has switched to averaging
+    avg_count: int = 0  # steps averaged so far
+    best_valid: float | None = None  # best validation loss (nats/token)
+    sgd_valid_history: list = field(default_factory=list)  # validation losses of the SGD phase
+    history: list = field(default_factory=list)  # one dict per finished epoch (log.csv)
+    epoch_loss_sum: float = 0.0  # summed training cross-entropy of this epoch so far (all processes)
     epoch_tokens: int = 0
     epoch_seconds: float = 0.0
-    elapsed: float = 0.0              # wall time of all sessions of this run
+    elapsed: float = 0.0  # wall time of all sessions of this run
     finished: bool = False
     results: dict | None = None
 
@@ -174,8 +195,10 @@ def merge_for_resume(saved: RunConfig, explicit: dict) -> RunConfig:
         elif v != train[k]:
             clashes.append(f"train.{k} (run: {train[k]!r}, given: {v!r})")
     if clashes:
-        raise RunDirError("cannot change " + ", ".join(clashes) + " when resuming; resume with the run's own "
-                          f"settings (only {', '.join(RUNTIME_FIELDS)} may change) or train into a new --out")
+        raise RunDirError(
+            "cannot change " + ", ".join(clashes) + " when resuming; resume with the run's own "
+            f"settings (only {', '.join(RUNTIME_FIELDS)} may change) or train into a new --out"
+        )
     return RunConfig(dict(saved.model), TrainConfig.from_dict(train))
 
 
@@ -199,8 +222,15 @@ def _fmt_time(s: float) -> str:
 
 
 class Trainer:
-    def __init__(self, run_dir: Path, data_dir: Path, explicit: dict, resume: bool = False,
-                 ctx: DistContext | None = None, log: Callable[[str], None] = print):
+    def __init__(
+        self,
+        run_dir: Path,
+        data_dir: Path,
+        explicit: dict,
+        resume: bool = False,
+        ctx: DistContext | None = None,
+        log: Callable[[str], None] = print,
+    ):
         self.run_dir, self.data_dir = Path(run_dir), Path(data_dir)
         self.resume = resume
         self.config = self._resolve_config(explicit)
@@ -209,8 +239,10 @@ class Trainer:
         self.ctx = ctx or setup(cfg.device)
         self._log = log
         if self.ctx.distributed and cfg.batch_size % self.ctx.world:
-            raise RunDirError(f"batch_size {cfg.batch_size} is not divisible by the {self.ctx.world} processes; "
-                              "every process must own the same number of columns")
+            raise RunDirError(
+                f"batch_size {cfg.batch_size} is not divisible by the {self.ctx.world} processes; "
+                "every process must own the same number of columns"
+            )
         self._load_data()
         self._build_model()
         if self.ctx.is_main and not resume:
@@ -230,13 +262,15 @@ class Trainer:
         run_dir = self.run_dir
         if self.resume:
             if not (run_dir / "config.json").exists():
-                raise RunDirError(f"--resume: {run_dir} holds no config.json; it is not a run directory "
-                                  "(drop --resume to start a new run there)")
+                raise RunDirError(
+                    f"--resume: {run_dir} holds no config.json; it is not a run directory "
+                    "(drop --resume to start a new run there)"
+                )
             return merge_for_resume(run_config_from_saved(read_json(run_dir / "config.json")), explicit)
         if (run_dir / "config.json").exists() or (run_dir / RESUME_FILE).exists():
-            raise RunDirError(f"{run_dir} already holds a run; pass --resume to continue it, "
-                              "or choose another --out")
+            raise RunDirError(f"{run_dir} already holds a run; pass --resume to continue it, or choose another --out")
         from .config import load_config
+
         return load_config(None, explicit)
 
     def _load_data(self) -> None:
@@ -246,9 +280,11 @@ class Trainer:
         if self.resume:
             saved_vocab = Vocab.load(self.run_dir / "vocab.json")
             if saved_vocab.words != self.corpus.vocab.words:
-                raise RunDirError(f"the training text in {self.data_dir} gives a different vocabulary "
-                                  f"({len(self.corpus.vocab)} words) from the run's vocab.json ({len(saved_vocab)}); "
-                                  "resume with the --data-dir the run was started with")
+                raise RunDirError(
+                    f"the training text in {self.data_dir} gives a different vocabulary "
+                    f"({len(self.corpus.vocab)} words) from the run's vocab.json ({len(saved_vocab)}); "
+                    "resume with the --data-dir the run was started with"
+                )
         start, stop = column_share(cfg.batch_size, self.ctx.rank, self.ctx.world)
         self.shard = (start, cfg.batch_size) if self.ctx.distributed else None
         columns = batchify(self.corpus["train"].ids, cfg.batch_size)
@@ -270,6 +306,7 @@ class Trainer:
         objective = _Objective(self.model, cfg.alpha, cfg.beta)
         if self.ctx.distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
+
             objective = DDP(objective, device_ids=[dev.index] if dev.type == "cuda" else None)
         self.objective = objective
 
@@ -280,8 +317,12 @@ class Trainer:
 
     def _config_json(self) -> dict:
         c = self.corpus
-        data = {"data_dir": str(self.data_dir), "closed_vocab": c.closed_vocab, "oov": self.cfg.oov,
-                **{f"{k}_tokens": s.n_tokens for k, s in c.splits.items()}}
+        data = {
+            "data_dir": str(self.data_dir),
+            "closed_vocab": c.closed_vocab,
+            "oov": self.cfg.oov,
+            **{f"{k}_tokens": s.n_tokens for k, s in c.splits.items()},
+        }
         return config_header("lm", self.model_config.to_dict(), train=self.cfg.to_dict(), data=data)
 
     @contextmanager
@@ -326,9 +367,18 @@ class Trainer:
         if self.avg is not None:
             for n, a in zip(self.param_names, self.avg):
                 tensors[f"avg.{n}"] = a.detach().cpu().contiguous()
-        write_resume(self.run_dir / RESUME_FILE, RESUME_FORMAT, tensors, {
-            "progress": asdict(prog), "optimizer": opt_meta, "hidden_layout": layout,
-            "model_config": self.model_config.to_dict(), "world": self.ctx.world})
+        write_resume(
+            self.run_dir / RESUME_FILE,
+            RESUME_FORMAT,
+            tensors,
+            {
+                "progress": asdict(prog),
+                "optimizer": opt_meta,
+                "hidden_layout": layout,
+                "model_config": self.model_config.to_dict(),
+                "world": self.ctx.world,
+            },
+        )
         with self.eval_weights():
             save_weights(self.run_dir / "model.last.safetensors", self.model)
         write_log_csv(self.run_dir / "log.csv", prog.history)
@@ -336,15 +386,22 @@ class Trainer:
 
     def _load(self, path: Path) -> None:
         fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
-        tensors, meta = read_resume(path, RESUME_FORMAT, "an onlstm language-model resume file",
-                                    ("model_config", "progress", "optimizer", "hidden_layout"), fix)
+        tensors, meta = read_resume(
+            path,
+            RESUME_FORMAT,
+            "an onlstm language-model resume file",
+            ("model_config", "progress", "optimizer", "hidden_layout"),
+            fix,
+        )
         try:
             prog = Progress(**meta["progress"])
         except TypeError as e:
             raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({e}); {fix}") from None
         if meta["model_config"] != self.model_config.to_dict():
-            raise CheckpointError(f"{path} was written for another model ({meta['model_config']}) than config.json "
-                                  f"describes ({self.model_config.to_dict()}); the run directory is inconsistent")
+            raise CheckpointError(
+                f"{path} was written for another model ({meta['model_config']}) than config.json "
+                f"describes ({self.model_config.to_dict()}); the run directory is inconsistent"
+            )
         restore_training(path, tensors, meta["optimizer"], self.model, self.optimizer, self.ctx.device)
         if prog.averaging:
             try:
@@ -354,8 +411,10 @@ class Trainer:
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
         self.progress = prog
-        self.log(f"resumed {self.run_dir} at epoch {prog.epoch}, batch {prog.batch}, step {prog.step}"
-                 + (" (averaging)" if prog.averaging else ""))
+        self.log(
+            f"resumed {self.run_dir} at epoch {prog.epoch}, batch {prog.batch}, step {prog.step}"
+            + (" (averaging)" if prog.averaging else "")
+        )
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns), cut to this process's columns."""
@@ -364,9 +423,11 @@ class Trainer:
 
         def cut(t):
             if t.shape[1] != self.cfg.batch_size:
-                raise CheckpointError(f"{path}: saved state has {t.shape[1]} columns, batch_size is "
-                                      f"{self.cfg.batch_size}")
+                raise CheckpointError(
+                    f"{path}: saved state has {t.shape[1]} columns, batch_size is {self.cfg.batch_size}"
+                )
             return t[:, start:stop].contiguous().to(self.ctx.device)
+
         return [cut(s) if torch.is_tensor(s) else tuple(cut(t) for t in s) for s in full]
 
     # -- training ----------------------------------------------------------------------------------
@@ -387,19 +448,28 @@ class Trainer:
         if self._tb is None and self.cfg.tensorboard and self.ctx.is_main:
             try:
                 from torch.utils.tensorboard import SummaryWriter
+
                 self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
-            except Exception:        # tensorboard not installed: CSV log only
+            except Exception:  # tensorboard not installed: CSV log only
                 self._tb = False
         return self._tb or None
 
     def validate(self):
         with self.eval_weights():
-            return perplexity(self.model, self.corpus["valid"].ids, "batched", self.cfg.eval_batch_size,
-                              self.cfg.bptt, self.ctx.device, rank=self.ctx.rank, world=self.ctx.world,
-                              reduce=self.ctx.all_reduce_sum,
-                              should_stop=(lambda: self.stop.requested) if not self.ctx.distributed else None)
+            return perplexity(
+                self.model,
+                self.corpus["valid"].ids,
+                "batched",
+                self.cfg.eval_batch_size,
+                self.cfg.bptt,
+                self.ctx.device,
+                rank=self.ctx.rank,
+                world=self.ctx.world,
+                reduce=self.ctx.all_reduce_sum,
+                should_stop=(lambda: self.stop.requested) if not self.ctx.distributed else None,
+            )
 
-    def run(self, max_steps: int | None = None, on_step: Callable[["Trainer"], None] | None = None) -> dict:
+    def run(self, max_steps: int | None = None, on_step: Callable[[Trainer], None] | None = None) -> dict:
         """Train to ``cfg.epochs`` (or until ``max_steps`` optimizer steps in total, or a stop request),
         then (``final_test``) score the best weights. Returns ``{"status": ..., "progress": ...}``."""
         cfg, prog, ctx = self.cfg, self.progress, self.ctx
@@ -428,12 +498,24 @@ class Trainer:
         if prog.epoch > cfg.epochs:
             self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
         while prog.epoch <= cfg.epochs:
-            sched = bptt_schedule(self.n_rows, cfg.bptt, cfg.seed, prog.epoch, cfg.variable_bptt,
-                                  cfg.bptt_short_prob, cfg.bptt_std, cfg.min_seq_len)
+            sched = bptt_schedule(
+                self.n_rows,
+                cfg.bptt,
+                cfg.seed,
+                prog.epoch,
+                cfg.variable_bptt,
+                cfg.bptt_short_prob,
+                cfg.bptt_std,
+                cfg.min_seq_len,
+            )
             if prog.batch == 0:
                 self.hidden = None
-                if (averaging_allowed and not prog.averaging and cfg.asgd_start_epoch
-                        and prog.epoch >= cfg.asgd_start_epoch):
+                if (
+                    averaging_allowed
+                    and not prog.averaging
+                    and cfg.asgd_start_epoch
+                    and prog.epoch >= cfg.asgd_start_epoch
+                ):
                     self._start_averaging()
             status = self._train_epoch(sched, max_steps, on_step)
             if status != "running":
@@ -457,12 +539,25 @@ class Trainer:
     def _train_epoch(self, sched, max_steps, on_step) -> str:
         cfg, ctx, prog = self.cfg, self.ctx, self.progress
         from tqdm import tqdm
-        bar = tqdm(total=len(sched), initial=prog.batch, desc=f"epoch {prog.epoch}/{cfg.epochs}", unit="batch",
-                   disable=not (cfg.progress and ctx.is_main), leave=False, dynamic_ncols=True)
+
+        bar = tqdm(
+            total=len(sched),
+            initial=prog.batch,
+            desc=f"epoch {prog.epoch}/{cfg.epochs}",
+            unit="batch",
+            disable=not (cfg.progress and ctx.is_main),
+            leave=False,
+            dynamic_ncols=True,
+        )
         self._in_epoch = True
         # the running figures of the progress bar: since the last report, and since this session started
-        self._since = {"tokens": 0, "loss": torch.zeros((), dtype=torch.float64, device=ctx.device),
-                       "clock": time.perf_counter(), "session_start": time.perf_counter(), "session_batches": 0}
+        self._since = {
+            "tokens": 0,
+            "loss": torch.zeros((), dtype=torch.float64, device=ctx.device),
+            "clock": time.perf_counter(),
+            "session_start": time.perf_counter(),
+            "session_batches": 0,
+        }
         try:
             for k in range(prog.batch, len(sched)):
                 self._step(sched[k])
@@ -519,8 +614,9 @@ class Trainer:
         tok_s = since["tokens"] * self.ctx.world / max(now - since["clock"], 1e-9)
         rate = since["session_batches"] / max(now - since["session_start"], 1e-9)
         left = (left_in_epoch + (cfg.epochs - prog.epoch) * n_batches) / rate
-        bar.set_postfix_str(f"loss {cur:.3f} ppl {math.exp(min(cur, 50)):.1f} {tok_s:,.0f} tok/s "
-                            f"left {_fmt_time(left)}", refresh=False)
+        bar.set_postfix_str(
+            f"loss {cur:.3f} ppl {math.exp(min(cur, 50)):.1f} {tok_s:,.0f} tok/s left {_fmt_time(left)}", refresh=False
+        )
         tb = self._tensorboard()
         if tb:
             tb.add_scalar("train/loss", cur, prog.step)
@@ -537,17 +633,26 @@ class Trainer:
                 with self.eval_weights():
                     save_weights(self.run_dir / "model.best.safetensors", self.model)
         train_loss = prog.epoch_loss_sum / max(prog.epoch_tokens, 1)
-        row = {"epoch": prog.epoch, "steps": prog.step, "train_loss": round(train_loss, 6),
-               "train_ppl": round(math.exp(min(train_loss, 50)), 3), "valid_loss": round(valid.loss, 6),
-               "valid_ppl": round(valid.ppl, 3), "best_valid_ppl": round(math.exp(prog.best_valid), 3),
-               "averaging": int(prog.averaging), "tokens": prog.epoch_tokens,
-               "epoch_seconds": round(prog.epoch_seconds, 2),
-               "tokens_per_s": round(prog.epoch_tokens / max(prog.epoch_seconds, 1e-9), 1),
-               "elapsed_s": round(prog.elapsed, 1)}
+        row = {
+            "epoch": prog.epoch,
+            "steps": prog.step,
+            "train_loss": round(train_loss, 6),
+            "train_ppl": round(math.exp(min(train_loss, 50)), 3),
+            "valid_loss": round(valid.loss, 6),
+            "valid_ppl": round(valid.ppl, 3),
+            "best_valid_ppl": round(math.exp(prog.best_valid), 3),
+            "averaging": int(prog.averaging),
+            "tokens": prog.epoch_tokens,
+            "epoch_seconds": round(prog.epoch_seconds, 2),
+            "tokens_per_s": round(prog.epoch_tokens / max(prog.epoch_seconds, 1e-9), 1),
+            "elapsed_s": round(prog.elapsed, 1),
+        }
         prog.history.append(row)
-        self.log(f"epoch {prog.epoch:3d} | train ppl {row['train_ppl']:8.2f} | valid ppl {valid.ppl:8.2f}"
-                 f"{' *' if improved else '  '} | {'ASGD' if prog.averaging else 'SGD '} | "
-                 f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s")
+        self.log(
+            f"epoch {prog.epoch:3d} | train ppl {row['train_ppl']:8.2f} | valid ppl {valid.ppl:8.2f}"
+            f"{' *' if improved else '  '} | {'ASGD' if prog.averaging else 'SGD '} | "
+            f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s"
+        )
         tb = self._tensorboard()
         if tb:
             tb.add_scalar("valid/ppl", valid.ppl, prog.epoch)
@@ -565,8 +670,10 @@ class Trainer:
 
     def _stopped_message(self, why: str) -> str:
         p = self.progress
-        return (f"{why}: saved {self.run_dir / RESUME_FILE} at epoch {p.epoch}, batch {p.batch}, step {p.step}; "
-                f"continue with: onlstm lm train --out {self.run_dir} --data-dir {self.data_dir} --resume")
+        return (
+            f"{why}: saved {self.run_dir / RESUME_FILE} at epoch {p.epoch}, batch {p.batch}, step {p.step}; "
+            f"continue with: onlstm lm train --out {self.run_dir} --data-dir {self.data_dir} --resume"
+        )
 
     def _final_test(self) -> str:
         """Score the best weights on valid (batched, eval_batch_size) and test (test_batch_size)."""
@@ -576,22 +683,43 @@ class Trainer:
             best = self.run_dir / "model.best.safetensors"
             model = LanguageModel(self.model_config).to(self.ctx.device)
             from ..checkpoint import load_weights
+
             load_weights(best, model)
             test_protocol = "paper" if cfg.test_batch_size == 1 else "batched"
             try:
                 with self.stop:
-                    stop = (lambda: self.stop.requested)
-                    valid = perplexity(model, self.corpus["valid"].ids, "batched", cfg.eval_batch_size, cfg.bptt,
-                                       self.ctx.device, should_stop=stop)
-                    test = perplexity(model, self.corpus["test"].ids, test_protocol, cfg.test_batch_size, cfg.bptt,
-                                      self.ctx.device, progress=cfg.progress, should_stop=stop)
+                    stop = lambda: self.stop.requested
+                    valid = perplexity(
+                        model,
+                        self.corpus["valid"].ids,
+                        "batched",
+                        cfg.eval_batch_size,
+                        cfg.bptt,
+                        self.ctx.device,
+                        should_stop=stop,
+                    )
+                    test = perplexity(
+                        model,
+                        self.corpus["test"].ids,
+                        test_protocol,
+                        cfg.test_batch_size,
+                        cfg.bptt,
+                        self.ctx.device,
+                        progress=cfg.progress,
+                        should_stop=stop,
+                    )
             except Interrupted:
                 self.log("final test interrupted; score the run later with onlstm lm eval")
                 status = "interrupted"
             else:
-                prog.results = {"weights": "model.best.safetensors", "valid": valid.to_dict(),
-                                "test": test.to_dict(), "epochs": prog.epoch - 1, "steps": prog.step,
-                                "train_seconds": round(prog.elapsed, 1)}
+                prog.results = {
+                    "weights": "model.best.safetensors",
+                    "valid": valid.to_dict(),
+                    "test": test.to_dict(),
+                    "epochs": prog.epoch - 1,
+                    "steps": prog.step,
+                    "train_seconds": round(prog.elapsed, 1),
+                }
                 write_json(self.run_dir / "results.json", prog.results)
                 self.log(f"best weights: valid {valid.describe()}")
                 self.log(f"best weights: test  {test.describe()}")
@@ -604,8 +732,15 @@ class Trainer:
         return status
 
 
-def train(run_dir: Path, data_dir: Path, explicit: dict | None = None, resume: bool = False,
-          max_steps: int | None = None, on_step=None, log: Callable[[str], None] = print) -> dict:
+def train(
+    run_dir: Path,
+    data_dir: Path,
+    explicit: dict | None = None,
+    resume: bool = False,
+    max_steps: int | None = None,
+    on_step=None,
+    log: Callable[[str], None] = print,
+) -> dict:
     """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the
     user (config file and flags). Returns ``{"status", "progress"}``; joins the process group under torchrun."""
     try:

@@ -12,28 +12,86 @@
 * :mod:`.compare` / :mod:`.plots` -- several encoders and seeds with the same budget; the figure.
 * :mod:`.cli` -- ``onlstm logic generate | check | train | eval | compare``.
 """
-from .data import (
-    Example, LogicDataError, bucket_of, check_file_numbers, format_line, parse_line, read_examples, read_file,
-    relabel_mismatches, select, write_file,
-)
-from .formulas import (
-    FULL_SET, VARIABLES, Binary, Formula, FormulaSyntaxError, Not, Var, count_operators, parse, to_text, truth_set,
-)
-from .generate import GenerateConfig, generate_dataset, random_formula
-from .relations import RELATION_NAMES, RELATIONS, relation, relation_of_sets
-from .model import LogicClassifier, LogicModelConfig, pad_batch, pair_features, token_ids
-from .train import LogicTrainConfig, TrainResult
-from .train import train as train_classifier  # not `train`: that name is the submodule
-from .evaluate import LengthAccuracy, count_by_length, evaluate_examples, format_table, load_classifier, predict
+
 from .compare import CompareResult
 from .compare import compare as compare_encoders  # not `compare`: that name is the submodule
+from .data import (
+    Example,
+    LogicDataError,
+    bucket_of,
+    check_file_numbers,
+    format_line,
+    parse_line,
+    read_examples,
+    read_file,
+    relabel_mismatches,
+    select,
+    write_file,
+)
+from .evaluate import LengthAccuracy, count_by_length, evaluate_examples, format_table, load_classifier, predict
+from .formulas import (
+    FULL_SET,
+    VARIABLES,
+    Binary,
+    Formula,
+    FormulaSyntaxError,
+    Not,
+    Var,
+    count_operators,
+    parse,
+    to_text,
+    truth_set,
+)
+from .generate import GenerateConfig, generate_dataset, random_formula
+from .model import LogicClassifier, LogicModelConfig, pad_batch, pair_features, token_ids
+from .relations import RELATION_NAMES, RELATIONS, relation, relation_of_sets
+from .train import LogicTrainConfig, TrainResult
+from .train import train as train_classifier  # not `train`: that name is the submodule
 
 __all__ = [
-    "Binary", "CompareResult", "Example", "FULL_SET", "Formula", "FormulaSyntaxError", "GenerateConfig",
-    "LengthAccuracy", "LogicClassifier", "LogicDataError", "LogicModelConfig", "LogicTrainConfig", "Not",
-    "RELATIONS", "RELATION_NAMES", "TrainResult", "VARIABLES", "Var", "bucket_of", "check_file_numbers",
-    "compare_encoders", "count_by_length", "count_operators", "evaluate_examples", "format_line",
-    "format_table", "generate_dataset", "load_classifier", "pad_batch", "pair_features", "parse", "parse_line",
-    "predict", "random_formula", "read_examples", "read_file", "relabel_mismatches", "relation",
-    "relation_of_sets", "select", "to_text", "token_ids", "train_classifier", "truth_set", "write_file",
+    "FULL_SET",
+    "RELATIONS",
+    "RELATION_NAMES",
+    "VARIABLES",
+    "Binary",
+    "CompareResult",
+    "Example",
+    "Formula",
+    "FormulaSyntaxError",
+    "GenerateConfig",
+    "LengthAccuracy",
+    "LogicClassifier",
+    "LogicDataError",
+    "LogicModelConfig",
+    "LogicTrainConfig",
+    "Not",
+    "TrainResult",
+    "Var",
+    "bucket_of",
+    "check_file_numbers",
+    "compare_encoders",
+    "count_by_length",
+    "count_operators",
+    "evaluate_examples",
+    "format_line",
+    "format_table",
+    "generate_dataset",
+    "load_classifier",
+    "pad_batch",
+    "pair_features",
+    "parse",
+    "parse_line",
+    "predict",
+    "random_formula",
+    "read_examples",
+    "read_file",
+    "relabel_mismatches",
+    "relation",
+    "relation_of_sets",
+    "select",
+    "to_text",
+    "token_ids",
+    "train_classifier",
+    "truth_set",
+    "write_file",
 ]

@@ -8,6 +8,7 @@ Each sub-command has a ``_register_<name>(sub)`` function listed in :func:`regis
 YAML file given with ``--config`` (sections ``model:``, ``train:``, ``compare:`` and the keys
 ``data:``/``out:``; see ``configs/logic/``), and the command-line flags.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,11 @@ from .generate import GenerateConfig, format_label_counts, generate_dataset
 
 def register(subparsers) -> None:
     """Add ``onlstm logic`` with its own sub-commands to the top-level ``subparsers``."""
-    p = subparsers.add_parser("logic", help="logical inference (Bowman et al. 2015): data, train, eval, compare",
-                              description="Propositional-logic relation classification: the data and the experiment.")
+    p = subparsers.add_parser(
+        "logic",
+        help="logical inference (Bowman et al. 2015): data, train, eval, compare",
+        description="Propositional-logic relation classification: the data and the experiment.",
+    )
     sub = p.add_subparsers(dest="logic_command", required=True, metavar="{generate,check,train,eval,compare}")
     _register_generate(sub)
     _register_check(sub)
@@ -39,10 +43,12 @@ def register(subparsers) -> None:
 
 def _register_generate(sub) -> None:
     p = sub.add_parser(
-        "generate", help="write random labelled formula pairs as train0..train12 / test0..test12",
+        "generate",
+        help="write random labelled formula pairs as train0..train12 / test0..test12",
         description="Random formula pairs over a-f with not/and/or, labelled with their relation from the "
-                    "truth sets, written as LABEL<TAB>A<TAB>B into train{k}/test{k} (k = larger operator "
-                    "count; file 12 holds 12 or more).")
+        "truth sets, written as LABEL<TAB>A<TAB>B into train{k}/test{k} (k = larger operator "
+        "count; file 12 holds 12 or more).",
+    )
     p.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     add_flags(p, GenerateConfig, "generate", "data")
@@ -71,9 +77,11 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 def _register_check(sub) -> None:
     p = sub.add_parser(
-        "check", help="read a data directory or file, recompute every label and the file-number rule",
+        "check",
+        help="read a data directory or file, recompute every label and the file-number rule",
         description="Read train{k}/test{k} files (or one file), recompute each label from the truth sets and "
-                    "check that file k holds pairs whose larger operator count is k (12: 12 or more).")
+        "check that file k holds pairs whose larger operator count is k (12: 12 or more).",
+    )
     p.add_argument("path", type=Path, help="a directory of train{k}/test{k} files, or one file")
     p.add_argument("--show", type=int, default=5, help="how many disagreements to print (default 5)")
     p.set_defaults(func=_cmd_check)
@@ -97,8 +105,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"label differs at {ex.where}: file says {ex.label!r}, truth sets give {computed!r}")
     for ex in misfiled[: args.show]:
         print(f"misfiled at {ex.where}: larger operator count {ex.max_ops} but file number {ex.file_number}")
-    print(f"{len(examples) - len(wrong)}/{len(examples)} labels agree, {len(misfiled)} lines break the "
-          f"file-number rule ({time.perf_counter() - t0:.1f} s)")
+    print(
+        f"{len(examples) - len(wrong)}/{len(examples)} labels agree, {len(misfiled)} lines break the "
+        f"file-number rule ({time.perf_counter() - t0:.1f} s)"
+    )
     return 0 if not wrong and not misfiled else EXIT_FINDING  # a finding, not bad input
 
 
@@ -117,10 +127,9 @@ class CompareSettings(Config):
     section = "compare"
 
     # The paper's comparison; any registered encoder can be named.
-    cells: list[str] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
-        ["onlstm", "lstm"], lambda: f"encoders to compare, from: {', '.join(encoders.names())}")
-    seeds: list[int] = option([0], "seeds")  # noqa: RUF009 (option() returns a dataclasses.field)
-    lengths: str | list[int] = option("1-12", "test file numbers, e.g. 1-12 or 0-3,12")  # noqa: RUF009
+    cells: list[str] = option(["onlstm", "lstm"], lambda: f"encoders to compare, from: {', '.join(encoders.names())}")
+    seeds: list[int] = option([0], "seeds")
+    lengths: str | list[int] = option("1-12", "test file numbers, e.g. 1-12 or 0-3,12")
 
     def validate(self) -> None:
         bad = [c for c in self.cells if c not in encoders.names()]
@@ -161,8 +170,9 @@ def load_yaml(path: Path) -> dict:
     from .model import LogicModelConfig
     from .train import LogicTrainConfig
 
-    return read_yaml(path, {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings},
-                     _CONFIG_KEYS)
+    return read_yaml(
+        path, {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}, _CONFIG_KEYS
+    )
 
 
 def resolve_settings(args: argparse.Namespace):
@@ -181,8 +191,10 @@ def resolve_settings(args: argparse.Namespace):
     data = args.data or doc.get("data")
     out = args.out or doc.get("out")
     if data is None:
-        raise SettingsError("no data directory: pass --data DIR (or data: in the --config file); "
-                            "create one with `onlstm logic generate --out DIR`")
+        raise SettingsError(
+            "no data directory: pass --data DIR (or data: in the --config file); "
+            "create one with `onlstm logic generate --out DIR`"
+        )
     if out is None:
         raise SettingsError("no output directory: pass --out DIR (or out: in the --config file)")
     return model_cfg, train_cfg, Path(data), Path(out), dict(doc.get("compare") or {})
@@ -214,17 +226,21 @@ def parse_buckets(text: str | list) -> list[int]:
 
 def _register_train(sub) -> None:
     p = sub.add_parser(
-        "train", help="train a relation classifier (ON-LSTM, LSTM or GRU encoder) on <= 6 operators",
+        "train",
+        help="train a relation classifier (ON-LSTM, LSTM or GRU encoder) on <= 6 operators",
         description="Train the paper's classifier (shared one-layer encoder, features [h1, h2, h1*h2, |h1-h2|], "
-                    "MLP over the 7 relations) on the train{k} files with k <= --max-train-ops, 10%% held out "
-                    "for validation and early stopping. Writes config.json, vocab.json, history.json, "
-                    "model.best.safetensors and model.last.safetensors into --out. Ctrl-C stops after the current "
-                    "step, keeps the best checkpoint and writes resume.safetensors (exit status 130); run the same "
-                    "command with --resume to go on exactly where it stopped.")
+        "MLP over the 7 relations) on the train{k} files with k <= --max-train-ops, 10%% held out "
+        "for validation and early stopping. Writes config.json, vocab.json, history.json, "
+        "model.best.safetensors and model.last.safetensors into --out. Ctrl-C stops after the current "
+        "step, keeps the best checkpoint and writes resume.safetensors (exit status 130); run the same "
+        "command with --resume to go on exactly where it stopped.",
+    )
     _add_settings(p, cell=True)
-    p.add_argument("--resume", action="store_true",
-                   help="go on from --out/resume.safetensors (same settings; written at every validation check "
-                        "and on Ctrl-C)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from --out/resume.safetensors (same settings; written at every validation check and on Ctrl-C)",
+    )
     p.set_defaults(func=_cmd_train)
 
 
@@ -244,12 +260,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _register_eval(sub) -> None:
     p = sub.add_parser(
-        "eval", help="accuracy of a trained classifier for each number of operators",
+        "eval",
+        help="accuracy of a trained classifier for each number of operators",
         description="Accuracy on the test{k} files of --data for each length k (the larger operator count of "
-                    "a pair; file 12 holds 12 or more), then pooled over <= 6, 7-12 and all. Percent. "
-                    "Also prints the majority-label accuracy of the same pairs for reference.")
-    p.add_argument("--checkpoint", required=True, type=Path,
-                   help="run directory of `onlstm logic train` (uses model.best) or a .safetensors file in one")
+        "a pair; file 12 holds 12 or more), then pooled over <= 6, 7-12 and all. Percent. "
+        "Also prints the majority-label accuracy of the same pairs for reference.",
+    )
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        type=Path,
+        help="run directory of `onlstm logic train` (uses model.best) or a .safetensors file in one",
+    )
     p.add_argument("--data", required=True, type=Path, help="directory of test{k} files (or one file)")
     add_flags(p, EvalSettings, "eval", "evaluation")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -273,9 +295,19 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     result = evaluate_examples(model, examples, opts.batch_size)
     baseline = majority_baseline(examples)
     if args.json:
-        print(json.dumps({"checkpoint": str(args.checkpoint), "cell": header["model"]["cell"],
-                          "data": str(args.data), "split": opts.split, **result.to_dict(),
-                          "majority_baseline": baseline.to_dict()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "checkpoint": str(args.checkpoint),
+                    "cell": header["model"]["cell"],
+                    "data": str(args.data),
+                    "split": opts.split,
+                    **result.to_dict(),
+                    "majority_baseline": baseline.to_dict(),
+                },
+                indent=2,
+            )
+        )
         return 0
     name = header["model"]["cell"]
     print(format_table([(name, [result]), ("majority label", [baseline])], lengths, counts=baseline))
@@ -287,11 +319,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _register_compare(sub) -> None:
     p = sub.add_parser(
-        "compare", help="train ON-LSTM and LSTM with the same data, budget and seeds; table and plot by length",
+        "compare",
+        help="train ON-LSTM and LSTM with the same data, budget and seeds; table and plot by length",
         description="For each seed and each cell: train into OUT/<cell>-seed<seed> (a finished run with the same "
-                    "settings is reused), evaluate its best checkpoint on the test files, then print one row per "
-                    "cell (mean ± sample std over seeds) and write OUT/compare.json, OUT/table.md, "
-                    "OUT/accuracy_by_length.png and OUT/training_curves.png.")
+        "settings is reused), evaluate its best checkpoint on the test files, then print one row per "
+        "cell (mean ± sample std over seeds) and write OUT/compare.json, OUT/table.md, "
+        "OUT/accuracy_by_length.png and OUT/training_curves.png.",
+    )
     _add_settings(p, cell=False)
     add_flags(p, CompareSettings, "compare", "comparison")
     p.set_defaults(func=_cmd_compare)

@@ -5,17 +5,23 @@ holds every run's numbers and is rewritten after each run; ``OUT/accuracy_by_len
 plot. A run directory that already holds a finished run with exactly the same model, training
 config and data is reused instead of retrained (so an interrupted comparison can be resumed).
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable
 
 from ..checkpoint import CheckpointError, read_json, write_json
 from ..runs import resolve_device
 from .evaluate import (
-    DEFAULT_BUCKETS, LengthAccuracy, evaluate_examples, format_table, load_classifier, majority_baseline,
+    DEFAULT_BUCKETS,
+    LengthAccuracy,
+    evaluate_examples,
+    format_table,
+    load_classifier,
+    majority_baseline,
     read_test_examples,
 )
 from .model import LogicModelConfig
@@ -43,14 +49,25 @@ def _finished_run(run_dir: Path, model_cfg: LogicModelConfig, train_cfg: LogicTr
         header, same = read_run_header(run_dir, model_cfg, train_cfg)
     except CheckpointError:
         return None
-    same = (same and header.get("status") == "finished" and (header.get("data") or {}).get("path") == str(data)
-            and (run_dir / "model.best.safetensors").exists())
+    same = (
+        same
+        and header.get("status") == "finished"
+        and (header.get("data") or {}).get("path") == str(data)
+        and (run_dir / "model.best.safetensors").exists()
+    )
     return header.get("result") if same else None
 
 
-def compare(model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data: str | Path, out: str | Path,
-            cells: Iterable[str] = ("onlstm", "lstm"), seeds: Iterable[int] = (0,),
-            buckets: Iterable[int] = DEFAULT_BUCKETS, log: Callable[[str], None] | None = print) -> CompareResult:
+def compare(
+    model_cfg: LogicModelConfig,
+    train_cfg: LogicTrainConfig,
+    data: str | Path,
+    out: str | Path,
+    cells: Iterable[str] = ("onlstm", "lstm"),
+    seeds: Iterable[int] = (0,),
+    buckets: Iterable[int] = DEFAULT_BUCKETS,
+    log: Callable[[str], None] | None = print,
+) -> CompareResult:
     """Train every cell with every seed (same data, same budget), evaluate on the test files of ``buckets``."""
     log = log or (lambda _m: None)
     out, cells, seeds, buckets = Path(out), list(cells), list(seeds), list(buckets)
@@ -59,38 +76,62 @@ def compare(model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data: str 
     start = time.perf_counter()
 
     def save() -> None:
-        write_json(out / "compare.json", {
-            "kind": "logic-compare", "data": str(data), "cells": cells, "seeds": seeds, "buckets": buckets,
-            "model": model_cfg.to_dict(), "train": train_cfg.to_dict(), "runs": res.runs,
-            "majority_baseline": res.baseline.to_dict(), "interrupted": res.interrupted,
-            "seconds": round(time.perf_counter() - start, 1)})
+        write_json(
+            out / "compare.json",
+            {
+                "kind": "logic-compare",
+                "data": str(data),
+                "cells": cells,
+                "seeds": seeds,
+                "buckets": buckets,
+                "model": model_cfg.to_dict(),
+                "train": train_cfg.to_dict(),
+                "runs": res.runs,
+                "majority_baseline": res.baseline.to_dict(),
+                "interrupted": res.interrupted,
+                "seconds": round(time.perf_counter() - start, 1),
+            },
+        )
 
     for seed in seeds:
         for cell in cells:
             mcfg, tcfg = replace(model_cfg, cell=cell), replace(train_cfg, seed=seed)
             run_dir = out / f"{cell}-seed{seed}"
-            summary = _finished_run(run_dir, mcfg, tcfg, str(data))
-            if summary is not None:
-                log(f"== {cell}, seed {seed}: reusing the finished run in {run_dir}")
-            else:
-                go_on = can_resume(run_dir, mcfg, tcfg)
-                log(f"== {cell}, seed {seed}: {'resuming the interrupted run in' if go_on else 'training into'} {run_dir}")
-                tr = train(mcfg, tcfg, data, run_dir, log=log, resume=go_on)
-                if tr.interrupted:
-                    res.interrupted = True
-                    save()
-                    return _finish(res, buckets, log)
-                summary = read_json(run_dir / "config.json")["result"]
+            summary = _train_or_reuse(run_dir, mcfg, tcfg, data, log)
+            if summary is None:  # interrupted: keep what is done, say so
+                res.interrupted = True
+                save()
+                return _finish(res, buckets, log)
             model, _ = load_classifier(run_dir, "best", resolve_device(train_cfg.device))
             t0 = time.perf_counter()
             acc = evaluate_examples(model, test, train_cfg.eval_batch_size)
-            log(f"{cell}, seed {seed}: test accuracy <=6 {100 * acc.pooled(range(7)):.1f}%, "
-                f"7-12 {100 * acc.pooled(range(7, 13)):.1f}% ({time.perf_counter() - t0:.0f} s to evaluate)")
+            log(
+                f"{cell}, seed {seed}: test accuracy <=6 {100 * acc.pooled(range(7)):.1f}%, "
+                f"7-12 {100 * acc.pooled(range(7, 13)):.1f}% ({time.perf_counter() - t0:.0f} s to evaluate)"
+            )
             res.results.setdefault(cell, []).append(acc)
-            res.runs.append({"cell": cell, "seed": seed, "run_dir": str(run_dir), "train": summary,
-                             "test": acc.to_dict()})
+            res.runs.append(
+                {"cell": cell, "seed": seed, "run_dir": str(run_dir), "train": summary, "test": acc.to_dict()}
+            )
             save()
     return _finish(res, buckets, log)
+
+
+def _train_or_reuse(
+    run_dir: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path, log: Callable[[str], None]
+) -> dict | None:
+    """The training summary of ``run_dir``: reused when finished with these settings, else trained (resumed when
+    an interrupted run with these settings is there); ``None`` when this training was interrupted."""
+    what = f"== {mcfg.cell}, seed {tcfg.seed}:"
+    summary = _finished_run(run_dir, mcfg, tcfg, str(data))
+    if summary is not None:
+        log(f"{what} reusing the finished run in {run_dir}")
+        return summary
+    go_on = can_resume(run_dir, mcfg, tcfg)
+    log(f"{what} {'resuming the interrupted run in' if go_on else 'training into'} {run_dir}")
+    if train(mcfg, tcfg, data, run_dir, log=log, resume=go_on).interrupted:
+        return None
+    return read_json(run_dir / "config.json")["result"]
 
 
 def _finish(res: CompareResult, buckets: list[int], log: Callable[[str], None]) -> CompareResult:

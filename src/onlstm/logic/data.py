@@ -15,6 +15,7 @@ Typical use (the paper's protocol: train on <= 6 operators, test on 7 … 12)::
 Every problem in a file raises :class:`LogicDataError` naming the file, the line number and
 what is wrong.
 """
+
 from __future__ import annotations
 
 import re
@@ -86,8 +87,9 @@ class Example:
 # --------------------------------------------------------------------------- lines
 
 
-def parse_line(line: str, source: str = "<string>", lineno: int = 1,
-               split: str | None = None, file_number: int | None = None) -> Example:
+def parse_line(
+    line: str, source: str = "<string>", lineno: int = 1, split: str | None = None, file_number: int | None = None
+) -> Example:
     """Parse one line ``LABEL<TAB>A<TAB>B`` (a trailing ``\\n`` or ``\\r\\n`` is allowed).
 
     Raises :class:`LogicDataError` naming ``source``, ``lineno`` and the problem.
@@ -100,7 +102,8 @@ def parse_line(line: str, source: str = "<string>", lineno: int = 1,
     if len(fields) != 3:
         raise LogicDataError(
             f"{where}: expected 3 TAB-separated fields LABEL<TAB>A<TAB>B, found {len(fields)} "
-            f"({len(fields) - 1} TABs) in {text!r}; fields must be separated by single TAB characters")
+            f"({len(fields) - 1} TABs) in {text!r}; fields must be separated by single TAB characters"
+        )
     label, text_a, text_b = fields
     if label not in RELATIONS:
         raise LogicDataError(f"{where}: unknown label {label!r}; the label must be one of {' '.join(RELATIONS)}")
@@ -183,8 +186,13 @@ def _check_split(split: str | None) -> None:
         raise ValueError(f"unknown split {split!r}: use 'train', 'test' or None for both")
 
 
-def matches(ex: Example, split: str | None = None, buckets: Container[int] | None = None,
-            min_ops: int | None = None, max_ops: int | None = None) -> bool:
+def matches(
+    ex: Example,
+    split: str | None = None,
+    buckets: Container[int] | None = None,
+    min_ops: int | None = None,
+    max_ops: int | None = None,
+) -> bool:
     """Whether ``ex`` passes the selection of :func:`select` (``None`` = no condition)."""
     if split is not None and ex.split != split:
         return False
@@ -195,8 +203,13 @@ def matches(ex: Example, split: str | None = None, buckets: Container[int] | Non
     return max_ops is None or ex.max_ops <= max_ops
 
 
-def select(examples: Iterable[Example], split: str | None = None, buckets: Iterable[int] | None = None,
-           min_ops: int | None = None, max_ops: int | None = None) -> list[Example]:
+def select(
+    examples: Iterable[Example],
+    split: str | None = None,
+    buckets: Iterable[int] | None = None,
+    min_ops: int | None = None,
+    max_ops: int | None = None,
+) -> list[Example]:
     """The examples of ``split`` whose file number is in ``buckets`` and whose larger operator
     count lies in ``[min_ops, max_ops]``. Conditions left ``None`` are not applied.
 
@@ -214,7 +227,8 @@ def check_file_numbers(examples: Iterable[Example]) -> None:
         if ex.file_number is not None and ex.file_number != ex.bucket:
             raise LogicDataError(
                 f"{ex.source}, line {ex.line}: the larger operator count is {ex.max_ops}, so the pair belongs "
-                f"in file number {ex.bucket}, not {ex.file_number} (file k holds max count k; file 12 holds 12+)")
+                f"in file number {ex.bucket}, not {ex.file_number} (file k holds max count k; file 12 holds 12+)"
+            )
 
 
 def relabel_mismatches(examples: Iterable[Example]) -> list[tuple[Example, str]]:
@@ -227,9 +241,14 @@ def relabel_mismatches(examples: Iterable[Example]) -> list[tuple[Example, str]]
     return out
 
 
-def read_examples(path: str | Path, split: str | None = None, buckets: Iterable[int] | None = None,
-                  min_ops: int | None = None, max_ops: int | None = None,
-                  check_buckets: bool = False) -> list[Example]:
+def read_examples(
+    path: str | Path,
+    split: str | None = None,
+    buckets: Iterable[int] | None = None,
+    min_ops: int | None = None,
+    max_ops: int | None = None,
+    check_buckets: bool = False,
+) -> list[Example]:
     """Read a directory of ``train{k}``/``test{k}`` files or a single file and select examples.
 
     See :func:`select` for ``split``, ``buckets``, ``min_ops`` and ``max_ops``. With a
@@ -247,15 +266,18 @@ def read_examples(path: str | Path, split: str | None = None, buckets: Iterable[
     elif path.is_file():
         examples = read_file(path)
     else:
-        raise LogicDataError(f"{path}: no such file or directory; give a directory of train{{k}}/test{{k}} "
-                             f"files (k = 0 … 12) or one such file")
+        raise LogicDataError(
+            f"{path}: no such file or directory; give a directory of train{{k}}/test{{k}} "
+            f"files (k = 0 … 12) or one such file"
+        )
     if check_buckets:
         check_file_numbers(examples)
     chosen = select(examples, split, bucket_set, min_ops, max_ops)
     if not chosen:
         raise LogicDataError(
             f"{path}: no examples match split={split!r}, buckets={_show(bucket_set)}, min_ops={min_ops}, "
-            f"max_ops={max_ops} ({len(examples)} examples read); widen the selection")
+            f"max_ops={max_ops} ({len(examples)} examples read); widen the selection"
+        )
     return chosen
 
 
@@ -265,13 +287,14 @@ def _read_directory(directory: Path, split: str | None, buckets: set[int] | None
     if not files:
         raise LogicDataError(
             f"{directory}: no train{{k}}/test{{k}} files here (expected names like train0 … train12, "
-            f"test0 … test12); generate some with `onlstm logic generate --out {directory}`")
-    wanted = [(s, k, p) for s, k, p in files
-              if (split is None or s == split) and (buckets is None or k in buckets)]
+            f"test0 … test12); generate some with `onlstm logic generate --out {directory}`"
+        )
+    wanted = [(s, k, p) for s, k, p in files if (split is None or s == split) and (buckets is None or k in buckets)]
     if not wanted:
         names = ", ".join(p.name for _, _, p in files)
         raise LogicDataError(
-            f"{directory}: no file matches split={split!r}, buckets={_show(buckets)} (files present: {names})")
+            f"{directory}: no file matches split={split!r}, buckets={_show(buckets)} (files present: {names})"
+        )
     examples: list[Example] = []
     for _, _, p in wanted:
         examples.extend(read_file(p))

@@ -9,6 +9,7 @@ gets its length from its formulas the same way. Summary columns pool the pairs o
 * ``7-12`` -- lengths 7 … 12 present (never seen in training),
 * ``all`` -- every pair evaluated.
 """
+
 from __future__ import annotations
 
 import math
@@ -67,9 +68,13 @@ class LengthAccuracy:
         return {"<=6": self.pooled(SEEN), "7-12": self.pooled(UNSEEN), "all": self.overall}
 
     def to_dict(self) -> dict:
-        return {"by_length": {str(k): {"correct": self.correct.get(k, 0), "total": self.total[k],
-                                       "accuracy": self.accuracy(k)} for k in self.lengths},
-                **{k: v for k, v in self.summary().items()}}
+        return {
+            "by_length": {
+                str(k): {"correct": self.correct.get(k, 0), "total": self.total[k], "accuracy": self.accuracy(k)}
+                for k in self.lengths
+            },
+            **{k: v for k, v in self.summary().items()},
+        }
 
 
 def count_by_length(examples: list[Example], predictions: Iterable[int | str]) -> LengthAccuracy:
@@ -92,8 +97,9 @@ def majority_baseline(examples: list[Example]) -> LengthAccuracy:
     by_len: dict[int, Counter] = {}
     for ex in examples:
         by_len.setdefault(length_of(ex), Counter())[ex.label] += 1
-    return LengthAccuracy({k: c.most_common(1)[0][1] for k, c in by_len.items()},
-                          {k: sum(c.values()) for k, c in by_len.items()})
+    return LengthAccuracy(
+        {k: c.most_common(1)[0][1] for k, c in by_len.items()}, {k: sum(c.values()) for k, c in by_len.items()}
+    )
 
 
 @torch.no_grad()
@@ -107,7 +113,7 @@ def predict(model: LogicClassifier, examples: list[Example], batch_size: int = 5
     out = [0] * len(data)
     device = next(model.parameters()).device
     for i in range(0, len(order), batch_size):
-        idx = order[i: i + batch_size]
+        idx = order[i : i + batch_size]
         a, al, b, bl, _ = (t.to(device) for t in collate([data[j] for j in idx]))
         for j, p in zip(idx, model(a, al, b, bl).argmax(-1).tolist()):
             out[j] = p
@@ -119,17 +125,26 @@ def evaluate_examples(model: LogicClassifier, examples: list[Example], batch_siz
     return count_by_length(examples, predict(model, examples, batch_size))
 
 
-def load_classifier(checkpoint: str | Path, tag: str = "best",
-                    device: str | torch.device = "cpu") -> tuple[LogicClassifier, dict]:
+def load_classifier(
+    checkpoint: str | Path, tag: str = "best", device: str | torch.device = "cpu"
+) -> tuple[LogicClassifier, dict]:
     """Model (on ``device``, eval mode) and ``config.json`` contents from a run directory or a
     ``.safetensors`` file inside one.
 
     Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when
     the checkpoint is of another kind (e.g. a language model).
     """
-    run = load_run(checkpoint, KIND, lambda section: LogicClassifier(LogicModelConfig.from_dict(section)), tag=tag,
-                   device=device, vocab=_read_tokens, check=_check_tokens, what="a logic classifier",
-                   hint="train one with `onlstm logic train`")
+    run = load_run(
+        checkpoint,
+        KIND,
+        lambda section: LogicClassifier(LogicModelConfig.from_dict(section)),
+        tag=tag,
+        device=device,
+        vocab=_read_tokens,
+        check=_check_tokens,
+        what="a logic classifier",
+        hint="train one with `onlstm logic train`",
+    )
     return run.model, run.config
 
 
@@ -142,12 +157,15 @@ def _check_tokens(run: LoadedRun) -> None:
         raise CheckpointError(f"{run.run_dir / 'vocab.json'} differs from this version's token list {list(TOKENS)}")
 
 
-def read_test_examples(data: str | Path, split: str = "test",
-                       buckets: Iterable[int] = DEFAULT_BUCKETS) -> list[Example]:
+def read_test_examples(
+    data: str | Path, split: str = "test", buckets: Iterable[int] = DEFAULT_BUCKETS
+) -> list[Example]:
     path = Path(data)
     if not path.exists():
-        raise LogicDataError(f"data directory {path} does not exist; give the directory of test{{k}} files "
-                             "(from `onlstm logic generate` or the original data)")
+        raise LogicDataError(
+            f"data directory {path} does not exist; give the directory of test{{k}} files "
+            "(from `onlstm logic generate` or the original data)"
+        )
     return read_examples(path, split=split, buckets=list(buckets))
 
 
@@ -172,8 +190,11 @@ def _pct_std(xs: list[float]) -> str:
 SUMMARY_COLUMNS = ("<=6", "7-12", "all")
 
 
-def format_table(rows: list[tuple[str, list[LengthAccuracy]]], lengths: Iterable[int] | None = None,
-                 counts: LengthAccuracy | None = None) -> str:
+def format_table(
+    rows: list[tuple[str, list[LengthAccuracy]]],
+    lengths: Iterable[int] | None = None,
+    counts: LengthAccuracy | None = None,
+) -> str:
     """A Markdown table: one row per ``(name, results)``; several results give mean ± sample std.
 
     Columns: each length, then ``<=6``, ``7-12``, ``all`` (pooled, see the module docstring).
@@ -189,9 +210,14 @@ def format_table(rows: list[tuple[str, list[LengthAccuracy]]], lengths: Iterable
         cells += [_pct_std([r.summary()[c] for r in results]) for c in SUMMARY_COLUMNS]
         body.append([name] + cells)
     if counts is not None:
-        body.append(["pairs"] + [str(counts.total.get(k, 0)) for k in lengths]
-                    + [str(sum(counts.total.get(k, 0) for k in ks)) for ks in (SEEN, UNSEEN, counts.lengths)])
+        body.append(
+            ["pairs"]
+            + [str(counts.total.get(k, 0)) for k in lengths]
+            + [str(sum(counts.total.get(k, 0) for k in ks)) for ks in (SEEN, UNSEEN, counts.lengths)]
+        )
     widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
-    line = lambda r: "| " + " | ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) + " |"
+    line = lambda r: (
+        "| " + " | ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) + " |"
+    )
     sep = "|" + "|".join("-" * (w + 1) + ":" if i else "-" * (w + 2) for i, w in enumerate(widths)) + "|"
     return "\n".join([line(head), sep] + [line(r) for r in body])

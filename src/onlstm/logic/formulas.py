@@ -14,10 +14,10 @@ stored as a 64-bit integer: bit ``i`` is set when the formula is true under assi
 where variable number ``k`` (``a`` = 0, …, ``f`` = 5) is true in assignment ``i`` iff bit ``k``
 of ``i`` is set.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 from ..errors import OnlstmError
 
@@ -65,7 +65,7 @@ class Var:
 class Not:
     """Negation ``( not X )``."""
 
-    arg: "Formula"
+    arg: Formula
 
     def __str__(self) -> str:
         return to_text(self)
@@ -76,8 +76,8 @@ class Binary:
     """Conjunction or disjunction ``( left ( op right ) )`` with ``op`` in ``and``/``or``."""
 
     op: str
-    left: "Formula"
-    right: "Formula"
+    left: Formula
+    right: Formula
 
     def __post_init__(self) -> None:
         if self.op not in BINARY_OPERATORS:
@@ -87,7 +87,7 @@ class Binary:
         return to_text(self)
 
 
-Formula = Union[Var, Not, Binary]
+Formula = Var | Not | Binary
 
 
 # --------------------------------------------------------------------------- printing
@@ -168,8 +168,10 @@ class _Parser:
         left = self.formula()
         if self.peek() != "(":
             found = "the end of the text" if self.peek() is None else repr(self.peek())
-            raise self.fail(f"expected '(' before the operator, found {found}: binary formulas are written "
-                            f"( X ( and Y ) ) / ( X ( or Y ) ), negation ( not X )")
+            raise self.fail(
+                f"expected '(' before the operator, found {found}: binary formulas are written "
+                f"( X ( and Y ) ) / ( X ( or Y ) ), negation ( not X )"
+            )
         self.take("(")
         op = self.take()
         if op not in BINARY_OPERATORS:
@@ -193,7 +195,8 @@ def tokenize(text: str) -> list[str]:
     tokens = text.split(" ")
     if "" in tokens:
         raise FormulaSyntaxError(
-            f"tokens must be separated by single spaces (found a double, leading or trailing space) in {text!r}")
+            f"tokens must be separated by single spaces (found a double, leading or trailing space) in {text!r}"
+        )
     for tok in tokens:
         if tok not in VOCABULARY:
             raise FormulaSyntaxError(f"unknown token {tok!r} in {text!r} (vocabulary: {' '.join(VOCABULARY)})")

@@ -32,14 +32,16 @@ rare for a length (``=`` and ``^`` for long formulas) stay under-represented. Bi
 The stream of random numbers of bucket ``k`` depends only on ``(seed, k)``, so a bucket's content
 does not change when other options such as ``max_ops`` change the other buckets.
 """
+
 from __future__ import annotations
 
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from ..config import Config, ConfigError, option
 from .data import LAST_BUCKET, write_file
@@ -65,20 +67,26 @@ class GenerateConfig(Config):
 
     per_length: int = option(1000, "pairs per length bucket k, train and test together")
     seed: int = option(0, "random seed; same seed, same files")
-    max_ops: int = option(12, "largest operator count of a formula; buckets 0 ... min(max_ops, 12) are written "
-                              "(above 12 all go to file 12)")
+    max_ops: int = option(
+        12,
+        "largest operator count of a formula; buckets 0 ... min(max_ops, 12) are written (above 12 all go to file 12)",
+    )
     test_fraction: float = option(0.2, "share of each bucket written to test{k} (ignored when test_count is set)")
-    test_count: int | None = option(None, "pairs per bucket written to test{k} instead of test_fraction (the rest "
-                                          "goes to train{k})")
-    balance_labels: bool = option(False, "draw pool_factor times more distinct pairs and keep label counts as equal "
-                                         "as possible")
+    test_count: int | None = option(
+        None, "pairs per bucket written to test{k} instead of test_fraction (the rest goes to train{k})"
+    )
+    balance_labels: bool = option(
+        False, "draw pool_factor times more distinct pairs and keep label counts as equal as possible"
+    )
     pool_factor: int = option(10, "with balance_labels: candidates drawn per requested pair")
     not_prob: float = option(0.5, "probability that an operator node is 'not'")
-    allow_degenerate: bool = option(False, "keep formulas that are always true or always false (the original data "
-                                           "has none)")
+    allow_degenerate: bool = option(
+        False, "keep formulas that are always true or always false (the original data has none)"
+    )
     allow_duplicates: bool = option(False, "allow the same pair twice in a bucket")
-    max_tries_factor: int = option(20, "give up on a bucket after max_tries_factor x pairs wanted draws (small "
-                                       "buckets run out)", flag=False)
+    max_tries_factor: int = option(
+        20, "give up on a bucket after max_tries_factor x pairs wanted draws (small buckets run out)", flag=False
+    )
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` (a ValueError) naming the bad option and its allowed range."""
@@ -273,8 +281,9 @@ def _write_pairs(path: Path, pairs: list[Pair]) -> None:
     write_file(path, ((p.label, p.a, p.b) for p in pairs))
 
 
-def generate_dataset(out_dir: str | Path, cfg: GenerateConfig,
-                     log: Callable[[str], None] | None = None) -> GenerationReport:
+def generate_dataset(
+    out_dir: str | Path, cfg: GenerateConfig, log: Callable[[str], None] | None = None
+) -> GenerationReport:
     """Generate and write ``train{k}``/``test{k}`` for every bucket into ``out_dir``.
 
     ``log`` (e.g. ``print``) receives one summary line per bucket. Returns a

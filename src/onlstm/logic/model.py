@@ -16,6 +16,7 @@
   hidden layer. DropConnect on the hidden-to-hidden weights is available (``dropconnect``) but off
   by default, as the paper does not mention it for this task.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -59,18 +60,26 @@ class LogicModelConfig(Config):
     cell: str = option("onlstm", lambda: encoders.cell_help())
     emb_size: int = option(128, "embedding size (paper: 128)")
     hidden_size: int = option(400, "encoder units (paper: 400)")
-    chunk_size: int = option(10, encoders.option_help(
-        "chunk_size", "ON-LSTM chunk size (10: 40 chunks of 10 units, the paper's language-model chunk size)"))
-    master_input: str = option("paper", encoders.option_help(
-        "master_input", "ON-LSTM master input gate: paper (the layer's default; top chunk never written) or "
-                        "reverse"), choices=MASTER_INPUT_MODES)
+    chunk_size: int = option(
+        10,
+        encoders.option_help(
+            "chunk_size", "ON-LSTM chunk size (10: 40 chunks of 10 units, the paper's language-model chunk size)"
+        ),
+    )
+    master_input: str = option(
+        "paper",
+        encoders.option_help(
+            "master_input", "ON-LSTM master input gate: paper (the layer's default; top chunk never written) or reverse"
+        ),
+        choices=MASTER_INPUT_MODES,
+    )
     dropout: float = option(0.2, "dropout on embeddings, features and MLP hidden layer (paper: 0.2)")
     dropconnect: float = option(0.0, encoders.option_help("dropconnect", "DropConnect on hidden-to-hidden weights"))
     mlp_hidden: int = option(400, "width of the MLP's hidden layer; 0 = a single linear layer over the features")
-    mlp_activation: str = option("relu", "activation of the MLP's hidden layer: relu or elu (the authors' script)",
-                                 choices=tuple(_ACTIVATIONS))
-    encoder_options: dict[str, Any] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
-        {}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
+    mlp_activation: str = option(
+        "relu", "activation of the MLP's hidden layer: relu or elu (the authors' script)", choices=tuple(_ACTIVATIONS)
+    )
+    encoder_options: dict[str, Any] = option({}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
     n_classes: int = option(len(RELATIONS), "number of relations", flag=False)
     vocab_size: int = option(len(TOKENS), "token vocabulary size (with padding)", flag=False)
 
@@ -145,28 +154,36 @@ class LogicClassifier(nn.Module):
         self.encoder = make_encoder(c.cell, c.emb_size, c.hidden_size, **c.layer_options())
         n_feat = 4 * c.hidden_size
         if c.mlp_hidden:
-            self.mlp = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(n_feat, c.mlp_hidden), _ACTIVATIONS[c.mlp_activation](),
-                                     nn.Dropout(c.dropout), nn.Linear(c.mlp_hidden, c.n_classes))
+            self.mlp = nn.Sequential(
+                nn.Dropout(c.dropout),
+                nn.Linear(n_feat, c.mlp_hidden),
+                _ACTIVATIONS[c.mlp_activation](),
+                nn.Dropout(c.dropout),
+                nn.Linear(c.mlp_hidden, c.n_classes),
+            )
         else:
             self.mlp = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(n_feat, c.n_classes))
 
     def encode(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Encode formulas: ``tokens`` (T, N) padded, ``lengths`` (N,) -> hidden state at each last token (N, H)."""
         if tokens.dim() != 2 or lengths.dim() != 1 or tokens.shape[1] != lengths.shape[0]:
-            raise ValueError(f"expected tokens (T, N) and lengths (N,), got {tuple(tokens.shape)} and "
-                             f"{tuple(lengths.shape)}")
-        x = F.dropout(self.embedding(tokens), self.config.dropout, self.training)     # (T, N, E)
+            raise ValueError(
+                f"expected tokens (T, N) and lengths (N,), got {tuple(tokens.shape)} and {tuple(lengths.shape)}"
+            )
+        x = F.dropout(self.embedding(tokens), self.config.dropout, self.training)  # (T, N, E)
         packed = pack_padded_sequence(x, lengths.cpu(), enforce_sorted=False)
         _, state, _ = self.encoder(packed)
-        return _last_hidden(state)                                                   # (N, H)
+        return _last_hidden(state)  # (N, H)
 
     def features(self, a_tokens, a_lengths, b_tokens, b_lengths) -> torch.Tensor:
         """``[h1, h2, h1*h2, |h1-h2|]`` (B, 4H); both formulas go through the encoder in one call."""
         n = a_tokens.shape[1]
         t = max(a_tokens.shape[0], b_tokens.shape[0])
-        both = torch.cat([F.pad(a_tokens, (0, 0, 0, t - a_tokens.shape[0])),
-                          F.pad(b_tokens, (0, 0, 0, t - b_tokens.shape[0]))], dim=1)  # (T, 2B)
-        h = self.encode(both, torch.cat([a_lengths, b_lengths]))                       # (2B, H)
+        both = torch.cat(
+            [F.pad(a_tokens, (0, 0, 0, t - a_tokens.shape[0])), F.pad(b_tokens, (0, 0, 0, t - b_tokens.shape[0]))],
+            dim=1,
+        )  # (T, 2B)
+        h = self.encode(both, torch.cat([a_lengths, b_lengths]))  # (2B, H)
         return pair_features(h[:n], h[n:])
 
     def forward(self, a_tokens, a_lengths, b_tokens, b_lengths) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """Plots of the logical-inference experiment: accuracy against number of operators (the paper's figure)
 and validation accuracy against training step (where the plateau shows)."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,12 @@ from pathlib import Path
 from .evaluate import LengthAccuracy
 
 
-def plot_accuracy_by_length(rows: list[tuple[str, list[LengthAccuracy]]], path: str | Path,
-                            train_max_ops: int | None = 6, title: str | None = None) -> Path:
+def plot_accuracy_by_length(
+    rows: list[tuple[str, list[LengthAccuracy]]],
+    path: str | Path,
+    train_max_ops: int | None = 6,
+    title: str | None = None,
+) -> Path:
     """Write a PNG (or any format matplotlib knows from the suffix) with one line per model.
 
     Several results per model: the line is the mean, the band ± one sample standard deviation,
@@ -26,8 +31,13 @@ def plot_accuracy_by_length(rows: list[tuple[str, list[LengthAccuracy]]], path: 
         (line,) = ax.plot(lengths, mean, marker="o", label=f"{name} (n={len(results)})")
         if len(results) > 1:
             std = [_std([run[i] for run in per_run]) for i in range(len(lengths))]
-            ax.fill_between(lengths, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
-                            color=line.get_color(), alpha=0.2)
+            ax.fill_between(
+                lengths,
+                [m - s for m, s in zip(mean, std)],
+                [m + s for m, s in zip(mean, std)],
+                color=line.get_color(),
+                alpha=0.2,
+            )
             for run in per_run:
                 ax.plot(lengths, run, color=line.get_color(), alpha=0.25, linewidth=0.8)
     if train_max_ops is not None:
@@ -58,8 +68,9 @@ def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path, t
             kw = {"label": f"{name} training (running, with dropout)"}
         else:
             kw = {}
-        ax.plot(steps, [100 * r["train_accuracy"] for r in history], color=colours[name], linestyle=":",
-                linewidth=1, **kw)
+        ax.plot(
+            steps, [100 * r["train_accuracy"] for r in history], color=colours[name], linestyle=":", linewidth=1, **kw
+        )
     return _save(fig, ax, path, "training step", "accuracy (%)", title, legend_size=8)
 
 
@@ -80,6 +91,7 @@ def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str | None, lege
 def _pyplot():
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - matplotlib is a dependency

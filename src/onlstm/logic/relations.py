@@ -28,6 +28,7 @@ and random formulas of 2-4 operators are degenerate often enough (a few percent)
 original generator most likely excluded them; :mod:`onlstm.logic.generate` does the same by
 default.
 """
+
 from __future__ import annotations
 
 from .formulas import FULL_SET, Formula, truth_set

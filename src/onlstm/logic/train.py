@@ -20,14 +20,15 @@ once (the resume file of the last validation check stays). ``train(..., resume=T
 logic train --resume``) goes on from the resume file and gives the same weights, bit for bit, as a run
 that was never interrupted.
 """
+
 from __future__ import annotations
 
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -35,8 +36,15 @@ from tqdm import tqdm
 
 from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
 from ..config import Config, ConfigError, option
-from ..runs import (StopRequest, read_resume, resolve_device, restore_training, setup_torch, training_tensors,
-                    write_resume)
+from ..runs import (
+    StopRequest,
+    read_resume,
+    resolve_device,
+    restore_training,
+    setup_torch,
+    training_tensors,
+    write_resume,
+)
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKENS, LogicClassifier, LogicModelConfig, num_parameters, pad_batch, token_ids
 from .relations import RELATIONS
@@ -49,29 +57,34 @@ class LogicTrainConfig(Config):
     section = "train"
     config_kind = "logic train config"
 
-    max_train_ops: int = option(6, "train on pairs whose larger operator count is at most this (files train0 ... "
-                                   "train{max_train_ops})")
+    max_train_ops: int = option(
+        6, "train on pairs whose larger operator count is at most this (files train0 ... train{max_train_ops})"
+    )
     valid_fraction: float = option(0.1, "share of those pairs held out for validation (early stopping)")
-    max_train_examples: int | None = option(None, "use a random subset of this many pairs (before the validation "
-                                                  "split)", default_text="all")
+    max_train_examples: int | None = option(
+        None, "use a random subset of this many pairs (before the validation split)", default_text="all"
+    )
     seed: int = option(0, "seed of subset, split, init, dropout and batch order")
     epochs: int = option(30, "maximum epochs")
     batch_size: int = option(128, "pairs per step")
     lr: float = option(1e-3, "Adam learning rate")
-    lr_decay: float = option(0.5, "learning-rate factor after lr_patience validation checks in a row without "
-                                  "improvement; 1 = constant")
+    lr_decay: float = option(
+        0.5, "learning-rate factor after lr_patience validation checks in a row without improvement; 1 = constant"
+    )
     # Both models sit on a ~65% plateau for thousands of steps before they learn the operators; decaying after
     # every such check (lr_patience 1) kept the LSTM there for good.
-    lr_patience: int = option(3, "validation checks in a row without improvement before each decay (the count "
-                                 "then starts again)")
+    lr_patience: int = option(
+        3, "validation checks in a row without improvement before each decay (the count then starts again)"
+    )
     min_lr: float = option(1e-5, "never decay the learning rate below this")
     weight_decay: float = option(0.0, "Adam's (L2) weight decay; the authors' script: 1.2e-6")
     adam_eps: float = option(1e-8, "Adam's epsilon (torch's default; the authors' script: 1e-9)")
     clip: float = option(1.0, "gradient norm clipping; 0 = none")
     patience: int = option(8, "stop after this many validation checks in a row without improvement")
     valid_every: int = option(0, "steps between validation checks; 0 = once per epoch")
-    time_limit: float | None = option(None, "stop after this many minutes of training (checked after every step)",
-                                      default_text="no limit")
+    time_limit: float | None = option(
+        None, "stop after this many minutes of training (checked after every step)", default_text="no limit"
+    )
     eval_batch_size: int = option(512, "pairs per evaluation batch")
     device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
     # On a CPU shared with other jobs one thread was 3-10x faster than two here.
@@ -170,8 +183,10 @@ def split_train_valid(examples: list[Example], cfg: LogicTrainConfig) -> tuple[l
         pool = pool[: cfg.max_train_examples]
     n_valid = max(1, round(cfg.valid_fraction * len(pool)))
     if n_valid >= len(pool):
-        raise LogicDataError(f"only {len(pool)} training pairs: too few to hold out {cfg.valid_fraction:.0%} "
-                             "for validation and train on the rest")
+        raise LogicDataError(
+            f"only {len(pool)} training pairs: too few to hold out {cfg.valid_fraction:.0%} "
+            "for validation and train on the rest"
+        )
     return pool[n_valid:], pool[:n_valid]
 
 
@@ -179,8 +194,10 @@ def load_training_examples(data: str | Path, cfg: LogicTrainConfig) -> list[Exam
     """The pairs of the ``train{k}`` files with ``k <= max_train_ops`` whose larger count is <= max_train_ops."""
     path = Path(data)
     if not path.exists():
-        raise LogicDataError(f"data directory {path} does not exist; create one with `onlstm logic generate "
-                             f"--out {path}` or pass the directory of the original train{{k}}/test{{k}} files")
+        raise LogicDataError(
+            f"data directory {path} does not exist; create one with `onlstm logic generate "
+            f"--out {path}` or pass the directory of the original train{{k}}/test{{k}} files"
+        )
     buckets = range(cfg.max_train_ops + 1) if path.is_dir() else None
     return read_examples(path, split="train", buckets=buckets, max_ops=cfg.max_train_ops)
 
@@ -193,7 +210,7 @@ def accuracy(model: LogicClassifier, data: list[Encoded], batch_size: int = 512)
     correct = 0
     device = next(model.parameters()).device
     for i in range(0, len(data), batch_size):
-        a, al, b, bl, y = (t.to(device) for t in collate(data[i: i + batch_size]))
+        a, al, b, bl, y = (t.to(device) for t in collate(data[i : i + batch_size]))
         correct += int((model(a, al, b, bl).argmax(-1) == y).sum())
     model.train(was_training)
     return correct / len(data)
@@ -206,7 +223,7 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
     """One update on a collated batch already on the model's device: cross-entropy, backward, gradient-norm
     clipping (``clip`` 0 = none), optimizer step. Returns ``(loss, logits)``, detached."""
     a, al, b, bl, y = batch
-    logits = model(a, al, b, bl)                                    # (B, 7)
+    logits = model(a, al, b, bl)  # (B, 7)
     loss = F.cross_entropy(logits, y)
     opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -248,14 +265,18 @@ def read_run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfi
 def _check_resumable(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> None:
     header, same = read_run_header(out, model_cfg, cfg)
     if not same:
-        raise CheckpointError(f"{out} was trained with other settings than these; resume with the same model and "
-                              f"training settings (only {', '.join(RUNTIME_FIELDS)} may change), or train into a "
-                              "new --out")
+        raise CheckpointError(
+            f"{out} was trained with other settings than these; resume with the same model and "
+            f"training settings (only {', '.join(RUNTIME_FIELDS)} may change), or train into a "
+            "new --out"
+        )
     if header.get("status") == "finished":
         raise CheckpointError(f"{out} holds a finished run; nothing to resume")
     if not (out / RESUME_FILE).exists():
-        raise CheckpointError(f"{out / RESUME_FILE} is missing: the run was stopped before its first validation "
-                              "check; train again without --resume")
+        raise CheckpointError(
+            f"{out / RESUME_FILE} is missing: the run was stopped before its first validation "
+            "check; train again without --resume"
+        )
 
 
 def can_resume(out: str | Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> bool:
@@ -267,8 +288,14 @@ def can_resume(out: str | Path, model_cfg: LogicModelConfig, cfg: LogicTrainConf
     return True
 
 
-def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, out: str | Path,
-          log: Callable[[str], None] | None = print, resume: bool = False) -> TrainResult:
+def train(
+    model_cfg: LogicModelConfig,
+    cfg: LogicTrainConfig,
+    data: str | Path,
+    out: str | Path,
+    log: Callable[[str], None] | None = print,
+    resume: bool = False,
+) -> TrainResult:
     """Train a classifier on ``data`` (a directory of ``train{k}`` files, or one file) into run dir ``out``.
 
     ``resume=True`` goes on from ``out/resume.safetensors`` (same settings required). Returns a
@@ -282,16 +309,22 @@ def train(model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, 
     examples = load_training_examples(data, cfg)
     train_ex, valid_ex = split_train_valid(examples, cfg)
     run = _LogicRun(model_cfg, cfg, out, encode_examples(train_ex), encode_examples(valid_ex), log)
-    data_summary = {"path": str(data), "n_train": len(run.train_data), "n_valid": len(run.valid_data),
-                    "max_ops": max(ex.max_ops for ex in examples)}
+    data_summary = {
+        "path": str(data),
+        "n_train": len(run.train_data),
+        "n_valid": len(run.valid_data),
+        "max_ops": max(ex.max_ops for ex in examples),
+    }
     run.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
     write_json(out / "vocab.json", list(TOKENS))
     if resume:
         run.restore()
     run.write_status("running")
-    log(f"{model_cfg.cell} on {run.device}: {num_parameters(run.model):,} parameters; {len(run.train_data)} training "
+    log(
+        f"{model_cfg.cell} on {run.device}: {num_parameters(run.model):,} parameters; {len(run.train_data)} training "
         f"pairs, {len(run.valid_data)} validation pairs (<= {cfg.max_train_ops} operators); {run.steps_per_epoch} "
-        f"steps/epoch, validation every {run.valid_every} steps; run dir {out}")
+        f"steps/epoch, validation every {run.valid_every} steps; run dir {out}"
+    )
     stopped_by = run.loop()
     return run.finish(stopped_by)
 
@@ -300,21 +333,38 @@ class _LogicRun:
     """One training run: the model, its optimizer and schedule, and ``st``, everything the loop carries from
     step to step (saved in the resume file)."""
 
-    def __init__(self, model_cfg: LogicModelConfig, cfg: LogicTrainConfig, out: Path, train_data: list[Encoded],
-                 valid_data: list[Encoded], log: Callable[[str], None]):
+    def __init__(
+        self,
+        model_cfg: LogicModelConfig,
+        cfg: LogicTrainConfig,
+        out: Path,
+        train_data: list[Encoded],
+        valid_data: list[Encoded],
+        log: Callable[[str], None],
+    ):
         self.model_cfg, self.cfg, self.out, self.log = model_cfg, cfg, out, log
         self.train_data, self.valid_data = train_data, valid_data
         setup_torch(cfg.threads)
         self.device = resolve_device(cfg.device)
         torch.manual_seed(cfg.seed)
         self.model = LogicClassifier(model_cfg).to(self.device)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps,
-                                    weight_decay=cfg.weight_decay)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
         self.schedule = PlateauSchedule(self.opt, cfg.lr_decay, cfg.lr_patience, cfg.min_lr)
         self.steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
         self.valid_every = cfg.valid_every or self.steps_per_epoch
-        self.st: dict = {"step": 0, "epoch": 0, "pos": 0, "best_acc": -1.0, "best_step": 0, "bad_checks": 0,
-                         "schedule_bad": 0, "loss_sum": 0.0, "correct_sum": 0, "seen": 0, "seconds": 0.0}
+        self.st: dict = {
+            "step": 0,
+            "epoch": 0,
+            "pos": 0,
+            "best_acc": -1.0,
+            "best_step": 0,
+            "bad_checks": 0,
+            "schedule_bad": 0,
+            "loss_sum": 0.0,
+            "correct_sum": 0,
+            "seen": 0,
+            "seconds": 0.0,
+        }
         self.history: list[dict] = []
         self.order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
         # The batch-order generator's state at the start of the epoch that holds step `pos` (JSON: a list); each
@@ -329,20 +379,30 @@ class _LogicRun:
     # -- resume ------------------------------------------------------------------------------------
     def restore(self) -> None:
         path = self.out / RESUME_FILE
-        tensors, meta = read_resume(path, RESUME_FORMAT, "a logic resume file", ("progress", "optimizer"),
-                                    "train again without --resume (into a new --out, or after removing this one)")
+        tensors, meta = read_resume(
+            path,
+            RESUME_FORMAT,
+            "a logic resume file",
+            ("progress", "optimizer"),
+            "train again without --resume (into a new --out, or after removing this one)",
+        )
         st = self.st
         st.update(meta["progress"])
         restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
         self.schedule.bad = st["schedule_bad"]
         self.history = read_json(self.out / "history.json")[: st["n_checks"]] if st["n_checks"] else []
-        self.log(f"resuming {self.out} at step {st['step']} (epoch {st['epoch'] + 1}, batch {st['pos'] + 1}); best "
-                 f"valid acc {100 * max(st['best_acc'], 0):.2f}% at step {st['best_step']}")
+        self.log(
+            f"resuming {self.out} at step {st['step']} (epoch {st['epoch'] + 1}, batch {st['pos'] + 1}); best "
+            f"valid acc {100 * max(st['best_acc'], 0):.2f}% at step {st['best_step']}"
+        )
 
     def save_resume(self) -> None:
         st = self.st
-        st["seconds"], st["schedule_bad"], st["n_checks"] = time.perf_counter() - self.start, self.schedule.bad, \
-            len(self.history)
+        st["seconds"], st["schedule_bad"], st["n_checks"] = (
+            time.perf_counter() - self.start,
+            self.schedule.bad,
+            len(self.history),
+        )
         tensors, opt_meta = training_tensors(self.model, self.opt, self.device)
         write_resume(self.out / RESUME_FILE, RESUME_FORMAT, tensors, {"progress": st, "optimizer": opt_meta})
 
@@ -351,11 +411,15 @@ class _LogicRun:
         """Validate, checkpoint, adapt the learning rate; True when patience is exhausted."""
         st, cfg, out, opt = self.st, self.cfg, self.out, self.opt
         acc = accuracy(self.model, self.valid_data, cfg.eval_batch_size)
-        rec = {"step": st["step"], "epoch": round(st["step"] / self.steps_per_epoch, 3),
-               "seconds": round(time.perf_counter() - self.start, 1),
-               "train_loss": st["loss_sum"] / max(st["seen"], 1),
-               "train_accuracy": st["correct_sum"] / max(st["seen"], 1),
-               "valid_accuracy": acc, "lr": opt.param_groups[0]["lr"]}
+        rec = {
+            "step": st["step"],
+            "epoch": round(st["step"] / self.steps_per_epoch, 3),
+            "seconds": round(time.perf_counter() - self.start, 1),
+            "train_loss": st["loss_sum"] / max(st["seen"], 1),
+            "train_accuracy": st["correct_sum"] / max(st["seen"], 1),
+            "valid_accuracy": acc,
+            "lr": opt.param_groups[0]["lr"],
+        }
         st["loss_sum"], st["correct_sum"], st["seen"] = 0.0, 0, 0
         improved = acc > st["best_acc"]
         if improved:
@@ -370,10 +434,12 @@ class _LogicRun:
         write_json(out / "history.json", self.history)
         self.save_resume()
         best, best_step = st["best_acc"], st["best_step"]
-        msg = (f"step {st['step']} (epoch {rec['epoch']:.2f}, {rec['seconds']:.0f} s): train loss "
-               f"{rec['train_loss']:.4f} acc {100 * rec['train_accuracy']:.1f}%, valid acc {100 * acc:.2f}%"
-               f"{' (best)' if improved else f' (best {100 * best:.2f}% at step {best_step})'}"
-               + (f"; learning rate now {opt.param_groups[0]['lr']:.3g}" if decayed else ""))
+        msg = (
+            f"step {st['step']} (epoch {rec['epoch']:.2f}, {rec['seconds']:.0f} s): train loss "
+            f"{rec['train_loss']:.4f} acc {100 * rec['train_accuracy']:.1f}%, valid acc {100 * acc:.2f}%"
+            f"{' (best)' if improved else f' (best {100 * best:.2f}% at step {best_step})'}"
+            + (f"; learning rate now {opt.param_groups[0]['lr']:.3g}" if decayed else "")
+        )
         (tqdm.write if self.log is print else self.log)(msg)  # tqdm.write keeps a progress bar intact
         return st["bad_checks"] >= cfg.patience
 
@@ -408,12 +474,17 @@ class _LogicRun:
         self.order_rng.setstate((version, tuple(internal), gauss))
         order = list(range(len(self.train_data)))
         self.order_rng.shuffle(order)
-        self.bar = tqdm(total=self.steps_per_epoch, initial=st["pos"],
-                        desc=f"{self.model_cfg.cell} epoch {st['epoch'] + 1}/{cfg.epochs}",
-                        leave=False, disable=None if cfg.progress else True, dynamic_ncols=True)
+        self.bar = tqdm(
+            total=self.steps_per_epoch,
+            initial=st["pos"],
+            desc=f"{self.model_cfg.cell} epoch {st['epoch'] + 1}/{cfg.epochs}",
+            leave=False,
+            disable=None if cfg.progress else True,
+            dynamic_ncols=True,
+        )
         stopped_by = "epochs"
         for i in range(st["pos"] * cfg.batch_size, len(order), cfg.batch_size):
-            self._step([self.train_data[j] for j in order[i: i + cfg.batch_size]])
+            self._step([self.train_data[j] for j in order[i : i + cfg.batch_size]])
             if st["pos"] == self.steps_per_epoch:  # the epoch is over: the next step starts a new one
                 st["epoch"], st["pos"], st["epoch_rng"] = st["epoch"] + 1, 0, list(self.order_rng.getstate())
             stopped_by = self._after_step(stop)
@@ -434,9 +505,11 @@ class _LogicRun:
         st["correct_sum"] += int((logits.argmax(-1) == y).sum())
         st["seen"] += len(y)
         self.bar.update(1)
-        self.bar.set_postfix(loss=f"{st['loss_sum'] / st['seen']:.3f}",
-                             acc=f"{100 * st['correct_sum'] / st['seen']:.1f}%",
-                             best=f"{100 * max(st['best_acc'], 0):.1f}%")
+        self.bar.set_postfix(
+            loss=f"{st['loss_sum'] / st['seen']:.3f}",
+            acc=f"{100 * st['correct_sum'] / st['seen']:.1f}%",
+            best=f"{100 * max(st['best_acc'], 0):.1f}%",
+        )
 
     def _after_step(self, stop: StopRequest) -> str:
         """Validation when due, then the stopping rules; returns ``epochs`` to go on."""
@@ -458,17 +531,36 @@ class _LogicRun:
         if stopped_by in ("interrupted", "aborted"):
             stopped_by = self._save_interrupted(stopped_by)
         seconds = time.perf_counter() - self.start
-        result = TrainResult(out, max(st["best_acc"], 0.0), st["best_step"], st["step"],
-                             round(st["step"] / self.steps_per_epoch, 3), seconds, stopped_by, len(self.train_data),
-                             len(self.valid_data), self.history)
-        self.write_status("interrupted" if stopped_by == "interrupted" else "finished", {
-            "best_valid_accuracy": result.best_valid_accuracy, "best_step": st["best_step"], "steps": st["step"],
-            "epochs": result.epochs, "seconds": round(seconds, 1), "stopped_by": stopped_by})
+        result = TrainResult(
+            out,
+            max(st["best_acc"], 0.0),
+            st["best_step"],
+            st["step"],
+            round(st["step"] / self.steps_per_epoch, 3),
+            seconds,
+            stopped_by,
+            len(self.train_data),
+            len(self.valid_data),
+            self.history,
+        )
+        self.write_status(
+            "interrupted" if stopped_by == "interrupted" else "finished",
+            {
+                "best_valid_accuracy": result.best_valid_accuracy,
+                "best_step": st["best_step"],
+                "steps": st["step"],
+                "epochs": result.epochs,
+                "seconds": round(seconds, 1),
+                "stopped_by": stopped_by,
+            },
+        )
         if stopped_by != "interrupted":
             (out / RESUME_FILE).unlink(missing_ok=True)  # a finished run is not resumed (see _check_resumable)
-            self.log(f"{self.model_cfg.cell}: stopped by {stopped_by} after {st['step']} steps ({result.epochs:.2f} "
-                     f"epochs, {seconds / 60:.1f} min); best valid acc {100 * result.best_valid_accuracy:.2f}% at "
-                     f"step {st['best_step']}")
+            self.log(
+                f"{self.model_cfg.cell}: stopped by {stopped_by} after {st['step']} steps ({result.epochs:.2f} "
+                f"epochs, {seconds / 60:.1f} min); best valid acc {100 * result.best_valid_accuracy:.2f}% at "
+                f"step {st['best_step']}"
+            )
         return result
 
     def _save_interrupted(self, stopped_by: str) -> str:
@@ -476,9 +568,21 @@ class _LogicRun:
         save_weights(out / "model.last.safetensors", self.model)
         if stopped_by == "interrupted":
             self.save_resume()
-        resumable = "resume with --resume" if stopped_by == "interrupted" else \
-            ("resume with --resume from the last validation check" if (out / RESUME_FILE).exists() else "not resumable")
-        self.log(f"interrupted at step {st['step']}: last weights saved ({resumable}); best checkpoint "
-                 + (f"kept (valid acc {100 * st['best_acc']:.2f}% at step {st['best_step']})" if st["best_acc"] >= 0
-                    else "not written yet (no validation check done)"))
+        resumable = (
+            "resume with --resume"
+            if stopped_by == "interrupted"
+            else (
+                "resume with --resume from the last validation check"
+                if (out / RESUME_FILE).exists()
+                else "not resumable"
+            )
+        )
+        self.log(
+            f"interrupted at step {st['step']}: last weights saved ({resumable}); best checkpoint "
+            + (
+                f"kept (valid acc {100 * st['best_acc']:.2f}% at step {st['best_step']})"
+                if st["best_acc"] >= 0
+                else "not written yet (no validation check done)"
+            )
+        )
         return "interrupted"

@@ -6,6 +6,7 @@
 Layers have their own widths (the paper: 1150-1150-400 over a 400-dim embedding); with tied
 weights the last width must equal the embedding size.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,33 +34,41 @@ class LMConfig(Config):
 
     vocab_size: int = option(help="vocabulary size", fixed="is taken from the training text")
     emb_size: int = option(400, "embedding width (= last layer's width when tied)")
-    hidden_sizes: list[int] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
-        [1150, 1150, 400], "width of every recurrent layer, e.g. 1150 1150 400")
+    hidden_sizes: list[int] = option([1150, 1150, 400], "width of every recurrent layer, e.g. 1150 1150 400")
     cell: str = option("onlstm", lambda: encoders.cell_help("recurrent layer"))
     chunk_size: int = option(10, encoders.option_help("chunk_size", "ON-LSTM chunk size (units per master-gate level)"))
-    master_input: str = option("paper", encoders.option_help(
-        "master_input", "ON-LSTM master input gate: paper (as published; its top chunk is never written) or "
-                        "reverse (no dead chunk)"))
+    master_input: str = option(
+        "paper",
+        encoders.option_help(
+            "master_input",
+            "ON-LSTM master input gate: paper (as published; its top chunk is never written) or "
+            "reverse (no dead chunk)",
+        ),
+    )
     dropout_emb: float = option(0.1, "embedding row dropout (AWD dropoute)")
     dropout_in: float = option(0.5, "locked dropout on the embedding output (dropouti)")
     dropout_hidden: float = option(0.3, "locked dropout between layers (dropouth)")
     dropout_out: float = option(0.45, "locked dropout on the last layer's output (dropout)")
-    dropconnect: float = option(0.45, encoders.option_help("dropconnect",
-                                                           "DropConnect on hidden-to-hidden weights (wdrop)"))
+    dropconnect: float = option(
+        0.45, encoders.option_help("dropconnect", "DropConnect on hidden-to-hidden weights (wdrop)")
+    )
     tie_weights: bool = option(True, "tie the decoder to the embedding")
-    encoder_options: dict[str, Any] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
-        {}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
+    encoder_options: dict[str, Any] = option({}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
 
     def validate(self) -> None:
         spec = encoders.check_cell(self.cell, "cell")
         if not spec.causal:
-            raise ConfigError(f"encoder {self.cell!r} is not causal per step (its output at a step depends on later "
-                              "tokens), so it cannot be a language model; choose another cell")
+            raise ConfigError(
+                f"encoder {self.cell!r} is not causal per step (its output at a step depends on later "
+                "tokens), so it cannot be a language model; choose another cell"
+            )
         if self.vocab_size <= 0 or self.emb_size <= 0 or not self.hidden_sizes or min(self.hidden_sizes) <= 0:
             raise ConfigError("vocab_size, emb_size and every hidden size must be positive and hidden_sizes non-empty")
         if self.tie_weights and self.hidden_sizes[-1] != self.emb_size:
-            raise ConfigError(f"tie_weights needs the last layer's width ({self.hidden_sizes[-1]}) to equal "
-                              f"emb_size ({self.emb_size}); change one of them or set tie_weights: false")
+            raise ConfigError(
+                f"tie_weights needs the last layer's width ({self.hidden_sizes[-1]}) to equal "
+                f"emb_size ({self.emb_size}); change one of them or set tie_weights: false"
+            )
         spec.validate(self.hidden_sizes, self.layer_options())
 
     def layer_options(self, cell: str | None = None) -> dict:
@@ -68,8 +77,7 @@ class LMConfig(Config):
         return encoders.options_for(cell or self.cell, self, self.encoder_options)
 
 
-def locked_dropout(x: torch.Tensor, p: float, training: bool,
-                   shard: tuple[int, int] | None = None) -> torch.Tensor:
+def locked_dropout(x: torch.Tensor, p: float, training: bool, shard: tuple[int, int] | None = None) -> torch.Tensor:
     """Dropout with one mask per sequence, shared over time (``x`` is (T, B, F)).
 
     ``shard = (start, total)``: ``x`` holds columns ``start:start+B`` of a batch of ``total``
@@ -84,7 +92,7 @@ def locked_dropout(x: torch.Tensor, p: float, training: bool,
         start, total = shard
         if not 0 <= start <= total - x.shape[1]:
             raise ValueError(f"shard {shard} does not hold the {x.shape[1]} columns of the input")
-        mask = x.new_empty(1, total, x.shape[2]).bernoulli_(1 - p)[:, start:start + x.shape[1]]
+        mask = x.new_empty(1, total, x.shape[2]).bernoulli_(1 - p)[:, start : start + x.shape[1]]
     return x * (mask / (1 - p))
 
 
@@ -104,7 +112,8 @@ class LanguageModel(nn.Module):
         self.embedding = nn.Embedding(c.vocab_size, c.emb_size)
         sizes = [c.emb_size] + c.hidden_sizes
         self.layers = nn.ModuleList(
-            make_encoder(c.cell, sizes[i], sizes[i + 1], **c.layer_options()) for i in range(len(c.hidden_sizes)))
+            make_encoder(c.cell, sizes[i], sizes[i + 1], **c.layer_options()) for i in range(len(c.hidden_sizes))
+        )
         self.decoder = nn.Linear(c.hidden_sizes[-1], c.vocab_size)
         # As the reference: small uniform embedding (an N(0, 1) tied embedding makes early gradients
         # denormal and CPU steps 15-100x slower), zero decoder bias.
@@ -117,8 +126,9 @@ class LanguageModel(nn.Module):
     def has_distances(self) -> bool:
         return encoders.has_distances(self.config.cell)
 
-    def forward(self, tokens: torch.Tensor, state=None, return_distances: bool = False, *,
-                shard: tuple[int, int] | None = None):
+    def forward(
+        self, tokens: torch.Tensor, state=None, return_distances: bool = False, *, shard: tuple[int, int] | None = None
+    ):
         """``tokens`` (T, B) -> ``output`` (T, B, last width), new ``state`` (one per layer), and a dict
         with ``raw`` (last layer's output before dropout, for TAR), ``dropped`` (after, for AR) and,
         when asked, ``distances``: per layer, :class:`onlstm.Distances` with (T, B) tensors.
@@ -153,8 +163,9 @@ KIND = "lm"
 """``config.json``'s ``kind`` of a language-model run (``onlstm lm train``, ``onlstm demo``)."""
 
 
-def load_language_model_run(checkpoint, tag: str = "best", device="cpu", hint: str = "train one with `onlstm lm "
-                            "train` or `onlstm demo`"):
+def load_language_model_run(
+    checkpoint, tag: str = "best", device="cpu", hint: str = "train one with `onlstm lm train` or `onlstm demo`"
+):
     """A language-model run directory (or a ``.safetensors`` file in one) as a
     :class:`~onlstm.runs.LoadedRun`: the model in eval mode on ``device``, its :class:`~onlstm.data.vocab.Vocab`
     and ``config.json``. Every problem is a :class:`~onlstm.checkpoint.CheckpointError` naming the file."""
@@ -164,8 +175,19 @@ def load_language_model_run(checkpoint, tag: str = "best", device="cpu", hint: s
 
     def check(run) -> None:
         if len(run.vocab) != run.model.config.vocab_size:
-            raise CheckpointError(f"{run.run_dir}: vocab.json has {len(run.vocab)} words but the model expects "
-                                  f"{run.model.config.vocab_size}; the run directory is inconsistent")
+            raise CheckpointError(
+                f"{run.run_dir}: vocab.json has {len(run.vocab)} words but the model expects "
+                f"{run.model.config.vocab_size}; the run directory is inconsistent"
+            )
 
-    return load_run(checkpoint, KIND, lambda section: LanguageModel(LMConfig.from_dict(section)), tag=tag,
-                    device=device, vocab=Vocab.load, check=check, what="a language model", hint=hint)
+    return load_run(
+        checkpoint,
+        KIND,
+        lambda section: LanguageModel(LMConfig.from_dict(section)),
+        tag=tag,
+        device=device,
+        vocab=Vocab.load,
+        check=check,
+        what="a language model",
+        hint=hint,
+    )

@@ -1,21 +1,22 @@
 """The ON-LSTM layer: the equations (functional), the readable reference step loop (reference), the
 kernel interface and registry (kernels) with the fused PyTorch and C++ kernels, the cell and the
 multi-layer module."""
+
 from .functional import cumax, master_forget, master_input
 from .kernels import KernelSpec, LayerKernel, kernel_status, register_kernel, unregister_kernel
 from .modules import ONLSTM, Distances, ONLSTMCell, dropconnect_weight
 
 __all__ = [
-           "ONLSTM",
-           "Distances",
-           "KernelSpec",
-           "LayerKernel",
-           "ONLSTMCell",
-           "cumax",
-           "dropconnect_weight",
-           "kernel_status",
-           "master_forget",
-           "master_input",
-           "register_kernel",
-           "unregister_kernel",
+    "ONLSTM",
+    "Distances",
+    "KernelSpec",
+    "LayerKernel",
+    "ONLSTMCell",
+    "cumax",
+    "dropconnect_weight",
+    "kernel_status",
+    "master_forget",
+    "master_input",
+    "register_kernel",
+    "unregister_kernel",
 ]

@@ -5,6 +5,7 @@ ever occurs, and the kernel then turned a NaN input into finite outputs. The fla
 what does not change results for non-finite values (no ``errno`` from math functions, no trapping);
 the source declares glibc's vectorised ``exp`` itself (see csrc/onlstm_cpu.cpp).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,7 +50,9 @@ def load_extension() -> Any:
         name = extension_name()
         build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
         if not any(build_dir.glob(f"{name}*.so")):
-            print("onlstm: compiling the C++ kernel (once per machine, about a minute) ...", file=sys.stderr, flush=True)
+            print(
+                "onlstm: compiling the C++ kernel (once per machine, about a minute) ...", file=sys.stderr, flush=True
+            )
         _state["module"] = cpp_extension.load(
             name=name,
             sources=[str(_SOURCE)],
@@ -57,7 +60,7 @@ def load_extension() -> Any:
             extra_ldflags=["-fopenmp"],
             verbose=False,
         )
-    except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, no headers, ...: fall back, say why
+    except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         _state["error"] = f"{type(exc).__name__}: {first}"
     return _state["module"]

@@ -15,6 +15,7 @@ path that the fast kernels are tested against.  Notation (per step, hidden size 
     c' = f^ * c + i^ * c^,   h' = o * tanh(c')
     d_f = 1 - mean(f~),      d_i = mean(i~)
 """
+
 from __future__ import annotations
 
 import torch
@@ -74,13 +75,13 @@ def cell_update(pre: Tensor, c: Tensor, chunk_size: int, mode: str = "paper") ->
     """
     batch, hidden = c.shape
     n = hidden // chunk_size
-    l_i, l_f = pre[:, :n], pre[:, n:2 * n]
-    o, c_hat, i, f = pre[:, 2 * n:].view(batch, 4 * n, chunk_size).chunk(4, dim=1)  # each (B, n, C)
-    mf = master_forget(l_f)                       # (B, n)
-    mi = master_input(l_i, mode)                  # (B, n)
+    l_i, l_f = pre[:, :n], pre[:, n : 2 * n]
+    o, c_hat, i, f = pre[:, 2 * n :].view(batch, 4 * n, chunk_size).chunk(4, dim=1)  # each (B, n, C)
+    mf = master_forget(l_f)  # (B, n)
+    mi = master_input(l_i, mode)  # (B, n)
     o, i, f = torch.sigmoid(o), torch.sigmoid(i), torch.sigmoid(f)
     c_hat = torch.tanh(c_hat)
-    w = (mf * mi)[:, :, None]                     # overlap, (B, n, 1) broadcast over C units
+    w = (mf * mi)[:, :, None]  # overlap, (B, n, 1) broadcast over C units
     f_hat = f * w + (mf[:, :, None] - w)
     i_hat = i * w + (mi[:, :, None] - w)
     c_new = f_hat * c.view(batch, n, chunk_size) + i_hat * c_hat

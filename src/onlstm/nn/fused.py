@@ -8,6 +8,7 @@ batches, packed batches and the reversed direction all run through the same code
 PyTorch does; the registry offers it for float32/float64 on the CPU, where it is the fallback when the
 C++ kernel cannot be built.
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,9 +21,17 @@ class FusedKernel:
     """The fused algorithm in PyTorch operations; ``saved = (act, cells, tanh(cells))``."""
 
     @staticmethod
-    def forward(x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor,
-                batch_sizes: Tensor, chunk: int, inclusive: bool
-                ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
+    def forward(
+        x: Tensor,
+        w_ih: Tensor,
+        w_hh: Tensor,
+        bias: Tensor | None,
+        h0: Tensor,
+        c0: Tensor,
+        batch_sizes: Tensor,
+        chunk: int,
+        inclusive: bool,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
         bs = batch_sizes.tolist()
         N, G, D = x.shape[0], w_hh.shape[0], w_hh.shape[1]
         n = D // chunk
@@ -33,32 +42,47 @@ class FusedKernel:
         w_hh_t = w_hh.t()
         off = prev = 0
         for t, b in enumerate(bs):
-            h_prev = h0[:b] if t == 0 else out[prev:prev + b]
-            c_prev = c0[:b] if t == 0 else cells[prev:prev + b]
-            g = torch.addmm(xp[off:off + b], h_prev, w_hh_t)
-            a = act[off:off + b]
-            p = torch.softmax(g[:, :2 * n].view(b, 2, n), dim=-1)
-            a[:, :2 * n] = p.view(b, 2 * n)
-            torch.sigmoid(g[:, 2 * n:], out=a[:, 2 * n:])
-            torch.tanh(g[:, 2 * n + D:2 * n + 2 * D], out=a[:, 2 * n + D:2 * n + 2 * D])
+            h_prev = h0[:b] if t == 0 else out[prev : prev + b]
+            c_prev = c0[:b] if t == 0 else cells[prev : prev + b]
+            g = torch.addmm(xp[off : off + b], h_prev, w_hh_t)
+            a = act[off : off + b]
+            p = torch.softmax(g[:, : 2 * n].view(b, 2, n), dim=-1)
+            a[:, : 2 * n] = p.view(b, 2 * n)
+            torch.sigmoid(g[:, 2 * n :], out=a[:, 2 * n :])
+            torch.tanh(g[:, 2 * n + D : 2 * n + 2 * D], out=a[:, 2 * n + D : 2 * n + 2 * D])
             mi, mf = _master(p[:, 0], p[:, 1], inclusive)
             w = (mf * mi).unsqueeze(-1)
-            o, ch, ig, fg = a[:, 2 * n:].view(b, 4, n, chunk).unbind(1)
-            c_new = (fg * w + (mf.unsqueeze(-1) - w)) * c_prev.view(b, n, chunk) + (ig * w + (mi.unsqueeze(-1) - w)) * ch
-            cells[off:off + b] = c_new.view(b, D)
-            torch.tanh(cells[off:off + b], out=tcs[off:off + b])
-            torch.mul(o.reshape(b, D), tcs[off:off + b], out=out[off:off + b])
-            dist[off:off + b, 0] = 1.0 - mf.mean(-1)
-            dist[off:off + b, 1] = mi.mean(-1)
+            o, ch, ig, fg = a[:, 2 * n :].view(b, 4, n, chunk).unbind(1)
+            c_new = (fg * w + (mf.unsqueeze(-1) - w)) * c_prev.view(b, n, chunk) + (
+                ig * w + (mi.unsqueeze(-1) - w)
+            ) * ch
+            cells[off : off + b] = c_new.view(b, D)
+            torch.tanh(cells[off : off + b], out=tcs[off : off + b])
+            torch.mul(o.reshape(b, D), tcs[off : off + b], out=out[off : off + b])
+            dist[off : off + b, 0] = 1.0 - mf.mean(-1)
+            dist[off : off + b, 1] = mi.mean(-1)
             prev, off = off, off + b
         h_n, c_n = _final_states(out, cells, bs)
         return out, h_n, c_n, dist, (act, cells, tcs)
 
     @staticmethod
-    def backward(grad_out: Tensor, grad_hn: Tensor, grad_cn: Tensor, grad_dist: Tensor | None, x: Tensor,
-                 w_ih: Tensor, w_hh: Tensor, h0: Tensor, c0: Tensor, batch_sizes: Tensor, out: Tensor,
-                 saved: tuple[Tensor, ...], chunk: int, inclusive: bool
-                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    # long function: 16 of its lines are the formatted signature; the reversed step loop reads best whole
+    def backward(
+        grad_out: Tensor,
+        grad_hn: Tensor,
+        grad_cn: Tensor,
+        grad_dist: Tensor | None,
+        x: Tensor,
+        w_ih: Tensor,
+        w_hh: Tensor,
+        h0: Tensor,
+        c0: Tensor,
+        batch_sizes: Tensor,
+        out: Tensor,
+        saved: tuple[Tensor, ...],
+        chunk: int,
+        inclusive: bool,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         act, cells, tcs = saved
         bs = batch_sizes.tolist()
         N, G, D = x.shape[0], w_hh.shape[0], w_hh.shape[1]
@@ -70,14 +94,14 @@ class FusedKernel:
         dh, dc = grad_hn.clone(), grad_cn.clone()
         for t in range(len(bs) - 1, -1, -1):
             b, off = bs[t], offs[t]
-            c_prev = c0[:b] if t == 0 else cells[offs[t - 1]:offs[t - 1] + b]
-            a = act[off:off + b]
-            pi, pf = a[:, :n], a[:, n:2 * n]
-            o, ch, ig, fg = a[:, 2 * n:].view(b, 4, n, chunk).unbind(1)
+            c_prev = c0[:b] if t == 0 else cells[offs[t - 1] : offs[t - 1] + b]
+            a = act[off : off + b]
+            pi, pf = a[:, :n], a[:, n : 2 * n]
+            o, ch, ig, fg = a[:, 2 * n :].view(b, 4, n, chunk).unbind(1)
             mi, mf = _master(pi, pf, inclusive)
             w = (mf * mi).unsqueeze(-1)
-            tc = tcs[off:off + b].view(b, n, chunk)
-            dh_t = (grad_out[off:off + b] + dh[:b]).view(b, n, chunk)
+            tc = tcs[off : off + b].view(b, n, chunk)
+            dh_t = (grad_out[off : off + b] + dh[:b]).view(b, n, chunk)
             dcu = dc[:b].view(b, n, chunk) + dh_t * o * (1 - tc * tc)
             f_hat = fg * w + (mf.unsqueeze(-1) - w)
             i_hat = ig * w + (mi.unsqueeze(-1) - w)
@@ -88,20 +112,20 @@ class FusedKernel:
             dmf = (dfh + dw * mi.unsqueeze(-1)).sum(-1)
             dmi = (dih + dw * mf.unsqueeze(-1)).sum(-1)
             if grad_dist is not None:
-                dmf = dmf - grad_dist[off:off + b, 0:1] / n
-                dmi = dmi + grad_dist[off:off + b, 1:2] / n
-            dg = dG[off:off + b]
-            gates = dg[:, 2 * n:].view(b, 4, n, chunk)
+                dmf = dmf - grad_dist[off : off + b, 0:1] / n
+                dmi = dmi + grad_dist[off : off + b, 1:2] / n
+            dg = dG[off : off + b]
+            gates = dg[:, 2 * n :].view(b, 4, n, chunk)
             gates[:, 0] = dh_t * tc * o * (1 - o)
             gates[:, 1] = dcu * i_hat * (1 - ch * ch)
             gates[:, 2] = dih * w * ig * (1 - ig)
             gates[:, 3] = dfh * w * fg * (1 - fg)
-            dpf = suffix_sum(dmf, inclusive=True)          # adjoint of mf = prefix_sum(pf)
-            dpi = prefix_sum(dmi, inclusive)               # adjoint of mi = suffix_sum(pi)
-            dg[:, n:2 * n] = pf * (dpf - (dpf * pf).sum(-1, keepdim=True))
+            dpf = suffix_sum(dmf, inclusive=True)  # adjoint of mf = prefix_sum(pf)
+            dpi = prefix_sum(dmi, inclusive)  # adjoint of mi = suffix_sum(pi)
+            dg[:, n : 2 * n] = pf * (dpf - (dpf * pf).sum(-1, keepdim=True))
             dg[:, :n] = pi * (dpi - (dpi * pi).sum(-1, keepdim=True))
             dh[:b] = dg @ w_hh
-        h_prev = torch.cat([h0[:bs[0]]] + [out[offs[t - 1]:offs[t - 1] + bs[t]] for t in range(1, len(bs))])
+        h_prev = torch.cat([h0[: bs[0]]] + [out[offs[t - 1] : offs[t - 1] + bs[t]] for t in range(1, len(bs))])
         dGt = dG.t()
         return dG @ w_ih, dGt @ x, dGt @ h_prev, dG.sum(0), dh, dc
 
@@ -118,7 +142,7 @@ def _final_states(out: Tensor, cells: Tensor, bs: list[int]) -> tuple[Tensor, Te
     for t, b in enumerate(bs):
         nxt = bs[t + 1] if t + 1 < len(bs) else 0
         if b > nxt:
-            h_n[nxt:b] = out[off + nxt:off + b]
-            c_n[nxt:b] = cells[off + nxt:off + b]
+            h_n[nxt:b] = out[off + nxt : off + b]
+            c_n[nxt:b] = cells[off + nxt : off + b]
         off += b
     return h_n, c_n

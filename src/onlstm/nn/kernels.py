@@ -29,6 +29,7 @@ unavailable for the rest of the process: ``'auto'`` falls back to the next kerne
 ``RuntimeWarning``, and :func:`kernel_status` reports the reason. The test suite runs every kernel
 against the reference (tests/test_layer.py); add the new name there.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -55,8 +56,18 @@ class LayerKernel(Protocol):
     ``'paper'``. Gate row layout and the equations: :mod:`onlstm.nn.functional`.
     """
 
-    def forward(self, x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor,
-                batch_sizes: Tensor, chunk: int, inclusive: bool) -> KernelOutputs:
+    def forward(
+        self,
+        x: Tensor,
+        w_ih: Tensor,
+        w_hh: Tensor,
+        bias: Tensor | None,
+        h0: Tensor,
+        c0: Tensor,
+        batch_sizes: Tensor,
+        chunk: int,
+        inclusive: bool,
+    ) -> KernelOutputs:
         """Return ``out (N, D), h_n (B, D), c_n (B, D), dist (N, 2), saved``.
 
         ``dist[:, 0]`` is the master-forget distance and ``dist[:, 1]`` the master-input distance of
@@ -64,9 +75,23 @@ class LayerKernel(Protocol):
         """
         ...
 
-    def backward(self, grad_out: Tensor, grad_hn: Tensor, grad_cn: Tensor, grad_dist: Tensor | None,
-                 x: Tensor, w_ih: Tensor, w_hh: Tensor, h0: Tensor, c0: Tensor, batch_sizes: Tensor,
-                 out: Tensor, saved: tuple[Tensor, ...], chunk: int, inclusive: bool) -> KernelGrads:
+    def backward(
+        self,
+        grad_out: Tensor,
+        grad_hn: Tensor,
+        grad_cn: Tensor,
+        grad_dist: Tensor | None,
+        x: Tensor,
+        w_ih: Tensor,
+        w_hh: Tensor,
+        h0: Tensor,
+        c0: Tensor,
+        batch_sizes: Tensor,
+        out: Tensor,
+        saved: tuple[Tensor, ...],
+        chunk: int,
+        inclusive: bool,
+    ) -> KernelGrads:
         """Return the gradients ``dx, dw_ih, dw_hh, dbias, dh0, dc0`` (contiguous gradients in)."""
         ...
 
@@ -75,9 +100,19 @@ class _KernelFunction(torch.autograd.Function):
     """Autograd wrapper around a kernel's whole-sequence forward and hand-written backward."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor,
-                batch_sizes: Tensor, chunk: int, inclusive: bool, kernel: LayerKernel
-                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def forward(
+        ctx: Any,
+        x: Tensor,
+        w_ih: Tensor,
+        w_hh: Tensor,
+        bias: Tensor | None,
+        h0: Tensor,
+        c0: Tensor,
+        batch_sizes: Tensor,
+        chunk: int,
+        inclusive: bool,
+        kernel: LayerKernel,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         out, h_n, c_n, dist, saved = kernel.forward(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive)
         ctx.save_for_backward(x, w_ih, w_hh, h0, c0, batch_sizes, out, *saved)
         ctx.config = (chunk, inclusive, kernel, bias is not None)
@@ -85,8 +120,9 @@ class _KernelFunction(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, g_out: Tensor | None, g_hn: Tensor | None, g_cn: Tensor | None,
-                 g_dist: Tensor | None) -> tuple[Tensor | None, ...]:
+    def backward(
+        ctx: Any, g_out: Tensor | None, g_hn: Tensor | None, g_cn: Tensor | None, g_dist: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
         x, w_ih, w_hh, h0, c0, batch_sizes, out, *saved = ctx.saved_tensors
         chunk, inclusive, kernel, has_bias = ctx.config
         zeros = torch.zeros_like
@@ -95,16 +131,27 @@ class _KernelFunction(torch.autograd.Function):
         g_cn = zeros(c0) if g_cn is None else g_cn.contiguous()
         g_dist = None if g_dist is None else g_dist.contiguous()
         dx, dw_ih, dw_hh, db, dh0, dc0 = kernel.backward(
-            g_out, g_hn, g_cn, g_dist, x, w_ih, w_hh, h0, c0, batch_sizes, out, tuple(saved), chunk, inclusive)
+            g_out, g_hn, g_cn, g_dist, x, w_ih, w_hh, h0, c0, batch_sizes, out, tuple(saved), chunk, inclusive
+        )
         return dx, dw_ih, dw_hh, (db if has_bias else None), dh0, dc0, None, None, None, None
 
 
-def fused_layer(x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor,
-                batch_sizes: Tensor, chunk: int, inclusive: bool, kernel: LayerKernel
-                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def fused_layer(
+    x: Tensor,
+    w_ih: Tensor,
+    w_hh: Tensor,
+    bias: Tensor | None,
+    h0: Tensor,
+    c0: Tensor,
+    batch_sizes: Tensor,
+    chunk: int,
+    inclusive: bool,
+    kernel: LayerKernel,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run ``kernel`` over one layer/direction of a packed sequence; returns ``out, h_n, c_n, dist``."""
-    outputs = _KernelFunction.apply(x.contiguous(), w_ih, w_hh, bias, h0.contiguous(), c0.contiguous(),
-                                    batch_sizes, chunk, inclusive, kernel)
+    outputs = _KernelFunction.apply(
+        x.contiguous(), w_ih, w_hh, bias, h0.contiguous(), c0.contiguous(), batch_sizes, chunk, inclusive, kernel
+    )
     return outputs[0], outputs[1], outputs[2], outputs[3]
 
 
@@ -153,8 +200,10 @@ _warned: set[str] = set()
 def register_kernel(spec: KernelSpec, *, replace: bool = False) -> None:
     """Make ``spec.name`` a valid ``impl`` (and a candidate of ``'auto'``)."""
     if spec.name in RESERVED or spec.name in DEPRECATED_ALIASES or not spec.name.isidentifier():
-        raise ValueError(f"cannot register a kernel named {spec.name!r}: choose an identifier other than "
-                         f"{RESERVED + tuple(DEPRECATED_ALIASES)}")
+        raise ValueError(
+            f"cannot register a kernel named {spec.name!r}: choose an identifier other than "
+            f"{RESERVED + tuple(DEPRECATED_ALIASES)}"
+        )
     if spec.name in _specs and not replace:
         raise ValueError(f"a kernel named {spec.name!r} is already registered; pass replace=True to replace it")
     _forget(spec.name)
@@ -190,8 +239,11 @@ def canonical_impl(impl: str, stacklevel: int = 2) -> str:
     """
     if isinstance(impl, str) and impl in DEPRECATED_ALIASES:
         new = DEPRECATED_ALIASES[impl]
-        warnings.warn(f"impl={impl!r} is deprecated and will be removed in the next release; use impl={new!r} "
-                      "(the same kernel)", DeprecationWarning, stacklevel=stacklevel)
+        warnings.warn(
+            f"impl={impl!r} is deprecated and will be removed in the next release; use impl={new!r} (the same kernel)",
+            DeprecationWarning,
+            stacklevel=stacklevel,
+        )
         return new
     if not isinstance(impl, str) or impl not in impl_choices():
         raise ValueError(f"impl must be one of {impl_choices()}, got {impl!r}")
@@ -207,7 +259,7 @@ def load_kernel(name: str) -> LayerKernel | None:
     spec = _specs[name]
     try:
         kernel = spec.load()
-    except Exception as exc:  # noqa: BLE001 - a loader may fail in any way (compiler, driver, import): report it
+    except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         _errors[name] = first if isinstance(exc, KernelUnavailable) else f"{type(exc).__name__}: {first}"
         return None
@@ -253,8 +305,11 @@ def resolve_impl(impl: str, device: torch.device, dtype: torch.dtype) -> str:
     for name in failed:
         if name not in _warned:
             _warned.add(name)
-            warnings.warn(f"onlstm: {_specs[name].title} unavailable ({_errors[name]}); impl='auto' uses "
-                          f"{chosen!r} instead", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"onlstm: {_specs[name].title} unavailable ({_errors[name]}); impl='auto' uses {chosen!r} instead",
+                RuntimeWarning,
+                stacklevel=3,
+            )
     return chosen
 
 
@@ -262,25 +317,66 @@ def resolve_impl(impl: str, device: torch.device, dtype: torch.dtype) -> str:
 # Built-in kernels
 # ---------------------------------------------------------------------------------------------
 
+
 class CppKernel:
     """The compiled kernel (``csrc/onlstm_cpu.cpp``) behind the :class:`LayerKernel` interface."""
 
     def __init__(self, module: Any) -> None:
         self._module = module
 
-    def forward(self, x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor,
-                batch_sizes: Tensor, chunk: int, inclusive: bool) -> KernelOutputs:
+    def forward(
+        self,
+        x: Tensor,
+        w_ih: Tensor,
+        w_hh: Tensor,
+        bias: Tensor | None,
+        h0: Tensor,
+        c0: Tensor,
+        batch_sizes: Tensor,
+        chunk: int,
+        inclusive: bool,
+    ) -> KernelOutputs:
         out, h_n, c_n, dist, act, cells, tcs = self._module.forward(
-            x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive)
+            x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive
+        )
         return out, h_n, c_n, dist, (act, cells, tcs)
 
-    def backward(self, grad_out: Tensor, grad_hn: Tensor, grad_cn: Tensor, grad_dist: Tensor | None,
-                 x: Tensor, w_ih: Tensor, w_hh: Tensor, h0: Tensor, c0: Tensor, batch_sizes: Tensor,
-                 out: Tensor, saved: tuple[Tensor, ...], chunk: int, inclusive: bool) -> KernelGrads:
+    def backward(
+        self,
+        grad_out: Tensor,
+        grad_hn: Tensor,
+        grad_cn: Tensor,
+        grad_dist: Tensor | None,
+        x: Tensor,
+        w_ih: Tensor,
+        w_hh: Tensor,
+        h0: Tensor,
+        c0: Tensor,
+        batch_sizes: Tensor,
+        out: Tensor,
+        saved: tuple[Tensor, ...],
+        chunk: int,
+        inclusive: bool,
+    ) -> KernelGrads:
         act, cells, tcs = saved
         dx, dw_ih, dw_hh, db, dh0, dc0 = self._module.backward(
-            grad_out, grad_hn, grad_cn, grad_dist, x, w_ih, w_hh, h0, c0, batch_sizes, act, cells, tcs, out,
-            chunk, inclusive)
+            grad_out,
+            grad_hn,
+            grad_cn,
+            grad_dist,
+            x,
+            w_ih,
+            w_hh,
+            h0,
+            c0,
+            batch_sizes,
+            act,
+            cells,
+            tcs,
+            out,
+            chunk,
+            inclusive,
+        )
         return dx, dw_ih, dw_hh, db, dh0, dc0
 
 

@@ -1,4 +1,5 @@
 """``ONLSTMCell`` and ``ONLSTM``: the ordered-neurons LSTM with the interface of ``torch.nn.LSTM``."""
+
 from __future__ import annotations
 
 import math
@@ -25,9 +26,9 @@ class Distances(NamedTuple):
 class _Flat(NamedTuple):
     """The input of ``ONLSTM.forward`` as packed rows, and what is needed to lay the output out like it."""
 
-    data: Tensor                    # (N, input_size)
-    batch_sizes: Tensor             # (T,) int64 on the CPU, non-increasing
-    sorted_idx: Tensor | None       # PackedSequence's permutations (None: padded input)
+    data: Tensor  # (N, input_size)
+    batch_sizes: Tensor  # (T,) int64 on the CPU, non-increasing
+    sorted_idx: Tensor | None  # PackedSequence's permutations (None: padded input)
     unsorted_idx: Tensor | None
     packed: bool
     unbatched: bool
@@ -42,7 +43,8 @@ def _check_sizes(input_size: int, hidden_size: int, chunk_size: int) -> None:
     if hidden_size % chunk_size:
         raise ValueError(
             f"hidden_size ({hidden_size}) must be divisible by chunk_size ({chunk_size}); "
-            f"choose a chunk_size among the divisors of {hidden_size}")
+            f"choose a chunk_size among the divisors of {hidden_size}"
+        )
 
 
 def _check_master_input(mode: str) -> None:
@@ -86,9 +88,17 @@ class ONLSTMCell(nn.Module):
     ``sample_mask()`` at the start of each sequence. In eval mode the weight is scaled by ``1 - p``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, chunk_size: int, bias: bool = True,
-                 dropconnect: float = 0.0, master_input: str = "paper",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        chunk_size: int,
+        bias: bool = True,
+        dropconnect: float = 0.0,
+        master_input: str = "paper",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         _check_sizes(input_size, hidden_size, chunk_size)
         _check_p("dropconnect", dropconnect)
@@ -127,15 +137,16 @@ class ONLSTMCell(nn.Module):
         assert self._mask is not None  # sample_mask() just set it
         return self.weight_hh * self._mask
 
-    def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None,
-                return_distances: bool = False):
+    def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None, return_distances: bool = False):
         """``input`` (B, input_size) or (input_size,); ``hx = (h, c)`` each (B, D) or (D,), zeros if None.
 
         Returns ``(h', c')``, or ``(h', c'), Distances(forget, input)`` (each (B,) or ()) when asked.
         """
         if input.dim() not in (1, 2):
-            raise ValueError(f"ONLSTMCell: expected input of shape (batch, {self.input_size}) or "
-                             f"({self.input_size},), got {tuple(input.shape)}")
+            raise ValueError(
+                f"ONLSTMCell: expected input of shape (batch, {self.input_size}) or "
+                f"({self.input_size},), got {tuple(input.shape)}"
+            )
         if input.shape[-1] != self.input_size:
             raise ValueError(f"ONLSTMCell: input has {input.shape[-1]} features, expected input_size={self.input_size}")
         unbatched = input.dim() == 1
@@ -202,10 +213,22 @@ class ONLSTM(nn.Module):
     ``dropout`` is applied to the outputs of every layer but the last, as in ``nn.LSTM``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, chunk_size: int = 1,
-                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
-                 dropconnect: float = 0.0, bidirectional: bool = False,
-                 master_input: str = "paper", impl: str = "auto", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        chunk_size: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        dropconnect: float = 0.0,
+        bidirectional: bool = False,
+        master_input: str = "paper",
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         _check_sizes(input_size, hidden_size, chunk_size)
         if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers <= 0:
@@ -242,8 +265,13 @@ class ONLSTM(nn.Module):
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, chunk_size={self.chunk_size}"
-        for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0),
-                              ("dropconnect", 0.0), ("bidirectional", False)):
+        for name, default in (
+            ("bias", True),
+            ("batch_first", False),
+            ("dropout", 0.0),
+            ("dropconnect", 0.0),
+            ("bidirectional", False),
+        ):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)}"
         return s + f", master_input={self.master_input!r}, impl={self.impl!r}"
@@ -293,13 +321,15 @@ class ONLSTM(nn.Module):
         if isinstance(input, PackedSequence):
             data, batch_sizes, sorted_idx, unsorted_idx = input
             self._check_features(data, 2)
-            return _Flat(data, batch_sizes, sorted_idx, unsorted_idx, True, False, len(batch_sizes),
-                         int(batch_sizes[0]))
+            return _Flat(
+                data, batch_sizes, sorted_idx, unsorted_idx, True, False, len(batch_sizes), int(batch_sizes[0])
+            )
         if input.dim() not in (2, 3):
             raise ValueError(
                 f"ONLSTM: expected input of 3 dimensions ({'batch, seq' if self.batch_first else 'seq, batch'}, "
                 f"input_size={self.input_size}) or 2 (seq, input_size) for an unbatched sequence, "
-                f"got {input.dim()} dimensions with shape {tuple(input.shape)}")
+                f"got {input.dim()} dimensions with shape {tuple(input.shape)}"
+            )
         self._check_features(input, input.dim())
         unbatched = input.dim() == 2
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
@@ -336,16 +366,19 @@ class ONLSTM(nn.Module):
                 layer_input = F.dropout(layer_input, self.dropout, True)
         return layer_input, torch.stack(h_n), torch.stack(c_n), torch.stack(dists, dim=-1)
 
-    def _format_output(self, flat: _Flat, out: Tensor, h_n: Tensor, c_n: Tensor, dist: Tensor,
-                       return_distances: bool):
+    def _format_output(self, flat: _Flat, out: Tensor, h_n: Tensor, c_n: Tensor, dist: Tensor, return_distances: bool):
         """Lay the packed rows out like the input (``nn.LSTM``'s shapes), distances likewise."""
         if flat.packed:
             if flat.unsorted_idx is not None:
                 h_n, c_n = h_n.index_select(1, flat.unsorted_idx), c_n.index_select(1, flat.unsorted_idx)
             packed = PackedSequence(out, flat.batch_sizes, flat.sorted_idx, flat.unsorted_idx)
             if return_distances:
-                d = Distances(*(PackedSequence(dist[:, j].contiguous(), flat.batch_sizes, flat.sorted_idx,
-                                               flat.unsorted_idx) for j in (0, 1)))
+                d = Distances(
+                    *(
+                        PackedSequence(dist[:, j].contiguous(), flat.batch_sizes, flat.sorted_idx, flat.unsorted_idx)
+                        for j in (0, 1)
+                    )
+                )
                 return packed, (h_n, c_n), d
             return packed, (h_n, c_n)
         steps, batch = flat.steps, flat.batch
@@ -362,8 +395,9 @@ class ONLSTM(nn.Module):
 
     def _check_features(self, x: Tensor, dim: int) -> None:
         if x.shape[-1] != self.input_size:
-            raise ValueError(f"ONLSTM: input.size(-1) must be equal to input_size. Expected {self.input_size}, "
-                             f"got {x.shape[-1]}")
+            raise ValueError(
+                f"ONLSTM: input.size(-1) must be equal to input_size. Expected {self.input_size}, got {x.shape[-1]}"
+            )
         if not x.is_floating_point():
             raise ValueError(f"ONLSTM: input must be a floating-point tensor, got {x.dtype}")
 
@@ -377,8 +411,10 @@ class ONLSTM(nn.Module):
         for name, t in (("h_0", h0), ("c_0", c0)):
             if not isinstance(t, Tensor) or tuple(t.shape) != want:
                 got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-                raise ValueError(f"ONLSTM: expected {name} of shape {want} "
-                                 f"(num_layers * num_directions, {'' if unbatched else 'batch, '}hidden_size), got {got}")
+                raise ValueError(
+                    f"ONLSTM: expected {name} of shape {want} "
+                    f"(num_layers * num_directions, {'' if unbatched else 'batch, '}hidden_size), got {got}"
+                )
         if unbatched:
             h0, c0 = h0.unsqueeze(1), c0.unsqueeze(1)
         if sorted_idx is not None:
@@ -392,25 +428,28 @@ class ONLSTM(nn.Module):
         b_hh = getattr(self, names[3]) if self.bias else None
         return w_ih, dropconnect_weight(w_hh, self.dropconnect, self.training), b_ih, b_hh
 
-    def _run(self, k: int, x: Tensor, batch_sizes: Tensor, h0: Tensor, c0: Tensor,
-             impl: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def _run(
+        self, k: int, x: Tensor, batch_sizes: Tensor, h0: Tensor, c0: Tensor, impl: str
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """One layer/direction over packed rows ``x`` (N, in): ``out (N, D), h_n, c_n, dist (N, 2)``."""
         w_ih, w_hh, b_ih, b_hh = self._weights(k)
         if impl == "reference":
-            return reference_layer(x, w_ih, w_hh, b_ih, b_hh, h0, c0, batch_sizes.tolist(),
-                                   self.chunk_size, self.master_input)
+            return reference_layer(
+                x, w_ih, w_hh, b_ih, b_hh, h0, c0, batch_sizes.tolist(), self.chunk_size, self.master_input
+            )
         kernel = kernels.load_kernel(impl)
         assert kernel is not None, impl  # resolve_impl only returns kernels that loaded
         bias = None if b_ih is None or b_hh is None else b_ih + b_hh
-        return kernels.fused_layer(x, w_ih, w_hh, bias, h0, c0, batch_sizes, self.chunk_size,
-                                   self.master_input == "reverse", kernel)
+        return kernels.fused_layer(
+            x, w_ih, w_hh, bias, h0, c0, batch_sizes, self.chunk_size, self.master_input == "reverse", kernel
+        )
 
 
 def _reverse_index(batch_sizes: Tensor) -> Tensor:
     """Row permutation of packed data that reverses every sequence within its own length."""
     bs = batch_sizes.to(torch.int64)
     steps, batch = bs.numel(), int(bs[0])
-    offsets = torch.cumsum(bs, 0) - bs                                   # (T,)
+    offsets = torch.cumsum(bs, 0) - bs  # (T,)
     lengths = (bs.unsqueeze(0) > torch.arange(batch).unsqueeze(1)).sum(1)  # (B,)
     t = torch.arange(steps).unsqueeze(1).expand(steps, batch)
     r = torch.arange(batch).unsqueeze(0).expand(steps, batch)

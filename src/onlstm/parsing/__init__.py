@@ -1,22 +1,86 @@
 """Unsupervised constituency parsing, the model-independent part: distances -> trees, bracket strings,
 spans, metrics and baselines.  Gold treebank reading lives in :mod:`onlstm.data.treebank`."""
+
 # The submodule `evaluate` (scoring a model on a treebank) is loaded first, so that the package attribute
 # `evaluate` ends up as the metrics function below (the public name since the start) and a later
 # `from onlstm.parsing.evaluate import ...` finds the module in sys.modules without rebinding it.
-from . import evaluate as _evaluate_module  # noqa: F401, I001
-from .baselines import (BASELINES, balanced, baseline_trees, left_branching, random_baseline_scores,
-                        random_tree, right_branching, score_baselines)
-from .metrics import (F1Score, LabelRecall, ParseEvaluation, average_depth, corpus_f1, evalb_f1, evaluate,
-                      f1_scores, label_recall, prf_from_counts, sentence_f1, sentence_prf)
-from .trees import (LabelledTree, Tree, TreeFormatError, build_tree, detect_format, labelled_spans, leaves,
-                    parse_brackets, parse_tree_lines, span_info, spans, strip_function_tags, to_brackets,
-                    unlabel, word_depths)
+from . import evaluate as _evaluate_module  # noqa: F401
+from .baselines import (
+    BASELINES,
+    balanced,
+    baseline_trees,
+    left_branching,
+    random_baseline_scores,
+    random_tree,
+    right_branching,
+    score_baselines,
+)
+from .metrics import (
+    F1Score,
+    LabelRecall,
+    ParseEvaluation,
+    average_depth,
+    corpus_f1,
+    evalb_f1,
+    evaluate,
+    f1_scores,
+    label_recall,
+    prf_from_counts,
+    sentence_f1,
+    sentence_prf,
+)
+from .trees import (
+    LabelledTree,
+    Tree,
+    TreeFormatError,
+    build_tree,
+    detect_format,
+    labelled_spans,
+    leaves,
+    parse_brackets,
+    parse_tree_lines,
+    span_info,
+    spans,
+    strip_function_tags,
+    to_brackets,
+    unlabel,
+    word_depths,
+)
 
 __all__ = [
-    "BASELINES", "F1Score", "LabelRecall", "LabelledTree", "ParseEvaluation", "Tree", "TreeFormatError",
-    "average_depth", "balanced", "baseline_trees", "build_tree", "corpus_f1", "detect_format", "evalb_f1",
-    "evaluate", "f1_scores", "label_recall", "labelled_spans", "leaves", "left_branching", "parse_brackets",
-    "parse_tree_lines", "prf_from_counts", "random_baseline_scores", "random_tree", "right_branching",
-    "score_baselines", "sentence_f1", "sentence_prf", "span_info", "spans", "strip_function_tags",
-    "to_brackets", "unlabel", "word_depths",
+    "BASELINES",
+    "F1Score",
+    "LabelRecall",
+    "LabelledTree",
+    "ParseEvaluation",
+    "Tree",
+    "TreeFormatError",
+    "average_depth",
+    "balanced",
+    "baseline_trees",
+    "build_tree",
+    "corpus_f1",
+    "detect_format",
+    "evalb_f1",
+    "evaluate",
+    "f1_scores",
+    "label_recall",
+    "labelled_spans",
+    "leaves",
+    "left_branching",
+    "parse_brackets",
+    "parse_tree_lines",
+    "prf_from_counts",
+    "random_baseline_scores",
+    "random_tree",
+    "right_branching",
+    "score_baselines",
+    "sentence_f1",
+    "sentence_prf",
+    "span_info",
+    "spans",
+    "strip_function_tags",
+    "to_brackets",
+    "unlabel",
+    "word_depths",
 ]

@@ -12,18 +12,25 @@ one-word sentence is the word).  Zero words raise ``ValueError``.
   distribution; e.g. for 3 words each of the two trees has probability 1/2, for 4 words the balanced
   tree has 1/3 and each of the four others 1/6).
 """
+
 from __future__ import annotations
 
 import random
 import statistics
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .metrics import f1_scores
 from .trees import Tree, _check_words, leaves
 
 __all__ = [
-    "BASELINES", "balanced", "baseline_trees", "left_branching", "random_baseline_scores", "random_tree",
-    "right_branching", "score_baselines",
+    "BASELINES",
+    "balanced",
+    "baseline_trees",
+    "left_branching",
+    "random_baseline_scores",
+    "random_tree",
+    "right_branching",
+    "score_baselines",
 ]
 
 
@@ -122,8 +129,16 @@ def random_baseline_scores(gold: Sequence[object], draws: int = 5, seed: int = 0
         scores = f1_scores(gold, [random_tree(s, rng) for s in sentences])
         for k in _METRICS:
             values[k].append(scores[k].f1)
-    return {k: {"mean": statistics.fmean(v), "std": statistics.stdev(v) if len(v) > 1 else 0.0,
-                "min": min(v), "max": max(v), "draws": draws} for k, v in values.items()}
+    return {
+        k: {
+            "mean": statistics.fmean(v),
+            "std": statistics.stdev(v) if len(v) > 1 else 0.0,
+            "min": min(v),
+            "max": max(v),
+            "draws": draws,
+        }
+        for k, v in values.items()
+    }
 
 
 def score_baselines(gold: Sequence[object], draws: int = 5, seed: int = 0) -> dict[str, dict[str, float]]:
@@ -140,4 +155,3 @@ def score_baselines(gold: Sequence[object], draws: int = 5, seed: int = 0) -> di
             scores = f1_scores(gold, baseline_trees(name, sentences))
             out[name] = {k: scores[k].f1 for k in _METRICS}
     return out
-

@@ -4,6 +4,7 @@ The four commands were top-level commands before; ``onlstm parse``, ``onlstm eva
 compare-trees`` and ``onlstm plot`` remain as aliases that run the same code with the same options.
 ``onlstm demo`` (:mod:`onlstm.parsing.demo`) is registered by :mod:`onlstm.cli`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,19 +13,36 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError, command_error
-from .induce import (check_layer, load_language_model, normalise_words, sentence_distances, tokenize,
-                     trees_from_distances)
 from .evaluate import score_treebank
-from .trees import (FORMATS, LabelledTree, TreeFormatError, leaves, parse_brackets, parse_tree_lines, to_brackets,
-                    unlabel)
+from .induce import (
+    check_layer,
+    load_language_model,
+    normalise_words,
+    sentence_distances,
+    tokenize,
+    trees_from_distances,
+)
+from .trees import (
+    FORMATS,
+    LabelledTree,
+    TreeFormatError,
+    leaves,
+    parse_brackets,
+    parse_tree_lines,
+    to_brackets,
+    unlabel,
+)
 
 COMMANDS = ("parse", "eval-parse", "compare-trees", "plot")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``onlstm parsing {parse,eval-parse,compare-trees,plot}`` and the old top-level names as aliases."""
-    p = subparsers.add_parser("parsing", help="unsupervised parsing: parse, eval-parse, compare-trees, plot",
-                              description="Trees from a trained ON-LSTM language model, and tree scoring.")
+    p = subparsers.add_parser(
+        "parsing",
+        help="unsupervised parsing: parse, eval-parse, compare-trees, plot",
+        description="Trees from a trained ON-LSTM language model, and tree scoring.",
+    )
     sub = p.add_subparsers(dest="parsing_command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     _add_model_commands(sub)
     _add_compare_trees(sub)
@@ -38,32 +56,47 @@ def _help(alias_of: str, name: str, text: str) -> str:
 
 
 def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = "") -> None:
-    p = subparsers.add_parser("parse", help=_help(alias_of, "parse", "parse raw sentences (one per line) with a "
-                                                                     "trained ON-LSTM language model"))
+    p = subparsers.add_parser(
+        "parse",
+        help=_help(alias_of, "parse", "parse raw sentences (one per line) with a trained ON-LSTM language model"),
+    )
     p.add_argument("input", nargs="?", type=Path, help="text file, one sentence per line (default: standard input)")
     p.add_argument("--checkpoint", required=True, type=Path, help="language-model run directory or .safetensors file")
-    p.add_argument("--layer", type=int, default=None, help="1-based layer whose distances build the tree "
-                                                           "(default: 2, the paper's, or the last layer of a smaller model)")
+    p.add_argument(
+        "--layer",
+        type=int,
+        default=None,
+        help="1-based layer whose distances build the tree "
+        "(default: 2, the paper's, or the last layer of a smaller model)",
+    )
     p.add_argument("--format", choices=["brackets", "pretty", "json"], default="brackets")
     p.add_argument("--batch-size", type=int, default=128)
     p.set_defaults(func=_cmd_parse, prog=p.prog)
 
-    p = subparsers.add_parser("eval-parse", help=_help(alias_of, "eval-parse", "induced trees vs a Penn Treebank "
-                                                                               "directory, per layer, with baselines"))
+    p = subparsers.add_parser(
+        "eval-parse",
+        help=_help(alias_of, "eval-parse", "induced trees vs a Penn Treebank directory, per layer, with baselines"),
+    )
     p.add_argument("--checkpoint", required=True, type=Path)
     p.add_argument("--treebank", required=True, type=Path, help="directory of .mrg files (searched recursively)")
     p.add_argument("--wsj10", action="store_true", help="only sentences of at most 10 words after normalisation")
     p.add_argument("--sections", nargs="+", default=None, help="WSJ sections to use, e.g. 23 (default: all found)")
     p.add_argument("--layers", default="all", help="'all' or comma-separated 1-based layers (default: all)")
-    p.add_argument("--out-trees", type=Path, default=None,
-                   help="write predicted trees here, one bracketed tree per line (PATH.layerN.txt per layer)")
+    p.add_argument(
+        "--out-trees",
+        type=Path,
+        default=None,
+        help="write predicted trees here, one bracketed tree per line (PATH.layerN.txt per layer)",
+    )
     p.add_argument("--random-draws", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--json", action="store_true", help="print one JSON object with every number")
     p.set_defaults(func=_cmd_eval_parse)
 
-    p = subparsers.add_parser("plot", help=_help(alias_of, "plot", "per-layer distances of a sentence and its "
-                                                                   "induced (and gold) tree, PNG+SVG"))
+    p = subparsers.add_parser(
+        "plot",
+        help=_help(alias_of, "plot", "per-layer distances of a sentence and its induced (and gold) tree, PNG+SVG"),
+    )
     p.add_argument("sentence", help="the sentence, in quotes")
     p.add_argument("--checkpoint", required=True, type=Path)
     p.add_argument("--layer", type=int, default=None, help="1-based layer for the tree (default as parse)")
@@ -75,24 +108,39 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
 def _add_compare_trees(subparsers: argparse._SubParsersAction, alias_of: str = "") -> None:
     p = subparsers.add_parser(
         "compare-trees",
-        help=_help(alias_of, "compare-trees", "score predicted trees against gold trees (sentence/corpus/EVALB-style "
-                                              "F1, label recall, depth)"),
+        help=_help(
+            alias_of,
+            "compare-trees",
+            "score predicted trees against gold trees (sentence/corpus/EVALB-style F1, label recall, depth)",
+        ),
         description=(
             "GOLD and PRED hold one tree per line, in bracket notation: unlabelled '((the cat) sat)' or "
             "labelled '(S (NP (DT the) (NN cat)) (VP (VBD sat)))'; line k of PRED must have the same words "
             "as line k of GOLD. Label recall needs labelled gold trees. P/R/F1 are printed in percent "
-            "(fractions with --json). Exit status 2 on bad input."),
+            "(fractions with --json). Exit status 2 on bad input."
+        ),
     )
     p.add_argument("gold", type=Path, help="gold trees, one per line")
     p.add_argument("pred", type=Path, help="predicted trees, one per line")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--gold-format", choices=FORMATS, default="auto",
-                   help="how to read GOLD (default: auto-detect for the whole file)")
-    p.add_argument("--pred-format", choices=FORMATS, default="auto",
-                   help="how to read PRED (default: auto-detect for the whole file)")
-    p.add_argument("--normalise-gold", action="store_true",
-                   help="apply the treebank normalisation (POS filter, lowercase, digits -> N, unary collapse) "
-                        "to labelled GOLD trees first, e.g. for raw PTB trees with punctuation and traces")
+    p.add_argument(
+        "--gold-format",
+        choices=FORMATS,
+        default="auto",
+        help="how to read GOLD (default: auto-detect for the whole file)",
+    )
+    p.add_argument(
+        "--pred-format",
+        choices=FORMATS,
+        default="auto",
+        help="how to read PRED (default: auto-detect for the whole file)",
+    )
+    p.add_argument(
+        "--normalise-gold",
+        action="store_true",
+        help="apply the treebank normalisation (POS filter, lowercase, digits -> N, unary collapse) "
+        "to labelled GOLD trees first, e.g. for raw PTB trees with punctuation and traces",
+    )
     p.set_defaults(func=_cmd_compare_trees)
 
 
@@ -114,17 +162,22 @@ def _read_trees(path: Path, fmt: str, what: str) -> list:
 
 def _normalise_gold(trees: list, path: Path) -> list:
     from ..data.treebank import normalise_tree
+
     out = []
     for k, tree in enumerate(trees, 1):
         if not isinstance(tree, LabelledTree):
-            raise InputError(f"--normalise-gold needs labelled gold trees, but line {k} of {path} reads as unlabelled; "
-                             "pass --gold-format labelled if it is labelled")
+            raise InputError(
+                f"--normalise-gold needs labelled gold trees, but line {k} of {path} reads as unlabelled; "
+                "pass --gold-format labelled if it is labelled"
+            )
         try:
             norm = normalise_tree(tree)
         except ValueError as err:
             raise InputError(f"gold file {path} line {k}: {err}") from None
         if norm is None:
-            raise InputError(f"gold file {path} line {k}: no word is left after normalisation; remove the line from both files")
+            raise InputError(
+                f"gold file {path} line {k}: no word is left after normalisation; remove the line from both files"
+            )
         out.append(norm)
     return out
 
@@ -132,24 +185,32 @@ def _normalise_gold(trees: list, path: Path) -> list:
 def check_pairs(gold: list, pred: list, gold_path: object = "GOLD", pred_path: object = "PRED") -> None:
     """Same number of trees, and the same words on every line; else :class:`InputError` naming the line."""
     if len(gold) != len(pred):
-        raise InputError(f"{gold_path} has {len(gold)} trees but {pred_path} has {len(pred)}; "
-                         "the files must hold the same sentences, one per line, in the same order")
+        raise InputError(
+            f"{gold_path} has {len(gold)} trees but {pred_path} has {len(pred)}; "
+            "the files must hold the same sentences, one per line, in the same order"
+        )
     for k, (g, p) in enumerate(zip(gold, pred), 1):
         gw, pw = leaves(g), leaves(p)
         if gw == pw:
             continue
         if len(gw) != len(pw):
-            raise InputError(f"line {k}: the gold tree has {len(gw)} words but the predicted tree has {len(pw)} "
-                             f"(gold: {' '.join(gw)!r}; predicted: {' '.join(pw)!r})")
+            raise InputError(
+                f"line {k}: the gold tree has {len(gw)} words but the predicted tree has {len(pw)} "
+                f"(gold: {' '.join(gw)!r}; predicted: {' '.join(pw)!r})"
+            )
         i = next(i for i, (a, b) in enumerate(zip(gw, pw)) if a != b)
-        raise InputError(f"line {k}: the trees have different words: word {i + 1} is {gw[i]!r} in gold but {pw[i]!r} "
-                         "in the prediction")
+        raise InputError(
+            f"line {k}: the trees have different words: word {i + 1} is {gw[i]!r} in gold but {pw[i]!r} "
+            "in the prediction"
+        )
 
 
-def compare_tree_files(gold_path: Path, pred_path: Path, gold_format: str = "auto", pred_format: str = "auto",
-                       normalise_gold: bool = False):
+def compare_tree_files(
+    gold_path: Path, pred_path: Path, gold_format: str = "auto", pred_format: str = "auto", normalise_gold: bool = False
+):
     """Read both files, check them line by line, and return :class:`~onlstm.parsing.metrics.ParseEvaluation`."""
     from .metrics import evaluate
+
     gold = _read_trees(Path(gold_path), gold_format, "gold")
     pred = _read_trees(Path(pred_path), pred_format, "prediction")
     if normalise_gold:
@@ -205,9 +266,17 @@ def _cmd_parse(args) -> int:
     trees = trees_from_distances(sentences, forget, layer)
     for words, dist, tree, line in zip(sentences, forget, trees, numbers):
         if args.format == "json":
-            print(json.dumps({"line": line, "words": words, "tree": to_brackets(tree),
-                              "unknown": [w for w in words if w not in lm.vocab],
-                              "distances": [[round(v, 5) for v in row] for row in dist.tolist()]}))
+            print(
+                json.dumps(
+                    {
+                        "line": line,
+                        "words": words,
+                        "tree": to_brackets(tree),
+                        "unknown": [w for w in words if w not in lm.vocab],
+                        "distances": [[round(v, 5) for v in row] for row in dist.tolist()],
+                    }
+                )
+            )
         elif args.format == "pretty":
             _as_nltk(tree).pretty_print(unicodelines=True)
         else:
@@ -226,6 +295,7 @@ def _as_nltk(tree):
     """An unlabelled tree as an ``nltk.Tree`` with blank labels (every word under its own blank
     pre-terminal: nltk's pretty printer misplaces words that stand beside constituents)."""
     from nltk.tree import Tree as T
+
     if isinstance(tree, str):
         return T("", [tree])
     return T("", [_as_nltk(t) for t in tree])
@@ -237,11 +307,14 @@ def _parse_layers(spec: str, n_layers: int) -> list[int]:
     try:
         return [check_layer(int(v), n_layers) for v in spec.split(",")]
     except ValueError as err:
-        raise ValueError(f"--layers: {err}" if "layer" in str(err) else f"--layers must be 'all' or numbers like 2,3; got {spec!r}")
+        raise ValueError(
+            f"--layers: {err}" if "layer" in str(err) else f"--layers must be 'all' or numbers like 2,3; got {spec!r}"
+        ) from None
 
 
 def _cmd_eval_parse(args) -> int:
     from ..data.treebank import load_treebank
+
     try:
         lm = load_language_model(args.checkpoint)
         layers = _parse_layers(args.layers, len(lm.model.layers))
@@ -250,31 +323,54 @@ def _cmd_eval_parse(args) -> int:
         raise command_error(err) from None
     scores = score_treebank(lm, bank, layers, args.batch_size, args.random_draws)
     rows, baselines = scores.rows, scores.baselines
-    written = []
-    if args.out_trees:
-        for l, pred in scores.trees.items():
-            path = args.out_trees if len(layers) == 1 else args.out_trees.with_name(f"{args.out_trees.stem}.layer{l + 1}.txt")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("\n".join(to_brackets(t) for t in pred) + "\n")
-            written.append(str(path))
+    written = _write_trees(args.out_trees, scores.trees, len(layers)) if args.out_trees else []
     n_words, unknown, n_sent = scores.words, scores.unknown_words, scores.sentences
     result = {
-        "treebank": bank.name, "summary": bank.summary(), "sentences": n_sent, "words": n_words,
-        "unknown_words": unknown, "sentences_per_second": n_sent / scores.seconds,
-        "layers": {k: v.to_dict() for k, v in rows.items()}, "baselines": baselines, "trees_written": written,
+        "treebank": bank.name,
+        "summary": bank.summary(),
+        "sentences": n_sent,
+        "words": n_words,
+        "unknown_words": unknown,
+        "sentences_per_second": n_sent / scores.seconds,
+        "layers": {k: v.to_dict() for k, v in rows.items()},
+        "baselines": baselines,
+        "trees_written": written,
     }
     if args.json:
         print(json.dumps(result, indent=2))
-        return 0
-    print(bank.summary())
-    print(f"{n_sent} sentences, {n_words} words ({unknown} unknown to the model); "
-          f"distances at {n_sent / scores.seconds:.0f} sentences/s")
+    else:
+        _print_eval_parse(bank.summary(), scores, args.random_draws, written)
+    return 0
+
+
+def _write_trees(out: Path, trees: dict, n_layers: int) -> list[str]:
+    """One file of bracketed trees per layer (``out`` itself when a single layer was scored)."""
+    written = []
+    for l, pred in trees.items():
+        path = out if n_layers == 1 else out.with_name(f"{out.stem}.layer{l + 1}.txt")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(to_brackets(t) for t in pred) + "\n")
+        written.append(str(path))
+    return written
+
+
+def _print_eval_parse(summary: str, scores, random_draws: int, written: list[str]) -> None:
+    """The eval-parse table: F1 per layer and baseline, depths, label recall."""
+    rows, baselines = scores.rows, scores.baselines
+    n_words, unknown, n_sent = scores.words, scores.unknown_words, scores.sentences
+    print(summary)
+    print(
+        f"{n_sent} sentences, {n_words} words ({unknown} unknown to the model); "
+        f"distances at {n_sent / scores.seconds:.0f} sentences/s"
+    )
     print(f"\n{'F1 (%)':<26}{'sentence':>9}{'corpus':>8}{'EVALB':>8}{'depth':>7}")
     for name, ev in rows.items():
-        print(f"{'ON-LSTM ' + name:<26}{100 * ev.sentence.f1:9.1f}{100 * ev.corpus.f1:8.1f}{100 * ev.evalb.f1:8.1f}"
-              f"{ev.depth_pred:7.2f}")
+        print(
+            f"{'ON-LSTM ' + name:<26}{100 * ev.sentence.f1:9.1f}{100 * ev.corpus.f1:8.1f}{100 * ev.evalb.f1:8.1f}"
+            f"{ev.depth_pred:7.2f}"
+        )
     for name, sc in baselines.items():
-        label = name + (f" ({args.random_draws} draws)" if name == "random" else "")
+        label = name + (f" ({random_draws} draws)" if name == "random" else "")
         print(f"{label:<26}{100 * sc['sentence_f1']:9.1f}{100 * sc['corpus_f1']:8.1f}{100 * sc['evalb_f1']:8.1f}")
     first = next(iter(rows.values()))
     print(f"{'gold':<26}{'':>25}{first.depth_gold:7.2f}")
@@ -285,16 +381,16 @@ def _cmd_eval_parse(args) -> int:
         print(f"{'gold count':<18}" + "  ".join(f"{r.gold:6d}" for r in first.label_recall.values()))
     for w in written:
         print(f"trees written to {w}")
-    return 0
 
 
 def _cmd_plot(args) -> int:
     from .plots import plot_sentence
+
     try:
         lm = load_language_model(args.checkpoint)
         n_layers = len(lm.model.layers)
         layer = check_layer(args.layer or _default_layer(n_layers), n_layers)
-        words, dropped = normalise_words(tokenize(args.sentence, lm.normalisation), lm.normalisation)
+        words, _dropped = normalise_words(tokenize(args.sentence, lm.normalisation), lm.normalisation)
         if not words:
             raise ValueError("the sentence has no word left after normalisation")
         gold = None

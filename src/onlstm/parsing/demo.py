@@ -8,6 +8,7 @@
    trees side by side with gold, and save a plot. The run directory is a normal checkpoint, so
    ``onlstm parse --checkpoint DIR`` works on it.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,7 @@ class DemoConfig(Config):
     dev_sentences: int = option(300, "generated development sentences (choose the layer)")
     test_sentences: int = option(500, "generated held-out test sentences")
     emb_size: int = option(64, "embedding width (= last layer's width)")
-    hidden_sizes: list[int] = option(  # noqa: RUF009 (option() returns a dataclasses.field)
-        [128, 128, 64], "width of every ON-LSTM layer")
+    hidden_sizes: list[int] = option([128, 128, 64], "width of every ON-LSTM layer")
     chunk_size: int = option(8, "ON-LSTM chunk size")
     batch_size: int = option(32, "columns of the training stream")
     bptt: int = option(35, "segment length")
@@ -74,10 +74,19 @@ def _stream(sentences, vocab: Vocab) -> torch.Tensor:
 
 def _demo_model(cfg: DemoConfig, vocab: Vocab) -> LanguageModel:
     torch.manual_seed(cfg.seed)
-    model_cfg = LMConfig(vocab_size=len(vocab), emb_size=cfg.emb_size, hidden_sizes=list(cfg.hidden_sizes),
-                         cell="onlstm", chunk_size=cfg.chunk_size, master_input=cfg.master_input,
-                         dropout_emb=0.0, dropout_in=cfg.dropout, dropout_hidden=cfg.dropout,
-                         dropout_out=cfg.dropout, dropconnect=cfg.dropout)
+    model_cfg = LMConfig(
+        vocab_size=len(vocab),
+        emb_size=cfg.emb_size,
+        hidden_sizes=list(cfg.hidden_sizes),
+        cell="onlstm",
+        chunk_size=cfg.chunk_size,
+        master_input=cfg.master_input,
+        dropout_emb=0.0,
+        dropout_in=cfg.dropout,
+        dropout_hidden=cfg.dropout,
+        dropout_out=cfg.dropout,
+        dropconnect=cfg.dropout,
+    )
     return LanguageModel(model_cfg)
 
 
@@ -88,16 +97,21 @@ def train_lm(cfg: DemoConfig, train_sents, vocab: Vocab, quiet: bool) -> tuple[L
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     data = _stream(train_sents, vocab)
     n = data.numel() // cfg.batch_size
-    data = data[:n * cfg.batch_size].view(cfg.batch_size, n).t().contiguous()   # (steps, B)
+    data = data[: n * cfg.batch_size].view(cfg.batch_size, n).t().contiguous()  # (steps, B)
     start, steps, tokens, loss_avg, state, i = time.monotonic(), 0, 0, None, None, 0
-    bar = tqdm(total=int(cfg.seconds), unit="s", desc="training ON-LSTM LM", disable=quiet,
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s {postfix}")
+    bar = tqdm(
+        total=int(cfg.seconds),
+        unit="s",
+        desc="training ON-LSTM LM",
+        disable=quiet,
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s {postfix}",
+    )
     model.train()
     with StopRequest() as stop:
         while time.monotonic() - start < cfg.seconds and not stop.requested:
             if i + cfg.bptt + 1 > data.shape[0]:
                 i, state = 0, None
-            x, y = data[i:i + cfg.bptt], data[i + 1:i + 1 + cfg.bptt]
+            x, y = data[i : i + cfg.bptt], data[i + 1 : i + 1 + cfg.bptt]
             i += cfg.bptt
             loss, state = _demo_step(model, opt, x, y, state)
             steps += 1
@@ -105,13 +119,19 @@ def train_lm(cfg: DemoConfig, train_sents, vocab: Vocab, quiet: bool) -> tuple[L
             loss_avg = loss if loss_avg is None else 0.98 * loss_avg + 0.02 * loss
             elapsed = time.monotonic() - start
             bar.n = min(int(cfg.seconds), int(elapsed))
-            bar.set_postfix_str(f"loss {loss_avg:.3f} ppl {math.exp(loss_avg):.2f} {tokens / elapsed:.0f} tok/s",
-                                refresh=False)
+            bar.set_postfix_str(
+                f"loss {loss_avg:.3f} ppl {math.exp(loss_avg):.2f} {tokens / elapsed:.0f} tok/s", refresh=False
+            )
             bar.refresh()
     bar.close()
     model.eval()
-    return model, {"steps": steps, "tokens": tokens, "train_seconds": time.monotonic() - start,
-                   "train_loss": loss_avg, "stopped_by": "interrupted" if stop.requested else "time"}
+    return model, {
+        "steps": steps,
+        "tokens": tokens,
+        "train_seconds": time.monotonic() - start,
+        "train_loss": loss_avg,
+        "stopped_by": "interrupted" if stop.requested else "time",
+    }
 
 
 def _demo_step(model: LanguageModel, opt: torch.optim.Optimizer, x, y, state) -> tuple[float, list]:
@@ -138,11 +158,17 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
     _save_run(cfg, out_dir, model, vocab)
     scores = _score(cfg, model, vocab, dev, test, out_dir)
     result = {
-        "train": info, "vocab_size": len(vocab), "model": model.config.to_dict(),
-        "chosen_layer": scores["best"] + 1, "layers": scores["layers"], "baselines": scores["baselines"],
-        "onlstm_beats_every_baseline": scores["beats"], "test_sentences": len(test),
+        "train": info,
+        "vocab_size": len(vocab),
+        "model": model.config.to_dict(),
+        "chosen_layer": scores["best"] + 1,
+        "layers": scores["layers"],
+        "baselines": scores["baselines"],
+        "onlstm_beats_every_baseline": scores["beats"],
+        "test_sentences": len(test),
         "parse_sentences_per_second": (len(dev) + len(test)) / scores["parse_seconds"],
-        "run_dir": str(out_dir), "plots": [str(p) for p in _plot_example(model, vocab, test, scores["best"], out_dir)],
+        "run_dir": str(out_dir),
+        "plots": [str(p) for p in _plot_example(model, vocab, test, scores["best"], out_dir)],
     }
     if as_json:
         print(json.dumps(result))
@@ -159,8 +185,10 @@ def _corpora(cfg: DemoConfig, quiet: bool):
     test = grammar.corpus(cfg.test_sentences, seed=cfg.seed + 2_000_003)
     vocab = Vocab.build([t.leaves() for t in train])
     if not quiet:
-        print(f"generated {len(train)} training, {len(dev)} development and {len(test)} test sentences "
-              f"({len(vocab)} word types) from the demo grammar")
+        print(
+            f"generated {len(train)} training, {len(dev)} development and {len(test)} test sentences "
+            f"({len(vocab)} word types) from the demo grammar"
+        )
     return train, dev, test, vocab
 
 
@@ -168,8 +196,16 @@ def _save_run(cfg: DemoConfig, out_dir: Path, model: LanguageModel, vocab: Vocab
     """An ordinary language-model run directory, so ``onlstm parsing parse --checkpoint`` reads it."""
     save_weights(out_dir / "model.best.safetensors", model)
     vocab.save(out_dir / "vocab.json")
-    write_json(out_dir / "config.json", config_header("lm", model.config.to_dict(), text_normalisation="lower",
-                                                      trained_on="onlstm demo grammar", demo=cfg.to_dict()))
+    write_json(
+        out_dir / "config.json",
+        config_header(
+            "lm",
+            model.config.to_dict(),
+            text_normalisation="lower",
+            trained_on="onlstm demo grammar",
+            demo=cfg.to_dict(),
+        ),
+    )
 
 
 def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_dir: Path) -> dict:
@@ -184,44 +220,68 @@ def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_d
     per_layer_test = []
     for l in range(n_layers):
         ev = evaluate(test, trees_from_distances(test_words, test_f, l))
-        per_layer_test.append({"layer": l + 1, "sentence_f1": ev.sentence.f1, "corpus_f1": ev.corpus.f1,
-                               "evalb_f1": ev.evalb.f1, "dev_sentence_f1": per_layer_dev[l]})
+        per_layer_test.append(
+            {
+                "layer": l + 1,
+                "sentence_f1": ev.sentence.f1,
+                "corpus_f1": ev.corpus.f1,
+                "evalb_f1": ev.evalb.f1,
+                "dev_sentence_f1": per_layer_dev[l],
+            }
+        )
     pred = trees_from_distances(test_words, test_f, best)
     parse_seconds = time.monotonic() - t0
     baselines = score_baselines(test, draws=5, seed=cfg.seed)
     (out_dir / "test_gold.txt").write_text("\n".join(to_brackets(unlabel(t)) for t in test) + "\n")
     (out_dir / "test_pred.txt").write_text("\n".join(to_brackets(t) for t in pred) + "\n")
     beats = all(per_layer_test[best]["sentence_f1"] > b["sentence_f1"] for b in baselines.values())
-    return {"best": best, "layers": per_layer_test, "pred": pred, "baselines": baselines, "beats": beats,
-            "parse_seconds": parse_seconds}
+    return {
+        "best": best,
+        "layers": per_layer_test,
+        "pred": pred,
+        "baselines": baselines,
+        "beats": beats,
+        "parse_seconds": parse_seconds,
+    }
 
 
 def _plot_example(model: LanguageModel, vocab: Vocab, test, best: int, out_dir: Path) -> list:
     try:
         from .plots import plot_sentence
+
         test_words = [t.leaves() for t in test]
         k = next(i for i, w in enumerate(test_words) if 7 <= len(w) <= 12)
         return plot_sentence(model, vocab, test_words[k], out_dir / "example", gold=unlabel(test[k]), layer=best)
-    except ImportError as e:       # matplotlib missing: the numbers still stand
+    except ImportError as e:  # matplotlib missing: the numbers still stand
         return [f"(no plot: {e})"]
 
 
 def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
     best, pred = scores["best"], scores["pred"]
-    print(f"\ntrained {info['steps']} steps ({info['tokens']} tokens) in {info['train_seconds']:.0f}s; "
-          f"final training loss {info['train_loss']:.3f}")
-    print(f"\nunsupervised parsing of {len(test)} held-out sentences (F1 in %; layer chosen on {len(dev)} dev sentences)")
+    print(
+        f"\ntrained {info['steps']} steps ({info['tokens']} tokens) in {info['train_seconds']:.0f}s; "
+        f"final training loss {info['train_loss']:.3f}"
+    )
+    print(
+        f"\nunsupervised parsing of {len(test)} held-out sentences (F1 in %; layer chosen on {len(dev)} dev sentences)"
+    )
     print(f"{'':24}{'sentence':>9}{'corpus':>8}{'EVALB':>8}")
     for row in scores["layers"]:
         mark = "  <- chosen on dev" if row["layer"] == best + 1 else ""
-        print(f"{'ON-LSTM layer ' + str(row['layer']):24}{_pct(row['sentence_f1']):>9}{_pct(row['corpus_f1']):>8}"
-              f"{_pct(row['evalb_f1']):>8}{mark}")
+        print(
+            f"{'ON-LSTM layer ' + str(row['layer']):24}{_pct(row['sentence_f1']):>9}{_pct(row['corpus_f1']):>8}"
+            f"{_pct(row['evalb_f1']):>8}{mark}"
+        )
     for name, sc in scores["baselines"].items():
         label = f"{name} baseline" + (" (5 draws)" if name == "random" else "")
         print(f"{label:24}{_pct(sc['sentence_f1']):>9}{_pct(sc['corpus_f1']):>8}{_pct(sc['evalb_f1']):>8}")
-    print(f"\nON-LSTM (layer {best + 1}) {'beats' if scores['beats'] else 'does NOT beat'} every trivial baseline on "
-          "sentence F1.")
+    print(
+        f"\nON-LSTM (layer {best + 1}) {'beats' if scores['beats'] else 'does NOT beat'} every trivial baseline on "
+        "sentence F1."
+    )
     print("\nexamples (gold | induced):")
     for k in range(4):
         print(f"  gold: {to_brackets(unlabel(test[k]))}\n  pred: {to_brackets(pred[k])}\n")
-    print(f"checkpoint, trees and plots in {out_dir}/ (try: onlstm parse --checkpoint {out_dir} <<< 'the dog saw a cat')")
+    print(
+        f"checkpoint, trees and plots in {out_dir}/ (try: onlstm parse --checkpoint {out_dir} <<< 'the dog saw a cat')"
+    )

@@ -1,6 +1,7 @@
 """Scoring a language model's induced trees against a treebank (what ``onlstm parsing eval-parse`` prints):
 per layer, next to the trivial baselines on the same sentences. The metrics themselves are in
 :mod:`onlstm.parsing.metrics`."""
+
 from __future__ import annotations
 
 import time
@@ -13,18 +14,19 @@ from .metrics import ParseEvaluation, evaluate
 
 @dataclass
 class TreebankScores:
-    rows: dict[str, ParseEvaluation]            # "layer N" -> scores of that layer's trees
-    trees: dict[int, list]                      # 0-based layer -> predicted trees, in treebank order
+    rows: dict[str, ParseEvaluation]  # "layer N" -> scores of that layer's trees
+    trees: dict[int, list]  # 0-based layer -> predicted trees, in treebank order
     baselines: dict[str, dict]
     sentences: int
     words: int
     unknown_words: int
-    seconds: float                              # time spent computing distances
+    seconds: float  # time spent computing distances
     extra: dict = field(default_factory=dict)
 
 
-def score_treebank(lm: LoadedLM, bank, layers: list[int], batch_size: int = 128,
-                   random_draws: int = 5) -> TreebankScores:
+def score_treebank(
+    lm: LoadedLM, bank, layers: list[int], batch_size: int = 128, random_draws: int = 5
+) -> TreebankScores:
     """Distances of every treebank sentence (batched), the trees of each of ``layers`` (0-based), their
     scores against the labelled gold trees, and the baselines' scores."""
     sentences = [list(w) for w in bank.words]

@@ -10,12 +10,13 @@ Sentences are run in batches sorted by length. The model reads left to right, so
 sentence in its batch column (padding) cannot change any of its distances; a test checks batched
 == one by one.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -40,11 +41,17 @@ class LoadedLM:
 
 def load_language_model(checkpoint: str | Path, tag: str = "best", device: str = "cpu") -> LoadedLM:
     """A language model run directory (or its ``.safetensors`` file) -> model in eval mode + vocabulary."""
-    run = load_language_model_run(checkpoint, tag, device, hint="parsing needs a language model: train one with "
-                                  "`onlstm lm train` or `onlstm demo`")
+    run = load_language_model_run(
+        checkpoint,
+        tag,
+        device,
+        hint="parsing needs a language model: train one with `onlstm lm train` or `onlstm demo`",
+    )
     if not run.model.has_distances:
-        raise CheckpointError(f"{run.run_dir}: a {run.model.config.cell!r} model has no master gates, so it induces "
-                              "no trees; use an ON-LSTM model (or the baselines of eval-parse)")
+        raise CheckpointError(
+            f"{run.run_dir}: a {run.model.config.cell!r} model has no master gates, so it induces "
+            "no trees; use an ON-LSTM model (or the baselines of eval-parse)"
+        )
     return LoadedLM(run.model, run.vocab, run.config, run.run_dir)
 
 
@@ -74,13 +81,15 @@ def tokenize(line: str, scheme: str) -> list[str]:
     """Split raw text into tokens: Penn Treebank tokenisation for ``'ptb'``, white space otherwise."""
     if scheme == "ptb":
         from nltk.tokenize import TreebankWordTokenizer
+
         return TreebankWordTokenizer().tokenize(line)
     return line.split()
 
 
 @torch.no_grad()
-def sentence_distances(model: LanguageModel, vocab: Vocab, sentences: Sequence[Sequence[str]],
-                       batch_size: int = 128) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
+def sentence_distances(
+    model: LanguageModel, vocab: Vocab, sentences: Sequence[Sequence[str]], batch_size: int = 128
+) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
     """Master-forget and master-input distances of every word of every sentence.
 
     Returns ``(forget, input, n_unknown)``: for sentence ``k`` tensors of shape ``(layers, n_words)``,
@@ -102,22 +111,24 @@ def sentence_distances(model: LanguageModel, vocab: Vocab, sentences: Sequence[S
     forget: list = [None] * len(encoded)
     inputs: list = [None] * len(encoded)
     for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+        idx = order[start : start + batch_size]
         T = len(encoded[idx[0]]) + 2
         tokens = torch.full((T, len(idx)), eos, dtype=torch.long)
         for b, k in enumerate(idx):
-            tokens[1:len(encoded[k]) + 1, b] = torch.tensor(encoded[k])
+            tokens[1 : len(encoded[k]) + 1, b] = torch.tensor(encoded[k])
         _, _, extras = model(tokens.to(device), return_distances=True)
-        df = torch.stack([d.forget for d in extras["distances"]]).cpu()   # (layers, T, B)
+        df = torch.stack([d.forget for d in extras["distances"]]).cpu()  # (layers, T, B)
         di = torch.stack([d.input for d in extras["distances"]]).cpu()
         for b, k in enumerate(idx):
             n = len(encoded[k])
-            forget[k] = df[:, 1:n + 1, b].clone()
-            inputs[k] = di[:, 1:n + 1, b].clone()
+            forget[k] = df[:, 1 : n + 1, b].clone()
+            inputs[k] = di[:, 1 : n + 1, b].clone()
     return forget, inputs, unknown
 
 
-def trees_from_distances(sentences: Sequence[Sequence[str]], distances: Sequence[torch.Tensor], layer: int) -> list[Tree]:
+def trees_from_distances(
+    sentences: Sequence[Sequence[str]], distances: Sequence[torch.Tensor], layer: int
+) -> list[Tree]:
     """Trees from the ``layer``-th (0-based) row of each sentence's distances."""
     return [build_tree(list(s), d[layer].tolist()) for s, d in zip(sentences, distances)]
 

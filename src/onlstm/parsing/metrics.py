@@ -35,17 +35,28 @@ unary chain counts once (EVALB proper counts each bracket of a chain and also co
 "EVALB-style" score is unlabelled).  Sentences are never dropped: one- and two-word sentences count
 (with F1 = 1 under the sentence convention whatever the prediction), as in the reference code.
 """
+
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 from .trees import LabelledTree, labelled_spans, span_info, word_depths
 
 __all__ = [
-    "F1Score", "LabelRecall", "ParseEvaluation", "average_depth", "corpus_f1", "evalb_f1", "evaluate", "f1_scores",
-    "label_recall", "prf_from_counts", "sentence_f1", "sentence_prf",
+    "F1Score",
+    "LabelRecall",
+    "ParseEvaluation",
+    "average_depth",
+    "corpus_f1",
+    "evalb_f1",
+    "evaluate",
+    "f1_scores",
+    "label_recall",
+    "prf_from_counts",
+    "sentence_f1",
+    "sentence_prf",
 ]
 
 
@@ -104,7 +115,9 @@ def _infos(gold: Sequence[object], pred: Sequence[object]) -> list[_Info]:
     """Span sets of every sentence, after checking that the two lists pair up."""
     gold, pred = list(gold), list(pred)
     if len(gold) != len(pred):
-        raise ValueError(f"got {len(gold)} gold trees and {len(pred)} predicted trees; they must be the same sentences in the same order")
+        raise ValueError(
+            f"got {len(gold)} gold trees and {len(pred)} predicted trees; they must be the same sentences in the same order"
+        )
     if not gold:
         raise ValueError("no sentences to score (the gold list is empty)")
     out = []
@@ -131,7 +144,7 @@ def _counts(infos: list[_Info], include_root: bool) -> list[tuple[int, int, int]
 def sentence_prf(gold_tree: object, pred_tree: object) -> tuple[float, float, float]:
     """``(precision, recall, f1)`` of one sentence under the PRPN/ON-LSTM convention: spans of >= 2
     words, whole-sentence span excluded on both sides, empty-set rule of :func:`prf_from_counts`."""
-    (m, p, g), = _counts(_infos([gold_tree], [pred_tree]), include_root=False)
+    ((m, p, g),) = _counts(_infos([gold_tree], [pred_tree]), include_root=False)
     return prf_from_counts(m, p, g)
 
 
@@ -145,9 +158,14 @@ def _sentence(infos: list[_Info]) -> F1Score:
     per = [prf_from_counts(*c) for c in counts]
     n = len(per)
     return F1Score(
-        precision=sum(x[0] for x in per) / n, recall=sum(x[1] for x in per) / n, f1=sum(x[2] for x in per) / n,
-        sentences=n, matched=sum(c[0] for c in counts), predicted=sum(c[1] for c in counts),
-        gold=sum(c[2] for c in counts), convention=_SENTENCE,
+        precision=sum(x[0] for x in per) / n,
+        recall=sum(x[1] for x in per) / n,
+        f1=sum(x[2] for x in per) / n,
+        sentences=n,
+        matched=sum(c[0] for c in counts),
+        predicted=sum(c[1] for c in counts),
+        gold=sum(c[2] for c in counts),
+        convention=_SENTENCE,
     )
 
 
@@ -185,8 +203,11 @@ def f1_scores(gold: Sequence[object], pred: Sequence[object]) -> dict[str, F1Sco
     """``{"sentence_f1", "corpus_f1", "evalb_f1"}`` from one walk of the trees (same values as the three
     functions called separately)."""
     infos = _infos(gold, pred)
-    return {"sentence_f1": _sentence(infos), "corpus_f1": _pooled(_counts(infos, False), _CORPUS),
-            "evalb_f1": _pooled(_counts(infos, True), _EVALB)}
+    return {
+        "sentence_f1": _sentence(infos),
+        "corpus_f1": _pooled(_counts(infos, False), _CORPUS),
+        "evalb_f1": _pooled(_counts(infos, True), _EVALB),
+    }
 
 
 def label_recall(gold: Sequence[LabelledTree], pred: Sequence[object]) -> dict[str, LabelRecall]:
@@ -257,15 +278,22 @@ class ParseEvaluation:
             "corpus_f1": self.corpus.to_dict(),
             "evalb_f1": self.evalb.to_dict(),
             "average_depth": {"gold": self.depth_gold, "predicted": self.depth_pred},
-            "label_recall": None if self.label_recall is None else {k: v.to_dict() for k, v in self.label_recall.items()},
+            "label_recall": None
+            if self.label_recall is None
+            else {k: v.to_dict() for k, v in self.label_recall.items()},
         }
 
     def format_table(self) -> str:
         """A small fixed-width table; precision/recall/F1 in percent."""
-        lines = [f"sentences: {self.sentences}", "",
-                 f"{'metric':<14}{'P (%)':>8}{'R (%)':>8}{'F1 (%)':>8}   convention"]
+        lines = [
+            f"sentences: {self.sentences}",
+            "",
+            f"{'metric':<14}{'P (%)':>8}{'R (%)':>8}{'F1 (%)':>8}   convention",
+        ]
         for name, sc in (("sentence F1", self.sentence), ("corpus F1", self.corpus), ("EVALB-style", self.evalb)):
-            lines.append(f"{name:<14}{100 * sc.precision:8.1f}{100 * sc.recall:8.1f}{100 * sc.f1:8.1f}   {sc.convention}")
+            lines.append(
+                f"{name:<14}{100 * sc.precision:8.1f}{100 * sc.recall:8.1f}{100 * sc.f1:8.1f}   {sc.convention}"
+            )
         lines += ["", f"average word depth: gold {self.depth_gold:.2f}, predicted {self.depth_pred:.2f}"]
         if self.label_recall is not None:
             lines += ["", f"{'label':<8}{'gold':>7}{'found':>7}{'recall (%)':>12}"]
@@ -278,10 +306,16 @@ def evaluate(gold: Sequence[object], pred: Sequence[object]) -> ParseEvaluation:
     gold, pred = list(gold), list(pred)
     infos = _infos(gold, pred)
     labelled = all(isinstance(g, LabelledTree) for g in gold)
-    f1 = {"sentence_f1": _sentence(infos), "corpus_f1": _pooled(_counts(infos, False), _CORPUS),
-          "evalb_f1": _pooled(_counts(infos, True), _EVALB)}
+    f1 = {
+        "sentence_f1": _sentence(infos),
+        "corpus_f1": _pooled(_counts(infos, False), _CORPUS),
+        "evalb_f1": _pooled(_counts(infos, True), _EVALB),
+    }
     return ParseEvaluation(
-        sentence=f1["sentence_f1"], corpus=f1["corpus_f1"], evalb=f1["evalb_f1"],
-        depth_gold=average_depth(gold), depth_pred=average_depth(pred),
+        sentence=f1["sentence_f1"],
+        corpus=f1["corpus_f1"],
+        evalb=f1["evalb_f1"],
+        depth_gold=average_depth(gold),
+        depth_pred=average_depth(pred),
         label_recall=_label_recall(gold, infos) if labelled else None,
     )

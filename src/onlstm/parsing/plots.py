@@ -1,16 +1,17 @@
 """Pictures: per-layer master-gate distances of a sentence, and trees (induced, and gold when given)."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from .induce import sentence_distances, trees_from_distances  # noqa: E402
-from .trees import Tree  # noqa: E402
+from .induce import sentence_distances, trees_from_distances
+from .trees import Tree
 
 
 def _layout(tree: Tree, x0: int = 0):
@@ -45,8 +46,9 @@ def draw_tree(ax, tree: Tree, words: Sequence[str], title: str) -> None:
         ax.spines[side].set_visible(False)
 
 
-def plot_sentence(model, vocab, words: Sequence[str], prefix: str | Path, gold: Tree | None = None,
-                  layer: int = 1) -> list[Path]:
+def plot_sentence(
+    model, vocab, words: Sequence[str], prefix: str | Path, gold: Tree | None = None, layer: int = 1
+) -> list[Path]:
     """Distances of every layer for ``words`` and the tree induced from ``layer`` (0-based), beside
     ``gold`` when given; saved as ``prefix.png`` and ``prefix.svg``. Returns the two paths."""
     forget, inputs, _ = sentence_distances(model, vocab, [list(words)])

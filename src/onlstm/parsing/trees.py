@@ -1,15 +1,34 @@
 """The greedy distance -> tree builder; the tree types and helpers it returns live in
 :mod:`onlstm.data.trees` (the treebank reader needs them too, and ``data`` never imports an experiment)
 and are re-exported here so ``onlstm.parsing.trees`` keeps its names."""
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
-from ..data.trees import (FORMATS, LabelledSpan, LabelledTree, Span, Tree, TreeFormatError, _check_words,  # noqa: F401
-                          detect_format, is_labelled, iter_constituents, labelled_spans, leaves, parse_brackets,
-                          parse_tree_lines, span_info, spans, strip_function_tags, to_brackets, unlabel, word_depths)
-
+from ..data.trees import (  # noqa: F401
+    FORMATS,
+    LabelledSpan,
+    LabelledTree,
+    Span,
+    Tree,
+    TreeFormatError,
+    _check_words,
+    detect_format,
+    is_labelled,
+    iter_constituents,
+    labelled_spans,
+    leaves,
+    parse_brackets,
+    parse_tree_lines,
+    span_info,
+    spans,
+    strip_function_tags,
+    to_brackets,
+    unlabel,
+    word_depths,
+)
 
 # ----------------------------------------------------------------------------------------------------
 # distances -> tree
@@ -36,7 +55,9 @@ def build_tree(words: Sequence[str], distances: Sequence[float]) -> Tree:
     if len(words) != len(dist):
         raise ValueError(f"build_tree needs one distance per word: got {len(words)} words and {len(dist)} distances")
     if not words:
-        raise ValueError("build_tree got zero words; a tree needs at least one word (skip empty sentences before building)")
+        raise ValueError(
+            "build_tree got zero words; a tree needs at least one word (skip empty sentences before building)"
+        )
     bad = [i for i, d in enumerate(dist) if math.isnan(d)]
     if bad:
         raise ValueError(f"build_tree got NaN distances at word positions {bad[:10]}; check the model's output")
