@@ -79,8 +79,9 @@ def _subcommand_modules():
     from .lm.cli import register as lm_commands
     from .logic.cli import register as logic_commands
     from .parsing.cli import register as parsing_commands
+    from .syneval.cli import register as syneval_commands
 
-    return [parsing_commands, logic_commands, lm_commands, data_commands]
+    return [parsing_commands, logic_commands, lm_commands, syneval_commands, data_commands]
 
 
 def main(argv=None) -> int:

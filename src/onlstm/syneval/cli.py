@@ -1,0 +1,187 @@
+"""``onlstm syneval``: targeted syntactic evaluation of one or more language-model checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from ..config import add_flags, flags_given, merged, read_yaml
+from ..errors import command_error
+from .config import SynevalConfig
+from .data import PAPER_SOURCE, SynevalDataError, read_items, write_dump
+from .evaluate import COMPARISON_NAMES, outcome_record, score_items, summarize
+
+
+def register(subparsers) -> None:
+    """Add ``onlstm syneval`` to the top-level ``subparsers``."""
+    p = subparsers.add_parser(
+        "syneval",
+        help="targeted syntactic evaluation (Marvin & Linzen 2018 minimal pairs) of language models",
+        description="Does the language model give the grammatical sentence of a minimal pair the higher "
+        "probability? Per case, per condition and in the paper's rows, with vocabulary coverage. "
+        "Convention and formats: docs/syneval.md.",
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        action="append",
+        required=True,
+        help="language-model run directory (or a .safetensors file in one); repeat to compare models side by side",
+    )
+    p.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help="sample TSV (case, grammatical, ungrammatical), TSV dump with a header, a <case>.pickle or the "
+        "suite's templates/ folder",
+    )
+    p.add_argument("--config", type=Path, help="YAML file with a syneval: section; flags win over it")
+    p.add_argument("--json", action="store_true", help="print every number as one JSON object")
+    p.add_argument(
+        "--out", type=Path, help="folder for results.json (with every pair's scores), items.tsv and rows.png"
+    )
+    add_flags(p, SynevalConfig, "syneval", "evaluation settings")
+    p.set_defaults(func=_cmd_syneval)
+
+
+def _cmd_syneval(args: argparse.Namespace) -> int:
+    from ..runs import resolve_device, setup_torch
+
+    file = read_yaml(args.config, {"syneval": SynevalConfig})["syneval"] if args.config else {}
+    cfg = SynevalConfig.from_dict(merged(file, flags_given(args, "syneval")))
+    setup_torch(cfg.threads)
+    items = read_items(args.data)
+    if not items:
+        raise SynevalDataError(f"{args.data}: no minimal pairs found; is it the right file?")
+    device = resolve_device(cfg.device)
+    models = [evaluate_checkpoint(path, items, cfg, device) for path in args.checkpoint]
+    report = {
+        "data": str(args.data),
+        "items": len(items),
+        "cases": len({it.case for it in items}),
+        "scoring": "first differing word" if cfg.word_only else "sentence (sum of log-probabilities)",
+        "paper_source": PAPER_SOURCE,
+        "models": [{k: v for k, v in m.items() if k != "outcomes"} for m in models],
+    }
+    if args.out:
+        write_out(args.out, report, models, items)
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
+    """Load one run, score every item; the summary plus the per-comparison ``outcomes``."""
+    from tqdm import tqdm
+
+    from ..models.language_model import load_language_model_run
+
+    run = load_language_model_run(path, cfg.weights, device)
+    n_sentences = sum(3 if it.intrusive is not None else 2 for it in items)
+    start = time.perf_counter()
+    with tqdm(total=None, desc=f"syneval {path}", unit="sent", disable=not cfg.progress, leave=False) as bar:
+        try:
+            outcomes, facts = score_items(
+                run.model, run.vocab, items, word_only=cfg.word_only, batch_size=cfg.batch_size, progress=bar.update
+            )
+        except ValueError as exc:  # the vocabulary's own checks raise plain ValueErrors
+            raise command_error(exc) from None
+    seconds = time.perf_counter() - start
+    return {
+        "checkpoint": str(path),
+        "cell": run.model.config.cell,
+        "weights": str(run.weights),
+        "vocab_size": len(run.vocab),
+        **facts,
+        "oov_types": len(facts["oov"]),
+        "seconds": round(seconds, 3),
+        "sentences_per_s": round(n_sentences / seconds, 1) if seconds > 0 else None,
+        **summarize(outcomes),
+        "outcomes": outcomes,
+    }
+
+
+def write_out(out: Path, report: dict, models: list[dict], items) -> None:
+    """``results.json`` (the report plus every comparison's scores per model), ``items.tsv`` (the items as
+    read, as a TSV dump) and ``rows.png`` (a bar per model and paper column for each row)."""
+    out.mkdir(parents=True, exist_ok=True)
+    full = dict(report)
+    full["models"] = [
+        {**summary, "pairs": [outcome_record(o) for o in m["outcomes"]]} for summary, m in zip(report["models"], models)
+    ]
+    (out / "results.json").write_text(json.dumps(full, indent=1) + "\n")
+    write_dump(items, out / "items.tsv")
+    from .plots import plot_rows
+
+    plot_rows(report, out / "rows.png")
+
+
+# --------------------------------------------------------------------------- text output
+
+
+def _acc(x: float | None) -> str:
+    return "  -  " if x is None else f"{x:.3f}"
+
+
+def _cell(t: dict) -> str:
+    """``all / covered (n covered)`` accuracies of one tally."""
+    return f"{_acc(t['accuracy'])} {_acc(t['covered_accuracy'])} ({t['covered']:>4})"
+
+
+def model_name(m: dict, index: int) -> str:
+    return f"[{index + 1}] {m['cell']}"
+
+
+def format_report(report: dict) -> str:
+    models = report["models"]
+    lines = [f"data: {report['data']} ({report['items']} items, {report['cases']} cases); score: {report['scoring']}"]
+    for i, m in enumerate(models):
+        lines.append(
+            f"{model_name(m, i)}: {m['weights']}; vocabulary {m['vocab_size']} words; "
+            f"'.' appended: {'yes' if m['period'] else 'no (not in the vocabulary)'}; "
+            f"{m['oov_types']} word types mapped to <unk>; {m['sentences']} sentences "
+            f"({m['unique']} distinct) in {m['seconds']:.1f} s"
+        )
+    lines += ["", *format_rows(models), "", *format_cases(models)]
+    return "\n".join(lines)
+
+
+def format_rows(models: list[dict]) -> list[str]:
+    """The paper's rows: per model accuracy on all pairs and on fully covered pairs, beside the paper."""
+    heads = "".join(f" | {model_name(m, i):<22}" for i, m in enumerate(models))
+    lines = [
+        "The paper's rows: accuracy on all pairs, on fully covered pairs (number covered); paper columns from",
+        f"{PAPER_SOURCE}.",
+        f"{'row':<62} {'pairs':>5}{heads} | paper ON-LSTM  LSTM",
+    ]
+    group = None
+    for k, row in enumerate(models[0]["rows"]):
+        if row["group"] != group:
+            group = row["group"]
+            lines.append(f"{group} dependency")
+        cells = "".join(f" | {_cell(m['rows'][k]):<22}" for m in models)
+        lines.append(
+            f"  {row['row']:<60} {row['pairs']:>5}{cells} |       {row['paper_onlstm']:.2f}  {row['paper_lstm']:.2f}"
+        )
+    return lines
+
+
+def format_cases(models: list[dict]) -> list[str]:
+    """Per case and comparison (and per condition where a case has several)."""
+    heads = "".join(f" | {model_name(m, i):<22}" for i, m in enumerate(models))
+    lines = [
+        "Per case: accuracy on all pairs, on fully covered pairs (number covered)",
+        f"{'case':<62} {'pairs':>5}{heads}",
+    ]
+    for case, entry in models[0]["cases"].items():
+        for comp, t in entry["comparisons"].items():
+            cells = "".join(f" | {_cell(m['cases'][case]['comparisons'][comp]):<22}" for m in models)
+            label = case if comp == "g>u" else f"{case} ({COMPARISON_NAMES[comp]})"
+            lines.append(f"{label:<62} {t['pairs']:>5}{cells}")
+            conditions = entry["conditions"]
+            if len(conditions) > 1:
+                for cond in conditions:
+                    cells = "".join(f" | {_cell(m['cases'][case]['conditions'][cond][comp]):<22}" for m in models)
+                    lines.append(f"  {cond:<60} {conditions[cond][comp]['pairs']:>5}{cells}")
+    return lines

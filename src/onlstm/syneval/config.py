@@ -1,0 +1,28 @@
+"""Settings of ``onlstm syneval`` (flags and the ``syneval:`` section of a YAML file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import Config, ConfigError, option
+
+
+@dataclass
+class SynevalConfig(Config):
+    section = "syneval"
+    config_kind = "syntactic-evaluation config"
+
+    word_only: bool = option(
+        False, "compare only the log-probability of the first word where the two sentences differ (default: no)"
+    )
+    batch_size: int = option(128, "sentences scored together (similar lengths, right-padded; no effect on scores)")
+    weights: str = option("best", "which weights of a run directory", choices=("best", "last"))
+    device: str = option("cpu", "cpu, cuda, cuda:N or auto")
+    threads: int = option(0, "CPU threads (0: PyTorch's default)")
+    progress: bool = option(True, "show a progress bar on stderr")
+
+    def validate(self) -> None:
+        if self.batch_size <= 0:
+            raise ConfigError(f"syneval.batch_size must be positive, got {self.batch_size}")
+        if self.threads < 0:
+            raise ConfigError(f"syneval.threads must be 0 or more, got {self.threads}")

@@ -1,0 +1,320 @@
+"""Minimal pairs of the targeted syntactic evaluation (Marvin & Linzen 2018) and the paper's table layout.
+
+Three inputs give the same :class:`Item` list (see docs/syneval.md):
+
+* the sample TSV: ``case<TAB>grammatical<TAB>ungrammatical`` without a header; a ``case:intrusive`` row
+  gives the intrusive sentence of the NPI item of ``case`` at the same position (its grammatical sentence
+  must be the same);
+* a TSV dump with the header ``case, condition, grammatical, ungrammatical, intrusive`` (tab-separated;
+  ``intrusive`` empty outside the NPI cases);
+* the authors' ``templates/`` folder: one ``<case>.pickle`` per case, a dict ``condition -> list`` of
+  ``(grammatical, ungrammatical)`` pairs, or ``(grammatical, intrusive, ungrammatical)`` triples for the
+  NPI cases. Those files come from the internet, so they are read by :class:`RestrictedUnpickler`, which
+  builds only what pickle opcodes make without importing anything (dict, list, tuple, str, numbers, ...)
+  and refuses every global (class or function) before it can run.
+
+Nothing is dropped: a malformed line or item is an error naming the file and the line (or case, condition
+and item).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import OnlstmError
+
+HEADER = ("case", "condition", "grammatical", "ungrammatical", "intrusive")
+INTRUSIVE_SUFFIX = ":intrusive"
+
+
+class SynevalDataError(OnlstmError, ValueError):
+    """A minimal-pair file that cannot be read; the message names the file and the line or item."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One minimal pair (or NPI triple when ``intrusive`` is set), sentences as given in the file."""
+
+    case: str
+    condition: str
+    grammatical: str
+    ungrammatical: str
+    intrusive: str | None = None
+    where: str = ""  # "file:line" or "file: condition c, item i", for messages
+
+
+def is_npi(case: str) -> bool:
+    return "npi" in case
+
+
+# --------------------------------------------------------------------------- the paper's table (Shen et al. 2019)
+
+#: The paper's rows: (group, row name, cases pooled in the row, comparison, ON-LSTM, LSTM). The published
+#: numbers come from 2x650 models trained on 90M words of Wikipedia (Gulordava et al. 2018), not from the
+#: models this project trains. Comparisons: "g>u" grammatical vs ungrammatical; for NPIs also "g>i"
+#: (grammatical vs intrusive) and "i>u" (intrusive vs ungrammatical); "a>b" is correct when a scores higher.
+PAPER_ROWS: tuple[tuple[str, str, tuple[str, ...], str, float, float], ...] = (
+    ("short-term", "SVA: simple", ("simple_agrmt",), "g>u", 0.99, 1.00),
+    ("short-term", "SVA: in a sentential complement", ("sent_comp",), "g>u", 0.95, 0.98),
+    ("short-term", "SVA: short VP coordination", ("vp_coord",), "g>u", 0.89, 0.92),
+    (
+        "short-term",
+        "SVA: in an object relative clause",
+        ("obj_rel_within_anim", "obj_rel_within_inanim"),
+        "g>u",
+        0.84,
+        0.88,
+    ),
+    (
+        "short-term",
+        "SVA: in an object relative (no that)",
+        ("obj_rel_no_comp_within_anim", "obj_rel_no_comp_within_inanim"),
+        "g>u",
+        0.78,
+        0.81,
+    ),
+    ("short-term", "Reflexive: simple", ("simple_reflexives",), "g>u", 0.89, 0.82),
+    ("short-term", "Reflexive: in a sentential complement", ("reflexive_sent_comp",), "g>u", 0.86, 0.80),
+    (
+        "short-term",
+        "NPI: simple (grammatical vs intrusive)",
+        ("simple_npi_anim", "simple_npi_inanim"),
+        "g>i",
+        0.18,
+        1.00,
+    ),
+    (
+        "short-term",
+        "NPI: simple (intrusive vs ungrammatical)",
+        ("simple_npi_anim", "simple_npi_inanim"),
+        "i>u",
+        0.50,
+        0.01,
+    ),
+    (
+        "short-term",
+        "NPI: simple (grammatical vs ungrammatical)",
+        ("simple_npi_anim", "simple_npi_inanim"),
+        "g>u",
+        0.07,
+        0.63,
+    ),
+    ("long-term", "SVA: long VP coordination", ("long_vp_coord",), "g>u", 0.74, 0.74),
+    ("long-term", "SVA: across a prepositional phrase", ("prep_anim", "prep_inanim"), "g>u", 0.67, 0.68),
+    ("long-term", "SVA: across a subject relative clause", ("subj_rel",), "g>u", 0.66, 0.60),
+    (
+        "long-term",
+        "SVA: across an object relative clause",
+        ("obj_rel_across_anim", "obj_rel_across_inanim"),
+        "g>u",
+        0.57,
+        0.52,
+    ),
+    (
+        "long-term",
+        "SVA: across an object relative (no that)",
+        ("obj_rel_no_comp_across_anim", "obj_rel_no_comp_across_inanim"),
+        "g>u",
+        0.54,
+        0.51,
+    ),
+    ("long-term", "Reflexive: across a relative clause", ("reflexives_across",), "g>u", 0.57, 0.58),
+    (
+        "long-term",
+        "NPI: across a relative clause (grammatical vs intrusive)",
+        ("npi_across_anim", "npi_across_inanim"),
+        "g>i",
+        0.59,
+        0.95,
+    ),
+    (
+        "long-term",
+        "NPI: across a relative clause (intrusive vs ungrammatical)",
+        ("npi_across_anim", "npi_across_inanim"),
+        "i>u",
+        0.20,
+        0.00,
+    ),
+    (
+        "long-term",
+        "NPI: across a relative clause (grammatical vs ungrammatical)",
+        ("npi_across_anim", "npi_across_inanim"),
+        "g>u",
+        0.11,
+        0.04,
+    ),
+)
+
+PAPER_SOURCE = "Shen et al. 2019, Table 3: 2x650 models trained on 90M words of Wikipedia (Gulordava et al. 2018)"
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_items(path: str | Path) -> list[Item]:
+    """Every item of a sample TSV, a TSV dump with a header, a ``.pickle`` file or a folder of them."""
+    path = Path(path)
+    if path.is_dir():
+        pickles = sorted(path.glob("*.pickle"))
+        tsvs = sorted(path.glob("*.tsv"))
+        if not pickles and not tsvs:
+            raise SynevalDataError(
+                f"{path} holds no *.pickle or *.tsv files; point --data at the templates/ "
+                "folder of the original suite or at a TSV file"
+            )
+        return [item for f in pickles + tsvs for item in read_items(f)]
+    if not path.is_file():
+        raise SynevalDataError(f"{path} does not exist; give a TSV file, a .pickle file or a templates/ folder")
+    if path.suffix == ".pickle":
+        return read_pickle(path)
+    return read_tsv(path)
+
+
+def read_tsv(path: Path) -> list[Item]:
+    """A sample TSV (no header) or a TSV dump (first line = :data:`HEADER`)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SynevalDataError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
+    if lines and tuple(c.strip().lower() for c in lines[0].split("\t")) == HEADER:
+        return _read_dump(path, lines)
+    return _read_sample(path, lines)
+
+
+def _fields(path: Path, number: int, line: str, n: tuple[int, ...], layout: str) -> list[str]:
+    fields = line.split("\t")
+    if len(fields) not in n:
+        raise SynevalDataError(f"{path}:{number}: {len(fields)} tab-separated fields, expected {layout}")
+    if any(not f.strip() for f in fields[: min(n)]):
+        raise SynevalDataError(f"{path}:{number}: an empty field; every line needs {layout}")
+    return [f.strip() for f in fields]
+
+
+def _read_sample(path: Path, lines: list[str]) -> list[Item]:
+    layout = "case<TAB>grammatical<TAB>ungrammatical"
+    plain: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
+    intrusive: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue  # blank lines carry no item
+        case, good, bad = _fields(path, number, line, (3,), layout)
+        if case.endswith(INTRUSIVE_SUFFIX):
+            intrusive[case[: -len(INTRUSIVE_SUFFIX)]].append((number, good, bad))
+        else:
+            plain[case].append((number, good, bad))
+    for case in intrusive:
+        if case not in plain:
+            line = intrusive[case][0][0]
+            raise SynevalDataError(f"{path}:{line}: {case}{INTRUSIVE_SUFFIX} rows without any {case} rows")
+    return [item for case in plain for item in _sample_case(path, case, plain[case], intrusive.get(case))]
+
+
+def _sample_case(path: Path, case: str, rows: list, intrusive_rows: list | None) -> list[Item]:
+    """The items of one case; the i-th ``case:intrusive`` row completes the i-th ``case`` row to a triple."""
+    if intrusive_rows is None:
+        if is_npi(case):
+            raise SynevalDataError(
+                f"{path}:{rows[0][0]}: NPI case {case} has no {case}{INTRUSIVE_SUFFIX} rows "
+                "(each NPI item needs its intrusive sentence)"
+            )
+        return [Item(case, "", g, u, None, f"{path}:{n}") for n, g, u in rows]
+    if len(intrusive_rows) != len(rows):
+        raise SynevalDataError(
+            f"{path}: case {case} has {len(rows)} rows but {len(intrusive_rows)} "
+            f"{case}{INTRUSIVE_SUFFIX} rows; they must pair up one to one"
+        )
+    items = []
+    for (n, g, u), (m, g2, i) in zip(rows, intrusive_rows):
+        if g != g2:
+            raise SynevalDataError(
+                f"{path}:{m}: the grammatical sentence {g2!r} differs from {g!r} on line {n}; "
+                f"the i-th {case}{INTRUSIVE_SUFFIX} row must repeat the i-th {case} row's"
+            )
+        items.append(Item(case, "", g, u, i, f"{path}:{n}+{m}"))
+    return items
+
+
+def _read_dump(path: Path, lines: list[str]) -> list[Item]:
+    layout = "case, condition, grammatical, ungrammatical, intrusive (the last empty outside NPI cases)"
+    items = []
+    for number, line in enumerate(lines[1:], 2):
+        if not line.strip():
+            continue
+        fields = _fields(path, number, line, (4, 5), layout)
+        case, condition, good, bad = fields[0], fields[1], fields[2], fields[3]
+        intrusive = fields[4] if len(fields) == 5 and fields[4] else None
+        if is_npi(case) != (intrusive is not None):
+            need = "needs" if is_npi(case) else "must not have"
+            raise SynevalDataError(f"{path}:{number}: case {case} {need} an intrusive sentence (5th field)")
+        items.append(Item(case, condition, good, bad, intrusive, f"{path}:{number}"))
+    return items
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Unpickles only what the pickle opcodes build by themselves (dict, list, tuple, str, bytes, numbers,
+    booleans, None). Every global -- any class or function, which is how a pickle runs code -- is refused
+    before it is looked up, so nothing outside those builtins is imported or called."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(
+            f"it refers to {module}.{name}; only plain data (dict, list, tuple, str) is accepted"
+        )
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("it uses persistent ids; only plain data is accepted")
+
+
+def load_plain_pickle(path: Path) -> object:
+    """The plain data in ``path``; protocol-0 Python 2 pickles hold byte strings, decoded as latin-1."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SynevalDataError(f"{path}: cannot be read ({exc})") from None
+    try:
+        return RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
+    except pickle.UnpicklingError as exc:
+        raise SynevalDataError(f"{path}: refused ({exc}); this reader accepts only plain data") from None
+    except Exception as exc:  # truncated or garbled files raise EOFError, ValueError, KeyError, ...
+        raise SynevalDataError(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
+
+
+def read_pickle(path: Path) -> list[Item]:
+    """One ``<case>.pickle`` of the original suite: ``{condition: [(g, u), ...]}`` (NPI: ``(g, i, u)``)."""
+    case = path.stem
+    data = load_plain_pickle(path)
+    if not isinstance(data, dict):
+        raise SynevalDataError(f"{path}: holds a {type(data).__name__}, expected a dict condition -> list of items")
+    size = 3 if is_npi(case) else 2
+    shape = "(grammatical, intrusive, ungrammatical)" if size == 3 else "(grammatical, ungrammatical)"
+    items = []
+    for condition, rows in data.items():
+        if not isinstance(condition, str) or not isinstance(rows, (list, tuple)):
+            raise SynevalDataError(f"{path}: condition {condition!r} must be a string mapped to a list of items")
+        for index, row in enumerate(rows):
+            where = f"{path}: case {case}, condition {condition}, item {index}"
+            sentences = (
+                [s.decode("latin1") if isinstance(s, bytes) else s for s in row]
+                if isinstance(row, (list, tuple))
+                else None
+            )
+            if (
+                sentences is None
+                or len(sentences) != size
+                or not all(isinstance(s, str) and s.strip() for s in sentences)
+            ):
+                raise SynevalDataError(f"{where}: {row!r} is not a tuple {shape} of non-empty strings")
+            good, bad = sentences[0], sentences[-1]
+            intrusive = sentences[1] if size == 3 else None
+            items.append(Item(case, condition, good.strip(), bad.strip(), intrusive and intrusive.strip(), where))
+    return items
+
+
+def write_dump(items: list[Item], path: Path) -> None:
+    """The items as a TSV dump with :data:`HEADER` (what :func:`read_tsv` reads back)."""
+    lines = ["\t".join(HEADER)]
+    lines += ["\t".join((it.case, it.condition, it.grammatical, it.ungrammatical, it.intrusive or "")) for it in items]
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -1,0 +1,286 @@
+"""Scoring minimal pairs with a language model (the convention is written out in docs/syneval.md).
+
+* A sentence is lower-cased, split on spaces and framed as ``<eos> w1 ... wn . <eos>`` (the ``.`` only
+  when the vocabulary has it); words outside the vocabulary become ``<unk>``.
+* It is read from a zero state in eval mode; its score is the sum of the log-probabilities of every token
+  after the first ``<eos>`` (natural log). :func:`token_logprobs` returns those per token.
+* A comparison ``a>b`` is correct when ``a`` scores strictly higher than ``b`` (a tie is wrong).
+* ``word_only``: the score of each sentence is the log-probability of the first token where the two
+  framed sentences differ (the context before it is the same in both).
+
+Sentences are scored in batches of similar length, padded on the right; a causal model's output at a
+step does not depend on later steps, and padded positions are cut off, so padding changes no score
+(tested: batched == one by one).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ..data.vocab import EOS, UNK
+from ..errors import OnlstmError
+from .data import PAPER_ROWS, Item
+
+
+class SynevalError(OnlstmError, ValueError):
+    """An evaluation that cannot be done as asked (a model without ``<unk>``, a pair without a difference)."""
+
+
+#: comparison name -> (first sentence, second sentence) of an item; "a>b" is correct when a scores higher.
+COMPARISONS = {
+    "g>u": ("grammatical", "ungrammatical"),
+    "g>i": ("grammatical", "intrusive"),
+    "i>u": ("intrusive", "ungrammatical"),
+}
+COMPARISON_NAMES = {
+    "g>u": "grammatical vs ungrammatical",
+    "g>i": "grammatical vs intrusive",
+    "i>u": "intrusive vs ungrammatical",
+}
+
+
+def frame(sentence: str, period: bool) -> list[str]:
+    """``<eos> w1 ... wn [.] <eos>`` for a sentence (lower-cased; a final ``.`` already there is kept once)."""
+    words = sentence.lower().split()
+    if period and (not words or words[-1] != "."):
+        words.append(".")
+    return [EOS, *words, EOS]
+
+
+@dataclass
+class Encoder:
+    """Maps framed sentences to ids with the model's vocabulary, remembering the words it never saw."""
+
+    vocab: object  # onlstm.data.vocab.Vocab
+    period: bool = field(init=False)
+    oov: Counter = field(default_factory=Counter)
+
+    def __post_init__(self):
+        self.period = "." in self.vocab
+
+    def tokens(self, sentence: str) -> list[str]:
+        return frame(sentence, self.period)
+
+    def unknown(self, tokens: Sequence[str]) -> list[str]:
+        return [w for w in tokens if w not in self.vocab]
+
+    def ids(self, tokens: Sequence[str]) -> list[int]:
+        unknown = self.unknown(tokens)
+        if unknown and self.vocab.unk_id is None:
+            raise SynevalError(
+                f"the model's vocabulary has no {UNK} token, so it cannot score {unknown[0]!r}; "
+                "use a model trained with <unk> (any PTB model has one)"
+            )
+        return self.vocab.encode(tokens)[0]
+
+
+# --------------------------------------------------------------------------- the batched scorer
+
+
+@torch.no_grad()
+def token_logprobs(
+    model,
+    sequences: Sequence[Sequence[int]],
+    batch_size: int = 128,
+    progress: Callable[[int], None] | None = None,
+) -> list[torch.Tensor]:
+    """For each id sequence ``s`` (starting with ``<eos>``), the log-probabilities of ``s[1:]``, each
+    predicted from the ones before it starting from a zero state: a float64 tensor of ``len(s) - 1``.
+
+    Sequences are sorted by length and read ``batch_size`` at a time, right-padded with their own first
+    token; ``progress(n)`` is called after each batch with the number of sequences done in it."""
+    if batch_size <= 0:
+        raise SynevalError(f"batch size must be positive, got {batch_size}")
+    model.eval()
+    device = next(model.parameters()).device
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        lengths = [len(sequences[i]) for i in chunk]
+        batch = torch.full((max(lengths), len(chunk)), int(sequences[chunk[0]][0]), dtype=torch.long)  # (T, B)
+        for j, i in enumerate(chunk):
+            batch[: lengths[j], j] = torch.as_tensor(sequences[i], dtype=torch.long)
+        lp = _next_token_logprobs(model, batch.to(device)).double().cpu()  # (T-1, B)
+        for j, i in enumerate(chunk):
+            out[i] = lp[: lengths[j] - 1, j].clone()
+        if progress:
+            progress(len(chunk))
+    return out
+
+
+def _next_token_logprobs(model, batch: torch.Tensor) -> torch.Tensor:
+    """(T, B) ids -> (T-1, B): log p(batch[t+1] | batch[:t+1]) from a zero state."""
+    output, _, _ = model(batch[:-1])  # (T-1, B, H)
+    logits = model.logits(output).float()  # (T-1, B, V)
+    target = logits.gather(2, batch[1:].unsqueeze(2)).squeeze(2)  # (T-1, B)
+    return target - torch.logsumexp(logits, dim=2)
+
+
+# --------------------------------------------------------------------------- pairs and their outcome
+
+
+@dataclass
+class Outcome:
+    """One comparison of one item."""
+
+    item: Item
+    comparison: str  # "g>u", "g>i" or "i>u"
+    first: float  # score of the sentence that should win
+    second: float
+    covered: bool  # every word of both sentences is in the vocabulary
+    position: int | None = None  # word_only: index (in the framed tokens) of the first differing token
+
+    @property
+    def correct(self) -> bool:
+        return self.first > self.second
+
+
+def comparisons(item: Item) -> list[str]:
+    return ["g>i", "i>u", "g>u"] if item.intrusive is not None else ["g>u"]
+
+
+def sentence_of(item: Item, role: str) -> str:
+    return {"grammatical": item.grammatical, "ungrammatical": item.ungrammatical, "intrusive": item.intrusive or ""}[
+        role
+    ]
+
+
+def first_difference(a: Sequence[str], b: Sequence[str], where: str) -> int:
+    """The first index ``k >= 1`` with ``a[k] != b[k]`` (framed tokens before ``<unk>`` mapping)."""
+    for k in range(1, min(len(a), len(b))):
+        if a[k] != b[k]:
+            return k
+    raise SynevalError(
+        f"{where}: the two sentences are the same ({' '.join(a[1:-1])!r}), so --word-only has no "
+        "word to compare; fix or remove the item"
+    )
+
+
+def score_items(
+    model,
+    vocab,
+    items: Sequence[Item],
+    *,
+    word_only: bool = False,
+    batch_size: int = 128,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[Outcome], dict]:
+    """Every comparison of every item, and facts about the run (``period``, ``oov`` word counts,
+    ``sentences`` scored and ``unique`` sentences actually run through the model)."""
+    enc = Encoder(vocab)
+    tokens: dict[str, list[str]] = {}
+    for item in items:
+        for s in (item.grammatical, item.ungrammatical, item.intrusive):
+            if s is not None and s not in tokens:
+                tokens[s] = enc.tokens(s)
+    unique = list(tokens)
+    logprobs = dict(zip(unique, token_logprobs(model, [enc.ids(tokens[s]) for s in unique], batch_size, progress)))
+    outcomes = [_outcome(item, c, tokens, logprobs, enc, word_only) for item in items for c in comparisons(item)]
+    oov = Counter(w for item in items for s in _sentences(item) for w in enc.unknown(tokens[s]))
+    n_sentences = sum(len(_sentences(item)) for item in items)
+    return outcomes, {
+        "period": enc.period,
+        "oov": dict(oov.most_common()),
+        "sentences": n_sentences,
+        "unique": len(unique),
+    }
+
+
+def _sentences(item: Item) -> list[str]:
+    return [s for s in (item.grammatical, item.ungrammatical, item.intrusive) if s is not None]
+
+
+def _outcome(item: Item, comparison: str, tokens: dict, logprobs: dict, enc: Encoder, word_only: bool) -> Outcome:
+    a, b = (sentence_of(item, role) for role in COMPARISONS[comparison])
+    covered = not enc.unknown(tokens[a]) and not enc.unknown(tokens[b])
+    if not word_only:
+        return Outcome(item, comparison, float(logprobs[a].sum()), float(logprobs[b].sum()), covered)
+    k = first_difference(tokens[a], tokens[b], item.where)
+    return Outcome(item, comparison, float(logprobs[a][k - 1]), float(logprobs[b][k - 1]), covered, k)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def tally(outcomes: Iterable[Outcome]) -> dict:
+    """pairs, correct, accuracy; covered pairs, their correct count and accuracy (None when there are none)."""
+    n = correct = covered = covered_correct = 0
+    for o in outcomes:
+        n += 1
+        correct += o.correct
+        covered += o.covered
+        covered_correct += o.correct and o.covered
+    return {
+        "pairs": n,
+        "correct": correct,
+        "accuracy": correct / n if n else None,
+        "covered": covered,
+        "covered_correct": covered_correct,
+        "covered_accuracy": covered_correct / covered if covered else None,
+    }
+
+
+def summarize(outcomes: Sequence[Outcome]) -> dict:
+    """Per case (and per condition within it) and per comparison, and the paper's rows."""
+    by_case: dict = defaultdict(lambda: defaultdict(list))
+    by_condition: dict = defaultdict(lambda: defaultdict(list))
+    for o in outcomes:
+        by_case[o.item.case][o.comparison].append(o)
+        by_condition[(o.item.case, o.item.condition)][o.comparison].append(o)
+    cases = {
+        case: {
+            "comparisons": {c: tally(os) for c, os in comps.items()},
+            "conditions": {
+                cond: {c: tally(os) for c, os in by_condition[(cs, cond)].items()}
+                for cs, cond in by_condition
+                if cs == case
+            },
+        }
+        for case, comps in by_case.items()
+    }
+    return {"cases": cases, "rows": paper_rows(by_case), "all": tally(outcomes)}
+
+
+def paper_rows(by_case: dict) -> list[dict]:
+    """The paper's rows that the data has at least one case of, pooled over the row's cases."""
+    rows = []
+    for group, name, cases, comparison, onlstm, lstm in PAPER_ROWS:
+        present = [c for c in cases if comparison in by_case.get(c, {})]
+        if present:
+            pooled = [o for c in present for o in by_case[c][comparison]]
+            rows.append(
+                {
+                    "group": group,
+                    "row": name,
+                    "cases": present,
+                    "missing_cases": [c for c in cases if c not in present],
+                    "comparison": comparison,
+                    "paper_onlstm": onlstm,
+                    "paper_lstm": lstm,
+                    **tally(pooled),
+                }
+            )
+    return rows
+
+
+def outcome_record(o: Outcome) -> dict:
+    """One comparison as JSON (what ``--out`` saves per pair)."""
+    first, second = COMPARISONS[o.comparison]
+    return {
+        "case": o.item.case,
+        "condition": o.item.condition,
+        "comparison": o.comparison,
+        "where": o.item.where,
+        first: sentence_of(o.item, first),
+        second: sentence_of(o.item, second),
+        "score_first": o.first,
+        "score_second": o.second,
+        "correct": o.correct,
+        "covered": o.covered,
+        **({"position": o.position} if o.position is not None else {}),
+    }
