@@ -254,18 +254,20 @@ def _read_dump(path: Path, lines: list[str]) -> list[Item]:
     return items
 
 
+class RefusedPickle(pickle.UnpicklingError):
+    """The pickle names a global (class or function) or a persistent id: refused, nothing run."""
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """Unpickles only what the pickle opcodes build by themselves (dict, list, tuple, str, bytes, numbers,
     booleans, None). Every global -- any class or function, which is how a pickle runs code -- is refused
     before it is looked up, so nothing outside those builtins is imported or called."""
 
     def find_class(self, module: str, name: str):
-        raise pickle.UnpicklingError(
-            f"it refers to {module}.{name}; only plain data (dict, list, tuple, str) is accepted"
-        )
+        raise RefusedPickle(f"it refers to {module}.{name}; only plain data (dict, list, tuple, str) is accepted")
 
     def persistent_load(self, pid):
-        raise pickle.UnpicklingError("it uses persistent ids; only plain data is accepted")
+        raise RefusedPickle("it uses persistent ids; only plain data is accepted")
 
 
 def load_plain_pickle(path: Path) -> object:
@@ -276,7 +278,7 @@ def load_plain_pickle(path: Path) -> object:
         raise SynevalDataError(f"{path}: cannot be read ({exc})") from None
     try:
         return RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
-    except pickle.UnpicklingError as exc:
+    except RefusedPickle as exc:
         raise SynevalDataError(f"{path}: refused ({exc}); this reader accepts only plain data") from None
     except Exception as exc:  # truncated or garbled files raise EOFError, ValueError, KeyError, ...
         raise SynevalDataError(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
