@@ -73,6 +73,7 @@ def test_sample_tsv_errors_name_file_and_line(tmp_path, text, expected):
 def test_dump_round_trip_and_errors(tmp_path):
     items = [
         Item("simple_agrmt", "sing_MS", "the author laughs", "the author laugh"),
+        Item("simple_agrmt", "", "the pilot swims", "the pilot swim"),  # no condition (as in the sample)
         Item("npi_across_anim", "past", "no a that b c have ever d", "most a that b c have ever d", "the a that no b"),
     ]
     write_dump(items, tmp_path / "d.tsv")
@@ -80,12 +81,14 @@ def test_dump_round_trip_and_errors(tmp_path):
     assert [(i.case, i.condition, i.grammatical, i.ungrammatical, i.intrusive) for i in back] == [
         (i.case, i.condition, i.grammatical, i.ungrammatical, i.intrusive) for i in items
     ]
-    assert back[1].where == f"{tmp_path / 'd.tsv'}:3"
+    assert back[2].where == f"{tmp_path / 'd.tsv'}:4"
     header = "case\tcondition\tgrammatical\tungrammatical\tintrusive\n"
     with pytest.raises(SynevalDataError, match=r"d2\.tsv:2: case npi_x needs an intrusive sentence"):
         read_items(write(tmp_path / "d2.tsv", header + "npi_x\tc\tg\tu\t\n"))
     with pytest.raises(SynevalDataError, match=r"d3\.tsv:3: case agr must not have an intrusive"):
         read_items(write(tmp_path / "d3.tsv", header + "agr\tc\tg\tu\t\nagr\tc\tg\tu\ti\n"))
+    with pytest.raises(SynevalDataError, match=r"d5\.tsv:2: an empty field"):
+        read_items(write(tmp_path / "d5.tsv", header + "agr\tc\t \tu\n"))
     with pytest.raises(SynevalDataError, match=r"d4\.tsv:2: 3 tab-separated fields"):
         read_items(write(tmp_path / "d4.tsv", header + "agr\tc\tg\n"))
 

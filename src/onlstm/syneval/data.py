@@ -185,11 +185,14 @@ def read_tsv(path: Path) -> list[Item]:
     return _read_sample(path, lines)
 
 
-def _fields(path: Path, number: int, line: str, n: tuple[int, ...], layout: str) -> list[str]:
+def _fields(
+    path: Path, number: int, line: str, n: tuple[int, ...], layout: str, required: tuple[int, ...] = (0, 1, 2)
+) -> list[str]:
+    """The tab-separated fields of one line; ``required`` are the indices that must not be empty."""
     fields = line.split("\t")
     if len(fields) not in n:
         raise SynevalDataError(f"{path}:{number}: {len(fields)} tab-separated fields, expected {layout}")
-    if any(not f.strip() for f in fields[: min(n)]):
+    if any(not fields[i].strip() for i in required):
         raise SynevalDataError(f"{path}:{number}: an empty field; every line needs {layout}")
     return [f.strip() for f in fields]
 
@@ -239,12 +242,12 @@ def _sample_case(path: Path, case: str, rows: list, intrusive_rows: list | None)
 
 
 def _read_dump(path: Path, lines: list[str]) -> list[Item]:
-    layout = "case, condition, grammatical, ungrammatical, intrusive (the last empty outside NPI cases)"
+    layout = "case, condition, grammatical, ungrammatical, intrusive (condition may be empty; intrusive empty outside NPI cases)"
     items = []
     for number, line in enumerate(lines[1:], 2):
         if not line.strip():
             continue
-        fields = _fields(path, number, line, (4, 5), layout)
+        fields = _fields(path, number, line, (4, 5), layout, required=(0, 2, 3))  # the condition may be empty
         case, condition, good, bad = fields[0], fields[1], fields[2], fields[3]
         intrusive = fields[4] if len(fields) == 5 and fields[4] else None
         if is_npi(case) != (intrusive is not None):
