@@ -1,6 +1,6 @@
 """Speed of the syntactic-evaluation scorer: batched by length vs one sentence at a time, same run.
 
-    python benchmarks/syneval_speed.py [--config configs/lm/ptb-cpu.yaml] [--threads 2] [--batch-size 128]
+    python benchmarks/syneval_speed.py [--config configs/lm/ptb-cpu.yaml] [--threads 2] [--batch-size 512]
 
 A language model of the preset's size (random weights: speed does not depend on them) over a vocabulary
 of ``--vocab`` words scores sentences with the lengths of the shared syneval sample (or, without it,
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=10000, help="vocabulary size (PTB: 10,000)")
     ap.add_argument("--sentences", type=int, default=2000, help="sentences scored batched per measurement")
     ap.add_argument("--reference-sentences", type=int, default=200, help="sentences scored one by one")
-    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)

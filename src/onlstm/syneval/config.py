@@ -15,7 +15,7 @@ class SynevalConfig(Config):
     word_only: bool = option(
         False, "compare only the log-probability of the first word where the two sentences differ (default: no)"
     )
-    batch_size: int = option(128, "sentences scored together (similar lengths, right-padded; no effect on scores)")
+    batch_size: int = option(512, "sentences scored together (similar lengths, right-padded; no effect on scores)")
     weights: str = option("best", "which weights of a run directory", choices=("best", "last"))
     device: str = option("cpu", "cpu, cuda, cuda:N or auto")
     threads: int = option(0, "CPU threads (0: PyTorch's default)")

@@ -85,7 +85,7 @@ class Encoder:
 def token_logprobs(
     model,
     sequences: Sequence[Sequence[int]],
-    batch_size: int = 128,
+    batch_size: int = 512,
     progress: Callable[[int], None] | None = None,
 ) -> list[torch.Tensor]:
     """For each id sequence ``s`` (starting with ``<eos>``), the log-probabilities of ``s[1:]``, each
@@ -114,11 +114,16 @@ def token_logprobs(
 
 
 def _next_token_logprobs(model, batch: torch.Tensor) -> torch.Tensor:
-    """(T, B) ids -> (T-1, B): log p(batch[t+1] | batch[:t+1]) from a zero state."""
+    """(T, B) ids -> (T-1, B): log p(batch[t+1] | batch[:t+1]) from a zero state.
+
+    The decoder runs one step at a time so that memory holds (B, V) logits, not (T, B, V): a large batch
+    (faster recurrent layers) then stays affordable with a 50,000-word vocabulary."""
     output, _, _ = model(batch[:-1])  # (T-1, B, H)
-    logits = model.logits(output).float()  # (T-1, B, V)
-    target = logits.gather(2, batch[1:].unsqueeze(2)).squeeze(2)  # (T-1, B)
-    return target - torch.logsumexp(logits, dim=2)
+    out = torch.empty(output.shape[:2], device=output.device)  # (T-1, B)
+    for t in range(output.shape[0]):
+        logits = model.logits(output[t]).float()  # (B, V)
+        out[t] = logits.gather(1, batch[t + 1].unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=1)
+    return out
 
 
 # --------------------------------------------------------------------------- pairs and their outcome
@@ -167,7 +172,7 @@ def score_items(
     items: Sequence[Item],
     *,
     word_only: bool = False,
-    batch_size: int = 128,
+    batch_size: int = 512,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[Outcome], dict]:
     """Every comparison of every item, and facts about the run (``period``, ``oov`` word counts,
