@@ -225,3 +225,36 @@ def test_a_diverged_logic_run_stops_with_its_status(logic_data, tmp_path, capsys
     assert "training diverged" in capsys.readouterr().err
     assert read_json(run / "config.json")["status"] == "diverged"
     assert not (run / LOCK_FILE).exists()
+
+
+# --------------------------------------------------------------------------- tracebacks -> one-line errors
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["demo", "--seconds", "-5"], "demo.seconds must be positive"),
+        (["demo", "--seconds", "nan"], "demo.seconds must be positive"),
+        (["demo", "--train-sentences", "0"], "demo.train_sentences must be positive"),
+        (["demo", "--dropout", "1.5"], "demo.dropout in [0, 1)"),
+        (["layer-demo", "--seconds", "nan"], "--seconds: must be a finite number of seconds > 0"),
+        (["layer-demo", "--seconds", "-5"], "--seconds: must be a finite number of seconds > 0"),
+    ],
+)
+def test_bad_demo_settings_are_one_line_errors(tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.chdir(tmp_path)
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse's own refusal
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # nothing created (not even demo_out/)
+
+
+def test_demo_refuses_a_run_it_did_not_make(tmp_path, capsys):
+    run = fake_run(tmp_path / "run", "lm", interrupted=False)
+    before = snapshot(run)
+    assert main(["demo", "--out", str(run), "--seconds", "1"]) == 2
+    assert "the demo did not make" in capsys.readouterr().err
+    assert snapshot(run) == before
