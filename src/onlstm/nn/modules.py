@@ -425,7 +425,7 @@ class ONLSTM(nn.Module):
             )
         if not x.is_floating_point():
             raise ValueError(f"ONLSTM: input must be a floating-point tensor, got {x.dtype}")
-        _check_dtype(x, self.weight_ih_l0, "ONLSTM")
+        _check_dtype(x, self.all_weights[0][0], "ONLSTM")
 
     def _initial_state(self, hx, batch, data, unbatched, sorted_idx):
         layers = self.num_layers * self.num_directions
