@@ -17,6 +17,7 @@ from onlstm.checkpoint import config_header, read_json, write_json
 from onlstm.cli import main
 from onlstm.errors import EXIT_DIVERGED
 from onlstm.logic.generate import GenerateConfig, generate_dataset
+from onlstm.logic.model import KIND as LOGIC_KIND
 from onlstm.runs import LOCK_FILE, RunDirError, RunLock, check_output_dir
 from support import TINY_LM, write_corpus
 
@@ -84,7 +85,7 @@ def fake_run(run: Path, kind: str, interrupted: bool) -> Path:
 # --------------------------------------------------------------------------- item 1: no silent overwrite
 
 
-@pytest.mark.parametrize("kind", ["logic", "lm"])
+@pytest.mark.parametrize("kind", [LOGIC_KIND, "lm"])
 def test_logic_train_refuses_a_directory_holding_a_run(logic_data, tmp_path, capsys, kind):
     run = fake_run(tmp_path / "run", kind, interrupted=True)
     before = snapshot(run)
@@ -96,7 +97,7 @@ def test_logic_train_refuses_a_directory_holding_a_run(logic_data, tmp_path, cap
 
 
 def test_lm_train_refuses_a_logic_run(corpus, tmp_path, capsys):
-    run = fake_run(tmp_path / "run", "logic", interrupted=False)
+    run = fake_run(tmp_path / "run", LOGIC_KIND, interrupted=False)
     before = snapshot(run)
     assert main(lm_args(corpus, run)) == 2
     assert "found: a finished logic run" in capsys.readouterr().err
@@ -258,3 +259,13 @@ def test_demo_refuses_a_run_it_did_not_make(tmp_path, capsys):
     assert main(["demo", "--out", str(run), "--seconds", "1"]) == 2
     assert "the demo did not make" in capsys.readouterr().err
     assert snapshot(run) == before
+
+
+def test_compare_replaces_its_own_logic_runs_but_never_another_kind(logic_data, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    lm_run = fake_run(out / "lstm-seed0", "lm", interrupted=False)
+    before = snapshot(lm_run)
+    args = ["logic", "compare", "--data", str(logic_data), "--out", str(out), *LOGIC_TINY, "--epochs", "1"]
+    assert main([*args, "--no-progress", "--cells", "lstm", "--lengths", "1-6"]) == 2
+    assert "found: a finished language-model run" in capsys.readouterr().err
+    assert snapshot(lm_run) == before

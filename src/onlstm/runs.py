@@ -310,18 +310,32 @@ def describe_run(path: str | Path) -> str | None:
         kind, status = str(header.get("kind", "unknown")), header.get("status")
     except (OSError, ValueError, AttributeError):
         pass
-    names = {"lm": "language-model", "logic": "logic"}
+    names = {"lm": "language-model", "logic-classifier": "logic"}
     state = "an interrupted" if resume.exists() else ("a finished" if status == "finished" else "a")
     return f"{state} {names.get(kind, kind)} run" + (" (resume.safetensors)" if resume.exists() else "")
 
 
-def check_output_dir(path: str | Path, *, resume: bool = False, command: str = "", flag: str = "--out") -> Path:
+def run_kind(path: str | Path) -> str | None:
+    """The ``kind`` in ``path/config.json`` (None without a readable one)."""
+    try:
+        header = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        return str(header["kind"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_output_dir(
+    path: str | Path, *, resume: bool = False, command: str = "", flag: str = "--out", replace_kind: str | None = None
+) -> Path:
     """The run directory ``path`` of a training command, checked before any work is done: not a file,
     writable, and -- unless ``resume`` -- holding no run (finished, interrupted, or of another kind), so a
-    training never silently replaces one. Nothing is created. Raises :class:`RunDirError` /
-    :class:`~onlstm.errors.InputError` with what is there and what to do."""
+    training never silently replaces one. ``replace_kind``: a run of this kind may be replaced (``logic
+    compare`` retrains its own runs when the settings change). Nothing is created. Raises
+    :class:`RunDirError` / :class:`~onlstm.errors.InputError` with what is there and what to do."""
     path = check_output_folder(path, flag)
     held = describe_run(path)
+    if held and replace_kind is not None and run_kind(path) == replace_kind:
+        return path
     if held and not resume:
         raise RunDirError(
             f"{path} already holds a run; pass --resume to continue it"

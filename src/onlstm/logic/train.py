@@ -298,15 +298,18 @@ def train(
     out: str | Path,
     log: Callable[[str], None] | None = print,
     resume: bool = False,
+    replace: bool = False,
 ) -> TrainResult:
     """Train a classifier on ``data`` (a directory of ``train{k}`` files, or one file) into run dir ``out``.
 
-    ``resume=True`` goes on from ``out/resume.safetensors`` (same settings required). Returns a
+    ``resume=True`` goes on from ``out/resume.safetensors`` (same settings required). A directory that
+    holds a run is refused without ``resume``; ``replace=True`` (``logic compare``, retraining its own
+    run after a change of settings) replaces a logic run there, never a run of another kind. Returns a
     :class:`TrainResult`; on Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last
     weights and the resume file (the best checkpoint is kept).
     """
     log = log or (lambda _msg: None)
-    out = check_output_dir(out, resume=resume, command="onlstm logic train")
+    out = check_output_dir(out, resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
     if resume:
         _check_resumable(out, model_cfg, cfg)
     with RunLock(out, "onlstm logic train", log=log):
