@@ -55,13 +55,15 @@ def _add_demo_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .config import positive_seconds
+
     ap = argparse.ArgumentParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="grammar corpus -> ON-LSTM LM -> induced trees vs gold and baselines")
     _add_demo_flags(p)
     p.set_defaults(func=_cmd_demo)
     p = sub.add_parser("layer-demo", help="train a tiny ON-LSTM on a bracket language and print its distances")
-    p.add_argument("--seconds", type=float, default=20.0, help="training time budget (default 20)")
+    p.add_argument("--seconds", type=positive_seconds, default=20.0, help="training time budget (default 20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     p.set_defaults(func=_cmd_layer_demo)

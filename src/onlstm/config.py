@@ -34,6 +34,7 @@ import argparse
 import copy
 import dataclasses
 import functools
+import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -47,12 +48,15 @@ __all__ = [
     "Config",
     "ConfigError",
     "add_flags",
+    "check_probabilities",
     "check_section",
     "coerce",
     "field_help",
     "flags_given",
     "merged",
     "option",
+    "positive_int",
+    "positive_seconds",
     "read_yaml",
 ]
 
@@ -234,6 +238,16 @@ class Config:
         return cls(**data)
 
 
+def check_probabilities(cfg: Config, names: Iterable[str], *, one: bool = False) -> None:
+    """Each field in ``names`` is a probability: in ``[0, 1)`` (a dropout of 1 drops everything and
+    divides by zero), or ``[0, 1]`` with ``one=True``; NaN is refused. For a config's ``validate``, so a bad
+    value stops the command before it creates anything."""
+    for name in names:
+        v = getattr(cfg, name)
+        if not (0.0 <= v < 1.0 or (one and v == 1.0)):
+            raise ConfigError(f"{cfg.section}.{name} must be in [0, {'1]' if one else '1)'}, got {v}")
+
+
 # --------------------------------------------------------------------------- files
 
 
@@ -298,6 +312,28 @@ def merged(*layers: Mapping | None) -> dict:
 
 
 # --------------------------------------------------------------------------- command-line flags
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 1 (``--batch-size 0`` is refused at the command line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds > 0 (``nan``, ``inf`` and ``-5`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
 
 
 def _flag(name: str) -> str:

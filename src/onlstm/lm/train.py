@@ -41,6 +41,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -55,9 +56,12 @@ from ..checkpoint import CheckpointError, atomic_write, config_header, read_json
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
-from ..errors import OnlstmError
+from ..errors import TrainingDiverged
 from ..runs import (  # noqa: F401
+    RunDirError,
+    RunLock,
     StopRequest,
+    check_output_dir,
     optimizer_from_data,
     optimizer_to_data,
     read_resume,
@@ -169,10 +173,6 @@ def _unflatten_state(tensors: dict[str, torch.Tensor], layout: list[int], device
 # --------------------------------------------------------------------------- run directory
 
 
-class RunDirError(OnlstmError, ValueError):
-    """The run directory cannot be used as asked (exists without --resume, or config mismatch)."""
-
-
 def run_config_from_saved(saved: dict) -> RunConfig:
     if saved.get("kind") != "lm":
         raise CheckpointError(f"config.json has kind {saved.get('kind')!r}, not 'lm': not a language-model run")
@@ -267,8 +267,7 @@ class Trainer:
                     "(drop --resume to start a new run there)"
                 )
             return merge_for_resume(run_config_from_saved(read_json(run_dir / "config.json")), explicit)
-        if (run_dir / "config.json").exists() or (run_dir / RESUME_FILE).exists():
-            raise RunDirError(f"{run_dir} already holds a run; pass --resume to continue it, or choose another --out")
+        check_output_dir(run_dir, command="onlstm lm train")
         from .config import load_config
 
         return load_config(None, explicit)
@@ -352,6 +351,7 @@ class Trainer:
     def save(self) -> None:
         """Write the resume file and model.last (all processes take part: the state is gathered)."""
         self._flush_epoch_loss()
+        self._check_finite()
         prog = self.progress
         tensors: dict[str, torch.Tensor] = {}
         layout: list[int] = []
@@ -444,6 +444,25 @@ class Trainer:
             self.progress.epoch_seconds += now - self._clock
         self._clock = now
 
+    def _check_finite(self) -> None:
+        """Stop (no checkpoint written: the last good one is kept) once the training loss is NaN or
+        infinite; checked before every save and validation, so diverged weights never reach a file."""
+        prog = self.progress
+        if not self.ctx.any(not math.isfinite(prog.epoch_loss_sum)):
+            return
+        best = self.run_dir / "model.best.safetensors"
+        kept = [
+            f"{best.name} (valid ppl {math.exp(prog.best_valid):.2f})" if prog.best_valid is not None else "",
+            RESUME_FILE if (self.run_dir / RESUME_FILE).exists() else "",
+        ]
+        kept = [k for k in kept if k]
+        raise TrainingDiverged(
+            f"training diverged: the training loss is {prog.epoch_loss_sum / max(prog.epoch_tokens, 1)} in epoch "
+            f"{prog.epoch} (by step {prog.step}); the diverged weights were not saved"
+            + (f"; kept from before: {', '.join(kept)} in {self.run_dir}" if kept else "")
+            + "; lower --lr or set --clip (e.g. 0.25) and train into a new --out"
+        )
+
     def _tensorboard(self):
         if self._tb is None and self.cfg.tensorboard and self.ctx.is_main:
             try:
@@ -522,6 +541,7 @@ class Trainer:
                 return status
             # validation at the end of the epoch
             self._flush_epoch_loss()
+            self._check_finite()
             self._in_epoch = False
             try:
                 valid = self.validate()
@@ -626,7 +646,8 @@ class Trainer:
 
     def _end_of_epoch(self, valid, averaging_allowed: bool) -> None:
         cfg, prog = self.cfg, self.progress
-        improved = prog.best_valid is None or valid.loss < prog.best_valid
+        # a non-finite validation loss is never the best (it would replace good weights with broken ones)
+        improved = math.isfinite(valid.loss) and (prog.best_valid is None or valid.loss < prog.best_valid)
         if improved:
             prog.best_valid = valid.loss
             if self.ctx.is_main:
@@ -640,7 +661,7 @@ class Trainer:
             "train_ppl": round(math.exp(min(train_loss, 50)), 3),
             "valid_loss": round(valid.loss, 6),
             "valid_ppl": round(valid.ppl, 3),
-            "best_valid_ppl": round(math.exp(prog.best_valid), 3),
+            "best_valid_ppl": round(math.exp(prog.best_valid), 3) if prog.best_valid is not None else float("nan"),
             "averaging": int(prog.averaging),
             "tokens": prog.epoch_tokens,
             "epoch_seconds": round(prog.epoch_seconds, 2),
@@ -679,8 +700,10 @@ class Trainer:
         """Score the best weights on valid (batched, eval_batch_size) and test (test_batch_size)."""
         cfg, prog = self.cfg, self.progress
         status = "finished"
-        if self.ctx.is_main:
-            best = self.run_dir / "model.best.safetensors"
+        best = self.run_dir / "model.best.safetensors"
+        if self.ctx.is_main and not best.exists():
+            self.log("no epoch had a finite validation loss, so there are no best weights to test")
+        elif self.ctx.is_main:
             model = LanguageModel(self.model_config).to(self.ctx.device)
             from ..checkpoint import load_weights
 
@@ -743,8 +766,15 @@ def train(
 ) -> dict:
     """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the
     user (config file and flags). Returns ``{"status", "progress"}``; joins the process group under torchrun."""
+    check_output_dir(run_dir, resume=resume, command="onlstm lm train")
+    if not resume:  # every setting checked (the model's too) before anything is created or read
+        from .config import load_config
+
+        load_config(None, explicit or {}).model_config(vocab_size=1)
+    main = int(os.environ.get("RANK", "0")) == 0  # under torchrun the first process holds the lock
     try:
-        trainer = Trainer(run_dir, data_dir, explicit or {}, resume=resume, log=log)
-        return trainer.run(max_steps=max_steps, on_step=on_step)
+        with RunLock(run_dir, "onlstm lm train", log=log, enabled=main):
+            trainer = Trainer(run_dir, data_dir, explicit or {}, resume=resume, log=log)
+            return trainer.run(max_steps=max_steps, on_step=on_step)
     finally:
         teardown()

@@ -19,6 +19,7 @@ from pathlib import Path
 from .. import encoders
 from ..config import ConfigError, add_flags, flags_given, merged, read_yaml
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
+from ..runs import check_output_folder
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 
@@ -61,6 +62,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         if "test_fraction" in given and "test_count" in given:
             raise SettingsError("give --test-fraction or --test-count, not both")
         cfg = GenerateConfig.from_dict(given)
+        check_output_folder(args.out)
     except ValueError as exc:
         raise command_error(exc) from None
     report = generate_dataset(args.out, cfg, log=None if args.quiet else print)

@@ -35,8 +35,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
+from ..errors import TrainingDiverged
 from ..runs import (
+    RunLock,
     StopRequest,
+    check_output_dir,
     read_resume,
     resolve_device,
     restore_training,
@@ -230,17 +233,26 @@ def train(
     out: str | Path,
     log: Callable[[str], None] | None = print,
     resume: bool = False,
+    replace: bool = False,
 ) -> TrainResult:
     """Train a classifier on ``data`` (a directory of ``train{k}`` files, or one file) into run dir ``out``.
 
-    ``resume=True`` goes on from ``out/resume.safetensors`` (same settings required). Returns a
+    ``resume=True`` goes on from ``out/resume.safetensors`` (same settings required). A directory that
+    holds a run is refused without ``resume``; ``replace=True`` (``logic compare``, retraining its own
+    run after a change of settings) replaces a logic run there, never a run of another kind. Returns a
     :class:`TrainResult`; on Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last
     weights and the resume file (the best checkpoint is kept).
     """
     log = log or (lambda _msg: None)
-    out = Path(out)
+    out = check_output_dir(out, resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
     if resume:
         _check_resumable(out, model_cfg, cfg)
+    with RunLock(out, "onlstm logic train", log=log):
+        return _train_locked(model_cfg, cfg, data, out, log, resume)
+
+
+def _train_locked(model_cfg, cfg, data, out: Path, log, resume: bool) -> TrainResult:
+    """:func:`train` once the run directory is checked and locked."""
     examples = load_training_examples(data, cfg)
     train_ex, valid_ex = split_train_valid(examples, cfg)
     run = _LogicRun(model_cfg, cfg, out, encode_examples(train_ex), encode_examples(valid_ex), log)
@@ -260,7 +272,11 @@ def train(
         f"pairs, {len(run.valid_data)} validation pairs (<= {cfg.max_train_ops} operators); {run.steps_per_epoch} "
         f"steps/epoch, validation every {run.valid_every} steps; run dir {out}"
     )
-    stopped_by = run.loop()
+    try:
+        stopped_by = run.loop()
+    except TrainingDiverged:
+        run.write_status("diverged")  # the resume file of the last validation check stays
+        raise
     return run.finish(stopped_by)
 
 
@@ -433,6 +449,8 @@ class _LogicRun:
         st = self.st
         batch = [t.to(self.device) for t in collate(pairs)]
         loss, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
+        if not math.isfinite(float(loss)):
+            self._diverged(float(loss))
         y = batch[-1]
         st["step"] += 1
         st["pos"] += 1
@@ -444,6 +462,23 @@ class _LogicRun:
             loss=f"{st['loss_sum'] / st['seen']:.3f}",
             acc=f"{100 * st['correct_sum'] / st['seen']:.1f}%",
             best=f"{100 * max(st['best_acc'], 0):.1f}%",
+        )
+
+    def _diverged(self, loss: float) -> None:
+        """Stop at a NaN/infinite training loss: the weights are broken, so nothing more is saved."""
+        st = self.st
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        kept = (
+            f"; kept from before: model.best.safetensors (valid acc {100 * st['best_acc']:.2f}% at step "
+            f"{st['best_step']})"
+            if st["best_acc"] >= 0
+            else ""
+        )
+        raise TrainingDiverged(
+            f"training diverged: the training loss is {loss} at step {st['step'] + 1}; the diverged weights "
+            f"were not saved{kept}; lower --lr or set --clip (e.g. 1.0) and train into a new --out"
         )
 
     def _after_step(self, stop: StopRequest) -> str:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import encoders
-from ..config import Config, ConfigError, option
+from ..config import Config, ConfigError, check_probabilities, option
 from ..encoders import make_encoder
 
 
@@ -64,6 +64,7 @@ class LMConfig(Config):
             )
         if self.vocab_size <= 0 or self.emb_size <= 0 or not self.hidden_sizes or min(self.hidden_sizes) <= 0:
             raise ConfigError("vocab_size, emb_size and every hidden size must be positive and hidden_sizes non-empty")
+        check_probabilities(self, ("dropout_emb", "dropout_in", "dropout_hidden", "dropout_out"))
         if self.tie_weights and self.hidden_sizes[-1] != self.emb_size:
             raise ConfigError(
                 f"tie_weights needs the last layer's width ({self.hidden_sizes[-1]}) to equal "
