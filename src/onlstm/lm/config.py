@@ -28,6 +28,9 @@ from ..config import Config, ConfigError, add_flags, check_section, flags_given,
 from .model import LMConfig
 
 OPTIMIZERS = ("sgd", "adam")
+AR_TARGETS = ("raw", "dropped")
+# A saved run's config without ar_target was trained before the option existed: AR on the dropped output.
+AR_TARGET_BEFORE_OPTION = "dropped"
 
 
 @dataclass
@@ -53,7 +56,13 @@ class TrainConfig(Config):
     momentum: float = option(0.0, "SGD momentum (the paper: 0)")
     weight_decay: float = option(1.2e-6, "L2 weight decay")
     clip: float = option(0.25, "gradient-norm clipping (0: none)")
-    alpha: float = option(2.0, "AR: alpha * mean(last layer's dropped output ^ 2)")
+    alpha: float = option(2.0, "AR: alpha * mean(last layer's output ^ 2), the output ar_target names")
+    ar_target: str = option(
+        "raw",
+        "the tensor AR penalises: raw (the last layer's output before its locked dropout, as the authors' "
+        "ON-LSTM code does) or dropped (after it, as the original AWD-LSTM code does); docs/lm.md",
+        choices=AR_TARGETS,
+    )
     beta: float = option(1.0, "TAR: beta * mean((h_t - h_{t-1}) ^ 2) of the last layer's raw output")
     averaging: bool = option(True, "with sgd: average the weights (ASGD, t0=0, lambd=0) once validation stalls")
     nonmono: int = option(
