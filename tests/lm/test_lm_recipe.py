@@ -215,6 +215,7 @@ def test_training_steps_equal_the_authors_step_with_dropout(tmp_path, small_corp
     trainer.objective.register_forward_hook(lambda mod, i, o: ours.append({"loss": o[0].detach(), "ce": o[1]}))
 
     extras: list[dict] = []
+
     def keep_extras(mod, inputs, output) -> None:  # returns None: a hook's return value replaces the output
         if mod.training:
             extras.append(dict(output[2]))

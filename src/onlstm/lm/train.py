@@ -5,13 +5,15 @@ The recipe (docs/design.md §2.1, the reference ``main.py``):
 * the training text is cut into ``batch_size`` contiguous columns, read in segments of variable length
   (:func:`onlstm.lm.data.bptt_schedule`), the recurrent state carried (detached) from one segment to
   the next and reset at every epoch; each step's learning rate is ``lr * seq_len / bptt``;
-* loss = cross-entropy (full softmax) + AR ``alpha * mean(dropped output^2)`` + TAR
-  ``beta * mean((raw_t - raw_{t-1})^2)`` on the last layer; gradient norm clipped at ``clip``;
+* loss = cross-entropy (full softmax) + AR ``alpha * mean(out^2)`` (``out`` the last layer's output
+  before its dropout with ``ar_target: raw``, as the authors' ON-LSTM code; after it with ``dropped``,
+  as AWD-LSTM's) + TAR ``beta * mean((raw_t - raw_{t-1})^2)`` on the last layer; gradient norm
+  clipped at ``clip``;
 * SGD (weight decay) until validation stops improving (NT-ASGD: worse than the best of all but the
-  last ``nonmono`` SGD epochs), then the same SGD steps while keeping a running average of the weights
-  after every step -- exactly ``torch.optim.ASGD(t0=0, lambd=0.)``, whose step is plain SGD and whose
-  ``ax`` is this average, kept here as ordinary tensors so it can be saved exactly; validation, the
-  best checkpoint and the final test use the averaged weights.
+  last ``nonmono`` SGD epochs), then, as the authors, a fresh ``torch.optim.ASGD(t0=0, lambd=0.)``
+  driven by the same loop: its step size is the previous step's scaled rate and its average ``ax``
+  starts from the second iterate (docs/lm.md); validation, the best checkpoint and the final test use
+  ``ax``, which is optimizer state and so saved and resumed exactly.
 
 Run directory (see :mod:`onlstm.checkpoint`)::
 
