@@ -100,12 +100,10 @@ def draw_masks(gen: torch.Generator, cfg, vocab: int, batch: int) -> dict[str, t
 
     sizes = m["hidden_sizes"]
     out = {"emb": keep((vocab, 1), m["dropout_emb"]), "in": keep((1, batch, m["emb_size"]), m["dropout_in"])}
-    ins = [m["emb_size"], *sizes[:-1]]
-    for i, (n_in, h) in enumerate(zip(ins, sizes)):
-        gates = 4 * h + 2 * (h // m["chunk_size"])
+    for i, h in enumerate(sizes):
+        gates = 4 * h + 2 * (h // m["chunk_size"])  # the cell's weight_hh rows: 4 gates + 2 master gates
         out[f"hh{i}"] = keep((gates, h), m["dropconnect"])
         out[f"out{i}"] = keep((1, batch, h), m["dropout_out"] if i == len(sizes) - 1 else m["dropout_hidden"])
-        assert n_in > 0
     return out
 
 
@@ -188,7 +186,7 @@ class AuthorsRun:
         if averaging:  # mu = 1 for the first two steps, then 1 / (s - 1): the mean of iterates 2..s
             now = [p.detach().clone() for p in self.params]
             self.ax = now if self.s <= 2 else [a + (q - a) / (self.s - 1) for a, q in zip(self.ax, now)]
-        return {"loss": ce + ar + tar, "ce": ce, "raw": raw, "dropped": out}
+        return {"loss": ce + ar + tar, "ce": ce, "ar": ar, "tar": tar, "raw": raw, "dropped": out}
 
 
 # --------------------------------------------------------------------------- the tests
@@ -200,6 +198,10 @@ def close(a, b):
 
 @pytest.mark.parametrize("ar_target", ["raw", "dropped"])
 def test_training_steps_equal_the_authors_step_with_dropout(tmp_path, small_corpus, float64, monkeypatch, ar_target):
+    """Two epochs, the second averaging: at every step the loss, its cross-entropy, AR and TAR terms, the
+    last layer's raw and dropped outputs, the weights after the update and the averaged weights equal the
+    re-typed authors' step fed the same masks. The total loss tells the AR targets apart (the dropped
+    output's AR is about 1/(1-p) times the raw one's), so each ar_target is pinned to its own tensor."""
     trainer = make_trainer(tmp_path / "run", small_corpus, {}, epochs=2, asgd_start_epoch=2, ar_target=ar_target)
     cfg, scheds = trainer.config, schedules(trainer)
     n_steps = sum(len(s) for s in scheds)
@@ -243,6 +245,9 @@ def test_training_steps_equal_the_authors_step_with_dropout(tmp_path, small_corp
             r = ref.step(x, y, masks[k], cfg.train.lr * seg.lr_scale, averaging=epoch == 2)
             close(ours[k]["loss"], r["loss"])
             close(ours[k]["ce"], r["ce"])
+            c = cfg.train  # the AR and TAR terms of our outputs (the total above pins how they are combined)
+            close(c.alpha * extras[k][ar_target].pow(2).mean(), r["ar"])
+            close(c.beta * (extras[k]["raw"][1:] - extras[k]["raw"][:-1]).pow(2).mean(), r["tar"])
             close(extras[k]["raw"], r["raw"])
             close(extras[k]["dropped"], r["dropped"])
             for a, b in zip(after[k]["params"], ref.params):
