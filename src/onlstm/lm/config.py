@@ -28,6 +28,9 @@ from ..config import Config, ConfigError, add_flags, check_section, flags_given,
 from .model import LMConfig
 
 OPTIMIZERS = ("sgd", "adam")
+AR_TARGETS = ("raw", "dropped")
+# A saved run's config without ar_target was trained before the option existed: AR on the dropped output.
+AR_TARGET_BEFORE_OPTION = "dropped"
 
 
 @dataclass
@@ -50,12 +53,20 @@ class TrainConfig(Config):
     min_seq_len: int = option(5, "shortest drawn segment")
     optimizer: str = option("sgd", "sgd (the paper; switches to averaging, NT-ASGD) or adam", choices=OPTIMIZERS)
     lr: float = option(30.0, "learning rate, scaled per segment by seq_len / bptt")
-    momentum: float = option(0.0, "SGD momentum (the paper: 0)")
+    momentum: float = option(0.0, "SGD momentum (the paper: 0); the averaging phase (torch's ASGD) has none")
     weight_decay: float = option(1.2e-6, "L2 weight decay")
     clip: float = option(0.25, "gradient-norm clipping (0: none)")
-    alpha: float = option(2.0, "AR: alpha * mean(last layer's dropped output ^ 2)")
+    alpha: float = option(2.0, "AR: alpha * mean(last layer's output ^ 2), the output ar_target names")
+    ar_target: str = option(
+        "raw",
+        "the tensor AR penalises: raw (the last layer's output before its locked dropout, as the authors' "
+        "ON-LSTM code does) or dropped (after it, as the original AWD-LSTM code does); docs/lm.md",
+        choices=AR_TARGETS,
+    )
     beta: float = option(1.0, "TAR: beta * mean((h_t - h_{t-1}) ^ 2) of the last layer's raw output")
-    averaging: bool = option(True, "with sgd: average the weights (ASGD, t0=0, lambd=0) once validation stalls")
+    averaging: bool = option(
+        True, "with sgd: switch to torch's ASGD (t0=0, lambd=0), averaging the weights, once validation stalls"
+    )
     nonmono: int = option(
         5, "switch to averaging when validation is worse than the best of all but the last nonmono epochs"
     )
