@@ -30,14 +30,26 @@ class CheckpointError(OnlstmError, ValueError):
     """A checkpoint that is missing, corrupt or does not fit the model; the message says which."""
 
 
+def _current_umask() -> int:
+    # os.umask can only be read by setting it; set it straight back (the window is two system calls).
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` and move the result to ``path`` in one rename."""
+    """Call ``write(tmp_path)`` and move the result to ``path`` in one rename.
+
+    The file gets the mode any new file gets (0666 less the umask: 0644 under the usual 022), not
+    ``mkstemp``'s private 0600, so teammates on a shared server can read a run as they could before."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
+        # after the write: a writer may replace the file (safetensors does) and bring back mkstemp's 0600
+        os.chmod(tmp, 0o666 & ~_current_umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -55,7 +55,10 @@ def _add_demo_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     ap = argparse.ArgumentParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
+    ap.add_argument("--version", action="version", version=f"onlstm {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="grammar corpus -> ON-LSTM LM -> induced trees vs gold and baselines")
     _add_demo_flags(p)
