@@ -14,7 +14,7 @@ import torch
 import onlstm
 from onlstm.checkpoint import read_json, save_weights, write_json
 from onlstm.cli import main
-from support import REPO, TINY_LM, write_corpus
+from support import REPO, write_corpus
 
 
 def test_version_flag_prints_the_one_version(capsys):
@@ -56,13 +56,15 @@ def test_written_files_get_0666_less_the_umask(tmp_path, mask, expected):
 @pytest.fixture(scope="module")
 def relative_run(tmp_path_factory) -> tuple[Path, Path]:
     """A tiny LM trained from inside ``work/`` with ``--data-dir corpus`` (relative) under umask 022."""
+    assert not Path("tiny").exists()
     work = tmp_path_factory.mktemp("work")
     corpus = write_corpus(work / "corpus")
     here = Path.cwd()
     os.chdir(work)
     try:
         with _Umask(0o022):
-            args = ["lm", "train", "--config", str(TINY_LM), "--data-dir", "corpus", "--out", "run", "--epochs", "1"]
+            # --config by preset name: there is no file `tiny` here, only the package's preset lm/tiny
+            args = ["lm", "train", "--config", "tiny", "--data-dir", "corpus", "--out", "run", "--epochs", "1"]
             assert main(args) == 0
     finally:
         os.chdir(here)

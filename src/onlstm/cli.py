@@ -13,7 +13,7 @@ def _cmd_demo(args) -> int:
     from .config import flags_given, merged, read_yaml
     from .parsing.demo import DemoConfig, run
 
-    file = read_yaml(args.config, {"demo": DemoConfig})["demo"] if args.config else {}
+    file = read_yaml(args.config, {"demo": DemoConfig}, preset="demo")["demo"] if args.config else {}
     run(DemoConfig.from_dict(merged(file, flags_given(args, "demo"))), as_json=args.json)
     return 0
 
@@ -45,6 +45,26 @@ def _cmd_info(args) -> int:
     return 0
 
 
+def _cmd_presets(args) -> int:
+    from .config import find_preset, preset_description, presets
+
+    if args.name:  # print one preset, to read or to copy and edit: onlstm presets lm/ptb-cpu > mine.yaml
+        print(find_preset(args.name)[1].read_text(encoding="utf-8"), end="")
+        return 0
+    table = {name: {"file": str(path), "description": preset_description(path)} for name, path in presets().items()}
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    width = max(map(len, table))
+    for name, entry in table.items():
+        print(f"{name:<{width}}  {entry['description']}")
+    print(
+        "\nuse one with --config NAME (in its own command, the part after the slash is enough: "
+        "`onlstm lm train --config ptb-cpu`); `onlstm presets NAME` prints it"
+    )
+    return 0
+
+
 def _add_demo_flags(p: argparse.ArgumentParser) -> None:
     from .config import add_flags
     from .parsing.demo import DemoConfig
@@ -68,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     p.set_defaults(func=_cmd_layer_demo)
+    p = sub.add_parser("presets", help="list the shipped --config presets, or print one")
+    p.add_argument("name", nargs="?", help="a preset to print (lm/ptb-cpu, or ptb-cpu)")
+    p.add_argument("--json", action="store_true", help="the list as JSON: name -> file, description")
+    p.set_defaults(func=_cmd_presets)
     p = sub.add_parser("info", help="versions and which layer kernels are available (and why not)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_info)

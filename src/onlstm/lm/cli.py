@@ -34,7 +34,7 @@ def _register_train(sub) -> None:
         "FILE <- flags. Ctrl-C stops after the current step and saves a resumable checkpoint. "
         "Several processes: torchrun --nproc_per_node N -m onlstm lm train ...",
     )
-    p.add_argument("--config", type=Path, help="YAML preset (configs/lm/*.yaml)")
+    p.add_argument("--config", type=Path, help="YAML file or preset name (ptb-cpu, ptb-paper, tiny; `onlstm presets`)")
     p.add_argument(
         "--data-dir",
         type=Path,

@@ -189,8 +189,8 @@ def load_config(path: Path | None = None, overrides: dict | None = None) -> RunC
 
 
 def read_config_file(path: Path) -> tuple[dict, dict]:
-    """The checked ``model`` and ``train`` sections of a preset (``configs/lm/*.yaml``)."""
-    doc = read_yaml(path, {"model": LMConfig, "train": TrainConfig}, missing_hint=" (presets are in configs/lm/)")
+    """The checked ``model`` and ``train`` sections of a YAML file or a preset name (``ptb-cpu``)."""
+    doc = read_yaml(path, {"model": LMConfig, "train": TrainConfig}, preset="lm")
     return doc["model"], doc["train"]
 
 

@@ -6,7 +6,7 @@ Each sub-command has a ``_register_<name>(sub)`` function listed in :func:`regis
 ``train`` and ``compare`` take their settings from, in increasing priority: the dataclass defaults
 (:class:`~onlstm.logic.model.LogicModelConfig`, :class:`~onlstm.logic.train.LogicTrainConfig`), a
 YAML file given with ``--config`` (sections ``model:``, ``train:``, ``compare:`` and the keys
-``data:``/``out:``; see ``configs/logic/``), and the command-line flags.
+``data:``/``out:``; presets: ``onlstm presets``), and the command-line flags.
 """
 
 from __future__ import annotations
@@ -157,7 +157,11 @@ def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
     from .model import LogicModelConfig
     from .train import LogicTrainConfig
 
-    p.add_argument("--config", type=Path, help="YAML file with data/out/model/train/compare settings (configs/logic/)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="YAML file with data/out/model/train/compare settings, or a preset name (cpu-1h; `onlstm presets`)",
+    )
     p.add_argument("--data", type=Path, help="directory of train{k}/test{k} files (generated or the original data)")
     p.add_argument("--out", type=Path, help="output directory")
     add_flags(p, LogicModelConfig, "model", "model", skip=() if cell else ("cell",))
@@ -171,7 +175,10 @@ def load_yaml(path: Path) -> dict:
     from .train import LogicTrainConfig
 
     return read_yaml(
-        path, {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}, _CONFIG_KEYS
+        path,
+        {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings},
+        _CONFIG_KEYS,
+        preset="logic",
     )
 
 
