@@ -65,6 +65,35 @@ def _cmd_presets(args) -> int:
     return 0
 
 
+def _cmd_export(args) -> int:
+    """A training run -> a model to share (Hugging Face's layout, with a model card); docs/sharing.md."""
+    from pathlib import Path
+
+    from .checkpoint import CheckpointError, read_json, resolve_weights
+
+    run_dir, _ = resolve_weights(Path(args.checkpoint), args.weights)
+    kind = read_json(run_dir / "config.json").get("kind")
+    if kind == "lm":
+        from .lm.config import train_command
+        from .models.language_model import load_language_model_run
+        from .parsing.demo import demo_command
+
+        run = load_language_model_run(args.checkpoint, args.weights)
+        results = read_json(run_dir / "results.json") if (run_dir / "results.json").exists() else None
+        command = train_command(run.config) or demo_command(run.config)
+        run.model.save_pretrained(args.to, run.vocab, run_config=run.config, command=command, results=results)
+    elif kind == "logic-classifier":
+        from .logic.cli import train_command as logic_command
+        from .logic.evaluate import load_classifier
+
+        model, config = load_classifier(args.checkpoint, args.weights)
+        model.save_pretrained(args.to, run_config=config, command=logic_command(config), results=config.get("result"))
+    else:
+        raise CheckpointError(f"{run_dir}: cannot export a run of kind {kind!r} (lm and logic-classifier runs can)")
+    print(f"saved {Path(args.to) / 'model.safetensors'} (+ config.json, vocab.json, README.md)")
+    return 0
+
+
 def _add_demo_flags(p: argparse.ArgumentParser) -> None:
     from .config import add_flags
     from .parsing.demo import DemoConfig
@@ -92,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", help="a preset to print (lm/ptb-cpu, or ptb-cpu)")
     p.add_argument("--json", action="store_true", help="the list as JSON: name -> file, description")
     p.set_defaults(func=_cmd_presets)
+    p = sub.add_parser("export", help="save a trained run as a model to share (config.json, model.safetensors, card)")
+    p.add_argument("--checkpoint", required=True, help="the run directory (lm, demo or logic)")
+    p.add_argument("--to", required=True, help="the directory to write (Hugging Face's layout)")
+    p.add_argument("--weights", default="best", help="which weights of the run: best (default) or last")
+    p.set_defaults(func=_cmd_export)
     p = sub.add_parser("info", help="versions and which layer kernels are available (and why not)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_info)

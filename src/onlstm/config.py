@@ -52,6 +52,7 @@ __all__ = [
     "add_flags",
     "check_section",
     "coerce",
+    "command_flags",
     "field_help",
     "find_preset",
     "flags_given",
@@ -444,3 +445,25 @@ def flags_given(args: argparse.Namespace, section: str) -> dict:
     """The fields of ``section`` set on the command line (flags added by :func:`add_flags`)."""
     prefix = section + "."
     return {k[len(prefix) :]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}
+
+
+def command_flags(cls, values: Mapping) -> list[str]:
+    """The flags (as :func:`add_flags` declares them) that set ``values`` on top of ``cls``'s defaults: the
+    inverse of :func:`flags_given`, used to write out the command that reproduces a saved config. Fields
+    with no flag, and values equal to the default, are left out."""
+    out: list[str] = []
+    for f in fields(cls):
+        if f.name not in values or not f.metadata.get("flag", True) or f.metadata.get("fixed"):
+            continue
+        value = values[f.name]
+        if value == _default(f) or value is None:
+            continue
+        if isinstance(value, bool):
+            out.append(_flag(f.name) if value else "--no-" + f.name.replace("_", "-"))
+        elif isinstance(value, dict):
+            out += [_flag(f.name), *(f"{k}={v}" for k, v in value.items())]
+        elif isinstance(value, (list, tuple)):
+            out += [_flag(f.name), *map(str, value)]
+        else:
+            out += [_flag(f.name), str(value)]
+    return out

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import encoders
-from ..config import Config, ConfigError, add_flags, flags_given, merged, option, read_yaml
+from ..config import Config, ConfigError, add_flags, command_flags, flags_given, merged, option, read_yaml
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 
@@ -205,6 +205,21 @@ def resolve_settings(args: argparse.Namespace):
     if out is None:
         raise SettingsError("no output directory: pass --out DIR (or out: in the --config file)")
     return model_cfg, train_cfg, Path(data), Path(out), dict(doc.get("compare") or {})
+
+
+def train_command(config: dict) -> str | None:
+    """The ``onlstm logic train`` command that reproduces a run's settings (its ``config.json``), else None."""
+    import shlex
+
+    from .model import LogicModelConfig
+    from .train import LogicTrainConfig
+
+    if not isinstance(config.get("train"), dict):
+        return None
+    data = (config.get("data") or {}).get("path") or "DATA"
+    words = ["onlstm", "logic", "train", "--data", str(data), "--out", "RUN"]
+    model = command_flags(LogicModelConfig, config.get("model") or {})
+    return shlex.join(words + model + command_flags(LogicTrainConfig, config["train"]))
 
 
 def parse_buckets(text: str | list) -> list[int]:
