@@ -315,7 +315,7 @@ def model_card(title: str, config: dict, usage: str, command: str | None, result
         "",
         f"# {title}",
         "",
-        f"An [onlstm](https://pypi.org/project/onlstm/) model of kind `{kind}`, saved by onlstm "
+        f"An onlstm (Ordered Neurons LSTM) model of kind `{kind}`, saved by onlstm "
         f"{config.get('onlstm_version', '?')} (`save_pretrained`): `config.json`, `model.safetensors` "
         "(weights, no pickled code) and `vocab.json`.",
         "",
