@@ -132,3 +132,18 @@ def test_export_refuses_what_it_cannot_export(tmp_path, capsys):
     assert main(["export", "--checkpoint", str(tmp_path / "cmp"), "--to", str(tmp_path / "o")]) == 2
     assert "cannot export a run of kind 'logic-compare'" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_export_to_a_file_or_an_unwritable_directory_is_one_line(tmp_path, capsys):
+    import os
+
+    model = small_lm()
+    write_run(tmp_path / "run", model)
+    (tmp_path / "file").write_text("x")
+    assert main(["export", "--checkpoint", str(tmp_path / "run"), "--to", str(tmp_path / "file")]) == 2
+    assert "is a file; save_pretrained needs a directory" in capsys.readouterr().err
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere: the unwritable case cannot be made here")
+    (tmp_path / "ro").mkdir(mode=0o500)
+    assert main(["export", "--checkpoint", str(tmp_path / "run"), "--to", str(tmp_path / "ro" / "m")]) == 2
+    assert "cannot create" in capsys.readouterr().err

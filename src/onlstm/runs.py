@@ -20,6 +20,7 @@ Resume files keep the format names they had before this module existed (``onlstm
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -269,6 +270,12 @@ def save_pretrained(
     ]
     if run_files:
         raise InputError(f"{directory} holds a training run ({run_files[0]}); save the shared model elsewhere")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create {directory}: {exc.strerror}; choose another directory") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InputError(f"{directory} is not writable; choose another directory")
     save_weights(directory / PRETRAINED_WEIGHTS, model)
     if vocab is not None:
         write_json(directory / "vocab.json", list(vocab))
