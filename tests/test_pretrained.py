@@ -15,7 +15,8 @@ from onlstm.cli import build_parser, main
 from onlstm.config import flags_given, merged
 from onlstm.data.vocab import Vocab
 from onlstm.lm.config import TrainConfig, explicit_settings, load_config, overrides_from_args, train_command
-from onlstm.logic.model import TOKENS, LogicClassifier, LogicModelConfig, pad_batch, token_ids
+from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
+from onlstm.logic.model import TOKENS, LogicClassifier, pad_batch, token_ids
 from onlstm.models import LanguageModel, LMConfig
 
 WORDS = ["<eos>", "<unk>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
@@ -95,7 +96,6 @@ def test_export_writes_a_card_with_a_command_that_reproduces_the_settings(tmp_pa
 def test_logic_classifier_round_trip_and_export(tmp_path):
     from onlstm.logic.cli import train_command as logic_command
     from onlstm.logic.evaluate import load_classifier
-    from onlstm.logic.train import LogicTrainConfig
 
     torch.manual_seed(0)
     model = LogicClassifier(LogicModelConfig(emb_size=8, hidden_size=12, chunk_size=4, mlp_hidden=6)).eval()
