@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -106,3 +107,14 @@ def test_the_wheel_ships_the_presets_and_the_version(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"onlstm/configs/{n}.yaml" for n in SHIPPED} <= names
     assert "onlstm/nn/csrc/onlstm_cpu.cpp" in names
+    # installed from the wheel alone (no checkout on the path), a preset name still resolves and loads
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    code = (
+        "from onlstm.lm.config import load_config; import onlstm; print(onlstm.__file__, load_config('ptb-cpu').model)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(site)
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(str(site / "onlstm")) and "'hidden_sizes': [400, 400, 200]" in r.stdout
