@@ -24,7 +24,7 @@ import math
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
-from ..config import Config, ConfigError, add_flags, check_section, flags_given, option, read_yaml
+from ..config import Config, ConfigError, add_flags, check_section, command_flags, flags_given, option, read_yaml
 from .model import LMConfig
 
 OPTIMIZERS = ("sgd", "adam")
@@ -200,8 +200,8 @@ def load_config(path: Path | None = None, overrides: dict | None = None) -> RunC
 
 
 def read_config_file(path: Path) -> tuple[dict, dict]:
-    """The checked ``model`` and ``train`` sections of a preset (``configs/lm/*.yaml``)."""
-    doc = read_yaml(path, {"model": LMConfig, "train": TrainConfig}, missing_hint=" (presets are in configs/lm/)")
+    """The checked ``model`` and ``train`` sections of a YAML file or a preset name (``ptb-cpu``)."""
+    doc = read_yaml(path, {"model": LMConfig, "train": TrainConfig}, preset="lm")
     return doc["model"], doc["train"]
 
 
@@ -216,3 +216,16 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
     return {"model": flags_given(args, "model"), "train": flags_given(args, "train")}
+
+
+def train_command(config: dict) -> str | None:
+    """The ``onlstm lm train`` command that reproduces a run's settings, from its ``config.json`` (None for a
+    run that ``lm train`` did not write, e.g. the demo's). ``--out`` is a placeholder."""
+    import shlex
+
+    if not isinstance(config.get("train"), dict):
+        return None
+    model = {k: v for k, v in (config.get("model") or {}).items() if k != "vocab_size"}
+    data_dir = (config.get("data") or {}).get("data_dir") or "DATA_DIR"
+    words = ["onlstm", "lm", "train", "--data-dir", str(data_dir), "--out", "RUN"]
+    return shlex.join(words + command_flags(LMConfig, model) + command_flags(TrainConfig, config["train"]))

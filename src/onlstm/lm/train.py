@@ -333,7 +333,7 @@ class Trainer:
     def _config_json(self) -> dict:
         c = self.corpus
         data = {
-            "data_dir": str(self.data_dir),
+            "data_dir": str(self.data_dir.resolve()),  # absolute: `lm eval` may run from another folder
             "closed_vocab": c.closed_vocab,
             "oov": self.cfg.oov,
             **{f"{k}_tokens": s.n_tokens for k, s in c.splits.items()},

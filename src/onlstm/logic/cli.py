@@ -6,7 +6,7 @@ Each sub-command has a ``_register_<name>(sub)`` function listed in :func:`regis
 ``train`` and ``compare`` take their settings from, in increasing priority: the dataclass defaults
 (:mod:`onlstm.logic.config`), a
 YAML file given with ``--config`` (sections ``model:``, ``train:``, ``compare:`` and the keys
-``data:``/``out:``; see ``configs/logic/``), and the command-line flags.
+``data:``/``out:``; presets: ``onlstm presets``), and the command-line flags.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from .. import encoders
-from ..config import ConfigError, add_flags, flags_given, merged, read_yaml
+from ..config import ConfigError, add_flags, command_flags, flags_given, merged, read_yaml
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
 from ..runs import check_output_folder
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
@@ -125,7 +125,11 @@ SettingsError = ConfigError
 def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
     """``--config``, ``--data``, ``--out`` and one flag per model/training field (generated from the dataclasses)."""
 
-    p.add_argument("--config", type=Path, help="YAML file with data/out/model/train/compare settings (configs/logic/)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="YAML file with data/out/model/train/compare settings, or a preset name (cpu-1h; `onlstm presets`)",
+    )
     p.add_argument("--data", type=Path, help="directory of train{k}/test{k} files (generated or the original data)")
     p.add_argument("--out", type=Path, help="output directory")
     add_flags(p, LogicModelConfig, "model", "model", skip=() if cell else ("cell",))
@@ -137,7 +141,10 @@ def load_yaml(path: Path) -> dict:
     dataclasses: names and value types) and ``compare``."""
 
     return read_yaml(
-        path, {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}, _CONFIG_KEYS
+        path,
+        {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings},
+        _CONFIG_KEYS,
+        preset="logic",
     )
 
 
@@ -162,6 +169,18 @@ def resolve_settings(args: argparse.Namespace):
     if out is None:
         raise SettingsError("no output directory: pass --out DIR (or out: in the --config file)")
     return model_cfg, train_cfg, Path(data), Path(out), dict(doc.get("compare") or {})
+
+
+def train_command(config: dict) -> str | None:
+    """The ``onlstm logic train`` command that reproduces a run's settings (its ``config.json``), else None."""
+    import shlex
+
+    if not isinstance(config.get("train"), dict):
+        return None
+    data = (config.get("data") or {}).get("path") or "DATA"
+    words = ["onlstm", "logic", "train", "--data", str(data), "--out", "RUN"]
+    model = command_flags(LogicModelConfig, config.get("model") or {})
+    return shlex.join(words + model + command_flags(LogicTrainConfig, config["train"]))
 
 
 def parse_buckets(text: str | list) -> list[int]:

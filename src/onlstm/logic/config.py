@@ -1,6 +1,6 @@
 """Typed settings of the logical-inference experiment: the classifier's architecture (saved with every run),
 the training recipe, and what ``compare`` and ``eval`` run. Every field is a command-line flag and a key of
-the YAML presets in ``configs/logic/`` (see :mod:`onlstm.config`)."""
+the YAML presets ``logic/<name>`` (``onlstm presets``; see :mod:`onlstm.config`)."""
 
 from __future__ import annotations
 

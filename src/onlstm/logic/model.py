@@ -132,6 +132,43 @@ class LogicClassifier(nn.Module):
         """Logits (B, 7) for pairs given as padded token batches (see :func:`pad_batch`)."""
         return self.mlp(self.features(a_tokens, a_lengths, b_tokens, b_lengths))
 
+    # -- sharing (docs/sharing.md) ---------------------------------------------------------------
+    def save_pretrained(
+        self, directory, *, run_config: dict | None = None, command: str | None = None, results: dict | None = None
+    ):
+        """Save in Hugging Face's layout (``config.json``, ``model.safetensors``, ``vocab.json``,
+        ``README.md``); ``run_config`` (the run's ``config.json``), ``command`` and ``results`` as for
+        :meth:`onlstm.models.LanguageModel.save_pretrained`."""
+        from ..checkpoint import config_header
+        from ..runs import model_card, save_pretrained
+
+        config = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}
+        title = f"{self.config.cell} logical-inference classifier ({self.config.hidden_size} units)"
+        card = model_card(title, config, LOGIC_USAGE, command, results)
+        return save_pretrained(directory, self, config, card, list(TOKENS))
+
+    @classmethod
+    def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LogicClassifier:
+        """A classifier saved by :meth:`save_pretrained` (a local directory, or a Hub id with
+        ``huggingface_hub`` installed) or a training run directory, in eval mode on ``device``."""
+        from ..runs import pretrained_path
+        from .evaluate import load_classifier
+
+        model, config = load_classifier(pretrained_path(name_or_path), device=device)
+        model.run_config = config
+        return model
+
+
+LOGIC_USAGE = """
+```python
+from onlstm.logic.model import LogicClassifier
+
+model = LogicClassifier.from_pretrained("THIS_DIRECTORY")
+```
+
+Evaluate it: `onlstm logic eval --checkpoint THIS_DIRECTORY --data DIR`.
+"""
+
 
 def num_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())

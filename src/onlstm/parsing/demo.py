@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
-from ..config import Config, ConfigError, option
+from ..config import Config, ConfigError, command_flags, option
 from ..data.grammar import Grammar
 from ..data.vocab import EOS, Vocab
 from ..models.language_model import LanguageModel, LMConfig
@@ -213,6 +213,15 @@ def _corpora(cfg: DemoConfig, quiet: bool):
             f"({len(vocab)} word types) from the demo grammar"
         )
     return train, dev, test, vocab
+
+
+def demo_command(config: dict) -> str | None:
+    """The ``onlstm demo`` command that reproduces a demo run's settings (its ``config.json``), else None."""
+    import shlex
+
+    if not isinstance(config.get("demo"), dict):
+        return None
+    return shlex.join(["onlstm", "demo", *command_flags(DemoConfig, config["demo"])])
 
 
 def _save_run(cfg: DemoConfig, out_dir: Path, model: LanguageModel, vocab: Vocab, layer: int) -> None:
