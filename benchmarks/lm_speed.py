@@ -1,6 +1,6 @@
 """Training speed of the language model: ON-LSTM vs LSTM layers, same preset, same run.
 
-    python benchmarks/lm_speed.py [--config configs/lm/ptb-cpu.yaml] [--steps 10] [--repeats 3] [--threads N]
+    python benchmarks/lm_speed.py [--config ptb-cpu] [--steps 10] [--repeats 3] [--threads N]
 
 Times the trainer's full step (embedding/locked dropout, DropConnect, the recurrent layers, full
 softmax over a 10,000-word vocabulary, AR/TAR, backward, clipping, SGD) on random tokens, with the
@@ -25,8 +25,6 @@ from onlstm.lm.config import add_config_flags, load_config, overrides_from_args
 from onlstm.lm.train import _Objective, make_optimizer
 from onlstm.models.language_model import LanguageModel, LMConfig
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def build(cfg, cell: str, vocab: int):
     torch.manual_seed(cfg.train.seed)
@@ -47,7 +45,7 @@ def step(model, obj, opt, x, y, clip):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", type=Path, default=ROOT / "configs" / "lm" / "ptb-cpu.yaml")
+    ap.add_argument("--config", type=Path, default=Path("ptb-cpu"), help="YAML file or lm preset name")
     ap.add_argument("--cells", nargs="+", default=["onlstm", "lstm"])
     ap.add_argument("--steps", type=int, default=10, help="steps per measurement (default 10)")
     ap.add_argument("--repeats", type=int, default=3, help="measurements per model (default 3)")

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import torch
 
+from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.generate import GenerateConfig, generate_dataset
-from onlstm.logic.model import LogicClassifier, LogicModelConfig
-from onlstm.logic.train import LogicTrainConfig, collate, encode_examples, load_training_examples, train_step
+from onlstm.logic.model import LogicClassifier
+from onlstm.logic.train import collate, encode_examples, load_training_examples, train_step
 
 
 def batches(data_dir: Path | None, batch_size: int, n: int, seed: int = 0):

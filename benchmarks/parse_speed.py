@@ -3,7 +3,7 @@ one sentence at a time, measured in the same run.
 
     python benchmarks/parse_speed.py [--treebank ../shared/data/treebank] [--emb 200 --hidden 400 400 200]
 
-The model has the shape of ``configs/lm/ptb-cpu.yaml`` by default, with random weights (speed does not
+The model has the shape of the ``lm/ptb-cpu`` preset by default, with random weights (speed does not
 depend on training) and a 10,000-word vocabulary. Sentences come from the treebank directory
 (normalised as eval-parse does); without one, random sentences of PTB-like lengths are used.
 """

@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = REPO / "configs"
+CONFIGS = REPO / "src" / "onlstm" / "configs"  # the presets (package data; `configs` at the top links here)
 TINY_LM = CONFIGS / "lm" / "tiny.yaml"
 # The real data sets sit beside the checkout in this project's workspace; tests that use them skip without them.
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -16,8 +16,7 @@ from onlstm.errors import OnlstmError
 from onlstm.lm import LMConfig
 from onlstm.lm.config import TrainConfig, load_config
 from onlstm.logic.cli import resolve_settings
-from onlstm.logic.model import LogicModelConfig
-from onlstm.logic.train import LogicTrainConfig
+from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 
 
 @dataclass
@@ -189,7 +188,8 @@ def test_logic_yaml_errors_name_the_field(tmp_path, capsys):
 
 
 def test_logic_compare_section_is_typed(tmp_path):
-    from onlstm.logic.cli import CompareSettings, load_yaml
+    from onlstm.logic.cli import load_yaml
+    from onlstm.logic.config import CompareSettings
 
     f = tmp_path / "c.yaml"
     f.write_text("compare:\n  cells: [lstm, gru]\n  seeds: [0, 1.0]\n  lengths: [7, 8]\n")

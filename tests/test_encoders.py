@@ -17,8 +17,8 @@ from onlstm import encoders as E
 from onlstm.checkpoint import CheckpointError
 from onlstm.cli import main
 from onlstm.lm import LMConfig
+from onlstm.logic.config import LogicModelConfig
 from onlstm.logic.generate import GenerateConfig, generate_dataset
-from onlstm.logic.model import LogicModelConfig
 from support import TINY_LM
 
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "a", "big", "small", "red", "ran", "fast", "slow"]

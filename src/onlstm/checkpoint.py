@@ -6,6 +6,10 @@ A run directory holds
     vocab.json               the vocabulary, one string per id
     model.<tag>.safetensors  the weights (tags: "best", "last", ...)
 
+A shared model (``save_pretrained``, Hugging Face's layout) holds ``config.json`` (the same content),
+``vocab.json``, ``model.safetensors`` and a ``README.md`` model card; every loader accepts both layouts
+(:func:`resolve_weights`).
+
 Every file is written to a temporary name and renamed into place, so an interrupted write never
 leaves a half-written checkpoint behind.
 """
@@ -25,19 +29,34 @@ from safetensors.torch import load_file, save_file
 from . import __version__
 from .errors import OnlstmError
 
+#: The weights file of a shared model (``save_pretrained``: Hugging Face's layout; see onlstm.runs).
+PRETRAINED_WEIGHTS = "model.safetensors"
+
 
 class CheckpointError(OnlstmError, ValueError):
     """A checkpoint that is missing, corrupt or does not fit the model; the message says which."""
 
 
+def _current_umask() -> int:
+    # os.umask can only be read by setting it; set it straight back (the window is two system calls).
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` and move the result to ``path`` in one rename."""
+    """Call ``write(tmp_path)`` and move the result to ``path`` in one rename.
+
+    The file gets the mode any new file gets (0666 less the umask: 0644 under the usual 022), not
+    ``mkstemp``'s private 0600, so teammates on a shared server can read a run as they could before."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
+        # after the write: a writer may replace the file (safetensors does) and bring back mkstemp's 0600
+        os.chmod(tmp, 0o666 & ~_current_umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -130,11 +149,14 @@ def resolve_weights(path: Path, tag: str = "best") -> tuple[Path, Path]:
     to ``model.last.safetensors``) or from a weights file inside one."""
     path = Path(path)
     if path.is_dir():
-        for t in (tag, "last"):
-            f = path / f"model.{t}.safetensors"
-            if f.exists():
-                return path, f
-        raise CheckpointError(f"{path} holds no model.{tag}.safetensors or model.last.safetensors")
+        # a run directory (model.<tag>.safetensors), or a shared model (save_pretrained: model.safetensors)
+        for name in (f"model.{tag}.safetensors", "model.last.safetensors", PRETRAINED_WEIGHTS):
+            if (path / name).exists():
+                return path, path / name
+        raise CheckpointError(
+            f"{path} holds no model.{tag}.safetensors, model.last.safetensors or {PRETRAINED_WEIGHTS}; "
+            "is it a run directory or a model saved with save_pretrained?"
+        )
     if path.suffix == ".safetensors":
         if not path.exists():
             raise CheckpointError(f"{path} does not exist")

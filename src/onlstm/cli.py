@@ -13,7 +13,7 @@ def _cmd_demo(args) -> int:
     from .config import flags_given, merged, read_yaml
     from .parsing.demo import DemoConfig, run
 
-    file = read_yaml(args.config, {"demo": DemoConfig})["demo"] if args.config else {}
+    file = read_yaml(args.config, {"demo": DemoConfig}, preset="demo")["demo"] if args.config else {}
     run(DemoConfig.from_dict(merged(file, flags_given(args, "demo"))), as_json=args.json)
     return 0
 
@@ -45,6 +45,55 @@ def _cmd_info(args) -> int:
     return 0
 
 
+def _cmd_presets(args) -> int:
+    from .config import find_preset, preset_description, presets
+
+    if args.name:  # print one preset, to read or to copy and edit: onlstm presets lm/ptb-cpu > mine.yaml
+        print(find_preset(args.name)[1].read_text(encoding="utf-8"), end="")
+        return 0
+    table = {name: {"file": str(path), "description": preset_description(path)} for name, path in presets().items()}
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    width = max(map(len, table))
+    for name, entry in table.items():
+        print(f"{name:<{width}}  {entry['description']}")
+    print(
+        "\nuse one with --config NAME (in its own command, the part after the slash is enough: "
+        "`onlstm lm train --config ptb-cpu`); `onlstm presets NAME` prints it"
+    )
+    return 0
+
+
+def _cmd_export(args) -> int:
+    """A training run -> a model to share (Hugging Face's layout, with a model card); docs/sharing.md."""
+    from pathlib import Path
+
+    from .checkpoint import CheckpointError, read_json, resolve_weights
+
+    run_dir, _ = resolve_weights(Path(args.checkpoint), args.weights)
+    kind = read_json(run_dir / "config.json").get("kind")
+    if kind == "lm":
+        from .lm.config import train_command
+        from .models.language_model import load_language_model_run
+        from .parsing.demo import demo_command
+
+        run = load_language_model_run(args.checkpoint, args.weights)
+        results = read_json(run_dir / "results.json") if (run_dir / "results.json").exists() else None
+        command = train_command(run.config) or demo_command(run.config)
+        run.model.save_pretrained(args.to, run.vocab, run_config=run.config, command=command, results=results)
+    elif kind == "logic-classifier":
+        from .logic.cli import train_command as logic_command
+        from .logic.evaluate import load_classifier
+
+        model, config = load_classifier(args.checkpoint, args.weights)
+        model.save_pretrained(args.to, run_config=config, command=logic_command(config), results=config.get("result"))
+    else:
+        raise CheckpointError(f"{run_dir}: cannot export a run of kind {kind!r} (lm and logic-classifier runs can)")
+    print(f"saved {Path(args.to) / 'model.safetensors'} (+ config.json, vocab.json, README.md)")
+    return 0
+
+
 def _add_demo_flags(p: argparse.ArgumentParser) -> None:
     from .config import add_flags
     from .parsing.demo import DemoConfig
@@ -55,16 +104,29 @@ def _add_demo_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .config import positive_seconds
+
     ap = argparse.ArgumentParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
+    ap.add_argument("--version", action="version", version=f"onlstm {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="grammar corpus -> ON-LSTM LM -> induced trees vs gold and baselines")
     _add_demo_flags(p)
     p.set_defaults(func=_cmd_demo)
     p = sub.add_parser("layer-demo", help="train a tiny ON-LSTM on a bracket language and print its distances")
-    p.add_argument("--seconds", type=float, default=20.0, help="training time budget (default 20)")
+    p.add_argument("--seconds", type=positive_seconds, default=20.0, help="training time budget (default 20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     p.set_defaults(func=_cmd_layer_demo)
+    p = sub.add_parser("presets", help="list the shipped --config presets, or print one")
+    p.add_argument("name", nargs="?", help="a preset to print (lm/ptb-cpu, or ptb-cpu)")
+    p.add_argument("--json", action="store_true", help="the list as JSON: name -> file, description")
+    p.set_defaults(func=_cmd_presets)
+    p = sub.add_parser("export", help="save a trained run as a model to share (config.json, model.safetensors, card)")
+    p.add_argument("--checkpoint", required=True, help="the run directory (lm, demo or logic)")
+    p.add_argument("--to", required=True, help="the directory to write (Hugging Face's layout)")
+    p.add_argument("--weights", default="best", help="which weights of the run: best (default) or last")
+    p.set_defaults(func=_cmd_export)
     p = sub.add_parser("info", help="versions and which layer kernels are available (and why not)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_info)

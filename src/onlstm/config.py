@@ -11,7 +11,10 @@ A config class is a dataclass deriving from :class:`Config` whose fields are dec
 * :func:`read_yaml`: a YAML file with named sections, each checked against its dataclass;
 * :func:`add_flags` / :func:`flags_given`: one command-line flag per field (``hidden_sizes`` ->
   ``--hidden-sizes 8 4``, booleans as ``--x`` / ``--no-x``), help and the default shown from the field;
-* precedence defaults < ``--config`` file < flags (:func:`merged`).
+* precedence defaults < ``--config`` file < flags (:func:`merged`);
+* the presets shipped inside the package (``onlstm/configs/<experiment>/<name>.yaml``): :func:`presets`
+  lists them and :func:`resolve_config` turns a ``--config`` value (a file, or a preset name such as
+  ``ptb-cpu`` or ``lm/ptb-cpu``) into a file (docs/cli.md, "Presets").
 
 Example::
 
@@ -34,6 +37,7 @@ import argparse
 import copy
 import dataclasses
 import functools
+import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -47,14 +51,25 @@ __all__ = [
     "Config",
     "ConfigError",
     "add_flags",
+    "check_probabilities",
     "check_section",
     "coerce",
+    "command_flags",
     "field_help",
+    "find_preset",
     "flags_given",
     "merged",
     "option",
+    "positive_int",
+    "positive_seconds",
+    "preset_description",
+    "presets",
     "read_yaml",
+    "resolve_config",
 ]
+
+#: The presets, shipped as package data (so they exist in an installed wheel, not only in a checkout).
+PRESET_DIR = Path(__file__).parent / "configs"
 
 
 class ConfigError(OnlstmError, ValueError):
@@ -234,6 +249,16 @@ class Config:
         return cls(**data)
 
 
+def check_probabilities(cfg: Config, names: Iterable[str], *, one: bool = False) -> None:
+    """Each field in ``names`` is a probability: in ``[0, 1)`` (a dropout of 1 drops everything and
+    divides by zero), or ``[0, 1]`` with ``one=True``; NaN is refused. For a config's ``validate``, so a bad
+    value stops the command before it creates anything."""
+    for name in names:
+        v = getattr(cfg, name)
+        if not (0.0 <= v < 1.0 or (one and v == 1.0)):
+            raise ConfigError(f"{cfg.section}.{name} must be in [0, {'1]' if one else '1)'}, got {v}")
+
+
 # --------------------------------------------------------------------------- files
 
 
@@ -253,15 +278,72 @@ def check_section(cls, data: Any, section: str) -> dict:
     return {k: _check_value(cls, by_name[k], v, section) for k, v in data.items()}
 
 
+def presets(experiment: str | None = None) -> dict[str, Path]:
+    """The shipped presets, ``{"lm/ptb-cpu": path, ...}`` sorted by name (only ``experiment``'s when given)."""
+    found = {f"{p.parent.name}/{p.stem}": p for p in PRESET_DIR.glob("*/*.yaml")}
+    return {n: found[n] for n in sorted(found) if experiment is None or n.split("/")[0] == experiment}
+
+
+def preset_description(path: Path) -> str:
+    """The first comment line of a preset file: what it is for."""
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return line.lstrip("#").strip()
+    return ""
+
+
+def resolve_config(value: str | Path, experiment: str) -> Path:
+    """The file a ``--config`` value names: an existing file as given; otherwise a preset of ``experiment``
+    by its short name (``ptb-cpu``) or its full name (``lm/ptb-cpu``), ``.yaml`` optional. A file wins over a
+    preset of the same name; anything else is a :class:`ConfigError` listing the presets that fit."""
+    path = Path(value)
+    if path.is_file():
+        return path
+    name = str(value).removesuffix(".yaml")
+    mine, everything = presets(experiment), presets()
+    for candidate in (f"{experiment}/{name}", name):
+        if candidate in mine:
+            return mine[candidate]
+    names = ", ".join(n.split("/", 1)[1] for n in mine) or "none are shipped"
+    if name in everything:  # the full name of another experiment's preset
+        raise ConfigError(
+            f"{name!r} is a preset for `onlstm {name.split('/')[0]}`, not for `onlstm {experiment}`; "
+            f"{experiment} presets: {names}"
+        )
+    raise ConfigError(
+        f"config file {value} does not exist, and it is not a {experiment} preset either ({experiment} presets: "
+        f"{names}; `onlstm presets` describes them)"
+    )
+
+
+def find_preset(name: str) -> tuple[str, Path]:
+    """``(full name, file)`` of the shipped preset ``name`` (``lm/ptb-cpu``, or ``ptb-cpu`` when only one
+    experiment has a preset of that name)."""
+    name = name.removesuffix(".yaml")
+    shipped = presets()
+    matches = [n for n in shipped if n == name or n.split("/", 1)[1] == name]
+    if len(matches) == 1:
+        return matches[0], shipped[matches[0]]
+    if matches:
+        raise ConfigError(f"preset name {name!r} is ambiguous: {', '.join(matches)}; give the full name")
+    raise ConfigError(f"no preset named {name!r}; presets: {', '.join(shipped)}")
+
+
 def read_yaml(
-    path: str | Path, sections: Mapping[str, type | None], keys: Iterable[str] = (), missing_hint: str = ""
+    path: str | Path,
+    sections: Mapping[str, type | None],
+    keys: Iterable[str] = (),
+    missing_hint: str = "",
+    *,
+    preset: str | None = None,
 ) -> dict:
     """Read a YAML config file: ``sections`` maps a section name to its config class (None: any mapping),
     ``keys`` are other allowed top-level keys (values returned as they are). Returns ``{name: dict}`` for
-    every section (empty when absent) and the keys present; errors name the file and ``section.field``."""
+    every section (empty when absent) and the keys present; errors name the file and ``section.field``.
+    ``preset``: the experiment whose preset names ``path`` may be (:func:`resolve_config`)."""
     import yaml
 
-    path = Path(path)
+    path = resolve_config(path, preset) if preset else Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist{missing_hint}")
     try:
@@ -298,6 +380,28 @@ def merged(*layers: Mapping | None) -> dict:
 
 
 # --------------------------------------------------------------------------- command-line flags
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 1 (``--batch-size 0`` is refused at the command line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds > 0 (``nan``, ``inf`` and ``-5`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
 
 
 def _flag(name: str) -> str:
@@ -377,3 +481,25 @@ def flags_given(args: argparse.Namespace, section: str) -> dict:
     """The fields of ``section`` set on the command line (flags added by :func:`add_flags`)."""
     prefix = section + "."
     return {k[len(prefix) :]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}
+
+
+def command_flags(cls, values: Mapping) -> list[str]:
+    """The flags (as :func:`add_flags` declares them) that set ``values`` on top of ``cls``'s defaults: the
+    inverse of :func:`flags_given`, used to write out the command that reproduces a saved config. Fields
+    with no flag, and values equal to the default, are left out."""
+    out: list[str] = []
+    for f in fields(cls):
+        if f.name not in values or not f.metadata.get("flag", True) or f.metadata.get("fixed"):
+            continue
+        value = values[f.name]
+        if value == _default(f) or value is None:
+            continue
+        if isinstance(value, bool):
+            out.append(_flag(f.name) if value else "--no-" + f.name.replace("_", "-"))
+        elif isinstance(value, dict):
+            out += [_flag(f.name), *(f"{k}={v}" for k, v in value.items())]
+        elif isinstance(value, (list, tuple)):
+            out += [_flag(f.name), *map(str, value)]
+        else:
+            out += [_flag(f.name), str(value)]
+    return out

@@ -14,6 +14,9 @@ Exit statuses (the same for every sub-command):
   the network. A script can tell "the data is wrong" from "the command was used wrongly";
 * ``2`` (:data:`EXIT_BAD_INPUT`) -- bad input: a file that is missing or malformed, a checkpoint of
   another kind, a setting out of range. The message names the problem and how to fix it;
+* ``3`` (:data:`EXIT_DIVERGED`) -- a training stopped because its loss became NaN or infinite
+  (:class:`TrainingDiverged`): the input was valid but the settings (learning rate, clipping) made the
+  run diverge. Nothing is saved from the diverged weights; the last good checkpoint is kept;
 * ``130`` (:data:`EXIT_INTERRUPTED`) -- interrupted by Ctrl-C (or SIGTERM for the trainers, which save a
   resumable checkpoint first), as a shell reports a process killed by SIGINT.
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FINDING = 1
 EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 3
 EXIT_INTERRUPTED = 130
 
 
@@ -38,6 +42,12 @@ class OnlstmError(Exception):
 
 class InputError(OnlstmError, ValueError):
     """Bad command input (options, input files) that no more specific class describes."""
+
+
+class TrainingDiverged(OnlstmError, RuntimeError):
+    """A training loss became NaN or infinite; the run stopped without saving the diverged weights."""
+
+    exit_code = EXIT_DIVERGED
 
 
 def command_error(exc: BaseException) -> OnlstmError:

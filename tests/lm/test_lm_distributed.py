@@ -38,6 +38,7 @@ def max_diff(a: dict, b: dict) -> float:
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
 
 
+@pytest.mark.slow  # starts torchrun processes: ~80 s on 2 cores
 def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
     data = write_corpus(tmp_path / "data", seed=3)
     flags = ["--asgd-start-epoch", "2", "--momentum", "0.5"]

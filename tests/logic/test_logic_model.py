@@ -29,7 +29,7 @@ from onlstm.logic.model import (
     token_ids,
 )
 from onlstm.logic.relations import RELATIONS
-from support import REPO, SHARED_DATA
+from support import CONFIGS, SHARED_DATA
 
 TINY = dict(emb_size=8, hidden_size=16, chunk_size=4, mlp_hidden=16)
 TINY_FLAGS = ["--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "16"]
@@ -419,18 +419,18 @@ def test_yaml_config_and_flag_priority(tiny_data, tmp_path, capsys):
     assert "unknown keys ['modle']" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs" / "logic").glob("*.yaml")))
+@pytest.mark.parametrize("name", sorted(p.name for p in (CONFIGS / "logic").glob("*.yaml")))
 def test_shipped_configs_are_valid(name, tmp_path):
     from onlstm.logic.cli import load_yaml
 
-    doc = load_yaml(REPO / "configs" / "logic" / name)
+    doc = load_yaml(CONFIGS / "logic" / name)
     LogicModelConfig.from_dict(doc.get("model") or {})
     T.LogicTrainConfig.from_dict(doc.get("train") or {})
     assert set(doc.get("compare") or {}) <= {"cells", "seeds", "lengths"}
 
 
 def test_shipped_configs_exist():
-    assert (REPO / "configs" / "logic").is_dir() and list((REPO / "configs" / "logic").glob("*.yaml"))
+    assert (CONFIGS / "logic").is_dir() and list((CONFIGS / "logic").glob("*.yaml"))
 
 
 def test_parse_buckets():

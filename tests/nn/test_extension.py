@@ -46,3 +46,41 @@ def test_cpp_requested_but_unavailable_is_an_error(tmp_path):
     env = dict(os.environ, ONLSTM_NO_EXTENSION="1")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert "ERR impl='cpp' but the C++ kernel is unavailable" in r.stdout, r.stdout + r.stderr
+
+
+def test_build_path_puts_the_environments_ninja_first():
+    import ninja
+
+    from onlstm.nn._ext import build_path
+
+    bin_dir = str(ninja.BIN_DIR)
+    assert os.path.isfile(os.path.join(bin_dir, "ninja"))
+    out = build_path("/nowhere/a:/nowhere/b").split(os.pathsep)
+    assert out[0] == bin_dir and os.path.dirname(sys.executable) in out
+    assert out[-2:] == ["/nowhere/a", "/nowhere/b"]  # the user's PATH keeps its order, after
+    assert build_path(os.pathsep.join(out)).split(os.pathsep) == out  # no duplicates when applied twice
+
+
+def _compilers_only(tmp_path) -> str:
+    """A PATH directory holding the C/C++ compilers (and what they call) but no ninja."""
+    import shutil
+
+    d = tmp_path / "bin"
+    d.mkdir()
+    for tool in ("c++", "g++", "gcc", "cc", "as", "ld", "x86_64-linux-gnu-g++", "x86_64-linux-gnu-gcc"):
+        found = shutil.which(tool)
+        if found:
+            os.symlink(found, d / tool)
+    assert not (d / "ninja").exists()
+    return str(d)
+
+
+def test_kernel_loads_without_ninja_on_path(tmp_path):
+    """Issue 13: `.venv/bin/onlstm` run without activating the venv, on a machine with no system ninja."""
+    code = "from onlstm.nn._ext import load_extension, extension_error\nprint('LOADED', load_extension() is not None, extension_error())\n"
+    env = dict(os.environ, PATH=_compilers_only(tmp_path))
+    env.pop("ONLSTM_NO_EXTENSION", None)
+    # The build cache is shared with the other tests, so this loads the kernel they built (seconds, not a rebuild).
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "LOADED True None" in r.stdout, r.stdout + r.stderr

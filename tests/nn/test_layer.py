@@ -546,3 +546,33 @@ def test_cuda_matches_cpu():
     assert m.resolved_impl(x.cuda().device) == "reference"
     torch.testing.assert_close(out_gpu.cpu(), out_cpu, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(d_gpu.forget.cpu(), d_cpu.forget, atol=1e-5, rtol=1e-4)
+
+
+# -- issue 13: clear errors from the Python API --------------------------------------------------------
+
+
+def test_a_float64_input_into_a_float32_layer_says_what_to_convert():
+    x = torch.randn(5, 2, 4, dtype=torch.float64)
+    lstm_message = None
+    try:
+        torch.nn.LSTM(4, 10)(x)
+    except (ValueError, RuntimeError) as exc:  # nn.LSTM names both dtypes and the two fixes
+        lstm_message = str(exc)
+    assert lstm_message and "float64" in lstm_message and "float32" in lstm_message
+    with pytest.raises(
+        ValueError, match=r"input dtype \(torch.float64\) does not match weight dtype \(torch.float32\)"
+    ):
+        onlstm.ONLSTM(4, 10, chunk_size=5)(x)
+    with pytest.raises(ValueError, match=r"model.to\(torch.float64\)"):
+        onlstm.ONLSTMCell(4, 10, chunk_size=5)(x[0])
+    assert onlstm.ONLSTM(4, 10, chunk_size=5).double()(x)[0].dtype == torch.float64  # the suggested fix works
+
+
+def test_torchscript_is_refused_naming_torch_compile():
+    m = onlstm.ONLSTM(4, 10, chunk_size=5, impl="reference")
+    x = torch.randn(6, 3, 4)
+    with pytest.raises(NotImplementedError, match="torch.jit.script.*use torch.compile"):
+        torch.jit.script(m)
+    with pytest.raises(NotImplementedError, match="torch.jit.trace.*use torch.compile"):
+        torch.jit.trace(m, (x,))
+    assert m(x)[0].shape == (6, 3, 10)  # the module itself is untouched

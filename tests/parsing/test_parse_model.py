@@ -115,13 +115,13 @@ def test_parse_command_brackets_json_and_unknown_count(tmp_path, capsys):
     text.write_text("The cat sat on the mat.\n\nThe dog sat\n")
     assert main(["parse", "--checkpoint", str(run), str(text)]) == 0
     out, err = capsys.readouterr()
-    lines = out.strip().splitlines()
-    assert len(lines) == 2
+    lines = out.splitlines()
+    assert len(lines) == 3 and lines[1] == ""  # one output line per input line: blank -> empty line
     assert leaves(__import__("onlstm").parsing.parse_brackets(lines[0])) == "the cat sat on the mat".split()
     assert "1 unknown" in err and "1 punctuation tokens dropped" in err
     assert main(["parse", "--checkpoint", str(run), "--format", "json", "--layer", "3", str(text)]) == 0
     rows = [json.loads(l) for l in capsys.readouterr()[0].splitlines()]
-    assert [r["line"] for r in rows] == [1, 3] and rows[1]["unknown"] == ["dog"]
+    assert [r["line"] for r in rows] == [1, 2, 3] and rows[1]["tree"] is None and rows[2]["unknown"] == ["dog"]
     # the tree is the greedy builder applied to the reported layer's distances
     assert rows[0]["tree"] == to_brackets(build_tree(rows[0]["words"], rows[0]["distances"][2]))
     assert main(["parse", "--checkpoint", str(run), "--format", "pretty", str(text)]) == 0
@@ -204,8 +204,99 @@ def test_demo_smoke(tmp_path, capsys):
     )
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["chosen_layer"] in (1, 2, 3) and len(res["layers"]) == 3
+    # the layer chosen on dev is saved in the run, so parse and plot use it
+    assert json.loads((out / "config.json").read_text())["parse_layer"] == res["chosen_layer"]
     assert set(res["baselines"]) == {"left-branching", "right-branching", "balanced", "random"}
     assert len((out / "test_pred.txt").read_text().splitlines()) == res["test_sentences"]
     assert Path(res["plots"][0]).exists()
     # the demo's run directory is an ordinary checkpoint
     assert main(["parse", "--checkpoint", str(out)]) == 2  # no stdin text -> clear error, not a crash
+
+
+# -- issue 13: one output line per input line, layers, deep trees, bad options (docs/cli.md "Bad input") --
+
+
+def test_parse_keeps_one_output_line_per_input_line(tmp_path, capsys):
+    run = make_run(tmp_path, "the cat sat on mat".split())
+    text = tmp_path / "in.txt"
+    text.write_text("the cat sat\n\n ... !\nthe mat\n")  # a blank line and a punctuation-only line
+    assert main(["parse", "--checkpoint", str(run), str(text)]) == 0
+    out, err = capsys.readouterr()
+    lines = out.split("\n")[:-1]
+    assert len(lines) == 4 and lines[1] == lines[2] == ""
+    assert leaves(__import__("onlstm").parsing.parse_brackets(lines[3])) == ["the", "mat"]
+    assert "nothing to parse" in err and "2, 3" in err
+    assert main(["parse", "--checkpoint", str(run), "--format", "json", str(text)]) == 0
+    rows = [json.loads(l) for l in capsys.readouterr()[0].splitlines()]
+    assert [r["line"] for r in rows] == [1, 2, 3, 4] and [r["tree"] is None for r in rows] == [0, 1, 1, 0]
+
+
+def test_layer_zero_is_refused_and_the_runs_layer_is_the_default(tmp_path, capsys):
+    run = make_run(tmp_path, "the cat sat".split(), normalisation="lower")
+    for argv in (["parse", "--checkpoint", str(run), "--layer", "0"], ["plot", "the cat", "--checkpoint", str(run)]):
+        if argv[0] == "plot":
+            argv += ["--layer", "0", "--out", str(tmp_path / "fig")]
+        assert main(argv) == 2
+        assert "--layer must be between 1 and 3" in capsys.readouterr().err
+    config = json.loads((run / "config.json").read_text())
+    write_json(run / "config.json", {**config, "parse_layer": 3})  # as `onlstm demo` saves its chosen layer
+    text = tmp_path / "in.txt"
+    text.write_text("the cat sat\n")
+    assert main(["parse", "--checkpoint", str(run), "--format", "json", str(text)]) == 0
+    out, err = capsys.readouterr()
+    row = json.loads(out)
+    assert err.rstrip().endswith("layer 3")
+    assert row["tree"] == to_brackets(build_tree(row["words"], row["distances"][2]))
+    assert main(["parse", "--checkpoint", str(run), "--layer", "1", str(text)]) == 0  # a given layer wins
+    assert capsys.readouterr().err.rstrip().endswith("layer 1")
+
+
+def test_trees_of_5000_words_are_built_and_printed_without_recursion():
+    from onlstm.parsing import spans
+
+    n = 5000
+    words = [f"w{k}" for k in range(n)]
+    tree = build_tree(words, [float(n - k) for k in range(n)])  # falling distances: nested n deep
+    assert leaves(tree) == words
+    text = to_brackets(tree)
+    assert text.startswith("(w0 (w1 (w2") and text.endswith("w4999" + ")" * (n - 1))
+    assert len(spans(tree, include_root=True)) == n - 1
+    assert to_brackets(build_tree(words, [float(k) for k in range(n)])).startswith("(" * (n - 1) + "w0 w1)")
+
+
+def test_parse_a_5000_word_line(tmp_path, capsys):
+    run = make_run(tmp_path, "the cat sat".split(), normalisation="lower")
+    text = tmp_path / "long.txt"
+    text.write_text(" ".join(["the", "cat", "sat"] * 1667)[: 5000 * 4] + "\n")
+    for fmt in ("brackets", "pretty"):
+        assert main(["parse", "--checkpoint", str(run), "--format", fmt, str(text)]) == 0
+        out = capsys.readouterr().out
+        assert out.count("cat") == 1667
+
+
+def test_bad_parsing_options_are_one_line_errors(tmp_path, capsys):
+    run = make_run(tmp_path, "the cat sat".split(), normalisation="lower")
+    bank = tmp_path / "wsj"
+    bank.mkdir()
+    (bank / "wsj_0001.mrg").write_text(MRG)
+    a_dir = tmp_path / "a-dir"
+    a_dir.mkdir()
+    cases = [
+        (["parse", "--checkpoint", str(run), "--batch-size", "0"], "--batch-size: must be at least 1"),
+        (["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--random-draws", "0"], "--random-draws"),
+        (["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--batch-size", "-1"], "--batch-size"),
+        (
+            ["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--out-trees", str(a_dir)],
+            "is a directory",
+        ),
+        (["plot", "the cat", "--checkpoint", str(run), "--out", str(a_dir)], "is a directory"),
+        (["plot", "the cat", "--checkpoint", str(run), "--out", "/proc/fig"], "cannot write in /proc"),
+    ]
+    for argv, message in cases:
+        try:
+            rc = main(argv)
+        except SystemExit as exc:  # argparse refuses a bad number before the command starts
+            rc = exc.code
+        err = capsys.readouterr().err
+        assert rc == 2 and message in err and "Traceback" not in err, argv
+    assert sorted(p.name for p in a_dir.iterdir()) == []

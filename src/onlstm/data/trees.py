@@ -15,8 +15,9 @@ Spans are half-open word intervals ``(start, end)``: in ``((the cat) sat)`` the 
 ``(the cat)`` is ``(0, 2)`` and the whole sentence is ``(0, 3)``.  Span sets are Python ``set``\\ s,
 so a unary chain (two nodes over the same words) contributes its span once.
 
-Trees are walked recursively, so a tree deeper than Python's recursion limit (about 1,000 nested
-constituents) is out of reach; Penn Treebank sentences are far below that.
+Building, printing (:func:`to_brackets`), leaves and spans walk trees without recursion, so a tree of a
+sentence of thousands of words, nested as deep as it is long, works; :func:`unlabel` and the bracket
+reader recurse (treebank trees are shallow).
 """
 
 from __future__ import annotations
@@ -88,19 +89,26 @@ def _nodes(tree: object) -> tuple[int, list[tuple[int, int, object]]]:
 
 
 def _collect(node: object, start: int, out: list) -> int:
-    if isinstance(node, str):
-        return start + 1
-    if not isinstance(node, _NODE_TYPES):
-        raise TypeError(
-            f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(node).__name__} {node!r}"
-        )
-    end = start
-    for child in node:
-        end = _collect(child, end, out)
-    if end == start:
-        raise TreeFormatError(f"a constituent without words at word position {start}: {node!r}")
-    out.append((start, end, node))
-    return end
+    # Iterative, like to_brackets: the depth of a tree is not limited by Python's recursion limit.
+    stack: list[tuple[object, int, bool]] = [(node, start, False)]
+    pos = start
+    while stack:
+        n, begin, done = stack.pop()
+        if done:
+            if pos == begin:
+                raise TreeFormatError(f"a constituent without words at word position {begin}: {n!r}")
+            out.append((begin, pos, n))
+            continue
+        if isinstance(n, str):
+            pos += 1
+            continue
+        if not isinstance(n, _NODE_TYPES):
+            raise TypeError(
+                f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(n).__name__} {n!r}"
+            )
+        stack.append((n, pos, True))
+        stack.extend((c, 0, False) for c in reversed(list(n)))
+    return pos
 
 
 def span_info(tree: object) -> tuple[int, set[Span]]:
@@ -222,21 +230,38 @@ def to_brackets(tree: object) -> str:
     sentence, ``(S (NP (DT the) (NN cat)) (VP (VBD sat)))`` for an ``nltk.Tree``.
 
     Words containing whitespace or parentheses cannot be written unambiguously and raise ``ValueError``.
+    Written without recursion, so a tree of any depth can be printed.
     """
-    if isinstance(tree, str):
-        if _WORD.fullmatch(tree) is None:
-            raise ValueError(
-                f"cannot write the word {tree!r} in bracket notation (empty, or has spaces or parentheses)"
+    pieces: list[str] = []
+    space = False  # whether the next piece is separated from the previous one
+    stack: list[object] = [tree]
+    while stack:
+        node = stack.pop()
+        if node is _CLOSE:
+            pieces.append(")")
+            space = True
+            continue
+        if isinstance(node, str):
+            if _WORD.fullmatch(node) is None:
+                raise ValueError(
+                    f"cannot write the word {node!r} in bracket notation (empty, or has spaces or parentheses)"
+                )
+            pieces.append(" " + node if space else node)
+            space = True
+            continue
+        if not _is_node(node):
+            raise TypeError(
+                f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(node).__name__} {node!r}"
             )
-        return tree
-    if not _is_node(tree):
-        raise TypeError(
-            f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(tree).__name__} {tree!r}"
-        )
-    parts = [to_brackets(c) for c in tree]
-    if isinstance(tree, LabelledTree):
-        parts.insert(0, str(tree.label()))
-    return "(" + " ".join(parts) + ")"
+        label = isinstance(node, LabelledTree)
+        pieces.append((" (" if space else "(") + (str(node.label()) if label else ""))
+        space = label
+        stack.append(_CLOSE)
+        stack.extend(reversed(list(node)))
+    return "".join(pieces)
+
+
+_CLOSE = object()  # the end of a constituent on to_brackets' stack
 
 
 def _generic(text: str) -> object:

@@ -34,7 +34,7 @@ def _register_train(sub) -> None:
         "FILE <- flags. Ctrl-C stops after the current step and saves a resumable checkpoint. "
         "Several processes: torchrun --nproc_per_node N -m onlstm lm train ...",
     )
-    p.add_argument("--config", type=Path, help="YAML preset (configs/lm/*.yaml)")
+    p.add_argument("--config", type=Path, help="YAML file or preset name (ptb-cpu, ptb-paper, tiny; `onlstm presets`)")
     p.add_argument(
         "--data-dir",
         type=Path,
@@ -105,10 +105,26 @@ def _register_eval(sub) -> None:
         help="words outside the vocabulary (default: the run's setting)",
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads (default: the run's own threads setting; 0: PyTorch's default)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_eval)
+
+
+def run_threads(config: dict) -> int:
+    """The thread count a run was trained with (``train.threads``, or the demo's ``demo.threads``; 0 when
+    not set). Evaluation uses it by default: PyTorch's default of one thread per core is many times slower
+    on a machine busy with other jobs, and the run's owner already chose what suits this model."""
+    for section in ("train", "demo"):
+        value = (config.get(section) or {}).get("threads")
+        if isinstance(value, int) and value > 0:
+            return value
+    return 0
 
 
 def load_lm(checkpoint: Path, weights: str = "best", device="cpu"):
@@ -124,12 +140,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from ..runs import resolve_device, setup_torch
     from .evaluate import perplexity
 
-    setup_torch(args.threads)
     try:
         if args.batch_size <= 0 or args.bptt <= 0:
             raise ValueError("--batch-size and --bptt must be positive")
+        if args.threads is not None and args.threads < 0:
+            raise ValueError("--threads must be >= 0 (0: PyTorch's default)")
         device = resolve_device(args.device)
         model, vocab, config, wfile = load_lm(args.checkpoint, args.weights, device)
+        setup_torch(run_threads(config) if args.threads is None else args.threads)
         data = config.get("data", {})
         data_dir = args.data_dir or (Path(data["data_dir"]) if data.get("data_dir") else None)
         if data_dir is None:

@@ -24,10 +24,13 @@ import math
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
-from ..config import Config, ConfigError, add_flags, check_section, flags_given, option, read_yaml
+from ..config import Config, ConfigError, add_flags, check_section, command_flags, flags_given, option, read_yaml
 from .model import LMConfig
 
 OPTIMIZERS = ("sgd", "adam")
+AR_TARGETS = ("raw", "dropped")
+# A saved run's config without ar_target was trained before the option existed: AR on the dropped output.
+AR_TARGET_BEFORE_OPTION = "dropped"
 
 
 @dataclass
@@ -50,12 +53,20 @@ class TrainConfig(Config):
     min_seq_len: int = option(5, "shortest drawn segment")
     optimizer: str = option("sgd", "sgd (the paper; switches to averaging, NT-ASGD) or adam", choices=OPTIMIZERS)
     lr: float = option(30.0, "learning rate, scaled per segment by seq_len / bptt")
-    momentum: float = option(0.0, "SGD momentum (the paper: 0)")
+    momentum: float = option(0.0, "SGD momentum (the paper: 0); the averaging phase (torch's ASGD) has none")
     weight_decay: float = option(1.2e-6, "L2 weight decay")
     clip: float = option(0.25, "gradient-norm clipping (0: none)")
-    alpha: float = option(2.0, "AR: alpha * mean(last layer's dropped output ^ 2)")
+    alpha: float = option(2.0, "AR: alpha * mean(last layer's output ^ 2), the output ar_target names")
+    ar_target: str = option(
+        "raw",
+        "the tensor AR penalises: raw (the last layer's output before its locked dropout, as the authors' "
+        "ON-LSTM code does) or dropped (after it, as the original AWD-LSTM code does); docs/lm.md",
+        choices=AR_TARGETS,
+    )
     beta: float = option(1.0, "TAR: beta * mean((h_t - h_{t-1}) ^ 2) of the last layer's raw output")
-    averaging: bool = option(True, "with sgd: average the weights (ASGD, t0=0, lambd=0) once validation stalls")
+    averaging: bool = option(
+        True, "with sgd: switch to torch's ASGD (t0=0, lambd=0), averaging the weights, once validation stalls"
+    )
     nonmono: int = option(
         5, "switch to averaging when validation is worse than the best of all but the last nonmono epochs"
     )
@@ -189,8 +200,8 @@ def load_config(path: Path | None = None, overrides: dict | None = None) -> RunC
 
 
 def read_config_file(path: Path) -> tuple[dict, dict]:
-    """The checked ``model`` and ``train`` sections of a preset (``configs/lm/*.yaml``)."""
-    doc = read_yaml(path, {"model": LMConfig, "train": TrainConfig}, missing_hint=" (presets are in configs/lm/)")
+    """The checked ``model`` and ``train`` sections of a YAML file or a preset name (``ptb-cpu``)."""
+    doc = read_yaml(path, {"model": LMConfig, "train": TrainConfig}, preset="lm")
     return doc["model"], doc["train"]
 
 
@@ -205,3 +216,16 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
     return {"model": flags_given(args, "model"), "train": flags_given(args, "train")}
+
+
+def train_command(config: dict) -> str | None:
+    """The ``onlstm lm train`` command that reproduces a run's settings, from its ``config.json`` (None for a
+    run that ``lm train`` did not write, e.g. the demo's). ``--out`` is a placeholder."""
+    import shlex
+
+    if not isinstance(config.get("train"), dict):
+        return None
+    model = {k: v for k, v in (config.get("model") or {}).items() if k != "vocab_size"}
+    data_dir = (config.get("data") or {}).get("data_dir") or "DATA_DIR"
+    words = ["onlstm", "lm", "train", "--data-dir", str(data_dir), "--out", "RUN"]
+    return shlex.join(words + command_flags(LMConfig, model) + command_flags(TrainConfig, config["train"]))

@@ -5,13 +5,15 @@ The recipe (docs/design.md §2.1, the reference ``main.py``):
 * the training text is cut into ``batch_size`` contiguous columns, read in segments of variable length
   (:func:`onlstm.lm.data.bptt_schedule`), the recurrent state carried (detached) from one segment to
   the next and reset at every epoch; each step's learning rate is ``lr * seq_len / bptt``;
-* loss = cross-entropy (full softmax) + AR ``alpha * mean(dropped output^2)`` + TAR
-  ``beta * mean((raw_t - raw_{t-1})^2)`` on the last layer; gradient norm clipped at ``clip``;
+* loss = cross-entropy (full softmax) + AR ``alpha * mean(out^2)`` (``out`` the last layer's output
+  before its dropout with ``ar_target: raw``, as the authors' ON-LSTM code; after it with ``dropped``,
+  as AWD-LSTM's) + TAR ``beta * mean((raw_t - raw_{t-1})^2)`` on the last layer; gradient norm
+  clipped at ``clip``;
 * SGD (weight decay) until validation stops improving (NT-ASGD: worse than the best of all but the
-  last ``nonmono`` SGD epochs), then the same SGD steps while keeping a running average of the weights
-  after every step -- exactly ``torch.optim.ASGD(t0=0, lambd=0.)``, whose step is plain SGD and whose
-  ``ax`` is this average, kept here as ordinary tensors so it can be saved exactly; validation, the
-  best checkpoint and the final test use the averaged weights.
+  last ``nonmono`` SGD epochs), then, as the authors, a fresh ``torch.optim.ASGD(t0=0, lambd=0.)``
+  driven by the same loop: its step size is the previous step's scaled rate and its average ``ax``
+  starts from the second iterate (docs/lm.md); validation, the best checkpoint and the final test use
+  ``ax``, which is optimizer state and so saved and resumed exactly.
 
 Run directory (see :mod:`onlstm.checkpoint`)::
 
@@ -41,6 +43,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -55,9 +58,12 @@ from ..checkpoint import CheckpointError, atomic_write, config_header, read_json
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
-from ..errors import OnlstmError
+from ..errors import TrainingDiverged
 from ..runs import (  # noqa: F401
+    RunDirError,
+    RunLock,
     StopRequest,
+    check_output_dir,
     optimizer_from_data,
     optimizer_to_data,
     read_resume,
@@ -66,7 +72,7 @@ from ..runs import (  # noqa: F401
     training_tensors,
     write_resume,
 )
-from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section
+from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section
 from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
 from .evaluate import Interrupted, perplexity
@@ -113,9 +119,9 @@ class Progress:
 class _Objective(nn.Module):
     """The training loss of one segment, as a module so that DistributedDataParallel can wrap it."""
 
-    def __init__(self, model: LanguageModel, alpha: float, beta: float):
+    def __init__(self, model: LanguageModel, alpha: float, beta: float, ar_target: str = "raw"):
         super().__init__()
-        self.model, self.alpha, self.beta = model, alpha, beta
+        self.model, self.alpha, self.beta, self.ar_target = model, alpha, beta, ar_target
 
     def forward(self, x, y, state, shard):
         out, state, extras = self.model(x, state, shard=shard)
@@ -123,7 +129,7 @@ class _Objective(nn.Module):
         raw = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1))
         loss = raw
         if self.alpha:
-            loss = loss + self.alpha * extras["dropped"].pow(2).mean()
+            loss = loss + self.alpha * extras[self.ar_target].pow(2).mean()
         if self.beta and extras["raw"].shape[0] > 1:
             r = extras["raw"]
             loss = loss + self.beta * (r[1:] - r[:-1]).pow(2).mean()
@@ -144,6 +150,19 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def make_averaging_optimizer(params, cfg: TrainConfig) -> torch.optim.ASGD:
+    """NT-ASGD's averaging phase as the authors run it: torch's own ASGD with t0=0, lambd=0 (plain SGD
+    steps plus the running average ``ax`` of the iterates). Its step size is fixed at the end of the
+    previous step and its average starts from the second iterate (docs/lm.md, "Averaging")."""
+    return torch.optim.ASGD(params, lr=cfg.lr, t0=0, lambd=0.0, weight_decay=cfg.weight_decay)
+
+
+def is_averaging_state(opt_meta: dict) -> bool:
+    """Whether saved optimizer metadata (:func:`onlstm.runs.optimizer_to_data`) is torch's ASGD."""
+    groups = opt_meta.get("param_groups") or [{}]
+    return "t0" in groups[0]
 
 
 def _flatten_state(state) -> tuple[dict[str, torch.Tensor], list[int]]:
@@ -169,16 +188,14 @@ def _unflatten_state(tensors: dict[str, torch.Tensor], layout: list[int], device
 # --------------------------------------------------------------------------- run directory
 
 
-class RunDirError(OnlstmError, ValueError):
-    """The run directory cannot be used as asked (exists without --resume, or config mismatch)."""
-
-
 def run_config_from_saved(saved: dict) -> RunConfig:
     if saved.get("kind") != "lm":
         raise CheckpointError(f"config.json has kind {saved.get('kind')!r}, not 'lm': not a language-model run")
     model = dict(saved["model"])
     model.pop("vocab_size", None)
-    return RunConfig(check_model_section(model), TrainConfig.from_dict(saved["train"]))
+    # runs saved before ar_target existed trained AR on the dropped output: they resume doing so
+    train = {"ar_target": AR_TARGET_BEFORE_OPTION, **saved["train"]}
+    return RunConfig(check_model_section(model), TrainConfig.from_dict(train))
 
 
 def merge_for_resume(saved: RunConfig, explicit: dict) -> RunConfig:
@@ -267,8 +284,7 @@ class Trainer:
                     "(drop --resume to start a new run there)"
                 )
             return merge_for_resume(run_config_from_saved(read_json(run_dir / "config.json")), explicit)
-        if (run_dir / "config.json").exists() or (run_dir / RESUME_FILE).exists():
-            raise RunDirError(f"{run_dir} already holds a run; pass --resume to continue it, or choose another --out")
+        check_output_dir(run_dir, command="onlstm lm train")
         from .config import load_config
 
         return load_config(None, explicit)
@@ -299,11 +315,10 @@ class Trainer:
         self.model = LanguageModel(self.model_config).to(dev)
         self.params = [p for _, p in self.model.named_parameters()]
         self.param_names = [n for n, _ in self.model.named_parameters()]
-        self.optimizer = make_optimizer(self.params, cfg)
-        self.avg: list[torch.Tensor] | None = None
+        self.optimizer: torch.optim.Optimizer = make_optimizer(self.params, cfg)
         self.progress = Progress()
         self.hidden = None
-        objective = _Objective(self.model, cfg.alpha, cfg.beta)
+        objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
         if self.ctx.distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -318,22 +333,31 @@ class Trainer:
     def _config_json(self) -> dict:
         c = self.corpus
         data = {
-            "data_dir": str(self.data_dir),
+            "data_dir": str(self.data_dir.resolve()),  # absolute: `lm eval` may run from another folder
             "closed_vocab": c.closed_vocab,
             "oov": self.cfg.oov,
             **{f"{k}_tokens": s.n_tokens for k, s in c.splits.items()},
         }
         return config_header("lm", self.model_config.to_dict(), train=self.cfg.to_dict(), data=data)
 
+    def averaged_weights(self) -> list[torch.Tensor] | None:
+        """ASGD's running average (``ax``) once averaging started; a parameter ASGD has not stepped yet
+        (just after the switch) counts with its current value, as ``ax`` would equal it after one step."""
+        if not self.progress.averaging:
+            return None
+        state = self.optimizer.state
+        return [state.get(p, {}).get("ax", p) for p in self.params]
+
     @contextmanager
     def eval_weights(self):
         """The weights evaluation uses: the running average once averaging started, else the current ones."""
-        if self.avg is None:
+        avg = self.averaged_weights()
+        if avg is None:
             yield
             return
         saved = [p.detach().clone() for p in self.params]
         with torch.no_grad():
-            for p, a in zip(self.params, self.avg):
+            for p, a in zip(self.params, avg):
                 p.copy_(a)
         try:
             yield
@@ -343,15 +367,17 @@ class Trainer:
                     p.copy_(s)
 
     def _start_averaging(self) -> None:
+        # the authors replace the optimizer by a fresh torch ASGD at the switch: so do we (no state carried)
         self.progress.averaging = True
         self.progress.avg_count = 0
-        self.avg = [p.detach().clone() for p in self.params]
+        self.optimizer = make_averaging_optimizer(self.params, self.cfg)
         self.log(f"epoch {self.progress.epoch}: switching to averaged SGD (NT-ASGD)")
 
     # -- checkpoints -----------------------------------------------------------------------------
     def save(self) -> None:
         """Write the resume file and model.last (all processes take part: the state is gathered)."""
         self._flush_epoch_loss()
+        self._check_finite()
         prog = self.progress
         tensors: dict[str, torch.Tensor] = {}
         layout: list[int] = []
@@ -364,9 +390,6 @@ class Trainer:
             return
         common, opt_meta = training_tensors(self.model, self.optimizer, self.ctx.device)
         tensors.update(common)
-        if self.avg is not None:
-            for n, a in zip(self.param_names, self.avg):
-                tensors[f"avg.{n}"] = a.detach().cpu().contiguous()
         write_resume(
             self.run_dir / RESUME_FILE,
             RESUME_FORMAT,
@@ -402,12 +425,11 @@ class Trainer:
                 f"{path} was written for another model ({meta['model_config']}) than config.json "
                 f"describes ({self.model_config.to_dict()}); the run directory is inconsistent"
             )
+        if is_averaging_state(meta["optimizer"]):
+            self.optimizer = make_averaging_optimizer(self.params, self.cfg)
         restore_training(path, tensors, meta["optimizer"], self.model, self.optimizer, self.ctx.device)
-        if prog.averaging:
-            try:
-                self.avg = [tensors[f"avg.{n}"].to(self.ctx.device) for n in self.param_names]
-            except KeyError as e:
-                raise CheckpointError(f"{path}: averaged weights {e} missing") from None
+        if prog.averaging and not is_averaging_state(meta["optimizer"]):
+            self._continue_old_average(path, tensors, prog, meta["optimizer"])
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
         self.progress = prog
@@ -415,6 +437,26 @@ class Trainer:
             f"resumed {self.run_dir} at epoch {prog.epoch}, batch {prog.batch}, step {prog.step}"
             + (" (averaging)" if prog.averaging else "")
         )
+
+    def _continue_old_average(self, path: Path, tensors: dict, prog: Progress, opt_meta: dict) -> None:
+        """A file saved in the averaging phase before it used torch's ASGD holds SGD state and its own mean
+        ``avg.*`` of the last ``avg_count`` iterates. Go on with ASGD from that mean: ASGD's state after
+        step s averages s - 1 iterates (mu = 1/s), and eta is the rate of the last step."""
+        self.optimizer = make_averaging_optimizer(self.params, self.cfg)
+        k = prog.avg_count
+        if k == 0:  # no averaged step yet: a fresh ASGD is exactly that state
+            return
+        eta = float(opt_meta["param_groups"][0]["lr"])
+        for n, p in zip(self.param_names, self.params):
+            if f"avg.{n}" not in tensors:
+                raise CheckpointError(f"{path}: averaged weights avg.{n} missing; the file is incomplete")
+            scalar = {"dtype": p.dtype, "device": p.device}
+            self.optimizer.state[p] = {
+                "step": torch.tensor(float(k + 1), **scalar),
+                "eta": torch.tensor(eta, **scalar),
+                "mu": torch.tensor(1.0 / (k + 1), **scalar),
+                "ax": tensors[f"avg.{n}"].to(**scalar).clone(),
+            }
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns), cut to this process's columns."""
@@ -443,6 +485,25 @@ class Trainer:
         if self._in_epoch:
             self.progress.epoch_seconds += now - self._clock
         self._clock = now
+
+    def _check_finite(self) -> None:
+        """Stop (no checkpoint written: the last good one is kept) once the training loss is NaN or
+        infinite; checked before every save and validation, so diverged weights never reach a file."""
+        prog = self.progress
+        if not self.ctx.any(not math.isfinite(prog.epoch_loss_sum)):
+            return
+        best = self.run_dir / "model.best.safetensors"
+        kept = [
+            f"{best.name} (valid ppl {math.exp(prog.best_valid):.2f})" if prog.best_valid is not None else "",
+            RESUME_FILE if (self.run_dir / RESUME_FILE).exists() else "",
+        ]
+        kept = [k for k in kept if k]
+        raise TrainingDiverged(
+            f"training diverged: the training loss is {prog.epoch_loss_sum / max(prog.epoch_tokens, 1)} in epoch "
+            f"{prog.epoch} (by step {prog.step}); the diverged weights were not saved"
+            + (f"; kept from before: {', '.join(kept)} in {self.run_dir}" if kept else "")
+            + "; lower --lr or set --clip (e.g. 0.25) and train into a new --out"
+        )
 
     def _tensorboard(self):
         if self._tb is None and self.cfg.tensorboard and self.ctx.is_main:
@@ -522,6 +583,7 @@ class Trainer:
                 return status
             # validation at the end of the epoch
             self._flush_epoch_loss()
+            self._check_finite()
             self._in_epoch = False
             try:
                 valid = self.validate()
@@ -592,12 +654,8 @@ class Trainer:
         loss.backward()
         if cfg.clip:
             torch.nn.utils.clip_grad_norm_(self.params, cfg.clip)
-        self.optimizer.step()
-        if self.avg is not None:
-            prog.avg_count += 1
-            with torch.no_grad():
-                for a, p in zip(self.avg, self.params):
-                    a.lerp_(p, 1.0 / prog.avg_count)
+        self.optimizer.step()  # in the averaging phase torch's ASGD: the step and its running average
+        prog.avg_count += int(prog.averaging)
         prog.step += 1
         n = y.numel()
         self._acc_loss += raw.double() * n
@@ -626,7 +684,8 @@ class Trainer:
 
     def _end_of_epoch(self, valid, averaging_allowed: bool) -> None:
         cfg, prog = self.cfg, self.progress
-        improved = prog.best_valid is None or valid.loss < prog.best_valid
+        # a non-finite validation loss is never the best (it would replace good weights with broken ones)
+        improved = math.isfinite(valid.loss) and (prog.best_valid is None or valid.loss < prog.best_valid)
         if improved:
             prog.best_valid = valid.loss
             if self.ctx.is_main:
@@ -640,7 +699,7 @@ class Trainer:
             "train_ppl": round(math.exp(min(train_loss, 50)), 3),
             "valid_loss": round(valid.loss, 6),
             "valid_ppl": round(valid.ppl, 3),
-            "best_valid_ppl": round(math.exp(prog.best_valid), 3),
+            "best_valid_ppl": round(math.exp(prog.best_valid), 3) if prog.best_valid is not None else float("nan"),
             "averaging": int(prog.averaging),
             "tokens": prog.epoch_tokens,
             "epoch_seconds": round(prog.epoch_seconds, 2),
@@ -679,8 +738,10 @@ class Trainer:
         """Score the best weights on valid (batched, eval_batch_size) and test (test_batch_size)."""
         cfg, prog = self.cfg, self.progress
         status = "finished"
-        if self.ctx.is_main:
-            best = self.run_dir / "model.best.safetensors"
+        best = self.run_dir / "model.best.safetensors"
+        if self.ctx.is_main and not best.exists():
+            self.log("no epoch had a finite validation loss, so there are no best weights to test")
+        elif self.ctx.is_main:
             model = LanguageModel(self.model_config).to(self.ctx.device)
             from ..checkpoint import load_weights
 
@@ -743,8 +804,15 @@ def train(
 ) -> dict:
     """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the
     user (config file and flags). Returns ``{"status", "progress"}``; joins the process group under torchrun."""
+    check_output_dir(run_dir, resume=resume, command="onlstm lm train")
+    if not resume:  # every setting checked (the model's too) before anything is created or read
+        from .config import load_config
+
+        load_config(None, explicit or {}).model_config(vocab_size=1)
+    main = int(os.environ.get("RANK", "0")) == 0  # under torchrun the first process holds the lock
     try:
-        trainer = Trainer(run_dir, data_dir, explicit or {}, resume=resume, log=log)
-        return trainer.run(max_steps=max_steps, on_step=on_step)
+        with RunLock(run_dir, "onlstm lm train", log=log, enabled=main):
+            trainer = Trainer(run_dir, data_dir, explicit or {}, resume=resume, log=log)
+            return trainer.run(max_steps=max_steps, on_step=on_step)
     finally:
         teardown()

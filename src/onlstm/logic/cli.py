@@ -4,9 +4,9 @@ Each sub-command has a ``_register_<name>(sub)`` function listed in :func:`regis
 ``generate``, ``check``, ``train``, ``eval`` and ``compare``.
 
 ``train`` and ``compare`` take their settings from, in increasing priority: the dataclass defaults
-(:class:`~onlstm.logic.model.LogicModelConfig`, :class:`~onlstm.logic.train.LogicTrainConfig`), a
+(:mod:`onlstm.logic.config`), a
 YAML file given with ``--config`` (sections ``model:``, ``train:``, ``compare:`` and the keys
-``data:``/``out:``; see ``configs/logic/``), and the command-line flags.
+``data:``/``out:``; presets: ``onlstm presets``), and the command-line flags.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 from .. import encoders
-from ..config import Config, ConfigError, add_flags, flags_given, merged, option, read_yaml
+from ..config import ConfigError, add_flags, command_flags, flags_given, merged, read_yaml
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
+from ..runs import check_output_folder
+from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 
 
@@ -61,6 +62,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         if "test_fraction" in given and "test_count" in given:
             raise SettingsError("give --test-fraction or --test-count, not both")
         cfg = GenerateConfig.from_dict(given)
+        check_output_folder(args.out)
     except ValueError as exc:
         raise command_error(exc) from None
     report = generate_dataset(args.out, cfg, log=None if args.quiet else print)
@@ -120,44 +122,14 @@ _CONFIG_KEYS = ("data", "out")
 SettingsError = ConfigError
 
 
-@dataclass
-class CompareSettings(Config):
-    """What ``onlstm logic compare`` compares (the ``compare:`` section of a config file, or flags)."""
-
-    section = "compare"
-
-    # The paper's comparison; any registered encoder can be named.
-    cells: list[str] = option(["onlstm", "lstm"], lambda: f"encoders to compare, from: {', '.join(encoders.names())}")
-    seeds: list[int] = option([0], "seeds")
-    lengths: str | list[int] = option("1-12", "test file numbers, e.g. 1-12 or 0-3,12")
-
-    def validate(self) -> None:
-        bad = [c for c in self.cells if c not in encoders.names()]
-        if bad:
-            raise SettingsError(f"unknown cells {bad}; choose from {encoders.names()}")
-        if not self.cells or not self.seeds:
-            raise SettingsError("compare.cells and compare.seeds must not be empty")
-
-
-@dataclass
-class EvalSettings(Config):
-    """Options of ``onlstm logic eval`` besides the checkpoint and the data."""
-
-    section = "eval"
-
-    split: str = option("test", "which files to read", choices=("test", "train"))
-    lengths: str = option("1-12", "file numbers to evaluate, e.g. 1-12 or 0-12")
-    tag: str = option("best", "weights file model.<tag>.safetensors")
-    batch_size: int = option(512, "pairs per batch")
-    device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
-
-
 def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
     """``--config``, ``--data``, ``--out`` and one flag per model/training field (generated from the dataclasses)."""
-    from .model import LogicModelConfig
-    from .train import LogicTrainConfig
 
-    p.add_argument("--config", type=Path, help="YAML file with data/out/model/train/compare settings (configs/logic/)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="YAML file with data/out/model/train/compare settings, or a preset name (cpu-1h; `onlstm presets`)",
+    )
     p.add_argument("--data", type=Path, help="directory of train{k}/test{k} files (generated or the original data)")
     p.add_argument("--out", type=Path, help="output directory")
     add_flags(p, LogicModelConfig, "model", "model", skip=() if cell else ("cell",))
@@ -167,19 +139,18 @@ def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
 def load_yaml(path: Path) -> dict:
     """A logic config file: ``data``, ``out`` and the sections ``model``, ``train`` (checked against their
     dataclasses: names and value types) and ``compare``."""
-    from .model import LogicModelConfig
-    from .train import LogicTrainConfig
 
     return read_yaml(
-        path, {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}, _CONFIG_KEYS
+        path,
+        {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings},
+        _CONFIG_KEYS,
+        preset="logic",
     )
 
 
 def resolve_settings(args: argparse.Namespace):
     """``(model config, train config, data, out, compare section)`` from defaults < YAML < flags."""
     from ..runs import resolve_device
-    from .model import LogicModelConfig
-    from .train import LogicTrainConfig
 
     doc = load_yaml(args.config) if args.config else {}
     model_cfg = LogicModelConfig.from_dict(merged(doc.get("model"), flags_given(args, "model")))
@@ -198,6 +169,18 @@ def resolve_settings(args: argparse.Namespace):
     if out is None:
         raise SettingsError("no output directory: pass --out DIR (or out: in the --config file)")
     return model_cfg, train_cfg, Path(data), Path(out), dict(doc.get("compare") or {})
+
+
+def train_command(config: dict) -> str | None:
+    """The ``onlstm logic train`` command that reproduces a run's settings (its ``config.json``), else None."""
+    import shlex
+
+    if not isinstance(config.get("train"), dict):
+        return None
+    data = (config.get("data") or {}).get("path") or "DATA"
+    words = ["onlstm", "logic", "train", "--data", str(data), "--out", "RUN"]
+    model = command_flags(LogicModelConfig, config.get("model") or {})
+    return shlex.join(words + model + command_flags(LogicTrainConfig, config["train"]))
 
 
 def parse_buckets(text: str | list) -> list[int]:

@@ -129,7 +129,7 @@ def _train_or_reuse(
         return summary
     go_on = can_resume(run_dir, mcfg, tcfg)
     log(f"{what} {'resuming the interrupted run in' if go_on else 'training into'} {run_dir}")
-    if train(mcfg, tcfg, data, run_dir, log=log, resume=go_on).interrupted:
+    if train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on).interrupted:
         return None
     return read_json(run_dir / "config.json")["result"]
 

@@ -20,20 +20,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from .. import encoders
-from ..config import Config, ConfigError, option
 from ..encoders import make_encoder
-from ..nn.functional import MASTER_INPUT_MODES
+from .config import MLP_ACTIVATIONS, LogicModelConfig
 from .formulas import VOCABULARY, Formula, to_tokens
-from .relations import RELATIONS
 
 #: Checkpoint kind written into ``config.json`` (see :mod:`onlstm.checkpoint`).
 KIND = "logic-classifier"
@@ -44,61 +39,8 @@ TOKEN_IDS: dict[str, int] = {t: i for i, t in enumerate(TOKENS)}
 
 
 _ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU}
-
-
-@dataclass
-class LogicModelConfig(Config):
-    """Architecture of :class:`LogicClassifier` (saved in ``config.json`` next to every checkpoint).
-
-    ``chunk_size``, ``master_input`` and ``dropconnect`` are encoder options: the encoder receives those it
-    declares in :mod:`onlstm.encoders`, so one config serves every encoder of a comparison.
-    """
-
-    section = "model"
-    config_kind = "logic model config"
-
-    cell: str = option("onlstm", lambda: encoders.cell_help())
-    emb_size: int = option(128, "embedding size (paper: 128)")
-    hidden_size: int = option(400, "encoder units (paper: 400)")
-    chunk_size: int = option(
-        10,
-        encoders.option_help(
-            "chunk_size", "ON-LSTM chunk size (10: 40 chunks of 10 units, the paper's language-model chunk size)"
-        ),
-    )
-    master_input: str = option(
-        "paper",
-        encoders.option_help(
-            "master_input", "ON-LSTM master input gate: paper (the layer's default; top chunk never written) or reverse"
-        ),
-        choices=MASTER_INPUT_MODES,
-    )
-    dropout: float = option(0.2, "dropout on embeddings, features and MLP hidden layer (paper: 0.2)")
-    dropconnect: float = option(0.0, encoders.option_help("dropconnect", "DropConnect on hidden-to-hidden weights"))
-    mlp_hidden: int = option(400, "width of the MLP's hidden layer; 0 = a single linear layer over the features")
-    mlp_activation: str = option(
-        "relu", "activation of the MLP's hidden layer: relu or elu (the authors' script)", choices=tuple(_ACTIVATIONS)
-    )
-    encoder_options: dict[str, Any] = option({}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
-    n_classes: int = option(len(RELATIONS), "number of relations", flag=False)
-    vocab_size: int = option(len(TOKENS), "token vocabulary size (with padding)", flag=False)
-
-    def validate(self) -> None:
-        spec = encoders.check_cell(self.cell, "cell")
-        for name in ("emb_size", "hidden_size", "chunk_size", "n_classes", "vocab_size"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.mlp_hidden < 0:
-            raise ConfigError(f"mlp_hidden must be >= 0 (0 = linear classifier), got {self.mlp_hidden}")
-        for name in ("dropout", "dropconnect"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        spec.validate(self.hidden_size, self.layer_options())
-
-    def layer_options(self, cell: str | None = None) -> dict:
-        """The options this config gives encoder ``cell`` (default: its own): the fields the encoder declares
-        and ``encoder_options``."""
-        return encoders.options_for(cell or self.cell, self, self.encoder_options)
+assert tuple(_ACTIVATIONS) == MLP_ACTIVATIONS  # the config offers exactly the activations built here
+assert len(TOKENS) == LogicModelConfig().vocab_size  # the config's default counts the padding id
 
 
 # --------------------------------------------------------------------------- tokens
@@ -189,6 +131,43 @@ class LogicClassifier(nn.Module):
     def forward(self, a_tokens, a_lengths, b_tokens, b_lengths) -> torch.Tensor:
         """Logits (B, 7) for pairs given as padded token batches (see :func:`pad_batch`)."""
         return self.mlp(self.features(a_tokens, a_lengths, b_tokens, b_lengths))
+
+    # -- sharing (docs/sharing.md) ---------------------------------------------------------------
+    def save_pretrained(
+        self, directory, *, run_config: dict | None = None, command: str | None = None, results: dict | None = None
+    ):
+        """Save in Hugging Face's layout (``config.json``, ``model.safetensors``, ``vocab.json``,
+        ``README.md``); ``run_config`` (the run's ``config.json``), ``command`` and ``results`` as for
+        :meth:`onlstm.models.LanguageModel.save_pretrained`."""
+        from ..checkpoint import config_header
+        from ..runs import model_card, save_pretrained
+
+        config = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}
+        title = f"{self.config.cell} logical-inference classifier ({self.config.hidden_size} units)"
+        card = model_card(title, config, LOGIC_USAGE, command, results)
+        return save_pretrained(directory, self, config, card, list(TOKENS))
+
+    @classmethod
+    def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LogicClassifier:
+        """A classifier saved by :meth:`save_pretrained` (a local directory, or a Hub id with
+        ``huggingface_hub`` installed) or a training run directory, in eval mode on ``device``."""
+        from ..runs import pretrained_path
+        from .evaluate import load_classifier
+
+        model, config = load_classifier(pretrained_path(name_or_path), device=device)
+        model.run_config = config
+        return model
+
+
+LOGIC_USAGE = """
+```python
+from onlstm.logic.model import LogicClassifier
+
+model = LogicClassifier.from_pretrained("THIS_DIRECTORY")
+```
+
+Evaluate it: `onlstm logic eval --checkpoint THIS_DIRECTORY --data DIR`.
+"""
 
 
 def num_parameters(model: nn.Module) -> int:

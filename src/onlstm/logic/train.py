@@ -35,9 +35,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
-from ..config import Config, ConfigError, option
+from ..errors import TrainingDiverged
 from ..runs import (
+    RunLock,
     StopRequest,
+    check_output_dir,
     read_resume,
     resolve_device,
     restore_training,
@@ -45,74 +47,10 @@ from ..runs import (
     training_tensors,
     write_resume,
 )
+from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKENS, LogicClassifier, LogicModelConfig, num_parameters, pad_batch, token_ids
 from .relations import RELATIONS
-
-
-@dataclass
-class LogicTrainConfig(Config):
-    """Options of :func:`train` (saved in ``config.json``)."""
-
-    section = "train"
-    config_kind = "logic train config"
-
-    max_train_ops: int = option(
-        6, "train on pairs whose larger operator count is at most this (files train0 ... train{max_train_ops})"
-    )
-    valid_fraction: float = option(0.1, "share of those pairs held out for validation (early stopping)")
-    max_train_examples: int | None = option(
-        None, "use a random subset of this many pairs (before the validation split)", default_text="all"
-    )
-    seed: int = option(0, "seed of subset, split, init, dropout and batch order")
-    epochs: int = option(30, "maximum epochs")
-    batch_size: int = option(128, "pairs per step")
-    lr: float = option(1e-3, "Adam learning rate")
-    lr_decay: float = option(
-        0.5, "learning-rate factor after lr_patience validation checks in a row without improvement; 1 = constant"
-    )
-    # Both models sit on a ~65% plateau for thousands of steps before they learn the operators; decaying after
-    # every such check (lr_patience 1) kept the LSTM there for good.
-    lr_patience: int = option(
-        3, "validation checks in a row without improvement before each decay (the count then starts again)"
-    )
-    min_lr: float = option(1e-5, "never decay the learning rate below this")
-    weight_decay: float = option(0.0, "Adam's (L2) weight decay; the authors' script: 1.2e-6")
-    adam_eps: float = option(1e-8, "Adam's epsilon (torch's default; the authors' script: 1e-9)")
-    clip: float = option(1.0, "gradient norm clipping; 0 = none")
-    patience: int = option(8, "stop after this many validation checks in a row without improvement")
-    valid_every: int = option(0, "steps between validation checks; 0 = once per epoch")
-    time_limit: float | None = option(
-        None, "stop after this many minutes of training (checked after every step)", default_text="no limit"
-    )
-    eval_batch_size: int = option(512, "pairs per evaluation batch")
-    device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
-    # On a CPU shared with other jobs one thread was 3-10x faster than two here.
-    threads: int | None = option(None, "torch.set_num_threads for the whole process", default_text="torch's choice")
-    progress: bool = option(True, "tqdm progress bar (shown on a terminal only)")
-
-    def validate(self) -> None:
-        if self.max_train_ops < 0:
-            raise ConfigError(f"max_train_ops must be >= 0, got {self.max_train_ops}")
-        if not 0.0 < self.valid_fraction < 1.0:
-            raise ConfigError(f"valid_fraction must be in (0, 1), got {self.valid_fraction}")
-        for name in ("epochs", "batch_size", "patience", "lr_patience", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_train_examples is not None and self.max_train_examples < 2:
-            raise ConfigError(f"max_train_examples must be >= 2 or None, got {self.max_train_examples}")
-        if self.lr <= 0 or not 0.0 < self.lr_decay <= 1.0:
-            raise ConfigError(f"lr must be > 0 and lr_decay in (0, 1], got {self.lr}, {self.lr_decay}")
-        if not 0.0 <= self.min_lr <= self.lr:
-            raise ConfigError(f"min_lr must be in [0, lr={self.lr}], got {self.min_lr}")
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
-        if self.adam_eps <= 0:
-            raise ConfigError(f"adam_eps must be > 0, got {self.adam_eps}")
-        if self.valid_every < 0 or self.clip < 0 or self.weight_decay < 0:
-            raise ConfigError("valid_every, clip and weight_decay must be >= 0")
-        if self.time_limit is not None and self.time_limit <= 0:
-            raise ConfigError(f"time_limit must be > 0 minutes or None, got {self.time_limit}")
 
 
 @dataclass
@@ -295,17 +233,26 @@ def train(
     out: str | Path,
     log: Callable[[str], None] | None = print,
     resume: bool = False,
+    replace: bool = False,
 ) -> TrainResult:
     """Train a classifier on ``data`` (a directory of ``train{k}`` files, or one file) into run dir ``out``.
 
-    ``resume=True`` goes on from ``out/resume.safetensors`` (same settings required). Returns a
+    ``resume=True`` goes on from ``out/resume.safetensors`` (same settings required). A directory that
+    holds a run is refused without ``resume``; ``replace=True`` (``logic compare``, retraining its own
+    run after a change of settings) replaces a logic run there, never a run of another kind. Returns a
     :class:`TrainResult`; on Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last
     weights and the resume file (the best checkpoint is kept).
     """
     log = log or (lambda _msg: None)
-    out = Path(out)
+    out = check_output_dir(out, resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
     if resume:
         _check_resumable(out, model_cfg, cfg)
+    with RunLock(out, "onlstm logic train", log=log):
+        return _train_locked(model_cfg, cfg, data, out, log, resume)
+
+
+def _train_locked(model_cfg, cfg, data, out: Path, log, resume: bool) -> TrainResult:
+    """:func:`train` once the run directory is checked and locked."""
     examples = load_training_examples(data, cfg)
     train_ex, valid_ex = split_train_valid(examples, cfg)
     run = _LogicRun(model_cfg, cfg, out, encode_examples(train_ex), encode_examples(valid_ex), log)
@@ -325,7 +272,11 @@ def train(
         f"pairs, {len(run.valid_data)} validation pairs (<= {cfg.max_train_ops} operators); {run.steps_per_epoch} "
         f"steps/epoch, validation every {run.valid_every} steps; run dir {out}"
     )
-    stopped_by = run.loop()
+    try:
+        stopped_by = run.loop()
+    except TrainingDiverged:
+        run.write_status("diverged")  # the resume file of the last validation check stays
+        raise
     return run.finish(stopped_by)
 
 
@@ -498,6 +449,8 @@ class _LogicRun:
         st = self.st
         batch = [t.to(self.device) for t in collate(pairs)]
         loss, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
+        if not math.isfinite(float(loss)):
+            self._diverged(float(loss))
         y = batch[-1]
         st["step"] += 1
         st["pos"] += 1
@@ -509,6 +462,23 @@ class _LogicRun:
             loss=f"{st['loss_sum'] / st['seen']:.3f}",
             acc=f"{100 * st['correct_sum'] / st['seen']:.1f}%",
             best=f"{100 * max(st['best_acc'], 0):.1f}%",
+        )
+
+    def _diverged(self, loss: float) -> None:
+        """Stop at a NaN/infinite training loss: the weights are broken, so nothing more is saved."""
+        st = self.st
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        kept = (
+            f"; kept from before: model.best.safetensors (valid acc {100 * st['best_acc']:.2f}% at step "
+            f"{st['best_step']})"
+            if st["best_acc"] >= 0
+            else ""
+        )
+        raise TrainingDiverged(
+            f"training diverged: the training loss is {loss} at step {st['step'] + 1}; the diverged weights "
+            f"were not saved{kept}; lower --lr or set --clip (e.g. 1.0) and train into a new --out"
         )
 
     def _after_step(self, stop: StopRequest) -> str:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import encoders
-from ..config import Config, ConfigError, option
+from ..config import Config, ConfigError, check_probabilities, option
 from ..encoders import make_encoder
 
 
@@ -64,6 +64,7 @@ class LMConfig(Config):
             )
         if self.vocab_size <= 0 or self.emb_size <= 0 or not self.hidden_sizes or min(self.hidden_sizes) <= 0:
             raise ConfigError("vocab_size, emb_size and every hidden size must be positive and hidden_sizes non-empty")
+        check_probabilities(self, ("dropout_emb", "dropout_in", "dropout_hidden", "dropout_out"))
         if self.tie_weights and self.hidden_sizes[-1] != self.emb_size:
             raise ConfigError(
                 f"tie_weights needs the last layer's width ({self.hidden_sizes[-1]}) to equal "
@@ -157,6 +158,56 @@ class LanguageModel(nn.Module):
 
     def logits(self, output: torch.Tensor) -> torch.Tensor:
         return self.decoder(output)
+
+    # -- sharing (docs/sharing.md) ---------------------------------------------------------------
+    def save_pretrained(
+        self,
+        directory,
+        vocab,
+        *,
+        run_config: dict | None = None,
+        command: str | None = None,
+        results: dict | None = None,
+    ):
+        """Save this model and its vocabulary (a :class:`~onlstm.data.vocab.Vocab` or a list of words) in
+        Hugging Face's layout: ``config.json``, ``model.safetensors``, ``vocab.json``, ``README.md``.
+
+        ``run_config``: the training run's ``config.json`` (its settings travel with the model: text
+        normalisation, training recipe, ...); ``command`` and ``results`` go into the model card."""
+        from ..checkpoint import config_header
+        from ..runs import model_card, save_pretrained
+
+        words = list(getattr(vocab, "words", vocab))
+        if len(words) != self.config.vocab_size:
+            raise ValueError(f"the vocabulary has {len(words)} words but the model expects {self.config.vocab_size}")
+        config = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}
+        c = self.config
+        title = f"{c.cell} language model ({len(c.hidden_sizes)} layers, {c.vocab_size:,} words)"
+        card = model_card(title, config, LM_USAGE, command, results)
+        return save_pretrained(directory, self, config, card, words)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LanguageModel:
+        """A model saved by :meth:`save_pretrained` (a local directory, or a Hugging Face Hub id when
+        ``huggingface_hub`` is installed) or a training run directory, in eval mode on ``device``. Its
+        vocabulary is ``model.vocab``, the saved ``config.json`` ``model.run_config``."""
+        from ..runs import pretrained_path
+
+        run = load_language_model_run(pretrained_path(name_or_path), device=device)
+        model = run.model
+        model.vocab, model.run_config = run.vocab, run.config
+        return model
+
+
+LM_USAGE = """
+```python
+from onlstm.models import LanguageModel
+
+model = LanguageModel.from_pretrained("THIS_DIRECTORY")   # model.vocab: its words
+```
+
+Parse sentences with it (ON-LSTM models): `onlstm parse --checkpoint THIS_DIRECTORY sentences.txt`.
+"""
 
 
 KIND = "lm"

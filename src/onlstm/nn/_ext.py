@@ -8,6 +8,7 @@ the source declares glibc's vectorised ``exp`` itself (see csrc/onlstm_cpu.cpp).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -30,11 +31,48 @@ def extension_name() -> str:
     return f"onlstm_cpu_{h.hexdigest()[:12]}"
 
 
+def build_path(path: str) -> str:
+    """``path`` (a PATH value) with the directories that hold this environment's ``ninja`` put first.
+
+    PyTorch runs ``ninja`` from PATH. ``make`` and scripts call ``.venv/bin/onlstm`` without activating
+    the virtualenv, so the ``ninja`` that pip installed next to the interpreter (a dependency of this
+    package) is not on PATH and, without a system ninja, the kernel silently fell back to ``fused``.
+    """
+    first = []
+    with contextlib.suppress(ImportError):  # the `ninja` package knows where its binary is
+        import ninja
+
+        if getattr(ninja, "BIN_DIR", None):
+            first.append(str(ninja.BIN_DIR))
+    first.append(os.path.dirname(sys.executable))
+    rest = [d for d in path.split(os.pathsep) if d]
+    out: list[str] = []
+    for d in first + rest:
+        if d not in out:
+            out.append(d)
+    return os.pathsep.join(out)
+
+
+@contextlib.contextmanager
+def _ninja_on_path():
+    """PATH extended by :func:`build_path` while the kernel builds, restored afterwards."""
+    old = os.environ.get("PATH")
+    os.environ["PATH"] = build_path(old or os.defpath)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["PATH"]
+        else:
+            os.environ["PATH"] = old
+
+
 def load_extension() -> Any:
     """Return the compiled kernel module, or ``None`` if it cannot be built (the reason: :func:`extension_error`).
 
     ``impl='auto'`` then falls back to the ``fused`` kernel with one warning (kernels.py).
 
+    The ``ninja`` installed with this package is found without an activated virtualenv (:func:`build_path`).
     Set ``ONLSTM_NO_EXTENSION=1`` to skip the build. The build directory is PyTorch's
     (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``).
     """
@@ -53,13 +91,14 @@ def load_extension() -> Any:
             print(
                 "onlstm: compiling the C++ kernel (once per machine, about a minute) ...", file=sys.stderr, flush=True
             )
-        _state["module"] = cpp_extension.load(
-            name=name,
-            sources=[str(_SOURCE)],
-            extra_cflags=_CFLAGS,
-            extra_ldflags=["-fopenmp"],
-            verbose=False,
-        )
+        with _ninja_on_path():
+            _state["module"] = cpp_extension.load(
+                name=name,
+                sources=[str(_SOURCE)],
+                extra_cflags=_CFLAGS,
+                extra_ldflags=["-fopenmp"],
+                verbose=False,
+            )
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         _state["error"] = f"{type(exc).__name__}: {first}"

@@ -47,6 +47,21 @@ def _check_sizes(input_size: int, hidden_size: int, chunk_size: int) -> None:
         )
 
 
+_NO_TORCHSCRIPT = (
+    "ONLSTM does not support {what} (its time loop is Python code: a trace would only be valid for one "
+    "input shape); use torch.compile(model), the supported way to compile it (docs/layer.md)"
+)
+
+
+def _check_dtype(x: Tensor, weight: Tensor, who: str) -> None:
+    """The input's dtype must be the weights' (as ``nn.LSTM`` checks), not a bare matmul error later."""
+    if x.dtype != weight.dtype:
+        raise ValueError(
+            f"{who}: input dtype ({x.dtype}) does not match weight dtype ({weight.dtype}). Convert the input: "
+            f"input.to({weight.dtype}), or the model: model.to({x.dtype})"
+        )
+
+
 def _check_master_input(mode: str) -> None:
     if mode not in Fn.MASTER_INPUT_MODES:
         raise ValueError(f"master_input must be one of {Fn.MASTER_INPUT_MODES}, got {mode!r}")
@@ -149,6 +164,7 @@ class ONLSTMCell(nn.Module):
             )
         if input.shape[-1] != self.input_size:
             raise ValueError(f"ONLSTMCell: input has {input.shape[-1]} features, expected input_size={self.input_size}")
+        _check_dtype(input, self.weight_ih, "ONLSTMCell")
         unbatched = input.dim() == 1
         x = input.unsqueeze(0) if unbatched else input
         if hx is None:
@@ -308,8 +324,17 @@ class ONLSTM(nn.Module):
         """
         return kernels.resolve_impl(self.impl, device, dtype)
 
+    # -- TorchScript ------------------------------------------------------------------------------
+    def __prepare_scriptable__(self):
+        # torch.jit.script calls this first: say what to use instead of failing on an internal construct
+        raise NotImplementedError(_NO_TORCHSCRIPT.format(what="torch.jit.script"))
+
     # -- forward --------------------------------------------------------------------------------
     def forward(self, input, hx=None, return_distances: bool = False):
+        if torch.jit.is_tracing():
+            # a trace would bake this input's sequence length and batch sizes into the graph (the time
+            # loop is Python), giving wrong results for any other shape
+            raise NotImplementedError(_NO_TORCHSCRIPT.format(what="torch.jit.trace"))
         flat = self._flatten_input(input)
         h0, c0 = self._initial_state(hx, flat.batch, flat.data, flat.unbatched, flat.sorted_idx)
         impl = self.resolved_impl(flat.data.device, flat.data.dtype)
@@ -400,6 +425,7 @@ class ONLSTM(nn.Module):
             )
         if not x.is_floating_point():
             raise ValueError(f"ONLSTM: input must be a floating-point tensor, got {x.dtype}")
+        _check_dtype(x, self.all_weights[0][0], "ONLSTM")
 
     def _initial_state(self, hx, batch, data, unbatched, sorted_idx):
         layers = self.num_layers * self.num_directions

@@ -12,7 +12,9 @@ import json
 import sys
 from pathlib import Path
 
+from ..config import positive_int
 from ..errors import InputError, command_error
+from ..runs import check_output_file
 from .evaluate import score_treebank
 from .induce import (
     check_layer,
@@ -66,11 +68,17 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
         "--layer",
         type=int,
         default=None,
-        help="1-based layer whose distances build the tree "
-        "(default: 2, the paper's, or the last layer of a smaller model)",
+        help="1-based layer whose distances build the tree (default: the layer saved in the run, e.g. the "
+        "one `onlstm demo` chose on its dev sentences; else 2, the paper's, or the last layer of a smaller model)",
     )
-    p.add_argument("--format", choices=["brackets", "pretty", "json"], default="brackets")
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument(
+        "--format",
+        choices=["brackets", "pretty", "json"],
+        default="brackets",
+        help="brackets: one tree per input line, an empty line for a line with nothing to parse (blank or only "
+        "punctuation); json: one object per input line (tree null for those); pretty: drawn trees",
+    )
+    p.add_argument("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
     p.set_defaults(func=_cmd_parse, prog=p.prog)
 
     p = subparsers.add_parser(
@@ -88,8 +96,8 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
         default=None,
         help="write predicted trees here, one bracketed tree per line (PATH.layerN.txt per layer)",
     )
-    p.add_argument("--random-draws", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--random-draws", type=positive_int, default=5, help="random-baseline draws (default 5)")
+    p.add_argument("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
     p.add_argument("--json", action="store_true", help="print one JSON object with every number")
     p.set_defaults(func=_cmd_eval_parse)
 
@@ -235,11 +243,26 @@ def _default_layer(n_layers: int) -> int:
     return 2 if n_layers >= 2 else 1
 
 
+def choose_layer(given: int | None, lm) -> int:
+    """The 0-based layer to build trees from: ``--layer`` when given (checked: 1..layers, so 0 is an error,
+    not the default), else the run's ``parse_layer`` (saved by ``onlstm demo``: the layer it chose on dev),
+    else the paper's layer 2 (the last layer of a one-layer model)."""
+    n_layers = len(lm.model.layers)
+    if given is not None:
+        return check_layer(given, n_layers)
+    saved = lm.config.get("parse_layer")
+    if isinstance(saved, int) and not isinstance(saved, bool) and 1 <= saved <= n_layers:
+        return saved - 1
+    return _default_layer(n_layers) - 1
+
+
 def _prepare(lines, scheme: str):
-    """Raw lines -> normalised word lists; returns (sentences, line numbers, dropped tokens, empty lines)."""
+    """Raw lines -> normalised word lists; returns (sentences, line numbers, dropped tokens, empty lines):
+    a blank line and a line of only punctuation are both "empty" (listed, nothing parsed)."""
     sentences, numbers, dropped, empty = [], [], 0, []
     for k, line in enumerate(lines, 1):
         if not line.strip():
+            empty.append(k)
             continue
         words, gone = normalise_words(tokenize(line, scheme), scheme)
         dropped += len(gone)
@@ -254,8 +277,7 @@ def _prepare(lines, scheme: str):
 def _cmd_parse(args) -> int:
     try:
         lm = load_language_model(args.checkpoint)
-        n_layers = len(lm.model.layers)
-        layer = check_layer(args.layer or _default_layer(n_layers), n_layers)
+        layer = choose_layer(args.layer, lm)
         text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
     except (ValueError, OSError) as err:
         raise command_error(err) from None
@@ -264,31 +286,60 @@ def _cmd_parse(args) -> int:
         raise InputError("no sentence to parse in the input")
     forget, _, unknown = sentence_distances(lm.model, lm.vocab, sentences, args.batch_size)
     trees = trees_from_distances(sentences, forget, layer)
-    for words, dist, tree, line in zip(sentences, forget, trees, numbers):
-        if args.format == "json":
-            print(
-                json.dumps(
-                    {
-                        "line": line,
-                        "words": words,
-                        "tree": to_brackets(tree),
-                        "unknown": [w for w in words if w not in lm.vocab],
-                        "distances": [[round(v, 5) for v in row] for row in dist.tolist()],
-                    }
-                )
-            )
-        elif args.format == "pretty":
-            _as_nltk(tree).pretty_print(unicodelines=True)
-        else:
-            print(to_brackets(tree))
+    parsed = {line: (words, dist, tree) for words, dist, tree, line in zip(sentences, forget, trees, numbers)}
+    for line in range(1, max(numbers + empty) + 1):  # one output per input line, in order
+        _print_parse(args.format, line, parsed.get(line), lm.vocab)
     total = sum(len(s) for s in sentences)
     notes = [f"{len(sentences)} sentences, {total} words, {unknown} unknown to the model (mapped to <unk>)"]
     if dropped:
         notes.append(f"{dropped} punctuation tokens dropped (the model's text has none)")
     if empty:
-        notes.append(f"lines with no word left after normalisation, skipped: {empty[:10]}")
+        shown = ", ".join(map(str, empty[:20])) + (f" and {len(empty) - 20} more" if len(empty) > 20 else "")
+        notes.append(f"lines with nothing to parse (blank or only punctuation), written as empty output: {shown}")
     print(f"{args.prog}: " + "; ".join(notes) + f"; layer {layer + 1}", file=sys.stderr)
     return 0
+
+
+def _print_parse(fmt: str, line: int, item, vocab) -> None:
+    """The output for input line ``line``: its tree, or the empty marker when ``item`` is None."""
+    if fmt == "json":
+        if item is None:
+            print(json.dumps({"line": line, "words": [], "tree": None, "unknown": [], "distances": []}))
+            return
+        words, dist, tree = item
+        row = {
+            "line": line,
+            "words": words,
+            "tree": to_brackets(tree),
+            "unknown": [w for w in words if w not in vocab],
+            "distances": [[round(v, 5) for v in r] for r in dist.tolist()],
+        }
+        print(json.dumps(row))
+    elif fmt == "pretty":
+        if item is None:
+            print(f"(line {line}: nothing to parse)")
+        else:
+            _pretty(item[2])
+    else:
+        print("" if item is None else to_brackets(item[2]))
+
+
+def _pretty(tree) -> None:
+    # nltk draws recursively: a tree too deep for that is printed in brackets instead of failing
+    if _depth(tree) > 200:
+        print(to_brackets(tree))
+    else:
+        _as_nltk(tree).pretty_print(unicodelines=True)
+
+
+def _depth(tree) -> int:
+    depth, stack = 0, [(tree, 0)]
+    while stack:
+        node, d = stack.pop()
+        depth = max(depth, d)
+        if not isinstance(node, str):
+            stack.extend((c, d + 1) for c in node)
+    return depth
 
 
 def _as_nltk(tree):
@@ -316,6 +367,8 @@ def _cmd_eval_parse(args) -> int:
     from ..data.treebank import load_treebank
 
     try:
+        if args.out_trees:
+            check_output_file(args.out_trees, "--out-trees")
         lm = load_language_model(args.checkpoint)
         layers = _parse_layers(args.layers, len(lm.model.layers))
         bank = load_treebank(args.treebank, max_length=10 if args.wsj10 else None, sections=args.sections)
@@ -335,11 +388,13 @@ def _cmd_eval_parse(args) -> int:
         "layers": {k: v.to_dict() for k, v in rows.items()},
         "baselines": baselines,
         "trees_written": written,
+        "run_layer": choose_layer(None, lm) + 1,  # the layer parse/plot use for this run by default
     }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         _print_eval_parse(bank.summary(), scores, args.random_draws, written)
+        print(f"parse and plot use layer {result['run_layer']} of this run by default")
     return 0
 
 
@@ -387,9 +442,9 @@ def _cmd_plot(args) -> int:
     from .plots import plot_sentence
 
     try:
+        check_output_file(args.out, "--out")
         lm = load_language_model(args.checkpoint)
-        n_layers = len(lm.model.layers)
-        layer = check_layer(args.layer or _default_layer(n_layers), n_layers)
+        layer = choose_layer(args.layer, lm)
         words, _dropped = normalise_words(tokenize(args.sentence, lm.normalisation), lm.normalisation)
         if not words:
             raise ValueError("the sentence has no word left after normalisation")

@@ -21,12 +21,12 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..checkpoint import config_header, save_weights, write_json
-from ..config import Config, ConfigError, option
+from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
+from ..config import Config, ConfigError, command_flags, option
 from ..data.grammar import Grammar
 from ..data.vocab import EOS, Vocab
 from ..models.language_model import LanguageModel, LMConfig
-from ..runs import StopRequest, setup_torch
+from ..runs import RunDirError, RunLock, StopRequest, check_output_folder, describe_run, setup_torch
 from .baselines import score_baselines
 from .induce import sentence_distances, trees_from_distances
 from .metrics import evaluate
@@ -59,8 +59,8 @@ class DemoConfig(Config):
 
     def validate(self) -> None:
         for name in ("seconds", "train_sentences", "dev_sentences", "test_sentences", "batch_size", "bptt", "lr"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"demo.{name} must be positive, got {getattr(self, name)}")
+            if not getattr(self, name) > 0 or not math.isfinite(getattr(self, name)):  # NaN fails both
+                raise ConfigError(f"demo.{name} must be positive and finite, got {getattr(self, name)}")
         if self.threads < 0 or not 0.0 <= self.dropout < 1.0:
             raise ConfigError("demo.threads must be >= 0 and demo.dropout in [0, 1)")
 
@@ -150,13 +150,36 @@ def _pct(x: float) -> str:
     return f"{100 * x:5.1f}"
 
 
+def check_demo_dir(out: str | Path) -> Path:
+    """``--out`` of the demo: a writable directory holding no run but, at most, an earlier demo's (which the
+    demo replaces: it is made again in minutes); checked before any work."""
+    out_dir = check_output_folder(out)
+    held = describe_run(out_dir)
+    if held:
+        try:
+            earlier_demo = "demo" in read_json(out_dir / "config.json")
+        except CheckpointError:
+            earlier_demo = False
+        if not earlier_demo or (out_dir / "resume.safetensors").exists():
+            raise RunDirError(
+                f"{out_dir} already holds a run that the demo did not make (found: {held}); the demo would "
+                "overwrite it: choose another --out"
+            )
+    return out_dir
+
+
 def run(cfg: DemoConfig, as_json: bool = False) -> dict:
+    out_dir = check_demo_dir(cfg.out)
     setup_torch(cfg.threads)
-    out_dir = Path(cfg.out)
+    with RunLock(out_dir, "onlstm demo", log=None if as_json else print):
+        return _run_locked(cfg, out_dir, as_json)
+
+
+def _run_locked(cfg: DemoConfig, out_dir: Path, as_json: bool) -> dict:
     train, dev, test, vocab = _corpora(cfg, quiet=as_json)
     model, info = train_lm(cfg, [t.leaves() for t in train], vocab, as_json)
-    _save_run(cfg, out_dir, model, vocab)
     scores = _score(cfg, model, vocab, dev, test, out_dir)
+    _save_run(cfg, out_dir, model, vocab, scores["best"] + 1)
     result = {
         "train": info,
         "vocab_size": len(vocab),
@@ -192,8 +215,19 @@ def _corpora(cfg: DemoConfig, quiet: bool):
     return train, dev, test, vocab
 
 
-def _save_run(cfg: DemoConfig, out_dir: Path, model: LanguageModel, vocab: Vocab) -> None:
-    """An ordinary language-model run directory, so ``onlstm parsing parse --checkpoint`` reads it."""
+def demo_command(config: dict) -> str | None:
+    """The ``onlstm demo`` command that reproduces a demo run's settings (its ``config.json``), else None."""
+    import shlex
+
+    if not isinstance(config.get("demo"), dict):
+        return None
+    return shlex.join(["onlstm", "demo", *command_flags(DemoConfig, config["demo"])])
+
+
+def _save_run(cfg: DemoConfig, out_dir: Path, model: LanguageModel, vocab: Vocab, layer: int) -> None:
+    """An ordinary language-model run directory, so ``onlstm parsing parse --checkpoint`` reads it;
+    ``parse_layer`` (1-based) is the layer chosen on the development sentences, which ``parse`` and ``plot``
+    then use by default."""
     save_weights(out_dir / "model.best.safetensors", model)
     vocab.save(out_dir / "vocab.json")
     write_json(
@@ -203,6 +237,7 @@ def _save_run(cfg: DemoConfig, out_dir: Path, model: LanguageModel, vocab: Vocab
             model.config.to_dict(),
             text_normalisation="lower",
             trained_on="onlstm demo grammar",
+            parse_layer=layer,
             demo=cfg.to_dict(),
         ),
     )
@@ -212,6 +247,7 @@ def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_d
     """Per-layer F1 on test, the layer chosen on dev, the baselines; writes the test trees (gold, predicted)."""
     t0 = time.monotonic()
     dev_words, test_words = [t.leaves() for t in dev], [t.leaves() for t in test]
+    out_dir.mkdir(parents=True, exist_ok=True)
     dev_f, _, _ = sentence_distances(model, vocab, dev_words)
     test_f, _, _ = sentence_distances(model, vocab, test_words)
     n_layers = len(model.layers)

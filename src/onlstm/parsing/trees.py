@@ -66,8 +66,24 @@ def build_tree(words: Sequence[str], distances: Sequence[float]) -> Tree:
 
 
 def _build(words: list[str], dist: list[float], lo: int, hi: int) -> Tree:
-    if hi - lo == 1:
-        return words[lo]
-    i = max(range(lo, hi), key=dist.__getitem__)  # max() keeps the first maximum: leftmost on ties
-    right: Tree = words[i] if i + 1 == hi else (words[i], _build(words, dist, i + 1, hi))
-    return right if i == lo else (_build(words, dist, lo, i), right)
+    # Iterative (an explicit stack instead of recursion): a sentence of thousands of words with steadily
+    # falling distances nests as deep as it is long, past Python's recursion limit. Each frame is a span
+    # and its split point; a span is assembled once both of its parts are built.
+    built: dict[tuple[int, int], Tree] = {}
+    stack: list[tuple[int, int, int]] = [(lo, hi, -1)]
+    while stack:
+        a, b, i = stack.pop()
+        if b - a == 1:
+            built[(a, b)] = words[a]
+            continue
+        if i < 0:  # first visit: choose the split, build the parts first
+            i = max(range(a, b), key=dist.__getitem__)  # max() keeps the first maximum: leftmost on ties
+            stack.append((a, b, i))
+            if i + 1 < b:
+                stack.append((i + 1, b, -1))
+            if i > a:
+                stack.append((a, i, -1))
+            continue
+        right: Tree = words[i] if i + 1 == b else (words[i], built.pop((i + 1, b)))
+        built[(a, b)] = right if i == a else (built.pop((a, i)), right)
+    return built[(lo, hi)]

@@ -1,0 +1,169 @@
+"""Typed settings of the logical-inference experiment: the classifier's architecture (saved with every run),
+the training recipe, and what ``compare`` and ``eval`` run. Every field is a command-line flag and a key of
+the YAML presets ``logic/<name>`` (``onlstm presets``; see :mod:`onlstm.config`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import encoders
+from ..config import Config, ConfigError, option
+from ..nn.functional import MASTER_INPUT_MODES
+from .formulas import VOCABULARY
+from .relations import RELATIONS
+
+#: Activations of the MLP's hidden layer (built in :mod:`onlstm.logic.model`).
+MLP_ACTIVATIONS = ("relu", "elu")
+
+
+@dataclass
+class LogicModelConfig(Config):
+    """Architecture of :class:`LogicClassifier` (saved in ``config.json`` next to every checkpoint).
+
+    ``chunk_size``, ``master_input`` and ``dropconnect`` are encoder options: the encoder receives those it
+    declares in :mod:`onlstm.encoders`, so one config serves every encoder of a comparison.
+    """
+
+    section = "model"
+    config_kind = "logic model config"
+
+    cell: str = option("onlstm", lambda: encoders.cell_help())
+    emb_size: int = option(128, "embedding size (paper: 128)")
+    hidden_size: int = option(400, "encoder units (paper: 400)")
+    chunk_size: int = option(
+        10,
+        encoders.option_help(
+            "chunk_size", "ON-LSTM chunk size (10: 40 chunks of 10 units, the paper's language-model chunk size)"
+        ),
+    )
+    master_input: str = option(
+        "paper",
+        encoders.option_help(
+            "master_input", "ON-LSTM master input gate: paper (the layer's default; top chunk never written) or reverse"
+        ),
+        choices=MASTER_INPUT_MODES,
+    )
+    dropout: float = option(0.2, "dropout on embeddings, features and MLP hidden layer (paper: 0.2)")
+    dropconnect: float = option(0.0, encoders.option_help("dropconnect", "DropConnect on hidden-to-hidden weights"))
+    mlp_hidden: int = option(400, "width of the MLP's hidden layer; 0 = a single linear layer over the features")
+    mlp_activation: str = option(
+        "relu", "activation of the MLP's hidden layer: relu or elu (the authors' script)", choices=MLP_ACTIVATIONS
+    )
+    encoder_options: dict[str, Any] = option({}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
+    n_classes: int = option(len(RELATIONS), "number of relations", flag=False)
+    vocab_size: int = option(len(VOCABULARY) + 1, "token vocabulary size (with padding)", flag=False)
+
+    def validate(self) -> None:
+        spec = encoders.check_cell(self.cell, "cell")
+        for name in ("emb_size", "hidden_size", "chunk_size", "n_classes", "vocab_size"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.mlp_hidden < 0:
+            raise ConfigError(f"mlp_hidden must be >= 0 (0 = linear classifier), got {self.mlp_hidden}")
+        for name in ("dropout", "dropconnect"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        spec.validate(self.hidden_size, self.layer_options())
+
+    def layer_options(self, cell: str | None = None) -> dict:
+        """The options this config gives encoder ``cell`` (default: its own): the fields the encoder declares
+        and ``encoder_options``."""
+        return encoders.options_for(cell or self.cell, self, self.encoder_options)
+
+
+@dataclass
+class LogicTrainConfig(Config):
+    """Options of :func:`train` (saved in ``config.json``)."""
+
+    section = "train"
+    config_kind = "logic train config"
+
+    max_train_ops: int = option(
+        6, "train on pairs whose larger operator count is at most this (files train0 ... train{max_train_ops})"
+    )
+    valid_fraction: float = option(0.1, "share of those pairs held out for validation (early stopping)")
+    max_train_examples: int | None = option(
+        None, "use a random subset of this many pairs (before the validation split)", default_text="all"
+    )
+    seed: int = option(0, "seed of subset, split, init, dropout and batch order")
+    epochs: int = option(30, "maximum epochs")
+    batch_size: int = option(128, "pairs per step")
+    lr: float = option(1e-3, "Adam learning rate")
+    lr_decay: float = option(
+        0.5, "learning-rate factor after lr_patience validation checks in a row without improvement; 1 = constant"
+    )
+    # Both models sit on a ~65% plateau for thousands of steps before they learn the operators; decaying after
+    # every such check (lr_patience 1) kept the LSTM there for good.
+    lr_patience: int = option(
+        3, "validation checks in a row without improvement before each decay (the count then starts again)"
+    )
+    min_lr: float = option(1e-5, "never decay the learning rate below this")
+    weight_decay: float = option(0.0, "Adam's (L2) weight decay; the authors' script: 1.2e-6")
+    adam_eps: float = option(1e-8, "Adam's epsilon (torch's default; the authors' script: 1e-9)")
+    clip: float = option(1.0, "gradient norm clipping; 0 = none")
+    patience: int = option(8, "stop after this many validation checks in a row without improvement")
+    valid_every: int = option(0, "steps between validation checks; 0 = once per epoch")
+    time_limit: float | None = option(
+        None, "stop after this many minutes of training (checked after every step)", default_text="no limit"
+    )
+    eval_batch_size: int = option(512, "pairs per evaluation batch")
+    device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
+    # On a CPU shared with other jobs one thread was 3-10x faster than two here.
+    threads: int | None = option(None, "torch.set_num_threads for the whole process", default_text="torch's choice")
+    progress: bool = option(True, "tqdm progress bar (shown on a terminal only)")
+
+    def validate(self) -> None:
+        if self.max_train_ops < 0:
+            raise ConfigError(f"max_train_ops must be >= 0, got {self.max_train_ops}")
+        if not 0.0 < self.valid_fraction < 1.0:
+            raise ConfigError(f"valid_fraction must be in (0, 1), got {self.valid_fraction}")
+        for name in ("epochs", "batch_size", "patience", "lr_patience", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_train_examples is not None and self.max_train_examples < 2:
+            raise ConfigError(f"max_train_examples must be >= 2 or None, got {self.max_train_examples}")
+        if self.lr <= 0 or not 0.0 < self.lr_decay <= 1.0:
+            raise ConfigError(f"lr must be > 0 and lr_decay in (0, 1], got {self.lr}, {self.lr_decay}")
+        if not 0.0 <= self.min_lr <= self.lr:
+            raise ConfigError(f"min_lr must be in [0, lr={self.lr}], got {self.min_lr}")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if self.adam_eps <= 0:
+            raise ConfigError(f"adam_eps must be > 0, got {self.adam_eps}")
+        if self.valid_every < 0 or self.clip < 0 or self.weight_decay < 0:
+            raise ConfigError("valid_every, clip and weight_decay must be >= 0")
+        if self.time_limit is not None and self.time_limit <= 0:
+            raise ConfigError(f"time_limit must be > 0 minutes or None, got {self.time_limit}")
+
+
+@dataclass
+class CompareSettings(Config):
+    """What ``onlstm logic compare`` compares (the ``compare:`` section of a config file, or flags)."""
+
+    section = "compare"
+
+    # The paper's comparison; any registered encoder can be named.
+    cells: list[str] = option(["onlstm", "lstm"], lambda: f"encoders to compare, from: {', '.join(encoders.names())}")
+    seeds: list[int] = option([0], "seeds")
+    lengths: str | list[int] = option("1-12", "test file numbers, e.g. 1-12 or 0-3,12")
+
+    def validate(self) -> None:
+        bad = [c for c in self.cells if c not in encoders.names()]
+        if bad:
+            raise ConfigError(f"unknown cells {bad}; choose from {encoders.names()}")
+        if not self.cells or not self.seeds:
+            raise ConfigError("compare.cells and compare.seeds must not be empty")
+
+
+@dataclass
+class EvalSettings(Config):
+    """Options of ``onlstm logic eval`` besides the checkpoint and the data."""
+
+    section = "eval"
+
+    split: str = option("test", "which files to read", choices=("test", "train"))
+    lengths: str = option("1-12", "file numbers to evaluate, e.g. 1-12 or 0-12")
+    tag: str = option("best", "weights file model.<tag>.safetensors")
+    batch_size: int = option(512, "pairs per batch")
+    device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")

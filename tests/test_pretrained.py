@@ -1,0 +1,149 @@
+"""Sharing models (issue 13): save_pretrained / from_pretrained in Hugging Face's layout for the language
+model and the logic classifier, `onlstm export` from a run with a model card, every loader reading both
+layouts, and a clear message for a Hub id without huggingface_hub. Local directories only (no network)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import pytest
+import torch
+
+from onlstm.checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
+from onlstm.cli import build_parser, main
+from onlstm.config import flags_given, merged
+from onlstm.data.vocab import Vocab
+from onlstm.lm.config import TrainConfig, explicit_settings, load_config, overrides_from_args, train_command
+from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
+from onlstm.logic.model import TOKENS, LogicClassifier, pad_batch, token_ids
+from onlstm.models import LanguageModel, LMConfig
+
+WORDS = ["<eos>", "<unk>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
+SHARED = {"config.json", "model.safetensors", "vocab.json", "README.md"}
+
+
+def small_lm(seed: int = 0) -> LanguageModel:
+    torch.manual_seed(seed)
+    cfg = LMConfig(vocab_size=len(WORDS), emb_size=8, hidden_sizes=[12, 12, 8], chunk_size=4, cell="onlstm")
+    return LanguageModel(cfg).eval()
+
+
+def lm_outputs(model: LanguageModel) -> torch.Tensor:
+    tokens = torch.tensor([[2, 3, 4, 5, 2, 6]]).T  # (T, 1)
+    with torch.no_grad():
+        out, _, extras = model(tokens, return_distances=True)
+    return torch.cat([model.logits(out).flatten(), extras["distances"][1].forget.flatten()])
+
+
+def test_language_model_round_trip(tmp_path):
+    model = small_lm()
+    model.save_pretrained(tmp_path / "m", Vocab(WORDS), command="onlstm lm train ...", results={"test": {"ppl": 9.5}})
+    assert {p.name for p in (tmp_path / "m").iterdir()} == SHARED
+    config = read_json(tmp_path / "m" / "config.json")
+    assert config["kind"] == "lm" and config["model"]["hidden_sizes"] == [12, 12, 8]
+    back = LanguageModel.from_pretrained(tmp_path / "m")
+    assert not back.training and back.vocab.words == WORDS
+    assert torch.equal(lm_outputs(back), lm_outputs(model))
+    assert not torch.equal(lm_outputs(small_lm(seed=1)), lm_outputs(model))  # the comparison can fail
+    card = (tmp_path / "m" / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: onlstm\n") and "onlstm lm train ..." in card and "ppl: 9.5" in card
+    with pytest.raises(ValueError, match="the vocabulary has 3 words but the model expects 10"):
+        model.save_pretrained(tmp_path / "bad", ["a", "b", "c"])
+
+
+def write_run(run, model: LanguageModel, **extra) -> None:
+    """A run directory as `lm train` lays it out (model.best.safetensors, config.json, vocab.json)."""
+    save_weights(run / "model.best.safetensors", model)
+    Vocab(WORDS).save(run / "vocab.json")
+    write_json(run / "config.json", config_header("lm", model.config.to_dict(), text_normalisation="lower", **extra))
+
+
+def test_parse_reads_both_layouts_alike(tmp_path, capsys):
+    model = small_lm()
+    write_run(tmp_path / "run", model)
+    model.save_pretrained(tmp_path / "shared", Vocab(WORDS), run_config=read_json(tmp_path / "run" / "config.json"))
+    (tmp_path / "in.txt").write_text("the cat sat on the mat\na dog ran\n")
+    outputs = []
+    for where in ("run", "shared"):
+        capsys.readouterr()
+        assert main(["parse", str(tmp_path / "in.txt"), "--checkpoint", str(tmp_path / where)]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and outputs[0].count("\n") == 2 and "(" in outputs[0]
+
+
+def test_export_writes_a_card_with_a_command_that_reproduces_the_settings(tmp_path, capsys):
+    model = small_lm()
+    train = TrainConfig(epochs=3, lr=20.0, averaging=False, bptt=35, threads=1).to_dict()
+    write_run(tmp_path / "run", model, train=train, data={"data_dir": "/data/ptb"})
+    write_json(tmp_path / "run" / "results.json", {"test": {"ppl": 123.4}})
+    assert main(["export", "--checkpoint", str(tmp_path / "run"), "--to", str(tmp_path / "out")]) == 0
+    assert {p.name for p in (tmp_path / "out").iterdir()} == SHARED
+    card = (tmp_path / "out" / "README.md").read_text()
+    command = train_command(read_json(tmp_path / "run" / "config.json"))
+    assert command in card and "ppl: 123.4" in card
+    # the command, read by the real parser, gives back exactly the saved settings
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    rebuilt = load_config(None, explicit_settings(None, overrides_from_args(args)))
+    assert rebuilt.train.to_dict() == train and str(args.data_dir) == "/data/ptb"
+    assert rebuilt.model_config(len(WORDS)) == model.config
+    assert torch.equal(lm_outputs(LanguageModel.from_pretrained(tmp_path / "out")), lm_outputs(model))
+    # a run directory is never overwritten by an export
+    assert main(["export", "--checkpoint", str(tmp_path / "out"), "--to", str(tmp_path / "run")]) == 2
+    assert "holds a training run (model.best.safetensors)" in capsys.readouterr().err
+
+
+def test_logic_classifier_round_trip_and_export(tmp_path):
+    from onlstm.logic.cli import train_command as logic_command
+    from onlstm.logic.evaluate import load_classifier
+
+    torch.manual_seed(0)
+    model = LogicClassifier(LogicModelConfig(emb_size=8, hidden_size=12, chunk_size=4, mlp_hidden=6)).eval()
+    a, la = pad_batch([token_ids("( a and b )"), token_ids("not c")])
+    b, lb = pad_batch([token_ids("a"), token_ids("( not c ) or d")])
+    train = LogicTrainConfig(epochs=2, lr=0.01).to_dict()
+    header = config_header(
+        "logic-classifier", model.config.to_dict(), train=train, data={"path": "/d"}, result={"acc": 0.5}
+    )
+    model.save_pretrained(tmp_path / "m", run_config=header, command=logic_command(header), results=header["result"])
+    assert {p.name for p in (tmp_path / "m").iterdir()} == SHARED
+    assert read_json(tmp_path / "m" / "vocab.json") == list(TOKENS)
+    back = LogicClassifier.from_pretrained(tmp_path / "m")
+    with torch.no_grad():
+        assert torch.equal(back(a, la, b, lb), model(a, la, b, lb))
+    assert load_classifier(tmp_path / "m")[1]["train"] == train  # the evaluation loader reads it too
+    args = build_parser().parse_args(shlex.split(logic_command(header))[1:])
+    assert LogicTrainConfig.from_dict(merged(flags_given(args, "train"))).to_dict() == train
+    assert LogicModelConfig.from_dict(flags_given(args, "model")) == model.config
+
+
+def test_hub_id_without_huggingface_hub_says_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as on a machine without it
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match=r"install huggingface_hub \(pip install huggingface_hub\)"):
+        LanguageModel.from_pretrained("someone/onlstm-ptb")
+    with pytest.raises(CheckpointError, match=r"nowhere/at/all does not exist"):
+        LogicClassifier.from_pretrained("nowhere/at/all")
+
+
+def test_export_refuses_what_it_cannot_export(tmp_path, capsys):
+    write_json(tmp_path / "cmp" / "config.json", {"kind": "logic-compare"})
+    save_weights(tmp_path / "cmp" / "model.best.safetensors", torch.nn.Linear(1, 1))
+    assert main(["export", "--checkpoint", str(tmp_path / "cmp"), "--to", str(tmp_path / "o")]) == 2
+    assert "cannot export a run of kind 'logic-compare'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_export_to_a_file_or_an_unwritable_directory_is_one_line(tmp_path, capsys):
+    import os
+
+    model = small_lm()
+    write_run(tmp_path / "run", model)
+    (tmp_path / "file").write_text("x")
+    assert main(["export", "--checkpoint", str(tmp_path / "run"), "--to", str(tmp_path / "file")]) == 2
+    assert "is a file; save_pretrained needs a directory" in capsys.readouterr().err
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere: the unwritable case cannot be made here")
+    (tmp_path / "ro").mkdir(mode=0o500)
+    assert main(["export", "--checkpoint", str(tmp_path / "run"), "--to", str(tmp_path / "ro" / "m")]) == 2
+    assert "cannot create" in capsys.readouterr().err
