@@ -12,9 +12,7 @@ class SynevalConfig(Config):
     section = "syneval"
     config_kind = "syntactic-evaluation config"
 
-    word_only: bool = option(
-        False, "compare only the log-probability of the first word where the two sentences differ (default: no)"
-    )
+    word_only: bool = option(False, "compare only the log-probability of the first word where the two sentences differ")
     batch_size: int = option(512, "sentences scored together (similar lengths, right-padded; no effect on scores)")
     weights: str = option("best", "which weights of a run directory", choices=("best", "last"))
     device: str = option("cpu", "cpu, cuda, cuda:N or auto")
