@@ -80,7 +80,8 @@ def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
     run = load_language_model_run(path, cfg.weights, device)
     n_sentences = sum(3 if it.intrusive is not None else 2 for it in items)
     start = time.perf_counter()
-    with tqdm(total=None, desc=f"syneval {path}", unit="sent", disable=not cfg.progress, leave=False) as bar:
+    unique = len({s for it in items for s in (it.grammatical, it.ungrammatical, it.intrusive) if s is not None})
+    with tqdm(total=unique, desc=f"syneval {path}", unit="sent", disable=not cfg.progress, leave=False) as bar:
         try:
             outcomes, facts = score_items(
                 run.model, run.vocab, items, word_only=cfg.word_only, batch_size=cfg.batch_size, progress=bar.update
