@@ -167,6 +167,7 @@ def test_a_lock_held_by_another_process_then_stale_after_it_dies(logic_data, tmp
     finally:
         child.kill()  # SIGKILL: the lock file stays behind, as after a crash
         child.wait()
+        child.stdout.close()
     assert read_json(run / LOCK_FILE)["pid"] == child.pid
     assert main(logic_args(logic_data, run)) == 0  # the stale lock is taken over, and said so
     out = capsys.readouterr().out

@@ -568,6 +568,7 @@ def test_a_float64_input_into_a_float32_layer_says_what_to_convert():
     assert onlstm.ONLSTM(4, 10, chunk_size=5).double()(x)[0].dtype == torch.float64  # the suggested fix works
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")  # torch deprecates TorchScript itself
 def test_torchscript_is_refused_naming_torch_compile():
     m = onlstm.ONLSTM(4, 10, chunk_size=5, impl="reference")
     x = torch.randn(6, 3, 4)
