@@ -1,0 +1,74 @@
+"""Device, threads and denormals; Ctrl-C and SIGTERM as a request to stop after the current step."""
+
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+import torch
+
+from ..errors import InputError
+
+# --------------------------------------------------------------------------- device, threads, denormals
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """``auto`` (CUDA when available), ``cpu``, ``cuda`` (= ``cuda:local_rank``) or ``cuda:N``."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"device {name!r} was asked for but CUDA is not available; use --device cpu")
+    if name == "cuda":
+        return torch.device("cuda", local_rank)
+    return torch.device(name)
+
+
+def setup_torch(threads: int | None = None) -> None:
+    """Process-wide settings every command that runs a model uses: ``threads`` CPU threads (0/None: leave
+    PyTorch's choice) and denormal numbers flushed to zero (tiny gate values otherwise slow the CPU down
+    many times over late in training)."""
+    if threads:
+        torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+
+
+# --------------------------------------------------------------------------- Ctrl-C / SIGTERM
+
+
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM asks the run to stop after the current step and save a resumable
+    checkpoint; a second Ctrl-C aborts at once without saving."""
+
+    def __init__(self, log: Callable[[str], None] | None = None):
+        self.requested = False
+        self._old: dict = {}
+        self._log = log
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested and signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        if not self.requested:
+            print(
+                "\nstopping after this step and saving a resumable checkpoint "
+                "(press Ctrl-C again to abort without saving)",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.requested = True
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}
+        return False
+

@@ -1,0 +1,108 @@
+"""Resume state: one safetensors file per run (tensors) with JSON metadata, shared by every trainer."""
+
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..checkpoint import (
+    CheckpointError,
+    assign_weights,
+    atomic_write,
+    read_safetensors,
+    state_dict_for_saving,
+)
+
+# --------------------------------------------------------------------------- resume state
+
+
+def optimizer_to_data(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    """The optimizer's state as tensors (for safetensors) and JSON (hyperparameters, scalars)."""
+    sd = opt.state_dict()
+    tensors, scalars = {}, {}
+    for idx, st in sd["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"optim.{idx}.{k}"] = v.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(str(idx), {})[k] = v
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def optimizer_from_data(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    state: dict = {}
+    for key, t in tensors.items():
+        if key.startswith("optim."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = t
+    for idx, kv in meta.get("scalars", {}).items():
+        state.setdefault(int(idx), {}).update(kv)
+    groups = meta["param_groups"]
+    if [len(g["params"]) for g in groups] != [len(g["params"]) for g in opt.param_groups]:
+        raise CheckpointError("the optimizer state in the resume file does not fit this model")
+    opt.load_state_dict({"state": state, "param_groups": groups})
+
+
+def training_tensors(
+    model: nn.Module, opt: torch.optim.Optimizer, device: torch.device
+) -> tuple[dict[str, torch.Tensor], dict]:
+    """What every trainer saves: ``model.*`` weights, ``optim.*`` optimizer tensors, ``rng.torch`` (and
+    ``rng.cuda`` on a GPU); returns ``(tensors, optimizer metadata)``."""
+    tensors = {f"model.{k}": v for k, v in state_dict_for_saving(model).items()}
+    opt_tensors, opt_meta = optimizer_to_data(opt)
+    tensors.update(opt_tensors)
+    tensors["rng.torch"] = torch.get_rng_state()
+    if device.type == "cuda":
+        tensors["rng.cuda"] = torch.cuda.get_rng_state(device)
+    return tensors, opt_meta
+
+
+def restore_training(
+    path: Path,
+    tensors: dict[str, torch.Tensor],
+    opt_meta: dict,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    device: torch.device,
+) -> None:
+    """Undo :func:`training_tensors`: weights, optimizer state and random state back in place."""
+    if "rng.torch" not in tensors:
+        raise CheckpointError(f"{path}: the random state (rng.torch) is missing; the file is incomplete")
+    assign_weights(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, f"{path} (model)")
+    optimizer_from_data(opt, {k: v for k, v in tensors.items() if k.startswith("optim.")}, opt_meta)
+    torch.set_rng_state(tensors["rng.torch"])
+    if device.type == "cuda" and "rng.cuda" in tensors:
+        torch.cuda.set_rng_state(tensors["rng.cuda"], device)
+
+
+def write_resume(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    """Write a resume file atomically: ``tensors`` as safetensors, every ``meta`` value as JSON text in the
+    file's metadata next to ``format = fmt``."""
+    from safetensors.torch import save_file
+
+    header = {"format": fmt, **{k: json.dumps(v) for k, v in meta.items()}}
+    atomic_write(Path(path), lambda tmp: save_file(tensors, tmp, metadata=header))
+
+
+def read_resume(
+    path: Path, fmt: str, what: str, keys: tuple[str, ...], fix: str = "start a new run with another --out"
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """``(tensors, metadata)`` of a resume file written by :func:`write_resume` with format ``fmt``; the
+    metadata values in ``keys`` must be present and are decoded from JSON. ``what`` names the file for
+    people ("a logic resume file"); ``fix`` says how to go on when the file cannot be used."""
+    tensors, raw = read_safetensors(path)
+    if raw.get("format") != fmt:
+        raise CheckpointError(
+            f"{path} is not {what} (format {raw.get('format')!r}, expected {fmt!r}); it cannot be resumed: {fix}"
+        )
+    try:
+        meta = {k: json.loads(raw[k]) for k in keys}
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
+    return tensors, meta
+
