@@ -1,6 +1,5 @@
 """Device, threads and denormals; Ctrl-C and SIGTERM as a request to stop after the current step."""
 
-
 from __future__ import annotations
 
 import signal
@@ -71,4 +70,3 @@ class StopRequest:
             signal.signal(sig, old)
         self._old = {}
         return False
-

@@ -1,6 +1,5 @@
 """Run directories: output paths checked before any work, and one training at a time per directory."""
 
-
 from __future__ import annotations
 
 import json
@@ -238,4 +237,3 @@ class RunLock:
     def __exit__(self, *exc) -> bool:
         self.release()
         return False
-

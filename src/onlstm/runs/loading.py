@@ -1,6 +1,5 @@
 """Opening a saved run: config, vocabulary and weights, for any kind of model (the experiment builds it)."""
 
-
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -68,4 +67,3 @@ def load_run(
     load_weights(weights, model)
     run.model = model.to(device).eval()
     return run
-

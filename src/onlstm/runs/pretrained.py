@@ -1,6 +1,5 @@
 """A model to share in Hugging Face's layout (config.json, model.safetensors, vocab.json, a model card)."""
 
-
 from __future__ import annotations
 
 import os
@@ -116,4 +115,3 @@ def model_card(title: str, config: dict, usage: str, command: str | None, result
         "",
     ]
     return "\n".join(lines)
-

@@ -1,6 +1,5 @@
 """Resume state: one safetensors file per run (tensors) with JSON metadata, shared by every trainer."""
 
-
 from __future__ import annotations
 
 import json
@@ -105,4 +104,3 @@ def read_resume(
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
     return tensors, meta
-
