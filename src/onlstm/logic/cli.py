@@ -155,10 +155,7 @@ def resolve_settings(args: argparse.Namespace):
     doc = load_yaml(args.config) if args.config else {}
     model_cfg = LogicModelConfig.from_dict(merged(doc.get("model"), flags_given(args, "model")))
     train_cfg = LogicTrainConfig.from_dict(merged(doc.get("train"), flags_given(args, "train")))
-    try:
-        resolve_device(train_cfg.device)  # cuda asked for on a machine without it: say so before any work
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
+    resolve_device(train_cfg.device)  # cuda asked for on a machine without it: an InputError before any work
     data = args.data or doc.get("data")
     out = args.out or doc.get("out")
     if data is None:
