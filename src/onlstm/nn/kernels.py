@@ -389,6 +389,14 @@ def _load_cpp() -> LayerKernel:
     return CppKernel(module)
 
 
+def _load_triton() -> LayerKernel:
+    from .triton_kernel import load_cuda_kernel  # imports Triton only when it can run
+
+    return load_cuda_kernel()
+
+
 _CPU_FLOATS = (torch.float32, torch.float64)
+# float32 also covers torch.autocast (bf16/fp16 products inside the kernel); float64 is for gradcheck
+register_kernel(KernelSpec("triton", _load_triton, ("cuda",), _CPU_FLOATS, priority=30, label="Triton kernel"))
 register_kernel(KernelSpec("cpp", _load_cpp, ("cpu",), _CPU_FLOATS, priority=20, label="C++ kernel"))
 register_kernel(KernelSpec("fused", FusedKernel, ("cpu",), _CPU_FLOATS, priority=10, label="fused kernel"))

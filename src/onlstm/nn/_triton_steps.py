@@ -1,0 +1,189 @@
+"""The two Triton kernels of the ``triton`` layer kernel: one element-wise ON-LSTM step, forward and backward.
+
+Imported only by :mod:`onlstm.nn.triton_kernel` once Triton is known to be importable (CPU users never
+need Triton). One program handles one batch row of one step: the master gates (softmax and cumulative
+sums over the ``n`` chunks) need the whole row, and the row fits one program (``n * C`` units laid out
+as an ``(n, C)`` tile, so a chunk's master-gate value broadcasts over its ``C`` units without a gather).
+The maths is the hand-written backward of :mod:`onlstm.nn.fused`, step by step; gate layout and
+equations: :mod:`onlstm.nn.functional`.
+
+Every pointer passed in points at the first row of the step (a row-contiguous slice), so row ``r`` of
+an ``(rows, G)`` buffer starts at ``ptr + r * G``. Arithmetic runs in the dtype of ``ACT`` (float32,
+or float64 for gradcheck); ``HU`` (the recurrent product) and the ``*_MM`` copies may be half precision.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tanh(x):
+    # tl has no tanh that the interpreter also runs; exp(-2|x|) never overflows
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _softmax(logits, mask):
+    e = tl.exp(logits - tl.max(logits, 0))
+    e = tl.where(mask, e, 0.0)
+    return e / tl.sum(e, 0)
+
+
+@triton.jit
+def _master_gates(p_in, p_forget, INCLUSIVE: tl.constexpr):
+    """Master forget = prefix sum of its softmax; master input = (in/ex)clusive suffix sum of its own."""
+    m_forget = tl.cumsum(p_forget, 0)
+    m_input = tl.cumsum(p_in, 0, reverse=True)
+    if not INCLUSIVE:
+        m_input = m_input - p_in  # the exclusive sum this way makes the top chunk exactly 0
+    return m_input, m_forget
+
+
+@triton.jit
+def forward_step(
+    XP,  # (b, G) input projection + bias of this step, in ACT's dtype
+    HU,  # (b, G) h_{t-1} @ w_hh^T (matmul dtype)
+    C_PREV,  # (b, D)
+    ACT,  # (b, G) out: [softmax l_i | softmax l_f | sigmoid o | tanh c^ | sigmoid i | sigmoid f]
+    CELL,  # (b, D) out: c_t
+    OUT,  # (b, D) out: h_t
+    H_MM,  # (b, D) out: h_t in the matmul dtype (only if HAS_HMM)
+    DIST,  # (b, 2) out: d_f, d_i
+    NCH: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    INCLUSIVE: tl.constexpr,
+    HAS_HMM: tl.constexpr,
+):
+    D: tl.constexpr = NCH * CHUNK
+    G: tl.constexpr = 4 * D + 2 * NCH
+    row = tl.program_id(0).to(tl.int64)
+    xp, hu, act = XP + row * G, HU + row * G, ACT + row * G
+    ty = ACT.dtype.element_ty
+    k = tl.arange(0, BLOCK_N)
+    km = k < NCH
+    p_in = _softmax(tl.load(xp + k, mask=km, other=-float("inf")) + tl.load(hu + k, mask=km, other=0).to(ty), km)
+    lf = tl.load(xp + NCH + k, mask=km, other=-float("inf")) + tl.load(hu + NCH + k, mask=km, other=0).to(ty)
+    p_forget = _softmax(lf, km)
+    tl.store(act + k, p_in, mask=km)
+    tl.store(act + NCH + k, p_forget, mask=km)
+    m_in, m_forget = _master_gates(p_in, p_forget, INCLUSIVE)
+    tl.store(DIST + row * 2, 1.0 - tl.sum(tl.where(km, m_forget, 0.0), 0) / NCH)
+    tl.store(DIST + row * 2 + 1, tl.sum(tl.where(km, m_in, 0.0), 0) / NCH)
+    c = tl.arange(0, BLOCK_C)
+    u = k[:, None] * CHUNK + c[None, :]  # (BLOCK_N, BLOCK_C) unit index: chunk-major, as in the gate rows
+    um = km[:, None] & (c < CHUNK)[None, :]
+    g = 2 * NCH + u
+    o = _sigmoid(tl.load(xp + g, mask=um, other=0) + tl.load(hu + g, mask=um, other=0).to(ty))
+    ch = _tanh(tl.load(xp + D + g, mask=um, other=0) + tl.load(hu + D + g, mask=um, other=0).to(ty))
+    ig = _sigmoid(tl.load(xp + 2 * D + g, mask=um, other=0) + tl.load(hu + 2 * D + g, mask=um, other=0).to(ty))
+    fg = _sigmoid(tl.load(xp + 3 * D + g, mask=um, other=0) + tl.load(hu + 3 * D + g, mask=um, other=0).to(ty))
+    tl.store(act + g, o, mask=um)
+    tl.store(act + D + g, ch, mask=um)
+    tl.store(act + 2 * D + g, ig, mask=um)
+    tl.store(act + 3 * D + g, fg, mask=um)
+    w = (m_forget * m_in)[:, None]  # overlap of the two master gates
+    f_hat = fg * w + (m_forget[:, None] - w)
+    i_hat = ig * w + (m_in[:, None] - w)
+    c_new = f_hat * tl.load(C_PREV + row * D + u, mask=um, other=0) + i_hat * ch
+    h = o * _tanh(c_new)
+    tl.store(CELL + row * D + u, c_new, mask=um)
+    tl.store(OUT + row * D + u, h, mask=um)
+    if HAS_HMM:
+        tl.store(H_MM + row * D + u, h.to(H_MM.dtype.element_ty), mask=um)
+
+
+@triton.jit
+def _softmax_vjp(p, grad):
+    return p * (grad - tl.sum(grad * p, 0))
+
+
+@triton.jit
+def backward_step(
+    ACT,  # (b, G) saved activations of this step
+    C_PREV,  # (b, D) c_{t-1}
+    CELL,  # (b, D) c_t
+    GOUT,  # (b, D) gradient of the output h_t
+    DH,  # (b, D) gradient reaching h_t from step t+1 (or from h_n)
+    DC_IN,  # (b, D) gradient reaching c_t
+    DC_OUT,  # (b, D) out: gradient to c_{t-1}
+    GDIST,  # (b, 2) gradient of the distances (only if HAS_GDIST)
+    DG,  # (b, G) out: gradient of the pre-activation
+    DG_MM,  # (b, G) out: the same in the matmul dtype (only if HAS_MM)
+    NCH: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    INCLUSIVE: tl.constexpr,
+    HAS_GDIST: tl.constexpr,
+    HAS_MM: tl.constexpr,
+):
+    D: tl.constexpr = NCH * CHUNK
+    G: tl.constexpr = 4 * D + 2 * NCH
+    row = tl.program_id(0).to(tl.int64)
+    act, dg = ACT + row * G, DG + row * G
+    k = tl.arange(0, BLOCK_N)
+    km = k < NCH
+    c = tl.arange(0, BLOCK_C)
+    u = k[:, None] * CHUNK + c[None, :]
+    um = km[:, None] & (c < CHUNK)[None, :]
+    p_in = tl.load(act + k, mask=km, other=0)
+    p_forget = tl.load(act + NCH + k, mask=km, other=0)
+    m_in, m_forget = _master_gates(p_in, p_forget, INCLUSIVE)
+    g = 2 * NCH + u
+    o = tl.load(act + g, mask=um, other=0)
+    ch = tl.load(act + D + g, mask=um, other=0)
+    ig = tl.load(act + 2 * D + g, mask=um, other=0)
+    fg = tl.load(act + 3 * D + g, mask=um, other=0)
+    tc = _tanh(tl.load(CELL + row * D + u, mask=um, other=0))
+    dh = tl.load(GOUT + row * D + u, mask=um, other=0) + tl.load(DH + row * D + u, mask=um, other=0)
+    dcu = tl.load(DC_IN + row * D + u, mask=um, other=0) + dh * o * (1.0 - tc * tc)
+    w = (m_forget * m_in)[:, None]
+    f_hat = fg * w + (m_forget[:, None] - w)
+    i_hat = ig * w + (m_in[:, None] - w)
+    dfh = dcu * tl.load(C_PREV + row * D + u, mask=um, other=0)
+    dih = dcu * ch
+    tl.store(DC_OUT + row * D + u, dcu * f_hat, mask=um)
+    dw = dfh * (fg - 1.0) + dih * (ig - 1.0)
+    d_mforget = tl.sum(dfh + dw * m_in[:, None], 1)
+    d_min = tl.sum(dih + dw * m_forget[:, None], 1)
+    if HAS_GDIST:
+        d_mforget = d_mforget - tl.load(GDIST + row * 2) / NCH
+        d_min = d_min + tl.load(GDIST + row * 2 + 1) / NCH
+    d_mforget = tl.where(km, d_mforget, 0.0)
+    d_min = tl.where(km, d_min, 0.0)
+    d_gates = (
+        dh * tc * o * (1.0 - o),
+        dcu * i_hat * (1.0 - ch * ch),
+        dih * w * ig * (1.0 - ig),
+        dfh * w * fg * (1.0 - fg),
+    )
+    d_pforget = tl.cumsum(d_mforget, 0, reverse=True)  # adjoint of the prefix sum
+    d_pin = tl.cumsum(d_min, 0)  # adjoint of the suffix sum
+    if not INCLUSIVE:
+        d_pin = d_pin - d_min
+    d_chunks = (_softmax_vjp(p_in, d_pin), _softmax_vjp(p_forget, d_pforget))
+    _store_gate_grads(dg, d_chunks, d_gates, k, km, g, um, NCH, D)
+    if HAS_MM:
+        _store_gate_grads(DG_MM + row * G, d_chunks, d_gates, k, km, g, um, NCH, D)
+
+
+@triton.jit
+def _store_gate_grads(dg, d_chunks, d_gates, k, km, g, um, NCH: tl.constexpr, D: tl.constexpr):
+    ty = dg.dtype.element_ty
+    tl.store(dg + k, d_chunks[0].to(ty), mask=km)
+    tl.store(dg + NCH + k, d_chunks[1].to(ty), mask=km)
+    tl.store(dg + g, d_gates[0].to(ty), mask=um)
+    tl.store(dg + D + g, d_gates[1].to(ty), mask=um)
+    tl.store(dg + 2 * D + g, d_gates[2].to(ty), mask=um)
+    tl.store(dg + 3 * D + g, d_gates[3].to(ty), mask=um)

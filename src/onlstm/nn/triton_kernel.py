@@ -1,0 +1,277 @@
+"""The ``triton`` kernel (CUDA): per step one cuBLAS product and one fused Triton kernel, hand-written backward.
+
+It implements :class:`onlstm.nn.kernels.LayerKernel` (docs/layer.md, "The Triton path"):
+
+* forward: the input projection of the whole sequence as one product; per step ``h_{t-1} @ w_hh^T``
+  (torch, so cuBLAS) and one Triton kernel (:func:`onlstm.nn._triton_steps.forward_step`) for the whole
+  element-wise step: both master gates (softmax + cumulative sums over the chunks), the four gates,
+  the overlap update of the cell, ``h`` and both distances. It saves the activations and the cells;
+* backward, per step in reverse: one Triton kernel (``backward_step``) for the element-wise gradients,
+  the cumax vector-Jacobian products included, and one product for the gradient to ``h_{t-1}``; the
+  weight gradients are one large product each after the loop.
+
+Precision: float32 and float64 compute in their own dtype. Under ``torch.autocast`` (float32 inputs)
+the matrix products run in the autocast dtype (bf16/fp16) while the element-wise step, the cell state,
+the cumax and the outputs stay float32.
+
+Triton is imported only when the kernel is loaded. ``register_interpreter_kernel()`` registers the
+same kernel for CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1`` set before Triton is
+first imported): how the test suite checks it without a GPU. It is never chosen by ``impl='auto'``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .kernels import KernelGrads, KernelOutputs, KernelSpec, KernelUnavailable, register_kernel
+
+INTERPRETER_NAME = "triton_interpret"
+
+
+def matmul_dtype(x: Tensor) -> torch.dtype:
+    """The dtype of the matrix products: autocast's for a float32 input under autocast, else ``x``'s."""
+    device = x.device.type
+    if x.dtype == torch.float32 and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return x.dtype
+
+
+def _blocks(n: int, chunk: int) -> dict[str, int]:
+    import triton
+
+    return {"NCH": n, "CHUNK": chunk, "BLOCK_N": triton.next_power_of_2(n), "BLOCK_C": triton.next_power_of_2(chunk)}
+
+
+def _warps(blocks: dict[str, int]) -> int:
+    return 8 if blocks["BLOCK_N"] * blocks["BLOCK_C"] >= 2048 else 4
+
+
+class TritonKernel:
+    """The Triton kernel; ``saved = (act, cells, mm)``, ``mm`` an empty tensor of the matmul dtype."""
+
+    def __init__(self, steps: Any) -> None:
+        self._steps = steps  # the module of @triton.jit kernels (compiled, or interpreted on the CPU)
+
+    def forward(
+        self,
+        x: Tensor,
+        w_ih: Tensor,
+        w_hh: Tensor,
+        bias: Tensor | None,
+        h0: Tensor,
+        c0: Tensor,
+        batch_sizes: Tensor,
+        chunk: int,
+        inclusive: bool,
+    ) -> KernelOutputs:
+        mm = matmul_dtype(x)
+        with torch.autocast(x.device.type, enabled=False):  # the precision of every product is chosen here
+            return self._forward(x, w_ih, w_hh, bias, h0, c0, batch_sizes.tolist(), chunk, inclusive, mm)
+
+    def _forward(self, x, w_ih, w_hh, bias, h0, c0, bs, chunk, inclusive, mm) -> KernelOutputs:
+        N, G, D = x.shape[0], w_hh.shape[0], w_hh.shape[1]
+        low = mm != x.dtype
+        xp = _input_projection(x, w_ih, bias, mm)  # (N, G) in x's dtype
+        act, cells, out, dist = x.new_empty(N, G), x.new_empty(N, D), x.new_empty(N, D), x.new_empty(N, 2)
+        h_mm = x.new_empty(N, D, dtype=mm) if low else out  # h_t as the next product reads it
+        hu = x.new_empty(bs[0], G, dtype=mm)
+        w_hh_t, h0_mm = w_hh.to(mm).t(), h0.to(mm)
+        blocks = _blocks(D // chunk, chunk)
+        off = prev = 0
+        for t, b in enumerate(bs):
+            h_prev = h0_mm[:b] if t == 0 else h_mm[prev : prev + b]
+            c_prev = c0[:b] if t == 0 else cells[prev : prev + b]
+            torch.mm(h_prev, w_hh_t, out=hu[:b])
+            rows = slice(off, off + b)
+            self._steps.forward_step[(b,)](
+                xp[rows], hu, c_prev, act[rows], cells[rows], out[rows], h_mm[rows], dist[rows],
+                INCLUSIVE=inclusive, HAS_HMM=low, num_warps=_warps(blocks), **blocks,
+            )  # fmt: skip
+            prev, off = off, off + b
+        h_n, c_n = _final_states(out, cells, bs)
+        return out, h_n, c_n, dist, (act, cells, x.new_empty(0, dtype=mm))
+
+    def backward(
+        self,
+        grad_out: Tensor,
+        grad_hn: Tensor,
+        grad_cn: Tensor,
+        grad_dist: Tensor | None,
+        x: Tensor,
+        w_ih: Tensor,
+        w_hh: Tensor,
+        h0: Tensor,
+        c0: Tensor,
+        batch_sizes: Tensor,
+        out: Tensor,
+        saved: tuple[Tensor, ...],
+        chunk: int,
+        inclusive: bool,
+    ) -> KernelGrads:
+        act, cells, marker = saved
+        bs, mm = batch_sizes.tolist(), marker.dtype
+        with torch.autocast(x.device.type, enabled=False):
+            dG, dG_mm, dh, dc = self._step_grads(grad_out, grad_hn, grad_cn, grad_dist, w_hh, c0, act, cells, bs, mm,
+                                                 chunk, inclusive)  # fmt: skip
+            return _weight_grads(dG, dG_mm, x, w_ih, w_hh, h0, out, bs, mm) + (dh, dc)
+
+    def _step_grads(self, grad_out, grad_hn, grad_cn, grad_dist, w_hh, c0, act, cells, bs, mm, chunk, inclusive):
+        """The reversed step loop: ``dG (N, G)`` (and its matmul-dtype copy), ``dh0``, ``dc0``."""
+        N, G, D = act.shape[0], w_hh.shape[0], w_hh.shape[1]
+        low = mm != act.dtype
+        offs = _offsets(bs)
+        dG = act.new_empty(N, G)
+        dG_mm = act.new_empty(N, G, dtype=mm) if low else dG
+        dh = grad_hn.clone()
+        dcs = [grad_cn.clone(), grad_cn.clone()]  # ping-pong: a step reads one and writes the other
+        w_hh_mm = w_hh.to(mm)
+        blocks = _blocks(D // chunk, chunk)
+        gd = grad_dist if grad_dist is not None else dG  # a placeholder pointer when there is no gradient
+        for t in range(len(bs) - 1, -1, -1):
+            b, rows = bs[t], slice(offs[t], offs[t] + bs[t])
+            c_prev = c0[:b] if t == 0 else cells[offs[t - 1] : offs[t - 1] + b]
+            self._steps.backward_step[(b,)](
+                act[rows], c_prev, cells[rows], grad_out[rows], dh, dcs[t % 2], dcs[(t + 1) % 2], gd[rows],
+                dG[rows], dG_mm[rows],
+                INCLUSIVE=inclusive, HAS_GDIST=grad_dist is not None, HAS_MM=low, num_warps=_warps(blocks), **blocks,
+            )  # fmt: skip
+            if low:
+                dh[:b] = torch.mm(dG_mm[rows], w_hh_mm)
+            else:
+                torch.mm(dG[rows], w_hh_mm, out=dh[:b])
+        return dG, dG_mm, dh, dcs[1]
+
+
+def _offsets(bs: list[int]) -> list[int]:
+    offs = [0]
+    for b in bs:
+        offs.append(offs[-1] + b)
+    return offs
+
+
+def _input_projection(x: Tensor, w_ih: Tensor, bias: Tensor | None, mm: torch.dtype) -> Tensor:
+    """``x @ w_ih^T + bias`` for every step at once, in ``x``'s dtype (the product in ``mm``)."""
+    if mm == x.dtype:
+        return torch.addmm(bias, x, w_ih.t()) if bias is not None else x @ w_ih.t()
+    xp = (x.to(mm) @ w_ih.to(mm).t()).to(x.dtype)
+    return xp + bias if bias is not None else xp
+
+
+def _weight_grads(dG, dG_mm, x, w_ih, w_hh, h0, out, bs, mm) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``dx, dw_ih, dw_hh, dbias`` as one product each over the whole sequence (``dG_mm`` in ``mm``)."""
+    offs = _offsets(bs)
+    h_prev = torch.cat([h0[: bs[0]]] + [out[offs[t - 1] : offs[t - 1] + bs[t]] for t in range(1, len(bs))])
+    dGt = dG_mm.t()
+    dx = (dG_mm @ w_ih.to(mm)).to(x.dtype)
+    dw_ih = (dGt @ x.to(mm)).to(w_ih.dtype)
+    dw_hh = (dGt @ h_prev.to(mm)).to(w_hh.dtype)
+    return dx, dw_ih, dw_hh, dG.sum(0)
+
+
+def _final_states(out: Tensor, cells: Tensor, bs: list[int]) -> tuple[Tensor, Tensor]:
+    """Each row's state after its own last step (rows drop out of the packed batch from the end)."""
+    from .fused import _final_states as final
+
+    return final(out, cells, bs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading: the CUDA kernel of the registry, and the same kernel under Triton's CPU interpreter
+# ---------------------------------------------------------------------------------------------
+
+
+def interpreter_requested() -> bool:
+    """Whether ``TRITON_INTERPRET=1`` is set (Triton then runs every kernel in its CPU interpreter)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _triton_installed() -> bool:
+    import importlib.util
+
+    return "triton" in sys.modules or importlib.util.find_spec("triton") is not None
+
+
+def _steps_module() -> Any:
+    from . import _triton_steps
+
+    return _triton_steps
+
+
+def load_cuda_kernel() -> TritonKernel:
+    """The registry's ``load`` for ``impl='triton'``: raises :class:`KernelUnavailable` saying why not."""
+    reasons = []
+    if not _triton_installed():
+        reasons.append("Triton is not installed (pip install triton)")
+    if not torch.cuda.is_available():
+        reasons.append("no CUDA device is visible (it is a GPU kernel; on the CPU the C++ kernel runs)")
+    if interpreter_requested():
+        reasons.append("TRITON_INTERPRET=1 puts Triton in its CPU interpreter (unset it to use the GPU)")
+    if reasons:
+        raise KernelUnavailable("unavailable because " + " and ".join(reasons))
+    kernel = TritonKernel(_steps_module())
+    try:
+        _smoke_test(kernel, torch.device("cuda"))
+    except Exception as exc:  # a broken Triton/driver: the registry falls back with one warning
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise KernelUnavailable(
+            f"unavailable because the kernel failed to compile or run: {type(exc).__name__}: {first}"
+        )
+    return kernel
+
+
+def load_interpreter_kernel() -> TritonKernel:
+    """``load`` of :data:`INTERPRETER_NAME`: the kernel on CPU tensors, run by Triton's interpreter."""
+    if not _triton_installed():
+        raise KernelUnavailable("unavailable because Triton is not installed (pip install triton)")
+    steps = _steps_module()
+    if not _interpreted(steps):
+        raise KernelUnavailable(
+            "unavailable because Triton is not in interpreter mode: set TRITON_INTERPRET=1 in the environment "
+            "before triton is first imported (e.g. TRITON_INTERPRET=1 python ...)"
+        )
+    return TritonKernel(steps)
+
+
+def _interpreted(steps: Any) -> bool:
+    """Both our kernels and Triton's own library functions (``tl.sum``) were built for the interpreter."""
+    import triton.language as tl
+
+    return all(type(f).__name__ == "InterpretedFunction" for f in (steps.forward_step, steps.backward_step, tl.sum))
+
+
+def register_interpreter_kernel() -> str:
+    """Register the Triton kernel for CPU tensors under Triton's interpreter, as ``impl='triton_interpret'``.
+
+    For tests and debugging without a GPU (slow: numpy runs each program). Needs ``TRITON_INTERPRET=1``
+    in the environment before Triton is first imported. Its priority is below every CPU kernel's, so
+    ``impl='auto'`` never picks it. Returns the name to pass as ``impl``.
+    """
+    spec = KernelSpec(
+        INTERPRETER_NAME,
+        load_interpreter_kernel,
+        ("cpu",),
+        (torch.float32, torch.float64),
+        priority=-10,
+        label="Triton kernel (CPU interpreter)",
+    )
+    register_kernel(spec, replace=True)
+    return INTERPRETER_NAME
+
+
+def _smoke_test(kernel: TritonKernel, device: torch.device) -> None:
+    """Compile and run both kernels once at a tiny shape, so a broken install is found at load time."""
+    from .kernels import fused_layer
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, generator=g).to(device).requires_grad_()
+    w_ih, w_hh = torch.randn(18, 4, generator=g).to(device), torch.randn(18, 4, generator=g).to(device)
+    h0 = c0 = torch.zeros(1, 4, device=device)
+    out = fused_layer(x, w_ih, w_hh, None, h0, c0, torch.tensor([1, 1, 1]), 2, False, kernel)[0]
+    out.sum().backward()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
