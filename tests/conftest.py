@@ -3,8 +3,18 @@ several test modules need live in support.py next to this file."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 import torch
+
+# Triton decides at its first import whether its kernels (its own library functions included) run in
+# the CPU interpreter. Without a GPU, choose the interpreter for the whole test process before anything
+# imports triton, so tests/nn/test_triton.py can run the Triton kernel on CPU tensors; with a GPU leave
+# it off: the same tests then run the compiled kernel on CUDA.
+if "triton" not in sys.modules and not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)

@@ -36,17 +36,18 @@ def toy():
 
 
 def test_builtin_kernels_and_impl_choices():
-    assert kernels.kernel_names() == ("cpp", "fused")
-    assert kernels.impl_choices() == ("auto", "reference", "cpp", "fused")
+    assert kernels.kernel_names() == ("triton", "cpp", "fused")
+    assert kernels.impl_choices() == ("auto", "reference", "triton", "cpp", "fused")
     status = onlstm.nn.kernel_status()
-    assert set(status) == {"cpp", "fused"} and status["fused"] == {"available": True, "reason": None}
+    assert set(status) == {"triton", "cpp", "fused"} and status["fused"] == {"available": True, "reason": None}
 
 
 def test_registered_kernel_is_chosen_by_auto_where_it_runs(toy):
     m = onlstm.ONLSTM(3, 6, chunk_size=2).double()
     assert m.resolved_impl(torch.device("cpu"), torch.float64) == "toy"
     assert m.resolved_impl(torch.device("cpu"), torch.float32) == "cpp"  # toy: float64 only
-    assert m.resolved_impl(torch.device("cuda"), torch.float64) == "reference"  # toy: CPU only
+    on_cuda = "triton" if kernels.load_kernel("triton") is not None else "reference"
+    assert m.resolved_impl(torch.device("cuda"), torch.float64) == on_cuda  # toy: CPU only
     x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
     out, _ = m(x)
     out.sum().backward()
@@ -68,7 +69,8 @@ def test_registered_kernel_by_name(toy):
 
 
 def test_a_kernel_for_another_device_is_chosen_there():
-    kernels.register_kernel(kernels.KernelSpec("gpu_toy", CountingKernel, ("cuda",), (torch.float32,), priority=30))
+    # above the built-in Triton kernel (priority 30), so it wins on CUDA whether or not Triton is there
+    kernels.register_kernel(kernels.KernelSpec("gpu_toy", CountingKernel, ("cuda",), (torch.float32,), priority=40))
     try:
         m = onlstm.ONLSTM(3, 6, chunk_size=2)
         assert m.resolved_impl(torch.device("cuda"), torch.float32) == "gpu_toy"

@@ -220,7 +220,7 @@ def load_cuda_kernel() -> TritonKernel:
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         raise KernelUnavailable(
             f"unavailable because the kernel failed to compile or run: {type(exc).__name__}: {first}"
-        )
+        ) from exc
     return kernel
 
 

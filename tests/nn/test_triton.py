@@ -1,0 +1,170 @@
+"""The Triton kernel equals the reference step loop: outputs, states, distances and every gradient.
+
+Without a GPU the kernel runs on CPU tensors in Triton's interpreter (registered on request as
+``impl='triton_interpret'``). The interpreter must be chosen before Triton is first imported, so
+tests/conftest.py sets ``TRITON_INTERPRET=1`` at the start of the test process when no CUDA device is
+visible; with a GPU it stays unset, the interpreter cases skip and the same cases run the compiled
+kernel on CUDA (``impl='triton'``, marker ``cuda``). Shapes are tiny: the interpreter runs each
+program in numpy.
+"""
+
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence
+
+pytest.importorskip("triton")
+
+import onlstm
+from onlstm.nn import kernels
+from onlstm.nn.triton_kernel import load_interpreter_kernel, register_interpreter_kernel
+
+
+@pytest.fixture(scope="module")
+def interpreter():
+    """``impl='triton_interpret'`` registered for this module (skips when Triton is not interpreting)."""
+    name = register_interpreter_kernel()
+    if kernels.load_kernel(name) is None:
+        kernels.unregister_kernel(name)
+        pytest.skip(f"Triton interpreter not usable here: {kernels.kernel_error(name)}")
+    yield name
+    kernels.unregister_kernel(name)
+
+
+@pytest.fixture(params=["interpreter", pytest.param("cuda", marks=pytest.mark.cuda)])
+def target(request):
+    """``(impl, device)`` of the Triton kernel: the interpreter on the CPU, or the compiled kernel on CUDA."""
+    if request.param == "cuda":
+        assert kernels.load_kernel("triton") is not None, kernels.kernel_error("triton")
+        return "triton", torch.device("cuda")
+    return request.getfixturevalue("interpreter"), torch.device("cpu")
+
+
+def forward_backward(model, impl, x, hx, seed, use_distances=True):
+    """Outputs and every gradient of one forward+backward; ``seed`` fixes DropConnect's mask and dropout."""
+    model.impl = impl
+    torch.manual_seed(seed)
+    out, (h, c), d = model(x, hx, return_distances=True)
+    packed = isinstance(out, torch.nn.utils.rnn.PackedSequence)
+    out, df, di = (out.data, d.forget.data, d.input.data) if packed else (out, d.forget, d.input)
+    gen = torch.Generator().manual_seed(7)  # a random linear loss reaches every output with its own weight
+    terms = (out, h, c, df, di) if use_distances else (out, h, c)
+    loss = sum((torch.randn(t.shape, generator=gen, dtype=t.dtype).to(t.device) * t).sum() for t in terms)
+    xs = x.data if packed else x
+    leaves = [t for t in [xs, *(hx or ())] if t.requires_grad]
+    grads = torch.autograd.grad(loss, leaves + list(model.parameters()))
+    return [out, h, c, df, di, *grads]
+
+
+def assert_equal_to_reference(model, impl, x, hx=None, seed=1, use_distances=True, atol=2e-5, rtol=1e-4):
+    ref = forward_backward(model, "reference", x, hx, seed, use_distances)
+    got = forward_backward(model, impl, x, hx, seed, use_distances)
+    names = ["out", "h_n", "c_n", "d_forget", "d_input"] + [f"grad {i}" for i in range(len(ref) - 5)]
+    for name, a, b in zip(names, ref, got):
+        torch.testing.assert_close(b, a, atol=atol, rtol=rtol, msg=lambda m, name=name: f"{impl} {name}: {m}")
+
+
+def layer(device, *args, seed=0, **kw):
+    torch.manual_seed(seed)
+    return onlstm.ONLSTM(*args, impl="reference", **kw).to(device)
+
+
+CASES = [  # (input, hidden, kwargs): chunk sizes 1 and > 1, both master-input modes, layers, directions
+    (3, 4, {"chunk_size": 1, "master_input": "paper"}),
+    (3, 6, {"chunk_size": 2, "master_input": "reverse"}),
+    (4, 6, {"chunk_size": 3, "num_layers": 2, "bidirectional": True, "master_input": "paper"}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=["C1-paper", "C2-reverse", "C3-2layers-bi"])
+def test_padded_batch_with_hx_equals_reference(target, case):
+    impl, device = target
+    I, D, kw = case
+    m = layer(device, I, D, **kw)
+    L = m.num_layers * m.num_directions
+    x = torch.randn(4, 3, I, device=device, requires_grad=True)
+    hx = tuple(torch.randn(L, 3, D, device=device, requires_grad=True) for _ in range(2))
+    assert_equal_to_reference(m, impl, x, hx)
+
+
+@pytest.mark.parametrize("mode", ["paper", "reverse"])
+def test_packed_bidirectional_two_layers_with_dropconnect_equals_reference(target, mode):
+    """Unequal lengths (rows leave the packed batch), both directions, DropConnect and dropout with one mask."""
+    impl, device = target
+    m = layer(device, 3, 6, num_layers=2, chunk_size=2, bidirectional=True, dropconnect=0.4, dropout=0.3)
+    m.master_input = mode
+    m.train()
+    lengths = torch.tensor([5, 3, 2, 1])
+    padded = torch.randn(5, 4, 3, device=device)
+    packed = pack_padded_sequence(padded, lengths, enforce_sorted=True)
+    packed.data.requires_grad_()
+    assert_equal_to_reference(m, impl, packed)
+
+
+def test_unsorted_packed_input_and_no_distance_gradient(target):
+    """``enforce_sorted=False`` (permuted states) and a loss without the distances (no gradient to them)."""
+    impl, device = target
+    m = layer(device, 2, 4, chunk_size=2)
+    padded = torch.randn(4, 3, 2, device=device)
+    packed = pack_padded_sequence(padded, torch.tensor([2, 4, 3]), enforce_sorted=False)
+    packed.data.requires_grad_()
+    hx = tuple(torch.randn(1, 3, 4, device=device, requires_grad=True) for _ in range(2))
+    assert_equal_to_reference(m, impl, packed, hx, use_distances=False)
+
+
+def test_gradcheck_float64(target):
+    """Numerical against analytical gradients of the kernel itself, packed, float64 (fast mode: random
+    projections of the Jacobian, since every interpreted launch costs tens of milliseconds)."""
+    from onlstm.nn.kernels import fused_layer
+
+    impl, device = target
+    kernel = kernels.load_kernel(impl)
+    torch.manual_seed(0)
+    n, C, I = 2, 2, 2
+    D, G = n * C, 4 * n * C + 2 * n
+    bs = torch.tensor([2, 2, 1])
+    opts = {"dtype": torch.float64, "device": device}
+    x = torch.randn(int(bs.sum()), I, **opts)
+    w_ih, w_hh, b = 0.5 * torch.randn(G, I, **opts), 0.5 * torch.randn(G, D, **opts), 0.5 * torch.randn(G, **opts)
+    h0, c0 = torch.randn(2, D, **opts), torch.randn(2, D, **opts)
+    inputs = tuple(t.requires_grad_() for t in (x, w_ih, w_hh, b, h0, c0))
+    for inclusive in (False, True):
+
+        def f(*args, inclusive=inclusive):
+            return fused_layer(*args, bs, C, inclusive, kernel)
+
+        assert torch.autograd.gradcheck(f, inputs, fast_mode=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_runs_products_in_low_precision_and_state_in_float32(target, dtype):
+    """Under autocast: float32 outputs and gradients close to the float32 reference (half-precision products
+    make them differ by ~1e-3), and measurably not the float32 path (the products did run in half)."""
+    impl, device = target
+    m = layer(device, 5, 8, chunk_size=2)
+    x = torch.randn(6, 3, 5, device=device, requires_grad=True)
+    full = forward_backward(m, impl, x, None, 1)
+    with torch.autocast(device.type, dtype=dtype):
+        half = forward_backward(m, impl, x, None, 1)
+    ref = forward_backward(m, "reference", x, None, 1)
+    for b, r in zip(half, ref):
+        assert b.dtype == torch.float32
+        torch.testing.assert_close(b, r, atol=3e-2 * float(r.detach().abs().max()), rtol=0)
+    assert max(float((a - b).abs().max()) for a, b in zip(full, half)) > 1e-5
+
+
+def test_triton_is_registered_for_cuda_and_says_why_it_is_unavailable():
+    assert kernels.kernel_names()[0] == "triton"
+    if torch.cuda.is_available():
+        return
+    assert kernels.load_kernel("triton") is None
+    reason = kernels.kernel_error("triton")
+    assert reason is not None and reason.startswith("unavailable because") and "CUDA" in reason
+    m = onlstm.ONLSTM(3, 4, chunk_size=2, impl="triton")  # a named kernel runs the reference off its device
+    assert m.resolved_impl(torch.device("cpu"), torch.float32) == "reference"
+    assert m.resolved_impl(torch.device("cpu"), torch.float16) == "reference"
+
+
+def test_interpreter_kernel_is_never_chosen_by_auto(interpreter):
+    names = kernels.kernel_names()  # 'auto' takes the first that loads; 'fused' (pure PyTorch) always does
+    assert names[-1] == interpreter and names.index("fused") < names.index(interpreter)
+    assert load_interpreter_kernel() is not None
