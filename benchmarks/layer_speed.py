@@ -1,16 +1,25 @@
 """Forward+backward speed of the ON-LSTM layer against torch.nn.LSTM of the same size, same run.
 
     python benchmarks/layer_speed.py [--repeats 5] [--impls cpp,fused,reference] [--shapes ...]
+    python benchmarks/layer_speed.py --device cuda          # triton, fused, reference vs cuDNN; fp32 and bf16
 
 For each shape (T, B, input, hidden, chunk) it times ``out.sum().backward()`` of a one-layer
 ``nn.LSTM`` and of each ON-LSTM implementation, interleaved round by round so that drifts in the
-machine's speed hit all of them alike, and reports the median tokens/s (T*B / time) and the ratio
-to ``nn.LSTM`` (higher is better; 1.0 = as fast as nn.LSTM).
+machine's speed hit all of them alike, and reports the median tokens/s (T*B / time), the ratio to
+``nn.LSTM`` (higher is better; 1.0 = as fast as nn.LSTM) and, when ``reference`` is measured, the
+ratio to the reference step loop. On CUDA every timing ends with ``torch.cuda.synchronize()``; one
+warm-up round (kernel compilation included) is not timed. ``--dtypes bf16`` (or ``fp16``) runs every
+model, ``nn.LSTM`` too, under ``torch.autocast``.
+
+``fused`` on CUDA: the fused kernel is registered for the CPU only; this script registers it for CUDA as
+well, under the name ``fused_cuda``, to measure it there. ``triton`` on the CPU runs Triton's
+interpreter (needs ``TRITON_INTERPRET=1``): it only checks that the code path runs, it is no speed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -18,8 +27,12 @@ import time
 import torch
 
 import onlstm
+from onlstm.nn import kernels
+from onlstm.nn.fused import FusedKernel
 
 SHAPES = [(70, 20, 400, 650, 10), (70, 80, 400, 1150, 10), (35, 20, 200, 200, 10)]
+PAPER_LAYER = (70, 20, 400, 1150, 10)  # the paper's language-model layer (docs/lm.md)
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # autocast dtype (None: off)
 
 
 def parse_shape(s: str):
@@ -29,58 +42,112 @@ def parse_shape(s: str):
     return vals
 
 
-def step_fn(module, x):
+def step_fn(module, x, device: torch.device, autocast_dtype):
     def run():
         for p in module.parameters():
             p.grad = None
         x.grad = None
-        out = module(x)[0]
-        out.sum().backward()
+        with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            out = module(x)[0]
+        out.float().sum().backward()
 
     return run
 
 
+def impl_name(impl: str, device: torch.device) -> str:
+    """The ``impl=`` value that runs ``impl`` on ``device`` (registering the two benchmark-only variants)."""
+    if impl == "fused" and device.type == "cuda":
+        floats = (torch.float32, torch.float64)
+        kernels.register_kernel(
+            kernels.KernelSpec("fused_cuda", FusedKernel, ("cuda",), floats, priority=-100), replace=True
+        )
+        return "fused_cuda"
+    if impl == "triton" and device.type == "cpu":
+        from onlstm.nn.triton_kernel import register_interpreter_kernel
+
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise SystemExit(
+                "layer_speed.py: --impls triton on the CPU needs TRITON_INTERPRET=1 (Triton's interpreter)"
+            )
+        return register_interpreter_kernel()
+    return impl
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(shape, impls, dtype_name, device, args):
+    """Rows ``(shape, dtype, impl, tokens/s, x nn.LSTM, x reference)`` of one shape and dtype."""
+    T, B, I, H, C = shape
+    torch.manual_seed(0)
+    x = torch.randn(T, B, I, device=device, requires_grad=True)
+    mods = {"nn.LSTM": torch.nn.LSTM(I, H).to(device)}
+    for impl in impls:
+        m = onlstm.ONLSTM(I, H, chunk_size=C, impl=impl_name(impl, device), master_input=args.master_input)
+        mods[impl] = m.to(device)
+    fns = {k: step_fn(m, x, device, DTYPES[dtype_name]) for k, m in mods.items()}
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for f in fns.values():  # warm-up (kernel build and compilation)
+        f()
+    sync(device)
+    for _ in range(args.repeats):
+        for k, f in fns.items():
+            sync(device)
+            t0 = time.perf_counter()
+            f()
+            sync(device)
+            times[k].append(time.perf_counter() - t0)
+    med = {k: statistics.median(ts) for k, ts in times.items()}
+    label = f"T={T} B={B} in={I} H={H} C={C}"
+    ref = med.get("reference")
+    return [
+        (label, dtype_name, k, T * B / m, med["nn.LSTM"] / m, (ref / m) if ref else float("nan"))
+        for k, m in med.items()
+    ]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", type=parse_shape, nargs="+", default=SHAPES, metavar="TxBxINxHxC")
+    ap.add_argument("--shapes", type=parse_shape, nargs="+", default=None, metavar="TxBxINxHxC")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument(
         "--impls",
-        default="cpp,fused,reference",
-        help="comma-separated ON-LSTM implementations (impl= values: cpp, fused, reference, auto, ...)",
+        default=None,
+        help="comma-separated ON-LSTM implementations (impl= values: cpp, fused, reference, triton, auto, ...); "
+        "default cpp,fused,reference on the CPU and triton,fused,reference on CUDA",
     )
+    ap.add_argument("--dtypes", default=None, help="comma-separated from fp32,bf16,fp16 (default: fp32 on the CPU, "
+                    "fp32,bf16 on CUDA); bf16/fp16 run under torch.autocast")  # fmt: skip
     ap.add_argument("--repeats", type=int, default=5, help="timed rounds per shape (median reported)")
     ap.add_argument("--master-input", default="paper", choices=["paper", "reverse"])
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print(
+            f"layer_speed.py: --device cuda but no CUDA device is visible (torch {torch.__version__})", file=sys.stderr
+        )
+        return 2
+    cuda = device.type == "cuda"
+    impls = [s for s in (args.impls or ("triton,fused,reference" if cuda else "cpp,fused,reference")).split(",") if s]
+    dtypes = [s for s in (args.dtypes or ("fp32,bf16" if cuda else "fp32")).split(",") if s]
+    if bad := [d for d in dtypes if d not in DTYPES]:
+        ap.error(f"--dtypes: unknown {bad}; choose from {sorted(DTYPES)}")
+    shapes = args.shapes or (SHAPES + [PAPER_LAYER] if cuda else SHAPES)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
-    impls = [s for s in args.impls.split(",") if s]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, forward+backward, median of {args.repeats}")
-    rows = []
-    for T, B, I, H, C in args.shapes:
-        torch.manual_seed(0)
-        x = torch.randn(T, B, I, requires_grad=True)
-        mods = {"nn.LSTM": torch.nn.LSTM(I, H)}
-        for impl in impls:
-            mods[impl] = onlstm.ONLSTM(I, H, chunk_size=C, impl=impl, master_input=args.master_input)
-        fns = {k: step_fn(m, x) for k, m in mods.items()}
-        times = {k: [] for k in fns}
-        for f in fns.values():  # warm-up (and kernel build)
-            f()
-        for _ in range(args.repeats):
-            for k, f in fns.items():
-                t0 = time.perf_counter()
-                f()
-                times[k].append(time.perf_counter() - t0)
-        ref = statistics.median(times["nn.LSTM"])
-        for k, ts in times.items():
-            med = statistics.median(ts)
-            rows.append((f"T={T} B={B} in={I} H={H} C={C}", k, T * B / med, ref / med))
+    where = torch.cuda.get_device_name() if cuda else f"CPU, {torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}, forward+backward, median of {args.repeats}")
+    if not cuda and "triton" in impls:
+        print("note: triton on the CPU runs Triton's interpreter: a check that it runs, not a speed")
+    rows = [row for shape in shapes for dt in dtypes for row in measure(shape, impls, dt, device, args)]
     w = max(len(r[0]) for r in rows)
-    print(f"{'shape':<{w}}  {'impl':<10} {'tokens/s':>10}  {'x nn.LSTM':>9}")
-    for shape, k, tps, ratio in rows:
-        print(f"{shape:<{w}}  {k:<10} {tps:>10.0f}  {ratio:>9.2f}")
+    print(f"{'shape':<{w}}  {'dtype':<5} {'impl':<10} {'tokens/s':>10}  {'x nn.LSTM':>9}  {'x reference':>11}")
+    for shape, dt, k, tps, ratio, vs_ref in rows:
+        print(f"{shape:<{w}}  {dt:<5} {k:<10} {tps:>10.0f}  {ratio:>9.2f}  {vs_ref:>11.2f}")
     return 0
 
 

@@ -38,6 +38,8 @@ def _cmd_info(args) -> int:
         "threads": torch.get_num_threads(),
         "cpp_kernel": kernels["cpp"]["available"],
         "cpp_kernel_error": kernels["cpp"]["reason"],
+        "triton_kernel": kernels["triton"]["available"],  # the CUDA path (docs/layer.md, "The Triton path")
+        "triton_kernel_error": kernels["triton"]["reason"],
         "kernels": kernels,
         "cuda": torch.cuda.is_available(),
     }

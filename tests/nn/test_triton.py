@@ -168,3 +168,27 @@ def test_interpreter_kernel_is_never_chosen_by_auto(interpreter):
     names = kernels.kernel_names()  # 'auto' takes the first that loads; 'fused' (pure PyTorch) always does
     assert names[-1] == interpreter and names.index("fused") < names.index(interpreter)
     assert load_interpreter_kernel() is not None
+
+
+def _layer_speed():
+    import importlib.util
+
+    from support import REPO
+
+    spec = importlib.util.spec_from_file_location("layer_speed", REPO / "benchmarks" / "layer_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_benchmark_code_path_runs_and_says_when_there_is_no_gpu(interpreter, capsys):
+    """benchmarks/layer_speed.py's CUDA path: a clear error without CUDA; with the triton impl on the CPU
+    (interpreter, tiny shape: a check that it runs, not a speed) every row is printed."""
+    bench = _layer_speed()
+    if not torch.cuda.is_available():
+        assert bench.main(["--device", "cuda"]) == 2
+        assert "no CUDA device is visible" in capsys.readouterr().err
+    argv = ["--device", "cpu", "--impls", "triton,reference", "--shapes", "2x2x3x4x2", "--repeats", "1"]
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "not a speed" in out and all(f" {k} " in out for k in ("nn.LSTM", "triton", "reference"))
