@@ -7,8 +7,10 @@ as an ``(n, C)`` tile, so a chunk's master-gate value broadcasts over its ``C`` 
 The maths is the hand-written backward of :mod:`onlstm.nn.fused`, step by step; gate layout and
 equations: :mod:`onlstm.nn.functional`.
 
-Every pointer passed in points at the first row of the step (a row-contiguous slice), so row ``r`` of
-an ``(rows, G)`` buffer starts at ``ptr + r * G``. Arithmetic runs in the dtype of ``ACT`` (float32,
+Buffers of the whole sequence (``XP``, ``ACT``, ``CELL``, ...) are passed whole with the step's first
+row ``ROW0`` (and ``C_ROW0`` for ``C_PREV``); per-step buffers (``HU``, ``DH``, ``DC_*``) start at row 0.
+Row indices are not specialised on (``do_not_specialize``): one compiled kernel serves every step, and
+the base pointers keep their alignment. Arithmetic runs in the dtype of ``ACT`` (float32,
 or float64 for gradcheck); ``HU`` (the recurrent product) and the ``*_MM`` copies may be half precision.
 """
 
@@ -48,7 +50,7 @@ def _master_gates(p_in, p_forget, INCLUSIVE: tl.constexpr):
     return m_input, m_forget
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["ROW0", "C_ROW0"])
 def forward_step(
     XP,  # (b, G) input projection + bias of this step, in ACT's dtype
     HU,  # (b, G) h_{t-1} @ w_hh^T (matmul dtype)
@@ -58,6 +60,8 @@ def forward_step(
     OUT,  # (b, D) out: h_t
     H_MM,  # (b, D) out: h_t in the matmul dtype (only if HAS_HMM)
     DIST,  # (b, 2) out: d_f, d_i
+    ROW0,  # first row of the step in the sequence buffers
+    C_ROW0,  # first row of C_PREV
     NCH: tl.constexpr,
     CHUNK: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -67,8 +71,9 @@ def forward_step(
 ):
     D: tl.constexpr = NCH * CHUNK
     G: tl.constexpr = 4 * D + 2 * NCH
-    row = tl.program_id(0).to(tl.int64)
-    xp, hu, act = XP + row * G, HU + row * G, ACT + row * G
+    pid = tl.program_id(0).to(tl.int64)
+    row = pid + ROW0
+    xp, hu, act = XP + row * G, HU + pid * G, ACT + row * G
     ty = ACT.dtype.element_ty
     k = tl.arange(0, BLOCK_N)
     km = k < NCH
@@ -95,7 +100,7 @@ def forward_step(
     w = (m_forget * m_in)[:, None]  # overlap of the two master gates
     f_hat = fg * w + (m_forget[:, None] - w)
     i_hat = ig * w + (m_in[:, None] - w)
-    c_new = f_hat * tl.load(C_PREV + row * D + u, mask=um, other=0) + i_hat * ch
+    c_new = f_hat * tl.load(C_PREV + (pid + C_ROW0) * D + u, mask=um, other=0) + i_hat * ch
     h = o * _tanh(c_new)
     tl.store(CELL + row * D + u, c_new, mask=um)
     tl.store(OUT + row * D + u, h, mask=um)
@@ -108,7 +113,7 @@ def _softmax_vjp(p, grad):
     return p * (grad - tl.sum(grad * p, 0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["ROW0", "C_ROW0"])
 def backward_step(
     ACT,  # (b, G) saved activations of this step
     C_PREV,  # (b, D) c_{t-1}
@@ -120,6 +125,8 @@ def backward_step(
     GDIST,  # (b, 2) gradient of the distances (only if HAS_GDIST)
     DG,  # (b, G) out: gradient of the pre-activation
     DG_MM,  # (b, G) out: the same in the matmul dtype (only if HAS_MM)
+    ROW0,
+    C_ROW0,
     NCH: tl.constexpr,
     CHUNK: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -130,7 +137,8 @@ def backward_step(
 ):
     D: tl.constexpr = NCH * CHUNK
     G: tl.constexpr = 4 * D + 2 * NCH
-    row = tl.program_id(0).to(tl.int64)
+    pid = tl.program_id(0).to(tl.int64)
+    row = pid + ROW0
     act, dg = ACT + row * G, DG + row * G
     k = tl.arange(0, BLOCK_N)
     km = k < NCH
@@ -146,14 +154,14 @@ def backward_step(
     ig = tl.load(act + 2 * D + g, mask=um, other=0)
     fg = tl.load(act + 3 * D + g, mask=um, other=0)
     tc = _tanh(tl.load(CELL + row * D + u, mask=um, other=0))
-    dh = tl.load(GOUT + row * D + u, mask=um, other=0) + tl.load(DH + row * D + u, mask=um, other=0)
-    dcu = tl.load(DC_IN + row * D + u, mask=um, other=0) + dh * o * (1.0 - tc * tc)
+    dh = tl.load(GOUT + row * D + u, mask=um, other=0) + tl.load(DH + pid * D + u, mask=um, other=0)
+    dcu = tl.load(DC_IN + pid * D + u, mask=um, other=0) + dh * o * (1.0 - tc * tc)
     w = (m_forget * m_in)[:, None]
     f_hat = fg * w + (m_forget[:, None] - w)
     i_hat = ig * w + (m_in[:, None] - w)
-    dfh = dcu * tl.load(C_PREV + row * D + u, mask=um, other=0)
+    dfh = dcu * tl.load(C_PREV + (pid + C_ROW0) * D + u, mask=um, other=0)
     dih = dcu * ch
-    tl.store(DC_OUT + row * D + u, dcu * f_hat, mask=um)
+    tl.store(DC_OUT + pid * D + u, dcu * f_hat, mask=um)
     dw = dfh * (fg - 1.0) + dih * (ig - 1.0)
     d_mforget = tl.sum(dfh + dw * m_in[:, None], 1)
     d_min = tl.sum(dih + dw * m_forget[:, None], 1)

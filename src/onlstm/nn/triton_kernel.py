@@ -36,8 +36,14 @@ INTERPRETER_NAME = "triton_interpret"
 def matmul_dtype(x: Tensor) -> torch.dtype:
     """The dtype of the matrix products: autocast's for a float32 input under autocast, else ``x``'s."""
     device = x.device.type
-    if x.dtype == torch.float32 and torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
+    if x.dtype != torch.float32:
+        return x.dtype
+    try:  # torch >= 2.4: per device type
+        if torch.is_autocast_enabled(device):
+            return torch.get_autocast_dtype(device)
+    except TypeError:  # torch 2.3: CUDA only (the kernel's device)
+        if device == "cuda" and torch.is_autocast_enabled():
+            return torch.get_autocast_gpu_dtype()
     return x.dtype
 
 
@@ -82,14 +88,14 @@ class TritonKernel:
         hu = x.new_empty(bs[0], G, dtype=mm)
         w_hh_t, h0_mm = w_hh.to(mm).t(), h0.to(mm)
         blocks = _blocks(D // chunk, chunk)
+        launch = self._steps.forward_step
         off = prev = 0
         for t, b in enumerate(bs):
             h_prev = h0_mm[:b] if t == 0 else h_mm[prev : prev + b]
-            c_prev = c0[:b] if t == 0 else cells[prev : prev + b]
             torch.mm(h_prev, w_hh_t, out=hu[:b])
-            rows = slice(off, off + b)
-            self._steps.forward_step[(b,)](
-                xp[rows], hu, c_prev, act[rows], cells[rows], out[rows], h_mm[rows], dist[rows],
+            c_prev, c_row0 = (c0, 0) if t == 0 else (cells, prev)
+            launch[(b,)](
+                xp, hu, c_prev, act, cells, out, h_mm, dist, off, c_row0,
                 INCLUSIVE=inclusive, HAS_HMM=low, num_warps=_warps(blocks), **blocks,
             )  # fmt: skip
             prev, off = off, off + b
@@ -132,12 +138,12 @@ class TritonKernel:
         w_hh_mm = w_hh.to(mm)
         blocks = _blocks(D // chunk, chunk)
         gd = grad_dist if grad_dist is not None else dG  # a placeholder pointer when there is no gradient
+        launch = self._steps.backward_step
         for t in range(len(bs) - 1, -1, -1):
             b, rows = bs[t], slice(offs[t], offs[t] + bs[t])
-            c_prev = c0[:b] if t == 0 else cells[offs[t - 1] : offs[t - 1] + b]
-            self._steps.backward_step[(b,)](
-                act[rows], c_prev, cells[rows], grad_out[rows], dh, dcs[t % 2], dcs[(t + 1) % 2], gd[rows],
-                dG[rows], dG_mm[rows],
+            c_prev, c_row0 = (c0, 0) if t == 0 else (cells, offs[t - 1])
+            launch[(b,)](
+                act, c_prev, cells, grad_out, dh, dcs[t % 2], dcs[(t + 1) % 2], gd, dG, dG_mm, offs[t], c_row0,
                 INCLUSIVE=inclusive, HAS_GDIST=grad_dist is not None, HAS_MM=low, num_warps=_warps(blocks), **blocks,
             )  # fmt: skip
             if low:
