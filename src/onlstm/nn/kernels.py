@@ -6,25 +6,26 @@ backward; :class:`LayerKernel` is the written contract. ``ONLSTM(impl=...)`` acc
 * ``'reference'``: the readable step loop of :mod:`onlstm.nn.reference`, differentiated by autograd.
   It is not a kernel: it runs on every device and dtype and is the oracle the kernels are tested
   against;
-* the name of a registered kernel: ``'fused'`` (PyTorch operations, :mod:`onlstm.nn.fused`) and
-  ``'cpp'`` (compiled C++, :mod:`onlstm.nn._ext`) are built in;
+* the name of a registered kernel: ``'fused'`` (PyTorch operations, :mod:`onlstm.nn.fused`),
+  ``'cpp'`` (compiled C++, :mod:`onlstm.nn._ext`) and ``'triton'`` (CUDA, :mod:`onlstm.nn.triton_kernel`;
+  Triton is imported only when it is loaded) are built in;
 * ``'auto'``: the available registered kernel with the highest priority that supports the input's
   device and dtype, else ``'reference'``.
 
 A kernel named explicitly runs the reference path on a device or dtype it does not support (as
 ``'auto'`` would without a kernel there), and is an error when it cannot be loaded.
 
-Adding a kernel (e.g. a Triton kernel for CUDA) means: write a class with the two methods of
+Adding a kernel (e.g. another GPU kernel) means: write a class with the two methods of
 :class:`LayerKernel`, then register it::
 
     from onlstm.nn.kernels import KernelSpec, register_kernel
 
     register_kernel(KernelSpec(
-        name="triton", load=lambda: TritonKernel(),          # load may raise: "unavailable, because ..."
-        devices=("cuda",), dtypes=(torch.float32,), priority=30, label="Triton kernel"))
+        name="mine", load=lambda: MyKernel(),                 # load may raise: "unavailable, because ..."
+        devices=("cuda",), dtypes=(torch.float32,), priority=40, label="my kernel"))
 
-``ONLSTM(..., impl="triton")`` then uses it, and ``impl='auto'`` prefers it on CUDA float32 inputs
-(higher priority wins). ``load`` is called once, on first use; if it raises, the kernel is
+``ONLSTM(..., impl="mine")`` then uses it, and ``impl='auto'`` prefers it on CUDA float32 inputs
+(higher priority wins: above the built-in ``triton``, 30). ``load`` is called once, on first use; if it raises, the kernel is
 unavailable for the rest of the process: ``'auto'`` falls back to the next kernel with one
 ``RuntimeWarning``, and :func:`kernel_status` reports the reason. The test suite runs every kernel
 against the reference (tests/test_layer.py); add the new name there.

@@ -223,9 +223,9 @@ class ONLSTM(nn.Module):
     inverted), ``master_input`` (``'paper'`` default, or ``'reverse'``) and ``impl``, what runs each
     layer (see :mod:`onlstm.nn.kernels`): ``'reference'`` (the readable step loop, autograd),
     ``'fused'`` (whole-sequence PyTorch operations with a hand-written backward), ``'cpp'`` (the
-    compiled kernel), any registered kernel, or ``'auto'`` (default: the best available kernel for
-    the input's device and dtype, the C++ one on CPU; else the reference). ``'python'`` is a
-    deprecated alias of ``'fused'``.
+    compiled kernel), ``'triton'`` (CUDA), any registered kernel, or ``'auto'`` (default: the best
+    available kernel for the input's device and dtype, the C++ one on CPU, the Triton one on CUDA;
+    else the reference). ``'python'`` is a deprecated alias of ``'fused'``.
     ``dropout`` is applied to the outputs of every layer but the last, as in ``nn.LSTM``.
     """
 
