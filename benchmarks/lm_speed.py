@@ -1,6 +1,7 @@
 """Training speed of the language model: ON-LSTM vs LSTM layers, same preset, same run.
 
     python benchmarks/lm_speed.py [--config ptb-cpu] [--steps 10] [--repeats 3] [--threads N]
+    python benchmarks/lm_speed.py --config ptb-paper --device cuda --onlstm-impls triton,reference
 
 Times the trainer's full step (embedding/locked dropout, DropConnect, the recurrent layers, full
 softmax over a 10,000-word vocabulary, AR/TAR, backward, clipping, SGD) on random tokens, with the
@@ -8,6 +9,10 @@ preset's sizes, batch and BPTT length. The two models are timed in alternation (
 ON-LSTM, ...) after warm-up steps, so that load from other processes affects both alike; each
 measurement is ``steps`` steps, and the median over ``repeats`` is reported, with the ratio.
 Any model or training field can be overridden like ``onlstm lm train`` flags, e.g. ``--hidden-sizes``.
+``--device`` places the models and data (``auto``: CUDA when available; default of the preset);
+``--onlstm-impls`` times the ON-LSTM model once per layer implementation (``impl=``: ``triton``,
+``reference``, ...). On CUDA every measurement ends with ``torch.cuda.synchronize()`` and the peak GPU
+memory of each model's steps is printed.
 """
 
 from __future__ import annotations
@@ -21,14 +26,20 @@ from pathlib import Path
 
 import torch
 
+import onlstm
+from onlstm.errors import OnlstmError
 from onlstm.lm.config import add_config_flags, load_config, overrides_from_args
 from onlstm.lm.train import _Objective, make_optimizer
 from onlstm.models.language_model import LanguageModel, LMConfig
+from onlstm.runs import resolve_device
 
 
-def build(cfg, cell: str, vocab: int):
+def build(cfg, cell: str, vocab: int, device: torch.device, impl: str | None = None):
     torch.manual_seed(cfg.train.seed)
-    model = LanguageModel(LMConfig(vocab_size=vocab, **{**cfg.model, "cell": cell}))
+    model = LanguageModel(LMConfig(vocab_size=vocab, **{**cfg.model, "cell": cell})).to(device)
+    for module in model.modules():
+        if impl and isinstance(module, onlstm.ONLSTM):
+            module.impl = impl
     model.train()
     obj = _Objective(model, cfg.train.alpha, cfg.train.beta)
     return model, obj, make_optimizer(list(model.parameters()), cfg.train)
@@ -52,6 +63,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps per model first (default 2)")
     ap.add_argument("--vocab", type=int, default=10000, help="vocabulary size (PTB: 10000)")
     ap.add_argument("--seq-len", type=int, default=None, help="segment length (default: the preset's bptt)")
+    ap.add_argument("--onlstm-impls", default="", help="comma-separated impl= values to time the ON-LSTM model with")
     add_config_flags(ap)
     args = ap.parse_args(argv)
     torch.set_flush_denormal(True)
@@ -61,20 +73,33 @@ def main(argv=None) -> int:
         torch.set_num_threads(t.threads)
     seq = args.seq_len or t.bptt
     g = torch.Generator().manual_seed(0)
-    data = torch.randint(0, args.vocab, (seq + 1, t.batch_size), generator=g)
+    try:
+        device = resolve_device(t.device)
+    except OnlstmError as exc:
+        print(f"lm_speed.py: {exc}", file=sys.stderr)
+        return 2
+    data = torch.randint(0, args.vocab, (seq + 1, t.batch_size), generator=g).to(device)
     x, y = data[:-1], data[1:]
-    runs = {}
-    for cell in args.cells:
-        runs[cell] = build(cfg, cell, args.vocab)
+    runs, peak = {}, {}
+    for name, cell, impl in variants(args.cells, args.onlstm_impls):
+        runs[name] = build(cfg, cell, args.vocab, device, impl)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
         for _ in range(args.warmup):
-            step(*runs[cell], x, y, t.clip)
-    times = {cell: [] for cell in args.cells}
+            step(*runs[name], x, y, t.clip)
+        sync(device)
+        if device.type == "cuda":
+            peak[name] = torch.cuda.max_memory_allocated(device) / 2**20
+    names = list(runs)
+    times: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(args.repeats):
-        for cell in args.cells:
+        for name in names:
+            sync(device)
             t0 = time.perf_counter()
             for _ in range(args.steps):
-                step(*runs[cell], x, y, t.clip)
-            times[cell].append(time.perf_counter() - t0)
+                step(*runs[name], x, y, t.clip)
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
     tokens = args.steps * seq * t.batch_size
     m = cfg.model
     print(
@@ -82,23 +107,36 @@ def main(argv=None) -> int:
         f"batch {t.batch_size}, seq {seq}, vocab {args.vocab}; {args.steps} steps x {args.repeats} repeats, "
         f"alternating"
     )
-    print(
-        f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}"
-    )
-    print("| cell | params | tokens/s (median) | min .. max | ms/step |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {where}")
+    print("| cell | params | tokens/s (median) | min .. max | ms/step | peak GPU MiB |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     rate = {}
-    for cell in args.cells:
+    for cell in names:
         ts = times[cell]
         rate[cell] = tokens / statistics.median(ts)
         n = sum(p.numel() for p in runs[cell][0].parameters())
         print(
             f"| {cell} | {n / 1e6:.2f}M | {rate[cell]:,.0f} | {tokens / max(ts):,.0f} .. {tokens / min(ts):,.0f} | "
-            f"{1000 * statistics.median(ts) / args.steps:.0f} |"
+            f"{1000 * statistics.median(ts) / args.steps:.0f} | {peak.get(cell, float('nan')):.0f} |"
         )
     if "onlstm" in rate and "lstm" in rate:
         print(f"ON-LSTM / LSTM tokens/s: {rate['onlstm'] / rate['lstm']:.2f}")
     return 0
+
+
+def variants(cells: list[str], impls: str) -> list[tuple[str, str, str | None]]:
+    """``(label, cell, impl)`` per model to time: the ON-LSTM once per ``impls`` entry (``onlstm/<impl>``)."""
+    out: list[tuple[str, str, str | None]] = []
+    for cell in cells:
+        chosen = [s for s in impls.split(",") if s] if cell == "onlstm" else []
+        out += [(f"onlstm/{impl}", cell, impl) for impl in chosen] or [(cell, cell, None)]
+    return out
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 if __name__ == "__main__":
