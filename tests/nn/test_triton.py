@@ -192,3 +192,25 @@ def test_gpu_benchmark_code_path_runs_and_says_when_there_is_no_gpu(interpreter,
     assert bench.main(argv) == 0
     out = capsys.readouterr().out
     assert "not a speed" in out and all(f" {k} " in out for k in ("nn.LSTM", "triton", "reference"))
+
+
+@pytest.mark.parametrize("where", ["nan-input", "nan-weight_hh"])
+def test_non_finite_values_propagate_as_in_the_reference(target, where):
+    """A NaN in the input or in one recurrent weight gives NaN exactly where the reference has one
+    (issue #13's check of the CPU kernels), and the same finite values elsewhere."""
+    impl, device = target
+    m = layer(device, 4, 10, chunk_size=5)
+    x = torch.randn(6, 3, 4, device=device)
+    with torch.no_grad():
+        if where == "nan-input":
+            x[2, 1, 0] = float("nan")
+        else:  # one unit's output gate (rows 2n.. are o)
+            m.weight_hh_l0[2 * m.n_chunks + 3, 7] = float("nan")
+    x.requires_grad_(True)
+    ref = forward_backward(m, "reference", x, None, 1)
+    got = forward_backward(m, impl, x, None, 1)
+    assert ref[0].isnan().any() and ref[0].isfinite().any(), "the case must mix NaN and finite outputs"
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert torch.equal(b.isnan(), a.isnan()) and torch.equal(b.isinf(), a.isinf()), f"item {i}"
+        fin = a.isfinite()
+        torch.testing.assert_close(b[fin], a[fin], atol=2e-5, rtol=1e-4, msg=lambda msg, i=i: f"item {i}: {msg}")

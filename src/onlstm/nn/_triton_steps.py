@@ -168,22 +168,24 @@ def backward_step(
     if HAS_GDIST:
         d_mforget = d_mforget - tl.load(GDIST + row * 2) / NCH
         d_min = d_min + tl.load(GDIST + row * 2 + 1) / NCH
+    d_chunks = _master_logit_grads(p_in, p_forget, d_min, d_mforget, km, INCLUSIVE)
+    d_gates = (dh * tc * o * (1.0 - o), dcu * i_hat * (1.0 - ch * ch),
+               dih * w * ig * (1.0 - ig), dfh * w * fg * (1.0 - fg))  # fmt: skip
+    _store_gate_grads(dg, d_chunks, d_gates, k, km, g, um, NCH, D)
+    if HAS_MM:
+        _store_gate_grads(DG_MM + row * G, d_chunks, d_gates, k, km, g, um, NCH, D)
+
+
+@triton.jit
+def _master_logit_grads(p_in, p_forget, d_min, d_mforget, km, INCLUSIVE: tl.constexpr):
+    """Gradients of both master-gate logits from those of the gates: the cumax vector-Jacobian products."""
     d_mforget = tl.where(km, d_mforget, 0.0)
     d_min = tl.where(km, d_min, 0.0)
-    d_gates = (
-        dh * tc * o * (1.0 - o),
-        dcu * i_hat * (1.0 - ch * ch),
-        dih * w * ig * (1.0 - ig),
-        dfh * w * fg * (1.0 - fg),
-    )
     d_pforget = tl.cumsum(d_mforget, 0, reverse=True)  # adjoint of the prefix sum
     d_pin = tl.cumsum(d_min, 0)  # adjoint of the suffix sum
     if not INCLUSIVE:
         d_pin = d_pin - d_min
-    d_chunks = (_softmax_vjp(p_in, d_pin), _softmax_vjp(p_forget, d_pforget))
-    _store_gate_grads(dg, d_chunks, d_gates, k, km, g, um, NCH, D)
-    if HAS_MM:
-        _store_gate_grads(DG_MM + row * G, d_chunks, d_gates, k, km, g, um, NCH, D)
+    return _softmax_vjp(p_in, d_pin), _softmax_vjp(p_forget, d_pforget)
 
 
 @triton.jit
