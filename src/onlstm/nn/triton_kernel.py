@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .fused import _final_states  # each row's state after its own last step
 from .kernels import KernelGrads, KernelOutputs, KernelSpec, KernelUnavailable, register_kernel
 
 INTERPRETER_NAME = "triton_interpret"
@@ -177,13 +178,6 @@ def _weight_grads(dG, dG_mm, x, w_ih, w_hh, h0, out, bs, mm) -> tuple[Tensor, Te
     dw_ih = (dGt @ x.to(mm)).to(w_ih.dtype)
     dw_hh = (dGt @ h_prev.to(mm)).to(w_hh.dtype)
     return dx, dw_ih, dw_hh, dG.sum(0)
-
-
-def _final_states(out: Tensor, cells: Tensor, bs: list[int]) -> tuple[Tensor, Tensor]:
-    """Each row's state after its own last step (rows drop out of the packed batch from the end)."""
-    from .fused import _final_states as final
-
-    return final(out, cells, bs)
 
 
 # ---------------------------------------------------------------------------------------------
