@@ -214,3 +214,25 @@ def test_non_finite_values_propagate_as_in_the_reference(target, where):
         assert torch.equal(b.isnan(), a.isnan()) and torch.equal(b.isinf(), a.isinf()), f"item {i}"
         fin = a.isfinite()
         torch.testing.assert_close(b[fin], a[fin], atol=2e-5, rtol=1e-4, msg=lambda msg, i=i: f"item {i}: {msg}")
+
+
+def test_interpreter_kernel_without_the_variable_says_how_to_turn_it_on():
+    """Started without TRITON_INTERPRET=1, the CPU kernel is an error that names the variable (a subprocess:
+    this process chose the interpreter before importing triton)."""
+    import os
+    import subprocess
+    import sys
+
+    from support import REPO
+
+    code = (
+        "import torch, onlstm\n"
+        "from onlstm.nn.triton_kernel import register_interpreter_kernel\n"
+        "m = onlstm.ONLSTM(2, 4, chunk_size=2, impl=register_interpreter_kernel())\n"
+        "try:\n    m(torch.randn(3, 1, 2))\nexcept RuntimeError as e:\n    print(e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "unavailable because Triton is not in interpreter mode: set TRITON_INTERPRET=1" in r.stdout
