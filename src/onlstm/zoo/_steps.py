@@ -31,9 +31,12 @@ class Steps:
     def batch(self) -> int:
         return self.batch_sizes[0]
 
-    def step(self, values: torch.Tensor, t: int) -> torch.Tensor:
-        """The rows of step ``t`` of a (N, *) tensor laid out like ``data``."""
-        return values[self.offsets[t] : self.offsets[t] + self.batch_sizes[t]]
+    def split(self, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """A (N, *) tensor laid out like ``data`` cut into its steps: ``batch_sizes[t]`` rows each.
+
+        One split rather than a slice per step: the backward of ``T`` slices would build ``T`` zero-filled
+        (N, *) gradients, quadratic in the length; a split's backward is one concatenation."""
+        return values.split(self.batch_sizes)
 
     def last_rows(self) -> torch.Tensor:
         """Row index (B,) of each sequence's last step, in sorted order."""
@@ -44,8 +47,8 @@ class Steps:
 
     def previous(self, values: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
         """For every row, the same sequence's row one step earlier (``first`` (B, F) for step 0): (N, F)."""
-        parts = [first[: self.batch_sizes[0]]]
-        parts += [values[self.offsets[t - 1] : self.offsets[t - 1] + bs] for t, bs in enumerate(self.batch_sizes) if t]
+        steps = self.split(values)
+        parts = [first[: self.batch_sizes[0]]] + [steps[t - 1][:bs] for t, bs in enumerate(self.batch_sizes) if t]
         return torch.cat(parts)
 
     def to_sorted(self, state: torch.Tensor) -> torch.Tensor:
@@ -114,8 +117,9 @@ def fo_pool(forget: torch.Tensor, update: torch.Tensor, c0: torch.Tensor, steps:
     SRU and QRNN: everything that reads the input is computed for all steps at once before this loop.
     """
     cs, c = [], c0
-    for t, bs in enumerate(steps.batch_sizes):
-        ct = torch.addcmul(steps.step(update, t), steps.step(forget, t), c[:bs])  # (bs, H)
+    for f_t, u_t in zip(steps.split(forget), steps.split(update)):
+        bs = f_t.shape[0]
+        ct = torch.addcmul(u_t, f_t, c[:bs])  # (bs, H)
         cs.append(ct)
         # sequences past their end keep their last c (rows bs: of the sorted batch)
         c = ct if bs == c.shape[0] else torch.cat([ct, c[bs:]])

@@ -54,10 +54,10 @@ class SRU(nn.Module):
     def parts(self, x: torch.Tensor):
         """Candidate, forget, reset and skip term for inputs (..., in): each (..., H)."""
         u = x @ self.weight.T  # (..., 3H or 4H): every input product of every step at once
-        h = self.hidden_size
-        z, f, r = u[..., :h], u[..., h : 2 * h], u[..., 2 * h : 3 * h]
-        skip = u[..., 3 * h :] if self.projects else x
-        return z, torch.sigmoid(f + self.bias[:h]), torch.sigmoid(r + self.bias[h:]), skip
+        z, f, r, *projected = u.split(self.hidden_size, dim=-1)  # one split: its backward is one concatenation
+        b_f, b_r = self.bias.split(self.hidden_size)
+        skip = projected[0] if self.projects else x
+        return z, torch.sigmoid(f + b_f), torch.sigmoid(r + b_r), skip
 
     def forward(self, x, hx=None, return_distances: bool = False):
         steps = as_steps(x, self.input_size)
