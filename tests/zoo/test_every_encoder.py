@@ -175,6 +175,11 @@ def test_language_model_command(name, corpus, tmp_path, capsys):
         return
     assert rc == 0 and json.loads((run / "config.json").read_text())["model"]["cell"] == name
     assert main(["lm", "eval", "--checkpoint", str(run), "--data-dir", str(corpus)]) == 0
+    pairs = tmp_path / "pairs.tsv"  # syntactic evaluation takes any language model
+    pairs.write_text("simple_agrmt\tthe cat sat\tthe cat sat sat\nsimple_agrmt\tthe dog ran\tdog the ran\n")
+    capsys.readouterr()
+    assert main(["syneval", "--checkpoint", str(run), "--data", str(pairs), "--json", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)
     # parsing reads master-gate distances: an encoder without them is refused with a one-line reason
     text = tmp_path / "sentences.txt"
     text.write_text("the cat sat on the mat\n")
