@@ -202,3 +202,15 @@ def test_the_cpu_preset_builds_every_new_encoder(name):
     assert [layer.hidden_size for layer in lm.layers] == [400, 400, 200]
     out, state, _ = lm(torch.randint(0, 50, (6, 2)))
     assert out.shape == (6, 2, 200) and len(state) == 3
+
+
+def test_the_zoo_imports_nothing_of_the_project_but_nn():
+    """docs/design.md §4.2: encoders.py imports the zoo to register its layers, so the zoo stays below it."""
+    from test_architecture import PACKAGE, imported_modules
+
+    for path in sorted((PACKAGE / "zoo").glob("*.py")):
+        module = f"onlstm.zoo.{path.stem}"
+        outside = {
+            m for m in imported_modules(path.read_text(), module) if not m.startswith(("onlstm.zoo", "onlstm.nn"))
+        }
+        assert not outside, f"{module} imports {sorted(outside)}"
