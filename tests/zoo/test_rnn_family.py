@@ -3,6 +3,7 @@ docs/encoders.md, not the modules' code), their registry entries and their optio
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -214,3 +215,17 @@ def test_the_zoo_imports_nothing_of_the_project_but_nn():
             m for m in imported_modules(path.read_text(), module) if not m.startswith(("onlstm.zoo", "onlstm.nn"))
         }
         assert not outside, f"{module} imports {sorted(outside)}"
+
+
+def test_a_logic_comparison_of_the_family(tmp_path):
+    from onlstm.cli import main
+    from onlstm.logic.generate import GenerateConfig, generate_dataset
+
+    data, out = tmp_path / "data", tmp_path / "cmp"
+    generate_dataset(data, GenerateConfig(per_length=12, seed=4, max_ops=6, test_count=4))
+    sizes = ["--emb-size", "8", "--hidden-size", "12", "--mlp-hidden", "8", "--epochs", "1", "--batch-size", "32"]
+    argv = ["logic", "compare", "--data", str(data), "--out", str(out), "--cells", "rnn", "sru", "qrnn", *sizes]
+    torch.set_default_dtype(torch.float32)  # a training run, not an equality check
+    assert main([*argv, "--no-progress", "--lengths", "1-6"]) == 0
+    result = json.loads((out / "compare.json").read_text())
+    assert result["cells"] == ["rnn", "sru", "qrnn"]
