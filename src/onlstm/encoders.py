@@ -18,10 +18,11 @@ with the call
 
     forward(x (T, B, in) or a PackedSequence, hx=None, return_distances=False) -> output, state, distances
 
-``state`` is what the encoder carries between calls (``(h, c)`` shaped like ``nn.LSTM``'s for ON-LSTM and
-LSTM, ``h`` for GRU); ``distances`` is :class:`onlstm.Distances` for encoders that yield them, else None.
-DropConnect on hidden-to-hidden weights works the same way for every built-in encoder: one mask per
-forward call, not inverted (weights scaled by ``1 - p`` in eval).
+``state`` is what the encoder carries between calls (``(h, c)`` shaped like ``nn.LSTM``'s for ON-LSTM, LSTM
+and SRU, ``h`` for GRU and RNN, ``(h, c, x_last)`` for QRNN: a tuple's first entry is the last output);
+``distances`` is :class:`onlstm.Distances` for encoders that yield them, else None. DropConnect on
+hidden-to-hidden weights works the same way for every built-in encoder that has them (SRU and QRNN have
+none): one mask per forward call, not inverted (weights scaled by ``1 - p`` in eval).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from torch.func import functional_call
 from .config import ConfigError, coerce
 from .nn import ONLSTM, dropconnect_weight
 from .nn.functional import MASTER_INPUT_MODES
+from .zoo import QRNN, SRU
 
 __all__ = [
     "EncoderError",
@@ -317,6 +319,21 @@ register(
     check=_check_dropconnect,
     description="torch.nn.GRU",
 )
+# The RNN family as baselines (docs/encoders.md). SRU and QRNN have no hidden-to-hidden weights (their gates
+# read the input only), so they take no dropconnect: a preset's dropconnect field does not reach them, and
+# --encoder-options dropconnect=... is an error.
+register(
+    "rnn",
+    lambda i, h, nonlinearity, dropconnect: TorchRNN(nn.RNN(i, h, nonlinearity=nonlinearity), dropconnect),
+    options=(
+        EncoderOption("nonlinearity", str, "tanh", "the Elman RNN's nonlinearity", ("tanh", "relu")),
+        _DROPCONNECT,
+    ),
+    check=_check_dropconnect,
+    description="Elman RNN (torch.nn.RNN)",
+)
+register("sru", SRU, description="Simple Recurrent Unit: gates from the input only, highway output")
+register("qrnn", QRNN, description="quasi-recurrent network: width-2 causal convolution, fo-pooling")
 
 
 def detach_state(state):

@@ -148,12 +148,19 @@ def load_yaml(path: Path) -> dict:
     )
 
 
-def resolve_settings(args: argparse.Namespace):
-    """``(model config, train config, data, out, compare section)`` from defaults < YAML < flags."""
+def resolve_settings(args: argparse.Namespace, compare: bool = False):
+    """``(model config, train config, data, out, compare section)`` from defaults < YAML < flags.
+
+    ``compare``: the model config takes the first compared cell, so that it is validated for a cell that
+    trains (the default cell, onlstm, may not be compared: its chunk size must not reject the widths)."""
     from ..runs import resolve_device
 
     doc = load_yaml(args.config) if args.config else {}
-    model_cfg = LogicModelConfig.from_dict(merged(doc.get("model"), flags_given(args, "model")))
+    model = merged(doc.get("model"), flags_given(args, "model"))
+    if compare:
+        what = CompareSettings.from_dict(merged(doc.get("compare"), flags_given(args, "compare")))
+        model["cell"] = what.cells[0]
+    model_cfg = LogicModelConfig.from_dict(model)
     train_cfg = LogicTrainConfig.from_dict(merged(doc.get("train"), flags_given(args, "train")))
     resolve_device(train_cfg.device)  # cuda asked for on a machine without it: an InputError before any work
     data = args.data or doc.get("data")
@@ -314,7 +321,7 @@ def _register_compare(sub) -> None:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare
 
-    model_cfg, train_cfg, data, out, section = resolve_settings(args)
+    model_cfg, train_cfg, data, out, section = resolve_settings(args, compare=True)
     what = CompareSettings.from_dict(merged(section, flags_given(args, "compare")))
     for cell in what.cells:  # every cell must work with these settings before the first one trains
         encoders.get(cell).validate(model_cfg.hidden_size, model_cfg.layer_options(cell))
