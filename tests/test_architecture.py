@@ -18,7 +18,7 @@ PACKAGE = REPO / "src" / "onlstm"
 #: Experiment packages (add new ones here, e.g. the coming syntactic evaluation).
 EXPERIMENTS = ("lm", "parsing", "logic", "syneval")
 #: Shared modules and packages below the experiments.
-SHARED = ("nn", "data", "errors", "config", "checkpoint", "runs", "encoders", "models")
+SHARED = ("nn", "data", "errors", "config", "checkpoint", "runs", "encoders", "models", "zoo")
 
 
 def imported_modules(source: str, module: str) -> set[str]:
