@@ -39,6 +39,8 @@ from .config import ConfigError, coerce
 from .nn import ONLSTM, dropconnect_weight
 from .nn.functional import MASTER_INPUT_MODES
 from .zoo import QRNN, SRU
+from .zoo.sliced import RNN_TYPES, SlicedRNN
+from .zoo.transformer import POOLINGS, POSITIONS, TransformerLayer
 
 __all__ = [
     "EncoderError",
@@ -334,6 +336,68 @@ register(
 )
 register("sru", SRU, description="Simple Recurrent Unit: gates from the input only, highway output")
 register("qrnn", QRNN, description="quasi-recurrent network: width-2 causal convolution, fo-pooling")
+
+
+# --------------------------------------------------------------------------- attention and the Sliced RNN
+# (onlstm.zoo.transformer, onlstm.zoo.sliced; docs/encoders.md)
+
+
+def _check_transformer(sizes: list[int], opts: dict) -> None:
+    heads = opts["heads"]
+    if heads <= 0:
+        raise EncoderError(f"transformer option heads must be positive, got {heads}")
+    bad = [h for h in sizes if h % heads]
+    if bad:
+        raise EncoderError(
+            f"hidden sizes {bad} are not divisible by heads={heads}: attention splits a layer's width "
+            "into heads of equal size; change the hidden size(s) or heads (--encoder-options heads=N)"
+        )
+    if opts["ff_multiplier"] <= 0 or opts["max_length"] <= 0:
+        raise EncoderError("transformer options ff_multiplier and max_length must be positive")
+    if not 0.0 <= opts["block_dropout"] < 1.0:
+        raise EncoderError(f"transformer option block_dropout must be in [0, 1), got {opts['block_dropout']}")
+
+
+def _check_sliced(sizes: list[int], opts: dict) -> None:
+    _check_dropconnect(sizes, opts)
+    if opts["slice_length"] < 1:
+        raise EncoderError(f"sliced option slice_length must be at least 1, got {opts['slice_length']}")
+    if opts["levels"] < 2:
+        raise EncoderError(
+            f"sliced option levels must be at least 2 (the slices' RNN and the RNN over their summaries), "
+            f"got {opts['levels']}"
+        )
+
+
+register(
+    "transformer",
+    TransformerLayer,
+    stateful=False,
+    check=_check_transformer,
+    description="one causal pre-norm Transformer block per layer (no state across BPTT segments)",
+    options=(
+        EncoderOption("heads", int, 4, "attention heads (must divide every hidden size)"),
+        EncoderOption("ff_multiplier", float, 4.0, "feed-forward width as a multiple of the hidden size"),
+        EncoderOption("positions", str, "sinusoidal", "position encoding: sinusoidal or learned", POSITIONS),
+        EncoderOption("max_length", int, 512, "longest sequence with learned positions (their table's size)"),
+        EncoderOption("block_dropout", float, 0.1, "dropout on attention weights and on both residual branches"),
+        EncoderOption("pooling", str, "last", "sentence encoding (state): last real step's output or mean", POOLINGS),
+    ),
+)
+register(
+    "sliced",
+    lambda i, h, **o: SlicedRNN(i, h, **o),
+    causal=False,
+    stateful=False,
+    check=_check_sliced,
+    description="Sliced RNN: an RNN over slices of the sequence, one over their summaries (not causal)",
+    options=(
+        EncoderOption("slice_length", int, 8, "steps per slice at every level below the top"),
+        EncoderOption("levels", int, 2, "RNN levels: the slices' RNN, ..., the top RNN over the summaries"),
+        EncoderOption("rnn", str, "gru", "RNN of every level: gru or lstm", RNN_TYPES),
+        _DROPCONNECT,
+    ),
+)
 
 
 def detach_state(state):

@@ -11,6 +11,11 @@
             slightly higher than ``paper``'s (measured on PTB test with the CPU preset after one
             epoch: 291.41 vs 291.36). Several times faster.
 
+With an encoder that carries no state (``stateful=False``: the Transformer) no state goes from one
+segment to the next under either protocol: every segment is read afresh, so a token is predicted from at
+most ``bptt`` tokens of its own segment (the first token of a segment from one). docs/encoders.md says
+what this means for comparing perplexities.
+
 Both report ``exp(total cross-entropy / tokens scored)``, with the number of tokens scored. (The
 reference divides the summed loss by the stream length instead of the number of predictions:
 a relative difference of ``1/T`` in the loss, 0.001% for PTB test at batch 1.)

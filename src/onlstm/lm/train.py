@@ -4,7 +4,8 @@ The recipe (docs/design.md §2.1, the reference ``main.py``):
 
 * the training text is cut into ``batch_size`` contiguous columns, read in segments of variable length
   (:func:`onlstm.lm.data.bptt_schedule`), the recurrent state carried (detached) from one segment to
-  the next and reset at every epoch; each step's learning rate is ``lr * seq_len / bptt``;
+  the next and reset at every epoch (an encoder with ``stateful=False`` in the registry, the Transformer,
+  carries none: the model returns no state and every segment is read afresh); each step's learning rate is ``lr * seq_len / bptt``;
 * loss = cross-entropy (full softmax) + AR ``alpha * mean(out^2)`` (``out`` the last layer's output
   before its dropout with ``ar_target: raw``, as the authors' ON-LSTM code; after it with ``dropped``,
   as AWD-LSTM's) + TAR ``beta * mean((raw_t - raw_{t-1})^2)`` on the last layer; gradient norm
@@ -55,6 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint import CheckpointError, atomic_write, config_header, read_json, save_weights, write_json
+from ..config import ConfigError
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
@@ -262,6 +264,7 @@ class Trainer:
             )
         self._load_data()
         self._build_model()
+        self._check_segment_lengths()
         if self.ctx.is_main and not resume:
             write_json(self.run_dir / "config.json", self._config_json())
             self.corpus.vocab.save(self.run_dir / "vocab.json")
@@ -324,6 +327,25 @@ class Trainer:
 
             objective = DDP(objective, device_ids=[dev.index] if dev.type == "cuda" else None)
         self.objective = objective
+
+    def _check_segment_lengths(self) -> None:
+        """A model whose layers have a length limit (learned positions) must accept every segment of every
+        epoch: checked now, not when a long segment is drawn hours into the run (drawing them is cheap)."""
+        limit, cfg = self.model.max_length, self.cfg
+        if limit is None:
+            return
+        args = (cfg.variable_bptt, cfg.bptt_short_prob, cfg.bptt_std, cfg.min_seq_len)
+        drawn = (
+            s.length for e in range(1, cfg.epochs + 1) for s in bptt_schedule(self.n_rows, cfg.bptt, cfg.seed, e, *args)
+        )
+        longest = max([cfg.bptt, *drawn])
+        if longest > limit:
+            raise ConfigError(
+                f"the training schedule has segments of up to {longest} tokens (bptt {cfg.bptt}, bptt_std "
+                f"{cfg.bptt_std}) but the {self.model_config.cell!r} layers accept at most {limit} "
+                f"(max_length); raise it (--encoder-options max_length={2 * longest}), lower --bptt, or (transformer) "
+                "use positions=sinusoidal, which has no limit"
+            )
 
     # -- helpers ---------------------------------------------------------------------------------
     def log(self, msg: str) -> None:

@@ -58,9 +58,10 @@ class LMConfig(Config):
     def validate(self) -> None:
         spec = encoders.check_cell(self.cell, "cell")
         if not spec.causal:
+            causal = ", ".join(n for n in encoders.names() if encoders.get(n).causal)
             raise ConfigError(
                 f"encoder {self.cell!r} is not causal per step (its output at a step depends on later "
-                "tokens), so it cannot be a language model; choose another cell"
+                f"tokens), so it cannot be a language model; choose a causal one: {causal}"
             )
         if self.vocab_size <= 0 or self.emb_size <= 0 or not self.hidden_sizes or min(self.hidden_sizes) <= 0:
             raise ConfigError("vocab_size, emb_size and every hidden size must be positive and hidden_sizes non-empty")
@@ -127,6 +128,17 @@ class LanguageModel(nn.Module):
     def has_distances(self) -> bool:
         return encoders.has_distances(self.config.cell)
 
+    @property
+    def stateful(self) -> bool:
+        """Whether the layers carry state from one call (BPTT segment) to the next (the registry says)."""
+        return encoders.get(self.config.cell).stateful
+
+    @property
+    def max_length(self) -> int | None:
+        """The longest segment the layers accept (a layer with a limit exposes ``max_length``), or None."""
+        limits = [n for layer in self.layers if (n := getattr(layer, "max_length", None)) is not None]
+        return min(limits) if limits else None
+
     def forward(
         self, tokens: torch.Tensor, state=None, return_distances: bool = False, *, shard: tuple[int, int] | None = None
     ):
@@ -137,8 +149,14 @@ class LanguageModel(nn.Module):
         ``shard = (start, total)`` (training on several processes): ``tokens`` are columns
         ``start:start+B`` of a batch of ``total``; locked-dropout masks are drawn for the whole batch
         and sliced (see :func:`locked_dropout`).
+
+        With an encoder that carries no state (``stateful=False`` in the registry: the Transformer), every
+        call starts afresh and the returned state is None, so the loops that carry the state from one
+        segment to the next (training, evaluation) carry nothing without knowing about it.
         """
         c = self.config
+        if not self.stateful and state is not None:
+            raise ValueError(f"a {c.cell!r} language model carries no state across calls; pass state=None")
         w = embedding_dropout(self.embedding.weight, c.dropout_emb, self.training)
         x = locked_dropout(F.embedding(tokens, w), c.dropout_in, self.training, shard)
         state = state or [None] * len(self.layers)
@@ -154,7 +172,7 @@ class LanguageModel(nn.Module):
         extras = {"raw": raw, "dropped": x}
         if return_distances:
             extras["distances"] = dists
-        return x, new_state, extras
+        return x, (new_state if self.stateful else None), extras
 
     def logits(self, output: torch.Tensor) -> torch.Tensor:
         return self.decoder(output)
