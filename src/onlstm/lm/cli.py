@@ -154,7 +154,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             raise ValueError("pass --data-dir (the run does not record its corpus folder)")
         oov = args.oov or data.get("oov", "auto")
         path = split_file(data_dir, args.split)
-        split = encode_split(args.split, path, vocab, bool(data.get("closed_vocab", False)), oov)
+        split = encode_split(
+            args.split,
+            path,
+            vocab,
+            bool(data.get("closed_vocab", False)),
+            oov,
+            limited=bool(data.get("vocab_limited", False)),
+        )
         protocols = ("paper", "batched") if args.protocol == "both" else (args.protocol,)
         results = {}
         for prot in protocols:
