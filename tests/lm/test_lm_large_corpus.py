@@ -98,3 +98,12 @@ def test_encoding_keeps_no_python_object_per_token(tmp_path, monkeypatch):
     # and the ids are right: decoding gives the text back
     first = path.read_text().splitlines()[0].split()
     assert [vocab.words[i] for i in split.ids[: len(first) + 1]] == [*first, "<eos>"]
+
+
+def test_wiki_paper_preset_has_the_papers_syneval_model_size():
+    from onlstm.lm.config import load_config
+
+    cfg = load_config("wiki-paper", {})
+    m = cfg.model_config(50002)
+    assert (m.emb_size, m.hidden_sizes, m.tie_weights) == (650, [650, 650], True)
+    assert cfg.train.max_vocab == 50000
