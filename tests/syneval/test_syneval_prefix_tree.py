@@ -47,7 +47,7 @@ def test_prefix_tree_equals_padded_batches_with_a_decoder_slice_smaller_than_a_l
     seqs = pair_like_sequences(seed=5)
     padded = token_logprobs(model, seqs, batch_size=7)
     real = pt.tree_logprobs
-    monkeypatch.setattr(pt, "tree_logprobs", lambda m, t, d: real(m, t, d, decoder_rows=3))
+    monkeypatch.setattr(pt, "tree_logprobs", lambda m, t, d: real(m, t, d, rows=3))
     for a, b in zip(prefix_token_logprobs(model, seqs, chunk_size=100), padded):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
