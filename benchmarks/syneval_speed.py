@@ -108,7 +108,18 @@ def parse_args(argv):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", action="store_true", help="instead: a torch.profiler table of one new-path pass")
     return ap.parse_args(argv)
+
+
+def profile(model, vocab, items, batch_size: int) -> None:
+    """The ops that take the time in one pass of the prefix-tree scorer (after a warm-up pass)."""
+    from torch.profiler import profile as torch_profile
+
+    score_items(model, vocab, items, batch_size=batch_size)
+    with torch_profile() as prof:
+        score_items(model, vocab, items, batch_size=batch_size)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 
 def main(argv=None) -> int:
@@ -127,6 +138,9 @@ def main(argv=None) -> int:
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, load average before: {load}"
     )
+    if args.profile:
+        profile(model, vocab, items, args.batch_size)
+        return 0
     ways = {
         f"new: prefix tree (batch {args.batch_size})": dict(share_prefixes=True, batch_size=args.batch_size),
         f"old: padded (batch {args.old_batch_size})": dict(share_prefixes=False, batch_size=args.old_batch_size),
