@@ -107,3 +107,25 @@ def test_wiki_paper_preset_has_the_papers_syneval_model_size():
     m = cfg.model_config(50002)
     assert (m.emb_size, m.hidden_sizes, m.tie_weights) == (650, [650, 650], True)
     assert cfg.train.max_vocab == 50000
+
+
+def test_a_capped_run_trains_and_evaluates_with_words_outside_its_vocabulary(tmp_path, capsys):
+    """A closed-vocabulary corpus (train has <unk>) capped by --max-vocab: the words the cap leaves out
+    are <unk> in training and in `lm eval`, not an error."""
+    import json
+
+    from onlstm.cli import main
+    from support import TINY_LM
+
+    r = random.Random(1)
+    words = "the cat dog sat on mat a big small red ran fast slow <unk>".split()
+    text = lambda n: "\n".join(" ".join(r.choices(words, k=8)) for _ in range(n)) + "\n"
+    data = write(tmp_path / "data", {"train.txt": text(120), "valid.txt": text(12), "test.txt": text(12)})
+    out = tmp_path / "run"
+    argv = ["lm", "train", "--config", str(TINY_LM), "--data-dir", str(data), "--out", str(out)]
+    assert main([*argv, "--epochs", "1", "--max-vocab", "6", "--no-final-test", "--no-progress"]) == 0
+    assert json.loads((out / "config.json").read_text())["data"]["vocab_limited"] is True
+    assert len(json.loads((out / "vocab.json").read_text())) == 6
+    capsys.readouterr()
+    assert main(["lm", "eval", "--checkpoint", str(out), "--split", "valid", "--json", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["unknown_words"] > 0
