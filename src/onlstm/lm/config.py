@@ -79,6 +79,11 @@ class TrainConfig(Config):
         "<unk>), error, or unk (map to <unk>)",
         choices=("auto", "error", "unk"),
     )
+    max_vocab: int = option(
+        0,
+        "keep only the N most frequent training words (others become <unk>; 0: every word); with a "
+        "vocab.txt in the data folder, its first N words",
+    )
     final_test: bool = option(
         True, "after the last epoch, score the best weights on the test set (test_batch_size columns)"
     )
@@ -117,6 +122,8 @@ class TrainConfig(Config):
             raise ConfigError(f"train.bptt_short_prob must be in [0, 1], got {self.bptt_short_prob}")
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"train.momentum must be in [0, 1), got {self.momentum}")
+        if self.max_vocab != 0 and self.max_vocab < 3:
+            raise ConfigError(f"train.max_vocab must be 0 (every word) or at least 3, got {self.max_vocab}")
         if self.asgd_start_epoch < 0 or self.threads < 0:
             raise ConfigError("train.asgd_start_epoch and train.threads must be >= 0")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):

@@ -295,7 +295,7 @@ class Trainer:
     def _load_data(self) -> None:
         """The corpus (with the run's vocabulary checked on resume) and this process's training columns."""
         cfg = self.cfg
-        self.corpus: Corpus = load_corpus(self.data_dir, oov=cfg.oov)
+        self.corpus: Corpus = load_corpus(self.data_dir, oov=cfg.oov, max_vocab=cfg.max_vocab)
         if self.resume:
             saved_vocab = Vocab.load(self.run_dir / "vocab.json")
             if saved_vocab.words != self.corpus.vocab.words:
@@ -357,6 +357,7 @@ class Trainer:
         data = {
             "data_dir": str(self.data_dir.resolve()),  # absolute: `lm eval` may run from another folder
             "closed_vocab": c.closed_vocab,
+            "vocab_limited": c.limited,  # a vocab.txt or --max-vocab left words out: lm eval maps them to <unk>
             "oov": self.cfg.oov,
             **{f"{k}_tokens": s.n_tokens for k, s in c.splits.items()},
         }

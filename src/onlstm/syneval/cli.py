@@ -84,7 +84,13 @@ def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
     with tqdm(total=unique, desc=f"syneval {path}", unit="sent", disable=not cfg.progress, leave=False) as bar:
         try:
             outcomes, facts = score_items(
-                run.model, run.vocab, items, word_only=cfg.word_only, batch_size=cfg.batch_size, progress=bar.update
+                run.model,
+                run.vocab,
+                items,
+                word_only=cfg.word_only,
+                batch_size=cfg.batch_size,
+                share_prefixes=cfg.share_prefixes,
+                progress=bar.update,
             )
         except ValueError as exc:  # the vocabulary's own checks raise plain ValueErrors
             raise command_error(exc) from None

@@ -13,7 +13,12 @@ class SynevalConfig(Config):
     config_kind = "syntactic-evaluation config"
 
     word_only: bool = option(False, "compare only the log-probability of the first word where the two sentences differ")
-    batch_size: int = option(512, "sentences scored together (similar lengths, right-padded; no effect on scores)")
+    batch_size: int = option(
+        2048, "sentences scored together (one prefix tree, or one padded batch; no effect on scores)"
+    )
+    share_prefixes: bool = option(
+        True, "run each distinct sentence prefix once (a prefix tree); --no-share-prefixes: right-padded batches"
+    )
     weights: str = option("best", "which weights of a run directory", choices=("best", "last"))
     device: str = option("cpu", "cpu, cuda, cuda:N or auto")
     threads: int = option(0, "CPU threads (0: PyTorch's default)")

@@ -24,6 +24,7 @@ import torch
 from ..data.vocab import EOS, UNK
 from ..errors import OnlstmError
 from .data import PAPER_ROWS, Item
+from .prefix_tree import prefix_token_logprobs
 
 
 class SynevalError(OnlstmError, ValueError):
@@ -173,10 +174,15 @@ def score_items(
     *,
     word_only: bool = False,
     batch_size: int = 512,
+    share_prefixes: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[Outcome], dict]:
     """Every comparison of every item, and facts about the run (``period``, ``oov`` word counts,
-    ``sentences`` scored and ``unique`` sentences actually run through the model)."""
+    ``sentences`` scored and ``unique`` sentences actually run through the model).
+
+    ``share_prefixes`` (default): read the sentences through prefix trees of ``batch_size`` sentences
+    (:mod:`onlstm.syneval.prefix_tree`, each distinct prefix once); otherwise in right-padded batches
+    (:func:`token_logprobs`). Both give the same scores (tested)."""
     enc = Encoder(vocab)
     tokens: dict[str, list[str]] = {}
     for item in items:
@@ -184,7 +190,8 @@ def score_items(
             if s is not None and s not in tokens:
                 tokens[s] = enc.tokens(s)
     unique = list(tokens)
-    logprobs = dict(zip(unique, token_logprobs(model, [enc.ids(tokens[s]) for s in unique], batch_size, progress)))
+    score = prefix_token_logprobs if share_prefixes else token_logprobs
+    logprobs = dict(zip(unique, score(model, [enc.ids(tokens[s]) for s in unique], batch_size, progress)))
     outcomes = [_outcome(item, c, tokens, logprobs, enc, word_only) for item in items for c in comparisons(item)]
     oov = Counter(w for item in items for s in _sentences(item) for w in enc.unknown(tokens[s]))
     n_sentences = sum(len(_sentences(item)) for item in items)
