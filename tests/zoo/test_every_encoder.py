@@ -21,7 +21,12 @@ from support import TINY_LM, write_corpus
 
 NAMES = E.names()
 IN, HIDDEN = 5, 8  # HIDDEN divisible by every chunk size used below
-LENGTHS = [4, 7, 1, 5]  # unsorted on purpose: packing reorders, results must come back in this order
+LENGTHS = [
+    4,
+    19,
+    1,
+    5,
+]  # unsorted on purpose (packing reorders, results must come back in this order); 19: several Sliced-RNN slices
 
 
 @pytest.fixture(autouse=True)
@@ -132,7 +137,9 @@ def test_chunks_with_carried_state_equal_one_pass(name):
 def test_gradients_reach_every_parameter(name):
     for input_size in (IN, HIDDEN):  # in == hidden too: SRU has a projection only when they differ
         enc = build(name, input_size=input_size).train()
-        out, state, _ = enc(torch.randn(6, 3, input_size))
+        # 20 steps: several slices of the Sliced RNN's default length 8, so its top RNN takes more than one
+        # step and its recurrent weights matter (with one step from a zero state they cannot)
+        out, state, _ = enc(torch.randn(20, 3, input_size))
         (out.pow(2).sum() + pooled(state).sum()).backward()
         for pname, p in enc.named_parameters():
             assert p.grad is not None and p.grad.abs().sum() > 0, f"{name}: no gradient for {pname}"

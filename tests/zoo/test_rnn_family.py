@@ -213,7 +213,9 @@ def test_the_zoo_imports_nothing_of_the_project_but_nn_and_errors():
     for path in sorted((PACKAGE / "zoo").glob("*.py")):
         module = f"onlstm.zoo.{path.stem}"
         outside = {
-            m for m in imported_modules(path.read_text(), module) if not m.startswith(("onlstm.zoo", "onlstm.nn", "onlstm.errors"))
+            m
+            for m in imported_modules(path.read_text(), module)
+            if not m.startswith(("onlstm.zoo", "onlstm.nn", "onlstm.errors"))
         }
         assert not outside, f"{module} imports {sorted(outside)}"
 
