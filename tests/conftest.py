@@ -25,6 +25,16 @@ def _restore_threads():
     torch.set_num_threads(n)
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test (small shapes run faster and results do not depend on the split);
+    a module opts in with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def pytest_collection_modifyitems(config, items):
     """``@pytest.mark.cuda`` tests run only where a CUDA device is visible."""
     if torch.cuda.is_available():

@@ -10,7 +10,6 @@ import random
 from pathlib import Path
 
 import pytest
-import torch
 from torch import nn
 
 from onlstm import encoders as E
@@ -24,12 +23,7 @@ from support import TINY_LM
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "a", "big", "small", "red", "ran", "fast", "slow"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # --------------------------------------------------------------------------- the registry

@@ -24,12 +24,7 @@ from support import TINY_LM, quiet, write_corpus
 TRANSFORMER = {"cell": "transformer", "encoder_options": {"heads": 2, "block_dropout": 0.1}}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

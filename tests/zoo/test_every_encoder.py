@@ -29,12 +29,7 @@ LENGTHS = [
 ]  # unsorted on purpose (packing reorders, results must come back in this order); 19: several Sliced-RNN slices
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def build(name: str, seed: int = 0, input_size: int = IN):

@@ -13,13 +13,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence, pad_packed_s
 from onlstm import encoders as E
 from onlstm.zoo.transformer import SequenceLengthError, sinusoidal_positions
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def layer(input_size=5, hidden=8, seed=0, **options):

@@ -18,12 +18,7 @@ from onlstm.logic.model import LogicClassifier, pad_batch, token_ids
 SMALL = ["--emb-size", "8", "--hidden-size", "16", "--mlp-hidden", "16", "--batch-size", "16", "--no-progress"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
