@@ -291,8 +291,6 @@ def test_user_encoder_in_a_logic_comparison(toy, tmp_path, capsys):
                 "8",
                 "--hidden-size",
                 "16",
-                "--chunk-size",
-                "4",
                 "--mlp-hidden",
                 "8",
                 "--epochs",
@@ -309,3 +307,31 @@ def test_user_encoder_in_a_logic_comparison(toy, tmp_path, capsys):
     assert json.loads((out / "compare.json").read_text())["cells"] == ["toy", "lstm"]
     assert main(["logic", "compare", "--data", str(data), "--out", str(out), "--cells", "toy", "nope"]) == 2
     assert "unknown cells ['nope']" in capsys.readouterr().err
+
+
+def test_a_typed_flag_the_encoder_does_not_use_is_an_error(tmp_path, capsys):
+    """--dropconnect typed for SRU (no hidden-to-hidden weights) would be silently ignored: refused, before any
+    work, naming the encoders that use it. The same field in a preset is passed over (one preset, many cells)."""
+    corpus = _lm_corpus(tmp_path / "corpus")
+    base = ["lm", "train", "--config", str(TINY_LM), "--data-dir", str(corpus), "--epochs", "1"]
+    assert main([*base, "--out", str(tmp_path / "a"), "--cell", "sru", "--dropconnect", "0.3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("onlstm lm train:") and "--dropconnect does not apply to encoder 'sru'" in err
+    assert "used by" in err and "lstm" in err and "\n" not in err
+    assert not (tmp_path / "a").exists()
+    # tiny.yaml sets dropconnect: not typed, so SRU trains
+    assert main([*base, "--out", str(tmp_path / "b"), "--cell", "sru"]) == 0
+    capsys.readouterr()
+
+
+def test_a_typed_flag_in_a_logic_comparison_must_reach_one_compared_encoder(tmp_path, capsys):
+    data = tmp_path / "data"
+    generate_dataset(data, GenerateConfig(per_length=24, seed=3, max_ops=9, test_count=6))
+    argv = ["logic", "compare", "--data", str(data), "--out", str(tmp_path / "c"), "--hidden-size", "8"]
+    assert main([*argv, "--cells", "sru", "qrnn", "--chunk-size", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--chunk-size does not apply to encoder 'sru', 'qrnn'" in err and "onlstm" in err
+    with pytest.raises(E.EncoderError, match="dropconnect"):
+        E.check_typed_options(["sru"], {"dropconnect": 0.1})
+    E.check_typed_options(["sru", "lstm"], {"dropconnect": 0.1, "hidden_size": 8})  # lstm uses it: fine
+    E.check_typed_options(["nope"], {"dropconnect": 0.1})  # unknown: left to the config's own message

@@ -50,6 +50,7 @@ __all__ = [
     "accepted_by",
     "cell_help",
     "check_cell",
+    "check_typed_options",
     "detach_state",
     "get",
     "has_distances",
@@ -228,6 +229,27 @@ def option_help(option: str, text: str) -> Callable[[], str]:
     """Help text of an experiment field that is an encoder option, naming the encoders that take it (computed
     when the parser is built, so encoders registered later are listed)."""
     return lambda: f"{text} (used by: {', '.join(accepted_by(option)) or 'no registered encoder'})"
+
+
+def check_typed_options(cells: Sequence[str], typed: Mapping[str, Any]) -> None:
+    """Refuse an encoder field the user typed as a flag (``--dropconnect``) that none of ``cells`` declares.
+
+    Such a field in a preset is passed over (one preset serves several encoders, see
+    :meth:`EncoderSpec.select`); typed on the command line for an encoder without it, it would be silently
+    ignored, so it is an error naming the encoders that use it.
+    """
+    if any(not isinstance(cell, str) or cell not in _REGISTRY for cell in cells):
+        return  # an unknown encoder: the config's own check names it and lists the registered ones
+    declared = {o for cell in cells for o in _REGISTRY[cell].option_names}
+    every = {o for name in names() for o in _REGISTRY[name].option_names}
+    unused = sorted(k for k in typed if k in every and k not in declared)
+    if unused:
+        which = ", ".join(repr(c) for c in cells)
+        used_by = "; ".join(f"--{k.replace('_', '-')} is used by {', '.join(accepted_by(k))}" for k in unused)
+        raise EncoderError(
+            f"{', '.join('--' + k.replace('_', '-') for k in unused)} does not apply to encoder {which} "
+            f"(it declares no such option): drop the flag or choose another encoder ({used_by})"
+        )
 
 
 def make_encoder(name: str, input_size: int, hidden_size: int, **options) -> nn.Module:

@@ -45,7 +45,7 @@ def test_logic_train_and_eval(cell, options, data, tmp_path, capsys):
 def test_logic_compare_accepts_both(data, tmp_path, capsys):
     out = tmp_path / "cmp"
     argv = ["logic", "compare", "--data", str(data), "--out", str(out), "--cells", "transformer", "sliced"]
-    argv += ["--epochs", "1", "--lengths", "1-8", "--chunk-size", "4", *SMALL]
+    argv += ["--epochs", "1", "--lengths", "1-8", *SMALL]
     # encoder_options go to every compared encoder: one that an encoder does not accept is an error
     assert main([*argv, "--encoder-options", "heads=2"]) == 2
     assert "does not accept the option(s) heads" in capsys.readouterr().err

@@ -61,11 +61,14 @@ def _register_train(sub) -> None:
 def _cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from ..encoders import check_typed_options
     from .config import explicit_settings, overrides_from_args
     from .train import train
 
     try:
-        explicit = explicit_settings(args.config, overrides_from_args(args))
+        overrides = overrides_from_args(args)
+        explicit = explicit_settings(args.config, overrides)
+        check_typed_options([explicit["model"].get("cell", "onlstm")], overrides["model"])
         if args.max_steps is not None and args.max_steps <= 0:
             raise ValueError(f"--max-steps must be positive, got {args.max_steps}")
         result = train(args.out, args.data_dir, explicit, resume=args.resume, max_steps=args.max_steps, log=tqdm.write)

@@ -156,10 +156,14 @@ def resolve_settings(args: argparse.Namespace, compare: bool = False):
     from ..runs import resolve_device
 
     doc = load_yaml(args.config) if args.config else {}
-    model = merged(doc.get("model"), flags_given(args, "model"))
+    typed = flags_given(args, "model")
+    model = merged(doc.get("model"), typed)
+    cells = [model.get("cell", LogicModelConfig().cell)]
     if compare:
         what = CompareSettings.from_dict(merged(doc.get("compare"), flags_given(args, "compare")))
         model["cell"] = what.cells[0]
+        cells = list(what.cells)
+    encoders.check_typed_options(cells, typed)  # a typed --chunk-size that no trained cell uses: an error
     model_cfg = LogicModelConfig.from_dict(model)
     train_cfg = LogicTrainConfig.from_dict(merged(doc.get("train"), flags_given(args, "train")))
     resolve_device(train_cfg.device)  # cuda asked for on a machine without it: an InputError before any work
