@@ -151,6 +151,16 @@ def test_config_validation_messages():
     with pytest.raises(ValueError, match="lr_patience must be >= 1"):
         T.LogicTrainConfig(lr_patience=0)
     assert LogicModelConfig(cell="lstm", hidden_size=30, chunk_size=4).hidden_size == 30  # chunk ignored
+    with pytest.raises(ValueError, match=r"adam_beta1 must be in \[0, 1\)"):
+        T.LogicTrainConfig(adam_beta1=1.0)
+
+
+def test_adam_beta1_reaches_the_optimizer(tmp_path):
+    """The authors' logic script runs Adam without momentum (betas (0, 0.999)); the option must reach Adam."""
+    run = T._LogicRun(LogicModelConfig(**TINY), T.LogicTrainConfig(adam_beta1=0.0), tmp_path, [], [], log=print)
+    assert run.opt.param_groups[0]["betas"] == (0.0, 0.999)
+    run = T._LogicRun(LogicModelConfig(**TINY), T.LogicTrainConfig(), tmp_path, [], [], log=print)
+    assert run.opt.param_groups[0]["betas"] == (0.9, 0.999)  # torch's default stays the default
 
 
 def test_plateau_schedule_decays_only_after_lr_patience_bad_checks():

@@ -101,6 +101,9 @@ class LogicTrainConfig(Config):
     min_lr: float = option(1e-5, "never decay the learning rate below this")
     weight_decay: float = option(0.0, "Adam's (L2) weight decay; the authors' script: 1.2e-6")
     adam_eps: float = option(1e-8, "Adam's epsilon (torch's default; the authors' script: 1e-9)")
+    adam_beta1: float = option(
+        0.9, "Adam's first-moment decay (torch's default; the authors' Ordered-Memory logic script: 0, no momentum)"
+    )
     clip: float = option(1.0, "gradient norm clipping; 0 = none")
     patience: int = option(8, "stop after this many validation checks in a row without improvement")
     valid_every: int = option(0, "steps between validation checks; 0 = once per epoch")
@@ -131,6 +134,8 @@ class LogicTrainConfig(Config):
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.adam_eps <= 0:
             raise ConfigError(f"adam_eps must be > 0, got {self.adam_eps}")
+        if not 0.0 <= self.adam_beta1 < 1.0:
+            raise ConfigError(f"adam_beta1 must be in [0, 1), got {self.adam_beta1}")
         if self.valid_every < 0 or self.clip < 0 or self.weight_decay < 0:
             raise ConfigError("valid_every, clip and weight_decay must be >= 0")
         if self.time_limit is not None and self.time_limit <= 0:

@@ -299,7 +299,13 @@ class _LogicRun:
         self.device = resolve_device(cfg.device)
         torch.manual_seed(cfg.seed)
         self.model = LogicClassifier(model_cfg).to(self.device)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+        self.opt = torch.optim.Adam(
+            self.model.parameters(),
+            lr=cfg.lr,
+            betas=(cfg.adam_beta1, 0.999),
+            eps=cfg.adam_eps,
+            weight_decay=cfg.weight_decay,
+        )
         self.schedule = PlateauSchedule(self.opt, cfg.lr_decay, cfg.lr_patience, cfg.min_lr)
         self.steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
         self.valid_every = cfg.valid_every or self.steps_per_epoch
