@@ -302,17 +302,19 @@ def _check_dropconnect(sizes: list[int], opts: dict) -> None:
         raise EncoderError(f"dropconnect must be in [0, 1), got {opts['dropconnect']}")
 
 
+def _check_divides(sizes: list[int], label: str, option: str, value: int, why: str) -> None:
+    """``value`` (option ``option``, called ``label`` in messages) is positive and divides every hidden size."""
+    if value <= 0:
+        raise EncoderError(f"{label} must be positive, got {value}")
+    bad = [h for h in sizes if h % value]
+    if bad:
+        raise EncoderError(f"hidden sizes {bad} are not divisible by {option}={value}: {why}")
+
+
 def _check_onlstm(sizes: list[int], opts: dict) -> None:
     _check_dropconnect(sizes, opts)
-    chunk = opts["chunk_size"]
-    if chunk <= 0:
-        raise EncoderError(f"chunk_size must be positive, got {chunk}")
-    bad = [h for h in sizes if h % chunk]
-    if bad:
-        raise EncoderError(
-            f"hidden sizes {bad} are not divisible by chunk_size={chunk}: an ON-LSTM layer is cut "
-            "into chunks of chunk_size units; change the hidden size(s) or chunk_size"
-        )
+    why = "an ON-LSTM layer is cut into chunks of chunk_size units; change the hidden size(s) or chunk_size"
+    _check_divides(sizes, "chunk_size", "chunk_size", opts["chunk_size"], why)
 
 
 _DROPCONNECT = EncoderOption("dropconnect", float, 0.0, "DropConnect on hidden-to-hidden weights")
@@ -365,15 +367,11 @@ register("qrnn", QRNN, description="quasi-recurrent network: width-2 causal conv
 
 
 def _check_transformer(sizes: list[int], opts: dict) -> None:
-    heads = opts["heads"]
-    if heads <= 0:
-        raise EncoderError(f"transformer option heads must be positive, got {heads}")
-    bad = [h for h in sizes if h % heads]
-    if bad:
-        raise EncoderError(
-            f"hidden sizes {bad} are not divisible by heads={heads}: attention splits a layer's width "
-            "into heads of equal size; change the hidden size(s) or heads (--encoder-options heads=N)"
-        )
+    why = (
+        "attention splits a layer's width into heads of equal size; change the hidden size(s) or heads "
+        "(--encoder-options heads=N)"
+    )
+    _check_divides(sizes, "transformer option heads", "heads", opts["heads"], why)
     if opts["ff_multiplier"] <= 0 or opts["max_length"] <= 0:
         raise EncoderError("transformer options ff_multiplier and max_length must be positive")
     if not 0.0 <= opts["block_dropout"] < 1.0:
