@@ -25,10 +25,12 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from ..config import Config, ConfigError, add_flags, check_section, command_flags, flags_given, option, read_yaml
+from ..nn import kernels
 from .model import LMConfig
 
 OPTIMIZERS = ("sgd", "adam")
 AR_TARGETS = ("raw", "dropped")
+PRECISIONS = ("fp32", "bf16")
 # A saved run's config without ar_target was trained before the option existed: AR on the dropped output.
 AR_TARGET_BEFORE_OPTION = "dropped"
 
@@ -90,6 +92,17 @@ class TrainConfig(Config):
     # --- runtime options (may change when resuming) ---
     device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
     threads: int = option(0, "CPU threads per process (0: PyTorch's default)")
+    onlstm_impl: str = option(
+        "auto",
+        "what runs the ON-LSTM layers: auto (the fastest available for the device: the C++ kernel on CPU, "
+        "Triton on CUDA), reference (the step loop), or a registered kernel's name (onlstm info lists them)",
+    )
+    precision: str = option(
+        "fp32",
+        "fp32, or bf16: training steps under torch.autocast (matrix products in bfloat16, the ON-LSTM cell "
+        "state and cumax and the loss in float32; meant for CUDA); evaluation always runs in float32",
+        choices=PRECISIONS,
+    )
     log_every: int = option(100, "batches between progress/TensorBoard updates")
     checkpoint_every: int = option(
         1000, "batches between resumable checkpoints (also at every epoch end and on Ctrl-C)"
@@ -128,6 +141,10 @@ class TrainConfig(Config):
             raise ConfigError("train.asgd_start_epoch and train.threads must be >= 0")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if self.onlstm_impl not in kernels.impl_choices():  # checked here: kernels may be registered at run time
+            raise ConfigError(
+                f"train.onlstm_impl must be one of {', '.join(kernels.impl_choices())}, got {self.onlstm_impl!r}"
+            )
 
 
 # Fields that describe how to run, not what is learned: they may differ when a run is resumed.
@@ -136,6 +153,8 @@ RUNTIME_FIELDS = (
     "final_test",
     "device",
     "threads",
+    "onlstm_impl",
+    "precision",
     "log_every",
     "checkpoint_every",
     "progress",

@@ -61,6 +61,7 @@ from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
 from ..errors import TrainingDiverged
+from ..nn import ONLSTM, kernels
 from ..runs import (  # noqa: F401
     RunDirError,
     RunLock,
@@ -136,6 +137,37 @@ class _Objective(nn.Module):
             r = extras["raw"]
             loss = loss + self.beta * (r[1:] - r[:-1]).pow(2).mean()
         return loss, raw.detach(), state
+
+
+# Devices where train.precision=bf16 is accepted (a module constant so that a test can add the CPU).
+AUTOCAST_DEVICES = ("cuda",)
+
+
+def use_onlstm_impl(model: nn.Module, impl: str, device: torch.device) -> None:
+    """Make every ON-LSTM layer of ``model`` run ``impl`` (a runtime choice, never saved with the weights);
+    a kernel that cannot run on ``device`` is an error here, before the first step, not a silent fallback."""
+    if impl not in ("auto", "reference"):
+        try:
+            chosen = kernels.resolve_impl(impl, device, torch.float32)
+        except RuntimeError as exc:
+            raise ConfigError(f"train.onlstm_impl={impl}: {exc}; use auto or reference") from None
+        if chosen != impl:
+            raise ConfigError(
+                f"train.onlstm_impl={impl}: that kernel does not run on {device.type} float32 tensors; "
+                "use auto (the fastest one that does) or reference"
+            )
+    for m in model.modules():
+        if isinstance(m, ONLSTM):
+            m.impl = impl
+
+
+def float32_state(state):
+    """A carried state (tensor or nested tuples) with every floating tensor in float32."""
+    if state is None:
+        return None
+    if isinstance(state, torch.Tensor):
+        return state.float() if state.is_floating_point() else state
+    return tuple(float32_state(s) for s in state)
 
 
 def nonmono_switch(history: list[float], loss: float, nonmono: int) -> bool:
@@ -256,6 +288,12 @@ class Trainer:
         cfg = self.cfg = self.config.train
         setup_torch(cfg.threads)
         self.ctx = ctx or setup(cfg.device)
+        if cfg.precision != "fp32" and self.ctx.device.type not in AUTOCAST_DEVICES:
+            raise ConfigError(
+                f"train.precision={cfg.precision} is for CUDA; on {self.ctx.device.type} train in fp32 "
+                "(torch's CPU LSTM fails under bfloat16 autocast on CPUs without bfloat16 support, and it "
+                "would not be faster on them)"
+            )
         self._log = log
         if self.ctx.distributed and cfg.batch_size % self.ctx.world:
             raise RunDirError(
@@ -316,6 +354,7 @@ class Trainer:
         self.model_config = self.config.model_config(len(self.corpus.vocab))
         torch.manual_seed(cfg.seed)
         self.model = LanguageModel(self.model_config).to(dev)
+        use_onlstm_impl(self.model, cfg.onlstm_impl, dev)
         self.params = [p for _, p in self.model.named_parameters()]
         self.param_names = [n for n, _ in self.model.named_parameters()]
         self.optimizer: torch.optim.Optimizer = make_optimizer(self.params, cfg)
@@ -673,7 +712,11 @@ class Trainer:
         for g in self.optimizer.param_groups:
             g["lr"] = cfg.lr * seg.lr_scale
         self.optimizer.zero_grad(set_to_none=True)
-        loss, raw, self.hidden = self.objective(x, y, self.hidden, self.shard)
+        with torch.autocast(self.ctx.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+            loss, raw, hidden = self.objective(x, y, self.hidden, self.shard)
+        # the carried state stays float32 whatever autocast made of it, so that evaluation, resume and a
+        # later fp32 session read it as they would without autocast
+        self.hidden = hidden if cfg.precision == "fp32" else float32_state(hidden)
         loss.backward()
         if cfg.clip:
             torch.nn.utils.clip_grad_norm_(self.params, cfg.clip)

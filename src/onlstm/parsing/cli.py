@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..config import positive_int
 from ..errors import InputError, command_error
-from ..runs import check_output_file
+from ..runs import check_output_file, resolve_device
 from .evaluate import score_treebank
 from .induce import (
     check_layer,
@@ -79,6 +79,7 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
         "punctuation); json: one object per input line (tree null for those); pretty: drawn trees",
     )
     p.add_argument("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto (cuda if available)")
     p.set_defaults(func=_cmd_parse, prog=p.prog)
 
     p = subparsers.add_parser(
@@ -99,6 +100,7 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
     p.add_argument("--random-draws", type=positive_int, default=5, help="random-baseline draws (default 5)")
     p.add_argument("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
     p.add_argument("--json", action="store_true", help="print one JSON object with every number")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto (cuda if available)")
     p.set_defaults(func=_cmd_eval_parse)
 
     p = subparsers.add_parser(
@@ -276,7 +278,7 @@ def _prepare(lines, scheme: str):
 
 def _cmd_parse(args) -> int:
     try:
-        lm = load_language_model(args.checkpoint)
+        lm = load_language_model(args.checkpoint, device=resolve_device(args.device))
         layer = choose_layer(args.layer, lm)
         text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
     except (ValueError, OSError) as err:
@@ -369,7 +371,7 @@ def _cmd_eval_parse(args) -> int:
     try:
         if args.out_trees:
             check_output_file(args.out_trees, "--out-trees")
-        lm = load_language_model(args.checkpoint)
+        lm = load_language_model(args.checkpoint, device=resolve_device(args.device))
         layers = _parse_layers(args.layers, len(lm.model.layers))
         bank = load_treebank(args.treebank, max_length=10 if args.wsj10 else None, sections=args.sections)
     except (ValueError, OSError) as err:
@@ -443,7 +445,7 @@ def _cmd_plot(args) -> int:
 
     try:
         check_output_file(args.out, "--out")
-        lm = load_language_model(args.checkpoint)
+        lm = load_language_model(args.checkpoint, device=resolve_device(args.device))
         layer = choose_layer(args.layer, lm)
         words, _dropped = normalise_words(tokenize(args.sentence, lm.normalisation), lm.normalisation)
         if not words:
