@@ -57,6 +57,10 @@ def _help(alias_of: str, name: str, text: str) -> str:
     return f"(= {alias_of} {name}) {text}" if alias_of else text
 
 
+def _add_device(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto (cuda if available)")
+
+
 def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = "") -> None:
     p = subparsers.add_parser(
         "parse",
@@ -79,7 +83,7 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
         "punctuation); json: one object per input line (tree null for those); pretty: drawn trees",
     )
     p.add_argument("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto (cuda if available)")
+    _add_device(p)
     p.set_defaults(func=_cmd_parse, prog=p.prog)
 
     p = subparsers.add_parser(
@@ -100,7 +104,7 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
     p.add_argument("--random-draws", type=positive_int, default=5, help="random-baseline draws (default 5)")
     p.add_argument("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
     p.add_argument("--json", action="store_true", help="print one JSON object with every number")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto (cuda if available)")
+    _add_device(p)
     p.set_defaults(func=_cmd_eval_parse)
 
     p = subparsers.add_parser(
@@ -112,6 +116,7 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
     p.add_argument("--layer", type=int, default=None, help="1-based layer for the tree (default as parse)")
     p.add_argument("--gold", default=None, help="gold tree in bracket notation, drawn beside the induced one")
     p.add_argument("--out", type=Path, default=Path("parse_plot"), help="output prefix (writes .png and .svg)")
+    _add_device(p)
     p.set_defaults(func=_cmd_plot)
 
 
