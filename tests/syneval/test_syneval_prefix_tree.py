@@ -39,17 +39,36 @@ def test_prefix_tree_equals_reading_each_sentence_alone(cell, chunk):
         torch.testing.assert_close(lp, expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["onednn-packed-decoder", "addmm-decoder"])
 @pytest.mark.parametrize("cell", ["onlstm", "lstm"])
-def test_prefix_tree_equals_padded_batches_with_a_decoder_slice_smaller_than_a_level(cell, monkeypatch):
+def test_prefix_tree_equals_padded_batches_with_a_decoder_slice_smaller_than_a_level(cell, packed, monkeypatch):
     import onlstm.syneval.prefix_tree as pt
 
+    if packed and not pt._onednn_linear():
+        pytest.skip("this PyTorch build has no oneDNN linear")
+    monkeypatch.setattr(pt, "_onednn_linear", lambda: packed)
     model = tiny_lm(cell, seed=4)
     seqs = pair_like_sequences(seed=5)
     padded = token_logprobs(model, seqs, batch_size=7)
-    real = pt.tree_logprobs
-    monkeypatch.setattr(pt, "tree_logprobs", lambda m, t, d: real(m, t, d, rows=3))
+    monkeypatch.setattr(pt, "decoder_rows", lambda model: 3)
+    assert (pt.Decoder(model).packed is not None) == packed
     for a, b in zip(prefix_token_logprobs(model, seqs, chunk_size=100), padded):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_the_decoder_gives_the_models_logits():
+    import onlstm.syneval.prefix_tree as pt
+
+    model = tiny_lm("lstm", seed=2)
+    x = torch.randn(5, model.decoder.in_features)
+    want = model.logits(x).detach()
+    for packed in (True, False):
+        if packed and not pt._onednn_linear():
+            continue
+        dec = pt.Decoder(model, rows=8)
+        if not packed:
+            dec.packed = None
+        torch.testing.assert_close(dec(x), want, atol=1e-5, rtol=1e-5)
 
 
 def test_the_tree_runs_each_distinct_prefix_once():

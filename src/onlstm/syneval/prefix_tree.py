@@ -103,36 +103,66 @@ def select_state(state, index: torch.Tensor, batch: int):
     )
 
 
-def target_logprobs(model, output: torch.Tensor, parent: torch.Tensor, token: torch.Tensor, rows: int) -> torch.Tensor:
+def target_logprobs(decoder: Decoder, output: torch.Tensor, parent: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
     """``log p(token[j] | prefix of parent[j])`` from the fed nodes' outputs ``output`` (M, H).
 
-    The decoder reads ``rows`` nodes at a time into one reused ``(rows, V)`` buffer (not ``(M, V)``: a
-    50,000-word vocabulary stays affordable, and no large block is allocated per slice); a target's
-    log-probability is ``logit[token] - logsumexp(logits)`` in float32, never a full log-softmax."""
+    The decoder reads ``decoder.rows`` nodes at a time (not all ``M``: a 50,000-word vocabulary stays
+    affordable, and no large block is allocated per slice); a target's log-probability is
+    ``logit[token] - logsumexp(logits)`` in float32, never a full log-softmax."""
+    rows = decoder.rows
     lse = torch.empty(output.shape[0], device=output.device)
     picked = torch.empty(parent.numel(), device=output.device)
     order = torch.argsort(parent, stable=True)  # targets grouped by parent: each slice of nodes finds its own
     bounds = torch.searchsorted(parent[order], torch.arange(0, output.shape[0] + rows, rows, device=parent.device))
-    buf = None
     for k, start in enumerate(range(0, output.shape[0], rows)):
-        buf = _logits_into(model, output[start : start + rows], buf)
+        logits = decoder(output[start : start + rows])
         sel = order[int(bounds[k]) : int(bounds[k + 1])]
-        picked[sel] = buf[parent[sel] - start, token[sel]]  # read before the buffer is overwritten below
-        lse[start : start + rows] = _logsumexp_(buf)
+        picked[sel] = logits[parent[sel] - start, token[sel]]  # read before the block is overwritten below
+        lse[start : start + rows] = _logsumexp_(logits)
     return picked - lse[parent]
 
 
-def _logits_into(model, x: torch.Tensor, buf: torch.Tensor | None) -> torch.Tensor:
-    """``model.logits(x)`` as float32; for an ``nn.Linear`` decoder, written into ``buf`` (reused)."""
-    dec = getattr(model, "decoder", None)
-    if not isinstance(dec, torch.nn.Linear) or x.dtype != torch.float32 or dec.weight.dtype != torch.float32:
-        return model.logits(x).float()
-    if buf is None:
-        buf = torch.empty(x.shape[0], dec.out_features, device=x.device)
-    out = buf[: x.shape[0]]
-    if dec.bias is None:
-        return torch.mm(x, dec.weight.t(), out=out)
-    return torch.addmm(dec.bias, x, dec.weight.t(), out=out)
+class Decoder:
+    """The model's output layer applied to blocks of at most ``rows`` prefixes, as float32 logits.
+
+    For an ``nn.Linear`` decoder in float32 on the CPU with oneDNN (PyTorch's standard CPU build), the
+    weight is reordered once into oneDNN's blocked layout for blocks of ``rows`` and every block runs
+    oneDNN's linear on it: 17% faster than ``addmm`` at 419 x 200 x 10,000 on the development machine
+    (AVX2), and the weights do not change while a suite is scored. Otherwise ``addmm`` writes into one
+    reused buffer; any other decoder goes through ``model.logits``."""
+
+    def __init__(self, model, rows: int | None = None):
+        self.model, self.rows = model, rows or decoder_rows(model)
+        dec = getattr(model, "decoder", None)
+        self.linear = dec if isinstance(dec, torch.nn.Linear) and dec.weight.dtype == torch.float32 else None
+        self.packed = None
+        if self.linear is not None and self.linear.weight.device.type == "cpu" and _onednn_linear():
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.linear.weight.detach(), self.rows)
+        self.buf: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.linear is None or x.dtype != torch.float32:
+            return self.model.logits(x).float()
+        bias = None if self.linear.bias is None else self.linear.bias.detach()
+        if self.packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
+        if self.buf is None:
+            self.buf = torch.empty(self.rows, self.linear.out_features, device=x.device)
+        out = self.buf[: x.shape[0]]
+        weight = self.linear.weight.detach()
+        if bias is None:
+            return torch.mm(x, weight.t(), out=out)
+        return torch.addmm(bias, x, weight.t(), out=out)
+
+
+def _onednn_linear() -> bool:
+    """Whether this PyTorch build has oneDNN's linear with pre-packed weights (the C++ kernel uses it too)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        return hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def _logsumexp_(logits: torch.Tensor) -> torch.Tensor:
@@ -158,10 +188,13 @@ def decoder_rows(model) -> int:
 
 
 @torch.no_grad()
-def tree_logprobs(model, tree: PrefixTree, device, rows: int | None = None) -> torch.Tensor:
+def tree_logprobs(
+    model, tree: PrefixTree, device, rows: int | None = None, decoder: Decoder | None = None
+) -> torch.Tensor:
     """Every target of ``tree`` (concatenated over depths, as ``tree.paths`` index them), float32;
-    ``rows``: prefixes decoded at a time (default :func:`decoder_rows`)."""
-    rows = rows or decoder_rows(model)
+    ``rows``: prefixes decoded at a time (default :func:`decoder_rows`); ``decoder``: one made for
+    ``model`` (reused across trees: it holds the packed weight)."""
+    decoder = decoder or Decoder(model, rows)
     state, out = None, []
     prev = 0
     for d, (tokens, parents) in enumerate(zip(tree.tokens, tree.parents)):
@@ -170,7 +203,7 @@ def tree_logprobs(model, tree: PrefixTree, device, rows: int | None = None) -> t
         output, state, _ = model(tokens.to(device).unsqueeze(0), state)  # (1, M, H)
         prev = tokens.numel()
         out.append(
-            target_logprobs(model, output[0], tree.target_parent[d].to(device), tree.target_token[d].to(device), rows)
+            target_logprobs(decoder, output[0], tree.target_parent[d].to(device), tree.target_token[d].to(device))
         )
     return torch.cat(out)
 
@@ -191,10 +224,11 @@ def prefix_token_logprobs(
     device = next(model.parameters()).device
     order = sorted(range(len(sequences)), key=lambda i: list(sequences[i]))
     out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
+    decoder = Decoder(model)
     for start in range(0, len(order), chunk_size):
         chunk = order[start : start + chunk_size]
         tree = build_tree([sequences[i] for i in chunk])
-        flat = tree_logprobs(model, tree, device).double().cpu()
+        flat = tree_logprobs(model, tree, device, decoder=decoder).double().cpu()
         for i, path in zip(chunk, tree.paths):
             out[i] = flat[path]
         if progress:

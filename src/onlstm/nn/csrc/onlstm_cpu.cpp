@@ -258,7 +258,9 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
   // The input projection for all steps at once; each row is then overwritten in place by its
   // activations (forward_row reads a value before it writes the same position).
   Tensor act = linear(x.contiguous(), w_ih.contiguous(), bias, dnnl).contiguous();  // (N, G)
-  Tensor whh = prepack(w_hh, B, dnnl);
+  // Reordering the recurrent weight pays off over many steps; for a single step (the prefix-tree
+  // scorer of syneval feeds one step per call) it would be one extra pass over the weight per product.
+  Tensor whh = bs.size() > 1 ? prepack(w_hh, B, dnnl) : w_hh.contiguous();
   auto opts = x.options();
   Tensor out = at::empty({N, D}, opts);
   Tensor cells = at::empty({N, D}, opts), tcs = at::empty({N, D}, opts);
