@@ -341,6 +341,54 @@ def test_water_fill_is_as_even_as_the_pool_allows():
     assert len(G.water_fill(pool, 100)) == len(pool)
 
 
+def _ops(text: str) -> int:
+    return sum(t in ("not", "and", "or") for t in text.split())
+
+
+def test_original_mix_matches_the_original_files_shares(tmp_path):
+    """The mix measured from Bowman et al.'s train0-train6, reproduced within sampling error."""
+    report = _generate(tmp_path, mix="original", per_length=3000, test_count=0, max_ops=6)
+    exs = D.read_examples(tmp_path, check_buckets=True)
+    assert not D.relabel_mismatches(exs)
+    by_bucket = {k: [ex for ex in exs if ex.file_number == k] for k in range(7)}
+    for k in range(7):  # training sizes in the original files' proportions (largest: train5)
+        assert len(by_bucket[k]) == round(3000 * G.ORIGINAL_TRAIN_SIZES[k] / 34152), k
+    for k in (5, 6):  # buckets large enough for shares; small ones run out of distinct pairs
+        n = len(by_bucket[k])
+        smaller = Counter(min(_ops(ex.text_a), _ops(ex.text_b)) for ex in by_bucket[k])
+        for j, share in enumerate(G.ORIGINAL_SMALLER_SIDE[k]):
+            assert abs(smaller[j] / n - share) < 0.04, (k, j, smaller[j] / n, share)
+        labels = Counter(ex.label for ex in by_bucket[k])
+        for lab, share in zip(RELATIONS, G.ORIGINAL_LABELS[k]):
+            if share >= 0.05:  # '=' and '^' are rarer than that in random pairs: the pool runs short of them
+                # and the others make up about a point, shared in proportion to their shares
+                assert abs(labels[lab] / n - share) < 0.015, (k, lab, labels[lab] / n, share)
+    ops = [t for ex in exs for f in (ex.text_a, ex.text_b) for t in f.split() if t in ("not", "and", "or")]
+    assert abs(ops.count("not") / len(ops) - G.ORIGINAL_NOT_SHARE) < 0.03
+    assert report.n_pairs == len(exs)
+
+
+def test_original_mix_beyond_the_original_buckets_and_not_prob():
+    weights = G.original_smaller_side(9)
+    assert len(weights) == 10 and sum(weights) == pytest.approx(1.0)
+    assert weights[:2] == G.ORIGINAL_SMALLER_SIDE[6][:2] and len(set(weights[2:])) == 1
+    assert G.GenerateConfig(mix="original").not_probability == G.ORIGINAL_NOT_SHARE
+    assert G.GenerateConfig(mix="original", not_prob=0.5).not_probability == 0.5
+    assert G.GenerateConfig().not_probability == 0.5
+    n_test, n_train = G.GenerateConfig(mix="original", per_length=1000, test_count=100).bucket_sizes(0)
+    assert (n_test, n_train) == (100, round(900 * 30 / 34152))  # test parts are not scaled
+
+
+def test_fill_to_shares_takes_quotas_then_fills_up():
+    pool = [G.Pair(lab, str(i), "a", 0, 0) for lab, n in (("#", 50), ("<", 20), ("=", 2)) for i in range(n)]
+    shares = tuple({"#": 0.5, "<": 0.3, "=": 0.2}.get(lab, 0.0) for lab in RELATIONS)
+    chosen = G.fill_to_shares(pool, 20, shares)
+    # quotas 10 / 6 / 4, but only 2 '=': the 2 missing go to the labels furthest below their shares
+    assert Counter(p.label for p in chosen) == {"#": 11, "<": 7, "=": 2}
+    assert len(set(map(id, chosen))) == 20
+    assert len(G.fill_to_shares(pool, 100, shares)) == len(pool)
+
+
 def test_config_validation():
     with pytest.raises(ValueError, match="test_fraction"):
         G.GenerateConfig(test_fraction=1.5).validate()

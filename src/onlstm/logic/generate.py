@@ -14,6 +14,16 @@ How a pair is drawn (documented so that results can be compared):
   ``n - 1`` operators), otherwise ``( L ( op R ) )`` with ``op`` uniform in ``and``/``or`` and the
   ``n - 1`` remaining operators split uniformly between ``L`` and ``R``; variables are uniform
   over ``a`` … ``f``;
+* with ``mix='original'`` the pairs follow the length mix of the original training files instead
+  (Bowman et al.'s ``train0`` … ``train6``, 135,529 pairs, measured once and written below as
+  :data:`ORIGINAL_SMALLER_SIDE`, :data:`ORIGINAL_TRAIN_SIZES` and :data:`ORIGINAL_NOT_SHARE`): the smaller
+  side's operator count follows that bucket's distribution in those files (about 46% have 0 operators and
+  28-60% have 1; above bucket 6, bucket 6's shares for 0 and 1 and the rest spread evenly), ``not_prob``
+  defaults to their share of ``not`` among operators (0.43), and the *training* part of bucket ``k`` is
+  scaled to ``train{k}``'s size relative to the largest file (bucket 0: 30 pairs against 34,152 in
+  ``train5``; above 6, as ``train6``); test parts are not scaled. Labels follow each file's shares
+  (:data:`ORIGINAL_LABELS`: 53-66% ``#`` where random pairs give about 67%), picked by
+  :func:`fill_to_shares` from twice as many candidates; ``balance_labels`` makes them uniform instead;
 * formulas that are always true or always false are redrawn unless ``allow_degenerate`` (the
   original data contains none, see :mod:`onlstm.logic.relations`);
 * a pair already drawn for the same bucket is redrawn unless ``allow_duplicates``, so train and
@@ -48,6 +58,51 @@ from .data import LAST_BUCKET, write_file
 from .formulas import BINARY_OPERATORS, EMPTY_SET, FULL_SET, VARIABLE_TRUTH_SETS, VARIABLES, Formula, parse
 from .relations import RELATIONS, relation_of_sets
 
+MIXES = ("uniform", "original")
+
+# The original training files (Bowman et al. 2015, train0 ... train6) measured once: for a pair whose larger
+# side has k operators, the share of pairs whose smaller side has 0, 1, ..., k operators ...
+ORIGINAL_SMALLER_SIDE: dict[int, tuple[float, ...]] = {
+    0: (1.0,),
+    1: (0.404, 0.596),
+    2: (0.408, 0.465, 0.128),
+    3: (0.464, 0.359, 0.123, 0.053),
+    4: (0.493, 0.315, 0.088, 0.072, 0.033),
+    5: (0.479, 0.291, 0.079, 0.064, 0.058, 0.029),
+    6: (0.456, 0.275, 0.073, 0.059, 0.054, 0.057, 0.025),
+}
+# ... the number of pairs in each file ...
+ORIGINAL_TRAIN_SIZES: dict[int, int] = {0: 30, 1: 2319, 2: 12451, 3: 23252, 4: 30373, 5: 34152, 6: 32952}
+# ... the share of each label (in RELATIONS order: = < > ^ | v #) in each file ...
+ORIGINAL_LABELS: dict[int, tuple[float, ...]] = {
+    0: (0.167, 0.0, 0.0, 0.0, 0.0, 0.0, 0.833),
+    1: (0.025, 0.099, 0.098, 0.016, 0.052, 0.052, 0.658),
+    2: (0.018, 0.103, 0.100, 0.014, 0.089, 0.087, 0.590),
+    3: (0.020, 0.109, 0.111, 0.015, 0.101, 0.100, 0.545),
+    4: (0.020, 0.106, 0.108, 0.020, 0.103, 0.104, 0.539),
+    5: (0.023, 0.106, 0.106, 0.022, 0.104, 0.106, 0.534),
+    6: (0.021, 0.106, 0.109, 0.021, 0.109, 0.109, 0.526),
+}
+# ... and the share of 'not' among all operators of all their formulas.
+ORIGINAL_NOT_SHARE = 0.43
+# Candidates drawn per pair kept when the original mix matches the original label shares: random pairs have
+# more '#' (about 67%) than the original files (53-66%), so a pool twice as large is enough.
+ORIGINAL_POOL_FACTOR = 2
+
+
+def original_smaller_side(bucket: int) -> tuple[float, ...]:
+    """Weights of the smaller side's operator count 0 ... ``bucket`` in the original mix."""
+    if bucket in ORIGINAL_SMALLER_SIDE:
+        return ORIGINAL_SMALLER_SIDE[bucket]
+    p0, p1 = ORIGINAL_SMALLER_SIDE[6][:2]
+    rest = (1.0 - p0 - p1) / (bucket - 1)
+    return (p0, p1, *([rest] * (bucket - 1)))
+
+
+def original_train_share(bucket: int) -> float:
+    """The size of ``train{bucket}`` in the original mix, relative to the largest original file."""
+    return ORIGINAL_TRAIN_SIZES[min(bucket, 6)] / max(ORIGINAL_TRAIN_SIZES.values())
+
 
 class Pair(NamedTuple):
     """One generated example: label, the two formulas as text, and their operator counts."""
@@ -79,7 +134,15 @@ class GenerateConfig(Config):
         False, "draw pool_factor times more distinct pairs and keep label counts as equal as possible"
     )
     pool_factor: int = option(10, "with balance_labels: candidates drawn per requested pair")
-    not_prob: float = option(0.5, "probability that an operator node is 'not'")
+    mix: str = option(
+        "uniform",
+        "uniform: the smaller side's operator count uniform in 0..k, equal bucket sizes; original: the length "
+        "mix, bucket sizes and 'not' share of the original training files",
+        choices=MIXES,
+    )
+    not_prob: float | None = option(
+        None, "probability that an operator node is 'not'", default_text="0.5; with mix original 0.43"
+    )
     allow_degenerate: bool = option(
         False, "keep formulas that are always true or always false (the original data has none)"
     )
@@ -98,16 +161,26 @@ class GenerateConfig(Config):
             raise ConfigError(f"test_fraction must be in [0, 1], got {self.test_fraction}")
         if self.test_count is not None and not 0 <= self.test_count <= self.per_length:
             raise ConfigError(f"test_count must be in [0, per_length={self.per_length}], got {self.test_count}")
-        if not 0.0 <= self.not_prob <= 1.0:
+        if self.not_prob is not None and not 0.0 <= self.not_prob <= 1.0:
             raise ConfigError(f"not_prob must be in [0, 1], got {self.not_prob}")
         if self.pool_factor < 1 or self.max_tries_factor < 1:
             raise ConfigError("pool_factor and max_tries_factor must be >= 1")
 
-    def n_test(self, n_pairs: int) -> int:
-        """How many of ``n_pairs`` pairs of a bucket go to the test file."""
-        if self.test_count is not None:
-            return min(n_pairs, round(self.test_count * n_pairs / self.per_length))
-        return round(self.test_fraction * n_pairs)
+    @property
+    def not_probability(self) -> float:
+        """``not_prob``, or its default for the mix."""
+        if self.not_prob is not None:
+            return self.not_prob
+        return ORIGINAL_NOT_SHARE if self.mix == "original" else 0.5
+
+    def bucket_sizes(self, bucket: int) -> tuple[int, int]:
+        """``(test, train)`` pairs wanted in ``bucket``: ``per_length`` split by ``test_count`` or
+        ``test_fraction``; with the original mix the training part scaled as the original files."""
+        n_test = self.test_count if self.test_count is not None else round(self.test_fraction * self.per_length)
+        n_train = self.per_length - n_test
+        if self.mix == "original":
+            n_train = round(n_train * original_train_share(bucket))
+        return n_test, n_train
 
 
 @dataclass
@@ -185,21 +258,24 @@ def random_formula(n_ops: int, rng: random.Random, not_prob: float = 0.5) -> For
 def _draw_formula(n_ops: int, rng: random.Random, cfg: GenerateConfig) -> tuple[str, int]:
     """A random formula, redrawn while it is degenerate (unless allowed)."""
     while True:
-        text, ts = random_formula_text(n_ops, rng, cfg.not_prob)
+        text, ts = random_formula_text(n_ops, rng, cfg.not_probability)
         if cfg.allow_degenerate or ts not in (EMPTY_SET, FULL_SET):
             return text, ts
 
 
-def _draw_op_counts(bucket: int, rng: random.Random, max_ops: int) -> tuple[int, int]:
+def _draw_op_counts(bucket: int, rng: random.Random, max_ops: int, mix: str = "uniform") -> tuple[int, int]:
     """Operator counts ``(ops_a, ops_b)`` of a pair in ``bucket`` (see the module docstring)."""
     longest = bucket if bucket < LAST_BUCKET else rng.randint(LAST_BUCKET, max(LAST_BUCKET, max_ops))
-    other = rng.randint(0, longest)
+    if mix == "original":
+        other = rng.choices(range(longest + 1), weights=original_smaller_side(longest))[0]
+    else:
+        other = rng.randint(0, longest)
     return (longest, other) if rng.random() < 0.5 else (other, longest)
 
 
 def draw_pair(bucket: int, rng: random.Random, cfg: GenerateConfig) -> Pair:
     """One random labelled pair whose larger operator count puts it in ``bucket``."""
-    ops_a, ops_b = _draw_op_counts(bucket, rng, cfg.max_ops)
+    ops_a, ops_b = _draw_op_counts(bucket, rng, cfg.max_ops, cfg.mix)
     a, sa = _draw_formula(ops_a, rng, cfg)
     b, sb = _draw_formula(ops_b, rng, cfg)
     return Pair(relation_of_sets(sa, sb), a, b, ops_a, ops_b)
@@ -250,16 +326,43 @@ def water_fill(pairs: list[Pair], n: int) -> list[Pair]:
     return [p for lab in RELATIONS for p in by_label[lab][: quota[lab]]]
 
 
+def fill_to_shares(pairs: list[Pair], n: int, shares: tuple[float, ...]) -> list[Pair]:
+    """Pick ``n`` of ``pairs`` (in their order) with label ``RELATIONS[i]`` at about ``shares[i]``: each
+    label gets ``round(n * share)`` pairs or all it has; the pairs still missing go one at a time to the
+    label, among those with candidates left, that is furthest below its share (labels with share 0 last)."""
+    by_label: dict[str, list[Pair]] = {lab: [] for lab in RELATIONS}
+    for p in pairs:
+        by_label[p.label].append(p)
+    share = dict(zip(RELATIONS, shares))
+    quota = {lab: min(len(by_label[lab]), round(n * share[lab])) for lab in RELATIONS}
+    for _ in range(min(n, len(pairs)) - sum(quota.values())):
+        spare = [lab for lab in RELATIONS if len(by_label[lab]) > quota[lab]]
+        lab = min(spare, key=lambda lab: (quota[lab] + 1) / share[lab] if share[lab] > 0 else float("inf"))
+        quota[lab] += 1
+    return [p for lab in RELATIONS for p in by_label[lab][: quota[lab]]][:n]
+
+
 def generate_bucket(bucket: int, cfg: GenerateConfig) -> tuple[list[Pair], int]:
     """The shuffled pairs of one bucket and the number of draws it took."""
     rng = random.Random(f"onlstm-logic/{cfg.seed}/{bucket}")
+    wanted = sum(cfg.bucket_sizes(bucket))
     if cfg.balance_labels:
-        pool, tries = _draw_distinct(bucket, cfg.pool_factor * cfg.per_length, rng, cfg)
-        pairs = water_fill(pool, cfg.per_length)
+        pool, tries = _draw_distinct(bucket, cfg.pool_factor * wanted, rng, cfg)
+        pairs = water_fill(pool, wanted)
+    elif cfg.mix == "original":
+        pool, tries = _draw_distinct(bucket, ORIGINAL_POOL_FACTOR * wanted, rng, cfg)
+        pairs = fill_to_shares(pool, wanted, ORIGINAL_LABELS[min(bucket, 6)])
     else:
-        pairs, tries = _draw_distinct(bucket, cfg.per_length, rng, cfg)
+        pairs, tries = _draw_distinct(bucket, wanted, rng, cfg)
     rng.shuffle(pairs)
     return pairs, tries
+
+
+def _n_test(bucket: int, n_pairs: int, cfg: GenerateConfig) -> int:
+    """How many of the ``n_pairs`` drawn for ``bucket`` go to its test file: as asked, or in proportion
+    when the bucket ran out of distinct pairs."""
+    n_test, n_train = cfg.bucket_sizes(bucket)
+    return min(n_test, round(n_test * n_pairs / max(n_test + n_train, 1)))
 
 
 def bucket_range(max_ops: int) -> range:
@@ -297,8 +400,8 @@ def generate_dataset(
     for bucket in bucket_range(cfg.max_ops):
         t0 = time.perf_counter()
         pairs, tries = generate_bucket(bucket, cfg)
-        n_test = cfg.n_test(len(pairs))
-        report = BucketReport(bucket, cfg.per_length, tries, 0.0)
+        n_test = _n_test(bucket, len(pairs), cfg)
+        report = BucketReport(bucket, sum(cfg.bucket_sizes(bucket)), tries, 0.0)
         for split, chunk in (("train", pairs[n_test:]), ("test", pairs[:n_test])):
             _write_pairs(out / f"{split}{bucket}", chunk)
             report.files.append(FileReport(f"{split}{bucket}", len(chunk), Counter(p.label for p in chunk)))
