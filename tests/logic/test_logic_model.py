@@ -332,6 +332,17 @@ def test_train_then_eval_smoke(tiny_data, tmp_path, capsys):
     table = capsys.readouterr().out
     assert table.splitlines()[2].startswith("| lstm") and "majority label" in table and "pairs" in table
 
+    # --split valid: the run's own hold-out, by length; pooled it is the recorded best validation accuracy
+    capsys.readouterr()
+    argv = ["logic", "eval", "--checkpoint", str(run), "--data", str(tiny_data), "--split", "valid", "--json"]
+    assert main([*argv, "--lengths", "0-6"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert sum(v["total"] for v in rep["by_length"].values()) == len(valid) == cfg["data"]["n_valid"]
+    assert sum(v["correct"] for v in rep["by_length"].values()) / len(valid) == pytest.approx(best["valid_accuracy"])
+    assert main([*argv, "--lengths", "1-3"]) == 0
+    short = json.loads(capsys.readouterr().out)["by_length"]
+    assert short == {k: v for k, v in rep["by_length"].items() if k in ("1", "2", "3")}
+
 
 def test_same_seed_same_training(tiny_data, tmp_path):
     cfg = T.LogicTrainConfig(epochs=1, batch_size=32, valid_every=2, progress=False, seed=2)

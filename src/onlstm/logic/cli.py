@@ -280,7 +280,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         lengths = parse_buckets(opts.lengths)
         device = resolve_device(opts.device)
         model, header = load_classifier(args.checkpoint, opts.tag, device)
-        examples = read_test_examples(args.data, opts.split, lengths)
+        if opts.split == "valid":
+            examples = _validation_examples(args.data, header, lengths)
+        else:
+            examples = read_test_examples(args.data, opts.split, lengths)
     except ValueError as exc:  # bad input reported by library code as a plain ValueError
         raise command_error(exc) from None
     result = evaluate_examples(model, examples, opts.batch_size)
@@ -303,6 +306,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     name = header["model"]["cell"]
     print(format_table([(name, [result]), ("majority label", [baseline])], lengths, counts=baseline))
     return 0
+
+
+def _validation_examples(data, header: dict, lengths) -> list:
+    """The run's validation hold-out, rebuilt from the training files in ``data`` as training drew it."""
+    from .train import load_training_examples, split_train_valid
+
+    cfg = LogicTrainConfig.from_dict(header["train"])
+    _, valid = split_train_valid(load_training_examples(data, cfg), cfg)
+    return [ex for ex in valid if ex.file_number in set(lengths)]
 
 
 # --------------------------------------------------------------------------- compare

@@ -167,7 +167,12 @@ class EvalSettings(Config):
 
     section = "eval"
 
-    split: str = option("test", "which files to read", choices=("test", "train"))
+    split: str = option(
+        "test",
+        "which pairs to score: test{k} or train{k} files, or valid: the run's own validation hold-out of the "
+        "train{k} files in --data (rebuilt from its seed and valid_fraction, as in training)",
+        choices=("test", "train", "valid"),
+    )
     lengths: str = option("1-12", "file numbers to evaluate, e.g. 1-12 or 0-12")
     tag: str = option("best", "weights file model.<tag>.safetensors")
     batch_size: int = option(512, "pairs per batch")
