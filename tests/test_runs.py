@@ -202,3 +202,22 @@ def test_setup_torch_sets_threads_and_flushes_denormals():
     finally:
         torch.set_num_threads(threads)
         torch.set_flush_denormal(True)  # as every trainer leaves the process
+
+
+def test_the_progress_bar_shows_only_on_a_terminal_and_when_enabled():
+    import io
+
+    from onlstm.runs import progress_bar
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, enabled, shown in (
+        (Terminal(), True, True),
+        (io.StringIO(), True, False),  # a log file: no carriage-return updates piling up
+        (Terminal(), False, False),
+    ):
+        with progress_bar(enabled, total=3, file=stream) as bar:
+            bar.update(3)
+        assert bool(stream.getvalue()) == shown, (type(stream).__name__, enabled)

@@ -15,9 +15,9 @@ import time
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from .nn import ONLSTM
+from .runs import progress_bar
 
 LETTERS = "abcdefgh"
 VOCAB = ["<eos>", "(", ")"] + list(LETTERS)
@@ -79,11 +79,11 @@ def _train(model: TinyLM, train, seconds: float, rng: random.Random, quiet: bool
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     loss_fn = nn.CrossEntropyLoss(reduction="none")
     start, steps, loss_avg = time.monotonic(), 0, None
-    bar = tqdm(
+    bar = progress_bar(
+        not quiet,
         total=round(seconds),
         unit="s",
         desc="training",
-        disable=quiet,
         bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}s {postfix}",
     )
     while time.monotonic() - start < seconds:

@@ -426,6 +426,18 @@ def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
     cfg_path.write_text(json.dumps(old_cfg))
     assert main(args) == 0
     assert capsys.readouterr().out.count("reusing the finished run") == 4
+    # --split valid: the same runs scored on their own validation hold-outs (seed-specific), by length
+    assert main([*args[:-2], "--lengths", "0-6", "--split", "valid"]) == 0
+    assert capsys.readouterr().out.count("reusing the finished run") == 4
+    rep = json.loads((out / "compare.json").read_text())
+    assert rep["split"] == "valid"
+    for r in rep["runs"]:
+        run_cfg = json.loads((Path(r["run_dir"]) / "config.json").read_text())
+        scored = r["test"]["by_length"].values()
+        assert sum(v["total"] for v in scored) == run_cfg["data"]["n_valid"]
+        assert sum(v["correct"] for v in scored) / run_cfg["data"]["n_valid"] == pytest.approx(
+            run_cfg["result"]["best_valid_accuracy"]
+        )
     # a setting that changes training is not reused
     assert main([*args[:-4], "1", "--lengths", "1-9", "--lr", "0.0005"]) == 0  # seed 1 only
     text = capsys.readouterr().out

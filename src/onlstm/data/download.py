@@ -115,13 +115,13 @@ def sha256_file(path: Path) -> str:
 
 def _stream(url: str, tmp: Path, timeout: float, to: Path, source: Source, log) -> str:
     """Copy ``url`` into ``tmp`` block by block (with a progress bar), returning its SHA-256."""
-    from tqdm import tqdm
+    from ..runs import progress_bar
 
     h = hashlib.sha256()
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:
             total = int(r.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=url.rsplit("/", 1)[-1], leave=False) as bar:
+            with progress_bar(total=total, unit="B", unit_scale=True, desc=url.rsplit("/", 1)[-1], leave=False) as bar:
                 while block := r.read(CHUNK):
                     f.write(block)
                     h.update(block)

@@ -126,9 +126,9 @@ def perplexity(
     start, stop = column_share(b, rank, world)
     bar = None
     if progress:
-        from tqdm import tqdm
+        from ..runs import progress_bar
 
-        bar = tqdm(
+        bar = progress_bar(
             total=(data.shape[0] - 1) * (stop - start),
             unit="tok",
             unit_scale=True,

@@ -69,6 +69,7 @@ from ..runs import (  # noqa: F401
     check_output_dir,
     optimizer_from_data,
     optimizer_to_data,
+    progress_bar,
     read_resume,
     restore_training,
     setup_torch,
@@ -662,14 +663,12 @@ class Trainer:
 
     def _train_epoch(self, sched, max_steps, on_step) -> str:
         cfg, ctx, prog = self.cfg, self.ctx, self.progress
-        from tqdm import tqdm
-
-        bar = tqdm(
+        bar = progress_bar(
+            cfg.progress and ctx.is_main,
             total=len(sched),
             initial=prog.batch,
             desc=f"epoch {prog.epoch}/{cfg.epochs}",
             unit="batch",
-            disable=not (cfg.progress and ctx.is_main),
             leave=False,
             dynamic_ncols=True,
         )

@@ -274,6 +274,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     from ..runs import resolve_device
     from .evaluate import evaluate_examples, format_table, load_classifier, majority_baseline, read_test_examples
+    from .train import validation_examples
 
     try:
         opts = EvalSettings.from_dict(flags_given(args, "eval"))
@@ -281,7 +282,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         device = resolve_device(opts.device)
         model, header = load_classifier(args.checkpoint, opts.tag, device)
         if opts.split == "valid":
-            examples = _validation_examples(args.data, header, lengths)
+            examples = validation_examples(args.data, LogicTrainConfig.from_dict(header["train"]), lengths)
         else:
             examples = read_test_examples(args.data, opts.split, lengths)
     except ValueError as exc:  # bad input reported by library code as a plain ValueError
@@ -308,15 +309,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validation_examples(data, header: dict, lengths) -> list:
-    """The run's validation hold-out, rebuilt from the training files in ``data`` as training drew it."""
-    from .train import load_training_examples, split_train_valid
-
-    cfg = LogicTrainConfig.from_dict(header["train"])
-    _, valid = split_train_valid(load_training_examples(data, cfg), cfg)
-    return [ex for ex in valid if ex.file_number in set(lengths)]
-
-
 # --------------------------------------------------------------------------- compare
 
 
@@ -325,7 +317,8 @@ def _register_compare(sub) -> None:
         "compare",
         help="train ON-LSTM and LSTM with the same data, budget and seeds; table and plot by length",
         description="For each seed and each cell: train into OUT/<cell>-seed<seed> (a finished run with the same "
-        "settings is reused), evaluate its best checkpoint on the test files, then print one row per "
+        "settings is reused), evaluate its best checkpoint on the test files (or, with --split valid, on its "
+        "own validation hold-out), then print one row per "
         "cell (mean ± sample std over seeds) and write OUT/compare.json, OUT/table.md, "
         "OUT/accuracy_by_length.png and OUT/training_curves.png.",
     )
@@ -342,7 +335,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     for cell in what.cells:  # every cell must work with these settings before the first one trains
         encoders.get(cell).validate(model_cfg.hidden_size, model_cfg.layer_options(cell))
     lengths = parse_buckets(what.lengths)
-    res = compare(model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths)
+    res = compare(model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths, split=what.split)
     if res.table:
         print(res.table)
         print(f"wrote {out / 'compare.json'}, {out / 'table.md'}, {res.plot} and {res.curves}")

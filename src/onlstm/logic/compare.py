@@ -25,7 +25,7 @@ from .evaluate import (
     read_test_examples,
 )
 from .model import LogicModelConfig
-from .train import LogicTrainConfig, can_resume, read_run_header, train
+from .train import LogicTrainConfig, can_resume, read_run_header, train, validation_examples
 
 
 @dataclass
@@ -67,11 +67,19 @@ def compare(
     seeds: Iterable[int] = (0,),
     buckets: Iterable[int] = DEFAULT_BUCKETS,
     log: Callable[[str], None] | None = print,
+    split: str = "test",
 ) -> CompareResult:
-    """Train every cell with every seed (same data, same budget), evaluate on the test files of ``buckets``."""
+    """Train every cell with every seed (same data, same budget), evaluate on the test files of ``buckets``
+    (``split='valid'``: on each run's own validation hold-out of the training files, by length)."""
     log = log or (lambda _m: None)
     out, cells, seeds, buckets = Path(out), list(cells), list(seeds), list(buckets)
-    test = read_test_examples(data, "test", buckets)  # fail early, before any training
+
+    def scored(seed: int) -> list:
+        if split == "valid":
+            return validation_examples(data, replace(train_cfg, seed=seed), buckets)
+        return read_test_examples(data, "test", buckets)
+
+    test = scored(seeds[0])  # fail early, before any training
     res = CompareResult(out, baseline=majority_baseline(test))
     start = time.perf_counter()
 
@@ -84,6 +92,7 @@ def compare(
                 "cells": cells,
                 "seeds": seeds,
                 "buckets": buckets,
+                "split": split,
                 "model": model_cfg.to_dict(),
                 "train": train_cfg.to_dict(),
                 "runs": res.runs,
@@ -104,9 +113,9 @@ def compare(
                 return _finish(res, buckets, log)
             model, _ = load_classifier(run_dir, "best", resolve_device(train_cfg.device))
             t0 = time.perf_counter()
-            acc = evaluate_examples(model, test, train_cfg.eval_batch_size)
+            acc = evaluate_examples(model, scored(seed), train_cfg.eval_batch_size)
             log(
-                f"{cell}, seed {seed}: test accuracy <=6 {100 * acc.pooled(range(7)):.1f}%, "
+                f"{cell}, seed {seed}: {split} accuracy <=6 {100 * acc.pooled(range(7)):.1f}%, "
                 f"7-12 {100 * acc.pooled(range(7, 13)):.1f}% ({time.perf_counter() - t0:.0f} s to evaluate)"
             )
             res.results.setdefault(cell, []).append(acc)

@@ -152,6 +152,12 @@ class CompareSettings(Config):
     cells: list[str] = option(["onlstm", "lstm"], lambda: f"encoders to compare, from: {', '.join(encoders.names())}")
     seeds: list[int] = option([0], "seeds")
     lengths: str | list[int] = option("1-12", "test file numbers, e.g. 1-12 or 0-3,12")
+    split: str = option(
+        "test",
+        "test: score each run on the test files; valid: on its own validation hold-out of the training files "
+        "(for data whose test files are kept back)",
+        choices=("test", "valid"),
+    )
 
     def validate(self) -> None:
         bad = [c for c in self.cells if c not in encoders.names()]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from ..runs import (
     RunLock,
     StopRequest,
     check_output_dir,
+    progress_bar,
     read_resume,
     resolve_device,
     restore_training,
@@ -126,6 +127,14 @@ def split_train_valid(examples: list[Example], cfg: LogicTrainConfig) -> tuple[l
             "for validation and train on the rest"
         )
     return pool[n_valid:], pool[:n_valid]
+
+
+def validation_examples(data: str | Path, cfg: LogicTrainConfig, buckets: Iterable[int]) -> list[Example]:
+    """The validation hold-out of a run trained with ``cfg`` on ``data``, rebuilt as training drew it, in the
+    given length buckets (for data whose test files are kept back)."""
+    keep = set(buckets)
+    _, valid = split_train_valid(load_training_examples(data, cfg), cfg)
+    return [ex for ex in valid if ex.file_number in keep]
 
 
 def load_training_examples(data: str | Path, cfg: LogicTrainConfig) -> list[Example]:
@@ -431,12 +440,12 @@ class _LogicRun:
         self.order_rng.setstate((version, tuple(internal), gauss))
         order = list(range(len(self.train_data)))
         self.order_rng.shuffle(order)
-        self.bar = tqdm(
+        self.bar = progress_bar(
+            cfg.progress,
             total=self.steps_per_epoch,
             initial=st["pos"],
             desc=f"{self.model_cfg.cell} epoch {st['epoch'] + 1}/{cfg.epochs}",
             leave=False,
-            disable=None if cfg.progress else True,
             dynamic_ncols=True,
         )
         stopped_by = "epochs"

@@ -19,14 +19,21 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
 from ..config import Config, ConfigError, command_flags, option
 from ..data.grammar import Grammar
 from ..data.vocab import EOS, Vocab
 from ..models.language_model import LanguageModel, LMConfig
-from ..runs import RunDirError, RunLock, StopRequest, check_output_folder, describe_run, setup_torch
+from ..runs import (
+    RunDirError,
+    RunLock,
+    StopRequest,
+    check_output_folder,
+    describe_run,
+    progress_bar,
+    setup_torch,
+)
 from .baselines import score_baselines
 from .induce import sentence_distances, trees_from_distances
 from .metrics import evaluate
@@ -99,11 +106,11 @@ def train_lm(cfg: DemoConfig, train_sents, vocab: Vocab, quiet: bool) -> tuple[L
     n = data.numel() // cfg.batch_size
     data = data[: n * cfg.batch_size].view(cfg.batch_size, n).t().contiguous()  # (steps, B)
     start, steps, tokens, loss_avg, state, i = time.monotonic(), 0, 0, None, None, 0
-    bar = tqdm(
+    bar = progress_bar(
+        not quiet,
         total=int(cfg.seconds),
         unit="s",
         desc="training ON-LSTM LM",
-        disable=quiet,
         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s {postfix}",
     )
     model.train()

@@ -9,6 +9,7 @@
   :func:`restore_training` do the part both trainers share (model, optimizer, random state).
 * :class:`StopRequest` (``device``) -- Ctrl-C / SIGTERM ask a trainer to stop after the current step and save.
 * :func:`resolve_device` and :func:`setup_torch` -- device names, thread count, denormals.
+* :func:`progress_bar` (``progress``) -- the one progress bar, shown on a terminal only.
 * :func:`check_output_dir` / :func:`check_output_file` (``dirs``) -- an output path is checked (not a file where a
   directory goes, writable, not holding another run unless resuming) before any work is done.
 * :class:`RunLock` -- one training at a time in a run directory (``onlstm.lock`` with the owner's pid and
@@ -34,6 +35,7 @@ from .dirs import (
 )
 from .loading import LoadedRun, load_run
 from .pretrained import model_card, pretrained_path, save_pretrained
+from .progress import progress_bar
 from .resume import (
     optimizer_from_data,
     optimizer_to_data,
@@ -58,6 +60,7 @@ __all__ = [
     "optimizer_from_data",
     "optimizer_to_data",
     "pretrained_path",
+    "progress_bar",
     "read_resume",
     "resolve_device",
     "restore_training",

@@ -73,15 +73,14 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
 
 def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
     """Load one run, score every item; the summary plus the per-comparison ``outcomes``."""
-    from tqdm import tqdm
-
     from ..models.language_model import load_language_model_run
+    from ..runs import progress_bar
 
     run = load_language_model_run(path, cfg.weights, device)
     n_sentences = sum(3 if it.intrusive is not None else 2 for it in items)
     start = time.perf_counter()
     unique = len({s for it in items for s in (it.grammatical, it.ungrammatical, it.intrusive) if s is not None})
-    with tqdm(total=unique, desc=f"syneval {path}", unit="sent", disable=not cfg.progress, leave=False) as bar:
+    with progress_bar(cfg.progress, total=unique, desc=f"syneval {path}", unit="sent", leave=False) as bar:
         try:
             outcomes, facts = score_items(
                 run.model,
