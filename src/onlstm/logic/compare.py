@@ -111,19 +111,27 @@ def compare(
                 res.interrupted = True
                 save()
                 return _finish(res, buckets, log)
-            model, _ = load_classifier(run_dir, "best", resolve_device(train_cfg.device))
-            t0 = time.perf_counter()
-            acc = evaluate_examples(model, scored(seed), train_cfg.eval_batch_size)
-            log(
-                f"{cell}, seed {seed}: {split} accuracy <=6 {100 * acc.pooled(range(7)):.1f}%, "
-                f"7-12 {100 * acc.pooled(range(7, 13)):.1f}% ({time.perf_counter() - t0:.0f} s to evaluate)"
-            )
+            acc = _score_run(run_dir, tcfg, scored(seed), f"{cell}, seed {seed}: {split}", log)
             res.results.setdefault(cell, []).append(acc)
             res.runs.append(
                 {"cell": cell, "seed": seed, "run_dir": str(run_dir), "train": summary, "test": acc.to_dict()}
             )
             save()
     return _finish(res, buckets, log)
+
+
+def _score_run(
+    run_dir: Path, tcfg: LogicTrainConfig, examples: list, what: str, log: Callable[[str], None]
+) -> LengthAccuracy:
+    """Accuracy by length of ``run_dir``'s best model on ``examples``, logged as one line."""
+    model, _ = load_classifier(run_dir, "best", resolve_device(tcfg.device))
+    t0 = time.perf_counter()
+    acc = evaluate_examples(model, examples, tcfg.eval_batch_size)
+    log(
+        f"{what} accuracy <=6 {100 * acc.pooled(range(7)):.1f}%, "
+        f"7-12 {100 * acc.pooled(range(7, 13)):.1f}% ({time.perf_counter() - t0:.0f} s to evaluate)"
+    )
+    return acc
 
 
 def _train_or_reuse(
