@@ -725,3 +725,96 @@ def test_each_epoch_draws_a_new_batch_order(tiny_data, tmp_path, monkeypatch):
     ]
     assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(epochs[2])  # every pair once per epoch
     assert epochs[0] != epochs[1] and epochs[1] != epochs[2]  # in a new order
+
+
+# --------------------------------------------------------------------------- curriculum and validation by length
+
+
+def test_operator_count_of_an_encoded_pair_is_the_file_number_rule(tiny_data):
+    exs = D.read_examples(tiny_data, split="train")
+    assert {ex.max_ops for ex in exs} == set(range(10))
+    assert [T.operator_count(e) for e in T.encode_examples(exs)] == [ex.max_ops for ex in exs]
+
+
+def test_curriculum_bound_schedule():
+    cfg = T.LogicTrainConfig(max_train_ops=6, curriculum_start=2, curriculum_steps=3)
+    assert [T.curriculum_bound(cfg, s) for s in range(16)] == [2] * 3 + [3] * 3 + [4] * 3 + [5] * 3 + [6] * 4
+    assert {T.curriculum_bound(T.LogicTrainConfig(max_train_ops=4), s) for s in range(50)} == {4}  # off
+    with pytest.raises(ValueError, match=r"curriculum_start must be in \[0, max_train_ops=6\]"):
+        T.LogicTrainConfig(max_train_ops=6, curriculum_start=7)
+    with pytest.raises(ValueError, match="curriculum_steps must be >= 1"):
+        T.LogicTrainConfig(curriculum_start=1, curriculum_steps=0)
+
+
+CURRICULUM_CFG = dict(
+    RESUME_CFG, max_train_ops=6, curriculum_start=1, curriculum_steps=4, epochs=2, valid_every=3, batch_size=8
+)
+
+
+def _recorded_batches(monkeypatch) -> list[list[int]]:
+    """Record the operator counts of every collated batch (training and validation)."""
+    real, seen = T.collate, []
+
+    def recording(batch):
+        seen.append([T.operator_count(e) for e in batch])
+        return real(batch)
+
+    monkeypatch.setattr(T, "collate", recording)
+    return seen
+
+
+def test_curriculum_trains_on_short_pairs_first_then_every_pair_each_epoch(tiny_data, tmp_path, monkeypatch):
+    cfg = T.LogicTrainConfig(**{**CURRICULUM_CFG, "valid_every": 10_000, "eval_batch_size": 10_000})
+    seen = _recorded_batches(monkeypatch)
+    res = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "r", log=None)
+    train_batches = seen[:-1]  # the last collation is the final validation (one batch of every pair)
+    bounds = [T.curriculum_bound(cfg, s) for s in range(res.steps)]
+    assert len(train_batches) == res.steps
+    assert all(max(b) <= k for b, k in zip(train_batches, bounds, strict=True))  # never longer than the stage
+    assert max(train_batches[0] + train_batches[3]) == 1 and max(train_batches[4] + train_batches[7]) == 2
+    # each stage's passes over its pairs draw every pair of the stage (4 steps of 8 cover ~the <=1 pairs)
+    n_train = res.n_train
+    after = [k for b in train_batches[4 * 5 :] for k in b]  # from step 20 on: every length, whole epochs
+    assert len(after) == cfg.epochs * n_train
+    assert res.epochs == round(res.steps / math.ceil(n_train / cfg.batch_size), 3)
+
+
+def test_validation_is_recorded_by_operator_count(tiny_data, tmp_path):
+    cfg = T.LogicTrainConfig(**CURRICULUM_CFG)
+    res = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "r", log=None)
+    run = T._LogicRun(LogicModelConfig(**TINY), cfg, tmp_path / "x", [], [], log=print)
+    _, valid = T.split_train_valid(T.load_training_examples(tiny_data, cfg), cfg)
+    counts = {str(k): sum(ex.max_ops == k for ex in valid) for k in range(7)}
+    for rec in res.history:
+        by_ops = rec["valid_by_ops"]
+        assert set(by_ops) == {k for k, n in counts.items() if n}
+        pooled = sum(by_ops[k] * counts[k] for k in by_ops) / len(valid)
+        assert pooled == pytest.approx(rec["valid_accuracy"], abs=1e-12)
+        assert rec["train_ops"] == T.curriculum_bound(cfg, rec["step"] - 1)
+    # and the per-length numbers are those of the saved weights, pair by pair
+    load_weights(tmp_path / "r" / "model.last.safetensors", run.model)
+    flags = T.correct_flags(run.model, T.encode_examples(valid), batch_size=5)
+    by_hand = {
+        str(k): sum(f for f, ex in zip(flags, valid) if ex.max_ops == k) / counts[str(k)]
+        for k in range(7)
+        if counts[str(k)]
+    }
+    assert by_hand == res.history[-1]["valid_by_ops"]
+
+
+@pytest.mark.parametrize("call", [3, 7, 12])
+def test_interrupted_in_the_curriculum_then_resumed_equals_uninterrupted(tiny_data, tmp_path, monkeypatch, call):
+    """Stopped inside a stage, at a stage change or after it: --resume replays the same passes, bit for bit."""
+    cfg = T.LogicTrainConfig(**CURRICULUM_CFG)
+    whole = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "whole", log=None)
+    restore = _interrupt_at(monkeypatch, call, "signal")
+    run = tmp_path / "cut"
+    first = T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None)
+    restore()
+    assert first.interrupted
+    second = T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None, resume=True)
+    assert second.steps == whole.steps
+    strip = lambda h: [{k: v for k, v in x.items() if k != "seconds"} for x in h]
+    assert strip(second.history) == strip(whole.history)
+    a, b = _weights(tmp_path / "whole" / "model.last.safetensors"), _weights(run / "model.last.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)

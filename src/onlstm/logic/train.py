@@ -50,7 +50,7 @@ from ..runs import (
 )
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
-from .model import KIND, TOKENS, LogicClassifier, LogicModelConfig, num_parameters, pad_batch, token_ids
+from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, num_parameters, pad_batch, token_ids
 from .relations import RELATIONS
 
 
@@ -149,18 +149,49 @@ def load_training_examples(data: str | Path, cfg: LogicTrainConfig) -> list[Exam
     return read_examples(path, split="train", buckets=buckets, max_ops=cfg.max_train_ops)
 
 
+_OPERATOR_IDS = frozenset(TOKEN_IDS[t] for t in ("not", "and", "or"))
+
+
+def operator_count(pair: Encoded) -> int:
+    """The larger operator count of an encoded pair (each operator is one token), as in the file numbers."""
+    return max(sum(t in _OPERATOR_IDS for t in pair[0]), sum(t in _OPERATOR_IDS for t in pair[1]))
+
+
+def curriculum_bound(cfg: LogicTrainConfig, step: int) -> int:
+    """The largest operator count trained on at update ``step`` (0-based): ``curriculum_start``, one more every
+    ``curriculum_steps`` updates, up to ``max_train_ops``; ``max_train_ops`` throughout without a curriculum."""
+    if cfg.curriculum_start is None:
+        return cfg.max_train_ops
+    return min(cfg.curriculum_start + step // cfg.curriculum_steps, cfg.max_train_ops)
+
+
 @torch.no_grad()
-def accuracy(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> float:
-    """Fraction of pairs whose argmax class is the label (model put in eval mode and restored)."""
+def correct_flags(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[bool]:
+    """Per pair, whether its argmax class is the label (model put in eval mode and restored)."""
     was_training = model.training
     model.eval()
-    correct = 0
+    flags: list[bool] = []
     device = next(model.parameters()).device
     for i in range(0, len(data), batch_size):
         a, al, b, bl, y = (t.to(device) for t in collate(data[i : i + batch_size]))
-        correct += int((model(a, al, b, bl).argmax(-1) == y).sum())
+        flags.extend((model(a, al, b, bl).argmax(-1) == y).tolist())
     model.train(was_training)
-    return correct / len(data)
+    return flags
+
+
+def accuracy(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> float:
+    """Fraction of pairs whose argmax class is the label."""
+    return sum(correct_flags(model, data, batch_size)) / len(data)
+
+
+def accuracy_by_ops(flags: list[bool], ops: list[int]) -> dict[str, float]:
+    """Accuracy per larger operator count (keys are the counts as strings, for JSON)."""
+    right: dict[int, int] = {}
+    total: dict[int, int] = {}
+    for ok, k in zip(flags, ops, strict=True):
+        total[k] = total.get(k, 0) + 1
+        right[k] = right.get(k, 0) + ok
+    return {str(k): right[k] / total[k] for k in sorted(total)}
 
 
 # --------------------------------------------------------------------------- training
@@ -280,6 +311,11 @@ def _train_locked(model_cfg, cfg, data, out: Path, log, resume: bool) -> TrainRe
         f"{model_cfg.cell} on {run.device}: {num_parameters(run.model):,} parameters; {len(run.train_data)} training "
         f"pairs, {len(run.valid_data)} validation pairs (<= {cfg.max_train_ops} operators); {run.steps_per_epoch} "
         f"steps/epoch, validation every {run.valid_every} steps; run dir {out}"
+        + (
+            f"; curriculum: <= {cfg.curriculum_start} operators first, one more every {cfg.curriculum_steps} steps"
+            if cfg.curriculum_start is not None
+            else ""
+        )
     )
     try:
         stopped_by = run.loop()
@@ -304,6 +340,8 @@ class _LogicRun:
     ):
         self.model_cfg, self.cfg, self.out, self.log = model_cfg, cfg, out, log
         self.train_data, self.valid_data = train_data, valid_data
+        self.train_ops = [operator_count(e) for e in train_data]
+        self.valid_ops = [operator_count(e) for e in valid_data]
         setup_torch(cfg.threads)
         self.device = resolve_device(cfg.device)
         torch.manual_seed(cfg.seed)
@@ -330,6 +368,7 @@ class _LogicRun:
             "correct_sum": 0,
             "seen": 0,
             "seconds": 0.0,
+            "pass_ops": curriculum_bound(cfg, 0),  # the operator bound of the pass (shuffled order) in progress
         }
         self.history: list[dict] = []
         self.order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
@@ -376,7 +415,10 @@ class _LogicRun:
     def check(self) -> bool:
         """Validate, checkpoint, adapt the learning rate; True when patience is exhausted."""
         st, cfg, out, opt = self.st, self.cfg, self.out, self.opt
-        acc = accuracy(self.model, self.valid_data, cfg.eval_batch_size)
+        flags = correct_flags(self.model, self.valid_data, cfg.eval_batch_size)
+        acc = sum(flags) / len(flags)
+        by_ops = accuracy_by_ops(flags, self.valid_ops)
+        trained_on = curriculum_bound(cfg, max(st["step"] - 1, 0))  # the bound of the last update
         rec = {
             "step": st["step"],
             "epoch": round(st["step"] / self.steps_per_epoch, 3),
@@ -384,6 +426,8 @@ class _LogicRun:
             "train_loss": st["loss_sum"] / max(st["seen"], 1),
             "train_accuracy": st["correct_sum"] / max(st["seen"], 1),
             "valid_accuracy": acc,
+            "valid_by_ops": by_ops,
+            "train_ops": trained_on,
             "lr": opt.param_groups[0]["lr"],
         }
         st["loss_sum"], st["correct_sum"], st["seen"] = 0.0, 0, 0
@@ -405,6 +449,9 @@ class _LogicRun:
             f"{rec['train_loss']:.4f} acc {100 * rec['train_accuracy']:.1f}%, valid acc {100 * acc:.2f}%"
             f"{' (best)' if improved else f' (best {100 * best:.2f}% at step {best_step})'}"
             + (f"; learning rate now {opt.param_groups[0]['lr']:.3g}" if decayed else "")
+            + "; by operators "
+            + " ".join(f"{k}:{100 * v:.1f}" for k, v in by_ops.items())
+            + (f" (training on <= {trained_on})" if trained_on < cfg.max_train_ops else "")
         )
         (tqdm.write if self.log is print else self.log)(msg)  # tqdm.write keeps a progress bar intact
         return st["bad_checks"] >= cfg.patience
@@ -434,25 +481,34 @@ class _LogicRun:
         return stopped_by
 
     def _epoch(self, stop: StopRequest) -> str:
-        """The rest of the current epoch (from step ``pos``); returns ``epochs`` when it ran to its end."""
+        """The rest of the current pass (from step ``pos``) over the pairs with at most ``pass_ops`` operators (all
+        of them, an epoch, once a curriculum is over); returns ``epochs`` when the pass ended (it ends early when
+        the curriculum moves on: the next pass is over the longer pairs too)."""
         st, cfg = self.st, self.cfg
+        bound = st["pass_ops"]
         version, internal, gauss = st["epoch_rng"]
         self.order_rng.setstate((version, tuple(internal), gauss))
-        order = list(range(len(self.train_data)))
+        order = [i for i, k in enumerate(self.train_ops) if k <= bound]
+        if not order:
+            raise LogicDataError(f"no training pair has at most {bound} operators: raise curriculum_start")
         self.order_rng.shuffle(order)
+        steps = math.ceil(len(order) / cfg.batch_size)
+        part = f" (<= {bound} operators)" if bound < cfg.max_train_ops else ""
         self.bar = progress_bar(
             cfg.progress,
-            total=self.steps_per_epoch,
+            total=steps,
             initial=st["pos"],
-            desc=f"{self.model_cfg.cell} epoch {st['epoch'] + 1}/{cfg.epochs}",
+            desc=f"{self.model_cfg.cell} epoch {st['epoch'] + 1}/{cfg.epochs}{part}",
             leave=False,
             dynamic_ncols=True,
         )
         stopped_by = "epochs"
         for i in range(st["pos"] * cfg.batch_size, len(order), cfg.batch_size):
             self._step([self.train_data[j] for j in order[i : i + cfg.batch_size]])
-            if st["pos"] == self.steps_per_epoch:  # the epoch is over: the next step starts a new one
-                st["epoch"], st["pos"], st["epoch_rng"] = st["epoch"] + 1, 0, list(self.order_rng.getstate())
+            nxt = curriculum_bound(cfg, st["step"])
+            if st["pos"] == steps or nxt != bound:  # the pass is over: the next step starts a new one
+                st["epoch"] += int(st["pos"] == steps and bound == cfg.max_train_ops)  # only whole passes are epochs
+                st["pos"], st["pass_ops"], st["epoch_rng"] = 0, nxt, list(self.order_rng.getstate())
             stopped_by = self._after_step(stop)
             if stopped_by != "epochs" or st["pos"] == 0:
                 break
