@@ -413,6 +413,7 @@ def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
         assert sum(v["total"] for v in r["test"]["by_length"].values()) == 54
     assert (out / "accuracy_by_length.png").stat().st_size > 1000
     assert (out / "training_curves.png").stat().st_size > 1000
+    assert (out / "curves_by_ops.png").stat().st_size > 1000
     table = (out / "table.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
     assert set(rows) == {"onlstm", "lstm", "majority label", "pairs"}
@@ -818,3 +819,21 @@ def test_interrupted_in_the_curriculum_then_resumed_equals_uninterrupted(tiny_da
     assert strip(second.history) == strip(whole.history)
     a, b = _weights(tmp_path / "whole" / "model.last.safetensors"), _weights(run / "model.last.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_curves_command_plots_runs_and_refuses_what_is_not_a_run(tiny_data, tmp_path, capsys):
+    cfg = T.LogicTrainConfig(**CURRICULUM_CFG)
+    for cell in ("onlstm", "lstm"):
+        T.train(LogicModelConfig(cell=cell, **TINY), cfg, tiny_data, tmp_path / cell, log=None)
+    assert (
+        main(["logic", "curves", str(tmp_path / "onlstm"), str(tmp_path / "lstm"), "--out", str(tmp_path / "p")]) == 0
+    )
+    assert "curves_by_ops.png" in capsys.readouterr().out
+    for name in ("training_curves.png", "curves_by_ops.png"):
+        assert (tmp_path / "p" / name).read_bytes()[:4] == b"\x89PNG"
+    assert main(["logic", "curves", str(tmp_path / "nothing"), "--out", str(tmp_path / "q")]) == 2
+    assert "nothing" in capsys.readouterr().err
+    old = tmp_path / "onlstm" / "history.json"  # a run from before the records by length: said, not drawn empty
+    write_json(old, [{k: v for k, v in r.items() if k != "valid_by_ops"} for r in json.loads(old.read_text())])
+    assert main(["logic", "curves", str(tmp_path / "onlstm"), "--out", str(tmp_path / "r")]) == 2
+    assert "by operator count" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """``onlstm logic …``: sub-commands of the logical-inference experiment.
 
 Each sub-command has a ``_register_<name>(sub)`` function listed in :func:`register`:
-``generate``, ``check``, ``train``, ``eval`` and ``compare``.
+``generate``, ``check``, ``train``, ``eval``, ``curves`` and ``compare``.
 
 ``train`` and ``compare`` take their settings from, in increasing priority: the dataclass defaults
 (:mod:`onlstm.logic.config`), a
@@ -36,6 +36,7 @@ def register(subparsers) -> None:
     _register_check(sub)
     _register_train(sub)
     _register_eval(sub)
+    _register_curves(sub)
     _register_compare(sub)
 
 
@@ -306,6 +307,42 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         return 0
     name = header["model"]["cell"]
     print(format_table([(name, [result]), ("majority label", [baseline])], lengths, counts=baseline))
+    return 0
+
+
+# --------------------------------------------------------------------------- curves
+
+
+def _register_curves(sub) -> None:
+    p = sub.add_parser(
+        "curves",
+        help="plot validation accuracy against training step, overall and by number of operators",
+        description="Read the history.json of each run directory and write OUT/training_curves.png (validation "
+        "and training accuracy against step) and OUT/curves_by_ops.png (validation accuracy against step, one "
+        "panel per operator count; runs of the same cell share a colour).",
+    )
+    p.add_argument("runs", nargs="+", type=Path, help="run directories of `onlstm logic train`")
+    p.add_argument("--out", required=True, type=Path, help="directory for the two PNG files")
+    p.set_defaults(func=_cmd_curves)
+
+
+def _cmd_curves(args: argparse.Namespace) -> int:
+    from ..checkpoint import read_json
+    from .plots import plot_curves_by_ops, plot_training_curves
+
+    runs = []
+    try:
+        for run in args.runs:
+            header = read_json(run / "config.json")
+            if header.get("kind") != "logic-classifier":
+                raise ValueError(f"{run} is not a run of `onlstm logic train` (kind {header.get('kind')!r})")
+            runs.append((header["model"]["cell"], read_json(run / "history.json")))
+        args.out.mkdir(parents=True, exist_ok=True)
+        paths = [plot_training_curves(runs, args.out / "training_curves.png")]
+        paths.append(plot_curves_by_ops(runs, args.out / "curves_by_ops.png"))
+    except ValueError as exc:
+        raise command_error(exc) from None
+    print("wrote " + " and ".join(map(str, paths)))
     return 0
 
 

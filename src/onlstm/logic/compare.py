@@ -154,7 +154,7 @@ def _train_or_reuse(
 def _finish(res: CompareResult, buckets: list[int], log: Callable[[str], None]) -> CompareResult:
     if not res.results:
         return res
-    from .plots import plot_accuracy_by_length, plot_training_curves
+    from .plots import plot_accuracy_by_length, plot_curves_by_ops, plot_training_curves
 
     rows = [(cell, rs) for cell, rs in res.results.items()]
     res.table = format_table(rows + [("majority label", [res.baseline])], buckets, counts=res.baseline)
@@ -166,5 +166,7 @@ def _finish(res: CompareResult, buckets: list[int], log: Callable[[str], None]) 
         except CheckpointError:  # a run directory without a history (never validated): nothing to draw
             pass
     res.curves = plot_training_curves(curves, res.out_dir / "training_curves.png")
+    if any(r.get("valid_by_ops") for _, h in curves for r in h):
+        plot_curves_by_ops(curves, res.out_dir / "curves_by_ops.png")
     (res.out_dir / "table.md").write_text(res.table + "\n")
     return res

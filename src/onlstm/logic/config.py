@@ -96,7 +96,9 @@ class LogicTrainConfig(Config):
     )
     curriculum_steps: int = option(2000, "updates per curriculum stage")
     seed: int = option(0, "seed of subset, split, init, dropout and batch order")
-    epochs: int = option(30, "maximum epochs (passes over every training pair; a curriculum's shorter passes do not count)")
+    epochs: int = option(
+        30, "maximum epochs (passes over every training pair; a curriculum's shorter passes do not count)"
+    )
     batch_size: int = option(128, "pairs per step")
     lr: float = option(1e-3, "Adam learning rate")
     lr_decay: float = option(

@@ -74,6 +74,56 @@ def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path, t
     return _save(fig, ax, path, "training step", "accuracy (%)", title, legend_size=8)
 
 
+def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path, title: str | None = None) -> Path:
+    """Validation accuracy against step, one panel per operator count, one colour per model (runs of the same
+    model share it); from the ``valid_by_ops`` of each history record (runs without it are left out).
+    Shaded spans mark the steps a curriculum trained on shorter pairs than the longest."""
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runs = [(name, [r for r in h if r.get("valid_by_ops")]) for name, h in runs]
+    runs = [(name, h) for name, h in runs if h]
+    if not runs:
+        raise ValueError(
+            "no run's history.json records validation accuracy by operator count (older runs do not); retrain them"
+        )
+    counts = sorted({int(k) for _, h in runs for r in h for k in r["valid_by_ops"]})
+    cols = min(len(counts), 4)
+    rows = math.ceil(len(counts) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), sharex=True, squeeze=False)
+    colours: dict[str, str] = {}
+    for ax, k in zip(axes.flat, counts):
+        for name, history in runs:
+            pts = [(r["step"], 100 * r["valid_by_ops"][str(k)]) for r in history if str(k) in r["valid_by_ops"]]
+            kw = {"color": colours[name]} if name in colours else {"label": name}
+            (line,) = ax.plot([x for x, _ in pts], [y for _, y in pts], linewidth=1, **kw)
+            colours.setdefault(name, line.get_color())
+        ax.set_title(f"{k} operator{'s' if k != 1 else ''}", fontsize=9)
+        ax.grid(alpha=0.3)
+    _shade_curriculum(list(axes.flat)[: len(counts)], runs[0][1])
+    for ax in list(axes.flat)[len(counts) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.supxlabel("training step", fontsize=9)
+    fig.supylabel("validation accuracy (%)", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _shade_curriculum(axes, history: list[dict]) -> None:
+    """Shade, on every panel, the steps up to the last check made while training on shorter pairs than the
+    longest the run reached (the first run's curriculum: the runs of a comparison share their settings)."""
+    longest = max((r.get("train_ops") or 0) for r in history)
+    short = [r["step"] for r in history if r.get("train_ops") is not None and r["train_ops"] < longest]
+    if short:
+        for ax in axes:
+            ax.axvspan(0, max(short), color="grey", alpha=0.12, linewidth=0)
+
+
 def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str | None, legend_size=None) -> Path:
     """Labels, grid, legend and title on ``ax``; write ``fig`` to ``path`` and close it."""
     ax.set_xlabel(xlabel)
