@@ -743,8 +743,10 @@ def test_curriculum_bound_schedule():
     assert {T.curriculum_bound(T.LogicTrainConfig(max_train_ops=4), s) for s in range(50)} == {4}  # off
     with pytest.raises(ValueError, match=r"curriculum_start must be in \[0, max_train_ops=6\]"):
         T.LogicTrainConfig(max_train_ops=6, curriculum_start=7)
-    with pytest.raises(ValueError, match="curriculum_steps must be >= 1"):
-        T.LogicTrainConfig(curriculum_start=1, curriculum_steps=0)
+    off = T.LogicTrainConfig(max_train_ops=6, curriculum_start=2, curriculum_steps=0)  # 0 steps: off
+    assert {T.curriculum_bound(off, s) for s in range(50)} == {6}
+    with pytest.raises(ValueError, match=r"curriculum_steps must be >= 0 \(0: no curriculum\)"):
+        T.LogicTrainConfig(curriculum_start=1, curriculum_steps=-1)
 
 
 CURRICULUM_CFG = dict(
@@ -829,6 +831,18 @@ def test_curves_command_plots_runs_and_refuses_what_is_not_a_run(tiny_data, tmp_
         main(["logic", "curves", str(tmp_path / "onlstm"), str(tmp_path / "lstm"), "--out", str(tmp_path / "p")]) == 0
     )
     assert "curves_by_ops.png" in capsys.readouterr().out
+    args = ["logic", "curves", str(tmp_path / "lstm"), "--out", str(tmp_path / "p"), "--at-steps", "7,1000"]
+    assert main(args) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| lstm seed 4")]
+    history = json.loads((tmp_path / "lstm" / "history.json").read_text())
+    at7 = [r for r in history if r["step"] <= 7][-1]  # checks every 3 steps: the one at step 6
+    cells = rows[0].strip("| ").split(" | ")
+    assert cells[:3] == ["lstm seed 4", "7", f"{at7['step']:,}"] and at7["step"] == 6
+    assert cells[3:] == [f"{100 * at7['valid_by_ops'][str(k)]:.1f}" for k in range(7)] + [
+        f"{100 * at7['valid_accuracy']:.1f}"
+    ]
+    assert rows[1].split(" | ")[2] == f"{history[-1]['step']:,}"  # past the end: the last check
+    assert main([*args[:-1], "7,x"]) == 2 and "--at-steps" in capsys.readouterr().err
     for name in ("training_curves.png", "curves_by_ops.png"):
         assert (tmp_path / "p" / name).read_bytes()[:4] == b"\x89PNG"
     assert main(["logic", "curves", str(tmp_path / "nothing"), "--out", str(tmp_path / "q")]) == 2

@@ -323,27 +323,49 @@ def _register_curves(sub) -> None:
     )
     p.add_argument("runs", nargs="+", type=Path, help="run directories of `onlstm logic train`")
     p.add_argument("--out", required=True, type=Path, help="directory for the two PNG files")
+    p.add_argument(
+        "--at-steps",
+        metavar="STEPS",
+        help="also print a table of validation accuracy by operator count at these steps (e.g. 2000,8000,32000): "
+        "per run, the last check at or before each step",
+    )
     p.set_defaults(func=_cmd_curves)
 
 
 def _cmd_curves(args: argparse.Namespace) -> int:
     from ..checkpoint import read_json
+    from .evaluate import history_table
     from .plots import plot_curves_by_ops, plot_training_curves
 
-    runs = []
+    runs, seeds = [], []
     try:
+        steps = _steps(args.at_steps) if args.at_steps else []
         for run in args.runs:
             header = read_json(run / "config.json")
             if header.get("kind") != "logic-classifier":
                 raise ValueError(f"{run} is not a run of `onlstm logic train` (kind {header.get('kind')!r})")
             runs.append((header["model"]["cell"], read_json(run / "history.json")))
+            seeds.append(header["train"]["seed"])
         args.out.mkdir(parents=True, exist_ok=True)
         paths = [plot_training_curves(runs, args.out / "training_curves.png")]
         paths.append(plot_curves_by_ops(runs, args.out / "curves_by_ops.png"))
     except ValueError as exc:
         raise command_error(exc) from None
+    if steps:
+        print(history_table([(f"{cell} seed {seed}", h) for (cell, h), seed in zip(runs, seeds)], steps))
     print("wrote " + " and ".join(map(str, paths)))
     return 0
+
+
+def _steps(text: str) -> list[int]:
+    """``'2000,8000'`` -> ``[2000, 8000]``."""
+    try:
+        steps = [int(t.replace("_", "")) for t in text.split(",") if t.strip()]
+    except ValueError:
+        steps = []
+    if not steps or min(steps) < 1:
+        raise ValueError(f"--at-steps {text!r}: give positive step numbers separated by commas, e.g. 2000,8000")
+    return steps
 
 
 # --------------------------------------------------------------------------- compare

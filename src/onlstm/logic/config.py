@@ -94,7 +94,7 @@ class LogicTrainConfig(Config):
         "max_train_ops (validation always on every length)",
         default_text="off: every length from the first update",
     )
-    curriculum_steps: int = option(2000, "updates per curriculum stage")
+    curriculum_steps: int = option(2000, "updates per curriculum stage; 0 turns the curriculum off (over a preset's)")
     seed: int = option(0, "seed of subset, split, init, dropout and batch order")
     epochs: int = option(
         30, "maximum epochs (passes over every training pair; a curriculum's shorter passes do not count)"
@@ -140,8 +140,8 @@ class LogicTrainConfig(Config):
                 f"curriculum_start must be in [0, max_train_ops={self.max_train_ops}] or None (no curriculum), "
                 f"got {self.curriculum_start}"
             )
-        if self.curriculum_steps < 1:
-            raise ConfigError(f"curriculum_steps must be >= 1, got {self.curriculum_steps}")
+        if self.curriculum_steps < 0:
+            raise ConfigError(f"curriculum_steps must be >= 0 (0: no curriculum), got {self.curriculum_steps}")
         if self.max_train_examples is not None and self.max_train_examples < 2:
             raise ConfigError(f"max_train_examples must be >= 2 or None, got {self.max_train_examples}")
         if self.lr <= 0 or not 0.0 < self.lr_decay <= 1.0:

@@ -221,3 +221,22 @@ def format_table(
     )
     sep = "|" + "|".join("-" * (w + 1) + ":" if i else "-" * (w + 2) for i, w in enumerate(widths)) + "|"
     return "\n".join([line(head), sep] + [line(r) for r in body])
+
+
+def history_table(runs: list[tuple[str, list[dict]]], steps: Iterable[int]) -> str:
+    """Markdown table of validation accuracy (%) by operator count at given training steps: per run and step,
+    the last validation check at or before that step (a run's ``history.json`` records with ``valid_by_ops``)."""
+    steps = sorted(set(steps))
+    counts = sorted({int(k) for _, h in runs for r in h for k in r.get("valid_by_ops", {})})
+    head = ["run", "step", "checked at"] + [str(k) for k in counts] + ["all"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(counts) + 1)) + "|"]
+    for name, history in runs:
+        for step in steps:
+            done = [r for r in history if r["step"] <= step and r.get("valid_by_ops")]
+            if not done:
+                continue
+            rec = done[-1]
+            accs = [rec["valid_by_ops"].get(str(k)) for k in counts]
+            cells = ["–" if a is None else f"{100 * a:.1f}" for a in accs] + [f"{100 * rec['valid_accuracy']:.1f}"]
+            lines.append("| " + " | ".join([name, f"{step:,}", f"{rec['step']:,}", *cells]) + " |")
+    return "\n".join(lines)

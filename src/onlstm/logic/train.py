@@ -160,7 +160,7 @@ def operator_count(pair: Encoded) -> int:
 def curriculum_bound(cfg: LogicTrainConfig, step: int) -> int:
     """The largest operator count trained on at update ``step`` (0-based): ``curriculum_start``, one more every
     ``curriculum_steps`` updates, up to ``max_train_ops``; ``max_train_ops`` throughout without a curriculum."""
-    if cfg.curriculum_start is None:
+    if cfg.curriculum_start is None or cfg.curriculum_steps == 0:
         return cfg.max_train_ops
     return min(cfg.curriculum_start + step // cfg.curriculum_steps, cfg.max_train_ops)
 
@@ -313,7 +313,7 @@ def _train_locked(model_cfg, cfg, data, out: Path, log, resume: bool) -> TrainRe
         f"steps/epoch, validation every {run.valid_every} steps; run dir {out}"
         + (
             f"; curriculum: <= {cfg.curriculum_start} operators first, one more every {cfg.curriculum_steps} steps"
-            if cfg.curriculum_start is not None
+            if curriculum_bound(cfg, 0) < cfg.max_train_ops
             else ""
         )
     )
