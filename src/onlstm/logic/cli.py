@@ -397,5 +397,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     res = compare(model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths, split=what.split)
     if res.table:
         print(res.table)
-        print(f"wrote {out / 'compare.json'}, {out / 'table.md'}, {res.plot} and {res.curves}")
+        plots = [res.plot, res.curves] + ([res.curves_by_ops] if res.curves_by_ops else [])
+        print(f"wrote {out / 'compare.json'}, {out / 'table.md'}, " + ", ".join(map(str, plots)))
     return EXIT_INTERRUPTED if res.interrupted else 0

@@ -41,6 +41,8 @@ class CompareResult:
     plot: Path | None = None
     curves: Path | None = None
     """``OUT/training_curves.png``: validation and training accuracy against step for every run"""
+    curves_by_ops: Path | None = None
+    """``OUT/curves_by_ops.png``: validation accuracy against step by operator count (runs that record it)"""
 
 
 def _finished_run(run_dir: Path, model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data: str) -> dict | None:
@@ -127,10 +129,9 @@ def _score_run(
     model, _ = load_classifier(run_dir, "best", resolve_device(tcfg.device))
     t0 = time.perf_counter()
     acc = evaluate_examples(model, examples, tcfg.eval_batch_size)
-    log(
-        f"{what} accuracy <=6 {100 * acc.pooled(range(7)):.1f}%, "
-        f"7-12 {100 * acc.pooled(range(7, 13)):.1f}% ({time.perf_counter() - t0:.0f} s to evaluate)"
-    )
+    parts = [(name, acc.pooled(keys)) for name, keys in (("<=6", range(7)), ("7-12", range(7, 13)))]
+    shown = ", ".join(f"{name} {100 * v:.1f}%" for name, v in parts if v == v)  # NaN: no pairs of those lengths
+    log(f"{what} accuracy {shown} ({time.perf_counter() - t0:.0f} s to evaluate)")
     return acc
 
 
@@ -167,6 +168,6 @@ def _finish(res: CompareResult, buckets: list[int], log: Callable[[str], None]) 
             pass
     res.curves = plot_training_curves(curves, res.out_dir / "training_curves.png")
     if any(r.get("valid_by_ops") for _, h in curves for r in h):
-        plot_curves_by_ops(curves, res.out_dir / "curves_by_ops.png")
+        res.curves_by_ops = plot_curves_by_ops(curves, res.out_dir / "curves_by_ops.png")
     (res.out_dir / "table.md").write_text(res.table + "\n")
     return res
