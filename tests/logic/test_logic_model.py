@@ -805,7 +805,9 @@ def test_validation_is_recorded_by_operator_count(tiny_data, tmp_path):
     assert by_hand == res.history[-1]["valid_by_ops"]
 
 
-@pytest.mark.parametrize("call", [3, 7, 12])
+# Collations: 3 training steps, then a validation batch, and so on; stages of 4 steps. Call 3 = step 3 (inside the
+# first stage), 5 = step 4 (its last: the stage changes right after it), 7 = step 6, 12 = step 9 (third stage).
+@pytest.mark.parametrize("call", [3, 5, 7, 12])
 def test_interrupted_in_the_curriculum_then_resumed_equals_uninterrupted(tiny_data, tmp_path, monkeypatch, call):
     """Stopped inside a stage, at a stage change or after it: --resume replays the same passes, bit for bit."""
     cfg = T.LogicTrainConfig(**CURRICULUM_CFG)
