@@ -335,6 +335,7 @@ def _register_curves(sub) -> None:
 def _cmd_curves(args: argparse.Namespace) -> int:
     from ..checkpoint import read_json
     from .evaluate import history_table
+    from .model import KIND
     from .plots import plot_curves_by_ops, plot_training_curves
 
     runs, seeds = [], []
@@ -342,7 +343,7 @@ def _cmd_curves(args: argparse.Namespace) -> int:
         steps = _steps(args.at_steps) if args.at_steps else []
         for run in args.runs:
             header = read_json(run / "config.json")
-            if header.get("kind") != "logic-classifier":
+            if header.get("kind") != KIND:
                 raise ValueError(f"{run} is not a run of `onlstm logic train` (kind {header.get('kind')!r})")
             runs.append((header["model"]["cell"], read_json(run / "history.json")))
             seeds.append(header["train"]["seed"])

@@ -25,7 +25,7 @@ from ..runs import LoadedRun, load_run
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKENS, LogicClassifier, LogicModelConfig
 from .relations import RELATIONS
-from .train import collate, encode_examples
+from .train import encode_examples, predict_encoded
 
 #: The lengths of the paper's figure.
 DEFAULT_BUCKETS: tuple[int, ...] = tuple(range(1, 13))
@@ -102,23 +102,9 @@ def majority_baseline(examples: list[Example]) -> LengthAccuracy:
     )
 
 
-@torch.no_grad()
 def predict(model: LogicClassifier, examples: list[Example], batch_size: int = 512) -> list[int]:
     """Class index (into :data:`RELATIONS`) predicted for each example, in eval mode."""
-    was_training = model.training
-    model.eval()
-    data = encode_examples(examples)
-    # Sort by length so that a batch's formulas are similar in length (faster; results do not change).
-    order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
-    out = [0] * len(data)
-    device = next(model.parameters()).device
-    for i in range(0, len(order), batch_size):
-        idx = order[i : i + batch_size]
-        a, al, b, bl, _ = (t.to(device) for t in collate([data[j] for j in idx]))
-        for j, p in zip(idx, model(a, al, b, bl).argmax(-1).tolist()):
-            out[j] = p
-    model.train(was_training)
-    return out
+    return predict_encoded(model, encode_examples(examples), batch_size)
 
 
 def evaluate_examples(model: LogicClassifier, examples: list[Example], batch_size: int = 512) -> LengthAccuracy:

@@ -166,21 +166,30 @@ def curriculum_bound(cfg: LogicTrainConfig, step: int) -> int:
 
 
 @torch.no_grad()
-def correct_flags(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[bool]:
-    """Per pair, whether its argmax class is the label (model put in eval mode and restored)."""
+def predict_encoded(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[int]:
+    """Class index (into :data:`RELATIONS`) predicted for each encoded pair, in eval mode (mode restored)."""
     was_training = model.training
     model.eval()
-    flags: list[bool] = []
+    # Sort by length so that a batch's formulas are similar in length (faster; results do not change).
+    order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
+    out = [0] * len(data)
     device = next(model.parameters()).device
-    for i in range(0, len(data), batch_size):
-        a, al, b, bl, y = (t.to(device) for t in collate(data[i : i + batch_size]))
-        flags.extend((model(a, al, b, bl).argmax(-1) == y).tolist())
+    for i in range(0, len(order), batch_size):
+        idx = order[i : i + batch_size]
+        a, al, b, bl, _ = (t.to(device) for t in collate([data[j] for j in idx]))
+        for j, p in zip(idx, model(a, al, b, bl).argmax(-1).tolist()):
+            out[j] = p
     model.train(was_training)
-    return flags
+    return out
+
+
+def correct_flags(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[bool]:
+    """Per pair, whether its predicted class is the label."""
+    return [p == e[2] for p, e in zip(predict_encoded(model, data, batch_size), data, strict=True)]
 
 
 def accuracy(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> float:
-    """Fraction of pairs whose argmax class is the label."""
+    """Fraction of pairs whose predicted class is the label."""
     return sum(correct_flags(model, data, batch_size)) / len(data)
 
 
