@@ -415,9 +415,11 @@ def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
     assert (out / "training_curves.png").stat().st_size > 1000
     assert (out / "curves_by_ops.png").stat().st_size > 1000
     table = (out / "table.md").read_text()
-    rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
+    assert table.splitlines()[-1] == "Budget of every run: 1 epochs, patience 8 checks, whichever ends first"
+    assert rep["budget"] == table.splitlines()[-1].split(": ", 1)[1]
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:] if line.startswith("|")}
     assert set(rows) == {"onlstm", "lstm", "majority label", "pairs"}
-    assert "±" in rows["onlstm"] and table.strip() in text
+    assert "±" in rows["onlstm"] and table.split("\n\nBudget")[0].strip() in text
     # second call: the finished runs are reused, not retrained -- also when a run was written before a
     # config field existed (its default applies) and when only display settings differ
     cfg_path = out / "lstm-seed1" / "config.json"
@@ -853,3 +855,45 @@ def test_curves_command_plots_runs_and_refuses_what_is_not_a_run(tiny_data, tmp_
     write_json(old, [{k: v for k, v in r.items() if k != "valid_by_ops"} for r in json.loads(old.read_text())])
     assert main(["logic", "curves", str(tmp_path / "onlstm"), "--out", str(tmp_path / "r")]) == 2
     assert "by operator count" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("max_steps", [7, 10, 15])
+def test_max_steps_stops_after_exactly_that_many_updates(tiny_data, tmp_path, max_steps):
+    """``max_steps`` ends the run after exactly N updates (checks every 5: N on a check, between two, and one
+    more than a check), validates the last one, and trains what an unlimited run trains up to there."""
+    cfg = T.LogicTrainConfig(**{**RESUME_CFG, "max_steps": max_steps})
+    res = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "cut", log=None)
+    assert res.stopped_by == "max_steps" and res.steps == max_steps
+    assert res.history[-1]["step"] == max_steps
+    assert [h["step"] for h in res.history] == sorted({*range(5, max_steps + 1, 5), max_steps})
+    whole = T.train(LogicModelConfig(**TINY), T.LogicTrainConfig(**RESUME_CFG), tiny_data, tmp_path / "w", log=None)
+    assert whole.steps > max_steps
+    strip = lambda h: [{k: v for k, v in x.items() if k not in ("seconds", "best")} for x in h]
+    assert strip(res.history[: max_steps // 5]) == strip(whole.history[: max_steps // 5])
+    assert not (tmp_path / "cut" / T.RESUME_FILE).exists()  # a finished run
+
+
+@pytest.mark.parametrize("call", [4, 9])
+def test_max_steps_run_interrupted_then_resumed_equals_uninterrupted(tiny_data, tmp_path, monkeypatch, call):
+    cfg = T.LogicTrainConfig(**{**RESUME_CFG, "max_steps": 12})
+    whole = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "whole", log=None)
+    restore = _interrupt_at(monkeypatch, call, "signal")
+    first = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "cut", log=None)
+    restore()
+    assert first.interrupted
+    second = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "cut", log=None, resume=True)
+    assert second.stopped_by == whole.stopped_by == "max_steps" and second.steps == 12
+    for tag in ("best", "last"):
+        a, b = (
+            _weights(tmp_path / "whole" / f"model.{tag}.safetensors"),
+            _weights(tmp_path / "cut" / f"model.{tag}.safetensors"),
+        )
+        assert all(torch.equal(a[k], b[k]) for k in a), tag
+
+
+def test_max_steps_flag_and_its_errors(tiny_data, tmp_path, capsys):
+    assert main(_train_args(tiny_data, tmp_path / "run", "--max-steps", "3")) == 0
+    header = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert header["result"]["steps"] == 3 and header["result"]["stopped_by"] == "max_steps"
+    assert main(_train_args(tiny_data, tmp_path / "bad", "--max-steps", "0")) == 2
+    assert "max_steps must be >= 1" in capsys.readouterr().err

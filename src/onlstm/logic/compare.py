@@ -36,6 +36,8 @@ class CompareResult:
     results: dict[str, list[LengthAccuracy]] = field(default_factory=dict)
     """per cell, the test results of its seeds, in seed order"""
     baseline: LengthAccuracy | None = None
+    budget: str = ""
+    """the training budget every run shared, in words (:func:`budget_text`)"""
     interrupted: bool = False
     table: str = ""
     plot: Path | None = None
@@ -82,8 +84,9 @@ def compare(
         return read_test_examples(data, "test", buckets)
 
     test = scored(seeds[0])  # fail early, before any training
-    res = CompareResult(out, baseline=majority_baseline(test))
+    res = CompareResult(out, baseline=majority_baseline(test), budget=budget_text(train_cfg))
     start = time.perf_counter()
+    log(f"budget of every run: {res.budget}")
 
     def save() -> None:
         write_json(
@@ -97,6 +100,7 @@ def compare(
                 "split": split,
                 "model": model_cfg.to_dict(),
                 "train": train_cfg.to_dict(),
+                "budget": res.budget,
                 "runs": res.runs,
                 "majority_baseline": res.baseline.to_dict(),
                 "interrupted": res.interrupted,
@@ -120,6 +124,16 @@ def compare(
             )
             save()
     return _finish(res, buckets, log)
+
+
+def budget_text(cfg: LogicTrainConfig) -> str:
+    """The training budget shared by every run of a comparison, in words (logged and kept in compare.json)."""
+    parts = [f"{cfg.max_steps:,} updates (max_steps)"] if cfg.max_steps is not None else []
+    parts.append(f"{cfg.epochs} epochs")
+    if cfg.time_limit is not None:
+        parts.append(f"{cfg.time_limit:g} min of wall time (runs of different speeds get different updates)")
+    parts.append(f"patience {cfg.patience} checks")
+    return ", ".join(parts) + ", whichever ends first"
 
 
 def _score_run(
@@ -169,5 +183,5 @@ def _finish(res: CompareResult, buckets: list[int], log: Callable[[str], None]) 
     res.curves = plot_training_curves(curves, res.out_dir / "training_curves.png")
     if any(r.get("valid_by_ops") for _, h in curves for r in h):
         res.curves_by_ops = plot_curves_by_ops(curves, res.out_dir / "curves_by_ops.png")
-    (res.out_dir / "table.md").write_text(res.table + "\n")
+    (res.out_dir / "table.md").write_text(f"{res.table}\n\nBudget of every run: {res.budget}\n")
     return res

@@ -121,6 +121,14 @@ class LogicTrainConfig(Config):
     time_limit: float | None = option(
         None, "stop after this many minutes of training (checked after every step)", default_text="no limit"
     )
+    # Wall time and epochs give encoders of different speeds different numbers of updates (21-25% apart on the
+    # original data); comparisons at equal updates need an exact step budget.
+    max_steps: int | None = option(
+        None,
+        "stop after exactly this many updates (a validation check is made at the last one); with epochs and "
+        "time_limit, whichever comes first",
+        default_text="no limit",
+    )
     eval_batch_size: int = option(512, "pairs per evaluation batch")
     device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
     # On a CPU shared with other jobs one thread was 3-10x faster than two here.
@@ -158,6 +166,8 @@ class LogicTrainConfig(Config):
             raise ConfigError("valid_every, clip and weight_decay must be >= 0")
         if self.time_limit is not None and self.time_limit <= 0:
             raise ConfigError(f"time_limit must be > 0 minutes or None, got {self.time_limit}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"max_steps must be >= 1 or None (no limit), got {self.max_steps}")
 
 
 @dataclass

@@ -63,7 +63,7 @@ class TrainResult:
     epochs: float
     seconds: float
     stopped_by: str
-    """``epochs``, ``patience``, ``time_limit`` or ``interrupted``"""
+    """``epochs``, ``patience``, ``time_limit``, ``max_steps`` or ``interrupted``"""
     n_train: int
     n_valid: int
     history: list[dict] = field(default_factory=list)
@@ -467,8 +467,8 @@ class _LogicRun:
 
     # -- the loop ----------------------------------------------------------------------------------
     def loop(self) -> str:
-        """Train until the epochs are done, patience or the time limit runs out, or Ctrl-C; returns why it
-        stopped (``epochs``, ``patience``, ``time_limit``, ``interrupted`` or ``aborted``)."""
+        """Train until the epochs are done, patience, the time limit or max_steps runs out, or Ctrl-C; returns
+        why it stopped (``epochs``, ``patience``, ``time_limit``, ``max_steps``, ``interrupted`` or ``aborted``)."""
         st, cfg = self.st, self.cfg
         stopped_by = "epochs"
         self.start = time.perf_counter() - st["seconds"]
@@ -566,6 +566,10 @@ class _LogicRun:
         st, cfg = self.st, self.cfg
         if st["step"] % self.valid_every == 0 and self.check():
             return "patience"
+        if cfg.max_steps is not None and st["step"] >= cfg.max_steps:
+            if st["step"] % self.valid_every:
+                self.check()  # the last update is validated too: the run's figures are at exactly max_steps
+            return "max_steps"
         if cfg.time_limit is not None and time.perf_counter() - self.start > 60 * cfg.time_limit:
             if st["step"] % self.valid_every:
                 self.check()
