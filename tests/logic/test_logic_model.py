@@ -157,9 +157,9 @@ def test_config_validation_messages():
 
 def test_adam_beta1_reaches_the_optimizer(tmp_path):
     """The authors' logic script runs Adam without momentum (betas (0, 0.999)); the option must reach Adam."""
-    run = T._LogicRun(LogicModelConfig(**TINY), T.LogicTrainConfig(adam_beta1=0.0), tmp_path, [], [], log=print)
+    run = T.LogicTask(LogicModelConfig(**TINY), T.LogicTrainConfig(adam_beta1=0.0), tmp_path, [], [], log=print)
     assert run.opt.param_groups[0]["betas"] == (0.0, 0.999)
-    run = T._LogicRun(LogicModelConfig(**TINY), T.LogicTrainConfig(), tmp_path, [], [], log=print)
+    run = T.LogicTask(LogicModelConfig(**TINY), T.LogicTrainConfig(), tmp_path, [], [], log=print)
     assert run.opt.param_groups[0]["betas"] == (0.9, 0.999)  # torch's default stays the default
 
 
@@ -787,7 +787,7 @@ def test_curriculum_trains_on_short_pairs_first_then_every_pair_each_epoch(tiny_
 def test_validation_is_recorded_by_operator_count(tiny_data, tmp_path):
     cfg = T.LogicTrainConfig(**CURRICULUM_CFG)
     res = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "r", log=None)
-    run = T._LogicRun(LogicModelConfig(**TINY), cfg, tmp_path / "x", [], [], log=print)
+    run = T.LogicTask(LogicModelConfig(**TINY), cfg, tmp_path / "x", [], [], log=print)
     _, valid = T.split_train_valid(T.load_training_examples(tiny_data, cfg), cfg)
     counts = {str(k): sum(ex.max_ops == k for ex in valid) for k in range(7)}
     for rec in res.history:

@@ -25,22 +25,18 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
 from ..errors import TrainingDiverged
 from ..runs import (
     RunLock,
-    StopRequest,
     check_output_dir,
-    progress_bar,
     read_resume,
     resolve_device,
     restore_training,
@@ -48,6 +44,7 @@ from ..runs import (
     training_tensors,
     write_resume,
 )
+from ..runs.engine import Budget, Check, Engine, Progress
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, num_parameters, pad_batch, token_ids
@@ -223,7 +220,8 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
 #: Training settings that do not change what is learned (display, evaluation batching, threads, device).
 RUNTIME_FIELDS = ("progress", "eval_batch_size", "threads", "device")
 RESUME_FILE = "resume.safetensors"
-RESUME_FORMAT = "onlstm-logic-resume-1"
+RESUME_FORMAT = "onlstm-logic-resume-2"
+RESUME_FORMAT_1 = "onlstm-logic-resume-1"  # before the shared engine: still read
 
 
 def same_training(a: LogicTrainConfig, b: LogicTrainConfig) -> bool:
@@ -304,39 +302,33 @@ def _train_locked(model_cfg, cfg, data, out: Path, log, resume: bool) -> TrainRe
     """:func:`train` once the run directory is checked and locked."""
     examples = load_training_examples(data, cfg)
     train_ex, valid_ex = split_train_valid(examples, cfg)
-    run = _LogicRun(model_cfg, cfg, out, encode_examples(train_ex), encode_examples(valid_ex), log)
+    task = LogicTask(model_cfg, cfg, out, encode_examples(train_ex), encode_examples(valid_ex), log)
     data_summary = {
         "path": str(data),
-        "n_train": len(run.train_data),
-        "n_valid": len(run.valid_data),
+        "n_train": len(task.train_data),
+        "n_valid": len(task.valid_data),
         "max_ops": max(ex.max_ops for ex in examples),
     }
-    run.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
+    task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
     write_json(out / "vocab.json", list(TOKENS))
-    if resume:
-        run.restore()
-    run.write_status("running")
-    log(
-        f"{model_cfg.cell} on {run.device}: {num_parameters(run.model):,} parameters; {len(run.train_data)} training "
-        f"pairs, {len(run.valid_data)} validation pairs (<= {cfg.max_train_ops} operators); {run.steps_per_epoch} "
-        f"steps/epoch, validation every {run.valid_every} steps; run dir {out}"
-        + (
-            f"; curriculum: <= {cfg.curriculum_start} operators first, one more every {cfg.curriculum_steps} steps"
-            if curriculum_bound(cfg, 0) < cfg.max_train_ops
-            else ""
-        )
-    )
+    prog, history = task.restore() if resume else (task.fresh_progress(), [])
+    task.write_status("running")
+    log(task.summary())
+    engine = Engine(task, task.budget(), prog, history, log, bar=cfg.progress, desc=model_cfg.cell)
+    task.clock = engine.elapsed
     try:
-        stopped_by = run.loop()
+        stopped_by = engine.run()
     except TrainingDiverged:
-        run.write_status("diverged")  # the resume file of the last validation check stays
+        task.write_status("diverged")  # the resume file of the last validation check stays
         raise
-    return run.finish(stopped_by)
+    return task.finish(engine, stopped_by)
 
 
-class _LogicRun:
-    """One training run: the model, its optimizer and schedule, and ``st``, everything the loop carries from
-    step to step (saved in the resume file)."""
+class LogicTask:
+    """The classifier's part of a training run (run by :class:`~onlstm.runs.engine.Engine`): passes over the
+    pairs (with the length curriculum), the update, validation by operator count, the plateau schedule and the
+    run's files. ``Progress.task`` carries the schedule's count, the running training figures, the operator
+    bound of the pass in progress and the batch-order generator's state at its start."""
 
     def __init__(
         self,
@@ -364,279 +356,199 @@ class _LogicRun:
         )
         self.schedule = PlateauSchedule(self.opt, cfg.lr_decay, cfg.lr_patience, cfg.min_lr)
         self.steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
-        self.valid_every = cfg.valid_every or self.steps_per_epoch
-        self.st: dict = {
-            "step": 0,
-            "epoch": 0,
-            "pos": 0,
-            "best_acc": -1.0,
-            "best_step": 0,
-            "bad_checks": 0,
-            "schedule_bad": 0,
-            "loss_sum": 0.0,
-            "correct_sum": 0,
-            "seen": 0,
-            "seconds": 0.0,
-            "pass_ops": curriculum_bound(cfg, 0),  # the operator bound of the pass (shuffled order) in progress
-        }
-        self.history: list[dict] = []
         self.order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
-        # The batch-order generator's state at the start of the epoch that holds step `pos` (JSON: a list); each
-        # epoch's shuffle is drawn from it, so a resumed run replays the shuffle of the epoch it stopped in.
-        self.st["epoch_rng"] = list(self.order_rng.getstate())
         self.header: dict = {}
-        self.start = 0.0
+        self.clock: Callable[[], float] = lambda: 0.0
+
+    def budget(self) -> Budget:
+        cfg = self.cfg
+        return Budget(cfg.epochs, cfg.valid_every or self.steps_per_epoch, cfg.max_steps, cfg.time_limit, cfg.patience)
+
+    def fresh_progress(self) -> Progress:
+        # Each pass's shuffle is drawn from the batch-order generator's state at the pass's start (JSON: a list),
+        # so a resumed run replays the shuffle of the pass it stopped in.
+        task = {"pass_ops": curriculum_bound(self.cfg, 0), "epoch_rng": list(self.order_rng.getstate())}
+        return Progress(task={**task, "schedule_bad": 0, "loss_sum": 0.0, "correct_sum": 0, "seen": 0})
+
+    def summary(self) -> str:
+        cfg = self.cfg
+        return (
+            f"{self.model_cfg.cell} on {self.device}: {num_parameters(self.model):,} parameters; "
+            f"{len(self.train_data)} training pairs, {len(self.valid_data)} validation pairs (<= {cfg.max_train_ops} "
+            f"operators); {self.steps_per_epoch} steps/epoch, validation every {self.budget().valid_every} steps; "
+            f"run dir {self.out}"
+            + (
+                f"; curriculum: <= {cfg.curriculum_start} operators first, one more every {cfg.curriculum_steps} steps"
+                if curriculum_bound(cfg, 0) < cfg.max_train_ops
+                else ""
+            )
+        )
 
     def write_status(self, status: str, result: dict | None = None) -> None:
         write_json(self.out / "config.json", {**self.header, "status": status, "result": result})
 
-    # -- resume ------------------------------------------------------------------------------------
-    def restore(self) -> None:
-        path = self.out / RESUME_FILE
-        tensors, meta = read_resume(
-            path,
-            RESUME_FORMAT,
-            "a logic resume file",
-            ("progress", "optimizer"),
-            "train again without --resume (into a new --out, or after removing this one)",
-        )
-        st = self.st
-        st.update(meta["progress"])
-        restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
-        self.schedule.bad = st["schedule_bad"]
-        self.history = read_json(self.out / "history.json")[: st["n_checks"]] if st["n_checks"] else []
-        self.log(
-            f"resuming {self.out} at step {st['step']} (epoch {st['epoch'] + 1}, batch {st['pos'] + 1}); best "
-            f"valid acc {100 * max(st['best_acc'], 0):.2f}% at step {st['best_step']}"
-        )
-
-    def save_resume(self) -> None:
-        st = self.st
-        st["seconds"], st["schedule_bad"], st["n_checks"] = (
-            time.perf_counter() - self.start,
-            self.schedule.bad,
-            len(self.history),
-        )
-        tensors, opt_meta = training_tensors(self.model, self.opt, self.device)
-        write_resume(self.out / RESUME_FILE, RESUME_FORMAT, tensors, {"progress": st, "optimizer": opt_meta})
-
-    # -- validation --------------------------------------------------------------------------------
-    def check(self) -> bool:
-        """Validate, checkpoint, adapt the learning rate; True when patience is exhausted."""
-        st, cfg, out, opt = self.st, self.cfg, self.out, self.opt
-        flags = correct_flags(self.model, self.valid_data, cfg.eval_batch_size)
-        acc = sum(flags) / len(flags)
-        by_ops = accuracy_by_ops(flags, self.valid_ops)
-        trained_on = curriculum_bound(cfg, max(st["step"] - 1, 0))  # the bound of the last update
-        rec = {
-            "step": st["step"],
-            "epoch": round(st["step"] / self.steps_per_epoch, 3),
-            "seconds": round(time.perf_counter() - self.start, 1),
-            "train_loss": st["loss_sum"] / max(st["seen"], 1),
-            "train_accuracy": st["correct_sum"] / max(st["seen"], 1),
-            "valid_accuracy": acc,
-            "valid_by_ops": by_ops,
-            "train_ops": trained_on,
-            "lr": opt.param_groups[0]["lr"],
-        }
-        st["loss_sum"], st["correct_sum"], st["seen"] = 0.0, 0, 0
-        improved = acc > st["best_acc"]
-        if improved:
-            st["best_acc"], st["best_step"], st["bad_checks"] = acc, st["step"], 0
-            save_weights(out / "model.best.safetensors", self.model)
-        else:
-            st["bad_checks"] += 1
-        decayed = self.schedule.step(improved)
-        save_weights(out / "model.last.safetensors", self.model)
-        rec["best"] = improved
-        self.history.append(rec)
-        write_json(out / "history.json", self.history)
-        self.save_resume()
-        best, best_step = st["best_acc"], st["best_step"]
-        msg = (
-            f"step {st['step']} (epoch {rec['epoch']:.2f}, {rec['seconds']:.0f} s): train loss "
-            f"{rec['train_loss']:.4f} acc {100 * rec['train_accuracy']:.1f}%, valid acc {100 * acc:.2f}%"
-            f"{' (best)' if improved else f' (best {100 * best:.2f}% at step {best_step})'}"
-            + (f"; learning rate now {opt.param_groups[0]['lr']:.3g}" if decayed else "")
-            + "; by operators "
-            + " ".join(f"{k}:{100 * v:.1f}" for k, v in by_ops.items())
-            + (f" (training on <= {trained_on})" if trained_on < cfg.max_train_ops else "")
-        )
-        (tqdm.write if self.log is print else self.log)(msg)  # tqdm.write keeps a progress bar intact
-        return st["bad_checks"] >= cfg.patience
-
-    # -- the loop ----------------------------------------------------------------------------------
-    def loop(self) -> str:
-        """Train until the epochs are done, patience, the time limit or max_steps runs out, or Ctrl-C; returns
-        why it stopped (``epochs``, ``patience``, ``time_limit``, ``max_steps``, ``interrupted`` or ``aborted``)."""
-        st, cfg = self.st, self.cfg
-        stopped_by = "epochs"
-        self.start = time.perf_counter() - st["seconds"]
-        self.bar = None
-        self.model.train()
-        try:
-            with StopRequest() as stop:
-                while st["epoch"] < cfg.epochs:
-                    stopped_by = self._epoch(stop)
-                    if stopped_by != "epochs":
-                        break
-                else:
-                    if st["step"] and (not self.history or self.history[-1]["step"] != st["step"]):
-                        self.check()  # the steps after the last check count too
-        except KeyboardInterrupt:  # a second Ctrl-C (or one outside the signal handler): no resume file written
-            stopped_by = "aborted"
-        if self.bar is not None:
-            self.bar.close()
-        return stopped_by
-
-    def _epoch(self, stop: StopRequest) -> str:
-        """The rest of the current pass (from step ``pos``) over the pairs with at most ``pass_ops`` operators (all
-        of them, an epoch, once a curriculum is over); returns ``epochs`` when the pass ended (it ends early when
-        the curriculum moves on: the next pass is over the longer pairs too)."""
-        st, cfg = self.st, self.cfg
-        bound = st["pass_ops"]
-        version, internal, gauss = st["epoch_rng"]
+    # -- the task's part of the loop ----------------------------------------------------------------
+    def pass_batches(self, prog: Progress) -> list[list[int]]:
+        """The pass over the pairs with at most ``pass_ops`` operators (all of them once a curriculum is over),
+        shuffled, in batches of pair indices."""
+        version, internal, gauss = prog.task["epoch_rng"]
         self.order_rng.setstate((version, tuple(internal), gauss))
+        bound = prog.task["pass_ops"]
         order = [i for i, k in enumerate(self.train_ops) if k <= bound]
         if not order:
             raise LogicDataError(f"no training pair has at most {bound} operators: raise curriculum_start")
         self.order_rng.shuffle(order)
-        steps = math.ceil(len(order) / cfg.batch_size)
-        part = f" (<= {bound} operators)" if bound < cfg.max_train_ops else ""
-        self.bar = progress_bar(
-            cfg.progress,
-            total=steps,
-            initial=st["pos"],
-            desc=f"{self.model_cfg.cell} epoch {st['epoch'] + 1}/{cfg.epochs}{part}",
-            leave=False,
-            dynamic_ncols=True,
-        )
-        stopped_by = "epochs"
-        for i in range(st["pos"] * cfg.batch_size, len(order), cfg.batch_size):
-            self._step([self.train_data[j] for j in order[i : i + cfg.batch_size]])
-            nxt = curriculum_bound(cfg, st["step"])
-            if st["pos"] == steps or nxt != bound:  # the pass is over: the next step starts a new one
-                st["epoch"] += int(st["pos"] == steps and bound == cfg.max_train_ops)  # only whole passes are epochs
-                st["pos"], st["pass_ops"], st["epoch_rng"] = 0, nxt, list(self.order_rng.getstate())
-            stopped_by = self._after_step(stop)
-            if stopped_by != "epochs" or st["pos"] == 0:
-                break
-        self.bar.close()
-        self.bar = None
-        return stopped_by
+        bs = self.cfg.batch_size
+        return [order[i : i + bs] for i in range(0, len(order), bs)]
 
-    def _step(self, pairs: list[Encoded]) -> None:
-        st = self.st
-        batch = [t.to(self.device) for t in collate(pairs)]
-        loss, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
-        if not math.isfinite(float(loss)):
-            self._diverged(float(loss))
-        y = batch[-1]
-        st["step"] += 1
-        st["pos"] += 1
-        st["loss_sum"] += float(loss) * len(y)
-        st["correct_sum"] += int((logits.argmax(-1) == y).sum())
-        st["seen"] += len(y)
-        self.bar.update(1)
-        self.bar.set_postfix(
-            loss=f"{st['loss_sum'] / st['seen']:.3f}",
-            acc=f"{100 * st['correct_sum'] / st['seen']:.1f}%",
-            best=f"{100 * max(st['best_acc'], 0):.1f}%",
+    def end_pass(self, prog: Progress, complete: bool) -> bool | None:
+        """A pass ends with its last batch, or early when the curriculum moves on (the next pass is over the
+        longer pairs too); only whole passes over every length are epochs."""
+        bound, nxt = prog.task["pass_ops"], curriculum_bound(self.cfg, prog.step)
+        if not complete and nxt == bound:
+            return None
+        prog.task["pass_ops"], prog.task["epoch_rng"] = nxt, list(self.order_rng.getstate())
+        return complete and bound == self.cfg.max_train_ops
+
+    def train_step(self, idx: list[int], prog: Progress) -> float:
+        batch = [t.to(self.device) for t in collate([self.train_data[j] for j in idx])]
+        loss_t, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
+        loss, y, t = float(loss_t), batch[-1], prog.task
+        t["loss_sum"] += loss * len(y)
+        t["correct_sum"] += int((logits.argmax(-1) == y).sum())
+        t["seen"] += len(y)
+        return loss
+
+    def describe(self, prog: Progress) -> dict[str, str]:
+        t = prog.task
+        return {
+            "loss": f"{t['loss_sum'] / max(t['seen'], 1):.3f}",
+            "acc": f"{100 * t['correct_sum'] / max(t['seen'], 1):.1f}%",
+            "best": f"{100 * (prog.best or 0.0):.1f}%",
+        }
+
+    def validate(self, prog: Progress) -> Check:
+        flags = correct_flags(self.model, self.valid_data, self.cfg.eval_batch_size)
+        acc, t = sum(flags) / len(flags), prog.task
+        rec = {
+            "step": prog.step,
+            "epoch": round(prog.step / self.steps_per_epoch, 3),
+            "seconds": round(self.clock(), 1),
+            "train_loss": t["loss_sum"] / max(t["seen"], 1),
+            "train_accuracy": t["correct_sum"] / max(t["seen"], 1),
+            "valid_accuracy": acc,
+            "valid_by_ops": accuracy_by_ops(flags, self.valid_ops),
+            "train_ops": curriculum_bound(self.cfg, max(prog.step - 1, 0)),  # the bound of the last update
+            "lr": self.opt.param_groups[0]["lr"],
+        }
+        t["loss_sum"], t["correct_sum"], t["seen"] = 0.0, 0, 0
+        return Check(acc, rec)
+
+    def after_check(self, prog: Progress, check: Check, improved: bool) -> str:
+        """The plateau schedule; returns the check's log line."""
+        decayed = self.schedule.step(improved)
+        prog.task["schedule_bad"] = self.schedule.bad
+        rec, lr = check.record, self.opt.param_groups[0]["lr"]
+        best = " (best)" if improved else f" (best {100 * (prog.best or 0.0):.2f}% at step {prog.best_step})"
+        return (
+            f"step {prog.step} (epoch {rec['epoch']:.2f}, {rec['seconds']:.0f} s): train loss "
+            f"{rec['train_loss']:.4f} acc {100 * rec['train_accuracy']:.1f}%, valid acc "
+            f"{100 * check.score:.2f}%{best}"
+            + (f"; learning rate now {lr:.3g}" if decayed else "")
+            + "; by operators "
+            + " ".join(f"{k}:{100 * v:.1f}" for k, v in rec["valid_by_ops"].items())
+            + (f" (training on <= {rec['train_ops']})" if rec["train_ops"] < self.cfg.max_train_ops else "")
         )
 
-    def _diverged(self, loss: float) -> None:
-        """Stop at a NaN/infinite training loss: the weights are broken, so nothing more is saved."""
-        st = self.st
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-        kept = (
-            f"; kept from before: model.best.safetensors (valid acc {100 * st['best_acc']:.2f}% at step "
-            f"{st['best_step']})"
-            if st["best_acc"] >= 0
-            else ""
-        )
-        raise TrainingDiverged(
-            f"training diverged: the training loss is {loss} at step {st['step'] + 1}; the diverged weights "
-            f"were not saved{kept}; lower --lr or set --clip (e.g. 1.0) and train into a new --out"
-        )
+    def save_weights(self, tag: str) -> None:
+        save_weights(self.out / f"model.{tag}.safetensors", self.model)
 
-    def _after_step(self, stop: StopRequest) -> str:
-        """Validation when due, then the stopping rules; returns ``epochs`` to go on."""
-        st, cfg = self.st, self.cfg
-        if st["step"] % self.valid_every == 0 and self.check():
-            return "patience"
-        if cfg.max_steps is not None and st["step"] >= cfg.max_steps:
-            if st["step"] % self.valid_every:
-                self.check()  # the last update is validated too: the run's figures are at exactly max_steps
-            return "max_steps"
-        if cfg.time_limit is not None and time.perf_counter() - self.start > 60 * cfg.time_limit:
-            if st["step"] % self.valid_every:
-                self.check()
-            return "time_limit"
-        if stop.requested:
-            return "interrupted"
-        return "epochs"
+    def save_state(self, prog: Progress, history: list[dict]) -> None:
+        write_json(self.out / "history.json", history)
+        tensors, opt_meta = training_tensors(self.model, self.opt, self.device)
+        meta = {"progress": asdict(prog), "optimizer": opt_meta}
+        write_resume(self.out / RESUME_FILE, RESUME_FORMAT, tensors, meta)
 
-    # -- the end -----------------------------------------------------------------------------------
-    def finish(self, stopped_by: str) -> TrainResult:
+    # -- resume and the end -------------------------------------------------------------------------
+    def restore(self) -> tuple[Progress, list[dict]]:
+        path = self.out / RESUME_FILE
+        tensors, meta = read_resume(
+            path,
+            (RESUME_FORMAT, RESUME_FORMAT_1),
+            "a logic resume file",
+            ("progress", "optimizer"),
+            "train again without --resume (into a new --out, or after removing this one)",
+        )
+        prog = progress_from_saved(meta["progress"])
+        restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
+        self.schedule.bad = prog.task["schedule_bad"]
+        history = read_json(self.out / "history.json")[: prog.n_checks] if prog.n_checks else []
+        self.log(
+            f"resuming {self.out} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
+            f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"
+        )
+        return prog, history
+
+    def finish(self, engine: Engine, stopped_by: str) -> TrainResult:
         """Save what an interruption needs, write the final status, and the result."""
-        st, out = self.st, self.out
+        prog = engine.progress
         if stopped_by in ("interrupted", "aborted"):
-            stopped_by = self._save_interrupted(stopped_by)
-        seconds = time.perf_counter() - self.start
+            stopped_by = self._save_interrupted(engine, stopped_by)
+        seconds = engine.elapsed()
+        epochs = round(prog.step / self.steps_per_epoch, 3)
         result = TrainResult(
-            out,
-            max(st["best_acc"], 0.0),
-            st["best_step"],
-            st["step"],
-            round(st["step"] / self.steps_per_epoch, 3),
+            self.out,
+            prog.best or 0.0,
+            prog.best_step,
+            prog.step,
+            epochs,
             seconds,
             stopped_by,
             len(self.train_data),
             len(self.valid_data),
-            self.history,
+            engine.history,
         )
-        self.write_status(
-            "interrupted" if stopped_by == "interrupted" else "finished",
-            {
-                "best_valid_accuracy": result.best_valid_accuracy,
-                "best_step": st["best_step"],
-                "steps": st["step"],
-                "epochs": result.epochs,
-                "seconds": round(seconds, 1),
-                "stopped_by": stopped_by,
-            },
-        )
+        summary = {"best_valid_accuracy": result.best_valid_accuracy, "best_step": prog.best_step}
+        summary.update(steps=prog.step, epochs=epochs, seconds=round(seconds, 1), stopped_by=stopped_by)
+        self.write_status("interrupted" if stopped_by == "interrupted" else "finished", summary)
         if stopped_by != "interrupted":
-            (out / RESUME_FILE).unlink(missing_ok=True)  # a finished run is not resumed (see _check_resumable)
+            (self.out / RESUME_FILE).unlink(missing_ok=True)  # a finished run is not resumed (see _check_resumable)
             self.log(
-                f"{self.model_cfg.cell}: stopped by {stopped_by} after {st['step']} steps ({result.epochs:.2f} "
+                f"{self.model_cfg.cell}: stopped by {stopped_by} after {prog.step} steps ({epochs:.2f} "
                 f"epochs, {seconds / 60:.1f} min); best valid acc {100 * result.best_valid_accuracy:.2f}% at "
-                f"step {st['best_step']}"
+                f"step {prog.best_step}"
             )
         return result
 
-    def _save_interrupted(self, stopped_by: str) -> str:
-        st, out = self.st, self.out
-        save_weights(out / "model.last.safetensors", self.model)
+    def _save_interrupted(self, engine: Engine, stopped_by: str) -> str:
+        prog = engine.progress
+        self.save_weights("last")
         if stopped_by == "interrupted":
-            self.save_resume()
+            engine.save_state()
         resumable = (
             "resume with --resume"
             if stopped_by == "interrupted"
             else (
                 "resume with --resume from the last validation check"
-                if (out / RESUME_FILE).exists()
+                if (self.out / RESUME_FILE).exists()
                 else "not resumable"
             )
         )
-        self.log(
-            f"interrupted at step {st['step']}: last weights saved ({resumable}); best checkpoint "
-            + (
-                f"kept (valid acc {100 * st['best_acc']:.2f}% at step {st['best_step']})"
-                if st["best_acc"] >= 0
-                else "not written yet (no validation check done)"
-            )
+        best = (
+            f"kept (valid acc {100 * prog.best:.2f}% at step {prog.best_step})"
+            if prog.best is not None
+            else "not written yet (no validation check done)"
         )
+        self.log(f"interrupted at step {prog.step}: last weights saved ({resumable}); best checkpoint {best}")
         return "interrupted"
+
+
+def progress_from_saved(saved: dict) -> Progress:
+    """The :class:`Progress` of a resume file: this version's, or the flat record of format 1 (before the shared
+    engine), whose ``best_acc`` was -1 before the first check."""
+    if "task" in saved:
+        return Progress.from_dict(saved)
+    old = dict(saved)
+    best = old.pop("best_acc")
+    common = {k: old.pop(k) for k in ("step", "epoch", "pos", "best_step", "bad_checks", "seconds", "n_checks")}
+    return Progress(**common, best=None if best < 0 else best, task=old)

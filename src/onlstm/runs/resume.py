@@ -89,15 +89,20 @@ def write_resume(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: d
 
 
 def read_resume(
-    path: Path, fmt: str, what: str, keys: tuple[str, ...], fix: str = "start a new run with another --out"
+    path: Path,
+    fmt: str | tuple[str, ...],
+    what: str,
+    keys: tuple[str, ...],
+    fix: str = "start a new run with another --out",
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """``(tensors, metadata)`` of a resume file written by :func:`write_resume` with format ``fmt``; the
     metadata values in ``keys`` must be present and are decoded from JSON. ``what`` names the file for
     people ("a logic resume file"); ``fix`` says how to go on when the file cannot be used."""
     tensors, raw = read_safetensors(path)
-    if raw.get("format") != fmt:
+    formats = (fmt,) if isinstance(fmt, str) else fmt  # the current format first, then older ones still read
+    if raw.get("format") not in formats:
         raise CheckpointError(
-            f"{path} is not {what} (format {raw.get('format')!r}, expected {fmt!r}); it cannot be resumed: {fix}"
+            f"{path} is not {what} (format {raw.get('format')!r}, expected {formats[0]!r}); it cannot be resumed: {fix}"
         )
     try:
         meta = {k: json.loads(raw[k]) for k in keys}

@@ -1,0 +1,68 @@
+"""Run directories written by an earlier version (tests/fixtures/old-runs, made by make_old_runs.py with the
+code before the shared training engine) still resume and load."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from onlstm.checkpoint import read_json, read_safetensors
+from onlstm.logic import train as T
+from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
+from onlstm.logic.evaluate import load_classifier
+from onlstm.logic.generate import GenerateConfig, generate_dataset
+
+OLD = Path(__file__).parent / "fixtures" / "old-runs"
+
+
+@pytest.fixture
+def old_logic(tmp_path) -> tuple[Path, Path]:
+    made = json.loads((OLD / "made_with.json").read_text())
+    data = tmp_path / "data"
+    generate_dataset(data, GenerateConfig(**made["generate"]), log=None)
+    run = tmp_path / "run"
+    shutil.copytree(OLD / "logic-v1", run)
+    return run, data
+
+
+def test_an_old_logic_resume_file_is_read_as_the_same_progress(old_logic):
+    run, _ = old_logic
+    _, raw = read_safetensors(run / T.RESUME_FILE)
+    assert raw["format"] == T.RESUME_FORMAT_1
+    old = json.loads(raw["progress"])
+    prog = T.progress_from_saved(old)
+    assert (prog.step, prog.epoch, prog.pos, prog.best, prog.best_step) == (
+        old["step"],
+        old["epoch"],
+        old["pos"],
+        old["best_acc"],
+        old["best_step"],
+    )
+    assert prog.task["epoch_rng"] == old["epoch_rng"] and prog.task["schedule_bad"] == old["schedule_bad"]
+    fresh = T.progress_from_saved({**old, "best_acc": -1.0})
+    assert fresh.best is None  # format 1 wrote -1 before the first check
+
+
+def test_an_old_logic_run_resumes_to_the_end_like_an_uninterrupted_one(old_logic, tmp_path):
+    run, data = old_logic
+    header = read_json(run / "config.json")
+    model_cfg, cfg = LogicModelConfig.from_dict(header["model"]), LogicTrainConfig.from_dict(header["train"])
+    torch.set_num_threads(1)
+    old_history = read_json(run / "history.json")
+    resumed = T.train(model_cfg, cfg, data, run, log=None, resume=True)
+    whole = T.train(model_cfg, cfg, data, tmp_path / "whole", log=None)
+    assert resumed.stopped_by == whole.stopped_by == "epochs" and resumed.steps == whole.steps
+    assert resumed.history[: len(old_history)] == old_history  # the old checks are kept as they were
+    assert [h["step"] for h in resumed.history] == [h["step"] for h in whole.history]
+    # On the machine that wrote the fixture the weights are equal bit for bit; elsewhere its first 10 updates
+    # were computed by another CPU's kernels, so allow float noise (a wrong batch order is off by ~1e-1).
+    a, _ = read_safetensors(run / "model.last.safetensors")
+    b, _ = read_safetensors(tmp_path / "whole" / "model.last.safetensors")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-3, rtol=0, msg=k)
+    model, _ = load_classifier(run)  # and the finished old run loads for evaluation
+    assert model.config == model_cfg
