@@ -88,7 +88,7 @@ def _cmd_export(args) -> int:
         run.model.save_pretrained(args.to, run.vocab, run_config=run.config, command=command, results=results)
     elif kind == "logic-classifier":
         from .logic.cli import train_command as logic_command
-        from .logic.evaluate import load_classifier
+        from .logic.model import load_classifier
 
         model, config = load_classifier(args.checkpoint, args.weights)
         model.save_pretrained(args.to, run_config=config, command=logic_command(config), results=config.get("result"))
