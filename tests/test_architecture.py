@@ -1,5 +1,7 @@
-"""The dependency rules of the package (docs/design.md): an experiment package never imports another, and the
-shared layers (nn, data, errors, config, checkpoint, runs, encoders, models, zoo) never import an experiment.
+"""The dependency rules of the package (docs/design.md §4.2): an experiment package never imports another, the
+shared layers (nn, data, errors, config, checkpoint, runs, encoders, models, zoo) never import an experiment, and
+no module reaches itself through imports. Also: every module is named in design.md's layout (§4.1), and no
+function is over 60 lines.
 
 Imports are read with ``ast`` (nothing is executed), including imports inside functions, so a lazy import
 cannot hide a dependency.
@@ -8,6 +10,7 @@ cannot hide a dependency.
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 
@@ -250,6 +253,65 @@ def test_the_circle_checker_catches_a_circle_injected_into_the_package():
     sources["onlstm.nn.functional"] += "\n\ndef _late():\n    from .modules import ONLSTM\n"
     circles = import_circles(import_graph(sources))
     assert any({"onlstm.nn.functional", "onlstm.nn.modules"} <= set(c) for c in circles), circles
+
+
+# --------------------------------------------------------------------------- the documented layout
+
+DESIGN = REPO / "docs" / "design.md"
+
+
+def layout_entries(design: str) -> dict[str, str]:
+    """The entries of design.md §4.1's layout block under ``src/onlstm/``: first word (``nn/``, ``cli.py``)
+    -> the entry's text, continuation lines included."""
+    section = design.split("### 4.1 Layout", 1)[1].split("\n### ", 1)[0]
+    block = section.split("```", 2)[1]
+    entries: dict[str, str] = {}
+    name = None
+    for line in block.splitlines():
+        if line.startswith("  ") and not line.startswith("   "):  # an entry of src/onlstm/
+            name = line.split()[0]
+            entries[name] = line
+        elif line.startswith("   ") and name is not None:
+            entries[name] += "\n" + line
+        else:
+            name = None  # src/onlstm/ itself, or the checkout's other folders
+    return entries
+
+
+def unnamed_modules(modules: list[str], entries: dict[str, str]) -> list[str]:
+    """The modules (paths under src/onlstm, ``nn/fused.py``) that the layout does not name: a top-level
+    module needs its own entry, a package's module its name (``fused`` or ``fused.py``) in the package's
+    entry; a package's ``__init__.py`` is named by the package's entry."""
+    out = []
+    for module in modules:
+        package, _, file = module.rpartition("/")
+        if not package:
+            named = file in entries
+        elif file == "__init__.py":
+            named = f"{package}/" in entries
+        else:
+            named = re.search(rf"(?<![\w.]){re.escape(file[:-3])}\b", entries.get(f"{package}/", "")) is not None
+        if not named:
+            out.append(module)
+    return out
+
+
+def test_every_module_is_named_in_the_layout_of_design_md():
+    modules = sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py"))
+    missing = unnamed_modules(modules, layout_entries(DESIGN.read_text(encoding="utf-8")))
+    assert not missing, f"name these in docs/design.md §4.1 (what each is for): {missing}"
+
+
+def test_the_layout_checker_sees_a_missing_module():
+    entries = layout_entries(
+        "### 4.1 Layout\n\n```\nsrc/onlstm/\n  cli.py   the command\n  nn/   the layer:\n"
+        "        functional.py, _ext.py\ndocs/\n```\n### 4.2 Next\n"
+    )
+    assert set(entries) == {"cli.py", "nn/"}
+    modules = ["cli.py", "nn/__init__.py", "nn/functional.py", "nn/_ext.py", "nn/fused.py", "errors.py", "lm/cli.py"]
+    assert unnamed_modules(modules, entries) == ["nn/fused.py", "errors.py", "lm/cli.py"]
+    # a name inside another word or after a dot does not count
+    assert unnamed_modules(["nn/ext.py", "nn/py.py"], entries) == ["nn/ext.py", "nn/py.py"]
 
 
 # --------------------------------------------------------------------------- function length
