@@ -99,11 +99,13 @@ def test_info_works_and_experiment_commands_name_the_extra(env_without_extras, t
     assert "cpp_kernel" in json.loads(r.stdout)
     # One child runs the rest through main() (each start of Python and torch costs seconds on 2 cores);
     # the first command above went through the real entry point.
+    # Each needs a package of the extra whatever it checks first: the presets are YAML, the demo's grammar
+    # is nltk's (today parsing and the demo cannot even be imported: a stand-in answers for them).
     commands = [
-        ["logic", "train", "--epochs", "1", "--out", "run"],  # its module cannot be imported: a stand-in answers
-        ["parsing", "--help"],  # the stand-in takes any option, --help included
-        ["demo", "--seconds", "1"],
-        ["lm", "train", "--config", "tiny", "--data-dir", "corpus", "--out", "run"],  # fails inside the command
+        ["logic", "train", "--config", "smoke", "--data", "data", "--out", "run"],
+        ["lm", "train", "--config", "tiny", "--data-dir", "corpus", "--out", "run"],
+        ["demo", "--seconds", "1", "--out", "run"],
+        ["parse", "--checkpoint", "nothing"],
         ["export", "--checkpoint", "nothing", "--to", "out"],  # a core command keeps its own error
     ]
     code = textwrap.dedent(
@@ -161,5 +163,31 @@ def test_an_import_error_of_another_package_keeps_its_traceback():
 
     assert missing_extra(ModuleNotFoundError("No module named 'numpyy'", name="numpyy")) is None
     found = missing_extra(ModuleNotFoundError("No module named 'yaml'", name="yaml"))
-    assert isinstance(found, MissingExtra) and found.exit_code == 2 and str(found).startswith("needs pyyaml ")
+    assert isinstance(found, MissingExtra) and found.exit_code == 2 and str(found).startswith("needs pyyaml,")
     assert missing_extra(ModuleNotFoundError("No module named 'nltk.tree'", name="nltk.tree")) is not None
+
+
+def test_a_stand_in_answers_every_use_with_the_missing_extra():
+    import argparse
+
+    from onlstm.cli import _register_or_stand_in
+    from onlstm.errors import MissingExtra
+
+    def register(sub):
+        sub.add_parser("one")  # registered before the import failed: kept, not replaced
+        raise ModuleNotFoundError("No module named 'nltk'", name="nltk")
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command", required=True)
+    _register_or_stand_in(sub, register, ("one", "two", "three"))
+    assert list(sub.choices) == ["one", "two", "three"]
+    for argv in (["two"], ["two", "--help"], ["three", "train", "-x", "--epochs", "3", "file"]):
+        args = parser.parse_args(argv)
+        with pytest.raises(MissingExtra, match=r"needs nltk, .*pip install 'onlstm\[experiments\]'"):
+            args.func(args)
+
+    def broken(sub):
+        raise ModuleNotFoundError("No module named 'numpyy'", name="numpyy")
+
+    with pytest.raises(ModuleNotFoundError, match="numpyy"):  # not the extra: a bug keeps its traceback
+        _register_or_stand_in(sub, broken, ("four",))
