@@ -207,7 +207,7 @@ def test_user_encoder_trains_as_a_language_model(toy, tmp_path, capsys):
 
 
 def test_user_encoder_trains_on_the_logic_task(toy, tmp_path, capsys):
-    from onlstm.logic.evaluate import load_classifier
+    from onlstm.logic.model import load_classifier
 
     data, run = tmp_path / "data", tmp_path / "logic-toy"
     generate_dataset(data, GenerateConfig(per_length=24, seed=3, max_ops=9, test_count=6))

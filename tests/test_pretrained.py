@@ -95,7 +95,7 @@ def test_export_writes_a_card_with_a_command_that_reproduces_the_settings(tmp_pa
 
 def test_logic_classifier_round_trip_and_export(tmp_path):
     from onlstm.logic.cli import train_command as logic_command
-    from onlstm.logic.evaluate import load_classifier
+    from onlstm.logic.model import load_classifier
 
     torch.manual_seed(0)
     model = LogicClassifier(LogicModelConfig(emb_size=8, hidden_size=12, chunk_size=4, mlp_hidden=6)).eval()

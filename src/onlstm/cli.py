@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import json
 import sys
 
-from .errors import EXIT_INTERRUPTED, OnlstmError
+from .errors import EXIT_INTERRUPTED, INSTALL_EXPERIMENTS, MissingExtra, OnlstmError, missing_extra
 
 
 def _cmd_demo(args) -> int:
@@ -86,7 +88,7 @@ def _cmd_export(args) -> int:
         run.model.save_pretrained(args.to, run.vocab, run_config=run.config, command=command, results=results)
     elif kind == "logic-classifier":
         from .logic.cli import train_command as logic_command
-        from .logic.evaluate import load_classifier
+        from .logic.model import load_classifier
 
         model, config = load_classifier(args.checkpoint, args.weights)
         model.save_pretrained(args.to, run_config=config, command=logic_command(config), results=config.get("result"))
@@ -96,13 +98,15 @@ def _cmd_export(args) -> int:
     return 0
 
 
-def _add_demo_flags(p: argparse.ArgumentParser) -> None:
+def _register_demo(sub) -> None:
     from .config import add_flags
-    from .parsing.demo import DemoConfig
+    from .parsing.demo import DemoConfig  # before add_parser: without nltk nothing half-made is left behind
 
+    p = sub.add_parser("demo", help="grammar corpus -> ON-LSTM LM -> induced trees vs gold and baselines")
     p.add_argument("--config", help="YAML file with a demo: section (any field below); flags win over it")
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     add_flags(p, DemoConfig, "demo", "demo settings")
+    p.set_defaults(func=_cmd_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,9 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
     ap.add_argument("--version", action="version", version=f"onlstm {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("demo", help="grammar corpus -> ON-LSTM LM -> induced trees vs gold and baselines")
-    _add_demo_flags(p)
-    p.set_defaults(func=_cmd_demo)
+    _register_or_stand_in(sub, _register_demo, ("demo",))
     p = sub.add_parser("layer-demo", help="train a tiny ON-LSTM on a bracket language and print its distances")
     p.add_argument("--seconds", type=positive_seconds, default=20.0, help="training time budget (default 20)")
     p.add_argument("--seed", type=int, default=0)
@@ -132,20 +134,48 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="versions and which layer kernels are available (and why not)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_info)
-    for register in _subcommand_modules():
-        register(sub)
+    for module, names in SUBCOMMAND_MODULES.items():
+        _register_or_stand_in(sub, lambda s, m=module: importlib.import_module(m).register(s), names)
     return ap
 
 
-def _subcommand_modules():
-    """Each experiment adds its own sub-commands through a ``register(subparsers)`` function."""
-    from .data.download import register as data_commands
-    from .lm.cli import register as lm_commands
-    from .logic.cli import register as logic_commands
-    from .parsing.cli import register as parsing_commands
-    from .syneval.cli import register as syneval_commands
+#: Each experiment adds its own sub-commands through a ``register(subparsers)`` function in this module; the
+#: names it adds are listed so that they still show in ``onlstm --help``, and still answer with the one line
+#: that names the missing extra, when the module cannot be imported without the experiments' dependencies.
+SUBCOMMAND_MODULES = {
+    "onlstm.parsing.cli": ("parsing", "parse", "eval-parse", "plot", "compare-trees"),
+    "onlstm.logic.cli": ("logic",),
+    "onlstm.lm.cli": ("lm",),
+    "onlstm.syneval.cli": ("syneval",),
+    "onlstm.data.download": ("data",),
+}
 
-    return [parsing_commands, logic_commands, lm_commands, syneval_commands, data_commands]
+
+def _register_or_stand_in(sub, register, names: tuple[str, ...]) -> None:
+    """``register(sub)``; when that needs a missing package of the experiments extra, each of ``names`` it
+    did not add yet gets a stand-in that reports the missing extra."""
+    try:
+        register(sub)
+    except ImportError as exc:
+        missing = missing_extra(exc)
+        if missing is None:
+            raise
+        for name in names:
+            if name not in sub.choices:
+                _add_unavailable(sub, name, missing)
+
+
+def _add_unavailable(sub, name: str, missing: MissingExtra) -> None:
+    """A stand-in for a sub-command that cannot be imported: every use of it, ``--help`` included, reports
+    ``missing``. Its prefix character is one nobody types, so that any option given to it reaches the
+    catch-all argument instead of failing argparse with "unrecognized arguments" before it can report."""
+    p = sub.add_parser(name, help=f"(not installed: {INSTALL_EXPERIMENTS})", add_help=False, prefix_chars="\0")
+    p.add_argument("words", nargs="*")
+    p.set_defaults(func=functools.partial(_raise, missing))
+
+
+def _raise(error: Exception, args) -> int:
+    raise error
 
 
 def main(argv=None) -> int:
@@ -153,13 +183,19 @@ def main(argv=None) -> int:
     status (see :mod:`onlstm.errors`): ``onlstm <command>: <message>`` on stderr, no traceback."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
-    _line_buffered()
     try:
+        args = parser.parse_args(argv)  # in the try: a flag's parser may import an optional dependency
+        _line_buffered()
         return args.func(args)
     except OnlstmError as exc:
         print(f"{command_path(parser, argv)}: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ImportError as exc:  # an experiment's dependency not installed (the light core): one line, exit 2
+        missing = missing_extra(exc)
+        if missing is None:
+            raise
+        print(f"{command_path(parser, argv)}: {missing}", file=sys.stderr)
+        return missing.exit_code
     except KeyboardInterrupt:  # the trainers catch Ctrl-C themselves, save, and return 130 too
         print(f"{command_path(parser, argv)}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

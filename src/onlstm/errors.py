@@ -13,7 +13,8 @@ Exit statuses (the same for every sub-command):
   labels that disagree with the truth sets or misfiled lines; ``onlstm data download`` could not reach
   the network. A script can tell "the data is wrong" from "the command was used wrongly";
 * ``2`` (:data:`EXIT_BAD_INPUT`) -- bad input: a file that is missing or malformed, a checkpoint of
-  another kind, a setting out of range. The message names the problem and how to fix it;
+  another kind, a setting out of range. The message names the problem and how to fix it. A command
+  whose optional dependencies are not installed (:class:`MissingExtra`) exits 2 too, naming the extra;
 * ``3`` (:data:`EXIT_DIVERGED`) -- a training stopped because its loss became NaN or infinite
   (:class:`TrainingDiverged`): the input was valid but the settings (learning rate, clipping) made the
   run diverge. Nothing is saved from the diverged weights; the last good checkpoint is kept;
@@ -48,6 +49,26 @@ class TrainingDiverged(OnlstmError, RuntimeError):
     """A training loss became NaN or infinite; the run stopped without saving the diverged weights."""
 
     exit_code = EXIT_DIVERGED
+
+
+#: The experiments' third-party packages, by import name (value: the distribution pip installs). They are not
+#: dependencies of the layer: ``pip install onlstm`` leaves them out, ``pip install 'onlstm[experiments]'`` adds
+#: them (pyproject.toml's ``experiments`` extra, which tests/test_light_core.py keeps equal to this table).
+EXPERIMENT_PACKAGES = {"matplotlib": "matplotlib", "nltk": "nltk", "yaml": "pyyaml", "tqdm": "tqdm"}
+INSTALL_EXPERIMENTS = "pip install 'onlstm[experiments]'"
+
+
+class MissingExtra(OnlstmError, ImportError):
+    """A command needs a package of the ``experiments`` extra that is not installed."""
+
+
+def missing_extra(exc: ImportError) -> MissingExtra | None:
+    """``exc`` as a one-line :class:`MissingExtra` when what failed to import is one of the experiments'
+    packages; None for any other import error (a bug, or a broken install: it keeps its traceback)."""
+    name = (exc.name or "").split(".")[0]
+    if name not in EXPERIMENT_PACKAGES:
+        return None
+    return MissingExtra(f"needs {EXPERIMENT_PACKAGES[name]}, which is not installed: {INSTALL_EXPERIMENTS}")
 
 
 def command_error(exc: BaseException) -> OnlstmError:

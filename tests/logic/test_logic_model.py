@@ -24,6 +24,7 @@ from onlstm.logic.model import (
     TOKENS,
     LogicClassifier,
     LogicModelConfig,
+    load_classifier,
     pad_batch,
     pair_features,
     token_ids,
@@ -309,7 +310,7 @@ def test_train_then_eval_smoke(tiny_data, tmp_path, capsys):
     assert json.loads((run / "vocab.json").read_text()) == list(TOKENS)
 
     # the best checkpoint reproduces the recorded validation accuracy
-    model, _ = E.load_classifier(run)
+    model, _ = load_classifier(run)
     tcfg = T.LogicTrainConfig.from_dict(cfg["train"])
     _, valid = T.split_train_valid(T.load_training_examples(tiny_data, tcfg), tcfg)
     assert T.accuracy(model, T.encode_examples(valid)) == pytest.approx(best["valid_accuracy"])
@@ -375,7 +376,7 @@ def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
     load_weights(run / "model.last.safetensors", last)
     assert not torch.equal(best.mlp[-1].weight, last.mlp[-1].weight)  # last = after step 4, best = step 3
     monkeypatch.setattr(T, "collate", real_collate)
-    model, _ = E.load_classifier(run)
+    model, _ = load_classifier(run)
     assert torch.equal(model.mlp[-1].weight, best.mlp[-1].weight)
 
 
@@ -507,7 +508,7 @@ def test_clear_errors(tiny_data, tmp_path, capsys):
     assert main(["logic", "eval", "--checkpoint", str(tmp_path / "none"), "--data", str(tiny_data)]) == 2
     assert "neither a run directory nor a .safetensors file" in capsys.readouterr().err
     with pytest.raises(CheckpointError, match="no model.best.safetensors"):
-        E.load_classifier(empty)
+        load_classifier(empty)
 
     # a checkpoint is fine but the data directory is missing
     run = tmp_path / "ok"
@@ -579,12 +580,12 @@ def test_train_and_eval_on_cuda_match_cpu(tiny_data, tmp_path):
             run,
             log=None,
         )
-        models[dev], _ = E.load_classifier(run, "last", dev)
+        models[dev], _ = load_classifier(run, "last", dev)
         assert next(models[dev].parameters()).device.type == dev
     for (name, p_cpu), p_gpu in zip(models["cpu"].named_parameters(), models["cuda"].parameters()):
         torch.testing.assert_close(p_gpu.cpu(), p_cpu, rtol=1e-3, atol=1e-4, msg=name)
     test = E.read_test_examples(tiny_data, "test", range(1, 10))
-    cuda_on_cpu, _ = E.load_classifier(tmp_path / "cuda", "last", "cpu")
+    cuda_on_cpu, _ = load_classifier(tmp_path / "cuda", "last", "cpu")
     assert E.predict(models["cuda"], test) == E.predict(cuda_on_cpu, test)
 
 

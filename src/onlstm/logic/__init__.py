@@ -28,7 +28,7 @@ from .data import (
     select,
     write_file,
 )
-from .evaluate import LengthAccuracy, count_by_length, evaluate_examples, format_table, load_classifier, predict
+from .evaluate import LengthAccuracy, count_by_length, evaluate_examples, format_table, predict
 from .formulas import (
     FULL_SET,
     VARIABLES,
@@ -43,7 +43,7 @@ from .formulas import (
     truth_set,
 )
 from .generate import GenerateConfig, generate_dataset, random_formula
-from .model import LogicClassifier, LogicModelConfig, pad_batch, pair_features, token_ids
+from .model import LogicClassifier, LogicModelConfig, load_classifier, pad_batch, pair_features, token_ids
 from .relations import RELATION_NAMES, RELATIONS, relation, relation_of_sets
 from .train import LogicTrainConfig, TrainResult
 from .train import train as train_classifier  # not `train`: that name is the submodule

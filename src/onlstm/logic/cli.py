@@ -274,7 +274,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     import json
 
     from ..runs import resolve_device
-    from .evaluate import evaluate_examples, format_table, load_classifier, majority_baseline, read_test_examples
+    from .evaluate import evaluate_examples, format_table, majority_baseline, read_test_examples
+    from .model import load_classifier
     from .train import validation_examples
 
     try:

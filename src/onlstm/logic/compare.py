@@ -20,11 +20,10 @@ from .evaluate import (
     LengthAccuracy,
     evaluate_examples,
     format_table,
-    load_classifier,
     majority_baseline,
     read_test_examples,
 )
-from .model import LogicModelConfig
+from .model import LogicModelConfig, load_classifier
 from .train import LogicTrainConfig, can_resume, read_run_header, train, validation_examples
 
 

@@ -18,12 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
-from ..checkpoint import CheckpointError, read_json
-from ..runs import LoadedRun, load_run
 from .data import Example, LogicDataError, read_examples
-from .model import KIND, TOKENS, LogicClassifier, LogicModelConfig
+from .model import LogicClassifier  # load_classifier lived here: callers import it from here too
 from .relations import RELATIONS
 from .train import encode_examples, predict_encoded
 
@@ -109,38 +105,6 @@ def predict(model: LogicClassifier, examples: list[Example], batch_size: int = 5
 
 def evaluate_examples(model: LogicClassifier, examples: list[Example], batch_size: int = 512) -> LengthAccuracy:
     return count_by_length(examples, predict(model, examples, batch_size))
-
-
-def load_classifier(
-    checkpoint: str | Path, tag: str = "best", device: str | torch.device = "cpu"
-) -> tuple[LogicClassifier, dict]:
-    """Model (on ``device``, eval mode) and ``config.json`` contents from a run directory or a
-    ``.safetensors`` file inside one.
-
-    Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when
-    the checkpoint is of another kind (e.g. a language model).
-    """
-    run = load_run(
-        checkpoint,
-        KIND,
-        lambda section: LogicClassifier(LogicModelConfig.from_dict(section)),
-        tag=tag,
-        device=device,
-        vocab=_read_tokens,
-        check=_check_tokens,
-        what="a logic classifier",
-        hint="train one with `onlstm logic train`",
-    )
-    return run.model, run.config
-
-
-def _read_tokens(path: Path) -> list | None:
-    return read_json(path) if path.exists() else None  # runs written before vocab.json existed have none
-
-
-def _check_tokens(run: LoadedRun) -> None:
-    if run.vocab is not None and tuple(run.vocab) != TOKENS:
-        raise CheckpointError(f"{run.run_dir / 'vocab.json'} differs from this version's token list {list(TOKENS)}")
 
 
 def read_test_examples(

@@ -20,13 +20,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from ..checkpoint import CheckpointError, config_header, read_json
 from ..encoders import make_encoder
+from ..runs import LoadedRun, load_run, model_card, pretrained_path, save_pretrained
 from .config import MLP_ACTIVATIONS, LogicModelConfig
 from .formulas import VOCABULARY, Formula, to_tokens
 
@@ -139,9 +142,6 @@ class LogicClassifier(nn.Module):
         """Save in Hugging Face's layout (``config.json``, ``model.safetensors``, ``vocab.json``,
         ``README.md``); ``run_config`` (the run's ``config.json``), ``command`` and ``results`` as for
         :meth:`onlstm.models.LanguageModel.save_pretrained`."""
-        from ..checkpoint import config_header
-        from ..runs import model_card, save_pretrained
-
         config = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}
         title = f"{self.config.cell} logical-inference classifier ({self.config.hidden_size} units)"
         card = model_card(title, config, LOGIC_USAGE, command, results)
@@ -151,9 +151,6 @@ class LogicClassifier(nn.Module):
     def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LogicClassifier:
         """A classifier saved by :meth:`save_pretrained` (a local directory, or a Hub id with
         ``huggingface_hub`` installed) or a training run directory, in eval mode on ``device``."""
-        from ..runs import pretrained_path
-        from .evaluate import load_classifier
-
         model, config = load_classifier(pretrained_path(name_or_path), device=device)
         model.run_config = config
         return model
@@ -168,6 +165,39 @@ model = LogicClassifier.from_pretrained("THIS_DIRECTORY")
 
 Evaluate it: `onlstm logic eval --checkpoint THIS_DIRECTORY --data DIR`.
 """
+
+
+def load_classifier(
+    checkpoint: str | Path, tag: str = "best", device: str | torch.device = "cpu"
+) -> tuple[LogicClassifier, dict]:
+    """Model (on ``device``, eval mode) and ``config.json`` contents from a run directory or a
+    ``.safetensors`` file inside one (the loader of :meth:`LogicClassifier.from_pretrained`, evaluation and
+    export).
+
+    Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when
+    the checkpoint is of another kind (e.g. a language model).
+    """
+    run = load_run(
+        checkpoint,
+        KIND,
+        lambda section: LogicClassifier(LogicModelConfig.from_dict(section)),
+        tag=tag,
+        device=device,
+        vocab=_read_tokens,
+        check=_check_tokens,
+        what="a logic classifier",
+        hint="train one with `onlstm logic train`",
+    )
+    return run.model, run.config
+
+
+def _read_tokens(path: Path) -> list | None:
+    return read_json(path) if path.exists() else None  # runs written before vocab.json existed have none
+
+
+def _check_tokens(run: LoadedRun) -> None:
+    if run.vocab is not None and tuple(run.vocab) != TOKENS:
+        raise CheckpointError(f"{run.run_dir / 'vocab.json'} differs from this version's token list {list(TOKENS)}")
 
 
 def num_parameters(model: nn.Module) -> int:

@@ -139,13 +139,13 @@ def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str | None, lege
 
 
 def _pyplot():
-    try:
-        import matplotlib
+    # Imported here, not at the top: without matplotlib (the experiments extra) the rest of logic still
+    # works, and the command line turns the import error into one line naming the extra.
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - matplotlib is a dependency
-        raise RuntimeError(f"plotting needs matplotlib ({exc}); pip install matplotlib") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     return plt
 
 
