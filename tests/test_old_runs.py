@@ -13,8 +13,8 @@ import torch
 from onlstm.checkpoint import read_json, read_safetensors
 from onlstm.logic import train as T
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
-from onlstm.logic.evaluate import load_classifier
 from onlstm.logic.generate import GenerateConfig, generate_dataset
+from onlstm.logic.model import load_classifier
 
 OLD = Path(__file__).parent / "fixtures" / "old-runs"
 
