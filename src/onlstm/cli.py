@@ -150,13 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _subcommand_modules():
     """Each experiment adds its own sub-commands through a ``register(subparsers)`` function."""
+    from .bench.cli import register as bench_commands
     from .data.download import register as data_commands
     from .lm.cli import register as lm_commands
     from .logic.cli import register as logic_commands
     from .parsing.cli import register as parsing_commands
     from .syneval.cli import register as syneval_commands
 
-    return [parsing_commands, logic_commands, lm_commands, syneval_commands, data_commands]
+    return [parsing_commands, logic_commands, lm_commands, syneval_commands, data_commands, bench_commands]
 
 
 def main(argv=None) -> int:
