@@ -22,6 +22,11 @@ PACKAGE = REPO / "src" / "onlstm"
 EXPERIMENTS = ("lm", "parsing", "logic", "syneval")
 #: Shared modules and packages below the experiments.
 SHARED = ("nn", "data", "errors", "config", "checkpoint", "runs", "encoders", "models", "zoo")
+#: The commands, above the experiments: they may import them, and nothing below imports them (``bench``
+#: drives the experiments' commands to time them; ``demo_layer`` is ``onlstm layer-demo``).
+COMMANDS = ("cli", "__main__", "bench", "demo_layer")
+#: Neither: the package's public face (``import onlstm``), which imports the layer only.
+PACKAGE_ROOT = ("__init__",)
 
 
 def import_statements(source: str, module: str) -> list[tuple[str, list[str]]]:
@@ -65,6 +70,10 @@ def violations(module: str, source: str) -> list[str]:
     out, seen = [], set()
     for name in sorted(imported_modules(source, module)):
         other = top_part(name)
+        if other in COMMANDS and own in EXPERIMENTS + SHARED and other not in seen:
+            seen.add(other)
+            out.append(f"{module} imports {name}: {own!r} must not import the command layer ({other!r})")
+            continue
         if other not in EXPERIMENTS or other == own or other in seen:
             continue
         seen.add(other)  # one report per imported experiment
@@ -92,6 +101,13 @@ def test_every_listed_shared_part_and_experiment_exists_or_is_planned():
     assert {"nn", "data", "errors", "checkpoint", "runs", "encoders", "models"} <= present
 
 
+def test_every_top_level_part_has_a_place_in_the_layers():
+    """A new module or package at the top of the package must be listed above, as an experiment, a shared
+    part or a command, so that the rules apply to it."""
+    present = {p.stem for p in PACKAGE.iterdir() if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())}
+    assert present - set(EXPERIMENTS + SHARED + COMMANDS + PACKAGE_ROOT) == set()
+
+
 @pytest.mark.parametrize(
     "module, source, expected",
     [
@@ -111,6 +127,8 @@ def test_every_listed_shared_part_and_experiment_exists_or_is_planned():
         ("onlstm.runs", "from .logic import train\n", "shared 'runs' must not import experiment 'logic'"),
         ("onlstm.models.language_model", "from ..parsing import trees\n", "shared 'models' must not import"),
         ("onlstm.lm.train", "from ..syneval import score\n", "must not import experiment 'syneval'"),
+        ("onlstm.nn.modules", "from ..bench import gpu\n", "'nn' must not import the command layer ('bench')"),
+        ("onlstm.logic.cli", "from ..cli import main\n", "'logic' must not import the command layer ('cli')"),
     ],
 )
 def test_the_checker_catches_an_injected_import(module, source, expected):
@@ -125,6 +143,7 @@ def test_the_checker_catches_an_injected_import(module, source, expected):
         ("onlstm.parsing.induce", "from ..models.language_model import LanguageModel\n"),
         ("onlstm.data.treebank", "from .trees import Tree\n"),
         ("onlstm.cli", "from .lm.cli import register\nfrom .logic.cli import register\n"),  # the CLI sits above all
+        ("onlstm.bench.training", "from ..lm.train import train\nfrom ..cli import build_parser\n"),
     ],
 )
 def test_allowed_imports_pass(module, source):

@@ -31,6 +31,7 @@ def _cmd_info(args) -> int:
     import torch
 
     from . import __version__
+    from .nn import selfcheck
     from .nn.kernels import kernel_status
 
     kernels = kernel_status()
@@ -44,8 +45,18 @@ def _cmd_info(args) -> int:
         "triton_kernel_error": kernels["triton"]["reason"],
         "kernels": kernels,
         "cuda": torch.cuda.is_available(),
+        "kernel_selfcheck": selfcheck.info(),  # the Triton kernel against the reference loop (nn/selfcheck.py)
     }
-    print(json.dumps(info, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in info.items()))
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    checks = info.pop("kernel_selfcheck")
+    lines = [f"{k}: {v}" for k, v in info.items()]
+    if isinstance(checks, str):
+        lines.append(f"kernel_selfcheck: {checks}")
+    else:
+        lines += ["kernel_selfcheck:"] + [f"  {c['summary']}" for c in checks]
+    print("\n".join(lines))
     return 0
 
 
@@ -148,6 +159,7 @@ SUBCOMMAND_MODULES = {
     "onlstm.lm.cli": ("lm",),
     "onlstm.syneval.cli": ("syneval",),
     "onlstm.data.download": ("data",),
+    "onlstm.bench.cli": ("bench",),
 }
 
 

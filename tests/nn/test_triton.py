@@ -42,6 +42,8 @@ def target(request):
 def forward_backward(model, impl, x, hx, seed, use_distances=True):
     """Outputs and every gradient of one forward+backward; ``seed`` fixes DropConnect's mask and dropout."""
     model.impl = impl
+    # the kernel's self-check would fall back to the reference loop if it failed: make sure it did not
+    assert model.resolved_impl(x.data.device if packed_input(x) else x.device) == impl
     torch.manual_seed(seed)
     out, (h, c), d = model(x, hx, return_distances=True)
     packed = isinstance(out, torch.nn.utils.rnn.PackedSequence)
@@ -53,6 +55,10 @@ def forward_backward(model, impl, x, hx, seed, use_distances=True):
     leaves = [t for t in [xs, *(hx or ())] if t.requires_grad]
     grads = torch.autograd.grad(loss, leaves + list(model.parameters()))
     return [out, h, c, df, di, *grads]
+
+
+def packed_input(x):
+    return isinstance(x, torch.nn.utils.rnn.PackedSequence)
 
 
 def assert_equal_to_reference(model, impl, x, hx=None, seed=1, use_distances=True, atol=2e-5, rtol=1e-4):

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
 from . import functional as Fn
-from . import kernels
+from . import kernels, selfcheck
 from .reference import reference_layer
 
 
@@ -320,9 +320,12 @@ class ONLSTM(nn.Module):
         """The implementation a forward call on ``device`` with ``dtype`` will use.
 
         The built-in kernels handle float32 and float64 on the CPU; everything else (CUDA, half
-        precision) runs the reference step loop unless a registered kernel supports it.
+        precision) runs the reference step loop unless a registered kernel supports it. The Triton kernel
+        first checks itself against the reference loop here, and where it fails that is the reference
+        (:mod:`onlstm.nn.selfcheck`).
         """
-        return kernels.resolve_impl(self.impl, device, dtype)
+        impl = kernels.resolve_impl(self.impl, device, dtype)
+        return selfcheck.verified(impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
 
     # -- TorchScript ------------------------------------------------------------------------------
     def __prepare_scriptable__(self):
@@ -483,3 +486,6 @@ def _reverse_index(batch_sizes: Tensor) -> Tensor:
     t_rev = lengths.unsqueeze(0) - 1 - t
     src = offsets[t_rev.clamp(min=0)] + r
     return src[valid]
+
+
+selfcheck.register_layer(ONLSTM)

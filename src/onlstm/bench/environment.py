@@ -1,0 +1,141 @@
+"""What ``onlstm bench gpu`` records about the machine, and its run of the CUDA-only tests (``pytest -m cuda``)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import onlstm
+
+#: The distributions the command and the test suite import beyond torch and triton (docs/cli.md says which
+#: wheels to bring to a machine without a package registry).
+NEEDED = ("tqdm", "safetensors", "PyYAML", "numpy", "pytest", "ninja", "matplotlib", "nltk")
+
+
+def version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def describe(device: torch.device) -> dict[str, Any]:
+    """Device, driver, versions of Python, torch, Triton, onlstm and what else the run needs."""
+    env: dict[str, Any] = {
+        "device": "CPU (smoke run: Triton's interpreter)" if device.type == "cpu" else None,
+        "onlstm": onlstm.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "triton": version("triton"),
+        "cpu_cores": os.cpu_count(),
+        "distributions": {d: version(d) for d in NEEDED},
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env |= {
+            "device": torch.cuda.get_device_name(device),
+            "compute_capability": f"{props.major}.{props.minor}",
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            "driver": driver(),
+            "cudnn": torch.backends.cudnn.version(),
+            "bf16": torch.cuda.is_bf16_supported(),
+            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        }
+    return env
+
+
+def driver() -> str | None:
+    """The NVIDIA driver's version (nvidia-smi), else the CUDA driver API version torch sees."""
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if smi.returncode == 0 and smi.stdout.strip():
+            return smi.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    get = getattr(torch._C, "_cuda_getDriverVersion", None)  # private but long-lived; only a fallback
+    if get is None:
+        return None
+    v = int(get())
+    return f"CUDA driver API {v // 1000}.{v % 1000 // 10} (nvidia-smi not found)"
+
+
+def tests_dir() -> Path | None:
+    """The checkout's tests/ (next to src/), or ./tests; None when the package runs from an installed copy."""
+    for candidate in (Path(onlstm.__file__).resolve().parents[2] / "tests", Path.cwd() / "tests"):
+        if (candidate / "conftest.py").is_file():
+            return candidate
+    return None
+
+
+def pytest_cuda(smoke: bool, junit: Path, timeout: float) -> dict[str, Any]:
+    """``pytest -m cuda`` on the checkout's tests, as a check; not run (and said why) where it cannot be."""
+    name = "pytest -m cuda"
+    if smoke:
+        return {"checks": [{"name": name, "passed": None, "worst": "no CUDA device (a --smoke run): they skip"}]}
+    tests = tests_dir()
+    if tests is None:
+        reason = "tests/ not found: run the command from a checkout of the repository"
+    elif importlib.util.find_spec("pytest") is None:
+        reason = "pytest is not installed (bring its wheel: docs/cli.md, `onlstm bench gpu`)"
+    else:
+        run = run_pytest(["-m", "cuda", str(tests)], junit, timeout, cwd=tests.parent)
+        return run | {"checks": [{"name": name, "passed": run["status"] == "passed", "worst": run["detail"]}]}
+    return {"checks": [{"name": name, "passed": None, "worst": reason}]}
+
+
+def run_pytest(args: list[str], junit: Path, timeout: float, cwd: Path) -> dict[str, Any]:
+    """Run pytest in a subprocess (this checkout's package first on the path); counts from its JUnit XML."""
+    src = str(Path(onlstm.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p))
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *args]
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "detail": f"timed out after {timeout:g} s", "returncode": None}
+    counts = _junit_counts(junit)
+    status = {0: "passed", 5: "no tests collected"}.get(done.returncode, "failed")
+    tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or [""]
+    failing = counts.pop("failing")
+    detail = "; ".join(failing[:10]) if failing else tail[0][:300]
+    return {
+        "status": status,
+        "returncode": done.returncode,
+        "detail": detail,
+        "failing": failing,
+        **counts,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def _junit_counts(path: Path) -> dict[str, Any]:
+    counts: dict[str, Any] = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "failing": []}
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return counts
+    for suite in root.iter("testsuite"):
+        for key in ("tests", "failures", "errors", "skipped"):
+            counts[key] += int(suite.get(key, 0))
+    for case in root.iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            counts["failing"].append(f"{case.get('classname')}::{case.get('name')}")
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    return counts

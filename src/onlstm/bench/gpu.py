@@ -1,0 +1,307 @@
+"""``onlstm bench gpu --out DIR``: the proof of the CUDA path in one command (issue #22).
+
+It writes ``DIR/report.md`` and ``DIR/report.json``: the device and versions; the Triton kernel against the
+reference loop (:mod:`.correctness`) and its self-check; the CUDA-only tests (``pytest -m cuda`` in a
+subprocess); forward+backward speed against the reference loop and cuDNN (:mod:`.speed`), with the goals
+of issue #10; the experiments' commands timed (:mod:`.training`). Every check is recorded as passed, failed
+or not run; the exit status is 0 when none failed, 1 when one did (a finding, :mod:`onlstm.errors`).
+
+``--smoke`` runs the same code on CPU tensors, the kernel in Triton's interpreter, at tiny sizes (about a
+minute on two cores), so that the test suite runs this command; its timings are not speeds and it never
+writes a GPU figure. Under ``--smoke`` ``impl='auto'`` on the CPU is pointed at the interpreted kernel for
+the duration of the command, so that the commands that use ``'auto'`` (``logic train``, ``syneval``) take
+the kernel's path as they do on CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import EXIT_FINDING, InputError
+from ..nn import kernels, selfcheck
+from . import correctness, environment, report, speed, training
+
+Shape = tuple[int, int, int, int, int]  # T, B, input, hidden, chunk
+PAPER_LAYER: Shape = (70, 20, 400, 1150, 10)  # the paper's language-model layer (docs/lm.md)
+CPU_TABLE: tuple[Shape, ...] = ((70, 20, 400, 650, 10), (70, 80, 400, 1150, 10), (35, 20, 200, 200, 10))
+SECTIONS = report.SECTIONS
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The sizes of one run: a GPU's, or the smoke run's tiny ones (same code either way)."""
+
+    smoke: bool
+    device: torch.device
+    kernel: str  # the impl name of the Triton kernel here
+    small: Shape  # the correctness cases
+    large: Shape  # the paper's layer (a stand-in under --smoke)
+    speed_shapes: tuple[Shape, ...]
+    repeats: int
+    lm_vocab: int
+    lm_step_tokens: int  # tokens of one training step (batch x bptt), to size a synthetic corpus
+    logic_per_length: int
+    syneval_items: int
+    lm_flags: tuple[str, ...] = ()
+    logic_flags: tuple[str, ...] = ()
+
+
+@dataclass
+class Options:
+    """The command's options (``onlstm bench gpu --help``)."""
+
+    out: Path
+    smoke: bool = False
+    lm_data: Path | None = None
+    logic_data: Path | None = None
+    syneval_data: Path | None = None
+    work: Path | None = None
+    skip: list[str] = field(default_factory=list)
+    lm_steps: int | None = None
+    logic_steps: int | None = None
+    pytest_timeout: float = 900.0
+
+    def command(self) -> str:
+        """The command line that gives these options (for the report)."""
+        words = ["onlstm", "bench", "gpu", "--out", str(self.out)] + (["--smoke"] if self.smoke else [])
+        for name in ("lm_data", "logic_data", "syneval_data", "work", "lm_steps", "logic_steps"):
+            value = getattr(self, name)
+            if value is not None:
+                words += ["--" + name.replace("_", "-"), str(value)]
+        words += ["--skip", *self.skip] if self.skip else []
+        return shlex.join(words)
+
+
+GPU = Profile(
+    smoke=False,
+    device=torch.device("cuda"),
+    kernel="triton",
+    small=(7, 5, 16, 40, 4),  # 10 chunks: not a power of two, so the kernels' masks are exercised
+    large=PAPER_LAYER,
+    speed_shapes=CPU_TABLE + (PAPER_LAYER,),
+    repeats=10,
+    lm_vocab=training.PTB_VOCAB,
+    lm_step_tokens=20 * 70,
+    logic_per_length=1000,
+    syneval_items=2000,
+)
+SMOKE = Profile(
+    smoke=True,
+    device=torch.device("cpu"),
+    kernel="triton_interpret",
+    small=(4, 3, 3, 6, 2),
+    large=(5, 2, 4, 8, 2),
+    speed_shapes=((3, 2, 3, 4, 2), (5, 2, 4, 8, 2)),
+    repeats=1,
+    lm_vocab=30,
+    lm_step_tokens=2 * 5,
+    logic_per_length=30,
+    syneval_items=4,
+    lm_flags=tuple(
+        "--emb-size 8 --hidden-sizes 10 10 8 --chunk-size 2 --batch-size 2 --eval-batch-size 2 "
+        "--bptt 5 --min-seq-len 2".split()
+    ),
+    logic_flags=tuple(
+        "--emb-size 8 --hidden-size 8 --chunk-size 2 --mlp-hidden 8 --batch-size 4 --eval-batch-size 8 "
+        "--max-train-ops 2".split()  # short formulas: the interpreter runs every row of every step in numpy
+    ),
+)
+STEPS = {False: (200, 500), True: (3, 3)}  # (lm steps, logic updates): the issue's budget; the smoke run's
+
+
+def run(opts: Options) -> int:
+    """Measure, write DIR/report.md and DIR/report.json, print where; 0 if no check failed, else 1."""
+    start = time.perf_counter()
+    prof = _preflight(opts)
+    out = Path(opts.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot create it ({exc.strerror or exc})") from None
+    result: dict[str, Any] = {
+        "title": "onlstm bench gpu" + (" --smoke" if prof.smoke else ""),
+        "smoke": prof.smoke,
+        "command": opts.command(),
+        "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "environment": environment.describe(prof.device),
+    }
+    with _kernel_setup(prof), _work_dir(opts.work) as work:
+        result["kernel"] = _kernel_record(prof)
+        for name in SECTIONS:
+            result[name] = _section(name, prof, opts, work, result["kernel"]["passed"])
+            # written after every section: a run cut short (a lease that ends, Ctrl-C) leaves what it measured
+            _write(out, result, start)
+    s = _write(out, result, start)
+    smoke = " (smoke: no GPU figure)" if prof.smoke else ""
+    print(
+        f"wrote {out / 'report.md'} and report.json: {s['passed']} checks passed, {s['failed']} failed, "
+        f"{s['not_run']} not run, in {time.perf_counter() - start:.0f} s{smoke}"
+    )
+    return EXIT_FINDING if s["failed"] else 0
+
+
+def _write(out: Path, result: dict[str, Any], start: float) -> dict[str, Any]:
+    """Write the report as it stands (sections not reached yet say so); returns its summary."""
+    full = result | {n: {"not_run": "not reached: the run stopped before it"} for n in SECTIONS if n not in result}
+    full["seconds"] = round(time.perf_counter() - start, 1)
+    full["summary"] = report.summarize(full)
+    report.write(out, full)
+    return full["summary"]
+
+
+def _section(name: str, prof: Profile, opts: Options, work: Path, kernel_ok: bool) -> dict[str, Any]:
+    if name in opts.skip:
+        return {"not_run": "--skip " + name}
+    if not kernel_ok and name != "pytest":
+        return {"not_run": "the Triton kernel is unavailable (see above)"}
+    start = time.perf_counter()
+    if name == "correctness":
+        with _selfcheck_off():  # each case compares the kernel itself; the self-check is reported on its own
+            body: dict[str, Any] = {"checks": _correctness(prof)}
+    elif name == "pytest":
+        body = environment.pytest_cuda(prof.smoke, work / "pytest-cuda.xml", opts.pytest_timeout)
+    elif name == "speed":
+        with _selfcheck_off():
+            body = _speed(prof)
+    else:
+        body = _training(prof, opts, work)
+    return body | {"seconds": round(time.perf_counter() - start, 1)}
+
+
+def _correctness(prof: Profile) -> list[dict[str, Any]]:
+    half = torch.bfloat16 if _bf16(prof.device) else None
+    records = [
+        correctness.run_case(c, prof.kernel, prof.device)
+        for c in correctness.cases(prof.small, prof.large, half, prof.smoke)
+    ]
+    _, _, _, hidden, chunk = prof.large
+    return records + correctness.selfcheck_records(prof.kernel, prof.device, hidden, chunk, half or torch.float16)
+
+
+def _speed(prof: Profile) -> dict[str, Any]:
+    dtypes = [d for d in speed.DTYPES if d != "bf16" or _bf16(prof.device)]
+    rows = speed.run(prof.speed_shapes, prof.kernel, prof.device, prof.repeats, dtypes)
+    failed = [f"{r['shape']} {r['dtype']} {r['impl']}: {r['error']}" for r in rows if "error" in r]
+    check = {"name": "every speed row measured", "passed": not failed, "worst": "; ".join(failed) or None}
+    return {"rows": rows, "goals": speed.goals(rows, prof.speed_shapes[-1], prof.smoke), "checks": [check]}
+
+
+def _training(prof: Profile, opts: Options, work: Path) -> dict[str, Any]:
+    lm_steps, logic_steps = STEPS[prof.smoke]
+    return training.training_runs(prof, opts, work, opts.lm_steps or lm_steps, opts.logic_steps or logic_steps)
+
+
+def _bf16(device: torch.device) -> bool:
+    return device.type != "cuda" or torch.cuda.is_bf16_supported()
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def _preflight(opts: Options) -> Profile:
+    """The profile of this run, or a one-line error when it cannot run here."""
+    bad = [s for s in opts.skip if s not in SECTIONS]
+    if bad:
+        raise InputError(f"--skip: unknown section {bad[0]!r}; choose from {', '.join(SECTIONS)}")
+    if opts.syneval_data is not None and opts.lm_data is None:
+        raise InputError("--syneval-data needs --lm-data: the language model's vocabulary must cover its sentences")
+    for flag, value in (("--lm-steps", opts.lm_steps), ("--logic-steps", opts.logic_steps)):
+        if value is not None and value < 2:
+            raise InputError(f"{flag} must be at least 2 (the first step is a warm-up), got {value}")
+    if opts.smoke:
+        _interpreter()
+        return SMOKE
+    if not torch.cuda.is_available():
+        raise InputError(
+            f"no CUDA device is visible (torch {torch.__version__}, CUDA build {torch.version.cuda}); "
+            "`onlstm bench gpu --smoke --out DIR` runs the same code on the CPU under Triton's interpreter"
+        )
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        raise InputError("TRITON_INTERPRET=1 is set: Triton would interpret its kernels on the CPU; unset it")
+    return GPU
+
+
+def _interpreter() -> None:
+    """Put Triton in its interpreter (before it is first imported) and make sure the kernel loads there."""
+    import importlib.util
+
+    if "triton" not in sys.modules and importlib.util.find_spec("triton") is None:
+        raise InputError(
+            "--smoke runs the Triton kernel in Triton's CPU interpreter: install triton (pip install triton)"
+        )
+    if "triton" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1"  # read by Triton once, at its first import
+    from ..nn.triton_kernel import load_interpreter_kernel
+
+    try:
+        load_interpreter_kernel()
+    except kernels.KernelUnavailable as exc:
+        raise InputError(f"--smoke: the Triton kernel cannot run in the interpreter here: {exc}") from None
+
+
+@contextlib.contextmanager
+def _kernel_setup(prof: Profile) -> Iterator[None]:
+    """Under --smoke: the interpreted kernel registered, and first for ``impl='auto'`` on the CPU (restored after)."""
+    if not prof.smoke:
+        yield
+        return
+    from ..nn.triton_kernel import load_interpreter_kernel, register_interpreter_kernel
+
+    floats = (torch.float32, torch.float64)
+    spec = kernels.KernelSpec(
+        prof.kernel, load_interpreter_kernel, ("cpu",), floats, priority=1000, label="Triton kernel (CPU interpreter)"
+    )
+    registered = prof.kernel in kernels.kernel_names()
+    kernels.register_kernel(spec, replace=True)
+    try:
+        yield
+    finally:
+        kernels.unregister_kernel(prof.kernel)
+        if registered:
+            register_interpreter_kernel()  # as it was: its own priority, below every CPU kernel
+
+
+@contextlib.contextmanager
+def _selfcheck_off() -> Iterator[None]:
+    old = os.environ.get(selfcheck.ENV)
+    os.environ[selfcheck.ENV] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[selfcheck.ENV]
+        else:
+            os.environ[selfcheck.ENV] = old
+
+
+@contextlib.contextmanager
+def _work_dir(work: Path | None) -> Iterator[Path]:
+    """``--work DIR`` (kept), else a temporary folder removed at the end (the paper's checkpoints are large)."""
+    if work is not None:  # a new folder in it each time: the commands refuse to overwrite a run
+        Path(work).mkdir(parents=True, exist_ok=True)
+        yield Path(tempfile.mkdtemp(prefix="bench-gpu-", dir=work))
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="onlstm-bench-gpu-"))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _kernel_record(prof: Profile) -> dict[str, Any]:
+    ok = kernels.load_kernel(prof.kernel) is not None
+    where = "CPU tensors, Triton's interpreter" if prof.smoke else "CUDA"
+    return {"name": f"the Triton kernel loads ({where})", "passed": ok, "worst": kernels.kernel_error(prof.kernel)}

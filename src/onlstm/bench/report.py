@@ -1,0 +1,213 @@
+"""``report.json`` and ``report.md`` of ``onlstm bench gpu``: the same facts, for machines and for people."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..nn.selfcheck import TOLERANCE
+
+FP32, HALF = TOLERANCE["full"], TOLERANCE["reduced"]
+SECTIONS = ("correctness", "pytest", "speed", "training")
+
+SMOKE_NOTE = (
+    "> **Smoke run**: CPU tensors, the Triton kernel in Triton's CPU interpreter, tiny sizes. It checks that "
+    "every part of the command runs; **no number here is a GPU figure**, and its timings are not speeds."
+)
+
+
+def all_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every check of the run, each with ``name`` and ``passed`` (True, False, or None: not run)."""
+    checks = [result["kernel"]]
+    for section in SECTIONS:
+        checks += result.get(section, {}).get("checks", [])
+    return checks
+
+
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    checks = all_checks(result)
+    failed = [c["name"] for c in checks if c["passed"] is False]
+    not_run = [c["name"] for c in checks if c["passed"] is None]
+    goals = [g for g in result.get("speed", {}).get("goals", []) if g["status"] == "not met"]
+    return {
+        "checks": len(checks),
+        "passed": sum(c["passed"] is True for c in checks),
+        "failed": len(failed),
+        "not_run": len(not_run),
+        "failed_checks": failed,
+        "not_run_checks": not_run,
+        "goals_not_met": [g["goal"] for g in goals],
+        "sections_not_run": [n for n in SECTIONS if "not_run" in result.get(n, {})],
+    }
+
+
+def _plain(value: Any) -> Any:
+    """JSON without NaN or Infinity (which strict readers refuse): those become strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def write(out: Path, result: dict[str, Any]) -> None:
+    (out / "report.json").write_text(json.dumps(_plain(result), indent=1) + "\n")
+    (out / "report.md").write_text("\n".join(markdown(result)) + "\n")
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def _num(x: Any, fmt: str = ",.0f") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return format(x, fmt)
+
+
+def _verdict(passed: bool | None) -> str:
+    return {True: "passed", False: "**FAILED**", None: "not run"}[passed]
+
+
+def markdown(r: dict[str, Any]) -> list[str]:
+    s = r["summary"]
+    lines = [f"# `{r['title']}`", ""]
+    if r["smoke"]:
+        lines += [SMOKE_NOTE, ""]
+    lines += [
+        f"`{r['command'] or 'onlstm bench gpu'}`, started {r['started']}, {r['seconds']:.0f} s. "
+        f"**{s['passed']} of {s['checks']} checks passed, {s['failed']} failed, {s['not_run']} not run.**",
+        "",
+    ]
+    if s["failed_checks"]:
+        lines += ["Failed: " + "; ".join(s["failed_checks"]), ""]
+    if s["sections_not_run"]:
+        lines += ["Sections not run: " + ", ".join(s["sections_not_run"]) + " (below: why).", ""]
+    if s["goals_not_met"]:
+        lines += ["Goals not met: " + "; ".join(s["goals_not_met"]), ""]
+    lines += _environment(r["environment"]) + _kernel(r["kernel"])
+    lines += _correctness(r["correctness"]) + _pytest(r["pytest"]) + _speed(r["speed"]) + _training(r["training"])
+    return lines
+
+
+def _environment(env: dict[str, Any]) -> list[str]:
+    lines = ["## Environment", "", "| | |", "| --- | --- |"]
+    lines += [f"| {k} | {v} |" for k, v in env.items() if k != "distributions"]
+    have = ", ".join(f"{d} {v or '(missing)'}" for d, v in env["distributions"].items())
+    return lines + [f"| other distributions | {have} |", ""]
+
+
+def _kernel(check: dict[str, Any]) -> list[str]:
+    why = f" ({check['worst']})" if check.get("worst") else ""
+    return [f"{check['name']}: {_verdict(check['passed'])}{why}", ""]
+
+
+def _skipped(title: str, section: dict[str, Any]) -> list[str] | None:
+    if "not_run" in section:
+        return [f"## {title}", "", f"Not run: {section['not_run']}.", ""]
+    return None
+
+
+def _correctness(sec: dict[str, Any]) -> list[str]:
+    title = "Correctness: the Triton kernel against the reference loop"
+    skipped = _skipped(title, sec)
+    if skipped:
+        return skipped
+    lines = [
+        f"## {title}",
+        "",
+        "Error: per tensor (outputs, final states, distances, every gradient), the largest difference over the",
+        "largest magnitude of the reference; the worst tensor is named. The reference runs in float32 (tolerance",
+        f"{FP32:g}); under autocast the kernel's products are bf16/fp16 and the tolerance is the larger of {HALF:g}",
+        "and twice the reference loop's own error under the same autocast. The self-checks are the kernel's",
+        "first-use check (nn/selfcheck.py), against the reference in float64.",
+        "",
+        "| check | sizes | max error (tensor) | tolerance | result |",
+        "| --- | --- | --- | ---: | --- |",
+    ]
+    for c in sec["checks"]:
+        err = f"{_num(c['error'], '.1e')} ({c['worst']})" if c.get("error") is not None else str(c.get("worst"))
+        lines.append(f"| {c['name']} | {c['detail']} | {err} | {c['tolerance']:g} | {_verdict(c['passed'])} |")
+    return lines + ["", f"{sec['seconds']:.0f} s.", ""]
+
+
+def _pytest(sec: dict[str, Any]) -> list[str]:
+    title = "CUDA-only tests (`pytest -m cuda`)"
+    skipped = _skipped(title, sec)
+    if skipped:
+        return skipped
+    (check,) = sec["checks"]
+    lines = [f"## {title}", "", f"Result: {_verdict(check['passed'])}; {check['worst'] or ''}"]
+    if "tests" in sec:
+        counts = ", ".join(f"{sec[k]} {k}" for k in ("passed", "failures", "errors", "skipped"))
+        lines.append(f"{sec['tests']} tests: {counts}; exit status {sec['returncode']}, {sec['seconds']:.0f} s.")
+    return lines + [""]
+
+
+def _speed(sec: dict[str, Any]) -> list[str]:
+    title = "Speed: forward+backward of one layer"
+    skipped = _skipped(title, sec)
+    if skipped:
+        return skipped
+    lines = [
+        f"## {title}",
+        "",
+        "tokens/s = T*B / median time of one forward+backward (`out.sum().backward()`);",
+        "`nn.LSTM` of the same size (cuDNN on a GPU), all measured in this run, interleaved.",
+        "",
+        "| shape | dtype | impl | tokens/s | x nn.LSTM | x reference |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for row in sec["rows"]:
+        if "error" in row:
+            lines.append(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {row['error']} | | |")
+            continue
+        ratios = f"{_num(row['x nn.LSTM'], '.2f')} | {_num(row['x reference'], '.2f')}"
+        lines.append(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {_num(row['tokens_per_s'])} | {ratios} |")
+    lines += ["", "| goal (issue #10) | value | status |", "| --- | ---: | --- |"]
+    lines += [f"| {g['goal']} | {_num(g['value'], '.2f')} | {g['status']} |" for g in sec["goals"]]
+    return lines + ["", f"{sec['seconds']:.0f} s.", ""]
+
+
+def _training(sec: dict[str, Any]) -> list[str]:
+    title = "Training: the experiments' commands"
+    skipped = _skipped(title, sec)
+    if skipped:
+        return skipped
+    lines = [f"## {title}", ""]
+    for run in sec["runs"]:
+        lines += [f"### {run['name']}", ""]
+        if "error" in run:
+            lines += [f"**FAILED**: {run['error']}", ""]
+            continue
+        lines += [f"`{run['command']}`", ""] + [f"- {line}" for line in _figures(run)] + [""]
+    checks = [
+        f"- {c['name']}: {_verdict(c['passed'])}" + (f" ({c['worst']})" if c["worst"] else "") for c in sec["checks"]
+    ]
+    lines += ["Checks:", "", *checks, "", "The kernel's self-checks during these runs:", ""]
+    lines += [f"- {line}" for line in sec["selfchecks"]] or ["- none ran"]
+    return lines + ["", f"{sec['seconds']:.0f} s.", ""]
+
+
+def _figures(run: dict[str, Any]) -> list[str]:
+    if "seconds_per_step" in run:
+        memory = "-" if run["peak_memory_gib"] is None else f"{run['peak_memory_gib']:.2f} GiB"
+        return [
+            f"layers ran `{run['impl_used']}`; {run['steps']} steps, the last {run['timed_steps']} timed",
+            f"{run['seconds_per_step']:.4f} s/step; {_num(run['seconds_per_epoch'], ',.1f')} s/epoch "
+            f"({run['steps_per_epoch']} steps: {run['epoch_of']})",
+            f"peak GPU memory: {memory}",
+        ]
+    if "updates_per_s" in run:
+        return [
+            f"{run['updates']} updates in {run['seconds']:.2f} s: {_num(run['updates_per_s'], '.2f')} updates/s "
+            "(the command's clock: the updates and one validation)"
+        ]
+    return [
+        f"{run['items']} pairs scored in {run['seconds']:.2f} s: {_num(run['sentences_per_s'], ',.1f')} sentences/s"
+    ]

@@ -1,0 +1,151 @@
+"""``onlstm bench gpu``: the command itself under --smoke (the kernel in Triton's interpreter, CPU tensors), a
+broken kernel found by it, its one-line errors, and the pieces that read or write the report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from onlstm.bench import environment, report, speed, training
+from onlstm.cli import main
+from onlstm.nn import kernels
+
+needs_triton = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("triton") is None, reason="needs Triton (its CPU interpreter)"
+)
+
+
+def read(out) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+@needs_triton
+@pytest.mark.slow
+def test_smoke_run_writes_every_section_and_passes(tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["bench", "gpu", "--smoke", "--out", str(out)]) == 0, capsys.readouterr().err
+    assert "no GPU figure" in capsys.readouterr().out
+    r = read(out)
+    assert r["smoke"] and r["summary"]["failed"] == 0
+    names = [c["name"] for c in r["correctness"]["checks"]]
+    for wanted in (
+        "forward fp32",
+        "every gradient fp32",
+        "initial state hx given",
+        "packed, unsorted lengths",
+        "bidirectional",
+        "two layers",
+        "DropConnect",
+        "bf16 autocast",
+        "fp16 autocast",
+        "self-check",
+    ):
+        assert any(n.startswith(wanted) for n in names), wanted
+    assert all(c["passed"] for c in r["correctness"]["checks"])
+    assert r["pytest"]["checks"][0]["passed"] is None  # no CUDA: recorded as not run, not as passed
+    rows = {(row["dtype"], row["impl"]) for row in r["speed"]["rows"] if "tokens_per_s" in row}
+    assert rows == {(d, i) for d in ("fp32", "bf16") for i in ("nn.LSTM", "triton", "reference")}
+    assert {g["status"] for g in r["speed"]["goals"]} == {"n/a (smoke: the interpreter is no speed)"}
+    lm_kernel, lm_ref, logic, syneval = r["training"]["runs"]
+    assert lm_kernel["impl_used"] == "triton_interpret" and lm_ref["impl_used"] == "reference"
+    assert lm_kernel["seconds_per_epoch"] > 0 and lm_kernel["peak_memory_gib"] is None
+    assert logic["updates"] == 3 and logic["updates_per_s"] > 0 and syneval["sentences_per_s"] > 0
+    assert "no number here is a GPU figure" in (out / "report.md").read_text()
+    # the interpreted kernel was first for impl='auto' only during the command
+    assert kernels.resolve_impl("auto", torch.device("cpu"), torch.float32) != "triton_interpret"
+
+
+@needs_triton
+def test_a_wrong_kernel_fails_the_correctness_checks_and_the_exit_status(tmp_path, monkeypatch):
+    from onlstm.nn.triton_kernel import TritonKernel
+
+    backward = TritonKernel.backward
+
+    def wrong(self, *args, **kwargs):  # every gradient 1% off, the forward right
+        return tuple(g * 1.01 for g in backward(self, *args, **kwargs))
+
+    monkeypatch.setattr(TritonKernel, "backward", wrong)
+    out = tmp_path / "report"
+    argv = ["bench", "gpu", "--smoke", "--out", str(out), "--skip", "pytest", "speed", "training"]
+    assert main(argv) == 1
+    checks = {c["name"]: c for c in read(out)["correctness"]["checks"]}
+    assert checks["forward fp32"]["passed"] and not checks["every gradient fp32"]["passed"]
+    assert checks["every gradient fp32"]["worst"].startswith("gradient of")
+    assert not checks["self-check, products float32"]["passed"]
+    text = (out / "report.md").read_text()
+    assert "**FAILED**" in text and "Not run: --skip speed." in text
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--skip", "speedd"], "--skip: unknown section 'speedd'"),
+        (["--syneval-data", "x.tsv"], "--syneval-data needs --lm-data"),
+        (["--lm-steps", "1"], "--lm-steps must be at least 2"),
+    ],
+)
+def test_bad_options_are_one_line_errors(tmp_path, capsys, argv, message):
+    assert main(["bench", "gpu", "--smoke", "--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("onlstm bench gpu: ") and message in err and "\n" not in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the error is for a machine without CUDA")
+def test_without_a_gpu_it_says_to_use_smoke(tmp_path, capsys):
+    assert main(["bench", "gpu", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no CUDA device is visible" in err and "--smoke" in err
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_pytest_run_records_pass_fail_and_the_failing_tests(tmp_path):
+    (tmp_path / "test_sample.py").write_text(
+        "import pytest\n"
+        "def test_ok():\n    pass\n"
+        "def test_wrong():\n    assert 1 == 2\n"
+        "@pytest.mark.skip(reason='no')\ndef test_skipped():\n    pass\n"
+    )
+    run = environment.run_pytest([str(tmp_path / "test_sample.py")], tmp_path / "junit.xml", 120, cwd=tmp_path)
+    assert run["status"] == "failed" and run["returncode"] == 1
+    assert (run["tests"], run["passed"], run["failures"], run["skipped"]) == (3, 1, 1, 1)
+    assert run["failing"] == ["test_sample::test_wrong"]
+
+
+def test_goals_are_met_or_not_by_the_ratios_of_the_paper_layer():
+    paper = (70, 20, 400, 1150, 10)
+    shape = "T=70 B=20 in=400 H=1150 C=10"
+    rows = [
+        {"shape": shape, "dtype": "fp32", "impl": "triton", "x nn.LSTM": 0.6, "x reference": 9.0},
+        {"shape": "T=1 B=1 in=1 H=1 C=1", "dtype": "bf16", "impl": "triton", "x nn.LSTM": 9.0, "x reference": 99},
+    ]
+    status = {g["goal"]: g["status"] for g in speed.goals(rows, paper, smoke=False)}
+    assert status == {
+        "triton x nn.LSTM >= 0.5 (fp32, paper layer)": "met",
+        "triton x reference >= 10 (fp32, paper layer)": "not met",
+        "triton x nn.LSTM >= 0.5 (bf16, paper layer)": "not measured",
+        "triton x reference >= 10 (bf16, paper layer)": "not measured",
+    }
+
+
+def test_summary_counts_failed_and_not_run_checks_and_json_has_no_nan(tmp_path):
+    result = {
+        "kernel": {"name": "loads", "passed": True},
+        "correctness": {"checks": [{"name": "a", "passed": False, "error": float("inf")}]},
+        "pytest": {"checks": [{"name": "pytest -m cuda", "passed": None}]},
+        "speed": {"checks": [], "goals": [{"goal": "g", "status": "not met"}]},
+        "training": {"not_run": "--skip training"},
+    }
+    s = report.summarize(result)
+    assert (s["checks"], s["passed"], s["failed"], s["not_run"]) == (3, 1, 1, 1)
+    assert s["failed_checks"] == ["a"] and s["goals_not_met"] == ["g"] and s["sections_not_run"] == ["training"]
+    assert json.loads(json.dumps(report._plain(result), allow_nan=False))["correctness"]["checks"][0]["error"] == "inf"
+
+
+def test_synthetic_corpus_has_every_word_in_its_training_text(tmp_path):
+    folder = training.lm_corpus(tmp_path, tokens=500, vocab=50, seed=3)
+    train = set((folder / "ptb.train.txt").read_text().split())
+    assert train == {f"w{i}" for i in range(50)}
+    assert set((folder / "ptb.valid.txt").read_text().split()) <= train
+    assert len((folder / "ptb.train.txt").read_text().split()) == 550
