@@ -11,10 +11,13 @@ import pytest
 import torch
 
 from onlstm.checkpoint import read_json, read_safetensors
+from onlstm.lm import train as LM
 from onlstm.logic import train as T
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import load_classifier
+from onlstm.models.language_model import load_language_model_run
+from support import quiet, write_corpus
 
 OLD = Path(__file__).parent / "fixtures" / "old-runs"
 
@@ -66,3 +69,62 @@ def test_an_old_logic_run_resumes_to_the_end_like_an_uninterrupted_one(old_logic
         torch.testing.assert_close(a[k], b[k], atol=1e-3, rtol=0, msg=k)
     model, _ = load_classifier(run)  # and the finished old run loads for evaluation
     assert model.config == model_cfg
+
+
+# --------------------------------------------------------------------------- language model
+
+
+@pytest.fixture
+def old_lm(tmp_path) -> tuple[Path, Path, dict]:
+    made = json.loads((OLD / "made_with.json").read_text())["lm"]
+    corpus = write_corpus(tmp_path / "corpus", **made["corpus"])
+    run = tmp_path / "run"
+    shutil.copytree(OLD / "lm-v1", run)
+    return run, corpus, made
+
+
+LM_TIMINGS = ("epoch_seconds", "tokens_per_s", "elapsed_s")
+
+
+def lm_rows(history: list[dict]) -> list[dict]:
+    """log.csv's rows without the timings; losses to 3 decimals (the fixture's were computed on another CPU)."""
+    return [
+        {k: round(float(v), 3) for k, v in row.items() if k in LM.LOG_COLUMNS and k not in LM_TIMINGS}
+        for row in history
+    ]
+
+
+def test_an_old_lm_resume_file_is_read_as_the_same_progress(old_lm):
+    run, corpus, made = old_lm
+    _, raw = read_safetensors(run / LM.RESUME_FILE)
+    assert raw["format"] == "onlstm-lm-resume/1"
+    old = json.loads(raw["progress"])
+    assert (old["epoch"], old["batch"], old["step"], old["averaging"]) == (2, 3, made["max_steps"], True)
+    trainer = LM.Trainer(run, corpus, {}, resume=True, log=quiet)
+    now = vars(trainer.progress)
+    for key in ("epoch", "batch", "step", "averaging", "avg_count", "best_valid", "sgd_valid_history", "history"):
+        assert now[key] == old[key], key
+    assert now["epoch_loss_sum"] == old["epoch_loss_sum"] and now["epoch_tokens"] == old["epoch_tokens"]
+    assert isinstance(trainer.optimizer, torch.optim.ASGD) and trainer.hidden is not None
+
+
+def test_an_old_lm_run_resumes_to_the_end_like_an_uninterrupted_one(old_lm, tmp_path):
+    run, corpus, _ = old_lm
+    header = read_json(run / "config.json")
+    explicit = {"model": {k: v for k, v in header["model"].items() if k != "vocab_size"}, "train": header["train"]}
+    torch.set_num_threads(1)
+    resumed = LM.train(run, corpus, {}, resume=True, log=quiet)
+    whole = LM.train(tmp_path / "whole", corpus, explicit, log=quiet)
+    assert resumed["status"] == whole["status"] == "finished"
+    assert resumed["progress"]["step"] == whole["progress"]["step"]
+    assert lm_rows(resumed["progress"]["history"]) == lm_rows(whole["progress"]["history"])
+    # On the machine that wrote the fixture the weights are equal bit for bit; elsewhere its first updates were
+    # computed by another CPU's kernels, so allow float noise (a wrong segment or a lost state is off by ~1e-1).
+    for name in ("model.last", "model.best"):
+        a, _ = read_safetensors(run / f"{name}.safetensors")
+        b, _ = read_safetensors(tmp_path / "whole" / f"{name}.safetensors")
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], atol=1e-3, rtol=0, msg=k)
+    assert read_json(run / "results.json")["steps"] == whole["progress"]["step"]
+    loaded = load_language_model_run(run)  # and the finished old run loads for evaluation
+    assert loaded.model.config.hidden_sizes == header["model"]["hidden_sizes"]

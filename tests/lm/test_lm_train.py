@@ -118,6 +118,35 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(tmp_path, corpus):
     assert_same_tensors(tensors(tmp_path / "full", "resume"), tensors(tmp_path / "part", "resume"))
 
 
+def test_ctrl_c_during_validation_resumes_with_that_validation(tmp_path, corpus, monkeypatch):
+    """Ctrl-C while the first epoch is validated: the resume file holds the whole epoch, its validation is
+    done first on resume, and the run ends as an uninterrupted one (also one stopped by max_steps at the
+    epoch's last step)."""
+    from onlstm.lm import train as lm_train
+
+    s = settings()
+    train(tmp_path / "full", corpus, s, log=quiet)
+    real = lm_train.Trainer.validate
+
+    def interrupted(self):
+        signal.raise_signal(signal.SIGINT)  # the handler sets the flag the evaluation checks
+        return real(self)
+
+    monkeypatch.setattr(lm_train.Trainer, "validate", interrupted)
+    part = train(tmp_path / "part", corpus, s, log=quiet)
+    monkeypatch.undo()
+    p, n1 = part["progress"], steps_in_epoch(corpus, s, 1)
+    assert part["status"] == "interrupted" and (p["epoch"], p["batch"], p["history"]) == (1, n1, [])
+    assert train(tmp_path / "part", corpus, s, resume=True, log=quiet)["status"] == "finished"
+    at_end = train(tmp_path / "end", corpus, s, max_steps=n1, log=quiet)
+    assert at_end["status"] == "stopped" and len(at_end["progress"]["history"]) == 1
+    train(tmp_path / "end", corpus, s, resume=True, log=quiet)
+    for run in ("part", "end"):
+        assert log_rows(tmp_path / "full") == log_rows(tmp_path / run)
+        for name in ("model.last", "model.best", "resume"):
+            assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / run, name))
+
+
 # --------------------------------------------------------------------------- the recipe
 
 

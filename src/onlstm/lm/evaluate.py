@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..runs.engine import Interrupted  # raised inside an evaluation when should_stop() turned true
 from .data import batchify, column_share
 
 PROTOCOLS = ("paper", "batched")
@@ -66,10 +67,6 @@ class Perplexity:
             "bptt": self.bptt,
             "dropped": self.dropped,
         }
-
-
-class Interrupted(Exception):
-    """Raised inside an evaluation when ``should_stop()`` turned true."""
 
 
 @torch.no_grad()

@@ -29,9 +29,10 @@ Run directory (see :mod:`onlstm.checkpoint`)::
     results.json              final validation/test perplexity of the best weights
     tensorboard/              when the tensorboard package is installed
 
-Resume continues exactly: a run stopped anywhere (``max_steps``, Ctrl-C, a checkpoint every
-``checkpoint_every`` batches) and resumed gives the same weights, bit for bit, as an uninterrupted run
-on the same machine and thread count.
+The loop (epochs, ``max_steps``, validation, best/last, Ctrl-C, resume) is :class:`onlstm.runs.engine.Engine`'s;
+:class:`Trainer` plugs in what is the language model's. Resume continues exactly: a run stopped anywhere
+(``max_steps``, Ctrl-C, during a validation, a checkpoint every ``checkpoint_every`` batches) and resumed gives
+the same weights, bit for bit, as an uninterrupted run on the same machine and thread count.
 
 Several processes: every process owns ``batch_size / world`` consecutive columns; the random state is
 the same on every process and dropout masks are drawn for the whole batch and sliced, so a run on N
@@ -41,6 +42,7 @@ order). Checkpoints hold the whole batch's state, so a run can be resumed with a
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import math
@@ -48,34 +50,40 @@ import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checkpoint import CheckpointError, atomic_write, config_header, read_json, save_weights, write_json
+from ..checkpoint import (
+    CheckpointError,
+    atomic_write,
+    config_header,
+    load_weights,
+    read_json,
+    save_weights,
+    write_json,
+)
 from ..config import ConfigError
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
 from ..errors import TrainingDiverged
 from ..nn import ONLSTM, kernels
-from ..runs import (  # noqa: F401
+from ..runs import (
     RunDirError,
     RunLock,
     StopRequest,
     check_output_dir,
-    optimizer_from_data,
-    optimizer_to_data,
-    progress_bar,
     read_resume,
     restore_training,
     setup_torch,
     training_tensors,
     write_resume,
 )
+from ..runs.engine import Budget, Check, Engine, Progress
 from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section
 from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
@@ -84,40 +92,38 @@ from .model import LanguageModel
 
 RESUME_FILE = "resume.safetensors"
 RESUME_FORMAT = "onlstm-lm-resume/1"
-LOG_COLUMNS = (
-    "epoch",
-    "steps",
-    "train_loss",
-    "train_ppl",
-    "valid_loss",
-    "valid_ppl",
-    "best_valid_ppl",
-    "averaging",
-    "tokens",
-    "epoch_seconds",
-    "tokens_per_s",
-    "elapsed_s",
+LOG_COLUMNS = tuple(
+    "epoch steps train_loss train_ppl valid_loss valid_ppl best_valid_ppl averaging tokens epoch_seconds "
+    "tokens_per_s elapsed_s".split()
 )
 
 
-@dataclass
-class Progress:
-    """Where a run is; saved as JSON in the resume file."""
+# What Progress.task carries for a language model (JSON values), as a fresh run starts.
+_TASK = {"averaging": False, "avg_count": 0, "sgd_valid_history": [], "epoch_loss_sum": 0.0, "epoch_tokens": 0}
+_TASK.update(epoch_seconds=0.0, finished=False, results=None)
 
-    epoch: int = 1  # current epoch, 1-based
-    batch: int = 0  # segments of this epoch done
-    step: int = 0  # optimizer steps since the start
-    averaging: bool = False  # NT-ASGD has switched to averaging
-    avg_count: int = 0  # steps averaged so far
-    best_valid: float | None = None  # best validation loss (nats/token)
-    sgd_valid_history: list = field(default_factory=list)  # validation losses of the SGD phase
-    history: list = field(default_factory=list)  # one dict per finished epoch (log.csv)
-    epoch_loss_sum: float = 0.0  # summed training cross-entropy of this epoch so far (all processes)
-    epoch_tokens: int = 0
-    epoch_seconds: float = 0.0
-    elapsed: float = 0.0  # wall time of all sessions of this run
-    finished: bool = False
-    results: dict | None = None
+
+def saved_progress(prog: Progress, history: list[dict], pass_length: Callable[[int], int]) -> dict:
+    """Where a run is, as the resume file (format 1, from before the shared engine) and :func:`train` give it:
+    epochs count from 1, ``batch`` = segments of the epoch done, ``best_valid`` the lowest validation loss
+    (the engine's best score is its negative); a pass whose validation is due is the epoch it ended, with
+    ``pass_length(epoch)`` segments done."""
+    epoch, batch = (prog.epoch, pass_length(prog.epoch)) if prog.check_due else (prog.epoch + 1, prog.pos)
+    best = None if prog.best is None else -prog.best
+    out = {"epoch": epoch, "batch": batch, "step": prog.step, "best_valid": best, "history": history}
+    return {**out, **prog.task, "elapsed": prog.seconds}
+
+
+def progress_from_saved(saved: dict, pass_length: Callable[[int], int]) -> tuple[Progress, list[dict]]:
+    """:func:`saved_progress` read back: the engine's record and the history (the LM has no patience, so the
+    best check's step and the checks without a new best are not kept)."""
+    s, history = dict(saved), list(saved["history"])
+    due = bool(s["batch"]) and s["batch"] == pass_length(s["epoch"])  # stopped after its last batch
+    best = None if s["best_valid"] is None else -s["best_valid"]
+    task = {k: s[k] for k in _TASK}
+    prog = Progress(s["step"], s["epoch"] - 1 + due, 0 if due else s["batch"], best, seconds=s["elapsed"], task=task)
+    prog.n_checks, prog.check_due = len(history), due
+    return prog, history
 
 
 class _Objective(nn.Module):
@@ -274,6 +280,11 @@ def _fmt_time(s: float) -> str:
 
 
 class Trainer:
+    """The language model's part of a training run (a :class:`~onlstm.runs.engine.Task`): passes are the epoch's
+    BPTT segments with the recurrent state carried between them, validation is the perplexity of the weights
+    evaluation uses (lower loss is better: the score is its negative) at the end of every epoch, NT-ASGD, the
+    resume file with the carried state, and the final test. :class:`~onlstm.runs.engine.Engine` runs the loop."""
+
     def __init__(
         self,
         run_dir: Path,
@@ -313,7 +324,7 @@ class Trainer:
             self._load(resume_file)
         elif resume:
             self.log(f"{self.run_dir} has no {RESUME_FILE} yet; starting from the beginning")
-        self.stop = StopRequest()
+        self.engine: Engine | None = None
         self._tb = None
 
     def _resolve_config(self, explicit: dict) -> RunConfig:
@@ -359,7 +370,7 @@ class Trainer:
         self.params = [p for _, p in self.model.named_parameters()]
         self.param_names = [n for n, _ in self.model.named_parameters()]
         self.optimizer: torch.optim.Optimizer = make_optimizer(self.params, cfg)
-        self.progress = Progress()
+        self.prog, self.history = Progress(task=copy.deepcopy(_TASK)), []
         self.hidden = None
         objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
         if self.ctx.distributed:
@@ -374,11 +385,7 @@ class Trainer:
         limit, cfg = self.model.max_length, self.cfg
         if limit is None:
             return
-        args = (cfg.variable_bptt, cfg.bptt_short_prob, cfg.bptt_std, cfg.min_seq_len)
-        drawn = (
-            s.length for e in range(1, cfg.epochs + 1) for s in bptt_schedule(self.n_rows, cfg.bptt, cfg.seed, e, *args)
-        )
-        longest = max([cfg.bptt, *drawn])
+        longest = max([cfg.bptt, *(s.length for e in range(1, cfg.epochs + 1) for s in self.schedule(e))])
         if longest > limit:
             raise ConfigError(
                 f"the training schedule has segments of up to {longest} tokens (bptt {cfg.bptt}, bptt_std "
@@ -403,10 +410,25 @@ class Trainer:
         }
         return config_header("lm", self.model_config.to_dict(), train=self.cfg.to_dict(), data=data)
 
+    @property
+    def progress(self) -> SimpleNamespace:
+        """Where the run is, in :func:`saved_progress`'s terms (epochs from 1, ``batch``, ``averaging``, ...)."""
+        return SimpleNamespace(**saved_progress(self.prog, self.history, self.pass_length))
+
+    def schedule(self, epoch: int) -> list:
+        """The BPTT segments of ``epoch`` (from 1)."""
+        c = self.cfg
+        return bptt_schedule(
+            self.n_rows, c.bptt, c.seed, epoch, c.variable_bptt, c.bptt_short_prob, c.bptt_std, c.min_seq_len
+        )
+
+    def pass_length(self, epoch: int) -> int:
+        return len(self.schedule(epoch))
+
     def averaged_weights(self) -> list[torch.Tensor] | None:
         """ASGD's running average (``ax``) once averaging started; a parameter ASGD has not stepped yet
         (just after the switch) counts with its current value, as ``ax`` would equal it after one step."""
-        if not self.progress.averaging:
+        if not self.prog.task["averaging"]:
             return None
         state = self.optimizer.state
         return [state.get(p, {}).get("ax", p) for p in self.params]
@@ -429,22 +451,152 @@ class Trainer:
                 for p, s in zip(self.params, saved):
                     p.copy_(s)
 
-    def _start_averaging(self) -> None:
+    def _start_averaging(self) -> str:
         # the authors replace the optimizer by a fresh torch ASGD at the switch: so do we (no state carried)
-        self.progress.averaging = True
-        self.progress.avg_count = 0
+        self.prog.task.update(averaging=True, avg_count=0)
         self.optimizer = make_averaging_optimizer(self.params, self.cfg)
-        self.log(f"epoch {self.progress.epoch}: switching to averaged SGD (NT-ASGD)")
+        return f"epoch {self.prog.epoch + 1}: switching to averaged SGD (NT-ASGD)"
 
-    # -- checkpoints -----------------------------------------------------------------------------
-    def save(self) -> None:
-        """Write the resume file and model.last (all processes take part: the state is gathered)."""
-        self._flush_epoch_loss()
-        self._check_finite()
-        prog = self.progress
+    # -- the task's part of the loop ----------------------------------------------------------------
+    def pass_batches(self, prog: Progress) -> list:
+        """The epoch's segments; at its start the carried state is reset and averaging may begin
+        (``asgd_start_epoch``)."""
+        cfg, t = self.cfg, prog.task
+        if prog.pos == 0:
+            self.hidden = None
+            start = cfg.asgd_start_epoch
+            if self._averaging_allowed() and not t["averaging"] and start and prog.epoch + 1 >= start:
+                self.log(self._start_averaging())
+        self._clock = time.perf_counter()
+        self._since = {"tokens": 0, "loss": self._zero(), "clock": self._clock, "start": self._clock, "batches": 0}
+        self._n_pass, self._postfix = len(sched := self.schedule(prog.epoch + 1)), {}
+        return sched
+
+    def _averaging_allowed(self) -> bool:
+        return self.cfg.optimizer == "sgd" and self.cfg.averaging
+
+    def _zero(self) -> torch.Tensor:
+        return torch.zeros((), dtype=torch.float64, device=self.ctx.device)
+
+    def train_step(self, seg, prog: Progress) -> None:
+        """One optimizer step on one segment (+ the running average once averaging started). The loss is
+        summed on the device and checked when it is read (:meth:`_flush`): no wait for the device per step."""
+        cfg = self.cfg
+        x, y = segment(self.train_data, seg.start, seg.length)
+        self.hidden = detach_state(self.hidden)
+        for g in self.optimizer.param_groups:
+            g["lr"] = cfg.lr * seg.lr_scale
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(self.ctx.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+            loss, raw, hidden = self.objective(x, y, self.hidden, self.shard)
+        # the carried state stays float32 whatever autocast made of it, so that evaluation, resume and a
+        # later fp32 session read it as they would without autocast
+        self.hidden = hidden if cfg.precision == "fp32" else float32_state(hidden)
+        loss.backward()
+        if cfg.clip:
+            torch.nn.utils.clip_grad_norm_(self.params, cfg.clip)
+        self.optimizer.step()  # in the averaging phase torch's ASGD: the step and its running average
+        prog.task["avg_count"] += int(prog.task["averaging"])
+        n = y.numel()
+        self._acc_loss += raw.double() * n
+        self._acc_tok += n
+        self._since["loss"] += raw.double() * n
+        self._since["tokens"] += n
+        self._since["batches"] += 1
+        return None
+
+    def end_pass(self, prog: Progress, complete: bool) -> bool | None:
+        return True if complete else None
+
+    def describe(self, prog: Progress) -> dict[str, str]:
+        """Loss, speed and time left since the last report, every ``log_every`` steps (and tensorboard)."""
+        if prog.step % self.cfg.log_every and prog.pos != self._n_pass:
+            return self._postfix
+        since, now = self._since, time.perf_counter()
+        cur = float(since["loss"]) / max(since["tokens"], 1)
+        tok_s = since["tokens"] * self.ctx.world / max(now - since["clock"], 1e-9)
+        rate = since["batches"] / max(now - since["start"], 1e-9)
+        left = (self._n_pass - prog.pos + (self.cfg.epochs - prog.epoch - 1) * self._n_pass) / rate
+        self._postfix = {"loss": f"{cur:.3f}", "ppl": f"{math.exp(min(cur, 50)):.1f}", "tok/s": f"{tok_s:,.0f}"}
+        self._postfix["left"] = _fmt_time(left)
+        tb = self._tensorboard()
+        if tb:
+            tb.add_scalar("train/loss", cur, prog.step)
+            tb.add_scalar("train/tokens_per_s", tok_s, prog.step)
+        since["tokens"], since["clock"] = 0, now
+        since["loss"].zero_()
+        return self._postfix
+
+    def validate(self):
+        """The validation perplexity of the weights evaluation uses (raises Interrupted on Ctrl-C)."""
+        stop = self.engine.stop if self.engine is not None else None
+        with self.eval_weights():
+            return perplexity(
+                self.model,
+                self.corpus["valid"].ids,
+                "batched",
+                self.cfg.eval_batch_size,
+                self.cfg.bptt,
+                self.ctx.device,
+                rank=self.ctx.rank,
+                world=self.ctx.world,
+                reduce=self.ctx.all_reduce_sum,
+                should_stop=(lambda: stop.requested) if stop is not None and not self.ctx.distributed else None,
+            )
+
+    def validation(self, prog: Progress) -> Check:
+        """The epoch's row of log.csv (its best is filled in by :meth:`after_check`)."""
+        self._flush()
+        valid, t = self.validate(), prog.task
+        train_loss = t["epoch_loss_sum"] / max(t["epoch_tokens"], 1)
+        row = {
+            "epoch": prog.epoch,
+            "steps": prog.step,
+            "train_loss": round(train_loss, 6),
+            "train_ppl": round(math.exp(min(train_loss, 50)), 3),
+            "valid_loss": round(valid.loss, 6),
+            "valid_ppl": round(valid.ppl, 3),
+            "averaging": int(t["averaging"]),
+            "tokens": t["epoch_tokens"],
+            "epoch_seconds": round(t["epoch_seconds"], 2),
+            "tokens_per_s": round(t["epoch_tokens"] / max(t["epoch_seconds"], 1e-9), 1),
+            "elapsed_s": round(self.clock(), 1),
+        }
+        t.update(epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
+        return Check(-valid.loss, row)
+
+    def after_check(self, prog: Progress, check: Check, improved: bool) -> str:
+        """The best perplexity so far in the row, tensorboard and NT-ASGD's switch; returns the log line."""
+        row, t = check.record, prog.task
+        row["best_valid_ppl"] = round(math.exp(-prog.best), 3) if prog.best is not None else float("nan")
+        line = (
+            f"epoch {row['epoch']:3d} | train ppl {row['train_ppl']:8.2f} | valid ppl {row['valid_ppl']:8.2f}"
+            f"{' *' if improved else '  '} | {'ASGD' if t['averaging'] else 'SGD '} | "
+            f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s"
+        )
+        tb = self._tensorboard()
+        if tb:
+            tb.add_scalar("valid/ppl", row["valid_ppl"], prog.epoch)
+            tb.add_scalar("train/epoch_ppl", row["train_ppl"], prog.epoch)
+        if self._averaging_allowed() and not t["averaging"]:
+            switch = nonmono_switch(t["sgd_valid_history"], -check.score, self.cfg.nonmono)
+            t["sgd_valid_history"].append(-check.score)
+            if switch:
+                line += "\n" + self._start_averaging()
+        return line
+
+    def save_weights(self, tag: str) -> None:
+        """``model.best`` (the weights evaluation uses); ``model.last`` is written with every resume file."""
+        if tag == "best" and self.ctx.is_main:
+            with self.eval_weights():
+                save_weights(self.run_dir / "model.best.safetensors", self.model)
+
+    def save_state(self, prog: Progress, history: list[dict]) -> None:
+        """Write the resume file, model.last and log.csv (all processes take part: the state is gathered)."""
+        self._flush()
         tensors: dict[str, torch.Tensor] = {}
         layout: list[int] = []
-        if self.hidden is not None and 0 < prog.batch:
+        if self.hidden is not None and prog.pos > 0:
             flat, layout = _flatten_state(self.hidden)
             for k, t in flat.items():
                 tensors[k] = self.ctx.gather_columns(t.detach(), dim=1).cpu().contiguous()
@@ -452,24 +604,15 @@ class Trainer:
             self.ctx.barrier()
             return
         common, opt_meta = training_tensors(self.model, self.optimizer, self.ctx.device)
-        tensors.update(common)
-        write_resume(
-            self.run_dir / RESUME_FILE,
-            RESUME_FORMAT,
-            tensors,
-            {
-                "progress": asdict(prog),
-                "optimizer": opt_meta,
-                "hidden_layout": layout,
-                "model_config": self.model_config.to_dict(),
-                "world": self.ctx.world,
-            },
-        )
+        meta = {"progress": saved_progress(prog, history, self.pass_length), "optimizer": opt_meta}
+        meta.update(hidden_layout=layout, model_config=self.model_config.to_dict(), world=self.ctx.world)
+        write_resume(self.run_dir / RESUME_FILE, RESUME_FORMAT, {**tensors, **common}, meta)
         with self.eval_weights():
             save_weights(self.run_dir / "model.last.safetensors", self.model)
-        write_log_csv(self.run_dir / "log.csv", prog.history)
+        write_log_csv(self.run_dir / "log.csv", history)
         self.ctx.barrier()
 
+    # -- resume ----------------------------------------------------------------------------------
     def _load(self, path: Path) -> None:
         fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
         tensors, meta = read_resume(
@@ -480,9 +623,9 @@ class Trainer:
             fix,
         )
         try:
-            prog = Progress(**meta["progress"])
-        except TypeError as e:
-            raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({e}); {fix}") from None
+            self.prog, self.history = progress_from_saved(meta["progress"], self.pass_length)
+        except (KeyError, TypeError) as e:
+            raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({e!r}); {fix}") from None
         if meta["model_config"] != self.model_config.to_dict():
             raise CheckpointError(
                 f"{path} was written for another model ({meta['model_config']}) than config.json "
@@ -491,22 +634,21 @@ class Trainer:
         if is_averaging_state(meta["optimizer"]):
             self.optimizer = make_averaging_optimizer(self.params, self.cfg)
         restore_training(path, tensors, meta["optimizer"], self.model, self.optimizer, self.ctx.device)
-        if prog.averaging and not is_averaging_state(meta["optimizer"]):
-            self._continue_old_average(path, tensors, prog, meta["optimizer"])
+        if self.prog.task["averaging"] and not is_averaging_state(meta["optimizer"]):
+            self._continue_old_average(path, tensors, self.prog.task["avg_count"], meta["optimizer"])
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
-        self.progress = prog
+        p = self.progress
         self.log(
-            f"resumed {self.run_dir} at epoch {prog.epoch}, batch {prog.batch}, step {prog.step}"
-            + (" (averaging)" if prog.averaging else "")
+            f"resumed {self.run_dir} at epoch {p.epoch}, batch {p.batch}, step {p.step}"
+            + (" (averaging)" if p.averaging else "")
         )
 
-    def _continue_old_average(self, path: Path, tensors: dict, prog: Progress, opt_meta: dict) -> None:
+    def _continue_old_average(self, path: Path, tensors: dict, k: int, opt_meta: dict) -> None:
         """A file saved in the averaging phase before it used torch's ASGD holds SGD state and its own mean
         ``avg.*`` of the last ``avg_count`` iterates. Go on with ASGD from that mean: ASGD's state after
         step s averages s - 1 iterates (mu = 1/s), and eta is the rate of the last step."""
         self.optimizer = make_averaging_optimizer(self.params, self.cfg)
-        k = prog.avg_count
         if k == 0:  # no averaged step yet: a fresh ASGD is exactly that state
             return
         eta = float(opt_meta["param_groups"][0]["lr"])
@@ -535,35 +677,30 @@ class Trainer:
 
         return [cut(s) if torch.is_tensor(s) else tuple(cut(t) for t in s) for s in full]
 
-    # -- training ----------------------------------------------------------------------------------
-    def _flush_epoch_loss(self) -> None:
-        t = torch.stack([self._acc_loss, self._acc_tok]).cpu()
+    # -- the loss, divergence and the run ----------------------------------------------------------
+    def _flush(self) -> None:
+        """Add the device's loss sums to the epoch's (all processes) and the training time; then stop if the loss
+        is NaN or infinite (no file written: the last good ones are kept). Done before every save and validation,
+        so diverged weights never reach a file."""
+        t, prog = torch.stack([self._acc_loss, self._acc_tok]).cpu(), self.prog
         t = self.ctx.all_reduce_sum(t)
-        self.progress.epoch_loss_sum += float(t[0])
-        self.progress.epoch_tokens += int(round(float(t[1])))
+        prog.task["epoch_loss_sum"] += float(t[0])
+        prog.task["epoch_tokens"] += int(round(float(t[1])))
         self._acc_loss.zero_()
         self._acc_tok.zero_()
         now = time.perf_counter()
-        self.progress.elapsed += now - self._clock
-        if self._in_epoch:
-            self.progress.epoch_seconds += now - self._clock
+        prog.task["epoch_seconds"] += now - self._clock
         self._clock = now
-
-    def _check_finite(self) -> None:
-        """Stop (no checkpoint written: the last good one is kept) once the training loss is NaN or
-        infinite; checked before every save and validation, so diverged weights never reach a file."""
-        prog = self.progress
-        if not self.ctx.any(not math.isfinite(prog.epoch_loss_sum)):
+        if not self.ctx.any(not math.isfinite(prog.task["epoch_loss_sum"])):
             return
-        best = self.run_dir / "model.best.safetensors"
         kept = [
-            f"{best.name} (valid ppl {math.exp(prog.best_valid):.2f})" if prog.best_valid is not None else "",
+            f"model.best.safetensors (valid ppl {math.exp(-prog.best):.2f})" if prog.best is not None else "",
             RESUME_FILE if (self.run_dir / RESUME_FILE).exists() else "",
         ]
         kept = [k for k in kept if k]
         raise TrainingDiverged(
-            f"training diverged: the training loss is {prog.epoch_loss_sum / max(prog.epoch_tokens, 1)} in epoch "
-            f"{prog.epoch} (by step {prog.step}); the diverged weights were not saved"
+            f"training diverged: the training loss is {prog.task['epoch_loss_sum'] / max(prog.task['epoch_tokens'], 1)}"
+            f" in epoch {prog.epoch + 1} (by step {prog.step}); the diverged weights were not saved"
             + (f"; kept from before: {', '.join(kept)} in {self.run_dir}" if kept else "")
             + "; lower --lr or set --clip (e.g. 0.25) and train into a new --out"
         )
@@ -578,219 +715,35 @@ class Trainer:
                 self._tb = False
         return self._tb or None
 
-    def validate(self):
-        with self.eval_weights():
-            return perplexity(
-                self.model,
-                self.corpus["valid"].ids,
-                "batched",
-                self.cfg.eval_batch_size,
-                self.cfg.bptt,
-                self.ctx.device,
-                rank=self.ctx.rank,
-                world=self.ctx.world,
-                reduce=self.ctx.all_reduce_sum,
-                should_stop=(lambda: self.stop.requested) if not self.ctx.distributed else None,
-            )
-
     def run(self, max_steps: int | None = None, on_step: Callable[[Trainer], None] | None = None) -> dict:
         """Train to ``cfg.epochs`` (or until ``max_steps`` optimizer steps in total, or a stop request),
         then (``final_test``) score the best weights. Returns ``{"status": ..., "progress": ...}``."""
-        cfg, prog, ctx = self.cfg, self.progress, self.ctx
-        self._acc_loss = torch.zeros((), dtype=torch.float64, device=ctx.device)
-        self._acc_tok = torch.zeros((), dtype=torch.float64, device=ctx.device)
-        self._clock = time.perf_counter()
-        self._in_epoch = False
+        cfg, prog = self.cfg, self.prog
+        self._acc_loss, self._acc_tok, self._clock = self._zero(), self._zero(), time.perf_counter()
         self.model.train()
-        status = "finished"
-        with self.stop:
-            try:
-                status = self._epochs(max_steps, on_step)
-            except KeyboardInterrupt:
-                self.log("aborted without saving; the last checkpoint is kept")
-                raise
-        if status == "finished" and prog.results is None and cfg.final_test:
-            status = self._final_test()
+        if prog.epoch >= cfg.epochs and not prog.check_due:
+            self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
+        budget = Budget(cfg.epochs, 0, max_steps, check_at_stop=False, save_every=cfg.checkpoint_every)
+        hook = (lambda: on_step(self)) if on_step is not None else None
+        engine = Engine(self, budget, prog, self.history, self.log, cfg.progress and self.ctx.is_main, "", hook)
+        engine.agree, self.engine, self.clock = self.ctx.any, engine, engine.elapsed
+        why = engine.run()
+        if why == "aborted":
+            self.log("aborted without saving; the last checkpoint is kept")
+            raise KeyboardInterrupt
+        status = {"epochs": "finished", "max_steps": "stopped"}.get(why, why)
+        if why == "interrupted":
+            engine.save_state()
+            self.log(self._stopped_message("interrupted during validation" if prog.check_due else "interrupted"))
+        elif why == "max_steps":
+            self.log(self._stopped_message(f"stopped after {prog.step} steps (max_steps)"))
+        else:
+            prog.task["finished"] = True
+            if prog.task["results"] is None and cfg.final_test:
+                status = self._final_test()
         if self._tb:
             self._tb.close()
-        return {"status": status, "progress": asdict(prog)}
-
-    def _epochs(self, max_steps, on_step) -> str:
-        cfg, ctx = self.cfg, self.ctx
-        prog = self.progress
-        averaging_allowed = cfg.optimizer == "sgd" and cfg.averaging
-        if prog.epoch > cfg.epochs:
-            self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
-        while prog.epoch <= cfg.epochs:
-            sched = bptt_schedule(
-                self.n_rows,
-                cfg.bptt,
-                cfg.seed,
-                prog.epoch,
-                cfg.variable_bptt,
-                cfg.bptt_short_prob,
-                cfg.bptt_std,
-                cfg.min_seq_len,
-            )
-            if prog.batch == 0:
-                self.hidden = None
-                if (
-                    averaging_allowed
-                    and not prog.averaging
-                    and cfg.asgd_start_epoch
-                    and prog.epoch >= cfg.asgd_start_epoch
-                ):
-                    self._start_averaging()
-            status = self._train_epoch(sched, max_steps, on_step)
-            if status != "running":
-                return status
-            # validation at the end of the epoch
-            self._flush_epoch_loss()
-            self._check_finite()
-            self._in_epoch = False
-            try:
-                valid = self.validate()
-            except Interrupted:
-                self.save()
-                self.log(self._stopped_message("interrupted during validation"))
-                return "interrupted"
-            self._end_of_epoch(valid, averaging_allowed)
-            if ctx.any(self.stop.requested):
-                self.log(self._stopped_message("interrupted"))
-                return "interrupted"
-        prog.finished = True
-        return "finished"
-
-    def _train_epoch(self, sched, max_steps, on_step) -> str:
-        cfg, ctx, prog = self.cfg, self.ctx, self.progress
-        bar = progress_bar(
-            cfg.progress and ctx.is_main,
-            total=len(sched),
-            initial=prog.batch,
-            desc=f"epoch {prog.epoch}/{cfg.epochs}",
-            unit="batch",
-            leave=False,
-            dynamic_ncols=True,
-        )
-        self._in_epoch = True
-        # the running figures of the progress bar: since the last report, and since this session started
-        self._since = {
-            "tokens": 0,
-            "loss": torch.zeros((), dtype=torch.float64, device=ctx.device),
-            "clock": time.perf_counter(),
-            "session_start": time.perf_counter(),
-            "session_batches": 0,
-        }
-        try:
-            for k in range(prog.batch, len(sched)):
-                self._step(sched[k])
-                prog.batch = k + 1
-                bar.update(1)
-                if on_step is not None:
-                    on_step(self)
-                if prog.step % cfg.log_every == 0 or k + 1 == len(sched):
-                    self._report(bar, len(sched), len(sched) - k - 1)
-                stop = ctx.any(self.stop.requested or bool(max_steps and prog.step >= max_steps))
-                if stop or prog.step % cfg.checkpoint_every == 0:
-                    self.save()
-                if stop:
-                    if self.stop.requested:
-                        self.log(self._stopped_message("interrupted"))
-                        return "interrupted"
-                    self.log(self._stopped_message(f"stopped after {prog.step} steps (max_steps)"))
-                    return "stopped"
-        finally:
-            bar.close()
-        return "running"
-
-    def _step(self, seg) -> None:
-        """One optimizer step on one segment (+ the running average once averaging started)."""
-        cfg, prog = self.cfg, self.progress
-        x, y = segment(self.train_data, seg.start, seg.length)
-        self.hidden = detach_state(self.hidden)
-        for g in self.optimizer.param_groups:
-            g["lr"] = cfg.lr * seg.lr_scale
-        self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(self.ctx.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
-            loss, raw, hidden = self.objective(x, y, self.hidden, self.shard)
-        # the carried state stays float32 whatever autocast made of it, so that evaluation, resume and a
-        # later fp32 session read it as they would without autocast
-        self.hidden = hidden if cfg.precision == "fp32" else float32_state(hidden)
-        loss.backward()
-        if cfg.clip:
-            torch.nn.utils.clip_grad_norm_(self.params, cfg.clip)
-        self.optimizer.step()  # in the averaging phase torch's ASGD: the step and its running average
-        prog.avg_count += int(prog.averaging)
-        prog.step += 1
-        n = y.numel()
-        self._acc_loss += raw.double() * n
-        self._acc_tok += n
-        self._since["loss"] += raw.double() * n
-        self._since["tokens"] += n
-        self._since["session_batches"] += 1
-
-    def _report(self, bar, n_batches: int, left_in_epoch: int) -> None:
-        """Loss, speed and time left on the progress bar (and tensorboard) since the last report."""
-        cfg, prog, since = self.cfg, self.progress, self._since
-        now = time.perf_counter()
-        cur = float(since["loss"]) / max(since["tokens"], 1)
-        tok_s = since["tokens"] * self.ctx.world / max(now - since["clock"], 1e-9)
-        rate = since["session_batches"] / max(now - since["session_start"], 1e-9)
-        left = (left_in_epoch + (cfg.epochs - prog.epoch) * n_batches) / rate
-        bar.set_postfix_str(
-            f"loss {cur:.3f} ppl {math.exp(min(cur, 50)):.1f} {tok_s:,.0f} tok/s left {_fmt_time(left)}", refresh=False
-        )
-        tb = self._tensorboard()
-        if tb:
-            tb.add_scalar("train/loss", cur, prog.step)
-            tb.add_scalar("train/tokens_per_s", tok_s, prog.step)
-        since["tokens"], since["clock"] = 0, now
-        since["loss"].zero_()
-
-    def _end_of_epoch(self, valid, averaging_allowed: bool) -> None:
-        cfg, prog = self.cfg, self.progress
-        # a non-finite validation loss is never the best (it would replace good weights with broken ones)
-        improved = math.isfinite(valid.loss) and (prog.best_valid is None or valid.loss < prog.best_valid)
-        if improved:
-            prog.best_valid = valid.loss
-            if self.ctx.is_main:
-                with self.eval_weights():
-                    save_weights(self.run_dir / "model.best.safetensors", self.model)
-        train_loss = prog.epoch_loss_sum / max(prog.epoch_tokens, 1)
-        row = {
-            "epoch": prog.epoch,
-            "steps": prog.step,
-            "train_loss": round(train_loss, 6),
-            "train_ppl": round(math.exp(min(train_loss, 50)), 3),
-            "valid_loss": round(valid.loss, 6),
-            "valid_ppl": round(valid.ppl, 3),
-            "best_valid_ppl": round(math.exp(prog.best_valid), 3) if prog.best_valid is not None else float("nan"),
-            "averaging": int(prog.averaging),
-            "tokens": prog.epoch_tokens,
-            "epoch_seconds": round(prog.epoch_seconds, 2),
-            "tokens_per_s": round(prog.epoch_tokens / max(prog.epoch_seconds, 1e-9), 1),
-            "elapsed_s": round(prog.elapsed, 1),
-        }
-        prog.history.append(row)
-        self.log(
-            f"epoch {prog.epoch:3d} | train ppl {row['train_ppl']:8.2f} | valid ppl {valid.ppl:8.2f}"
-            f"{' *' if improved else '  '} | {'ASGD' if prog.averaging else 'SGD '} | "
-            f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s"
-        )
-        tb = self._tensorboard()
-        if tb:
-            tb.add_scalar("valid/ppl", valid.ppl, prog.epoch)
-            tb.add_scalar("train/epoch_ppl", row["train_ppl"], prog.epoch)
-        if averaging_allowed and not prog.averaging:
-            switch = nonmono_switch(prog.sgd_valid_history, valid.loss, cfg.nonmono)
-            prog.sgd_valid_history.append(valid.loss)
-            if switch:
-                self._start_averaging()
-        prog.epoch += 1
-        prog.batch = 0
-        prog.epoch_loss_sum, prog.epoch_tokens, prog.epoch_seconds = 0.0, 0, 0.0
-        self.hidden = None
-        self.save()
+        return {"status": status, "progress": vars(self.progress)}
 
     def _stopped_message(self, why: str) -> str:
         p = self.progress
@@ -801,60 +754,45 @@ class Trainer:
 
     def _final_test(self) -> str:
         """Score the best weights on valid (batched, eval_batch_size) and test (test_batch_size)."""
-        cfg, prog = self.cfg, self.progress
+        cfg, prog, ctx = self.cfg, self.prog, self.ctx
         status = "finished"
         best = self.run_dir / "model.best.safetensors"
-        if self.ctx.is_main and not best.exists():
+        if ctx.is_main and not best.exists():
             self.log("no epoch had a finite validation loss, so there are no best weights to test")
-        elif self.ctx.is_main:
-            model = LanguageModel(self.model_config).to(self.ctx.device)
-            from ..checkpoint import load_weights
-
+        elif ctx.is_main:
+            model = LanguageModel(self.model_config).to(ctx.device)
             load_weights(best, model)
-            test_protocol = "paper" if cfg.test_batch_size == 1 else "batched"
+            splits = (("valid", "batched", cfg.eval_batch_size, False), ("test", None, cfg.test_batch_size, True))
             try:
-                with self.stop:
-                    stop = lambda: self.stop.requested
-                    valid = perplexity(
-                        model,
-                        self.corpus["valid"].ids,
-                        "batched",
-                        cfg.eval_batch_size,
-                        cfg.bptt,
-                        self.ctx.device,
-                        should_stop=stop,
-                    )
-                    test = perplexity(
-                        model,
-                        self.corpus["test"].ids,
-                        test_protocol,
-                        cfg.test_batch_size,
-                        cfg.bptt,
-                        self.ctx.device,
-                        progress=cfg.progress,
-                        should_stop=stop,
-                    )
+                with StopRequest() as stop:
+                    valid, test = [
+                        perplexity(
+                            model,
+                            self.corpus[split].ids,
+                            protocol or ("paper" if size == 1 else "batched"),
+                            size,
+                            cfg.bptt,
+                            ctx.device,
+                            progress=cfg.progress and bar,
+                            should_stop=lambda: stop.requested,
+                        )
+                        for split, protocol, size, bar in splits
+                    ]
             except Interrupted:
                 self.log("final test interrupted; score the run later with onlstm lm eval")
                 status = "interrupted"
             else:
-                prog.results = {
-                    "weights": "model.best.safetensors",
-                    "valid": valid.to_dict(),
-                    "test": test.to_dict(),
-                    "epochs": prog.epoch - 1,
-                    "steps": prog.step,
-                    "train_seconds": round(prog.elapsed, 1),
-                }
-                write_json(self.run_dir / "results.json", prog.results)
+                results = {"weights": best.name, "valid": valid.to_dict(), "test": test.to_dict()}
+                results.update(epochs=prog.epoch, steps=prog.step, train_seconds=round(self.clock(), 1))
+                prog.task["results"] = results
+                write_json(self.run_dir / "results.json", results)
                 self.log(f"best weights: valid {valid.describe()}")
                 self.log(f"best weights: test  {test.describe()}")
-        if self.ctx.distributed:
-            flag = torch.tensor([1.0 if status == "interrupted" else 0.0])
-            flag = self.ctx.all_reduce_sum(flag)
+        if ctx.distributed:
+            flag = ctx.all_reduce_sum(torch.tensor([1.0 if status == "interrupted" else 0.0]))
             status = "interrupted" if float(flag[0]) > 0 else status
         if status == "finished":
-            self.save()
+            self.engine.save_state()
         return status
 
 

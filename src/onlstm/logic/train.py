@@ -427,7 +427,7 @@ class LogicTask:
             "best": f"{100 * (prog.best or 0.0):.1f}%",
         }
 
-    def validate(self, prog: Progress) -> Check:
+    def validation(self, prog: Progress) -> Check:
         flags = correct_flags(self.model, self.valid_data, self.cfg.eval_batch_size)
         acc, t = sum(flags) / len(flags), prog.task
         rec = {

@@ -7,9 +7,11 @@ weights and carry its own state); :class:`Engine` runs it. What the loop carries
 replays exactly the updates an uninterrupted one makes.
 
 Stopping rules, checked after every update in this order: a validation check when one is due (``valid_every``
-updates; patience counts checks without a new best), ``max_steps`` updates, ``time_limit`` minutes of training
-(both validate the last update when it was not just checked), a stop request (Ctrl-C or SIGTERM: the resume
-file is written after the current update; a second Ctrl-C aborts at once and keeps the file of the last check).
+updates, or at the end of every pass when it is 0; patience counts checks without a new best), ``max_steps``
+updates, ``time_limit`` minutes of training (both validate the last update when it was not just checked, or with
+``check_at_stop=False`` only write the resume file), a stop request (Ctrl-C or SIGTERM: the resume file is
+written after the current update; a second Ctrl-C aborts at once and keeps the file of the last check). A
+validation the task stops with :class:`Interrupted` is done again first when the run resumes.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import TrainingDiverged
@@ -37,6 +39,7 @@ class Progress:
     bad_checks: int = 0  # validation checks in a row without a new best
     seconds: float = 0.0  # training time of the sessions before this one
     n_checks: int = 0  # validation checks recorded in the history
+    check_due: bool = False  # a validation was interrupted: it is done first on resume
     task: dict[str, Any] = field(default_factory=dict)  # what the experiment carries (JSON values)
 
     @classmethod
@@ -49,15 +52,22 @@ class Budget:
     """When a run stops: whichever of these comes first."""
 
     epochs: int
-    valid_every: int  # updates between validation checks
+    valid_every: int  # updates between validation checks; 0: at the end of every pass
     max_steps: int | None = None
     time_limit: float | None = None  # minutes
     patience: int | None = None  # checks in a row without a new best
+    check_at_stop: bool = True  # max_steps / time_limit validate the last update (else: the resume file only)
+    save_every: int | None = None  # updates between resume files written between checks
+
+
+class Interrupted(Exception):
+    """Raised by a task's validation when a stop was requested during it."""
 
 
 @dataclass
 class Check:
-    """One validation: ``score`` (higher is better) and the history record (must hold ``step``)."""
+    """One validation: ``score`` (higher is better; a non-finite one is never the best) and the history
+    record (must hold ``step`` when ``valid_every`` counts updates)."""
 
     score: float
     record: dict[str, Any]
@@ -69,16 +79,17 @@ class Task(Protocol):
     def pass_batches(self, prog: Progress) -> Sequence:
         """The batches of the pass in progress, the same list again when resumed in the middle of it."""
 
-    def train_step(self, batch, prog: Progress) -> float:
-        """One update; returns the training loss (a non-finite one stops the run)."""
+    def train_step(self, batch, prog: Progress) -> float | None:
+        """One update; returns the training loss (a non-finite one stops the run), or None when the task
+        checks it itself (e.g. without waiting for the device at every step)."""
 
     def end_pass(self, prog: Progress, complete: bool) -> bool | None:
         """Called after every update; ``complete`` when the pass's last batch was just used. Returns None to
         go on with the pass, else whether the pass that ends counts as an epoch (the task then prepares the
         next pass in ``prog.task``)."""
 
-    def validate(self, prog: Progress) -> Check:
-        """Score the current weights on the validation data."""
+    def validation(self, prog: Progress) -> Check:
+        """Score the current weights on the validation data (may raise :class:`Interrupted`)."""
 
     def after_check(self, prog: Progress, check: Check, improved: bool) -> str:
         """Schedules that follow a check (e.g. decay the learning rate); returns a note for the log line."""
@@ -95,7 +106,9 @@ class Task(Protocol):
 
 class Engine:
     """Runs a :class:`Task` under a :class:`Budget`; :meth:`run` returns why it stopped: ``epochs``,
-    ``patience``, ``max_steps``, ``time_limit``, ``interrupted`` or ``aborted``."""
+    ``patience``, ``max_steps``, ``time_limit``, ``interrupted`` or ``aborted``. ``on_step`` is called after every
+    update, before the pass's end is handled; ``agree`` turns a process's wish to stop into the decision every
+    process takes (several processes: any of them)."""
 
     def __init__(
         self,
@@ -106,11 +119,14 @@ class Engine:
         log: Callable[[str], None],
         bar: bool = False,
         desc: str = "",
+        on_step: Callable[[], None] | None = None,
+        agree: Callable[[bool], bool] = bool,
     ):
         self.task, self.budget, self.progress, self.history = task, budget, progress, history
-        self.log, self.show_bar, self.desc = log, bar, desc
+        self.log, self.show_bar, self.desc, self.on_step, self.agree = log, bar, desc, on_step, agree
         self.bar: Any = None
         self.start = 0.0
+        self.stop = StopRequest()
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -120,17 +136,22 @@ class Engine:
         self.start = time.perf_counter() - prog.seconds
         why = "epochs"
         try:
-            with StopRequest() as stop:
+            with self.stop as stop:
+                if prog.check_due and self.check():
+                    return "patience"
                 while prog.epoch < budget.epochs:
                     why = self._pass(stop)
                     if why != "epochs":
                         break
                 else:
-                    if prog.step and (not self.history or self.history[-1]["step"] != prog.step):
+                    if budget.valid_every and prog.step and (not self.history or self.history[-1]["step"] != prog.step):
                         self.check()  # the updates after the last check count too
+        except Interrupted:  # during a validation: the resume file says that it is due
+            why = "interrupted"
         except KeyboardInterrupt:  # a second Ctrl-C (or one outside the signal handler): no resume file written
             why = "aborted"
-        self._close_bar()
+        finally:
+            self._close_bar()
         return why
 
     def _pass(self, stop: StopRequest) -> str:
@@ -141,49 +162,63 @@ class Engine:
             self.show_bar,
             total=len(batches),
             initial=prog.pos,
-            desc=f"{self.desc} epoch {prog.epoch + 1}/{self.budget.epochs}",
+            desc=f"{self.desc} epoch {prog.epoch + 1}/{self.budget.epochs}".strip(),
             leave=False,
             dynamic_ncols=True,
         )
         for k in range(prog.pos, len(batches)):
             loss = self.task.train_step(batches[k], prog)
-            if not math.isfinite(loss):
+            if loss is not None and not math.isfinite(loss):
                 self._diverged(loss)
             prog.step += 1
             prog.pos += 1
+            if self.on_step is not None:
+                self.on_step()
             self.bar.update(1)
             self.bar.set_postfix(self.task.describe(prog))
             counts = self.task.end_pass(prog, prog.pos == len(batches))
             if counts is not None:
                 prog.epoch += int(counts)
                 prog.pos = 0
-            why = self._after_step(stop)
+            why = self._after_step(stop, counts is not None)
             if why != "epochs" or prog.pos == 0:
                 break
         self._close_bar()
         return why
 
-    def _after_step(self, stop: StopRequest) -> str:
+    def _after_step(self, stop: StopRequest, pass_ended: bool) -> str:
         """A validation check when one is due, then the stopping rules; returns ``epochs`` to go on."""
         prog, budget = self.progress, self.budget
-        checked = prog.step % budget.valid_every == 0
+        checked = prog.step % budget.valid_every == 0 if budget.valid_every else pass_ended
         if checked and self.check():
             return "patience"
-        for why, over in (
+        why = "interrupted" if stop.requested else "epochs"
+        for reason, over in (
             ("max_steps", budget.max_steps is not None and prog.step >= budget.max_steps),
             ("time_limit", budget.time_limit is not None and self.elapsed() > 60 * budget.time_limit),
         ):
             if over:
-                if not checked:
-                    self.check()  # the run's last figures are those of its last update
-                return why
-        return "interrupted" if stop.requested else "epochs"
+                why = reason
+                break
+        if not self.agree(why != "epochs"):
+            if budget.save_every and prog.step % budget.save_every == 0 and not checked:
+                self.save_state()
+            return "epochs"
+        if why in ("max_steps", "time_limit") and not checked:
+            # the run's last figures are those of its last update
+            self.check() if budget.check_at_stop else self.save_state()
+        return "interrupted" if why == "epochs" else why  # "epochs": another process was asked to stop
 
     def check(self) -> bool:
         """Validate, keep the best and last weights, record, write the resume file; True when patience ran out."""
         prog = self.progress
-        result = self.task.validate(prog)
-        improved = prog.best is None or result.score > prog.best
+        try:
+            result = self.task.validation(prog)
+        except Interrupted:
+            prog.check_due = True
+            raise
+        prog.check_due = False
+        improved = math.isfinite(result.score) and (prog.best is None or result.score > prog.best)
         if improved:
             prog.best, prog.best_step, prog.bad_checks = result.score, prog.step, 0
             self.task.save_weights("best")
@@ -224,7 +259,3 @@ class Engine:
             f"training diverged: the training loss is {loss} at step {prog.step + 1}; the diverged weights "
             f"were not saved{kept}; lower --lr or set --clip (e.g. 1.0) and train into a new --out"
         )
-
-
-def progress_to_dict(prog: Progress) -> dict:
-    return asdict(prog)
