@@ -83,7 +83,7 @@ from ..runs import (
     training_tensors,
     write_resume,
 )
-from ..runs.engine import Budget, Check, Engine, Progress
+from ..runs.engine import Budget, Check, Engine, Progress, update
 from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section
 from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
@@ -486,16 +486,13 @@ class Trainer:
         self.hidden = detach_state(self.hidden)
         for g in self.optimizer.param_groups:
             g["lr"] = cfg.lr * seg.lr_scale
-        self.optimizer.zero_grad(set_to_none=True)
         with torch.autocast(self.ctx.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
             loss, raw, hidden = self.objective(x, y, self.hidden, self.shard)
         # the carried state stays float32 whatever autocast made of it, so that evaluation, resume and a
         # later fp32 session read it as they would without autocast
         self.hidden = hidden if cfg.precision == "fp32" else float32_state(hidden)
-        loss.backward()
-        if cfg.clip:
-            torch.nn.utils.clip_grad_norm_(self.params, cfg.clip)
-        self.optimizer.step()  # in the averaging phase torch's ASGD: the step and its running average
+        # in the averaging phase the optimizer is torch's ASGD: the step and its running average
+        update(self.optimizer, loss, self.params, cfg.clip)
         prog.task["avg_count"] += int(prog.task["averaging"])
         n = y.numel()
         self._acc_loss += raw.double() * n

@@ -44,7 +44,7 @@ from ..runs import (
     training_tensors,
     write_resume,
 )
-from ..runs.engine import Budget, Check, Engine, Progress
+from ..runs.engine import Budget, Check, Engine, Progress, update
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, num_parameters, pad_batch, token_ids
@@ -209,11 +209,7 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
     a, al, b, bl, y = batch
     logits = model(a, al, b, bl)  # (B, 7)
     loss = F.cross_entropy(logits, y)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    if clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-    opt.step()
+    update(opt, loss, model.parameters(), clip)
     return loss.detach(), logits.detach()
 
 

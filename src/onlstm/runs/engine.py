@@ -104,6 +104,18 @@ class Task(Protocol):
         """Figures for the progress bar."""
 
 
+def update(optimizer, loss, params, clip: float) -> None:
+    """The one backward pass and optimizer step of every trainer: gradients of ``loss``, their norm clipped at
+    ``clip`` (0: none), one step of ``optimizer``."""
+    import torch
+
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(params, clip)
+    optimizer.step()
+
+
 class Engine:
     """Runs a :class:`Task` under a :class:`Budget`; :meth:`run` returns why it stopped: ``epochs``,
     ``patience``, ``max_steps``, ``time_limit``, ``interrupted`` or ``aborted``. ``on_step`` is called after every
