@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..checkpoint import CheckpointError, read_json, write_json
+from ..checkpoint import CheckpointError, read_json, write_json, write_text
 from ..runs import resolve_device
 from .evaluate import (
     DEFAULT_BUCKETS,
@@ -89,24 +89,9 @@ def compare(
     log(f"budget of every run: {res.budget}")
 
     def save() -> None:
-        write_json(
-            out / "compare.json",
-            {
-                "kind": "logic-compare",
-                "data": str(data),
-                "cells": cells,
-                "seeds": seeds,
-                "buckets": buckets,
-                "split": split,
-                "model": model_cfg.to_dict(),
-                "train": train_cfg.to_dict(),
-                "budget": res.budget,
-                "runs": res.runs,
-                "majority_baseline": res.baseline.to_dict(),
-                "interrupted": res.interrupted,
-                "seconds": round(time.perf_counter() - start, 1),
-            },
-        )
+        compared = {"data": str(data), "cells": cells, "seeds": seeds, "buckets": buckets, "split": split}
+        seconds = time.perf_counter() - start
+        write_json(out / "compare.json", _record(res, compared, model_cfg, train_cfg, seconds))
 
     for seed in seeds:
         for cell in cells:
@@ -124,6 +109,23 @@ def compare(
             )
             save()
     return _finish(res, buckets, log)
+
+
+def _record(
+    res: CompareResult, compared: dict, model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, seconds: float
+) -> dict:
+    """The content of compare.json: what was compared, the settings and budget every run shared, the runs so far."""
+    return {
+        "kind": "logic-compare",
+        **compared,
+        "model": model_cfg.to_dict(),
+        "train": train_cfg.to_dict(),
+        "budget": res.budget,
+        "runs": res.runs,
+        "majority_baseline": res.baseline.to_dict(),
+        "interrupted": res.interrupted,
+        "seconds": round(seconds, 1),
+    }
 
 
 def budget_text(cfg: LogicTrainConfig) -> str:
@@ -183,5 +185,5 @@ def _finish(res: CompareResult, buckets: list[int], log: Callable[[str], None]) 
     res.curves = plot_training_curves(curves, res.out_dir / "training_curves.png")
     if any(r.get("valid_by_ops") for _, h in curves for r in h):
         res.curves_by_ops = plot_curves_by_ops(curves, res.out_dir / "curves_by_ops.png")
-    (res.out_dir / "table.md").write_text(f"{res.table}\n\nBudget of every run: {res.budget}\n")
+    write_text(res.out_dir / "table.md", f"{res.table}\n\nBudget of every run: {res.budget}\n")
     return res
