@@ -1,5 +1,5 @@
 """The dependency rules of the package (docs/design.md): an experiment package never imports another, and the
-shared layers (nn, data, errors, config, checkpoint, runs, encoders, models, zoo) never import an experiment.
+shared layers (nn, data, errors, files, config, checkpoint, runs, encoders, models, zoo) never import an experiment.
 
 Imports are read with ``ast`` (nothing is executed), including imports inside functions, so a lazy import
 cannot hide a dependency.
@@ -18,7 +18,7 @@ PACKAGE = REPO / "src" / "onlstm"
 #: Experiment packages (add new ones here, e.g. the coming syntactic evaluation).
 EXPERIMENTS = ("lm", "parsing", "logic", "syneval")
 #: Shared modules and packages below the experiments.
-SHARED = ("nn", "data", "errors", "config", "checkpoint", "runs", "encoders", "models", "zoo")
+SHARED = ("nn", "data", "errors", "files", "config", "checkpoint", "runs", "encoders", "models", "zoo")
 
 
 def imported_modules(source: str, module: str) -> set[str]:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .errors import EXIT_INTERRUPTED, OnlstmError
+from .errors import EXIT_INTERRUPTED, OnlstmError, WriteError
 
 
 def _cmd_demo(args) -> int:
@@ -160,6 +160,12 @@ def main(argv=None) -> int:
     except OnlstmError as exc:
         print(f"{command_path(parser, argv)}: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a full disk met by a write outside onlstm.files: the same one line, not a bug
+        error = WriteError.from_os_error(exc)
+        if error is None:
+            raise
+        print(f"{command_path(parser, argv)}: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:  # the trainers catch Ctrl-C themselves, save, and return 130 too
         print(f"{command_path(parser, argv)}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

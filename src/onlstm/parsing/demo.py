@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
+from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json, write_text
 from ..config import Config, ConfigError, command_flags, option
 from ..data.grammar import Grammar
 from ..data.vocab import EOS, Vocab
@@ -275,8 +275,8 @@ def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_d
     pred = trees_from_distances(test_words, test_f, best)
     parse_seconds = time.monotonic() - t0
     baselines = score_baselines(test, draws=5, seed=cfg.seed)
-    (out_dir / "test_gold.txt").write_text("\n".join(to_brackets(unlabel(t)) for t in test) + "\n")
-    (out_dir / "test_pred.txt").write_text("\n".join(to_brackets(t) for t in pred) + "\n")
+    write_text(out_dir / "test_gold.txt", "\n".join(to_brackets(unlabel(t)) for t in test) + "\n")
+    write_text(out_dir / "test_pred.txt", "\n".join(to_brackets(t) for t in pred) + "\n")
     beats = all(per_layer_test[best]["sentence_f1"] > b["sentence_f1"] for b in baselines.values())
     return {
         "best": best,
