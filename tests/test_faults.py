@@ -1,10 +1,13 @@
 """Issue 20, faults and bad numbers: a write the OS refuses (full disk, ``ulimit -f``) is one line naming the
-file and the OS error, exit status 4, and the file it would have replaced stays whole (docs/cli.md,
+file and the OS error, exit status 4, and the file it would have replaced stays whole; seeds outside
+torch's range and negative thread counts are refused naming the option and its range (docs/cli.md,
 "Errors and exit codes")."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import importlib
 import os
 import subprocess
 import sys
@@ -18,7 +21,9 @@ from safetensors import SafetensorError
 import onlstm.checkpoint as checkpoint
 from onlstm.checkpoint import atomic_write, read_json, save_figure, save_weights, write_json, write_text
 from onlstm.cli import main
+from onlstm.config import SEED_RANGE, THREADS_ZERO_TEXT, Config, ConfigError, field_help
 from onlstm.errors import EXIT_WRITE_FAILED, WriteError
+from onlstm.logic.config import LogicTrainConfig
 from onlstm.runs import LOCK_FILE, write_resume
 from support import REPO, TINY_LM, write_corpus
 
@@ -292,3 +297,82 @@ def test_a_full_disk_outside_the_writers_is_one_line_too(monkeypatch, capsys, tm
     monkeypatch.setattr(logic_cli, "generate_dataset", bug)
     with pytest.raises(PermissionError):
         main(argv)
+
+
+# --------------------------------------------------------------------------- seeds and threads
+
+BIG = str(2**70)  # the issue's 1180591620717411303424
+
+
+@pytest.mark.parametrize(
+    "argv, where",
+    [
+        (["lm", "train", "--data-dir", "D", "--out", "OUT", "--seed", BIG], "train.seed"),
+        (["logic", "train", "--data", "D", "--out", "OUT", "--seed", BIG], "train.seed"),
+        (["logic", "compare", "--data", "D", "--out", "OUT", "--seeds", "0", BIG], "compare.seeds"),
+        (["logic", "generate", "--out", "OUT", "--seed", BIG], "generate.seed"),
+        (["demo", "--out", "OUT", "--seed", BIG], "demo.seed"),
+        (["lm", "train", "--data-dir", "D", "--out", "OUT", "--seed", "-1"], "train.seed"),
+        (["logic", "generate", "--out", "OUT", "--seed", "-3"], "generate.seed"),
+    ],
+)
+def test_a_seed_outside_torchs_range_is_refused_naming_the_option_and_range(argv, where, tmp_path, capsys):
+    argv = [str(tmp_path / a) if a in ("D", "OUT") else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{where} must be in [0, {2**64 - 1}], got " in err and "\n" not in err and "Overflow" not in err
+    assert list(tmp_path.iterdir()) == []  # refused before anything was made
+
+
+def test_layer_demo_seed_and_the_ends_of_the_range(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["layer-demo", "--seed", BIG])
+    assert exc.value.code == 2
+    assert f"argument --seed: must be in [0, {2**64 - 1}] (0 to 2**64 - 1)" in capsys.readouterr().err
+    for seed in SEED_RANGE:  # both ends are seeds torch takes (Python's random takes any integer)
+        torch.manual_seed(seed)
+        LogicTrainConfig(seed=seed)
+        out = str(tmp_path / str(seed))
+        assert main(["logic", "generate", "--out", out, "--per-length", "2", "--seed", str(seed), "--quiet"]) == 0
+
+
+def _config_classes() -> list[type]:
+    for module in ("lm.config", "logic.config", "logic.generate", "parsing.demo", "syneval.config"):
+        importlib.import_module(f"onlstm.{module}")
+    found, todo = [], list(Config.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    return [c for c in found if c.__module__.startswith("onlstm.")]
+
+
+def test_every_seed_and_thread_count_is_declared_in_one_place():
+    """Every config field named seed/seeds has torch's seed range, and every threads field accepts 0 as
+    PyTorch's default and refuses negatives: one declaration (seed_option, threads_option), one message."""
+    seeds, threads = [], []
+    for cls in _config_classes():
+        for f in dataclasses.fields(cls):
+            if f.name in ("seed", "seeds"):
+                seeds.append(cls.__name__)
+                assert f.metadata["bounds"] == SEED_RANGE, (cls, f.name)
+            if f.name == "threads":
+                threads.append(cls.__name__)
+                assert f.metadata["bounds"] == (0, None) and THREADS_ZERO_TEXT in field_help(f), cls
+                with pytest.raises(ConfigError, match=f"{cls.section}.threads must be >= 0, got -1"):
+                    cls.from_dict({"threads": -1})
+    assert {"TrainConfig", "LogicTrainConfig", "CompareSettings", "GenerateConfig", "DemoConfig"} <= set(seeds)
+    assert {"TrainConfig", "LogicTrainConfig", "DemoConfig", "SynevalConfig"} <= set(threads)
+
+
+@pytest.mark.parametrize("threads", ["0", "-1"])
+def test_threads_zero_means_pytorchs_default_and_negative_is_refused(logic_data, tmp_path, capsys, threads):
+    before = torch.get_num_threads()
+    argv = ["logic", "train", "--data", str(logic_data), "--out", str(tmp_path / "r"), *LOGIC_TINY]
+    rc = main([*argv, "--epochs", "1", "--threads", threads])
+    err = capsys.readouterr().err
+    if threads == "0":
+        assert rc == 0 and torch.get_num_threads() == before  # PyTorch's own count, untouched
+    else:
+        assert rc == 2 and err.strip() == "onlstm logic train: train.threads must be >= 0, got -1"
+        assert not (tmp_path / "r").exists()

@@ -107,7 +107,7 @@ def _add_demo_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    from .config import positive_seconds
+    from .config import SEED_RANGE_TEXT, positive_seconds, seed_value
 
     ap = argparse.ArgumentParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
     ap.add_argument("--version", action="version", version=f"onlstm {__version__}")
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_demo)
     p = sub.add_parser("layer-demo", help="train a tiny ON-LSTM on a bracket language and print its distances")
     p.add_argument("--seconds", type=positive_seconds, default=20.0, help="training time budget (default 20)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_value, default=0, help=f"random seed ({SEED_RANGE_TEXT}; default 0)")
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     p.set_defaults(func=_cmd_layer_demo)
     p = sub.add_parser("presets", help="list the shipped --config presets, or print one")
