@@ -30,18 +30,12 @@ from safetensors.torch import load_file, save_file
 
 from . import __version__
 from .errors import OnlstmError
-from .files import atomic_write, save_figure, write_json, write_text
 
-__all__ = [  # the writers of onlstm.files are imported from here too
-    "PRETRAINED_WEIGHTS",
-    "CheckpointError",
-    "atomic_write",
-    "save_figure",
-    "save_safetensors",
-    "save_weights",
-    "write_json",
-    "write_text",
-]
+# The writers live in onlstm.files (no torch there); many modules import them from here, as before.
+from .files import atomic_write as atomic_write
+from .files import save_figure as save_figure
+from .files import write_json as write_json
+from .files import write_text as write_text
 
 #: The weights file of a shared model (``save_pretrained``: Hugging Face's layout; see onlstm.runs).
 PRETRAINED_WEIGHTS = "model.safetensors"

@@ -75,7 +75,7 @@ _WHY = {
 class WriteError(OnlstmError, OSError):
     """A file could not be written (disk or quota full, file-size limit, read-only file system, no
     permission). The message names the file and the OS error; the file the path held before is unchanged
-    (every writer goes through :func:`onlstm.checkpoint.atomic_write`). :class:`OSError` stays a base, so
+    (every writer goes through :func:`onlstm.files.atomic_write`). :class:`OSError` stays a base, so
     ``except OSError`` still catches it, with ``errno``, ``strerror`` and ``filename`` set."""
 
     exit_code = EXIT_WRITE_FAILED
