@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import importlib
 import os
 import subprocess
@@ -49,7 +50,9 @@ def file_size_limit(limit: int):
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
+@functools.cache
 def _figure():
+    """One figure, drawn before the limit is set (matplotlib may write its font cache on first use)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,6 +92,7 @@ SUFFIX = {"weights (safetensors)": ".safetensors", "resume state": ".safetensors
 def test_a_write_over_the_file_size_limit_is_one_error_and_keeps_the_old_file(tmp_path, kind):
     path = tmp_path / f"out{SUFFIX.get(kind, '.txt')}"
     path.write_bytes(b"the previous checkpoint")
+    _figure()
     with file_size_limit(256), pytest.raises(WriteError) as caught:
         WRITERS[kind](path)
     err = caught.value
