@@ -1,5 +1,5 @@
 """The dependency rules of the package (docs/design.md §4.2): an experiment package never imports another, the
-shared layers (nn, data, errors, config, checkpoint, runs, encoders, models, zoo) never import an experiment, and
+shared layers (nn, data, errors, files, config, checkpoint, runs, encoders, models, zoo) never import an experiment, and
 no module reaches itself through imports. Also: every module is named in design.md's layout (§4.1), and no
 function is over 60 lines.
 
@@ -21,7 +21,7 @@ PACKAGE = REPO / "src" / "onlstm"
 #: Experiment packages (add new ones here, e.g. the coming syntactic evaluation).
 EXPERIMENTS = ("lm", "parsing", "logic", "syneval")
 #: Shared modules and packages below the experiments.
-SHARED = ("nn", "data", "errors", "config", "checkpoint", "runs", "encoders", "models", "zoo")
+SHARED = ("nn", "data", "errors", "files", "config", "checkpoint", "runs", "encoders", "models", "zoo")
 #: The commands, above the experiments: they may import them, and nothing below imports them (``bench``
 #: drives the experiments' commands to time them; ``demo_layer`` is ``onlstm layer-demo``).
 COMMANDS = ("cli", "__main__", "bench", "demo_layer")

@@ -11,14 +11,16 @@ A shared model (``save_pretrained``, Hugging Face's layout) holds ``config.json`
 (:func:`resolve_weights`).
 
 Every file is written to a temporary name and renamed into place, so an interrupted write never
-leaves a half-written checkpoint behind.
+leaves a half-written checkpoint behind (:mod:`onlstm.files`, whose writers this module re-exports): a
+write the OS refuses (full disk, ``ulimit -f``) is one :class:`~onlstm.errors.WriteError` naming the file,
+and the file the path held before stays as it was.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,12 @@ from safetensors.torch import load_file, save_file
 from . import __version__
 from .errors import OnlstmError
 
+# The writers live in onlstm.files (no torch there); many modules import them from here, as before.
+from .files import atomic_write as atomic_write
+from .files import save_figure as save_figure
+from .files import write_json as write_json
+from .files import write_text as write_text
+
 #: The weights file of a shared model (``save_pretrained``: Hugging Face's layout; see onlstm.runs).
 PRETRAINED_WEIGHTS = "model.safetensors"
 
@@ -37,39 +45,23 @@ class CheckpointError(OnlstmError, ValueError):
     """A checkpoint that is missing, corrupt or does not fit the model; the message says which."""
 
 
-def _current_umask() -> int:
-    # os.umask can only be read by setting it; set it straight back (the window is two system calls).
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask
+#: How safetensors (Rust) ends the message of an I/O failure: "... File too large (os error 27)".
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
-def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` and move the result to ``path`` in one rename.
-
-    The file gets the mode any new file gets (0666 less the umask: 0644 under the usual 022), not
-    ``mkstemp``'s private 0600, so teammates on a shared server can read a run as they could before."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+def save_safetensors(
+    tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None
+) -> None:
+    """safetensors' ``save_file``, with a failed write raised as the :class:`OSError` it is (safetensors
+    raises a ``SafetensorError`` for it, which :func:`atomic_write` could not tell from a bug)."""
     try:
-        write(tmp)
-        # after the write: a writer may replace the file (safetensors does) and bring back mkstemp's 0600
-        os.chmod(tmp, 0o666 & ~_current_umask())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def write_json(path: Path, obj: Any) -> None:
-    def w(tmp):
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-
-    atomic_write(path, w)
+        save_file(tensors, str(path), metadata=metadata or {})
+    except SafetensorError as exc:
+        found = _RUST_OS_ERROR.search(str(exc))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from exc
 
 
 def read_json(path: Path) -> Any:
@@ -98,7 +90,7 @@ def state_dict_for_saving(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def save_weights(path: Path, module: torch.nn.Module, metadata: dict[str, str] | None = None) -> None:
     tensors = state_dict_for_saving(module)
-    atomic_write(Path(path), lambda tmp: save_file(tensors, tmp, metadata=metadata or {}))
+    atomic_write(Path(path), lambda tmp: save_safetensors(tensors, tmp, metadata))
 
 
 def load_weights(path: Path, module: torch.nn.Module) -> None:

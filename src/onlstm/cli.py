@@ -8,7 +8,7 @@ import importlib
 import json
 import sys
 
-from .errors import EXIT_INTERRUPTED, INSTALL_EXPERIMENTS, MissingExtra, OnlstmError, missing_extra
+from .errors import EXIT_INTERRUPTED, INSTALL_EXPERIMENTS, MissingExtra, OnlstmError, WriteError, missing_extra
 
 
 def _cmd_demo(args) -> int:
@@ -122,7 +122,7 @@ def _register_demo(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    from .config import positive_seconds
+    from .config import SEED_RANGE_TEXT, positive_seconds, seed_value
 
     ap = argparse.ArgumentParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
     ap.add_argument("--version", action="version", version=f"onlstm {__version__}")
@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register_or_stand_in(sub, _register_demo, ("demo",))
     p = sub.add_parser("layer-demo", help="train a tiny ON-LSTM on a bracket language and print its distances")
     p.add_argument("--seconds", type=positive_seconds, default=20.0, help="training time budget (default 20)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_value, default=0, help=f"random seed ({SEED_RANGE_TEXT}; default 0)")
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     p.set_defaults(func=_cmd_layer_demo)
     p = sub.add_parser("presets", help="list the shipped --config presets, or print one")
@@ -208,6 +208,12 @@ def main(argv=None) -> int:
             raise
         print(f"{command_path(parser, argv)}: {missing}", file=sys.stderr)
         return missing.exit_code
+    except OSError as exc:  # a full disk met by a write outside onlstm.files: the same one line, not a bug
+        error = WriteError.from_os_error(exc)
+        if error is None:
+            raise
+        print(f"{command_path(parser, argv)}: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:  # the trainers catch Ctrl-C themselves, save, and return 130 too
         print(f"{command_path(parser, argv)}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -48,9 +48,11 @@ from typing import Any
 from .errors import OnlstmError
 
 __all__ = [
+    "SEED_RANGE",
     "Config",
     "ConfigError",
     "add_flags",
+    "check_bounds",
     "check_probabilities",
     "check_section",
     "coerce",
@@ -66,6 +68,9 @@ __all__ = [
     "presets",
     "read_yaml",
     "resolve_config",
+    "seed_option",
+    "seed_value",
+    "threads_option",
 ]
 
 #: The presets, shipped as package data (so they exist in an installed wheel, not only in a checkout).
@@ -88,6 +93,7 @@ def option(
     fixed: str | None = None,
     default_text: str | None = None,
     omit_default: bool = False,
+    bounds: tuple[int | None, int | None] | None = None,
 ) -> Any:
     """A dataclass field with its help text (a string, or a function returning it when the parser is built).
 
@@ -95,7 +101,9 @@ def option(
     (settable in a file). ``fixed``: neither in a file nor a flag; the text says why (e.g. ``"is taken from
     the training text"``). ``default_text``: how ``--help`` shows the default (e.g. ``"all"`` for None).
     ``omit_default``: left out of ``to_dict`` while it has its default (see :meth:`Config.to_dict`).
-    A list or dict default is copied for every instance.
+    ``bounds``: ``(low, high)``, the inclusive range of a number (or of every item of a list of numbers);
+    None for an open end; checked whenever the config is built, so every command names the field and its
+    range. A list or dict default is copied for every instance.
     """
     meta = {
         "help": help,
@@ -104,6 +112,7 @@ def option(
         "fixed": fixed,
         "default_text": default_text,
         "omit_default": omit_default,
+        "bounds": bounds,
     }
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
@@ -199,6 +208,56 @@ def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
     choices = f.metadata.get("choices")
     if choices and value not in choices:
         raise ConfigError(f"{where} must be one of {', '.join(map(str, choices))}, got {value!r}")
+    if f.metadata.get("bounds") and value is not None:
+        for item in value if isinstance(value, list) else [value]:
+            check_bounds(item, f.metadata["bounds"], where)
+    return value
+
+
+def check_bounds(value: float, bounds: tuple[float | None, float | None], where: str) -> None:
+    """``value`` lies in ``bounds`` (inclusive; None: open), else a :class:`ConfigError` naming ``where``
+    and the range."""
+    low, high = bounds
+    if (low is None or value >= low) and (high is None or value <= high):
+        return
+    if high is None:
+        raise ConfigError(f"{where} must be >= {low}, got {value}")
+    if low is None:
+        raise ConfigError(f"{where} must be <= {high}, got {value}")
+    raise ConfigError(f"{where} must be in [{low}, {high}], got {value}")
+
+
+# --------------------------------------------------------------------------- seeds and threads
+
+#: The seeds every command accepts: ``torch.manual_seed``'s range. A larger one overflows inside torch; a
+#: negative one would seed torch like its 2**64 complement while Python's ``random`` sees another number.
+SEED_RANGE = (0, 2**64 - 1)
+SEED_RANGE_TEXT = "0 to 2**64 - 1"
+
+#: What ``threads = 0`` means wherever a command takes a thread count.
+THREADS_ZERO_TEXT = "0: PyTorch's default, OMP_NUM_THREADS or one per core"
+
+
+def seed_option(default: int | list[int], help: str) -> Any:
+    """A seed field (or a list of seeds): checked against :data:`SEED_RANGE`, the range shown in ``--help``."""
+    return option(default, f"{help} ({SEED_RANGE_TEXT})", bounds=SEED_RANGE)
+
+
+def threads_option(default: int | None, help: str = "CPU threads for the whole process", **kw) -> Any:
+    """A thread-count field: ``>= 0``, where 0 (or None) leaves PyTorch's own choice (:func:`onlstm.runs.setup_torch`)."""
+    return option(default, f"{help} ({THREADS_ZERO_TEXT})", bounds=(0, None), **kw)
+
+
+def seed_value(text: str) -> int:
+    """An argparse ``type`` for a ``--seed`` flag outside a config class: a whole number in :data:`SEED_RANGE`."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number ({SEED_RANGE_TEXT}), got {text!r}") from None
+    if not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
+        raise argparse.ArgumentTypeError(
+            f"must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}] ({SEED_RANGE_TEXT}), got {value}"
+        )
     return value
 
 

@@ -18,6 +18,11 @@ Exit statuses (the same for every sub-command):
 * ``3`` (:data:`EXIT_DIVERGED`) -- a training stopped because its loss became NaN or infinite
   (:class:`TrainingDiverged`): the input was valid but the settings (learning rate, clipping) made the
   run diverge. Nothing is saved from the diverged weights; the last good checkpoint is kept;
+* ``4`` (:data:`EXIT_WRITE_FAILED`) -- a file could not be written (:class:`WriteError`): the disk or a
+  quota is full, the file-size limit (``ulimit -f``) is reached, the file system is read-only. The
+  input was fine and nothing was lost: every file is written to a temporary name and renamed into
+  place, so the file the path held before (the last checkpoint) is unchanged; make room and run the
+  command again (a training continues with ``--resume``);
 * ``130`` (:data:`EXIT_INTERRUPTED`) -- interrupted by Ctrl-C (or SIGTERM for the trainers, which save a
   resumable checkpoint first), as a shell reports a process killed by SIGINT.
 
@@ -27,10 +32,14 @@ before this module existed (``except ValueError``) still catches them.
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 EXIT_OK = 0
 EXIT_FINDING = 1
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
+EXIT_WRITE_FAILED = 4
 EXIT_INTERRUPTED = 130
 
 
@@ -69,6 +78,51 @@ def missing_extra(exc: ImportError) -> MissingExtra | None:
     if name not in EXPERIMENT_PACKAGES:
         return None
     return MissingExtra(f"needs {EXPERIMENT_PACKAGES[name]}, which is not installed: {INSTALL_EXPERIMENTS}")
+
+
+#: OS errors that say the disk (not the input, not the network) refused a write.
+DISK_FULL_ERRNOS = frozenset(
+    code for code in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None), errno.EROFS) if code is not None
+)
+
+_WHY = {
+    errno.ENOSPC: "the disk is full",
+    errno.EFBIG: "over the file-size limit, see ulimit -f",
+    getattr(errno, "EDQUOT", -1): "the disk quota is used up",
+    errno.EROFS: "a read-only file system",
+}
+
+
+class WriteError(OnlstmError, OSError):
+    """A file could not be written (disk or quota full, file-size limit, read-only file system, no
+    permission). The message names the file and the OS error; the file the path held before is unchanged
+    (every writer goes through :func:`onlstm.files.atomic_write`). :class:`OSError` stays a base, so
+    ``except OSError`` still catches it, with ``errno``, ``strerror`` and ``filename`` set."""
+
+    exit_code = EXIT_WRITE_FAILED
+
+    def __init__(self, path: str | Path | None, cause: OSError, atomic: bool = True):
+        reason = cause.strerror or str(cause)
+        super().__init__(cause.errno, reason, None if path is None else str(path))
+        name = errno.errorcode.get(cause.errno) if cause.errno else None
+        why = _WHY.get(cause.errno) if cause.errno else None
+        self.message = (
+            f"cannot write{'' if path is None else ' ' + str(path)}: {reason}"
+            + (f" ({name}{', ' + why if why else ''})" if name else "")
+            # only atomic_write can promise this; a write elsewhere (``atomic=False``) may have left a part
+            + ("; nothing was replaced (the file there before, if any, is unchanged)" if atomic else "")
+        )
+
+    @classmethod
+    def from_os_error(cls, exc: OSError) -> WriteError | None:
+        """The error a command reports for ``exc`` raised by a write outside :mod:`onlstm.files` (a lock file,
+        a redirected stdout, a library's own file) when its errno says the disk refused it; None otherwise."""
+        if exc.errno not in DISK_FULL_ERRNOS:
+            return None
+        return cls(exc.filename, exc, atomic=False)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def command_error(exc: BaseException) -> OnlstmError:

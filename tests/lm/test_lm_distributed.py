@@ -7,6 +7,11 @@ drawn for all B columns and sliced; embedding and DropConnect masks are shared o
 the same mean loss (DDP averages the per-process means of equal shares) and so the same clipped
 gradient and update. The two differ only by floating-point reduction order, so the weights must agree
 to ~1e-6 after training, while a different seed moves them by orders of magnitude more.
+
+Both sides run one thread (OMP_NUM_THREADS=1 for torchrun, tiny.yaml's ``threads: 1`` in this process).
+The rounding differences grow along the trajectory, so the bound is a margin: measured at most 5.1e-7 at
+step 40 and 4.8e-7 at the end with ATen's AVX512, AVX2 and plain (ATEN_CPU_CAPABILITY=default) kernels
+(issue 20), against 1e-4 here; a different seed moves the weights by 0.9.
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
     two_ckpt, one_ckpt = (load_file(str(tmp_path / r / "resume.safetensors")) for r in ("two", "one"))
     assert torch.equal(two_ckpt["rng.torch"], one_ckpt["rng.torch"])
     assert two_ckpt["hidden.0.0"].shape[1] == 4
-    assert max_diff(two_ckpt, one_ckpt) < 1e-5
+    assert max_diff(two_ckpt, one_ckpt) < 1e-4
     assert two_ckpt.keys() == one_ckpt.keys()
 
     # both resumed in one process to the end: the checkpoint does not depend on the process count
@@ -86,7 +91,7 @@ def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
     train(tmp_path / "one", data, s, resume=True, log=quiet)
     final = [load_file(str(tmp_path / r / "model.last.safetensors")) for r in ("two", "one")]
     diff = max_diff(*final)
-    assert diff < 1e-5
+    assert diff < 1e-4
 
     other = train(tmp_path / "seed", data, explicit_settings(TINY, {"train": {**s["train"], "seed": 8}}), log=quiet)
     assert other["status"] == "finished"

@@ -44,7 +44,11 @@ def test_reference_loop_trains_what_the_kernel_trains(tmp_path, corpus):
     ref = load_file(str(tmp_path / "ref" / "model.last.safetensors"))
     auto = load_file(str(tmp_path / "auto" / "model.last.safetensors"))
     assert ref.keys() == auto.keys()
-    for k in ref:  # one epoch of SGD at lr 10 through clipping: rounding differences stay small
+    # One epoch of SGD at lr 10 through clipping: the two loops round differently at every step and the
+    # difference grows along the trajectory, so this is a margin, not an identity. Measured: at most 2% of this
+    # tolerance with ATen's AVX512, AVX2 and plain (ATEN_CPU_CAPABILITY=default) kernels (issue 20; tiny.yaml
+    # trains on one thread); tests/nn checks the kernels step by step.
+    for k in ref:
         torch.testing.assert_close(ref[k], auto[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
@@ -75,6 +79,9 @@ def bf16_run(tmp_path: Path, corpus: Path, cell: str, device: str = "cpu") -> No
     assert torch.float32 in dtypes["decoder"]  # ... and off for validation
     assert dtypes["state"] == {torch.float32}
     a, b = full["progress"]["history"][-1], half["progress"]["history"][-1]
+    # bfloat16 keeps 8 bits of mantissa, so the two trajectories part at once; what must hold is that they end
+    # at the same loss. Measured after one epoch: 0.05% apart with ATen's AVX512, AVX2 and plain kernels, so 3%
+    # is a 50x margin.
     for key in ("train_loss", "valid_loss"):
         assert abs(a[key] - b[key]) < 0.03 * a[key], (key, a[key], b[key])
 

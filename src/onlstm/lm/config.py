@@ -24,7 +24,18 @@ import math
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
-from ..config import Config, ConfigError, add_flags, check_section, command_flags, flags_given, option, read_yaml
+from ..config import (
+    Config,
+    ConfigError,
+    add_flags,
+    check_section,
+    command_flags,
+    flags_given,
+    option,
+    read_yaml,
+    seed_option,
+    threads_option,
+)
 from ..nn import kernels
 from .model import LMConfig
 
@@ -41,7 +52,7 @@ class TrainConfig(Config):
 
     section = "train"
 
-    seed: int = option(141, "random seed (weights, dropout masks, BPTT lengths)")
+    seed: int = seed_option(141, "random seed (weights, dropout masks, BPTT lengths)")
     epochs: int = option(1000, "number of passes over the training text")
     batch_size: int = option(20, "columns the training stream is cut into (split among processes)")
     eval_batch_size: int = option(10, "columns of the validation stream during training (the reference: 10)")
@@ -91,7 +102,7 @@ class TrainConfig(Config):
     )
     # --- runtime options (may change when resuming) ---
     device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
-    threads: int = option(0, "CPU threads per process (0: PyTorch's default)")
+    threads: int = threads_option(0, "CPU threads per process")
     onlstm_impl: str = option(
         "auto",
         "what runs the ON-LSTM layers: auto (the fastest available for the device: the C++ kernel on CPU, "
@@ -137,8 +148,8 @@ class TrainConfig(Config):
             raise ConfigError(f"train.momentum must be in [0, 1), got {self.momentum}")
         if self.max_vocab != 0 and self.max_vocab < 3:
             raise ConfigError(f"train.max_vocab must be 0 (every word) or at least 3, got {self.max_vocab}")
-        if self.asgd_start_epoch < 0 or self.threads < 0:
-            raise ConfigError("train.asgd_start_epoch and train.threads must be >= 0")
+        if self.asgd_start_epoch < 0:
+            raise ConfigError(f"train.asgd_start_epoch must be >= 0, got {self.asgd_start_epoch}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.onlstm_impl not in kernels.impl_choices():  # checked here: kernels may be registered at run time

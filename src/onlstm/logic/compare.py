@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..checkpoint import CheckpointError, read_json, write_json
+from ..checkpoint import CheckpointError, read_json, write_json, write_text
 from ..runs import resolve_device
 from .evaluate import (
     DEFAULT_BUCKETS,
@@ -184,5 +184,5 @@ def _finish(res: CompareResult, buckets: list[int], log: Callable[[str], None]) 
     res.curves = plot_training_curves(curves, res.out_dir / "training_curves.png")
     if any(r.get("valid_by_ops") for _, h in curves for r in h):
         res.curves_by_ops = plot_curves_by_ops(curves, res.out_dir / "curves_by_ops.png")
-    (res.out_dir / "table.md").write_text(f"{res.table}\n\nBudget of every run: {res.budget}\n")
+    write_text(res.out_dir / "table.md", f"{res.table}\n\nBudget of every run: {res.budget}\n")
     return res

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import encoders
-from ..config import Config, ConfigError, option
+from ..config import Config, ConfigError, option, seed_option, threads_option
 from ..nn.functional import MASTER_INPUT_MODES
 from .formulas import VOCABULARY
 from .relations import RELATIONS
@@ -95,7 +95,7 @@ class LogicTrainConfig(Config):
         default_text="off: every length from the first update",
     )
     curriculum_steps: int = option(2000, "updates per curriculum stage; 0 turns the curriculum off (over a preset's)")
-    seed: int = option(0, "seed of subset, split, init, dropout and batch order")
+    seed: int = seed_option(0, "seed of subset, split, init, dropout and batch order")
     epochs: int = option(
         30, "maximum epochs (passes over every training pair; a curriculum's shorter passes do not count)"
     )
@@ -132,7 +132,9 @@ class LogicTrainConfig(Config):
     eval_batch_size: int = option(512, "pairs per evaluation batch")
     device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
     # On a CPU shared with other jobs one thread was 3-10x faster than two here.
-    threads: int | None = option(None, "torch.set_num_threads for the whole process", default_text="torch's choice")
+    threads: int | None = threads_option(
+        None, "torch.set_num_threads for the whole process", default_text="torch's choice"
+    )
     progress: bool = option(True, "tqdm progress bar (shown on a terminal only)")
 
     def validate(self) -> None:
@@ -178,7 +180,7 @@ class CompareSettings(Config):
 
     # The paper's comparison; any registered encoder can be named.
     cells: list[str] = option(["onlstm", "lstm"], lambda: f"encoders to compare, from: {', '.join(encoders.names())}")
-    seeds: list[int] = option([0], "seeds")
+    seeds: list[int] = seed_option([0], "seeds")
     lengths: str | list[int] = option("1-12", "test file numbers, e.g. 1-12 or 0-3,12")
     split: str = option(
         "test",

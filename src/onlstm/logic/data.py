@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import OnlstmError
+from ..files import atomic_write
 from .formulas import Formula, FormulaSyntaxError, count_operators, parse, to_text
 from .relations import RELATIONS, relation
 
@@ -131,12 +132,16 @@ def format_line(label: str, a: Formula | str, b: Formula | str) -> str:
 
 def write_file(path: str | Path, rows: Iterable[tuple[str, Formula | str, Formula | str]]) -> int:
     """Write ``(label, a, b)`` rows in the line format with ``\\n`` line ends; returns the line count."""
-    n = 0
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        for label, a, b in rows:
-            fh.write(format_line(label, a, b) + "\n")
-            n += 1
-    return n
+    count = {"lines": 0}
+
+    def write(tmp) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            for label, a, b in rows:
+                fh.write(format_line(label, a, b) + "\n")
+                count["lines"] += 1
+
+    atomic_write(Path(path), write)
+    return count["lines"]
 
 
 def split_file_name(split: str, k: int) -> str:

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from ..config import Config, ConfigError, option
+from ..config import Config, ConfigError, option, seed_option
 from .data import LAST_BUCKET, write_file
 from .formulas import BINARY_OPERATORS, EMPTY_SET, FULL_SET, VARIABLE_TRUTH_SETS, VARIABLES, Formula, parse
 from .relations import RELATIONS, relation_of_sets
@@ -121,7 +121,7 @@ class GenerateConfig(Config):
     section = "generate"
 
     per_length: int = option(1000, "pairs per length bucket k, train and test together")
-    seed: int = option(0, "random seed; same seed, same files")
+    seed: int = seed_option(0, "random seed; same seed, same files")
     max_ops: int = option(
         12,
         "largest operator count of a formula; buckets 0 ... min(max_ops, 12) are written (above 12 all go to file 12)",

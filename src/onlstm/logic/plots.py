@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..files import save_figure
 from .evaluate import LengthAccuracy
 
 
@@ -109,7 +110,7 @@ def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path, tit
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -133,7 +134,7 @@ def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str | None, lege
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     _pyplot().close(fig)
     return path
 

@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..checkpoint import write_text
 from ..config import positive_int
 from ..errors import InputError, command_error
 from ..runs import check_output_file, resolve_device
@@ -410,8 +411,7 @@ def _write_trees(out: Path, trees: dict, n_layers: int) -> list[str]:
     written = []
     for l, pred in trees.items():
         path = out if n_layers == 1 else out.with_name(f"{out.stem}.layer{l + 1}.txt")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(to_brackets(t) for t in pred) + "\n")
+        write_text(path, "\n".join(to_brackets(t) for t in pred) + "\n")
         written.append(str(path))
     return written
 

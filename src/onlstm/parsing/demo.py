@@ -20,8 +20,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
-from ..config import Config, ConfigError, command_flags, option
+from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json, write_text
+from ..config import (
+    Config,
+    ConfigError,
+    check_probabilities,
+    command_flags,
+    option,
+    seed_option,
+    threads_option,
+)
 from ..data.grammar import Grammar
 from ..data.vocab import EOS, Vocab
 from ..models.language_model import LanguageModel, LMConfig
@@ -48,7 +56,7 @@ class DemoConfig(Config):
 
     out: str = option("demo_out", "run directory for the checkpoint, trees and plots")
     seconds: float = option(150.0, "training time budget in seconds")
-    seed: int = option(0, "seed of the generated corpus, the weights and the random baseline")
+    seed: int = seed_option(0, "seed of the generated corpus, the weights and the random baseline")
     train_sentences: int = option(20000, "generated training sentences")
     dev_sentences: int = option(300, "generated development sentences (choose the layer)")
     test_sentences: int = option(500, "generated held-out test sentences")
@@ -62,14 +70,13 @@ class DemoConfig(Config):
     master_input: str = option("reverse", "ON-LSTM master input gate: paper or reverse", choices=("paper", "reverse"))
     dropout: float = option(0.1, "locked dropouts (input, between layers, output) and DropConnect")
     # Small matrices: one thread is as fast as two and immune to other load.
-    threads: int = option(1, "torch threads (the model is small; 0 = torch's default)")
+    threads: int = threads_option(1, "torch threads (the model is small)")
 
     def validate(self) -> None:
         for name in ("seconds", "train_sentences", "dev_sentences", "test_sentences", "batch_size", "bptt", "lr"):
             if not getattr(self, name) > 0 or not math.isfinite(getattr(self, name)):  # NaN fails both
                 raise ConfigError(f"demo.{name} must be positive and finite, got {getattr(self, name)}")
-        if self.threads < 0 or not 0.0 <= self.dropout < 1.0:
-            raise ConfigError("demo.threads must be >= 0 and demo.dropout in [0, 1)")
+        check_probabilities(self, ["dropout"])
 
 
 def _stream(sentences, vocab: Vocab) -> torch.Tensor:
@@ -275,8 +282,8 @@ def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_d
     pred = trees_from_distances(test_words, test_f, best)
     parse_seconds = time.monotonic() - t0
     baselines = score_baselines(test, draws=5, seed=cfg.seed)
-    (out_dir / "test_gold.txt").write_text("\n".join(to_brackets(unlabel(t)) for t in test) + "\n")
-    (out_dir / "test_pred.txt").write_text("\n".join(to_brackets(t) for t in pred) + "\n")
+    write_text(out_dir / "test_gold.txt", "\n".join(to_brackets(unlabel(t)) for t in test) + "\n")
+    write_text(out_dir / "test_pred.txt", "\n".join(to_brackets(t) for t in pred) + "\n")
     beats = all(per_layer_test[best]["sentence_f1"] > b["sentence_f1"] for b in baselines.values())
     return {
         "best": best,

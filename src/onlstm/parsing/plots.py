@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from ..files import save_figure
 from .induce import sentence_distances, trees_from_distances
 from .trees import Tree
 
@@ -78,6 +79,6 @@ def plot_sentence(
     prefix.parent.mkdir(parents=True, exist_ok=True)
     paths = [prefix.with_suffix(".png"), prefix.with_suffix(".svg")]
     for p in paths:
-        fig.savefig(p, dpi=110)
+        save_figure(fig, p, dpi=110)
     plt.close(fig)
     return paths

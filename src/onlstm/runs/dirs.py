@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import InputError, OnlstmError
+from ..errors import InputError, OnlstmError, WriteError
 
 # --------------------------------------------------------------------------- output paths
 
@@ -162,7 +162,12 @@ class RunLock:
         self._created_dir = not self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for _ in range(3):  # a stale lock taken over by another process at the same moment: look again
-            if self._try_create():
+            try:
+                created = self._try_create()
+            except WriteError:
+                self._release_dir()
+                raise
+            if created:
                 self.held = True
                 return self
             owner = self.owner()
@@ -181,8 +186,14 @@ class RunLock:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f)
+        except OSError as exc:
+            raise WriteError(self.path, exc) from None
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(record, f)
+        except OSError as exc:  # a full disk: an empty lock would block the next run, so take it away again
+            self.path.unlink(missing_ok=True)
+            raise WriteError(self.path, exc) from None
         return True
 
     def _take_over(self, owner: dict) -> None:

@@ -14,6 +14,7 @@ from ..checkpoint import (
     assign_weights,
     atomic_write,
     read_safetensors,
+    save_safetensors,
     state_dict_for_saving,
 )
 
@@ -82,10 +83,8 @@ def restore_training(
 def write_resume(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
     """Write a resume file atomically: ``tensors`` as safetensors, every ``meta`` value as JSON text in the
     file's metadata next to ``format = fmt``."""
-    from safetensors.torch import save_file
-
     header = {"format": fmt, **{k: json.dumps(v) for k, v in meta.items()}}
-    atomic_write(Path(path), lambda tmp: save_file(tensors, tmp, metadata=header))
+    atomic_write(Path(path), lambda tmp: save_safetensors(tensors, tmp, header))
 
 
 def read_resume(

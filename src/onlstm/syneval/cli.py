@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+from ..checkpoint import write_json
 from ..config import add_flags, flags_given, merged, read_yaml
 from ..errors import command_error
 from .config import SynevalConfig
@@ -116,7 +117,7 @@ def write_out(out: Path, report: dict, models: list[dict], items) -> None:
     full["models"] = [
         {**summary, "pairs": [outcome_record(o) for o in m["outcomes"]]} for summary, m in zip(report["models"], models)
     ]
-    (out / "results.json").write_text(json.dumps(full, indent=1) + "\n")
+    write_json(out / "results.json", full, indent=1)
     write_dump(items, out / "items.tsv")
     from .plots import plot_rows
 

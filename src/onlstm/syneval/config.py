@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Config, ConfigError, option
+from ..config import Config, ConfigError, option, threads_option
 
 
 @dataclass
@@ -21,11 +21,9 @@ class SynevalConfig(Config):
     )
     weights: str = option("best", "which weights of a run directory", choices=("best", "last"))
     device: str = option("cpu", "cpu, cuda, cuda:N or auto")
-    threads: int = option(0, "CPU threads (0: PyTorch's default)")
+    threads: int = threads_option(0, "CPU threads")
     progress: bool = option(True, "show a progress bar on stderr")
 
     def validate(self) -> None:
         if self.batch_size <= 0:
             raise ConfigError(f"syneval.batch_size must be positive, got {self.batch_size}")
-        if self.threads < 0:
-            raise ConfigError(f"syneval.threads must be 0 or more, got {self.threads}")

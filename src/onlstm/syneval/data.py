@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import OnlstmError
+from ..files import write_text
 
 HEADER = ("case", "condition", "grammatical", "ungrammatical", "intrusive")
 INTRUSIVE_SUFFIX = ":intrusive"
@@ -322,4 +323,4 @@ def write_dump(items: list[Item], path: Path) -> None:
     """The items as a TSV dump with :data:`HEADER` (what :func:`read_tsv` reads back)."""
     lines = ["\t".join(HEADER)]
     lines += ["\t".join((it.case, it.condition, it.grammatical, it.ungrammatical, it.intrusive or "")) for it in items]
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text(Path(path), "\n".join(lines) + "\n")

@@ -9,6 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from ..files import save_figure
+
 
 def plot_rows(report: dict, path: Path) -> None:
     models = report["models"]
@@ -29,5 +31,5 @@ def plot_rows(report: dict, path: Path) -> None:
     ax.set_xlabel("accuracy (all pairs)")
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
