@@ -48,6 +48,7 @@ from typing import Any
 from .errors import OnlstmError
 
 __all__ = [
+    "DEVICE_HELP",
     "SEED_RANGE",
     "Config",
     "ConfigError",
@@ -246,6 +247,26 @@ def seed_option(default: int | list[int], help: str) -> Any:
 def threads_option(default: int | None, help: str = "CPU threads for the whole process", **kw) -> Any:
     """A thread-count field: ``>= 0``, where 0 (or None) leaves PyTorch's own choice (:func:`onlstm.runs.setup_torch`)."""
     return option(default, f"{help} ({THREADS_ZERO_TEXT})", bounds=(0, None), **kw)
+
+
+#: Where a command runs: one declaration and one default for every command (``--device``).
+DEVICE_HELP = "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N"
+
+
+def device_option() -> Any:
+    """The ``device`` field of every command's settings (checked by :func:`check_device`)."""
+    return option("auto", DEVICE_HELP)
+
+
+def check_device(value: str, name: str = "device") -> None:
+    """A device name as :func:`onlstm.runs.resolve_device` reads it; whether CUDA is there is checked when it runs."""
+    if not (value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())):
+        raise ConfigError(f"{name} must be auto, cpu, cuda or cuda:N, got {value!r}")
+
+
+def add_device_flag(parser: argparse.ArgumentParser) -> None:
+    """``--device`` for a command whose settings are plain flags (no config class)."""
+    parser.add_argument("--device", default="auto", help=f"{DEVICE_HELP} (default: auto)")
 
 
 def seed_value(text: str) -> int:

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..config import add_device_flag
 from ..errors import EXIT_INTERRUPTED, command_error
 
 
@@ -107,7 +108,7 @@ def _register_eval(sub) -> None:
         default=None,
         help="words outside the vocabulary (default: the run's setting)",
     )
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    add_device_flag(p)
     p.add_argument(
         "--threads",
         type=int,

@@ -28,8 +28,10 @@ from ..config import (
     Config,
     ConfigError,
     add_flags,
+    check_device,
     check_section,
     command_flags,
+    device_option,
     flags_given,
     option,
     read_yaml,
@@ -101,7 +103,7 @@ class TrainConfig(Config):
         True, "after the last epoch, score the best weights on the test set (test_batch_size columns)"
     )
     # --- runtime options (may change when resuming) ---
-    device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
+    device: str = device_option()
     threads: int = threads_option(0, "CPU threads per process")
     onlstm_impl: str = option(
         "auto",
@@ -150,8 +152,7 @@ class TrainConfig(Config):
             raise ConfigError(f"train.max_vocab must be 0 (every word) or at least 3, got {self.max_vocab}")
         if self.asgd_start_epoch < 0:
             raise ConfigError(f"train.asgd_start_epoch must be >= 0, got {self.asgd_start_epoch}")
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        check_device(self.device, "train.device")
         if self.onlstm_impl not in kernels.impl_choices():  # checked here: kernels may be registered at run time
             raise ConfigError(
                 f"train.onlstm_impl must be one of {', '.join(kernels.impl_choices())}, got {self.onlstm_impl!r}"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import encoders
-from ..config import Config, ConfigError, option, seed_option, threads_option
+from ..config import Config, ConfigError, check_device, device_option, option, seed_option, threads_option
 from ..nn.functional import MASTER_INPUT_MODES
 from .formulas import VOCABULARY
 from .relations import RELATIONS
@@ -130,7 +130,7 @@ class LogicTrainConfig(Config):
         default_text="no limit",
     )
     eval_batch_size: int = option(512, "pairs per evaluation batch")
-    device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
+    device: str = device_option()
     # On a CPU shared with other jobs one thread was 3-10x faster than two here.
     threads: int | None = threads_option(
         None, "torch.set_num_threads for the whole process", default_text="torch's choice"
@@ -158,8 +158,7 @@ class LogicTrainConfig(Config):
             raise ConfigError(f"lr must be > 0 and lr_decay in (0, 1], got {self.lr}, {self.lr_decay}")
         if not 0.0 <= self.min_lr <= self.lr:
             raise ConfigError(f"min_lr must be in [0, lr={self.lr}], got {self.min_lr}")
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        check_device(self.device)
         if self.adam_eps <= 0:
             raise ConfigError(f"adam_eps must be > 0, got {self.adam_eps}")
         if not 0.0 <= self.adam_beta1 < 1.0:
@@ -212,4 +211,4 @@ class EvalSettings(Config):
     lengths: str = option("1-12", "file numbers to evaluate, e.g. 1-12 or 0-12")
     tag: str = option("best", "weights file model.<tag>.safetensors")
     batch_size: int = option(512, "pairs per batch")
-    device: str = option("auto", "auto (cuda if available), cpu, cuda or cuda:N")
+    device: str = device_option()

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..checkpoint import write_text
-from ..config import positive_int
+from ..config import add_device_flag, positive_int
 from ..errors import InputError, command_error
 from ..runs import check_output_file, resolve_device
 from .evaluate import score_treebank
@@ -59,7 +59,7 @@ def _help(alias_of: str, name: str, text: str) -> str:
 
 
 def _add_device(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto (cuda if available)")
+    add_device_flag(p)
 
 
 def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = "") -> None:

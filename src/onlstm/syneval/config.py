@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Config, ConfigError, option, threads_option
+from ..config import Config, ConfigError, device_option, option, threads_option
 
 
 @dataclass
@@ -20,7 +20,7 @@ class SynevalConfig(Config):
         True, "run each distinct sentence prefix once (a prefix tree); --no-share-prefixes: right-padded batches"
     )
     weights: str = option("best", "which weights of a run directory", choices=("best", "last"))
-    device: str = option("cpu", "cpu, cuda, cuda:N or auto")
+    device: str = device_option()
     threads: int = threads_option(0, "CPU threads")
     progress: bool = option(True, "show a progress bar on stderr")
 
