@@ -13,7 +13,7 @@ from .errors import EXIT_INTERRUPTED, INSTALL_EXPERIMENTS, MissingExtra, OnlstmE
 
 def _cmd_demo(args) -> int:
     from .config import flags_given, merged, read_yaml
-    from .parsing.demo import DemoConfig, run
+    from .demo import DemoConfig, run
 
     file = read_yaml(args.config, {"demo": DemoConfig}, preset="demo")["demo"] if args.config else {}
     run(DemoConfig.from_dict(merged(file, flags_given(args, "demo"))), as_json=args.json)
@@ -89,13 +89,14 @@ def _cmd_export(args) -> int:
     run_dir, _ = resolve_weights(Path(args.checkpoint), args.weights)
     kind = read_json(run_dir / "config.json").get("kind")
     if kind == "lm":
+        from .demo import demo_command
         from .lm.config import train_command
         from .models.language_model import load_language_model_run
-        from .parsing.demo import demo_command
 
         run = load_language_model_run(args.checkpoint, args.weights)
         results = read_json(run_dir / "results.json") if (run_dir / "results.json").exists() else None
-        command = train_command(run.config) or demo_command(run.config)
+        # a demo's run also holds lm train's settings, but only the demo remakes its corpus
+        command = demo_command(run.config) or train_command(run.config)
         run.model.save_pretrained(args.to, run.vocab, run_config=run.config, command=command, results=results)
     elif kind == "logic-classifier":
         from .logic.cli import train_command as logic_command
@@ -111,7 +112,7 @@ def _cmd_export(args) -> int:
 
 def _register_demo(sub) -> None:
     from .config import add_flags
-    from .parsing.demo import DemoConfig  # before add_parser: without nltk nothing half-made is left behind
+    from .demo import DemoConfig  # before add_parser: without nltk nothing half-made is left behind
 
     p = sub.add_parser("demo", help="grammar corpus -> ON-LSTM LM -> induced trees vs gold and baselines")
     p.add_argument("--config", help="YAML file with a demo: section (any field below); flags win over it")

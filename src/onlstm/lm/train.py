@@ -573,7 +573,7 @@ class Trainer:
         row["best_valid_ppl"] = round(math.exp(-prog.best), 3) if prog.best is not None else float("nan")
         line = (
             f"epoch {row['epoch']:3d} | train ppl {row['train_ppl']:8.2f} | valid ppl {row['valid_ppl']:8.2f}"
-            f"{' *' if improved else '  '} | {'ASGD' if t['averaging'] else 'SGD '} | "
+            f"{' *' if improved else '  '} | {'ASGD' if t['averaging'] else self.cfg.optimizer.upper():4} | "
             f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s"
         )
         tb = self._tensorboard()
@@ -743,8 +743,8 @@ class Trainer:
         elif why == "time_limit":
             # the clock counts every session: resuming needs a larger limit to train any further
             self.log(
-                self._stopped_message(f"stopped at the time limit ({cfg.time_limit:g} min)")
-                + f" --time-limit M (M > {cfg.time_limit:g})"
+                self._stopped_message(f"stopped at the time limit ({cfg.time_limit:.3g} min)")
+                + f" --time-limit M (M > {cfg.time_limit:.3g})"
             )
         else:
             prog.task["finished"] = True
