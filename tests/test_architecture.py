@@ -24,7 +24,7 @@ EXPERIMENTS = ("lm", "parsing", "logic", "syneval")
 SHARED = ("nn", "data", "errors", "config", "checkpoint", "runs", "encoders", "models", "zoo")
 #: The commands, above the experiments: they may import them, and nothing below imports them (``bench``
 #: drives the experiments' commands to time them; ``demo`` trains a language model and parses with it).
-COMMANDS = ("cli", "__main__", "bench", "demo", "demo_layer")
+COMMANDS = ("cli", "__main__", "bench", "demo")
 #: Neither: the package's public face (``import onlstm``), which imports the layer only.
 PACKAGE_ROOT = ("__init__",)
 

@@ -20,13 +20,6 @@ def _cmd_demo(args) -> int:
     return 0
 
 
-def _cmd_layer_demo(args) -> int:
-    from .demo_layer import run
-
-    run(seconds=args.seconds, seed=args.seed, as_json=args.json)
-    return 0
-
-
 def _cmd_info(args) -> int:
     import torch
 
@@ -123,17 +116,11 @@ def _register_demo(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    from .config import positive_seconds
 
     ap = argparse.ArgumentParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
     ap.add_argument("--version", action="version", version=f"onlstm {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     _register_or_stand_in(sub, _register_demo, ("demo",))
-    p = sub.add_parser("layer-demo", help="train a tiny ON-LSTM on a bracket language and print its distances")
-    p.add_argument("--seconds", type=positive_seconds, default=20.0, help="training time budget (default 20)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
-    p.set_defaults(func=_cmd_layer_demo)
     p = sub.add_parser("presets", help="list the shipped --config presets, or print one")
     p.add_argument("name", nargs="?", help="a preset to print (lm/ptb-cpu, or ptb-cpu)")
     p.add_argument("--json", action="store_true", help="the list as JSON: name -> file, description")

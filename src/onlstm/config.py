@@ -37,7 +37,6 @@ import argparse
 import copy
 import dataclasses
 import functools
-import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -61,7 +60,6 @@ __all__ = [
     "merged",
     "option",
     "positive_int",
-    "positive_seconds",
     "preset_description",
     "presets",
     "read_yaml",
@@ -390,17 +388,6 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    """An argparse ``type``: a finite number of seconds > 0 (``nan``, ``inf`` and ``-5`` are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
     return value
 
 
