@@ -24,13 +24,13 @@ test: $(STAMP)
 
 # Lint: ruff (rules and format) over the whole tree, mypy over the layer (configured in pyproject.toml).
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix src tests benchmarks
-	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks examples
+	$(BIN)/ruff format src tests benchmarks examples
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/layer_speed.py

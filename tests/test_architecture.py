@@ -23,8 +23,8 @@ EXPERIMENTS = ("lm", "parsing", "logic", "syneval")
 #: Shared modules and packages below the experiments.
 SHARED = ("nn", "data", "errors", "files", "config", "checkpoint", "runs", "encoders", "models", "zoo")
 #: The commands, above the experiments: they may import them, and nothing below imports them (``bench``
-#: drives the experiments' commands to time them; ``demo_layer`` is ``onlstm layer-demo``).
-COMMANDS = ("cli", "__main__", "bench", "demo_layer")
+#: drives the experiments' commands to time them; ``demo`` trains a language model and parses with it).
+COMMANDS = ("cli", "__main__", "bench", "demo")
 #: Neither: the package's public face (``import onlstm``), which imports the layer only.
 PACKAGE_ROOT = ("__init__",)
 

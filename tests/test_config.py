@@ -322,7 +322,7 @@ def test_lm_flags_are_generated_with_defaults(capsys):
 
 
 def test_demo_settings_from_flags_and_file(tmp_path, capsys):
-    from onlstm.parsing.demo import DemoConfig
+    from onlstm.demo import DemoConfig
 
     args = build_parser().parse_args(["demo", "--seconds", "2", "--out", "x", "--hidden-sizes", "16", "8"])
     cfg = DemoConfig.from_dict(flags_given(args, "demo"))

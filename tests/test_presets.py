@@ -24,7 +24,7 @@ SHIPPED = sorted(f"{p.parent.name}/{p.stem}" for p in CONFIGS.glob("*/*.yaml"))
 def test_presets_are_found_by_full_and_short_name():
     assert PRESET_DIR.resolve() == CONFIGS.resolve() and len(SHIPPED) >= 8
     assert list(presets()) == SHIPPED
-    assert list(presets("lm")) == ["lm/ptb-cpu", "lm/ptb-paper", "lm/tiny", "lm/wiki-paper"]
+    assert list(presets("lm")) == ["lm/demo", "lm/ptb-cpu", "lm/ptb-paper", "lm/tiny", "lm/wiki-paper"]
     for value in ("ptb-cpu", "lm/ptb-cpu", "ptb-cpu.yaml", "lm/ptb-cpu.yaml"):
         assert resolve_config(value, "lm") == CONFIGS / "lm" / "ptb-cpu.yaml", value
     assert resolve_config("cpu-1h", "logic") == CONFIGS / "logic" / "cpu-1h.yaml"
@@ -41,7 +41,7 @@ def test_a_file_wins_over_a_preset_and_bad_names_list_the_presets(tmp_path, monk
         resolve_config("logic/smoke", "lm")
     with pytest.raises(ConfigError, match="it is not a demo preset either"):
         resolve_config("tiny.yml", "demo")
-    with pytest.raises(ConfigError, match="no preset named 'nope'; presets: lm/ptb-cpu"):
+    with pytest.raises(ConfigError, match="no preset named 'nope'; presets: lm/demo, lm/ptb-cpu"):
         find_preset("nope")
 
 

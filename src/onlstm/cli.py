@@ -13,17 +13,10 @@ from .errors import EXIT_INTERRUPTED, INSTALL_EXPERIMENTS, MissingExtra, OnlstmE
 
 def _cmd_demo(args) -> int:
     from .config import flags_given, merged, read_yaml
-    from .parsing.demo import DemoConfig, run
+    from .demo import DemoConfig, run
 
     file = read_yaml(args.config, {"demo": DemoConfig}, preset="demo")["demo"] if args.config else {}
     run(DemoConfig.from_dict(merged(file, flags_given(args, "demo"))), as_json=args.json)
-    return 0
-
-
-def _cmd_layer_demo(args) -> int:
-    from .demo_layer import run
-
-    run(seconds=args.seconds, seed=args.seed, as_json=args.json)
     return 0
 
 
@@ -89,13 +82,14 @@ def _cmd_export(args) -> int:
     run_dir, _ = resolve_weights(Path(args.checkpoint), args.weights)
     kind = read_json(run_dir / "config.json").get("kind")
     if kind == "lm":
+        from .demo import demo_command
         from .lm.config import train_command
         from .models.language_model import load_language_model_run
-        from .parsing.demo import demo_command
 
         run = load_language_model_run(args.checkpoint, args.weights)
         results = read_json(run_dir / "results.json") if (run_dir / "results.json").exists() else None
-        command = train_command(run.config) or demo_command(run.config)
+        # a demo's run also holds lm train's settings, but only the demo remakes its corpus
+        command = demo_command(run.config) or train_command(run.config)
         run.model.save_pretrained(args.to, run.vocab, run_config=run.config, command=command, results=results)
     elif kind == "logic-classifier":
         from .logic.cli import train_command as logic_command
@@ -111,7 +105,7 @@ def _cmd_export(args) -> int:
 
 def _register_demo(sub) -> None:
     from .config import add_flags
-    from .parsing.demo import DemoConfig  # before add_parser: without nltk nothing half-made is left behind
+    from .demo import DemoConfig  # before add_parser: without nltk nothing half-made is left behind
 
     p = sub.add_parser("demo", help="grammar corpus -> ON-LSTM LM -> induced trees vs gold and baselines")
     p.add_argument("--config", help="YAML file with a demo: section (any field below); flags win over it")
@@ -122,17 +116,11 @@ def _register_demo(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    from .config import SEED_RANGE_TEXT, positive_seconds, seed_value
 
     ap = argparse.ArgumentParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
     ap.add_argument("--version", action="version", version=f"onlstm {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     _register_or_stand_in(sub, _register_demo, ("demo",))
-    p = sub.add_parser("layer-demo", help="train a tiny ON-LSTM on a bracket language and print its distances")
-    p.add_argument("--seconds", type=positive_seconds, default=20.0, help="training time budget (default 20)")
-    p.add_argument("--seed", type=seed_value, default=0, help=f"random seed ({SEED_RANGE_TEXT}; default 0)")
-    p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
-    p.set_defaults(func=_cmd_layer_demo)
     p = sub.add_parser("presets", help="list the shipped --config presets, or print one")
     p.add_argument("name", nargs="?", help="a preset to print (lm/ptb-cpu, or ptb-cpu)")
     p.add_argument("--json", action="store_true", help="the list as JSON: name -> file, description")

@@ -37,7 +37,6 @@ import argparse
 import copy
 import dataclasses
 import functools
-import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -64,13 +63,11 @@ __all__ = [
     "merged",
     "option",
     "positive_int",
-    "positive_seconds",
     "preset_description",
     "presets",
     "read_yaml",
     "resolve_config",
     "seed_option",
-    "seed_value",
     "threads_option",
 ]
 
@@ -269,19 +266,6 @@ def add_device_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help=f"{DEVICE_HELP} (default: auto)")
 
 
-def seed_value(text: str) -> int:
-    """An argparse ``type`` for a ``--seed`` flag outside a config class: a whole number in :data:`SEED_RANGE`."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number ({SEED_RANGE_TEXT}), got {text!r}") from None
-    if not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
-        raise argparse.ArgumentTypeError(
-            f"must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}] ({SEED_RANGE_TEXT}), got {value}"
-        )
-    return value
-
-
 # --------------------------------------------------------------------------- the base class
 
 
@@ -470,17 +454,6 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    """An argparse ``type``: a finite number of seconds > 0 (``nan``, ``inf`` and ``-5`` are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
     return value
 
 

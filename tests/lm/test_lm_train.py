@@ -147,6 +147,42 @@ def test_ctrl_c_during_validation_resumes_with_that_validation(tmp_path, corpus,
             assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / run, name))
 
 
+def test_time_limit_stops_with_a_resume_file_counts_every_session_and_resumes_exactly(
+    tmp_path, corpus, monkeypatch, capsys
+):
+    """train.time_limit (minutes) is the engine's wall-time budget: the run stops after the step that passes it,
+    writes the resume file without validating (as max_steps), counts the time of earlier sessions, and a resume
+    with a larger limit ends as an uninterrupted run. The engine's clock is faked: 10 s per step."""
+    from types import SimpleNamespace
+
+    from onlstm.runs import engine
+
+    s, clock = settings(), [0.0]
+    full = train(tmp_path / "full", corpus, s, log=quiet)
+    monkeypatch.setattr(engine, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    def tick(trainer):
+        clock[0] += 10.0
+
+    assert steps_in_epoch(corpus, s, 1) > 5  # the limit falls inside the first epoch
+    part = train(tmp_path / "part", corpus, settings(time_limit=0.5), on_step=tick, log=quiet)  # 30 s
+    p = part["progress"]
+    assert part["status"] == "stopped" and (p["step"], p["history"]) == (4, [])  # 40 s > 30 s
+    assert (tmp_path / "part" / "resume.safetensors").exists()
+    again = train(tmp_path / "part", corpus, settings(time_limit=0.5), resume=True, on_step=tick, log=quiet)
+    assert again["status"] == "stopped" and again["progress"]["step"] == 5  # the first session's 40 s count
+    done = train(tmp_path / "part", corpus, settings(time_limit=600.0), resume=True, on_step=tick, log=quiet)
+    assert done["status"] == "finished" and done["progress"]["step"] == full["progress"]["step"]
+    assert log_rows(tmp_path / "full") == log_rows(tmp_path / "part")
+    for name in ("model.last", "model.best", "resume"):
+        assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / "part", name))
+    argv = ["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(tmp_path / "bad")]
+    for bad in ("0", "-1", "nan"):
+        assert main([*argv, "--time-limit", bad]) == 2
+        assert "train.time_limit must be a finite number of minutes > 0" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 # --------------------------------------------------------------------------- the recipe
 
 

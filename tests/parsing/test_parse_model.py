@@ -181,36 +181,62 @@ def test_plot_command(tmp_path, capsys):
     assert "differ" in capsys.readouterr().err
 
 
+DEMO_SMALL = ["--json", "--seed", "1", "--train-sentences", "500", "--test-sentences", "60"]
+
+
 def test_demo_smoke(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert (
-        main(
-            [
-                "demo",
-                "--seconds",
-                "2",
-                "--out",
-                str(out),
-                "--json",
-                "--seed",
-                "1",
-                "--train-sentences",
-                "500",
-                "--test-sentences",
-                "60",
-            ]
-        )
-        == 0
-    )
+    assert main(["demo", "--seconds", "2", "--out", str(out), *DEMO_SMALL]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["chosen_layer"] in (1, 2, 3) and len(res["layers"]) == 3
     # the layer chosen on dev is saved in the run, so parse and plot use it
-    assert json.loads((out / "config.json").read_text())["parse_layer"] == res["chosen_layer"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["parse_layer"] == res["chosen_layer"]
     assert set(res["baselines"]) == {"left-branching", "right-branching", "balanced", "random"}
     assert len((out / "test_pred.txt").read_text().splitlines()) == res["test_sentences"]
     assert Path(res["plots"][0]).exists()
-    # the demo's run directory is an ordinary checkpoint
+    # the language model was trained by `lm train`'s code: the lm/demo preset, the demo's options over it
+    assert config["kind"] == "lm" and config["train"]["time_limit"] == 2 / 60
+    assert (config["train"]["optimizer"], config["train"]["seed"], config["model"]["hidden_sizes"]) == (
+        "adam",
+        1,
+        [128, 128, 64],
+    )
+    assert config["data"]["data_dir"] == str((out / "data").resolve())
+    lines = {s: len((out / "data" / f"ptb.{s}.txt").read_text().splitlines()) for s in ("train", "valid", "test")}
+    assert lines == {"train": 500, "valid": 300, "test": 60}
+    assert res["train"]["steps"] > 0 and (out / "resume.safetensors").exists()
+    # the demo's run directory is an ordinary language-model run
     assert main(["parse", "--checkpoint", str(out)]) == 2  # no stdin text -> clear error, not a crash
+    assert main(["lm", "eval", "--checkpoint", str(out), "--json", "--no-progress"]) == 0
+
+
+def test_demo_goes_on_after_ctrl_c_and_replaces_an_earlier_demo(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during training ends it early and the demo parses with the model so far; an earlier demo's run in
+    --out (with its resume file and best weights) is replaced, not refused, and its weights are not used."""
+    import signal
+
+    from onlstm.lm import train as lm_train
+
+    out = tmp_path / "demo"
+    assert main(["demo", "--seconds", "2", "--out", str(out), *DEMO_SMALL]) == 0
+    assert (out / "model.best.safetensors").exists() and (out / "resume.safetensors").exists()
+    capsys.readouterr()
+    real = lm_train.Trainer.train_step
+
+    def step_then_ctrl_c(self, seg, prog):
+        real(self, seg, prog)
+        if prog.step == 0:  # once: a second Ctrl-C aborts
+            signal.raise_signal(signal.SIGINT)  # what Ctrl-C sends; the handler only sets a flag
+
+    monkeypatch.setattr(lm_train.Trainer, "train_step", step_then_ctrl_c)
+    assert main(["demo", "--seconds", "600", "--out", str(out), *DEMO_SMALL]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (res["train"]["stopped_by"], res["train"]["steps"]) == ("interrupted", 1)
+    # no epoch ended in this run: the weights at the stop, not the earlier demo's best ones
+    assert res["train"]["weights"] == "model.last.safetensors" and not (out / "model.best.safetensors").exists()
+    assert len((out / "test_pred.txt").read_text().splitlines()) == res["test_sentences"]
+    assert json.loads((out / "config.json").read_text())["parse_layer"] == res["chosen_layer"]
 
 
 # -- issue 13: one output line per input line, layers, deep trees, bad options (docs/cli.md "Bad input") --

@@ -56,6 +56,14 @@ class TrainConfig(Config):
 
     seed: int = seed_option(141, "random seed (weights, dropout masks, BPTT lengths)")
     epochs: int = option(1000, "number of passes over the training text")
+    # Minutes, as logic's time_limit and the engine's Budget. Like max_steps it stops without validating:
+    # a check in the middle of an epoch would add a row to the epoch log and could move NT-ASGD's switch.
+    time_limit: float | None = option(
+        None,
+        "stop after this many minutes of training (every session of the run counted; checked after every "
+        "step; the resume file is written, validation stays at the epochs' ends)",
+        default_text="no limit",
+    )
     batch_size: int = option(20, "columns the training stream is cut into (split among processes)")
     eval_batch_size: int = option(10, "columns of the validation stream during training (the reference: 10)")
     test_batch_size: int = option(1, "columns of the test stream for the final test (the paper: 1)")
@@ -150,6 +158,8 @@ class TrainConfig(Config):
             raise ConfigError(f"train.momentum must be in [0, 1), got {self.momentum}")
         if self.max_vocab != 0 and self.max_vocab < 3:
             raise ConfigError(f"train.max_vocab must be 0 (every word) or at least 3, got {self.max_vocab}")
+        if self.time_limit is not None and not (self.time_limit > 0 and math.isfinite(self.time_limit)):
+            raise ConfigError(f"train.time_limit must be a finite number of minutes > 0, got {self.time_limit}")
         if self.asgd_start_epoch < 0:
             raise ConfigError(f"train.asgd_start_epoch must be >= 0, got {self.asgd_start_epoch}")
         check_device(self.device, "train.device")
@@ -162,6 +172,7 @@ class TrainConfig(Config):
 # Fields that describe how to run, not what is learned: they may differ when a run is resumed.
 RUNTIME_FIELDS = (
     "epochs",
+    "time_limit",
     "final_test",
     "device",
     "threads",

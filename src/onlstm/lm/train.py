@@ -514,6 +514,8 @@ class Trainer:
         tok_s = since["tokens"] * self.ctx.world / max(now - since["clock"], 1e-9)
         rate = since["batches"] / max(now - since["start"], 1e-9)
         left = (self._n_pass - prog.pos + (self.cfg.epochs - prog.epoch - 1) * self._n_pass) / rate
+        if self.cfg.time_limit is not None:  # a wall-time budget usually ends the run long before its epochs
+            left = min(left, 60 * self.cfg.time_limit - self.clock())
         self._postfix = {"loss": f"{cur:.3f}", "ppl": f"{math.exp(min(cur, 50)):.1f}", "tok/s": f"{tok_s:,.0f}"}
         self._postfix["left"] = _fmt_time(left)
         tb = self._tensorboard()
@@ -568,7 +570,7 @@ class Trainer:
         row["best_valid_ppl"] = round(math.exp(-prog.best), 3) if prog.best is not None else float("nan")
         line = (
             f"epoch {row['epoch']:3d} | train ppl {row['train_ppl']:8.2f} | valid ppl {row['valid_ppl']:8.2f}"
-            f"{' *' if improved else '  '} | {'ASGD' if t['averaging'] else 'SGD '} | "
+            f"{' *' if improved else '  '} | {'ASGD' if t['averaging'] else self.cfg.optimizer.upper():4} | "
             f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s"
         )
         tb = self._tensorboard()
@@ -713,14 +715,15 @@ class Trainer:
         return self._tb or None
 
     def run(self, max_steps: int | None = None, on_step: Callable[[Trainer], None] | None = None) -> dict:
-        """Train to ``cfg.epochs`` (or until ``max_steps`` optimizer steps in total, or a stop request),
-        then (``final_test``) score the best weights. Returns ``{"status": ..., "progress": ...}``."""
+        """Train to ``cfg.epochs`` (or until ``max_steps`` optimizer steps in total, ``cfg.time_limit`` minutes of
+        training, or a stop request), then (``final_test``) score the best weights. Returns ``{"status": ...,
+        "progress": ...}``; the status is ``finished``, ``stopped`` (max_steps, time_limit) or ``interrupted``."""
         cfg, prog = self.cfg, self.prog
         self._acc_loss, self._acc_tok, self._clock = self._zero(), self._zero(), time.perf_counter()
         self.model.train()
         if prog.epoch >= cfg.epochs and not prog.check_due:
             self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
-        budget = Budget(cfg.epochs, 0, max_steps, check_at_stop=False, save_every=cfg.checkpoint_every)
+        budget = Budget(cfg.epochs, 0, max_steps, cfg.time_limit, check_at_stop=False, save_every=cfg.checkpoint_every)
         hook = (lambda: on_step(self)) if on_step is not None else None
         engine = Engine(self, budget, prog, self.history, self.log, cfg.progress and self.ctx.is_main, "", hook)
         engine.agree, self.engine, self.clock = self.ctx.any, engine, engine.elapsed
@@ -728,12 +731,18 @@ class Trainer:
         if why == "aborted":
             self.log("aborted without saving; the last checkpoint is kept")
             raise KeyboardInterrupt
-        status = {"epochs": "finished", "max_steps": "stopped"}.get(why, why)
+        status = {"epochs": "finished", "max_steps": "stopped", "time_limit": "stopped"}.get(why, why)
         if why == "interrupted":
             engine.save_state()
             self.log(self._stopped_message("interrupted during validation" if prog.check_due else "interrupted"))
         elif why == "max_steps":
             self.log(self._stopped_message(f"stopped after {prog.step} steps (max_steps)"))
+        elif why == "time_limit":
+            # the clock counts every session: resuming needs a larger limit to train any further
+            self.log(
+                self._stopped_message(f"stopped at the time limit ({cfg.time_limit:.3g} min)")
+                + f" --time-limit M (M > {cfg.time_limit:.3g})"
+            )
         else:
             prog.task["finished"] = True
             if prog.task["results"] is None and cfg.final_test:

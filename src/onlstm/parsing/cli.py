@@ -2,7 +2,7 @@
 
 The four commands were top-level commands before; ``onlstm parse``, ``onlstm eval-parse``, ``onlstm
 compare-trees`` and ``onlstm plot`` remain as aliases that run the same code with the same options.
-``onlstm demo`` (:mod:`onlstm.parsing.demo`) is registered by :mod:`onlstm.cli`.
+``onlstm demo`` (:mod:`onlstm.demo`, above the experiments) is registered by :mod:`onlstm.cli`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,30 @@
 """A short layer demo: train a small ON-LSTM language model on a nested-bracket toy language and
 show the master-forget distances it assigns to each token.
 
+    python examples/layer_demo.py [--seconds 20] [--seed 0] [--json]
+
 The language: a constituent is a letter or ``( X Y [Z] )`` with constituents X, Y, Z, so a model
 that predicts the next token must track how deeply it is nested. After training, the demo prints
 each held-out token with its distance ``d_f = 1 - mean(master forget)`` (the quantity ON-LSTM
 parses with) and the correlation between ``d_f`` and the token's nesting depth.
+
+It uses the public layer only (``onlstm.ONLSTM``; ``pip install onlstm`` without the experiments extra is
+enough), so it is also an example of using the layer in a model of one's own.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import random
+import sys
 import time
 
 import torch
 from torch import nn
 
-from .nn import ONLSTM
-from .runs import progress_bar
+from onlstm import ONLSTM
 
 LETTERS = "abcdefgh"
 VOCAB = ["<eos>", "(", ")"] + list(LETTERS)
@@ -78,14 +85,7 @@ def _train(model: TinyLM, train, seconds: float, rng: random.Random, quiet: bool
     """Adam on ``train`` for ``seconds`` of wall time; returns the number of steps."""
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     loss_fn = nn.CrossEntropyLoss(reduction="none")
-    start, steps, loss_avg = time.monotonic(), 0, None
-    bar = progress_bar(
-        not quiet,
-        total=round(seconds),
-        unit="s",
-        desc="training",
-        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}s {postfix}",
-    )
+    start, steps, loss_avg, shown = time.monotonic(), 0, None, 0.0
     while time.monotonic() - start < seconds:
         for x, y, mask in batches(train, 32, rng):
             logits, _ = model(x)
@@ -96,11 +96,12 @@ def _train(model: TinyLM, train, seconds: float, rng: random.Random, quiet: bool
             opt.step()
             steps += 1
             loss_avg = loss.item() if loss_avg is None else 0.95 * loss_avg + 0.05 * loss.item()
-            bar.n = min(seconds, time.monotonic() - start)
-            bar.set_postfix_str(f"loss {loss_avg:.3f}", refresh=True)
-            if time.monotonic() - start >= seconds:
+            elapsed = time.monotonic() - start
+            if not quiet and elapsed - shown >= 2.0:  # a line now and then: no progress-bar package needed
+                shown = elapsed
+                print(f"training: {elapsed:4.0f}/{seconds:.0f}s  step {steps}  loss {loss_avg:.3f}", file=sys.stderr)
+            if elapsed >= seconds:
                 break
-    bar.close()
     return steps
 
 
@@ -159,3 +160,28 @@ def run(seconds: float = 20.0, seed: int = 0, as_json: bool = False) -> dict:
             print(f"  {tok:>5}  {v:5.3f}  {'#' * round(40 * v)}")
     print(f"\ncorrelation between distance and nesting depth over {len(all_d)} tokens: {corr:+.3f}")
     return result
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds > 0 (``nan``, ``inf`` and ``-5`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Train a tiny ON-LSTM on a bracket language and print its distances.")
+    ap.add_argument("--seconds", type=positive_seconds, default=20.0, help="training time budget (default 20)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
+    args = ap.parse_args(argv)
+    run(seconds=args.seconds, seed=args.seed, as_json=args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""``onlstm demo``: the main job end to end on data the project makes itself.
+
+1. Generate a corpus with known trees from the probabilistic grammar of :mod:`onlstm.data.grammar` and write
+   its sentences as a PTB-layout corpus in ``OUT/data/``.
+2. Train a small ON-LSTM language model on it through the language-model experiment (``onlstm lm train``'s
+   :func:`~onlstm.lm.train.train`, the shared engine) with the ``lm/demo`` preset, the demo's options set over
+   it and ``--seconds`` as its time limit (CPU, progress bar, validation at the end of every epoch). OUT is an
+   ordinary language-model run: ``onlstm parse --checkpoint OUT`` and ``onlstm lm eval`` read it.
+3. Induce trees on held-out sentences from each layer's master-forget distances (the run's best weights, or
+   the last ones when no epoch ended); pick the layer on a development split, report it on a separate test split.
+4. Print sentence and corpus F1 against the four trivial baselines on the same test sentences, a few
+   trees side by side with gold, and save a plot.
+
+The demo sits above the experiments (with the CLI): it strings the language model and parsing together, and
+an experiment may not import another.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .checkpoint import CheckpointError, read_json, write_json, write_text
+from .config import (
+    Config,
+    ConfigError,
+    check_probabilities,
+    command_flags,
+    find_preset,
+    option,
+    seed_option,
+    threads_option,
+)
+from .data.grammar import Grammar
+from .data.vocab import Vocab
+from .models.language_model import LanguageModel, load_language_model_run
+from .parsing.baselines import score_baselines
+from .parsing.induce import sentence_distances, trees_from_distances
+from .parsing.metrics import evaluate
+from .parsing.trees import to_brackets, unlabel
+from .runs import RunDirError, RunLock, check_output_folder, describe_run, setup_torch
+
+#: The corpus folder inside the demo's run directory (read by ``onlstm lm train --data-dir``).
+DATA = "data"
+#: What a run directory of an earlier demo holds that the new training must not find: ``lm train`` refuses a
+#: directory with a run in it, and an old ``model.best`` would be parsed with when no epoch ends this time.
+EARLIER_RUN_FILES = (
+    "config.json",
+    "resume.safetensors",
+    "model.best.safetensors",
+    "model.last.safetensors",
+    "log.csv",
+    "results.json",
+)
+
+
+@dataclass
+class DemoConfig(Config):
+    """Settings of ``onlstm demo`` (saved under ``demo`` in the run's ``config.json``)."""
+
+    section = "demo"
+
+    out: str = option("demo_out", "run directory for the checkpoint, corpus, trees and plots")
+    seconds: float = option(150.0, "training time budget in seconds (the language model's train.time_limit)")
+    seed: int = seed_option(0, "seed of the generated corpus, the weights and the random baseline")
+    train_sentences: int = option(20000, "generated training sentences")
+    dev_sentences: int = option(300, "generated development sentences (validation; choose the layer)")
+    test_sentences: int = option(500, "generated held-out test sentences")
+    emb_size: int = option(64, "embedding width (= last layer's width)")
+    hidden_sizes: list[int] = option([128, 128, 64], "width of every ON-LSTM layer")
+    chunk_size: int = option(8, "ON-LSTM chunk size")
+    batch_size: int = option(32, "columns of the training stream")
+    bptt: int = option(35, "segment length")
+    lr: float = option(3e-3, "Adam learning rate")
+    # README: the demo runs were measured with both master input gates.
+    master_input: str = option("reverse", "ON-LSTM master input gate: paper or reverse", choices=("paper", "reverse"))
+    dropout: float = option(0.1, "locked dropouts (input, between layers, output) and DropConnect")
+    # Small matrices: one thread is as fast as two and immune to other load.
+    threads: int = threads_option(1, "torch threads (the model is small)")
+
+    def validate(self) -> None:
+        for name in ("seconds", "train_sentences", "dev_sentences", "test_sentences", "batch_size", "bptt", "lr"):
+            if not getattr(self, name) > 0 or not math.isfinite(getattr(self, name)):  # NaN fails both
+                raise ConfigError(f"demo.{name} must be positive and finite, got {getattr(self, name)}")
+        check_probabilities(self, ["dropout"])
+
+
+def lm_settings(cfg: DemoConfig, quiet: bool = False) -> dict:
+    """The language model's settings, as ``onlstm lm train --config demo`` with the demo's options as flags
+    (``{"model": ..., "train": ...}``, what :func:`onlstm.lm.train.train` takes)."""
+    from .lm.config import explicit_settings
+
+    drop = cfg.dropout
+    model = dict(emb_size=cfg.emb_size, hidden_sizes=list(cfg.hidden_sizes), chunk_size=cfg.chunk_size)
+    model.update(master_input=cfg.master_input, dropout_in=drop, dropout_hidden=drop, dropout_out=drop)
+    train = dict(seed=cfg.seed, time_limit=cfg.seconds / 60, batch_size=cfg.batch_size, bptt=cfg.bptt, lr=cfg.lr)
+    train.update(threads=cfg.threads, progress=not quiet)
+    # the preset's file, not its short name: a file called "demo" in the working folder would win over it
+    return explicit_settings(find_preset("lm/demo")[1], {"model": {**model, "dropconnect": drop}, "train": train})
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:5.1f}"
+
+
+def _is_demo_run(out_dir: Path) -> bool:
+    """A run the demo made: its config.json holds the demo's settings, or (a demo stopped during training, before
+    it wrote them) the run was trained on the demo's corpus folder inside it."""
+    try:
+        config = read_json(out_dir / "config.json")
+    except CheckpointError:
+        return False
+    if not isinstance(config, dict):
+        return False
+    data = config.get("data")
+    own_corpus = isinstance(data, dict) and data.get("data_dir") == str((out_dir / DATA).resolve())
+    return "demo" in config or own_corpus
+
+
+def check_demo_dir(out: str | Path) -> Path:
+    """``--out`` of the demo: a writable directory holding no run but, at most, an earlier demo's (which the
+    demo replaces: it is made again in minutes); checked before any work."""
+    out_dir = check_output_folder(out)
+    held = describe_run(out_dir)
+    if held and not _is_demo_run(out_dir):
+        raise RunDirError(
+            f"{out_dir} already holds a run that the demo did not make (found: {held}); the demo would "
+            "overwrite it: choose another --out"
+        )
+    return out_dir
+
+
+def run(cfg: DemoConfig, as_json: bool = False) -> dict:
+    # imported here, not at the top: the parser that registers the demo is built for every command
+    from .lm.config import load_config
+    from .lm.train import train
+
+    settings = lm_settings(cfg, quiet=as_json)
+    load_config(None, settings).model_config(vocab_size=1)  # every setting checked before anything is written
+    out_dir = check_demo_dir(cfg.out)
+    setup_torch(cfg.threads)
+    log = _silent if as_json else print
+    with RunLock(out_dir, "onlstm demo", log=log):
+        train_trees, dev, test = _corpora(cfg, quiet=as_json)
+        for name in EARLIER_RUN_FILES:
+            (out_dir / name).unlink(missing_ok=True)
+        write_ptb(out_dir / DATA, {"train": train_trees, "valid": dev, "test": test})
+    # lm train takes the directory's lock itself, so the demo's is released meanwhile
+    trained = train(out_dir, out_dir / DATA, settings, log=log)
+    if trained["status"] == "interrupted":
+        log("Ctrl-C: training ended early; the demo goes on with the model so far")
+    with RunLock(out_dir, "onlstm demo", log=log):
+        return _report(cfg, out_dir, trained, dev, test, as_json)
+
+
+def _silent(msg: str) -> None:
+    """The log of ``--json``: stdout holds the one JSON object only."""
+
+
+def write_ptb(folder: Path, splits: dict[str, list]) -> None:
+    """Trees' sentences as a PTB-layout corpus (``ptb.<split>.txt``, one sentence a line, words separated by
+    spaces), the layout :mod:`onlstm.data.ptb` reads."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, trees in splits.items():
+        (folder / f"ptb.{split}.txt").write_text("".join(" ".join(t.leaves()) + "\n" for t in trees))
+
+
+def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: bool) -> dict:
+    """Parse with the run's weights, score, mark the run as the demo's and print the report."""
+    lm = load_language_model_run(out_dir)  # model.best, or model.last when no epoch ended
+    model, vocab = lm.model, lm.vocab
+    scores = _score(cfg, model, vocab, dev, test, out_dir)
+    _mark_demo_run(cfg, out_dir, scores["best"] + 1)
+    info = _train_info(trained, lm.weights)
+    result = {
+        "train": info,
+        "vocab_size": len(vocab),
+        "model": model.config.to_dict(),
+        "chosen_layer": scores["best"] + 1,
+        "layers": scores["layers"],
+        "baselines": scores["baselines"],
+        "onlstm_beats_every_baseline": scores["beats"],
+        "test_sentences": len(test),
+        "parse_sentences_per_second": (len(dev) + len(test)) / scores["parse_seconds"],
+        "run_dir": str(out_dir),
+        "plots": [str(p) for p in _plot_example(model, vocab, test, scores["best"], out_dir)],
+    }
+    if as_json:
+        print(json.dumps(result))
+    else:
+        _print_report(info, scores, dev, test, out_dir)
+    return result
+
+
+def _train_info(trained: dict, weights: Path) -> dict:
+    """What :func:`onlstm.lm.train.train` returned, in the demo's report's terms."""
+    p = trained["progress"]
+    best = p["best_valid"]
+    stopped_by = {"stopped": "time", "finished": "epochs"}.get(trained["status"], trained["status"])
+    return {
+        "steps": p["step"],
+        "epochs_validated": len(p["history"]),
+        "train_seconds": round(p["elapsed"], 1),
+        "best_valid_ppl": None if best is None else math.exp(best),
+        "weights": weights.name,
+        "stopped_by": stopped_by,
+    }
+
+
+def _corpora(cfg: DemoConfig, quiet: bool):
+    """Training, development and test trees from the demo grammar (three seeds)."""
+    grammar = Grammar()
+    train = grammar.corpus(cfg.train_sentences, seed=cfg.seed)
+    dev = grammar.corpus(cfg.dev_sentences, seed=cfg.seed + 1_000_003)
+    test = grammar.corpus(cfg.test_sentences, seed=cfg.seed + 2_000_003)
+    if not quiet:
+        types = len({w for t in train for w in t.leaves()})
+        print(
+            f"generated {len(train)} training, {len(dev)} development and {len(test)} test sentences "
+            f"({types} word types) from the demo grammar"
+        )
+    return train, dev, test
+
+
+def demo_command(config: dict) -> str | None:
+    """The ``onlstm demo`` command that reproduces a demo run's settings (its ``config.json``), else None."""
+    import shlex
+
+    if not isinstance(config.get("demo"), dict):
+        return None
+    return shlex.join(["onlstm", "demo", *command_flags(DemoConfig, config["demo"])])
+
+
+def _mark_demo_run(cfg: DemoConfig, out_dir: Path, layer: int) -> None:
+    """Add the demo's part to the language model's config.json: ``parse_layer`` (1-based) is the layer chosen on
+    the development sentences, which ``parse`` and ``plot`` then use by default; the grammar's words are lower
+    case, so ``parse`` lower-cases its input; ``demo`` lets ``export`` and a later demo recognise the run."""
+    config = read_json(out_dir / "config.json")
+    config.update(text_normalisation="lower", trained_on="onlstm demo grammar", parse_layer=layer, demo=cfg.to_dict())
+    write_json(out_dir / "config.json", config)
+
+
+def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_dir: Path) -> dict:
+    """Per-layer F1 on test, the layer chosen on dev, the baselines; writes the test trees (gold, predicted)."""
+    t0 = time.monotonic()
+    dev_words, test_words = [t.leaves() for t in dev], [t.leaves() for t in test]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dev_f, _, _ = sentence_distances(model, vocab, dev_words)
+    test_f, _, _ = sentence_distances(model, vocab, test_words)
+    n_layers = len(model.layers)
+    per_layer_dev = [evaluate(dev, trees_from_distances(dev_words, dev_f, l)).sentence.f1 for l in range(n_layers)]
+    best = max(range(n_layers), key=lambda l: per_layer_dev[l])
+    per_layer_test = []
+    for l in range(n_layers):
+        ev = evaluate(test, trees_from_distances(test_words, test_f, l))
+        per_layer_test.append(
+            {
+                "layer": l + 1,
+                "sentence_f1": ev.sentence.f1,
+                "corpus_f1": ev.corpus.f1,
+                "evalb_f1": ev.evalb.f1,
+                "dev_sentence_f1": per_layer_dev[l],
+            }
+        )
+    pred = trees_from_distances(test_words, test_f, best)
+    parse_seconds = time.monotonic() - t0
+    baselines = score_baselines(test, draws=5, seed=cfg.seed)
+    write_text(out_dir / "test_gold.txt", "\n".join(to_brackets(unlabel(t)) for t in test) + "\n")
+    write_text(out_dir / "test_pred.txt", "\n".join(to_brackets(t) for t in pred) + "\n")
+    beats = all(per_layer_test[best]["sentence_f1"] > b["sentence_f1"] for b in baselines.values())
+    return {
+        "best": best,
+        "layers": per_layer_test,
+        "pred": pred,
+        "baselines": baselines,
+        "beats": beats,
+        "parse_seconds": parse_seconds,
+    }
+
+
+def _plot_example(model: LanguageModel, vocab: Vocab, test, best: int, out_dir: Path) -> list:
+    try:
+        from .parsing.plots import plot_sentence
+
+        test_words = [t.leaves() for t in test]
+        k = next(i for i, w in enumerate(test_words) if 7 <= len(w) <= 12)
+        return plot_sentence(model, vocab, test_words[k], out_dir / "example", gold=unlabel(test[k]), layer=best)
+    except ImportError as e:  # matplotlib missing: the numbers still stand
+        return [f"(no plot: {e})"]
+
+
+def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
+    best, pred = scores["best"], scores["pred"]
+    weights = info["weights"]
+    if info["best_valid_ppl"] is not None and weights.startswith("model.best"):
+        weights += f", validation perplexity {info['best_valid_ppl']:.2f}"
+    elif weights.startswith("model.last"):
+        weights += ": no epoch ended, the weights at the stop"
+    print(
+        f"\ntrained {info['steps']} steps ({info['epochs_validated']} epochs validated) in "
+        f"{info['train_seconds']:.0f}s; parsing with {weights}"
+    )
+    print(
+        f"\nunsupervised parsing of {len(test)} held-out sentences (F1 in %; layer chosen on {len(dev)} dev sentences)"
+    )
+    print(f"{'':24}{'sentence':>9}{'corpus':>8}{'EVALB':>8}")
+    for row in scores["layers"]:
+        mark = "  <- chosen on dev" if row["layer"] == best + 1 else ""
+        print(
+            f"{'ON-LSTM layer ' + str(row['layer']):24}{_pct(row['sentence_f1']):>9}{_pct(row['corpus_f1']):>8}"
+            f"{_pct(row['evalb_f1']):>8}{mark}"
+        )
+    for name, sc in scores["baselines"].items():
+        label = f"{name} baseline" + (" (5 draws)" if name == "random" else "")
+        print(f"{label:24}{_pct(sc['sentence_f1']):>9}{_pct(sc['corpus_f1']):>8}{_pct(sc['evalb_f1']):>8}")
+    print(
+        f"\nON-LSTM (layer {best + 1}) {'beats' if scores['beats'] else 'does NOT beat'} every trivial baseline on "
+        "sentence F1."
+    )
+    print("\nexamples (gold | induced):")
+    for k in range(4):
+        print(f"  gold: {to_brackets(unlabel(test[k]))}\n  pred: {to_brackets(pred[k])}\n")
+    print(
+        f"checkpoint, trees and plots in {out_dir}/ (try: onlstm parse --checkpoint {out_dir} <<< 'the dog saw a cat')"
+    )
