@@ -1,6 +1,7 @@
 """Training speed of the logical-inference classifier: ON-LSTM vs LSTM (vs GRU) encoders, same run.
 
     python benchmarks/logic_speed.py [--data runs/logic/data] [--batch-size 64] [--steps 20] [--repeats 5] [--threads 1]
+    python benchmarks/logic_speed.py --bucketing [--cells onlstm lstm] ...   # random vs length-bucketed batches
 
 Times the full training step of ``onlstm logic train`` (embedding dropout, both formulas through the
 shared encoder in one packed call, features, MLP, cross-entropy, backward, clipping, Adam) with the
@@ -50,6 +51,43 @@ def batches(data_dir: Path | None, batch_size: int, n: int, seed: int = 0):
     return out, source
 
 
+def bucketed(data_dir: Path | None, batch_size: int, n: int, seed: int = 0):
+    """``n`` batches of pairs of similar length (what bucketing by length gives): a pool of ``8 n`` batches sorted
+    by length, every 8th slice taken, so that the batches span the lengths as random batches do."""
+    cfg = LogicTrainConfig()
+    examples = (
+        load_training_examples(data_dir, cfg) if data_dir is not None and any(Path(data_dir).glob("train*")) else None
+    )
+    if examples is None:
+        return None
+    data = encode_examples(examples)
+    random.Random(seed).shuffle(data)
+    pool = sorted(data[: batch_size * n * 8], key=lambda e: len(e[0]) + len(e[1]))
+    return [collate(pool[i * batch_size : (i + 1) * batch_size]) for i in range(0, n * 8, 8)]
+
+
+def tokens(batches) -> int:
+    return sum(int(b[1].sum() + b[3].sum()) for b in batches)
+
+
+def compare_bucketing(models, data, sorted_data, args) -> None:
+    """Per cell, microseconds per token on random batches and on length-bucketed ones, timed in alternation:
+    with packed sequences the padding costs nothing, so bucketing pays only if the per-token cost falls."""
+    print(f"{'encoder':8s} {'batches':>9s} {'max T':>6s} {'us/token':>9s}")
+    for cell in args.cells:
+        m, opt = models[cell]
+        times: dict[str, list[float]] = {"random": [], "bucketed": []}
+        for _ in range(args.repeats):
+            for name, bb in (("random", data), ("bucketed", sorted_data)):
+                t0 = time.perf_counter()
+                for batch in bb:
+                    train_step(m, opt, batch, clip=1.0)
+                times[name].append((time.perf_counter() - t0) / tokens(bb) * 1e6)
+        for name, bb in (("random", data), ("bucketed", sorted_data)):
+            mean_t = statistics.mean(b[0].shape[0] for b in bb)
+            print(f"{cell:8s} {name:>9s} {mean_t:6.1f} {statistics.median(times[name]):9.1f}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=Path("runs/logic/data"))
@@ -61,6 +99,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="measurements per model (default 5)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the logic presets)")
+    ap.add_argument(
+        "--bucketing", action="store_true", help="time random against length-bucketed batches (needs --data)"
+    )
     args = ap.parse_args(argv)
     if "lstm" not in args.cells:
         ap.error("--cells must include lstm (the reference of the ratio)")
@@ -84,6 +125,12 @@ def main(argv=None) -> int:
 
     for cell in args.cells:
         run(cell, args.warmup)
+    if args.bucketing:
+        sorted_data = bucketed(args.data, args.batch_size, args.steps)
+        if sorted_data is None:
+            ap.error("--bucketing needs --data with train files")
+        compare_bucketing(models, data, sorted_data, args)
+        return 0
     times: dict[str, list[float]] = {c: [] for c in args.cells}
     for _ in range(args.repeats):
         for cell in args.cells:
