@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -847,6 +848,10 @@ def test_curves_command_plots_runs_and_refuses_what_is_not_a_run(tiny_data, tmp_
         f"{100 * at7['valid_accuracy']:.1f}"
     ]
     assert rows[1].split(" | ")[2] == f"{history[-1]['step']:,}"  # past the end: the last check
+    shutil.copytree(tmp_path / "lstm", tmp_path / "lstm-again")  # same cell and seed twice: named by folder
+    assert main(["logic", "curves", str(tmp_path / "lstm"), str(tmp_path / "lstm-again"), *args[3:]]) == 0
+    names = [r.split(" | ")[0].strip("| ") for r in capsys.readouterr().out.splitlines() if r.startswith("| lstm")]
+    assert names == ["lstm", "lstm", "lstm-again", "lstm-again"]
     assert main([*args[:-1], "7,x"]) == 2 and "--at-steps" in capsys.readouterr().err
     for name in ("training_curves.png", "curves_by_ops.png"):
         assert (tmp_path / "p" / name).read_bytes()[:4] == b"\x89PNG"

@@ -354,7 +354,10 @@ def _cmd_curves(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise command_error(exc) from None
     if steps:
-        print(history_table([(f"{cell} seed {seed}", h) for (cell, h), seed in zip(runs, seeds)], steps))
+        names = [f"{cell} seed {seed}" for (cell, _), seed in zip(runs, seeds)]
+        if len(set(names)) < len(names):  # runs of one cell and seed with other settings: name them by folder
+            names = [run.name for run in args.runs]
+        print(history_table([(name, h) for name, (_, h) in zip(names, runs)], steps))
     print("wrote " + " and ".join(map(str, paths)))
     return 0
 
