@@ -51,3 +51,15 @@ def test_layer_demo_runs_as_a_script_with_the_layer_only(tmp_path):
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["steps"] >= 1 and len(result["examples"]) <= 3
     assert -1.0 <= result["corr_distance_depth"] <= 1.0 and result["held_out_perplexity"] >= 1.0
+
+
+def test_logic_mix_counts_a_file_written_by_hand(tmp_path):
+    """``examples/logic_mix.py`` on a file whose shares are known: 3 pairs, 2 of them '#', 1 'not' of 3 operators."""
+    spec = importlib.util.spec_from_file_location("logic_mix", REPO / "examples" / "logic_mix.py")
+    mix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mix)
+    lines = ["#\t( a ( and b ) )\tc", "#\t( not d )\te", ">\t( a ( or b ) )\ta"]
+    (tmp_path / "train1").write_text("\n".join(lines) + "\n")
+    (row,) = mix.describe(str(tmp_path), "train", 1, 1)
+    assert row.startswith("train1: n=3 '#'=0.667 '<'+'>'=0.333 ")
+    assert "not-share=0.333" in row and "smaller-side 0/1=1.00/0.00" in row
