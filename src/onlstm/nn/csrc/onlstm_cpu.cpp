@@ -7,11 +7,14 @@
 // Saved activations use the same columns: [p_i | p_f | sigm(o) | tanh(c^) | sigm(i) | sigm(f)],
 // where p_* are the softmax outputs of the master-gate logits.
 //
-// Matrix products: float32 goes through oneDNN (mkldnn::_linear_pointwise, with the recurrent
-// weight reordered once per call into oneDNN's blocked layout); other types use at::mm.
+// Matrix products: at::mm / at::addmm (MKL or the BLAS torch was built with), the recurrent weight
+// transposed once per call so that every per-step product reads it without a transpose. Not
+// oneDNN: its linear builds and keeps a primitive and a primitive descriptor (~0.6 MiB together)
+// for every new product shape, in two caches of 1,024 entries each, and packed sequences bring new
+// shapes with every batch (each step's batch size, each batch's row count); the resident memory
+// grew by gigabytes (issue #25). BLAS keeps nothing per shape and was as fast on these shapes.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
 #include <cmath>
@@ -34,42 +37,6 @@ float expf(float) noexcept;
 using at::Tensor;
 
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// Matrix products
-// ---------------------------------------------------------------------------------------------
-
-bool use_dnnl(const Tensor& t) {
-  return t.scalar_type() == at::kFloat && at::hasMKLDNN();
-}
-
-// y = x w^T (+ b); w is (out, in), either plain or reordered by `prepack`.
-Tensor linear(const Tensor& x, const Tensor& w, const c10::optional<Tensor>& b, bool dnnl) {
-  if (dnnl) {
-    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
-    std::vector<c10::IValue> stack;
-    stack.emplace_back(x);
-    stack.emplace_back(w);
-    if (b.has_value()) stack.emplace_back(*b); else stack.emplace_back();
-    stack.emplace_back(std::string("none"));
-    stack.emplace_back(c10::List<c10::optional<at::Scalar>>());
-    stack.emplace_back(std::string(""));
-    op.callBoxed(&stack);
-    return stack[0].toTensor();
-  }
-  if (b.has_value()) return at::addmm(*b, x, w.t());
-  return at::mm(x, w.t());
-}
-
-Tensor prepack(const Tensor& w, int64_t batch, bool dnnl) {
-  if (!dnnl) return w.contiguous();
-  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_reorder_linear_weight", "");
-  std::vector<c10::IValue> stack;
-  stack.emplace_back(w.contiguous());
-  stack.emplace_back(batch);
-  op.callBoxed(&stack);
-  return stack[0].toTensor();
-}
 
 // ---------------------------------------------------------------------------------------------
 // Element-wise step, one row (one sequence of the batch) at a time
@@ -254,14 +221,15 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
   const auto bs = to_vector(batch_sizes);
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0];
-  const bool dnnl = use_dnnl(x);
   // The input projection for all steps at once; each row is then overwritten in place by its
   // activations (forward_row reads a value before it writes the same position).
-  Tensor act = linear(x.contiguous(), w_ih.contiguous(), bias, dnnl).contiguous();  // (N, G)
-  // Reordering the recurrent weight pays off over many steps; for a single step (the prefix-tree
-  // scorer of syneval feeds one step per call) it would be one extra pass over the weight per product.
-  Tensor whh = bs.size() > 1 ? prepack(w_hh, B, dnnl) : w_hh.contiguous();
+  Tensor act = bias.has_value() ? at::addmm(*bias, x, w_ih.t()) : at::mm(x, w_ih.t());  // (N, G)
+  // h @ whh_t with whh_t (D, G) contiguous is the fastest layout for the per-step products; the
+  // transpose pays off over many steps, not for a single one (the prefix-tree scorer of syneval
+  // feeds one step per call), which reads w_hh transposed in place.
+  Tensor whh_t = bs.size() > 1 ? w_hh.t().contiguous() : w_hh.t();
   auto opts = x.options();
+  Tensor rec = at::empty({B, G}, opts);  // one buffer for every step's recurrent product
   Tensor out = at::empty({N, D}, opts);
   Tensor cells = at::empty({N, D}, opts), tcs = at::empty({N, D}, opts);
   Tensor dist = at::empty({N, 2}, opts);
@@ -271,7 +239,8 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
     for (size_t t = 0; t < bs.size(); ++t) {
       const int64_t b = bs[t];
       Tensor h_prev = t == 0 ? h0c.narrow(0, 0, b) : out.narrow(0, prev, b);
-      Tensor rec = linear(h_prev, whh, c10::nullopt, dnnl).contiguous();  // (b, G)
+      Tensor rec_t = rec.narrow(0, 0, b);  // (b, G), contiguous rows
+      at::mm_out(rec_t, h_prev, whh_t);
       const scalar_t* c_prev = (t == 0 ? c0c.data_ptr<scalar_t>() : cells.data_ptr<scalar_t>() + prev * D);
       const scalar_t* xp_p = act.data_ptr<scalar_t>() + off * G;
       const scalar_t* rec_p = rec.data_ptr<scalar_t>();
@@ -315,8 +284,7 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0];
   const int64_t T = bs.size();
-  const bool dnnl = use_dnnl(x);
-  Tensor whh_t = prepack(w_hh.t().contiguous(), B, dnnl);  // linear(dg, whh_t) = dg @ w_hh
+  Tensor whh = w_hh.contiguous();  // dh = dg @ w_hh reads (G, D) as it is stored
   auto opts = x.options();
   Tensor dG = at::empty({N, G}, opts);
   Tensor dh = grad_hn.contiguous().clone();
@@ -346,34 +314,20 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
                        chunk, inclusive);
         }
       });
-      dh.narrow(0, 0, b).copy_(linear(dG.narrow(0, off, b), whh_t, c10::nullopt, dnnl));
+      // The rows of the sequences that end before step t keep the gradient from h_n.
+      Tensor dh_t = dh.narrow(0, 0, b);
+      at::mm_out(dh_t, dG.narrow(0, off, b), whh);
     }
   });
   // Weight gradients with one product: dG^T [h_{t-1} | x]  ->  (G, D + I).
   const int64_t I = x.size(1);
-  Tensor d_w, d_x;
-  if (dnnl) {
-    // oneDNN wants both operands with the reduction (N) dimension contiguous: build the
-    // transposes block by block (each block stays in cache).
-    Tensor dGT = at::empty({G, N}, opts);
-    Tensor hxT = at::empty({D + I, N}, opts);
-    for (int64_t t = 0; t < T; ++t) {
-      dGT.narrow(1, offs[t], bs[t]).copy_(dG.narrow(0, offs[t], bs[t]).t());
-      Tensor hp = t == 0 ? h0.narrow(0, 0, bs[0]) : out.narrow(0, offs[t - 1], bs[t]);
-      hxT.narrow(0, 0, D).narrow(1, offs[t], bs[t]).copy_(hp.t());
-    }
-    hxT.narrow(0, D, I).copy_(x.t());
-    d_w = linear(dGT, hxT, c10::nullopt, true);
-    d_x = linear(dG, w_ih.t().contiguous(), c10::nullopt, true);
-  } else {
-    Tensor hx = at::empty({N, D + I}, opts);
-    if (T > 0) hx.narrow(1, 0, D).narrow(0, 0, bs[0]).copy_(h0.narrow(0, 0, bs[0]));
-    for (int64_t t = 1; t < T; ++t)
-      hx.narrow(1, 0, D).narrow(0, offs[t], bs[t]).copy_(out.narrow(0, offs[t - 1], bs[t]));
-    hx.narrow(1, D, I).copy_(x);
-    d_w = at::mm(dG.t(), hx);
-    d_x = at::mm(dG, w_ih.contiguous());
-  }
+  Tensor hx = at::empty({N, D + I}, opts);
+  if (T > 0) hx.narrow(1, 0, D).narrow(0, 0, bs[0]).copy_(h0.narrow(0, 0, bs[0]));
+  for (int64_t t = 1; t < T; ++t)
+    hx.narrow(1, 0, D).narrow(0, offs[t], bs[t]).copy_(out.narrow(0, offs[t - 1], bs[t]));
+  hx.narrow(1, D, I).copy_(x);
+  Tensor d_w = at::mm(dG.t(), hx);
+  Tensor d_x = at::mm(dG, w_ih.contiguous());
   Tensor d_whh = d_w.narrow(1, 0, D);
   Tensor d_wih = d_w.narrow(1, D, I);
   Tensor d_b = dG.sum(0);
