@@ -89,8 +89,8 @@ void master_gates(const T* pi, const T* pf, T* mi, T* mf, int64_t n, bool inclus
 }
 
 template <typename T>
-void forward_row(const T* xp, const T* rec, const T* c_prev, T* act, T* c_new, T* tc, T* h_new,
-                 T* dist, T* scratch, int64_t n, int64_t C, bool inclusive) {
+void forward_row(const T* xp, const T* rec, const T* c_prev, T* act, T* c_new, T* h_new, T* dist,
+                 T* scratch, int64_t n, int64_t C, bool inclusive) {
   const int64_t D = n * C;
   softmax_row(xp, rec, act, n);              // p_i
   softmax_row(xp + n, rec + n, act + n, n);  // p_f
@@ -119,19 +119,22 @@ void forward_row(const T* xp, const T* rec, const T* c_prev, T* act, T* c_new, T
       c_new[j] = fh * c_prev[j] + ih * ch[j];
     }
   }
-  for (int64_t u = 0; u < D; ++u) tc[u] = tanh_fast(c_new[u]);
-  for (int64_t u = 0; u < D; ++u) h_new[u] = o[u] * tc[u];
+  for (int64_t u = 0; u < D; ++u) h_new[u] = o[u] * tanh_fast(c_new[u]);
   dist[0] = T(1) - smf / T(n);
   dist[1] = smi / T(n);
 }
 
 // dh_rec: gradient reaching h' through the recurrence (from step t+1 or from h_n);
 // dc: in, the gradient of c'; out, the gradient of c (the previous cell).
+// tanh(c') is recomputed from c' rather than saved: one (N, D) buffer less kept from forward to
+// backward, for one vectorised pass over D values per row (scratch holds 4n + D values).
 template <typename T>
 void backward_row(const T* gout, const T* dh_rec, T* dc, const T* gdist, const T* act,
-                  const T* c_prev, const T* tc, T* dg, T* scratch, int64_t n, int64_t C,
+                  const T* c_prev, const T* c_new, T* dg, T* scratch, int64_t n, int64_t C,
                   bool inclusive) {
   const int64_t D = n * C;
+  T* tc = scratch + 4 * n;
+  for (int64_t u = 0; u < D; ++u) tc[u] = tanh_fast(c_new[u]);
   const T* pi = act;
   const T* pf = act + n;
   const T* o = act + 2 * n;
@@ -231,7 +234,7 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
   auto opts = x.options();
   Tensor rec = at::empty({B, G}, opts);  // one buffer for every step's recurrent product
   Tensor out = at::empty({N, D}, opts);
-  Tensor cells = at::empty({N, D}, opts), tcs = at::empty({N, D}, opts);
+  Tensor cells = at::empty({N, D}, opts);
   Tensor dist = at::empty({N, 2}, opts);
   Tensor h0c = h0.contiguous(), c0c = c0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "onlstm_forward", [&] {
@@ -246,14 +249,13 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
       const scalar_t* rec_p = rec.data_ptr<scalar_t>();
       scalar_t* act_p = act.data_ptr<scalar_t>() + off * G;
       scalar_t* c_p = cells.data_ptr<scalar_t>() + off * D;
-      scalar_t* tc_p = tcs.data_ptr<scalar_t>() + off * D;
       scalar_t* h_p = out.data_ptr<scalar_t>() + off * D;
       scalar_t* d_p = dist.data_ptr<scalar_t>() + off * 2;
       at::parallel_for(0, b, grain_rows(D), [&](int64_t lo, int64_t hi) {
         std::vector<scalar_t> scratch(2 * n);
         for (int64_t r = lo; r < hi; ++r) {
           forward_row(xp_p + r * G, rec_p + r * G, c_prev + r * D, act_p + r * G, c_p + r * D,
-                      tc_p + r * D, h_p + r * D, d_p + r * 2, scratch.data(), n, chunk, inclusive);
+                      h_p + r * D, d_p + r * 2, scratch.data(), n, chunk, inclusive);
         }
       });
       prev = off;
@@ -271,14 +273,14 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
     }
     off += bs[t];
   }
-  return {out, h_n, c_n, dist, act, cells, tcs};
+  return {out, h_n, c_n, dist, act, cells};
 }
 
 std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_hn,
                                     const Tensor& grad_cn, const c10::optional<Tensor>& grad_dist,
                                     const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
                                     const Tensor& h0, const Tensor& c0, const Tensor& batch_sizes,
-                                    const Tensor& act, const Tensor& cells, const Tensor& tcs,
+                                    const Tensor& act, const Tensor& cells,
                                     const Tensor& out, int64_t chunk, bool inclusive) {
   const auto bs = to_vector(batch_sizes);
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
@@ -302,15 +304,15 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
       const scalar_t* go = gout.data_ptr<scalar_t>() + off * D;
       const scalar_t* gd = gdist.defined() ? gdist.data_ptr<scalar_t>() + off * 2 : nullptr;
       const scalar_t* a = act.data_ptr<scalar_t>() + off * G;
-      const scalar_t* tc = tcs.data_ptr<scalar_t>() + off * D;
+      const scalar_t* c_cur = cells.data_ptr<scalar_t>() + off * D;
       scalar_t* dg = dG.data_ptr<scalar_t>() + off * G;
       scalar_t* dh_p = dh.data_ptr<scalar_t>();
       scalar_t* dc_p = dc.data_ptr<scalar_t>();
       at::parallel_for(0, b, grain_rows(D), [&](int64_t lo, int64_t hi) {
-        std::vector<scalar_t> scratch(4 * n);
+        std::vector<scalar_t> scratch(4 * n + D);
         for (int64_t r = lo; r < hi; ++r) {
           backward_row(go + r * D, dh_p + r * D, dc_p + r * D, gd ? gd + r * 2 : nullptr,
-                       a + r * G, c_prev + r * D, tc + r * D, dg + r * G, scratch.data(), n,
+                       a + r * G, c_prev + r * D, c_cur + r * D, dg + r * G, scratch.data(), n,
                        chunk, inclusive);
         }
       });
