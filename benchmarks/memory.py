@@ -23,10 +23,11 @@ model sees the same batches. Scenarios:
 * ``eval``: packed evaluation without gradients at the paper's size: batches of 512 sequences, ``T`` in
   10..120, lengths 3..T.
 
-The first batch of each scenario is its largest (every sequence of the longest length; the first BPTT segment
-is the longest, 50, and the others are capped there), so the memory a model needs for its largest batch is
-reached at step 1: growth after that is memory that accumulates, e.g. per new shape. RSS also moves by a few
-MiB with the allocator's state; read differences of a few percent as noise.
+The first batch of each scenario is as large as the scenario's batches get: the longest ``T`` with the
+lengths spread evenly over 3..T (a typical batch at that ``T``; a random one is a few percent larger or
+smaller), and the longest BPTT segment, 50 (later ones are capped there). So a model reaches its working
+peak at step 1, and growth after the early step is memory that accumulates, e.g. per new shape; RSS also
+moves by a few MiB with the allocator's state. Read differences of a few percent as noise.
 """
 
 from __future__ import annotations
@@ -58,13 +59,16 @@ def peaks(device) -> dict:
     return out
 
 
-def packed_batch(rng: random.Random, n: int, t_range: tuple[int, int], width: int, device, largest: bool = False):
-    """``n`` random sequences packed; ``largest``: all of the longest length (no later batch is larger)."""
+def packed_batch(rng: random.Random, n: int, t_range: tuple[int, int], width: int, device, first: bool = False):
+    """``n`` random sequences packed; ``first``: the longest ``T``, lengths spread evenly over 3..T."""
     import torch
     from torch.nn.utils.rnn import pack_sequence
 
-    T = t_range[1] if largest else rng.randint(*t_range)
-    lengths = [T] * n if largest else sorted((rng.randint(3, T) for _ in range(n)), reverse=True)
+    T = t_range[1] if first else rng.randint(*t_range)
+    if first:
+        lengths = [T - (T - 3) * i // (n - 1) for i in range(n)] if n > 1 else [T]
+    else:
+        lengths = sorted((rng.randint(3, T) for _ in range(n)), reverse=True)
     return pack_sequence([torch.randn(length, width, device=device) for length in lengths])
 
 
@@ -87,14 +91,14 @@ def logic_steps(model: str, args, device, report) -> None:
     rng = random.Random(0)
     report(0)
     for step in range(1, args.steps + 1):
-        out, (h_n, _) = rnn(packed_batch(rng, args.batch, (10, 69), 128, device, largest=step == 1))
+        out, (h_n, _) = rnn(packed_batch(rng, args.batch, (10, 69), 128, device, first=step == 1))
         loss = h_n.square().mean() + out.data.square().mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
         if args.eval_every and (step == 1 or step % args.eval_every == 0):
             with torch.no_grad():
-                rnn(packed_batch(rng, 512, (10, 120), 128, device, largest=step == 1))
+                rnn(packed_batch(rng, 512, (10, 120), 128, device, first=step == 1))
         report(step)
 
 
@@ -150,7 +154,7 @@ def eval_steps(model: str, args, device, report) -> None:
     report(0)
     with torch.no_grad():
         for step in range(1, args.steps + 1):
-            rnn(packed_batch(rng, 512, (10, 120), 128, device, largest=step == 1))
+            rnn(packed_batch(rng, 512, (10, 120), 128, device, first=step == 1))
             report(step)
 
 
