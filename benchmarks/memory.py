@@ -45,7 +45,7 @@ IMPLS_CPU = "cpp,fused,lstm"
 IMPLS_CUDA = "triton,reference,lstm"
 SCENARIOS = ("logic", "lm", "eval")
 # steps (batches, for eval) of the short default run: enough to see a model that keeps growing
-DEFAULT_STEPS = {"logic": 24, "lm": 30, "eval": 10}
+DEFAULT_STEPS = {"logic": 18, "lm": 24, "eval": 9}
 
 
 def peaks(device) -> dict:
