@@ -148,3 +148,18 @@ def test_cpp_kernel_keeps_nothing_per_batch_shape():
     heap_end = int(next(line for line in lines if line.startswith("END ")).split()[1])
     if heap_warm >= 0:
         assert heap_end - heap_warm < 4 * 2**20, f"heap in use grew by {(heap_end - heap_warm) / 2**20:.1f} MiB"
+
+
+def test_cpp_kernel_under_cpu_autocast_computes_in_float32():
+    """The kernel's products go through ATen, which torch.autocast would turn to bfloat16 under the step
+    code that reads float32: the kernel excludes autocast and gives exactly its float32 results."""
+    torch.manual_seed(0)
+    m = __import__("onlstm").ONLSTM(6, 8, chunk_size=4, impl="cpp")
+    x = torch.randn(5, 3, 6)
+    out, (h, c) = m(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out_a, (h_a, c_a) = m(x)
+        (out_a.sum() + c_a.sum()).backward()
+    assert out_a.dtype == h_a.dtype == c_a.dtype == torch.float32
+    assert torch.equal(out, out_a) and torch.equal(h, h_a) and torch.equal(c, c_a)
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in m.parameters())

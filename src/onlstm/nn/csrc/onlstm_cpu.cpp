@@ -206,6 +206,10 @@ void backward_row(const T* gout, const T* dh_rec, T* dc, const T* gdist, const T
   }
 }
 
+// The kernel computes in the input's dtype (as it did through oneDNN, which autocast leaves alone):
+// under torch.autocast the ATen products would come back in bfloat16, read by the step code as float.
+using NoAutocast = c10::impl::ExcludeDispatchKeyGuard;
+
 std::vector<int64_t> to_vector(const Tensor& batch_sizes) {
   auto bs = batch_sizes.to(at::kLong).contiguous();
   return std::vector<int64_t>(bs.data_ptr<int64_t>(), bs.data_ptr<int64_t>() + bs.numel());
@@ -221,6 +225,7 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
                                    const c10::optional<Tensor>& bias, const Tensor& h0,
                                    const Tensor& c0, const Tensor& batch_sizes, int64_t chunk,
                                    bool inclusive) {
+  NoAutocast no_autocast(c10::autocast_dispatch_keyset);
   const auto bs = to_vector(batch_sizes);
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0];
@@ -282,6 +287,7 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
                                     const Tensor& h0, const Tensor& c0, const Tensor& batch_sizes,
                                     const Tensor& act, const Tensor& cells,
                                     const Tensor& out, int64_t chunk, bool inclusive) {
+  NoAutocast no_autocast(c10::autocast_dispatch_keyset);
   const auto bs = to_vector(batch_sizes);
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0];
