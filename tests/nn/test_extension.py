@@ -84,3 +84,82 @@ def test_kernel_loads_without_ninja_on_path(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "LOADED True None" in r.stdout, r.stdout + r.stderr
+
+
+# One process: ONEDNN_VERBOSE must be set before oneDNN starts, and the counts must be this run's only.
+PER_SHAPE_RUN = """
+import ctypes, random, torch, onlstm
+from torch.nn.utils.rnn import pack_sequence
+torch.set_num_threads(1)
+torch.manual_seed(0)
+rng = random.Random(0)
+libc = ctypes.CDLL(None)
+
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                 "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+def heap_in_use():  # bytes malloc has handed out and not got back (glibc >= 2.33), else -1
+    f = getattr(libc, "mallinfo2", None)
+    if f is None:
+        return -1
+    f.restype = Info
+    info = f()
+    return info.uordblks + info.hblkhd
+
+def mark(label):  # oneDNN writes through C's stdout buffer: flush it so the lines keep their order
+    libc.fflush(None)
+    print(label, heap_in_use(), flush=True)
+    libc.fflush(None)
+
+m = onlstm.ONLSTM(8, 20, chunk_size=5, impl="cpp")
+def batch(k):  # 10 + k sequences: every batch has new per-step batch sizes and a new row count
+    lengths = sorted((rng.randint(1, 12) for _ in range(10 + k)), reverse=True)
+    x = pack_sequence([torch.randn(n, 8) for n in lengths])
+    out, (h, c) = m(x)
+    (out.data.sum() + h.sum()).backward()
+    with torch.no_grad():
+        m(x)
+
+for k in range(10):
+    batch(k)
+mark("WARM")
+for k in range(10, 40):
+    batch(k)
+mark("END")
+"""
+
+
+def test_cpp_kernel_keeps_nothing_per_batch_shape():
+    """Issue #25: every new product shape made oneDNN build and cache a primitive (~0.6 MiB with its
+    descriptor, up to 1,024 of each), and packed batches bring new shapes all the time: memory grew by
+    gigabytes. After 10 warm-up batches, 30 batches of new shapes must create no oneDNN primitive (counted
+    from ONEDNN_VERBOSE=2; the kernel before the fix, f39d6c8, created 144) and leave the heap in use where
+    it was (f39d6c8: +80 MiB; where glibc cannot tell, the count alone is checked)."""
+    assert load_extension() is not None, f"C++ kernel failed to build: {extension_error()}"
+    env = dict(os.environ, ONEDNN_VERBOSE="2", OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-c", PER_SHAPE_RUN], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    warm = next(i for i, line in enumerate(lines) if line.startswith("WARM "))
+    created = [line for line in lines[warm:] if "create:cache_miss" in line]
+    assert not created, f"{len(created)} oneDNN primitives created for new shapes, e.g. {created[0]}"
+    heap_warm = int(lines[warm].split()[1])
+    heap_end = int(next(line for line in lines if line.startswith("END ")).split()[1])
+    if heap_warm >= 0:
+        assert heap_end - heap_warm < 4 * 2**20, f"heap in use grew by {(heap_end - heap_warm) / 2**20:.1f} MiB"
+
+
+def test_cpp_kernel_under_cpu_autocast_computes_in_float32():
+    """The kernel's products go through ATen, which torch.autocast would turn to bfloat16 under the step
+    code that reads float32: the kernel excludes autocast and gives exactly its float32 results."""
+    torch.manual_seed(0)
+    m = __import__("onlstm").ONLSTM(6, 8, chunk_size=4, impl="cpp")
+    x = torch.randn(5, 3, 6)
+    out, (h, c) = m(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out_a, (h_a, c_a) = m(x)
+        (out_a.sum() + c_a.sum()).backward()
+    assert out_a.dtype == h_a.dtype == c_a.dtype == torch.float32
+    assert torch.equal(out, out_a) and torch.equal(h, h_a) and torch.equal(c, c_a)
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in m.parameters())

@@ -337,10 +337,10 @@ class CppKernel:
         chunk: int,
         inclusive: bool,
     ) -> KernelOutputs:
-        out, h_n, c_n, dist, act, cells, tcs = self._module.forward(
+        out, h_n, c_n, dist, act, cells = self._module.forward(
             x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive
         )
-        return out, h_n, c_n, dist, (act, cells, tcs)
+        return out, h_n, c_n, dist, (act, cells)
 
     def backward(
         self,
@@ -359,7 +359,7 @@ class CppKernel:
         chunk: int,
         inclusive: bool,
     ) -> KernelGrads:
-        act, cells, tcs = saved
+        act, cells = saved
         dx, dw_ih, dw_hh, db, dh0, dc0 = self._module.backward(
             grad_out,
             grad_hn,
@@ -373,7 +373,6 @@ class CppKernel:
             batch_sizes,
             act,
             cells,
-            tcs,
             out,
             chunk,
             inclusive,

@@ -156,7 +156,7 @@ class Decoder:
 
 
 def _onednn_linear() -> bool:
-    """Whether this PyTorch build has oneDNN's linear with pre-packed weights (the C++ kernel uses it too)."""
+    """Whether this PyTorch build has oneDNN's linear with pre-packed weights."""
     if not torch.backends.mkldnn.is_available():
         return False
     try:

@@ -7,11 +7,14 @@
 // Saved activations use the same columns: [p_i | p_f | sigm(o) | tanh(c^) | sigm(i) | sigm(f)],
 // where p_* are the softmax outputs of the master-gate logits.
 //
-// Matrix products: float32 goes through oneDNN (mkldnn::_linear_pointwise, with the recurrent
-// weight reordered once per call into oneDNN's blocked layout); other types use at::mm.
+// Matrix products: at::mm / at::addmm (MKL or the BLAS torch was built with), the recurrent weight
+// transposed once per call so that every per-step product reads it without a transpose. Not
+// oneDNN: its linear builds and keeps a primitive and a primitive descriptor (~0.6 MiB together)
+// for every new product shape, in two caches of 1,024 entries each, and packed sequences bring new
+// shapes with every batch (each step's batch size, each batch's row count); the resident memory
+// grew by gigabytes (issue #25). BLAS keeps nothing per shape and was as fast on these shapes.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
 #include <cmath>
@@ -34,42 +37,6 @@ float expf(float) noexcept;
 using at::Tensor;
 
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// Matrix products
-// ---------------------------------------------------------------------------------------------
-
-bool use_dnnl(const Tensor& t) {
-  return t.scalar_type() == at::kFloat && at::hasMKLDNN();
-}
-
-// y = x w^T (+ b); w is (out, in), either plain or reordered by `prepack`.
-Tensor linear(const Tensor& x, const Tensor& w, const c10::optional<Tensor>& b, bool dnnl) {
-  if (dnnl) {
-    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
-    std::vector<c10::IValue> stack;
-    stack.emplace_back(x);
-    stack.emplace_back(w);
-    if (b.has_value()) stack.emplace_back(*b); else stack.emplace_back();
-    stack.emplace_back(std::string("none"));
-    stack.emplace_back(c10::List<c10::optional<at::Scalar>>());
-    stack.emplace_back(std::string(""));
-    op.callBoxed(&stack);
-    return stack[0].toTensor();
-  }
-  if (b.has_value()) return at::addmm(*b, x, w.t());
-  return at::mm(x, w.t());
-}
-
-Tensor prepack(const Tensor& w, int64_t batch, bool dnnl) {
-  if (!dnnl) return w.contiguous();
-  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_reorder_linear_weight", "");
-  std::vector<c10::IValue> stack;
-  stack.emplace_back(w.contiguous());
-  stack.emplace_back(batch);
-  op.callBoxed(&stack);
-  return stack[0].toTensor();
-}
 
 // ---------------------------------------------------------------------------------------------
 // Element-wise step, one row (one sequence of the batch) at a time
@@ -122,8 +89,8 @@ void master_gates(const T* pi, const T* pf, T* mi, T* mf, int64_t n, bool inclus
 }
 
 template <typename T>
-void forward_row(const T* xp, const T* rec, const T* c_prev, T* act, T* c_new, T* tc, T* h_new,
-                 T* dist, T* scratch, int64_t n, int64_t C, bool inclusive) {
+void forward_row(const T* xp, const T* rec, const T* c_prev, T* act, T* c_new, T* h_new, T* dist,
+                 T* scratch, int64_t n, int64_t C, bool inclusive) {
   const int64_t D = n * C;
   softmax_row(xp, rec, act, n);              // p_i
   softmax_row(xp + n, rec + n, act + n, n);  // p_f
@@ -152,19 +119,22 @@ void forward_row(const T* xp, const T* rec, const T* c_prev, T* act, T* c_new, T
       c_new[j] = fh * c_prev[j] + ih * ch[j];
     }
   }
-  for (int64_t u = 0; u < D; ++u) tc[u] = tanh_fast(c_new[u]);
-  for (int64_t u = 0; u < D; ++u) h_new[u] = o[u] * tc[u];
+  for (int64_t u = 0; u < D; ++u) h_new[u] = o[u] * tanh_fast(c_new[u]);
   dist[0] = T(1) - smf / T(n);
   dist[1] = smi / T(n);
 }
 
 // dh_rec: gradient reaching h' through the recurrence (from step t+1 or from h_n);
 // dc: in, the gradient of c'; out, the gradient of c (the previous cell).
+// tanh(c') is recomputed from c' rather than saved: one (N, D) buffer less kept from forward to
+// backward, for one vectorised pass over D values per row (scratch holds 4n + D values).
 template <typename T>
 void backward_row(const T* gout, const T* dh_rec, T* dc, const T* gdist, const T* act,
-                  const T* c_prev, const T* tc, T* dg, T* scratch, int64_t n, int64_t C,
+                  const T* c_prev, const T* c_new, T* dg, T* scratch, int64_t n, int64_t C,
                   bool inclusive) {
   const int64_t D = n * C;
+  T* tc = scratch + 4 * n;
+  for (int64_t u = 0; u < D; ++u) tc[u] = tanh_fast(c_new[u]);
   const T* pi = act;
   const T* pf = act + n;
   const T* o = act + 2 * n;
@@ -236,6 +206,10 @@ void backward_row(const T* gout, const T* dh_rec, T* dc, const T* gdist, const T
   }
 }
 
+// The kernel computes in the input's dtype (as it did through oneDNN, which autocast leaves alone):
+// under torch.autocast the ATen products would come back in bfloat16, read by the step code as float.
+using NoAutocast = c10::impl::ExcludeDispatchKeyGuard;
+
 std::vector<int64_t> to_vector(const Tensor& batch_sizes) {
   auto bs = batch_sizes.to(at::kLong).contiguous();
   return std::vector<int64_t>(bs.data_ptr<int64_t>(), bs.data_ptr<int64_t>() + bs.numel());
@@ -251,19 +225,21 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
                                    const c10::optional<Tensor>& bias, const Tensor& h0,
                                    const Tensor& c0, const Tensor& batch_sizes, int64_t chunk,
                                    bool inclusive) {
+  NoAutocast no_autocast(c10::autocast_dispatch_keyset);
   const auto bs = to_vector(batch_sizes);
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0];
-  const bool dnnl = use_dnnl(x);
   // The input projection for all steps at once; each row is then overwritten in place by its
   // activations (forward_row reads a value before it writes the same position).
-  Tensor act = linear(x.contiguous(), w_ih.contiguous(), bias, dnnl).contiguous();  // (N, G)
-  // Reordering the recurrent weight pays off over many steps; for a single step (the prefix-tree
-  // scorer of syneval feeds one step per call) it would be one extra pass over the weight per product.
-  Tensor whh = bs.size() > 1 ? prepack(w_hh, B, dnnl) : w_hh.contiguous();
+  Tensor act = bias.has_value() ? at::addmm(*bias, x, w_ih.t()) : at::mm(x, w_ih.t());  // (N, G)
+  // h @ whh_t with whh_t (D, G) contiguous is the fastest layout for the per-step products; the
+  // transpose pays off over many steps, not for a single one (the prefix-tree scorer of syneval
+  // feeds one step per call), which reads w_hh transposed in place.
+  Tensor whh_t = bs.size() > 1 ? w_hh.t().contiguous() : w_hh.t();
   auto opts = x.options();
+  Tensor rec = at::empty({B, G}, opts);  // one buffer for every step's recurrent product
   Tensor out = at::empty({N, D}, opts);
-  Tensor cells = at::empty({N, D}, opts), tcs = at::empty({N, D}, opts);
+  Tensor cells = at::empty({N, D}, opts);
   Tensor dist = at::empty({N, 2}, opts);
   Tensor h0c = h0.contiguous(), c0c = c0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "onlstm_forward", [&] {
@@ -271,20 +247,20 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
     for (size_t t = 0; t < bs.size(); ++t) {
       const int64_t b = bs[t];
       Tensor h_prev = t == 0 ? h0c.narrow(0, 0, b) : out.narrow(0, prev, b);
-      Tensor rec = linear(h_prev, whh, c10::nullopt, dnnl).contiguous();  // (b, G)
+      Tensor rec_t = rec.narrow(0, 0, b);  // (b, G), contiguous rows
+      at::mm_out(rec_t, h_prev, whh_t);
       const scalar_t* c_prev = (t == 0 ? c0c.data_ptr<scalar_t>() : cells.data_ptr<scalar_t>() + prev * D);
       const scalar_t* xp_p = act.data_ptr<scalar_t>() + off * G;
       const scalar_t* rec_p = rec.data_ptr<scalar_t>();
       scalar_t* act_p = act.data_ptr<scalar_t>() + off * G;
       scalar_t* c_p = cells.data_ptr<scalar_t>() + off * D;
-      scalar_t* tc_p = tcs.data_ptr<scalar_t>() + off * D;
       scalar_t* h_p = out.data_ptr<scalar_t>() + off * D;
       scalar_t* d_p = dist.data_ptr<scalar_t>() + off * 2;
       at::parallel_for(0, b, grain_rows(D), [&](int64_t lo, int64_t hi) {
         std::vector<scalar_t> scratch(2 * n);
         for (int64_t r = lo; r < hi; ++r) {
           forward_row(xp_p + r * G, rec_p + r * G, c_prev + r * D, act_p + r * G, c_p + r * D,
-                      tc_p + r * D, h_p + r * D, d_p + r * 2, scratch.data(), n, chunk, inclusive);
+                      h_p + r * D, d_p + r * 2, scratch.data(), n, chunk, inclusive);
         }
       });
       prev = off;
@@ -302,21 +278,21 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
     }
     off += bs[t];
   }
-  return {out, h_n, c_n, dist, act, cells, tcs};
+  return {out, h_n, c_n, dist, act, cells};
 }
 
 std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_hn,
                                     const Tensor& grad_cn, const c10::optional<Tensor>& grad_dist,
                                     const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
                                     const Tensor& h0, const Tensor& c0, const Tensor& batch_sizes,
-                                    const Tensor& act, const Tensor& cells, const Tensor& tcs,
+                                    const Tensor& act, const Tensor& cells,
                                     const Tensor& out, int64_t chunk, bool inclusive) {
+  NoAutocast no_autocast(c10::autocast_dispatch_keyset);
   const auto bs = to_vector(batch_sizes);
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0];
   const int64_t T = bs.size();
-  const bool dnnl = use_dnnl(x);
-  Tensor whh_t = prepack(w_hh.t().contiguous(), B, dnnl);  // linear(dg, whh_t) = dg @ w_hh
+  Tensor whh = w_hh.contiguous();  // dh = dg @ w_hh reads (G, D) as it is stored
   auto opts = x.options();
   Tensor dG = at::empty({N, G}, opts);
   Tensor dh = grad_hn.contiguous().clone();
@@ -334,46 +310,32 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
       const scalar_t* go = gout.data_ptr<scalar_t>() + off * D;
       const scalar_t* gd = gdist.defined() ? gdist.data_ptr<scalar_t>() + off * 2 : nullptr;
       const scalar_t* a = act.data_ptr<scalar_t>() + off * G;
-      const scalar_t* tc = tcs.data_ptr<scalar_t>() + off * D;
+      const scalar_t* c_cur = cells.data_ptr<scalar_t>() + off * D;
       scalar_t* dg = dG.data_ptr<scalar_t>() + off * G;
       scalar_t* dh_p = dh.data_ptr<scalar_t>();
       scalar_t* dc_p = dc.data_ptr<scalar_t>();
       at::parallel_for(0, b, grain_rows(D), [&](int64_t lo, int64_t hi) {
-        std::vector<scalar_t> scratch(4 * n);
+        std::vector<scalar_t> scratch(4 * n + D);
         for (int64_t r = lo; r < hi; ++r) {
           backward_row(go + r * D, dh_p + r * D, dc_p + r * D, gd ? gd + r * 2 : nullptr,
-                       a + r * G, c_prev + r * D, tc + r * D, dg + r * G, scratch.data(), n,
+                       a + r * G, c_prev + r * D, c_cur + r * D, dg + r * G, scratch.data(), n,
                        chunk, inclusive);
         }
       });
-      dh.narrow(0, 0, b).copy_(linear(dG.narrow(0, off, b), whh_t, c10::nullopt, dnnl));
+      // The rows of the sequences that end before step t keep the gradient from h_n.
+      Tensor dh_t = dh.narrow(0, 0, b);
+      at::mm_out(dh_t, dG.narrow(0, off, b), whh);
     }
   });
   // Weight gradients with one product: dG^T [h_{t-1} | x]  ->  (G, D + I).
   const int64_t I = x.size(1);
-  Tensor d_w, d_x;
-  if (dnnl) {
-    // oneDNN wants both operands with the reduction (N) dimension contiguous: build the
-    // transposes block by block (each block stays in cache).
-    Tensor dGT = at::empty({G, N}, opts);
-    Tensor hxT = at::empty({D + I, N}, opts);
-    for (int64_t t = 0; t < T; ++t) {
-      dGT.narrow(1, offs[t], bs[t]).copy_(dG.narrow(0, offs[t], bs[t]).t());
-      Tensor hp = t == 0 ? h0.narrow(0, 0, bs[0]) : out.narrow(0, offs[t - 1], bs[t]);
-      hxT.narrow(0, 0, D).narrow(1, offs[t], bs[t]).copy_(hp.t());
-    }
-    hxT.narrow(0, D, I).copy_(x.t());
-    d_w = linear(dGT, hxT, c10::nullopt, true);
-    d_x = linear(dG, w_ih.t().contiguous(), c10::nullopt, true);
-  } else {
-    Tensor hx = at::empty({N, D + I}, opts);
-    if (T > 0) hx.narrow(1, 0, D).narrow(0, 0, bs[0]).copy_(h0.narrow(0, 0, bs[0]));
-    for (int64_t t = 1; t < T; ++t)
-      hx.narrow(1, 0, D).narrow(0, offs[t], bs[t]).copy_(out.narrow(0, offs[t - 1], bs[t]));
-    hx.narrow(1, D, I).copy_(x);
-    d_w = at::mm(dG.t(), hx);
-    d_x = at::mm(dG, w_ih.contiguous());
-  }
+  Tensor hx = at::empty({N, D + I}, opts);
+  if (T > 0) hx.narrow(1, 0, D).narrow(0, 0, bs[0]).copy_(h0.narrow(0, 0, bs[0]));
+  for (int64_t t = 1; t < T; ++t)
+    hx.narrow(1, 0, D).narrow(0, offs[t], bs[t]).copy_(out.narrow(0, offs[t - 1], bs[t]));
+  hx.narrow(1, D, I).copy_(x);
+  Tensor d_w = at::mm(dG.t(), hx);
+  Tensor d_x = at::mm(dG, w_ih.contiguous());
   Tensor d_whh = d_w.narrow(1, 0, D);
   Tensor d_wih = d_w.narrow(1, D, I);
   Tensor d_b = dG.sum(0);
