@@ -822,6 +822,10 @@ def train(
     try:
         with RunLock(run_dir, "onlstm lm train", log=log, enabled=main):
             trainer = Trainer(run_dir, data_dir, explicit or {}, resume=resume, log=log)
-            return trainer.run(max_steps=max_steps, on_step=on_step)
+            result = trainer.run(max_steps=max_steps, on_step=on_step)
+            # every process done with its collectives before any leaves the group: once, under load, a process
+            # that left first took the other down at exit ("terminate called without an active exception")
+            trainer.ctx.barrier()
+            return result
     finally:
         teardown()
