@@ -169,10 +169,7 @@ def test_relative_imports_resolve_like_python():
 # imports first: a package's __init__ importing its own modules is not a circle.
 
 #: Circles another change removes; each is checked to still exist, so an entry cannot outlive its circle.
-KNOWN_CIRCLES = {
-    # removed by the kernel-interface change (issue 23 item 4)
-    frozenset({"onlstm.nn.kernels", "onlstm.nn.triton_kernel"}),
-}
+KNOWN_CIRCLES: set[frozenset[str]] = set()
 
 
 def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:

@@ -1,7 +1,8 @@
 """The ON-LSTM layer: the equations (functional), the readable reference step loop (reference), the
-kernel interface and registry (kernels) with the fused PyTorch and C++ kernels, the cell and the
-multi-layer module."""
+kernel interface and registry (kernels), the kernels (fused, cpp_kernel, triton_kernel; registered in
+builtin_kernels), the cell and the multi-layer module."""
 
+from . import builtin_kernels  # noqa: F401  (registers triton, cpp and fused)
 from .functional import cumax, master_forget, master_input
 from .kernels import KernelSpec, LayerKernel, kernel_status, register_kernel, unregister_kernel
 from .modules import ONLSTM, Distances, ONLSTMCell, dropconnect_weight

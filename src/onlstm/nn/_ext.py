@@ -1,4 +1,4 @@
-"""Build (once, on first use) and load the C++ kernel (registered as ``impl='cpp'`` in kernels.py).
+"""Build (once, on first use) and load the C++ kernel (``impl='cpp'``: cpp_kernel.py, builtin_kernels.py).
 
 Compiler flags: no ``-ffast-math``. Its ``-ffinite-math-only`` lets the compiler assume no NaN or Inf
 ever occurs, and the kernel then turned a NaN input into finite outputs. The flags kept here allow

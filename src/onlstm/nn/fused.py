@@ -15,24 +15,17 @@ import torch
 from torch import Tensor
 
 from .functional import prefix_sum, suffix_sum
+from .kernels import KernelGrads, KernelInputs, KernelOutputs, OutputGrads, final_states
 
 
 class FusedKernel:
-    """The fused algorithm in PyTorch operations; ``saved = (act, cells, tanh(cells))``."""
+    """The fused algorithm in PyTorch operations; ``saved = (out, act, cells, tanh(cells))``."""
 
     @staticmethod
-    def forward(
-        x: Tensor,
-        w_ih: Tensor,
-        w_hh: Tensor,
-        bias: Tensor | None,
-        h0: Tensor,
-        c0: Tensor,
-        batch_sizes: Tensor,
-        chunk: int,
-        inclusive: bool,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
-        bs = batch_sizes.tolist()
+    def forward(inputs: KernelInputs) -> KernelOutputs:
+        x, w_ih, w_hh, bias, h0, c0 = inputs.x, inputs.w_ih, inputs.w_hh, inputs.bias, inputs.h0, inputs.c0
+        chunk, inclusive = inputs.chunk, inputs.inclusive
+        bs = inputs.batch_sizes.tolist()
         N, G, D = x.shape[0], w_hh.shape[0], w_hh.shape[1]
         n = D // chunk
         xp = torch.addmm(bias, x, w_ih.t()) if bias is not None else x @ w_ih.t()
@@ -62,36 +55,23 @@ class FusedKernel:
             dist[off : off + b, 0] = 1.0 - mf.mean(-1)
             dist[off : off + b, 1] = mi.mean(-1)
             prev, off = off, off + b
-        h_n, c_n = _final_states(out, cells, bs)
-        return out, h_n, c_n, dist, (act, cells, tcs)
+        h_n, c_n = final_states(out, cells, bs)
+        return KernelOutputs(out, h_n, c_n, dist, saved=(out, act, cells, tcs))
 
     @staticmethod
-    # long function: 16 of its lines are the formatted signature; the reversed step loop reads best whole
-    def backward(
-        grad_out: Tensor,
-        grad_hn: Tensor,
-        grad_cn: Tensor,
-        grad_dist: Tensor | None,
-        x: Tensor,
-        w_ih: Tensor,
-        w_hh: Tensor,
-        h0: Tensor,
-        c0: Tensor,
-        batch_sizes: Tensor,
-        out: Tensor,
-        saved: tuple[Tensor, ...],
-        chunk: int,
-        inclusive: bool,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-        act, cells, tcs = saved
-        bs = batch_sizes.tolist()
+    def backward(inputs: KernelInputs, saved: tuple[Tensor, ...], grads: OutputGrads) -> KernelGrads:
+        out, act, cells, tcs = saved
+        x, w_ih, w_hh, h0, c0 = inputs.x, inputs.w_ih, inputs.w_hh, inputs.h0, inputs.c0
+        chunk, inclusive = inputs.chunk, inputs.inclusive
+        grad_out, grad_dist = grads.out, grads.dist
+        bs = inputs.batch_sizes.tolist()
         N, G, D = x.shape[0], w_hh.shape[0], w_hh.shape[1]
         n = D // chunk
         offs = [0]
         for b in bs:
             offs.append(offs[-1] + b)
         dG = x.new_empty(N, G)
-        dh, dc = grad_hn.clone(), grad_cn.clone()
+        dh, dc = grads.h_n.clone(), grads.c_n.clone()
         for t in range(len(bs) - 1, -1, -1):
             b, off = bs[t], offs[t]
             c_prev = c0[:b] if t == 0 else cells[offs[t - 1] : offs[t - 1] + b]
@@ -127,22 +107,9 @@ class FusedKernel:
             dh[:b] = dg @ w_hh
         h_prev = torch.cat([h0[: bs[0]]] + [out[offs[t - 1] : offs[t - 1] + bs[t]] for t in range(1, len(bs))])
         dGt = dG.t()
-        return dG @ w_ih, dGt @ x, dGt @ h_prev, dG.sum(0), dh, dc
+        return KernelGrads(dG @ w_ih, dGt @ x, dGt @ h_prev, dG.sum(0), dh, dc)
 
 
 def _master(pi: Tensor, pf: Tensor, inclusive: bool) -> tuple[Tensor, Tensor]:
     """Master input and forget gates from the chunk softmaxes (``functional.master_input/forget``)."""
     return suffix_sum(pi, inclusive), prefix_sum(pf, inclusive=True)
-
-
-def _final_states(out: Tensor, cells: Tensor, bs: list[int]) -> tuple[Tensor, Tensor]:
-    """Each row's state after its own last step (rows drop out of the packed batch from the end)."""
-    h_n, c_n = out.new_empty(bs[0], out.shape[1]), out.new_empty(bs[0], out.shape[1])
-    off = 0
-    for t, b in enumerate(bs):
-        nxt = bs[t + 1] if t + 1 < len(bs) else 0
-        if b > nxt:
-            h_n[nxt:b] = out[off + nxt : off + b]
-            c_n[nxt:b] = cells[off + nxt : off + b]
-        off += b
-    return h_n, c_n

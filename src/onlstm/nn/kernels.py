@@ -7,8 +7,9 @@ backward; :class:`LayerKernel` is the written contract. ``ONLSTM(impl=...)`` acc
   It is not a kernel: it runs on every device and dtype and is the oracle the kernels are tested
   against;
 * the name of a registered kernel: ``'fused'`` (PyTorch operations, :mod:`onlstm.nn.fused`),
-  ``'cpp'`` (compiled C++, :mod:`onlstm.nn._ext`) and ``'triton'`` (CUDA, :mod:`onlstm.nn.triton_kernel`;
-  Triton is imported only when it is loaded) are built in;
+  ``'cpp'`` (compiled C++, :mod:`onlstm.nn.cpp_kernel`) and ``'triton'`` (CUDA, :mod:`onlstm.nn.triton_kernel`;
+  Triton is imported only when it is loaded) are built in (registered by :mod:`onlstm.nn.builtin_kernels`,
+  so that this module imports no kernel and a kernel module may use the registry);
 * ``'auto'``: the available registered kernel with the highest priority that supports the input's
   device and dtype, else ``'reference'``.
 
@@ -16,7 +17,8 @@ A kernel named explicitly runs the reference path on a device or dtype it does n
 ``'auto'`` would without a kernel there), and is an error when it cannot be loaded.
 
 Adding a kernel (e.g. another GPU kernel) means: write a class with the two methods of
-:class:`LayerKernel`, then register it::
+:class:`LayerKernel` (``forward(inputs: KernelInputs) -> KernelOutputs`` and
+``backward(inputs, saved, grads: OutputGrads) -> KernelGrads``), then register it::
 
     from onlstm.nn.kernels import KernelSpec, register_kernel
 
@@ -28,7 +30,7 @@ Adding a kernel (e.g. another GPU kernel) means: write a class with the two meth
 (higher priority wins: above the built-in ``triton``, 30). ``load`` is called once, on first use; if it raises, the kernel is
 unavailable for the rest of the process: ``'auto'`` falls back to the next kernel with one
 ``RuntimeWarning``, and :func:`kernel_status` reports the reason. The test suite runs every kernel
-against the reference (tests/test_layer.py); add the new name there.
+against the reference (tests/nn/test_layer.py); add the new name there.
 """
 
 from __future__ import annotations
@@ -41,14 +43,10 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from .fused import FusedKernel
 
-KernelOutputs = tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, ...]]
-KernelGrads = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
-
-
-class LayerKernel(Protocol):
-    """One ON-LSTM layer, one direction, over a whole sequence in PyTorch's packed layout.
+@dataclass(frozen=True)
+class KernelInputs:
+    """What a kernel runs on: one layer, one direction, a whole sequence in PyTorch's packed layout.
 
     Shapes (``N = sum(batch_sizes)`` rows, ``B = batch_sizes[0]``, hidden ``D``, ``G = 4D + 2D/chunk``):
     ``x (N, I)``, ``w_ih (G, I)``, ``w_hh (G, D)``, ``bias (G,)`` (``b_ih + b_hh``) or ``None``,
@@ -57,84 +55,107 @@ class LayerKernel(Protocol):
     ``'paper'``. Gate row layout and the equations: :mod:`onlstm.nn.functional`.
     """
 
-    def forward(
-        self,
-        x: Tensor,
-        w_ih: Tensor,
-        w_hh: Tensor,
-        bias: Tensor | None,
-        h0: Tensor,
-        c0: Tensor,
-        batch_sizes: Tensor,
-        chunk: int,
-        inclusive: bool,
-    ) -> KernelOutputs:
-        """Return ``out (N, D), h_n (B, D), c_n (B, D), dist (N, 2), saved``.
+    x: Tensor
+    w_ih: Tensor
+    w_hh: Tensor
+    bias: Tensor | None
+    h0: Tensor
+    c0: Tensor
+    batch_sizes: Tensor
+    chunk: int
+    inclusive: bool
 
-        ``dist[:, 0]`` is the master-forget distance and ``dist[:, 1]`` the master-input distance of
-        every row; ``saved`` is whatever tensors ``backward`` needs (kept by autograd between the two).
-        """
+
+@dataclass(frozen=True)
+class KernelOutputs:
+    """``out (N, D)``, ``h_n, c_n (B, D)`` (each row's state after its own last step), ``dist (N, 2)``.
+
+    ``dist[:, 0]`` is the master-forget distance and ``dist[:, 1]`` the master-input distance of every
+    row; ``saved`` is whatever tensors ``backward`` needs (kept by autograd between the two; ``out``
+    among them if backward reads it).
+    """
+
+    out: Tensor
+    h_n: Tensor
+    c_n: Tensor
+    dist: Tensor
+    saved: tuple[Tensor, ...]
+
+
+@dataclass(frozen=True)
+class OutputGrads:
+    """The gradients arriving at the outputs, contiguous: ``dist`` is ``None`` when the distances
+    were not used."""
+
+    out: Tensor
+    h_n: Tensor
+    c_n: Tensor
+    dist: Tensor | None
+
+
+@dataclass(frozen=True)
+class KernelGrads:
+    """The gradients of the inputs (``bias``: of ``b_ih + b_hh``; dropped by the wrapper without bias)."""
+
+    x: Tensor
+    w_ih: Tensor
+    w_hh: Tensor
+    bias: Tensor
+    h0: Tensor
+    c0: Tensor
+
+
+class LayerKernel(Protocol):
+    """One ON-LSTM layer, one direction, over a whole sequence: forward and a hand-written backward."""
+
+    def forward(self, inputs: KernelInputs) -> KernelOutputs: ...
+
+    def backward(self, inputs: KernelInputs, saved: tuple[Tensor, ...], grads: OutputGrads) -> KernelGrads:
+        """``saved`` is ``forward``'s ``KernelOutputs.saved`` for the same inputs."""
         ...
 
-    def backward(
-        self,
-        grad_out: Tensor,
-        grad_hn: Tensor,
-        grad_cn: Tensor,
-        grad_dist: Tensor | None,
-        x: Tensor,
-        w_ih: Tensor,
-        w_hh: Tensor,
-        h0: Tensor,
-        c0: Tensor,
-        batch_sizes: Tensor,
-        out: Tensor,
-        saved: tuple[Tensor, ...],
-        chunk: int,
-        inclusive: bool,
-    ) -> KernelGrads:
-        """Return the gradients ``dx, dw_ih, dw_hh, dbias, dh0, dc0`` (contiguous gradients in)."""
-        ...
+
+def final_states(out: Tensor, cells: Tensor, bs: list[int]) -> tuple[Tensor, Tensor]:
+    """``h_n, c_n``: each row's state after its own last step (rows drop out of a packed batch from the end)."""
+    h_n, c_n = out.new_empty(bs[0], out.shape[1]), out.new_empty(bs[0], out.shape[1])
+    off = 0
+    for t, b in enumerate(bs):
+        nxt = bs[t + 1] if t + 1 < len(bs) else 0
+        if b > nxt:
+            h_n[nxt:b] = out[off + nxt : off + b]
+            c_n[nxt:b] = cells[off + nxt : off + b]
+        off += b
+    return h_n, c_n
 
 
 class _KernelFunction(torch.autograd.Function):
     """Autograd wrapper around a kernel's whole-sequence forward and hand-written backward."""
 
     @staticmethod
-    def forward(
-        ctx: Any,
-        x: Tensor,
-        w_ih: Tensor,
-        w_hh: Tensor,
-        bias: Tensor | None,
-        h0: Tensor,
-        c0: Tensor,
-        batch_sizes: Tensor,
-        chunk: int,
-        inclusive: bool,
-        kernel: LayerKernel,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        out, h_n, c_n, dist, saved = kernel.forward(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive)
-        ctx.save_for_backward(x, w_ih, w_hh, h0, c0, batch_sizes, out, *saved)
-        ctx.config = (chunk, inclusive, kernel, bias is not None)
-        return out, h_n, c_n, dist
+    def forward(ctx: Any, kernel: LayerKernel, chunk: int, inclusive: bool, *tensors: Any) -> tuple[Tensor, ...]:
+        # the tensors one by one (autograd tracks arguments, not a record's fields): KernelInputs' order
+        x, w_ih, w_hh, bias, h0, c0, batch_sizes = tensors
+        result = kernel.forward(KernelInputs(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive))
+        ctx.save_for_backward(*tensors, *result.saved)
+        ctx.config = (kernel, chunk, inclusive)
+        return result.out, result.h_n, result.c_n, result.dist
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(
         ctx: Any, g_out: Tensor | None, g_hn: Tensor | None, g_cn: Tensor | None, g_dist: Tensor | None
     ) -> tuple[Tensor | None, ...]:
-        x, w_ih, w_hh, h0, c0, batch_sizes, out, *saved = ctx.saved_tensors
-        chunk, inclusive, kernel, has_bias = ctx.config
-        zeros = torch.zeros_like
-        g_out = zeros(out) if g_out is None else g_out.contiguous()
-        g_hn = zeros(h0) if g_hn is None else g_hn.contiguous()
-        g_cn = zeros(c0) if g_cn is None else g_cn.contiguous()
-        g_dist = None if g_dist is None else g_dist.contiguous()
-        dx, dw_ih, dw_hh, db, dh0, dc0 = kernel.backward(
-            g_out, g_hn, g_cn, g_dist, x, w_ih, w_hh, h0, c0, batch_sizes, out, tuple(saved), chunk, inclusive
+        x, w_ih, w_hh, bias, h0, c0, batch_sizes, *saved = ctx.saved_tensors
+        kernel, chunk, inclusive = ctx.config
+        inputs = KernelInputs(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive)
+        grads = OutputGrads(
+            out=x.new_zeros(x.shape[0], w_hh.shape[1]) if g_out is None else g_out.contiguous(),
+            h_n=torch.zeros_like(h0) if g_hn is None else g_hn.contiguous(),
+            c_n=torch.zeros_like(c0) if g_cn is None else g_cn.contiguous(),
+            dist=None if g_dist is None else g_dist.contiguous(),
         )
-        return dx, dw_ih, dw_hh, (db if has_bias else None), dh0, dc0, None, None, None, None
+        g = kernel.backward(inputs, tuple(saved), grads)
+        return None, None, None, g.x, g.w_ih, g.w_hh, (g.bias if bias is not None else None), g.h0, g.c0, None
 
 
 def fused_layer(
@@ -150,9 +171,8 @@ def fused_layer(
     kernel: LayerKernel,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run ``kernel`` over one layer/direction of a packed sequence; returns ``out, h_n, c_n, dist``."""
-    outputs = _KernelFunction.apply(
-        x.contiguous(), w_ih, w_hh, bias, h0.contiguous(), c0.contiguous(), batch_sizes, chunk, inclusive, kernel
-    )
+    tensors = (x.contiguous(), w_ih, w_hh, bias, h0.contiguous(), c0.contiguous(), batch_sizes)
+    outputs = _KernelFunction.apply(kernel, chunk, inclusive, *tensors)
     return outputs[0], outputs[1], outputs[2], outputs[3]
 
 
@@ -312,91 +332,3 @@ def resolve_impl(impl: str, device: torch.device, dtype: torch.dtype) -> str:
                 stacklevel=3,
             )
     return chosen
-
-
-# ---------------------------------------------------------------------------------------------
-# Built-in kernels
-# ---------------------------------------------------------------------------------------------
-
-
-class CppKernel:
-    """The compiled kernel (``csrc/onlstm_cpu.cpp``) behind the :class:`LayerKernel` interface."""
-
-    def __init__(self, module: Any) -> None:
-        self._module = module
-
-    def forward(
-        self,
-        x: Tensor,
-        w_ih: Tensor,
-        w_hh: Tensor,
-        bias: Tensor | None,
-        h0: Tensor,
-        c0: Tensor,
-        batch_sizes: Tensor,
-        chunk: int,
-        inclusive: bool,
-    ) -> KernelOutputs:
-        out, h_n, c_n, dist, act, cells = self._module.forward(
-            x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive
-        )
-        return out, h_n, c_n, dist, (act, cells)
-
-    def backward(
-        self,
-        grad_out: Tensor,
-        grad_hn: Tensor,
-        grad_cn: Tensor,
-        grad_dist: Tensor | None,
-        x: Tensor,
-        w_ih: Tensor,
-        w_hh: Tensor,
-        h0: Tensor,
-        c0: Tensor,
-        batch_sizes: Tensor,
-        out: Tensor,
-        saved: tuple[Tensor, ...],
-        chunk: int,
-        inclusive: bool,
-    ) -> KernelGrads:
-        act, cells = saved
-        dx, dw_ih, dw_hh, db, dh0, dc0 = self._module.backward(
-            grad_out,
-            grad_hn,
-            grad_cn,
-            grad_dist,
-            x,
-            w_ih,
-            w_hh,
-            h0,
-            c0,
-            batch_sizes,
-            act,
-            cells,
-            out,
-            chunk,
-            inclusive,
-        )
-        return dx, dw_ih, dw_hh, db, dh0, dc0
-
-
-def _load_cpp() -> LayerKernel:
-    from ._ext import extension_error, load_extension
-
-    module = load_extension()
-    if module is None:
-        raise KernelUnavailable(extension_error() or "the C++ kernel could not be loaded")
-    return CppKernel(module)
-
-
-def _load_triton() -> LayerKernel:
-    from .triton_kernel import load_cuda_kernel  # imports Triton only when it can run
-
-    return load_cuda_kernel()
-
-
-_CPU_FLOATS = (torch.float32, torch.float64)
-# float32 also covers torch.autocast (bf16/fp16 products inside the kernel); float64 is for gradcheck
-register_kernel(KernelSpec("triton", _load_triton, ("cuda",), _CPU_FLOATS, priority=30, label="Triton kernel"))
-register_kernel(KernelSpec("cpp", _load_cpp, ("cpu",), _CPU_FLOATS, priority=20, label="C++ kernel"))
-register_kernel(KernelSpec("fused", FusedKernel, ("cpu",), _CPU_FLOATS, priority=10, label="fused kernel"))

@@ -28,8 +28,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .fused import _final_states  # each row's state after its own last step
-from .kernels import KernelGrads, KernelOutputs, KernelSpec, KernelUnavailable, register_kernel
+from .kernels import (
+    KernelGrads,
+    KernelInputs,
+    KernelOutputs,
+    KernelSpec,
+    KernelUnavailable,
+    OutputGrads,
+    final_states,
+    register_kernel,
+)
 
 INTERPRETER_NAME = "triton_interpret"
 
@@ -59,23 +67,14 @@ def _warps(blocks: dict[str, int]) -> int:
 
 
 class TritonKernel:
-    """The Triton kernel; ``saved = (act, cells, mm)``, ``mm`` an empty tensor of the matmul dtype."""
+    """The Triton kernel; ``saved = (out, act, cells, mm)``, ``mm`` an empty tensor of the matmul dtype."""
 
     def __init__(self, steps: Any) -> None:
         self._steps = steps  # the module of @triton.jit kernels (compiled, or interpreted on the CPU)
 
-    def forward(
-        self,
-        x: Tensor,
-        w_ih: Tensor,
-        w_hh: Tensor,
-        bias: Tensor | None,
-        h0: Tensor,
-        c0: Tensor,
-        batch_sizes: Tensor,
-        chunk: int,
-        inclusive: bool,
-    ) -> KernelOutputs:
+    def forward(self, inputs: KernelInputs) -> KernelOutputs:
+        x, w_ih, w_hh, bias, h0, c0 = inputs.x, inputs.w_ih, inputs.w_hh, inputs.bias, inputs.h0, inputs.c0
+        batch_sizes, chunk, inclusive = inputs.batch_sizes, inputs.chunk, inputs.inclusive
         mm = matmul_dtype(x)
         with torch.autocast(x.device.type, enabled=False):  # the precision of every product is chosen here
             return self._forward(x, w_ih, w_hh, bias, h0, c0, batch_sizes.tolist(), chunk, inclusive, mm)
@@ -100,32 +99,19 @@ class TritonKernel:
                 INCLUSIVE=inclusive, HAS_HMM=low, num_warps=_warps(blocks), **blocks,
             )  # fmt: skip
             prev, off = off, off + b
-        h_n, c_n = _final_states(out, cells, bs)
-        return out, h_n, c_n, dist, (act, cells, x.new_empty(0, dtype=mm))
+        h_n, c_n = final_states(out, cells, bs)
+        return KernelOutputs(out, h_n, c_n, dist, saved=(out, act, cells, x.new_empty(0, dtype=mm)))
 
-    def backward(
-        self,
-        grad_out: Tensor,
-        grad_hn: Tensor,
-        grad_cn: Tensor,
-        grad_dist: Tensor | None,
-        x: Tensor,
-        w_ih: Tensor,
-        w_hh: Tensor,
-        h0: Tensor,
-        c0: Tensor,
-        batch_sizes: Tensor,
-        out: Tensor,
-        saved: tuple[Tensor, ...],
-        chunk: int,
-        inclusive: bool,
-    ) -> KernelGrads:
-        act, cells, marker = saved
+    def backward(self, inputs: KernelInputs, saved: tuple[Tensor, ...], grads: OutputGrads) -> KernelGrads:
+        x, w_ih, w_hh, h0, c0 = inputs.x, inputs.w_ih, inputs.w_hh, inputs.h0, inputs.c0
+        batch_sizes, chunk, inclusive = inputs.batch_sizes, inputs.chunk, inputs.inclusive
+        grad_out, grad_hn, grad_cn, grad_dist = grads.out, grads.h_n, grads.c_n, grads.dist
+        out, act, cells, marker = saved
         bs, mm = batch_sizes.tolist(), marker.dtype
         with torch.autocast(x.device.type, enabled=False):
             dG, dG_mm, dh, dc = self._step_grads(grad_out, grad_hn, grad_cn, grad_dist, w_hh, c0, act, cells, bs, mm,
                                                  chunk, inclusive)  # fmt: skip
-            return _weight_grads(dG, dG_mm, x, w_ih, w_hh, h0, out, bs, mm) + (dh, dc)
+            return KernelGrads(*_weight_grads(dG, dG_mm, x, w_ih, w_hh, h0, out, bs, mm), dh, dc)
 
     def _step_grads(self, grad_out, grad_hn, grad_cn, grad_dist, w_hh, c0, act, cells, bs, mm, chunk, inclusive):
         """The reversed step loop: ``dG (N, G)`` (and its matmul-dtype copy), ``dh0``, ``dc0``."""
