@@ -3,6 +3,7 @@ broken kernel found by it, its one-line errors, and the pieces that read or writ
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -64,7 +65,8 @@ def test_a_wrong_kernel_fails_the_correctness_checks_and_the_exit_status(tmp_pat
     backward = TritonKernel.backward
 
     def wrong(self, *args, **kwargs):  # every gradient 1% off, the forward right
-        return tuple(g * 1.01 for g in backward(self, *args, **kwargs))
+        grads = backward(self, *args, **kwargs)
+        return type(grads)(**{f.name: getattr(grads, f.name) * 1.01 for f in dataclasses.fields(grads)})
 
     monkeypatch.setattr(TritonKernel, "backward", wrong)
     out = tmp_path / "report"

@@ -4,6 +4,7 @@ Run on CPU tensors under Triton's interpreter (``impl='triton_interpret'``, the 
 check as on CUDA); a deliberately broken kernel is made by patching the kernel class.
 """
 
+import dataclasses
 import json
 import warnings
 
@@ -37,8 +38,8 @@ def broken_outputs(monkeypatch):
     forward = TritonKernel.forward
 
     def wrong(self, *args, **kwargs):
-        out, *rest = forward(self, *args, **kwargs)
-        return (out * 1.01, *rest)
+        res = forward(self, *args, **kwargs)
+        return dataclasses.replace(res, out=res.out * 1.01)
 
     monkeypatch.setattr(TritonKernel, "forward", wrong)
 
