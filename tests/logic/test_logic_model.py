@@ -126,6 +126,28 @@ def test_padding_does_not_change_a_formulas_encoding(cell):
             torch.testing.assert_close(batch[j], out[-1, 0], rtol=1e-5, atol=1e-6)
 
 
+def test_embedding_dropout_covers_real_tokens_only(monkeypatch):
+    """In training the embedding dropout sees one row per real token, none for padding (the speed reason is in
+    LogicClassifier.encode), and training outputs still have the pairs' shape."""
+    from onlstm.logic import model as logic_model
+
+    seen = []
+    real_dropout = logic_model.F.dropout
+
+    def spy(x, p, training):
+        seen.append(tuple(x.shape))
+        return real_dropout(x, p, training)
+
+    model = tiny_model("onlstm")
+    model.train()
+    monkeypatch.setattr(logic_model.F, "dropout", spy)
+    tokens, lengths = pad_batch([token_ids(f) for f in FORMULAS])
+    h = model.encode(tokens, lengths)
+    assert seen[0] == (int(lengths.sum()), model.config.emb_size)
+    assert int(lengths.sum()) < tokens.numel()  # the batch has padding, so the check can fail
+    assert h.shape == (len(FORMULAS), model.config.hidden_size)
+
+
 def test_pair_prediction_does_not_depend_on_the_batch():
     model = tiny_model("onlstm")
     pairs = [(FORMULAS[i], FORMULAS[-1 - i]) for i in range(len(FORMULAS))]
