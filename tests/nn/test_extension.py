@@ -163,3 +163,33 @@ def test_cpp_kernel_under_cpu_autocast_computes_in_float32():
     assert out_a.dtype == h_a.dtype == c_a.dtype == torch.float32
     assert torch.equal(out, out_a) and torch.equal(h, h_a) and torch.equal(c, c_a)
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in m.parameters())
+
+
+def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_young_one_waited_for(tmp_path, monkeypatch, capsys):
+    """PyTorch waits forever on a build lock whose process was killed: an old lock is removed with one line; a
+    young one is waited for (here it goes away after two sleeps) with one line naming the file."""
+    import os
+    import time
+
+    from onlstm.nn import _ext
+
+    lock = tmp_path / "lock"
+    lock.touch()
+    old = time.time() - _ext.STALE_LOCK_S - 60
+    os.utime(lock, (old, old))
+    _ext.clear_stale_lock(tmp_path)
+    assert not lock.exists() and "did not finish" in capsys.readouterr().err
+    lock.touch()
+    sleeps = []
+
+    def sleep(s):
+        sleeps.append(s)
+        if len(sleeps) == 2:
+            lock.unlink()  # the other build finishes
+
+    monkeypatch.setattr(_ext.time, "sleep", sleep)
+    _ext.clear_stale_lock(tmp_path)
+    err = capsys.readouterr().err
+    assert len(sleeps) == 2 and err.count("\n") == 1 and str(lock) in err
+    _ext.clear_stale_lock(tmp_path)  # no lock: returns at once
+    assert len(sleeps) == 2

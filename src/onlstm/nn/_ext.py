@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,9 @@ import torch
 _SOURCE = Path(__file__).parent / "csrc" / "onlstm_cpu.cpp"
 _CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"]
 _state: dict[str, Any] = {"tried": False, "module": None, "error": None}
+#: A build takes about a minute (a few on a busy machine): a build lock older than this was left by a build
+#: that was killed, not one still running.
+STALE_LOCK_S = 600.0
 
 
 def extension_name() -> str:
@@ -51,6 +55,36 @@ def build_path(path: str) -> str:
         if d not in out:
             out.append(d)
     return os.pathsep.join(out)
+
+
+def clear_stale_lock(build_dir: Path) -> None:
+    """Wait while another process builds the kernel; remove a build lock left by a killed build.
+
+    PyTorch's build lock (``build_dir/lock``) is removed by the process that took it, in a ``finally``; a
+    process killed while building (SIGKILL, a CI timeout) leaves it, and PyTorch would then wait for it forever,
+    silently, in every later process. A lock older than :data:`STALE_LOCK_S` is removed with a line saying so;
+    while a younger one exists, one line says what we wait for and which file to delete if nothing builds."""
+    lock, said = build_dir / "lock", False
+    while True:
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if age > STALE_LOCK_S:
+            lock.unlink(missing_ok=True)
+            print(
+                f"onlstm: removed {lock}, left {age / 60:.0f} min ago by a build that did not finish", file=sys.stderr
+            )
+            return
+        if not said:
+            print(
+                f"onlstm: waiting for another process to finish building the C++ kernel ({lock}); "
+                "if no build is running, delete that file",
+                file=sys.stderr,
+                flush=True,
+            )
+            said = True
+        time.sleep(1.0)
 
 
 @contextlib.contextmanager
@@ -87,6 +121,7 @@ def load_extension() -> Any:
 
         name = extension_name()
         build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
+        clear_stale_lock(build_dir)
         if not any(build_dir.glob(f"{name}*.so")):
             print(
                 "onlstm: compiling the C++ kernel (once per machine, about a minute) ...", file=sys.stderr, flush=True
