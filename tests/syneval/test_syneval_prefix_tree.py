@@ -71,6 +71,50 @@ def test_the_decoder_gives_the_models_logits():
         torch.testing.assert_close(dec(x), want, atol=1e-5, rtol=1e-5)
 
 
+ONE_SHAPE_RUN = """
+import ctypes, torch
+import onlstm.syneval.prefix_tree as pt
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.decoder = torch.nn.Linear(16, 50)
+
+model = Model()
+dec = pt.Decoder(model, rows=100)
+x = torch.randn(100, 16)
+ctypes.CDLL(None).fflush(None)  # oneDNN writes through C's stdout buffer: keep the lines in order
+print("WARM", flush=True)
+for n in range(1, 101):
+    got = dec(x[:n])
+    assert got.shape == (n, 50), got.shape
+    torch.testing.assert_close(got, model.decoder(x[:n]).detach(), atol=1e-5, rtol=1e-5)
+ctypes.CDLL(None).fflush(None)
+"""
+
+
+def test_the_onednn_decoder_sees_one_shape_whatever_the_block_size():
+    """Issue #25: every row count of a last block made oneDNN cache a new primitive (~1.4 MiB each at 400 x
+    10,000; 200 row counts: +280 MiB). Blocks of 1 to 100 rows (at most 100 a block) must create at most one
+    primitive per ROW_STEP bucket, 4 here (counted from ONEDNN_VERBOSE=2; the decoder before the fix created
+    100), and still give the linear layer's logits."""
+    import os
+    import subprocess
+    import sys
+
+    import onlstm.syneval.prefix_tree as pt
+
+    if not pt._onednn_linear():
+        pytest.skip("this PyTorch build has no oneDNN linear: the decoder uses addmm")
+    env = dict(os.environ, ONEDNN_VERBOSE="2", OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-c", ONE_SHAPE_RUN], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    created = [line for line in lines[lines.index("WARM") :] if "create:cache_miss" in line and "reorder" not in line]
+    buckets = -(-100 // pt.ROW_STEP)
+    assert 0 < len(created) <= buckets, f"{len(created)} oneDNN primitives for {buckets} block sizes: {created[:2]}"
+
+
 def test_the_tree_runs_each_distinct_prefix_once():
     # inputs (all tokens but the last) of: <eos> a b <eos> | <eos> a c <eos> | <eos> a b <eos> (again) | <eos> d
     tree = build_tree([[0, 1, 2, 0], [0, 1, 3, 0], [0, 1, 2, 0], [0, 4]])

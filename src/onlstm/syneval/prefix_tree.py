@@ -122,6 +122,10 @@ def target_logprobs(decoder: Decoder, output: torch.Tensor, parent: torch.Tensor
     return picked - lse[parent]
 
 
+#: The oneDNN decoder's blocks have a multiple of this many rows (see :meth:`Decoder._onednn`).
+ROW_STEP = 32
+
+
 class Decoder:
     """The model's output layer applied to blocks of at most ``rows`` prefixes, as float32 logits.
 
@@ -139,13 +143,29 @@ class Decoder:
         if self.linear is not None and self.linear.weight.device.type == "cpu" and _onednn_linear():
             self.packed = torch.ops.mkldnn._reorder_linear_weight(self.linear.weight.detach(), self.rows)
         self.buf: torch.Tensor | None = None
+        self.rows_in: torch.Tensor | None = None
+
+    def _onednn(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        # oneDNN builds and caches a primitive (~1.4 MiB at 400 x 10,000) for every new row count, and the last
+        # block of every depth of every tree has its own: memory grew with every suite (issue #25). A short
+        # block is padded up to a multiple of ROW_STEP rows, so oneDNN sees at most rows / ROW_STEP shapes, for
+        # fewer than ROW_STEP wasted rows per block (padding every block to ``rows`` would waste whole blocks
+        # on the small depths near the root).
+        n = x.shape[0]
+        m = min(self.rows, -(-n // ROW_STEP) * ROW_STEP)
+        if m != n:
+            if self.rows_in is None or self.rows_in.shape[1] != x.shape[1]:
+                self.rows_in = x.new_zeros(self.rows, x.shape[1])
+            self.rows_in[:n] = x
+            x = self.rows_in[:m]
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")[:n]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.linear is None or x.dtype != torch.float32:
             return self.model.logits(x).float()
         bias = None if self.linear.bias is None else self.linear.bias.detach()
         if self.packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
+            return self._onednn(x, bias)
         if self.buf is None:
             self.buf = torch.empty(self.rows, self.linear.out_features, device=x.device)
         out = self.buf[: x.shape[0]]
