@@ -108,6 +108,21 @@ def test_every_top_level_part_has_a_place_in_the_layers():
     assert present - set(EXPERIMENTS + SHARED + COMMANDS + PACKAGE_ROOT) == set()
 
 
+#: The experiment template (docs/design.md §4.1): the files every experiment package has.
+TEMPLATE = ("__init__.py", "cli.py", "evaluate.py")
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_follows_the_template(experiment):
+    """The template's files; ``register(subparsers)`` in cli.py; and config.py where the commands read --config."""
+    package = PACKAGE / experiment
+    assert [name for name in TEMPLATE if not (package / name).is_file()] == []
+    cli = ast.parse((package / "cli.py").read_text(encoding="utf-8"))
+    assert "register" in {node.name for node in cli.body if isinstance(node, ast.FunctionDef)}
+    if '"--config"' in (package / "cli.py").read_text(encoding="utf-8"):
+        assert (package / "config.py").is_file(), f"{experiment} reads --config: declare its settings in config.py"
+
+
 @pytest.mark.parametrize(
     "module, source, expected",
     [

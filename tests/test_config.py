@@ -11,7 +11,17 @@ from pathlib import Path
 import pytest
 
 from onlstm.cli import build_parser, main
-from onlstm.config import Config, ConfigError, add_flags, check_section, coerce, flags_given, merged, option, read_yaml
+from onlstm.config import (
+    Config,
+    ConfigError,
+    Settings,
+    add_flags,
+    check_section,
+    coerce,
+    flags_given,
+    option,
+    read_yaml,
+)
 from onlstm.errors import OnlstmError
 from onlstm.lm import LMConfig
 from onlstm.lm.config import TrainConfig, load_config
@@ -155,8 +165,13 @@ def test_precedence_defaults_then_file_then_flags(tmp_path):
     p = argparse.ArgumentParser()
     add_flags(p, Recipe, "train")
     args = p.parse_args(["--steps", "9"])
-    r = Recipe.from_dict(merged(read_yaml(f, {"train": Recipe})["train"], flags_given(args, "train")))
+    settings = Settings.resolve({"train": Recipe}, f, args)
+    assert settings.given == {"train": {"lr": 0.5, "steps": 9}}  # what the user set, flag over file
+    r = settings.build("train")
     assert (r.lr, r.steps, r.mode) == (0.5, 9, "a")  # file over default, flag over file
+    assert Settings.resolve({"train": Recipe}, None, {"train": {"steps": "3"}}).build("train", mode="b").steps == 3
+    with pytest.raises(ConfigError, match=r"unknown train fields \['stp'\]"):
+        Settings.resolve({"train": Recipe}, f, {"train": {"stp": 1}})
 
 
 # --------------------------------------------------------------------------- the logic command (issue #9's bug)
@@ -188,8 +203,11 @@ def test_logic_yaml_errors_name_the_field(tmp_path, capsys):
 
 
 def test_logic_compare_section_is_typed(tmp_path):
-    from onlstm.logic.cli import load_yaml
+    from onlstm.logic.cli import SECTIONS
     from onlstm.logic.config import CompareSettings
+
+    def load_yaml(path):
+        return Settings.resolve(SECTIONS, path, experiment="logic").given
 
     f = tmp_path / "c.yaml"
     f.write_text("compare:\n  cells: [lstm, gru]\n  seeds: [0, 1.0]\n  lengths: [7, 8]\n")

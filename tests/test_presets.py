@@ -46,12 +46,16 @@ def test_a_file_wins_over_a_preset_and_bad_names_list_the_presets(tmp_path, monk
 
 
 def test_every_command_taking_config_accepts_a_preset_name(tmp_path, monkeypatch, capsys):
+    from onlstm.config import Settings
     from onlstm.lm.config import load_config
-    from onlstm.logic.cli import load_yaml
+    from onlstm.logic.cli import CONFIG_KEYS, SECTIONS
+
+    def load_yaml(name):
+        return Settings.resolve(SECTIONS, name, experiment="logic", keys=CONFIG_KEYS)
 
     monkeypatch.chdir(tmp_path)  # no checkout here: only the package's own files can be found
     assert load_config(Path("tiny")).model["hidden_sizes"] == [24, 16]
-    assert load_yaml(Path("smoke"))["data"] == "runs/logic/smoke-data"
+    assert load_yaml(Path("smoke")).keys["data"] == "runs/logic/smoke-data"
     for name in presets("lm"):
         load_config(Path(name))
     for name in presets("logic"):
@@ -61,6 +65,7 @@ def test_every_command_taking_config_accepts_a_preset_name(tmp_path, monkeypatch
         ["logic", "train", "--config", "nope"],
         ["logic", "compare", "--config", "nope"],
         ["demo", "--config", "nope"],
+        ["syneval", "--config", "nope", "--checkpoint", "c", "--data", "d"],
     ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err

@@ -12,7 +12,7 @@ import torch
 
 from onlstm.checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
 from onlstm.cli import build_parser, main
-from onlstm.config import flags_given, merged
+from onlstm.config import flags_given
 from onlstm.data.vocab import Vocab
 from onlstm.lm.config import TrainConfig, explicit_settings, load_config, overrides_from_args, train_command
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
@@ -113,7 +113,7 @@ def test_logic_classifier_round_trip_and_export(tmp_path):
         assert torch.equal(back(a, la, b, lb), model(a, la, b, lb))
     assert load_classifier(tmp_path / "m")[1]["train"] == train  # the evaluation loader reads it too
     args = build_parser().parse_args(shlex.split(logic_command(header))[1:])
-    assert LogicTrainConfig.from_dict(merged(flags_given(args, "train"))).to_dict() == train
+    assert LogicTrainConfig.from_dict(flags_given(args, "train")).to_dict() == train
     assert LogicModelConfig.from_dict(flags_given(args, "model")) == model.config
 
 

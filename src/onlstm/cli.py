@@ -12,11 +12,10 @@ from .errors import EXIT_INTERRUPTED, INSTALL_EXPERIMENTS, MissingExtra, OnlstmE
 
 
 def _cmd_demo(args) -> int:
-    from .config import flags_given, merged, read_yaml
+    from .config import Settings
     from .demo import DemoConfig, run
 
-    file = read_yaml(args.config, {"demo": DemoConfig}, preset="demo")["demo"] if args.config else {}
-    run(DemoConfig.from_dict(merged(file, flags_given(args, "demo"))), as_json=args.json)
+    run(Settings.resolve({"demo": DemoConfig}, args.config, args, experiment="demo").build("demo"), as_json=args.json)
     return 0
 
 

@@ -11,24 +11,26 @@ A config class is a dataclass deriving from :class:`Config` whose fields are dec
 * :func:`read_yaml`: a YAML file with named sections, each checked against its dataclass;
 * :func:`add_flags` / :func:`flags_given`: one command-line flag per field (``hidden_sizes`` ->
   ``--hidden-sizes 8 4``, booleans as ``--x`` / ``--no-x``), help and the default shown from the field;
-* precedence defaults < ``--config`` file < flags (:func:`merged`);
+* :class:`Settings`: the one resolver of every command's settings, defaults < ``--config`` file (or preset)
+  < flags;
 * the presets shipped inside the package (``onlstm/configs/<experiment>/<name>.yaml``): :func:`presets`
   lists them and :func:`resolve_config` turns a ``--config`` value (a file, or a preset name such as
-  ``ptb-cpu`` or ``lm/ptb-cpu``) into a file (docs/cli.md, "Presets").
+  ``ptb-cpu`` or ``lm/ptb-cpu``) into a file (docs/cli.md, "Presets");
+* :class:`Runtime`: where and how a command runs (``--device``, ``--threads``, ``--progress``), declared
+  once; an experiment's config derives from it, a command without one adds it with :func:`add_runtime_flags`.
 
 Example::
 
     @dataclass
-    class Train(Config):
+    class Train(Runtime):
         section = "train"
         lr: float = option(1e-3, "learning rate")
-        device: str = option("auto", "where to run", choices=("auto", "cpu", "cuda"))
 
     parser = argparse.ArgumentParser()
+    parser.add_argument("--config")
     add_flags(parser, Train, "train")
     args = parser.parse_args(["--lr", "0.01"])
-    file = read_yaml(path, {"train": Train})["train"] if path else {}
-    cfg = Train.from_dict(merged(file, flags_given(args, "train")))
+    cfg = Settings.resolve({"train": Train}, args.config, args, experiment="mine").build("train")
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import functools
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -51,22 +53,26 @@ __all__ = [
     "SEED_RANGE",
     "Config",
     "ConfigError",
+    "Runtime",
+    "Settings",
     "add_flags",
+    "add_runtime_flags",
     "check_bounds",
     "check_probabilities",
     "check_section",
     "coerce",
     "command_flags",
+    "field_defaults",
     "field_help",
     "find_preset",
     "flags_given",
-    "merged",
     "option",
     "positive_int",
     "preset_description",
     "presets",
     "read_yaml",
     "resolve_config",
+    "runtime_settings",
     "seed_option",
     "threads_option",
 ]
@@ -92,6 +98,7 @@ def option(
     default_text: str | None = None,
     omit_default: bool = False,
     bounds: tuple[int | None, int | None] | None = None,
+    check: Callable[[Any, str], None] | None = None,
 ) -> Any:
     """A dataclass field with its help text (a string, or a function returning it when the parser is built).
 
@@ -101,7 +108,8 @@ def option(
     ``omit_default``: left out of ``to_dict`` while it has its default (see :meth:`Config.to_dict`).
     ``bounds``: ``(low, high)``, the inclusive range of a number (or of every item of a list of numbers);
     None for an open end; checked whenever the config is built, so every command names the field and its
-    range. A list or dict default is copied for every instance.
+    range. ``check(value, where)``: a check of its own, raising :class:`ConfigError`. A list or dict default
+    is copied for every instance.
     """
     meta = {
         "help": help,
@@ -111,6 +119,7 @@ def option(
         "default_text": default_text,
         "omit_default": omit_default,
         "bounds": bounds,
+        "check": check,
     }
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
@@ -131,6 +140,11 @@ def _default(f: dataclasses.Field) -> Any:
     if f.default is not MISSING:
         return f.default
     return f.default_factory() if f.default_factory is not MISSING else MISSING
+
+
+def field_defaults(cls) -> dict:
+    """``{field: default}`` of the fields of ``cls`` that a file or a flag may set (a fresh copy of a list)."""
+    return {f.name: _default(f) for f in fields(cls) if not f.metadata.get("fixed") and _default(f) is not MISSING}
 
 
 # --------------------------------------------------------------------------- typed coercion
@@ -200,8 +214,14 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+def _where(section: str, name: str) -> str:
+    """How errors name a field: ``train.lr``; the flag (``--threads``) for a command whose settings are only
+    flags (``section`` empty: :class:`Runtime` alone)."""
+    return f"{section}.{name}" if section else "--" + name.replace("_", "-")
+
+
 def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
-    where = f"{section}.{f.name}"
+    where = _where(section, f.name)
     value = coerce(value, _types(cls)[f.name], where)
     choices = f.metadata.get("choices")
     if choices and value not in choices:
@@ -209,6 +229,8 @@ def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
     if f.metadata.get("bounds") and value is not None:
         for item in value if isinstance(value, list) else [value]:
             check_bounds(item, f.metadata["bounds"], where)
+    if f.metadata.get("check"):
+        f.metadata["check"](value, where)
     return value
 
 
@@ -250,20 +272,10 @@ def threads_option(default: int | None, help: str = "CPU threads for the whole p
 DEVICE_HELP = "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N"
 
 
-def device_option() -> Any:
-    """The ``device`` field of every command's settings (checked by :func:`check_device`)."""
-    return option("auto", DEVICE_HELP)
-
-
 def check_device(value: str, name: str = "device") -> None:
     """A device name as :func:`onlstm.runs.resolve_device` reads it; whether CUDA is there is checked when it runs."""
     if not (value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())):
         raise ConfigError(f"{name} must be auto, cpu, cuda or cuda:N, got {value!r}")
-
-
-def add_device_flag(parser: argparse.ArgumentParser) -> None:
-    """``--device`` for a command whose settings are plain flags (no config class)."""
-    parser.add_argument("--device", default="auto", help=f"{DEVICE_HELP} (default: auto)")
 
 
 # --------------------------------------------------------------------------- the base class
@@ -311,6 +323,21 @@ class Config:
         if missing:
             raise ConfigError(f"the {kind} settings lack the required fields {missing}")
         return cls(**data)
+
+
+@dataclass
+class Runtime(Config):
+    """Where and how a command runs, declared once for every command: the device, the CPU threads and the
+    progress bar. None changes what is computed, so a resumed run may change them. An experiment's config
+    derives from it (:func:`add_flags` then shows them in a group of their own); a command whose settings
+    are only flags adds them with :func:`add_runtime_flags`."""
+
+    section = ""  # alone, errors name the flags (--threads); a subclass names its section (train.threads)
+    config_kind = "runtime"
+
+    device: str = option("auto", DEVICE_HELP, check=check_device)
+    threads: int | None = threads_option(0, "CPU threads per process")
+    progress: bool = option(True, "show a progress bar on stderr (on a terminal only)")
 
 
 def check_probabilities(cfg: Config, names: Iterable[str], *, one: bool = False) -> None:
@@ -393,23 +420,16 @@ def find_preset(name: str) -> tuple[str, Path]:
     raise ConfigError(f"no preset named {name!r}; presets: {', '.join(shipped)}")
 
 
-def read_yaml(
-    path: str | Path,
-    sections: Mapping[str, type | None],
-    keys: Iterable[str] = (),
-    missing_hint: str = "",
-    *,
-    preset: str | None = None,
-) -> dict:
-    """Read a YAML config file: ``sections`` maps a section name to its config class (None: any mapping),
-    ``keys`` are other allowed top-level keys (values returned as they are). Returns ``{name: dict}`` for
-    every section (empty when absent) and the keys present; errors name the file and ``section.field``.
-    ``preset``: the experiment whose preset names ``path`` may be (:func:`resolve_config`)."""
+def read_yaml(path: str | Path, sections: Mapping[str, type], keys: Iterable[str] = (), *, preset: str | None = None):
+    """Read a YAML config file: ``sections`` maps a section name to its config class, ``keys`` are other
+    allowed top-level keys (values returned as they are). Returns ``{name: dict}`` for every section (empty
+    when absent) and the keys present; errors name the file and ``section.field``. ``preset``: the
+    experiment whose preset names ``path`` may be (:func:`resolve_config`). Commands use :class:`Settings`."""
     import yaml
 
     path = resolve_config(path, preset) if preset else Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist{missing_hint}")
+        raise ConfigError(f"config file {path} does not exist")
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
@@ -421,26 +441,49 @@ def read_yaml(
     if unknown:
         raise ConfigError(f"config file {path}: unknown keys {unknown}; allowed: {', '.join(allowed)}")
     out = {k: doc[k] for k in keys if k in doc}
-    for name, cls in sections.items():
-        value = doc.get(name) or {}
-        try:
-            if cls is None:
-                if not isinstance(value, dict):
-                    raise ConfigError(f"'{name}' must be a mapping")
-                out[name] = dict(value)
-            else:
-                out[name] = check_section(cls, value, name)
-        except ConfigError as exc:
-            raise ConfigError(f"config file {path}: {exc}") from None
+    try:
+        out.update({name: check_section(cls, doc.get(name) or {}, name) for name, cls in sections.items()})
+    except ConfigError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
     return out
 
 
-def merged(*layers: Mapping | None) -> dict:
-    """Later layers win: ``merged(file_section, flags_given(args, section))`` (defaults come from the class)."""
-    out: dict = {}
-    for layer in layers:
-        out.update(layer or {})
-    return out
+@dataclass
+class Settings:
+    """The one resolver of every command's settings: dataclass defaults < the ``--config`` file < flags.
+
+    ``given`` holds, per section, what the user set (the file's fields, then the flags', which win), every
+    name and value checked against the section's class; :meth:`build` adds the defaults. ``keys``: the
+    file's other top-level values (logic's ``data`` and ``out``)."""
+
+    classes: dict[str, type]
+    given: dict[str, dict]
+    keys: dict
+
+    @classmethod
+    def resolve(
+        cls,
+        classes: Mapping[str, type],
+        config: str | Path | None = None,
+        flags: argparse.Namespace | Mapping[str, Mapping] | None = None,
+        *,
+        experiment: str | None = None,
+        keys: Iterable[str] = (),
+    ) -> Settings:
+        """``config``: a YAML file, or a preset name of ``experiment`` (:func:`resolve_config`); ``flags``: the
+        parsed command line (flags of :func:`add_flags`, prefixed by the section names) or
+        ``{section: {field: value}}``. Errors name the file and ``section.field``."""
+        keys = tuple(keys)
+        doc = read_yaml(config, classes, keys, preset=experiment) if config is not None else {}
+        given = {}
+        for name, section_cls in classes.items():
+            typed = flags_given(flags, name) if isinstance(flags, argparse.Namespace) else (flags or {}).get(name)
+            given[name] = {**doc.get(name, {}), **check_section(section_cls, typed or {}, section_cls.section)}
+        return cls(dict(classes), given, {k: doc[k] for k in keys if k in doc})
+
+    def build(self, section: str, **values: Any) -> Any:
+        """The config of ``section``: its defaults < what was given < ``values``."""
+        return self.classes[section].from_dict({**self.given[section], **values})
 
 
 # --------------------------------------------------------------------------- command-line flags
@@ -523,11 +566,23 @@ def add_flags(
     Flags default to None ("not given"), so :func:`flags_given` returns only what the user typed and the
     dataclass default stays the one place a default is written."""
     group = parser.add_argument_group(title or section)
-    hints = _types(cls)
-    skip = set(skip)
+    # where and how it runs, apart from what it computes
+    runtime = parser.add_argument_group("runtime") if issubclass(cls, Runtime) and cls is not Runtime else group
+    hints, skip, own = _types(cls), set(skip), {f.name for f in fields(Runtime)}
     for f in fields(cls):
         if f.metadata.get("flag", True) and not f.metadata.get("fixed") and f.name not in skip:
-            _add_flag(group, f, hints[f.name], f"{section}.{f.name}")
+            _add_flag(runtime if f.name in own else group, f, hints[f.name], f"{section}.{f.name}")
+
+
+def add_runtime_flags(parser: argparse.ArgumentParser, cls: type = Runtime, skip: Iterable[str] = ()) -> None:
+    """``--device``, ``--threads`` and ``--progress`` / ``--no-progress`` (less ``skip``) for a command whose
+    settings are only flags; :func:`runtime_settings` reads them."""
+    add_flags(parser, cls, "runtime", "runtime", skip)
+
+
+def runtime_settings(args: argparse.Namespace, cls: type = Runtime) -> Any:
+    """The :class:`Runtime` (or ``cls``) that the flags of :func:`add_runtime_flags` set."""
+    return Settings.resolve({"runtime": cls}, flags=args).build("runtime")
 
 
 def flags_given(args: argparse.Namespace, section: str) -> dict:

@@ -15,7 +15,7 @@ from onlstm.data.download import DownloadError, download_ptb
 from onlstm.data.ptb import CorpusError, load_corpus, split_file
 from onlstm.lm.config import RUNTIME_FIELDS, TrainConfig, explicit_settings, load_config
 from onlstm.lm.data import batchify, bptt_schedule, column_share, segment
-from onlstm.lm.model import LMConfig, locked_dropout
+from onlstm.models.language_model import LMConfig, locked_dropout
 from support import CONFIGS as CONFIG_DIR
 from support import SHARED_DATA
 

@@ -490,9 +490,10 @@ def test_yaml_config_and_flag_priority(tiny_data, tmp_path, capsys):
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (CONFIGS / "logic").glob("*.yaml")))
 def test_shipped_configs_are_valid(name, tmp_path):
-    from onlstm.logic.cli import load_yaml
+    from onlstm.config import Settings
+    from onlstm.logic.cli import CONFIG_KEYS, SECTIONS
 
-    doc = load_yaml(CONFIGS / "logic" / name)
+    doc = Settings.resolve(SECTIONS, CONFIGS / "logic" / name, experiment="logic", keys=CONFIG_KEYS).given
     LogicModelConfig.from_dict(doc.get("model") or {})
     T.LogicTrainConfig.from_dict(doc.get("train") or {})
     assert set(doc.get("compare") or {}) <= {"cells", "seeds", "lengths"}

@@ -1,5 +1,5 @@
 """Word-level language modelling (AWD-LSTM style) with ON-LSTM or baseline layers."""
 
-from .model import LanguageModel, LMConfig
+from ..models.language_model import LanguageModel, LMConfig
 
 __all__ = ["LMConfig", "LanguageModel"]

@@ -6,8 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from ..config import add_device_flag
+from ..config import add_runtime_flags, flags_given, runtime_settings
 from ..errors import EXIT_INTERRUPTED, command_error
+from .config import EvalRuntime, add_config_flags
 
 
 def register(subparsers) -> None:
@@ -26,8 +27,6 @@ def register(subparsers) -> None:
 
 
 def _register_train(sub) -> None:
-    from .config import add_config_flags
-
     p = sub.add_parser(
         "train",
         help="train a language model (resumable; torchrun for several processes)",
@@ -63,13 +62,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ..encoders import check_typed_options
-    from .config import explicit_settings, overrides_from_args
+    from .config import explicit_settings
     from .train import train
 
     try:
-        overrides = overrides_from_args(args)
-        explicit = explicit_settings(args.config, overrides)
-        check_typed_options([explicit["model"].get("cell", "onlstm")], overrides["model"])
+        explicit = explicit_settings(args.config, args)
+        check_typed_options([explicit["model"].get("cell", "onlstm")], flags_given(args, "model"))
         if args.max_steps is not None and args.max_steps <= 0:
             raise ValueError(f"--max-steps must be positive, got {args.max_steps}")
         result = train(args.out, args.data_dir, explicit, resume=args.resume, max_steps=args.max_steps, log=tqdm.write)
@@ -108,14 +106,7 @@ def _register_eval(sub) -> None:
         default=None,
         help="words outside the vocabulary (default: the run's setting)",
     )
-    add_device_flag(p)
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="CPU threads (default: the run's own threads setting; 0: PyTorch's default)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_runtime_flags(p, EvalRuntime)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_eval)
 
@@ -156,11 +147,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     try:
         if args.batch_size <= 0 or args.bptt <= 0:
             raise ValueError("--batch-size and --bptt must be positive")
-        if args.threads is not None and args.threads < 0:
-            raise ValueError("--threads must be >= 0 (0: PyTorch's default)")
-        device = resolve_device(args.device)
+        runtime = runtime_settings(args, EvalRuntime)
+        device = resolve_device(runtime.device)
         model, vocab, config, wfile = load_lm(args.checkpoint, args.weights, device)
-        setup_torch(run_threads(config) if args.threads is None else args.threads)
+        setup_torch(run_threads(config) if runtime.threads is None else runtime.threads)
         data = config.get("data", {})
         data_dir = args.data_dir or (Path(data["data_dir"]) if data.get("data_dir") else None)
         if data_dir is None:
@@ -176,7 +166,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 args.batch_size,
                 args.bptt,
                 device,
-                progress=not args.no_progress and not args.json,
+                progress=runtime.progress and not args.json,
             )
     except ValueError as e:
         raise command_error(e) from None

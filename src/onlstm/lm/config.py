@@ -14,32 +14,32 @@ paper's command)::
 Every field is also a flag of ``onlstm lm train`` (``hidden_sizes`` -> ``--hidden-sizes 400 400``,
 booleans as ``--averaging`` / ``--no-averaging``); a flag given on the command line wins over the file.
 Unknown fields and values of the wrong type are errors that name the field. The machinery (coercion, YAML
-sections, generated flags) is :mod:`onlstm.config`; this module holds the recipe and its own checks.
+sections, generated flags, :class:`~onlstm.config.Settings`) is :mod:`onlstm.config`; this module holds the
+recipe and its own checks.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import (
-    Config,
     ConfigError,
+    Runtime,
+    Settings,
     add_flags,
-    check_device,
+    check_probabilities,
     check_section,
     command_flags,
-    device_option,
-    flags_given,
+    field_defaults,
     option,
-    read_yaml,
     seed_option,
     threads_option,
 )
+from ..models.language_model import LMConfig
 from ..nn import kernels
-from .model import LMConfig
 
 OPTIMIZERS = ("sgd", "adam")
 AR_TARGETS = ("raw", "dropped")
@@ -49,13 +49,14 @@ AR_TARGET_BEFORE_OPTION = "dropped"
 
 
 @dataclass
-class TrainConfig(Config):
-    """The training recipe. Defaults are the paper's PTB command (docs/design.md §2.1)."""
+class TrainConfig(Runtime):
+    """The training recipe. Defaults are the paper's PTB command (docs/design.md §2.1). The runtime fields
+    (device, threads, progress) come from :class:`~onlstm.config.Runtime`."""
 
     section = "train"
 
     seed: int = seed_option(141, "random seed (weights, dropout masks, BPTT lengths)")
-    epochs: int = option(1000, "number of passes over the training text")
+    epochs: int = option(1000, "number of passes over the training text", bounds=(1, None))
     # Minutes, as logic's time_limit and the engine's Budget. Like max_steps it stops without validating:
     # a check in the middle of an epoch would add a row to the epoch log and could move NT-ASGD's switch.
     time_limit: float | None = option(
@@ -64,16 +65,18 @@ class TrainConfig(Config):
         "step; the resume file is written, validation stays at the epochs' ends)",
         default_text="no limit",
     )
-    batch_size: int = option(20, "columns the training stream is cut into (split among processes)")
-    eval_batch_size: int = option(10, "columns of the validation stream during training (the reference: 10)")
-    test_batch_size: int = option(1, "columns of the test stream for the final test (the paper: 1)")
-    bptt: int = option(70, "mean segment length (truncated back-propagation through time)")
+    batch_size: int = option(20, "columns the training stream is cut into (split among processes)", bounds=(1, None))
+    eval_batch_size: int = option(
+        10, "columns of the validation stream during training (the reference: 10)", bounds=(1, None)
+    )
+    test_batch_size: int = option(1, "columns of the test stream for the final test (the paper: 1)", bounds=(1, None))
+    bptt: int = option(70, "mean segment length (truncated back-propagation through time)", bounds=(1, None))
     variable_bptt: bool = option(
         True, "draw each segment's length: bptt (or bptt/2 with bptt_short_prob) + N(0, bptt_std)"
     )
-    bptt_short_prob: float = option(0.05, "probability of a segment centred on bptt/2")
+    bptt_short_prob: float = option(0.05, "probability of a segment centred on bptt/2", bounds=(0, 1))
     bptt_std: float = option(5.0, "standard deviation of the segment length")
-    min_seq_len: int = option(5, "shortest drawn segment")
+    min_seq_len: int = option(5, "shortest drawn segment", bounds=(1, None))
     optimizer: str = option("sgd", "sgd (the paper; switches to averaging, NT-ASGD) or adam", choices=OPTIMIZERS)
     lr: float = option(30.0, "learning rate, scaled per segment by seq_len / bptt")
     momentum: float = option(0.0, "SGD momentum (the paper: 0); the averaging phase (torch's ASGD) has none")
@@ -91,10 +94,12 @@ class TrainConfig(Config):
         True, "with sgd: switch to torch's ASGD (t0=0, lambd=0), averaging the weights, once validation stalls"
     )
     nonmono: int = option(
-        5, "switch to averaging when validation is worse than the best of all but the last nonmono epochs"
+        5,
+        "switch to averaging when validation is worse than the best of all but the last nonmono epochs",
+        bounds=(1, None),
     )
     asgd_start_epoch: int = option(
-        0, "with averaging: start averaging at this epoch at the latest (0: only the nonmono rule)"
+        0, "with averaging: start averaging at this epoch at the latest (0: only the nonmono rule)", bounds=(0, None)
     )
     oov: str = option(
         "auto",
@@ -111,8 +116,6 @@ class TrainConfig(Config):
         True, "after the last epoch, score the best weights on the test set (test_batch_size columns)"
     )
     # --- runtime options (may change when resuming) ---
-    device: str = device_option()
-    threads: int = threads_option(0, "CPU threads per process")
     onlstm_impl: str = option(
         "auto",
         "what runs the ON-LSTM layers: auto (the fastest available for the device: the C++ kernel on CPU, "
@@ -124,45 +127,24 @@ class TrainConfig(Config):
         "state and cumax and the loss in float32; meant for CUDA); evaluation always runs in float32",
         choices=PRECISIONS,
     )
-    log_every: int = option(100, "batches between progress/TensorBoard updates")
+    log_every: int = option(100, "batches between progress/TensorBoard updates", bounds=(1, None))
     checkpoint_every: int = option(
-        1000, "batches between resumable checkpoints (also at every epoch end and on Ctrl-C)"
+        1000, "batches between resumable checkpoints (also at every epoch end and on Ctrl-C)", bounds=(1, None)
     )
-    progress: bool = option(True, "show a progress bar")
     tensorboard: bool = option(True, "write TensorBoard logs to RUN_DIR/tensorboard when tensorboard is installed")
 
     def validate(self) -> None:
-        positive = (
-            "epochs",
-            "batch_size",
-            "eval_batch_size",
-            "test_batch_size",
-            "bptt",
-            "min_seq_len",
-            "nonmono",
-            "log_every",
-            "checkpoint_every",
-        )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)}")
         for name in ("lr", "bptt_std", "weight_decay", "clip", "alpha", "beta"):
             v = getattr(self, name)
             if v < 0 or not math.isfinite(v):
                 raise ConfigError(f"train.{name} must be a finite number >= 0, got {v}")
         if self.lr == 0:
             raise ConfigError("train.lr must be positive")
-        if not 0 <= self.bptt_short_prob <= 1:
-            raise ConfigError(f"train.bptt_short_prob must be in [0, 1], got {self.bptt_short_prob}")
-        if not 0 <= self.momentum < 1:
-            raise ConfigError(f"train.momentum must be in [0, 1), got {self.momentum}")
+        check_probabilities(self, ["momentum"])
         if self.max_vocab != 0 and self.max_vocab < 3:
             raise ConfigError(f"train.max_vocab must be 0 (every word) or at least 3, got {self.max_vocab}")
         if self.time_limit is not None and not (self.time_limit > 0 and math.isfinite(self.time_limit)):
             raise ConfigError(f"train.time_limit must be a finite number of minutes > 0, got {self.time_limit}")
-        if self.asgd_start_epoch < 0:
-            raise ConfigError(f"train.asgd_start_epoch must be >= 0, got {self.asgd_start_epoch}")
-        check_device(self.device, "train.device")
         if self.onlstm_impl not in kernels.impl_choices():  # checked here: kernels may be registered at run time
             raise ConfigError(
                 f"train.onlstm_impl must be one of {', '.join(kernels.impl_choices())}, got {self.onlstm_impl!r}"
@@ -185,29 +167,23 @@ RUNTIME_FIELDS = (
 )
 
 
-# --------------------------------------------------------------------------- sections
+@dataclass
+class EvalRuntime(Runtime):
+    """``onlstm lm eval``'s runtime flags: by default, the threads the run was trained with."""
+
+    threads: int | None = threads_option(None, default_text="the run's own threads setting")
 
 
-def model_fields() -> list:
-    """The fields of the ``model`` section: :class:`LMConfig`'s except vocab_size (taken from the text)."""
-    return [f for f in fields(LMConfig) if not f.metadata.get("fixed")]
+# --------------------------------------------------------------------------- settings
+
+#: The sections of a preset and of ``onlstm lm train``'s flags: the model without vocab_size (taken from the
+#: text), and the recipe.
+SECTIONS = {"model": LMConfig, "train": TrainConfig}
 
 
 def check_model_section(d: dict) -> dict:
     """Validate the ``model`` section (without vocab_size) and coerce its types."""
     return check_section(LMConfig, d, "model")
-
-
-def check_train_section(d: dict) -> dict:
-    """Check the names of a (partial) ``train`` section and coerce its values to the fields' types."""
-    return check_section(TrainConfig, d, "train")
-
-
-def default_model_section() -> dict:
-    out = {}
-    for f in model_fields():
-        out[f.name] = f.default_factory() if f.default is MISSING else f.default
-    return out
 
 
 @dataclass
@@ -221,40 +197,19 @@ class RunConfig:
         return LMConfig(vocab_size=vocab_size, **self.model)
 
 
-def explicit_settings(path: Path | None = None, overrides: dict | None = None) -> dict:
-    """What the user set: the config file's fields, then the flags' (``{"model": {...}, "train": {...}}``)."""
-    model, train = {}, {}
-    if path is not None:
-        model, train = read_config_file(path)
-    overrides = overrides or {}
-    model.update(check_model_section(overrides.get("model", {})))
-    train.update(overrides.get("train", {}))
-    return {"model": model, "train": check_train_section(train)}
+def explicit_settings(path: Path | str | None = None, overrides: argparse.Namespace | dict | None = None) -> dict:
+    """What the user set: the config file's (or preset's) fields, then the flags' (``{"model": {...}, "train":
+    {...}}``); ``overrides``: the parsed command line or such a dict."""
+    return Settings.resolve(SECTIONS, path, overrides, experiment="lm").given
 
 
-def load_config(path: Path | None = None, overrides: dict | None = None) -> RunConfig:
-    """Defaults <- YAML file ``path`` <- ``overrides`` ({"model": {...}, "train": {...}})."""
-    model, train = default_model_section(), {}
-    if path is not None:
-        model_file, train_file = read_config_file(path)
-        model.update(model_file)
-        train.update(train_file)
-    overrides = overrides or {}
-    model.update(check_model_section(overrides.get("model", {})))
-    train.update(overrides.get("train", {}))
+def load_config(path: Path | str | None = None, overrides: argparse.Namespace | dict | None = None) -> RunConfig:
+    """Defaults <- YAML file or preset ``path`` <- ``overrides`` (as :func:`explicit_settings`)."""
+    given = explicit_settings(path, overrides)
     try:
-        return RunConfig(model, TrainConfig.from_dict(train))
+        return RunConfig({**field_defaults(LMConfig), **given["model"]}, TrainConfig.from_dict(given["train"]))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{path or 'configuration'}: {e}") from None
-
-
-def read_config_file(path: Path) -> tuple[dict, dict]:
-    """The checked ``model`` and ``train`` sections of a YAML file or a preset name (``ptb-cpu``)."""
-    doc = read_yaml(path, {"model": LMConfig, "train": TrainConfig}, preset="lm")
-    return doc["model"], doc["train"]
-
-
-# --------------------------------------------------------------------------- command-line flags
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -264,7 +219,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
-    return {"model": flags_given(args, "model"), "train": flags_given(args, "train")}
+    """The model and training fields given as flags."""
+    return Settings.resolve(SECTIONS, flags=args).given
 
 
 def train_command(config: dict) -> str | None:

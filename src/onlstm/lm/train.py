@@ -71,6 +71,7 @@ from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
 from ..errors import TrainingDiverged
+from ..models.language_model import LanguageModel
 from ..nn import ONLSTM, kernels
 from ..runs import (
     RunDirError,
@@ -88,7 +89,6 @@ from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainCon
 from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
 from .evaluate import Interrupted, perplexity
-from .model import LanguageModel
 
 RESUME_FILE = "resume.safetensors"
 RESUME_FORMAT = "onlstm-lm-resume/1"

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from .. import encoders
-from ..config import ConfigError, add_flags, command_flags, flags_given, merged, read_yaml
+from ..config import ConfigError, Settings, add_flags, command_flags, flags_given
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
 from ..runs import check_output_folder
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
@@ -117,7 +117,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- train / eval / compare: settings
 
-_CONFIG_KEYS = ("data", "out")
+#: A config file's sections (checked against their dataclasses: names and value types) and its other keys.
+SECTIONS = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
+CONFIG_KEYS = ("data", "out")
 
 #: Bad --config file or option values; printed on stderr, exit status 2 (the name the logic commands used).
 SettingsError = ConfigError
@@ -137,18 +139,6 @@ def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
     add_flags(p, LogicTrainConfig, "train", "training")
 
 
-def load_yaml(path: Path) -> dict:
-    """A logic config file: ``data``, ``out`` and the sections ``model``, ``train`` (checked against their
-    dataclasses: names and value types) and ``compare``."""
-
-    return read_yaml(
-        path,
-        {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings},
-        _CONFIG_KEYS,
-        preset="logic",
-    )
-
-
 def resolve_settings(args: argparse.Namespace, compare: bool = False):
     """``(model config, train config, data, out, compare section)`` from defaults < YAML < flags.
 
@@ -156,20 +146,14 @@ def resolve_settings(args: argparse.Namespace, compare: bool = False):
     trains (the default cell, onlstm, may not be compared: its chunk size must not reject the widths)."""
     from ..runs import resolve_device
 
-    doc = load_yaml(args.config) if args.config else {}
-    typed = flags_given(args, "model")
-    model = merged(doc.get("model"), typed)
-    cells = [model.get("cell", LogicModelConfig().cell)]
-    if compare:
-        what = CompareSettings.from_dict(merged(doc.get("compare"), flags_given(args, "compare")))
-        model["cell"] = what.cells[0]
-        cells = list(what.cells)
-    encoders.check_typed_options(cells, typed)  # a typed --chunk-size that no trained cell uses: an error
-    model_cfg = LogicModelConfig.from_dict(model)
-    train_cfg = LogicTrainConfig.from_dict(merged(doc.get("train"), flags_given(args, "train")))
+    settings = Settings.resolve(SECTIONS, args.config, args, experiment="logic", keys=CONFIG_KEYS)
+    cells = settings.build("compare").cells if compare else [settings.given["model"].get("cell", LogicModelConfig.cell)]
+    encoders.check_typed_options(cells, flags_given(args, "model"))  # a typed --chunk-size no trained cell uses
+    model_cfg = settings.build("model", cell=cells[0])
+    train_cfg = settings.build("train")
     resolve_device(train_cfg.device)  # cuda asked for on a machine without it: an InputError before any work
-    data = args.data or doc.get("data")
-    out = args.out or doc.get("out")
+    data = args.data or settings.keys.get("data")
+    out = args.out or settings.keys.get("out")
     if data is None:
         raise SettingsError(
             "no data directory: pass --data DIR (or data: in the --config file); "
@@ -177,7 +161,7 @@ def resolve_settings(args: argparse.Namespace, compare: bool = False):
         )
     if out is None:
         raise SettingsError("no output directory: pass --out DIR (or out: in the --config file)")
-    return model_cfg, train_cfg, Path(data), Path(out), dict(doc.get("compare") or {})
+    return model_cfg, train_cfg, Path(data), Path(out), settings.given["compare"]
 
 
 def train_command(config: dict) -> str | None:
@@ -265,7 +249,7 @@ def _register_eval(sub) -> None:
         help="run directory of `onlstm logic train` (uses model.best) or a .safetensors file in one",
     )
     p.add_argument("--data", required=True, type=Path, help="directory of test{k} files (or one file)")
-    add_flags(p, EvalSettings, "eval", "evaluation")
+    add_flags(p, EvalSettings, "eval", "evaluation", skip=("progress",))  # scoring shows no bar
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=_cmd_eval)
 
@@ -273,13 +257,14 @@ def _register_eval(sub) -> None:
 def _cmd_eval(args: argparse.Namespace) -> int:
     import json
 
-    from ..runs import resolve_device
+    from ..runs import resolve_device, setup_torch
     from .evaluate import evaluate_examples, format_table, majority_baseline, read_test_examples
     from .model import load_classifier
     from .train import validation_examples
 
     try:
         opts = EvalSettings.from_dict(flags_given(args, "eval"))
+        setup_torch(opts.threads)
         lengths = parse_buckets(opts.lengths)
         device = resolve_device(opts.device)
         model, header = load_classifier(args.checkpoint, opts.tag, device)
@@ -395,7 +380,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare
 
     model_cfg, train_cfg, data, out, section = resolve_settings(args, compare=True)
-    what = CompareSettings.from_dict(merged(section, flags_given(args, "compare")))
+    what = CompareSettings.from_dict(section)
     for cell in what.cells:  # every cell must work with these settings before the first one trains
         encoders.get(cell).validate(model_cfg.hidden_size, model_cfg.layer_options(cell))
     lengths = parse_buckets(what.lengths)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import encoders
-from ..config import Config, ConfigError, check_device, device_option, option, seed_option, threads_option
+from ..config import Config, ConfigError, Runtime, check_probabilities, option, seed_option
 from ..nn.functional import MASTER_INPUT_MODES
 from .formulas import VOCABULARY
 from .relations import RELATIONS
@@ -29,13 +29,14 @@ class LogicModelConfig(Config):
     config_kind = "logic model config"
 
     cell: str = option("onlstm", lambda: encoders.cell_help())
-    emb_size: int = option(128, "embedding size (paper: 128)")
-    hidden_size: int = option(400, "encoder units (paper: 400)")
+    emb_size: int = option(128, "embedding size (paper: 128)", bounds=(1, None))
+    hidden_size: int = option(400, "encoder units (paper: 400)", bounds=(1, None))
     chunk_size: int = option(
         10,
         encoders.option_help(
             "chunk_size", "ON-LSTM chunk size (10: 40 chunks of 10 units, the paper's language-model chunk size)"
         ),
+        bounds=(1, None),
     )
     master_input: str = option(
         "paper",
@@ -46,24 +47,19 @@ class LogicModelConfig(Config):
     )
     dropout: float = option(0.2, "dropout on embeddings, features and MLP hidden layer (paper: 0.2)")
     dropconnect: float = option(0.0, encoders.option_help("dropconnect", "DropConnect on hidden-to-hidden weights"))
-    mlp_hidden: int = option(400, "width of the MLP's hidden layer; 0 = a single linear layer over the features")
+    mlp_hidden: int = option(
+        400, "width of the MLP's hidden layer; 0 = a single linear layer over the features", bounds=(0, None)
+    )
     mlp_activation: str = option(
         "relu", "activation of the MLP's hidden layer: relu or elu (the authors' script)", choices=MLP_ACTIVATIONS
     )
     encoder_options: dict[str, Any] = option({}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
-    n_classes: int = option(len(RELATIONS), "number of relations", flag=False)
-    vocab_size: int = option(len(VOCABULARY) + 1, "token vocabulary size (with padding)", flag=False)
+    n_classes: int = option(len(RELATIONS), "number of relations", flag=False, bounds=(1, None))
+    vocab_size: int = option(len(VOCABULARY) + 1, "token vocabulary size (with padding)", flag=False, bounds=(1, None))
 
     def validate(self) -> None:
         spec = encoders.check_cell(self.cell, "cell")
-        for name in ("emb_size", "hidden_size", "chunk_size", "n_classes", "vocab_size"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.mlp_hidden < 0:
-            raise ConfigError(f"mlp_hidden must be >= 0 (0 = linear classifier), got {self.mlp_hidden}")
-        for name in ("dropout", "dropconnect"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        check_probabilities(self, ["dropout", "dropconnect"])
         spec.validate(self.hidden_size, self.layer_options())
 
     def layer_options(self, cell: str | None = None) -> dict:
@@ -73,14 +69,16 @@ class LogicModelConfig(Config):
 
 
 @dataclass
-class LogicTrainConfig(Config):
-    """Options of :func:`train` (saved in ``config.json``)."""
+class LogicTrainConfig(Runtime):
+    """Options of :func:`train` (saved in ``config.json``); device, threads and progress from :class:`Runtime`."""
 
     section = "train"
     config_kind = "logic train config"
 
     max_train_ops: int = option(
-        6, "train on pairs whose larger operator count is at most this (files train0 ... train{max_train_ops})"
+        6,
+        "train on pairs whose larger operator count is at most this (files train0 ... train{max_train_ops})",
+        bounds=(0, None),
     )
     valid_fraction: float = option(0.1, "share of those pairs held out for validation (early stopping)")
     max_train_examples: int | None = option(
@@ -97,9 +95,11 @@ class LogicTrainConfig(Config):
     curriculum_steps: int = option(2000, "updates per curriculum stage; 0 turns the curriculum off (over a preset's)")
     seed: int = seed_option(0, "seed of subset, split, init, dropout and batch order")
     epochs: int = option(
-        30, "maximum epochs (passes over every training pair; a curriculum's shorter passes do not count)"
+        30,
+        "maximum epochs (passes over every training pair; a curriculum's shorter passes do not count)",
+        bounds=(1, None),
     )
-    batch_size: int = option(128, "pairs per step")
+    batch_size: int = option(128, "pairs per step", bounds=(1, None))
     lr: float = option(1e-3, "Adam learning rate")
     lr_decay: float = option(
         0.5, "learning-rate factor after lr_patience validation checks in a row without improvement; 1 = constant"
@@ -107,17 +107,19 @@ class LogicTrainConfig(Config):
     # Both models sit on a ~65% plateau for thousands of steps before they learn the operators; decaying after
     # every such check (lr_patience 1) kept the LSTM there for good.
     lr_patience: int = option(
-        3, "validation checks in a row without improvement before each decay (the count then starts again)"
+        3,
+        "validation checks in a row without improvement before each decay (the count then starts again)",
+        bounds=(1, None),
     )
     min_lr: float = option(1e-5, "never decay the learning rate below this")
-    weight_decay: float = option(0.0, "Adam's (L2) weight decay; the authors' script: 1.2e-6")
+    weight_decay: float = option(0.0, "Adam's (L2) weight decay; the authors' script: 1.2e-6", bounds=(0, None))
     adam_eps: float = option(1e-8, "Adam's epsilon (torch's default; the authors' script: 1e-9)")
     adam_beta1: float = option(
         0.9, "Adam's first-moment decay (torch's default; the authors' Ordered-Memory logic script: 0, no momentum)"
     )
-    clip: float = option(1.0, "gradient norm clipping; 0 = none")
-    patience: int = option(8, "stop after this many validation checks in a row without improvement")
-    valid_every: int = option(0, "steps between validation checks; 0 = once per epoch")
+    clip: float = option(1.0, "gradient norm clipping; 0 = none", bounds=(0, None))
+    patience: int = option(8, "stop after this many validation checks in a row without improvement", bounds=(1, None))
+    valid_every: int = option(0, "steps between validation checks; 0 = once per epoch", bounds=(0, None))
     time_limit: float | None = option(
         None, "stop after this many minutes of training (checked after every step)", default_text="no limit"
     )
@@ -128,23 +130,13 @@ class LogicTrainConfig(Config):
         "stop after exactly this many updates (a validation check is made at the last one); with epochs and "
         "time_limit, whichever comes first",
         default_text="no limit",
+        bounds=(1, None),
     )
-    eval_batch_size: int = option(512, "pairs per evaluation batch")
-    device: str = device_option()
-    # On a CPU shared with other jobs one thread was 3-10x faster than two here.
-    threads: int | None = threads_option(
-        None, "torch.set_num_threads for the whole process", default_text="torch's choice"
-    )
-    progress: bool = option(True, "tqdm progress bar (shown on a terminal only)")
+    eval_batch_size: int = option(512, "pairs per evaluation batch", bounds=(1, None))
 
     def validate(self) -> None:
-        if self.max_train_ops < 0:
-            raise ConfigError(f"max_train_ops must be >= 0, got {self.max_train_ops}")
         if not 0.0 < self.valid_fraction < 1.0:
             raise ConfigError(f"valid_fraction must be in (0, 1), got {self.valid_fraction}")
-        for name in ("epochs", "batch_size", "patience", "lr_patience", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.curriculum_start is not None and not 0 <= self.curriculum_start <= self.max_train_ops:
             raise ConfigError(
                 f"curriculum_start must be in [0, max_train_ops={self.max_train_ops}] or None (no curriculum), "
@@ -158,17 +150,11 @@ class LogicTrainConfig(Config):
             raise ConfigError(f"lr must be > 0 and lr_decay in (0, 1], got {self.lr}, {self.lr_decay}")
         if not 0.0 <= self.min_lr <= self.lr:
             raise ConfigError(f"min_lr must be in [0, lr={self.lr}], got {self.min_lr}")
-        check_device(self.device)
         if self.adam_eps <= 0:
             raise ConfigError(f"adam_eps must be > 0, got {self.adam_eps}")
-        if not 0.0 <= self.adam_beta1 < 1.0:
-            raise ConfigError(f"adam_beta1 must be in [0, 1), got {self.adam_beta1}")
-        if self.valid_every < 0 or self.clip < 0 or self.weight_decay < 0:
-            raise ConfigError("valid_every, clip and weight_decay must be >= 0")
+        check_probabilities(self, ["adam_beta1"])
         if self.time_limit is not None and self.time_limit <= 0:
             raise ConfigError(f"time_limit must be > 0 minutes or None, got {self.time_limit}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ConfigError(f"max_steps must be >= 1 or None (no limit), got {self.max_steps}")
 
 
 @dataclass
@@ -197,7 +183,7 @@ class CompareSettings(Config):
 
 
 @dataclass
-class EvalSettings(Config):
+class EvalSettings(Runtime):
     """Options of ``onlstm logic eval`` besides the checkpoint and the data."""
 
     section = "eval"
@@ -211,4 +197,3 @@ class EvalSettings(Config):
     lengths: str = option("1-12", "file numbers to evaluate, e.g. 1-12 or 0-12")
     tag: str = option("best", "weights file model.<tag>.safetensors")
     batch_size: int = option(512, "pairs per batch")
-    device: str = device_option()

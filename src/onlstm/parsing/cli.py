@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 from ..checkpoint import write_text
-from ..config import add_device_flag, positive_int
+from ..config import add_runtime_flags, positive_int, runtime_settings
 from ..errors import InputError, command_error
-from ..runs import check_output_file, resolve_device
+from ..runs import check_output_file, resolve_device, setup_torch
 from .evaluate import score_treebank
 from .induce import (
     check_layer,
@@ -58,8 +58,15 @@ def _help(alias_of: str, name: str, text: str) -> str:
     return f"(= {alias_of} {name}) {text}" if alias_of else text
 
 
-def _add_device(p: argparse.ArgumentParser) -> None:
-    add_device_flag(p)
+def _add_runtime(p: argparse.ArgumentParser) -> None:
+    add_runtime_flags(p, skip=("progress",))  # no bar: sentences are scored in a few batches
+
+
+def _device(args: argparse.Namespace):
+    """The device that ``--device`` names, with ``--threads`` set for the process."""
+    runtime = runtime_settings(args)
+    setup_torch(runtime.threads)
+    return resolve_device(runtime.device)
 
 
 def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = "") -> None:
@@ -84,7 +91,7 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
         "punctuation); json: one object per input line (tree null for those); pretty: drawn trees",
     )
     p.add_argument("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
-    _add_device(p)
+    _add_runtime(p)
     p.set_defaults(func=_cmd_parse, prog=p.prog)
 
     p = subparsers.add_parser(
@@ -105,7 +112,7 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
     p.add_argument("--random-draws", type=positive_int, default=5, help="random-baseline draws (default 5)")
     p.add_argument("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
     p.add_argument("--json", action="store_true", help="print one JSON object with every number")
-    _add_device(p)
+    _add_runtime(p)
     p.set_defaults(func=_cmd_eval_parse)
 
     p = subparsers.add_parser(
@@ -117,7 +124,7 @@ def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = 
     p.add_argument("--layer", type=int, default=None, help="1-based layer for the tree (default as parse)")
     p.add_argument("--gold", default=None, help="gold tree in bracket notation, drawn beside the induced one")
     p.add_argument("--out", type=Path, default=Path("parse_plot"), help="output prefix (writes .png and .svg)")
-    _add_device(p)
+    _add_runtime(p)
     p.set_defaults(func=_cmd_plot)
 
 
@@ -284,7 +291,7 @@ def _prepare(lines, scheme: str):
 
 def _cmd_parse(args) -> int:
     try:
-        lm = load_language_model(args.checkpoint, device=resolve_device(args.device))
+        lm = load_language_model(args.checkpoint, device=_device(args))
         layer = choose_layer(args.layer, lm)
         text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
     except (ValueError, OSError) as err:
@@ -377,7 +384,7 @@ def _cmd_eval_parse(args) -> int:
     try:
         if args.out_trees:
             check_output_file(args.out_trees, "--out-trees")
-        lm = load_language_model(args.checkpoint, device=resolve_device(args.device))
+        lm = load_language_model(args.checkpoint, device=_device(args))
         layers = _parse_layers(args.layers, len(lm.model.layers))
         bank = load_treebank(args.treebank, max_length=10 if args.wsj10 else None, sections=args.sections)
     except (ValueError, OSError) as err:
@@ -450,7 +457,7 @@ def _cmd_plot(args) -> int:
 
     try:
         check_output_file(args.out, "--out")
-        lm = load_language_model(args.checkpoint, device=resolve_device(args.device))
+        lm = load_language_model(args.checkpoint, device=_device(args))
         layer = choose_layer(args.layer, lm)
         words, _dropped = normalise_words(tokenize(args.sentence, lm.normalisation), lm.normalisation)
         if not words:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ..checkpoint import write_json
-from ..config import add_flags, flags_given, merged, read_yaml
+from ..config import Settings, add_flags
 from ..errors import command_error
 from .config import SynevalConfig
 from .data import PAPER_SOURCE, SynevalDataError, read_items, write_dump
@@ -38,7 +38,7 @@ def register(subparsers) -> None:
         help="sample TSV (case, grammatical, ungrammatical), TSV dump with a header, a <case>.pickle or the "
         "suite's templates/ folder",
     )
-    p.add_argument("--config", type=Path, help="YAML file with a syneval: section; flags win over it")
+    p.add_argument("--config", type=Path, help="YAML file (or preset name) with a syneval: section; flags win over it")
     p.add_argument("--json", action="store_true", help="print every number as one JSON object")
     p.add_argument(
         "--out", type=Path, help="folder for results.json (with every pair's scores), items.tsv and rows.png"
@@ -50,8 +50,7 @@ def register(subparsers) -> None:
 def _cmd_syneval(args: argparse.Namespace) -> int:
     from ..runs import resolve_device, setup_torch
 
-    file = read_yaml(args.config, {"syneval": SynevalConfig})["syneval"] if args.config else {}
-    cfg = SynevalConfig.from_dict(merged(file, flags_given(args, "syneval")))
+    cfg = Settings.resolve({"syneval": SynevalConfig}, args.config, args, experiment="syneval").build("syneval")
     setup_torch(cfg.threads)
     items = read_items(args.data)
     if not items:

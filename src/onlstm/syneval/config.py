@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Config, ConfigError, device_option, option, threads_option
+from ..config import ConfigError, Runtime, option
 
 
 @dataclass
-class SynevalConfig(Config):
+class SynevalConfig(Runtime):
     section = "syneval"
     config_kind = "syntactic-evaluation config"
 
@@ -20,9 +20,6 @@ class SynevalConfig(Config):
         True, "run each distinct sentence prefix once (a prefix tree); --no-share-prefixes: right-padded batches"
     )
     weights: str = option("best", "which weights of a run directory", choices=("best", "last"))
-    device: str = device_option()
-    threads: int = threads_option(0, "CPU threads")
-    progress: bool = option(True, "show a progress bar on stderr")
 
     def validate(self) -> None:
         if self.batch_size <= 0:
