@@ -20,6 +20,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import onlstm
 
+from ..errors import exception_line
 from ..nn import kernels, selfcheck
 
 FP32_TOLERANCE = selfcheck.TOLERANCE["full"]
@@ -73,9 +74,8 @@ def run_case(case: Case, kernel: str, device: torch.device) -> dict[str, Any]:
     try:
         errors, allowed = _errors(case, kernel, device)
     except Exception as exc:  # a crash is a failed check, with its reason in the report
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
         tol = FP32_TOLERANCE if case.autocast is None else HALF_TOLERANCE
-        return record | {"passed": False, "error": None, "worst": f"{type(exc).__name__}: {first}", "tolerance": tol}
+        return record | {"passed": False, "error": None, "worst": exception_line(exc, 300), "tolerance": tol}
     worst = max(errors, key=lambda k: errors[k] / allowed[k])
     passed = all(math.isfinite(errors[k]) and errors[k] <= allowed[k] for k in errors)
     return record | {"passed": passed, "error": errors[worst], "worst": worst, "tolerance": allowed[worst]}

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from ..errors import exception_line
+
 PTB_TRAIN_TOKENS = 929_589  # PTB's training text with one <eos> per line (887,521 words + 42,068 lines)
 PTB_VOCAB = 10_000
 
@@ -191,8 +193,7 @@ def _guarded(name: str, fn, ok) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         record = {"name": name, **fn()}
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        record = {"name": name, "error": f"{type(exc).__name__}: {first}"}
+        record = {"name": name, "error": exception_line(exc, 300)}
         return record, {"name": name, "passed": False, "worst": record["error"]}
     problem = ok(record)
     return record, {"name": name, "passed": problem is None, "worst": problem}

@@ -14,8 +14,11 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
+
+from ..errors import exception_line
 
 _SOURCE = Path(__file__).parent / "csrc" / "onlstm_cpu.cpp"
 _CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"]
@@ -46,25 +49,7 @@ def build_path(path: str) -> str:
             first.append(str(ninja.BIN_DIR))
     first.append(os.path.dirname(sys.executable))
     rest = [d for d in path.split(os.pathsep) if d]
-    out: list[str] = []
-    for d in first + rest:
-        if d not in out:
-            out.append(d)
-    return os.pathsep.join(out)
-
-
-@contextlib.contextmanager
-def _ninja_on_path():
-    """PATH extended by :func:`build_path` while the kernel builds, restored afterwards."""
-    old = os.environ.get("PATH")
-    os.environ["PATH"] = build_path(old or os.defpath)
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["PATH"]
-        else:
-            os.environ["PATH"] = old
+    return os.pathsep.join(dict.fromkeys(first + rest))  # in order, each directory once
 
 
 def load_extension() -> Any:
@@ -91,7 +76,8 @@ def load_extension() -> Any:
             print(
                 "onlstm: compiling the C++ kernel (once per machine, about a minute) ...", file=sys.stderr, flush=True
             )
-        with _ninja_on_path():
+        # PATH extended while the kernel builds; patch.dict restores it (or its absence) afterwards
+        with mock.patch.dict(os.environ, {"PATH": build_path(os.environ.get("PATH") or os.defpath)}):
             _state["module"] = cpp_extension.load(
                 name=name,
                 sources=[str(_SOURCE)],
@@ -100,8 +86,7 @@ def load_extension() -> Any:
                 verbose=False,
             )
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        _state["error"] = f"{type(exc).__name__}: {first}"
+        _state["error"] = exception_line(exc)
     return _state["module"]
 
 

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .functional import prefix_sum, suffix_sum
-from .kernels import KernelGrads, KernelInputs, KernelOutputs, OutputGrads, final_states
+from .kernels import KernelGrads, KernelInputs, KernelOutputs, OutputGrads, final_states, previous_h, step_offsets
 
 
 class FusedKernel:
@@ -67,9 +67,7 @@ class FusedKernel:
         bs = inputs.batch_sizes.tolist()
         N, G, D = x.shape[0], w_hh.shape[0], w_hh.shape[1]
         n = D // chunk
-        offs = [0]
-        for b in bs:
-            offs.append(offs[-1] + b)
+        offs = step_offsets(bs)
         dG = x.new_empty(N, G)
         dh, dc = grads.h_n.clone(), grads.c_n.clone()
         for t in range(len(bs) - 1, -1, -1):
@@ -105,7 +103,7 @@ class FusedKernel:
             dg[:, n : 2 * n] = pf * (dpf - (dpf * pf).sum(-1, keepdim=True))
             dg[:, :n] = pi * (dpi - (dpi * pi).sum(-1, keepdim=True))
             dh[:b] = dg @ w_hh
-        h_prev = torch.cat([h0[: bs[0]]] + [out[offs[t - 1] : offs[t - 1] + bs[t]] for t in range(1, len(bs))])
+        h_prev = previous_h(h0, out, bs)
         dGt = dG.t()
         return KernelGrads(dG @ w_ih, dGt @ x, dGt @ h_prev, dG.sum(0), dh, dc)
 

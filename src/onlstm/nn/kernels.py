@@ -35,6 +35,7 @@ against the reference (tests/nn/test_layer.py); add the new name there.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ from typing import Any, Protocol
 
 import torch
 from torch import Tensor
+
+from ..errors import exception_line, first_line
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,17 @@ def final_states(out: Tensor, cells: Tensor, bs: list[int]) -> tuple[Tensor, Ten
             c_n[nxt:b] = cells[off + nxt : off + b]
         off += b
     return h_n, c_n
+
+
+def step_offsets(bs: list[int]) -> list[int]:
+    """The first packed row of every step, then the number of rows."""
+    return list(itertools.accumulate(bs, initial=0))
+
+
+def previous_h(h0: Tensor, out: Tensor, bs: list[int]) -> Tensor:
+    """For every packed row, the ``h`` its step read: ``h0`` at step 0, else its own row of the step before."""
+    offs = step_offsets(bs)
+    return torch.cat([h0[: bs[0]]] + [out[offs[t - 1] : offs[t - 1] + bs[t]] for t in range(1, len(bs))])
 
 
 class _KernelFunction(torch.autograd.Function):
@@ -281,8 +295,7 @@ def load_kernel(name: str) -> LayerKernel | None:
     try:
         kernel = spec.load()
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        _errors[name] = first if isinstance(exc, KernelUnavailable) else f"{type(exc).__name__}: {first}"
+        _errors[name] = first_line(exc) if isinstance(exc, KernelUnavailable) else exception_line(exc)
         return None
     _loaded[name] = kernel
     return kernel

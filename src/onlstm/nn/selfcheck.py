@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import exception_line
+
 ENV = "ONLSTM_KERNEL_SELFCHECK"
 #: The kernels checked before use: the CUDA kernel, and the same kernel under Triton's interpreter (how the
 #: check itself is tested without a GPU).
@@ -180,8 +182,7 @@ def run_check(
         error: float | None = errors[worst]
         passed = bool(errors[worst] <= tol)
     except Exception as exc:  # a kernel that fails to compile or run on this machine is a failed check
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        error, worst, passed = None, f"{type(exc).__name__}: {first}", False
+        error, worst, passed = None, exception_line(exc), False
     finally:
         _running.active = False
     seconds = time.perf_counter() - start
