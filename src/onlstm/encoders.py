@@ -42,26 +42,6 @@ from .zoo import QRNN, SRU
 from .zoo.sliced import RNN_TYPES, SlicedRNN
 from .zoo.transformer import POOLINGS, POSITIONS, TransformerLayer
 
-__all__ = [
-    "EncoderError",
-    "EncoderOption",
-    "EncoderSpec",
-    "TorchRNN",
-    "accepted_by",
-    "cell_help",
-    "check_cell",
-    "check_typed_options",
-    "detach_state",
-    "get",
-    "has_distances",
-    "make_encoder",
-    "names",
-    "option_help",
-    "options_for",
-    "register",
-    "unregister",
-]
-
 
 class EncoderError(ConfigError):
     """Unknown encoder, an option it does not accept, or settings it cannot work with."""

@@ -78,13 +78,6 @@ def iter_lines(path: Path) -> Iterator[list[str]]:
         raise CorpusError(f"cannot read {path}: {e}") from None
 
 
-def read_lines(path: Path) -> list[list[str]]:
-    """Sentences of a (small) text file as a list, each as its words plus ``<eos>``."""
-    lines = list(iter_lines(path))
-    _check_not_empty(path, sum(len(w) for w in lines) - len(lines))
-    return lines
-
-
 def _check_not_empty(path: Path, n_words: int) -> None:
     if n_words == 0:
         raise CorpusError(f"{path} is empty (no words); a corpus file needs one tokenised sentence per line")

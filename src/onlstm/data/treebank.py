@@ -37,21 +37,6 @@ from nltk.tree import Tree as LabelledTree
 from ..errors import OnlstmError
 from .trees import Tree, strip_function_tags, unlabel
 
-__all__ = [
-    "WORD_TAGS",
-    "GoldSentence",
-    "Treebank",
-    "TreebankError",
-    "file_section",
-    "find_mrg_files",
-    "load_treebank",
-    "load_wsj10",
-    "normalise_tree",
-    "normalise_word",
-    "read_mrg_file",
-    "split_bracketings",
-]
-
 WORD_TAGS = frozenset(
     "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH "
     "VB VBD VBG VBN VBP VBZ WDT WP WP$ WRB".split()

@@ -36,28 +36,6 @@ LabelledSpan = tuple[int, int, str]
 
 FORMATS = ("auto", "labelled", "unlabelled")
 
-__all__ = [
-    "FORMATS",
-    "LabelledSpan",
-    "LabelledTree",
-    "Span",
-    "Tree",
-    "TreeFormatError",
-    "detect_format",
-    "is_labelled",
-    "iter_constituents",
-    "labelled_spans",
-    "leaves",
-    "parse_brackets",
-    "parse_tree_lines",
-    "span_info",
-    "spans",
-    "strip_function_tags",
-    "to_brackets",
-    "unlabel",
-    "word_depths",
-]
-
 
 class TreeFormatError(OnlstmError, ValueError):
     """A bracket string or tree object that cannot be read as a tree; the message says where and why."""

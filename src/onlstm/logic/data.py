@@ -144,13 +144,6 @@ def write_file(path: str | Path, rows: Iterable[tuple[str, Formula | str, Formul
     return count["lines"]
 
 
-def split_file_name(split: str, k: int) -> str:
-    """``split_file_name('train', 4) == 'train4'``."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}: use 'train' or 'test'")
-    return f"{split}{k}"
-
-
 # --------------------------------------------------------------------------- files
 
 

@@ -44,21 +44,6 @@ from dataclasses import asdict, dataclass, field
 
 from .trees import LabelledTree, labelled_spans, span_info, word_depths
 
-__all__ = [
-    "F1Score",
-    "LabelRecall",
-    "ParseEvaluation",
-    "average_depth",
-    "corpus_f1",
-    "evalb_f1",
-    "evaluate",
-    "f1_scores",
-    "label_recall",
-    "prf_from_counts",
-    "sentence_f1",
-    "sentence_prf",
-]
-
 
 @dataclass(frozen=True)
 class F1Score:

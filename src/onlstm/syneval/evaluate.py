@@ -151,9 +151,8 @@ def comparisons(item: Item) -> list[str]:
 
 
 def sentence_of(item: Item, role: str) -> str:
-    return {"grammatical": item.grammatical, "ungrammatical": item.ungrammatical, "intrusive": item.intrusive or ""}[
-        role
-    ]
+    """The sentence of ``role`` (``grammatical``, ``ungrammatical`` or ``intrusive``: '' when it has none)."""
+    return getattr(item, role) or ""
 
 
 def first_difference(a: Sequence[str], b: Sequence[str], where: str) -> int:
@@ -186,9 +185,8 @@ def score_items(
     enc = Encoder(vocab)
     tokens: dict[str, list[str]] = {}
     for item in items:
-        for s in (item.grammatical, item.ungrammatical, item.intrusive):
-            if s is not None and s not in tokens:
-                tokens[s] = enc.tokens(s)
+        for s in _sentences(item):
+            tokens.setdefault(s, enc.tokens(s))
     unique = list(tokens)
     score = prefix_token_logprobs if share_prefixes else token_logprobs
     logprobs = dict(zip(unique, score(model, [enc.ids(tokens[s]) for s in unique], batch_size, progress)))
