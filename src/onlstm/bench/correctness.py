@@ -1,11 +1,7 @@
-"""The correctness part of ``onlstm bench gpu``: the Triton kernel against the reference loop, through the
-public :class:`onlstm.ONLSTM`, case by case (the cases of tests/nn/test_triton.py, at the sizes of the run).
-
-Each case runs one forward and backward of a random linear loss over every output (outputs, final states,
-both distances) with ``impl=<kernel>`` and with ``impl='reference'``, the same seed (so DropConnect and
-dropout draw the same masks), and measures, per tensor, the largest difference relative to the largest
-magnitude of the reference tensor. The reference runs in float32; under autocast the kernel's products run
-in bf16/fp16 and are compared with that float32 reference, with the wider tolerance (see :func:`_errors`).
+"""The correctness part of ``onlstm bench gpu``: the Triton kernel against the reference loop through
+:class:`onlstm.ONLSTM`, case by case (those of tests/nn/test_triton.py, at the run's sizes): one forward and
+backward of a random linear loss with each implementation and the same seed, and per tensor the largest
+difference relative to the reference's largest magnitude (tolerances: :func:`_errors`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""``onlstm bench gpu --out DIR``: the proof of the CUDA path in one command (issue #22).
+"""``onlstm bench gpu --out DIR``: the proof of the CUDA path in one command (issue #22; docs/cli.md).
 
 It writes ``DIR/report.md`` and ``DIR/report.json``: the device and versions; the Triton kernel against the
-reference loop (:mod:`.correctness`) and its self-check; the CUDA-only tests (``pytest -m cuda`` in a
-subprocess); forward+backward speed against the reference loop and cuDNN (:mod:`.speed`), with the goals
-of issue #10; the experiments' commands timed (:mod:`.training`). Every check is recorded as passed, failed
-or not run; the exit status is 0 when none failed, 1 when one did (a finding, :mod:`onlstm.errors`).
-
-``--smoke`` runs the same code on CPU tensors, the kernel in Triton's interpreter, at tiny sizes (about a
-minute on two cores), so that the test suite runs this command; its timings are not speeds and it never
-writes a GPU figure. Under ``--smoke`` ``impl='auto'`` on the CPU is pointed at the interpreted kernel for
-the duration of the command, so that the commands that use ``'auto'`` (``logic train``, ``syneval``) take
-the kernel's path as they do on CUDA.
+reference loop (:mod:`.correctness`) and its self-check; ``pytest -m cuda``; forward+backward speed
+(:mod:`.speed`) with the goals of issue #10; the experiments' commands timed (:mod:`.training`). Exit status
+0 when no check failed, 1 when one did. ``--smoke`` runs the same code on CPU tensors under Triton's
+interpreter at tiny sizes (no GPU figure), with the interpreted kernel first for ``impl='auto'`` on the CPU.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""The ``fused`` kernel: one layer and one direction over a whole sequence in PyTorch operations,
-with a hand-written backward.
-
-It implements :class:`onlstm.nn.kernels.LayerKernel` (see there for the contract shared with the C++
-kernel, ``csrc/onlstm_cpu.cpp``): the sequence comes in PyTorch's packed layout (``x`` is
-``(N, input)``, the ``bs_t`` rows of step ``t`` contiguous, ``bs_t`` non-increasing), so padded
-batches, packed batches and the reversed direction all run through the same code. It runs wherever
-PyTorch does; the registry offers it for float32/float64 on the CPU, where it is the fallback when the
+"""The ``fused`` kernel: one layer and one direction over a whole packed sequence in PyTorch operations,
+with a hand-written backward (contract: :class:`onlstm.nn.kernels.LayerKernel`). The CPU fallback when the
 C++ kernel cannot be built.
 """
 

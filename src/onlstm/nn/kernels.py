@@ -1,36 +1,22 @@
-"""The kernel interface of the ON-LSTM layer and the registry that ``impl=`` chooses from.
+"""The kernel interface of the ON-LSTM layer and the registry that ``impl=`` chooses from (docs/design.md
+§1.7 and §4.3).
 
 A *kernel* runs one layer in one direction over a whole packed sequence, forward and a hand-written
-backward; :class:`LayerKernel` is the written contract. ``ONLSTM(impl=...)`` accepts
-
-* ``'reference'``: the readable step loop of :mod:`onlstm.nn.reference`, differentiated by autograd.
-  It is not a kernel: it runs on every device and dtype and is the oracle the kernels are tested
-  against;
-* the name of a registered kernel: ``'fused'`` (PyTorch operations, :mod:`onlstm.nn.fused`),
-  ``'cpp'`` (compiled C++, :mod:`onlstm.nn.cpp_kernel`) and ``'triton'`` (CUDA, :mod:`onlstm.nn.triton_kernel`;
-  Triton is imported only when it is loaded) are built in (registered by :mod:`onlstm.nn.builtin_kernels`,
-  so that this module imports no kernel and a kernel module may use the registry);
-* ``'auto'``: the available registered kernel with the highest priority that supports the input's
-  device and dtype, else ``'reference'``.
-
-A kernel named explicitly runs the reference path on a device or dtype it does not support (as
-``'auto'`` would without a kernel there), and is an error when it cannot be loaded.
-
-Adding a kernel (e.g. another GPU kernel) means: write a class with the two methods of
-:class:`LayerKernel` (``forward(inputs: KernelInputs) -> KernelOutputs`` and
-``backward(inputs, saved, grads: OutputGrads) -> KernelGrads``), then register it::
-
-    from onlstm.nn.kernels import KernelSpec, register_kernel
+backward; :class:`LayerKernel` is the written contract. ``ONLSTM(impl=...)`` accepts ``'reference'`` (the
+readable step loop of :mod:`onlstm.nn.reference`, autograd, every device and dtype: the oracle the kernels
+are tested against), the name of a registered kernel (built in, registered by
+:mod:`onlstm.nn.builtin_kernels`: ``'fused'``, ``'cpp'``, ``'triton'``), or ``'auto'``: the available
+kernel of highest priority that supports the input's device and dtype, else ``'reference'``. A kernel
+named explicitly runs the reference path on a device or dtype it does not support, and is an error when it
+cannot be loaded. Adding one::
 
     register_kernel(KernelSpec(
         name="mine", load=lambda: MyKernel(),                 # load may raise: "unavailable, because ..."
         devices=("cuda",), dtypes=(torch.float32,), priority=40, label="my kernel"))
 
-``ONLSTM(..., impl="mine")`` then uses it, and ``impl='auto'`` prefers it on CUDA float32 inputs
-(higher priority wins: above the built-in ``triton``, 30). ``load`` is called once, on first use; if it raises, the kernel is
-unavailable for the rest of the process: ``'auto'`` falls back to the next kernel with one
-``RuntimeWarning``, and :func:`kernel_status` reports the reason. The test suite runs every kernel
-against the reference (tests/nn/test_layer.py); add the new name there.
+``load`` is called once, on first use; if it raises, the kernel is unavailable for the rest of the
+process: ``'auto'`` falls back to the next kernel with one ``RuntimeWarning``, and :func:`kernel_status`
+says why. Add the new name to the kernels tests/nn/test_layer.py runs against the reference.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
-"""The ``triton`` kernel (CUDA): per step one cuBLAS product and one fused Triton kernel, hand-written backward.
+"""The ``triton`` kernel (CUDA), a :class:`onlstm.nn.kernels.LayerKernel` (docs/layer.md, "The Triton path").
 
-It implements :class:`onlstm.nn.kernels.LayerKernel` (docs/layer.md, "The Triton path"):
+Forward: the input projection of the whole sequence as one product; per step ``h_{t-1} @ w_hh^T`` (cuBLAS)
+and one Triton kernel for the whole element-wise step (:mod:`onlstm.nn._triton_steps`). Backward, per step
+in reverse: one Triton kernel for the element-wise gradients and one product for the gradient to
+``h_{t-1}``; the weight gradients are one product each after the loop. Under ``torch.autocast`` (float32
+inputs) the products run in the autocast dtype while the element-wise step, the cell and the outputs stay
+float32.
 
-* forward: the input projection of the whole sequence as one product; per step ``h_{t-1} @ w_hh^T``
-  (torch, so cuBLAS) and one Triton kernel (:func:`onlstm.nn._triton_steps.forward_step`) for the whole
-  element-wise step: both master gates (softmax + cumulative sums over the chunks), the four gates,
-  the overlap update of the cell, ``h`` and both distances. It saves the activations and the cells;
-* backward, per step in reverse: one Triton kernel (``backward_step``) for the element-wise gradients,
-  the cumax vector-Jacobian products included, and one product for the gradient to ``h_{t-1}``; the
-  weight gradients are one large product each after the loop.
-
-Precision: float32 and float64 compute in their own dtype. Under ``torch.autocast`` (float32 inputs)
-the matrix products run in the autocast dtype (bf16/fp16) while the element-wise step, the cell state,
-the cumax and the outputs stay float32.
-
-Triton is imported only when the kernel is loaded. ``register_interpreter_kernel()`` registers the
-same kernel for CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1`` set before Triton is
-first imported): how the test suite checks it without a GPU. It is never chosen by ``impl='auto'``.
+Triton is imported only when the kernel is loaded; :func:`register_interpreter_kernel` registers the same
+kernel for CPU tensors under Triton's interpreter (how the tests check it without a GPU).
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Minimal pairs of the targeted syntactic evaluation (Marvin & Linzen 2018) and the paper's table layout.
 
-Three inputs give the same :class:`Item` list (see docs/syneval.md):
-
-* the sample TSV: ``case<TAB>grammatical<TAB>ungrammatical`` without a header; a ``case:intrusive`` row
-  gives the intrusive sentence of the NPI item of ``case`` at the same position (its grammatical sentence
-  must be the same);
-* a TSV dump with the header ``case, condition, grammatical, ungrammatical, intrusive`` (tab-separated;
-  ``intrusive`` empty outside the NPI cases);
-* the authors' ``templates/`` folder: one ``<case>.pickle`` per case, a dict ``condition -> list`` of
-  ``(grammatical, ungrammatical)`` pairs, or ``(grammatical, intrusive, ungrammatical)`` triples for the
-  NPI cases. Those files come from the internet, so they are read by :class:`RestrictedUnpickler`, which
-  builds only what pickle opcodes make without importing anything (dict, list, tuple, str, numbers, ...)
-  and refuses every global (class or function) before it can run.
-
-Nothing is dropped: a malformed line or item is an error naming the file and the line (or case, condition
-and item).
+Three inputs give the same :class:`Item` list (docs/syneval.md): the sample TSV
+``case<TAB>grammatical<TAB>ungrammatical`` (a ``case:intrusive`` row gives the intrusive sentence of the
+NPI item of ``case`` at the same position); a TSV dump with the header :data:`HEADER`; the authors'
+``templates/`` folder of ``<case>.pickle`` files, read by :class:`RestrictedUnpickler`, which refuses every
+global before it can run (the files come from the internet). Nothing is dropped: a malformed line or item
+is an error naming the file and the line (or case, condition and item).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""Scoring minimal pairs with a language model (the convention is written out in docs/syneval.md).
+"""Scoring minimal pairs with a language model (the convention: docs/syneval.md).
 
-* A sentence is lower-cased, split on spaces and framed as ``<eos> w1 ... wn . <eos>`` (the ``.`` only
-  when the vocabulary has it); words outside the vocabulary become ``<unk>``.
-* It is read from a zero state in eval mode; its score is the sum of the log-probabilities of every token
-  after the first ``<eos>`` (natural log). :func:`token_logprobs` returns those per token.
-* A comparison ``a>b`` is correct when ``a`` scores strictly higher than ``b`` (a tie is wrong).
-* ``word_only``: the score of each sentence is the log-probability of the first token where the two
-  framed sentences differ (the context before it is the same in both).
-
-Sentences are scored in batches of similar length, padded on the right; a causal model's output at a
-step does not depend on later steps, and padded positions are cut off, so padding changes no score
-(tested: batched == one by one).
+A sentence is lower-cased, split on spaces and framed as ``<eos> w1 ... wn . <eos>`` (the ``.`` only when
+the vocabulary has it; unknown words become ``<unk>``), read from a zero state in eval mode, and scored by
+the summed natural-log probabilities of every token after the first ``<eos>`` (``word_only``: of the first
+token where the two framed sentences differ). A comparison ``a>b`` is correct when ``a`` scores strictly
+higher. Batches are right-padded, which changes no score of a causal model (tested).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Step layout shared by the zoo's recurrences: one code path for padded and packed input.
-
-A batch is handled in PyTorch's packed layout (rows of each step contiguous, batch sizes non-increasing,
-sequences sorted by decreasing length), as the ON-LSTM kernels do (docs/design.md §4.3). A padded
-``(T, B, F)`` tensor is the special case where every step has ``B`` rows, so padded batches, packed batches
-and chunks of a long stream all run through the same loop. Because sequences are sorted by length, the rows
-of a step are always the first ``batch_sizes[t]`` sequences: the state of a sequence that has ended simply
-stops being updated and is its final state.
+"""Step layout shared by the zoo's recurrences: PyTorch's packed layout (rows of each step contiguous, batch
+sizes non-increasing), as the ON-LSTM kernels use (docs/design.md §4.3). A padded ``(T, B, F)`` batch is
+the case where every step has ``B`` rows, so padded and packed batches run through one loop, and a sequence
+that has ended simply stops being updated.
 """
 
 from __future__ import annotations
