@@ -79,11 +79,7 @@ def load_extension() -> Any:
         # PATH extended while the kernel builds; patch.dict restores it (or its absence) afterwards
         with mock.patch.dict(os.environ, {"PATH": build_path(os.environ.get("PATH") or os.defpath)}):
             _state["module"] = cpp_extension.load(
-                name=name,
-                sources=[str(_SOURCE)],
-                extra_cflags=_CFLAGS,
-                extra_ldflags=["-fopenmp"],
-                verbose=False,
+                name=name, sources=[str(_SOURCE)], extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], verbose=False
             )
     except Exception as exc:
         _state["error"] = exception_line(exc)

@@ -78,10 +78,7 @@ class Encoder:
 
 @torch.no_grad()
 def token_logprobs(
-    model,
-    sequences: Sequence[Sequence[int]],
-    batch_size: int = 512,
-    progress: Callable[[int], None] | None = None,
+    model, sequences: Sequence[Sequence[int]], batch_size: int = 512, progress: Callable[[int], None] | None = None
 ) -> list[torch.Tensor]:
     """For each id sequence ``s`` (starting with ``<eos>``), the log-probabilities of ``s[1:]``, each
     predicted from the ones before it starting from a zero state: a float64 tensor of ``len(s) - 1``.

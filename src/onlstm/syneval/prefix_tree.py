@@ -200,10 +200,7 @@ def tree_logprobs(
 
 @torch.no_grad()
 def prefix_token_logprobs(
-    model,
-    sequences: Sequence[Sequence[int]],
-    chunk_size: int = 4096,
-    progress: Callable[[int], None] | None = None,
+    model, sequences: Sequence[Sequence[int]], chunk_size: int = 4096, progress: Callable[[int], None] | None = None
 ) -> list[torch.Tensor]:
     """The same result as :func:`onlstm.syneval.evaluate.token_logprobs` (per sequence, the float64
     log-probabilities of ``s[1:]`` from a zero state), computed through prefix trees of ``chunk_size``
