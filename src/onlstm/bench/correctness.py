@@ -106,11 +106,11 @@ def _errors(case: Case, kernel: str, device: torch.device) -> tuple[dict[str, fl
         "outputs": lambda n: n in OUTPUTS,
         "gradients": lambda n: n not in OUTPUTS,
     }.get(case.compare, lambda n: True)
-    errors = {n: _relative_error(a, b) for n, a, b in zip(names, got, want) if keep(n)}
+    errors = {n: selfcheck.relative_error(a, b) for n, a, b in zip(names, got, want) if keep(n)}
     if case.autocast is None:
         return errors, dict.fromkeys(errors, FP32_TOLERANCE)
     own = _forward_backward(model, "reference", x, hx, case.autocast, device)
-    own_errors = {n: _relative_error(a, b) for n, a, b in zip(names, own, want)}
+    own_errors = {n: selfcheck.relative_error(a, b) for n, a, b in zip(names, own, want)}
     return errors, {n: max(HALF_TOLERANCE, 2 * own_errors[n]) for n in errors}
 
 
@@ -155,14 +155,6 @@ def _forward_backward(model, impl: str, x, hx, autocast: torch.dtype | None, dev
 def _grad_names(model, has_hx: bool) -> list[str]:
     names = ["gradient of the input"] + (["gradient of h_0", "gradient of c_0"] if has_hx else [])
     return names + [f"gradient of {n}" for n, _ in model.named_parameters()]
-
-
-def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
-    """Largest ``|got - want|`` over the largest ``|want|`` (inf when ``got`` is not finite where ``want`` is)."""
-    if not bool(got.isfinite().all()):
-        return float("inf")
-    scale = float(want.abs().max().clamp_min(1e-12))
-    return float((got - want).abs().max()) / scale
 
 
 def selfcheck_records(kernel: str, device: torch.device, hidden: int, chunk: int, half) -> list[dict[str, Any]]:

@@ -201,12 +201,14 @@ def _errors(impl, device, dtype, products, hidden, chunk, mode) -> dict[str, flo
         reference.impl = "reference"
         got = _forward_backward(model.to(device, dtype), packed, hx, device, dtype, products)
         want = _forward_backward(reference, packed, hx, device, torch.float64, torch.float64)
-    out: dict[str, float] = {}
-    for name, a, b in zip(_names(model), got, want):
-        a, b = a.detach().double(), b.detach()
-        scale = float(b.abs().max().clamp_min(1e-12))
-        out[name] = float((a - b).abs().max()) / scale if bool(a.isfinite().all()) else float("inf")
-    return out
+    return {name: relative_error(a.detach().double(), b.detach()) for name, a, b in zip(_names(model), got, want)}
+
+
+def relative_error(got: Tensor, want: Tensor) -> float:
+    """Largest ``|got - want|`` over the largest ``|want|`` (inf when ``got`` is not finite)."""
+    if not bool(got.isfinite().all()):
+        return float("inf")
+    return float((got - want).abs().max()) / float(want.abs().max().clamp_min(1e-12))
 
 
 def _names(model) -> list[str]:

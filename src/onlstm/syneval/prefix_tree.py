@@ -11,6 +11,7 @@ must be a tensor or nested tuples of tensors with the batch on dimension 1 (anyt
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -66,9 +67,7 @@ def build_tree(sequences: Sequence[Sequence[int]]) -> PrefixTree:
         tree.tokens.append(torch.tensor([t for _, t in level], dtype=torch.long))
         tree.target_parent.append(torch.tensor([p for p, _ in tlevel], dtype=torch.long))
         tree.target_token.append(torch.tensor([t for _, t in tlevel], dtype=torch.long))
-    offsets = [0]
-    for t in tree.target_token:
-        offsets.append(offsets[-1] + int(t.numel()))
+    offsets = list(itertools.accumulate((int(t.numel()) for t in tree.target_token), initial=0))
     tree.paths = [[offsets[d] + j for d, j in path] for path in raw_paths]
     return tree
 

@@ -6,6 +6,7 @@ that has ended simply stops being updated.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -80,10 +81,7 @@ def as_steps(x: torch.Tensor | PackedSequence, input_size: int) -> Steps:
         sizes, data, packed, shape = [b] * t, x.reshape(t * b, x.shape[2]), None, (t, b)
     if data.shape[-1] != input_size:
         raise ValueError(f"expected input features of size {input_size}, got {data.shape[-1]}")
-    offsets = [0]
-    for bs in sizes[:-1]:
-        offsets.append(offsets[-1] + bs)
-    return Steps(data, sizes, offsets, packed, shape)
+    return Steps(data, sizes, list(itertools.accumulate(sizes[:-1], initial=0)), packed, shape)
 
 
 def initial_state(hx, names: Sequence[str], sizes: Sequence[int], steps: Steps) -> list[torch.Tensor]:
