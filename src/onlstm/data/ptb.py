@@ -147,14 +147,10 @@ class Corpus:
         return self.splits[name]
 
     def summary(self) -> str:
-        parts = [
-            f"{s.name} {s.n_tokens:,} tokens ({s.n_lines:,} lines"
-            + (f", {s.n_unknown} mapped to {UNK})" if s.n_unknown else ")")
-            for s in self.splits.values()
-        ]
-        return f"vocabulary {len(self.vocab):,} words ({'closed' if self.closed_vocab else 'open'}); " + "; ".join(
-            parts
-        )
+        unknown = {s.name: f", {s.n_unknown} mapped to {UNK}" if s.n_unknown else "" for s in self.splits.values()}
+        parts = [f"{s.name} {s.n_tokens:,} tokens ({s.n_lines:,} lines{unknown[s.name]})" for s in self.splits.values()]
+        kind = "closed" if self.closed_vocab else "open"
+        return f"vocabulary {len(self.vocab):,} words ({kind}); " + "; ".join(parts)
 
 
 def encode_split(

@@ -280,10 +280,6 @@ def _branches(node: object) -> bool:
     return len(node) > 2 or any(_branches(c) for c in node[1:])
 
 
-def _looks_labelled(node: object) -> bool:
-    return _labelled_shape(node) and _branches(node)
-
-
 def _as_labelled(node: object) -> LabelledTree:
     if len(node) == 2 and isinstance(node[1], str):  # type: ignore[arg-type]
         return LabelledTree(node[0], [node[1]])  # type: ignore[index]
@@ -308,7 +304,7 @@ def parse_brackets(text: str, labelled: bool | None = None) -> Tree | LabelledTr
     """
     node = _generic(text)
     if labelled is None:
-        labelled = _looks_labelled(node)
+        labelled = _labelled_shape(node) and _branches(node)
     if labelled:
         if not _labelled_shape(node):
             raise TreeFormatError(

@@ -210,12 +210,9 @@ def _outcome(item: Item, comparison: str, tokens: dict, logprobs: dict, enc: Enc
 
 def tally(outcomes: Iterable[Outcome]) -> dict:
     """pairs, correct, accuracy; covered pairs, their correct count and accuracy (None when there are none)."""
-    n = correct = covered = covered_correct = 0
-    for o in outcomes:
-        n += 1
-        correct += o.correct
-        covered += o.covered
-        covered_correct += o.correct and o.covered
+    outcomes = list(outcomes)
+    n, correct, covered = len(outcomes), sum(o.correct for o in outcomes), sum(o.covered for o in outcomes)
+    covered_correct = sum(o.correct and o.covered for o in outcomes)
     return {
         "pairs": n,
         "correct": correct,
