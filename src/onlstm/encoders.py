@@ -1,28 +1,17 @@
-"""The one registry of recurrent encoders: every experiment builds its layers from here, by name.
+"""The one registry of recurrent encoders: every experiment builds its layers from here, by name
+(docs/encoders.md; docs/design.md §4.4).
 
-An entry (:class:`EncoderSpec`) says how to build one layer, which options it accepts (with type, default
-and help), whether it yields master-gate distances (needed to induce trees), whether it is causal per step
-(usable as a language model) and whether it carries state across calls (BPTT segments), plus its own
-validation (e.g. ON-LSTM's divisibility of the width by ``chunk_size``). Experiment configs, ``--cell``
-help texts and default encoder lists read the registry, so an encoder registered from user code::
+An entry (:class:`EncoderSpec`) says how to build one layer, which options it accepts (type, default,
+help), whether it yields master-gate distances (to induce trees), whether it is causal per step (a
+language model) and whether it carries state across calls (BPTT segments), plus its own validation.
+Configs, ``--cell`` help texts and default encoder lists read the registry, so an encoder registered from
+user code (``E.register("toy", lambda i, h: E.TorchRNN(torch.nn.RNN(i, h)), description="...")``) is
+available to every command run through ``onlstm.cli.main`` in the same process.
 
-    import onlstm.encoders as E
-    E.register("toy", lambda input_size, hidden_size: E.TorchRNN(torch.nn.RNN(input_size, hidden_size)),
-               description="one-layer tanh RNN")
-
-is available to ``onlstm lm train --cell toy`` and ``onlstm logic train --cell toy`` (run through
-``onlstm.cli.main`` in the same process) without editing anything else.
-
-Every encoder is a single recurrent layer (the language model stacks them, so layers can differ in width)
-with the call
-
-    forward(x (T, B, in) or a PackedSequence, hx=None, return_distances=False) -> output, state, distances
-
-``state`` is what the encoder carries between calls (``(h, c)`` shaped like ``nn.LSTM``'s for ON-LSTM, LSTM
-and SRU, ``h`` for GRU and RNN, ``(h, c, x_last)`` for QRNN: a tuple's first entry is the last output);
-``distances`` is :class:`onlstm.Distances` for encoders that yield them, else None. DropConnect on
-hidden-to-hidden weights works the same way for every built-in encoder that has them (SRU and QRNN have
-none): one mask per forward call, not inverted (weights scaled by ``1 - p`` in eval).
+Every encoder is a single recurrent layer with the call ``forward(x (T, B, in) or a PackedSequence,
+hx=None, return_distances=False) -> output, state, distances``: ``state`` is what it carries between
+calls (a tuple's first entry is the last output), ``distances`` an :class:`onlstm.Distances` or None.
+DropConnect on hidden-to-hidden weights is the reference's for every built-in encoder that has them.
 """
 
 from __future__ import annotations
@@ -33,34 +22,14 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.func import functional_call
 
 from .config import ConfigError, coerce
-from .nn import ONLSTM, dropconnect_weight
+from .nn import ONLSTM
 from .nn.functional import MASTER_INPUT_MODES
+from .nn.modules import dropconnect_call
 from .zoo import QRNN, SRU
 from .zoo.sliced import RNN_TYPES, SlicedRNN
 from .zoo.transformer import POOLINGS, POSITIONS, TransformerLayer
-
-__all__ = [
-    "EncoderError",
-    "EncoderOption",
-    "EncoderSpec",
-    "TorchRNN",
-    "accepted_by",
-    "cell_help",
-    "check_cell",
-    "check_typed_options",
-    "detach_state",
-    "get",
-    "has_distances",
-    "make_encoder",
-    "names",
-    "option_help",
-    "options_for",
-    "register",
-    "unregister",
-]
 
 
 class EncoderError(ConfigError):
@@ -276,11 +245,7 @@ class TorchRNN(nn.Module):
         self.hidden_size = rnn.hidden_size
 
     def forward(self, x, hx=None, return_distances: bool = False):
-        if self.dropconnect:
-            w = dropconnect_weight(self.rnn.weight_hh_l0, self.dropconnect, self.training)
-            out, state = functional_call(self.rnn, {"weight_hh_l0": w}, (x, hx))
-        else:
-            out, state = self.rnn(x, hx)
+        out, state = dropconnect_call(self.rnn, self.dropconnect, self.training, x, hx)
         return out, state, None
 
 

@@ -1,33 +1,12 @@
-"""The errors meant for users, and the exit-status convention of the ``onlstm`` command.
+"""The errors meant for users, and the exit statuses of the ``onlstm`` command (table: docs/cli.md, "Errors
+and exit codes"; design: docs/design.md §4.7).
 
-Every error whose message is written for the person at the keyboard (a missing file, a corrupt checkpoint,
-a bad setting) derives from :class:`OnlstmError`. The command has ONE handler (:func:`onlstm.cli.main`):
-an :class:`OnlstmError` raised anywhere under a sub-command is printed as ``onlstm <command>: <message>``
-on stderr, without a traceback, and the process exits with the error's :attr:`~OnlstmError.exit_code`.
-Anything else is a bug and keeps its traceback.
-
-Exit statuses (the same for every sub-command):
-
-* ``0`` -- the command did what was asked;
-* ``1`` -- the command ran on good input and reports a negative finding: ``onlstm logic check`` found
-  labels that disagree with the truth sets or misfiled lines; ``onlstm data download`` could not reach
-  the network. A script can tell "the data is wrong" from "the command was used wrongly";
-* ``2`` (:data:`EXIT_BAD_INPUT`) -- bad input: a file that is missing or malformed, a checkpoint of
-  another kind, a setting out of range. The message names the problem and how to fix it. A command
-  whose optional dependencies are not installed (:class:`MissingExtra`) exits 2 too, naming the extra;
-* ``3`` (:data:`EXIT_DIVERGED`) -- a training stopped because its loss became NaN or infinite
-  (:class:`TrainingDiverged`): the input was valid but the settings (learning rate, clipping) made the
-  run diverge. Nothing is saved from the diverged weights; the last good checkpoint is kept;
-* ``4`` (:data:`EXIT_WRITE_FAILED`) -- a file could not be written (:class:`WriteError`): the disk or a
-  quota is full, the file-size limit (``ulimit -f``) is reached, the file system is read-only. The
-  input was fine and nothing was lost: every file is written to a temporary name and renamed into
-  place, so the file the path held before (the last checkpoint) is unchanged; make room and run the
-  command again (a training continues with ``--resume``);
-* ``130`` (:data:`EXIT_INTERRUPTED`) -- interrupted by Ctrl-C (or SIGTERM for the trainers, which save a
-  resumable checkpoint first), as a shell reports a process killed by SIGINT.
-
-Most classes keep :class:`ValueError` (or :class:`RuntimeError`) as a second base, so code written
-before this module existed (``except ValueError``) still catches them.
+Every error whose message is written for the person at the keyboard derives from :class:`OnlstmError`. The
+command has ONE handler (:func:`onlstm.cli.main`): an :class:`OnlstmError` raised under a sub-command is
+printed as ``onlstm <command>: <message>`` on stderr, without a traceback, and the process exits with the
+error's :attr:`~OnlstmError.exit_code`; anything else is a bug and keeps its traceback. Most classes keep
+:class:`ValueError` (or :class:`RuntimeError`) as a second base, so older ``except ValueError`` code still
+catches them.
 """
 
 from __future__ import annotations
@@ -36,11 +15,11 @@ import errno
 from pathlib import Path
 
 EXIT_OK = 0
-EXIT_FINDING = 1
-EXIT_BAD_INPUT = 2
-EXIT_DIVERGED = 3
-EXIT_WRITE_FAILED = 4
-EXIT_INTERRUPTED = 130
+EXIT_FINDING = 1  # good input, negative finding (labels that disagree, no network): not "used wrongly"
+EXIT_BAD_INPUT = 2  # a missing or malformed file, a foreign checkpoint, a setting out of range, a missing extra
+EXIT_DIVERGED = 3  # the loss became NaN or infinite (TrainingDiverged); the last good checkpoint is kept
+EXIT_WRITE_FAILED = 4  # the disk refused a write (WriteError); the file there before is unchanged
+EXIT_INTERRUPTED = 130  # Ctrl-C (or SIGTERM for the trainers, which save a resumable checkpoint first)
 
 
 class OnlstmError(Exception):
@@ -132,3 +111,14 @@ def command_error(exc: BaseException) -> OnlstmError:
     if isinstance(exc, OnlstmError):
         return exc
     return InputError(str(exc))
+
+
+def exception_line(exc: BaseException, limit: int = 200) -> str:
+    """``"Type: first line of the message"`` (at most ``limit`` characters of it): an exception as one line
+    of a report or a warning."""
+    return f"{type(exc).__name__}: {first_line(exc, limit)}"
+
+
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of ``exc``'s message, at most ``limit`` characters ('' when it has none)."""
+    return (str(exc).strip().splitlines() or [""])[0][:limit]

@@ -1,11 +1,7 @@
-"""The correctness part of ``onlstm bench gpu``: the Triton kernel against the reference loop, through the
-public :class:`onlstm.ONLSTM`, case by case (the cases of tests/nn/test_triton.py, at the sizes of the run).
-
-Each case runs one forward and backward of a random linear loss over every output (outputs, final states,
-both distances) with ``impl=<kernel>`` and with ``impl='reference'``, the same seed (so DropConnect and
-dropout draw the same masks), and measures, per tensor, the largest difference relative to the largest
-magnitude of the reference tensor. The reference runs in float32; under autocast the kernel's products run
-in bf16/fp16 and are compared with that float32 reference, with the wider tolerance (see :func:`_errors`).
+"""The correctness part of ``onlstm bench gpu``: the Triton kernel against the reference loop through
+:class:`onlstm.ONLSTM`, case by case (those of tests/nn/test_triton.py, at the run's sizes): one forward and
+backward of a random linear loss with each implementation and the same seed, and per tensor the largest
+difference relative to the reference's largest magnitude (tolerances: :func:`_errors`).
 """
 
 from __future__ import annotations
@@ -20,6 +16,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import onlstm
 
+from ..errors import exception_line
 from ..nn import kernels, selfcheck
 
 FP32_TOLERANCE = selfcheck.TOLERANCE["full"]
@@ -73,9 +70,8 @@ def run_case(case: Case, kernel: str, device: torch.device) -> dict[str, Any]:
     try:
         errors, allowed = _errors(case, kernel, device)
     except Exception as exc:  # a crash is a failed check, with its reason in the report
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
         tol = FP32_TOLERANCE if case.autocast is None else HALF_TOLERANCE
-        return record | {"passed": False, "error": None, "worst": f"{type(exc).__name__}: {first}", "tolerance": tol}
+        return record | {"passed": False, "error": None, "worst": exception_line(exc, 300), "tolerance": tol}
     worst = max(errors, key=lambda k: errors[k] / allowed[k])
     passed = all(math.isfinite(errors[k]) and errors[k] <= allowed[k] for k in errors)
     return record | {"passed": passed, "error": errors[worst], "worst": worst, "tolerance": allowed[worst]}
@@ -110,11 +106,11 @@ def _errors(case: Case, kernel: str, device: torch.device) -> tuple[dict[str, fl
         "outputs": lambda n: n in OUTPUTS,
         "gradients": lambda n: n not in OUTPUTS,
     }.get(case.compare, lambda n: True)
-    errors = {n: _relative_error(a, b) for n, a, b in zip(names, got, want) if keep(n)}
+    errors = {n: selfcheck.relative_error(a, b) for n, a, b in zip(names, got, want) if keep(n)}
     if case.autocast is None:
         return errors, dict.fromkeys(errors, FP32_TOLERANCE)
     own = _forward_backward(model, "reference", x, hx, case.autocast, device)
-    own_errors = {n: _relative_error(a, b) for n, a, b in zip(names, own, want)}
+    own_errors = {n: selfcheck.relative_error(a, b) for n, a, b in zip(names, own, want)}
     return errors, {n: max(HALF_TOLERANCE, 2 * own_errors[n]) for n in errors}
 
 
@@ -159,14 +155,6 @@ def _forward_backward(model, impl: str, x, hx, autocast: torch.dtype | None, dev
 def _grad_names(model, has_hx: bool) -> list[str]:
     names = ["gradient of the input"] + (["gradient of h_0", "gradient of c_0"] if has_hx else [])
     return names + [f"gradient of {n}" for n, _ in model.named_parameters()]
-
-
-def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
-    """Largest ``|got - want|`` over the largest ``|want|`` (inf when ``got`` is not finite where ``want`` is)."""
-    if not bool(got.isfinite().all()):
-        return float("inf")
-    scale = float(want.abs().max().clamp_min(1e-12))
-    return float((got - want).abs().max()) / scale
 
 
 def selfcheck_records(kernel: str, device: torch.device, hidden: int, chunk: int, half) -> list[dict[str, Any]]:

@@ -1,16 +1,10 @@
-"""``onlstm bench gpu --out DIR``: the proof of the CUDA path in one command (issue #22).
+"""``onlstm bench gpu --out DIR``: the proof of the CUDA path in one command (issue #22; docs/cli.md).
 
 It writes ``DIR/report.md`` and ``DIR/report.json``: the device and versions; the Triton kernel against the
-reference loop (:mod:`.correctness`) and its self-check; the CUDA-only tests (``pytest -m cuda`` in a
-subprocess); forward+backward speed against the reference loop and cuDNN (:mod:`.speed`), with the goals
-of issue #10; the experiments' commands timed (:mod:`.training`). Every check is recorded as passed, failed
-or not run; the exit status is 0 when none failed, 1 when one did (a finding, :mod:`onlstm.errors`).
-
-``--smoke`` runs the same code on CPU tensors, the kernel in Triton's interpreter, at tiny sizes (about a
-minute on two cores), so that the test suite runs this command; its timings are not speeds and it never
-writes a GPU figure. Under ``--smoke`` ``impl='auto'`` on the CPU is pointed at the interpreted kernel for
-the duration of the command, so that the commands that use ``'auto'`` (``logic train``, ``syneval``) take
-the kernel's path as they do on CUDA.
+reference loop (:mod:`.correctness`) and its self-check; ``pytest -m cuda``; forward+backward speed
+(:mod:`.speed`) with the goals of issue #10; the experiments' commands timed (:mod:`.training`). Exit status
+0 when no check failed, 1 when one did. ``--smoke`` runs the same code on CPU tensors under Triton's
+interpreter at tiny sizes (no GPU figure), with the interpreted kernel first for ``impl='auto'`` on the CPU.
 """
 
 from __future__ import annotations
@@ -27,11 +21,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
 from ..errors import EXIT_FINDING, InputError
 from ..nn import kernels, selfcheck
+from ..nn.triton_kernel import interpreter_requested, load_interpreter_kernel, triton_installed
 from . import correctness, environment, report, speed, training
 
 Shape = tuple[int, int, int, int, int]  # T, B, input, hidden, chunk
@@ -168,16 +164,16 @@ def _section(name: str, prof: Profile, opts: Options, work: Path, kernel_ok: boo
     if not kernel_ok and name != "pytest":
         return {"not_run": "the Triton kernel is unavailable (see above)"}
     start = time.perf_counter()
-    if name == "correctness":
-        with _selfcheck_off():  # each case compares the kernel itself; the self-check is reported on its own
+    # correctness and speed measure the kernel itself; its self-check is reported on its own
+    with mock.patch.dict(os.environ, {selfcheck.ENV: "0"} if name in ("correctness", "speed") else {}):
+        if name == "correctness":
             body: dict[str, Any] = {"checks": _correctness(prof)}
-    elif name == "pytest":
-        body = environment.pytest_cuda(prof.smoke, work / "pytest-cuda.xml", opts.pytest_timeout)
-    elif name == "speed":
-        with _selfcheck_off():
+        elif name == "pytest":
+            body = environment.pytest_cuda(prof.smoke, work / "pytest-cuda.xml", opts.pytest_timeout)
+        elif name == "speed":
             body = _speed(prof)
-    else:
-        body = _training(prof, opts, work)
+        else:
+            body = _training(prof, opts, work)
     return body | {"seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -229,23 +225,19 @@ def _preflight(opts: Options) -> Profile:
             f"no CUDA device is visible (torch {torch.__version__}, CUDA build {torch.version.cuda}); "
             "`onlstm bench gpu --smoke --out DIR` runs the same code on the CPU under Triton's interpreter"
         )
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if interpreter_requested():
         raise InputError("TRITON_INTERPRET=1 is set: Triton would interpret its kernels on the CPU; unset it")
     return GPU
 
 
 def _interpreter() -> None:
     """Put Triton in its interpreter (before it is first imported) and make sure the kernel loads there."""
-    import importlib.util
-
-    if "triton" not in sys.modules and importlib.util.find_spec("triton") is None:
+    if not triton_installed():
         raise InputError(
             "--smoke runs the Triton kernel in Triton's CPU interpreter: install triton (pip install triton)"
         )
     if "triton" not in sys.modules:
         os.environ["TRITON_INTERPRET"] = "1"  # read by Triton once, at its first import
-    from ..nn.triton_kernel import load_interpreter_kernel
-
     try:
         load_interpreter_kernel()
     except kernels.KernelUnavailable as exc:
@@ -258,33 +250,16 @@ def _kernel_setup(prof: Profile) -> Iterator[None]:
     if not prof.smoke:
         yield
         return
-    from ..nn.triton_kernel import load_interpreter_kernel, register_interpreter_kernel
+    from ..nn.triton_kernel import register_interpreter_kernel
 
-    floats = (torch.float32, torch.float64)
-    spec = kernels.KernelSpec(
-        prof.kernel, load_interpreter_kernel, ("cpu",), floats, priority=1000, label="Triton kernel (CPU interpreter)"
-    )
     registered = prof.kernel in kernels.kernel_names()
-    kernels.register_kernel(spec, replace=True)
+    register_interpreter_kernel(priority=1000)
     try:
         yield
     finally:
         kernels.unregister_kernel(prof.kernel)
         if registered:
             register_interpreter_kernel()  # as it was: its own priority, below every CPU kernel
-
-
-@contextlib.contextmanager
-def _selfcheck_off() -> Iterator[None]:
-    old = os.environ.get(selfcheck.ENV)
-    os.environ[selfcheck.ENV] = "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[selfcheck.ENV]
-        else:
-            os.environ[selfcheck.ENV] = old
 
 
 @contextlib.contextmanager

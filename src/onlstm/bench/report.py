@@ -91,7 +91,10 @@ def markdown(r: dict[str, Any]) -> list[str]:
     if s["goals_not_met"]:
         lines += ["Goals not met: " + "; ".join(s["goals_not_met"]), ""]
     lines += _environment(r["environment"]) + _kernel(r["kernel"])
-    lines += _correctness(r["correctness"]) + _pytest(r["pytest"]) + _speed(r["speed"]) + _training(r["training"])
+    for name, title, body in _SECTION_MARKDOWN:
+        sec = r[name]
+        lines += [f"## {title}", ""]
+        lines += [f"Not run: {sec['not_run']}.", ""] if "not_run" in sec else body(sec)
     return lines
 
 
@@ -107,20 +110,8 @@ def _kernel(check: dict[str, Any]) -> list[str]:
     return [f"{check['name']}: {_verdict(check['passed'])}{why}", ""]
 
 
-def _skipped(title: str, section: dict[str, Any]) -> list[str] | None:
-    if "not_run" in section:
-        return [f"## {title}", "", f"Not run: {section['not_run']}.", ""]
-    return None
-
-
 def _correctness(sec: dict[str, Any]) -> list[str]:
-    title = "Correctness: the Triton kernel against the reference loop"
-    skipped = _skipped(title, sec)
-    if skipped:
-        return skipped
     lines = [
-        f"## {title}",
-        "",
         "Error: per tensor (outputs, final states, distances, every gradient), the largest difference over the",
         "largest magnitude of the reference; the worst tensor is named. The reference runs in float32 (tolerance",
         f"{FP32:g}); under autocast the kernel's products are bf16/fp16 and the tolerance is the larger of {HALF:g}",
@@ -137,12 +128,8 @@ def _correctness(sec: dict[str, Any]) -> list[str]:
 
 
 def _pytest(sec: dict[str, Any]) -> list[str]:
-    title = "CUDA-only tests (`pytest -m cuda`)"
-    skipped = _skipped(title, sec)
-    if skipped:
-        return skipped
     (check,) = sec["checks"]
-    lines = [f"## {title}", "", f"Result: {_verdict(check['passed'])}; {check['worst'] or ''}"]
+    lines = [f"Result: {_verdict(check['passed'])}; {check['worst'] or ''}"]
     if "tests" in sec:
         counts = ", ".join(f"{sec[k]} {k}" for k in ("passed", "failures", "errors", "skipped"))
         lines.append(f"{sec['tests']} tests: {counts}; exit status {sec['returncode']}, {sec['seconds']:.0f} s.")
@@ -150,13 +137,7 @@ def _pytest(sec: dict[str, Any]) -> list[str]:
 
 
 def _speed(sec: dict[str, Any]) -> list[str]:
-    title = "Speed: forward+backward of one layer"
-    skipped = _skipped(title, sec)
-    if skipped:
-        return skipped
     lines = [
-        f"## {title}",
-        "",
         "tokens/s = T*B / median time of one forward+backward (`out.sum().backward()`);",
         "`nn.LSTM` of the same size (cuDNN on a GPU), all measured in this run, interleaved.",
         "",
@@ -175,11 +156,7 @@ def _speed(sec: dict[str, Any]) -> list[str]:
 
 
 def _training(sec: dict[str, Any]) -> list[str]:
-    title = "Training: the experiments' commands"
-    skipped = _skipped(title, sec)
-    if skipped:
-        return skipped
-    lines = [f"## {title}", ""]
+    lines = []
     for run in sec["runs"]:
         lines += [f"### {run['name']}", ""]
         if "error" in run:
@@ -211,3 +188,11 @@ def _figures(run: dict[str, Any]) -> list[str]:
     return [
         f"{run['items']} pairs scored in {run['seconds']:.2f} s: {_num(run['sentences_per_s'], ',.1f')} sentences/s"
     ]
+
+
+_SECTION_MARKDOWN = (
+    ("correctness", "Correctness: the Triton kernel against the reference loop", _correctness),
+    ("pytest", "CUDA-only tests (`pytest -m cuda`)", _pytest),
+    ("speed", "Speed: forward+backward of one layer", _speed),
+    ("training", "Training: the experiments' commands", _training),
+)

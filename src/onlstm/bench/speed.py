@@ -18,6 +18,8 @@ import torch
 
 import onlstm
 
+from ..errors import exception_line
+
 DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # autocast dtype (None: off)
 GOALS = (("x nn.LSTM", 0.5), ("x reference", 10.0))  # issue #10's goals for the kernel at the paper's layer
 Shape = tuple[int, int, int, int, int]
@@ -59,8 +61,7 @@ def measure(shape: Shape, dtype: str, kernel: str, device: torch.device, repeats
             sync(device)
             runs[name] = fn
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            errors[name] = f"{type(exc).__name__}: {first}"
+            errors[name] = exception_line(exc, 300)
     times: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(repeats):
         for name, fn in runs.items():

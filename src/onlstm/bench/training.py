@@ -1,15 +1,10 @@
 """The training part of ``onlstm bench gpu``: the experiments' own commands, timed.
 
-* ``lm train --config ptb-paper`` for ``--lm-steps`` optimizer steps, once with the Triton kernel and once
-  with the reference loop: seconds per step after a warm-up (compilation, cuDNN's plan), seconds per epoch
-  extrapolated to the training text (PTB's 929,589 tokens when the data are synthetic), peak GPU memory;
-* ``logic train --config paper`` for ``--logic-steps`` updates: updates/s (the command's own clock: the
-  updates and the one validation at the last update);
-* ``syneval`` with the Triton run's weights: sentences/s (the command's own figure).
-
-Each command is parsed by the real ``onlstm`` parser from the words a user would type (recorded in the
-report) and run in this process, so that the step times can be taken without changing the trainers. The
-data need no network: without ``--lm-data``/``--logic-data``/``--syneval-data`` they are generated.
+``lm train --config ptb-paper`` with the Triton kernel and with the reference loop (seconds per step after
+a warm-up, per epoch, peak GPU memory), ``logic train --config paper`` (updates/s) and ``syneval`` with the
+Triton run's weights (sentences/s). Each command is parsed by the real ``onlstm`` parser from the words a
+user would type and run in this process; without ``--lm-data``/``--logic-data``/``--syneval-data`` the data
+are generated (no network).
 """
 
 from __future__ import annotations
@@ -24,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..errors import exception_line
 
 PTB_TRAIN_TOKENS = 929_589  # PTB's training text with one <eos> per line (887,521 words + 42,068 lines)
 PTB_VOCAB = 10_000
@@ -191,8 +188,7 @@ def _guarded(name: str, fn, ok) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         record = {"name": name, **fn()}
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        record = {"name": name, "error": f"{type(exc).__name__}: {first}"}
+        record = {"name": name, "error": exception_line(exc, 300)}
         return record, {"name": name, "passed": False, "worst": record["error"]}
     problem = ok(record)
     return record, {"name": name, "passed": problem is None, "worst": problem}

@@ -1,21 +1,11 @@
-"""``onlstm data download CORPUS --to DIR``: fetch a public language-modelling corpus (guide: docs/lm.md).
+"""``onlstm data download CORPUS --to DIR``: fetch a public language-modelling corpus (docs/lm.md).
 
-Corpora (the URLs and where their checksums come from are in :data:`CORPORA`; docs/syneval.md says why
-the last two are here):
-
-* ``ptb``: Mikolov's PTB text (the copy used by Zaremba et al.), three small files with known SHA-256.
-* ``wiki-gulordava``: the English Wikipedia corpus of Gulordava et al. (2018), on which the paper's
-  syntactic-evaluation models were trained (train/valid/test, ~90M words, and its 50,000-word
-  ``vocab.txt``). Its authors publish no checksum.
-* ``wikitext-103``: WikiText-103 (Merity et al. 2016), the tokenised word-level release (a zip whose
-  SHA-256 the Hugging Face ``datasets`` wikitext card published); its three ``wiki.*.tokens`` files are
-  written as ``train.txt``, ``valid.txt`` and ``test.txt``.
-
-Every file is streamed to disk (the Wikipedia training file is about half a gigabyte) while its SHA-256 is
-computed, and moved into place only when it matches the published checksum. A file without a published
-checksum is kept, its SHA-256 printed and recorded in ``DIR/download.json`` (the manifest, also written for
-checked files), and later runs compare the file on disk with the manifest. Without network access the
-command says so and explains how to point ``--data-dir`` at a local copy instead.
+The corpora, their URLs and where their checksums come from are in :data:`CORPORA`: Mikolov's PTB text,
+Gulordava et al.'s English Wikipedia (the paper's syntactic-evaluation training data, docs/syneval.md;
+no published checksum) and WikiText-103 (a zip whose ``wiki.*.tokens`` become ``train.txt``,
+``valid.txt``, ``test.txt``). Every file is streamed to disk while its SHA-256 is computed and moved into
+place only when it matches; a file without a published checksum is kept and its SHA-256 recorded in
+``DIR/download.json``, which later runs compare with. Offline, the command says how to use a local copy.
 """
 
 from __future__ import annotations

@@ -78,13 +78,6 @@ def iter_lines(path: Path) -> Iterator[list[str]]:
         raise CorpusError(f"cannot read {path}: {e}") from None
 
 
-def read_lines(path: Path) -> list[list[str]]:
-    """Sentences of a (small) text file as a list, each as its words plus ``<eos>``."""
-    lines = list(iter_lines(path))
-    _check_not_empty(path, sum(len(w) for w in lines) - len(lines))
-    return lines
-
-
 def _check_not_empty(path: Path, n_words: int) -> None:
     if n_words == 0:
         raise CorpusError(f"{path} is empty (no words); a corpus file needs one tokenised sentence per line")
@@ -154,14 +147,10 @@ class Corpus:
         return self.splits[name]
 
     def summary(self) -> str:
-        parts = [
-            f"{s.name} {s.n_tokens:,} tokens ({s.n_lines:,} lines"
-            + (f", {s.n_unknown} mapped to {UNK})" if s.n_unknown else ")")
-            for s in self.splits.values()
-        ]
-        return f"vocabulary {len(self.vocab):,} words ({'closed' if self.closed_vocab else 'open'}); " + "; ".join(
-            parts
-        )
+        unknown = {s.name: f", {s.n_unknown} mapped to {UNK}" if s.n_unknown else "" for s in self.splits.values()}
+        parts = [f"{s.name} {s.n_tokens:,} tokens ({s.n_lines:,} lines{unknown[s.name]})" for s in self.splits.values()]
+        kind = "closed" if self.closed_vocab else "open"
+        return f"vocabulary {len(self.vocab):,} words ({kind}); " + "; ".join(parts)
 
 
 def encode_split(

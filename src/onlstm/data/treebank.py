@@ -14,15 +14,9 @@ Normalisation (docs/design.md §2.2, as in the ON-LSTM/PRPN evaluation code), ap
    span, which no metric counts).  The unlabelled tree (:func:`onlstm.data.trees.unlabel`) has no
    unary nodes at all.
 
-Files are read as text and each top-level bracketing is handed to ``nltk.Tree.fromstring``; nltk's
-corpus readers are not used (nltk >= 3.10 refuses paths outside its data roots).  Any problem -- missing
-or empty directory, no ``.mrg`` file, unbalanced brackets, a word outside a ``(TAG word)`` pre-terminal
--- raises :class:`TreebankError` naming the file (and the tree and line) and what to do.  Trees that
-normalise to no words are skipped and counted (:attr:`Treebank.skipped_empty`), never an error.
-
-Sections: in the full WSJ layout (``00/ ... 24/`` holding ``wsj_SSNN.mrg``) and in NLTK's flat sample
-(``wsj_0001.mrg ... wsj_0199.mrg``, sections 00 and 01) a file's section is the ``SS`` of its name
-(or, failing that, a two-digit parent directory name).
+Each top-level bracketing of a file goes to ``nltk.Tree.fromstring`` (nltk's corpus readers refuse paths
+outside its data roots since 3.10). Any problem raises :class:`TreebankError` naming the file (and the tree
+and line); trees that normalise to no words are skipped and counted (:attr:`Treebank.skipped_empty`).
 """
 
 from __future__ import annotations
@@ -35,22 +29,7 @@ from pathlib import Path
 from nltk.tree import Tree as LabelledTree
 
 from ..errors import OnlstmError
-from .trees import Tree, strip_function_tags, unlabel
-
-__all__ = [
-    "WORD_TAGS",
-    "GoldSentence",
-    "Treebank",
-    "TreebankError",
-    "file_section",
-    "find_mrg_files",
-    "load_treebank",
-    "load_wsj10",
-    "normalise_tree",
-    "normalise_word",
-    "read_mrg_file",
-    "split_bracketings",
-]
+from .trees import Tree, _is_preterminal, strip_function_tags, unlabel
 
 WORD_TAGS = frozenset(
     "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH "
@@ -73,10 +52,6 @@ class TreebankError(OnlstmError, ValueError):
 def normalise_word(word: str) -> str:
     """Lowercase and replace every run of digits by ``N``: ``"1987"`` -> ``"N"``, ``"3.5"`` -> ``"N.N"``."""
     return _DIGITS.sub("N", word.lower())
-
-
-def _is_preterminal(node: LabelledTree) -> bool:
-    return len(node) == 1 and isinstance(node[0], str)
 
 
 def normalise_tree(tree: LabelledTree) -> LabelledTree | None:
@@ -289,21 +264,12 @@ class Treebank:
     @property
     def name(self) -> str:
         """E.g. ``'WSJ10 (NLTK sample, sections 00-01)'`` or ``'WSJ all lengths (section 23)'``."""
-        length = (
-            "WSJ10" if self.max_length == 10 else (f"WSJ<={self.max_length}" if self.max_length else "WSJ all lengths")
-        )
+        length = {None: "WSJ all lengths", 10: "WSJ10"}.get(self.max_length, f"WSJ<={self.max_length}")
         secs = list(self.sections)
-        where = (
-            "sections unknown"
-            if not secs
-            else (
-                f"section {secs[0]}"
-                if len(secs) == 1
-                else f"sections {secs[0]}-{secs[-1]}"
-                if _contiguous(secs)
-                else "sections " + ",".join(secs)
-            )
-        )
+        if len(secs) <= 1:
+            where = f"section {secs[0]}" if secs else "sections unknown"
+        else:
+            where = f"sections {secs[0]}-{secs[-1]}" if _contiguous(secs) else "sections " + ",".join(secs)
         sample = "NLTK sample, " if secs and set(secs) <= {"00", "01"} else ""
         return f"{length} ({sample}{where})"
 

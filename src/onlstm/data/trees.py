@@ -1,23 +1,17 @@
 """Trees as plain data: bracket strings, leaves and spans (read by the treebank reader and by parsing;
 the distance -> tree builder is :func:`onlstm.parsing.trees.build_tree`).
 
-Two representations are used throughout ``onlstm.data.treebank`` and ``onlstm.parsing``:
-
 * **Unlabelled tree** (:data:`Tree`): a word is a ``str``; a constituent is a ``tuple`` of two or more
-  sub-trees.  A one-word sentence is just the word.  ``(("the", "cat"), "sat")`` is written
-  ``((the cat) sat)``.  Every function that reads trees also accepts ``list`` in place of ``tuple``
-  (the reference code builds lists), but every function that *returns* a tree returns tuples.
+  sub-trees; a one-word sentence is just the word. ``(("the", "cat"), "sat")`` is written
+  ``((the cat) sat)``. Readers also accept ``list`` for ``tuple`` (the reference code builds lists);
+  every tree returned is made of tuples.
 * **Labelled tree**: an :class:`nltk.Tree` whose words sit in pre-terminals ``(TAG word)``, e.g.
-  ``(S (NP (DT the) (NN cat)) (VP (VBD sat)))``.  Gold trees from a treebank use this form so label
-  recall can be measured; :func:`unlabel` turns one into an unlabelled tree.
+  ``(S (NP (DT the) (NN cat)) (VP (VBD sat)))``: gold trees, so label recall can be measured.
 
-Spans are half-open word intervals ``(start, end)``: in ``((the cat) sat)`` the constituent
-``(the cat)`` is ``(0, 2)`` and the whole sentence is ``(0, 3)``.  Span sets are Python ``set``\\ s,
-so a unary chain (two nodes over the same words) contributes its span once.
-
-Building, printing (:func:`to_brackets`), leaves and spans walk trees without recursion, so a tree of a
-sentence of thousands of words, nested as deep as it is long, works; :func:`unlabel` and the bracket
-reader recurse (treebank trees are shallow).
+Spans are half-open word intervals ``(start, end)``: in ``((the cat) sat)``, ``(the cat)`` is ``(0, 2)``.
+Span sets are ``set``\\ s, so a unary chain (two nodes over the same words) counts once. Building,
+printing, leaves and spans walk trees without recursion (a sentence of thousands of words may nest as deep
+as it is long); :func:`unlabel` and the bracket reader recurse (treebank trees are shallow).
 """
 
 from __future__ import annotations
@@ -35,28 +29,6 @@ Span = tuple[int, int]
 LabelledSpan = tuple[int, int, str]
 
 FORMATS = ("auto", "labelled", "unlabelled")
-
-__all__ = [
-    "FORMATS",
-    "LabelledSpan",
-    "LabelledTree",
-    "Span",
-    "Tree",
-    "TreeFormatError",
-    "detect_format",
-    "is_labelled",
-    "iter_constituents",
-    "labelled_spans",
-    "leaves",
-    "parse_brackets",
-    "parse_tree_lines",
-    "span_info",
-    "spans",
-    "strip_function_tags",
-    "to_brackets",
-    "unlabel",
-    "word_depths",
-]
 
 
 class TreeFormatError(OnlstmError, ValueError):
@@ -78,6 +50,12 @@ _NODE_TYPES = (tuple, list)  # nltk.Tree is a list subclass
 
 def _is_node(node: object) -> bool:
     return isinstance(node, _NODE_TYPES)
+
+
+def _not_a_tree(node: object) -> TypeError:
+    return TypeError(
+        f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(node).__name__} {node!r}"
+    )
 
 
 def _nodes(tree: object) -> tuple[int, list[tuple[int, int, object]]]:
@@ -103,9 +81,7 @@ def _collect(node: object, start: int, out: list) -> int:
             pos += 1
             continue
         if not isinstance(n, _NODE_TYPES):
-            raise TypeError(
-                f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(n).__name__} {n!r}"
-            )
+            raise _not_a_tree(n)
         stack.append((n, pos, True))
         stack.extend((c, 0, False) for c in reversed(list(n)))
     return pos
@@ -131,9 +107,7 @@ def leaves(tree: object) -> list[str]:
         elif _is_node(node):
             stack.extend(reversed(node))
         else:
-            raise TypeError(
-                f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(node).__name__} {node!r}"
-            )
+            raise _not_a_tree(node)
     return out
 
 
@@ -209,9 +183,7 @@ def unlabel(tree: object) -> Tree:
     if isinstance(tree, str):
         return tree
     if not _is_node(tree):
-        raise TypeError(
-            f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(tree).__name__} {tree!r}"
-        )
+        raise _not_a_tree(tree)
     kids = [unlabel(c) for c in tree]
     if not kids:
         raise TreeFormatError(f"a constituent without words: {tree!r}")
@@ -250,9 +222,7 @@ def to_brackets(tree: object) -> str:
             space = True
             continue
         if not _is_node(node):
-            raise TypeError(
-                f"a tree is made of str words and tuple/list/nltk.Tree nodes, found {type(node).__name__} {node!r}"
-            )
+            raise _not_a_tree(node)
         label = isinstance(node, LabelledTree)
         pieces.append((" (" if space else "(") + (str(node.label()) if label else ""))
         space = label
@@ -310,10 +280,6 @@ def _branches(node: object) -> bool:
     return len(node) > 2 or any(_branches(c) for c in node[1:])
 
 
-def _looks_labelled(node: object) -> bool:
-    return _labelled_shape(node) and _branches(node)
-
-
 def _as_labelled(node: object) -> LabelledTree:
     if len(node) == 2 and isinstance(node[1], str):  # type: ignore[arg-type]
         return LabelledTree(node[0], [node[1]])  # type: ignore[index]
@@ -338,7 +304,7 @@ def parse_brackets(text: str, labelled: bool | None = None) -> Tree | LabelledTr
     """
     node = _generic(text)
     if labelled is None:
-        labelled = _looks_labelled(node)
+        labelled = _labelled_shape(node) and _branches(node)
     if labelled:
         if not _labelled_shape(node):
             raise TreeFormatError(

@@ -1,19 +1,14 @@
-"""Reader and writer of the propositional-logic pair files of Bowman et al. (2015).
+"""Reader and writer of the propositional-logic pair files of Bowman et al. (2015) (docs/logic.md, "Data").
 
-Line format (exact): ``LABEL<TAB>A<TAB>B`` with ``\\n`` line ends, LABEL one of ``= < > ^ | v #``
-and A, B formulas in the notation of :mod:`onlstm.logic.formulas`.
-
-Directory layout: files ``train0`` … ``train12`` and ``test0`` … ``test12``; file ``k`` holds the
-pairs whose larger operator count is ``k`` (file 12: 12 or more). A name may carry a suffix
-after a dot (``train1.head200``). A directory may hold any subset of these files.
-
-Typical use (the paper's protocol: train on <= 6 operators, test on 7 … 12)::
+Line format (exact): ``LABEL<TAB>A<TAB>B`` with ``\\n`` line ends, LABEL one of ``= < > ^ | v #`` and A, B
+formulas in the notation of :mod:`onlstm.logic.formulas`. A directory holds any of ``train0 … train12``
+and ``test0 … test12`` (a suffix after a dot is allowed: ``train1.head200``); file ``k`` holds the pairs
+whose larger operator count is ``k`` (file 12: 12 or more). The paper's protocol::
 
     train = read_examples(root, split="train", max_ops=6)
     test = read_examples(root, split="test", buckets=range(7, 13))
 
-Every problem in a file raises :class:`LogicDataError` naming the file, the line number and
-what is wrong.
+Every problem raises :class:`LogicDataError` naming the file, the line and what is wrong.
 """
 
 from __future__ import annotations
@@ -142,13 +137,6 @@ def write_file(path: str | Path, rows: Iterable[tuple[str, Formula | str, Formul
 
     atomic_write(Path(path), write)
     return count["lines"]
-
-
-def split_file_name(split: str, k: int) -> str:
-    """``split_file_name('train', 4) == 'train4'``."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}: use 'train' or 'test'")
-    return f"{split}{k}"
 
 
 # --------------------------------------------------------------------------- files

@@ -33,11 +33,7 @@ EMPTY_SET = 0  # truth set of a contradiction
 
 def _variable_mask(k: int) -> int:
     """Truth set of variable number ``k``: the assignments whose bit ``k`` is set."""
-    mask = 0
-    for i in range(N_ASSIGNMENTS):
-        if (i >> k) & 1:
-            mask |= 1 << i
-    return mask
+    return sum(1 << i for i in range(N_ASSIGNMENTS) if (i >> k) & 1)
 
 
 VARIABLE_TRUTH_SETS: dict[str, int] = {v: _variable_mask(k) for k, v in enumerate(VARIABLES)}
@@ -93,32 +89,15 @@ Formula = Var | Not | Binary
 # --------------------------------------------------------------------------- printing
 
 
-def _tokens_into(f: Formula, out: list[str]) -> None:
-    """Append the tokens of ``f`` to ``out`` (recursive helper of :func:`to_tokens`)."""
-    if isinstance(f, Var):
-        out.append(f.name)
-    elif isinstance(f, Not):
-        out.append("(")
-        out.append("not")
-        _tokens_into(f.arg, out)
-        out.append(")")
-    elif isinstance(f, Binary):
-        out.append("(")
-        _tokens_into(f.left, out)
-        out.append("(")
-        out.append(f.op)
-        _tokens_into(f.right, out)
-        out.append(")")
-        out.append(")")
-    else:
-        raise TypeError(f"not a formula: {f!r} (expected Var, Not or Binary)")
-
-
 def to_tokens(f: Formula) -> list[str]:
     """The tokens of ``f`` in the notation, e.g. ``['(', 'not', 'a', ')']``."""
-    out: list[str] = []
-    _tokens_into(f, out)
-    return out
+    if isinstance(f, Var):
+        return [f.name]
+    if isinstance(f, Not):
+        return ["(", "not", *to_tokens(f.arg), ")"]
+    if isinstance(f, Binary):
+        return ["(", *to_tokens(f.left), "(", f.op, *to_tokens(f.right), ")", ")"]
+    raise TypeError(f"not a formula: {f!r} (expected Var, Not or Binary)")
 
 
 def to_text(f: Formula) -> str:
@@ -258,13 +237,3 @@ def evaluate(f: Formula, assignment: dict[str, bool]) -> bool:
 def assignment_index(assignment: dict[str, bool]) -> int:
     """The bit position of ``assignment`` in a truth set (variable ``k`` true <=> bit ``k`` set)."""
     return sum(1 << k for k, v in enumerate(VARIABLES) if assignment.get(v, False))
-
-
-def is_tautology(f: Formula) -> bool:
-    """True when ``f`` holds under every assignment."""
-    return truth_set(f) == FULL_SET
-
-
-def is_contradiction(f: Formula) -> bool:
-    """True when ``f`` holds under no assignment."""
-    return truth_set(f) == EMPTY_SET

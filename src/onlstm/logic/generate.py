@@ -1,46 +1,27 @@
 """Random formula pairs labelled with their relation, written in the layout of Bowman et al. (2015).
 
-For every length bucket ``k`` (0 … 12) the generator draws pairs whose larger operator count is
-``k`` (bucket 12: between 12 and ``max_ops``), labels them from their truth sets
-(:func:`onlstm.logic.relations.relation_of_sets`) and splits them into ``test{k}`` and
-``train{k}``.
+For every length bucket ``k`` (0 … 12) the generator draws pairs whose larger operator count is ``k``
+(bucket 12: between 12 and ``max_ops``), labels them from their truth sets
+(:func:`onlstm.logic.relations.relation_of_sets`) and splits them into ``test{k}`` and ``train{k}``.
 
 How a pair is drawn (documented so that results can be compared):
 
-* the larger operator count ``m`` is ``k`` (bucket 12: uniform in ``12 … max_ops``); a fair coin
-  decides whether ``A`` or ``B`` has ``m`` operators, the other side gets a count uniform in
-  ``0 … m``;
-* a formula with ``n`` operators is ``( not X )`` with probability ``not_prob`` (``X`` has
-  ``n - 1`` operators), otherwise ``( L ( op R ) )`` with ``op`` uniform in ``and``/``or`` and the
-  ``n - 1`` remaining operators split uniformly between ``L`` and ``R``; variables are uniform
-  over ``a`` … ``f``;
-* with ``mix='original'`` the pairs follow the length mix of the original training files instead
-  (Bowman et al.'s ``train0`` … ``train6``, 135,529 pairs, measured once and written below as
-  :data:`ORIGINAL_SMALLER_SIDE`, :data:`ORIGINAL_TRAIN_SIZES` and :data:`ORIGINAL_NOT_SHARE`): the smaller
-  side's operator count follows that bucket's distribution in those files (about 46% have 0 operators and
-  28-60% have 1; above bucket 6, bucket 6's shares for 0 and 1 and the rest spread evenly), ``not_prob``
-  defaults to their share of ``not`` among operators (0.43), and the *training* part of bucket ``k`` is
-  scaled to ``train{k}``'s size relative to the largest file (bucket 0: 30 pairs against 34,152 in
-  ``train5``; above 6, as ``train6``); test parts are not scaled. Labels follow each file's shares
-  (:data:`ORIGINAL_LABELS`: 53-66% ``#`` where random pairs give about 67%), picked by
-  :func:`fill_to_shares` from twice as many candidates; ``balance_labels`` makes them uniform instead;
-* formulas that are always true or always false are redrawn unless ``allow_degenerate`` (the
-  original data contains none, see :mod:`onlstm.logic.relations`);
-* a pair already drawn for the same bucket is redrawn unless ``allow_duplicates``, so train and
-  test never share a pair. Small buckets have few distinct pairs (bucket 0: 36), so they may
-  come out smaller than asked; the summary says so.
+* the larger operator count ``m`` is ``k`` (bucket 12: uniform in ``12 … max_ops``); a fair coin decides
+  whether ``A`` or ``B`` has ``m`` operators, the other side gets a count uniform in ``0 … m``;
+* a formula with ``n`` operators is ``( not X )`` with probability ``not_prob`` (``X`` has ``n - 1``),
+  otherwise ``( L ( op R ) )`` with ``op`` uniform in ``and``/``or`` and the ``n - 1`` remaining operators
+  split uniformly between ``L`` and ``R``; variables are uniform over ``a`` … ``f``;
+* ``mix='original'`` follows the original training files instead (measured once, written below as the
+  ``ORIGINAL_*`` tables; what they hold and how well the result matches: docs/logic.md, "Data"): the
+  smaller side's count, ``not_prob`` (0.43), the training part's size per bucket, and each file's label
+  shares (picked by :func:`fill_to_shares` from twice as many candidates);
+* always-true or always-false formulas are redrawn unless ``allow_degenerate`` (the original data has
+  none); a pair already drawn for the bucket is redrawn unless ``allow_duplicates``, so train and test
+  never share a pair (small buckets may come out smaller than asked; the summary says so).
 
-Label balancing (``balance_labels``): random pairs are dominated by ``#`` (independence), more so
-the longer the formulas. With balancing, the generator first draws a pool of
-``pool_factor × per_length`` distinct candidate pairs for the bucket, then picks ``per_length``
-of them by *water filling*: every label gets ``min(available, level)`` pairs with the level as
-high as the total allows, so rare labels keep all their candidates and frequent ones are cut
-down to the same level. The result is as close to uniform as the pool allows; labels that are
-rare for a length (``=`` and ``^`` for long formulas) stay under-represented. Bigger
-``pool_factor`` -> more uniform, slower.
-
-The stream of random numbers of bucket ``k`` depends only on ``(seed, k)``, so a bucket's content
-does not change when other options such as ``max_ops`` change the other buckets.
+``balance_labels``: random pairs are dominated by ``#``. With balancing, a pool of ``pool_factor ×`` the
+pairs wanted is drawn and :func:`water_fill` keeps the label counts as equal as the pool allows (rare
+labels keep all their candidates). The random stream of bucket ``k`` depends only on ``(seed, k)``.
 """
 
 from __future__ import annotations
@@ -302,15 +283,21 @@ def _draw_distinct(bucket: int, wanted: int, rng: random.Random, cfg: GenerateCo
     return pairs, tries
 
 
+def _by_label(pairs: list[Pair]) -> dict[str, list[Pair]]:
+    """The pairs of each label (in :data:`RELATIONS` order), each list in the pairs' order."""
+    by_label: dict[str, list[Pair]] = {lab: [] for lab in RELATIONS}
+    for p in pairs:
+        by_label[p.label].append(p)
+    return by_label
+
+
 def water_fill(pairs: list[Pair], n: int) -> list[Pair]:
     """Pick ``n`` of ``pairs`` (in their order) with the label counts as equal as possible.
 
     Each label gets ``min(available, level)`` pairs, ``level`` as high as ``n`` allows; the
     remainder goes, one each, to the labels with spare pairs in :data:`RELATIONS` order.
     """
-    by_label: dict[str, list[Pair]] = {lab: [] for lab in RELATIONS}
-    for p in pairs:
-        by_label[p.label].append(p)
+    by_label = _by_label(pairs)
     sizes = {lab: len(v) for lab, v in by_label.items()}
     if sum(sizes.values()) <= n:
         return list(pairs)
@@ -330,9 +317,7 @@ def fill_to_shares(pairs: list[Pair], n: int, shares: tuple[float, ...]) -> list
     """Pick ``n`` of ``pairs`` (in their order) with label ``RELATIONS[i]`` at about ``shares[i]``: each
     label gets ``round(n * share)`` pairs or all it has; the pairs still missing go one at a time to the
     label, among those with candidates left, that is furthest below its share (labels with share 0 last)."""
-    by_label: dict[str, list[Pair]] = {lab: [] for lab in RELATIONS}
-    for p in pairs:
-        by_label[p.label].append(p)
+    by_label = _by_label(pairs)
     share = dict(zip(RELATIONS, shares))
     quota = {lab: min(len(by_label[lab]), round(n * share[lab])) for lab in RELATIONS}
     for _ in range(min(n, len(pairs)) - sum(quota.values())):
@@ -416,8 +401,6 @@ def _bucket_line(r: BucketReport) -> str:
     """One summary line for a bucket: sizes, shortfall, speed, label shares."""
     sizes = "  ".join(f"{f.name:<7} {f.n_pairs:>6}" for f in r.files)
     short = f" (only {r.n_pairs} distinct of {r.wanted} wanted)" if r.n_pairs < r.wanted else ""
-    labels: Counter = Counter()
-    for f in r.files:
-        labels.update(f.labels)
+    labels = sum((f.labels for f in r.files), Counter())
     rate = r.drawn / r.seconds if r.seconds > 0 else float("inf")
     return f"{sizes}  | {format_label_counts(labels)}  | {r.drawn} draws, {rate:,.0f}/s{short}"

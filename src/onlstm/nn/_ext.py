@@ -15,8 +15,11 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
+
+from ..errors import exception_line
 
 _SOURCE = Path(__file__).parent / "csrc" / "onlstm_cpu.cpp"
 _CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"]
@@ -50,11 +53,7 @@ def build_path(path: str) -> str:
             first.append(str(ninja.BIN_DIR))
     first.append(os.path.dirname(sys.executable))
     rest = [d for d in path.split(os.pathsep) if d]
-    out: list[str] = []
-    for d in first + rest:
-        if d not in out:
-            out.append(d)
-    return os.pathsep.join(out)
+    return os.pathsep.join(dict.fromkeys(first + rest))  # in order, each directory once
 
 
 def clear_stale_lock(build_dir: Path) -> None:
@@ -87,20 +86,6 @@ def clear_stale_lock(build_dir: Path) -> None:
         time.sleep(1.0)
 
 
-@contextlib.contextmanager
-def _ninja_on_path():
-    """PATH extended by :func:`build_path` while the kernel builds, restored afterwards."""
-    old = os.environ.get("PATH")
-    os.environ["PATH"] = build_path(old or os.defpath)
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["PATH"]
-        else:
-            os.environ["PATH"] = old
-
-
 def load_extension() -> Any:
     """Return the compiled kernel module, or ``None`` if it cannot be built (the reason: :func:`extension_error`).
 
@@ -126,17 +111,13 @@ def load_extension() -> Any:
             print(
                 "onlstm: compiling the C++ kernel (once per machine, about a minute) ...", file=sys.stderr, flush=True
             )
-        with _ninja_on_path():
+        # PATH extended while the kernel builds; patch.dict restores it (or its absence) afterwards
+        with mock.patch.dict(os.environ, {"PATH": build_path(os.environ.get("PATH") or os.defpath)}):
             _state["module"] = cpp_extension.load(
-                name=name,
-                sources=[str(_SOURCE)],
-                extra_cflags=_CFLAGS,
-                extra_ldflags=["-fopenmp"],
-                verbose=False,
+                name=name, sources=[str(_SOURCE)], extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], verbose=False
             )
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        _state["error"] = f"{type(exc).__name__}: {first}"
+        _state["error"] = exception_line(exc)
     return _state["module"]
 
 

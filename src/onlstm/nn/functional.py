@@ -1,19 +1,9 @@
-"""Functional pieces of ON-LSTM, written to mirror the equations of Shen et al. (2019).
+"""Functional pieces of ON-LSTM, the equations of docs/design.md §1.1 on plain tensors, differentiated by
+autograd: the *reference* the fast kernels are tested against.
 
-Everything here works on plain tensors and is differentiated by autograd; it is the *reference*
-path that the fast kernels are tested against.  Notation (per step, hidden size ``D``, chunk size
-``C``, ``n = D // C`` chunks):
+Pre-activation layout (the reference code's order, ``n = D // C`` chunks)::
 
-    pre    = W x + U h + b                       # (B, 2n + 4D)
-    layout = [l_i (n) | l_f (n) | o (D) | c^ (D) | i (D) | f (D)]   (the reference code's order)
-    f~ = cumax(l_f)          rises 0 -> 1          (master forget)
-    i~ = 1 - cumax(l_i)      falls 1 -> 0          (master input, ``'paper'``)
-       = sum_{j>k} p_j       computed as an exclusive suffix sum, so the top chunk is exactly 0
-    i~ = sum_{j>=k} p_j      (``'reverse'``: inclusive suffix sum, the top chunk gets p_n > 0)
-    w  = f~ * i~                               (broadcast from n chunks to D units)
-    f^ = f * w + (f~ - w),   i^ = i * w + (i~ - w)
-    c' = f^ * c + i^ * c^,   h' = o * tanh(c')
-    d_f = 1 - mean(f~),      d_i = mean(i~)
+    pre = W x + U h + b = [l_i (n) | l_f (n) | o (D) | c^ (D) | i (D) | f (D)]
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""The ``fused`` kernel: one layer and one direction over a whole sequence in PyTorch operations,
-with a hand-written backward.
-
-It implements :class:`onlstm.nn.kernels.LayerKernel` (see there for the contract shared with the C++
-kernel, ``csrc/onlstm_cpu.cpp``): the sequence comes in PyTorch's packed layout (``x`` is
-``(N, input)``, the ``bs_t`` rows of step ``t`` contiguous, ``bs_t`` non-increasing), so padded
-batches, packed batches and the reversed direction all run through the same code. It runs wherever
-PyTorch does; the registry offers it for float32/float64 on the CPU, where it is the fallback when the
+"""The ``fused`` kernel: one layer and one direction over a whole packed sequence in PyTorch operations,
+with a hand-written backward (contract: :class:`onlstm.nn.kernels.LayerKernel`). The CPU fallback when the
 C++ kernel cannot be built.
 """
 
@@ -15,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .functional import prefix_sum, suffix_sum
-from .kernels import KernelGrads, KernelInputs, KernelOutputs, OutputGrads, final_states
+from .kernels import KernelGrads, KernelInputs, KernelOutputs, OutputGrads, final_states, previous_h, step_offsets
 
 
 class FusedKernel:
@@ -67,9 +61,7 @@ class FusedKernel:
         bs = inputs.batch_sizes.tolist()
         N, G, D = x.shape[0], w_hh.shape[0], w_hh.shape[1]
         n = D // chunk
-        offs = [0]
-        for b in bs:
-            offs.append(offs[-1] + b)
+        offs = step_offsets(bs)
         dG = x.new_empty(N, G)
         dh, dc = grads.h_n.clone(), grads.c_n.clone()
         for t in range(len(bs) - 1, -1, -1):
@@ -105,7 +97,7 @@ class FusedKernel:
             dg[:, n : 2 * n] = pf * (dpf - (dpf * pf).sum(-1, keepdim=True))
             dg[:, :n] = pi * (dpi - (dpi * pi).sum(-1, keepdim=True))
             dh[:b] = dg @ w_hh
-        h_prev = torch.cat([h0[: bs[0]]] + [out[offs[t - 1] : offs[t - 1] + bs[t]] for t in range(1, len(bs))])
+        h_prev = previous_h(h0, out, bs)
         dGt = dG.t()
         return KernelGrads(dG @ w_ih, dGt @ x, dGt @ h_prev, dG.sum(0), dh, dc)
 

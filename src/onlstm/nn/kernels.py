@@ -1,40 +1,27 @@
-"""The kernel interface of the ON-LSTM layer and the registry that ``impl=`` chooses from.
+"""The kernel interface of the ON-LSTM layer and the registry that ``impl=`` chooses from (docs/design.md
+§1.7 and §4.3).
 
 A *kernel* runs one layer in one direction over a whole packed sequence, forward and a hand-written
-backward; :class:`LayerKernel` is the written contract. ``ONLSTM(impl=...)`` accepts
-
-* ``'reference'``: the readable step loop of :mod:`onlstm.nn.reference`, differentiated by autograd.
-  It is not a kernel: it runs on every device and dtype and is the oracle the kernels are tested
-  against;
-* the name of a registered kernel: ``'fused'`` (PyTorch operations, :mod:`onlstm.nn.fused`),
-  ``'cpp'`` (compiled C++, :mod:`onlstm.nn.cpp_kernel`) and ``'triton'`` (CUDA, :mod:`onlstm.nn.triton_kernel`;
-  Triton is imported only when it is loaded) are built in (registered by :mod:`onlstm.nn.builtin_kernels`,
-  so that this module imports no kernel and a kernel module may use the registry);
-* ``'auto'``: the available registered kernel with the highest priority that supports the input's
-  device and dtype, else ``'reference'``.
-
-A kernel named explicitly runs the reference path on a device or dtype it does not support (as
-``'auto'`` would without a kernel there), and is an error when it cannot be loaded.
-
-Adding a kernel (e.g. another GPU kernel) means: write a class with the two methods of
-:class:`LayerKernel` (``forward(inputs: KernelInputs) -> KernelOutputs`` and
-``backward(inputs, saved, grads: OutputGrads) -> KernelGrads``), then register it::
-
-    from onlstm.nn.kernels import KernelSpec, register_kernel
+backward; :class:`LayerKernel` is the written contract. ``ONLSTM(impl=...)`` accepts ``'reference'`` (the
+readable step loop of :mod:`onlstm.nn.reference`, autograd, every device and dtype: the oracle the kernels
+are tested against), the name of a registered kernel (built in, registered by
+:mod:`onlstm.nn.builtin_kernels`: ``'fused'``, ``'cpp'``, ``'triton'``), or ``'auto'``: the available
+kernel of highest priority that supports the input's device and dtype, else ``'reference'``. A kernel
+named explicitly runs the reference path on a device or dtype it does not support, and is an error when it
+cannot be loaded. Adding one::
 
     register_kernel(KernelSpec(
         name="mine", load=lambda: MyKernel(),                 # load may raise: "unavailable, because ..."
         devices=("cuda",), dtypes=(torch.float32,), priority=40, label="my kernel"))
 
-``ONLSTM(..., impl="mine")`` then uses it, and ``impl='auto'`` prefers it on CUDA float32 inputs
-(higher priority wins: above the built-in ``triton``, 30). ``load`` is called once, on first use; if it raises, the kernel is
-unavailable for the rest of the process: ``'auto'`` falls back to the next kernel with one
-``RuntimeWarning``, and :func:`kernel_status` reports the reason. The test suite runs every kernel
-against the reference (tests/nn/test_layer.py); add the new name there.
+``load`` is called once, on first use; if it raises, the kernel is unavailable for the rest of the
+process: ``'auto'`` falls back to the next kernel with one ``RuntimeWarning``, and :func:`kernel_status`
+says why. Add the new name to the kernels tests/nn/test_layer.py runs against the reference.
 """
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +29,8 @@ from typing import Any, Protocol
 
 import torch
 from torch import Tensor
+
+from ..errors import exception_line, first_line
 
 
 @dataclass(frozen=True)
@@ -126,6 +115,17 @@ def final_states(out: Tensor, cells: Tensor, bs: list[int]) -> tuple[Tensor, Ten
             c_n[nxt:b] = cells[off + nxt : off + b]
         off += b
     return h_n, c_n
+
+
+def step_offsets(bs: list[int]) -> list[int]:
+    """The first packed row of every step, then the number of rows."""
+    return list(itertools.accumulate(bs, initial=0))
+
+
+def previous_h(h0: Tensor, out: Tensor, bs: list[int]) -> Tensor:
+    """For every packed row, the ``h`` its step read: ``h0`` at step 0, else its own row of the step before."""
+    offs = step_offsets(bs)
+    return torch.cat([h0[: bs[0]]] + [out[offs[t - 1] : offs[t - 1] + bs[t]] for t in range(1, len(bs))])
 
 
 class _KernelFunction(torch.autograd.Function):
@@ -281,8 +281,7 @@ def load_kernel(name: str) -> LayerKernel | None:
     try:
         kernel = spec.load()
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        _errors[name] = first if isinstance(exc, KernelUnavailable) else f"{type(exc).__name__}: {first}"
+        _errors[name] = first_line(exc) if isinstance(exc, KernelUnavailable) else exception_line(exc)
         return None
     _loaded[name] = kernel
     return kernel

@@ -82,6 +82,14 @@ def dropconnect_weight(weight: Tensor, p: float, training: bool) -> Tensor:
     return weight * keep
 
 
+def dropconnect_call(rnn: Any, p: float, training: bool, *args: Any) -> Any:
+    """``rnn(*args)`` for a one-layer torch RNN with the reference DropConnect on its ``weight_hh_l0``."""
+    if not p:
+        return rnn(*args)
+    w = dropconnect_weight(rnn.weight_hh_l0, p, training)
+    return torch.func.functional_call(rnn, {"weight_hh_l0": w}, args)
+
+
 class ONLSTMCell(nn.Module):
     r"""One ON-LSTM step: ``(x, (h, c)) -> (h', c')``, shaped like :class:`torch.nn.LSTMCell`.
 
@@ -143,10 +151,8 @@ class ONLSTMCell(nn.Module):
         self._mask = torch.empty_like(self.weight_hh).uniform_() >= self.dropconnect
 
     def _w_hh(self) -> Tensor:
-        if self.dropconnect == 0.0:
-            return self.weight_hh
-        if not self.training:
-            return self.weight_hh * (1.0 - self.dropconnect)
+        if not (self.training and self.dropconnect):
+            return dropconnect_weight(self.weight_hh, self.dropconnect, training=False)
         if self._mask is None or self._mask.shape != self.weight_hh.shape or self._mask.device != self.weight_hh.device:
             self.sample_mask()
         assert self._mask is not None  # sample_mask() just set it
@@ -396,27 +402,20 @@ class ONLSTM(nn.Module):
 
     def _format_output(self, flat: _Flat, out: Tensor, h_n: Tensor, c_n: Tensor, dist: Tensor, return_distances: bool):
         """Lay the packed rows out like the input (``nn.LSTM``'s shapes), distances likewise."""
+        parts: list[Any] = [out, dist[:, 0], dist[:, 1]]  # output, forget and input distances
         if flat.packed:
             if flat.unsorted_idx is not None:
                 h_n, c_n = h_n.index_select(1, flat.unsorted_idx), c_n.index_select(1, flat.unsorted_idx)
-            packed = PackedSequence(out, flat.batch_sizes, flat.sorted_idx, flat.unsorted_idx)
-            if return_distances:
-                d = Distances(
-                    *(
-                        PackedSequence(dist[:, j].contiguous(), flat.batch_sizes, flat.sorted_idx, flat.unsorted_idx)
-                        for j in (0, 1)
-                    )
-                )
-                return packed, (h_n, c_n), d
-            return packed, (h_n, c_n)
-        steps, batch = flat.steps, flat.batch
-        output = out.view(steps, batch, -1)
-        d_f, d_i = dist[:, 0].reshape(steps, batch, -1), dist[:, 1].reshape(steps, batch, -1)
-        if flat.unbatched:
-            output, d_f, d_i = output[:, 0], d_f[:, 0], d_i[:, 0]
-            h_n, c_n = h_n[:, 0], c_n[:, 0]
-        elif self.batch_first:
-            output, d_f, d_i = output.transpose(0, 1), d_f.transpose(0, 1), d_i.transpose(0, 1)
+            parts = [
+                PackedSequence(t.contiguous(), flat.batch_sizes, flat.sorted_idx, flat.unsorted_idx) for t in parts
+            ]
+        else:
+            parts = [t.reshape(flat.steps, flat.batch, -1) for t in parts]
+            if flat.unbatched:
+                parts, h_n, c_n = [t[:, 0] for t in parts], h_n[:, 0], c_n[:, 0]
+            elif self.batch_first:
+                parts = [t.transpose(0, 1) for t in parts]
+        output, d_f, d_i = parts
         if return_distances:
             return output, (h_n, c_n), Distances(d_f, d_i)
         return output, (h_n, c_n)

@@ -1,13 +1,7 @@
-"""The reference path (``impl='reference'``): one layer, one direction, as a readable step loop.
-
-It is the equations of :mod:`onlstm.nn.functional` applied step by step and differentiated by
-autograd; the kernels (``fused``, ``cpp``, any registered one) are tested against it. It runs on
-every device and dtype. Over a packed sequence whose step ``t`` holds the first ``bs_t`` rows
-(``bs_t`` non-increasing, so a row that has ended simply stops being updated):
-
-    pre_t            = W x_t + b_ih + U h_{t-1} + b_hh          (W x_t + b_ih for all steps at once)
-    h_t, c_t, d_t    = cell_update(pre_t, c_{t-1})              (functional.cell_update)
-    h_n, c_n         = each row's h_t, c_t after its own last step
+"""The reference path (``impl='reference'``): one layer, one direction, as a readable step loop of
+:func:`onlstm.nn.functional.cell_update`, differentiated by autograd; every kernel is tested against it.
+Over a packed sequence step ``t`` holds the first ``bs_t`` rows (non-increasing), so a row that has ended
+simply stops being updated.
 """
 
 from __future__ import annotations

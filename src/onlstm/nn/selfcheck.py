@@ -1,20 +1,12 @@
-"""The Triton kernel checks itself against the reference loop before it is trusted (docs/layer.md, "The Triton path").
+"""The Triton kernel checks itself against the reference loop before it is trusted (docs/layer.md, "The
+Triton path", says what, when and why).
 
-The kernel was written and tested without a GPU (Triton's CPU interpreter only), and a GPU may run it with a
-Triton, driver or compiler nobody has tried. A kernel that compiles but computes wrong numbers would
-otherwise train a model quietly wrong. So, the first time a process runs a self-checked kernel for one
-configuration -- kernel, device, input dtype, product dtype (the autocast dtype, or the input's), hidden
-size, chunk size and master-input mode, since Triton compiles one program per such configuration -- it
-first runs a small packed forward and backward (4 steps, 3 rows, input 5) through the kernel and
-through the reference loop in float64, and compares outputs, final states, distances and every gradient.
-
-On a mismatch beyond the tolerance, or an exception, it warns ONCE, naming the sizes and the error, and
-that process runs the reference loop for that kernel, device, dtype and product dtype from then on
-(:meth:`onlstm.ONLSTM.resolved_impl` says so). ``ONLSTM_KERNEL_SELFCHECK=0`` in the environment skips the
-check. :func:`results` lists what was checked in this process (``onlstm info`` prints it).
-
-The check draws its random numbers from its own generator and restores the global ones, so a run gives the
-same results with the check on or off.
+The first time a process runs a checked kernel for one configuration (kernel, device, input dtype, product
+dtype, hidden size, chunk size, master-input mode: Triton compiles one program per configuration), a small
+packed forward and backward runs through the kernel and through the reference loop in float64. On a
+mismatch or an exception it warns once and that process runs the reference loop there from then on.
+``ONLSTM_KERNEL_SELFCHECK=0`` skips the check; :func:`results` lists the checks of the process. The check
+draws from its own generator and restores the global ones, so a run gives the same results with it or without.
 """
 
 from __future__ import annotations
@@ -29,6 +21,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from ..errors import exception_line
 
 ENV = "ONLSTM_KERNEL_SELFCHECK"
 #: The kernels checked before use: the CUDA kernel, and the same kernel under Triton's interpreter (how the
@@ -180,8 +174,7 @@ def run_check(
         error: float | None = errors[worst]
         passed = bool(errors[worst] <= tol)
     except Exception as exc:  # a kernel that fails to compile or run on this machine is a failed check
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        error, worst, passed = None, f"{type(exc).__name__}: {first}", False
+        error, worst, passed = None, exception_line(exc), False
     finally:
         _running.active = False
     seconds = time.perf_counter() - start
@@ -208,12 +201,14 @@ def _errors(impl, device, dtype, products, hidden, chunk, mode) -> dict[str, flo
         reference.impl = "reference"
         got = _forward_backward(model.to(device, dtype), packed, hx, device, dtype, products)
         want = _forward_backward(reference, packed, hx, device, torch.float64, torch.float64)
-    out: dict[str, float] = {}
-    for name, a, b in zip(_names(model), got, want):
-        a, b = a.detach().double(), b.detach()
-        scale = float(b.abs().max().clamp_min(1e-12))
-        out[name] = float((a - b).abs().max()) / scale if bool(a.isfinite().all()) else float("inf")
-    return out
+    return {name: relative_error(a.detach().double(), b.detach()) for name, a, b in zip(_names(model), got, want)}
+
+
+def relative_error(got: Tensor, want: Tensor) -> float:
+    """Largest ``|got - want|`` over the largest ``|want|`` (inf when ``got`` is not finite)."""
+    if not bool(got.isfinite().all()):
+        return float("inf")
+    return float((got - want).abs().max()) / float(want.abs().max().clamp_min(1e-12))
 
 
 def _names(model) -> list[str]:

@@ -1,22 +1,14 @@
-"""The ``triton`` kernel (CUDA): per step one cuBLAS product and one fused Triton kernel, hand-written backward.
+"""The ``triton`` kernel (CUDA), a :class:`onlstm.nn.kernels.LayerKernel` (docs/layer.md, "The Triton path").
 
-It implements :class:`onlstm.nn.kernels.LayerKernel` (docs/layer.md, "The Triton path"):
+Forward: the input projection of the whole sequence as one product; per step ``h_{t-1} @ w_hh^T`` (cuBLAS)
+and one Triton kernel for the whole element-wise step (:mod:`onlstm.nn._triton_steps`). Backward, per step
+in reverse: one Triton kernel for the element-wise gradients and one product for the gradient to
+``h_{t-1}``; the weight gradients are one product each after the loop. Under ``torch.autocast`` (float32
+inputs) the products run in the autocast dtype while the element-wise step, the cell and the outputs stay
+float32.
 
-* forward: the input projection of the whole sequence as one product; per step ``h_{t-1} @ w_hh^T``
-  (torch, so cuBLAS) and one Triton kernel (:func:`onlstm.nn._triton_steps.forward_step`) for the whole
-  element-wise step: both master gates (softmax + cumulative sums over the chunks), the four gates,
-  the overlap update of the cell, ``h`` and both distances. It saves the activations and the cells;
-* backward, per step in reverse: one Triton kernel (``backward_step``) for the element-wise gradients,
-  the cumax vector-Jacobian products included, and one product for the gradient to ``h_{t-1}``; the
-  weight gradients are one large product each after the loop.
-
-Precision: float32 and float64 compute in their own dtype. Under ``torch.autocast`` (float32 inputs)
-the matrix products run in the autocast dtype (bf16/fp16) while the element-wise step, the cell state,
-the cumax and the outputs stay float32.
-
-Triton is imported only when the kernel is loaded. ``register_interpreter_kernel()`` registers the
-same kernel for CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1`` set before Triton is
-first imported): how the test suite checks it without a GPU. It is never chosen by ``impl='auto'``.
+Triton is imported only when the kernel is loaded; :func:`register_interpreter_kernel` registers the same
+kernel for CPU tensors under Triton's interpreter (how the tests check it without a GPU).
 """
 
 from __future__ import annotations
@@ -28,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import exception_line
 from .kernels import (
     KernelGrads,
     KernelInputs,
@@ -36,24 +29,13 @@ from .kernels import (
     KernelUnavailable,
     OutputGrads,
     final_states,
+    previous_h,
     register_kernel,
+    step_offsets,
 )
+from .selfcheck import product_dtype
 
 INTERPRETER_NAME = "triton_interpret"
-
-
-def matmul_dtype(x: Tensor) -> torch.dtype:
-    """The dtype of the matrix products: autocast's for a float32 input under autocast, else ``x``'s."""
-    device = x.device.type
-    if x.dtype != torch.float32:
-        return x.dtype
-    try:  # torch >= 2.4: per device type
-        if torch.is_autocast_enabled(device):
-            return torch.get_autocast_dtype(device)
-    except TypeError:  # torch 2.3: CUDA only (the kernel's device)
-        if device == "cuda" and torch.is_autocast_enabled():
-            return torch.get_autocast_gpu_dtype()
-    return x.dtype
 
 
 def _blocks(n: int, chunk: int) -> dict[str, int]:
@@ -75,7 +57,7 @@ class TritonKernel:
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
         x, w_ih, w_hh, bias, h0, c0 = inputs.x, inputs.w_ih, inputs.w_hh, inputs.bias, inputs.h0, inputs.c0
         batch_sizes, chunk, inclusive = inputs.batch_sizes, inputs.chunk, inputs.inclusive
-        mm = matmul_dtype(x)
+        mm = product_dtype(x.device, x.dtype)
         with torch.autocast(x.device.type, enabled=False):  # the precision of every product is chosen here
             return self._forward(x, w_ih, w_hh, bias, h0, c0, batch_sizes.tolist(), chunk, inclusive, mm)
 
@@ -117,7 +99,7 @@ class TritonKernel:
         """The reversed step loop: ``dG (N, G)`` (and its matmul-dtype copy), ``dh0``, ``dc0``."""
         N, G, D = act.shape[0], w_hh.shape[0], w_hh.shape[1]
         low = mm != act.dtype
-        offs = _offsets(bs)
+        offs = step_offsets(bs)
         dG = act.new_empty(N, G)
         dG_mm = act.new_empty(N, G, dtype=mm) if low else dG
         dh = grad_hn.clone()
@@ -140,13 +122,6 @@ class TritonKernel:
         return dG, dG_mm, dh, dcs[1]
 
 
-def _offsets(bs: list[int]) -> list[int]:
-    offs = [0]
-    for b in bs:
-        offs.append(offs[-1] + b)
-    return offs
-
-
 def _input_projection(x: Tensor, w_ih: Tensor, bias: Tensor | None, mm: torch.dtype) -> Tensor:
     """``x @ w_ih^T + bias`` for every step at once, in ``x``'s dtype (the product in ``mm``)."""
     if mm == x.dtype:
@@ -157,8 +132,7 @@ def _input_projection(x: Tensor, w_ih: Tensor, bias: Tensor | None, mm: torch.dt
 
 def _weight_grads(dG, dG_mm, x, w_ih, w_hh, h0, out, bs, mm) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``dx, dw_ih, dw_hh, dbias`` as one product each over the whole sequence (``dG_mm`` in ``mm``)."""
-    offs = _offsets(bs)
-    h_prev = torch.cat([h0[: bs[0]]] + [out[offs[t - 1] : offs[t - 1] + bs[t]] for t in range(1, len(bs))])
+    h_prev = previous_h(h0, out, bs)
     dGt = dG_mm.t()
     dx = (dG_mm @ w_ih.to(mm)).to(x.dtype)
     dw_ih = (dGt @ x.to(mm)).to(w_ih.dtype)
@@ -176,7 +150,7 @@ def interpreter_requested() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _triton_installed() -> bool:
+def triton_installed() -> bool:
     import importlib.util
 
     return "triton" in sys.modules or importlib.util.find_spec("triton") is not None
@@ -191,7 +165,7 @@ def _steps_module() -> Any:
 def load_cuda_kernel() -> TritonKernel:
     """The registry's ``load`` for ``impl='triton'``: raises :class:`KernelUnavailable` saying why not."""
     reasons = []
-    if not _triton_installed():
+    if not triton_installed():
         reasons.append("Triton is not installed (pip install triton)")
     if not torch.cuda.is_available():
         reasons.append("no CUDA device is visible (it is a GPU kernel; on the CPU the C++ kernel runs)")
@@ -203,16 +177,14 @@ def load_cuda_kernel() -> TritonKernel:
     try:
         _smoke_test(kernel, torch.device("cuda"))
     except Exception as exc:  # a broken Triton/driver: the registry falls back with one warning
-        first = (str(exc).strip().splitlines() or [""])[0][:160]
-        raise KernelUnavailable(
-            f"unavailable because the kernel failed to compile or run: {type(exc).__name__}: {first}"
-        ) from exc
+        why = exception_line(exc, 160)
+        raise KernelUnavailable(f"unavailable because the kernel failed to compile or run: {why}") from exc
     return kernel
 
 
 def load_interpreter_kernel() -> TritonKernel:
     """``load`` of :data:`INTERPRETER_NAME`: the kernel on CPU tensors, run by Triton's interpreter."""
-    if not _triton_installed():
+    if not triton_installed():
         raise KernelUnavailable("unavailable because Triton is not installed (pip install triton)")
     steps = _steps_module()
     if not _interpreted(steps):
@@ -230,22 +202,18 @@ def _interpreted(steps: Any) -> bool:
     return all(type(f).__name__ == "InterpretedFunction" for f in (steps.forward_step, steps.backward_step, tl.sum))
 
 
-def register_interpreter_kernel() -> str:
+def register_interpreter_kernel(priority: int = -10) -> str:
     """Register the Triton kernel for CPU tensors under Triton's interpreter, as ``impl='triton_interpret'``.
 
     For tests and debugging without a GPU (slow: numpy runs each program). Needs ``TRITON_INTERPRET=1``
-    in the environment before Triton is first imported. Its priority is below every CPU kernel's, so
-    ``impl='auto'`` never picks it. Returns the name to pass as ``impl``.
+    in the environment before Triton is first imported. The default priority is below every CPU kernel's, so
+    ``impl='auto'`` never picks it (``onlstm bench gpu --smoke`` raises it). Returns the name to pass as ``impl``.
     """
-    spec = KernelSpec(
-        INTERPRETER_NAME,
-        load_interpreter_kernel,
-        ("cpu",),
-        (torch.float32, torch.float64),
-        priority=-10,
-        label="Triton kernel (CPU interpreter)",
+    floats = (torch.float32, torch.float64)
+    label = "Triton kernel (CPU interpreter)"
+    register_kernel(
+        KernelSpec(INTERPRETER_NAME, load_interpreter_kernel, ("cpu",), floats, priority, label), replace=True
     )
-    register_kernel(spec, replace=True)
     return INTERPRETER_NAME
 
 

@@ -5,7 +5,7 @@ spans, metrics and baselines.  Gold treebank reading lives in :mod:`onlstm.data.
 # `evaluate` ends up as the metrics function below (the public name since the start) and a later
 # `from onlstm.parsing.evaluate import ...` finds the module in sys.modules without rebinding it.
 from . import evaluate as _evaluate_module  # noqa: F401
-from .baselines import (
+from .baselines import (  # noqa: F401  (the package's public names)
     BASELINES,
     balanced,
     baseline_trees,
@@ -15,7 +15,7 @@ from .baselines import (
     right_branching,
     score_baselines,
 )
-from .metrics import (
+from .metrics import (  # noqa: F401
     F1Score,
     LabelRecall,
     ParseEvaluation,
@@ -29,7 +29,7 @@ from .metrics import (
     sentence_f1,
     sentence_prf,
 )
-from .trees import (
+from .trees import (  # noqa: F401
     LabelledTree,
     Tree,
     TreeFormatError,
@@ -46,41 +46,3 @@ from .trees import (
     unlabel,
     word_depths,
 )
-
-__all__ = [
-    "BASELINES",
-    "F1Score",
-    "LabelRecall",
-    "LabelledTree",
-    "ParseEvaluation",
-    "Tree",
-    "TreeFormatError",
-    "average_depth",
-    "balanced",
-    "baseline_trees",
-    "build_tree",
-    "corpus_f1",
-    "detect_format",
-    "evalb_f1",
-    "evaluate",
-    "f1_scores",
-    "label_recall",
-    "labelled_spans",
-    "leaves",
-    "left_branching",
-    "parse_brackets",
-    "parse_tree_lines",
-    "prf_from_counts",
-    "random_baseline_scores",
-    "random_tree",
-    "right_branching",
-    "score_baselines",
-    "sentence_f1",
-    "sentence_prf",
-    "span_info",
-    "spans",
-    "strip_function_tags",
-    "to_brackets",
-    "unlabel",
-    "word_depths",
-]

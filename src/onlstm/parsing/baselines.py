@@ -22,17 +22,6 @@ from collections.abc import Callable, Sequence
 from .metrics import f1_scores
 from .trees import Tree, _check_words, leaves
 
-__all__ = [
-    "BASELINES",
-    "balanced",
-    "baseline_trees",
-    "left_branching",
-    "random_baseline_scores",
-    "random_tree",
-    "right_branching",
-    "score_baselines",
-]
-
 
 def _words(words: Sequence[str], name: str) -> list[str]:
     words = list(words)

@@ -44,21 +44,6 @@ from dataclasses import asdict, dataclass, field
 
 from .trees import LabelledTree, labelled_spans, span_info, word_depths
 
-__all__ = [
-    "F1Score",
-    "LabelRecall",
-    "ParseEvaluation",
-    "average_depth",
-    "corpus_f1",
-    "evalb_f1",
-    "evaluate",
-    "f1_scores",
-    "label_recall",
-    "prf_from_counts",
-    "sentence_f1",
-    "sentence_prf",
-]
-
 
 @dataclass(frozen=True)
 class F1Score:
@@ -157,16 +142,9 @@ def _sentence(infos: list[_Info]) -> F1Score:
     counts = _counts(infos, include_root=False)
     per = [prf_from_counts(*c) for c in counts]
     n = len(per)
-    return F1Score(
-        precision=sum(x[0] for x in per) / n,
-        recall=sum(x[1] for x in per) / n,
-        f1=sum(x[2] for x in per) / n,
-        sentences=n,
-        matched=sum(c[0] for c in counts),
-        predicted=sum(c[1] for c in counts),
-        gold=sum(c[2] for c in counts),
-        convention=_SENTENCE,
-    )
+    p, r, f1 = (sum(x[i] for x in per) / n for i in range(3))
+    m, pred, gold = (sum(c[i] for c in counts) for i in range(3))
+    return F1Score(p, r, f1, sentences=n, matched=m, gold=gold, predicted=pred, convention=_SENTENCE)
 
 
 def _pooled(counts: list[tuple[int, int, int]], convention: str) -> F1Score:
@@ -202,7 +180,10 @@ def evalb_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
 def f1_scores(gold: Sequence[object], pred: Sequence[object]) -> dict[str, F1Score]:
     """``{"sentence_f1", "corpus_f1", "evalb_f1"}`` from one walk of the trees (same values as the three
     functions called separately)."""
-    infos = _infos(gold, pred)
+    return _f1_scores(_infos(gold, pred))
+
+
+def _f1_scores(infos: list[_Info]) -> dict[str, F1Score]:
     return {
         "sentence_f1": _sentence(infos),
         "corpus_f1": _pooled(_counts(infos, False), _CORPUS),
@@ -306,16 +287,6 @@ def evaluate(gold: Sequence[object], pred: Sequence[object]) -> ParseEvaluation:
     gold, pred = list(gold), list(pred)
     infos = _infos(gold, pred)
     labelled = all(isinstance(g, LabelledTree) for g in gold)
-    f1 = {
-        "sentence_f1": _sentence(infos),
-        "corpus_f1": _pooled(_counts(infos, False), _CORPUS),
-        "evalb_f1": _pooled(_counts(infos, True), _EVALB),
-    }
-    return ParseEvaluation(
-        sentence=f1["sentence_f1"],
-        corpus=f1["corpus_f1"],
-        evalb=f1["evalb_f1"],
-        depth_gold=average_depth(gold),
-        depth_pred=average_depth(pred),
-        label_recall=_label_recall(gold, infos) if labelled else None,
-    )
+    scores = _f1_scores(infos).values()  # sentence, corpus, EVALB-style
+    recall = _label_recall(gold, infos) if labelled else None
+    return ParseEvaluation(*scores, average_depth(gold), average_depth(pred), recall)

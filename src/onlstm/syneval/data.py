@@ -1,20 +1,11 @@
 """Minimal pairs of the targeted syntactic evaluation (Marvin & Linzen 2018) and the paper's table layout.
 
-Three inputs give the same :class:`Item` list (see docs/syneval.md):
-
-* the sample TSV: ``case<TAB>grammatical<TAB>ungrammatical`` without a header; a ``case:intrusive`` row
-  gives the intrusive sentence of the NPI item of ``case`` at the same position (its grammatical sentence
-  must be the same);
-* a TSV dump with the header ``case, condition, grammatical, ungrammatical, intrusive`` (tab-separated;
-  ``intrusive`` empty outside the NPI cases);
-* the authors' ``templates/`` folder: one ``<case>.pickle`` per case, a dict ``condition -> list`` of
-  ``(grammatical, ungrammatical)`` pairs, or ``(grammatical, intrusive, ungrammatical)`` triples for the
-  NPI cases. Those files come from the internet, so they are read by :class:`RestrictedUnpickler`, which
-  builds only what pickle opcodes make without importing anything (dict, list, tuple, str, numbers, ...)
-  and refuses every global (class or function) before it can run.
-
-Nothing is dropped: a malformed line or item is an error naming the file and the line (or case, condition
-and item).
+Three inputs give the same :class:`Item` list (docs/syneval.md): the sample TSV
+``case<TAB>grammatical<TAB>ungrammatical`` (a ``case:intrusive`` row gives the intrusive sentence of the
+NPI item of ``case`` at the same position); a TSV dump with the header :data:`HEADER`; the authors'
+``templates/`` folder of ``<case>.pickle`` files, read by :class:`RestrictedUnpickler`, which refuses every
+global before it can run (the files come from the internet). Nothing is dropped: a malformed line or item
+is an error naming the file and the line (or case, condition and item).
 """
 
 from __future__ import annotations
@@ -54,6 +45,14 @@ def is_npi(case: str) -> bool:
 
 # --------------------------------------------------------------------------- the paper's table (Shen et al. 2019)
 
+
+def _anim(stem: str) -> tuple[str, str]:
+    """The animate and the inanimate case of one construction."""
+    return f"{stem}_anim", f"{stem}_inanim"
+
+
+_NPI_ACROSS = "NPI: across a relative clause"
+
 #: The paper's rows: (group, row name, cases pooled in the row, comparison, ON-LSTM, LSTM). The published
 #: numbers come from 2x650 models trained on 90M words of Wikipedia (Gulordava et al. 2018), not from the
 #: models this project trains. Comparisons: "g>u" grammatical vs ungrammatical; for NPIs also "g>i"
@@ -62,92 +61,22 @@ PAPER_ROWS: tuple[tuple[str, str, tuple[str, ...], str, float, float], ...] = (
     ("short-term", "SVA: simple", ("simple_agrmt",), "g>u", 0.99, 1.00),
     ("short-term", "SVA: in a sentential complement", ("sent_comp",), "g>u", 0.95, 0.98),
     ("short-term", "SVA: short VP coordination", ("vp_coord",), "g>u", 0.89, 0.92),
-    (
-        "short-term",
-        "SVA: in an object relative clause",
-        ("obj_rel_within_anim", "obj_rel_within_inanim"),
-        "g>u",
-        0.84,
-        0.88,
-    ),
-    (
-        "short-term",
-        "SVA: in an object relative (no that)",
-        ("obj_rel_no_comp_within_anim", "obj_rel_no_comp_within_inanim"),
-        "g>u",
-        0.78,
-        0.81,
-    ),
+    ("short-term", "SVA: in an object relative clause", _anim("obj_rel_within"), "g>u", 0.84, 0.88),
+    ("short-term", "SVA: in an object relative (no that)", _anim("obj_rel_no_comp_within"), "g>u", 0.78, 0.81),
     ("short-term", "Reflexive: simple", ("simple_reflexives",), "g>u", 0.89, 0.82),
     ("short-term", "Reflexive: in a sentential complement", ("reflexive_sent_comp",), "g>u", 0.86, 0.80),
-    (
-        "short-term",
-        "NPI: simple (grammatical vs intrusive)",
-        ("simple_npi_anim", "simple_npi_inanim"),
-        "g>i",
-        0.18,
-        1.00,
-    ),
-    (
-        "short-term",
-        "NPI: simple (intrusive vs ungrammatical)",
-        ("simple_npi_anim", "simple_npi_inanim"),
-        "i>u",
-        0.50,
-        0.01,
-    ),
-    (
-        "short-term",
-        "NPI: simple (grammatical vs ungrammatical)",
-        ("simple_npi_anim", "simple_npi_inanim"),
-        "g>u",
-        0.07,
-        0.63,
-    ),
+    ("short-term", "NPI: simple (grammatical vs intrusive)", _anim("simple_npi"), "g>i", 0.18, 1.00),
+    ("short-term", "NPI: simple (intrusive vs ungrammatical)", _anim("simple_npi"), "i>u", 0.50, 0.01),
+    ("short-term", "NPI: simple (grammatical vs ungrammatical)", _anim("simple_npi"), "g>u", 0.07, 0.63),
     ("long-term", "SVA: long VP coordination", ("long_vp_coord",), "g>u", 0.74, 0.74),
-    ("long-term", "SVA: across a prepositional phrase", ("prep_anim", "prep_inanim"), "g>u", 0.67, 0.68),
+    ("long-term", "SVA: across a prepositional phrase", _anim("prep"), "g>u", 0.67, 0.68),
     ("long-term", "SVA: across a subject relative clause", ("subj_rel",), "g>u", 0.66, 0.60),
-    (
-        "long-term",
-        "SVA: across an object relative clause",
-        ("obj_rel_across_anim", "obj_rel_across_inanim"),
-        "g>u",
-        0.57,
-        0.52,
-    ),
-    (
-        "long-term",
-        "SVA: across an object relative (no that)",
-        ("obj_rel_no_comp_across_anim", "obj_rel_no_comp_across_inanim"),
-        "g>u",
-        0.54,
-        0.51,
-    ),
+    ("long-term", "SVA: across an object relative clause", _anim("obj_rel_across"), "g>u", 0.57, 0.52),
+    ("long-term", "SVA: across an object relative (no that)", _anim("obj_rel_no_comp_across"), "g>u", 0.54, 0.51),
     ("long-term", "Reflexive: across a relative clause", ("reflexives_across",), "g>u", 0.57, 0.58),
-    (
-        "long-term",
-        "NPI: across a relative clause (grammatical vs intrusive)",
-        ("npi_across_anim", "npi_across_inanim"),
-        "g>i",
-        0.59,
-        0.95,
-    ),
-    (
-        "long-term",
-        "NPI: across a relative clause (intrusive vs ungrammatical)",
-        ("npi_across_anim", "npi_across_inanim"),
-        "i>u",
-        0.20,
-        0.00,
-    ),
-    (
-        "long-term",
-        "NPI: across a relative clause (grammatical vs ungrammatical)",
-        ("npi_across_anim", "npi_across_inanim"),
-        "g>u",
-        0.11,
-        0.04,
-    ),
+    ("long-term", f"{_NPI_ACROSS} (grammatical vs intrusive)", _anim("npi_across"), "g>i", 0.59, 0.95),
+    ("long-term", f"{_NPI_ACROSS} (intrusive vs ungrammatical)", _anim("npi_across"), "i>u", 0.20, 0.00),
+    ("long-term", f"{_NPI_ACROSS} (grammatical vs ungrammatical)", _anim("npi_across"), "g>u", 0.11, 0.04),
 )
 
 PAPER_SOURCE = "Shen et al. 2019, Table 3: 2x650 models trained on 90M words of Wikipedia (Gulordava et al. 2018)"
@@ -302,20 +231,12 @@ def read_pickle(path: Path) -> list[Item]:
             raise SynevalDataError(f"{path}: condition {condition!r} must be a string mapped to a list of items")
         for index, row in enumerate(rows):
             where = f"{path}: case {case}, condition {condition}, item {index}"
-            sentences = (
-                [s.decode("latin1") if isinstance(s, bytes) else s for s in row]
-                if isinstance(row, (list, tuple))
-                else None
-            )
-            if (
-                sentences is None
-                or len(sentences) != size
-                or not all(isinstance(s, str) and s.strip() for s in sentences)
-            ):
+            texts = row if isinstance(row, (list, tuple)) else ()
+            sentences = [s.decode("latin1") if isinstance(s, bytes) else s for s in texts]
+            if len(sentences) != size or not all(isinstance(s, str) and s.strip() for s in sentences):
                 raise SynevalDataError(f"{where}: {row!r} is not a tuple {shape} of non-empty strings")
-            good, bad = sentences[0], sentences[-1]
-            intrusive = sentences[1] if size == 3 else None
-            items.append(Item(case, condition, good.strip(), bad.strip(), intrusive and intrusive.strip(), where))
+            good, *intrusive, bad = (s.strip() for s in sentences)
+            items.append(Item(case, condition, good, bad, intrusive[0] if intrusive else None, where))
     return items
 
 

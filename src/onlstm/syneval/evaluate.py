@@ -1,16 +1,10 @@
-"""Scoring minimal pairs with a language model (the convention is written out in docs/syneval.md).
+"""Scoring minimal pairs with a language model (the convention: docs/syneval.md).
 
-* A sentence is lower-cased, split on spaces and framed as ``<eos> w1 ... wn . <eos>`` (the ``.`` only
-  when the vocabulary has it); words outside the vocabulary become ``<unk>``.
-* It is read from a zero state in eval mode; its score is the sum of the log-probabilities of every token
-  after the first ``<eos>`` (natural log). :func:`token_logprobs` returns those per token.
-* A comparison ``a>b`` is correct when ``a`` scores strictly higher than ``b`` (a tie is wrong).
-* ``word_only``: the score of each sentence is the log-probability of the first token where the two
-  framed sentences differ (the context before it is the same in both).
-
-Sentences are scored in batches of similar length, padded on the right; a causal model's output at a
-step does not depend on later steps, and padded positions are cut off, so padding changes no score
-(tested: batched == one by one).
+A sentence is lower-cased, split on spaces and framed as ``<eos> w1 ... wn . <eos>`` (the ``.`` only when
+the vocabulary has it; unknown words become ``<unk>``), read from a zero state in eval mode, and scored by
+the summed natural-log probabilities of every token after the first ``<eos>`` (``word_only``: of the first
+token where the two framed sentences differ). A comparison ``a>b`` is correct when ``a`` scores strictly
+higher. Batches are right-padded, which changes no score of a causal model (tested).
 """
 
 from __future__ import annotations
@@ -84,10 +78,7 @@ class Encoder:
 
 @torch.no_grad()
 def token_logprobs(
-    model,
-    sequences: Sequence[Sequence[int]],
-    batch_size: int = 512,
-    progress: Callable[[int], None] | None = None,
+    model, sequences: Sequence[Sequence[int]], batch_size: int = 512, progress: Callable[[int], None] | None = None
 ) -> list[torch.Tensor]:
     """For each id sequence ``s`` (starting with ``<eos>``), the log-probabilities of ``s[1:]``, each
     predicted from the ones before it starting from a zero state: a float64 tensor of ``len(s) - 1``.
@@ -151,9 +142,8 @@ def comparisons(item: Item) -> list[str]:
 
 
 def sentence_of(item: Item, role: str) -> str:
-    return {"grammatical": item.grammatical, "ungrammatical": item.ungrammatical, "intrusive": item.intrusive or ""}[
-        role
-    ]
+    """The sentence of ``role`` (``grammatical``, ``ungrammatical`` or ``intrusive``: '' when it has none)."""
+    return getattr(item, role) or ""
 
 
 def first_difference(a: Sequence[str], b: Sequence[str], where: str) -> int:
@@ -186,9 +176,8 @@ def score_items(
     enc = Encoder(vocab)
     tokens: dict[str, list[str]] = {}
     for item in items:
-        for s in (item.grammatical, item.ungrammatical, item.intrusive):
-            if s is not None and s not in tokens:
-                tokens[s] = enc.tokens(s)
+        for s in _sentences(item):
+            tokens.setdefault(s, enc.tokens(s))
     unique = list(tokens)
     score = prefix_token_logprobs if share_prefixes else token_logprobs
     logprobs = dict(zip(unique, score(model, [enc.ids(tokens[s]) for s in unique], batch_size, progress)))
@@ -221,12 +210,9 @@ def _outcome(item: Item, comparison: str, tokens: dict, logprobs: dict, enc: Enc
 
 def tally(outcomes: Iterable[Outcome]) -> dict:
     """pairs, correct, accuracy; covered pairs, their correct count and accuracy (None when there are none)."""
-    n = correct = covered = covered_correct = 0
-    for o in outcomes:
-        n += 1
-        correct += o.correct
-        covered += o.covered
-        covered_correct += o.correct and o.covered
+    outcomes = list(outcomes)
+    n, correct, covered = len(outcomes), sum(o.correct for o in outcomes), sum(o.covered for o in outcomes)
+    covered_correct = sum(o.correct and o.covered for o in outcomes)
     return {
         "pairs": n,
         "correct": correct,

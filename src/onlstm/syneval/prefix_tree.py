@@ -1,26 +1,17 @@
-"""Scoring sentences through a prefix tree: every distinct prefix is run through the model once.
+"""Scoring sentences through a prefix tree: every distinct prefix is run through the model once
+(docs/syneval.md, "Batching: the prefix tree").
 
-The sentences of a minimal pair share a long prefix (``the author that the guards like`` ... ``laughs`` /
-``laugh``), the suite's templates share more across items, and every sentence starts with ``<eos>``.
-Reading them one after the other repeats the same steps; here the id sequences of a chunk become a tree of
-prefixes (a trie) and the model reads it one depth at a time:
-
-* the nodes *fed* at depth ``d`` are the distinct prefixes of length ``d + 1`` that some sequence
-  continues (a sequence's last token is only a target, never an input);
-* their inputs are their last tokens and their states are their parents' states after depth ``d - 1``
-  (a zero state at depth 0), so each node's output is exactly what reading its prefix from a zero state
-  gives (the model is causal and the state carries everything);
-* the decoder runs once per fed node, and ``log p(token | prefix)`` of every child is read off its parent's
-  logits.
-
-A sequence's log-probabilities are then gathered from the nodes on its path. For the shared sample this
-runs 10,526 steps instead of 22,044 (docs/syneval.md, "Speed"). The one requirement on the encoder beyond
-causality: its carried state is a tensor or nested tuples of tensors with the batch on dimension 1, as
-``nn.LSTM``'s ``(h, c)`` and every built-in encoder's; anything else is refused with a clear error.
+The id sequences of a chunk become a trie read one depth at a time: the nodes *fed* at depth ``d`` are the
+distinct prefixes of length ``d + 1`` that some sequence continues (a last token is only a target); their
+inputs are their last tokens and their states their parents' states (zero at depth 0), so each node's
+output is what reading its prefix from a zero state gives (the model is causal). The decoder runs once per
+fed node and ``log p(token | prefix)`` of every child is read off its parent's logits. The encoder's state
+must be a tensor or nested tuples of tensors with the batch on dimension 1 (anything else: a clear error).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -76,9 +67,7 @@ def build_tree(sequences: Sequence[Sequence[int]]) -> PrefixTree:
         tree.tokens.append(torch.tensor([t for _, t in level], dtype=torch.long))
         tree.target_parent.append(torch.tensor([p for p, _ in tlevel], dtype=torch.long))
         tree.target_token.append(torch.tensor([t for _, t in tlevel], dtype=torch.long))
-    offsets = [0]
-    for t in tree.target_token:
-        offsets.append(offsets[-1] + int(t.numel()))
+    offsets = list(itertools.accumulate((int(t.numel()) for t in tree.target_token), initial=0))
     tree.paths = [[offsets[d] + j for d, j in path] for path in raw_paths]
     return tree
 
@@ -230,10 +219,7 @@ def tree_logprobs(
 
 @torch.no_grad()
 def prefix_token_logprobs(
-    model,
-    sequences: Sequence[Sequence[int]],
-    chunk_size: int = 4096,
-    progress: Callable[[int], None] | None = None,
+    model, sequences: Sequence[Sequence[int]], chunk_size: int = 4096, progress: Callable[[int], None] | None = None
 ) -> list[torch.Tensor]:
     """The same result as :func:`onlstm.syneval.evaluate.token_logprobs` (per sequence, the float64
     log-probabilities of ``s[1:]`` from a zero state), computed through prefix trees of ``chunk_size``

@@ -1,15 +1,12 @@
-"""Step layout shared by the zoo's recurrences: one code path for padded and packed input.
-
-A batch is handled in PyTorch's packed layout (rows of each step contiguous, batch sizes non-increasing,
-sequences sorted by decreasing length), as the ON-LSTM kernels do (docs/design.md §4.3). A padded
-``(T, B, F)`` tensor is the special case where every step has ``B`` rows, so padded batches, packed batches
-and chunks of a long stream all run through the same loop. Because sequences are sorted by length, the rows
-of a step are always the first ``batch_sizes[t]`` sequences: the state of a sequence that has ended simply
-stops being updated and is its final state.
+"""Step layout shared by the zoo's recurrences: PyTorch's packed layout (rows of each step contiguous, batch
+sizes non-increasing), as the ON-LSTM kernels use (docs/design.md §4.3). A padded ``(T, B, F)`` batch is
+the case where every step has ``B`` rows, so padded and packed batches run through one loop, and a sequence
+that has ended simply stops being updated.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -84,10 +81,7 @@ def as_steps(x: torch.Tensor | PackedSequence, input_size: int) -> Steps:
         sizes, data, packed, shape = [b] * t, x.reshape(t * b, x.shape[2]), None, (t, b)
     if data.shape[-1] != input_size:
         raise ValueError(f"expected input features of size {input_size}, got {data.shape[-1]}")
-    offsets = [0]
-    for bs in sizes[:-1]:
-        offsets.append(offsets[-1] + bs)
-    return Steps(data, sizes, offsets, packed, shape)
+    return Steps(data, sizes, list(itertools.accumulate(sizes[:-1], initial=0)), packed, shape)
 
 
 def initial_state(hx, names: Sequence[str], sizes: Sequence[int], steps: Steps) -> list[torch.Tensor]:

@@ -1,16 +1,10 @@
-"""QRNN, the quasi-recurrent network (Bradbury, Merity, Xiong & Socher, ICLR 2017), with fo-pooling.
+"""QRNN, the quasi-recurrent network (Bradbury, Merity, Xiong & Socher, ICLR 2017), with fo-pooling::
 
-Per step, with a causal convolution of width 2 over time (``x_{t-1}`` and ``x_t``)::
+    z_t, f_t, o_t = tanh, sigmoid, sigmoid of W_{z,f,o} [x_t; x_{t-1}] + b   (causal convolution, width 2)
+    c_t = f_t * c_{t-1} + (1 - f_t) * z_t;  h_t = o_t * c_t
 
-    z_t = tanh(W_z [x_t; x_{t-1}] + b_z)         candidate
-    f_t = sigmoid(W_f [x_t; x_{t-1}] + b_f)      forget gate
-    o_t = sigmoid(W_o [x_t; x_{t-1}] + b_o)      output gate
-    c_t = f_t * c_{t-1} + (1 - f_t) * z_t        fo-pooling
-    h_t = o_t * c_t
-
-``x_{-1}`` is zero at the start of a sequence; the state carries the last input, so a stream cut into
-chunks gives exactly what one pass gives. The convolution is one matrix product over the whole sequence
-(inputs paired with their predecessors); only the element-wise pooling runs step by step.
+``x_{-1}`` is zero at the start of a sequence; the state carries the last input, so a stream cut into chunks
+gives what one pass gives. The convolution is one product over the sequence; only the pooling is stepped.
 """
 
 from __future__ import annotations

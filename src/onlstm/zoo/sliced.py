@@ -1,30 +1,21 @@
-"""The Sliced RNN (Yu & Liu 2018) with the encoder call of :mod:`onlstm.encoders` (docs/encoders.md).
+"""The Sliced RNN (Yu & Liu 2018) with the encoder call of :mod:`onlstm.encoders` (docs/encoders.md, "sliced").
 
-A sequence of ``T`` steps is cut into ``ceil(T / n)`` slices of ``n = slice_length`` steps (the last one
-shorter when ``n`` does not divide ``T``). Level 0, an RNN, reads every slice of every sequence at once (the
-slices are a batch); the final hidden state of each slice is its summary. The summaries form a sequence
-``n`` times shorter, which level 1 reads the same way, and so on: with ``levels = L`` the levels below the
-top each cut their input into slices of ``n``, and the top level (L - 1) reads the remaining summaries of a
-sequence in one pass. Every level has its own RNN (GRU or LSTM, ``rnn``).
-
-``state`` is the top RNN's final state, shaped like ``nn.GRU``'s ``h_n`` (1, B, H) or ``nn.LSTM``'s
-``(h_n, c_n)``; it encodes the whole sequence. ``output[t]`` is the top RNN's output at the top-level step
-that covers step ``t`` (``t // n ** (L - 1)``): the encoding of the sequence up to the end of the slice that
-holds ``t``. So the output at the last real step equals ``state``'s ``h``, as for an RNN, but an output
-depends on later steps of its slice: the encoder is not causal per step and cannot be a language model.
-
-Ragged batches (padded or packed): a sequence's slices are cut from its real steps only, so padding never
-reaches a summary and a sequence gets the same encoding alone or in any batch.
+A sequence is cut into slices of ``n = slice_length`` steps; level 0 (an RNN) reads every slice of every
+sequence at once and each slice's final state is its summary; the next level reads the summaries the same
+way, and the top level (``levels - 1``) reads what remains in one pass. ``state`` is the top RNN's final
+state; ``output[t]`` is the top output at the top-level step that covers ``t``, so an output depends on
+later steps of its slice: not causal, no language model. A sequence's slices are cut from its real steps
+only, so it gets the same encoding alone or in any padded or packed batch.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..nn import dropconnect_weight
-from .transformer import repack, unpack
+from ..nn.modules import dropconnect_call
+from .transformer import like_input, refuse_state, unpack
 
 RNN_TYPES = ("gru", "lstm")
 
@@ -58,23 +49,15 @@ class SlicedRNN(nn.Module):
         super().__init__()
         if slice_length < 1 or levels < 2 or rnn not in RNN_TYPES:
             raise ValueError(f"need slice_length >= 1, levels >= 2 and rnn in {RNN_TYPES}")
-        self.hidden_size, self.slice_length, self.levels, self.dropconnect = (
-            hidden_size,
-            slice_length,
-            levels,
-            dropconnect,
-        )
+        self.hidden_size, self.slice_length, self.levels = hidden_size, slice_length, levels
+        self.dropconnect = dropconnect
         make = nn.GRU if rnn == "gru" else nn.LSTM
         self.rnns = nn.ModuleList(make(input_size if i == 0 else hidden_size, hidden_size) for i in range(levels))
 
     def run(self, level: int, x, hx=None):
         """RNN ``level`` on ``x`` (DropConnect on its hidden-to-hidden weights: one mask per call, as the
         built-in encoders)."""
-        rnn = self.rnns[level]
-        if not self.dropconnect:
-            return rnn(x, hx)
-        w = dropconnect_weight(rnn.weight_hh_l0, self.dropconnect, self.training)
-        return torch.func.functional_call(rnn, {"weight_hh_l0": w}, (x, hx))
+        return dropconnect_call(self.rnns[level], self.dropconnect, self.training, x, hx)
 
     def summarise(self, level: int, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One lower level: (T, B, F) with (B,) lengths -> slice summaries (k, B, H) and their (B,) counts."""
@@ -90,10 +73,7 @@ class SlicedRNN(nn.Module):
         return summaries.view(k, b, self.hidden_size), (lengths + n - 1) // n
 
     def forward(self, x, hx=None, return_distances: bool = False):
-        if hx is not None:
-            raise ValueError(
-                "the sliced RNN carries no state across calls (stateful=False in the registry); call it with hx=None"
-            )
+        refuse_state(hx, "sliced RNN")
         padded, given = unpack(x)  # (T, B, F); lengths (B,) or None when every sequence is T long
         t, b = padded.shape[:2]
         lengths = given if given is not None else torch.full((b,), t, dtype=torch.long, device=padded.device)
@@ -104,6 +84,4 @@ class SlicedRNN(nn.Module):
         top_out, _ = pad_packed_sequence(top, total_length=h.shape[0])  # (K, B, H)
         span = self.slice_length ** (self.levels - 1)  # input steps per top-level step
         out = top_out[torch.arange(t, device=padded.device) // span]  # (T, B, H)
-        if isinstance(x, PackedSequence):
-            return repack(out, x, given), state, None
-        return out, state, None
+        return like_input(out, x, given), state, None

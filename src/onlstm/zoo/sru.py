@@ -1,20 +1,12 @@
-"""SRU, the Simple Recurrent Unit (Lei, Zhang & Artzi, arXiv:1709.02755 v1, 2017), written from its equations.
+"""SRU, the Simple Recurrent Unit (Lei, Zhang & Artzi, arXiv:1709.02755 v1, 2017), from its equations
+(docs/encoders.md, "sru", says why it is written here)::
 
-Per step, with ``x_t`` the input (in), ``c`` and ``h`` of width H::
+    z_t = W x_t;  f_t = sigmoid(W_f x_t + b_f);  r_t = sigmoid(W_r x_t + b_r)    (gates from the input only)
+    c_t = f_t * c_{t-1} + (1 - f_t) * z_t
+    h_t = r_t * tanh(c_t) + (1 - r_t) * x'_t     x'_t = x_t, or W_p x_t when in != H
 
-    z_t = W x_t                                  candidate
-    f_t = sigmoid(W_f x_t + b_f)                 forget gate   (from the input only)
-    r_t = sigmoid(W_r x_t + b_r)                 reset (highway) gate (from the input only)
-    c_t = f_t * c_{t-1} + (1 - f_t) * z_t        element-wise recurrence
-    h_t = r_t * tanh(c_t) + (1 - r_t) * x'_t     highway output; x'_t = x_t, or W_p x_t when in != H
-
-This is the first version of the paper; the EMNLP 2018 version adds ``v * c_{t-1}`` inside both gates. We
-keep the gates a function of the input alone so that every matrix product of a whole sequence is one
-product and the recurrence is purely element-wise (why this module exists instead of the ``sru`` package:
-docs/encoders.md).
-
-:func:`sru_reference` is the readable step loop; :class:`SRU` computes the same with the input products of
-all steps in one matrix product, then only the element-wise loop (:func:`onlstm.zoo._steps.fo_pool`).
+The EMNLP 2018 version adds ``v * c_{t-1}`` inside both gates; without it every product of a sequence is
+one product and the recurrence is element-wise. :func:`sru_reference` is the readable step loop.
 """
 
 from __future__ import annotations

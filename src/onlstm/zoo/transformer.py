@@ -1,27 +1,13 @@
-"""A causal pre-norm Transformer block with the encoder call of :mod:`onlstm.encoders` (docs/encoders.md).
-
-One registered layer is one block; the language model stacks ``len(hidden_sizes)`` of them::
+"""A causal pre-norm Transformer block with the encoder call of :mod:`onlstm.encoders` (docs/encoders.md,
+"transformer", says why each piece is where it is)::
 
     x (T, B, in) -> [Linear in->H when in != H] -> LayerNorm -> + positions
                  -> h + Dropout(SelfAttention(LayerNorm(h)))   (causal: step t sees steps <= t)
                  -> h + Dropout(FeedForward(LayerNorm(h)))     (H -> ff_multiplier * H -> H, GELU)
                  -> LayerNorm -> output (T, B, H)
 
-Why each piece is where it is (docs/encoders.md, "transformer"):
-
-* every layer adds positions to its own input: a registered layer does not know whether it is the first
-  of a stack, and the language model's layers may differ in width (a projection between them);
-* the input is normalised before positions are added, so positions neither drown the language model's
-  small embeddings (uniform in +-0.1) nor are drowned by large inputs;
-* the output is normalised (a pre-norm stack's final norm) because any layer may be the last one, read
-  by the decoder or the classifier;
-* attention is always causal, so the registry can declare the encoder causal per step; a sentence
-  encoding (``state``) pools the outputs, and with the causal mask the last real token's output has
-  attended to the whole sentence.
-
-The block is written on torch ops (``scaled_dot_product_attention``) rather than
-``nn.TransformerEncoderLayer``: that layer has an inference fast path with its own kernel and mask
-handling, so training and evaluation would run different code; here both run the same few lines.
+Written on torch ops (``scaled_dot_product_attention``) rather than ``nn.TransformerEncoderLayer``, whose
+inference fast path has its own kernel and mask handling: training and evaluation run the same lines here.
 """
 
 from __future__ import annotations
@@ -69,6 +55,19 @@ def repack(out: torch.Tensor, like: PackedSequence, lengths: torch.Tensor) -> Pa
         return pack_padded_sequence(out, lengths.cpu())
     packed = pack_padded_sequence(out.index_select(1, order), lengths.cpu()[order.cpu()])
     return PackedSequence(packed.data, packed.batch_sizes, like.sorted_indices, like.unsorted_indices)
+
+
+def refuse_state(hx, name: str) -> None:
+    """The attention and sliced encoders carry no state across calls (``stateful=False`` in the registry)."""
+    if hx is not None:
+        raise ValueError(
+            f"the {name} carries no state across calls (stateful=False in the registry); call it with hx=None"
+        )
+
+
+def like_input(out: torch.Tensor, x, lengths: torch.Tensor | None):
+    """``out`` (T, B, H) as a PackedSequence laid out like ``x`` when ``x`` is one, else as it is."""
+    return repack(out, x, lengths) if isinstance(x, PackedSequence) else out
 
 
 def pool(out: torch.Tensor, lengths: torch.Tensor | None, how: str) -> torch.Tensor:
@@ -143,13 +142,8 @@ class TransformerLayer(nn.Module):
         return self.norm_out(h)
 
     def forward(self, x, hx=None, return_distances: bool = False):
-        if hx is not None:
-            raise ValueError(
-                "the transformer carries no state across calls (stateful=False in the registry); call it with hx=None"
-            )
+        refuse_state(hx, "transformer")
         padded, lengths = unpack(x)
         out = self.block(padded)  # (T, B, H)
         state = pool(out, lengths, self.pooling).unsqueeze(0)  # (1, B, H)
-        if isinstance(x, PackedSequence):
-            return repack(out, x, lengths), state, None
-        return out, state, None
+        return like_input(out, x, lengths), state, None
