@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import CheckpointError, write_text
+from .checkpoint import write_text
 from .config import (
     Config,
     ConfigError,
@@ -99,12 +99,7 @@ def _pct(x: float) -> str:
 def _is_demo_run(out_dir: Path) -> bool:
     """A run the demo made: its header holds the demo's settings, or (a demo stopped during training, before it
     wrote them) the run was trained on the demo's corpus folder inside it."""
-    try:
-        config = RunDir(out_dir).read_config()
-    except CheckpointError:
-        return False
-    if not isinstance(config, dict):
-        return False
+    config = RunDir(out_dir).header()
     data = config.get("data")
     own_corpus = isinstance(data, dict) and data.get("data_dir") == str((out_dir / DATA).resolve())
     return "demo" in config or own_corpus
@@ -136,8 +131,8 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
     run_dir = RunDir(out_dir)
     with run_dir.lock("onlstm demo", log=log):
         train_trees, dev, test = _corpora(cfg, quiet=as_json)
-        # an earlier demo's run: lm train refuses a directory with a run in it, and an old model.best would be
-        # parsed with when no epoch ends this time
+        # an earlier demo's run: lm train refuses a directory with a run in it, and its old best weights would
+        # be parsed with when no epoch ends this time
         for path in (run_dir.config_path, *run_dir.training_files(), run_dir.log_path, run_dir.results_path):
             path.unlink(missing_ok=True)
         write_ptb(out_dir / DATA, {"train": train_trees, "valid": dev, "test": test})
@@ -163,7 +158,7 @@ def write_ptb(folder: Path, splits: dict[str, list]) -> None:
 
 def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: bool) -> dict:
     """Parse with the run's weights, score, mark the run as the demo's and print the report."""
-    lm = load_language_model_run(out_dir)  # model.best, or model.last when no epoch ended
+    lm = load_language_model_run(out_dir)  # the best weights, or the last ones when no epoch ended
     model, vocab = lm.model, lm.vocab
     scores = _score(cfg, model, vocab, dev, test, out_dir)
     _mark_demo_run(cfg, out_dir, scores["best"] + 1)
@@ -289,9 +284,9 @@ def _plot_example(model: LanguageModel, vocab: Vocab, test, best: int, out_dir: 
 def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
     best, pred = scores["best"], scores["pred"]
     weights = info["weights"]
-    if info["best_valid_ppl"] is not None and weights.startswith("model.best"):
+    if info["best_valid_ppl"] is not None and weights == RunDir.WEIGHTS.format(tag="best"):
         weights += f", validation perplexity {info['best_valid_ppl']:.2f}"
-    elif weights.startswith("model.last"):
+    elif weights == RunDir.WEIGHTS.format(tag="last"):
         weights += ": no epoch ended, the weights at the stop"
     print(
         f"\ntrained {info['steps']} steps ({info['epochs_validated']} epochs validated) in "

@@ -576,7 +576,7 @@ class Trainer:
         return line
 
     def save_weights(self, tag: str) -> None:
-        """``model.best`` (the weights evaluation uses); ``model.last`` is written with every resume file."""
+        """The best weights (those evaluation uses); the last ones are written with every resume file."""
         if tag == "best" and self.ctx.is_main:
             with self.eval_weights():
                 save_weights(self.rundir.weights("best"), self.model)

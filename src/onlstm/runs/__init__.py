@@ -16,56 +16,28 @@
 * :func:`progress_bar` (``progress``); :func:`pretrained_path`, :func:`model_card` (``pretrained``).
 """
 
-from .device import StopRequest, resolve_device, setup_torch
-from .dirs import (
-    LOCK_FILE,
-    RunDir,
-    RunDirError,
-    RunKind,
-    RunLock,
-    check_output_dir,
-    check_output_file,
-    check_output_folder,
-    find_kind,
-    kind_names,
-    register_kind,
-)
-from .loading import LoadedRun, load_run
-from .pretrained import model_card, pretrained_path
-from .progress import progress_bar
-from .resume import (
-    optimizer_from_data,
-    optimizer_to_data,
-    read_resume,
-    restore_training,
-    training_tensors,
-    write_resume,
-)
-
-__all__ = [
-    "LOCK_FILE",
-    "LoadedRun",
-    "RunDir",
-    "RunDirError",
-    "RunKind",
-    "RunLock",
-    "StopRequest",
-    "check_output_dir",
-    "check_output_file",
-    "check_output_folder",
-    "find_kind",
-    "kind_names",
-    "load_run",
-    "model_card",
-    "optimizer_from_data",
-    "optimizer_to_data",
-    "pretrained_path",
-    "progress_bar",
-    "read_resume",
-    "register_kind",
-    "resolve_device",
-    "restore_training",
-    "setup_torch",
-    "training_tensors",
-    "write_resume",
-]
+# each name imported `as` itself: re-exported (the project's way, as in onlstm.checkpoint)
+from .device import StopRequest as StopRequest
+from .device import resolve_device as resolve_device
+from .device import setup_torch as setup_torch
+from .dirs import RunDir as RunDir
+from .dirs import RunDirError as RunDirError
+from .dirs import RunKind as RunKind
+from .dirs import RunLock as RunLock
+from .dirs import check_output_dir as check_output_dir
+from .dirs import check_output_file as check_output_file
+from .dirs import check_output_folder as check_output_folder
+from .dirs import find_kind as find_kind
+from .dirs import kind_names as kind_names
+from .dirs import register_kind as register_kind
+from .loading import LoadedRun as LoadedRun
+from .loading import load_run as load_run
+from .pretrained import model_card as model_card
+from .pretrained import pretrained_path as pretrained_path
+from .progress import progress_bar as progress_bar
+from .resume import optimizer_from_data as optimizer_from_data
+from .resume import optimizer_to_data as optimizer_to_data
+from .resume import read_resume as read_resume
+from .resume import restore_training as restore_training
+from .resume import training_tensors as training_tensors
+from .resume import write_resume as write_resume

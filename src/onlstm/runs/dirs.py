@@ -71,10 +71,8 @@ def check_output_folder(path: str | Path, flag: str = "--out") -> Path:
 
 @dataclass(frozen=True)
 class RunKind:
-    """One kind of run: ``name`` is the ``kind`` in its header, ``title`` names it for people
-    ("language-model"), ``model`` is the model class (``from_pretrained`` opens a run of this kind, its
-    ``save_pretrained`` shares one), ``command(config)`` writes the training command that reproduces a run's
-    settings (None when it cannot)."""
+    """``name``: the ``kind`` in a run's header; ``title``: the kind for people; ``model``: the class whose
+    ``from_pretrained`` opens such a run; ``command(header)``: the training command that reproduces it, or None."""
 
     name: str
     title: str
@@ -96,8 +94,7 @@ def kind_names() -> list[str]:
 
 
 def find_kind(name: object, action: str = "open", where: object = "") -> RunKind:
-    """The registered kind ``name``; anything else is one :class:`~onlstm.checkpoint.CheckpointError` saying
-    which kinds can be ``action``-ed (``where`` names the run)."""
+    """The registered kind ``name``, else a :class:`~onlstm.checkpoint.CheckpointError` naming those there are."""
     if isinstance(name, str) and name in _KINDS:
         return _KINDS[name]
     prefix = f"{where}: " if where else ""
@@ -114,24 +111,15 @@ def _file(name: str) -> property:
 
 
 class RunDir:
-    """A run directory: the one place that knows its files. Every trainer, loader and export goes through it::
-
-        config.json              the header: kind, onlstm_version, model (its config), and what the trainer adds:
-                                 train and data settings, status and result (logic), the demo's settings
-        vocab.json               the vocabulary (words, or the logic tokens), one string per id
-        model.<tag>.safetensors  weights: best (best validation so far) and last (last check, or the interruption)
-        resume.safetensors       everything --resume needs (onlstm.runs.resume); a finished logic run drops it
-        history.json             one record per validation check (logic)
-        log.csv, results.json    one row per epoch; the final test of the best weights (language model)
-        tensorboard/             the language model's curves, when tensorboard is installed
-        onlstm.lock              held while a training writes here (:class:`RunLock`)
-
-    A model shared with :meth:`save_pretrained` has Hugging Face's layout instead: config.json (the same
-    content), vocab.json, model.safetensors and a README.md model card; :meth:`find` reads both layouts.
-    Every file is written atomically (:mod:`onlstm.files`)."""
+    """A run directory, the one place that knows its files (each written atomically): the header (kind, version,
+    model, then the trainer's settings, status, result), the vocabulary, the weights of each tag (best, last), the
+    resume file (until a logic run finishes), the history (logic: a record per check), the log and results (the
+    language model: a row per epoch, the final test), tensorboard's curves and the lock. A model shared with
+    :meth:`save_pretrained` has Hugging Face's layout instead (header, vocabulary, shared weights, card)."""
 
     CONFIG, VOCAB, HISTORY, LOG, RESULTS = "config.json", "vocab.json", "history.json", "log.csv", "results.json"
     RESUME, LOCK, TENSORBOARD = "resume.safetensors", "onlstm.lock", "tensorboard"
+    WEIGHTS = "model.{tag}.safetensors"  # tags: best, last
     SHARED_WEIGHTS, CARD = "model.safetensors", "README.md"  # a shared model's (save_pretrained)
 
     config_path, vocab_path, history_path = _file(CONFIG), _file(VOCAB), _file(HISTORY)
@@ -142,12 +130,9 @@ class RunDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
-    def __repr__(self) -> str:
-        return f"RunDir({str(self.path)!r})"
-
     def weights(self, tag: str) -> Path:
-        """The weights ``model.<tag>.safetensors`` (tags: ``best``, ``last``)."""
-        return self.path / f"model.{tag}.safetensors"
+        """The weights of ``tag`` (``best``, ``last``)."""
+        return self.path / self.WEIGHTS.format(tag=tag)
 
     def training_files(self) -> list[Path]:
         """What only a training writes (an export never does): the resume file, the best and last weights."""
@@ -174,7 +159,7 @@ class RunDir:
             "is it a run directory or a model saved with save_pretrained?"
         )
 
-    # -- the header (config.json) ---------------------------------------------------------------
+    # -- the header ---------------------------------------------------------------------------------
     def read_config(self, kind: str | None = None, what: str | None = None, hint: str = "") -> Any:
         """``config.json``, refused with a :class:`~onlstm.checkpoint.CheckpointError` when it is missing or corrupt
         or, given a ``kind``, of another kind (``what`` names the kind for people, ``hint`` says what to do)."""
@@ -226,11 +211,9 @@ class RunDir:
     def check_output(
         self, *, resume: bool = False, command: str = "", flag: str = "--out", replace_kind: str | None = None
     ) -> RunDir:
-        """Checked as the run directory of a training command, before any work is done: not a file, writable,
-        and -- unless ``resume`` -- holding no run (finished, interrupted, or of another kind), so a training never
-        silently replaces one. ``replace_kind``: a run of this kind may be replaced (``logic compare`` retrains
-        its own runs when the settings change). Nothing is created. Raises :class:`RunDirError` /
-        :class:`~onlstm.errors.InputError` with what is there and what to do."""
+        """Checked, before any work, as a training's output: not a file, writable, and unless ``resume`` holding no
+        run (a training never silently replaces one) but, at most, one of ``replace_kind`` (``logic compare``
+        retrains its own). Nothing is created; a :class:`RunDirError` says what is there and what to do."""
         check_output_folder(self.path, flag)
         held = self.describe()
         if held and replace_kind is not None and self.kind == replace_kind:
@@ -248,10 +231,8 @@ class RunDir:
         return RunLock(self.path, command, log, enabled)
 
     def save_pretrained(self, model, config: dict, card: str, vocab: list[str] | None = None) -> Path:
-        """Write a model to share here, in Hugging Face's layout: ``config.json`` (``config``, the same content as a
-        run's, so :func:`~onlstm.runs.load_run` reads it), ``model.safetensors``, ``vocab.json`` and ``README.md``
-        (``card``). A directory that holds a training run is refused (its ``model.best`` would sit beside the
-        shared weights); an earlier export is overwritten file by file."""
+        """Write a model to share here (header ``config``, shared weights, ``vocab``, ``card``), refused in a training
+        run (its best weights would sit beside the shared ones); an earlier export is overwritten file by file."""
         directory = self.path
         if directory.exists() and not directory.is_dir():
             raise InputError(f"{directory} is a file; save_pretrained needs a directory (new or an earlier export)")
@@ -279,8 +260,6 @@ def check_output_dir(path: str | Path, **options) -> Path:
 
 # --------------------------------------------------------------------------- one training per directory
 
-LOCK_FILE = RunDir.LOCK  # the name tests and older code import
-
 
 def _pid_alive(pid: int) -> bool:
     try:
@@ -293,8 +272,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 class RunLock:
-    """Hold the lock file (:attr:`RunDir.lock_path`) while a training writes into ``run_dir``; a second training there is
-    refused with the owner's pid, host and command.
+    """Hold the lock file (:attr:`RunDir.lock_path`) while a training writes into ``run_dir``; a second training
+    there is refused with the owner's pid, host and command.
 
     The lock file is created atomically (``O_EXCL``) and holds ``{"pid", "host", "command", "started"}``.
     A lock whose pid no longer runs on this host is stale (the owner crashed or was killed): it is

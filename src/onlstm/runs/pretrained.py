@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..checkpoint import CheckpointError
+from .dirs import RunDir
 
 
 def pretrained_path(name_or_path: str | Path) -> Path:
@@ -33,42 +34,21 @@ def pretrained_path(name_or_path: str | Path) -> Path:
 
 
 def model_card(title: str, config: dict, usage: str, command: str | None, results: dict | None) -> str:
-    """The ``README.md`` of a shared model: Hub metadata, what it is, how to load it, how it was trained
+    """The model card of a shared model: Hub metadata, what it is, how to load it, how it was trained
     (the command that reproduces its settings) and its results, when known."""
     import yaml
 
     kind = config.get("kind", "?")
-    lines = [
-        "---",
-        "library_name: onlstm",
-        f"tags: [onlstm, ordered-neurons, {kind}]",
-        "---",
-        "",
-        f"# {title}",
-        "",
-        f"An onlstm (Ordered Neurons LSTM) model of kind `{kind}`, saved by onlstm "
-        f"{config.get('onlstm_version', '?')} (`save_pretrained`): `config.json`, `model.safetensors` "
-        "(weights, no pickled code) and `vocab.json`.",
-        "",
-        "## Use",
-        "",
-        usage.strip(),
-        "",
-        "## Training",
-        "",
-    ]
+    yaml_block = lambda data: f"```yaml\n{yaml.safe_dump(data, sort_keys=False).strip()}\n```\n"
     if command:
-        lines += ["The command that reproduces its settings:", "", "```", command, "```", ""]
+        training = f"The command that reproduces its settings:\n\n```\n{command}\n```\n"
     else:
-        lines += ["The training command is not known; `config.json` holds every setting.", ""]
-    if results:
-        lines += ["## Results", "", "```yaml", yaml.safe_dump(results, sort_keys=False).strip(), "```", ""]
-    lines += [
-        "## Configuration",
-        "",
-        "```yaml",
-        yaml.safe_dump({"model": config.get("model")}, sort_keys=False).strip(),
-        "```",
-        "",
-    ]
-    return "\n".join(lines)
+        training = f"The training command is not known; `{RunDir.CONFIG}` holds every setting.\n"
+    return (
+        f"---\nlibrary_name: onlstm\ntags: [onlstm, ordered-neurons, {kind}]\n---\n\n# {title}\n\n"
+        f"An onlstm (Ordered Neurons LSTM) model of kind `{kind}`, saved by onlstm {config.get('onlstm_version', '?')} "
+        f"(`save_pretrained`): `{RunDir.CONFIG}`, `{RunDir.SHARED_WEIGHTS}` (weights, no pickled code) and "
+        f"`{RunDir.VOCAB}`.\n\n## Use\n\n{usage.strip()}\n\n## Training\n\n{training}\n"
+        + (f"## Results\n\n{yaml_block(results)}\n" if results else "")
+        + f"## Configuration\n\n{yaml_block({'model': config.get('model')})}"
+    )
