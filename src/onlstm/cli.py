@@ -79,7 +79,7 @@ def _cmd_export(args) -> int:
     from .runs import RunDir, find_kind
 
     run, weights = RunDir.find(args.checkpoint, args.weights)
-    kind = find_kind(run.kind, "export", run.path)
+    kind = find_kind(run.read_config().get("kind"), "export", run.path)  # no header: read_config says so
     from .demo import demo_command  # after the checks: a bad --checkpoint is reported without the experiments
 
     model = kind.model.from_pretrained(weights)
