@@ -25,7 +25,7 @@ from onlstm.cli import main
 from onlstm.config import SEED_RANGE, THREADS_ZERO_TEXT, Config, ConfigError, field_help
 from onlstm.errors import EXIT_WRITE_FAILED, WriteError
 from onlstm.logic.config import LogicTrainConfig
-from onlstm.runs import LOCK_FILE, write_resume
+from onlstm.runs import RunDir, write_resume
 from support import REPO, TINY_LM, write_corpus
 
 resource = pytest.importorskip("resource")  # POSIX: the file-size limit is how a full disk is made for real
@@ -245,7 +245,7 @@ def test_logic_train_on_a_full_disk_keeps_the_last_check_and_resumes_exactly(
         seen = fail_rename_of(m, name, after=1)
         assert main([*argv, "--out", str(run)]) == EXIT_WRITE_FAILED
     one_line(capsys.readouterr().err, run / name)
-    assert seen["n"] == 2 and not (run / LOCK_FILE).exists()
+    assert seen["n"] == 2 and not (run / RunDir.LOCK).exists()
     assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
     assert main([*argv, "--out", str(run), "--resume"]) == 0, capsys.readouterr().err
     whole = snapshot(whole_logic_run)

@@ -18,7 +18,7 @@ from onlstm.cli import main
 from onlstm.errors import EXIT_DIVERGED
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import KIND as LOGIC_KIND
-from onlstm.runs import LOCK_FILE, RunDirError, RunLock, check_output_dir
+from onlstm.runs import RunDir, RunDirError, RunLock, check_output_dir
 from support import TINY_LM, write_corpus
 
 LOGIC_TINY = ["--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "16"]
@@ -137,13 +137,13 @@ def test_settings_are_checked_before_anything_is_created(corpus, tmp_path, capsy
 def test_a_live_lock_refuses_a_second_training(corpus, logic_data, tmp_path, capsys):
     run = tmp_path / "run"
     with RunLock(run, "onlstm lm train"):
-        owner = read_json(run / LOCK_FILE)
+        owner = read_json(run / RunDir.LOCK)
         assert owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
         for argv in (lm_args(corpus, run), logic_args(logic_data, run)):
             assert main(argv) == 2
             err = capsys.readouterr().err
             assert f"in use by another training: pid {os.getpid()}" in err and "onlstm lm train" in err
-        assert sorted(p.name for p in run.iterdir()) == [LOCK_FILE]  # the refused trainings wrote nothing
+        assert sorted(p.name for p in run.iterdir()) == [RunDir.LOCK]  # the refused trainings wrote nothing
     assert not run.exists()  # the lock made the directory and, left empty, removes it again
 
 
@@ -168,18 +168,18 @@ def test_a_lock_held_by_another_process_then_stale_after_it_dies(logic_data, tmp
         child.kill()  # SIGKILL: the lock file stays behind, as after a crash
         child.wait()
         child.stdout.close()
-    assert read_json(run / LOCK_FILE)["pid"] == child.pid
+    assert read_json(run / RunDir.LOCK)["pid"] == child.pid
     assert main(logic_args(logic_data, run)) == 0  # the stale lock is taken over, and said so
     out = capsys.readouterr().out
     assert f"stale lock of pid {child.pid}" in out and "no longer running" in out
-    assert not (run / LOCK_FILE).exists() and (run / "model.best.safetensors").exists()
+    assert not (run / RunDir.LOCK).exists() and (run / "model.best.safetensors").exists()
 
 
 def test_a_lock_from_another_host_is_explained(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    write_json(run / LOCK_FILE, {"pid": 1, "host": "elsewhere.example", "command": "onlstm lm train", "started": 0})
-    with pytest.raises(RunDirError, match=f"cannot be checked from this host; .*delete {run / LOCK_FILE}"):
+    write_json(run / RunDir.LOCK, {"pid": 1, "host": "elsewhere.example", "command": "onlstm lm train", "started": 0})
+    with pytest.raises(RunDirError, match=f"cannot be checked from this host; .*delete {run / RunDir.LOCK}"):
         RunLock(run, "test").acquire()
     assert check_output_dir(run) == run  # the lock alone is not a run
 
@@ -193,7 +193,7 @@ def test_a_diverged_lm_run_stops_and_is_not_saved_as_best(corpus, tmp_path, caps
     err = capsys.readouterr().err
     assert "training diverged" in err and "lower --lr" in err
     assert not (run / "model.best.safetensors").exists() and not (run / "results.json").exists()
-    assert not (run / LOCK_FILE).exists()
+    assert not (run / RunDir.LOCK).exists()
 
 
 def test_a_non_finite_validation_is_never_the_best(corpus, tmp_path, monkeypatch):
@@ -226,7 +226,7 @@ def test_a_diverged_logic_run_stops_with_its_status(logic_data, tmp_path, capsys
     )
     assert "training diverged" in capsys.readouterr().err
     assert read_json(run / "config.json")["status"] == "diverged"
-    assert not (run / LOCK_FILE).exists()
+    assert not (run / RunDir.LOCK).exists()
 
 
 # --------------------------------------------------------------------------- tracebacks -> one-line errors

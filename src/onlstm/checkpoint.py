@@ -1,14 +1,6 @@
-"""Checkpoints as data, never pickled code: weights in safetensors, everything else in JSON.
-
-A run directory holds
-
-    config.json              {"kind": ..., "model": {...}, "onlstm_version": ...}  (+ anything the trainer adds)
-    vocab.json               the vocabulary, one string per id
-    model.<tag>.safetensors  the weights (tags: "best", "last", ...)
-
-A shared model (``save_pretrained``, Hugging Face's layout) holds ``config.json`` (the same content),
-``vocab.json``, ``model.safetensors`` and a ``README.md`` model card; every loader accepts both layouts
-(:func:`resolve_weights`).
+"""Checkpoints as data, never pickled code: weights in safetensors, everything else in JSON. The files of a run
+directory, their names and the loaders that read them are :class:`onlstm.runs.RunDir`'s; this module reads and
+writes one file.
 
 Every file is written to a temporary name and renamed into place, so an interrupted write never
 leaves a half-written checkpoint behind (:mod:`onlstm.files`, whose writers this module re-exports): a
@@ -36,9 +28,6 @@ from .files import atomic_write as atomic_write
 from .files import save_figure as save_figure
 from .files import write_json as write_json
 from .files import write_text as write_text
-
-#: The weights file of a shared model (``save_pretrained``: Hugging Face's layout; see onlstm.runs).
-PRETRAINED_WEIGHTS = "model.safetensors"
 
 
 class CheckpointError(OnlstmError, ValueError):
@@ -136,25 +125,6 @@ def assign_weights(module: torch.nn.Module, tensors: dict[str, torch.Tensor], so
     module.load_state_dict(tensors, strict=False)
 
 
-def resolve_weights(path: Path, tag: str = "best") -> tuple[Path, Path]:
-    """``(run_dir, weights_file)`` from a run directory (uses ``model.<tag>.safetensors``, falling back
-    to ``model.last.safetensors``) or from a weights file inside one."""
-    path = Path(path)
-    if path.is_dir():
-        # a run directory (model.<tag>.safetensors), or a shared model (save_pretrained: model.safetensors)
-        for name in (f"model.{tag}.safetensors", "model.last.safetensors", PRETRAINED_WEIGHTS):
-            if (path / name).exists():
-                return path, path / name
-        raise CheckpointError(
-            f"{path} holds no model.{tag}.safetensors, model.last.safetensors or {PRETRAINED_WEIGHTS}; "
-            "is it a run directory or a model saved with save_pretrained?"
-        )
-    if path.suffix == ".safetensors":
-        if not path.exists():
-            raise CheckpointError(f"{path} does not exist")
-        return path.parent, path
-    raise CheckpointError(f"{path} is neither a run directory nor a .safetensors file")
-
-
 def config_header(kind: str, model_config: dict, **extra) -> dict:
+    """A run's header (``RunDir.write_config``): its kind, the model's config, this version, and ``extra``."""
     return {"kind": kind, "onlstm_version": __version__, "model": model_config, **extra}

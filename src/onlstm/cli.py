@@ -73,32 +73,20 @@ def _cmd_presets(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    """A training run -> a model to share (Hugging Face's layout, with a model card); docs/sharing.md."""
-    from pathlib import Path
+    """A training run -> a model to share (Hugging Face's layout, with a model card); docs/sharing.md. The run's
+    kind (registered by its experiment) opens the model and writes the command that reproduces its settings."""
+    from .runs import RunDir, find_kind
 
-    from .checkpoint import CheckpointError, read_json, resolve_weights
+    run, weights = RunDir.find(args.checkpoint, args.weights)
+    kind = find_kind(run.read_config().get("kind"), "export", run.path)  # no header: read_config says so
+    from .demo import demo_command  # after the checks: a bad --checkpoint is reported without the experiments
 
-    run_dir, _ = resolve_weights(Path(args.checkpoint), args.weights)
-    kind = read_json(run_dir / "config.json").get("kind")
-    if kind == "lm":
-        from .demo import demo_command
-        from .lm.config import train_command
-        from .models.language_model import load_language_model_run
-
-        run = load_language_model_run(args.checkpoint, args.weights)
-        results = read_json(run_dir / "results.json") if (run_dir / "results.json").exists() else None
-        # a demo's run also holds lm train's settings, but only the demo remakes its corpus
-        command = demo_command(run.config) or train_command(run.config)
-        run.model.save_pretrained(args.to, run.vocab, run_config=run.config, command=command, results=results)
-    elif kind == "logic-classifier":
-        from .logic.cli import train_command as logic_command
-        from .logic.model import load_classifier
-
-        model, config = load_classifier(args.checkpoint, args.weights)
-        model.save_pretrained(args.to, run_config=config, command=logic_command(config), results=config.get("result"))
-    else:
-        raise CheckpointError(f"{run_dir}: cannot export a run of kind {kind!r} (lm and logic-classifier runs can)")
-    print(f"saved {Path(args.to) / 'model.safetensors'} (+ config.json, vocab.json, README.md)")
+    model = kind.model.from_pretrained(weights)
+    # a demo's run also holds lm train's settings, but only the demo remakes its corpus
+    command = demo_command(model.run_config) or kind.command(model.run_config)
+    model.save_pretrained(args.to, run_config=model.run_config, command=command, results=run.results())
+    to = RunDir(args.to)
+    print(f"saved {to.shared_weights_path} (+ {to.CONFIG}, {to.VOCAB}, {to.CARD})")
     return 0
 
 

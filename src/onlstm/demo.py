@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import CheckpointError, read_json, write_json, write_text
+from .checkpoint import write_text
 from .config import (
     Config,
     ConfigError,
@@ -41,25 +41,15 @@ from .parsing.baselines import score_baselines
 from .parsing.induce import sentence_distances, trees_from_distances
 from .parsing.metrics import evaluate
 from .parsing.trees import to_brackets, unlabel
-from .runs import RunDirError, RunLock, check_output_folder, describe_run, setup_torch
+from .runs import RunDir, RunDirError, check_output_folder, setup_torch
 
 #: The corpus folder inside the demo's run directory (read by ``onlstm lm train --data-dir``).
 DATA = "data"
-#: What a run directory of an earlier demo holds that the new training must not find: ``lm train`` refuses a
-#: directory with a run in it, and an old ``model.best`` would be parsed with when no epoch ends this time.
-EARLIER_RUN_FILES = (
-    "config.json",
-    "resume.safetensors",
-    "model.best.safetensors",
-    "model.last.safetensors",
-    "log.csv",
-    "results.json",
-)
 
 
 @dataclass
 class DemoConfig(Config):
-    """Settings of ``onlstm demo`` (saved under ``demo`` in the run's ``config.json``)."""
+    """Settings of ``onlstm demo`` (saved under ``demo`` in the run's header)."""
 
     section = "demo"
 
@@ -107,14 +97,9 @@ def _pct(x: float) -> str:
 
 
 def _is_demo_run(out_dir: Path) -> bool:
-    """A run the demo made: its config.json holds the demo's settings, or (a demo stopped during training, before
-    it wrote them) the run was trained on the demo's corpus folder inside it."""
-    try:
-        config = read_json(out_dir / "config.json")
-    except CheckpointError:
-        return False
-    if not isinstance(config, dict):
-        return False
+    """A run the demo made: its header holds the demo's settings, or (a demo stopped during training, before it
+    wrote them) the run was trained on the demo's corpus folder inside it."""
+    config = RunDir(out_dir).header()
     data = config.get("data")
     own_corpus = isinstance(data, dict) and data.get("data_dir") == str((out_dir / DATA).resolve())
     return "demo" in config or own_corpus
@@ -124,7 +109,7 @@ def check_demo_dir(out: str | Path) -> Path:
     """``--out`` of the demo: a writable directory holding no run but, at most, an earlier demo's (which the
     demo replaces: it is made again in minutes); checked before any work."""
     out_dir = check_output_folder(out)
-    held = describe_run(out_dir)
+    held = RunDir(out_dir).describe()
     if held and not _is_demo_run(out_dir):
         raise RunDirError(
             f"{out_dir} already holds a run that the demo did not make (found: {held}); the demo would "
@@ -143,16 +128,19 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
     out_dir = check_demo_dir(cfg.out)
     setup_torch(cfg.threads)
     log = _silent if as_json else print
-    with RunLock(out_dir, "onlstm demo", log=log):
+    run_dir = RunDir(out_dir)
+    with run_dir.lock("onlstm demo", log=log):
         train_trees, dev, test = _corpora(cfg, quiet=as_json)
-        for name in EARLIER_RUN_FILES:
-            (out_dir / name).unlink(missing_ok=True)
+        # an earlier demo's run: lm train refuses a directory with a run in it, and its old best weights would
+        # be parsed with when no epoch ends this time
+        for path in (run_dir.config_path, *run_dir.training_files(), run_dir.log_path, run_dir.results_path):
+            path.unlink(missing_ok=True)
         write_ptb(out_dir / DATA, {"train": train_trees, "valid": dev, "test": test})
     # lm train takes the directory's lock itself, so the demo's is released meanwhile
     trained = train(out_dir, out_dir / DATA, settings, log=log)
     if trained["status"] == "interrupted":
         log("Ctrl-C: training ended early; the demo goes on with the model so far")
-    with RunLock(out_dir, "onlstm demo", log=log):
+    with run_dir.lock("onlstm demo", log=log):
         return _report(cfg, out_dir, trained, dev, test, as_json)
 
 
@@ -170,7 +158,7 @@ def write_ptb(folder: Path, splits: dict[str, list]) -> None:
 
 def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: bool) -> dict:
     """Parse with the run's weights, score, mark the run as the demo's and print the report."""
-    lm = load_language_model_run(out_dir)  # model.best, or model.last when no epoch ended
+    lm = load_language_model_run(out_dir)  # the best weights, or the last ones when no epoch ended
     model, vocab = lm.model, lm.vocab
     scores = _score(cfg, model, vocab, dev, test, out_dir)
     _mark_demo_run(cfg, out_dir, scores["best"] + 1)
@@ -226,7 +214,7 @@ def _corpora(cfg: DemoConfig, quiet: bool):
 
 
 def demo_command(config: dict) -> str | None:
-    """The ``onlstm demo`` command that reproduces a demo run's settings (its ``config.json``), else None."""
+    """The ``onlstm demo`` command that reproduces a demo run's settings (its header), else None."""
     import shlex
 
     if not isinstance(config.get("demo"), dict):
@@ -235,12 +223,13 @@ def demo_command(config: dict) -> str | None:
 
 
 def _mark_demo_run(cfg: DemoConfig, out_dir: Path, layer: int) -> None:
-    """Add the demo's part to the language model's config.json: ``parse_layer`` (1-based) is the layer chosen on
+    """Add the demo's part to the language model's header: ``parse_layer`` (1-based) is the layer chosen on
     the development sentences, which ``parse`` and ``plot`` then use by default; the grammar's words are lower
     case, so ``parse`` lower-cases its input; ``demo`` lets ``export`` and a later demo recognise the run."""
-    config = read_json(out_dir / "config.json")
+    run = RunDir(out_dir)
+    config = run.read_config()
     config.update(text_normalisation="lower", trained_on="onlstm demo grammar", parse_layer=layer, demo=cfg.to_dict())
-    write_json(out_dir / "config.json", config)
+    run.write_config(config)
 
 
 def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_dir: Path) -> dict:
@@ -295,9 +284,9 @@ def _plot_example(model: LanguageModel, vocab: Vocab, test, best: int, out_dir: 
 def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
     best, pred = scores["best"], scores["pred"]
     weights = info["weights"]
-    if info["best_valid_ppl"] is not None and weights.startswith("model.best"):
+    if info["best_valid_ppl"] is not None and weights == RunDir.WEIGHTS.format(tag="best"):
         weights += f", validation perplexity {info['best_valid_ppl']:.2f}"
-    elif weights.startswith("model.last"):
+    elif weights == RunDir.WEIGHTS.format(tag="last"):
         weights += ": no epoch ended, the weights at the stop"
     print(
         f"\ntrained {info['steps']} steps ({info['epochs_validated']} epochs validated) in "

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from onlstm.checkpoint import CheckpointError, read_json, resolve_weights, state_dict_for_saving
+from onlstm.checkpoint import CheckpointError, read_json, state_dict_for_saving
 from onlstm.cli import main
 from onlstm.data.vocab import Vocab
 from onlstm.lm import LanguageModel, LMConfig
@@ -20,6 +20,7 @@ from onlstm.lm.config import explicit_settings
 from onlstm.lm.data import batchify, bptt_schedule
 from onlstm.lm.evaluate import perplexity, stream_loss
 from onlstm.lm.train import RunDirError, nonmono_switch, train
+from onlstm.runs import RunDir
 from support import TINY_LM, quiet, write_corpus
 
 TINY = TINY_LM
@@ -359,7 +360,7 @@ def test_run_directory_layout_is_data_only(finished_run):
     assert config["kind"] == "lm" and config["train"]["epochs"] == 1
     cfg = LMConfig.from_dict(config["model"])  # how other commands load the model
     assert cfg.cell == "lstm" and cfg.vocab_size == len(Vocab.load(finished_run / "vocab.json"))
-    _run_dir, weights = resolve_weights(finished_run)
+    _run, weights = RunDir.find(finished_run)
     assert weights.name == "model.best.safetensors"
 
 

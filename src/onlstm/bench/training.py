@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..errors import exception_line
+from ..runs import RunDir
 
 PTB_TRAIN_TOKENS = 929_589  # PTB's training text with one <eos> per line (887,521 words + 42,068 lines)
 PTB_VOCAB = 10_000
@@ -246,7 +247,7 @@ def _syneval(prof, opts, work: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     run = work / f"lm-{prof.kernel}"
 
     def go() -> dict[str, Any]:
-        items = opts.syneval_data or syneval_items(work / "syneval.tsv", run / "vocab.json", prof.syneval_items)
+        items = opts.syneval_data or syneval_items(work / "syneval.tsv", RunDir(run).vocab_path, prof.syneval_items)
         where = ["--checkpoint", str(run), "--data", str(items), "--device", prof.device.type]
         return syneval_run(["syneval", *where, *"--weights last --json --no-progress".split()])
 

@@ -16,18 +16,11 @@ The recipe (docs/design.md §2.1, the reference ``main.py``):
   starts from the second iterate (docs/lm.md); validation, the best checkpoint and the final test use
   ``ax``, which is optimizer state and so saved and resumed exactly.
 
-Run directory (see :mod:`onlstm.checkpoint`)::
-
-    config.json               kind "lm", model (LMConfig), train (TrainConfig), data
-    vocab.json                the vocabulary
-    model.best.safetensors    weights with the best validation loss (averaged once averaging started)
-    model.last.safetensors    the weights evaluation would use now (averaged once averaging started)
-    resume.safetensors        everything --resume needs, in one file written atomically: raw weights,
-                              optimizer tensors, averaged weights, RNG state, the carried recurrent
-                              state; the rest (epoch, position, histories) as JSON in its metadata
-    log.csv                   one row per epoch
-    results.json              final validation/test perplexity of the best weights
-    tensorboard/              when the tensorboard package is installed
+The run directory (:class:`onlstm.runs.RunDir` names its files) holds the header (kind "lm", the model, train and
+data settings), the vocabulary, the best weights (best validation loss) and the last ones (both averaged once
+averaging started), the resume file (raw weights, optimizer tensors, averaged weights, RNG state, the carried
+recurrent state; epoch, position and histories as JSON in its metadata), the log (a row per epoch), the results
+(the final test of the best weights) and tensorboard's curves when the package is installed.
 
 The loop (epochs, ``max_steps``, validation, best/last, Ctrl-C, resume) is :class:`onlstm.runs.engine.Engine`'s;
 :class:`Trainer` plugs in what is the language model's. Resume continues exactly: a run stopped anywhere
@@ -62,7 +55,6 @@ from ..checkpoint import (
     atomic_write,
     config_header,
     load_weights,
-    read_json,
     save_weights,
     write_json,
 )
@@ -74,10 +66,9 @@ from ..errors import TrainingDiverged
 from ..models.language_model import LanguageModel
 from ..nn import ONLSTM, kernels
 from ..runs import (
+    RunDir,
     RunDirError,
-    RunLock,
     StopRequest,
-    check_output_dir,
     read_resume,
     restore_training,
     setup_torch,
@@ -90,7 +81,7 @@ from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
 from .evaluate import Interrupted, perplexity
 
-RESUME_FILE = "resume.safetensors"
+RESUME_FILE = RunDir.RESUME  # the name tests and older code import
 RESUME_FORMAT = "onlstm-lm-resume/1"
 LOG_COLUMNS = tuple(
     "epoch steps train_loss train_ppl valid_loss valid_ppl best_valid_ppl averaging tokens epoch_seconds "
@@ -231,7 +222,7 @@ def _unflatten_state(tensors: dict[str, torch.Tensor], layout: list[int], device
 
 def run_config_from_saved(saved: dict) -> RunConfig:
     if saved.get("kind") != "lm":
-        raise CheckpointError(f"config.json has kind {saved.get('kind')!r}, not 'lm': not a language-model run")
+        raise CheckpointError(f"{RunDir.CONFIG} has kind {saved.get('kind')!r}, not 'lm': not a language-model run")
     model = dict(saved["model"])
     model.pop("vocab_size", None)
     # runs saved before ar_target existed trained AR on the dropped output: they resume doing so
@@ -295,6 +286,7 @@ class Trainer:
         log: Callable[[str], None] = print,
     ):
         self.run_dir, self.data_dir = Path(run_dir), Path(data_dir)
+        self.rundir = RunDir(run_dir)
         self.resume = resume
         self.config = self._resolve_config(explicit)
         cfg = self.cfg = self.config.train
@@ -316,28 +308,27 @@ class Trainer:
         self._build_model()
         self._check_segment_lengths()
         if self.ctx.is_main and not resume:
-            write_json(self.run_dir / "config.json", self._config_json())
-            self.corpus.vocab.save(self.run_dir / "vocab.json")
+            self.rundir.write_config(self._config_json())
+            self.corpus.vocab.save(self.rundir.vocab_path)
         self.ctx.barrier()
-        resume_file = self.run_dir / RESUME_FILE
-        if resume and resume_file.exists():
-            self._load(resume_file)
+        if resume and self.rundir.resume_path.exists():
+            self._load(self.rundir.resume_path)
         elif resume:
-            self.log(f"{self.run_dir} has no {RESUME_FILE} yet; starting from the beginning")
+            self.log(f"{self.run_dir} has no {RunDir.RESUME} yet; starting from the beginning")
         self.engine: Engine | None = None
         self._tb = None
 
     def _resolve_config(self, explicit: dict) -> RunConfig:
         """The run's settings: the saved ones (+ allowed changes) on resume, else defaults < explicit."""
-        run_dir = self.run_dir
+        run = self.rundir
         if self.resume:
-            if not (run_dir / "config.json").exists():
+            if not run.config_path.exists():
                 raise RunDirError(
-                    f"--resume: {run_dir} holds no config.json; it is not a run directory "
+                    f"--resume: {run.path} holds no {run.CONFIG}; it is not a run directory "
                     "(drop --resume to start a new run there)"
                 )
-            return merge_for_resume(run_config_from_saved(read_json(run_dir / "config.json")), explicit)
-        check_output_dir(run_dir, command="onlstm lm train")
+            return merge_for_resume(run_config_from_saved(run.read_config()), explicit)
+        run.check_output(command="onlstm lm train")
         from .config import load_config
 
         return load_config(None, explicit)
@@ -347,11 +338,11 @@ class Trainer:
         cfg = self.cfg
         self.corpus: Corpus = load_corpus(self.data_dir, oov=cfg.oov, max_vocab=cfg.max_vocab)
         if self.resume:
-            saved_vocab = Vocab.load(self.run_dir / "vocab.json")
+            saved_vocab = Vocab.load(self.rundir.vocab_path)
             if saved_vocab.words != self.corpus.vocab.words:
                 raise RunDirError(
                     f"the training text in {self.data_dir} gives a different vocabulary "
-                    f"({len(self.corpus.vocab)} words) from the run's vocab.json ({len(saved_vocab)}); "
+                    f"({len(self.corpus.vocab)} words) from the run's {RunDir.VOCAB} ({len(saved_vocab)}); "
                     "resume with the --data-dir the run was started with"
                 )
         start, stop = column_share(cfg.batch_size, self.ctx.rank, self.ctx.world)
@@ -544,7 +535,7 @@ class Trainer:
             )
 
     def validation(self, prog: Progress) -> Check:
-        """The epoch's row of log.csv (its best is filled in by :meth:`after_check`)."""
+        """The epoch's row of the log (its best is filled in by :meth:`after_check`)."""
         self._flush()
         valid, t = self.validate(), prog.task
         train_loss = t["epoch_loss_sum"] / max(t["epoch_tokens"], 1)
@@ -585,13 +576,13 @@ class Trainer:
         return line
 
     def save_weights(self, tag: str) -> None:
-        """``model.best`` (the weights evaluation uses); ``model.last`` is written with every resume file."""
+        """The best weights (those evaluation uses); the last ones are written with every resume file."""
         if tag == "best" and self.ctx.is_main:
             with self.eval_weights():
-                save_weights(self.run_dir / "model.best.safetensors", self.model)
+                save_weights(self.rundir.weights("best"), self.model)
 
     def save_state(self, prog: Progress, history: list[dict]) -> None:
-        """Write the resume file, model.last and log.csv (all processes take part: the state is gathered)."""
+        """Write the resume file, the last weights and the log (all processes take part: the state is gathered)."""
         self._flush()
         tensors: dict[str, torch.Tensor] = {}
         layout: list[int] = []
@@ -605,10 +596,10 @@ class Trainer:
         common, opt_meta = training_tensors(self.model, self.optimizer, self.ctx.device)
         meta = {"progress": saved_progress(prog, history, self.pass_length), "optimizer": opt_meta}
         meta.update(hidden_layout=layout, model_config=self.model_config.to_dict(), world=self.ctx.world)
-        write_resume(self.run_dir / RESUME_FILE, RESUME_FORMAT, {**tensors, **common}, meta)
+        write_resume(self.rundir.resume_path, RESUME_FORMAT, {**tensors, **common}, meta)
         with self.eval_weights():
-            save_weights(self.run_dir / "model.last.safetensors", self.model)
-        write_log_csv(self.run_dir / "log.csv", history)
+            save_weights(self.rundir.weights("last"), self.model)
+        write_log_csv(self.rundir.log_path, history)
         self.ctx.barrier()
 
     # -- resume ----------------------------------------------------------------------------------
@@ -627,7 +618,7 @@ class Trainer:
             raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({e!r}); {fix}") from None
         if meta["model_config"] != self.model_config.to_dict():
             raise CheckpointError(
-                f"{path} was written for another model ({meta['model_config']}) than config.json "
+                f"{path} was written for another model ({meta['model_config']}) than {RunDir.CONFIG} "
                 f"describes ({self.model_config.to_dict()}); the run directory is inconsistent"
             )
         if is_averaging_state(meta["optimizer"]):
@@ -693,8 +684,10 @@ class Trainer:
         if not self.ctx.any(not math.isfinite(prog.task["epoch_loss_sum"])):
             return
         kept = [
-            f"model.best.safetensors (valid ppl {math.exp(-prog.best):.2f})" if prog.best is not None else "",
-            RESUME_FILE if (self.run_dir / RESUME_FILE).exists() else "",
+            f"{self.rundir.weights('best').name} (valid ppl {math.exp(-prog.best):.2f})"
+            if prog.best is not None
+            else "",
+            RunDir.RESUME if self.rundir.resume_path.exists() else "",
         ]
         kept = [k for k in kept if k]
         raise TrainingDiverged(
@@ -709,7 +702,7 @@ class Trainer:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+                self._tb = SummaryWriter(str(self.rundir.tensorboard_path))
             except Exception:  # tensorboard not installed: CSV log only
                 self._tb = False
         return self._tb or None
@@ -754,7 +747,7 @@ class Trainer:
     def _stopped_message(self, why: str) -> str:
         p = self.progress
         return (
-            f"{why}: saved {self.run_dir / RESUME_FILE} at epoch {p.epoch}, batch {p.batch}, step {p.step}; "
+            f"{why}: saved {self.rundir.resume_path} at epoch {p.epoch}, batch {p.batch}, step {p.step}; "
             f"continue with: onlstm lm train --out {self.run_dir} --data-dir {self.data_dir} --resume"
         )
 
@@ -762,7 +755,7 @@ class Trainer:
         """Score the best weights on valid (batched, eval_batch_size) and test (test_batch_size)."""
         cfg, prog, ctx = self.cfg, self.prog, self.ctx
         status = "finished"
-        best = self.run_dir / "model.best.safetensors"
+        best = self.rundir.weights("best")
         if ctx.is_main and not best.exists():
             self.log("no epoch had a finite validation loss, so there are no best weights to test")
         elif ctx.is_main:
@@ -791,7 +784,7 @@ class Trainer:
                 results = {"weights": best.name, "valid": valid.to_dict(), "test": test.to_dict()}
                 results.update(epochs=prog.epoch, steps=prog.step, train_seconds=round(self.clock(), 1))
                 prog.task["results"] = results
-                write_json(self.run_dir / "results.json", results)
+                write_json(self.rundir.results_path, results)
                 self.log(f"best weights: valid {valid.describe()}")
                 self.log(f"best weights: test  {test.describe()}")
         if ctx.distributed:
@@ -813,14 +806,14 @@ def train(
 ) -> dict:
     """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the
     user (config file and flags). Returns ``{"status", "progress"}``; joins the process group under torchrun."""
-    check_output_dir(run_dir, resume=resume, command="onlstm lm train")
+    run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train")
     if not resume:  # every setting checked (the model's too) before anything is created or read
         from .config import load_config
 
         load_config(None, explicit or {}).model_config(vocab_size=1)
     main = int(os.environ.get("RANK", "0")) == 0  # under torchrun the first process holds the lock
     try:
-        with RunLock(run_dir, "onlstm lm train", log=log, enabled=main):
+        with run.lock("onlstm lm train", log=log, enabled=main):
             trainer = Trainer(run_dir, data_dir, explicit or {}, resume=resume, log=log)
             result = trainer.run(max_steps=max_steps, on_step=on_step)
             # every process done with its collectives before any leaves the group: once, under load, a process

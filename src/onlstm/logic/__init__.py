@@ -13,6 +13,8 @@
 * :mod:`.cli` -- ``onlstm logic generate | check | train | eval | compare``.
 """
 
+from ..runs import RunKind, register_kind
+from .cli import train_command
 from .compare import CompareResult
 from .compare import compare as compare_encoders  # not `compare`: that name is the submodule
 from .data import (
@@ -43,10 +45,12 @@ from .formulas import (
     truth_set,
 )
 from .generate import GenerateConfig, generate_dataset, random_formula
-from .model import LogicClassifier, LogicModelConfig, load_classifier, pad_batch, pair_features, token_ids
+from .model import KIND, LogicClassifier, LogicModelConfig, load_classifier, pad_batch, pair_features, token_ids
 from .relations import RELATION_NAMES, RELATIONS, relation, relation_of_sets
 from .train import LogicTrainConfig, TrainResult
 from .train import train as train_classifier  # not `train`: that name is the submodule
+
+register_kind(RunKind(KIND, "logic", LogicClassifier, train_command))
 
 __all__ = [
     "FULL_SET",

@@ -320,6 +320,7 @@ def _register_curves(sub) -> None:
 
 def _cmd_curves(args: argparse.Namespace) -> int:
     from ..checkpoint import read_json
+    from ..runs import RunDir
     from .evaluate import history_table
     from .model import KIND
     from .plots import plot_curves_by_ops, plot_training_curves
@@ -328,10 +329,10 @@ def _cmd_curves(args: argparse.Namespace) -> int:
     try:
         steps = _steps(args.at_steps) if args.at_steps else []
         for run in args.runs:
-            header = read_json(run / "config.json")
+            header = RunDir(run).read_config()
             if header.get("kind") != KIND:
                 raise ValueError(f"{run} is not a run of `onlstm logic train` (kind {header.get('kind')!r})")
-            runs.append((header["model"]["cell"], read_json(run / "history.json")))
+            runs.append((header["model"]["cell"], read_json(RunDir(run).history_path)))
             seeds.append(header["train"]["seed"])
         args.out.mkdir(parents=True, exist_ok=True)
         paths = [plot_training_curves(runs, args.out / "training_curves.png")]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..checkpoint import CheckpointError, read_json, write_json, write_text
-from ..runs import resolve_device
+from ..runs import RunDir, resolve_device
 from .evaluate import (
     DEFAULT_BUCKETS,
     LengthAccuracy,
@@ -56,7 +56,7 @@ def _finished_run(run_dir: Path, model_cfg: LogicModelConfig, train_cfg: LogicTr
         same
         and header.get("status") == "finished"
         and (header.get("data") or {}).get("path") == str(data)
-        and (run_dir / "model.best.safetensors").exists()
+        and RunDir(run_dir).weights("best").exists()
     )
     return header.get("result") if same else None
 
@@ -164,7 +164,7 @@ def _train_or_reuse(
     log(f"{what} {'resuming the interrupted run in' if go_on else 'training into'} {run_dir}")
     if train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on).interrupted:
         return None
-    return read_json(run_dir / "config.json")["result"]
+    return RunDir(run_dir).read_config()["result"]
 
 
 def _finish(res: CompareResult, buckets: list[int], log: Callable[[str], None]) -> CompareResult:
@@ -178,7 +178,7 @@ def _finish(res: CompareResult, buckets: list[int], log: Callable[[str], None]) 
     curves = []
     for run in res.runs:
         try:
-            curves.append((run["cell"], read_json(Path(run["run_dir"]) / "history.json")))
+            curves.append((run["cell"], read_json(RunDir(run["run_dir"]).history_path)))
         except CheckpointError:  # a run directory without a history (never validated): nothing to draw
             pass
     res.curves = plot_training_curves(curves, res.out_dir / "training_curves.png")

@@ -175,7 +175,7 @@ def format_table(
 
 def history_table(runs: list[tuple[str, list[dict]]], steps: Iterable[int]) -> str:
     """Markdown table of validation accuracy (%) by operator count at given training steps: per run and step,
-    the last validation check at or before that step (a run's ``history.json`` records with ``valid_by_ops``)."""
+    the last validation check at or before that step (the records of a run's history, :attr:`onlstm.runs.RunDir.history_path`, with ``valid_by_ops``)."""
     steps = sorted(set(steps))
     counts = sorted({int(k) for _, h in runs for r in h for k in r.get("valid_by_ops", {})})
     head = ["run", "step", "checked at"] + [str(k) for k in counts] + ["all"]

@@ -29,11 +29,11 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from ..checkpoint import CheckpointError, config_header, read_json
 from ..encoders import make_encoder
-from ..runs import LoadedRun, load_run, model_card, pretrained_path, save_pretrained
+from ..runs import LoadedRun, RunDir, load_run, model_card, pretrained_path
 from .config import MLP_ACTIVATIONS, LogicModelConfig
 from .formulas import VOCABULARY, Formula, to_tokens
 
-#: Checkpoint kind written into ``config.json`` (see :mod:`onlstm.checkpoint`).
+#: The ``kind`` of a logic run (registered by :mod:`onlstm.logic`).
 KIND = "logic-classifier"
 PAD = "<pad>"
 #: Token strings by id; id 0 is padding.
@@ -141,13 +141,12 @@ class LogicClassifier(nn.Module):
     def save_pretrained(
         self, directory, *, run_config: dict | None = None, command: str | None = None, results: dict | None = None
     ):
-        """Save in Hugging Face's layout (``config.json``, ``model.safetensors``, ``vocab.json``,
-        ``README.md``); ``run_config`` (the run's ``config.json``), ``command`` and ``results`` as for
-        :meth:`onlstm.models.LanguageModel.save_pretrained`."""
+        """Save in Hugging Face's layout (:meth:`onlstm.runs.RunDir.save_pretrained`); ``run_config`` (the run's
+        header), ``command`` and ``results`` as for :meth:`onlstm.models.LanguageModel.save_pretrained`."""
         config = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}
         title = f"{self.config.cell} logical-inference classifier ({self.config.hidden_size} units)"
         card = model_card(title, config, LOGIC_USAGE, command, results)
-        return save_pretrained(directory, self, config, card, list(TOKENS))
+        return RunDir(directory).save_pretrained(self, config, card, list(TOKENS))
 
     @classmethod
     def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LogicClassifier:
@@ -172,9 +171,8 @@ Evaluate it: `onlstm logic eval --checkpoint THIS_DIRECTORY --data DIR`.
 def load_classifier(
     checkpoint: str | Path, tag: str = "best", device: str | torch.device = "cpu"
 ) -> tuple[LogicClassifier, dict]:
-    """Model (on ``device``, eval mode) and ``config.json`` contents from a run directory or a
-    ``.safetensors`` file inside one (the loader of :meth:`LogicClassifier.from_pretrained`, evaluation and
-    export).
+    """Model (on ``device``, eval mode) and header from a run directory or a ``.safetensors`` file inside one (the
+    loader of :meth:`LogicClassifier.from_pretrained`, evaluation and export).
 
     Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when
     the checkpoint is of another kind (e.g. a language model).
@@ -194,12 +192,12 @@ def load_classifier(
 
 
 def _read_tokens(path: Path) -> list | None:
-    return read_json(path) if path.exists() else None  # runs written before vocab.json existed have none
+    return read_json(path) if path.exists() else None  # runs written before the vocabulary file existed have none
 
 
 def _check_tokens(run: LoadedRun) -> None:
     if run.vocab is not None and tuple(run.vocab) != TOKENS:
-        raise CheckpointError(f"{run.run_dir / 'vocab.json'} differs from this version's token list {list(TOKENS)}")
+        raise CheckpointError(f"{RunDir(run.run_dir).vocab_path} differs from this version's token list {list(TOKENS)}")
 
 
 def num_parameters(model: nn.Module) -> int:

@@ -50,7 +50,7 @@ def plot_accuracy_by_length(
 def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path, title: str | None = None) -> Path:
     """Validation accuracy (and training accuracy, dotted) against step, one colour per model.
 
-    ``runs``: ``(model name, history)`` per run, ``history`` as in a run's ``history.json``; runs of the same
+    ``runs``: ``(model name, history)`` per run, ``history`` as in a run's :attr:`~onlstm.runs.RunDir.history_path`; runs of the same
     model share a colour.
     """
     plt = _pyplot()

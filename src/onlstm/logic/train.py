@@ -4,15 +4,11 @@ The paper's protocol: train on pairs whose larger operator count is at most 6, h
 them for validation, stop early on validation accuracy, test on 7 … 12 operators (see
 :mod:`onlstm.logic.evaluate`).
 
-Run directory (``out``), written atomically (see :mod:`onlstm.checkpoint`)::
-
-    config.json               kind, model config, train config, data summary, status and result
-    vocab.json                the token strings by id (id 0 = padding)
-    history.json              one record per validation check
-    model.best.safetensors    weights with the best validation accuracy so far
-    model.last.safetensors    weights at the last validation check (or at the interruption)
-    resume.safetensors        (until the run finishes) everything needed to go on exactly: weights, Adam state, RNG state, batch
-                              order, position in the epoch, best/patience/schedule counters (no pickle)
+The run directory ``out`` (:class:`onlstm.runs.RunDir` names its files, each written atomically) holds the header
+(kind, model, train and data settings, status and result), the token strings by id (id 0 = padding), the history
+(one record per validation check), the best weights (best validation accuracy so far) and the last ones (the last
+check, or the interruption), and until the run finishes the resume file: everything needed to go on exactly
+(weights, Adam state, RNG state, batch order, position in the epoch, best/patience/schedule counters; no pickle).
 
 Ctrl-C (or SIGTERM) stops training after the current step: the last weights and the resume file are
 saved, ``status`` becomes ``interrupted`` and the best checkpoint is kept; a second Ctrl-C aborts at
@@ -35,8 +31,7 @@ import torch.nn.functional as F
 from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
 from ..errors import TrainingDiverged
 from ..runs import (
-    RunLock,
-    check_output_dir,
+    RunDir,
     read_resume,
     resolve_device,
     restore_training,
@@ -215,7 +210,7 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
 
 #: Training settings that do not change what is learned (display, evaluation batching, threads, device).
 RUNTIME_FIELDS = ("progress", "eval_batch_size", "threads", "device")
-RESUME_FILE = "resume.safetensors"
+RESUME_FILE = RunDir.RESUME  # the name tests and older code import
 RESUME_FORMAT = "onlstm-logic-resume-2"
 RESUME_FORMAT_1 = "onlstm-logic-resume-1"  # before the shared engine: still read
 
@@ -226,20 +221,19 @@ def same_training(a: LogicTrainConfig, b: LogicTrainConfig) -> bool:
 
 
 def read_run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, bool]:
-    """``config.json`` of the logic run in ``out`` and whether it was trained with these settings.
+    """The header of the logic run in ``out`` and whether it was trained with these settings.
 
     The saved settings are read back through the dataclasses, so a field added later (with its default)
     still matches, and :data:`RUNTIME_FIELDS` may differ. Raises :class:`CheckpointError` when the file is
     missing or corrupt, of another kind, or its settings do not parse.
     """
-    header = read_json(Path(out) / "config.json")
-    if header.get("kind") != KIND:
-        raise CheckpointError(f"{out} holds a run of kind {header.get('kind')!r}, not a logic classifier")
+    run = RunDir(out)
+    header = run.read_config(KIND, "a logic classifier")
     try:
         saved_model = LogicModelConfig.from_dict(header.get("model") or {})
         saved_train = LogicTrainConfig.from_dict(header.get("train") or {})
     except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{Path(out) / 'config.json'}: bad config ({exc})") from None
+        raise CheckpointError(f"{run.config_path}: bad config ({exc})") from None
     return header, saved_model == model_cfg and same_training(saved_train, cfg)
 
 
@@ -253,9 +247,10 @@ def _check_resumable(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConf
         )
     if header.get("status") == "finished":
         raise CheckpointError(f"{out} holds a finished run; nothing to resume")
-    if not (out / RESUME_FILE).exists():
+    resume_file = RunDir(out).resume_path
+    if not resume_file.exists():
         raise CheckpointError(
-            f"{out / RESUME_FILE} is missing: the run was stopped before its first validation "
+            f"{resume_file} is missing: the run was stopped before its first validation "
             "check; train again without --resume"
         )
 
@@ -280,17 +275,18 @@ def train(
 ) -> TrainResult:
     """Train a classifier on ``data`` (a directory of ``train{k}`` files, or one file) into run dir ``out``.
 
-    ``resume=True`` goes on from ``out/resume.safetensors`` (same settings required). A directory that
+    ``resume=True`` goes on from the resume file in ``out`` (same settings required). A directory that
     holds a run is refused without ``resume``; ``replace=True`` (``logic compare``, retraining its own
     run after a change of settings) replaces a logic run there, never a run of another kind. Returns a
     :class:`TrainResult`; on Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last
     weights and the resume file (the best checkpoint is kept).
     """
     log = log or (lambda _msg: None)
-    out = check_output_dir(out, resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
+    run = RunDir(out).check_output(resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
+    out = run.path
     if resume:
         _check_resumable(out, model_cfg, cfg)
-    with RunLock(out, "onlstm logic train", log=log):
+    with run.lock("onlstm logic train", log=log):
         return _train_locked(model_cfg, cfg, data, out, log, resume)
 
 
@@ -306,7 +302,7 @@ def _train_locked(model_cfg, cfg, data, out: Path, log, resume: bool) -> TrainRe
         "max_ops": max(ex.max_ops for ex in examples),
     }
     task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
-    write_json(out / "vocab.json", list(TOKENS))
+    write_json(task.rundir.vocab_path, list(TOKENS))
     prog, history = task.restore() if resume else (task.fresh_progress(), [])
     task.write_status("running")
     log(task.summary())
@@ -336,6 +332,7 @@ class LogicTask:
         log: Callable[[str], None],
     ):
         self.model_cfg, self.cfg, self.out, self.log = model_cfg, cfg, out, log
+        self.rundir = RunDir(out)
         self.train_data, self.valid_data = train_data, valid_data
         self.train_ops = [operator_count(e) for e in train_data]
         self.valid_ops = [operator_count(e) for e in valid_data]
@@ -381,7 +378,7 @@ class LogicTask:
         )
 
     def write_status(self, status: str, result: dict | None = None) -> None:
-        write_json(self.out / "config.json", {**self.header, "status": status, "result": result})
+        self.rundir.write_config({**self.header, "status": status, "result": result})
 
     # -- the task's part of the loop ----------------------------------------------------------------
     def pass_batches(self, prog: Progress) -> list[list[int]]:
@@ -457,17 +454,17 @@ class LogicTask:
         )
 
     def save_weights(self, tag: str) -> None:
-        save_weights(self.out / f"model.{tag}.safetensors", self.model)
+        save_weights(self.rundir.weights(tag), self.model)
 
     def save_state(self, prog: Progress, history: list[dict]) -> None:
-        write_json(self.out / "history.json", history)
+        write_json(self.rundir.history_path, history)
         tensors, opt_meta = training_tensors(self.model, self.opt, self.device)
         meta = {"progress": asdict(prog), "optimizer": opt_meta}
-        write_resume(self.out / RESUME_FILE, RESUME_FORMAT, tensors, meta)
+        write_resume(self.rundir.resume_path, RESUME_FORMAT, tensors, meta)
 
     # -- resume and the end -------------------------------------------------------------------------
     def restore(self) -> tuple[Progress, list[dict]]:
-        path = self.out / RESUME_FILE
+        path = self.rundir.resume_path
         tensors, meta = read_resume(
             path,
             (RESUME_FORMAT, RESUME_FORMAT_1),
@@ -478,7 +475,7 @@ class LogicTask:
         prog = progress_from_saved(meta["progress"])
         restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
         self.schedule.bad = prog.task["schedule_bad"]
-        history = read_json(self.out / "history.json")[: prog.n_checks] if prog.n_checks else []
+        history = read_json(self.rundir.history_path)[: prog.n_checks] if prog.n_checks else []
         self.log(
             f"resuming {self.out} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
             f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"
@@ -508,7 +505,7 @@ class LogicTask:
         summary.update(steps=prog.step, epochs=epochs, seconds=round(seconds, 1), stopped_by=stopped_by)
         self.write_status("interrupted" if stopped_by == "interrupted" else "finished", summary)
         if stopped_by != "interrupted":
-            (self.out / RESUME_FILE).unlink(missing_ok=True)  # a finished run is not resumed (see _check_resumable)
+            self.rundir.resume_path.unlink(missing_ok=True)  # a finished run is not resumed (see _check_resumable)
             self.log(
                 f"{self.model_cfg.cell}: stopped by {stopped_by} after {prog.step} steps ({epochs:.2f} "
                 f"epochs, {seconds / 60:.1f} min); best valid acc {100 * result.best_valid_accuracy:.2f}% at "
@@ -526,7 +523,7 @@ class LogicTask:
             if stopped_by == "interrupted"
             else (
                 "resume with --resume from the last validation check"
-                if (self.out / RESUME_FILE).exists()
+                if self.rundir.resume_path.exists()
                 else "not resumable"
             )
         )

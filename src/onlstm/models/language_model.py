@@ -181,20 +181,24 @@ class LanguageModel(nn.Module):
     def save_pretrained(
         self,
         directory,
-        vocab,
+        vocab=None,
         *,
         run_config: dict | None = None,
         command: str | None = None,
         results: dict | None = None,
     ):
-        """Save this model and its vocabulary (a :class:`~onlstm.data.vocab.Vocab` or a list of words) in
-        Hugging Face's layout: ``config.json``, ``model.safetensors``, ``vocab.json``, ``README.md``.
+        """Save this model and its vocabulary (a :class:`~onlstm.data.vocab.Vocab` or a list of words; by default
+        ``model.vocab``, which :meth:`from_pretrained` sets) in Hugging Face's layout
+        (:meth:`onlstm.runs.RunDir.save_pretrained`).
 
-        ``run_config``: the training run's ``config.json`` (its settings travel with the model: text
-        normalisation, training recipe, ...); ``command`` and ``results`` go into the model card."""
+        ``run_config``: the training run's header (its settings travel with the model: text normalisation,
+        training recipe, ...); ``command`` and ``results`` go into the model card."""
         from ..checkpoint import config_header
-        from ..runs import model_card, save_pretrained
+        from ..runs import RunDir, model_card
 
+        vocab = getattr(self, "vocab", None) if vocab is None else vocab
+        if vocab is None:
+            raise ValueError("no vocabulary: pass the model's vocabulary (a Vocab or a list of words)")
         words = list(getattr(vocab, "words", vocab))
         if len(words) != self.config.vocab_size:
             raise ValueError(f"the vocabulary has {len(words)} words but the model expects {self.config.vocab_size}")
@@ -202,13 +206,13 @@ class LanguageModel(nn.Module):
         c = self.config
         title = f"{c.cell} language model ({len(c.hidden_sizes)} layers, {c.vocab_size:,} words)"
         card = model_card(title, config, LM_USAGE, command, results)
-        return save_pretrained(directory, self, config, card, words)
+        return RunDir(directory).save_pretrained(self, config, card, words)
 
     @classmethod
     def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LanguageModel:
         """A model saved by :meth:`save_pretrained` (a local directory, or a Hugging Face Hub id when
         ``huggingface_hub`` is installed) or a training run directory, in eval mode on ``device``. Its
-        vocabulary is ``model.vocab``, the saved ``config.json`` ``model.run_config``."""
+        vocabulary is ``model.vocab``, the saved header ``model.run_config``."""
         from ..runs import pretrained_path
 
         run = load_language_model_run(pretrained_path(name_or_path), device=device)
@@ -229,7 +233,7 @@ Parse sentences with it (ON-LSTM models): `onlstm parse --checkpoint THIS_DIRECT
 
 
 KIND = "lm"
-"""``config.json``'s ``kind`` of a language-model run (``onlstm lm train``, ``onlstm demo``)."""
+"""The ``kind`` of a language-model run (``onlstm lm train``, ``onlstm demo``; registered by :mod:`onlstm.lm`)."""
 
 
 def load_language_model_run(
@@ -237,15 +241,15 @@ def load_language_model_run(
 ):
     """A language-model run directory (or a ``.safetensors`` file in one) as a
     :class:`~onlstm.runs.LoadedRun`: the model in eval mode on ``device``, its :class:`~onlstm.data.vocab.Vocab`
-    and ``config.json``. Every problem is a :class:`~onlstm.checkpoint.CheckpointError` naming the file."""
+    and header. Every problem is a :class:`~onlstm.checkpoint.CheckpointError` naming the file."""
     from ..checkpoint import CheckpointError
     from ..data.vocab import Vocab
-    from ..runs import load_run
+    from ..runs import RunDir, load_run
 
     def check(run) -> None:
         if len(run.vocab) != run.model.config.vocab_size:
             raise CheckpointError(
-                f"{run.run_dir}: vocab.json has {len(run.vocab)} words but the model expects "
+                f"{RunDir(run.run_dir).vocab_path} has {len(run.vocab)} words but the model expects "
                 f"{run.model.config.vocab_size}; the run directory is inconsistent"
             )
 

@@ -1,4 +1,7 @@
-"""Run directories: output paths checked before any work, and one training at a time per directory."""
+"""Run directories (:class:`RunDir`: the names of their files, the header, what they hold, export), the registry of
+run kinds (each experiment registers the ``kind`` its runs write, once, when its package is imported: ``runs/``
+names no experiment), output paths checked before any work, and one training at a time per directory
+(:class:`RunLock`)."""
 
 from __future__ import annotations
 
@@ -8,8 +11,11 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from ..checkpoint import CheckpointError, read_json, save_weights, write_json, write_text
 from ..errors import InputError, OnlstmError, WriteError
 
 # --------------------------------------------------------------------------- output paths
@@ -60,56 +66,199 @@ def check_output_folder(path: str | Path, flag: str = "--out") -> Path:
     return path
 
 
-def describe_run(path: str | Path) -> str | None:
-    """What ``path`` holds, in words (``"a finished logic run"``), or None when it holds no run."""
-    path = Path(path)
-    config, resume = path / "config.json", path / "resume.safetensors"
-    if not config.exists() and not resume.exists():
-        return None
-    kind, status = "unknown", None
-    try:
-        header = json.loads(config.read_text(encoding="utf-8"))
-        kind, status = str(header.get("kind", "unknown")), header.get("status")
-    except (OSError, ValueError, AttributeError):
-        pass
-    names = {"lm": "language-model", "logic-classifier": "logic"}
-    state = "an interrupted" if resume.exists() else ("a finished" if status == "finished" else "a")
-    return f"{state} {names.get(kind, kind)} run" + (" (resume.safetensors)" if resume.exists() else "")
+# --------------------------------------------------------------------------- run kinds
 
 
-def run_kind(path: str | Path) -> str | None:
-    """The ``kind`` in ``path/config.json`` (None without a readable one)."""
-    try:
-        header = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-        return str(header["kind"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+@dataclass(frozen=True)
+class RunKind:
+    """``name``: the ``kind`` in a run's header; ``title``: the kind for people; ``model``: the class whose
+    ``from_pretrained`` opens such a run; ``command(header)``: the training command that reproduces it, or None."""
+
+    name: str
+    title: str
+    model: Any
+    command: Callable[[dict], str | None]
 
 
-def check_output_dir(
-    path: str | Path, *, resume: bool = False, command: str = "", flag: str = "--out", replace_kind: str | None = None
-) -> Path:
-    """The run directory ``path`` of a training command, checked before any work is done: not a file,
-    writable, and -- unless ``resume`` -- holding no run (finished, interrupted, or of another kind), so a
-    training never silently replaces one. ``replace_kind``: a run of this kind may be replaced (``logic
-    compare`` retrains its own runs when the settings change). Nothing is created. Raises
-    :class:`RunDirError` / :class:`~onlstm.errors.InputError` with what is there and what to do."""
-    path = check_output_folder(path, flag)
-    held = describe_run(path)
-    if held and replace_kind is not None and run_kind(path) == replace_kind:
-        return path
-    if held and not resume:
-        raise RunDirError(
-            f"{path} already holds a run; pass --resume to continue it"
-            + (f" ({command} ... --resume)" if command else "")
-            + f", or choose another {flag}, or delete the directory to start over (found: {held})"
+_KINDS: dict[str, RunKind] = {}
+
+
+def register_kind(kind: RunKind) -> RunKind:
+    """Make ``kind`` known (registering the same name again replaces it: a reloaded module)."""
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def kind_names() -> list[str]:
+    return sorted(_KINDS)
+
+
+def find_kind(name: object, action: str = "open", where: object = "") -> RunKind:
+    """The registered kind ``name``, else a :class:`~onlstm.checkpoint.CheckpointError` naming those there are."""
+    if isinstance(name, str) and name in _KINDS:
+        return _KINDS[name]
+    prefix = f"{where}: " if where else ""
+    raise CheckpointError(
+        f"{prefix}cannot {action} a run of kind {name!r} (runs of kind {', '.join(kind_names()) or 'none'} can)"
+    )
+
+
+# --------------------------------------------------------------------------- the run directory
+
+
+def _file(name: str) -> property:
+    return property(lambda self: self.path / name, doc=f"``{name}`` in this directory")
+
+
+class RunDir:
+    """A run directory, the one place that knows its files (each written atomically): the header (kind, version,
+    model, then the trainer's settings, status, result), the vocabulary, the weights of each tag (best, last), the
+    resume file (until a logic run finishes), the history (logic: a record per check), the log and results (the
+    language model: a row per epoch, the final test), tensorboard's curves and the lock. A model shared with
+    :meth:`save_pretrained` has Hugging Face's layout instead (header, vocabulary, shared weights, card)."""
+
+    CONFIG, VOCAB, HISTORY, LOG, RESULTS = "config.json", "vocab.json", "history.json", "log.csv", "results.json"
+    RESUME, LOCK, TENSORBOARD = "resume.safetensors", "onlstm.lock", "tensorboard"
+    WEIGHTS = "model.{tag}.safetensors"  # tags: best, last
+    SHARED_WEIGHTS, CARD = "model.safetensors", "README.md"  # a shared model's (save_pretrained)
+
+    config_path, vocab_path, history_path = _file(CONFIG), _file(VOCAB), _file(HISTORY)
+    log_path, results_path, resume_path = _file(LOG), _file(RESULTS), _file(RESUME)
+    lock_path, tensorboard_path = _file(LOCK), _file(TENSORBOARD)
+    shared_weights_path, card_path = _file(SHARED_WEIGHTS), _file(CARD)
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def weights(self, tag: str) -> Path:
+        """The weights of ``tag`` (``best``, ``last``)."""
+        return self.path / self.WEIGHTS.format(tag=tag)
+
+    def training_files(self) -> list[Path]:
+        """What only a training writes (an export never does): the resume file, the best and last weights."""
+        return [self.resume_path, self.weights("best"), self.weights("last")]
+
+    @classmethod
+    def find(cls, path: str | Path, tag: str = "best") -> tuple[RunDir, Path]:
+        """``(run, weights file)`` of ``path``: a run directory (``model.<tag>``, falling back to ``model.last``), a
+        shared model (``model.safetensors``) or a ``.safetensors`` file in either."""
+        path = Path(path)
+        if path.suffix == ".safetensors" and not path.is_dir():
+            if not path.exists():
+                raise CheckpointError(f"{path} does not exist")
+            return cls(path.parent), path
+        if not path.is_dir():
+            raise CheckpointError(f"{path} is neither a run directory nor a .safetensors file")
+        run = cls(path)
+        names = [run.weights(tag), run.weights("last"), run.shared_weights_path]
+        for weights in names:
+            if weights.exists():
+                return run, weights
+        raise CheckpointError(
+            f"{path} holds no {names[0].name}, {names[1].name} or {names[2].name}; "
+            "is it a run directory or a model saved with save_pretrained?"
         )
-    return path
+
+    # -- the header ---------------------------------------------------------------------------------
+    def read_config(self, kind: str | None = None, what: str | None = None, hint: str = "") -> Any:
+        """``config.json``, refused with a :class:`~onlstm.checkpoint.CheckpointError` when it is missing or corrupt
+        or, given a ``kind``, of another kind (``what`` names the kind for people, ``hint`` says what to do)."""
+        config = read_json(self.config_path)
+        found = config.get("kind") if isinstance(config, dict) else None
+        if kind is not None and found != kind:
+            raise CheckpointError(
+                f"{self.path} holds a run of kind {found!r}, not {what or kind} ({kind!r})"
+                + (f"; {hint}" if hint else "")
+            )
+        return config
+
+    def write_config(self, header: dict) -> None:
+        write_json(self.config_path, header)
+
+    def header(self) -> dict:
+        """``config.json`` as far as it can be read ({} when it cannot)."""
+        try:
+            header = json.loads(self.config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return header if isinstance(header, dict) else {}
+
+    @property
+    def kind(self) -> str | None:
+        """``config.json``'s ``kind`` (None without a readable one)."""
+        kind = self.header().get("kind")
+        return None if kind is None else str(kind)
+
+    def results(self) -> dict | None:
+        """The results of a finished run: ``results.json`` (a language model's final test), else ``config.json``'s
+        ``result`` (a logic run's summary), else None."""
+        if self.results_path.exists():
+            return read_json(self.results_path)
+        return self.header().get("result")
+
+    def describe(self) -> str | None:
+        """What the directory holds, in words (``"a finished logic run"``), or None when it holds no run."""
+        resume = self.resume_path.exists()
+        if not resume and not self.config_path.exists():
+            return None
+        header = self.header()
+        kind, status = str(header.get("kind", "unknown")), header.get("status")
+        state = "an interrupted" if resume else ("a finished" if status == "finished" else "a")
+        title = _KINDS[kind].title if kind in _KINDS else kind  # a kind not imported yet: by its name
+        return f"{state} {title} run" + (f" ({self.RESUME})" if resume else "")
+
+    # -- as the output of a command -------------------------------------------------------------
+    def check_output(
+        self, *, resume: bool = False, command: str = "", flag: str = "--out", replace_kind: str | None = None
+    ) -> RunDir:
+        """Checked, before any work, as a training's output: not a file, writable, and unless ``resume`` holding no
+        run (a training never silently replaces one) but, at most, one of ``replace_kind`` (``logic compare``
+        retrains its own). Nothing is created; a :class:`RunDirError` says what is there and what to do."""
+        check_output_folder(self.path, flag)
+        held = self.describe()
+        if held and replace_kind is not None and self.kind == replace_kind:
+            return self
+        if held and not resume:
+            raise RunDirError(
+                f"{self.path} already holds a run; pass --resume to continue it"
+                + (f" ({command} ... --resume)" if command else "")
+                + f", or choose another {flag}, or delete the directory to start over (found: {held})"
+            )
+        return self
+
+    def lock(self, command: str, log: Callable[[str], None] | None = None, enabled: bool = True) -> RunLock:
+        """The lock a training holds while it writes here (:class:`RunLock`)."""
+        return RunLock(self.path, command, log, enabled)
+
+    def save_pretrained(self, model, config: dict, card: str, vocab: list[str] | None = None) -> Path:
+        """Write a model to share here (header ``config``, shared weights, ``vocab``, ``card``), refused in a training
+        run (its best weights would sit beside the shared ones); an earlier export is overwritten file by file."""
+        directory = self.path
+        if directory.exists() and not directory.is_dir():
+            raise InputError(f"{directory} is a file; save_pretrained needs a directory (new or an earlier export)")
+        held = [p.name for p in self.training_files() if p.exists()]
+        if held:
+            raise InputError(f"{directory} holds a training run ({held[0]}); save the shared model elsewhere")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create {directory}: {exc.strerror}; choose another directory") from None
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise InputError(f"{directory} is not writable; choose another directory")
+        save_weights(self.shared_weights_path, model)
+        if vocab is not None:
+            write_json(self.vocab_path, list(vocab))
+        self.write_config(config)
+        write_text(self.card_path, card)
+        return directory
+
+
+def check_output_dir(path: str | Path, **options) -> Path:
+    """``RunDir(path).check_output(**options)`` (see :meth:`RunDir.check_output`), as a path."""
+    return RunDir(path).check_output(**options).path
 
 
 # --------------------------------------------------------------------------- one training per directory
-
-LOCK_FILE = "onlstm.lock"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -123,8 +272,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 class RunLock:
-    """Hold ``run_dir/onlstm.lock`` while a training writes into ``run_dir``; a second training there is
-    refused with the owner's pid, host and command.
+    """Hold the lock file (:attr:`RunDir.lock_path`) while a training writes into ``run_dir``; a second training
+    there is refused with the owner's pid, host and command.
 
     The lock file is created atomically (``O_EXCL``) and holds ``{"pid", "host", "command", "started"}``.
     A lock whose pid no longer runs on this host is stale (the owner crashed or was killed): it is
@@ -137,7 +286,7 @@ class RunLock:
 
     def __init__(self, run_dir: str | Path, command: str, log: Callable[[str], None] | None = None, enabled=True):
         self.run_dir, self.command, self.log, self.enabled = Path(run_dir), command, log, enabled
-        self.path = self.run_dir / LOCK_FILE
+        self.path = RunDir(run_dir).lock_path
         self._created_dir = False
         self.held = False
 
@@ -198,7 +347,7 @@ class RunLock:
 
     def _take_over(self, owner: dict) -> None:
         # rename first: of two processes taking over the same stale lock, only one rename succeeds
-        aside = self.path.with_name(f"{LOCK_FILE}.stale.{os.getpid()}")
+        aside = self.path.with_name(f"{RunDir.LOCK}.stale.{os.getpid()}")
         try:
             os.rename(self.path, aside)
         except FileNotFoundError:

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from ..errors import TrainingDiverged
 from .device import StopRequest
+from .dirs import RunDir
 from .progress import progress_bar
 
 
@@ -95,7 +96,7 @@ class Task(Protocol):
         """Schedules that follow a check (e.g. decay the learning rate); returns a note for the log line."""
 
     def save_weights(self, tag: str) -> None:
-        """Write ``model.<tag>.safetensors`` (``best`` or ``last``)."""
+        """Write the weights of ``tag``, ``best`` or ``last`` (:meth:`~onlstm.runs.RunDir.weights`)."""
 
     def save_state(self, prog: Progress, history: list[dict]) -> None:
         """Write the history and the resume file (``prog`` is up to date)."""
@@ -263,7 +264,7 @@ class Engine:
         prog = self.progress
         self._close_bar()
         kept = (
-            f"; kept from before: model.best.safetensors (validation {prog.best:.4g} at step {prog.best_step})"
+            f"; kept from before: {RunDir.WEIGHTS.format(tag='best')} (validation {prog.best:.4g} at step {prog.best_step})"
             if prog.best is not None
             else ""
         )

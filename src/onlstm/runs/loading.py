@@ -10,20 +10,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import (
-    CheckpointError,
-    load_weights,
-    read_json,
-    resolve_weights,
-)
-
-# --------------------------------------------------------------------------- opening a saved run
+from ..checkpoint import CheckpointError, load_weights
+from .dirs import RunDir
 
 
 @dataclass
 class LoadedRun:
     model: nn.Module  # on the asked device, in eval mode
-    config: dict  # config.json
+    config: dict  # the header (RunDir.read_config)
     vocab: Any  # what the ``vocab`` reader returned (None without one)
     run_dir: Path
     weights: Path
@@ -41,27 +35,22 @@ def load_run(
     what: str | None = None,
     hint: str = "",
 ) -> LoadedRun:
-    """Open the run directory ``path`` (or a ``.safetensors`` file in one) holding a model of ``kind``.
+    """Open the run directory ``path`` (or a ``.safetensors`` file in one: :meth:`RunDir.find`) holding a model of
+    ``kind``.
 
     ``build(config["model"])`` makes the (untrained) model; a ``TypeError``/``ValueError``/``KeyError`` it
-    raises is reported as a bad model config. ``vocab(run_dir / "vocab.json")`` reads the vocabulary;
+    raises is reported as a bad model config. ``vocab(run.vocab_path)`` reads the vocabulary;
     ``check(run)`` can refuse a run that does not fit (say, a vocabulary of the wrong size) before the
     weights are read. ``what`` names the kind for people and ``hint`` says what to do instead. Every
     failure is a :class:`~onlstm.checkpoint.CheckpointError` naming the file and the problem.
     """
-    run_dir, weights = resolve_weights(Path(path), tag)
-    config = read_json(run_dir / "config.json")
-    found = config.get("kind") if isinstance(config, dict) else None
-    if found != kind:
-        raise CheckpointError(
-            f"{run_dir} holds a checkpoint of kind {found!r}, not {what or kind} ({kind!r})"
-            + (f"; {hint}" if hint else "")
-        )
+    saved, weights = RunDir.find(path, tag)
+    config = saved.read_config(kind, what, hint)
     try:
         model = build(config["model"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{run_dir / 'config.json'}: bad model config ({exc})") from None
-    run = LoadedRun(model, config, vocab(run_dir / "vocab.json") if vocab else None, run_dir, weights)
+        raise CheckpointError(f"{saved.config_path}: bad model config ({exc})") from None
+    run = LoadedRun(model, config, vocab(saved.vocab_path) if vocab else None, saved.path, weights)
     if check is not None:
         check(run)
     load_weights(weights, model)

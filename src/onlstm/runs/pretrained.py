@@ -1,54 +1,12 @@
-"""A model to share in Hugging Face's layout (config.json, model.safetensors, vocab.json, a model card)."""
+"""A shared model: where to find one (a local directory or a Hub id) and its model card; the files are written by
+:meth:`onlstm.runs.RunDir.save_pretrained`."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from torch import nn
-
-from ..checkpoint import (
-    PRETRAINED_WEIGHTS,
-    CheckpointError,
-    atomic_write,
-    save_weights,
-    write_json,
-)
-from ..errors import InputError
-
-# --------------------------------------------------------------------------- sharing a model
-
-
-def save_pretrained(
-    directory: str | Path, model: nn.Module, config: dict, card: str, vocab: list[str] | None = None
-) -> Path:
-    """Write a model to share in Hugging Face's layout: ``config.json`` (``config``, the same content as a
-    run's, so :func:`load_run` reads it), ``model.safetensors``, ``vocab.json`` and ``README.md`` (``card``).
-
-    A directory that holds a training run is refused (its ``model.best`` would sit beside the shared
-    weights); an earlier export is overwritten file by file, each written atomically."""
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise InputError(f"{directory} is a file; save_pretrained needs a directory (new or an earlier export)")
-    run_files = [
-        n
-        for n in ("resume.safetensors", "model.best.safetensors", "model.last.safetensors")
-        if (directory / n).exists()
-    ]
-    if run_files:
-        raise InputError(f"{directory} holds a training run ({run_files[0]}); save the shared model elsewhere")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create {directory}: {exc.strerror}; choose another directory") from None
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise InputError(f"{directory} is not writable; choose another directory")
-    save_weights(directory / PRETRAINED_WEIGHTS, model)
-    if vocab is not None:
-        write_json(directory / "vocab.json", list(vocab))
-    write_json(directory / "config.json", config)
-    atomic_write(directory / "README.md", lambda tmp: Path(tmp).write_text(card, encoding="utf-8"))
-    return directory
+from ..checkpoint import CheckpointError
+from .dirs import RunDir
 
 
 def pretrained_path(name_or_path: str | Path) -> Path:
@@ -76,42 +34,21 @@ def pretrained_path(name_or_path: str | Path) -> Path:
 
 
 def model_card(title: str, config: dict, usage: str, command: str | None, results: dict | None) -> str:
-    """The ``README.md`` of a shared model: Hub metadata, what it is, how to load it, how it was trained
+    """The model card of a shared model: Hub metadata, what it is, how to load it, how it was trained
     (the command that reproduces its settings) and its results, when known."""
     import yaml
 
     kind = config.get("kind", "?")
-    lines = [
-        "---",
-        "library_name: onlstm",
-        f"tags: [onlstm, ordered-neurons, {kind}]",
-        "---",
-        "",
-        f"# {title}",
-        "",
-        f"An onlstm (Ordered Neurons LSTM) model of kind `{kind}`, saved by onlstm "
-        f"{config.get('onlstm_version', '?')} (`save_pretrained`): `config.json`, `model.safetensors` "
-        "(weights, no pickled code) and `vocab.json`.",
-        "",
-        "## Use",
-        "",
-        usage.strip(),
-        "",
-        "## Training",
-        "",
-    ]
+    yaml_block = lambda data: f"```yaml\n{yaml.safe_dump(data, sort_keys=False).strip()}\n```\n"
     if command:
-        lines += ["The command that reproduces its settings:", "", "```", command, "```", ""]
+        training = f"The command that reproduces its settings:\n\n```\n{command}\n```\n"
     else:
-        lines += ["The training command is not known; `config.json` holds every setting.", ""]
-    if results:
-        lines += ["## Results", "", "```yaml", yaml.safe_dump(results, sort_keys=False).strip(), "```", ""]
-    lines += [
-        "## Configuration",
-        "",
-        "```yaml",
-        yaml.safe_dump({"model": config.get("model")}, sort_keys=False).strip(),
-        "```",
-        "",
-    ]
-    return "\n".join(lines)
+        training = f"The training command is not known; `{RunDir.CONFIG}` holds every setting.\n"
+    return (
+        f"---\nlibrary_name: onlstm\ntags: [onlstm, ordered-neurons, {kind}]\n---\n\n# {title}\n\n"
+        f"An onlstm (Ordered Neurons LSTM) model of kind `{kind}`, saved by onlstm {config.get('onlstm_version', '?')} "
+        f"(`save_pretrained`): `{RunDir.CONFIG}`, `{RunDir.SHARED_WEIGHTS}` (weights, no pickled code) and "
+        f"`{RunDir.VOCAB}`.\n\n## Use\n\n{usage.strip()}\n\n## Training\n\n{training}\n"
+        + (f"## Results\n\n{yaml_block(results)}\n" if results else "")
+        + f"## Configuration\n\n{yaml_block({'model': config.get('model')})}"
+    )

@@ -1,0 +1,228 @@
+"""The run directory (onlstm.runs.RunDir): the one place that knows a run's files, the registry of run kinds,
+what a directory holds, its lock and its header written atomically."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import onlstm.lm
+import onlstm.logic  # noqa: F401  (registers the "logic-classifier" kind)
+from onlstm.checkpoint import CheckpointError, config_header, save_weights, write_json
+from onlstm.errors import WriteError
+from onlstm.models import LanguageModel
+from onlstm.runs import RunDir, RunDirError, RunKind, check_output_dir, find_kind, kind_names, register_kind
+from onlstm.runs import dirs as dirs_module
+from support import REPO
+
+OLD_RUNS = Path(__file__).parent / "fixtures" / "old-runs"
+NAMES = {RunDir.CONFIG, RunDir.VOCAB, RunDir.HISTORY, RunDir.LOG, RunDir.RESULTS, RunDir.RESUME, RunDir.LOCK}
+NAMES |= {RunDir.TENSORBOARD, RunDir.SHARED_WEIGHTS, RunDir.CARD}
+NAMES |= {RunDir.WEIGHTS.format(tag=tag) for tag in ("best", "last")}
+
+
+# --------------------------------------------------------------------------- names in one place
+
+
+def test_every_path_is_its_name_in_the_directory(tmp_path):
+    run = RunDir(tmp_path / "r")
+    paths = {
+        run.config_path: RunDir.CONFIG,
+        run.vocab_path: RunDir.VOCAB,
+        run.history_path: RunDir.HISTORY,
+        run.log_path: RunDir.LOG,
+        run.results_path: RunDir.RESULTS,
+        run.resume_path: RunDir.RESUME,
+        run.lock_path: RunDir.LOCK,
+        run.tensorboard_path: RunDir.TENSORBOARD,
+        run.shared_weights_path: RunDir.SHARED_WEIGHTS,
+        run.card_path: RunDir.CARD,
+        run.weights("best"): "model.best.safetensors",
+    }
+    for path, name in paths.items():
+        assert path == tmp_path / "r" / name
+    assert len(set(paths)) == len(paths)  # no two files share a name
+
+
+@pytest.mark.parametrize("fixture", ["lm-v1", "logic-v1"])
+def test_the_files_of_runs_written_before_are_all_named_by_the_class(fixture):
+    assert {p.name for p in (OLD_RUNS / fixture).iterdir()} <= NAMES
+
+
+def _path_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """String constants equal to a run file's name (a path part, not a sentence that mentions one; "tensorboard"
+    is a setting's name too)."""
+    files = NAMES - {RunDir.TENSORBOARD}
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in files
+    ]
+
+
+def test_no_module_but_the_run_directorys_spells_a_run_file_name():
+    # syneval writes its own results.json into its --out folder, which is not a run directory
+    allowed = {"runs/dirs.py", "syneval/cli.py"}
+    package = REPO / "src" / "onlstm"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        module = path.relative_to(package).as_posix()
+        if module not in allowed:
+            found += [f"{module}:{line}: {name!r}" for line, name in _path_literals(ast.parse(path.read_text()))]
+    assert not found, "name run files through onlstm.runs.RunDir:\n" + "\n".join(found)
+
+
+def test_the_scan_sees_a_literal_path():
+    assert _path_literals(ast.parse('p = run_dir / "config.json"\nq = "see config.json"\n')) == [(1, "config.json")]
+
+
+# --------------------------------------------------------------------------- finding weights
+
+
+def test_find_reads_both_layouts_and_falls_back_to_the_last_weights(tmp_path):
+    run = RunDir(tmp_path / "run")
+    save_weights(run.weights("last"), torch.nn.Linear(1, 1))
+    assert RunDir.find(run.path)[1] == run.weights("last")
+    save_weights(run.weights("best"), torch.nn.Linear(1, 1))
+    found, weights = RunDir.find(run.path)
+    assert found.path == run.path and weights == run.weights("best")
+    assert RunDir.find(run.weights("last"))[1] == run.weights("last")  # a weights file inside one
+    shared = RunDir(tmp_path / "shared")
+    save_weights(shared.shared_weights_path, torch.nn.Linear(1, 1))
+    assert RunDir.find(shared.path)[1] == shared.shared_weights_path
+    with pytest.raises(CheckpointError, match="holds no model.best.safetensors, model.last.safetensors or model"):
+        RunDir.find(tmp_path)
+    with pytest.raises(CheckpointError, match="neither a run directory nor a .safetensors file"):
+        RunDir.find(tmp_path / "missing")
+
+
+# --------------------------------------------------------------------------- the kind registry
+
+
+def test_the_experiments_register_their_kinds():
+    assert {"lm", "logic-classifier"} <= set(kind_names())
+    lm = find_kind("lm")
+    assert lm.title == "language-model" and lm.model is LanguageModel
+    assert lm.command({"model": {}, "train": {}}).startswith("onlstm lm train")
+    assert find_kind("logic-classifier").command({"model": {}, "train": {}}).startswith("onlstm logic train")
+
+
+def test_an_unknown_kind_is_one_clear_error():
+    for kind in ("logic-compare", None, 3):
+        with pytest.raises(CheckpointError) as caught:
+            find_kind(kind, "export", "runs/x")
+        message = str(caught.value)
+        assert message.startswith(f"runs/x: cannot export a run of kind {kind!r}") and "lm" in message
+        assert "\n" not in message
+
+
+def test_a_registered_kind_is_found_and_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(dirs_module, "_KINDS", dict(dirs_module._KINDS))  # leave the real registry as it was
+    kind = register_kind(RunKind("toy", "toy-model", torch.nn.Linear, lambda config: None))
+    assert find_kind("toy") is kind and "toy" in kind_names()
+    run = RunDir(tmp_path / "run")
+    run.write_config(config_header("toy", {}, status="finished"))
+    assert run.kind == "toy" and run.describe() == "a finished toy-model run"
+
+
+# --------------------------------------------------------------------------- describe and check
+
+
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        ({}, None),
+        ({RunDir.CONFIG: {"kind": "lm"}}, "a language-model run"),
+        ({RunDir.CONFIG: {"kind": "logic-classifier", "status": "finished"}}, "a finished logic run"),
+        (
+            {RunDir.CONFIG: {"kind": "lm"}, RunDir.RESUME: None},
+            "an interrupted language-model run (resume.safetensors)",
+        ),
+        ({RunDir.RESUME: None}, "an interrupted unknown run (resume.safetensors)"),
+        ({RunDir.CONFIG: {"kind": "new-kind"}}, "a new-kind run"),  # a kind nobody registered: by its name
+    ],
+)
+def test_describe_says_what_the_directory_holds(tmp_path, files, expected):
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    for name, content in files.items():
+        text = content if isinstance(content, str) else json.dumps(content)
+        (run.path / name).write_text("x" if content is None else text)
+    assert run.describe() == expected
+    assert check_output_dir(run.path, resume=True) == run.path  # resuming may use any of them
+    if expected is not None:
+        with pytest.raises(
+            RunDirError, match=rf"already holds a run; pass --resume .*\(found: {re.escape(expected)}\)"
+        ):
+            run.check_output(command="onlstm lm train")
+    else:
+        assert run.check_output() is run
+
+
+def test_check_output_replaces_only_its_own_kind(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.write_config({"kind": "logic-classifier", "status": "finished"})
+    assert run.check_output(replace_kind="logic-classifier") is run
+    with pytest.raises(RunDirError, match="found: a finished logic run"):
+        run.check_output(replace_kind="lm")
+
+
+def test_read_config_refuses_another_kind_naming_both(tmp_path):
+    run = RunDir(tmp_path / "run")
+    with pytest.raises(CheckpointError, match="config.json is missing"):
+        run.read_config()
+    run.write_config({"kind": "lm"})
+    assert run.read_config("lm") == {"kind": "lm"}
+    with pytest.raises(CheckpointError, match=r"kind 'lm', not a logic classifier \('logic-classifier'\); train one"):
+        run.read_config("logic-classifier", "a logic classifier", "train one")
+
+
+def test_results_come_from_the_results_file_or_the_header(tmp_path):
+    run = RunDir(tmp_path / "run")
+    assert run.results() is None
+    run.write_config({"kind": "logic-classifier", "result": {"acc": 0.5}})
+    assert run.results() == {"acc": 0.5}
+    write_json(run.results_path, {"test": {"ppl": 80.0}})
+    assert run.results() == {"test": {"ppl": 80.0}}
+
+
+# --------------------------------------------------------------------------- lock and atomic header
+
+
+def test_the_lock_is_the_directorys_lock_file(tmp_path):
+    run = RunDir(tmp_path / "new")
+    with run.lock("onlstm test"):
+        assert json.loads(run.lock_path.read_text())["command"] == "onlstm test"
+        with pytest.raises(RunDirError, match="in use by another training"):
+            run.lock("second").acquire()
+    assert not run.path.exists()  # the lock made the directory and nothing was written: it is gone again
+
+
+def test_the_header_is_written_atomically(tmp_path, monkeypatch):
+    run = RunDir(tmp_path / "run")
+    run.write_config({"kind": "lm", "status": "running"})
+
+    def refused(src, dst):
+        raise OSError(28, "No space left on device", str(dst))
+
+    monkeypatch.setattr("onlstm.files.os.replace", refused)
+    with pytest.raises(WriteError, match="config.json"):
+        run.write_config({"kind": "lm", "status": "finished"})
+    assert run.read_config()["status"] == "running"  # the header it held stays whole
+    assert [p.name for p in run.path.iterdir()] == [RunDir.CONFIG]  # no temporary file left behind
+
+
+def test_an_export_never_lands_in_a_training_run(tmp_path):
+    run = RunDir(tmp_path / "run")
+    save_weights(run.weights("best"), torch.nn.Linear(1, 1))
+    with pytest.raises(Exception, match=r"holds a training run \(model.best.safetensors\)"):
+        run.save_pretrained(torch.nn.Linear(1, 1), {"kind": "x"}, "card")
+    shared = RunDir(tmp_path / "shared")
+    shared.save_pretrained(torch.nn.Linear(1, 1), {"kind": "x"}, "card", ["a"])
+    assert {p.name for p in shared.path.iterdir()} == {RunDir.CONFIG, RunDir.VOCAB, RunDir.SHARED_WEIGHTS, RunDir.CARD}
+    assert shared.card_path.read_text() == "card" and shared.read_config() == {"kind": "x"}
