@@ -66,14 +66,12 @@ def read_json(path: Path) -> Any:
 
 def state_dict_for_saving(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The module's tensors with tied (shared) parameters stored once, contiguous, on the CPU."""
-    out, seen = {}, {}
+    out, seen = {}, set()
     for name, t in module.state_dict(keep_vars=False).items():
-        key = (t.data_ptr(), t.shape, t.dtype) if t.numel() else None
-        if key is not None and key in seen:
-            continue
-        if key is not None:
-            seen[key] = name
-        out[name] = t.detach().cpu().contiguous()
+        key = (t.data_ptr(), t.shape, t.dtype) if t.numel() else name  # empty tensors: no storage to share
+        if key not in seen:
+            seen.add(key)
+            out[name] = t.detach().cpu().contiguous()
     return out
 
 

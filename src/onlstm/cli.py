@@ -27,18 +27,11 @@ def _cmd_info(args) -> int:
     from .nn.kernels import kernel_status
 
     kernels = kernel_status()
-    info = {
-        "onlstm": __version__,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "cpp_kernel": kernels["cpp"]["available"],
-        "cpp_kernel_error": kernels["cpp"]["reason"],
-        "triton_kernel": kernels["triton"]["available"],  # the CUDA path (docs/layer.md, "The Triton path")
-        "triton_kernel_error": kernels["triton"]["reason"],
-        "kernels": kernels,
-        "cuda": torch.cuda.is_available(),
-        "kernel_selfcheck": selfcheck.info(),  # the Triton kernel against the reference loop (nn/selfcheck.py)
-    }
+    info = {"onlstm": __version__, "torch": torch.__version__, "threads": torch.get_num_threads()}
+    for name in ("cpp", "triton"):  # triton: the CUDA path (docs/layer.md, "The Triton path")
+        info[f"{name}_kernel"], info[f"{name}_kernel_error"] = kernels[name]["available"], kernels[name]["reason"]
+    # kernel_selfcheck: the Triton kernel against the reference loop (nn/selfcheck.py)
+    info.update(kernels=kernels, cuda=torch.cuda.is_available(), kernel_selfcheck=selfcheck.info())
     if args.json:
         print(json.dumps(info, indent=2))
         return 0

@@ -237,37 +237,22 @@ def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_d
     t0 = time.monotonic()
     dev_words, test_words = [t.leaves() for t in dev], [t.leaves() for t in test]
     out_dir.mkdir(parents=True, exist_ok=True)
-    dev_f, _, _ = sentence_distances(model, vocab, dev_words)
-    test_f, _, _ = sentence_distances(model, vocab, test_words)
-    n_layers = len(model.layers)
-    per_layer_dev = [evaluate(dev, trees_from_distances(dev_words, dev_f, l)).sentence.f1 for l in range(n_layers)]
-    best = max(range(n_layers), key=lambda l: per_layer_dev[l])
+    dev_f, test_f = (sentence_distances(model, vocab, words)[0] for words in (dev_words, test_words))
+    layers = range(len(model.layers))
+    per_layer_dev = [evaluate(dev, trees_from_distances(dev_words, dev_f, l)).sentence.f1 for l in layers]
+    best = max(layers, key=lambda l: per_layer_dev[l])
+    preds = [trees_from_distances(test_words, test_f, l) for l in layers]
     per_layer_test = []
-    for l in range(n_layers):
-        ev = evaluate(test, trees_from_distances(test_words, test_f, l))
-        per_layer_test.append(
-            {
-                "layer": l + 1,
-                "sentence_f1": ev.sentence.f1,
-                "corpus_f1": ev.corpus.f1,
-                "evalb_f1": ev.evalb.f1,
-                "dev_sentence_f1": per_layer_dev[l],
-            }
-        )
-    pred = trees_from_distances(test_words, test_f, best)
-    parse_seconds = time.monotonic() - t0
-    baselines = score_baselines(test, draws=5, seed=cfg.seed)
+    for l in layers:
+        ev = evaluate(test, preds[l])
+        row = {"layer": l + 1, "sentence_f1": ev.sentence.f1, "corpus_f1": ev.corpus.f1, "evalb_f1": ev.evalb.f1}
+        per_layer_test.append({**row, "dev_sentence_f1": per_layer_dev[l]})
+    scores = dict(best=best, layers=per_layer_test, pred=preds[best], parse_seconds=time.monotonic() - t0)
+    scores["baselines"] = baselines = score_baselines(test, draws=5, seed=cfg.seed)
     write_text(out_dir / "test_gold.txt", "\n".join(to_brackets(unlabel(t)) for t in test) + "\n")
-    write_text(out_dir / "test_pred.txt", "\n".join(to_brackets(t) for t in pred) + "\n")
-    beats = all(per_layer_test[best]["sentence_f1"] > b["sentence_f1"] for b in baselines.values())
-    return {
-        "best": best,
-        "layers": per_layer_test,
-        "pred": pred,
-        "baselines": baselines,
-        "beats": beats,
-        "parse_seconds": parse_seconds,
-    }
+    write_text(out_dir / "test_pred.txt", "\n".join(to_brackets(t) for t in preds[best]) + "\n")
+    scores["beats"] = all(per_layer_test[best]["sentence_f1"] > b["sentence_f1"] for b in baselines.values())
+    return scores
 
 
 def _plot_example(model: LanguageModel, vocab: Vocab, test, best: int, out_dir: Path) -> list:

@@ -1,36 +1,20 @@
-"""Training of the AWD-style language model: the paper's recipe, exact resume, several processes.
+"""Training of the AWD-style language model: the paper's recipe (docs/design.md §2.1, docs/lm.md), exact resume,
+several processes.
 
-The recipe (docs/design.md §2.1, the reference ``main.py``):
+* The training text is cut into ``batch_size`` columns read in BPTT segments of variable length
+  (:func:`onlstm.lm.data.bptt_schedule`), the recurrent state carried (detached) between segments and reset at
+  every epoch (a stateless encoder, the Transformer, carries none); a step's learning rate is ``lr * seq_len / bptt``.
+* Loss = cross-entropy + AR on the last layer's output (before its dropout with ``ar_target: raw``, as the
+  ON-LSTM code; after it with ``dropped``, as AWD-LSTM's) + TAR; gradient norm clipped at ``clip``.
+* SGD until validation stops improving (NT-ASGD, ``nonmono``), then, as the authors, a fresh
+  ``torch.optim.ASGD(t0=0, lambd=0.)``; validation, the best weights and the final test use its average ``ax``,
+  which is optimizer state and so resumed exactly.
 
-* the training text is cut into ``batch_size`` contiguous columns, read in segments of variable length
-  (:func:`onlstm.lm.data.bptt_schedule`), the recurrent state carried (detached) from one segment to
-  the next and reset at every epoch (an encoder with ``stateful=False`` in the registry, the Transformer,
-  carries none: the model returns no state and every segment is read afresh); each step's learning rate is ``lr * seq_len / bptt``;
-* loss = cross-entropy (full softmax) + AR ``alpha * mean(out^2)`` (``out`` the last layer's output
-  before its dropout with ``ar_target: raw``, as the authors' ON-LSTM code; after it with ``dropped``,
-  as AWD-LSTM's) + TAR ``beta * mean((raw_t - raw_{t-1})^2)`` on the last layer; gradient norm
-  clipped at ``clip``;
-* SGD (weight decay) until validation stops improving (NT-ASGD: worse than the best of all but the
-  last ``nonmono`` SGD epochs), then, as the authors, a fresh ``torch.optim.ASGD(t0=0, lambd=0.)``
-  driven by the same loop: its step size is the previous step's scaled rate and its average ``ax``
-  starts from the second iterate (docs/lm.md); validation, the best checkpoint and the final test use
-  ``ax``, which is optimizer state and so saved and resumed exactly.
-
-The run directory (:class:`onlstm.runs.RunDir` names its files) holds the header (kind "lm", the model, train and
-data settings), the vocabulary, the best weights (best validation loss) and the last ones (both averaged once
-averaging started), the resume file (raw weights, optimizer tensors, averaged weights, RNG state, the carried
-recurrent state; epoch, position and histories as JSON in its metadata), the log (a row per epoch), the results
-(the final test of the best weights) and tensorboard's curves when the package is installed.
-
-The loop (epochs, ``max_steps``, validation, best/last, Ctrl-C, resume) is :class:`onlstm.runs.engine.Engine`'s;
-:class:`Trainer` plugs in what is the language model's. Resume continues exactly: a run stopped anywhere
-(``max_steps``, Ctrl-C, during a validation, a checkpoint every ``checkpoint_every`` batches) and resumed gives
-the same weights, bit for bit, as an uninterrupted run on the same machine and thread count.
-
-Several processes: every process owns ``batch_size / world`` consecutive columns; the random state is
-the same on every process and dropout masks are drawn for the whole batch and sliced, so a run on N
-processes computes what one process with the whole batch computes (up to floating-point reduction
-order). Checkpoints hold the whole batch's state, so a run can be resumed with another process count.
+The loop is :class:`onlstm.runs.engine.Engine`'s; :class:`Trainer` plugs in the language model's part. A run
+stopped anywhere and resumed gives the same weights, bit for bit, as an uninterrupted one (same machine and
+threads). On N processes each owns ``batch_size / N`` columns with the same random state and dropout masks drawn
+for the whole batch, so it computes what one process computes; checkpoints hold the whole batch's state, so a run
+can resume on another process count. The run directory's files are :class:`onlstm.runs.RunDir`'s.
 """
 
 from __future__ import annotations
@@ -76,7 +60,7 @@ from ..runs import (
     write_resume,
 )
 from ..runs.engine import Budget, Check, Engine, Progress, update
-from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section
+from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section, load_config
 from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
 from .evaluate import Interrupted, perplexity
@@ -197,24 +181,10 @@ def is_averaging_state(opt_meta: dict) -> bool:
     return "t0" in groups[0]
 
 
-def _flatten_state(state) -> tuple[dict[str, torch.Tensor], list[int]]:
-    tensors, layout = {}, []
-    for i, s in enumerate(state):
-        parts = [s] if torch.is_tensor(s) else list(s)
-        layout.append(0 if torch.is_tensor(s) else len(parts))
-        for j, t in enumerate(parts):
-            tensors[f"hidden.{i}.{j}"] = t
-    return tensors, layout
-
-
-def _unflatten_state(tensors: dict[str, torch.Tensor], layout: list[int], device) -> list:
-    out = []
-    for i, n in enumerate(layout):
-        if n == 0:
-            out.append(tensors[f"hidden.{i}.0"].to(device))
-        else:
-            out.append(tuple(tensors[f"hidden.{i}.{j}"].to(device) for j in range(n)))
-    return out
+@torch.no_grad()
+def _assign(params: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+    for p, v in zip(params, values):
+        p.copy_(v)
 
 
 # --------------------------------------------------------------------------- run directory
@@ -255,8 +225,7 @@ def write_log_csv(path: Path, history: list[dict]) -> None:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=LOG_COLUMNS, extrasaction="ignore")
     w.writeheader()
-    for row in history:
-        w.writerow(row)
+    w.writerows(history)
     atomic_write(path, lambda tmp: Path(tmp).write_text(buf.getvalue()))
 
 
@@ -329,8 +298,6 @@ class Trainer:
                 )
             return merge_for_resume(run_config_from_saved(run.read_config()), explicit)
         run.check_output(command="onlstm lm train")
-        from .config import load_config
-
         return load_config(None, explicit)
 
     def _load_data(self) -> None:
@@ -432,15 +399,11 @@ class Trainer:
             yield
             return
         saved = [p.detach().clone() for p in self.params]
-        with torch.no_grad():
-            for p, a in zip(self.params, avg):
-                p.copy_(a)
+        _assign(self.params, avg)
         try:
             yield
         finally:
-            with torch.no_grad():
-                for p, s in zip(self.params, saved):
-                    p.copy_(s)
+            _assign(self.params, saved)
 
     def _start_averaging(self) -> str:
         # the authors replace the optimizer by a fresh torch ASGD at the switch: so do we (no state carried)
@@ -517,22 +480,19 @@ class Trainer:
         since["loss"].zero_()
         return self._postfix
 
+    def _perplexity(self, model, split: str, protocol: str, batch_size: int, stop: StopRequest | None, **kw):
+        """``model``'s perplexity on ``split``, stopped (Interrupted) when ``stop`` is requested."""
+        should_stop = (lambda: stop.requested) if stop is not None else None
+        ids, bptt, device = self.corpus[split].ids, self.cfg.bptt, self.ctx.device
+        return perplexity(model, ids, protocol, batch_size, bptt, device, should_stop=should_stop, **kw)
+
     def validate(self):
         """The validation perplexity of the weights evaluation uses (raises Interrupted on Ctrl-C)."""
-        stop = self.engine.stop if self.engine is not None else None
+        ctx = self.ctx
+        stop = self.engine.stop if self.engine is not None and not ctx.distributed else None
+        shard = {"rank": ctx.rank, "world": ctx.world, "reduce": ctx.all_reduce_sum}  # every process its share
         with self.eval_weights():
-            return perplexity(
-                self.model,
-                self.corpus["valid"].ids,
-                "batched",
-                self.cfg.eval_batch_size,
-                self.cfg.bptt,
-                self.ctx.device,
-                rank=self.ctx.rank,
-                world=self.ctx.world,
-                reduce=self.ctx.all_reduce_sum,
-                should_stop=(lambda: stop.requested) if stop is not None and not self.ctx.distributed else None,
-            )
+            return self._perplexity(self.model, "valid", "batched", self.cfg.eval_batch_size, stop, **shard)
 
     def validation(self, prog: Progress) -> Check:
         """The epoch's row of the log (its best is filled in by :meth:`after_check`)."""
@@ -584,12 +544,13 @@ class Trainer:
     def save_state(self, prog: Progress, history: list[dict]) -> None:
         """Write the resume file, the last weights and the log (all processes take part: the state is gathered)."""
         self._flush()
+        # the carried state as hidden.<layer>.<part>, the layout saying how many parts each layer has (0: one tensor)
         tensors: dict[str, torch.Tensor] = {}
         layout: list[int] = []
-        if self.hidden is not None and prog.pos > 0:
-            flat, layout = _flatten_state(self.hidden)
-            for k, t in flat.items():
-                tensors[k] = self.ctx.gather_columns(t.detach(), dim=1).cpu().contiguous()
+        for i, s in enumerate(self.hidden if self.hidden is not None and prog.pos > 0 else []):
+            layout.append(0 if torch.is_tensor(s) else len(s))
+            for j, t in enumerate([s] if torch.is_tensor(s) else s):
+                tensors[f"hidden.{i}.{j}"] = self.ctx.gather_columns(t.detach(), dim=1).cpu().contiguous()
         if not self.ctx.is_main:
             self.ctx.barrier()
             return
@@ -605,13 +566,8 @@ class Trainer:
     # -- resume ----------------------------------------------------------------------------------
     def _load(self, path: Path) -> None:
         fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
-        tensors, meta = read_resume(
-            path,
-            RESUME_FORMAT,
-            "an onlstm language-model resume file",
-            ("model_config", "progress", "optimizer", "hidden_layout"),
-            fix,
-        )
+        keys = ("model_config", "progress", "optimizer", "hidden_layout")
+        tensors, meta = read_resume(path, RESUME_FORMAT, "an onlstm language-model resume file", keys, fix)
         try:
             self.prog, self.history = progress_from_saved(meta["progress"], self.pass_length)
         except (KeyError, TypeError) as e:
@@ -654,18 +610,18 @@ class Trainer:
             }
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
-        """The saved recurrent state (all columns), cut to this process's columns."""
-        full = _unflatten_state(tensors, layout, "cpu")
+        """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""
         start, stop = column_share(self.cfg.batch_size, self.ctx.rank, self.ctx.world)
 
-        def cut(t):
+        def cut(i: int, j: int) -> torch.Tensor:
+            t = tensors[f"hidden.{i}.{j}"]
             if t.shape[1] != self.cfg.batch_size:
                 raise CheckpointError(
                     f"{path}: saved state has {t.shape[1]} columns, batch_size is {self.cfg.batch_size}"
                 )
             return t[:, start:stop].contiguous().to(self.ctx.device)
 
-        return [cut(s) if torch.is_tensor(s) else tuple(cut(t) for t in s) for s in full]
+        return [cut(i, 0) if n == 0 else tuple(cut(i, j) for j in range(n)) for i, n in enumerate(layout)]
 
     # -- the loss, divergence and the run ----------------------------------------------------------
     def _flush(self) -> None:
@@ -683,13 +639,9 @@ class Trainer:
         self._clock = now
         if not self.ctx.any(not math.isfinite(prog.task["epoch_loss_sum"])):
             return
-        kept = [
-            f"{self.rundir.weights('best').name} (valid ppl {math.exp(-prog.best):.2f})"
-            if prog.best is not None
-            else "",
-            RunDir.RESUME if self.rundir.resume_path.exists() else "",
-        ]
-        kept = [k for k in kept if k]
+        best = self.rundir.weights("best").name
+        kept = [f"{best} (valid ppl {math.exp(-prog.best):.2f})"] if prog.best is not None else []
+        kept += [RunDir.RESUME] if self.rundir.resume_path.exists() else []
         raise TrainingDiverged(
             f"training diverged: the training loss is {prog.task['epoch_loss_sum'] / max(prog.task['epoch_tokens'], 1)}"
             f" in epoch {prog.epoch + 1} (by step {prog.step}); the diverged weights were not saved"
@@ -761,20 +713,15 @@ class Trainer:
         elif ctx.is_main:
             model = LanguageModel(self.model_config).to(ctx.device)
             load_weights(best, model)
-            splits = (("valid", "batched", cfg.eval_batch_size, False), ("test", None, cfg.test_batch_size, True))
+            test_protocol = "paper" if cfg.test_batch_size == 1 else "batched"
+            splits = (
+                ("valid", "batched", cfg.eval_batch_size, False),
+                ("test", test_protocol, cfg.test_batch_size, True),
+            )
             try:
                 with StopRequest() as stop:
                     valid, test = [
-                        perplexity(
-                            model,
-                            self.corpus[split].ids,
-                            protocol or ("paper" if size == 1 else "batched"),
-                            size,
-                            cfg.bptt,
-                            ctx.device,
-                            progress=cfg.progress and bar,
-                            should_stop=lambda: stop.requested,
-                        )
+                        self._perplexity(model, split, protocol, size, stop, progress=cfg.progress and bar)
                         for split, protocol, size, bar in splits
                     ]
             except Interrupted:
@@ -808,8 +755,6 @@ def train(
     user (config file and flags). Returns ``{"status", "progress"}``; joins the process group under torchrun."""
     run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train")
     if not resume:  # every setting checked (the model's too) before anything is created or read
-        from .config import load_config
-
         load_config(None, explicit or {}).model_config(vocab_size=1)
     main = int(os.environ.get("RANK", "0")) == 0  # under torchrun the first process holds the lock
     try:

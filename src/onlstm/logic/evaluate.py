@@ -13,6 +13,7 @@ gets its length from its formulas the same way. Summary columns pool the pairs o
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -69,22 +70,19 @@ class LengthAccuracy:
                 str(k): {"correct": self.correct.get(k, 0), "total": self.total[k], "accuracy": self.accuracy(k)}
                 for k in self.lengths
             },
-            **{k: v for k, v in self.summary().items()},
+            **self.summary(),
         }
 
 
 def count_by_length(examples: list[Example], predictions: Iterable[int | str]) -> LengthAccuracy:
     """Tally predictions (class indices or labels) against the examples' labels, per length."""
-    result = LengthAccuracy()
     predictions = list(predictions)
     if len(predictions) != len(examples):
         raise ValueError(f"{len(predictions)} predictions for {len(examples)} examples")
-    for ex, p in zip(examples, predictions):
-        label = RELATIONS[p] if isinstance(p, int) else p
-        k = length_of(ex)
-        result.total[k] = result.total.get(k, 0) + 1
-        result.correct[k] = result.correct.get(k, 0) + int(label == ex.label)
-    return result
+    labels = [RELATIONS[p] if isinstance(p, int) else p for p in predictions]
+    right = Counter(length_of(ex) for ex, label in zip(examples, labels) if label == ex.label)
+    total = Counter(map(length_of, examples))
+    return LengthAccuracy({k: right[k] for k in total}, dict(total))
 
 
 def majority_baseline(examples: list[Example]) -> LengthAccuracy:
@@ -126,15 +124,15 @@ def _pct(x: float) -> str:
     return "–" if math.isnan(x) else f"{100 * x:.1f}"
 
 
-def _pct_std(xs: list[float]) -> str:
+def mean_std(xs: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation of the numbers that are not NaN (NaN mean for none, no std below two)."""
     xs = [x for x in xs if not math.isnan(x)]
-    if not xs:
-        return "–"
-    mean = sum(xs) / len(xs)
-    if len(xs) == 1:
-        return f"{100 * mean:.1f}"
-    std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
-    return f"{100 * mean:.1f} ± {100 * std:.1f}"
+    return (statistics.fmean(xs) if xs else math.nan), (statistics.stdev(xs) if len(xs) > 1 else None)
+
+
+def _pct_std(xs: list[float]) -> str:
+    mean, std = mean_std(xs)
+    return "–" if math.isnan(mean) else f"{100 * mean:.1f}" + ("" if std is None else f" ± {100 * std:.1f}")
 
 
 SUMMARY_COLUMNS = ("<=6", "7-12", "all")

@@ -98,16 +98,11 @@ class LogicClassifier(nn.Module):
             self.embedding.weight[0].zero_()
         self.encoder = make_encoder(c.cell, c.emb_size, c.hidden_size, **c.layer_options())
         n_feat = 4 * c.hidden_size
+        # dropout, [linear, activation, dropout,] linear: the saved weights are named by these positions
+        layers: list[nn.Module] = [nn.Dropout(c.dropout)]
         if c.mlp_hidden:
-            self.mlp = nn.Sequential(
-                nn.Dropout(c.dropout),
-                nn.Linear(n_feat, c.mlp_hidden),
-                _ACTIVATIONS[c.mlp_activation](),
-                nn.Dropout(c.dropout),
-                nn.Linear(c.mlp_hidden, c.n_classes),
-            )
-        else:
-            self.mlp = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(n_feat, c.n_classes))
+            layers += [nn.Linear(n_feat, c.mlp_hidden), _ACTIVATIONS[c.mlp_activation](), nn.Dropout(c.dropout)]
+        self.mlp = nn.Sequential(*layers, nn.Linear(c.mlp_hidden or n_feat, c.n_classes))
 
     def encode(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Encode formulas: ``tokens`` (T, N) padded, ``lengths`` (N,) -> hidden state at each last token (N, H)."""
@@ -126,10 +121,7 @@ class LogicClassifier(nn.Module):
         """``[h1, h2, h1*h2, |h1-h2|]`` (B, 4H); both formulas go through the encoder in one call."""
         n = a_tokens.shape[1]
         t = max(a_tokens.shape[0], b_tokens.shape[0])
-        both = torch.cat(
-            [F.pad(a_tokens, (0, 0, 0, t - a_tokens.shape[0])), F.pad(b_tokens, (0, 0, 0, t - b_tokens.shape[0]))],
-            dim=1,
-        )  # (T, 2B)
+        both = torch.cat([F.pad(x, (0, 0, 0, t - x.shape[0])) for x in (a_tokens, b_tokens)], dim=1)  # (T, 2B)
         h = self.encode(both, torch.cat([a_lengths, b_lengths]))  # (2B, H)
         return pair_features(h[:n], h[n:])
 
@@ -177,17 +169,9 @@ def load_classifier(
     Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when
     the checkpoint is of another kind (e.g. a language model).
     """
-    run = load_run(
-        checkpoint,
-        KIND,
-        lambda section: LogicClassifier(LogicModelConfig.from_dict(section)),
-        tag=tag,
-        device=device,
-        vocab=_read_tokens,
-        check=_check_tokens,
-        what="a logic classifier",
-        hint="train one with `onlstm logic train`",
-    )
+    build = lambda section: LogicClassifier(LogicModelConfig.from_dict(section))
+    opts = {"vocab": _read_tokens, "check": _check_tokens, "what": "a logic classifier"}
+    run = load_run(checkpoint, KIND, build, tag=tag, device=device, **opts, hint="train one with `onlstm logic train`")
     return run.model, run.config
 
 

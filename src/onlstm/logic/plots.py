@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from ..files import save_figure
-from .evaluate import LengthAccuracy
+from .evaluate import LengthAccuracy, mean_std
 
 
 def plot_accuracy_by_length(
@@ -21,24 +21,15 @@ def plot_accuracy_by_length(
     Several results per model: the line is the mean, the band ± one sample standard deviation,
     and each run is drawn faintly. A dashed vertical line marks the longest length trained on.
     """
-    plt = _pyplot()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = _pyplot().subplots(figsize=(6.4, 4.2))
     for name, results in rows:
         lengths = sorted({k for r in results for k in r.lengths})
         per_run = [[100 * r.accuracy(k) for k in lengths] for r in results]
-        mean = [_mean([run[i] for run in per_run]) for i in range(len(lengths))]
+        mean, std = zip(*(mean_std(list(at_length)) for at_length in zip(*per_run)))
         (line,) = ax.plot(lengths, mean, marker="o", label=f"{name} (n={len(results)})")
         if len(results) > 1:
-            std = [_std([run[i] for run in per_run]) for i in range(len(lengths))]
-            ax.fill_between(
-                lengths,
-                [m - s for m, s in zip(mean, std)],
-                [m + s for m, s in zip(mean, std)],
-                color=line.get_color(),
-                alpha=0.2,
-            )
+            low, high = [m - (s or 0.0) for m, s in zip(mean, std)], [m + (s or 0.0) for m, s in zip(mean, std)]
+            ax.fill_between(lengths, low, high, color=line.get_color(), alpha=0.2)
             for run in per_run:
                 ax.plot(lengths, run, color=line.get_color(), alpha=0.25, linewidth=0.8)
     if train_max_ops is not None:
@@ -53,10 +44,7 @@ def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path, t
     ``runs``: ``(model name, history)`` per run, ``history`` as in a run's :attr:`~onlstm.runs.RunDir.history_path`; runs of the same
     model share a colour.
     """
-    plt = _pyplot()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = _pyplot().subplots(figsize=(6.4, 4.2))
     colours: dict[str, str] = {}
     for name, history in runs:
         if not history:
@@ -79,9 +67,6 @@ def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path, tit
     """Validation accuracy against step, one panel per operator count, one colour per model (runs of the same
     model share it); from the ``valid_by_ops`` of each history record (runs without it are left out).
     Shaded spans mark the steps a curriculum trained on shorter pairs than the longest."""
-    plt = _pyplot()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     runs = [(name, [r for r in h if r.get("valid_by_ops")]) for name, h in runs]
     runs = [(name, h) for name, h in runs if h]
     if not runs:
@@ -91,7 +76,7 @@ def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path, tit
     counts = sorted({int(k) for _, h in runs for r in h for k in r["valid_by_ops"]})
     cols = min(len(counts), 4)
     rows = math.ceil(len(counts) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), sharex=True, squeeze=False)
+    fig, axes = _pyplot().subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), sharex=True, squeeze=False)
     colours: dict[str, str] = {}
     for ax, k in zip(axes.flat, counts):
         for name, history in runs:
@@ -109,10 +94,7 @@ def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path, tit
     fig.supylabel("validation accuracy (%)", fontsize=9)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, path, dpi=120)
-    plt.close(fig)
-    return path
+    return _write(fig, path)
 
 
 def _shade_curriculum(axes, history: list[dict]) -> None:
@@ -125,7 +107,7 @@ def _shade_curriculum(axes, history: list[dict]) -> None:
             ax.axvspan(0, max(short), color="grey", alpha=0.12, linewidth=0)
 
 
-def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str | None, legend_size=None) -> Path:
+def _save(fig, ax, path: str | Path, xlabel: str, ylabel: str, title: str | None, legend_size=None) -> Path:
     """Labels, grid, legend and title on ``ax``; write ``fig`` to ``path`` and close it."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -133,6 +115,13 @@ def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str | None, lege
     ax.legend(fontsize=legend_size)
     if title:
         ax.set_title(title, fontsize=10)
+    return _write(fig, path)
+
+
+def _write(fig, path: str | Path) -> Path:
+    """Write ``fig`` to ``path`` (its folder created; the format from the suffix) and close it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
     _pyplot().close(fig)
@@ -148,16 +137,3 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _mean(xs: list[float]) -> float:
-    xs = [x for x in xs if not math.isnan(x)]
-    return sum(xs) / len(xs) if xs else math.nan
-
-
-def _std(xs: list[float]) -> float:
-    xs = [x for x in xs if not math.isnan(x)]
-    if len(xs) < 2:
-        return 0.0
-    m = sum(xs) / len(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))

@@ -1,26 +1,17 @@
-"""Training of :class:`~onlstm.logic.model.LogicClassifier` on formula pairs with few operators.
+"""Training of :class:`~onlstm.logic.model.LogicClassifier` on formula pairs with few operators. The paper's
+protocol: train on pairs of at most 6 operators, hold out 10 % of them for validation, stop early on validation
+accuracy, test on 7 … 12 operators (:mod:`onlstm.logic.evaluate`).
 
-The paper's protocol: train on pairs whose larger operator count is at most 6, hold out 10 % of
-them for validation, stop early on validation accuracy, test on 7 … 12 operators (see
-:mod:`onlstm.logic.evaluate`).
-
-The run directory ``out`` (:class:`onlstm.runs.RunDir` names its files, each written atomically) holds the header
-(kind, model, train and data settings, status and result), the token strings by id (id 0 = padding), the history
-(one record per validation check), the best weights (best validation accuracy so far) and the last ones (the last
-check, or the interruption), and until the run finishes the resume file: everything needed to go on exactly
-(weights, Adam state, RNG state, batch order, position in the epoch, best/patience/schedule counters; no pickle).
-
-Ctrl-C (or SIGTERM) stops training after the current step: the last weights and the resume file are
-saved, ``status`` becomes ``interrupted`` and the best checkpoint is kept; a second Ctrl-C aborts at
-once (the resume file of the last validation check stays). ``train(..., resume=True)`` (``onlstm
-logic train --resume``) goes on from the resume file and gives the same weights, bit for bit, as a run
-that was never interrupted.
+The loop, Ctrl-C and an exact resume are :class:`onlstm.runs.engine.Engine`'s; :class:`LogicTask` plugs in the
+classifier's part. The run directory's files are :class:`onlstm.runs.RunDir`'s; until the run finishes its resume
+file holds all that going on exactly needs (weights, Adam and random state, batch order, position, counters).
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -187,11 +178,7 @@ def accuracy(model: LogicClassifier, data: list[Encoded], batch_size: int = 512)
 
 def accuracy_by_ops(flags: list[bool], ops: list[int]) -> dict[str, float]:
     """Accuracy per larger operator count (keys are the counts as strings, for JSON)."""
-    right: dict[int, int] = {}
-    total: dict[int, int] = {}
-    for ok, k in zip(flags, ops, strict=True):
-        total[k] = total.get(k, 0) + 1
-        right[k] = right.get(k, 0) + ok
+    total, right = Counter(ops), Counter(k for ok, k in zip(flags, ops, strict=True) if ok)
     return {str(k): right[k] / total[k] for k in sorted(total)}
 
 
@@ -340,13 +327,8 @@ class LogicTask:
         self.device = resolve_device(cfg.device)
         torch.manual_seed(cfg.seed)
         self.model = LogicClassifier(model_cfg).to(self.device)
-        self.opt = torch.optim.Adam(
-            self.model.parameters(),
-            lr=cfg.lr,
-            betas=(cfg.adam_beta1, 0.999),
-            eps=cfg.adam_eps,
-            weight_decay=cfg.weight_decay,
-        )
+        adam = {"betas": (cfg.adam_beta1, 0.999), "eps": cfg.adam_eps, "weight_decay": cfg.weight_decay}
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, **adam)
         self.schedule = PlateauSchedule(self.opt, cfg.lr_decay, cfg.lr_patience, cfg.min_lr)
         self.steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
         self.order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
@@ -465,13 +447,9 @@ class LogicTask:
     # -- resume and the end -------------------------------------------------------------------------
     def restore(self) -> tuple[Progress, list[dict]]:
         path = self.rundir.resume_path
-        tensors, meta = read_resume(
-            path,
-            (RESUME_FORMAT, RESUME_FORMAT_1),
-            "a logic resume file",
-            ("progress", "optimizer"),
-            "train again without --resume (into a new --out, or after removing this one)",
-        )
+        fix = "train again without --resume (into a new --out, or after removing this one)"
+        formats = (RESUME_FORMAT, RESUME_FORMAT_1)
+        tensors, meta = read_resume(path, formats, "a logic resume file", ("progress", "optimizer"), fix)
         prog = progress_from_saved(meta["progress"])
         restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
         self.schedule.bad = prog.task["schedule_bad"]
@@ -487,22 +465,11 @@ class LogicTask:
         prog = engine.progress
         if stopped_by in ("interrupted", "aborted"):
             stopped_by = self._save_interrupted(engine, stopped_by)
-        seconds = engine.elapsed()
-        epochs = round(prog.step / self.steps_per_epoch, 3)
-        result = TrainResult(
-            self.out,
-            prog.best or 0.0,
-            prog.best_step,
-            prog.step,
-            epochs,
-            seconds,
-            stopped_by,
-            len(self.train_data),
-            len(self.valid_data),
-            engine.history,
-        )
-        summary = {"best_valid_accuracy": result.best_valid_accuracy, "best_step": prog.best_step}
-        summary.update(steps=prog.step, epochs=epochs, seconds=round(seconds, 1), stopped_by=stopped_by)
+        seconds, epochs = engine.elapsed(), round(prog.step / self.steps_per_epoch, 3)
+        summary = {"best_valid_accuracy": prog.best or 0.0, "best_step": prog.best_step, "steps": prog.step}
+        summary.update(epochs=epochs, seconds=round(seconds, 1), stopped_by=stopped_by)
+        sizes = {"n_train": len(self.train_data), "n_valid": len(self.valid_data)}
+        result = TrainResult(self.out, **{**summary, "seconds": seconds}, **sizes, history=engine.history)
         self.write_status("interrupted" if stopped_by == "interrupted" else "finished", summary)
         if stopped_by != "interrupted":
             self.rundir.resume_path.unlink(missing_ok=True)  # a finished run is not resumed (see _check_resumable)
@@ -518,20 +485,13 @@ class LogicTask:
         self.save_weights("last")
         if stopped_by == "interrupted":
             engine.save_state()
-        resumable = (
-            "resume with --resume"
-            if stopped_by == "interrupted"
-            else (
-                "resume with --resume from the last validation check"
-                if self.rundir.resume_path.exists()
-                else "not resumable"
-            )
-        )
-        best = (
-            f"kept (valid acc {100 * prog.best:.2f}% at step {prog.best_step})"
-            if prog.best is not None
-            else "not written yet (no validation check done)"
-        )
+        resumable = "resume with --resume"
+        if stopped_by == "aborted":  # a second Ctrl-C: only the resume file of the last check, if any, is there
+            has_file = self.rundir.resume_path.exists()
+            resumable = resumable + " from the last validation check" if has_file else "not resumable"
+        best = "not written yet (no validation check done)"
+        if prog.best is not None:
+            best = f"kept (valid acc {100 * prog.best:.2f}% at step {prog.best_step})"
         self.log(f"interrupted at step {prog.step}: last weights saved ({resumable}); best checkpoint {best}")
         return "interrupted"
 

@@ -253,14 +253,6 @@ def load_language_model_run(
                 f"{run.model.config.vocab_size}; the run directory is inconsistent"
             )
 
-    return load_run(
-        checkpoint,
-        KIND,
-        lambda section: LanguageModel(LMConfig.from_dict(section)),
-        tag=tag,
-        device=device,
-        vocab=Vocab.load,
-        check=check,
-        what="a language model",
-        hint=hint,
-    )
+    build = lambda section: LanguageModel(LMConfig.from_dict(section))
+    opts = {"vocab": Vocab.load, "check": check, "what": "a language model", "hint": hint}
+    return load_run(checkpoint, KIND, build, tag=tag, device=device, **opts)

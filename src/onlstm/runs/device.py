@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Callable
 
 import torch
 
@@ -41,10 +40,9 @@ class StopRequest:
     """Ctrl-C (SIGINT) or SIGTERM asks the run to stop after the current step and save a resumable
     checkpoint; a second Ctrl-C aborts at once without saving."""
 
-    def __init__(self, log: Callable[[str], None] | None = None):
+    def __init__(self) -> None:
         self.requested = False
         self._old: dict = {}
-        self._log = log
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -57,12 +55,8 @@ class StopRequest:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
         if not self.requested:
-            print(
-                "\nstopping after this step and saving a resumable checkpoint "
-                "(press Ctrl-C again to abort without saving)",
-                file=sys.stderr,
-                flush=True,
-            )
+            msg = "stopping after this step and saving a resumable checkpoint (press Ctrl-C again to abort without saving)"
+            print(f"\n{msg}", file=sys.stderr, flush=True)
         self.requested = True
 
     def __exit__(self, *exc):

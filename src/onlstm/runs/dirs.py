@@ -26,17 +26,10 @@ class RunDirError(OnlstmError, ValueError):
     ``--resume``, it is locked by a training in progress, or its settings do not fit."""
 
 
-def _nearest_existing(path: Path) -> Path:
-    for p in (path, *path.parents):
-        if p.exists():
-            return p
-    return Path(".")
-
-
 def _check_writable(path: Path, flag: str) -> None:
     """``path`` (which may not exist yet) can be created and written: its nearest existing ancestor is a
     directory we can create a file in (tried for real: ``os.access`` says yes to root on read-only mounts)."""
-    base = _nearest_existing(path)
+    base = next((p for p in (path, *path.parents) if p.exists()), Path("."))  # the nearest existing ancestor
     if not base.is_dir():
         raise InputError(f"{flag} {path}: {base} is a file, not a directory; choose another {flag}")
     try:
@@ -177,11 +170,7 @@ class RunDir:
 
     def header(self) -> dict:
         """``config.json`` as far as it can be read ({} when it cannot)."""
-        try:
-            header = json.loads(self.config_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return header if isinstance(header, dict) else {}
+        return _json_dict(self.config_path) or {}
 
     @property
     def kind(self) -> str | None:
@@ -261,6 +250,17 @@ def check_output_dir(path: str | Path, **options) -> Path:
 # --------------------------------------------------------------------------- one training per directory
 
 
+def _json_dict(path: Path) -> dict | None:
+    """``path``'s JSON object: None when the file is missing, {} when it cannot be read or holds no object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -292,13 +292,7 @@ class RunLock:
 
     def owner(self) -> dict | None:
         """The lock file's content (None when there is no lock; ``{}`` when it is unreadable)."""
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        return _json_dict(self.path)
 
     def is_stale(self, owner: dict) -> bool:
         """A lock from this host whose process is gone."""

@@ -171,14 +171,9 @@ class Engine:
         """The rest of the pass in progress; returns ``epochs`` when it ended and training goes on."""
         prog = self.progress
         batches = self.task.pass_batches(prog)
-        self.bar = progress_bar(
-            self.show_bar,
-            total=len(batches),
-            initial=prog.pos,
-            desc=f"{self.desc} epoch {prog.epoch + 1}/{self.budget.epochs}".strip(),
-            leave=False,
-            dynamic_ncols=True,
-        )
+        desc = f"{self.desc} epoch {prog.epoch + 1}/{self.budget.epochs}".strip()
+        bar = {"total": len(batches), "initial": prog.pos, "desc": desc, "leave": False, "dynamic_ncols": True}
+        self.bar = progress_bar(self.show_bar, **bar)
         for k in range(prog.pos, len(batches)):
             loss = self.task.train_step(batches[k], prog)
             if loss is not None and not math.isfinite(loss):
