@@ -69,16 +69,8 @@ def option(
     range. ``check(value, where)``: a check of its own, raising :class:`ConfigError`. A list or dict default
     is copied for every instance.
     """
-    meta = {
-        "help": help,
-        "choices": tuple(choices) if choices else None,
-        "flag": flag and fixed is None,
-        "fixed": fixed,
-        "default_text": default_text,
-        "omit_default": omit_default,
-        "bounds": bounds,
-        "check": check,
-    }
+    meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag and fixed is None}
+    meta.update(fixed=fixed, default_text=default_text, omit_default=omit_default, bounds=bounds, check=check)
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

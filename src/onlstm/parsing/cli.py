@@ -85,7 +85,6 @@ def _add_commands(sub: argparse._SubParsersAction, alias_of: str = "") -> None:
         batch_size,
         arg("--json", action="store_true", help="print one JSON object with every number"),
     )
-    _add_compare_trees(command)
     plot = command(
         "plot",
         _cmd_plot,
@@ -97,6 +96,7 @@ def _add_commands(sub: argparse._SubParsersAction, alias_of: str = "") -> None:
     )
     for p in (parse, evaluate, plot):
         add_runtime_flags(p, skip=("progress",))  # no bar: sentences are scored in a few batches
+    _add_compare_trees(command)  # after plot: the top-level names keep their order (onlstm.cli lists them)
 
 
 def _add_compare_trees(command) -> None:
@@ -174,18 +174,17 @@ def check_pairs(gold: list, pred: list, gold_path: object = "GOLD", pred_path: o
         )
     for k, (g, p) in enumerate(zip(gold, pred), 1):
         gw, pw = leaves(g), leaves(p)
-        if gw == pw:
-            continue
         if len(gw) != len(pw):
             raise InputError(
                 f"line {k}: the gold tree has {len(gw)} words but the predicted tree has {len(pw)} "
                 f"(gold: {' '.join(gw)!r}; predicted: {' '.join(pw)!r})"
             )
-        i = next(i for i, (a, b) in enumerate(zip(gw, pw)) if a != b)
-        raise InputError(
-            f"line {k}: the trees have different words: word {i + 1} is {gw[i]!r} in gold but {pw[i]!r} "
-            "in the prediction"
-        )
+        i = next((i for i, (a, b) in enumerate(zip(gw, pw)) if a != b), None)
+        if i is not None:
+            raise InputError(
+                f"line {k}: the trees have different words: word {i + 1} is {gw[i]!r} in gold but {pw[i]!r} "
+                "in the prediction"
+            )
 
 
 def compare_tree_files(
