@@ -1,35 +1,21 @@
 """The one typed-configuration system of ``onlstm``: every experiment's settings are dataclasses built with it.
 
-A config class is a dataclass deriving from :class:`Config` whose fields are declared with :func:`option`
-(default, help text, optional choices). From the fields alone this module gives
-
-* typed coercion (:func:`coerce`): a YAML value or a saved JSON value is converted to the field's declared
-  type (``int``, ``float`` -- including YAML 1.1's ``1e-3``, which PyYAML reads as a string -- ``bool``,
-  ``str``, ``list[...]``, ``X | None``); anything else is a :class:`ConfigError` naming ``section.field``;
-* ``to_dict`` / ``from_dict`` (unknown fields are an error naming them), the format saved in a run's
-  ``config.json``;
-* :func:`read_yaml`: a YAML file with named sections, each checked against its dataclass;
-* :func:`add_flags` / :func:`flags_given`: one command-line flag per field (``hidden_sizes`` ->
-  ``--hidden-sizes 8 4``, booleans as ``--x`` / ``--no-x``), help and the default shown from the field;
-* :class:`Settings`: the one resolver of every command's settings, defaults < ``--config`` file (or preset)
-  < flags;
-* the presets shipped inside the package (``onlstm/configs/<experiment>/<name>.yaml``): :func:`presets`
-  lists them and :func:`resolve_config` turns a ``--config`` value (a file, or a preset name such as
-  ``ptb-cpu`` or ``lm/ptb-cpu``) into a file (docs/cli.md, "Presets");
-* :class:`Runtime`: where and how a command runs (``--device``, ``--threads``, ``--progress``), declared
-  once; an experiment's config derives from it, a command without one adds it with :func:`add_runtime_flags`.
-
-Example::
+A config class derives from :class:`Config`; its fields are declared with :func:`option` (default, help,
+choices, bounds). From the fields alone this module gives typed coercion (:func:`coerce`: YAML and saved JSON
+values to the declared type, including YAML 1.1's ``1e-3``, which PyYAML reads as a string), ``to_dict`` /
+``from_dict`` (a run's ``config.json``), YAML files with checked sections (:func:`read_yaml`), one
+command-line flag per field (:func:`add_flags`; booleans as ``--x`` / ``--no-x``), the resolver of every
+command's settings, defaults < ``--config`` file or preset < flags (:class:`Settings`), the shipped presets
+(``onlstm/configs/<experiment>/<name>.yaml``: :func:`presets`, :func:`resolve_config`) and :class:`Runtime`
+(``--device``, ``--threads``, ``--progress``, declared once). Every bad value is a :class:`ConfigError`
+naming ``section.field``. Example::
 
     @dataclass
     class Train(Runtime):
         section = "train"
         lr: float = option(1e-3, "learning rate")
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--config")
-    add_flags(parser, Train, "train")
-    args = parser.parse_args(["--lr", "0.01"])
+    add_flags(parser, Train, "train")  # --lr, --device, --threads, --progress
     cfg = Settings.resolve({"train": Train}, args.config, args, experiment="mine").build("train")
 """
 
@@ -39,6 +25,7 @@ import argparse
 import copy
 import dataclasses
 import functools
+import inspect
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -47,35 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from .errors import OnlstmError
-
-__all__ = [
-    "DEVICE_HELP",
-    "SEED_RANGE",
-    "Config",
-    "ConfigError",
-    "Runtime",
-    "Settings",
-    "add_flags",
-    "add_runtime_flags",
-    "check_bounds",
-    "check_probabilities",
-    "check_section",
-    "coerce",
-    "command_flags",
-    "field_defaults",
-    "field_help",
-    "find_preset",
-    "flags_given",
-    "option",
-    "positive_int",
-    "preset_description",
-    "presets",
-    "read_yaml",
-    "resolve_config",
-    "runtime_settings",
-    "seed_option",
-    "threads_option",
-]
 
 #: The presets, shipped as package data (so they exist in an installed wheel, not only in a checkout).
 PRESET_DIR = Path(__file__).parent / "configs"
@@ -111,16 +69,8 @@ def option(
     range. ``check(value, where)``: a check of its own, raising :class:`ConfigError`. A list or dict default
     is copied for every instance.
     """
-    meta = {
-        "help": help,
-        "choices": tuple(choices) if choices else None,
-        "flag": flag and fixed is None,
-        "fixed": fixed,
-        "default_text": default_text,
-        "omit_default": omit_default,
-        "bounds": bounds,
-        "check": check,
-    }
+    meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag and fixed is None}
+    meta.update(fixed=fixed, default_text=default_text, omit_default=omit_default, bounds=bounds, check=check)
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -156,23 +106,18 @@ def _is_union(tp) -> bool:
 
 def _number(value, where: str, integer: bool):
     """``value`` as an int/float; numeric strings too (YAML 1.1 reads ``1e-3`` as a string)."""
-    what = "an integer" if integer else "a number"
-    if isinstance(value, bool):
-        raise ConfigError(f"{where} must be {what}, got {value!r}")
+    number = value
     if isinstance(value, str):
         try:
-            value = float(value.strip())
+            number = float(value.strip())
         except ValueError:
-            raise ConfigError(f"{where} must be {what}, got {value!r}") from None
-    if integer:
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(f"{where} must be {what}, got {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    raise ConfigError(f"{where} must be {what}, got {value!r}")
+            pass
+    if isinstance(number, (int, float)) and not isinstance(number, bool):
+        if not integer:
+            return float(number)
+        if isinstance(number, int) or number.is_integer():
+            return int(number)
+    raise ConfigError(f"{where} must be {'an integer' if integer else 'a number'}, got {value!r}")
 
 
 def coerce(value: Any, tp: Any, where: str) -> Any:
@@ -183,13 +128,12 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         if value is None and type(None) in args:
             return None
         rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1:
-            return coerce(value, rest[0], where)
         for a in rest:
             try:
                 return coerce(value, a, where)
             except ConfigError:
-                pass
+                if len(rest) == 1:  # one type: its own message says what is wanted
+                    raise
         raise ConfigError(f"{where} has the wrong type: {value!r}")
     if typing.get_origin(tp) is dict or tp is dict:
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
@@ -201,16 +145,10 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where} must be a list, got {value!r}")
         item = (typing.get_args(tp) or (Any,))[0]
         return [coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where} must be true or false, got {value!r}")
     if tp is int or tp is float:
         return _number(value, where, tp is int)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
-        return value
+    if tp in (bool, str) and not isinstance(value, tp):
+        raise ConfigError(f"{where} must be {'true or false' if tp is bool else 'a string'}, got {value!r}")
     return value
 
 
@@ -240,11 +178,8 @@ def check_bounds(value: float, bounds: tuple[float | None, float | None], where:
     low, high = bounds
     if (low is None or value >= low) and (high is None or value <= high):
         return
-    if high is None:
-        raise ConfigError(f"{where} must be >= {low}, got {value}")
-    if low is None:
-        raise ConfigError(f"{where} must be <= {high}, got {value}")
-    raise ConfigError(f"{where} must be in [{low}, {high}], got {value}")
+    rule = f">= {low}" if high is None else f"<= {high}" if low is None else f"in [{low}, {high}]"
+    raise ConfigError(f"{where} must be {rule}, got {value}")
 
 
 # --------------------------------------------------------------------------- seeds and threads
@@ -252,24 +187,18 @@ def check_bounds(value: float, bounds: tuple[float | None, float | None], where:
 #: The seeds every command accepts: ``torch.manual_seed``'s range. A larger one overflows inside torch; a
 #: negative one would seed torch like its 2**64 complement while Python's ``random`` sees another number.
 SEED_RANGE = (0, 2**64 - 1)
-SEED_RANGE_TEXT = "0 to 2**64 - 1"
-
 #: What ``threads = 0`` means wherever a command takes a thread count.
 THREADS_ZERO_TEXT = "0: PyTorch's default, OMP_NUM_THREADS or one per core"
 
 
 def seed_option(default: int | list[int], help: str) -> Any:
     """A seed field (or a list of seeds): checked against :data:`SEED_RANGE`, the range shown in ``--help``."""
-    return option(default, f"{help} ({SEED_RANGE_TEXT})", bounds=SEED_RANGE)
+    return option(default, f"{help} (0 to 2**64 - 1)", bounds=SEED_RANGE)
 
 
 def threads_option(default: int | None, help: str = "CPU threads for the whole process", **kw) -> Any:
     """A thread-count field: ``>= 0``, where 0 (or None) leaves PyTorch's own choice (:func:`onlstm.runs.setup_torch`)."""
     return option(default, f"{help} ({THREADS_ZERO_TEXT})", bounds=(0, None), **kw)
-
-
-#: Where a command runs: one declaration and one default for every command (``--device``).
-DEVICE_HELP = "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N"
 
 
 def check_device(value: str, name: str = "device") -> None:
@@ -335,7 +264,7 @@ class Runtime(Config):
     section = ""  # alone, errors name the flags (--threads); a subclass names its section (train.threads)
     config_kind = "runtime"
 
-    device: str = option("auto", DEVICE_HELP, check=check_device)
+    device: str = option("auto", "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N", check=check_device)
     threads: int | None = threads_option(0, "CPU threads per process")
     progress: bool = option(True, "show a progress bar on stderr (on a terminal only)")
 
@@ -505,16 +434,14 @@ def _flag(name: str) -> str:
 
 
 def _shown_default(f: dataclasses.Field) -> str:
+    d = _default(f)
     if f.metadata.get("default_text"):
         return f.metadata["default_text"]
-    d = _default(f)
     if isinstance(d, bool):
         return "yes" if d else "no"
-    if isinstance(d, list):
-        return " ".join(map(str, d))
     if isinstance(d, dict):
-        return " ".join(f"{k}={v}" for k, v in d.items()) or "none"
-    return "none" if d is None else str(d)
+        d = [f"{k}={v}" for k, v in d.items()] or None  # an empty mapping shows as none
+    return " ".join(map(str, d)) if isinstance(d, list) else "none" if d is None else str(d)
 
 
 def _key_value(text: str) -> tuple[str, Any]:
@@ -570,7 +497,7 @@ def add_flags(
     runtime = parser.add_argument_group("runtime") if issubclass(cls, Runtime) and cls is not Runtime else group
     hints, skip, own = _types(cls), set(skip), {f.name for f in fields(Runtime)}
     for f in fields(cls):
-        if f.metadata.get("flag", True) and not f.metadata.get("fixed") and f.name not in skip:
+        if f.metadata.get("flag", True) and f.name not in skip:  # option() gives a fixed field no flag
             _add_flag(runtime if f.name in own else group, f, hints[f.name], f"{section}.{f.name}")
 
 
@@ -585,6 +512,32 @@ def runtime_settings(args: argparse.Namespace, cls: type = Runtime) -> Any:
     return Settings.resolve({"runtime": cls}, flags=args).build("runtime")
 
 
+def arg(*flags: str, **options: Any) -> tuple[tuple[str, ...], dict]:
+    """One ``add_argument`` call written as data, for :func:`add_command`."""
+    return flags, options
+
+
+def add_command(sub, name: str, func: Callable, *args: tuple, alias_of: str = "") -> argparse.ArgumentParser:
+    """Sub-command ``name`` of ``sub`` (an argparse sub-parsers action) that runs ``func(args)``, with the
+    arguments ``args`` (made by :func:`arg`). ``func``'s docstring is the command's text: its first paragraph
+    the one-line help, the rest the description of ``--help``. ``alias_of``: the command this one is another
+    name for. Returns the parser, for what a table cannot say."""
+    summary, _, details = inspect.cleandoc(func.__doc__ or "").partition("\n\n")
+    summary = " ".join(summary.split()).replace("%", "%%")  # argparse %-formats help, not descriptions
+    help = f"(= {alias_of} {name}) {summary}" if alias_of else summary
+    p = sub.add_parser(name, help=help, description=details or None)
+    for flags, options in args:
+        p.add_argument(*flags, **options)
+    p.set_defaults(func=func)
+    return p
+
+
+def add_group(subparsers, name: str, help: str, description: str):
+    """``onlstm NAME SUB ...``: a command of sub-commands; returns the sub-parsers action to add them to (usage
+    and the error for a missing one list their names)."""
+    return subparsers.add_parser(name, help=help, description=description).add_subparsers(required=True)
+
+
 def flags_given(args: argparse.Namespace, section: str) -> dict:
     """The fields of ``section`` set on the command line (flags added by :func:`add_flags`)."""
     prefix = section + "."
@@ -597,17 +550,21 @@ def command_flags(cls, values: Mapping) -> list[str]:
     with no flag, and values equal to the default, are left out."""
     out: list[str] = []
     for f in fields(cls):
-        if f.name not in values or not f.metadata.get("flag", True) or f.metadata.get("fixed"):
-            continue
-        value = values[f.name]
-        if value == _default(f) or value is None:
+        value = values.get(f.name)
+        if value is None or value == _default(f) or not f.metadata.get("flag", True):  # a fixed field has no flag
             continue
         if isinstance(value, bool):
-            out.append(_flag(f.name) if value else "--no-" + f.name.replace("_", "-"))
+            out.append(_flag(f.name) if value else _flag("no_" + f.name))
         elif isinstance(value, dict):
             out += [_flag(f.name), *(f"{k}={v}" for k, v in value.items())]
-        elif isinstance(value, (list, tuple)):
-            out += [_flag(f.name), *map(str, value)]
         else:
-            out += [_flag(f.name), str(value)]
+            out += [_flag(f.name), *map(str, value if isinstance(value, (list, tuple)) else [value])]
     return out
+
+
+def command_line(words: list[str], config: Mapping, classes: Mapping[str, type]) -> str:
+    """The shell command ``words`` followed by the flags that set each section of a saved ``config``
+    (``{section: class}``): how a run's settings are written out to be run again."""
+    import shlex
+
+    return shlex.join(words + [f for name, cls in classes.items() for f in command_flags(cls, config.get(name) or {})])

@@ -772,7 +772,7 @@ def test_curriculum_bound_schedule():
         T.LogicTrainConfig(max_train_ops=6, curriculum_start=7)
     off = T.LogicTrainConfig(max_train_ops=6, curriculum_start=2, curriculum_steps=0)  # 0 steps: off
     assert {T.curriculum_bound(off, s) for s in range(50)} == {6}
-    with pytest.raises(ValueError, match=r"curriculum_steps must be >= 0 \(0: no curriculum\)"):
+    with pytest.raises(ValueError, match=r"train.curriculum_steps must be >= 0, got -1"):
         T.LogicTrainConfig(curriculum_start=1, curriculum_steps=-1)
 
 

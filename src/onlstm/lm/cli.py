@@ -6,59 +6,59 @@ import argparse
 import json
 from pathlib import Path
 
-from ..config import add_runtime_flags, flags_given, runtime_settings
+from ..config import add_command, add_group, add_runtime_flags, arg, flags_given, runtime_settings
 from ..errors import EXIT_INTERRUPTED, command_error
 from .config import EvalRuntime, add_config_flags
 
 
 def register(subparsers) -> None:
     """Add ``onlstm lm {train,eval}`` to the top-level ``subparsers``."""
-    p = subparsers.add_parser(
+    sub = add_group(
+        subparsers,
         "lm",
-        help="word-level language modelling (PTB): train, eval",
-        description="AWD-style word-level language model with ON-LSTM (or LSTM/GRU) layers.",
+        "word-level language modelling (PTB): train, eval",
+        "AWD-style word-level language model with ON-LSTM (or LSTM/GRU) layers.",
     )
-    sub = p.add_subparsers(dest="lm_command", required=True, metavar="{train,eval}")
-    _register_train(sub)
-    _register_eval(sub)
-
-
-# --------------------------------------------------------------------------- train
-
-
-def _register_train(sub) -> None:
-    p = sub.add_parser(
+    train = add_command(
+        sub,
         "train",
-        help="train a language model (resumable; torchrun for several processes)",
-        description="Train the paper's language model. Settings: defaults (the paper's command) <- --config "
-        "FILE <- flags. Ctrl-C stops after the current step and saves a resumable checkpoint. "
-        "Several processes: torchrun --nproc_per_node N -m onlstm lm train ...",
+        _cmd_train,
+        arg("--config", type=Path, help="YAML file or preset name (ptb-cpu, ptb-paper, tiny; `onlstm presets`)"),
+        arg("--data-dir", type=Path, required=True, help="folder with ptb.{train,valid,test}.txt (or train.txt, ...)"),
+        arg("--out", type=Path, required=True, help="run directory (checkpoints, config, logs)"),
+        arg(
+            "--resume",
+            action="store_true",
+            help="continue the run in --out exactly where it stopped (its saved settings are used; only "
+            "runtime fields such as --epochs, --device, --threads may change)",
+        ),
+        arg("--max-steps", type=int, help="stop after this many optimizer steps in total; save a resumable checkpoint"),
     )
-    p.add_argument("--config", type=Path, help="YAML file or preset name (ptb-cpu, ptb-paper, tiny; `onlstm presets`)")
-    p.add_argument(
-        "--data-dir",
-        type=Path,
-        required=True,
-        help="folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt (or train.txt, ...)",
+    add_config_flags(train)
+    evaluate = add_command(
+        sub,
+        "eval",
+        _cmd_eval,
+        arg("--checkpoint", type=Path, required=True, help="run directory or a .safetensors file in one"),
+        arg("--data-dir", type=Path, help="corpus folder (default: the one the run was trained on)"),
+        arg("--split", choices=("train", "valid", "test"), default="test"),
+        arg("--protocol", choices=("paper", "batched", "both"), default="paper"),
+        arg("--batch-size", type=int, default=10, help="columns of the batched protocol (default 10)"),
+        arg("--bptt", type=int, default=70, help="segment length (default 70)"),
+        arg("--weights", choices=("best", "last"), default="best", help="which weights of the run (default best)"),
+        arg("--oov", choices=("auto", "error", "unk"), help="words outside the vocabulary (default: the run's own)"),
+        arg("--json", action="store_true", help="print one JSON object"),
     )
-    p.add_argument("--out", type=Path, required=True, help="run directory (checkpoints, config, logs)")
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in --out exactly where it stopped (its saved settings are used; only "
-        "runtime fields such as --epochs, --device, --threads may change)",
-    )
-    p.add_argument(
-        "--max-steps",
-        type=int,
-        default=None,
-        help="stop after this many optimizer steps in total and save a resumable checkpoint",
-    )
-    add_config_flags(p)
-    p.set_defaults(func=_cmd_train)
+    add_runtime_flags(evaluate, EvalRuntime)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    """train a language model (resumable; torchrun for several processes)
+
+    Train the paper's language model. Settings: defaults (the paper's command) <- --config FILE <- flags.
+    Ctrl-C stops after the current step and saves a resumable checkpoint. Several processes: torchrun
+    --nproc_per_node N -m onlstm lm train ...
+    """
     from tqdm import tqdm
 
     from ..encoders import check_typed_options
@@ -74,41 +74,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except ValueError as e:  # the settings' checks raise plain ValueErrors: bad input all the same
         raise command_error(e) from None
     return EXIT_INTERRUPTED if result["status"] == "interrupted" else 0
-
-
-# --------------------------------------------------------------------------- eval
-
-
-def _register_eval(sub) -> None:
-    p = sub.add_parser(
-        "eval",
-        help="perplexity of a trained model on a split",
-        description="Perplexity of a checkpoint. Protocols: 'paper' = the whole split as one stream (batch 1) in "
-        "segments of --bptt from a zero state, the paper's test protocol; 'batched' = the split cut "
-        "into --batch-size contiguous columns read together (each from a zero state, the last "
-        "N mod B tokens dropped), the reference's validation protocol with B=10: faster, slightly "
-        "higher perplexity.",
-    )
-    p.add_argument("--checkpoint", type=Path, required=True, help="run directory or a .safetensors file in one")
-    p.add_argument(
-        "--data-dir", type=Path, default=None, help="corpus folder (default: the one the run was trained on)"
-    )
-    p.add_argument("--split", choices=("train", "valid", "test"), default="test")
-    p.add_argument("--protocol", choices=("paper", "batched", "both"), default="paper")
-    p.add_argument("--batch-size", type=int, default=10, help="columns of the batched protocol (default 10)")
-    p.add_argument("--bptt", type=int, default=70, help="segment length (default 70)")
-    p.add_argument(
-        "--weights", choices=("best", "last"), default="best", help="which weights of a run directory (default best)"
-    )
-    p.add_argument(
-        "--oov",
-        choices=("auto", "error", "unk"),
-        default=None,
-        help="words outside the vocabulary (default: the run's setting)",
-    )
-    add_runtime_flags(p, EvalRuntime)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=_cmd_eval)
 
 
 def run_threads(config: dict) -> int:
@@ -130,17 +95,28 @@ def load_lm(checkpoint: Path, weights: str = "best", device="cpu"):
     return run.model, run.vocab, run.config, run.weights
 
 
-def _eval_split(args: argparse.Namespace, data_dir: Path, vocab, data: dict):
+def _eval_split(args: argparse.Namespace, config: dict, vocab):
     """The split to score, encoded with the run's vocabulary under the run's oov policy (a run whose
     vocabulary leaves words out, ``vocab_limited``, maps them to <unk>, as its training did)."""
     from ..data.ptb import encode_split, split_file
 
+    data = config.get("data", {})
+    data_dir = args.data_dir or (Path(data["data_dir"]) if data.get("data_dir") else None)
+    if data_dir is None:
+        raise ValueError("pass --data-dir (the run does not record its corpus folder)")
     oov = args.oov or data.get("oov", "auto")
     closed, limited = bool(data.get("closed_vocab", False)), bool(data.get("vocab_limited", False))
     return encode_split(args.split, split_file(data_dir, args.split), vocab, closed, oov, limited=limited)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    """perplexity of a trained model on a split
+
+    Perplexity of a checkpoint. Protocols: 'paper' = the whole split as one stream (batch 1) in segments of
+    --bptt from a zero state, the paper's test protocol; 'batched' = the split cut into --batch-size contiguous
+    columns read together (each from a zero state, the last N mod B tokens dropped), the reference's validation
+    protocol with B=10: faster, slightly higher perplexity.
+    """
     from ..runs import resolve_device, setup_torch
     from .evaluate import perplexity
 
@@ -151,44 +127,20 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         device = resolve_device(runtime.device)
         model, vocab, config, wfile = load_lm(args.checkpoint, args.weights, device)
         setup_torch(run_threads(config) if runtime.threads is None else runtime.threads)
-        data = config.get("data", {})
-        data_dir = args.data_dir or (Path(data["data_dir"]) if data.get("data_dir") else None)
-        if data_dir is None:
-            raise ValueError("pass --data-dir (the run does not record its corpus folder)")
-        split = _eval_split(args, data_dir, vocab, data)
+        split = _eval_split(args, config, vocab)
         protocols = ("paper", "batched") if args.protocol == "both" else (args.protocol,)
-        results = {}
-        for prot in protocols:
-            results[prot] = perplexity(
-                model,
-                split.ids,
-                prot,
-                args.batch_size,
-                args.bptt,
-                device,
-                progress=runtime.progress and not args.json,
-            )
+        bar = runtime.progress and not args.json
+        results = {
+            p: perplexity(model, split.ids, p, args.batch_size, args.bptt, device, progress=bar) for p in protocols
+        }
     except ValueError as e:
         raise command_error(e) from None
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "weights": str(wfile),
-                    "split": args.split,
-                    "file": str(split.path),
-                    "unknown_words": split.n_unknown,
-                    **{k: v.to_dict() for k, v in results.items()},
-                },
-                indent=2,
-            )
-        )
-    else:
-        print(
-            f"{wfile} on {split.path} ({split.n_tokens:,} tokens"
-            + (f", {split.n_unknown} mapped to <unk>" if split.n_unknown else "")
-            + ")"
-        )
-        for r in results.values():
-            print(f"{args.split} {r.describe()}")
+        facts = {"weights": str(wfile), "split": args.split, "file": str(split.path), "unknown_words": split.n_unknown}
+        print(json.dumps({**facts, **{k: v.to_dict() for k, v in results.items()}}, indent=2))
+        return 0
+    unknown = f", {split.n_unknown} mapped to <unk>" if split.n_unknown else ""
+    print(f"{wfile} on {split.path} ({split.n_tokens:,} tokens{unknown})")
+    for r in results.values():
+        print(f"{args.split} {r.describe()}")
     return 0

@@ -1,21 +1,8 @@
-"""Typed configuration of a language-model run: the architecture (:class:`LMConfig`) and the training
-recipe (:class:`TrainConfig`), read from a YAML preset and overridden by command-line flags.
+"""Settings of a language-model run: the architecture (:class:`~onlstm.models.language_model.LMConfig`, the
+``model:`` section of a preset, less vocab_size) and the training recipe (:class:`TrainConfig`, ``train:``).
 
-A preset has two sections, both optional (missing fields keep the defaults below, which are the
-paper's command)::
-
-    model:            # LMConfig fields except vocab_size (taken from the training text)
-      emb_size: 400
-      hidden_sizes: [1150, 1150, 400]
-    train:            # TrainConfig fields
-      lr: 30
-      epochs: 1000
-
-Every field is also a flag of ``onlstm lm train`` (``hidden_sizes`` -> ``--hidden-sizes 400 400``,
-booleans as ``--averaging`` / ``--no-averaging``); a flag given on the command line wins over the file.
-Unknown fields and values of the wrong type are errors that name the field. The machinery (coercion, YAML
-sections, generated flags, :class:`~onlstm.config.Settings`) is :mod:`onlstm.config`; this module holds the
-recipe and its own checks.
+The defaults are the paper's command. Every field is also a flag of ``onlstm lm train`` (a flag wins over the
+file); the machinery (coercion, sections, flags, :class:`~onlstm.config.Settings`) is :mod:`onlstm.config`.
 """
 
 from __future__ import annotations
@@ -32,7 +19,7 @@ from ..config import (
     add_flags,
     check_probabilities,
     check_section,
-    command_flags,
+    command_line,
     field_defaults,
     option,
     seed_option,
@@ -66,14 +53,10 @@ class TrainConfig(Runtime):
         default_text="no limit",
     )
     batch_size: int = option(20, "columns the training stream is cut into (split among processes)", bounds=(1, None))
-    eval_batch_size: int = option(
-        10, "columns of the validation stream during training (the reference: 10)", bounds=(1, None)
-    )
+    eval_batch_size: int = option(10, "columns of the validation stream in training (reference: 10)", bounds=(1, None))
     test_batch_size: int = option(1, "columns of the test stream for the final test (the paper: 1)", bounds=(1, None))
     bptt: int = option(70, "mean segment length (truncated back-propagation through time)", bounds=(1, None))
-    variable_bptt: bool = option(
-        True, "draw each segment's length: bptt (or bptt/2 with bptt_short_prob) + N(0, bptt_std)"
-    )
+    variable_bptt: bool = option(True, "draw segment lengths: bptt (or bptt/2 with bptt_short_prob) + N(0, bptt_std)")
     bptt_short_prob: float = option(0.05, "probability of a segment centred on bptt/2", bounds=(0, 1))
     bptt_std: float = option(5.0, "standard deviation of the segment length")
     min_seq_len: int = option(5, "shortest drawn segment", bounds=(1, None))
@@ -91,7 +74,7 @@ class TrainConfig(Runtime):
     )
     beta: float = option(1.0, "TAR: beta * mean((h_t - h_{t-1}) ^ 2) of the last layer's raw output")
     averaging: bool = option(
-        True, "with sgd: switch to torch's ASGD (t0=0, lambd=0), averaging the weights, once validation stalls"
+        True, "with sgd: once validation stalls, average the weights (torch's ASGD, t0=0, lambd=0)"
     )
     nonmono: int = option(
         5,
@@ -112,9 +95,7 @@ class TrainConfig(Runtime):
         "keep only the N most frequent training words (others become <unk>; 0: every word); with a "
         "vocab.txt in the data folder, its first N words",
     )
-    final_test: bool = option(
-        True, "after the last epoch, score the best weights on the test set (test_batch_size columns)"
-    )
+    final_test: bool = option(True, "at the end, score the best weights on the test set (test_batch_size columns)")
     # --- runtime options (may change when resuming) ---
     onlstm_impl: str = option(
         "auto",
@@ -220,17 +201,13 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
     """The model and training fields given as flags."""
-    return Settings.resolve(SECTIONS, flags=args).given
+    return explicit_settings(None, args)
 
 
 def train_command(config: dict) -> str | None:
     """The ``onlstm lm train`` command that reproduces a run's settings, from its ``config.json`` (None for a
     run that ``lm train`` did not write, e.g. the demo's). ``--out`` is a placeholder."""
-    import shlex
-
     if not isinstance(config.get("train"), dict):
         return None
-    model = {k: v for k, v in (config.get("model") or {}).items() if k != "vocab_size"}
     data_dir = (config.get("data") or {}).get("data_dir") or "DATA_DIR"
-    words = ["onlstm", "lm", "train", "--data-dir", str(data_dir), "--out", "RUN"]
-    return shlex.join(words + command_flags(LMConfig, model) + command_flags(TrainConfig, config["train"]))
+    return command_line(["onlstm", "lm", "train", "--data-dir", str(data_dir), "--out", "RUN"], config, SECTIONS)

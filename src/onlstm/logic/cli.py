@@ -1,63 +1,94 @@
-"""``onlstm logic …``: sub-commands of the logical-inference experiment.
-
-Each sub-command has a ``_register_<name>(sub)`` function listed in :func:`register`:
-``generate``, ``check``, ``train``, ``eval``, ``curves`` and ``compare``.
+"""``onlstm logic {generate,check,train,eval,curves,compare}``: the logical-inference experiment.
 
 ``train`` and ``compare`` take their settings from, in increasing priority: the dataclass defaults
-(:mod:`onlstm.logic.config`), a
-YAML file given with ``--config`` (sections ``model:``, ``train:``, ``compare:`` and the keys
-``data:``/``out:``; presets: ``onlstm presets``), and the command-line flags.
+(:mod:`onlstm.logic.config`), a YAML file or preset given with ``--config`` (sections ``model:``, ``train:``,
+``compare:`` and the keys ``data:``/``out:``; ``onlstm presets``), and the flags.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections import Counter
 from pathlib import Path
 
 from .. import encoders
-from ..config import ConfigError, Settings, add_flags, command_flags, flags_given
+from ..config import ConfigError, Settings, add_command, add_flags, add_group, arg, command_line, flags_given
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
 from ..runs import check_output_folder
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 
+#: A config file's sections (checked against their dataclasses: names and value types) and its other keys.
+SECTIONS = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
+CONFIG_KEYS = ("data", "out")
+
+#: Bad --config file or option values; printed on stderr, exit status 2 (the name the logic commands used).
+SettingsError = ConfigError
+
 
 def register(subparsers) -> None:
     """Add ``onlstm logic`` with its own sub-commands to the top-level ``subparsers``."""
-    p = subparsers.add_parser(
+    sub = add_group(
+        subparsers,
         "logic",
-        help="logical inference (Bowman et al. 2015): data, train, eval, compare",
-        description="Propositional-logic relation classification: the data and the experiment.",
+        "logical inference (Bowman et al. 2015): data, train, eval, compare",
+        "Propositional-logic relation classification: the data and the experiment.",
     )
-    sub = p.add_subparsers(dest="logic_command", required=True, metavar="{generate,check,train,eval,compare}")
-    _register_generate(sub)
-    _register_check(sub)
-    _register_train(sub)
-    _register_eval(sub)
-    _register_curves(sub)
-    _register_compare(sub)
-
-
-# --------------------------------------------------------------------------- generate
-
-
-def _register_generate(sub) -> None:
-    p = sub.add_parser(
-        "generate",
-        help="write random labelled formula pairs as train0..train12 / test0..test12",
-        description="Random formula pairs over a-f with not/and/or, labelled with their relation from the "
-        "truth sets, written as LABEL<TAB>A<TAB>B into train{k}/test{k} (k = larger operator "
-        "count; file 12 holds 12 or more).",
+    out = arg("--out", required=True, type=Path, help="output directory (created if missing)")
+    quiet = arg("--quiet", action="store_true", help="print only the final summary")
+    add_flags(add_command(sub, "generate", _cmd_generate, out, quiet), GenerateConfig, "generate", "data")
+    add_command(
+        sub,
+        "check",
+        _cmd_check,
+        arg("path", type=Path, help="a directory of train{k}/test{k} files, or one file"),
+        arg("--show", type=int, default=5, help="how many disagreements to print (default 5)"),
     )
-    p.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
-    p.add_argument("--quiet", action="store_true", help="print only the final summary")
-    add_flags(p, GenerateConfig, "generate", "data")
-    p.set_defaults(func=_cmd_generate)
+    resume = "go on from --out/resume.safetensors (same settings; written at every validation check and on Ctrl-C)"
+    _add_settings(add_command(sub, "train", _cmd_train, arg("--resume", action="store_true", help=resume)), cell=True)
+    evaluate = add_command(
+        sub,
+        "eval",
+        _cmd_eval,
+        arg(
+            "--checkpoint",
+            required=True,
+            type=Path,
+            help="run directory of `onlstm logic train` (uses model.best) or a .safetensors file in one",
+        ),
+        arg("--data", required=True, type=Path, help="directory of test{k} files (or one file)"),
+        arg("--json", action="store_true", help="print one JSON object instead of a table"),
+    )
+    add_flags(evaluate, EvalSettings, "eval", "evaluation", skip=("progress",))  # scoring shows no bar
+    add_command(
+        sub,
+        "curves",
+        _cmd_curves,
+        arg("runs", nargs="+", type=Path, help="run directories of `onlstm logic train`"),
+        arg("--out", required=True, type=Path, help="directory for the two PNG files"),
+        arg(
+            "--at-steps",
+            metavar="STEPS",
+            help="also print a table of validation accuracy by operator count at these steps (e.g. 2000,8000,32000): "
+            "per run, the last check at or before each step",
+        ),
+    )
+    compare = add_command(sub, "compare", _cmd_compare)
+    _add_settings(compare, cell=False)
+    add_flags(compare, CompareSettings, "compare", "comparison")
+
+
+# --------------------------------------------------------------------------- generate / check
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
+    """write random labelled formula pairs as train0..train12 / test0..test12
+
+    Random formula pairs over a-f with not/and/or, labelled with their relation from the truth sets, written as
+    LABEL<TAB>A<TAB>B into train{k}/test{k} (k = larger operator count; file 12 holds 12 or more).
+    """
     given = flags_given(args, "generate")
     try:
         if "test_fraction" in given and "test_count" in given:
@@ -75,32 +106,20 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- check
-
-
-def _register_check(sub) -> None:
-    p = sub.add_parser(
-        "check",
-        help="read a data directory or file, recompute every label and the file-number rule",
-        description="Read train{k}/test{k} files (or one file), recompute each label from the truth sets and "
-        "check that file k holds pairs whose larger operator count is k (12: 12 or more).",
-    )
-    p.add_argument("path", type=Path, help="a directory of train{k}/test{k} files, or one file")
-    p.add_argument("--show", type=int, default=5, help="how many disagreements to print (default 5)")
-    p.set_defaults(func=_cmd_check)
-
-
 def _cmd_check(args: argparse.Namespace) -> int:
+    """read a data directory or file, recompute every label and the file-number rule
+
+    Read train{k}/test{k} files (or one file), recompute each label from the truth sets and check that file k
+    holds pairs whose larger operator count is k (12: 12 or more).
+    """
     from .data import read_examples, relabel_mismatches
 
     t0 = time.perf_counter()
     examples = read_examples(args.path)  # a LogicDataError (bad input) exits with status 2 (see onlstm.errors)
     by_file: dict[str, Counter] = {}
-    misfiled = []
     for ex in examples:
         by_file.setdefault(Path(ex.source).name, Counter())[ex.label] += 1
-        if ex.file_number is not None and ex.file_number != ex.bucket:
-            misfiled.append(ex)
+    misfiled = [ex for ex in examples if ex.file_number is not None and ex.file_number != ex.bucket]
     for name, counts in by_file.items():
         print(f"{name:>16} {sum(counts.values()):>7}  {format_label_counts(counts)}")
     wrong = relabel_mismatches(examples)
@@ -117,17 +136,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- train / eval / compare: settings
 
-#: A config file's sections (checked against their dataclasses: names and value types) and its other keys.
-SECTIONS = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
-CONFIG_KEYS = ("data", "out")
-
-#: Bad --config file or option values; printed on stderr, exit status 2 (the name the logic commands used).
-SettingsError = ConfigError
-
 
 def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
     """``--config``, ``--data``, ``--out`` and one flag per model/training field (generated from the dataclasses)."""
-
     p.add_argument(
         "--config",
         type=Path,
@@ -166,61 +177,46 @@ def resolve_settings(args: argparse.Namespace, compare: bool = False):
 
 def train_command(config: dict) -> str | None:
     """The ``onlstm logic train`` command that reproduces a run's settings (its ``config.json``), else None."""
-    import shlex
-
     if not isinstance(config.get("train"), dict):
         return None
     data = (config.get("data") or {}).get("path") or "DATA"
-    words = ["onlstm", "logic", "train", "--data", str(data), "--out", "RUN"]
-    model = command_flags(LogicModelConfig, config.get("model") or {})
-    return shlex.join(words + model + command_flags(LogicTrainConfig, config["train"]))
+    sections = {"model": LogicModelConfig, "train": LogicTrainConfig}  # no compare: `logic train` has no such flags
+    return command_line(["onlstm", "logic", "train", "--data", str(data), "--out", "RUN"], config, sections)
+
+
+def _numbers(text: str | list, what: str, example: str, ranges: bool = True) -> list[int]:
+    """Comma-separated whole numbers (``32_000`` too), with ``ranges`` also spans ``a-b`` (both ends included),
+    or a list of them, in the order given; empty, negative or unreadable: a :class:`SettingsError`."""
+    items = text if isinstance(text, list) else [t for t in str(text).split(",") if t.strip()]
+    out: list[int] = []
+    try:
+        for item in (str(t).strip().replace("_", "") for t in items):
+            lo, dash, hi = item.partition("-") if ranges and "-" in item[1:] else (item, "", "")
+            out += range(int(lo), int(hi) + 1) if dash else [int(item)]
+    except ValueError:
+        out = []
+    if not out or min(out) < (0 if ranges else 1):
+        raise SettingsError(f"{what} {text!r}: give {example}")
+    return out
 
 
 def parse_buckets(text: str | list) -> list[int]:
     """``'1-12'``, ``'7,8,9'``, ``'0-3,12'`` or a list of ints -> sorted list of lengths."""
-    if isinstance(text, list):
-        items = [str(x) for x in text]
-    else:
-        items = [t for t in str(text).split(",") if t.strip()]
-    out: set[int] = set()
-    try:
-        for item in items:
-            if "-" in item.strip()[1:]:
-                lo, hi = item.split("-", 1)
-                out.update(range(int(lo), int(hi) + 1))
-            else:
-                out.add(int(item))
-    except ValueError:
-        raise SettingsError(f"bad lengths {text!r}: write e.g. 1-12 or 7,8,9") from None
-    if not out or min(out) < 0:
-        raise SettingsError(f"bad lengths {text!r}: give non-negative operator counts, e.g. 1-12")
-    return sorted(out)
+    return sorted(set(_numbers(text, "bad lengths", "non-negative operator counts, e.g. 1-12 or 7,8,9")))
 
 
-# --------------------------------------------------------------------------- train
-
-
-def _register_train(sub) -> None:
-    p = sub.add_parser(
-        "train",
-        help="train a relation classifier (ON-LSTM, LSTM or GRU encoder) on <= 6 operators",
-        description="Train the paper's classifier (shared one-layer encoder, features [h1, h2, h1*h2, |h1-h2|], "
-        "MLP over the 7 relations) on the train{k} files with k <= --max-train-ops, 10%% held out "
-        "for validation and early stopping. Writes config.json, vocab.json, history.json, "
-        "model.best.safetensors and model.last.safetensors into --out. Ctrl-C stops after the current "
-        "step, keeps the best checkpoint and writes resume.safetensors (exit status 130); run the same "
-        "command with --resume to go on exactly where it stopped.",
-    )
-    _add_settings(p, cell=True)
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="go on from --out/resume.safetensors (same settings; written at every validation check and on Ctrl-C)",
-    )
-    p.set_defaults(func=_cmd_train)
+# --------------------------------------------------------------------------- train / eval
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    """train a relation classifier (ON-LSTM, LSTM or GRU encoder) on <= 6 operators
+
+    Train the paper's classifier (shared one-layer encoder, features [h1, h2, h1*h2, |h1-h2|], MLP over the 7
+    relations) on the train{k} files with k <= --max-train-ops, 10% held out for validation and early stopping.
+    Writes config.json, vocab.json, history.json, model.best.safetensors and model.last.safetensors into
+    --out. Ctrl-C stops after the current step, keeps the best checkpoint and writes resume.safetensors (exit
+    status 130); run the same command with --resume to go on exactly where it stopped.
+    """
     from .train import train
 
     model_cfg, train_cfg, data, out, _ = resolve_settings(args)
@@ -231,32 +227,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- eval
-
-
-def _register_eval(sub) -> None:
-    p = sub.add_parser(
-        "eval",
-        help="accuracy of a trained classifier for each number of operators",
-        description="Accuracy on the test{k} files of --data for each length k (the larger operator count of "
-        "a pair; file 12 holds 12 or more), then pooled over <= 6, 7-12 and all. Percent. "
-        "Also prints the majority-label accuracy of the same pairs for reference.",
-    )
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        type=Path,
-        help="run directory of `onlstm logic train` (uses model.best) or a .safetensors file in one",
-    )
-    p.add_argument("--data", required=True, type=Path, help="directory of test{k} files (or one file)")
-    add_flags(p, EvalSettings, "eval", "evaluation", skip=("progress",))  # scoring shows no bar
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.set_defaults(func=_cmd_eval)
-
-
 def _cmd_eval(args: argparse.Namespace) -> int:
-    import json
+    """accuracy of a trained classifier for each number of operators
 
+    Accuracy on the test{k} files of --data for each length k (the larger operator count of a pair; file 12
+    holds 12 or more), then pooled over <= 6, 7-12 and all. Percent. Also prints the majority-label accuracy of
+    the same pairs for reference.
+    """
     from ..runs import resolve_device, setup_torch
     from .evaluate import evaluate_examples, format_table, majority_baseline, read_test_examples
     from .model import load_classifier
@@ -266,59 +243,33 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         opts = EvalSettings.from_dict(flags_given(args, "eval"))
         setup_torch(opts.threads)
         lengths = parse_buckets(opts.lengths)
-        device = resolve_device(opts.device)
-        model, header = load_classifier(args.checkpoint, opts.tag, device)
+        model, header = load_classifier(args.checkpoint, opts.tag, resolve_device(opts.device))
         if opts.split == "valid":
             examples = validation_examples(args.data, LogicTrainConfig.from_dict(header["train"]), lengths)
         else:
             examples = read_test_examples(args.data, opts.split, lengths)
     except ValueError as exc:  # bad input reported by library code as a plain ValueError
         raise command_error(exc) from None
-    result = evaluate_examples(model, examples, opts.batch_size)
-    baseline = majority_baseline(examples)
+    result, baseline = evaluate_examples(model, examples, opts.batch_size), majority_baseline(examples)
+    cell = header["model"]["cell"]
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "checkpoint": str(args.checkpoint),
-                    "cell": header["model"]["cell"],
-                    "data": str(args.data),
-                    "split": opts.split,
-                    **result.to_dict(),
-                    "majority_baseline": baseline.to_dict(),
-                },
-                indent=2,
-            )
-        )
-        return 0
-    name = header["model"]["cell"]
-    print(format_table([(name, [result]), ("majority label", [baseline])], lengths, counts=baseline))
+        facts = {"checkpoint": str(args.checkpoint), "cell": cell, "data": str(args.data), "split": opts.split}
+        print(json.dumps({**facts, **result.to_dict(), "majority_baseline": baseline.to_dict()}, indent=2))
+    else:
+        print(format_table([(cell, [result]), ("majority label", [baseline])], lengths, counts=baseline))
     return 0
 
 
-# --------------------------------------------------------------------------- curves
-
-
-def _register_curves(sub) -> None:
-    p = sub.add_parser(
-        "curves",
-        help="plot validation accuracy against training step, overall and by number of operators",
-        description="Read the history.json of each run directory and write OUT/training_curves.png (validation "
-        "and training accuracy against step) and OUT/curves_by_ops.png (validation accuracy against step, one "
-        "panel per operator count; runs of the same cell share a colour).",
-    )
-    p.add_argument("runs", nargs="+", type=Path, help="run directories of `onlstm logic train`")
-    p.add_argument("--out", required=True, type=Path, help="directory for the two PNG files")
-    p.add_argument(
-        "--at-steps",
-        metavar="STEPS",
-        help="also print a table of validation accuracy by operator count at these steps (e.g. 2000,8000,32000): "
-        "per run, the last check at or before each step",
-    )
-    p.set_defaults(func=_cmd_curves)
+# --------------------------------------------------------------------------- curves / compare
 
 
 def _cmd_curves(args: argparse.Namespace) -> int:
+    """plot validation accuracy against training step, overall and by number of operators
+
+    Read the history.json of each run directory and write OUT/training_curves.png (validation and training
+    accuracy against step) and OUT/curves_by_ops.png (validation accuracy against step, one panel per operator
+    count; runs of the same cell share a colour).
+    """
     from ..checkpoint import read_json
     from ..runs import RunDir
     from .evaluate import history_table
@@ -327,7 +278,8 @@ def _cmd_curves(args: argparse.Namespace) -> int:
 
     runs, seeds = [], []
     try:
-        steps = _steps(args.at_steps) if args.at_steps else []
+        example = "positive step numbers separated by commas, e.g. 2000,8000"
+        steps = _numbers(args.at_steps, "--at-steps", example, ranges=False) if args.at_steps else []
         for run in args.runs:
             header = RunDir(run).read_config()
             if header.get("kind") != KIND:
@@ -348,36 +300,14 @@ def _cmd_curves(args: argparse.Namespace) -> int:
     return 0
 
 
-def _steps(text: str) -> list[int]:
-    """``'2000,8000'`` -> ``[2000, 8000]``."""
-    try:
-        steps = [int(t.replace("_", "")) for t in text.split(",") if t.strip()]
-    except ValueError:
-        steps = []
-    if not steps or min(steps) < 1:
-        raise ValueError(f"--at-steps {text!r}: give positive step numbers separated by commas, e.g. 2000,8000")
-    return steps
-
-
-# --------------------------------------------------------------------------- compare
-
-
-def _register_compare(sub) -> None:
-    p = sub.add_parser(
-        "compare",
-        help="train ON-LSTM and LSTM with the same data, budget and seeds; table and plot by length",
-        description="For each seed and each cell: train into OUT/<cell>-seed<seed> (a finished run with the same "
-        "settings is reused), evaluate its best checkpoint on the test files (or, with --split valid, on its "
-        "own validation hold-out), then print one row per "
-        "cell (mean ± sample std over seeds) and write OUT/compare.json, OUT/table.md, "
-        "OUT/accuracy_by_length.png and OUT/training_curves.png.",
-    )
-    _add_settings(p, cell=False)
-    add_flags(p, CompareSettings, "compare", "comparison")
-    p.set_defaults(func=_cmd_compare)
-
-
 def _cmd_compare(args: argparse.Namespace) -> int:
+    """train ON-LSTM and LSTM with the same data, budget and seeds; table and plot by length
+
+    For each seed and each cell: train into OUT/<cell>-seed<seed> (a finished run with the same settings is
+    reused), evaluate its best checkpoint on the test files (or, with --split valid, on its own validation
+    hold-out), then print one row per cell (mean ± sample std over seeds) and write OUT/compare.json,
+    OUT/table.md, OUT/accuracy_by_length.png and OUT/training_curves.png.
+    """
     from .compare import compare
 
     model_cfg, train_cfg, data, out, section = resolve_settings(args, compare=True)

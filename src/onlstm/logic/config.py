@@ -19,11 +19,8 @@ MLP_ACTIVATIONS = ("relu", "elu")
 
 @dataclass
 class LogicModelConfig(Config):
-    """Architecture of :class:`LogicClassifier` (saved in ``config.json`` next to every checkpoint).
-
-    ``chunk_size``, ``master_input`` and ``dropconnect`` are encoder options: the encoder receives those it
-    declares in :mod:`onlstm.encoders`, so one config serves every encoder of a comparison.
-    """
+    """Architecture of :class:`LogicClassifier` (saved in ``config.json``). ``chunk_size``, ``master_input`` and
+    ``dropconnect`` are encoder options: each encoder receives those it declares (:mod:`onlstm.encoders`)."""
 
     section = "model"
     config_kind = "logic model config"
@@ -47,9 +44,7 @@ class LogicModelConfig(Config):
     )
     dropout: float = option(0.2, "dropout on embeddings, features and MLP hidden layer (paper: 0.2)")
     dropconnect: float = option(0.0, encoders.option_help("dropconnect", "DropConnect on hidden-to-hidden weights"))
-    mlp_hidden: int = option(
-        400, "width of the MLP's hidden layer; 0 = a single linear layer over the features", bounds=(0, None)
-    )
+    mlp_hidden: int = option(400, "MLP hidden width; 0 = a single linear layer over the features", bounds=(0, None))
     mlp_activation: str = option(
         "relu", "activation of the MLP's hidden layer: relu or elu (the authors' script)", choices=MLP_ACTIVATIONS
     )
@@ -82,7 +77,7 @@ class LogicTrainConfig(Runtime):
     )
     valid_fraction: float = option(0.1, "share of those pairs held out for validation (early stopping)")
     max_train_examples: int | None = option(
-        None, "use a random subset of this many pairs (before the validation split)", default_text="all"
+        None, "use a random subset of N pairs (before the validation split)", default_text="all", bounds=(2, None)
     )
     # On the original data both models sit near the majority label for thousands of updates when every length is
     # mixed from the start, while pairs of <= 2 operators are learned within ~2,000 (docs/results.md, issue #15).
@@ -92,7 +87,9 @@ class LogicTrainConfig(Runtime):
         "max_train_ops (validation always on every length)",
         default_text="off: every length from the first update",
     )
-    curriculum_steps: int = option(2000, "updates per curriculum stage; 0 turns the curriculum off (over a preset's)")
+    curriculum_steps: int = option(
+        2000, "updates per curriculum stage (0: none, overriding a preset)", bounds=(0, None)
+    )
     seed: int = seed_option(0, "seed of subset, split, init, dropout and batch order")
     epochs: int = option(
         30,
@@ -101,9 +98,7 @@ class LogicTrainConfig(Runtime):
     )
     batch_size: int = option(128, "pairs per step", bounds=(1, None))
     lr: float = option(1e-3, "Adam learning rate")
-    lr_decay: float = option(
-        0.5, "learning-rate factor after lr_patience validation checks in a row without improvement; 1 = constant"
-    )
+    lr_decay: float = option(0.5, "lr factor after lr_patience checks in a row without improvement; 1 = constant")
     # Both models sit on a ~65% plateau for thousands of steps before they learn the operators; decaying after
     # every such check (lr_patience 1) kept the LSTM there for good.
     lr_patience: int = option(
@@ -142,10 +137,6 @@ class LogicTrainConfig(Runtime):
                 f"curriculum_start must be in [0, max_train_ops={self.max_train_ops}] or None (no curriculum), "
                 f"got {self.curriculum_start}"
             )
-        if self.curriculum_steps < 0:
-            raise ConfigError(f"curriculum_steps must be >= 0 (0: no curriculum), got {self.curriculum_steps}")
-        if self.max_train_examples is not None and self.max_train_examples < 2:
-            raise ConfigError(f"max_train_examples must be >= 2 or None, got {self.max_train_examples}")
         if self.lr <= 0 or not 0.0 < self.lr_decay <= 1.0:
             raise ConfigError(f"lr must be > 0 and lr_decay in (0, 1], got {self.lr}, {self.lr_decay}")
         if not 0.0 <= self.min_lr <= self.lr:
@@ -175,8 +166,7 @@ class CompareSettings(Config):
     )
 
     def validate(self) -> None:
-        bad = [c for c in self.cells if c not in encoders.names()]
-        if bad:
+        if bad := [c for c in self.cells if c not in encoders.names()]:
             raise ConfigError(f"unknown cells {bad}; choose from {encoders.names()}")
         if not self.cells or not self.seeds:
             raise ConfigError("compare.cells and compare.seeds must not be empty")

@@ -8,12 +8,13 @@ compare-trees`` and ``onlstm plot`` remain as aliases that run the same code wit
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
 
 from ..checkpoint import write_text
-from ..config import add_runtime_flags, positive_int, runtime_settings
+from ..config import add_command, add_group, add_runtime_flags, arg, positive_int, runtime_settings
 from ..errors import InputError, command_error
 from ..runs import check_output_file, resolve_device, setup_torch
 from .evaluate import score_treebank
@@ -36,30 +37,87 @@ from .trees import (
     unlabel,
 )
 
-COMMANDS = ("parse", "eval-parse", "compare-trees", "plot")
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``onlstm parsing {parse,eval-parse,compare-trees,plot}`` and the old top-level names as aliases."""
-    p = subparsers.add_parser(
+    sub = add_group(
+        subparsers,
         "parsing",
-        help="unsupervised parsing: parse, eval-parse, compare-trees, plot",
-        description="Trees from a trained ON-LSTM language model, and tree scoring.",
+        "unsupervised parsing: parse, eval-parse, compare-trees, plot",
+        "Trees from a trained ON-LSTM language model, and tree scoring.",
     )
-    sub = p.add_subparsers(dest="parsing_command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
-    _add_model_commands(sub)
-    _add_compare_trees(sub)
-    # the old spellings (`onlstm parse ...`): the same parsers under the top-level command
-    _add_model_commands(subparsers, alias_of="onlstm parsing")
-    _add_compare_trees(subparsers, alias_of="onlstm parsing")
+    _add_commands(sub)
+    _add_commands(subparsers, alias_of="onlstm parsing")  # the old spellings (`onlstm parse ...`)
 
 
-def _help(alias_of: str, name: str, text: str) -> str:
-    return f"(= {alias_of} {name}) {text}" if alias_of else text
+def _add_commands(sub: argparse._SubParsersAction, alias_of: str = "") -> None:
+    command = functools.partial(add_command, sub, alias_of=alias_of)
+    checkpoint = arg("--checkpoint", required=True, type=Path, help="language-model run directory or .safetensors file")
+    batch_size = arg("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
+    layer = "1-based layer whose distances build the tree (default: the layer saved in the run, e.g. the one "
+    layer += "`onlstm demo` chose on its dev sentences; else 2, the paper's, or the last layer of a smaller model)"
+    parse = command(
+        "parse",
+        _cmd_parse,
+        arg("input", nargs="?", type=Path, help="text file, one sentence per line (default: standard input)"),
+        checkpoint,
+        arg("--layer", type=int, help=layer),
+        arg(
+            "--format",
+            choices=["brackets", "pretty", "json"],
+            default="brackets",
+            help="brackets: one tree per input line, an empty line for a line with nothing to parse (blank or "
+            "only punctuation); json: one object per input line (tree null for those); pretty: drawn trees",
+        ),
+        batch_size,
+    )
+    parse.set_defaults(prog=parse.prog)  # its notes on stderr name the command as it was typed
+    evaluate = command(
+        "eval-parse",
+        _cmd_eval_parse,
+        checkpoint,
+        arg("--treebank", required=True, type=Path, help="directory of .mrg files (searched recursively)"),
+        arg("--wsj10", action="store_true", help="only sentences of at most 10 words after normalisation"),
+        arg("--sections", nargs="+", help="WSJ sections to use, e.g. 23 (default: all found)"),
+        arg("--layers", default="all", help="'all' or comma-separated 1-based layers (default: all)"),
+        arg("--out-trees", type=Path, help="write predicted trees here, one per line (PATH.layerN.txt per layer)"),
+        arg("--random-draws", type=positive_int, default=5, help="random-baseline draws (default 5)"),
+        batch_size,
+        arg("--json", action="store_true", help="print one JSON object with every number"),
+    )
+    plot = command(
+        "plot",
+        _cmd_plot,
+        arg("sentence", help="the sentence, in quotes"),
+        checkpoint,
+        arg("--layer", type=int, help="1-based layer for the tree (default as parse)"),
+        arg("--gold", help="gold tree in bracket notation, drawn beside the induced one"),
+        arg("--out", type=Path, default=Path("parse_plot"), help="output prefix (writes .png and .svg)"),
+    )
+    for p in (parse, evaluate, plot):
+        add_runtime_flags(p, skip=("progress",))  # no bar: sentences are scored in a few batches
+    _add_compare_trees(command)  # after plot: the top-level names keep their order (onlstm.cli lists them)
 
 
-def _add_runtime(p: argparse.ArgumentParser) -> None:
-    add_runtime_flags(p, skip=("progress",))  # no bar: sentences are scored in a few batches
+def _add_compare_trees(command) -> None:
+    formats = [
+        arg(f"--{w}-format", choices=FORMATS, default="auto", help=f"how to read {w.upper()} (default: auto-detect)")
+        for w in ("gold", "pred")
+    ]
+    command(
+        "compare-trees",
+        _cmd_compare_trees,
+        arg("gold", type=Path, help="gold trees, one per line"),
+        arg("pred", type=Path, help="predicted trees, one per line"),
+        arg("--json", action="store_true", help="print one JSON object instead of a table"),
+        *formats,
+        arg(
+            "--normalise-gold",
+            action="store_true",
+            help="apply the treebank normalisation (POS filter, lowercase, digits -> N, unary collapse) "
+            "to labelled GOLD trees first, e.g. for raw PTB trees with punctuation and traces",
+        ),
+    )
 
 
 def _device(args: argparse.Namespace):
@@ -67,104 +125,6 @@ def _device(args: argparse.Namespace):
     runtime = runtime_settings(args)
     setup_torch(runtime.threads)
     return resolve_device(runtime.device)
-
-
-def _add_model_commands(subparsers: argparse._SubParsersAction, alias_of: str = "") -> None:
-    p = subparsers.add_parser(
-        "parse",
-        help=_help(alias_of, "parse", "parse raw sentences (one per line) with a trained ON-LSTM language model"),
-    )
-    p.add_argument("input", nargs="?", type=Path, help="text file, one sentence per line (default: standard input)")
-    p.add_argument("--checkpoint", required=True, type=Path, help="language-model run directory or .safetensors file")
-    p.add_argument(
-        "--layer",
-        type=int,
-        default=None,
-        help="1-based layer whose distances build the tree (default: the layer saved in the run, e.g. the "
-        "one `onlstm demo` chose on its dev sentences; else 2, the paper's, or the last layer of a smaller model)",
-    )
-    p.add_argument(
-        "--format",
-        choices=["brackets", "pretty", "json"],
-        default="brackets",
-        help="brackets: one tree per input line, an empty line for a line with nothing to parse (blank or only "
-        "punctuation); json: one object per input line (tree null for those); pretty: drawn trees",
-    )
-    p.add_argument("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
-    _add_runtime(p)
-    p.set_defaults(func=_cmd_parse, prog=p.prog)
-
-    p = subparsers.add_parser(
-        "eval-parse",
-        help=_help(alias_of, "eval-parse", "induced trees vs a Penn Treebank directory, per layer, with baselines"),
-    )
-    p.add_argument("--checkpoint", required=True, type=Path)
-    p.add_argument("--treebank", required=True, type=Path, help="directory of .mrg files (searched recursively)")
-    p.add_argument("--wsj10", action="store_true", help="only sentences of at most 10 words after normalisation")
-    p.add_argument("--sections", nargs="+", default=None, help="WSJ sections to use, e.g. 23 (default: all found)")
-    p.add_argument("--layers", default="all", help="'all' or comma-separated 1-based layers (default: all)")
-    p.add_argument(
-        "--out-trees",
-        type=Path,
-        default=None,
-        help="write predicted trees here, one bracketed tree per line (PATH.layerN.txt per layer)",
-    )
-    p.add_argument("--random-draws", type=positive_int, default=5, help="random-baseline draws (default 5)")
-    p.add_argument("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
-    p.add_argument("--json", action="store_true", help="print one JSON object with every number")
-    _add_runtime(p)
-    p.set_defaults(func=_cmd_eval_parse)
-
-    p = subparsers.add_parser(
-        "plot",
-        help=_help(alias_of, "plot", "per-layer distances of a sentence and its induced (and gold) tree, PNG+SVG"),
-    )
-    p.add_argument("sentence", help="the sentence, in quotes")
-    p.add_argument("--checkpoint", required=True, type=Path)
-    p.add_argument("--layer", type=int, default=None, help="1-based layer for the tree (default as parse)")
-    p.add_argument("--gold", default=None, help="gold tree in bracket notation, drawn beside the induced one")
-    p.add_argument("--out", type=Path, default=Path("parse_plot"), help="output prefix (writes .png and .svg)")
-    _add_runtime(p)
-    p.set_defaults(func=_cmd_plot)
-
-
-def _add_compare_trees(subparsers: argparse._SubParsersAction, alias_of: str = "") -> None:
-    p = subparsers.add_parser(
-        "compare-trees",
-        help=_help(
-            alias_of,
-            "compare-trees",
-            "score predicted trees against gold trees (sentence/corpus/EVALB-style F1, label recall, depth)",
-        ),
-        description=(
-            "GOLD and PRED hold one tree per line, in bracket notation: unlabelled '((the cat) sat)' or "
-            "labelled '(S (NP (DT the) (NN cat)) (VP (VBD sat)))'; line k of PRED must have the same words "
-            "as line k of GOLD. Label recall needs labelled gold trees. P/R/F1 are printed in percent "
-            "(fractions with --json). Exit status 2 on bad input."
-        ),
-    )
-    p.add_argument("gold", type=Path, help="gold trees, one per line")
-    p.add_argument("pred", type=Path, help="predicted trees, one per line")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument(
-        "--gold-format",
-        choices=FORMATS,
-        default="auto",
-        help="how to read GOLD (default: auto-detect for the whole file)",
-    )
-    p.add_argument(
-        "--pred-format",
-        choices=FORMATS,
-        default="auto",
-        help="how to read PRED (default: auto-detect for the whole file)",
-    )
-    p.add_argument(
-        "--normalise-gold",
-        action="store_true",
-        help="apply the treebank normalisation (POS filter, lowercase, digits -> N, unary collapse) "
-        "to labelled GOLD trees first, e.g. for raw PTB trees with punctuation and traces",
-    )
-    p.set_defaults(func=_cmd_compare_trees)
 
 
 def _read_trees(path: Path, fmt: str, what: str) -> list:
@@ -214,18 +174,17 @@ def check_pairs(gold: list, pred: list, gold_path: object = "GOLD", pred_path: o
         )
     for k, (g, p) in enumerate(zip(gold, pred), 1):
         gw, pw = leaves(g), leaves(p)
-        if gw == pw:
-            continue
         if len(gw) != len(pw):
             raise InputError(
                 f"line {k}: the gold tree has {len(gw)} words but the predicted tree has {len(pw)} "
                 f"(gold: {' '.join(gw)!r}; predicted: {' '.join(pw)!r})"
             )
-        i = next(i for i, (a, b) in enumerate(zip(gw, pw)) if a != b)
-        raise InputError(
-            f"line {k}: the trees have different words: word {i + 1} is {gw[i]!r} in gold but {pw[i]!r} "
-            "in the prediction"
-        )
+        i = next((i for i, (a, b) in enumerate(zip(gw, pw)) if a != b), None)
+        if i is not None:
+            raise InputError(
+                f"line {k}: the trees have different words: word {i + 1} is {gw[i]!r} in gold but {pw[i]!r} "
+                "in the prediction"
+            )
 
 
 def compare_tree_files(
@@ -243,6 +202,13 @@ def compare_tree_files(
 
 
 def _cmd_compare_trees(args: argparse.Namespace) -> int:
+    """score predicted trees against gold trees (sentence/corpus/EVALB-style F1, label recall, depth)
+
+    GOLD and PRED hold one tree per line, in bracket notation: unlabelled '((the cat) sat)' or labelled
+    '(S (NP (DT the) (NN cat)) (VP (VBD sat)))'; line k of PRED must have the same words as line k of GOLD.
+    Label recall needs labelled gold trees. P/R/F1 are printed in percent (fractions with --json). Exit status 2
+    on bad input. --gold-format and --pred-format apply to the whole file.
+    """
     result = compare_tree_files(args.gold, args.pred, args.gold_format, args.pred_format, args.normalise_gold)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -252,10 +218,6 @@ def _cmd_compare_trees(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- commands that read a model
-
-
-def _default_layer(n_layers: int) -> int:
-    return 2 if n_layers >= 2 else 1
 
 
 def choose_layer(given: int | None, lm) -> int:
@@ -268,7 +230,7 @@ def choose_layer(given: int | None, lm) -> int:
     saved = lm.config.get("parse_layer")
     if isinstance(saved, int) and not isinstance(saved, bool) and 1 <= saved <= n_layers:
         return saved - 1
-    return _default_layer(n_layers) - 1
+    return min(n_layers, 2) - 1
 
 
 def _prepare(lines, scheme: str):
@@ -276,20 +238,18 @@ def _prepare(lines, scheme: str):
     a blank line and a line of only punctuation are both "empty" (listed, nothing parsed)."""
     sentences, numbers, dropped, empty = [], [], 0, []
     for k, line in enumerate(lines, 1):
-        if not line.strip():
-            empty.append(k)
-            continue
-        words, gone = normalise_words(tokenize(line, scheme), scheme)
+        words, gone = normalise_words(tokenize(line, scheme), scheme) if line.strip() else ([], [])
         dropped += len(gone)
-        if not words:
+        if words:
+            sentences.append(words)
+            numbers.append(k)
+        else:
             empty.append(k)
-            continue
-        sentences.append(words)
-        numbers.append(k)
     return sentences, numbers, dropped, empty
 
 
 def _cmd_parse(args) -> int:
+    """parse raw sentences (one per line) with a trained ON-LSTM language model"""
     try:
         lm = load_language_model(args.checkpoint, device=_device(args))
         layer = choose_layer(args.layer, lm)
@@ -318,18 +278,11 @@ def _cmd_parse(args) -> int:
 def _print_parse(fmt: str, line: int, item, vocab) -> None:
     """The output for input line ``line``: its tree, or the empty marker when ``item`` is None."""
     if fmt == "json":
-        if item is None:
-            print(json.dumps({"line": line, "words": [], "tree": None, "unknown": [], "distances": []}))
-            return
-        words, dist, tree = item
-        row = {
-            "line": line,
-            "words": words,
-            "tree": to_brackets(tree),
-            "unknown": [w for w in words if w not in vocab],
-            "distances": [[round(v, 5) for v in r] for r in dist.tolist()],
-        }
-        print(json.dumps(row))
+        words, dist, tree = item or ([], None, None)
+        unknown = [w for w in words if w not in vocab]
+        distances = [] if dist is None else [[round(v, 5) for v in r] for r in dist.tolist()]
+        tree = None if tree is None else to_brackets(tree)
+        print(json.dumps({"line": line, "words": words, "tree": tree, "unknown": unknown, "distances": distances}))
     elif fmt == "pretty":
         if item is None:
             print(f"(line {line}: nothing to parse)")
@@ -360,11 +313,9 @@ def _depth(tree) -> int:
 def _as_nltk(tree):
     """An unlabelled tree as an ``nltk.Tree`` with blank labels (every word under its own blank
     pre-terminal: nltk's pretty printer misplaces words that stand beside constituents)."""
-    from nltk.tree import Tree as T
+    from nltk.tree import Tree
 
-    if isinstance(tree, str):
-        return T("", [tree])
-    return T("", [_as_nltk(t) for t in tree])
+    return Tree("", [tree] if isinstance(tree, str) else [_as_nltk(t) for t in tree])
 
 
 def _parse_layers(spec: str, n_layers: int) -> list[int]:
@@ -379,6 +330,7 @@ def _parse_layers(spec: str, n_layers: int) -> list[int]:
 
 
 def _cmd_eval_parse(args) -> int:
+    """induced trees vs a Penn Treebank directory, per layer, with baselines"""
     from ..data.treebank import load_treebank
 
     try:
@@ -390,18 +342,16 @@ def _cmd_eval_parse(args) -> int:
     except (ValueError, OSError) as err:
         raise command_error(err) from None
     scores = score_treebank(lm, bank, layers, args.batch_size, args.random_draws)
-    rows, baselines = scores.rows, scores.baselines
     written = _write_trees(args.out_trees, scores.trees, len(layers)) if args.out_trees else []
-    n_words, unknown, n_sent = scores.words, scores.unknown_words, scores.sentences
     result = {
         "treebank": bank.name,
         "summary": bank.summary(),
-        "sentences": n_sent,
-        "words": n_words,
-        "unknown_words": unknown,
-        "sentences_per_second": n_sent / scores.seconds,
-        "layers": {k: v.to_dict() for k, v in rows.items()},
-        "baselines": baselines,
+        "sentences": scores.sentences,
+        "words": scores.words,
+        "unknown_words": scores.unknown_words,
+        "sentences_per_second": scores.sentences / scores.seconds,
+        "layers": {k: v.to_dict() for k, v in scores.rows.items()},
+        "baselines": scores.baselines,
         "trees_written": written,
         "run_layer": choose_layer(None, lm) + 1,  # the layer parse/plot use for this run by default
     }
@@ -425,11 +375,10 @@ def _write_trees(out: Path, trees: dict, n_layers: int) -> list[str]:
 
 def _print_eval_parse(summary: str, scores, random_draws: int, written: list[str]) -> None:
     """The eval-parse table: F1 per layer and baseline, depths, label recall."""
-    rows, baselines = scores.rows, scores.baselines
-    n_words, unknown, n_sent = scores.words, scores.unknown_words, scores.sentences
+    rows, n_sent = scores.rows, scores.sentences
     print(summary)
     print(
-        f"{n_sent} sentences, {n_words} words ({unknown} unknown to the model); "
+        f"{n_sent} sentences, {scores.words} words ({scores.unknown_words} unknown to the model); "
         f"distances at {n_sent / scores.seconds:.0f} sentences/s"
     )
     print(f"\n{'F1 (%)':<26}{'sentence':>9}{'corpus':>8}{'EVALB':>8}{'depth':>7}")
@@ -438,7 +387,7 @@ def _print_eval_parse(summary: str, scores, random_draws: int, written: list[str
             f"{'ON-LSTM ' + name:<26}{100 * ev.sentence.f1:9.1f}{100 * ev.corpus.f1:8.1f}{100 * ev.evalb.f1:8.1f}"
             f"{ev.depth_pred:7.2f}"
         )
-    for name, sc in baselines.items():
+    for name, sc in scores.baselines.items():
         label = name + (f" ({random_draws} draws)" if name == "random" else "")
         print(f"{label:<26}{100 * sc['sentence_f1']:9.1f}{100 * sc['corpus_f1']:8.1f}{100 * sc['evalb_f1']:8.1f}")
     first = next(iter(rows.values()))
@@ -453,6 +402,7 @@ def _print_eval_parse(summary: str, scores, random_draws: int, written: list[str
 
 
 def _cmd_plot(args) -> int:
+    """per-layer distances of a sentence and its induced (and gold) tree, PNG+SVG"""
     from .plots import plot_sentence
 
     try:

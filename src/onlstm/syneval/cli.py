@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ..checkpoint import write_json
-from ..config import Settings, add_flags
+from ..config import Settings, add_command, add_flags, arg
 from ..errors import command_error
 from .config import SynevalConfig
 from .data import PAPER_SOURCE, SynevalDataError, read_items, write_dump
@@ -17,37 +17,37 @@ from .evaluate import COMPARISON_NAMES, outcome_record, score_items, summarize
 
 def register(subparsers) -> None:
     """Add ``onlstm syneval`` to the top-level ``subparsers``."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "syneval",
-        help="targeted syntactic evaluation (Marvin & Linzen 2018 minimal pairs) of language models",
-        description="Does the language model give the grammatical sentence of a minimal pair the higher "
-        "probability? Per case, per condition and in the paper's rows, with vocabulary coverage. "
-        "Convention and formats: docs/syneval.md.",
-    )
-    p.add_argument(
-        "--checkpoint",
-        type=Path,
-        action="append",
-        required=True,
-        help="language-model run directory (or a .safetensors file in one); repeat to compare models side by side",
-    )
-    p.add_argument(
-        "--data",
-        type=Path,
-        required=True,
-        help="sample TSV (case, grammatical, ungrammatical), TSV dump with a header, a <case>.pickle or the "
-        "suite's templates/ folder",
-    )
-    p.add_argument("--config", type=Path, help="YAML file (or preset name) with a syneval: section; flags win over it")
-    p.add_argument("--json", action="store_true", help="print every number as one JSON object")
-    p.add_argument(
-        "--out", type=Path, help="folder for results.json (with every pair's scores), items.tsv and rows.png"
+        _cmd_syneval,
+        arg(
+            "--checkpoint",
+            type=Path,
+            action="append",
+            required=True,
+            help="language-model run directory (or a .safetensors file in one); repeat to compare models side by side",
+        ),
+        arg(
+            "--data",
+            type=Path,
+            required=True,
+            help="sample TSV (case, grammatical, ungrammatical), TSV dump with a header, a <case>.pickle or the "
+            "suite's templates/ folder",
+        ),
+        arg("--config", type=Path, help="YAML file (or preset name) with a syneval: section; flags win over it"),
+        arg("--json", action="store_true", help="print every number as one JSON object"),
+        arg("--out", type=Path, help="folder for results.json (with every pair's scores), items.tsv and rows.png"),
     )
     add_flags(p, SynevalConfig, "syneval", "evaluation settings")
-    p.set_defaults(func=_cmd_syneval)
 
 
 def _cmd_syneval(args: argparse.Namespace) -> int:
+    """targeted syntactic evaluation (Marvin & Linzen 2018 minimal pairs) of language models
+
+    Does the language model give the grammatical sentence of a minimal pair the higher probability? Per case,
+    per condition and in the paper's rows, with vocabulary coverage. Convention and formats: docs/syneval.md.
+    """
     from ..runs import resolve_device, setup_torch
 
     cfg = Settings.resolve({"syneval": SynevalConfig}, args.config, args, experiment="syneval").build("syneval")
@@ -82,15 +82,8 @@ def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
     unique = len({s for it in items for s in (it.grammatical, it.ungrammatical, it.intrusive) if s is not None})
     with progress_bar(cfg.progress, total=unique, desc=f"syneval {path}", unit="sent", leave=False) as bar:
         try:
-            outcomes, facts = score_items(
-                run.model,
-                run.vocab,
-                items,
-                word_only=cfg.word_only,
-                batch_size=cfg.batch_size,
-                share_prefixes=cfg.share_prefixes,
-                progress=bar.update,
-            )
+            options = {"word_only": cfg.word_only, "batch_size": cfg.batch_size, "share_prefixes": cfg.share_prefixes}
+            outcomes, facts = score_items(run.model, run.vocab, items, **options, progress=bar.update)
         except ValueError as exc:  # the vocabulary's own checks raise plain ValueErrors
             raise command_error(exc) from None
     seconds = time.perf_counter() - start

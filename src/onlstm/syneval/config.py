@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ConfigError, Runtime, option
+from ..config import Runtime, option
 
 
 @dataclass
@@ -14,13 +14,9 @@ class SynevalConfig(Runtime):
 
     word_only: bool = option(False, "compare only the log-probability of the first word where the two sentences differ")
     batch_size: int = option(
-        2048, "sentences scored together (one prefix tree, or one padded batch; no effect on scores)"
+        2048, "sentences scored together (one prefix tree, or one padded batch; no effect on scores)", bounds=(1, None)
     )
     share_prefixes: bool = option(
         True, "run each distinct sentence prefix once (a prefix tree); --no-share-prefixes: right-padded batches"
     )
     weights: str = option("best", "which weights of a run directory", choices=("best", "last"))
-
-    def validate(self) -> None:
-        if self.batch_size <= 0:
-            raise ConfigError(f"syneval.batch_size must be positive, got {self.batch_size}")
