@@ -365,7 +365,7 @@ register(
 )
 register(
     "sliced",
-    lambda i, h, **o: SlicedRNN(i, h, **o),
+    SlicedRNN,
     causal=False,
     stateful=False,
     check=_check_sliced,
