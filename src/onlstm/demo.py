@@ -92,10 +92,6 @@ def lm_settings(cfg: DemoConfig, quiet: bool = False) -> dict:
     return explicit_settings(find_preset("lm/demo")[1], {"model": {**model, "dropconnect": drop}, "train": train})
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:5.1f}"
-
-
 def _is_demo_run(out_dir: Path) -> bool:
     """A run the demo made: its header holds the demo's settings, or (a demo stopped during training, before it
     wrote them) the run was trained on the demo's corpus folder inside it."""
@@ -186,15 +182,13 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: b
 def _train_info(trained: dict, weights: Path) -> dict:
     """What :func:`onlstm.lm.train.train` returned, in the demo's report's terms."""
     p = trained["progress"]
-    best = p["best_valid"]
-    stopped_by = {"stopped": "time", "finished": "epochs"}.get(trained["status"], trained["status"])
     return {
         "steps": p["step"],
         "epochs_validated": len(p["history"]),
         "train_seconds": round(p["elapsed"], 1),
-        "best_valid_ppl": None if best is None else math.exp(best),
+        "best_valid_ppl": None if p["best_valid"] is None else math.exp(p["best_valid"]),
         "weights": weights.name,
-        "stopped_by": stopped_by,
+        "stopped_by": {"stopped": "time", "finished": "epochs"}.get(trained["status"], trained["status"]),
     }
 
 
@@ -266,9 +260,13 @@ def _plot_example(model: LanguageModel, vocab: Vocab, test, best: int, out_dir: 
         return [f"(no plot: {e})"]
 
 
+def _f1_row(label: str, sc: dict) -> str:
+    """A line of the report's table: the sentence, corpus and EVALB F1 in %."""
+    return f"{label:24}{100 * sc['sentence_f1']:9.1f}{100 * sc['corpus_f1']:8.1f}{100 * sc['evalb_f1']:8.1f}"
+
+
 def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
-    best, pred = scores["best"], scores["pred"]
-    weights = info["weights"]
+    best, pred, weights = scores["best"], scores["pred"], info["weights"]
     if info["best_valid_ppl"] is not None and weights == RunDir.WEIGHTS.format(tag="best"):
         weights += f", validation perplexity {info['best_valid_ppl']:.2f}"
     elif weights == RunDir.WEIGHTS.format(tag="last"):
@@ -283,13 +281,9 @@ def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
     print(f"{'':24}{'sentence':>9}{'corpus':>8}{'EVALB':>8}")
     for row in scores["layers"]:
         mark = "  <- chosen on dev" if row["layer"] == best + 1 else ""
-        print(
-            f"{'ON-LSTM layer ' + str(row['layer']):24}{_pct(row['sentence_f1']):>9}{_pct(row['corpus_f1']):>8}"
-            f"{_pct(row['evalb_f1']):>8}{mark}"
-        )
+        print(_f1_row(f"ON-LSTM layer {row['layer']}", row) + mark)
     for name, sc in scores["baselines"].items():
-        label = f"{name} baseline" + (" (5 draws)" if name == "random" else "")
-        print(f"{label:24}{_pct(sc['sentence_f1']):>9}{_pct(sc['corpus_f1']):>8}{_pct(sc['evalb_f1']):>8}")
+        print(_f1_row(f"{name} baseline" + (" (5 draws)" if name == "random" else ""), sc))
     print(
         f"\nON-LSTM (layer {best + 1}) {'beats' if scores['beats'] else 'does NOT beat'} every trivial baseline on "
         "sentence F1."

@@ -296,20 +296,14 @@ register(
         _DROPCONNECT,
     ),
 )
-register(
-    "lstm",
-    lambda i, h, dropconnect: TorchRNN(nn.LSTM(i, h), dropconnect),
-    options=(_DROPCONNECT,),
-    check=_check_dropconnect,
-    description="torch.nn.LSTM",
-)
-register(
-    "gru",
-    lambda i, h, dropconnect: TorchRNN(nn.GRU(i, h), dropconnect),
-    options=(_DROPCONNECT,),
-    check=_check_dropconnect,
-    description="torch.nn.GRU",
-)
+for _cell in (nn.LSTM, nn.GRU):  # "lstm" and "gru"; the default argument binds each loop's cell
+    register(
+        _cell.__name__.lower(),
+        lambda i, h, dropconnect, cell=_cell: TorchRNN(cell(i, h), dropconnect),
+        options=(_DROPCONNECT,),
+        check=_check_dropconnect,
+        description=f"torch.nn.{_cell.__name__}",
+    )
 # The RNN family as baselines (docs/encoders.md). SRU and QRNN have no hidden-to-hidden weights (their gates
 # read the input only), so they take no dropconnect: a preset's dropconnect field does not reach them, and
 # --encoder-options dropconnect=... is an error.
@@ -371,7 +365,7 @@ register(
 )
 register(
     "sliced",
-    lambda i, h, **o: SlicedRNN(i, h, **o),
+    SlicedRNN,
     causal=False,
     stateful=False,
     check=_check_sliced,

@@ -142,18 +142,12 @@ class LanguageModel(nn.Module):
     def forward(
         self, tokens: torch.Tensor, state=None, return_distances: bool = False, *, shard: tuple[int, int] | None = None
     ):
-        """``tokens`` (T, B) -> ``output`` (T, B, last width), new ``state`` (one per layer), and a dict
-        with ``raw`` (last layer's output before dropout, for TAR), ``dropped`` (after, for AR) and,
-        when asked, ``distances``: per layer, :class:`onlstm.Distances` with (T, B) tensors.
-
-        ``shard = (start, total)`` (training on several processes): ``tokens`` are columns
-        ``start:start+B`` of a batch of ``total``; locked-dropout masks are drawn for the whole batch
-        and sliced (see :func:`locked_dropout`).
-
-        With an encoder that carries no state (``stateful=False`` in the registry: the Transformer), every
-        call starts afresh and the returned state is None, so the loops that carry the state from one
-        segment to the next (training, evaluation) carry nothing without knowing about it.
-        """
+        """``tokens`` (T, B) -> ``output`` (T, B, last width), the new ``state`` (one per layer; None when the
+        encoder has ``stateful=False``, e.g. the Transformer: every call starts afresh and the loops carrying
+        state between segments carry nothing) and a dict: ``raw`` (last layer's output before dropout, for TAR),
+        ``dropped`` (after, for AR) and, when asked, ``distances`` (per layer, :class:`onlstm.Distances` of
+        (T, B) tensors). ``shard = (start, total)``: ``tokens`` are columns ``start:start+B`` of a batch of
+        ``total`` (several processes); dropout masks are drawn for it all and sliced (:func:`locked_dropout`)."""
         c = self.config
         if not self.stateful and state is not None:
             raise ValueError(f"a {c.cell!r} language model carries no state across calls; pass state=None")

@@ -7,28 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..data.trees import (  # noqa: F401
-    FORMATS,
-    LabelledSpan,
-    LabelledTree,
-    Span,
-    Tree,
-    TreeFormatError,
-    _check_words,
-    detect_format,
-    is_labelled,
-    iter_constituents,
-    labelled_spans,
-    leaves,
-    parse_brackets,
-    parse_tree_lines,
-    span_info,
-    spans,
-    strip_function_tags,
-    to_brackets,
-    unlabel,
-    word_depths,
-)
+from ..data.trees import *  # noqa: F403  (the re-export)
+from ..data.trees import Tree, _check_words
 
 # ----------------------------------------------------------------------------------------------------
 # distances -> tree

@@ -18,7 +18,7 @@ import torch
 from ..data.vocab import EOS, UNK
 from ..errors import OnlstmError
 from .data import PAPER_ROWS, Item
-from .prefix_tree import prefix_token_logprobs
+from .prefix_tree import prefix_token_logprobs, scored_in_chunks
 
 
 class SynevalError(OnlstmError, ValueError):
@@ -87,22 +87,17 @@ def token_logprobs(
     token; ``progress(n)`` is called after each batch with the number of sequences done in it."""
     if batch_size <= 0:
         raise SynevalError(f"batch size must be positive, got {batch_size}")
-    model.eval()
     device = next(model.parameters()).device
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-    out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
+
+    def score(chunk: list[int]) -> list[torch.Tensor]:
         lengths = [len(sequences[i]) for i in chunk]
         batch = torch.full((max(lengths), len(chunk)), int(sequences[chunk[0]][0]), dtype=torch.long)  # (T, B)
         for j, i in enumerate(chunk):
             batch[: lengths[j], j] = torch.as_tensor(sequences[i], dtype=torch.long)
         lp = _next_token_logprobs(model, batch.to(device)).double().cpu()  # (T-1, B)
-        for j, i in enumerate(chunk):
-            out[i] = lp[: lengths[j] - 1, j].clone()
-        if progress:
-            progress(len(chunk))
-    return out
+        return [lp[: n - 1, j].clone() for j, n in enumerate(lengths)]
+
+    return scored_in_chunks(model, sequences, batch_size, lambda i: len(sequences[i]), score, progress)
 
 
 def _next_token_logprobs(model, batch: torch.Tensor) -> torch.Tensor:

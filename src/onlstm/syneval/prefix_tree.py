@@ -226,17 +226,29 @@ def prefix_token_logprobs(
     sequences; sequences are sorted so that those sharing a prefix fall in the same chunk."""
     if chunk_size <= 0:
         raise PrefixTreeError(f"chunk size must be positive, got {chunk_size}")
-    model.eval()
     device = next(model.parameters()).device
-    order = sorted(range(len(sequences)), key=lambda i: list(sequences[i]))
-    out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
     decoder = Decoder(model)
-    for start in range(0, len(order), chunk_size):
-        chunk = order[start : start + chunk_size]
+
+    def score(chunk: list[int]) -> list[torch.Tensor]:
         tree = build_tree([sequences[i] for i in chunk])
         flat = tree_logprobs(model, tree, device, decoder=decoder).double().cpu()
-        for i, path in zip(chunk, tree.paths):
-            out[i] = flat[path]
+        return [flat[path] for path in tree.paths]
+
+    return scored_in_chunks(model, sequences, chunk_size, lambda i: list(sequences[i]), score, progress)
+
+
+def scored_in_chunks(
+    model, sequences: Sequence, size: int, key: Callable, score: Callable, progress: Callable[[int], None] | None
+) -> list[torch.Tensor]:
+    """The loop both scorers share: the indices sorted by ``key``, ``score(indices)`` (a tensor per index) on
+    ``size`` at a time in eval mode, then ``progress(n)``; returns the tensors in the sequences' own order."""
+    model.eval()
+    order = sorted(range(len(sequences)), key=key)
+    out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
+    for start in range(0, len(order), size):
+        chunk = order[start : start + size]
+        for i, logprobs in zip(chunk, score(chunk)):
+            out[i] = logprobs
         if progress:
             progress(len(chunk))
     return out
