@@ -55,6 +55,7 @@ from ..runs import (
     StopRequest,
     read_resume,
     restore_training,
+    resume_clash,
     setup_torch,
     training_tensors,
     write_resume,
@@ -202,22 +203,12 @@ def run_config_from_saved(saved: dict) -> RunConfig:
 
 def merge_for_resume(saved: RunConfig, explicit: dict) -> RunConfig:
     """Apply the explicitly given settings to a saved run: runtime fields may change, others must match."""
-    clashes = []
-    for k, v in explicit.get("model", {}).items():
-        if saved.model.get(k) != v:
-            clashes.append(f"model.{k} (run: {saved.model.get(k)!r}, given: {v!r})")
     train = saved.train.to_dict()
     given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
-    for k, v in given.items():
-        if k in RUNTIME_FIELDS:
-            train[k] = v
-        elif v != train[k]:
-            clashes.append(f"train.{k} (run: {train[k]!r}, given: {v!r})")
-    if clashes:
-        raise RunDirError(
-            "cannot change " + ", ".join(clashes) + " when resuming; resume with the run's own "
-            f"settings (only {', '.join(RUNTIME_FIELDS)} may change) or train into a new --out"
-        )
+    clash = resume_clash({"model": saved.model, "train": train}, {**explicit, "train": given}, RUNTIME_FIELDS)
+    if clash:
+        raise RunDirError(clash)
+    train.update({k: v for k, v in given.items() if k in RUNTIME_FIELDS})
     return RunConfig(dict(saved.model), TrainConfig.from_dict(train))
 
 
