@@ -46,7 +46,6 @@ from ..config import ConfigError
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
-from ..errors import TrainingDiverged
 from ..models.language_model import LanguageModel
 from ..nn import ONLSTM, kernels
 from ..runs import (
@@ -60,7 +59,7 @@ from ..runs import (
     training_tensors,
     write_resume,
 )
-from ..runs.engine import Budget, Check, Engine, Progress, update
+from ..runs.engine import Budget, Check, Engine, Progress, diverged, update
 from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section, load_config
 from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
@@ -633,12 +632,9 @@ class Trainer:
         best = self.rundir.weights("best").name
         kept = [f"{best} (valid ppl {math.exp(-prog.best):.2f})"] if prog.best is not None else []
         kept += [RunDir.RESUME] if self.rundir.resume_path.exists() else []
-        raise TrainingDiverged(
-            f"training diverged: the training loss is {prog.task['epoch_loss_sum'] / max(prog.task['epoch_tokens'], 1)}"
-            f" in epoch {prog.epoch + 1} (by step {prog.step}); the diverged weights were not saved"
-            + (f"; kept from before: {', '.join(kept)} in {self.run_dir}" if kept else "")
-            + "; lower --lr or set --clip (e.g. 0.25) and train into a new --out"
-        )
+        loss = prog.task["epoch_loss_sum"] / max(prog.task["epoch_tokens"], 1)
+        when = f"in epoch {prog.epoch + 1} (by step {prog.step})"
+        raise diverged(loss, when, f"{', '.join(kept)} in {self.run_dir}" if kept else "", clip=0.25)
 
     def _tensorboard(self):
         if self._tb is None and self.cfg.tensorboard and self.ctx.is_main:
