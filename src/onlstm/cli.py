@@ -8,10 +8,12 @@ import importlib
 import json
 import sys
 
+from .config import add_command, add_flags, arg
 from .errors import EXIT_INTERRUPTED, INSTALL_EXPERIMENTS, MissingExtra, OnlstmError, WriteError, missing_extra
 
 
 def _cmd_demo(args) -> int:
+    """grammar corpus -> ON-LSTM LM -> induced trees vs gold and baselines"""
     from .config import Settings
     from .demo import DemoConfig, run
 
@@ -20,6 +22,7 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_info(args) -> int:
+    """versions and which layer kernels are available (and why not)"""
     import torch
 
     from . import __version__
@@ -46,6 +49,7 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_presets(args) -> int:
+    """list the shipped --config presets, or print one"""
     from .config import find_preset, preset_description, presets
 
     if args.name:  # print one preset, to read or to copy and edit: onlstm presets lm/ptb-cpu > mine.yaml
@@ -66,8 +70,9 @@ def _cmd_presets(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    """A training run -> a model to share (Hugging Face's layout, with a model card); docs/sharing.md. The run's
-    kind (registered by its experiment) opens the model and writes the command that reproduces its settings."""
+    """save a trained run as a model to share (config.json, model.safetensors, card)"""
+    # Hugging Face's layout, with a model card (docs/sharing.md). The run's kind (registered by its
+    # experiment) opens the model and writes the command that reproduces its settings.
     from .runs import RunDir, find_kind
 
     run, weights = RunDir.find(args.checkpoint, args.weights)
@@ -84,14 +89,11 @@ def _cmd_export(args) -> int:
 
 
 def _register_demo(sub) -> None:
-    from .config import add_flags
     from .demo import DemoConfig  # before add_parser: without nltk nothing half-made is left behind
 
-    p = sub.add_parser("demo", help="grammar corpus -> ON-LSTM LM -> induced trees vs gold and baselines")
-    p.add_argument("--config", help="YAML file with a demo: section (any field below); flags win over it")
-    p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
-    add_flags(p, DemoConfig, "demo", "demo settings")
-    p.set_defaults(func=_cmd_demo)
+    config = arg("--config", help="YAML file with a demo: section (any field below); flags win over it")
+    as_json = arg("--json", action="store_true", help="print the numbers as one JSON object")
+    add_flags(add_command(sub, "demo", _cmd_demo, config, as_json), DemoConfig, "demo", "demo settings")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,18 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"onlstm {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     _register_or_stand_in(sub, _register_demo, ("demo",))
-    p = sub.add_parser("presets", help="list the shipped --config presets, or print one")
-    p.add_argument("name", nargs="?", help="a preset to print (lm/ptb-cpu, or ptb-cpu)")
-    p.add_argument("--json", action="store_true", help="the list as JSON: name -> file, description")
-    p.set_defaults(func=_cmd_presets)
-    p = sub.add_parser("export", help="save a trained run as a model to share (config.json, model.safetensors, card)")
-    p.add_argument("--checkpoint", required=True, help="the run directory (lm, demo or logic)")
-    p.add_argument("--to", required=True, help="the directory to write (Hugging Face's layout)")
-    p.add_argument("--weights", default="best", help="which weights of the run: best (default) or last")
-    p.set_defaults(func=_cmd_export)
-    p = sub.add_parser("info", help="versions and which layer kernels are available (and why not)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd_info)
+    name = arg("name", nargs="?", help="a preset to print (lm/ptb-cpu, or ptb-cpu)")
+    listing = arg("--json", action="store_true", help="the list as JSON: name -> file, description")
+    add_command(sub, "presets", _cmd_presets, name, listing)
+    run = arg("--checkpoint", required=True, help="the run directory (lm, demo or logic)")
+    to = arg("--to", required=True, help="the directory to write (Hugging Face's layout)")
+    weights = arg("--weights", default="best", help="which weights of the run: best (default) or last")
+    add_command(sub, "export", _cmd_export, run, to, weights)
+    add_command(sub, "info", _cmd_info, arg("--json", action="store_true"))
     for module, names in SUBCOMMAND_MODULES.items():
         _register_or_stand_in(sub, lambda s, m=module: importlib.import_module(m).register(s), names)
     return ap

@@ -697,7 +697,7 @@ def test_resume_errors_and_cli(tiny_data, tmp_path, monkeypatch, capsys):
     assert main(_train_args(tiny_data, run, "--seed", "4")) == 130  # Ctrl-C: exit status 130
     restore()
     assert (run / T.RESUME_FILE).exists()
-    with pytest.raises(CheckpointError, match="other settings"):
+    with pytest.raises(CheckpointError, match=r"cannot change .*train\.lr \(run: 0\.001, given: 0\.01\)"):
         T.train(LogicModelConfig(**TINY), replace(cfg, lr=0.01), tiny_data, run, log=None, resume=True)
     assert main(_train_args(tiny_data, run, "--seed", "4", "--resume")) == 0
     assert "resuming" in capsys.readouterr().out

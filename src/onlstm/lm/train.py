@@ -46,7 +46,6 @@ from ..config import ConfigError
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
-from ..errors import TrainingDiverged
 from ..models.language_model import LanguageModel
 from ..nn import ONLSTM, kernels
 from ..runs import (
@@ -55,11 +54,12 @@ from ..runs import (
     StopRequest,
     read_resume,
     restore_training,
+    resume_clash,
     setup_torch,
     training_tensors,
     write_resume,
 )
-from ..runs.engine import Budget, Check, Engine, Progress, update
+from ..runs.engine import Budget, Check, Engine, Progress, diverged, update
 from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section, load_config
 from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
@@ -202,22 +202,12 @@ def run_config_from_saved(saved: dict) -> RunConfig:
 
 def merge_for_resume(saved: RunConfig, explicit: dict) -> RunConfig:
     """Apply the explicitly given settings to a saved run: runtime fields may change, others must match."""
-    clashes = []
-    for k, v in explicit.get("model", {}).items():
-        if saved.model.get(k) != v:
-            clashes.append(f"model.{k} (run: {saved.model.get(k)!r}, given: {v!r})")
     train = saved.train.to_dict()
     given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
-    for k, v in given.items():
-        if k in RUNTIME_FIELDS:
-            train[k] = v
-        elif v != train[k]:
-            clashes.append(f"train.{k} (run: {train[k]!r}, given: {v!r})")
-    if clashes:
-        raise RunDirError(
-            "cannot change " + ", ".join(clashes) + " when resuming; resume with the run's own "
-            f"settings (only {', '.join(RUNTIME_FIELDS)} may change) or train into a new --out"
-        )
+    clash = resume_clash({"model": saved.model, "train": train}, {**explicit, "train": given}, RUNTIME_FIELDS)
+    if clash:
+        raise RunDirError(clash)
+    train.update({k: v for k, v in given.items() if k in RUNTIME_FIELDS})
     return RunConfig(dict(saved.model), TrainConfig.from_dict(train))
 
 
@@ -642,12 +632,9 @@ class Trainer:
         best = self.rundir.weights("best").name
         kept = [f"{best} (valid ppl {math.exp(-prog.best):.2f})"] if prog.best is not None else []
         kept += [RunDir.RESUME] if self.rundir.resume_path.exists() else []
-        raise TrainingDiverged(
-            f"training diverged: the training loss is {prog.task['epoch_loss_sum'] / max(prog.task['epoch_tokens'], 1)}"
-            f" in epoch {prog.epoch + 1} (by step {prog.step}); the diverged weights were not saved"
-            + (f"; kept from before: {', '.join(kept)} in {self.run_dir}" if kept else "")
-            + "; lower --lr or set --clip (e.g. 0.25) and train into a new --out"
-        )
+        loss = prog.task["epoch_loss_sum"] / max(prog.task["epoch_tokens"], 1)
+        when = f"in epoch {prog.epoch + 1} (by step {prog.step})"
+        raise diverged(loss, when, f"{', '.join(kept)} in {self.run_dir}" if kept else "", clip=0.25)
 
     def _tensorboard(self):
         if self._tb is None and self.cfg.tensorboard and self.ctx.is_main:

@@ -13,7 +13,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,6 +26,7 @@ from ..runs import (
     read_resume,
     resolve_device,
     restore_training,
+    resume_clash,
     setup_torch,
     training_tensors,
     write_resume,
@@ -202,18 +203,11 @@ RESUME_FORMAT = "onlstm-logic-resume-2"
 RESUME_FORMAT_1 = "onlstm-logic-resume-1"  # before the shared engine: still read
 
 
-def same_training(a: LogicTrainConfig, b: LogicTrainConfig) -> bool:
-    """Whether two training configs learn the same thing (they may differ in :data:`RUNTIME_FIELDS`)."""
-    return replace(a, **{f: getattr(b, f) for f in RUNTIME_FIELDS}) == b
-
-
-def read_run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, bool]:
-    """The header of the logic run in ``out`` and whether it was trained with these settings.
-
-    The saved settings are read back through the dataclasses, so a field added later (with its default)
-    still matches, and :data:`RUNTIME_FIELDS` may differ. Raises :class:`CheckpointError` when the file is
-    missing or corrupt, of another kind, or its settings do not parse.
-    """
+def _header_and_clash(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, str]:
+    """The header of the logic run in ``out`` and :func:`~onlstm.runs.resume_clash` of these settings ("" when
+    it was trained with them: only :data:`RUNTIME_FIELDS` may differ). The saved settings are read back through
+    the dataclasses, so a field added later (with its default) still matches. Raises :class:`CheckpointError`
+    when the file is missing or corrupt, of another kind, or its settings do not parse."""
     run = RunDir(out)
     header = run.read_config(KIND, "a logic classifier")
     try:
@@ -221,17 +215,20 @@ def read_run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfi
         saved_train = LogicTrainConfig.from_dict(header.get("train") or {})
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{run.config_path}: bad config ({exc})") from None
-    return header, saved_model == model_cfg and same_training(saved_train, cfg)
+    saved = {"model": asdict(saved_model), "train": asdict(saved_train)}
+    return header, resume_clash(saved, {"model": asdict(model_cfg), "train": asdict(cfg)}, RUNTIME_FIELDS, out)
+
+
+def read_run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, bool]:
+    """The header of the logic run in ``out`` and whether it was trained with these settings."""
+    header, clash = _header_and_clash(out, model_cfg, cfg)
+    return header, not clash
 
 
 def _check_resumable(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> None:
-    header, same = read_run_header(out, model_cfg, cfg)
-    if not same:
-        raise CheckpointError(
-            f"{out} was trained with other settings than these; resume with the same model and "
-            f"training settings (only {', '.join(RUNTIME_FIELDS)} may change), or train into a "
-            "new --out"
-        )
+    header, clash = _header_and_clash(out, model_cfg, cfg)
+    if clash:
+        raise CheckpointError(clash)
     if header.get("status") == "finished":
         raise CheckpointError(f"{out} holds a finished run; nothing to resume")
     resume_file = RunDir(out).resume_path

@@ -9,8 +9,9 @@
 * :func:`load_run` (``loading``) opens a run of any kind; the experiment says how to build its model.
 * :func:`write_resume` / :func:`read_resume` (``resume``) -- the resume file of every trainer: tensors in one
   safetensors file, the rest as JSON in its metadata, never pickled; :func:`training_tensors` and
-  :func:`restore_training` do the part every trainer shares (model, optimizer, random state). Resume files keep
-  their format names (``onlstm-lm-resume/1``, ``onlstm-logic-resume-1``), so a file written before loads.
+  :func:`restore_training` do the part every trainer shares (model, optimizer, random state); :func:`resume_clash`
+  says which settings a resumed run may not change. Resume files keep their format names
+  (``onlstm-lm-resume/1``, ``onlstm-logic-resume-1``), so a file written before loads.
 * :class:`StopRequest`, :func:`resolve_device`, :func:`setup_torch` (``device``) -- Ctrl-C / SIGTERM ask a
   trainer to stop after the current step and save; device names, thread count, denormals.
 * :func:`progress_bar` (``progress``); :func:`pretrained_path`, :func:`model_card` (``pretrained``).
@@ -39,5 +40,6 @@ from .resume import optimizer_from_data as optimizer_from_data
 from .resume import optimizer_to_data as optimizer_to_data
 from .resume import read_resume as read_resume
 from .resume import restore_training as restore_training
+from .resume import resume_clash as resume_clash
 from .resume import training_tensors as training_tensors
 from .resume import write_resume as write_resume

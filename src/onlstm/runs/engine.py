@@ -258,12 +258,16 @@ class Engine:
         """Stop at a NaN/infinite training loss: the weights are broken, so nothing more is saved."""
         prog = self.progress
         self._close_bar()
-        kept = (
-            f"; kept from before: {RunDir.WEIGHTS.format(tag='best')} (validation {prog.best:.4g} at step {prog.best_step})"
-            if prog.best is not None
-            else ""
-        )
-        raise TrainingDiverged(
-            f"training diverged: the training loss is {loss} at step {prog.step + 1}; the diverged weights "
-            f"were not saved{kept}; lower --lr or set --clip (e.g. 1.0) and train into a new --out"
-        )
+        best = RunDir.WEIGHTS.format(tag="best")
+        kept = "" if prog.best is None else f"{best} (validation {prog.best:.4g} at step {prog.best_step})"
+        raise diverged(loss, f"at step {prog.step + 1}", kept, clip=1.0)
+
+
+def diverged(loss: float, when: str, kept: str = "", clip: float = 1.0) -> TrainingDiverged:
+    """The error of every trainer whose training loss became NaN or infinite ``when`` (``at step 7``): the
+    diverged weights are not saved, so it names the files ``kept`` from before and how to train again."""
+    kept = f"; kept from before: {kept}" if kept else ""
+    return TrainingDiverged(
+        f"training diverged: the training loss is {loss} {when}; the diverged weights were not saved{kept}; "
+        f"lower --lr or set --clip (e.g. {clip}) and train into a new --out"
+    )

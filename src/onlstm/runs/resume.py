@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,26 @@ def read_resume(
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
     return tensors, meta
+
+
+# --------------------------------------------------------------------------- the settings a resumed run keeps
+
+
+def resume_clash(
+    saved: Mapping[str, Mapping], given: Mapping[str, Mapping], runtime: tuple[str, ...], run: object = ""
+) -> str:
+    """Why a run with the settings ``saved`` cannot be resumed with ``given`` (both ``{section: {field:
+    value}}``; only the fields in ``given`` are compared), naming every changed field; "" when it can. The
+    ``runtime`` fields say how it runs, not what is learned: they may change. ``run``: its folder."""
+    changed = [
+        f"{section}.{k} (run: {saved.get(section, {}).get(k)!r}, given: {v!r})"
+        for section, values in given.items()
+        for k, v in values.items()
+        if k not in runtime and saved.get(section, {}).get(k) != v
+    ]
+    if not changed:
+        return ""
+    return (
+        f"cannot change {', '.join(changed)} when resuming{f' the run in {run}' if run else ''}; resume with "
+        f"the run's own settings (only {', '.join(runtime)} may change) or train into a new --out"
+    )
