@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import torch
+
 from ..errors import TrainingDiverged
 from .device import StopRequest
 from .dirs import RunDir
@@ -108,8 +110,6 @@ class Task(Protocol):
 def update(optimizer, loss, params, clip: float) -> None:
     """The one backward pass and optimizer step of every trainer: gradients of ``loss``, their norm clipped at
     ``clip`` (0: none), one step of ``optimizer``."""
-    import torch
-
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if clip:
