@@ -1,16 +1,5 @@
-"""Logical inference (Bowman et al. 2015): formulas, relations, data generation and files.
-
-* :mod:`.formulas` -- formulas over ``a`` … ``f`` with ``not``/``and``/``or`` in the fully
-  bracketed notation of the original data; printing, parsing, operator counts, truth sets.
-* :mod:`.relations` -- the 7 relations ``= < > ^ | v #`` of a pair, from the truth sets.
-* :mod:`.generate` -- random labelled pairs written as ``train0`` … ``train12`` / ``test0`` … ``test12``.
-* :mod:`.data` -- reading (with selection by split and operator count) and writing those files.
-* :mod:`.model` -- the classifier: one shared encoder (ON-LSTM, LSTM, GRU), features
-  ``[h1, h2, h1*h2, |h1-h2|]``, an MLP over the 7 relations.
-* :mod:`.train` -- training on <= 6 operators with a validation hold-out and early stopping.
-* :mod:`.evaluate` -- accuracy by number of operators, checkpoint loading, tables.
-* :mod:`.compare` / :mod:`.plots` -- several encoders and seeds with the same budget; the figure.
-* :mod:`.cli` -- ``onlstm logic generate | check | train | eval | compare``.
+"""Logical inference (Bowman et al. 2015): formulas, relations, data files, the relation classifier,
+training, evaluation by length and comparison of encoders; ``onlstm logic …`` (docs/logic.md).
 """
 
 from ..runs import RunKind, register_kind

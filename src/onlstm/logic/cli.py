@@ -80,9 +80,6 @@ def register(subparsers) -> None:
     add_flags(compare, CompareSettings, "compare", "comparison")
 
 
-# --------------------------------------------------------------------------- generate / check
-
-
 def _cmd_generate(args: argparse.Namespace) -> int:
     """write random labelled formula pairs as train0..train12 / test0..test12
 
@@ -132,9 +129,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
         f"file-number rule ({time.perf_counter() - t0:.1f} s)"
     )
     return 0 if not wrong and not misfiled else EXIT_FINDING  # a finding, not bad input
-
-
-# --------------------------------------------------------------------------- train / eval / compare: settings
 
 
 def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
@@ -205,9 +199,6 @@ def parse_buckets(text: str | list) -> list[int]:
     return sorted(set(_numbers(text, "bad lengths", "non-negative operator counts, e.g. 1-12 or 7,8,9")))
 
 
-# --------------------------------------------------------------------------- train / eval
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
     """train a relation classifier (ON-LSTM, LSTM or GRU encoder) on <= 6 operators
 
@@ -258,9 +249,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     else:
         print(format_table([(cell, [result]), ("majority label", [baseline])], lengths, counts=baseline))
     return 0
-
-
-# --------------------------------------------------------------------------- curves / compare
 
 
 def _cmd_curves(args: argparse.Namespace) -> int:

@@ -1,9 +1,5 @@
-"""Train several encoders with the same data, budget and seeds, and evaluate them by length.
-
-``OUT/<cell>-seed<seed>/`` is one run directory per (cell, seed) (see :mod:`.train`); ``OUT/compare.json``
-holds every run's numbers and is rewritten after each run; ``OUT/accuracy_by_length.png`` is the
-plot. A run directory that already holds a finished run with exactly the same model, training
-config and data is reused instead of retrained (so an interrupted comparison can be resumed).
+"""Train several encoders with the same data, budget and seeds, and evaluate them by length: :func:`compare`
+(docs/logic.md, "Comparison"; a finished run with the same settings is reused).
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
-"""Reader and writer of the propositional-logic pair files of Bowman et al. (2015) (docs/logic.md, "Data").
-
-Line format (exact): ``LABEL<TAB>A<TAB>B`` with ``\\n`` line ends, LABEL one of ``= < > ^ | v #`` and A, B
-formulas in the notation of :mod:`onlstm.logic.formulas`. A directory holds any of ``train0 … train12``
-and ``test0 … test12`` (a suffix after a dot is allowed: ``train1.head200``); file ``k`` holds the pairs
-whose larger operator count is ``k`` (file 12: 12 or more). The paper's protocol::
-
-    train = read_examples(root, split="train", max_ops=6)
-    test = read_examples(root, split="test", buckets=range(7, 13))
-
-Every problem raises :class:`LogicDataError` naming the file, the line and what is wrong.
+"""Reader and writer of the ``LABEL<TAB>A<TAB>B`` pair files ``train{k}``/``test{k}`` of Bowman et al. (2015):
+:func:`read_examples`, :func:`write_file` (docs/logic.md, "Data"). Problems raise :class:`LogicDataError`.
 """
 
 from __future__ import annotations
@@ -80,9 +71,6 @@ class Example:
         return f"{self.source}:{self.line}"
 
 
-# --------------------------------------------------------------------------- lines
-
-
 def parse_line(
     line: str, source: str = "<string>", lineno: int = 1, split: str | None = None, file_number: int | None = None
 ) -> Example:
@@ -139,9 +127,6 @@ def write_file(path: str | Path, rows: Iterable[tuple[str, Formula | str, Formul
     return count["lines"]
 
 
-# --------------------------------------------------------------------------- files
-
-
 def parse_file_name(path: str | Path) -> tuple[str, int] | None:
     """``(split, k)`` for names like ``train4`` or ``test12.head200``; ``None`` otherwise."""
     m = _FILE_NAME.match(Path(path).name)
@@ -169,9 +154,6 @@ def find_split_files(directory: str | Path) -> list[tuple[str, int, Path]]:
             found.append((named[0], named[1], p))
     found.sort(key=lambda t: (SPLITS.index(t[0]), t[1], t[2].name))
     return found
-
-
-# --------------------------------------------------------------------------- selection
 
 
 def _check_split(split: str | None) -> None:

@@ -1,13 +1,5 @@
-"""Accuracy of a trained classifier by number of operators.
-
-A pair's *length* is its file number ``k`` (the larger operator count of its two formulas; file 12
-holds 12 or more), the x axis of the paper's figure; a pair read from a file without such a name
-gets its length from its formulas the same way. Summary columns pool the pairs of several lengths
-(so lengths with more pairs weigh more):
-
-* ``<=6`` -- lengths 0 … 6 present (the lengths trained on),
-* ``7-12`` -- lengths 7 … 12 present (never seen in training),
-* ``all`` -- every pair evaluated.
+"""Accuracy of a trained classifier by length (file number ``k``), pooled over ``<=6``, ``7-12`` and ``all``;
+Markdown tables (docs/logic.md, "Evaluation").
 """
 
 from __future__ import annotations
@@ -115,9 +107,6 @@ def read_test_examples(
             "(from `onlstm logic generate` or the original data)"
         )
     return read_examples(path, split=split, buckets=list(buckets))
-
-
-# --------------------------------------------------------------------------- tables
 
 
 def _pct(x: float) -> str:

@@ -1,18 +1,5 @@
-"""Propositional formulas in the notation of Bowman et al. (2015).
-
-The notation is fully bracketed and binary; tokens are separated by single spaces:
-
-* a variable (``a`` … ``f``) is written bare: ``c``;
-* negation: ``( not X )``;
-* conjunction / disjunction: ``( X ( and Y ) )`` / ``( X ( or Y ) )`` -- the operator first
-  combines with its right argument, then the result with the left argument.
-
-Example: ``( ( not f ) ( and ( ( not c ) ( and b ) ) ) )``.
-
-A formula's *truth set* is the set of the 64 assignments of ``a`` … ``f`` that make it true,
-stored as a 64-bit integer: bit ``i`` is set when the formula is true under assignment ``i``,
-where variable number ``k`` (``a`` = 0, …, ``f`` = 5) is true in assignment ``i`` iff bit ``k``
-of ``i`` is set.
+"""Propositional formulas over ``a`` … ``f`` in the bracketed notation of Bowman et al. (2015): :func:`parse`,
+:func:`to_text`, :func:`count_operators` and :func:`truth_set` (64-bit masks; docs/logic.md, "Formulas").
 """
 
 from __future__ import annotations
@@ -86,9 +73,6 @@ class Binary:
 Formula = Var | Not | Binary
 
 
-# --------------------------------------------------------------------------- printing
-
-
 def to_tokens(f: Formula) -> list[str]:
     """The tokens of ``f`` in the notation, e.g. ``['(', 'not', 'a', ')']``."""
     if isinstance(f, Var):
@@ -103,9 +87,6 @@ def to_tokens(f: Formula) -> list[str]:
 def to_text(f: Formula) -> str:
     """``f`` in the notation, tokens joined by single spaces (inverse of :func:`parse`)."""
     return " ".join(to_tokens(f))
-
-
-# --------------------------------------------------------------------------- parsing
 
 
 class _Parser:
@@ -194,9 +175,6 @@ def parse(text: str) -> Formula:
     if p.pos != len(tokens):
         raise p.fail(f"unexpected {tokens[p.pos]!r} after a complete formula (unbalanced brackets?)")
     return f
-
-
-# --------------------------------------------------------------------------- measures
 
 
 def count_operators(f: Formula) -> int:

@@ -1,27 +1,5 @@
-"""Random formula pairs labelled with their relation, written in the layout of Bowman et al. (2015).
-
-For every length bucket ``k`` (0 … 12) the generator draws pairs whose larger operator count is ``k``
-(bucket 12: between 12 and ``max_ops``), labels them from their truth sets
-(:func:`onlstm.logic.relations.relation_of_sets`) and splits them into ``test{k}`` and ``train{k}``.
-
-How a pair is drawn (documented so that results can be compared):
-
-* the larger operator count ``m`` is ``k`` (bucket 12: uniform in ``12 … max_ops``); a fair coin decides
-  whether ``A`` or ``B`` has ``m`` operators, the other side gets a count uniform in ``0 … m``;
-* a formula with ``n`` operators is ``( not X )`` with probability ``not_prob`` (``X`` has ``n - 1``),
-  otherwise ``( L ( op R ) )`` with ``op`` uniform in ``and``/``or`` and the ``n - 1`` remaining operators
-  split uniformly between ``L`` and ``R``; variables are uniform over ``a`` … ``f``;
-* ``mix='original'`` follows the original training files instead (measured once, written below as the
-  ``ORIGINAL_*`` tables; what they hold and how well the result matches: docs/logic.md, "Data"): the
-  smaller side's count, ``not_prob`` (0.43), the training part's size per bucket, and each file's label
-  shares (picked by :func:`fill_to_shares` from twice as many candidates);
-* always-true or always-false formulas are redrawn unless ``allow_degenerate`` (the original data has
-  none); a pair already drawn for the bucket is redrawn unless ``allow_duplicates``, so train and test
-  never share a pair (small buckets may come out smaller than asked; the summary says so).
-
-``balance_labels``: random pairs are dominated by ``#``. With balancing, a pool of ``pool_factor ×`` the
-pairs wanted is drawn and :func:`water_fill` keeps the label counts as equal as the pool allows (rare
-labels keep all their candidates). The random stream of bucket ``k`` depends only on ``(seed, k)``.
+"""Random formula pairs labelled with their relation, written as ``train{k}``/``test{k}``: :func:`generate_dataset`.
+How a pair is drawn, the ``original`` mix and label balancing: docs/logic.md, "Data".
 """
 
 from __future__ import annotations
@@ -30,7 +8,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -80,11 +58,6 @@ def original_smaller_side(bucket: int) -> tuple[float, ...]:
     return (p0, p1, *([rest] * (bucket - 1)))
 
 
-def original_train_share(bucket: int) -> float:
-    """The size of ``train{bucket}`` in the original mix, relative to the largest original file."""
-    return ORIGINAL_TRAIN_SIZES[min(bucket, 6)] / max(ORIGINAL_TRAIN_SIZES.values())
-
-
 class Pair(NamedTuple):
     """One generated example: label, the two formulas as text, and their operator counts."""
 
@@ -101,20 +74,23 @@ class GenerateConfig(Config):
 
     section = "generate"
 
-    per_length: int = option(1000, "pairs per length bucket k, train and test together")
+    per_length: int = option(1000, "pairs per length bucket k, train and test together", bounds=(1, None))
     seed: int = seed_option(0, "random seed; same seed, same files")
     max_ops: int = option(
         12,
         "largest operator count of a formula; buckets 0 ... min(max_ops, 12) are written (above 12 all go to file 12)",
+        bounds=(0, None),
     )
-    test_fraction: float = option(0.2, "share of each bucket written to test{k} (ignored when test_count is set)")
+    test_fraction: float = option(
+        0.2, "share of each bucket written to test{k} (ignored when test_count is set)", bounds=(0, 1)
+    )
     test_count: int | None = option(
         None, "pairs per bucket written to test{k} instead of test_fraction (the rest goes to train{k})"
     )
     balance_labels: bool = option(
         False, "draw pool_factor times more distinct pairs and keep label counts as equal as possible"
     )
-    pool_factor: int = option(10, "with balance_labels: candidates drawn per requested pair")
+    pool_factor: int = option(10, "with balance_labels: candidates drawn per requested pair", bounds=(1, None))
     mix: str = option(
         "uniform",
         "uniform: the smaller side's operator count uniform in 0..k, equal bucket sizes; original: the length "
@@ -122,37 +98,27 @@ class GenerateConfig(Config):
         choices=MIXES,
     )
     not_prob: float | None = option(
-        None, "probability that an operator node is 'not'", default_text="0.5; with mix original 0.43"
+        None, "probability that an operator node is 'not'", default_text="0.5; with mix original 0.43", bounds=(0, 1)
     )
     allow_degenerate: bool = option(
         False, "keep formulas that are always true or always false (the original data has none)"
     )
     allow_duplicates: bool = option(False, "allow the same pair twice in a bucket")
     max_tries_factor: int = option(
-        20, "give up on a bucket after max_tries_factor x pairs wanted draws (small buckets run out)", flag=False
+        20,
+        "give up on a bucket after max_tries_factor x pairs wanted draws (small buckets run out)",
+        flag=False,
+        bounds=(1, None),
     )
 
     def validate(self) -> None:
-        """Raise :class:`ConfigError` (a ValueError) naming the bad option and its allowed range."""
-        if self.per_length < 1:
-            raise ConfigError(f"per_length must be >= 1, got {self.per_length}")
-        if self.max_ops < 0:
-            raise ConfigError(f"max_ops must be >= 0, got {self.max_ops}")
-        if not 0.0 <= self.test_fraction <= 1.0:
-            raise ConfigError(f"test_fraction must be in [0, 1], got {self.test_fraction}")
         if self.test_count is not None and not 0 <= self.test_count <= self.per_length:
             raise ConfigError(f"test_count must be in [0, per_length={self.per_length}], got {self.test_count}")
-        if self.not_prob is not None and not 0.0 <= self.not_prob <= 1.0:
-            raise ConfigError(f"not_prob must be in [0, 1], got {self.not_prob}")
-        if self.pool_factor < 1 or self.max_tries_factor < 1:
-            raise ConfigError("pool_factor and max_tries_factor must be >= 1")
 
     @property
     def not_probability(self) -> float:
         """``not_prob``, or its default for the mix."""
-        if self.not_prob is not None:
-            return self.not_prob
-        return ORIGINAL_NOT_SHARE if self.mix == "original" else 0.5
+        return self.not_prob if self.not_prob is not None else ORIGINAL_NOT_SHARE if self.mix == "original" else 0.5
 
     def bucket_sizes(self, bucket: int) -> tuple[int, int]:
         """``(test, train)`` pairs wanted in ``bucket``: ``per_length`` split by ``test_count`` or
@@ -160,32 +126,22 @@ class GenerateConfig(Config):
         n_test = self.test_count if self.test_count is not None else round(self.test_fraction * self.per_length)
         n_train = self.per_length - n_test
         if self.mix == "original":
-            n_train = round(n_train * original_train_share(bucket))
+            n_train = round(n_train * ORIGINAL_TRAIN_SIZES[min(bucket, 6)] / max(ORIGINAL_TRAIN_SIZES.values()))
         return n_test, n_train
 
 
-@dataclass
-class FileReport:
-    """What was written to one file."""
-
-    name: str
-    n_pairs: int
-    labels: Counter = field(default_factory=Counter)
-
-
-@dataclass
-class BucketReport:
-    """What was generated for one length bucket."""
+class BucketReport(NamedTuple):
+    """What was generated for one length bucket: the label counts of each file written (by file name)."""
 
     bucket: int
     wanted: int
     drawn: int
     seconds: float
-    files: list[FileReport] = field(default_factory=list)
+    files: dict[str, Counter]
 
     @property
     def n_pairs(self) -> int:
-        return sum(f.n_pairs for f in self.files)
+        return sum(sum(c.values()) for c in self.files.values())
 
 
 @dataclass
@@ -202,22 +158,11 @@ class GenerationReport:
 
     def label_counts(self, split: str | None = None) -> Counter:
         """Label counts over all files, or over the files of one split (``train``/``test``)."""
-        total: Counter = Counter()
-        for b in self.buckets:
-            for f in b.files:
-                if split is None or f.name.startswith(split):
-                    total.update(f.labels)
-        return total
-
-
-# --------------------------------------------------------------------------- formulas
+        return sum((c for b in self.buckets for name, c in b.files.items() if name.startswith(split or "")), Counter())
 
 
 def random_formula_text(n_ops: int, rng: random.Random, not_prob: float = 0.5) -> tuple[str, int]:
-    """A random formula with exactly ``n_ops`` operators: ``(text, truth set)``.
-
-    Builds the text and the truth set together (no parse), which makes the generator fast.
-    """
+    """A random formula with exactly ``n_ops`` operators: ``(text, truth set)``, built together (fast: no parse)."""
     if n_ops == 0:
         v = VARIABLES[rng.randrange(len(VARIABLES))]
         return v, VARIABLE_TRUTH_SETS[v]
@@ -245,12 +190,10 @@ def _draw_formula(n_ops: int, rng: random.Random, cfg: GenerateConfig) -> tuple[
 
 
 def _draw_op_counts(bucket: int, rng: random.Random, max_ops: int, mix: str = "uniform") -> tuple[int, int]:
-    """Operator counts ``(ops_a, ops_b)`` of a pair in ``bucket`` (see the module docstring)."""
+    """Operator counts ``(ops_a, ops_b)`` of a pair in ``bucket`` (docs/logic.md, "Data")."""
     longest = bucket if bucket < LAST_BUCKET else rng.randint(LAST_BUCKET, max(LAST_BUCKET, max_ops))
-    if mix == "original":
-        other = rng.choices(range(longest + 1), weights=original_smaller_side(longest))[0]
-    else:
-        other = rng.randint(0, longest)
+    original = mix == "original"
+    other = rng.choices(range(longest + 1), original_smaller_side(longest))[0] if original else rng.randint(0, longest)
     return (longest, other) if rng.random() < 0.5 else (other, longest)
 
 
@@ -262,24 +205,17 @@ def draw_pair(bucket: int, rng: random.Random, cfg: GenerateConfig) -> Pair:
     return Pair(relation_of_sets(sa, sb), a, b, ops_a, ops_b)
 
 
-# --------------------------------------------------------------------------- buckets
-
-
 def _draw_distinct(bucket: int, wanted: int, rng: random.Random, cfg: GenerateConfig) -> tuple[list[Pair], int]:
     """Up to ``wanted`` pairs (distinct unless allowed) and the number of draws it took."""
     pairs: list[Pair] = []
     seen: set[tuple[str, str]] = set()
-    max_tries = cfg.max_tries_factor * wanted
     tries = 0
-    while len(pairs) < wanted and tries < max_tries:
+    while len(pairs) < wanted and tries < cfg.max_tries_factor * wanted:
         tries += 1
         p = draw_pair(bucket, rng, cfg)
-        if not cfg.allow_duplicates:
-            key = (p.a, p.b)
-            if key in seen:
-                continue
-            seen.add(key)
-        pairs.append(p)
+        if cfg.allow_duplicates or (p.a, p.b) not in seen:
+            seen.add((p.a, p.b))
+            pairs.append(p)
     return pairs, tries
 
 
@@ -292,11 +228,8 @@ def _by_label(pairs: list[Pair]) -> dict[str, list[Pair]]:
 
 
 def water_fill(pairs: list[Pair], n: int) -> list[Pair]:
-    """Pick ``n`` of ``pairs`` (in their order) with the label counts as equal as possible.
-
-    Each label gets ``min(available, level)`` pairs, ``level`` as high as ``n`` allows; the
-    remainder goes, one each, to the labels with spare pairs in :data:`RELATIONS` order.
-    """
+    """Pick ``n`` of ``pairs`` (in their order) with the label counts as equal as possible: each label gets
+    ``min(available, level)``, ``level`` as high as ``n`` allows, the rest one each to labels with spare pairs."""
     by_label = _by_label(pairs)
     sizes = {lab: len(v) for lab, v in by_label.items()}
     if sum(sizes.values()) <= n:
@@ -343,64 +276,39 @@ def generate_bucket(bucket: int, cfg: GenerateConfig) -> tuple[list[Pair], int]:
     return pairs, tries
 
 
-def _n_test(bucket: int, n_pairs: int, cfg: GenerateConfig) -> int:
-    """How many of the ``n_pairs`` drawn for ``bucket`` go to its test file: as asked, or in proportion
-    when the bucket ran out of distinct pairs."""
-    n_test, n_train = cfg.bucket_sizes(bucket)
-    return min(n_test, round(n_test * n_pairs / max(n_test + n_train, 1)))
-
-
-def bucket_range(max_ops: int) -> range:
-    """The buckets written for ``max_ops``: 0 … min(max_ops, 12)."""
-    return range(min(max_ops, LAST_BUCKET) + 1)
-
-
-# --------------------------------------------------------------------------- dataset
-
-
 def format_label_counts(counts: Counter) -> str:
     """``'= 3.1%  < 10.0% …'``: the share of each label, in :data:`RELATIONS` order."""
     total = sum(counts.values()) or 1
     return "  ".join(f"{lab} {100.0 * counts.get(lab, 0) / total:4.1f}%" for lab in RELATIONS)
 
 
-def _write_pairs(path: Path, pairs: list[Pair]) -> None:
-    """Write pairs in the line format ``LABEL<TAB>A<TAB>B`` (``\\n`` line ends)."""
-    write_file(path, ((p.label, p.a, p.b) for p in pairs))
-
-
 def generate_dataset(
     out_dir: str | Path, cfg: GenerateConfig, log: Callable[[str], None] | None = None
 ) -> GenerationReport:
-    """Generate and write ``train{k}``/``test{k}`` for every bucket into ``out_dir``.
-
-    ``log`` (e.g. ``print``) receives one summary line per bucket. Returns a
-    :class:`GenerationReport` with the counts and label distributions.
-    """
+    """Generate and write ``train{k}``/``test{k}`` for every bucket into ``out_dir``; ``log`` (e.g. ``print``)
+    receives one summary line per bucket."""
     cfg.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    reports = []
-    for bucket in bucket_range(cfg.max_ops):
+    start, reports = time.perf_counter(), []
+    for bucket in range(min(cfg.max_ops, LAST_BUCKET) + 1):
         t0 = time.perf_counter()
         pairs, tries = generate_bucket(bucket, cfg)
-        n_test = _n_test(bucket, len(pairs), cfg)
-        report = BucketReport(bucket, sum(cfg.bucket_sizes(bucket)), tries, 0.0)
-        for split, chunk in (("train", pairs[n_test:]), ("test", pairs[:n_test])):
-            _write_pairs(out / f"{split}{bucket}", chunk)
-            report.files.append(FileReport(f"{split}{bucket}", len(chunk), Counter(p.label for p in chunk)))
-        report.seconds = time.perf_counter() - t0
-        reports.append(report)
+        n_test, wanted = cfg.bucket_sizes(bucket)[0], sum(cfg.bucket_sizes(bucket))
+        n_test = min(n_test, round(n_test * len(pairs) / max(wanted, 1)))  # in proportion when the bucket ran short
+        files = {}
+        for name, chunk in ((f"train{bucket}", pairs[n_test:]), (f"test{bucket}", pairs[:n_test])):
+            write_file(out / name, (p[:3] for p in chunk))
+            files[name] = Counter(p.label for p in chunk)
+        reports.append(BucketReport(bucket, wanted, tries, time.perf_counter() - t0, files))
         if log is not None:
-            log(_bucket_line(report))
+            log(_bucket_line(reports[-1]))
     return GenerationReport(out, reports, time.perf_counter() - start)
 
 
 def _bucket_line(r: BucketReport) -> str:
-    """One summary line for a bucket: sizes, shortfall, speed, label shares."""
-    sizes = "  ".join(f"{f.name:<7} {f.n_pairs:>6}" for f in r.files)
+    sizes = "  ".join(f"{name:<7} {sum(c.values()):>6}" for name, c in r.files.items())
     short = f" (only {r.n_pairs} distinct of {r.wanted} wanted)" if r.n_pairs < r.wanted else ""
-    labels = sum((f.labels for f in r.files), Counter())
     rate = r.drawn / r.seconds if r.seconds > 0 else float("inf")
-    return f"{sizes}  | {format_label_counts(labels)}  | {r.drawn} draws, {rate:,.0f}/s{short}"
+    labels = format_label_counts(sum(r.files.values(), Counter()))
+    return f"{sizes}  | {labels}  | {r.drawn} draws, {rate:,.0f}/s{short}"

@@ -1,20 +1,5 @@
-"""The relation classifier of the paper's logical-inference experiment (after Bowman et al. 2015).
-
-    formula A tokens (T_a,)  ─┐                      ┌─ h1 (H,)
-                              ├─ embedding ─ encoder ┤
-    formula B tokens (T_b,)  ─┘  (shared, one layer) └─ h2 (H,)
-    features = [h1, h2, h1 * h2, |h1 - h2|]  (4H,) -> MLP -> logits over the 7 relations
-
-* One encoder for both formulas, chosen by name from :mod:`onlstm.encoders` (``onlstm``, ``lstm``,
-  ``gru``): the only difference between the models compared is the ``cell`` field.
-* A formula's encoding is the encoder's hidden state after its **last real token**: the two
-  formulas of a batch are packed (:class:`torch.nn.utils.rnn.PackedSequence`), so padding never
-  reaches the state, and a formula gets the same encoding alone or in any batch.
-* Tokens: ``a`` … ``f``, ``not``, ``and``, ``or``, ``(`` and ``)`` -- the brackets are tokens, as in
-  the original data; id 0 is padding (never fed to the encoder thanks to packing).
-* Dropout ``dropout`` (the paper: 0.2) on the embedding output, on the features and on the MLP's
-  hidden layer. DropConnect on the hidden-to-hidden weights is available (``dropconnect``) but off
-  by default, as the paper does not mention it for this task.
+"""The relation classifier (after Bowman et al. 2015): one shared encoder for both formulas (any of
+:mod:`onlstm.encoders`), features ``[h1, h2, h1*h2, |h1-h2|]``, an MLP over the 7 relations (docs/logic.md, "Model").
 """
 
 from __future__ import annotations
@@ -46,9 +31,6 @@ assert tuple(_ACTIVATIONS) == MLP_ACTIVATIONS  # the config offers exactly the a
 assert len(TOKENS) == LogicModelConfig().vocab_size  # the config's default counts the padding id
 
 
-# --------------------------------------------------------------------------- tokens
-
-
 def token_ids(formula: Formula | str) -> list[int]:
     """Token ids of a formula (a :class:`Formula` or its text in the notation)."""
     tokens = formula.split(" ") if isinstance(formula, str) else to_tokens(formula)
@@ -69,9 +51,6 @@ def pad_batch(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor
     for j, s in enumerate(seqs):
         tokens[: len(s), j] = torch.as_tensor(s, dtype=torch.int64)
     return tokens, lengths
-
-
-# --------------------------------------------------------------------------- model
 
 
 def pair_features(h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
@@ -129,7 +108,6 @@ class LogicClassifier(nn.Module):
         """Logits (B, 7) for pairs given as padded token batches (see :func:`pad_batch`)."""
         return self.mlp(self.features(a_tokens, a_lengths, b_tokens, b_lengths))
 
-    # -- sharing (docs/sharing.md) ---------------------------------------------------------------
     def save_pretrained(
         self, directory, *, run_config: dict | None = None, command: str | None = None, results: dict | None = None
     ):

@@ -1,32 +1,5 @@
-"""The 7 relations of MacCartney's natural logic, computed from truth sets.
-
-For formulas ``A`` and ``B`` with truth sets ``SA`` and ``SB`` (subsets of the 64 assignments,
-see :mod:`onlstm.logic.formulas`), the label is the first of these that holds:
-
-====  ===================  ==========================================
-``=``  equivalence          ``SA == SB``
-``<``  forward entailment   ``SA`` is a strict subset of ``SB``
-``>``  reverse entailment   ``SA`` is a strict superset of ``SB``
-``^``  negation             disjoint and covering (``SB`` is the complement of ``SA``)
-``|``  alternation          disjoint, not covering
-``v``  cover                covering, not disjoint
-``#``  independence         none of the above
-====  ===================  ==========================================
-
-For formulas that are neither always true nor always false the 7 cases are mutually exclusive,
-so the order of the checks does not matter. It matters only for *degenerate* formulas:
-
-* a contradiction (empty truth set) is a strict subset of every other set, so against any
-  formula except another contradiction it gets ``<`` (and the other side ``>``) -- even against a
-  tautology, where ``^`` would also hold; two contradictions are ``=``;
-* a tautology (full truth set) is a strict superset of every other set: ``>`` (``<`` the other
-  way round); two tautologies are ``=``.
-
-In other words ``<`` / ``>`` mean exactly "strict subset / superset" in every case. The files of
-Bowman et al. (2015) in the shared sample (400 lines) contain no tautology or contradiction,
-and random formulas of 2-4 operators are degenerate often enough (a few percent) that the
-original generator most likely excluded them; :mod:`onlstm.logic.generate` does the same by
-default.
+"""The 7 relations ``= < > ^ | v #`` of a formula pair, from their truth sets (docs/logic.md, "Formulas and
+relations", also for degenerate formulas).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Training of :class:`~onlstm.logic.model.LogicClassifier` on formula pairs with few operators. The paper's
-protocol: train on pairs of at most 6 operators, hold out 10 % of them for validation, stop early on validation
-accuracy, test on 7 … 12 operators (:mod:`onlstm.logic.evaluate`).
-
-The loop, Ctrl-C and an exact resume are :class:`onlstm.runs.engine.Engine`'s; :class:`LogicTask` plugs in the
-classifier's part. The run directory's files are :class:`onlstm.runs.RunDir`'s; until the run finishes its resume
-file holds all that going on exactly needs (weights, Adam and random state, batch order, position, counters).
+"""Training of :class:`~onlstm.logic.model.LogicClassifier` on pairs with few operators, with a validation
+hold-out and early stopping (docs/logic.md, "Training"); the loop is :class:`onlstm.runs.engine.Engine`'s.
 """
 
 from __future__ import annotations
@@ -77,9 +72,6 @@ class PlateauSchedule:
             changed |= new < g["lr"]
             g["lr"] = new
         return changed
-
-
-# --------------------------------------------------------------------------- data
 
 
 Encoded = tuple[list[int], list[int], int]
@@ -181,9 +173,6 @@ def accuracy_by_ops(flags: list[bool], ops: list[int]) -> dict[str, float]:
     """Accuracy per larger operator count (keys are the counts as strings, for JSON)."""
     total, right = Counter(ops), Counter(k for ok, k in zip(flags, ops, strict=True) if ok)
     return {str(k): right[k] / total[k] for k in sorted(total)}
-
-
-# --------------------------------------------------------------------------- training
 
 
 def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: float):
@@ -359,7 +348,6 @@ class LogicTask:
     def write_status(self, status: str, result: dict | None = None) -> None:
         self.rundir.write_config({**self.header, "status": status, "result": result})
 
-    # -- the task's part of the loop ----------------------------------------------------------------
     def pass_batches(self, prog: Progress) -> list[list[int]]:
         """The pass over the pairs with at most ``pass_ops`` operators (all of them once a curriculum is over),
         shuffled, in batches of pair indices."""
@@ -441,7 +429,6 @@ class LogicTask:
         meta = {"progress": asdict(prog), "optimizer": opt_meta}
         write_resume(self.rundir.resume_path, RESUME_FORMAT, tensors, meta)
 
-    # -- resume and the end -------------------------------------------------------------------------
     def restore(self) -> tuple[Progress, list[dict]]:
         path = self.rundir.resume_path
         fix = "train again without --resume (into a new --out, or after removing this one)"
