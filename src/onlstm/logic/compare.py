@@ -20,7 +20,7 @@ from .evaluate import (
     read_test_examples,
 )
 from .model import LogicModelConfig, load_classifier
-from .train import LogicTrainConfig, can_resume, read_run_header, train, validation_examples
+from .train import LogicTrainConfig, can_resume, run_header, train, validation_examples
 
 
 @dataclass
@@ -40,21 +40,6 @@ class CompareResult:
     """``OUT/training_curves.png``: validation and training accuracy against step for every run"""
     curves_by_ops: Path | None = None
     """``OUT/curves_by_ops.png``: validation accuracy against step by operator count (runs that record it)"""
-
-
-def _finished_run(run_dir: Path, model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data: str) -> dict | None:
-    """The ``result`` of a finished run in ``run_dir`` trained with exactly these settings, else None."""
-    try:
-        header, same = read_run_header(run_dir, model_cfg, train_cfg)
-    except CheckpointError:
-        return None
-    same = (
-        same
-        and header.get("status") == "finished"
-        and (header.get("data") or {}).get("path") == str(data)
-        and RunDir(run_dir).weights("best").exists()
-    )
-    return header.get("result") if same else None
 
 
 def compare(
@@ -83,10 +68,11 @@ def compare(
     start = time.perf_counter()
     log(f"budget of every run: {res.budget}")
 
-    def save() -> None:
-        compared = {"data": str(data), "cells": cells, "seeds": seeds, "buckets": buckets, "split": split}
-        seconds = time.perf_counter() - start
-        write_json(out / "compare.json", _record(res, compared, model_cfg, train_cfg, seconds))
+    def save() -> None:  # compare.json: what was compared, the settings and budget every run shared, the runs so far
+        record = {"kind": "logic-compare", "data": str(data), "cells": cells, "seeds": seeds, "buckets": buckets}
+        record.update(split=split, model=model_cfg.to_dict(), train=train_cfg.to_dict(), budget=res.budget)
+        record.update(runs=res.runs, majority_baseline=res.baseline.to_dict(), interrupted=res.interrupted)
+        write_json(out / "compare.json", {**record, "seconds": round(time.perf_counter() - start, 1)})
 
     for seed in seeds:
         for cell in cells:
@@ -104,23 +90,6 @@ def compare(
             )
             save()
     return _finish(res, buckets, log)
-
-
-def _record(
-    res: CompareResult, compared: dict, model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, seconds: float
-) -> dict:
-    """The content of compare.json: what was compared, the settings and budget every run shared, the runs so far."""
-    return {
-        "kind": "logic-compare",
-        **compared,
-        "model": model_cfg.to_dict(),
-        "train": train_cfg.to_dict(),
-        "budget": res.budget,
-        "runs": res.runs,
-        "majority_baseline": res.baseline.to_dict(),
-        "interrupted": res.interrupted,
-        "seconds": round(seconds, 1),
-    }
 
 
 def budget_text(cfg: LogicTrainConfig) -> str:
@@ -149,13 +118,18 @@ def _score_run(
 def _train_or_reuse(
     run_dir: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path, log: Callable[[str], None]
 ) -> dict | None:
-    """The training summary of ``run_dir``: reused when finished with these settings, else trained (resumed when
-    an interrupted run with these settings is there); ``None`` when this training was interrupted."""
+    """The training summary of ``run_dir``: reused when finished with these settings and data, else trained
+    (resumed when an interrupted run with these settings is there); ``None`` when this training was interrupted."""
     what = f"== {mcfg.cell}, seed {tcfg.seed}:"
-    summary = _finished_run(run_dir, mcfg, tcfg, str(data))
-    if summary is not None:
-        log(f"{what} reusing the finished run in {run_dir}")
-        return summary
+    try:
+        header, clash = run_header(run_dir, mcfg, tcfg)
+    except CheckpointError:
+        header, clash = {}, "no run"
+    same_data = (header.get("data") or {}).get("path") == str(data)
+    if not clash and header.get("status") == "finished" and same_data and RunDir(run_dir).weights("best").exists():
+        if header.get("result") is not None:
+            log(f"{what} reusing the finished run in {run_dir}")
+            return header["result"]
     go_on = can_resume(run_dir, mcfg, tcfg)
     log(f"{what} {'resuming the interrupted run in' if go_on else 'training into'} {run_dir}")
     if train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on).interrupted:

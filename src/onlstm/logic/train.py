@@ -176,11 +176,10 @@ def accuracy_by_ops(flags: list[bool], ops: list[int]) -> dict[str, float]:
 
 
 def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: float):
-    """One update on a collated batch already on the model's device: cross-entropy, backward, gradient-norm
-    clipping (``clip`` 0 = none), optimizer step. Returns ``(loss, logits)``, detached."""
-    a, al, b, bl, y = batch
-    logits = model(a, al, b, bl)  # (B, 7)
-    loss = F.cross_entropy(logits, y)
+    """One update (cross-entropy, ``clip`` 0 = no clipping) on a collated batch on the model's device:
+    ``(loss, logits)``, detached."""
+    logits = model(*batch[:4])  # (B, 7)
+    loss = F.cross_entropy(logits, batch[4])
     update(opt, loss, model.parameters(), clip)
     return loss.detach(), logits.detach()
 
@@ -192,30 +191,22 @@ RESUME_FORMAT = "onlstm-logic-resume-2"
 RESUME_FORMAT_1 = "onlstm-logic-resume-1"  # before the shared engine: still read
 
 
-def _header_and_clash(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, str]:
-    """The header of the logic run in ``out`` and :func:`~onlstm.runs.resume_clash` of these settings ("" when
-    it was trained with them: only :data:`RUNTIME_FIELDS` may differ). The saved settings are read back through
-    the dataclasses, so a field added later (with its default) still matches. Raises :class:`CheckpointError`
-    when the file is missing or corrupt, of another kind, or its settings do not parse."""
+def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, str]:
+    """The header of the logic run in ``out`` and :func:`~onlstm.runs.resume_clash` of these settings ("": it was
+    trained with them; saved settings are read back through the dataclasses, so a field added later matches).
+    Raises :class:`CheckpointError` when the file is missing, corrupt, of another kind or does not parse."""
     run = RunDir(out)
     header = run.read_config(KIND, "a logic classifier")
     try:
-        saved_model = LogicModelConfig.from_dict(header.get("model") or {})
-        saved_train = LogicTrainConfig.from_dict(header.get("train") or {})
+        saved = {"model": asdict(LogicModelConfig.from_dict(header.get("model") or {}))}
+        saved["train"] = asdict(LogicTrainConfig.from_dict(header.get("train") or {}))
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{run.config_path}: bad config ({exc})") from None
-    saved = {"model": asdict(saved_model), "train": asdict(saved_train)}
     return header, resume_clash(saved, {"model": asdict(model_cfg), "train": asdict(cfg)}, RUNTIME_FIELDS, out)
 
 
-def read_run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, bool]:
-    """The header of the logic run in ``out`` and whether it was trained with these settings."""
-    header, clash = _header_and_clash(out, model_cfg, cfg)
-    return header, not clash
-
-
 def _check_resumable(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> None:
-    header, clash = _header_and_clash(out, model_cfg, cfg)
+    header, clash = run_header(out, model_cfg, cfg)
     if clash:
         raise CheckpointError(clash)
     if header.get("status") == "finished":
@@ -248,11 +239,10 @@ def train(
 ) -> TrainResult:
     """Train a classifier on ``data`` (a directory of ``train{k}`` files, or one file) into run dir ``out``.
 
-    ``resume=True`` goes on from the resume file in ``out`` (same settings required). A directory that
-    holds a run is refused without ``resume``; ``replace=True`` (``logic compare``, retraining its own
-    run after a change of settings) replaces a logic run there, never a run of another kind. Returns a
-    :class:`TrainResult`; on Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last
-    weights and the resume file (the best checkpoint is kept).
+    ``resume=True`` goes on from the resume file in ``out`` (same settings required); otherwise a directory
+    holding a run is refused, unless ``replace=True`` (``logic compare`` retraining its own run) and it is a
+    logic run. On Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last weights and the
+    resume file (the best checkpoint is kept).
     """
     log = log or (lambda _msg: None)
     run = RunDir(out).check_output(resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
@@ -268,12 +258,8 @@ def _train_locked(model_cfg, cfg, data, out: Path, log, resume: bool) -> TrainRe
     examples = load_training_examples(data, cfg)
     train_ex, valid_ex = split_train_valid(examples, cfg)
     task = LogicTask(model_cfg, cfg, out, encode_examples(train_ex), encode_examples(valid_ex), log)
-    data_summary = {
-        "path": str(data),
-        "n_train": len(task.train_data),
-        "n_valid": len(task.valid_data),
-        "max_ops": max(ex.max_ops for ex in examples),
-    }
+    max_ops = max(ex.max_ops for ex in examples)
+    data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
     task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
     write_json(task.rundir.vocab_path, list(TOKENS))
     prog, history = task.restore() if resume else (task.fresh_progress(), [])
@@ -332,17 +318,16 @@ class LogicTask:
         return Progress(task={**task, "schedule_bad": 0, "loss_sum": 0.0, "correct_sum": 0, "seen": 0})
 
     def summary(self) -> str:
-        cfg = self.cfg
+        cfg, curriculum = self.cfg, ""
+        if curriculum_bound(cfg, 0) < cfg.max_train_ops:
+            curriculum = (
+                f"; curriculum: <= {cfg.curriculum_start} operators first, one more every {cfg.curriculum_steps} steps"
+            )
         return (
             f"{self.model_cfg.cell} on {self.device}: {num_parameters(self.model):,} parameters; "
             f"{len(self.train_data)} training pairs, {len(self.valid_data)} validation pairs (<= {cfg.max_train_ops} "
             f"operators); {self.steps_per_epoch} steps/epoch, validation every {self.budget().valid_every} steps; "
-            f"run dir {self.out}"
-            + (
-                f"; curriculum: <= {cfg.curriculum_start} operators first, one more every {cfg.curriculum_steps} steps"
-                if curriculum_bound(cfg, 0) < cfg.max_train_ops
-                else ""
-            )
+            f"run dir {self.out}{curriculum}"
         )
 
     def write_status(self, status: str, result: dict | None = None) -> None:
