@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,10 +74,8 @@ class Example:
 def parse_line(
     line: str, source: str = "<string>", lineno: int = 1, split: str | None = None, file_number: int | None = None
 ) -> Example:
-    """Parse one line ``LABEL<TAB>A<TAB>B`` (a trailing ``\\n`` or ``\\r\\n`` is allowed).
-
-    Raises :class:`LogicDataError` naming ``source``, ``lineno`` and the problem.
-    """
+    """Parse one line ``LABEL<TAB>A<TAB>B`` (a trailing ``\\n`` or ``\\r\\n`` is allowed); a problem raises
+    :class:`LogicDataError` naming ``source``, ``lineno`` and what is wrong."""
     text = line.rstrip("\n").rstrip("\r")
     where = f"{source}, line {lineno}"
     if not text.strip():
@@ -97,7 +95,6 @@ def parse_line(
 
 
 def _parse_formula(text: str, where: str, which: str) -> Formula:
-    """Parse a formula field, turning a syntax error into a :class:`LogicDataError` with the place."""
     try:
         return parse(text)
     except FormulaSyntaxError as exc:
@@ -108,23 +105,14 @@ def format_line(label: str, a: Formula | str, b: Formula | str) -> str:
     """One line ``LABEL<TAB>A<TAB>B`` (without the ``\\n``); formulas may be given as text."""
     if label not in RELATIONS:
         raise ValueError(f"unknown label {label!r}; the label must be one of {' '.join(RELATIONS)}")
-    ta = a if isinstance(a, str) else to_text(a)
-    tb = b if isinstance(b, str) else to_text(b)
-    return f"{label}\t{ta}\t{tb}"
+    return "\t".join([label, *(f if isinstance(f, str) else to_text(f) for f in (a, b))])
 
 
 def write_file(path: str | Path, rows: Iterable[tuple[str, Formula | str, Formula | str]]) -> int:
     """Write ``(label, a, b)`` rows in the line format with ``\\n`` line ends; returns the line count."""
-    count = {"lines": 0}
-
-    def write(tmp) -> None:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            for label, a, b in rows:
-                fh.write(format_line(label, a, b) + "\n")
-                count["lines"] += 1
-
-    atomic_write(Path(path), write)
-    return count["lines"]
+    lines = [format_line(label, a, b) + "\n" for label, a, b in rows]
+    atomic_write(Path(path), lambda tmp: Path(tmp).write_text("".join(lines), encoding="utf-8", newline="\n"))
+    return len(lines)
 
 
 def parse_file_name(path: str | Path) -> tuple[str, int] | None:
@@ -146,36 +134,13 @@ def read_file(path: str | Path) -> list[Example]:
 
 def find_split_files(directory: str | Path) -> list[tuple[str, int, Path]]:
     """``(split, k, path)`` of the ``train{k}``/``test{k}`` files in ``directory``, sorted by split and k."""
-    directory = Path(directory)
-    found = []
-    for p in directory.iterdir():
-        named = parse_file_name(p)
-        if named and p.is_file():
-            found.append((named[0], named[1], p))
-    found.sort(key=lambda t: (SPLITS.index(t[0]), t[1], t[2].name))
-    return found
+    found = [(*named, p) for p in Path(directory).iterdir() if (named := parse_file_name(p)) and p.is_file()]
+    return sorted(found, key=lambda t: (SPLITS.index(t[0]), t[1], t[2].name))
 
 
 def _check_split(split: str | None) -> None:
     if split is not None and split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: use 'train', 'test' or None for both")
-
-
-def matches(
-    ex: Example,
-    split: str | None = None,
-    buckets: Container[int] | None = None,
-    min_ops: int | None = None,
-    max_ops: int | None = None,
-) -> bool:
-    """Whether ``ex`` passes the selection of :func:`select` (``None`` = no condition)."""
-    if split is not None and ex.split != split:
-        return False
-    if buckets is not None and (ex.file_number if ex.file_number is not None else ex.bucket) not in buckets:
-        return False
-    if min_ops is not None and ex.max_ops < min_ops:
-        return False
-    return max_ops is None or ex.max_ops <= max_ops
 
 
 def select(
@@ -185,15 +150,18 @@ def select(
     min_ops: int | None = None,
     max_ops: int | None = None,
 ) -> list[Example]:
-    """The examples of ``split`` whose file number is in ``buckets`` and whose larger operator
-    count lies in ``[min_ops, max_ops]``. Conditions left ``None`` are not applied.
-
-    ``buckets`` selects by file number (file 12 holds 12-19 operators); ``min_ops``/``max_ops``
-    by the pair's actual larger operator count.
-    """
+    """The examples of ``split`` whose file number (else bucket) is in ``buckets`` and whose actual larger
+    operator count lies in ``[min_ops, max_ops]``; conditions left ``None`` are not applied."""
     _check_split(split)
-    bucket_set = None if buckets is None else set(buckets)
-    return [ex for ex in examples if matches(ex, split, bucket_set, min_ops, max_ops)]
+    keep = None if buckets is None else set(buckets)
+    return [
+        ex
+        for ex in examples
+        if (split is None or ex.split == split)
+        and (keep is None or (ex.file_number if ex.file_number is not None else ex.bucket) in keep)
+        and (min_ops is None or ex.max_ops >= min_ops)
+        and (max_ops is None or ex.max_ops <= max_ops)
+    ]
 
 
 def check_file_numbers(examples: Iterable[Example]) -> None:
@@ -208,12 +176,7 @@ def check_file_numbers(examples: Iterable[Example]) -> None:
 
 def relabel_mismatches(examples: Iterable[Example]) -> list[tuple[Example, str]]:
     """``(example, recomputed label)`` for every example whose label differs from its truth sets' relation."""
-    out = []
-    for ex in examples:
-        computed = relation(ex.a, ex.b)
-        if computed != ex.label:
-            out.append((ex, computed))
-    return out
+    return [(ex, computed) for ex in examples if (computed := relation(ex.a, ex.b)) != ex.label]
 
 
 def read_examples(
@@ -224,15 +187,10 @@ def read_examples(
     max_ops: int | None = None,
     check_buckets: bool = False,
 ) -> list[Example]:
-    """Read a directory of ``train{k}``/``test{k}`` files or a single file and select examples.
-
-    See :func:`select` for ``split``, ``buckets``, ``min_ops`` and ``max_ops``. With a
-    directory, only the files of the selected split and buckets are opened. With
-    ``check_buckets``, an example whose file number breaks the split rule raises.
-
-    Raises :class:`LogicDataError` when the path does not exist, the directory holds no such
-    files, a line is malformed (naming file and line), or nothing is selected.
-    """
+    """Read a directory of ``train{k}``/``test{k}`` files (only those of the selected split and buckets) or one
+    file, and :func:`select`. ``check_buckets``: an example whose file number breaks the split rule raises.
+    Raises :class:`LogicDataError` when the path does not exist, the directory holds no such files, a line
+    is malformed (naming file and line), or nothing is selected."""
     _check_split(split)
     path = Path(path)
     bucket_set = None if buckets is None else set(buckets)
@@ -270,10 +228,7 @@ def _read_directory(directory: Path, split: str | None, buckets: set[int] | None
         raise LogicDataError(
             f"{directory}: no file matches split={split!r}, buckets={_show(buckets)} (files present: {names})"
         )
-    examples: list[Example] = []
-    for _, _, p in wanted:
-        examples.extend(read_file(p))
-    return examples
+    return [ex for _, _, p in wanted for ex in read_file(p)]
 
 
 def _show(buckets: set[int] | None) -> str:
