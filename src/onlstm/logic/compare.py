@@ -109,7 +109,7 @@ def _score_run(
     model, _ = load_classifier(run_dir, "best", resolve_device(tcfg.device))
     t0 = time.perf_counter()
     acc = evaluate_examples(model, examples, tcfg.eval_batch_size)
-    parts = [(name, acc.pooled(keys)) for name, keys in (("<=6", range(7)), ("7-12", range(7, 13)))]
+    parts = list(acc.summary().items())[:2]  # <=6 and 7-12
     shown = ", ".join(f"{name} {100 * v:.1f}%" for name, v in parts if v == v)  # NaN: no pairs of those lengths
     log(f"{what} accuracy {shown} ({time.perf_counter() - t0:.0f} s to evaluate)")
     return acc

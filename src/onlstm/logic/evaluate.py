@@ -48,13 +48,9 @@ class LengthAccuracy:
         n = sum(self.total[k] for k in keys)
         return sum(self.correct.get(k, 0) for k in keys) / n if n else math.nan
 
-    @property
-    def overall(self) -> float:
-        return self.pooled(None)
-
     def summary(self) -> dict[str, float]:
         """``{'<=6': …, '7-12': …, 'all': …}``."""
-        return {"<=6": self.pooled(SEEN), "7-12": self.pooled(UNSEEN), "all": self.overall}
+        return {"<=6": self.pooled(SEEN), "7-12": self.pooled(UNSEEN), "all": self.pooled()}
 
     def to_dict(self) -> dict:
         return {
@@ -78,8 +74,7 @@ def count_by_length(examples: list[Example], predictions: Iterable[int | str]) -
 
 
 def majority_baseline(examples: list[Example]) -> LengthAccuracy:
-    """Accuracy per length of always answering that length's most frequent label (an upper bound
-    for any constant answer; useful to read the model's numbers)."""
+    """Accuracy per length of always answering that length's most frequent label (the best constant answer)."""
     by_len: dict[int, Counter] = {}
     for ex in examples:
         by_len.setdefault(length_of(ex), Counter())[ex.label] += 1
@@ -109,10 +104,6 @@ def read_test_examples(
     return read_examples(path, split=split, buckets=list(buckets))
 
 
-def _pct(x: float) -> str:
-    return "–" if math.isnan(x) else f"{100 * x:.1f}"
-
-
 def mean_std(xs: list[float]) -> tuple[float, float | None]:
     """Mean and sample standard deviation of the numbers that are not NaN (NaN mean for none, no std below two)."""
     xs = [x for x in xs if not math.isnan(x)]
@@ -132,11 +123,8 @@ def format_table(
     lengths: Iterable[int] | None = None,
     counts: LengthAccuracy | None = None,
 ) -> str:
-    """A Markdown table: one row per ``(name, results)``; several results give mean ± sample std.
-
-    Columns: each length, then ``<=6``, ``7-12``, ``all`` (pooled, see the module docstring).
-    Accuracies in percent. ``counts`` adds a row with the number of pairs per length.
-    """
+    """A Markdown table of accuracies (%): one row per ``(name, results)`` (several: mean ± sample std), columns
+    each length, then ``<=6``, ``7-12``, ``all`` pooled; ``counts`` adds a row of pairs per length."""
     if lengths is None:
         lengths = sorted({k for _, rs in rows for r in rs for k in r.lengths})
     lengths = list(lengths)
@@ -161,8 +149,8 @@ def format_table(
 
 
 def history_table(runs: list[tuple[str, list[dict]]], steps: Iterable[int]) -> str:
-    """Markdown table of validation accuracy (%) by operator count at given training steps: per run and step,
-    the last validation check at or before that step (the records of a run's history, :attr:`onlstm.runs.RunDir.history_path`, with ``valid_by_ops``)."""
+    """Markdown table of validation accuracy (%) by operator count at given training steps: per run (its history
+    records) and step, the last validation check at or before that step that has ``valid_by_ops``."""
     steps = sorted(set(steps))
     counts = sorted({int(k) for _, h in runs for r in h for k in r.get("valid_by_ops", {})})
     head = ["run", "step", "checked at"] + [str(k) for k in counts] + ["all"]

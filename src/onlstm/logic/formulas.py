@@ -18,12 +18,8 @@ FULL_SET = (1 << N_ASSIGNMENTS) - 1  # truth set of a tautology
 EMPTY_SET = 0  # truth set of a contradiction
 
 
-def _variable_mask(k: int) -> int:
-    """Truth set of variable number ``k``: the assignments whose bit ``k`` is set."""
-    return sum(1 << i for i in range(N_ASSIGNMENTS) if (i >> k) & 1)
-
-
-VARIABLE_TRUTH_SETS: dict[str, int] = {v: _variable_mask(k) for k, v in enumerate(VARIABLES)}
+#: Truth set of each variable: the assignments whose bit ``k`` is set, ``k`` the variable's number.
+VARIABLE_TRUTH_SETS = {v: sum(1 << i for i in range(N_ASSIGNMENTS) if (i >> k) & 1) for k, v in enumerate(VARIABLES)}
 
 
 class FormulaSyntaxError(OnlstmError, ValueError):
@@ -40,18 +36,12 @@ class Var:
         if self.name not in VARIABLE_TRUTH_SETS:
             raise ValueError(f"unknown variable {self.name!r}: use one of {', '.join(VARIABLES)}")
 
-    def __str__(self) -> str:
-        return to_text(self)
-
 
 @dataclass(frozen=True, slots=True)
 class Not:
     """Negation ``( not X )``."""
 
     arg: Formula
-
-    def __str__(self) -> str:
-        return to_text(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +56,10 @@ class Binary:
         if self.op not in BINARY_OPERATORS:
             raise ValueError(f"unknown binary operator {self.op!r}: use 'and' or 'or'")
 
-    def __str__(self) -> str:
-        return to_text(self)
-
 
 Formula = Var | Not | Binary
+for _kind in (Var, Not, Binary):
+    _kind.__str__ = lambda f: to_text(f)  # type: ignore[method-assign,assignment]  # printed in the notation
 
 
 def to_tokens(f: Formula) -> list[str]:
@@ -93,9 +82,7 @@ class _Parser:
     """Recursive-descent parser over a token list; raises :class:`FormulaSyntaxError`."""
 
     def __init__(self, tokens: list[str], text: str) -> None:
-        self.tokens = tokens
-        self.text = text
-        self.pos = 0
+        self.tokens, self.text, self.pos = tokens, text, 0
 
     def fail(self, problem: str) -> FormulaSyntaxError:
         """An error naming the problem, the token position and the text."""

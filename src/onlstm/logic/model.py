@@ -160,7 +160,3 @@ def _read_tokens(path: Path) -> list | None:
 def _check_tokens(run: LoadedRun) -> None:
     if run.vocab is not None and tuple(run.vocab) != TOKENS:
         raise CheckpointError(f"{RunDir(run.run_dir).vocab_path} differs from this version's token list {list(TOKENS)}")
-
-
-def num_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

@@ -29,7 +29,7 @@ from ..runs import (
 from ..runs.engine import Budget, Check, Engine, Progress, update
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
-from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, num_parameters, pad_batch, token_ids
+from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, pad_batch, token_ids
 from .relations import RELATIONS
 
 
@@ -324,7 +324,7 @@ class LogicTask:
                 f"; curriculum: <= {cfg.curriculum_start} operators first, one more every {cfg.curriculum_steps} steps"
             )
         return (
-            f"{self.model_cfg.cell} on {self.device}: {num_parameters(self.model):,} parameters; "
+            f"{self.model_cfg.cell} on {self.device}: {sum(p.numel() for p in self.model.parameters()):,} parameters; "
             f"{len(self.train_data)} training pairs, {len(self.valid_data)} validation pairs (<= {cfg.max_train_ops} "
             f"operators); {self.steps_per_epoch} steps/epoch, validation every {self.budget().valid_every} steps; "
             f"run dir {self.out}{curriculum}"
