@@ -14,11 +14,16 @@ from collections import Counter
 from pathlib import Path
 
 from .. import encoders
+from ..checkpoint import read_json
 from ..config import ConfigError, Settings, add_command, add_flags, add_group, arg, command_line, flags_given
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
-from ..runs import check_output_folder
+from ..runs import RunDir, check_output_folder, resolve_device, setup_torch
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
+from .data import read_examples, relabel_mismatches
+from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
 from .generate import GenerateConfig, format_label_counts, generate_dataset
+from .model import KIND, load_classifier
+from .train import train, validation_examples
 
 #: A config file's sections (checked against their dataclasses: names and value types) and its other keys.
 SECTIONS = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
@@ -109,8 +114,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     Read train{k}/test{k} files (or one file), recompute each label from the truth sets and check that file k
     holds pairs whose larger operator count is k (12: 12 or more).
     """
-    from .data import read_examples, relabel_mismatches
-
     t0 = time.perf_counter()
     examples = read_examples(args.path)  # a LogicDataError (bad input) exits with status 2 (see onlstm.errors)
     by_file: dict[str, Counter] = {}
@@ -149,8 +152,6 @@ def resolve_settings(args: argparse.Namespace, compare: bool = False):
 
     ``compare``: the model config takes the first compared cell, so that it is validated for a cell that
     trains (the default cell, onlstm, may not be compared: its chunk size must not reject the widths)."""
-    from ..runs import resolve_device
-
     settings = Settings.resolve(SECTIONS, args.config, args, experiment="logic", keys=CONFIG_KEYS)
     cells = settings.build("compare").cells if compare else [settings.given["model"].get("cell", LogicModelConfig.cell)]
     encoders.check_typed_options(cells, flags_given(args, "model"))  # a typed --chunk-size no trained cell uses
@@ -208,8 +209,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     --out. Ctrl-C stops after the current step, keeps the best checkpoint and writes resume.safetensors (exit
     status 130); run the same command with --resume to go on exactly where it stopped.
     """
-    from .train import train
-
     model_cfg, train_cfg, data, out, _ = resolve_settings(args)
     result = train(model_cfg, train_cfg, data, out, resume=args.resume)
     if result.interrupted:
@@ -225,11 +224,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     holds 12 or more), then pooled over <= 6, 7-12 and all. Percent. Also prints the majority-label accuracy of
     the same pairs for reference.
     """
-    from ..runs import resolve_device, setup_torch
-    from .evaluate import evaluate_examples, format_table, majority_baseline, read_test_examples
-    from .model import load_classifier
-    from .train import validation_examples
-
     try:
         opts = EvalSettings.from_dict(flags_given(args, "eval"))
         setup_torch(opts.threads)
@@ -258,10 +252,6 @@ def _cmd_curves(args: argparse.Namespace) -> int:
     accuracy against step) and OUT/curves_by_ops.png (validation accuracy against step, one panel per operator
     count; runs of the same cell share a colour).
     """
-    from ..checkpoint import read_json
-    from ..runs import RunDir
-    from .evaluate import history_table
-    from .model import KIND
     from .plots import plot_curves_by_ops, plot_training_curves
 
     runs, seeds = [], []

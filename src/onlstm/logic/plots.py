@@ -6,6 +6,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
 from ..files import save_figure
 from .evaluate import LengthAccuracy, mean_std
 
@@ -14,14 +19,10 @@ def plot_accuracy_by_length(
     rows: list[tuple[str, list[LengthAccuracy]]],
     path: str | Path,
     train_max_ops: int | None = 6,
-    title: str | None = None,
 ) -> Path:
-    """Write a PNG (or any format matplotlib knows from the suffix) with one line per model.
-
-    Several results per model: the line is the mean, the band ± one sample standard deviation,
-    and each run is drawn faintly. A dashed vertical line marks the longest length trained on.
-    """
-    fig, ax = _pyplot().subplots(figsize=(6.4, 4.2))
+    """Write a PNG (or any format matplotlib knows from the suffix) with one line per model: with several results
+    the mean, a band of ± one sample std and each run faintly; a dashed line after the longest length trained on."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, results in rows:
         lengths = sorted({k for r in results for k in r.lengths})
         per_run = [[100 * r.accuracy(k) for k in lengths] for r in results]
@@ -35,16 +36,13 @@ def plot_accuracy_by_length(
     if train_max_ops is not None:
         ax.axvline(train_max_ops + 0.5, color="grey", linestyle="--", linewidth=1)
         ax.text(train_max_ops + 0.6, ax.get_ylim()[0], " unseen lengths", va="bottom", color="grey", fontsize=8)
-    return _save(fig, ax, path, "number of operators", "test accuracy (%)", title)
+    return _save(fig, ax, path, "number of operators", "test accuracy (%)")
 
 
-def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path, title: str | None = None) -> Path:
-    """Validation accuracy (and training accuracy, dotted) against step, one colour per model.
-
-    ``runs``: ``(model name, history)`` per run, ``history`` as in a run's :attr:`~onlstm.runs.RunDir.history_path`; runs of the same
-    model share a colour.
-    """
-    fig, ax = _pyplot().subplots(figsize=(6.4, 4.2))
+def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path) -> Path:
+    """Validation accuracy (and training accuracy, dotted) against step; ``runs``: ``(model name, history
+    records)`` per run, runs of the same model share a colour."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     colours: dict[str, str] = {}
     for name, history in runs:
         if not history:
@@ -60,10 +58,10 @@ def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path, t
         ax.plot(
             steps, [100 * r["train_accuracy"] for r in history], color=colours[name], linestyle=":", linewidth=1, **kw
         )
-    return _save(fig, ax, path, "training step", "accuracy (%)", title, legend_size=8)
+    return _save(fig, ax, path, "training step", "accuracy (%)", legend_size=8)
 
 
-def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path, title: str | None = None) -> Path:
+def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path) -> Path:
     """Validation accuracy against step, one panel per operator count, one colour per model (runs of the same
     model share it); from the ``valid_by_ops`` of each history record (runs without it are left out).
     Shaded spans mark the steps a curriculum trained on shorter pairs than the longest."""
@@ -76,7 +74,7 @@ def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path, tit
     counts = sorted({int(k) for _, h in runs for r in h for k in r["valid_by_ops"]})
     cols = min(len(counts), 4)
     rows = math.ceil(len(counts) / cols)
-    fig, axes = _pyplot().subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), sharex=True, squeeze=False)
     colours: dict[str, str] = {}
     for ax, k in zip(axes.flat, counts):
         for name, history in runs:
@@ -92,8 +90,6 @@ def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path, tit
     axes.flat[0].legend(fontsize=7)
     fig.supxlabel("training step", fontsize=9)
     fig.supylabel("validation accuracy (%)", fontsize=9)
-    if title:
-        fig.suptitle(title, fontsize=10)
     return _write(fig, path)
 
 
@@ -107,14 +103,11 @@ def _shade_curriculum(axes, history: list[dict]) -> None:
             ax.axvspan(0, max(short), color="grey", alpha=0.12, linewidth=0)
 
 
-def _save(fig, ax, path: str | Path, xlabel: str, ylabel: str, title: str | None, legend_size=None) -> Path:
-    """Labels, grid, legend and title on ``ax``; write ``fig`` to ``path`` and close it."""
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+def _save(fig, ax, path: str | Path, xlabel: str, ylabel: str, legend_size=None) -> Path:
+    """Labels, grid and legend on ``ax``; write ``fig`` to ``path`` and close it."""
+    ax.set(xlabel=xlabel, ylabel=ylabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=legend_size)
-    if title:
-        ax.set_title(title, fontsize=10)
     return _write(fig, path)
 
 
@@ -124,16 +117,5 @@ def _write(fig, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
-    _pyplot().close(fig)
+    plt.close(fig)
     return path
-
-
-def _pyplot():
-    # Imported here, not at the top: without matplotlib (the experiments extra) the rest of logic still
-    # works, and the command line turns the import error into one line naming the extra.
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
