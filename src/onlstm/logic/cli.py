@@ -91,14 +91,11 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     Random formula pairs over a-f with not/and/or, labelled with their relation from the truth sets, written as
     LABEL<TAB>A<TAB>B into train{k}/test{k} (k = larger operator count; file 12 holds 12 or more).
     """
-    given = flags_given(args, "generate")
-    try:
-        if "test_fraction" in given and "test_count" in given:
-            raise SettingsError("give --test-fraction or --test-count, not both")
-        cfg = GenerateConfig.from_dict(given)
-        check_output_folder(args.out)
-    except ValueError as exc:
-        raise command_error(exc) from None
+    given = flags_given(args, "generate")  # bad settings and a bad --out raise errors the command line reports
+    if "test_fraction" in given and "test_count" in given:
+        raise SettingsError("give --test-fraction or --test-count, not both")
+    cfg = GenerateConfig.from_dict(given)
+    check_output_folder(args.out)
     report = generate_dataset(args.out, cfg, log=None if args.quiet else print)
     rate = report.n_pairs / report.seconds if report.seconds > 0 else float("inf")
     print(f"wrote {report.n_pairs} pairs to {report.out_dir} in {report.seconds:.1f} s ({rate:,.0f} pairs/s)")
@@ -259,9 +256,7 @@ def _cmd_curves(args: argparse.Namespace) -> int:
         example = "positive step numbers separated by commas, e.g. 2000,8000"
         steps = _numbers(args.at_steps, "--at-steps", example, ranges=False) if args.at_steps else []
         for run in args.runs:
-            header = RunDir(run).read_config()
-            if header.get("kind") != KIND:
-                raise ValueError(f"{run} is not a run of `onlstm logic train` (kind {header.get('kind')!r})")
+            header = RunDir(run).read_config(KIND, "a run of `onlstm logic train`")
             runs.append((header["model"]["cell"], read_json(RunDir(run).history_path)))
             seeds.append(header["train"]["seed"])
         args.out.mkdir(parents=True, exist_ok=True)

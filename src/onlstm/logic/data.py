@@ -126,8 +126,7 @@ def read_file(path: str | Path) -> list[Example]:
     path = Path(path)
     if not path.is_file():
         raise LogicDataError(f"{path}: no such file; give a train{{k}}/test{{k}} file or a directory of them")
-    named = parse_file_name(path)
-    split, number = named if named else (None, None)
+    split, number = parse_file_name(path) or (None, None)
     with open(path, encoding="utf-8") as fh:
         return [parse_line(line, str(path), i, split, number) for i, line in enumerate(fh, start=1)]
 

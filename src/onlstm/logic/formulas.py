@@ -166,11 +166,7 @@ def parse(text: str) -> Formula:
 
 def count_operators(f: Formula) -> int:
     """Number of operators (``and`` + ``or`` + ``not``) in ``f``."""
-    if isinstance(f, Var):
-        return 0
-    if isinstance(f, Not):
-        return 1 + count_operators(f.arg)
-    return 1 + count_operators(f.left) + count_operators(f.right)
+    return sum(tok in OPERATORS for tok in to_tokens(f))
 
 
 def count_operators_text(text: str) -> int:

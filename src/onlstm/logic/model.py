@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_sequence
 
 from ..checkpoint import CheckpointError, config_header, read_json
 from ..encoders import make_encoder
@@ -47,10 +47,7 @@ def pad_batch(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor
     lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int64)
     if int(lengths.min()) == 0:
         raise ValueError("a formula has no tokens")
-    tokens = torch.zeros(int(lengths.max()), len(seqs), dtype=torch.int64)
-    for j, s in enumerate(seqs):
-        tokens[: len(s), j] = torch.as_tensor(s, dtype=torch.int64)
-    return tokens, lengths
+    return pad_sequence([torch.as_tensor(s, dtype=torch.int64) for s in seqs]), lengths
 
 
 def pair_features(h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:

@@ -42,11 +42,3 @@ def relation_of_sets(sa: int, sb: int, full: int = FULL_SET) -> str:
 def relation(a: Formula, b: Formula) -> str:
     """The relation label of formula ``a`` to formula ``b`` (see the module docstring)."""
     return relation_of_sets(truth_set(a), truth_set(b))
-
-
-def label_index(label: str) -> int:
-    """Class index of ``label`` in :data:`RELATIONS`; raises ``ValueError`` for an unknown label."""
-    try:
-        return RELATIONS.index(label)
-    except ValueError:
-        raise ValueError(f"unknown relation label {label!r}: use one of {' '.join(RELATIONS)}") from None

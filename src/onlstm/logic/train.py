@@ -16,17 +16,10 @@ import torch.nn.functional as F
 
 from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
 from ..errors import TrainingDiverged
-from ..runs import (
-    RunDir,
-    read_resume,
-    resolve_device,
-    restore_training,
-    resume_clash,
-    setup_torch,
-    training_tensors,
-    write_resume,
-)
+from ..runs import RunDir
+from ..runs.device import resolve_device, setup_torch
 from ..runs.engine import Budget, Check, Engine, Progress, update
+from ..runs.resume import read_resume, restore_training, resume_clash, training_tensors, write_resume
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, pad_batch, token_ids
@@ -433,7 +426,19 @@ class LogicTask:
         """Save what an interruption needs, write the final status, and the result."""
         prog = engine.progress
         if stopped_by in ("interrupted", "aborted"):
-            stopped_by = self._save_interrupted(engine, stopped_by)
+            self.save_weights("last")
+            resumable = "resume with --resume"
+            if stopped_by == "interrupted":
+                engine.save_state()
+            elif self.rundir.resume_path.exists():  # aborted (a second Ctrl-C): the resume file of the last check
+                resumable += " from the last validation check"
+            else:
+                resumable = "not resumable"
+            best = "not written yet (no validation check done)"
+            if prog.best is not None:
+                best = f"kept (valid acc {100 * prog.best:.2f}% at step {prog.best_step})"
+            self.log(f"interrupted at step {prog.step}: last weights saved ({resumable}); best checkpoint {best}")
+            stopped_by = "interrupted"
         seconds, epochs = engine.elapsed(), round(prog.step / self.steps_per_epoch, 3)
         summary = {"best_valid_accuracy": prog.best or 0.0, "best_step": prog.best_step, "steps": prog.step}
         summary.update(epochs=epochs, seconds=round(seconds, 1), stopped_by=stopped_by)
@@ -448,21 +453,6 @@ class LogicTask:
                 f"step {prog.best_step}"
             )
         return result
-
-    def _save_interrupted(self, engine: Engine, stopped_by: str) -> str:
-        prog = engine.progress
-        self.save_weights("last")
-        if stopped_by == "interrupted":
-            engine.save_state()
-        resumable = "resume with --resume"
-        if stopped_by == "aborted":  # a second Ctrl-C: only the resume file of the last check, if any, is there
-            has_file = self.rundir.resume_path.exists()
-            resumable = resumable + " from the last validation check" if has_file else "not resumable"
-        best = "not written yet (no validation check done)"
-        if prog.best is not None:
-            best = f"kept (valid acc {100 * prog.best:.2f}% at step {prog.best_step})"
-        self.log(f"interrupted at step {prog.step}: last weights saved ({resumable}); best checkpoint {best}")
-        return "interrupted"
 
 
 def progress_from_saved(saved: dict) -> Progress:
