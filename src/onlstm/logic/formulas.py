@@ -1,5 +1,5 @@
 """Propositional formulas over ``a`` … ``f`` in the bracketed notation of Bowman et al. (2015): :func:`parse`,
-:func:`to_text`, :func:`count_operators` and :func:`truth_set` (64-bit masks; docs/logic.md, "Formulas").
+:func:`to_text`, :func:`count_operators` and :func:`truth_set` (64-bit masks; docs/logic.md, "Formulas and relations").
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ VARIABLE_TRUTH_SETS = {v: sum(1 << i for i in range(N_ASSIGNMENTS) if (i >> k) &
 
 
 class FormulaSyntaxError(OnlstmError, ValueError):
-    """A string is not a formula in the notation (see the module docstring)."""
+    """A string is not a formula in the notation (docs/logic.md, "Formulas and relations")."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ class Pair(NamedTuple):
 
 @dataclass
 class GenerateConfig(Config):
-    """Options of :func:`generate_dataset` (see the module docstring for what each does)."""
+    """Options of :func:`generate_dataset` (docs/logic.md, "Data", for what each does)."""
 
     section = "generate"
 

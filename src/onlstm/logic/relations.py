@@ -40,5 +40,5 @@ def relation_of_sets(sa: int, sb: int, full: int = FULL_SET) -> str:
 
 
 def relation(a: Formula, b: Formula) -> str:
-    """The relation label of formula ``a`` to formula ``b`` (see the module docstring)."""
+    """The relation label of formula ``a`` to formula ``b`` (docs/logic.md, "Formulas and relations")."""
     return relation_of_sets(truth_set(a), truth_set(b))
