@@ -1,20 +1,6 @@
-"""Mikolov's Penn Treebank language-modelling text (and any corpus in the same format).
-
-A corpus directory holds three whitespace-tokenised text files, one sentence per line:
-
-    ptb.train.txt  ptb.valid.txt  ptb.test.txt        (or train.txt  valid.txt  test.txt)
-
-Every line becomes its words followed by ``<eos>`` (empty lines give a lone ``<eos>``, as in the
-reference code). The vocabulary is built from the training file only: ``<eos>``, ``<unk>``, then the
-words in order of first appearance, so the same file always gives the same ids (PTB: 10,000 words).
-
-**Closed vocabulary.** A training text that contains ``<unk>`` says that rare words were already
-replaced (Mikolov's PTB does this); a valid/test word outside the training vocabulary then means the
-files do not belong together, and loading stops with a message naming the word, file and line.
-``oov="unk"`` maps such words to ``<unk>`` instead (counted in :attr:`Split.n_unknown`);
-``oov="error"`` always stops; ``oov="auto"`` (default) stops only for a closed-vocabulary corpus
-and maps to ``<unk>`` otherwise.
-"""
+"""Mikolov's Penn Treebank language-modelling text, and any corpus in its format (one tokenised sentence a
+line, ``<eos>`` appended): :func:`load_corpus`, streamed, with the closed-vocabulary / ``oov`` rules of
+docs/lm.md ("Data")."""
 
 from __future__ import annotations
 
@@ -61,8 +47,8 @@ def split_file(data_dir: Path, split: str) -> Path:
 
 
 def iter_lines(path: Path) -> Iterator[list[str]]:
-    """The sentences of a text file one at a time, each as its words plus ``<eos>`` (a line that already
-    ends in ``<eos>`` gets no second one). Streamed: a 100M-word file is never held in memory as text."""
+    """The sentences of a text file one at a time (streamed), each as its words plus ``<eos>`` (unless the
+    line already ends in ``<eos>``)."""
     path = Path(path)
     lineno = 0
     try:
@@ -163,11 +149,9 @@ def encode_split(
     limited: bool = False,
 ) -> Split:
     """Read ``path`` (unless its ``lines`` are given) and encode it with ``vocab`` under the ``oov``
-    policy (see the module docstring). ``limited``: the vocabulary deliberately leaves words out (a
-    ``vocab.txt`` or a cap), so ``auto`` maps them to ``<unk>`` even in a closed-vocabulary corpus.
-
-    Streamed: the ids go into one preallocated int64 tensor (8 bytes a token) block by block; no Python
-    list of every id is built. A file is read twice (counting, then encoding) unless ``lines`` are given."""
+    policy. ``limited``: the vocabulary deliberately leaves words out (a ``vocab.txt`` or a cap), so
+    ``auto`` maps them to ``<unk>`` even in a closed-vocabulary corpus. The ids go block by block into one
+    preallocated int64 tensor (no Python list of every id); a file is read twice unless ``lines`` are given."""
     if oov not in OOV_POLICIES:
         raise CorpusError(f"oov must be one of {OOV_POLICIES}, got {oov!r}")
     strict = oov == "error" or (oov == "auto" and closed_vocab and not limited)
@@ -232,13 +216,9 @@ class _Encoder:
 def load_corpus(
     data_dir: Path, oov: str = "auto", splits=SPLITS, vocab: Vocab | None = None, max_vocab: int = 0
 ) -> Corpus:
-    """Read the corpus in ``data_dir``, streaming each file.
-
-    The vocabulary is ``vocab`` if given, else the folder's ``vocab.txt`` if there is one (Gulordava et al.'s
-    corpus ships one), else built from the training file, capped at the ``max_vocab`` most frequent words
-    when that is not 0. Words a ``vocab.txt`` or the cap leave out become ``<unk>``. The training file is
-    read once to count its words (and learn whether it contains ``<unk>``: a closed vocabulary) and once
-    to encode it."""
+    """Read the corpus in ``data_dir``, streaming each file. The vocabulary is ``vocab`` if given, else the
+    folder's ``vocab.txt`` if any, else built from the training file, capped at ``max_vocab`` words when
+    not 0; words a ``vocab.txt`` or the cap leave out become ``<unk>``."""
     if oov not in OOV_POLICIES:
         raise CorpusError(f"oov must be one of {OOV_POLICIES}, got {oov!r}")
     train_path = split_file(data_dir, "train")
