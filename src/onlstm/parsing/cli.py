@@ -1,9 +1,5 @@
-"""``onlstm parsing {parse,eval-parse,compare-trees,plot}``: parse with a trained language model, score trees.
-
-The four commands were top-level commands before; ``onlstm parse``, ``onlstm eval-parse``, ``onlstm
-compare-trees`` and ``onlstm plot`` remain as aliases that run the same code with the same options.
-``onlstm demo`` (:mod:`onlstm.demo`, above the experiments) is registered by :mod:`onlstm.cli`.
-"""
+"""``onlstm parsing {parse,eval-parse,compare-trees,plot}`` and their old top-level aliases (``onlstm
+parse`` ...): parse with a trained language model, score trees (docs/parsing.md)."""
 
 from __future__ import annotations
 
