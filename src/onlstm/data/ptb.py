@@ -162,55 +162,30 @@ def encode_split(
         lines = list(lines)
         total = sum(len(w) for w in lines)
     ids = torch.empty(total, dtype=torch.int64)
-    enc = _Encoder(name, Path(path), vocab, strict, closed_vocab and oov == "auto", oov)
-    pos = n_lines = 0
+    unk, get = vocab.unk_id, vocab.index.get
+    why = "the training text contains <unk>, so the corpus claims a closed vocabulary"
+    why = why if closed_vocab and oov == "auto" else f"oov policy is {oov!r}"
+    pos = n_lines = unknown = 0
     block: list[int] = []
     for n_lines, words in enumerate(lines, 1):
-        block.extend(enc.line(words, n_lines))
+        line = [get(w, -1) for w in words]
+        if -1 in line:
+            if strict or unk is None:
+                raise CorpusError(
+                    f"{path}, line {n_lines}: word {words[line.index(-1)]!r} is not in the training vocabulary "
+                    f"({why}). Use the {name} file that belongs to this training file, replace rare words by "
+                    "<unk> when preprocessing, or pass --oov unk to map unknown words to <unk>"
+                )
+            unknown += line.count(-1)
+            line = [unk if i == -1 else i for i in line]
+        block.extend(line)
         if len(block) >= ENCODE_BLOCK:
             ids[pos : pos + len(block)] = torch.tensor(block, dtype=torch.int64)
             pos, block = pos + len(block), []
     ids[pos : pos + len(block)] = torch.tensor(block, dtype=torch.int64)
     if total == n_lines:  # every line a lone <eos>
         _check_not_empty(Path(path), 0)
-    return Split(name, Path(path), ids, n_lines, enc.unknown)
-
-
-@dataclass
-class _Encoder:
-    """Ids of one line under the oov policy (``strict``: an unknown word is an error naming file and line)."""
-
-    name: str
-    path: Path
-    vocab: Vocab
-    strict: bool
-    closed_auto: bool
-    oov: str
-    unknown: int = 0
-
-    def line(self, words: list[str], lineno: int) -> list[int]:
-        get = self.vocab.index.get
-        ids = [get(w, -1) for w in words]
-        if -1 not in ids:
-            return ids
-        unk = self.vocab.unk_id
-        for k, w in enumerate(words):
-            if ids[k] != -1:
-                continue
-            if self.strict or unk is None:
-                why = (
-                    "the training text contains <unk>, so the corpus claims a closed vocabulary"
-                    if self.closed_auto
-                    else f"oov policy is {self.oov!r}"
-                )
-                raise CorpusError(
-                    f"{self.path}, line {lineno}: word {w!r} is not in the training vocabulary ({why}). "
-                    f"Use the {self.name} file that belongs to this training file, replace rare words by <unk> "
-                    "when preprocessing, or pass --oov unk to map unknown words to <unk>"
-                )
-            ids[k] = unk
-            self.unknown += 1
-        return ids
+    return Split(name, Path(path), ids, n_lines, unknown)
 
 
 def load_corpus(

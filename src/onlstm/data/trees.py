@@ -1,4 +1,4 @@
-"""Trees as plain data: unlabelled trees (nested tuples of words), labelled ``nltk.Tree``\ s, bracket
+"""Trees as plain data: unlabelled trees (nested tuples of words), labelled ``nltk.Tree`` trees, bracket
 strings, leaves and spans; read by the treebank reader and by parsing (docs/parsing.md, "Trees and
 metrics"). The distance -> tree builder is :func:`onlstm.parsing.trees.build_tree`."""
 

@@ -93,40 +93,27 @@ def sentence_prf(gold_tree: object, pred_tree: object) -> tuple[float, float, fl
     return prf_from_counts(m, p, g)
 
 
-_SENTENCE = "sentence-level mean; spans >= 2 words; root excluded"
-_CORPUS = "corpus-level pooled; spans >= 2 words; root excluded"
-_EVALB = "EVALB-style corpus-level; spans >= 2 words; root counted"
-
-
-def _sentence(infos: list[_Info]) -> F1Score:
-    counts = _counts(infos, include_root=False)
-    per = [prf_from_counts(*c) for c in counts]
-    n = len(per)
-    p, r, f1 = (sum(x[i] for x in per) / n for i in range(3))
-    m, pred, gold = (sum(c[i] for c in counts) for i in range(3))
-    return F1Score(p, r, f1, sentences=n, matched=m, gold=gold, predicted=pred, convention=_SENTENCE)
-
-
-def _pooled(counts: list[tuple[int, int, int]], convention: str) -> F1Score:
-    m, p, g = (sum(c[i] for c in counts) for i in range(3))
-    precision, recall, f1 = prf_from_counts(m, p, g)
-    return F1Score(precision, recall, f1, sentences=len(counts), matched=m, gold=g, predicted=p, convention=convention)
+_CONVENTIONS = {
+    "sentence_f1": "sentence-level mean; spans >= 2 words; root excluded",
+    "corpus_f1": "corpus-level pooled; spans >= 2 words; root excluded",
+    "evalb_f1": "EVALB-style corpus-level; spans >= 2 words; root counted",
+}
 
 
 def sentence_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
     """Sentence-level unlabelled F1, the PRPN/ON-LSTM/Kim et al. convention (the paper's WSJ10 number):
     per sentence, spans of >= 2 words without the whole-sentence span, then the mean over sentences."""
-    return _sentence(_infos(gold, pred))
+    return f1_scores(gold, pred)["sentence_f1"]
 
 
 def corpus_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
     """Corpus-level unlabelled F1: the spans of :func:`sentence_f1`, counts pooled over sentences."""
-    return _pooled(_counts(_infos(gold, pred), include_root=False), _CORPUS)
+    return f1_scores(gold, pred)["corpus_f1"]
 
 
 def evalb_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
     """EVALB-style unlabelled F1: pooled counts over spans of >= 2 words, the root bracket counted."""
-    return _pooled(_counts(_infos(gold, pred), include_root=True), _EVALB)
+    return f1_scores(gold, pred)["evalb_f1"]
 
 
 def f1_scores(gold: Sequence[object], pred: Sequence[object]) -> dict[str, F1Score]:
@@ -135,11 +122,14 @@ def f1_scores(gold: Sequence[object], pred: Sequence[object]) -> dict[str, F1Sco
 
 
 def _f1_scores(infos: list[_Info]) -> dict[str, F1Score]:
-    return {
-        "sentence_f1": _sentence(infos),
-        "corpus_f1": _pooled(_counts(infos, False), _CORPUS),
-        "evalb_f1": _pooled(_counts(infos, True), _EVALB),
-    }
+    out = {}
+    for name, convention in _CONVENTIONS.items():
+        counts = _counts(infos, include_root=name == "evalb_f1")
+        m, p, g = (sum(c[i] for c in counts) for i in range(3))
+        per = [prf_from_counts(*c) for c in counts] if name == "sentence_f1" else [prf_from_counts(m, p, g)]
+        prf = [sum(x[i] for x in per) / len(per) for i in range(3)]  # sentence F1: the mean per sentence
+        out[name] = F1Score(*prf, sentences=len(counts), matched=m, gold=g, predicted=p, convention=convention)
+    return out
 
 
 def label_recall(gold: Sequence[LabelledTree], pred: Sequence[object]) -> dict[str, LabelRecall]:
