@@ -6,7 +6,7 @@ readers (they refuse paths outside nltk's data roots since 3.10)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -233,7 +233,8 @@ class Treebank:
         if len(secs) <= 1:
             where = f"section {secs[0]}" if secs else "sections unknown"
         else:
-            where = f"sections {secs[0]}-{secs[-1]}" if _contiguous(secs) else "sections " + ",".join(secs)
+            contiguous = [int(s) for s in secs] == list(range(int(secs[0]), int(secs[-1]) + 1))
+            where = f"sections {secs[0]}-{secs[-1]}" if contiguous else "sections " + ",".join(secs)
         sample = "NLTK sample, " if secs and set(secs) <= {"00", "01"} else ""
         return f"{length} ({sample}{where})"
 
@@ -247,11 +248,6 @@ class Treebank:
         if self.empty_files:
             parts.append(f"{len(self.empty_files)} files without trees")
         return ", ".join(parts) + ")"
-
-
-def _contiguous(secs: Sequence[str]) -> bool:
-    nums = [int(s) for s in secs]
-    return nums == list(range(nums[0], nums[0] + len(nums)))
 
 
 def load_treebank(

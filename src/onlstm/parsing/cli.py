@@ -206,10 +206,7 @@ def _cmd_compare_trees(args: argparse.Namespace) -> int:
     on bad input. --gold-format and --pred-format apply to the whole file.
     """
     result = compare_tree_files(args.gold, args.pred, args.gold_format, args.pred_format, args.normalise_gold)
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        print(result.format_table())
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.format_table())
     return 0
 
 
@@ -289,21 +286,17 @@ def _print_parse(fmt: str, line: int, item, vocab) -> None:
 
 
 def _pretty(tree) -> None:
-    # nltk draws recursively: a tree too deep for that is printed in brackets instead of failing
-    if _depth(tree) > 200:
-        print(to_brackets(tree))
-    else:
-        _as_nltk(tree).pretty_print(unicodelines=True)
-
-
-def _depth(tree) -> int:
+    """Draw ``tree`` with nltk, which recurses: a tree deeper than 200 levels is printed in brackets."""
     depth, stack = 0, [(tree, 0)]
     while stack:
         node, d = stack.pop()
         depth = max(depth, d)
         if not isinstance(node, str):
             stack.extend((c, d + 1) for c in node)
-    return depth
+    if depth > 200:
+        print(to_brackets(tree))
+    else:
+        _as_nltk(tree).pretty_print(unicodelines=True)
 
 
 def _as_nltk(tree):

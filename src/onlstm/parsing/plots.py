@@ -16,10 +16,8 @@ from .trees import Tree
 
 
 def _layout(tree: Tree, x0: int = 0):
-    """Node positions: leaves at x = 0..n-1, y = 0; a constituent above its children at the mean x.
-
-    Returns ``(x, height, segments, next_x)``; ``segments`` are ((x1, y1), (x2, y2)) lines.
-    """
+    """``(x, height, segments, next_x)``: leaves at x = 0..n-1, y = 0, a constituent above its children at
+    their mean x; ``segments`` are ((x1, y1), (x2, y2)) lines."""
     if isinstance(tree, str):
         return float(x0), 0, [], x0 + 1
     xs, hs, segs, nx = [], [], [], x0
