@@ -209,19 +209,15 @@ def _generic(text: str) -> object:
     return node
 
 
-def _labelled_shape(node: object) -> bool:
-    """Every bracket starts with a label, and words appear only as ``(TAG word)``."""
+def _shape(node: object) -> tuple[bool, bool]:
+    """(every bracket starts with a label and words appear only as ``(TAG word)``, and some phrase of
+    that reading has two or more children)."""
     if not isinstance(node, list) or len(node) < 2 or not isinstance(node[0], str):
-        return False
+        return False, False
     if len(node) == 2 and isinstance(node[1], str):
-        return True
-    return all(isinstance(c, list) and _labelled_shape(c) for c in node[1:])
-
-
-def _branches(node: object) -> bool:
-    if not isinstance(node, list) or (len(node) == 2 and isinstance(node[1], str)):
-        return False
-    return len(node) > 2 or any(_branches(c) for c in node[1:])
+        return True, False
+    kids = [_shape(c) for c in node[1:]]
+    return all(shape for shape, _ in kids), len(node) > 2 or any(branches for _, branches in kids)
 
 
 def _as_labelled(node: object) -> LabelledTree:
@@ -240,10 +236,11 @@ def parse_brackets(text: str, labelled: bool | None = None) -> Tree | LabelledTr
     :class:`TreeFormatError` for unbalanced or empty brackets and for several trees in one string.
     """
     node = _generic(text)
+    shape, branches = _shape(node)
     if labelled is None:
-        labelled = _labelled_shape(node) and _branches(node)
+        labelled = shape and branches
     if labelled:
-        if not _labelled_shape(node):
+        if not shape:
             raise TreeFormatError(
                 "not a labelled tree: each bracket must start with a label and each word must sit in a "
                 "pre-terminal '(TAG word)'; read it as unlabelled instead"
@@ -254,8 +251,8 @@ def parse_brackets(text: str, labelled: bool | None = None) -> Tree | LabelledTr
 
 def detect_format(texts: Iterable[str]) -> str:
     """``'labelled'`` if the non-blank strings, taken together, pass :func:`parse_brackets`' auto test."""
-    nodes = [_generic(t) for t in texts if t.strip()]
-    if nodes and all(_labelled_shape(n) for n in nodes) and any(_branches(n) for n in nodes):
+    shapes = [_shape(_generic(t)) for t in texts if t.strip()]
+    if shapes and all(shape for shape, _ in shapes) and any(branches for _, branches in shapes):
         return "labelled"
     return "unlabelled"
 

@@ -3,6 +3,7 @@ the same tree type as the model's parses; their shapes are described in docs/par
 
 from __future__ import annotations
 
+import functools
 import random
 import statistics
 from collections.abc import Callable, Sequence
@@ -22,19 +23,13 @@ def _words(words: Sequence[str], name: str) -> list[str]:
 def left_branching(words: Sequence[str]) -> Tree:
     """``(((w1 w2) w3) w4)``: every constituent starts at the first word."""
     words = _words(words, "left_branching")
-    tree: Tree = words[0]
-    for w in words[1:]:
-        tree = (tree, w)
-    return tree
+    return functools.reduce(lambda tree, w: (tree, w), words[1:], words[0])
 
 
 def right_branching(words: Sequence[str]) -> Tree:
     """``(w1 (w2 (w3 w4)))``: every constituent ends at the last word."""
     words = _words(words, "right_branching")
-    tree: Tree = words[-1]
-    for w in reversed(words[:-1]):
-        tree = (w, tree)
-    return tree
+    return functools.reduce(lambda tree, w: (w, tree), reversed(words[:-1]), words[-1])
 
 
 def balanced(words: Sequence[str]) -> Tree:

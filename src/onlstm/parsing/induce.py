@@ -53,16 +53,9 @@ _PUNCT = re.compile(r"^[^\w]+$")
 def normalise_words(words: Sequence[str], scheme: str) -> tuple[list[str], list[str]]:
     """Words as the model's training text had them, ``(kept, dropped)``: for ``'ptb'`` lower case, digit
     runs -> ``N``, punctuation-only tokens dropped (Mikolov's PTB text has none); else lower case only."""
-    kept, dropped = [], []
-    for w in words:
-        if scheme == "ptb":
-            if _PUNCT.match(w):
-                dropped.append(w)
-                continue
-            kept.append(normalise_word(w))
-        else:
-            kept.append(w.lower())
-    return kept, dropped
+    if scheme != "ptb":
+        return [w.lower() for w in words], []
+    return [normalise_word(w) for w in words if not _PUNCT.match(w)], [w for w in words if _PUNCT.match(w)]
 
 
 def tokenize(line: str, scheme: str) -> list[str]:
