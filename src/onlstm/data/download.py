@@ -76,15 +76,6 @@ class DownloadError(OnlstmError, RuntimeError):
     exit_code = EXIT_FINDING  # the input was fine; the network or the server was not (see onlstm.errors)
 
 
-def _offline_help(url: str, reason, to: Path, source: Source) -> str:
-    return (
-        f"could not download {url}: {reason}.\n"
-        "This machine seems to have no internet access (or the server is unreachable). Instead, copy "
-        f"{source.help} from a machine that has access into a folder such as {to}, and pass --data-dir {to} "
-        "to `onlstm lm train` / `onlstm lm eval` (train.txt, valid.txt, test.txt are accepted too)."
-    )
-
-
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -111,7 +102,12 @@ def _stream(url: str, tmp: Path, timeout: float, to: Path, source: Source) -> st
     except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
         if getattr(e, "errno", None) in DISK_FULL_ERRNOS:  # writing the file failed, not the network
             raise
-        raise DownloadError(_offline_help(url, getattr(e, "reason", e), to, source)) from None
+        raise DownloadError(
+            f"could not download {url}: {getattr(e, 'reason', e)}.\n"
+            "This machine seems to have no internet access (or the server is unreachable). Instead, copy "
+            f"{source.help} from a machine that has access into a folder such as {to}, and pass --data-dir {to} "
+            "to `onlstm lm train` / `onlstm lm eval` (train.txt, valid.txt, test.txt are accepted too)."
+        ) from None
     return h.hexdigest()
 
 
