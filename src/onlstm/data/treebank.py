@@ -218,10 +218,6 @@ class Treebank:
         return [s.words for s in self.sentences]
 
     @property
-    def trees(self) -> list[Tree]:
-        return [s.tree for s in self.sentences]
-
-    @property
     def labelled_trees(self) -> list[LabelledTree]:
         return [s.labelled for s in self.sentences]
 

@@ -125,15 +125,13 @@ def _device(args: argparse.Namespace):
 
 def _read_trees(path: Path, fmt: str, what: str) -> list:
     try:
-        text = path.read_text(encoding="utf-8")
+        trees = parse_tree_lines(path.read_text(encoding="utf-8").splitlines(), fmt, f"{what} file {path}")
     except FileNotFoundError:
         raise InputError(f"{what} file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"cannot read the {what} file {path}: {err}") from None
-    try:
-        trees = parse_tree_lines(text.splitlines(), fmt=fmt, source=f"{what} file {path}")
     except TreeFormatError as err:
         raise InputError(str(err)) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"cannot read the {what} file {path}: {err}") from None
     if not trees:
         raise InputError(f"{what} file {path} holds no trees; write one tree per line")
     return trees
