@@ -73,10 +73,6 @@ def plot_sentence(
     if gold is not None:
         draw_tree(fig.add_subplot(grid[n_layers, 1]), gold, words, "gold")
     fig.tight_layout()
-    prefix = Path(prefix)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    paths = [prefix.with_suffix(".png"), prefix.with_suffix(".svg")]
-    for p in paths:
-        save_figure(fig, p, dpi=110)
+    paths = [save_figure(fig, Path(prefix).with_suffix(suffix), dpi=110) for suffix in (".png", ".svg")]
     plt.close(fig)
     return paths
