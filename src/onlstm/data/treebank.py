@@ -1,28 +1,12 @@
-"""Penn Treebank ``.mrg`` files -> normalised gold trees for unsupervised-parsing evaluation.
-
-Normalisation (docs/design.md §2.2, as in the ON-LSTM/PRPN evaluation code), applied to each tree:
-
-1. keep only words whose POS tag is in :data:`WORD_TAGS`; this drops punctuation, ``$``, ``#``,
-   ``-NONE-`` empty elements (traces) and odd tags such as ``-LRB-`` or ambiguous ``JJ|NN``;
-2. lowercase each word, and replace each run of digits by ``N`` (``"1,234.5"`` -> ``"N,N.N"``);
-3. drop phrases left without words;
-4. strip function tags and indices from phrase labels (``NP-SBJ-1`` -> ``NP``);
-5. collapse unary chains of phrases: a phrase whose only child is a phrase merges with it and the
-   labels are joined with ``+``, top first (``(SBAR (S ...))`` -> ``(SBAR+S ...)``, nltk's
-   ``collapse_unary`` convention); the PTB's unlabelled root wrapper ``( (S ...) )`` disappears.
-   Pre-terminals are kept, so a one-word phrase stays ``(NP (PRP it))`` in the labelled tree (a one-word
-   span, which no metric counts).  The unlabelled tree (:func:`onlstm.data.trees.unlabel`) has no
-   unary nodes at all.
-
-Each top-level bracketing of a file goes to ``nltk.Tree.fromstring`` (nltk's corpus readers refuse paths
-outside its data roots since 3.10). Any problem raises :class:`TreebankError` naming the file (and the tree
-and line); trees that normalise to no words are skipped and counted (:attr:`Treebank.skipped_empty`).
-"""
+"""Penn Treebank ``.mrg`` files -> normalised gold trees for unsupervised-parsing evaluation:
+:func:`load_treebank`, :func:`normalise_tree`. The normalisation steps (as the ON-LSTM/PRPN evaluation
+code) are listed in docs/parsing.md ("Trees and metrics"); files are read as text, not with nltk's corpus
+readers (they refuse paths outside nltk's data roots since 3.10)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +19,6 @@ WORD_TAGS = frozenset(
     "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH "
     "VB VBD VBG VBN VBP VBZ WDT WP WP$ WRB".split()
 )
-"""POS tags whose words are kept (docs/design.md §2.2)."""
 
 _DIGITS = re.compile(r"\d+")
 _SECTION_IN_NAME = re.compile(r"^wsj_(\d\d)\d\d\.mrg$", re.IGNORECASE)
@@ -45,19 +28,14 @@ class TreebankError(OnlstmError, ValueError):
     """A treebank that cannot be read; the message names the file and the problem."""
 
 
-# ----------------------------------------------------------------------------------------------------
-# one tree
-
-
 def normalise_word(word: str) -> str:
     """Lowercase and replace every run of digits by ``N``: ``"1987"`` -> ``"N"``, ``"3.5"`` -> ``"N.N"``."""
     return _DIGITS.sub("N", word.lower())
 
 
 def normalise_tree(tree: LabelledTree) -> LabelledTree | None:
-    """The normalised copy of a raw PTB tree (steps 1-5 of the module docstring), or ``None`` when no
-    word survives.  Raises ``ValueError`` for a word that is not inside a ``(TAG word)`` pre-terminal,
-    since its tag, and so whether to keep it, is unknown."""
+    """The normalised copy of a raw PTB tree, or ``None`` when no word survives. Raises ``ValueError``
+    for a word outside a ``(TAG word)`` pre-terminal (without a tag, whether to keep it is unknown)."""
     if not isinstance(tree, LabelledTree):
         raise TypeError(f"normalise_tree needs an nltk.Tree, got {type(tree).__name__}")
     node = _normalise(tree)
@@ -91,16 +69,9 @@ def _normalise(node: LabelledTree) -> LabelledTree | None:
     return LabelledTree(label, kids)
 
 
-# ----------------------------------------------------------------------------------------------------
-# one file
-
-
 def split_bracketings(text: str, source: str = "<text>") -> list[tuple[int, str]]:
-    """Split a file's text into its top-level bracketings: ``[(first_line, text), ...]`` (1-based lines).
-
-    Raises :class:`TreebankError` for a ``)`` without ``(``, a ``(`` never closed, or text outside any
-    bracket, naming ``source`` and the line.
-    """
+    """A file's top-level bracketings as ``[(first_line, text), ...]``; :class:`TreebankError` naming
+    ``source`` and the line for unbalanced brackets or text outside any bracket."""
     out: list[tuple[int, str]] = []
     depth, start, start_line, line = 0, 0, 1, 1
     for pos, ch in enumerate(text):
@@ -149,10 +120,6 @@ def read_mrg_file(path: str | Path) -> list[LabelledTree]:
     return trees
 
 
-# ----------------------------------------------------------------------------------------------------
-# a directory
-
-
 def file_section(path: str | Path) -> str | None:
     """The WSJ section (``'00'`` .. ``'24'``) of a file: ``SS`` in ``wsj_SSNN.mrg``, else a two-digit
     parent directory name, else ``None``."""
@@ -180,10 +147,8 @@ def _section_names(sections: Iterable[int | str] | int | str | None) -> tuple[st
 
 
 def find_mrg_files(directory: str | Path, sections: Iterable[int | str] | int | str | None = None) -> list[Path]:
-    """All ``*.mrg`` files (case-insensitive, searched recursively) under ``directory``, sorted by path
-    ignoring case,
-    optionally only those of the given WSJ ``sections`` (e.g. ``23`` or ``["00", "01"]``).  A single
-    ``.mrg`` file may be given instead of a directory."""
+    """All ``*.mrg`` files (any case, searched recursively) under ``directory`` (or the file itself),
+    sorted by path ignoring case, optionally only those of the WSJ ``sections`` (``23``, ``["00", "01"]``)."""
     directory = Path(directory)
     wanted = _section_names(sections)
     if not directory.exists():
@@ -217,9 +182,8 @@ def find_mrg_files(directory: str | Path, sections: Iterable[int | str] | int | 
 
 @dataclass(frozen=True)
 class GoldSentence:
-    """One normalised gold sentence: ``words``, the unlabelled ``tree`` (nested tuples), the normalised
-    ``labelled`` tree (``nltk.Tree``), and where it came from (``file`` relative to the directory,
-    ``index`` = 0-based position of the tree in the file, WSJ ``section`` or ``None``)."""
+    """One normalised gold sentence, unlabelled and labelled, and where it came from (``file`` relative to
+    the directory, ``index`` of the tree in the file, WSJ ``section`` or ``None``)."""
 
     words: tuple[str, ...]
     tree: Tree
@@ -254,10 +218,6 @@ class Treebank:
         return [s.words for s in self.sentences]
 
     @property
-    def trees(self) -> list[Tree]:
-        return [s.tree for s in self.sentences]
-
-    @property
     def labelled_trees(self) -> list[LabelledTree]:
         return [s.labelled for s in self.sentences]
 
@@ -269,12 +229,12 @@ class Treebank:
         if len(secs) <= 1:
             where = f"section {secs[0]}" if secs else "sections unknown"
         else:
-            where = f"sections {secs[0]}-{secs[-1]}" if _contiguous(secs) else "sections " + ",".join(secs)
+            contiguous = [int(s) for s in secs] == list(range(int(secs[0]), int(secs[-1]) + 1))
+            where = f"sections {secs[0]}-{secs[-1]}" if contiguous else "sections " + ",".join(secs)
         sample = "NLTK sample, " if secs and set(secs) <= {"00", "01"} else ""
         return f"{length} ({sample}{where})"
 
     def summary(self) -> str:
-        """One line: what was read and what was skipped."""
         parts = [
             f"{self.name}: {len(self)} sentences from {len(self.files)} files ({self.trees_read} trees read",
             f"{self.skipped_empty} empty after normalisation skipped",
@@ -286,21 +246,12 @@ class Treebank:
         return ", ".join(parts) + ")"
 
 
-def _contiguous(secs: Sequence[str]) -> bool:
-    nums = [int(s) for s in secs]
-    return nums == list(range(nums[0], nums[0] + len(nums)))
-
-
 def load_treebank(
     directory: str | Path, *, max_length: int | None = None, sections: Iterable[int | str] | int | str | None = None
 ) -> Treebank:
-    """Read and normalise every ``.mrg`` file under ``directory`` (see the module docstring).
-
-    ``max_length``: keep sentences of at most this many words after normalisation (``10`` gives WSJ10;
-    ``None`` keeps all lengths).  ``sections``: only files of these WSJ sections (``23`` for the WSJ test
-    set in a full treebank).  Sentences that normalise to no words are skipped and counted.
-    Raises :class:`TreebankError` when nothing can be read or nothing is left.
-    """
+    """Read and normalise every ``.mrg`` file under ``directory``, keeping sentences of at most
+    ``max_length`` words after normalisation (``10``: WSJ10) from the WSJ ``sections`` given (``23``: the
+    test set). Empty sentences are skipped and counted; :class:`TreebankError` when nothing is left."""
     if max_length is not None and max_length < 1:
         raise ValueError(f"max_length must be >= 1 or None, got {max_length}")
     root = Path(directory)

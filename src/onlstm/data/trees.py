@@ -1,23 +1,11 @@
-"""Trees as plain data: bracket strings, leaves and spans (read by the treebank reader and by parsing;
-the distance -> tree builder is :func:`onlstm.parsing.trees.build_tree`).
-
-* **Unlabelled tree** (:data:`Tree`): a word is a ``str``; a constituent is a ``tuple`` of two or more
-  sub-trees; a one-word sentence is just the word. ``(("the", "cat"), "sat")`` is written
-  ``((the cat) sat)``. Readers also accept ``list`` for ``tuple`` (the reference code builds lists);
-  every tree returned is made of tuples.
-* **Labelled tree**: an :class:`nltk.Tree` whose words sit in pre-terminals ``(TAG word)``, e.g.
-  ``(S (NP (DT the) (NN cat)) (VP (VBD sat)))``: gold trees, so label recall can be measured.
-
-Spans are half-open word intervals ``(start, end)``: in ``((the cat) sat)``, ``(the cat)`` is ``(0, 2)``.
-Span sets are ``set``\\ s, so a unary chain (two nodes over the same words) counts once. Building,
-printing, leaves and spans walk trees without recursion (a sentence of thousands of words may nest as deep
-as it is long); :func:`unlabel` and the bracket reader recurse (treebank trees are shallow).
-"""
+"""Trees as plain data: unlabelled trees (nested tuples of words), labelled ``nltk.Tree`` trees, bracket
+strings, leaves and spans; read by the treebank reader and by parsing (docs/parsing.md, "Trees and
+metrics"). The distance -> tree builder is :func:`onlstm.parsing.trees.build_tree`."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 from nltk.tree import Tree as LabelledTree
 
@@ -41,15 +29,7 @@ def _check_words(words: Sequence[object]) -> None:
             raise TypeError(f"words must be strings; word {k} is {type(w).__name__} {w!r}")
 
 
-# ----------------------------------------------------------------------------------------------------
-# walking trees
-
-
 _NODE_TYPES = (tuple, list)  # nltk.Tree is a list subclass
-
-
-def _is_node(node: object) -> bool:
-    return isinstance(node, _NODE_TYPES)
 
 
 def _not_a_tree(node: object) -> TypeError:
@@ -59,17 +39,10 @@ def _not_a_tree(node: object) -> TypeError:
 
 
 def _nodes(tree: object) -> tuple[int, list[tuple[int, int, object]]]:
-    """Number of words, and ``(start, end, node)`` for every constituent (non-word node), children
-    before parents (so the root comes last)."""
+    """Number of words, and ``(start, end, node)`` for every constituent, children before parents."""
     out: list[tuple[int, int, object]] = []
-    n = _collect(tree, 0, out)
-    return n, out
-
-
-def _collect(node: object, start: int, out: list) -> int:
-    # Iterative, like to_brackets: the depth of a tree is not limited by Python's recursion limit.
-    stack: list[tuple[object, int, bool]] = [(node, start, False)]
-    pos = start
+    stack: list[tuple[object, int, bool]] = [(tree, 0, False)]  # no recursion: depth is not limited
+    pos = 0
     while stack:
         n, begin, done = stack.pop()
         if done:
@@ -84,27 +57,24 @@ def _collect(node: object, start: int, out: list) -> int:
             raise _not_a_tree(n)
         stack.append((n, pos, True))
         stack.extend((c, 0, False) for c in reversed(list(n)))
-    return pos
+    return pos, out
 
 
 def span_info(tree: object) -> tuple[int, set[Span]]:
-    """``(number of words, spans of >= 2 words including the whole sentence)`` in one walk of the tree;
-    the metrics derive every span convention from this."""
+    """``(number of words, spans of >= 2 words including the whole sentence)`` in one walk."""
     n, nodes = _nodes(tree)
     return n, {(s, e) for s, e, _ in nodes if e - s >= 2}
 
 
 def leaves(tree: object) -> list[str]:
     """The words of a tree from left to right (works for unlabelled trees and ``nltk.Tree``)."""
-    if isinstance(tree, str):
-        return [tree]
     out: list[str] = []
     stack = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, str):
             out.append(node)
-        elif _is_node(node):
+        elif isinstance(node, _NODE_TYPES):
             stack.extend(reversed(node))
         else:
             raise _not_a_tree(node)
@@ -112,14 +82,9 @@ def leaves(tree: object) -> list[str]:
 
 
 def spans(tree: object, *, include_root: bool = False, min_length: int = 2) -> set[Span]:
-    """Set of ``(start, end)`` word spans of the tree's constituents.
-
-    ``include_root=False`` (default) drops the whole-sentence span ``(0, n)``; ``min_length=2`` (default)
-    keeps only spans of at least two words.  The defaults are the PRPN/ON-LSTM convention of
-    :func:`onlstm.parsing.metrics.sentence_f1`; EVALB-style scoring uses ``include_root=True``.
-    For an ``nltk.Tree`` the pre-terminals ``(TAG word)`` are one-word spans, so ``min_length >= 2``
-    leaves only phrases.
-    """
+    """Set of ``(start, end)`` spans of the constituents of at least ``min_length`` words, the
+    whole-sentence span ``(0, n)`` only with ``include_root`` (the defaults are the convention of
+    :func:`onlstm.parsing.metrics.sentence_f1`)."""
     n, nodes = _nodes(tree)
     return {(s, e) for s, e, _ in nodes if e - s >= min_length and (include_root or (s, e) != (0, n))}
 
@@ -137,14 +102,9 @@ def _is_preterminal(node: object) -> bool:
 
 
 def labelled_spans(tree: LabelledTree, *, include_root: bool = False, min_length: int = 2) -> set[LabelledSpan]:
-    """Set of ``(start, end, label)`` for the phrases (not pre-terminals) of a labelled tree.
-
-    Labels lose their function tags (:func:`strip_function_tags`).  A label joined with ``+`` (how
-    :mod:`onlstm.data.treebank` records a collapsed unary chain, e.g. ``SBAR+S``) yields one entry per
-    part, so every category of the chain is counted; in a tree that still has its unary chains, each
-    node of the chain gives its own entry.  The empty label of a PTB root wrapper ``( (S ...) )`` is
-    skipped.  ``include_root``/``min_length`` mean what they mean in :func:`spans`.
-    """
+    """Set of ``(start, end, label)`` for the phrases (not pre-terminals) of a labelled tree, labels
+    without function tags; a ``+``-joined label (a collapsed unary chain, ``SBAR+S``) gives one entry
+    per part, an empty label none. ``include_root``/``min_length`` as in :func:`spans`."""
     if not isinstance(tree, LabelledTree):
         raise TypeError(f"labelled_spans needs an nltk.Tree with labels, got {type(tree).__name__}")
     n, nodes = _nodes(tree)
@@ -161,11 +121,7 @@ def labelled_spans(tree: LabelledTree, *, include_root: bool = False, min_length
 
 
 def word_depths(tree: object) -> list[int]:
-    """For each word, how many distinct constituents of two or more words contain it (the root included).
-
-    For a binary tree this is the number of internal nodes above the word; unary chains and
-    pre-terminals do not add depth.  A one-word sentence has depth ``[0]``.
-    """
+    """For each word, how many distinct constituents of two or more words (the root included) contain it."""
     n, multi = span_info(tree)
     depth = [0] * n
     for s, e in multi:
@@ -175,14 +131,11 @@ def word_depths(tree: object) -> list[int]:
 
 
 def unlabel(tree: object) -> Tree:
-    """An unlabelled tree (nested tuples) from an ``nltk.Tree`` or nested lists/tuples.
-
-    Pre-terminals ``(TAG word)`` become the word, labels are dropped, and a node with one child is
-    replaced by that child (unary chains collapse), so the result has only words and tuples of >= 2.
-    """
+    """Nested tuples from an ``nltk.Tree`` or nested lists: labels dropped, a one-child node replaced
+    by its child (so pre-terminals become words and unary chains collapse)."""
     if isinstance(tree, str):
         return tree
-    if not _is_node(tree):
+    if not isinstance(tree, _NODE_TYPES):
         raise _not_a_tree(tree)
     kids = [unlabel(c) for c in tree]
     if not kids:
@@ -190,20 +143,13 @@ def unlabel(tree: object) -> Tree:
     return kids[0] if len(kids) == 1 else tuple(kids)
 
 
-# ----------------------------------------------------------------------------------------------------
-# bracket strings
-
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 _WORD = re.compile(r"[^\s()]+")
 
 
 def to_brackets(tree: object) -> str:
-    """One-line bracket string: ``((the cat) sat)`` for an unlabelled tree, a bare word for a one-word
-    sentence, ``(S (NP (DT the) (NN cat)) (VP (VBD sat)))`` for an ``nltk.Tree``.
-
-    Words containing whitespace or parentheses cannot be written unambiguously and raise ``ValueError``.
-    Written without recursion, so a tree of any depth can be printed.
-    """
+    """One-line bracket string of an unlabelled tree or an ``nltk.Tree``, of any depth; a word that is
+    empty or holds spaces or parentheses raises ``ValueError``."""
     pieces: list[str] = []
     space = False  # whether the next piece is separated from the previous one
     stack: list[object] = [tree]
@@ -221,7 +167,7 @@ def to_brackets(tree: object) -> str:
             pieces.append(" " + node if space else node)
             space = True
             continue
-        if not _is_node(node):
+        if not isinstance(node, _NODE_TYPES):
             raise _not_a_tree(node)
         label = isinstance(node, LabelledTree)
         pieces.append((" (" if space else "(") + (str(node.label()) if label else ""))
@@ -235,8 +181,7 @@ _CLOSE = object()  # the end of a constituent on to_brackets' stack
 
 
 def _generic(text: str) -> object:
-    """Bracket string -> nested lists of str (no interpretation yet).  Outer single-child wrappers such
-    as the PTB's ``( (S ...) )`` are removed."""
+    """Bracket string -> nested lists of str, outer single-child wrappers (``( (S ...) )``) removed."""
     stack: list[list] = [[]]
     for m in _TOKEN.finditer(text):
         tok = m.group()
@@ -264,20 +209,15 @@ def _generic(text: str) -> object:
     return node
 
 
-def _labelled_shape(node: object) -> bool:
-    """Every bracket starts with a label, and words appear only as ``(TAG word)``."""
+def _shape(node: object) -> tuple[bool, bool]:
+    """(every bracket starts with a label and words appear only as ``(TAG word)``, and some phrase of
+    that reading has two or more children)."""
     if not isinstance(node, list) or len(node) < 2 or not isinstance(node[0], str):
-        return False
+        return False, False
     if len(node) == 2 and isinstance(node[1], str):
-        return True
-    return all(isinstance(c, list) and _labelled_shape(c) for c in node[1:])
-
-
-def _branches(node: object) -> bool:
-    """Read as a labelled tree, does some phrase have two or more children?"""
-    if not isinstance(node, list) or (len(node) == 2 and isinstance(node[1], str)):
-        return False
-    return len(node) > 2 or any(_branches(c) for c in node[1:])
+        return True, False
+    kids = [_shape(c) for c in node[1:]]
+    return all(shape for shape, _ in kids), len(node) > 2 or any(branches for _, branches in kids)
 
 
 def _as_labelled(node: object) -> LabelledTree:
@@ -289,24 +229,18 @@ def _as_labelled(node: object) -> LabelledTree:
 def parse_brackets(text: str, labelled: bool | None = None) -> Tree | LabelledTree:
     """Read one tree in bracket notation.
 
-    ``labelled=False``: every token is a word, ``((the cat) sat)`` -> ``(("the", "cat"), "sat")``;
-    single-child brackets are unwrapped, a bare word is a one-word sentence.
-    ``labelled=True``: ``(S (NP (DT the) (NN cat)) (VP (VBD sat)))`` -> ``nltk.Tree``; every bracket
-    must start with a label and words must sit in pre-terminals ``(TAG word)``.
-    ``labelled=None`` (auto): labelled when the string has that shape **and** some phrase has two or
-    more children.  The second condition is needed because an unlabelled binary tree such as
-    ``(the (big cat))`` also has the labelled shape (read as a unary chain over the one word ``cat``);
-    a binary unlabelled tree never has a labelled phrase with two children.  Auto therefore reads a
-    labelled one-word tree like ``(S (NN yes))`` as unlabelled: pass ``labelled=True`` for such input
-    (or use :func:`detect_format` over a whole file).
-    In every mode an outer wrapper bracket with no label, as in the PTB's ``( (S ...) )``, is removed.
-    Raises :class:`TreeFormatError` for unbalanced or empty brackets and for several trees in one string.
+    ``labelled=False``: every token is a word (``((the cat) sat)`` -> ``(("the", "cat"), "sat")``).
+    ``labelled=True``: an ``nltk.Tree``; every bracket must start with a label and words must sit in
+    pre-terminals ``(TAG word)``. ``None`` (auto): labelled when the string has that shape **and** some
+    phrase has two or more children (why: docs/parsing.md, "Reading brackets"). Raises
+    :class:`TreeFormatError` for unbalanced or empty brackets and for several trees in one string.
     """
     node = _generic(text)
+    shape, branches = _shape(node)
     if labelled is None:
-        labelled = _labelled_shape(node) and _branches(node)
+        labelled = shape and branches
     if labelled:
-        if not _labelled_shape(node):
+        if not shape:
             raise TreeFormatError(
                 "not a labelled tree: each bracket must start with a label and each word must sit in a "
                 "pre-terminal '(TAG word)'; read it as unlabelled instead"
@@ -316,23 +250,17 @@ def parse_brackets(text: str, labelled: bool | None = None) -> Tree | LabelledTr
 
 
 def detect_format(texts: Iterable[str]) -> str:
-    """``'labelled'`` if every string has the labelled shape and at least one has a branching labelled
-    phrase (see :func:`parse_brackets`), else ``'unlabelled'``.  Blank strings are ignored."""
-    nodes = [_generic(t) for t in texts if t.strip()]
-    if nodes and all(_labelled_shape(n) for n in nodes) and any(_branches(n) for n in nodes):
+    """``'labelled'`` if the non-blank strings, taken together, pass :func:`parse_brackets`' auto test."""
+    shapes = [_shape(_generic(t)) for t in texts if t.strip()]
+    if shapes and all(shape for shape, _ in shapes) and any(branches for _, branches in shapes):
         return "labelled"
     return "unlabelled"
 
 
-def is_labelled(tree: object) -> bool:
-    """True for an ``nltk.Tree`` (a labelled tree), False for a word or nested tuples/lists."""
-    return isinstance(tree, LabelledTree)
-
-
 def parse_tree_lines(lines: Sequence[str], fmt: str = "auto", source: str = "<input>") -> list[Tree | LabelledTree]:
-    """Parse one tree per line.  ``fmt``: ``'labelled'``, ``'unlabelled'`` or ``'auto'`` (decided once
-    for all lines with :func:`detect_format`).  Trailing blank lines are ignored; a blank line elsewhere,
-    or a line that is not a tree, raises :class:`TreeFormatError` naming ``source`` and the 1-based line."""
+    """One tree per line, ``fmt`` (one of :data:`FORMATS`; auto: :func:`detect_format`) for all lines.
+    Trailing blank lines are ignored; another blank line, or a line that is not a tree, raises
+    :class:`TreeFormatError` naming ``source`` and the 1-based line."""
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
     lines = list(lines)
@@ -353,8 +281,3 @@ def parse_tree_lines(lines: Sequence[str], fmt: str = "auto", source: str = "<in
         except TreeFormatError as err:
             raise TreeFormatError(f"{source} line {k}: {err}") from None
     return out
-
-
-def iter_constituents(tree: object) -> Iterator[tuple[int, int, object]]:
-    """``(start, end, node)`` for every constituent, children before parents (for custom metrics)."""
-    return iter(_nodes(tree)[1])

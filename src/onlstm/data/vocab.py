@@ -39,19 +39,12 @@ class Vocab:
         return self.index.get(UNK)
 
     def encode(self, words: Iterable[str]) -> tuple[list[int], int]:
-        """Ids of ``words``, with unknown words mapped to ``<unk>``; returns ``(ids, n_unknown)``.
-
-        Raises ``ValueError`` if a word is unknown and the vocabulary has no ``<unk>``.
-        """
-        ids, unknown = [], 0
-        for w in words:
-            i = self.index.get(w)
-            if i is None:
-                if self.unk_id is None:
-                    raise ValueError(f"word {w!r} is not in the vocabulary, which has no {UNK} token")
-                i, unknown = self.unk_id, unknown + 1
-            ids.append(i)
-        return ids, unknown
+        """``(ids, n_unknown)``: unknown words become ``<unk>``, or ``ValueError`` when there is no ``<unk>``."""
+        words = list(words)
+        ids = [self.index.get(w, -1) for w in words]
+        if -1 in ids and self.unk_id is None:
+            raise ValueError(f"word {words[ids.index(-1)]!r} is not in the vocabulary, which has no {UNK} token")
+        return [self.unk_id if i == -1 else i for i in ids], ids.count(-1)
 
     def save(self, path: Path) -> None:
         write_json(Path(path), self.words)

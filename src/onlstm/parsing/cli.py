@@ -1,9 +1,5 @@
-"""``onlstm parsing {parse,eval-parse,compare-trees,plot}``: parse with a trained language model, score trees.
-
-The four commands were top-level commands before; ``onlstm parse``, ``onlstm eval-parse``, ``onlstm
-compare-trees`` and ``onlstm plot`` remain as aliases that run the same code with the same options.
-``onlstm demo`` (:mod:`onlstm.demo`, above the experiments) is registered by :mod:`onlstm.cli`.
-"""
+"""``onlstm parsing {parse,eval-parse,compare-trees,plot}`` and their old top-level aliases (``onlstm
+parse`` ...): parse with a trained language model, score trees (docs/parsing.md)."""
 
 from __future__ import annotations
 
@@ -129,15 +125,13 @@ def _device(args: argparse.Namespace):
 
 def _read_trees(path: Path, fmt: str, what: str) -> list:
     try:
-        text = path.read_text(encoding="utf-8")
+        trees = parse_tree_lines(path.read_text(encoding="utf-8").splitlines(), fmt, f"{what} file {path}")
     except FileNotFoundError:
         raise InputError(f"{what} file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"cannot read the {what} file {path}: {err}") from None
-    try:
-        trees = parse_tree_lines(text.splitlines(), fmt=fmt, source=f"{what} file {path}")
     except TreeFormatError as err:
         raise InputError(str(err)) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"cannot read the {what} file {path}: {err}") from None
     if not trees:
         raise InputError(f"{what} file {path} holds no trees; write one tree per line")
     return trees
@@ -210,10 +204,7 @@ def _cmd_compare_trees(args: argparse.Namespace) -> int:
     on bad input. --gold-format and --pred-format apply to the whole file.
     """
     result = compare_tree_files(args.gold, args.pred, args.gold_format, args.pred_format, args.normalise_gold)
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        print(result.format_table())
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.format_table())
     return 0
 
 
@@ -293,21 +284,17 @@ def _print_parse(fmt: str, line: int, item, vocab) -> None:
 
 
 def _pretty(tree) -> None:
-    # nltk draws recursively: a tree too deep for that is printed in brackets instead of failing
-    if _depth(tree) > 200:
-        print(to_brackets(tree))
-    else:
-        _as_nltk(tree).pretty_print(unicodelines=True)
-
-
-def _depth(tree) -> int:
+    """Draw ``tree`` with nltk, which recurses: a tree deeper than 200 levels is printed in brackets."""
     depth, stack = 0, [(tree, 0)]
     while stack:
         node, d = stack.pop()
         depth = max(depth, d)
         if not isinstance(node, str):
             stack.extend((c, d + 1) for c in node)
-    return depth
+    if depth > 200:
+        print(to_brackets(tree))
+    else:
+        _as_nltk(tree).pretty_print(unicodelines=True)
 
 
 def _as_nltk(tree):

@@ -5,7 +5,7 @@ per layer, next to the trivial baselines on the same sentences. The metrics them
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .baselines import score_baselines
 from .induce import LoadedLM, sentence_distances, trees_from_distances
@@ -21,7 +21,6 @@ class TreebankScores:
     words: int
     unknown_words: int
     seconds: float  # time spent computing distances
-    extra: dict = field(default_factory=dict)
 
 
 def score_treebank(

@@ -1,15 +1,6 @@
-"""From a trained ON-LSTM language model to trees: distances of every word, batched, and the trees
-they induce.
-
-Protocol (docs/design.md §2.2, as the authors' evaluation): each sentence is read as
-``<eos> w1 ... wn <eos>`` from a zero state, in eval mode; the master-forget distance of layer ``l``
-on reading each word ``w_i`` (the boundary tokens dropped) is the split score of the greedy
-top-down builder (:func:`onlstm.parsing.trees.build_tree`).
-
-Sentences are run in batches sorted by length. The model reads left to right, so what follows a
-sentence in its batch column (padding) cannot change any of its distances; a test checks batched
-== one by one.
-"""
+"""From a trained ON-LSTM language model to trees: batched per-word distances
+(:func:`sentence_distances`) and the trees they induce, under the protocol of docs/design.md §2.2
+(batched by length; a test checks batched == one by one)."""
 
 from __future__ import annotations
 
@@ -21,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import CheckpointError
+from ..data.treebank import normalise_word
 from ..data.vocab import EOS, Vocab
 from ..models.language_model import LanguageModel, load_language_model_run
 from .trees import Tree, build_tree
@@ -55,26 +47,15 @@ def load_language_model(checkpoint: str | Path, tag: str = "best", device: str =
     return LoadedLM(run.model, run.vocab, run.config, run.run_dir)
 
 
-_DIGITS = re.compile(r"\d+")
 _PUNCT = re.compile(r"^[^\w]+$")
 
 
 def normalise_words(words: Sequence[str], scheme: str) -> tuple[list[str], list[str]]:
-    """Words as the model's training text had them; returns ``(kept, dropped)``.
-
-    ``'ptb'``: lower case, every run of digits -> ``N``, tokens made only of punctuation dropped
-    (Mikolov's PTB text has none). ``'lower'``: lower case only.
-    """
-    kept, dropped = [], []
-    for w in words:
-        if scheme == "ptb":
-            if _PUNCT.match(w):
-                dropped.append(w)
-                continue
-            kept.append(_DIGITS.sub("N", w.lower()))
-        else:
-            kept.append(w.lower())
-    return kept, dropped
+    """Words as the model's training text had them, ``(kept, dropped)``: for ``'ptb'`` lower case, digit
+    runs -> ``N``, punctuation-only tokens dropped (Mikolov's PTB text has none); else lower case only."""
+    if scheme != "ptb":
+        return [w.lower() for w in words], []
+    return [normalise_word(w) for w in words if not _PUNCT.match(w)], [w for w in words if _PUNCT.match(w)]
 
 
 def tokenize(line: str, scheme: str) -> list[str]:
@@ -90,11 +71,8 @@ def tokenize(line: str, scheme: str) -> list[str]:
 def sentence_distances(
     model: LanguageModel, vocab: Vocab, sentences: Sequence[Sequence[str]], batch_size: int = 128
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
-    """Master-forget and master-input distances of every word of every sentence.
-
-    Returns ``(forget, input, n_unknown)``: for sentence ``k`` tensors of shape ``(layers, n_words)``,
-    and how many words were mapped to ``<unk>``.
-    """
+    """Master-forget and master-input distances of every word: ``(forget, input, n_unknown)``, for
+    sentence ``k`` tensors of shape ``(layers, n_words)``, and how many words became ``<unk>``."""
     if EOS not in vocab:
         raise ValueError(f"the vocabulary has no {EOS} token, which the parsing protocol reads around each sentence")
     model.eval()

@@ -1,40 +1,6 @@
-"""Unsupervised-parsing metrics, each a named function with its convention stated.
-
-All metrics compare a list of gold trees with a list of predicted trees over the same sentences (same
-order, same number of words per sentence; the words themselves are not compared here because a model
-may have replaced rare words by ``<unk>``; the ``compare-trees`` command does compare them).  Trees are
-unlabelled trees or ``nltk.Tree`` (see :mod:`onlstm.parsing.trees`); only spans matter, except for
-:func:`label_recall`, which needs labelled gold trees.
-
-Conventions, side by side (n = number of words of a sentence):
-
-==========================  =============  ======================  =====================  ============
-metric                      spans          whole-sentence (0, n)   averaging              empty sets
-==========================  =============  ======================  =====================  ============
-:func:`sentence_f1`         >= 2 words     excluded on both sides  mean over sentences    see below
-:func:`corpus_f1`           >= 2 words     excluded on both sides  pooled counts          see below
-:func:`evalb_f1`            >= 2 words     counted on both sides   pooled counts          see below
-:func:`label_recall`        >= 2 words     excluded                pooled, per label      label absent
-:func:`average_depth`       >= 2 words     counted                 mean over words        --
-==========================  =============  ======================  =====================  ============
-
-Empty sets follow the PRPN / ON-LSTM evaluation code (``test_phrase_grammar.py``), where
-``precision = |overlap| / (|pred| + 1e-8)`` and ``recall = |overlap| / (|gold| + 1e-8)``, then
-``recall = 1`` if gold is empty and additionally ``precision = 1`` if the prediction is empty too.
-Written without the epsilon (:func:`prf_from_counts`):
-
-* gold empty, prediction empty      -> P = 1, R = 1, F1 = 1 (every one- and two-word sentence);
-* gold empty, prediction not empty  -> P = 0, R = 1, F1 = 0 (e.g. a flat gold tree over 3+ words
-  against any binary tree);
-* gold not empty, prediction empty  -> P = 0, R = 0, F1 = 0;
-* otherwise P = matched / |pred|, R = matched / |gold|, F1 = 2PR / (P + R), and F1 = 0 when P + R = 0.
-
-The pooled metrics apply the same rule to the summed counts.  Values are fractions in [0, 1]; the
-epsilon-free form differs from the reference script by at most ~1e-8.  Spans are sets per sentence, so a
-unary chain counts once (EVALB proper counts each bracket of a chain and also compares labels; this
-"EVALB-style" score is unlabelled).  Sentences are never dropped: one- and two-word sentences count
-(with F1 = 1 under the sentence convention whatever the prediction), as in the reference code.
-"""
+"""Unsupervised-parsing metrics: sentence/corpus/EVALB-style F1, label recall, average depth, and
+:func:`evaluate` for all of them. The conventions (spans, root, averaging, the empty-set rule of the
+PRPN/ON-LSTM code) are tabulated in docs/parsing.md ("Trees and metrics")."""
 
 from __future__ import annotations
 
@@ -47,11 +13,8 @@ from .trees import LabelledTree, labelled_spans, span_info, word_depths
 
 @dataclass(frozen=True)
 class F1Score:
-    """Precision, recall and F1 (fractions) with the counts behind them.
-
-    For :func:`sentence_f1` the three values are means over sentences and the counts are totals
-    (for information); for the pooled metrics they are computed from the counts.
-    """
+    """Precision, recall and F1 (fractions) with the counts behind them (for :func:`sentence_f1` the values
+    are means over sentences and the counts totals; for the pooled metrics they come from the counts)."""
 
     precision: float
     recall: float
@@ -80,8 +43,8 @@ class LabelRecall:
 
 
 def prf_from_counts(matched: int, predicted: int, gold: int) -> tuple[float, float, float]:
-    """``(precision, recall, f1)`` from counts with the PRPN/ON-LSTM empty-set rule (module docstring):
-    recall is 1 when ``gold == 0``; precision is 1 when both are 0 and 0 when only ``predicted`` is 0."""
+    """``(precision, recall, f1)`` with the PRPN/ON-LSTM empty-set rule: recall is 1 when ``gold == 0``;
+    precision is 1 when both are 0 and 0 when only ``predicted`` is 0."""
     if matched > min(predicted, gold) or min(matched, predicted, gold) < 0:
         raise ValueError(f"inconsistent counts: matched={matched}, predicted={predicted}, gold={gold}")
     recall = 1.0 if gold == 0 else matched / gold
@@ -97,7 +60,6 @@ _Info = tuple[int, set, set]  # (words, gold spans >= 2 words with root, predict
 
 
 def _infos(gold: Sequence[object], pred: Sequence[object]) -> list[_Info]:
-    """Span sets of every sentence, after checking that the two lists pair up."""
     gold, pred = list(gold), list(pred)
     if len(gold) != len(pred):
         raise ValueError(
@@ -116,7 +78,6 @@ def _infos(gold: Sequence[object], pred: Sequence[object]) -> list[_Info]:
 
 
 def _counts(infos: list[_Info], include_root: bool) -> list[tuple[int, int, int]]:
-    """Per sentence ``(matched, predicted, gold)`` span counts."""
     out = []
     for n, gs, ps in infos:
         if not include_root:
@@ -127,81 +88,54 @@ def _counts(infos: list[_Info], include_root: bool) -> list[tuple[int, int, int]
 
 
 def sentence_prf(gold_tree: object, pred_tree: object) -> tuple[float, float, float]:
-    """``(precision, recall, f1)`` of one sentence under the PRPN/ON-LSTM convention: spans of >= 2
-    words, whole-sentence span excluded on both sides, empty-set rule of :func:`prf_from_counts`."""
+    """``(precision, recall, f1)`` of one sentence under the :func:`sentence_f1` convention."""
     ((m, p, g),) = _counts(_infos([gold_tree], [pred_tree]), include_root=False)
     return prf_from_counts(m, p, g)
 
 
-_SENTENCE = "sentence-level mean; spans >= 2 words; root excluded"
-_CORPUS = "corpus-level pooled; spans >= 2 words; root excluded"
-_EVALB = "EVALB-style corpus-level; spans >= 2 words; root counted"
-
-
-def _sentence(infos: list[_Info]) -> F1Score:
-    counts = _counts(infos, include_root=False)
-    per = [prf_from_counts(*c) for c in counts]
-    n = len(per)
-    p, r, f1 = (sum(x[i] for x in per) / n for i in range(3))
-    m, pred, gold = (sum(c[i] for c in counts) for i in range(3))
-    return F1Score(p, r, f1, sentences=n, matched=m, gold=gold, predicted=pred, convention=_SENTENCE)
-
-
-def _pooled(counts: list[tuple[int, int, int]], convention: str) -> F1Score:
-    m, p, g = (sum(c[i] for c in counts) for i in range(3))
-    precision, recall, f1 = prf_from_counts(m, p, g)
-    return F1Score(precision, recall, f1, sentences=len(counts), matched=m, gold=g, predicted=p, convention=convention)
+_CONVENTIONS = {
+    "sentence_f1": "sentence-level mean; spans >= 2 words; root excluded",
+    "corpus_f1": "corpus-level pooled; spans >= 2 words; root excluded",
+    "evalb_f1": "EVALB-style corpus-level; spans >= 2 words; root counted",
+}
 
 
 def sentence_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
-    """Sentence-level unlabelled F1, the PRPN / ON-LSTM / Kim et al. convention (the paper's WSJ10 number).
-
-    Per sentence: spans of two or more words, the whole-sentence span excluded on both sides,
-    precision/recall/F1 with the empty-set rule (gold empty -> recall 1; both empty -> precision 1 too;
-    see the module docstring).  The result is the mean of the per-sentence values over all sentences.
-    """
-    return _sentence(_infos(gold, pred))
+    """Sentence-level unlabelled F1, the PRPN/ON-LSTM/Kim et al. convention (the paper's WSJ10 number):
+    per sentence, spans of >= 2 words without the whole-sentence span, then the mean over sentences."""
+    return f1_scores(gold, pred)["sentence_f1"]
 
 
 def corpus_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
-    """Corpus-level unlabelled F1: the spans of :func:`sentence_f1` (>= 2 words, whole sentence
-    excluded), matched/predicted/gold counts summed over sentences, then P, R, F1 from the totals (the
-    empty-set rule applies only if a total is zero, e.g. a corpus of one- and two-word sentences)."""
-    return _pooled(_counts(_infos(gold, pred), include_root=False), _CORPUS)
+    """Corpus-level unlabelled F1: the spans of :func:`sentence_f1`, counts pooled over sentences."""
+    return f1_scores(gold, pred)["corpus_f1"]
 
 
 def evalb_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
-    """EVALB-style unlabelled F1: corpus-level pooled counts over spans of two or more words **with** the
-    whole-sentence (root) bracket counted on both sides.  One-word spans (and so the root of a one-word
-    sentence) are not counted.  Unlabelled, and unary chains count once (see the module docstring)."""
-    return _pooled(_counts(_infos(gold, pred), include_root=True), _EVALB)
+    """EVALB-style unlabelled F1: pooled counts over spans of >= 2 words, the root bracket counted."""
+    return f1_scores(gold, pred)["evalb_f1"]
 
 
 def f1_scores(gold: Sequence[object], pred: Sequence[object]) -> dict[str, F1Score]:
-    """``{"sentence_f1", "corpus_f1", "evalb_f1"}`` from one walk of the trees (same values as the three
-    functions called separately)."""
+    """``{"sentence_f1", "corpus_f1", "evalb_f1"}`` from one walk of the trees."""
     return _f1_scores(_infos(gold, pred))
 
 
 def _f1_scores(infos: list[_Info]) -> dict[str, F1Score]:
-    return {
-        "sentence_f1": _sentence(infos),
-        "corpus_f1": _pooled(_counts(infos, False), _CORPUS),
-        "evalb_f1": _pooled(_counts(infos, True), _EVALB),
-    }
+    out = {}
+    for name, convention in _CONVENTIONS.items():
+        counts = _counts(infos, include_root=name == "evalb_f1")
+        m, p, g = (sum(c[i] for c in counts) for i in range(3))
+        per = [prf_from_counts(*c) for c in counts] if name == "sentence_f1" else [prf_from_counts(m, p, g)]
+        prf = [sum(x[i] for x in per) / len(per) for i in range(3)]  # sentence F1: the mean per sentence
+        out[name] = F1Score(*prf, sentences=len(counts), matched=m, gold=g, predicted=p, convention=convention)
+    return out
 
 
 def label_recall(gold: Sequence[LabelledTree], pred: Sequence[object]) -> dict[str, LabelRecall]:
-    """Per gold label, corpus-level recall: the fraction of gold constituents with that label whose span
-    is a constituent of the prediction.
-
-    Gold constituents are the labelled phrases of :func:`~onlstm.parsing.trees.labelled_spans` with the
-    span rules of :func:`sentence_f1` (two or more words, whole sentence excluded) so the numbers
-    decompose that metric's recall; labels lose function tags and indices (``NP-SBJ-1`` -> ``NP``).
-    A span carrying several labels (a collapsed unary chain such as ``SBAR+S``) counts once for each
-    label.  The predicted side may be labelled or not; its labels are ignored.  Returned ordered by
-    gold count (largest first, then label name).
-    """
+    """Per gold label, the fraction of gold constituents (:func:`~onlstm.parsing.trees.labelled_spans`,
+    spans as in :func:`sentence_f1`) whose span the prediction has; prediction labels are ignored.
+    Ordered by gold count (largest first, then label name)."""
     gold = list(gold)
     return _label_recall(gold, _infos(gold, pred))
 
@@ -220,13 +154,8 @@ def _label_recall(gold: list, infos: list[_Info]) -> dict[str, LabelRecall]:
 
 
 def average_depth(trees: Sequence[object], per_sentence: bool = False) -> float:
-    """Average word depth: for every word, the number of distinct constituents of two or more words
-    (the root included) that contain it (:func:`~onlstm.parsing.trees.word_depths`).
-
-    ``per_sentence=False`` (default): mean over all words of the corpus.  ``per_sentence=True``: mean
-    over sentences of each sentence's mean, which is what the ON-LSTM ``parse_comparison.py`` script
-    reports.  Right-branching trees of n words have mean depth (n + 1) / 2 - 1 / n.
-    """
+    """Mean :func:`~onlstm.parsing.trees.word_depths` over all words, or with ``per_sentence`` the mean of
+    each sentence's mean (the ON-LSTM ``parse_comparison.py`` number)."""
     trees = list(trees)
     if not trees:
         raise ValueError("average_depth got no trees")
@@ -238,8 +167,7 @@ def average_depth(trees: Sequence[object], per_sentence: bool = False) -> float:
 
 @dataclass
 class ParseEvaluation:
-    """Every metric for one (gold, prediction) pairing; :meth:`to_dict` for JSON, :meth:`format_table`
-    for people.  ``label_recall`` is ``None`` when the gold trees are unlabelled."""
+    """Every metric for one pairing (``label_recall`` is ``None`` for unlabelled gold trees)."""
 
     sentence: F1Score
     corpus: F1Score
@@ -265,7 +193,6 @@ class ParseEvaluation:
         }
 
     def format_table(self) -> str:
-        """A small fixed-width table; precision/recall/F1 in percent."""
         lines = [
             f"sentences: {self.sentences}",
             "",

@@ -16,10 +16,8 @@ from .trees import Tree
 
 
 def _layout(tree: Tree, x0: int = 0):
-    """Node positions: leaves at x = 0..n-1, y = 0; a constituent above its children at the mean x.
-
-    Returns ``(x, height, segments, next_x)``; ``segments`` are ((x1, y1), (x2, y2)) lines.
-    """
+    """``(x, height, segments, next_x)``: leaves at x = 0..n-1, y = 0, a constituent above its children at
+    their mean x; ``segments`` are ((x1, y1), (x2, y2)) lines."""
     if isinstance(tree, str):
         return float(x0), 0, [], x0 + 1
     xs, hs, segs, nx = [], [], [], x0
@@ -75,10 +73,6 @@ def plot_sentence(
     if gold is not None:
         draw_tree(fig.add_subplot(grid[n_layers, 1]), gold, words, "gold")
     fig.tight_layout()
-    prefix = Path(prefix)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    paths = [prefix.with_suffix(".png"), prefix.with_suffix(".svg")]
-    for p in paths:
-        save_figure(fig, p, dpi=110)
+    paths = [save_figure(fig, Path(prefix).with_suffix(suffix), dpi=110) for suffix in (".png", ".svg")]
     plt.close(fig)
     return paths

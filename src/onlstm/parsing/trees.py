@@ -1,6 +1,5 @@
-"""The greedy distance -> tree builder; the tree types and helpers it returns live in
-:mod:`onlstm.data.trees` (the treebank reader needs them too, and ``data`` never imports an experiment)
-and are re-exported here so ``onlstm.parsing.trees`` keeps its names."""
+"""The greedy distance -> tree builder, :func:`build_tree`; re-exports the tree types and helpers of
+:mod:`onlstm.data.trees` (the treebank reader needs them, and ``data`` never imports an experiment)."""
 
 from __future__ import annotations
 
@@ -17,18 +16,11 @@ from ..data.trees import Tree, _check_words
 def build_tree(words: Sequence[str], distances: Sequence[float]) -> Tree:
     """The reference greedy top-down builder (Shen et al. 2019) from per-word syntactic distances.
 
-    Over ``words[lo:hi]`` take ``i``, the position of the largest distance (the **leftmost** one on
-    ties, like ``numpy.argmax``); the tree is ``(build(words[lo:i]), (words[i], build(words[i+1:hi])))``
-    where an empty part is dropped and a one-element group is unwrapped.  So the chosen word starts a
-    constituent spanning it and everything to its right within the current span:
-
-    * ``i`` first:  ``(w_i, build(right))``;  ``i`` last: ``(build(left), w_i)``;
-    * one word: the word itself (a ``str``, not a 1-tuple).
-
-    Degenerate input: zero words, a length mismatch, a NaN distance or a non-string word raise
-    ``ValueError``/``TypeError`` (NaN has no place in "largest", and silently choosing one would hide
-    a broken model).  ``distances`` may be any 1-D sequence of numbers (list, NumPy array, 1-D tensor);
-    ``inf``/``-inf`` are compared normally.
+    Over ``words[lo:hi]`` take ``i``, the largest distance (the **leftmost** on ties, like
+    ``numpy.argmax``); the tree is ``(build(words[lo:i]), (words[i], build(words[i+1:hi])))`` with empty
+    parts dropped and one-element groups unwrapped (one word: the ``str`` itself). ``distances``: any 1-D
+    sequence of numbers. Zero words, a length mismatch, a NaN distance (it would hide a broken model) or
+    a non-string word raise ``ValueError``/``TypeError``.
     """
     words = list(words)
     dist = [float(d) for d in distances]
@@ -46,9 +38,8 @@ def build_tree(words: Sequence[str], distances: Sequence[float]) -> Tree:
 
 
 def _build(words: list[str], dist: list[float], lo: int, hi: int) -> Tree:
-    # Iterative (an explicit stack instead of recursion): a sentence of thousands of words with steadily
-    # falling distances nests as deep as it is long, past Python's recursion limit. Each frame is a span
-    # and its split point; a span is assembled once both of its parts are built.
+    # An explicit stack, not recursion: a long sentence may nest as deep as it is long. Each frame is a
+    # span and its split point; a span is assembled once both of its parts are built.
     built: dict[tuple[int, int], Tree] = {}
     stack: list[tuple[int, int, int]] = [(lo, hi, -1)]
     while stack:
