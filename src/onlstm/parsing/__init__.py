@@ -2,9 +2,47 @@
 spans, metrics and baselines.  Gold treebank reading lives in :mod:`onlstm.data.treebank`."""
 
 # The submodule `evaluate` (scoring a model on a treebank) is loaded first, so that the package attribute
-# `evaluate` ends up as the metrics function (the public name since the start) and a later
+# `evaluate` ends up as the metrics function below (the public name since the start) and a later
 # `from onlstm.parsing.evaluate import ...` finds the module in sys.modules without rebinding it.
 from . import evaluate as _evaluate_module  # noqa: F401
-from .baselines import *  # noqa: F403  (the package's public names: baselines, metrics, trees)
-from .metrics import *  # noqa: F403
-from .trees import *  # noqa: F403
+from .baselines import (  # noqa: F401  (the package's public names)
+    BASELINES,
+    balanced,
+    baseline_trees,
+    left_branching,
+    random_baseline_scores,
+    random_tree,
+    right_branching,
+    score_baselines,
+)
+from .metrics import (  # noqa: F401
+    F1Score,
+    LabelRecall,
+    ParseEvaluation,
+    average_depth,
+    corpus_f1,
+    evalb_f1,
+    evaluate,
+    f1_scores,
+    label_recall,
+    prf_from_counts,
+    sentence_f1,
+    sentence_prf,
+)
+from .trees import (  # noqa: F401
+    LabelledTree,
+    Tree,
+    TreeFormatError,
+    build_tree,
+    detect_format,
+    labelled_spans,
+    leaves,
+    parse_brackets,
+    parse_tree_lines,
+    span_info,
+    spans,
+    strip_function_tags,
+    to_brackets,
+    unlabel,
+    word_depths,
+)
