@@ -9,7 +9,6 @@ import argparse
 import contextlib
 import os
 import shlex
-import shutil
 import sys
 import tempfile
 import time
@@ -30,7 +29,6 @@ from .layer import Shape
 
 PAPER_LAYER: Shape = (70, 20, 400, 1150, 10)  # the paper's language-model layer (docs/lm.md)
 CPU_TABLE: tuple[Shape, ...] = ((70, 20, 400, 650, 10), (70, 80, 400, 1150, 10), (35, 20, 200, 200, 10))
-SECTIONS = report.SECTIONS
 
 
 @dataclass(frozen=True)
@@ -107,15 +105,16 @@ def run(args: argparse.Namespace) -> int:
         "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "environment": environment.describe(prof.device),
     }
-    with _kernel_setup(prof), _work_dir(args.work) as work:
+    with _kernel_setup(prof), _work_dir(args.work) as folder:
+        work = Path(folder)
         ok = kernels.load_kernel(prof.kernel) is not None
         where = "CPU tensors, Triton's interpreter" if prof.smoke else "CUDA"
         result["kernel"] = {"name": f"the Triton kernel loads ({where})", "passed": ok}
         result["kernel"]["worst"] = kernels.kernel_error(prof.kernel)
-        for name in SECTIONS:
+        for name in report.SECTIONS:  # the report is written after every one: a run cut short leaves what it measured
             result[name] = _section(name, prof, args, work, ok)
-            _write(out, result, start)  # after every section: a run cut short leaves what it measured
-    s = _write(out, result, start)
+            report.write(out, result, time.perf_counter() - start)
+    s = report.write(out, result, time.perf_counter() - start)
     smoke = " (smoke: no GPU figure)" if prof.smoke else ""
     print(
         f"wrote {out / 'report.md'} and report.json: {s['passed']} checks passed, {s['failed']} failed, "
@@ -133,15 +132,6 @@ def _command(args: argparse.Namespace) -> str:
     return shlex.join(words + (["--skip", *args.skip] if args.skip else []))
 
 
-def _write(out: Path, result: dict[str, Any], start: float) -> dict[str, Any]:
-    """Write the report as it stands (sections not reached yet say so); returns its summary."""
-    full = result | {n: {"not_run": "not reached: the run stopped before it"} for n in SECTIONS if n not in result}
-    full["seconds"] = round(time.perf_counter() - start, 1)
-    full["summary"] = report.summarize(full)
-    report.write(out, full)
-    return full["summary"]
-
-
 def _section(name: str, prof: Profile, args: argparse.Namespace, work: Path, kernel_ok: bool) -> dict[str, Any]:
     if name in args.skip:
         return {"not_run": "--skip " + name}
@@ -149,12 +139,11 @@ def _section(name: str, prof: Profile, args: argparse.Namespace, work: Path, ker
         return {"not_run": "the Triton kernel is unavailable (see above)"}
     start = time.perf_counter()
     half = torch.bfloat16 if prof.device.type != "cuda" or torch.cuda.is_bf16_supported() else None
-    lm_steps, logic_steps = args.lm_steps or prof.steps[0], args.logic_steps or prof.steps[1]
     measure = {
         "correctness": lambda: {"checks": layer.correctness(prof.kernel, prof.device, prof.small, prof.large, half)},
         "pytest": lambda: environment.pytest_cuda(prof.smoke, work / "pytest-cuda.xml", args.pytest_timeout),
         "speed": lambda: layer.speed(prof.speed_shapes, prof.kernel, prof.device, prof.repeats, half),
-        "training": lambda: training.training_runs(prof, args, work, lm_steps, logic_steps),
+        "training": lambda: training.training_runs(prof, args, work),
     }[name]
     # correctness and speed measure the kernel itself; its self-check is reported on its own
     with mock.patch.dict(os.environ, {selfcheck.ENV: "0"} if name in ("correctness", "speed") else {}):
@@ -163,9 +152,9 @@ def _section(name: str, prof: Profile, args: argparse.Namespace, work: Path, ker
 
 def _preflight(args: argparse.Namespace) -> Profile:
     """The profile of this run, or a one-line error when it cannot run here."""
-    bad = [s for s in args.skip if s not in SECTIONS]
+    bad = [s for s in args.skip if s not in report.SECTIONS]
     if bad:
-        raise InputError(f"--skip: unknown section {bad[0]!r}; choose from {', '.join(SECTIONS)}")
+        raise InputError(f"--skip: unknown section {bad[0]!r}; choose from {', '.join(report.SECTIONS)}")
     if args.syneval_data is not None and args.lm_data is None:
         raise InputError("--syneval-data needs --lm-data: the language model's vocabulary must cover its sentences")
     for flag, value in (("--lm-steps", args.lm_steps), ("--logic-steps", args.logic_steps)):
@@ -208,15 +197,9 @@ def _kernel_setup(prof: Profile) -> Iterator[None]:
                 tk.register_interpreter_kernel()  # as it was: its own priority, below every CPU kernel
 
 
-@contextlib.contextmanager
-def _work_dir(work: Path | None) -> Iterator[Path]:
+def _work_dir(work: Path | None) -> contextlib.AbstractContextManager[str]:
     """``--work DIR`` (kept), else a temporary folder removed at the end (the paper's checkpoints are large)."""
-    if work is not None:  # a new folder in it each time: the commands refuse to overwrite a run
-        Path(work).mkdir(parents=True, exist_ok=True)
-        yield Path(tempfile.mkdtemp(prefix="bench-gpu-", dir=work))
-        return
-    tmp = Path(tempfile.mkdtemp(prefix="onlstm-bench-gpu-"))
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if work is None:
+        return tempfile.TemporaryDirectory(prefix="onlstm-bench-gpu-", ignore_cleanup_errors=True)
+    Path(work).mkdir(parents=True, exist_ok=True)  # a new folder in it each time: the commands refuse to overwrite
+    return contextlib.nullcontext(tempfile.mkdtemp(prefix="bench-gpu-", dir=work))

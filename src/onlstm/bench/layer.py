@@ -55,7 +55,8 @@ def cases(small: Shape, large: Shape, half: torch.dtype | None, smoke: bool) -> 
     """What the report checks; ``large`` is the paper's layer on a GPU (a small stand-in under ``smoke``),
     ``half`` bf16 unless the GPU lacks it."""
     paper = "larger layer (the paper's on a GPU)" if smoke else "paper's layer"
-    out = [
+    autocasts = {"bf16": torch.bfloat16} if half == torch.bfloat16 else {}
+    return [
         Case("forward fp32", small, compare="outputs"),
         Case("every gradient fp32", small, compare="gradients"),
         Case("initial state hx given", small, hx=True),
@@ -65,15 +66,12 @@ def cases(small: Shape, large: Shape, half: torch.dtype | None, smoke: bool) -> 
         Case("DropConnect", small, {"dropconnect": 0.4}, train=True),
         Case("master_input reverse", small, {"master_input": "reverse"}),
         Case(f"{paper}, fp32", large),
-        Case("fp16 autocast", small, autocast=torch.float16),
-        Case(f"fp16 autocast, {paper}", large, autocast=torch.float16),
+        *(
+            Case(f"{name} autocast{at}", shape, autocast=dtype)
+            for name, dtype in (autocasts | {"fp16": torch.float16}).items()
+            for at, shape in (("", small), (f", {paper}", large))
+        ),
     ]
-    if half == torch.bfloat16:
-        out[-2:-2] = [
-            Case("bf16 autocast", small, autocast=half),
-            Case(f"bf16 autocast, {paper}", large, autocast=half),
-        ]
-    return out
 
 
 def correctness(kernel: str, device: torch.device, small: Shape, large: Shape, half) -> list[dict[str, Any]]:
@@ -81,22 +79,19 @@ def correctness(kernel: str, device: torch.device, small: Shape, large: Shape, h
     then of the kernel's own self-check (:mod:`onlstm.nn.selfcheck`) run now, in float32 and under autocast."""
     records = []
     for case in cases(small, large, half, device.type != "cuda"):
-        record: dict[str, Any] = {"name": case.name, "detail": _detail(case)}
         try:
             errors, allowed = _errors(case, kernel, device)
+            worst = max(errors, key=lambda k: errors[k] / allowed[k])
+            passed = all(math.isfinite(errors[k]) and errors[k] <= allowed[k] for k in errors)
+            result = {"passed": passed, "error": errors[worst], "worst": worst, "tolerance": allowed[worst]}
         except Exception as exc:  # a crash is a failed check, with its reason in the report
             tol = FP32_TOLERANCE if case.autocast is None else HALF_TOLERANCE
-            records.append(
-                record | {"passed": False, "error": None, "worst": exception_line(exc, 300), "tolerance": tol}
-            )
-            continue
-        worst = max(errors, key=lambda k: errors[k] / allowed[k])
-        passed = all(math.isfinite(errors[k]) and errors[k] <= allowed[k] for k in errors)
-        records.append(record | {"passed": passed, "error": errors[worst], "worst": worst, "tolerance": allowed[worst]})
+            result = {"passed": False, "error": None, "worst": exception_line(exc, 300), "tolerance": tol}
+        records.append({"name": case.name, "detail": _detail(case), **result})
     for products in (torch.float32, half or torch.float16):
         r = selfcheck.run_check(kernel, device, torch.float32, products, large[3], large[4], "paper")
-        fields = {"passed": r.passed, "error": r.error, "worst": r.worst, "tolerance": r.tolerance}
-        records.append({"name": f"self-check, products {r.products}", **fields, "detail": r.sizes})
+        result = {"passed": r.passed, "error": r.error, "worst": r.worst, "tolerance": r.tolerance}
+        records.append({"name": f"self-check, products {r.products}", **result, "detail": r.sizes})
     return records
 
 
@@ -115,11 +110,18 @@ def _errors(case: Case, kernel: str, device: torch.device) -> tuple[dict[str, fl
     own error under the same autocast: rounding the products' inputs to 8 or 11 bits costs what it costs
     over many steps at a large layer, and the kernel must only not be worse than the reference loop there.
     """
-    _, _, I, H, C = case.shape
+    T, B, I, H, C = case.shape
     torch.manual_seed(0)
     model = onlstm.ONLSTM(I, H, chunk_size=C, impl="reference", **case.layer).to(device)
     model.train(case.train)
-    x, hx = _inputs(case, model.num_layers * model.num_directions, device)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(T, B, I, generator=g).to(device)
+    layers = model.num_layers * model.num_directions
+    hx = tuple(torch.randn(layers, B, H, generator=g).to(device) for _ in range(2)) if case.hx else None
+    if case.packed:
+        lengths = torch.randint(1, T + 1, (B,), generator=g)
+        lengths[0] = T  # the longest row sets T; the others leave the batch at their own lengths
+        x = pack_padded_sequence(x, lengths[torch.randperm(B, generator=g)], enforce_sorted=False)
     got = _forward_backward(model, kernel, x, hx, case.autocast, device)
     want = _forward_backward(model, "reference", x, hx, None, device)
     keep = [n for n in want if case.compare == "all" or (n in OUTPUTS) == (case.compare == "outputs")]
@@ -128,18 +130,6 @@ def _errors(case: Case, kernel: str, device: torch.device) -> tuple[dict[str, fl
         return errors, dict.fromkeys(errors, FP32_TOLERANCE)
     own = _forward_backward(model, "reference", x, hx, case.autocast, device)
     return errors, {n: max(HALF_TOLERANCE, 2 * selfcheck.relative_error(own[n], want[n])) for n in errors}
-
-
-def _inputs(case: Case, layers: int, device: torch.device):
-    T, B, I, H, _ = case.shape
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(T, B, I, generator=g).to(device)
-    hx = tuple(torch.randn(layers, B, H, generator=g).to(device) for _ in range(2)) if case.hx else None
-    if case.packed:
-        lengths = torch.randint(1, T + 1, (B,), generator=g)
-        lengths[0] = T  # the longest row sets T; the others leave the batch at their own lengths
-        x = pack_padded_sequence(x, lengths[torch.randperm(B, generator=g)], enforce_sorted=False)
-    return x, hx
 
 
 def _forward_backward(model, impl: str, x, hx, autocast: torch.dtype | None, device: torch.device) -> dict:
@@ -177,10 +167,8 @@ def speed(shapes: tuple[Shape, ...], kernel: str, device: torch.device, repeats:
 
 
 def measure(shape: Shape, dtype: str, kernel: str, device: torch.device, repeats: int) -> list[dict[str, Any]]:
-    """One row per model (``nn.LSTM``, ``triton``, ``reference``): after an untimed warm-up round (compilation,
-    cuDNN's plan) the models are timed round by round in alternation (a drift in the machine's speed hits all
-    alike), each timing ending with a device synchronisation; tokens/s of the median round and the ratios to
-    ``nn.LSTM`` and to the reference loop. A model that fails has its error instead."""
+    """One row per model (``nn.LSTM``, ``triton``, ``reference``), timed in alternating rounds (a drift in the
+    machine's speed hits all alike) after an untimed warm-up; a model that fails has its error instead."""
     T, B, I, H, C = shape
     torch.manual_seed(0)
     x = torch.randn(T, B, I, device=device, requires_grad=True)

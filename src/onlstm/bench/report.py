@@ -46,9 +46,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def write(out: Path, result: dict[str, Any]) -> None:
-    (out / "report.json").write_text(json.dumps(_plain(result), indent=1) + "\n")
-    (out / "report.md").write_text("\n".join(markdown(result)) + "\n")
+def write(out: Path, result: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """Write report.json and report.md as the run stands (sections not reached yet say so); returns the summary."""
+    full = result | {n: {"not_run": "not reached: the run stopped before it"} for n in SECTIONS if n not in result}
+    full["seconds"] = round(seconds, 1)
+    full["summary"] = summarize(full)
+    (out / "report.json").write_text(json.dumps(_plain(full), indent=1) + "\n")
+    (out / "report.md").write_text("\n".join(markdown(full)) + "\n")
+    return full["summary"]
 
 
 def _num(x: Any, fmt: str = ",.0f") -> str:

@@ -1,7 +1,5 @@
-"""The training section of ``onlstm bench gpu``: the experiments' own commands (``lm train`` with the kernel and
-with the reference loop, ``logic train``, ``syneval``), parsed by the real ``onlstm`` parser from the words a
-user would type, run in this process and timed; without data options the data are generated (no network).
-docs/cli.md, `onlstm bench gpu`, lists the figures.
+"""The training section of ``onlstm bench gpu`` (docs/cli.md): the experiments' own commands, parsed by the real
+``onlstm`` parser from the words a user would type, run in this process and timed, on generated data by default.
 """
 
 from __future__ import annotations
@@ -28,8 +26,9 @@ PTB_VOCAB = 10_000
 Record = dict[str, Any]
 
 
-def training_runs(prof, args, work: Path, lm_steps: int, logic_steps: int) -> Record:
+def training_runs(prof, args, work: Path) -> Record:
     """Every timed command of the report (``prof``: the run's :class:`~onlstm.bench.gpu.Profile`)."""
+    lm_steps, logic_steps = args.lm_steps or prof.steps[0], args.logic_steps or prof.steps[1]
     pairs = [_lm(prof, args, work, impl, lm_steps) for impl in (prof.kernel, "reference")]
     pairs += [_logic(prof, args, work, logic_steps), _syneval(prof, args, work)]
     return {
@@ -58,8 +57,7 @@ def _parse(argv: list[str]):
 
 
 def _lm(prof, args, work: Path, impl: str, steps: int) -> tuple[Record, Record]:
-    """``lm train --config ptb-paper`` with each step's end time taken: s/step after a warm-up, s/epoch, peak
-    GPU memory."""
+    """``lm train --config ptb-paper``, each step's end time taken: s/step after a warm-up, s/epoch, peak memory."""
     from ..lm.config import explicit_settings, overrides_from_args
     from ..lm.train import train
 
