@@ -18,8 +18,7 @@ import torch
 
 import onlstm
 
-#: The distributions the command and the test suite import beyond torch and triton (docs/cli.md says which
-#: wheels to bring to a machine without a package registry).
+#: What the command and the test suite import beyond torch and triton (docs/cli.md: the wheels to bring).
 NEEDED = ("tqdm", "safetensors", "PyYAML", "numpy", "pytest", "ninja", "matplotlib", "nltk")
 
 

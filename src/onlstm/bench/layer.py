@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,24 +176,29 @@ def measure(shape: Shape, dtype: str, kernel: str, device: torch.device, repeats
         "triton": onlstm.ONLSTM(I, H, chunk_size=C, impl=kernel).to(device),
         "reference": onlstm.ONLSTM(I, H, chunk_size=C, impl="reference").to(device),
     }
-    runs: dict[str, Callable[[], None]] = {}
+    autocast = DTYPES[dtype]
+
+    def seconds(module) -> float:
+        for p in [*module.parameters(), x]:
+            p.grad = None
+        sync(device)
+        start = time.perf_counter()
+        with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+            out = module(x)[0]
+        out.float().sum().backward()
+        sync(device)
+        return time.perf_counter() - start
+
     errors: dict[str, str] = {}
     for name, module in models.items():  # the warm-up round; a failure leaves that row out
-        runs[name] = _step(module, x, DTYPES[dtype])
         try:
-            runs[name]()
-            sync(device)
+            seconds(module)
         except Exception as exc:
             errors[name] = exception_line(exc, 300)
-            del runs[name]
-    times: dict[str, list[float]] = {k: [] for k in runs}
+    times: dict[str, list[float]] = {k: [] for k in models if k not in errors}
     for _ in range(repeats):
-        for name, fn in runs.items():
-            sync(device)
-            start = time.perf_counter()
-            fn()
-            sync(device)
-            times[name].append(time.perf_counter() - start)
+        for name in times:
+            times[name].append(seconds(models[name]))
     med = {k: statistics.median(v) for k, v in times.items()}
     base = {"shape": label(shape), "dtype": dtype}
     rows = []
@@ -205,18 +209,6 @@ def measure(shape: Shape, dtype: str, kernel: str, device: torch.device, repeats
             ratios = {k: med[other] / med[n] if other in med else None for k, other in RATIOS.items()}
             rows.append(base | {"impl": n, "tokens_per_s": T * B / med[n]} | ratios)
     return rows
-
-
-def _step(module, x, autocast: torch.dtype | None) -> Callable[[], None]:
-    def run() -> None:
-        for p in module.parameters():
-            p.grad = None
-        x.grad = None
-        with torch.autocast(x.device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
-            out = module(x)[0]
-        out.float().sum().backward()
-
-    return run
 
 
 def goals(rows: list[dict[str, Any]], paper: Shape, smoke: bool) -> list[dict[str, Any]]:

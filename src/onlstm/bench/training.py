@@ -67,7 +67,7 @@ def _lm(prof, args, work: Path, impl: str, steps: int) -> tuple[Record, Record]:
     where = ["--data-dir", str(data), "--out", str(work / f"lm-{impl}"), "--device", prof.device.type]
     argv = [*"lm train --config ptb-paper".split(), *where, "--max-steps", str(steps), "--onlstm-impl", impl]
     argv += [*"--no-progress --no-tensorboard --no-final-test".split(), *prof.lm_flags]
-    device, stamps, facts = prof.device, list[float](), Record()
+    device, stamps, facts = prof.device, [], {}
 
     def on_step(trainer) -> None:
         sync(device)
@@ -173,10 +173,8 @@ def _syneval(prof, args, work: Path) -> tuple[Record, Record]:
 
 
 def lm_corpus(folder: Path, tokens: int, vocab: int, seed: int = 0) -> Path:
-    """A synthetic PTB-layout corpus (``ptb.{train,valid,test}.txt``, one sentence of 20 words a line, as
-    tests/support.py's tiny corpus): ``tokens`` Zipf-distributed training words over ``w0 .. w{vocab-1}``
-    (the frequency of the k-th word ~ 1/k, as in natural text), every word at least once in the training text
-    (so valid and test have no unknown word)."""
+    """A synthetic PTB-layout corpus (as tests/support.py's, 20 words a line): ``tokens`` training words over
+    ``w0 .. w{vocab-1}``, the k-th ~ 1/k as in natural text, each at least once (valid and test have no unknown)."""
     r = random.Random(seed)
     words = [f"w{i}" for i in range(vocab)]
     weights = [1.0 / (i + 1) for i in range(vocab)]
