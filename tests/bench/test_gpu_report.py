@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from onlstm.bench import environment, report, speed, training
+from onlstm.bench import environment, layer, report, training
 from onlstm.cli import main
 from onlstm.nn import kernels
 
@@ -122,7 +122,7 @@ def test_goals_are_met_or_not_by_the_ratios_of_the_paper_layer():
         {"shape": shape, "dtype": "fp32", "impl": "triton", "x nn.LSTM": 0.6, "x reference": 9.0},
         {"shape": "T=1 B=1 in=1 H=1 C=1", "dtype": "bf16", "impl": "triton", "x nn.LSTM": 9.0, "x reference": 99},
     ]
-    status = {g["goal"]: g["status"] for g in speed.goals(rows, paper, smoke=False)}
+    status = {g["goal"]: g["status"] for g in layer.goals(rows, paper, smoke=False)}
     assert status == {
         "triton x nn.LSTM >= 0.5 (fp32, paper layer)": "met",
         "triton x reference >= 10 (fp32, paper layer)": "not met",

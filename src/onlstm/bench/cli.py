@@ -46,7 +46,6 @@ def _cmd_gpu(args: argparse.Namespace) -> int:
     DIR/report.json; exit status 1 when a check failed. --smoke runs the same code on the CPU under Triton's
     interpreter at tiny sizes (no GPU figure). docs/cli.md, `onlstm bench gpu`.
     """
-    from .gpu import Options, run
+    from .gpu import run
 
-    names = ("out", "smoke", "lm_data", "logic_data", "syneval_data", "work", "skip", "lm_steps", "logic_steps")
-    return run(Options(**{k: getattr(args, k) for k in names}, pytest_timeout=args.pytest_timeout))
+    return run(args)

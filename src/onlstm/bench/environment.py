@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import os
@@ -17,8 +18,7 @@ import torch
 
 import onlstm
 
-#: The distributions the command and the test suite import beyond torch and triton (docs/cli.md says which
-#: wheels to bring to a machine without a package registry).
+#: What the command and the test suite import beyond torch and triton (docs/cli.md: the wheels to bring).
 NEEDED = ("tqdm", "safetensors", "PyYAML", "numpy", "pytest", "ninja", "matplotlib", "nltk")
 
 
@@ -58,39 +58,25 @@ def describe(device: torch.device) -> dict[str, Any]:
 
 def driver() -> str | None:
     """The NVIDIA driver's version (nvidia-smi), else the CUDA driver API version torch sees."""
-    try:
-        smi = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+    query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        smi = subprocess.run(query, capture_output=True, text=True, timeout=30)
         if smi.returncode == 0 and smi.stdout.strip():
             return smi.stdout.strip().splitlines()[0]
-    except (OSError, subprocess.SubprocessError):
-        pass
     get = getattr(torch._C, "_cuda_getDriverVersion", None)  # private but long-lived; only a fallback
-    if get is None:
-        return None
-    v = int(get())
-    return f"CUDA driver API {v // 1000}.{v % 1000 // 10} (nvidia-smi not found)"
-
-
-def tests_dir() -> Path | None:
-    """The checkout's tests/ (next to src/), or ./tests; None when the package runs from an installed copy."""
-    for candidate in (Path(onlstm.__file__).resolve().parents[2] / "tests", Path.cwd() / "tests"):
-        if (candidate / "conftest.py").is_file():
-            return candidate
-    return None
+    v = None if get is None else int(get())
+    return None if v is None else f"CUDA driver API {v // 1000}.{v % 1000 // 10} (nvidia-smi not found)"
 
 
 def pytest_cuda(smoke: bool, junit: Path, timeout: float) -> dict[str, Any]:
-    """``pytest -m cuda`` on the checkout's tests, as a check; not run (and said why) where it cannot be."""
+    """``pytest -m cuda`` on the checkout's tests (next to src/, or ./tests), as a check; not run (and said why)
+    where it cannot be."""
     name = "pytest -m cuda"
+    found = (Path(onlstm.__file__).resolve().parents[2] / "tests", Path.cwd() / "tests")
+    tests = next((p for p in found if (p / "conftest.py").is_file()), None)
     if smoke:
-        return {"checks": [{"name": name, "passed": None, "worst": "no CUDA device (a --smoke run): they skip"}]}
-    tests = tests_dir()
-    if tests is None:
+        reason = "no CUDA device (a --smoke run): they skip"
+    elif tests is None:
         reason = "tests/ not found: run the command from a checkout of the repository"
     elif importlib.util.find_spec("pytest") is None:
         reason = "pytest is not installed (bring its wheel: docs/cli.md, `onlstm bench gpu`)"
@@ -110,32 +96,24 @@ def run_pytest(args: list[str], junit: Path, timeout: float, cwd: Path) -> dict[
         done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"status": "failed", "detail": f"timed out after {timeout:g} s", "returncode": None}
-    counts = _junit_counts(junit)
-    status = {0: "passed", 5: "no tests collected"}.get(done.returncode, "failed")
+    try:
+        root = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError):
+        root = ET.Element("none")
+    keys = ("tests", "failures", "errors", "skipped")
+    counts = {k: sum(int(suite.get(k, 0)) for suite in root.iter("testsuite")) for k in keys}
+    failing = [
+        f"{case.get('classname')}::{case.get('name')}"
+        for case in root.iter("testcase")
+        if case.find("failure") is not None or case.find("error") is not None
+    ]
     tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or [""]
-    failing = counts.pop("failing")
-    detail = "; ".join(failing[:10]) if failing else tail[0][:300]
     return {
-        "status": status,
+        "status": {0: "passed", 5: "no tests collected"}.get(done.returncode, "failed"),
         "returncode": done.returncode,
-        "detail": detail,
+        "detail": "; ".join(failing[:10]) if failing else tail[0][:300],
         "failing": failing,
         **counts,
+        "passed": counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"],
         "seconds": round(time.perf_counter() - start, 1),
     }
-
-
-def _junit_counts(path: Path) -> dict[str, Any]:
-    counts: dict[str, Any] = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "failing": []}
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return counts
-    for suite in root.iter("testsuite"):
-        for key in ("tests", "failures", "errors", "skipped"):
-            counts[key] += int(suite.get(key, 0))
-    for case in root.iter("testcase"):
-        if case.find("failure") is not None or case.find("error") is not None:
-            counts["failing"].append(f"{case.get('classname')}::{case.get('name')}")
-    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    return counts

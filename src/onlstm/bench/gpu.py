@@ -1,23 +1,19 @@
-"""``onlstm bench gpu --out DIR``: the proof of the CUDA path in one command (issue #22; docs/cli.md).
-
-It writes ``DIR/report.md`` and ``DIR/report.json``: the device and versions; the Triton kernel against the
-reference loop (:mod:`.correctness`) and its self-check; ``pytest -m cuda``; forward+backward speed
-(:mod:`.speed`) with the goals of issue #10; the experiments' commands timed (:mod:`.training`). Exit status
-0 when no check failed, 1 when one did. ``--smoke`` runs the same code on CPU tensors under Triton's
-interpreter at tiny sizes (no GPU figure), with the interpreted kernel first for ``impl='auto'`` on the CPU.
+"""``onlstm bench gpu --out DIR``: the proof of the CUDA path in one command (issue #22). :func:`run` measures
+the sections (:mod:`.layer`, :mod:`.environment`, :mod:`.training`) and writes the report (:mod:`.report`);
+docs/cli.md, `onlstm bench gpu`, describes the report, the options and ``--smoke``.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shlex
-import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -27,13 +23,12 @@ import torch
 
 from ..errors import EXIT_FINDING, InputError
 from ..nn import kernels, selfcheck
-from ..nn.triton_kernel import interpreter_requested, load_interpreter_kernel, triton_installed
-from . import correctness, environment, report, speed, training
+from ..nn import triton_kernel as tk
+from . import environment, layer, report, training
+from .layer import Shape
 
-Shape = tuple[int, int, int, int, int]  # T, B, input, hidden, chunk
 PAPER_LAYER: Shape = (70, 20, 400, 1150, 10)  # the paper's language-model layer (docs/lm.md)
 CPU_TABLE: tuple[Shape, ...] = ((70, 20, 400, 650, 10), (70, 80, 400, 1150, 10), (35, 20, 200, 200, 10))
-SECTIONS = report.SECTIONS
 
 
 @dataclass(frozen=True)
@@ -51,34 +46,9 @@ class Profile:
     lm_step_tokens: int  # tokens of one training step (batch x bptt), to size a synthetic corpus
     logic_per_length: int
     syneval_items: int
+    steps: tuple[int, int]  # lm train steps, logic train updates (unless --lm-steps/--logic-steps)
     lm_flags: tuple[str, ...] = ()
     logic_flags: tuple[str, ...] = ()
-
-
-@dataclass
-class Options:
-    """The command's options (``onlstm bench gpu --help``)."""
-
-    out: Path
-    smoke: bool = False
-    lm_data: Path | None = None
-    logic_data: Path | None = None
-    syneval_data: Path | None = None
-    work: Path | None = None
-    skip: list[str] = field(default_factory=list)
-    lm_steps: int | None = None
-    logic_steps: int | None = None
-    pytest_timeout: float = 900.0
-
-    def command(self) -> str:
-        """The command line that gives these options (for the report)."""
-        words = ["onlstm", "bench", "gpu", "--out", str(self.out)] + (["--smoke"] if self.smoke else [])
-        for name in ("lm_data", "logic_data", "syneval_data", "work", "lm_steps", "logic_steps"):
-            value = getattr(self, name)
-            if value is not None:
-                words += ["--" + name.replace("_", "-"), str(value)]
-        words += ["--skip", *self.skip] if self.skip else []
-        return shlex.join(words)
 
 
 GPU = Profile(
@@ -87,12 +57,13 @@ GPU = Profile(
     kernel="triton",
     small=(7, 5, 16, 40, 4),  # 10 chunks: not a power of two, so the kernels' masks are exercised
     large=PAPER_LAYER,
-    speed_shapes=CPU_TABLE + (PAPER_LAYER,),
+    speed_shapes=(*CPU_TABLE, PAPER_LAYER),
     repeats=10,
     lm_vocab=training.PTB_VOCAB,
     lm_step_tokens=20 * 70,
     logic_per_length=1000,
     syneval_items=2000,
+    steps=(200, 500),  # issue #22's budget
 )
 SMOKE = Profile(
     smoke=True,
@@ -106,6 +77,7 @@ SMOKE = Profile(
     lm_step_tokens=2 * 5,
     logic_per_length=30,
     syneval_items=4,
+    steps=(3, 3),
     lm_flags=tuple(
         "--emb-size 8 --hidden-sizes 10 10 8 --chunk-size 2 --batch-size 2 --eval-batch-size 2 "
         "--bptt 5 --min-seq-len 2".split()
@@ -115,14 +87,13 @@ SMOKE = Profile(
         "--max-train-ops 2".split()  # short formulas: the interpreter runs every row of every step in numpy
     ),
 )
-STEPS = {False: (200, 500), True: (3, 3)}  # (lm steps, logic updates): the issue's budget; the smoke run's
 
 
-def run(opts: Options) -> int:
+def run(args: argparse.Namespace) -> int:
     """Measure, write DIR/report.md and DIR/report.json, print where; 0 if no check failed, else 1."""
     start = time.perf_counter()
-    prof = _preflight(opts)
-    out = Path(opts.out)
+    prof = _preflight(args)
+    out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -130,17 +101,20 @@ def run(opts: Options) -> int:
     result: dict[str, Any] = {
         "title": "onlstm bench gpu" + (" --smoke" if prof.smoke else ""),
         "smoke": prof.smoke,
-        "command": opts.command(),
+        "command": _command(args),
         "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "environment": environment.describe(prof.device),
     }
-    with _kernel_setup(prof), _work_dir(opts.work) as work:
-        result["kernel"] = _kernel_record(prof)
-        for name in SECTIONS:
-            result[name] = _section(name, prof, opts, work, result["kernel"]["passed"])
-            # written after every section: a run cut short (a lease that ends, Ctrl-C) leaves what it measured
-            _write(out, result, start)
-    s = _write(out, result, start)
+    with _kernel_setup(prof), _work_dir(args.work) as folder:
+        work = Path(folder)
+        ok = kernels.load_kernel(prof.kernel) is not None
+        where = "CPU tensors, Triton's interpreter" if prof.smoke else "CUDA"
+        result["kernel"] = {"name": f"the Triton kernel loads ({where})", "passed": ok}
+        result["kernel"]["worst"] = kernels.kernel_error(prof.kernel)
+        for name in report.SECTIONS:  # the report is written after every one: a run cut short leaves what it measured
+            result[name] = _section(name, prof, args, work, ok)
+            report.write(out, result, time.perf_counter() - start)
+    s = report.write(out, result, time.perf_counter() - start)
     smoke = " (smoke: no GPU figure)" if prof.smoke else ""
     print(
         f"wrote {out / 'report.md'} and report.json: {s['passed']} checks passed, {s['failed']} failed, "
@@ -149,134 +123,83 @@ def run(opts: Options) -> int:
     return EXIT_FINDING if s["failed"] else 0
 
 
-def _write(out: Path, result: dict[str, Any], start: float) -> dict[str, Any]:
-    """Write the report as it stands (sections not reached yet say so); returns its summary."""
-    full = result | {n: {"not_run": "not reached: the run stopped before it"} for n in SECTIONS if n not in result}
-    full["seconds"] = round(time.perf_counter() - start, 1)
-    full["summary"] = report.summarize(full)
-    report.write(out, full)
-    return full["summary"]
+def _command(args: argparse.Namespace) -> str:
+    """The command line that gives these options (for the report)."""
+    words = ["onlstm", "bench", "gpu", "--out", str(args.out)] + ["--smoke"] * args.smoke
+    for name in ("lm_data", "logic_data", "syneval_data", "work", "lm_steps", "logic_steps"):
+        if getattr(args, name) is not None:
+            words += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    return shlex.join(words + (["--skip", *args.skip] if args.skip else []))
 
 
-def _section(name: str, prof: Profile, opts: Options, work: Path, kernel_ok: bool) -> dict[str, Any]:
-    if name in opts.skip:
+def _section(name: str, prof: Profile, args: argparse.Namespace, work: Path, kernel_ok: bool) -> dict[str, Any]:
+    if name in args.skip:
         return {"not_run": "--skip " + name}
     if not kernel_ok and name != "pytest":
         return {"not_run": "the Triton kernel is unavailable (see above)"}
     start = time.perf_counter()
+    half = torch.bfloat16 if prof.device.type != "cuda" or torch.cuda.is_bf16_supported() else None
+    measure = {
+        "correctness": lambda: {"checks": layer.correctness(prof.kernel, prof.device, prof.small, prof.large, half)},
+        "pytest": lambda: environment.pytest_cuda(prof.smoke, work / "pytest-cuda.xml", args.pytest_timeout),
+        "speed": lambda: layer.speed(prof.speed_shapes, prof.kernel, prof.device, prof.repeats, half),
+        "training": lambda: training.training_runs(prof, args, work),
+    }[name]
     # correctness and speed measure the kernel itself; its self-check is reported on its own
     with mock.patch.dict(os.environ, {selfcheck.ENV: "0"} if name in ("correctness", "speed") else {}):
-        if name == "correctness":
-            body: dict[str, Any] = {"checks": _correctness(prof)}
-        elif name == "pytest":
-            body = environment.pytest_cuda(prof.smoke, work / "pytest-cuda.xml", opts.pytest_timeout)
-        elif name == "speed":
-            body = _speed(prof)
-        else:
-            body = _training(prof, opts, work)
-    return body | {"seconds": round(time.perf_counter() - start, 1)}
+        return measure() | {"seconds": round(time.perf_counter() - start, 1)}
 
 
-def _correctness(prof: Profile) -> list[dict[str, Any]]:
-    half = torch.bfloat16 if _bf16(prof.device) else None
-    records = [
-        correctness.run_case(c, prof.kernel, prof.device)
-        for c in correctness.cases(prof.small, prof.large, half, prof.smoke)
-    ]
-    _, _, _, hidden, chunk = prof.large
-    return records + correctness.selfcheck_records(prof.kernel, prof.device, hidden, chunk, half or torch.float16)
-
-
-def _speed(prof: Profile) -> dict[str, Any]:
-    dtypes = [d for d in speed.DTYPES if d != "bf16" or _bf16(prof.device)]
-    rows = speed.run(prof.speed_shapes, prof.kernel, prof.device, prof.repeats, dtypes)
-    failed = [f"{r['shape']} {r['dtype']} {r['impl']}: {r['error']}" for r in rows if "error" in r]
-    check = {"name": "every speed row measured", "passed": not failed, "worst": "; ".join(failed) or None}
-    return {"rows": rows, "goals": speed.goals(rows, prof.speed_shapes[-1], prof.smoke), "checks": [check]}
-
-
-def _training(prof: Profile, opts: Options, work: Path) -> dict[str, Any]:
-    lm_steps, logic_steps = STEPS[prof.smoke]
-    return training.training_runs(prof, opts, work, opts.lm_steps or lm_steps, opts.logic_steps or logic_steps)
-
-
-def _bf16(device: torch.device) -> bool:
-    return device.type != "cuda" or torch.cuda.is_bf16_supported()
-
-
-# --------------------------------------------------------------------------- set-up
-
-
-def _preflight(opts: Options) -> Profile:
+def _preflight(args: argparse.Namespace) -> Profile:
     """The profile of this run, or a one-line error when it cannot run here."""
-    bad = [s for s in opts.skip if s not in SECTIONS]
+    bad = [s for s in args.skip if s not in report.SECTIONS]
     if bad:
-        raise InputError(f"--skip: unknown section {bad[0]!r}; choose from {', '.join(SECTIONS)}")
-    if opts.syneval_data is not None and opts.lm_data is None:
+        raise InputError(f"--skip: unknown section {bad[0]!r}; choose from {', '.join(report.SECTIONS)}")
+    if args.syneval_data is not None and args.lm_data is None:
         raise InputError("--syneval-data needs --lm-data: the language model's vocabulary must cover its sentences")
-    for flag, value in (("--lm-steps", opts.lm_steps), ("--logic-steps", opts.logic_steps)):
+    for flag, value in (("--lm-steps", args.lm_steps), ("--logic-steps", args.logic_steps)):
         if value is not None and value < 2:
             raise InputError(f"{flag} must be at least 2 (the first step is a warm-up), got {value}")
-    if opts.smoke:
-        _interpreter()
+    if args.smoke:
+        if not tk.triton_installed():
+            raise InputError(
+                "--smoke runs the Triton kernel in Triton's CPU interpreter: install triton (pip install triton)"
+            )
+        if "triton" not in sys.modules:
+            os.environ["TRITON_INTERPRET"] = "1"  # read by Triton once, at its first import
+        try:
+            tk.load_interpreter_kernel()
+        except kernels.KernelUnavailable as exc:
+            raise InputError(f"--smoke: the Triton kernel cannot run in the interpreter here: {exc}") from None
         return SMOKE
     if not torch.cuda.is_available():
         raise InputError(
             f"no CUDA device is visible (torch {torch.__version__}, CUDA build {torch.version.cuda}); "
             "`onlstm bench gpu --smoke --out DIR` runs the same code on the CPU under Triton's interpreter"
         )
-    if interpreter_requested():
+    if tk.interpreter_requested():
         raise InputError("TRITON_INTERPRET=1 is set: Triton would interpret its kernels on the CPU; unset it")
     return GPU
-
-
-def _interpreter() -> None:
-    """Put Triton in its interpreter (before it is first imported) and make sure the kernel loads there."""
-    if not triton_installed():
-        raise InputError(
-            "--smoke runs the Triton kernel in Triton's CPU interpreter: install triton (pip install triton)"
-        )
-    if "triton" not in sys.modules:
-        os.environ["TRITON_INTERPRET"] = "1"  # read by Triton once, at its first import
-    try:
-        load_interpreter_kernel()
-    except kernels.KernelUnavailable as exc:
-        raise InputError(f"--smoke: the Triton kernel cannot run in the interpreter here: {exc}") from None
 
 
 @contextlib.contextmanager
 def _kernel_setup(prof: Profile) -> Iterator[None]:
     """Under --smoke: the interpreted kernel registered, and first for ``impl='auto'`` on the CPU (restored after)."""
-    if not prof.smoke:
-        yield
-        return
-    from ..nn.triton_kernel import register_interpreter_kernel
-
     registered = prof.kernel in kernels.kernel_names()
-    register_interpreter_kernel(priority=1000)
+    if prof.smoke:
+        tk.register_interpreter_kernel(priority=1000)
     try:
         yield
     finally:
-        kernels.unregister_kernel(prof.kernel)
-        if registered:
-            register_interpreter_kernel()  # as it was: its own priority, below every CPU kernel
+        if prof.smoke:
+            kernels.unregister_kernel(prof.kernel)
+            if registered:
+                tk.register_interpreter_kernel()  # as it was: its own priority, below every CPU kernel
 
 
-@contextlib.contextmanager
-def _work_dir(work: Path | None) -> Iterator[Path]:
+def _work_dir(work: Path | None) -> contextlib.AbstractContextManager[str]:
     """``--work DIR`` (kept), else a temporary folder removed at the end (the paper's checkpoints are large)."""
-    if work is not None:  # a new folder in it each time: the commands refuse to overwrite a run
-        Path(work).mkdir(parents=True, exist_ok=True)
-        yield Path(tempfile.mkdtemp(prefix="bench-gpu-", dir=work))
-        return
-    tmp = Path(tempfile.mkdtemp(prefix="onlstm-bench-gpu-"))
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _kernel_record(prof: Profile) -> dict[str, Any]:
-    ok = kernels.load_kernel(prof.kernel) is not None
-    where = "CPU tensors, Triton's interpreter" if prof.smoke else "CUDA"
-    return {"name": f"the Triton kernel loads ({where})", "passed": ok, "worst": kernels.kernel_error(prof.kernel)}
+    if work is None:
+        return tempfile.TemporaryDirectory(prefix="onlstm-bench-gpu-", ignore_cleanup_errors=True)
+    Path(work).mkdir(parents=True, exist_ok=True)  # a new folder in it each time: the commands refuse to overwrite
+    return contextlib.nullcontext(tempfile.mkdtemp(prefix="bench-gpu-", dir=work))

@@ -18,19 +18,11 @@ SMOKE_NOTE = (
 )
 
 
-def all_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every check of the run, each with ``name`` and ``passed`` (True, False, or None: not run)."""
-    checks = [result["kernel"]]
-    for section in SECTIONS:
-        checks += result.get(section, {}).get("checks", [])
-    return checks
-
-
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
-    checks = all_checks(result)
+    """Counts and names of the checks (``passed``: True, False, or None: not run), goals and sections not met."""
+    checks = [result["kernel"], *(c for n in SECTIONS for c in result.get(n, {}).get("checks", []))]
     failed = [c["name"] for c in checks if c["passed"] is False]
     not_run = [c["name"] for c in checks if c["passed"] is None]
-    goals = [g for g in result.get("speed", {}).get("goals", []) if g["status"] == "not met"]
     return {
         "checks": len(checks),
         "passed": sum(c["passed"] is True for c in checks),
@@ -38,7 +30,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         "not_run": len(not_run),
         "failed_checks": failed,
         "not_run_checks": not_run,
-        "goals_not_met": [g["goal"] for g in goals],
+        "goals_not_met": [g["goal"] for g in result.get("speed", {}).get("goals", []) if g["status"] == "not met"],
         "sections_not_run": [n for n in SECTIONS if "not_run" in result.get(n, {})],
     }
 
@@ -54,20 +46,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def write(out: Path, result: dict[str, Any]) -> None:
-    (out / "report.json").write_text(json.dumps(_plain(result), indent=1) + "\n")
-    (out / "report.md").write_text("\n".join(markdown(result)) + "\n")
-
-
-# --------------------------------------------------------------------------- markdown
+def write(out: Path, result: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """Write report.json and report.md as the run stands (sections not reached yet say so); returns the summary."""
+    full = result | {n: {"not_run": "not reached: the run stopped before it"} for n in SECTIONS if n not in result}
+    full["seconds"] = round(seconds, 1)
+    full["summary"] = summarize(full)
+    (out / "report.json").write_text(json.dumps(_plain(full), indent=1) + "\n")
+    (out / "report.md").write_text("\n".join(markdown(full)) + "\n")
+    return full["summary"]
 
 
 def _num(x: Any, fmt: str = ",.0f") -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    return format(x, fmt)
+    return "-" if x is None else format(x, fmt)  # inf and nan as str() writes them
 
 
 def _verdict(passed: bool | None) -> str:
@@ -90,7 +80,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
         lines += ["Sections not run: " + ", ".join(s["sections_not_run"]) + " (below: why).", ""]
     if s["goals_not_met"]:
         lines += ["Goals not met: " + "; ".join(s["goals_not_met"]), ""]
-    lines += _environment(r["environment"]) + _kernel(r["kernel"])
+    lines += _environment(r["environment"]) + [_check(r["kernel"]), ""]
     for name, title, body in _SECTION_MARKDOWN:
         sec = r[name]
         lines += [f"## {title}", ""]
@@ -105,9 +95,8 @@ def _environment(env: dict[str, Any]) -> list[str]:
     return lines + [f"| other distributions | {have} |", ""]
 
 
-def _kernel(check: dict[str, Any]) -> list[str]:
-    why = f" ({check['worst']})" if check.get("worst") else ""
-    return [f"{check['name']}: {_verdict(check['passed'])}{why}", ""]
+def _check(c: dict[str, Any]) -> str:
+    return f"{c['name']}: {_verdict(c['passed'])}" + (f" ({c['worst']})" if c.get("worst") else "")
 
 
 def _correctness(sec: dict[str, Any]) -> list[str]:
@@ -163,10 +152,8 @@ def _training(sec: dict[str, Any]) -> list[str]:
             lines += [f"**FAILED**: {run['error']}", ""]
             continue
         lines += [f"`{run['command']}`", ""] + [f"- {line}" for line in _figures(run)] + [""]
-    checks = [
-        f"- {c['name']}: {_verdict(c['passed'])}" + (f" ({c['worst']})" if c["worst"] else "") for c in sec["checks"]
-    ]
-    lines += ["Checks:", "", *checks, "", "The kernel's self-checks during these runs:", ""]
+    lines += ["Checks:", "", *(f"- {_check(c)}" for c in sec["checks"])]
+    lines += ["", "The kernel's self-checks during these runs:", ""]
     lines += [f"- {line}" for line in sec["selfchecks"]] or ["- none ran"]
     return lines + ["", f"{sec['seconds']:.0f} s.", ""]
 
