@@ -18,7 +18,7 @@ class FusedKernel:
     @staticmethod
     def forward(inputs: KernelInputs) -> KernelOutputs:
         x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive = inputs
-        bs, (N, G, D) = batch_sizes.tolist(), (x.shape[0], *w_hh.shape)
+        bs, N, (G, D) = batch_sizes.tolist(), x.shape[0], w_hh.shape
         n, w_hh_t = D // chunk, w_hh.t()
         xp = torch.addmm(bias, x, w_ih.t()) if bias is not None else x @ w_ih.t()
         act, dist = x.new_empty(N, G), x.new_empty(N, 2)
@@ -33,7 +33,7 @@ class FusedKernel:
             a[:, : 2 * n] = p.view(b, 2 * n)
             torch.sigmoid(g[:, 2 * n :], out=a[:, 2 * n :])
             torch.tanh(g[:, 2 * n + D : 2 * n + 2 * D], out=a[:, 2 * n + D : 2 * n + 2 * D])
-            o, ch, ig, fg, f_hat, i_hat, mi, mf, w = _gates(p[:, 0], p[:, 1], a, b, n, chunk, inclusive)
+            o, ch, _, _, f_hat, i_hat, mi, mf, _ = _gates(p[:, 0], p[:, 1], a, b, n, chunk, inclusive)
             c_new = f_hat * c_prev.view(b, n, chunk) + i_hat * ch
             cells[off : off + b] = c_new.view(b, D)
             torch.tanh(cells[off : off + b], out=tcs[off : off + b])
@@ -49,7 +49,7 @@ class FusedKernel:
         out, act, cells, tcs = saved
         x, w_ih, w_hh, _, h0, c0, batch_sizes, chunk, inclusive = inputs
         grad_out, grad_dist = grads.out, grads.dist
-        bs, (N, G, D) = batch_sizes.tolist(), (x.shape[0], *w_hh.shape)
+        bs, N, (G, D) = batch_sizes.tolist(), x.shape[0], w_hh.shape
         n, offs, dG = D // chunk, step_offsets(bs), x.new_empty(N, G)
         dh, dc = grads.h_n.clone(), grads.c_n.clone()
         for t in range(len(bs) - 1, -1, -1):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -16,7 +16,15 @@ from torch import Tensor
 from ..errors import exception_line, first_line
 
 
-class KernelInputs(NamedTuple):
+class _Record:
+    """The records below unpack like tuples, in field order (``x, w_ih, ..., inclusive = inputs``)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.__dict__.values())
+
+
+@dataclass(frozen=True)
+class KernelInputs(_Record):
     """What a kernel runs on: one layer, one direction, a whole sequence in PyTorch's packed layout.
 
     Shapes (``N = sum(batch_sizes)`` rows, ``B = batch_sizes[0]``, hidden ``D``, ``G = 4D + 2D/chunk``):
@@ -37,7 +45,8 @@ class KernelInputs(NamedTuple):
     inclusive: bool
 
 
-class KernelOutputs(NamedTuple):
+@dataclass(frozen=True)
+class KernelOutputs(_Record):
     """``out (N, D)``, ``h_n, c_n (B, D)`` (each row's state after its own last step), ``dist (N, 2)``.
 
     ``dist[:, 0]`` is the master-forget distance and ``dist[:, 1]`` the master-input distance of every
@@ -52,7 +61,8 @@ class KernelOutputs(NamedTuple):
     saved: tuple[Tensor, ...]
 
 
-class OutputGrads(NamedTuple):
+@dataclass(frozen=True)
+class OutputGrads(_Record):
     """The gradients arriving at the outputs, contiguous: ``dist`` is ``None`` when the distances
     were not used."""
 
@@ -62,7 +72,8 @@ class OutputGrads(NamedTuple):
     dist: Tensor | None
 
 
-class KernelGrads(NamedTuple):
+@dataclass(frozen=True)
+class KernelGrads(_Record):
     """The gradients of the inputs (``bias``: of ``b_ih + b_hh``; dropped by the wrapper without bias)."""
 
     x: Tensor
