@@ -450,15 +450,10 @@ class ONLSTM(nn.Module):
 def _reverse_index(batch_sizes: Tensor) -> Tensor:
     """Row permutation of packed data that reverses every sequence within its own length."""
     bs = batch_sizes.to(torch.int64)
-    steps, batch = bs.numel(), int(bs[0])
-    offsets = torch.cumsum(bs, 0) - bs  # (T,)
-    lengths = (bs.unsqueeze(0) > torch.arange(batch).unsqueeze(1)).sum(1)  # (B,)
-    t = torch.arange(steps).unsqueeze(1).expand(steps, batch)
-    r = torch.arange(batch).unsqueeze(0).expand(steps, batch)
-    valid = r < bs.unsqueeze(1)
-    t_rev = lengths.unsqueeze(0) - 1 - t
-    src = offsets[t_rev.clamp(min=0)] + r
-    return src[valid]
+    t, r = torch.arange(bs.numel()).unsqueeze(1), torch.arange(int(bs[0])).unsqueeze(0)  # (T, 1), (1, B)
+    lengths = (bs.unsqueeze(0) > r.T).sum(1)  # (B,)
+    src = (torch.cumsum(bs, 0) - bs)[(lengths - 1 - t).clamp(min=0)] + r  # (T, B): the row read backwards
+    return src[r < bs.unsqueeze(1)]
 
 
 selfcheck.register_layer(ONLSTM)
