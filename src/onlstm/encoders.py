@@ -38,11 +38,9 @@ class EncoderOption:
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """A registry entry. ``build(input_size, hidden_size, **options)`` returns one layer with the call above.
-
-    ``check(hidden_sizes, options)``: the encoder's own validation (raise :class:`EncoderError` saying what to
-    change); it runs with the options already type-checked and defaults filled in.
-    """
+    """A registry entry. ``build(input_size, hidden_size, **options)`` returns one layer with the encoders' call;
+    ``check(hidden_sizes, options)``, the encoder's own validation, raises :class:`EncoderError` saying what to
+    change (it runs with the options already type-checked and defaults filled in)."""
 
     name: str
     build: Callable[..., nn.Module]
@@ -92,11 +90,8 @@ class EncoderSpec:
         return opts
 
     def select(self, values: Mapping[str, Any] | object) -> dict:
-        """The options this encoder declares, taken from a mapping or an experiment config's attributes.
-
-        Experiment configs hold the options of several encoders (``chunk_size`` for ON-LSTM, ...) so that one
-        config file serves every encoder of a comparison; each encoder receives only the ones it declares.
-        """
+        """The options this encoder declares, taken from a mapping or an experiment config's attributes (one
+        config serves every encoder of a comparison; each receives only the options it declares)."""
         get = values.get if isinstance(values, Mapping) else (lambda k, d: getattr(values, k, d))
         missing = object()
         return {n: v for n in self.option_names if (v := get(n, missing)) is not missing}
@@ -117,10 +112,8 @@ def register(
     check: Callable[[list[int], dict], None] | None = None,
     replace: bool = False,
 ) -> EncoderSpec:
-    """Add an encoder to the registry (from the package or from user code); returns its spec.
-
-    Registering a name that is already there is an error unless ``replace=True``.
-    """
+    """Add an encoder to the registry (from the package or from user code; a name already there is an error
+    unless ``replace=True``); returns its spec."""
     if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
         raise EncoderError(f"encoder name must be a non-empty word (letters, digits, - and _), got {name!r}")
     if name in _REGISTRY and not replace:
@@ -192,12 +185,8 @@ def option_help(option: str, text: str) -> Callable[[], str]:
 
 
 def check_typed_options(cells: Sequence[str], typed: Mapping[str, Any]) -> None:
-    """Refuse an encoder field the user typed as a flag (``--dropconnect``) that none of ``cells`` declares.
-
-    Such a field in a preset is passed over (one preset serves several encoders, see
-    :meth:`EncoderSpec.select`); typed on the command line for an encoder without it, it would be silently
-    ignored, so it is an error naming the encoders that use it.
-    """
+    """Refuse an encoder field the user typed as a flag (``--dropconnect``) that none of ``cells`` declares: in a
+    preset it is passed over (:meth:`EncoderSpec.select`), typed it would be silently ignored."""
     if any(not isinstance(cell, str) or cell not in _REGISTRY for cell in cells):
         return  # an unknown encoder: the config's own check names it and lists the registered ones
     declared = {o for cell in cells for o in _REGISTRY[cell].option_names}

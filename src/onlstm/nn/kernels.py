@@ -178,12 +178,9 @@ class KernelUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """A registered kernel: how to load it and where it runs.
-
-    ``load`` returns the kernel or raises (any exception: the kernel is then unavailable, its message
-    the reason); ``devices`` are device types (``'cpu'``, ``'cuda'``); ``priority`` orders the
-    candidates of ``impl='auto'`` (higher first); ``label`` names it in messages.
-    """
+    """A registered kernel: ``load`` returns it or raises (it is then unavailable, the message the reason; called
+    once, on first use); ``devices`` are device types (``'cpu'``, ``'cuda'``); ``priority`` orders the
+    candidates of ``impl='auto'`` (higher first); ``label`` names it in messages."""
 
     name: str
     load: Callable[[], LayerKernel]
@@ -242,10 +239,8 @@ def impl_choices() -> tuple[str, ...]:
 
 
 def canonical_impl(impl: str, stacklevel: int = 2) -> str:
-    """``impl`` checked, with a deprecated alias replaced by its new name (and a DeprecationWarning).
-
-    ``stacklevel`` is the warning's, counted from here (2: this function's caller).
-    """
+    """``impl`` checked, a deprecated alias replaced by its new name with a DeprecationWarning (at ``stacklevel``
+    counted from here: 2 is this function's caller)."""
     if isinstance(impl, str) and impl in DEPRECATED_ALIASES:
         new = DEPRECATED_ALIASES[impl]
         warnings.warn(
