@@ -90,7 +90,7 @@ class TritonKernel:
             c_prev, c_row0 = (c0, 0) if t == 0 else (cells, offs[t - 1])
             launch[(b,)](
                 act, c_prev, cells, grad_out, dh, dcs[t % 2], dcs[(t + 1) % 2], gd, dG, dG_mm, offs[t], c_row0,
-                INCLUSIVE=inclusive, HAS_GDIST=grad_dist is not None, HAS_MM=low, **blocks,
+                INCLUSIVE=inclusive, HAS_GDIST=grad_dist is not None, HAS_MM=low, **blocks
             )  # fmt: skip
             if low:
                 dh[:b] = torch.mm(dG_mm[rows], w_hh_mm)
