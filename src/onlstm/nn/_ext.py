@@ -26,10 +26,7 @@ STALE_LOCK_S = 600.0
 
 def extension_name() -> str:
     """Name of the compiled module: changes with the source, the flags and the torch version."""
-    h = hashlib.sha1()
-    h.update(_SOURCE.read_bytes())
-    h.update(" ".join(_CFLAGS).encode())
-    h.update(torch.__version__.encode())
+    h = hashlib.sha1(_SOURCE.read_bytes() + " ".join(_CFLAGS).encode() + torch.__version__.encode())
     return f"onlstm_cpu_{h.hexdigest()[:12]}"
 
 
