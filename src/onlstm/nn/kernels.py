@@ -47,12 +47,8 @@ class KernelInputs(_Record):
 
 @dataclass(frozen=True)
 class KernelOutputs(_Record):
-    """``out (N, D)``, ``h_n, c_n (B, D)`` (each row's state after its own last step), ``dist (N, 2)``.
-
-    ``dist[:, 0]`` is the master-forget distance and ``dist[:, 1]`` the master-input distance of every
-    row; ``saved`` is whatever tensors ``backward`` needs (kept by autograd between the two; ``out``
-    among them if backward reads it).
-    """
+    """``out (N, D)``, ``h_n, c_n (B, D)`` (each row's state after its own last step), ``dist (N, 2)`` (master-forget,
+    master-input distance); ``saved``: the tensors ``backward`` needs (``out`` among them if it reads it)."""
 
     out: Tensor
     h_n: Tensor

@@ -171,12 +171,8 @@ def _interpreted(steps: Any) -> bool:
 
 
 def register_interpreter_kernel(priority: int = -10) -> str:
-    """Register the Triton kernel for CPU tensors under Triton's interpreter, as ``impl='triton_interpret'``.
-
-    For tests and debugging without a GPU (slow: numpy runs each program). Needs ``TRITON_INTERPRET=1``
-    in the environment before Triton is first imported. The default priority is below every CPU kernel's, so
-    ``impl='auto'`` never picks it (``onlstm bench gpu --smoke`` raises it). Returns the name to pass as ``impl``.
-    """
+    """Register the Triton kernel for CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1`` set before
+    Triton is first imported; docs/layer.md), below every CPU kernel by default; returns the ``impl`` name."""
     label = "Triton kernel (CPU interpreter)"
     spec = KernelSpec(
         INTERPRETER_NAME, load_interpreter_kernel, ("cpu",), (torch.float32, torch.float64), priority, label
