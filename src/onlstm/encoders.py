@@ -1,17 +1,6 @@
-"""The one registry of recurrent encoders: every experiment builds its layers from here, by name
-(docs/encoders.md; docs/design.md §4.4).
-
-An entry (:class:`EncoderSpec`) says how to build one layer, which options it accepts (type, default,
-help), whether it yields master-gate distances (to induce trees), whether it is causal per step (a
-language model) and whether it carries state across calls (BPTT segments), plus its own validation.
-Configs, ``--cell`` help texts and default encoder lists read the registry, so an encoder registered from
-user code (``E.register("toy", lambda i, h: E.TorchRNN(torch.nn.RNN(i, h)), description="...")``) is
-available to every command run through ``onlstm.cli.main`` in the same process.
-
-Every encoder is a single recurrent layer with the call ``forward(x (T, B, in) or a PackedSequence,
-hx=None, return_distances=False) -> output, state, distances``: ``state`` is what it carries between
-calls (a tuple's first entry is the last output), ``distances`` an :class:`onlstm.Distances` or None.
-DropConnect on hidden-to-hidden weights is the reference's for every built-in encoder that has them.
+"""The one registry of recurrent encoders (:func:`register`, :func:`get`, :func:`make_encoder`): every experiment
+builds its layers from here, by name, and every encoder has one call (docs/encoders.md, "The registry";
+docs/design.md §4.4).
 """
 
 from __future__ import annotations
@@ -49,11 +38,9 @@ class EncoderOption:
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """A registry entry. ``build(input_size, hidden_size, **options)`` returns one layer with the call above.
-
-    ``check(hidden_sizes, options)``: the encoder's own validation (raise :class:`EncoderError` saying what to
-    change); it runs with the options already type-checked and defaults filled in.
-    """
+    """A registry entry. ``build(input_size, hidden_size, **options)`` returns one layer with the encoders' call;
+    ``check(hidden_sizes, options)``, the encoder's own validation, raises :class:`EncoderError` saying what to
+    change (it runs with the options already type-checked and defaults filled in)."""
 
     name: str
     build: Callable[..., nn.Module]
@@ -91,6 +78,8 @@ class EncoderSpec:
         """Check that layers of ``hidden_sizes`` units can be built with ``options``; returns the resolved options."""
         sizes = [hidden_sizes] if isinstance(hidden_sizes, int) else list(hidden_sizes)
         opts = self.resolve(options or {})
+        if "dropconnect" in opts and not 0.0 <= opts["dropconnect"] < 1.0:
+            raise EncoderError(f"dropconnect must be in [0, 1), got {opts['dropconnect']}")
         if self.check is not None:
             try:
                 self.check(sizes, opts)
@@ -101,11 +90,8 @@ class EncoderSpec:
         return opts
 
     def select(self, values: Mapping[str, Any] | object) -> dict:
-        """The options this encoder declares, taken from a mapping or an experiment config's attributes.
-
-        Experiment configs hold the options of several encoders (``chunk_size`` for ON-LSTM, ...) so that one
-        config file serves every encoder of a comparison; each encoder receives only the ones it declares.
-        """
+        """The options this encoder declares, taken from a mapping or an experiment config's attributes (one
+        config serves every encoder of a comparison; each receives only the options it declares)."""
         get = values.get if isinstance(values, Mapping) else (lambda k, d: getattr(values, k, d))
         missing = object()
         return {n: v for n in self.option_names if (v := get(n, missing)) is not missing}
@@ -126,10 +112,8 @@ def register(
     check: Callable[[list[int], dict], None] | None = None,
     replace: bool = False,
 ) -> EncoderSpec:
-    """Add an encoder to the registry (from the package or from user code); returns its spec.
-
-    Registering a name that is already there is an error unless ``replace=True``.
-    """
+    """Add an encoder to the registry (from the package or from user code; a name already there is an error
+    unless ``replace=True``); returns its spec."""
     if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
         raise EncoderError(f"encoder name must be a non-empty word (letters, digits, - and _), got {name!r}")
     if name in _REGISTRY and not replace:
@@ -201,12 +185,8 @@ def option_help(option: str, text: str) -> Callable[[], str]:
 
 
 def check_typed_options(cells: Sequence[str], typed: Mapping[str, Any]) -> None:
-    """Refuse an encoder field the user typed as a flag (``--dropconnect``) that none of ``cells`` declares.
-
-    Such a field in a preset is passed over (one preset serves several encoders, see
-    :meth:`EncoderSpec.select`); typed on the command line for an encoder without it, it would be silently
-    ignored, so it is an error naming the encoders that use it.
-    """
+    """Refuse an encoder field the user typed as a flag (``--dropconnect``) that none of ``cells`` declares: in a
+    preset it is passed over (:meth:`EncoderSpec.select`), typed it would be silently ignored."""
     if any(not isinstance(cell, str) or cell not in _REGISTRY for cell in cells):
         return  # an unknown encoder: the config's own check names it and lists the registered ones
     declared = {o for cell in cells for o in _REGISTRY[cell].option_names}
@@ -232,39 +212,21 @@ def has_distances(name: str) -> bool:
     return get(name).yields_distances
 
 
-# --------------------------------------------------------------------------- built-in encoders
-
-
 class TorchRNN(nn.Module):
     """A one-layer ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` with this module's call and optional DropConnect on
-    ``weight_hh_l0`` (reference style: one mask per call, not inverted). Also a ready wrapper for user encoders."""
+    ``weight_hh_l0`` (reference style: one mask per call, not inverted). Also a ready wrapper for user encoders.
+    It wraps ON-LSTM too, whose DropConnect is its own and whose distances it passes on."""
 
-    def __init__(self, rnn: nn.RNNBase, dropconnect: float = 0.0):
+    def __init__(self, rnn: nn.Module, dropconnect: float = 0.0):
         super().__init__()
         self.rnn, self.dropconnect = rnn, float(dropconnect)
         self.hidden_size = rnn.hidden_size
 
     def forward(self, x, hx=None, return_distances: bool = False):
+        if isinstance(self.rnn, ONLSTM):
+            return self.rnn(x, hx, return_distances=True) if return_distances else (*self.rnn(x, hx), None)
         out, state = dropconnect_call(self.rnn, self.dropconnect, self.training, x, hx)
         return out, state, None
-
-
-class _ONLSTMLayer(nn.Module):
-    def __init__(self, layer: ONLSTM):
-        super().__init__()
-        self.rnn = layer
-        self.hidden_size = layer.hidden_size
-
-    def forward(self, x, hx=None, return_distances: bool = False):
-        if return_distances:
-            return self.rnn(x, hx, return_distances=True)
-        out, state = self.rnn(x, hx)
-        return out, state, None
-
-
-def _check_dropconnect(sizes: list[int], opts: dict) -> None:
-    if not 0.0 <= opts["dropconnect"] < 1.0:
-        raise EncoderError(f"dropconnect must be in [0, 1), got {opts['dropconnect']}")
 
 
 def _check_divides(sizes: list[int], label: str, option: str, value: int, why: str) -> None:
@@ -277,7 +239,6 @@ def _check_divides(sizes: list[int], label: str, option: str, value: int, why: s
 
 
 def _check_onlstm(sizes: list[int], opts: dict) -> None:
-    _check_dropconnect(sizes, opts)
     why = "an ON-LSTM layer is cut into chunks of chunk_size units; change the hidden size(s) or chunk_size"
     _check_divides(sizes, "chunk_size", "chunk_size", opts["chunk_size"], why)
 
@@ -286,7 +247,7 @@ _DROPCONNECT = EncoderOption("dropconnect", float, 0.0, "DropConnect on hidden-t
 
 register(
     "onlstm",
-    lambda i, h, **o: _ONLSTMLayer(ONLSTM(i, h, **o)),
+    lambda i, h, **o: TorchRNN(ONLSTM(i, h, **o)),
     yields_distances=True,
     check=_check_onlstm,
     description="Ordered Neurons LSTM (master gates; yields distances for tree induction)",
@@ -301,7 +262,6 @@ for _cell in (nn.LSTM, nn.GRU):  # "lstm" and "gru"; the default argument binds 
         _cell.__name__.lower(),
         lambda i, h, dropconnect, cell=_cell: TorchRNN(cell(i, h), dropconnect),
         options=(_DROPCONNECT,),
-        check=_check_dropconnect,
         description=f"torch.nn.{_cell.__name__}",
     )
 # The RNN family as baselines (docs/encoders.md). SRU and QRNN have no hidden-to-hidden weights (their gates
@@ -314,15 +274,10 @@ register(
         EncoderOption("nonlinearity", str, "tanh", "the Elman RNN's nonlinearity", ("tanh", "relu")),
         _DROPCONNECT,
     ),
-    check=_check_dropconnect,
     description="Elman RNN (torch.nn.RNN)",
 )
 register("sru", SRU, description="Simple Recurrent Unit: gates from the input only, highway output")
 register("qrnn", QRNN, description="quasi-recurrent network: width-2 causal convolution, fo-pooling")
-
-
-# --------------------------------------------------------------------------- attention and the Sliced RNN
-# (onlstm.zoo.transformer, onlstm.zoo.sliced; docs/encoders.md)
 
 
 def _check_transformer(sizes: list[int], opts: dict) -> None:
@@ -338,7 +293,6 @@ def _check_transformer(sizes: list[int], opts: dict) -> None:
 
 
 def _check_sliced(sizes: list[int], opts: dict) -> None:
-    _check_dropconnect(sizes, opts)
     if opts["slice_length"] < 1:
         raise EncoderError(f"sliced option slice_length must be at least 1, got {opts['slice_length']}")
     if opts["levels"] < 2:

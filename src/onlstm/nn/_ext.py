@@ -1,10 +1,5 @@
-"""Build (once, on first use) and load the C++ kernel (``impl='cpp'``: cpp_kernel.py, builtin_kernels.py).
-
-Compiler flags: no ``-ffast-math``. Its ``-ffinite-math-only`` lets the compiler assume no NaN or Inf
-ever occurs, and the kernel then turned a NaN input into finite outputs. The flags kept here allow
-what does not change results for non-finite values (no ``errno`` from math functions, no trapping);
-the source declares glibc's vectorised ``exp`` itself (see csrc/onlstm_cpu.cpp).
-"""
+"""Build (once, on first use) and load the C++ kernel (``impl='cpp'``: cpp_kernel.py); why the compiler flags,
+the ``ninja`` on PATH and the stale build lock: docs/layer.md, "Implementations"."""
 
 from __future__ import annotations
 
@@ -31,20 +26,13 @@ STALE_LOCK_S = 600.0
 
 def extension_name() -> str:
     """Name of the compiled module: changes with the source, the flags and the torch version."""
-    h = hashlib.sha1()
-    h.update(_SOURCE.read_bytes())
-    h.update(" ".join(_CFLAGS).encode())
-    h.update(torch.__version__.encode())
+    h = hashlib.sha1(_SOURCE.read_bytes() + " ".join(_CFLAGS).encode() + torch.__version__.encode())
     return f"onlstm_cpu_{h.hexdigest()[:12]}"
 
 
 def build_path(path: str) -> str:
-    """``path`` (a PATH value) with the directories that hold this environment's ``ninja`` put first.
-
-    PyTorch runs ``ninja`` from PATH. ``make`` and scripts call ``.venv/bin/onlstm`` without activating
-    the virtualenv, so the ``ninja`` that pip installed next to the interpreter (a dependency of this
-    package) is not on PATH and, without a system ninja, the kernel silently fell back to ``fused``.
-    """
+    """``path`` (a PATH value) with the directories that hold this environment's ``ninja`` (PyTorch runs it
+    from PATH) put first, for scripts that call ``.venv/bin/onlstm`` without activating the virtualenv."""
     first = []
     with contextlib.suppress(ImportError):  # the `ninja` package knows where its binary is
         import ninja
@@ -57,12 +45,8 @@ def build_path(path: str) -> str:
 
 
 def clear_stale_lock(build_dir: Path) -> None:
-    """Wait while another process builds the kernel; remove a build lock left by a killed build.
-
-    PyTorch's build lock (``build_dir/lock``) is removed by the process that took it, in a ``finally``; a
-    process killed while building (SIGKILL, a CI timeout) leaves it, and PyTorch would then wait for it forever,
-    silently, in every later process. A lock older than :data:`STALE_LOCK_S` is removed with a line saying so;
-    while a younger one exists, one line says what we wait for and which file to delete if nothing builds."""
+    """Wait while another process builds the kernel; remove a build lock older than :data:`STALE_LOCK_S`, left
+    by a killed build (PyTorch would wait for it forever, silently, in every later process)."""
     lock, said = build_dir / "lock", False
     while True:
         try:
@@ -76,25 +60,16 @@ def clear_stale_lock(build_dir: Path) -> None:
             )
             return
         if not said:
-            print(
-                f"onlstm: waiting for another process to finish building the C++ kernel ({lock}); "
-                "if no build is running, delete that file",
-                file=sys.stderr,
-                flush=True,
-            )
+            msg = f"onlstm: waiting for another process to finish building the C++ kernel ({lock}); "
+            print(msg + "if no build is running, delete that file", file=sys.stderr, flush=True)
             said = True
         time.sleep(1.0)
 
 
 def load_extension() -> Any:
-    """Return the compiled kernel module, or ``None`` if it cannot be built (the reason: :func:`extension_error`).
-
-    ``impl='auto'`` then falls back to the ``fused`` kernel with one warning (kernels.py).
-
-    The ``ninja`` installed with this package is found without an activated virtualenv (:func:`build_path`).
-    Set ``ONLSTM_NO_EXTENSION=1`` to skip the build. The build directory is PyTorch's
-    (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``).
-    """
+    """Return the compiled kernel module, or ``None`` if it cannot be built (the reason: :func:`extension_error`;
+    ``impl='auto'`` then falls back to ``fused`` with one warning). ``ONLSTM_NO_EXTENSION=1`` skips the build;
+    the build directory is PyTorch's (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``)."""
     if _state["tried"]:
         return _state["module"]
     _state["tried"] = True

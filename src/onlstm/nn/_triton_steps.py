@@ -1,17 +1,9 @@
-"""The two Triton kernels of the ``triton`` layer kernel: one element-wise ON-LSTM step, forward and backward.
-
-Imported only by :mod:`onlstm.nn.triton_kernel` once Triton is known to be importable (CPU users never
-need Triton). One program handles one batch row of one step: the master gates (softmax and cumulative
-sums over the ``n`` chunks) need the whole row, and the row fits one program (``n * C`` units laid out
-as an ``(n, C)`` tile, so a chunk's master-gate value broadcasts over its ``C`` units without a gather).
-The maths is the hand-written backward of :mod:`onlstm.nn.fused`, step by step; gate layout and
-equations: :mod:`onlstm.nn.functional`.
-
-Buffers of the whole sequence (``XP``, ``ACT``, ``CELL``, ...) are passed whole with the step's first
-row ``ROW0`` (and ``C_ROW0`` for ``C_PREV``); per-step buffers (``HU``, ``DH``, ``DC_*``) start at row 0.
-Row indices are not specialised on (``do_not_specialize``): one compiled kernel serves every step, and
-the base pointers keep their alignment. Arithmetic runs in the dtype of ``ACT`` (float32,
-or float64 for gradcheck); ``HU`` (the recurrent product) and the ``*_MM`` copies may be half precision.
+"""The two Triton kernels of the ``triton`` layer kernel: one element-wise ON-LSTM step, forward and backward
+(docs/layer.md, "The Triton path"; the maths is :mod:`onlstm.nn.fused`'s, step by step). One program handles
+one batch row of one step, its units an ``(n, C)`` tile. Sequence buffers (``XP``, ``ACT``, ``CELL``, ...) are
+passed whole with the step's first row ``ROW0`` (``C_ROW0`` for ``C_PREV``), not specialised on, so one
+compiled kernel serves every step; per-step buffers (``HU``, ``DH``, ``DC_*``) start at row 0. Arithmetic
+runs in ``ACT``'s dtype; ``HU`` and the ``*_MM`` copies may be half precision.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The built-in kernels, registered when :mod:`onlstm.nn` is imported.
-
-Apart from the registry (:mod:`onlstm.nn.kernels`), so that a kernel module may use the registry (the
-Triton module registers its CPU-interpreter variant) without the registry importing it back.
-"""
+"""The built-in kernels, registered when :mod:`onlstm.nn` is imported (apart from the registry, which a
+kernel module may then use without an import circle: docs/design.md §4.3)."""
 
 from __future__ import annotations
 

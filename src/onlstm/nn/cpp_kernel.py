@@ -18,20 +18,13 @@ class CppKernel:
         self._module = module
 
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
-        i = inputs
-        out, h_n, c_n, dist, act, cells = self._module.forward(
-            i.x, i.w_ih, i.w_hh, i.bias, i.h0, i.c0, i.batch_sizes, i.chunk, i.inclusive
-        )
+        out, h_n, c_n, dist, act, cells = self._module.forward(*inputs)
         return KernelOutputs(out, h_n, c_n, dist, saved=(out, act, cells))
 
     def backward(self, inputs: KernelInputs, saved: tuple[Tensor, ...], grads: OutputGrads) -> KernelGrads:
         i, (out, act, cells) = inputs, saved
-        g = grads
-        dx, dw_ih, dw_hh, db, dh0, dc0 = self._module.backward(
-            g.out, g.h_n, g.c_n, g.dist, i.x, i.w_ih, i.w_hh, i.h0, i.c0, i.batch_sizes, act, cells, out,
-            i.chunk, i.inclusive,
-        )  # fmt: skip
-        return KernelGrads(dx, dw_ih, dw_hh, db, dh0, dc0)
+        rest = (i.x, i.w_ih, i.w_hh, i.h0, i.c0, i.batch_sizes, act, cells, out, i.chunk, i.inclusive)
+        return KernelGrads(*self._module.backward(*grads, *rest))
 
 
 def load_cpp_kernel() -> CppKernel:

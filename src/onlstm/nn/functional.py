@@ -20,12 +20,8 @@ def cumax(x: Tensor, dim: int = -1) -> Tensor:
 
 
 def suffix_sum(p: Tensor, inclusive: bool) -> Tensor:
-    """``s_k = sum_{j >= k} p_j`` (inclusive) or ``sum_{j > k} p_j`` (exclusive) over the last dim.
-
-    The one suffix sum of the Python code: the master input gate (forward) and the adjoint of the
-    master forget gate's cumulative sum (the fused backward) both use it. The C++ kernel has its own
-    loops (``master_gates`` and the end of ``backward_row`` in ``csrc/onlstm_cpu.cpp``).
-    """
+    """``s_k = sum_{j >= k} p_j`` (inclusive) or ``sum_{j > k} p_j`` (exclusive) over the last dim: the master
+    input gate, and the adjoint of the master forget gate's cumulative sum in the fused backward."""
     s = torch.flip(torch.cumsum(torch.flip(p, (-1,)), -1), (-1,))
     return s if inclusive else s - p
 

@@ -17,16 +17,12 @@ class FusedKernel:
 
     @staticmethod
     def forward(inputs: KernelInputs) -> KernelOutputs:
-        x, w_ih, w_hh, bias, h0, c0 = inputs.x, inputs.w_ih, inputs.w_hh, inputs.bias, inputs.h0, inputs.c0
-        chunk, inclusive = inputs.chunk, inputs.inclusive
-        bs = inputs.batch_sizes.tolist()
-        N, G, D = x.shape[0], w_hh.shape[0], w_hh.shape[1]
-        n = D // chunk
+        x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive = inputs
+        bs, N, (G, D) = batch_sizes.tolist(), x.shape[0], w_hh.shape
+        n, w_hh_t = D // chunk, w_hh.t()
         xp = torch.addmm(bias, x, w_ih.t()) if bias is not None else x @ w_ih.t()
-        act = x.new_empty(N, G)
+        act, dist = x.new_empty(N, G), x.new_empty(N, 2)
         out, cells, tcs = x.new_empty(N, D), x.new_empty(N, D), x.new_empty(N, D)
-        dist = x.new_empty(N, 2)
-        w_hh_t = w_hh.t()
         off = prev = 0
         for t, b in enumerate(bs):
             h_prev = h0[:b] if t == 0 else out[prev : prev + b]
@@ -37,12 +33,8 @@ class FusedKernel:
             a[:, : 2 * n] = p.view(b, 2 * n)
             torch.sigmoid(g[:, 2 * n :], out=a[:, 2 * n :])
             torch.tanh(g[:, 2 * n + D : 2 * n + 2 * D], out=a[:, 2 * n + D : 2 * n + 2 * D])
-            mi, mf = _master(p[:, 0], p[:, 1], inclusive)
-            w = (mf * mi).unsqueeze(-1)
-            o, ch, ig, fg = a[:, 2 * n :].view(b, 4, n, chunk).unbind(1)
-            c_new = (fg * w + (mf.unsqueeze(-1) - w)) * c_prev.view(b, n, chunk) + (
-                ig * w + (mi.unsqueeze(-1) - w)
-            ) * ch
+            o, ch, _, _, f_hat, i_hat, mi, mf, _ = _gates(p[:, 0], p[:, 1], a, b, n, chunk, inclusive)
+            c_new = f_hat * c_prev.view(b, n, chunk) + i_hat * ch
             cells[off : off + b] = c_new.view(b, D)
             torch.tanh(cells[off : off + b], out=tcs[off : off + b])
             torch.mul(o.reshape(b, D), tcs[off : off + b], out=out[off : off + b])
@@ -55,28 +47,20 @@ class FusedKernel:
     @staticmethod
     def backward(inputs: KernelInputs, saved: tuple[Tensor, ...], grads: OutputGrads) -> KernelGrads:
         out, act, cells, tcs = saved
-        x, w_ih, w_hh, h0, c0 = inputs.x, inputs.w_ih, inputs.w_hh, inputs.h0, inputs.c0
-        chunk, inclusive = inputs.chunk, inputs.inclusive
+        x, w_ih, w_hh, _, h0, c0, batch_sizes, chunk, inclusive = inputs
         grad_out, grad_dist = grads.out, grads.dist
-        bs = inputs.batch_sizes.tolist()
-        N, G, D = x.shape[0], w_hh.shape[0], w_hh.shape[1]
-        n = D // chunk
-        offs = step_offsets(bs)
-        dG = x.new_empty(N, G)
+        bs, N, (G, D) = batch_sizes.tolist(), x.shape[0], w_hh.shape
+        n, offs, dG = D // chunk, step_offsets(bs), x.new_empty(N, G)
         dh, dc = grads.h_n.clone(), grads.c_n.clone()
         for t in range(len(bs) - 1, -1, -1):
             b, off = bs[t], offs[t]
             c_prev = c0[:b] if t == 0 else cells[offs[t - 1] : offs[t - 1] + b]
             a = act[off : off + b]
             pi, pf = a[:, :n], a[:, n : 2 * n]
-            o, ch, ig, fg = a[:, 2 * n :].view(b, 4, n, chunk).unbind(1)
-            mi, mf = _master(pi, pf, inclusive)
-            w = (mf * mi).unsqueeze(-1)
+            o, ch, ig, fg, f_hat, i_hat, mi, mf, w = _gates(pi, pf, a, b, n, chunk, inclusive)
             tc = tcs[off : off + b].view(b, n, chunk)
             dh_t = (grad_out[off : off + b] + dh[:b]).view(b, n, chunk)
             dcu = dc[:b].view(b, n, chunk) + dh_t * o * (1 - tc * tc)
-            f_hat = fg * w + (mf.unsqueeze(-1) - w)
-            i_hat = ig * w + (mi.unsqueeze(-1) - w)
             dfh = dcu * c_prev.view(b, n, chunk)
             dih = dcu * ch
             dc[:b] = (dcu * f_hat).view(b, D)
@@ -102,6 +86,9 @@ class FusedKernel:
         return KernelGrads(dG @ w_ih, dGt @ x, dGt @ h_prev, dG.sum(0), dh, dc)
 
 
-def _master(pi: Tensor, pf: Tensor, inclusive: bool) -> tuple[Tensor, Tensor]:
-    """Master input and forget gates from the chunk softmaxes (``functional.master_input/forget``)."""
-    return suffix_sum(pi, inclusive), prefix_sum(pf, inclusive=True)
+def _gates(pi: Tensor, pf: Tensor, a: Tensor, b: int, n: int, chunk: int, inclusive: bool) -> tuple[Tensor, ...]:
+    """From a step's chunk softmaxes and activations ``a``: ``o, ĉ, i, f, f^, i^, i~, f~, w`` (docs/design.md §1.1)."""
+    mi, mf = suffix_sum(pi, inclusive), prefix_sum(pf, inclusive=True)
+    w = (mf * mi).unsqueeze(-1)
+    o, ch, ig, fg = a[:, 2 * n :].view(b, 4, n, chunk).unbind(1)
+    return o, ch, ig, fg, fg * w + (mf.unsqueeze(-1) - w), ig * w + (mi.unsqueeze(-1) - w), mi, mf, w

@@ -1,29 +1,12 @@
-"""The kernel interface of the ON-LSTM layer and the registry that ``impl=`` chooses from (docs/design.md
-§1.7 and §4.3).
-
-A *kernel* runs one layer in one direction over a whole packed sequence, forward and a hand-written
-backward; :class:`LayerKernel` is the written contract. ``ONLSTM(impl=...)`` accepts ``'reference'`` (the
-readable step loop of :mod:`onlstm.nn.reference`, autograd, every device and dtype: the oracle the kernels
-are tested against), the name of a registered kernel (built in, registered by
-:mod:`onlstm.nn.builtin_kernels`: ``'fused'``, ``'cpp'``, ``'triton'``), or ``'auto'``: the available
-kernel of highest priority that supports the input's device and dtype, else ``'reference'``. A kernel
-named explicitly runs the reference path on a device or dtype it does not support, and is an error when it
-cannot be loaded. Adding one::
-
-    register_kernel(KernelSpec(
-        name="mine", load=lambda: MyKernel(),                 # load may raise: "unavailable, because ..."
-        devices=("cuda",), dtypes=(torch.float32,), priority=40, label="my kernel"))
-
-``load`` is called once, on first use; if it raises, the kernel is unavailable for the rest of the
-process: ``'auto'`` falls back to the next kernel with one ``RuntimeWarning``, and :func:`kernel_status`
-says why. Add the new name to the kernels tests/nn/test_layer.py runs against the reference.
+"""The kernel interface of the ON-LSTM layer (:class:`LayerKernel`) and the registry ``impl=`` chooses from:
+``register_kernel``, ``resolve_impl``, ``kernel_status`` (docs/design.md §1.7 and §4.3, docs/layer.md).
 """
 
 from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,8 +16,15 @@ from torch import Tensor
 from ..errors import exception_line, first_line
 
 
+class _Record:
+    """The records below unpack like tuples, in field order (``x, w_ih, ..., inclusive = inputs``)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.__dict__.values())
+
+
 @dataclass(frozen=True)
-class KernelInputs:
+class KernelInputs(_Record):
     """What a kernel runs on: one layer, one direction, a whole sequence in PyTorch's packed layout.
 
     Shapes (``N = sum(batch_sizes)`` rows, ``B = batch_sizes[0]``, hidden ``D``, ``G = 4D + 2D/chunk``):
@@ -56,13 +46,9 @@ class KernelInputs:
 
 
 @dataclass(frozen=True)
-class KernelOutputs:
-    """``out (N, D)``, ``h_n, c_n (B, D)`` (each row's state after its own last step), ``dist (N, 2)``.
-
-    ``dist[:, 0]`` is the master-forget distance and ``dist[:, 1]`` the master-input distance of every
-    row; ``saved`` is whatever tensors ``backward`` needs (kept by autograd between the two; ``out``
-    among them if backward reads it).
-    """
+class KernelOutputs(_Record):
+    """``out (N, D)``, ``h_n, c_n (B, D)`` (each row's state after its own last step), ``dist (N, 2)`` (master-forget,
+    master-input distance); ``saved``: the tensors ``backward`` needs (``out`` among them if it reads it)."""
 
     out: Tensor
     h_n: Tensor
@@ -72,7 +58,7 @@ class KernelOutputs:
 
 
 @dataclass(frozen=True)
-class OutputGrads:
+class OutputGrads(_Record):
     """The gradients arriving at the outputs, contiguous: ``dist`` is ``None`` when the distances
     were not used."""
 
@@ -83,7 +69,7 @@ class OutputGrads:
 
 
 @dataclass(frozen=True)
-class KernelGrads:
+class KernelGrads(_Record):
     """The gradients of the inputs (``bias``: of ``b_ih + b_hh``; dropped by the wrapper without bias)."""
 
     x: Tensor
@@ -104,17 +90,17 @@ class LayerKernel(Protocol):
         ...
 
 
+def last_rows(bs: list[int], device: torch.device | str = "cpu") -> Tensor:
+    """The packed row (B,) of each sequence's last step (rows drop out of a packed batch from the end)."""
+    sizes = torch.tensor(bs)
+    lengths = (sizes.unsqueeze(0) > torch.arange(bs[0]).unsqueeze(1)).sum(1)  # (B,)
+    return (torch.tensor(step_offsets(bs))[lengths - 1] + torch.arange(bs[0])).to(device)
+
+
 def final_states(out: Tensor, cells: Tensor, bs: list[int]) -> tuple[Tensor, Tensor]:
-    """``h_n, c_n``: each row's state after its own last step (rows drop out of a packed batch from the end)."""
-    h_n, c_n = out.new_empty(bs[0], out.shape[1]), out.new_empty(bs[0], out.shape[1])
-    off = 0
-    for t, b in enumerate(bs):
-        nxt = bs[t + 1] if t + 1 < len(bs) else 0
-        if b > nxt:
-            h_n[nxt:b] = out[off + nxt : off + b]
-            c_n[nxt:b] = cells[off + nxt : off + b]
-        off += b
-    return h_n, c_n
+    """``h_n, c_n``: each row's state after its own last step."""
+    rows = last_rows(bs, out.device)
+    return out[rows], cells[rows]
 
 
 def step_offsets(bs: list[int]) -> list[int]:
@@ -123,9 +109,12 @@ def step_offsets(bs: list[int]) -> list[int]:
 
 
 def previous_h(h0: Tensor, out: Tensor, bs: list[int]) -> Tensor:
-    """For every packed row, the ``h`` its step read: ``h0`` at step 0, else its own row of the step before."""
-    offs = step_offsets(bs)
-    return torch.cat([h0[: bs[0]]] + [out[offs[t - 1] : offs[t - 1] + bs[t]] for t in range(1, len(bs))])
+    """For every packed row, the ``h`` its step read: ``h0`` at step 0, else its own row of the step before.
+
+    One split rather than a slice per step: under autograd the backward of ``T`` slices would build ``T``
+    zero-filled gradients of the whole ``out``, quadratic in the length; a split's backward is one concatenation.
+    """
+    return torch.cat([h0[: bs[0]]] + [s[:b] for s, b in zip(out.split(bs), bs[1:])])
 
 
 class _KernelFunction(torch.autograd.Function):
@@ -171,14 +160,9 @@ def fused_layer(
     kernel: LayerKernel,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run ``kernel`` over one layer/direction of a packed sequence; returns ``out, h_n, c_n, dist``."""
-    tensors = (x.contiguous(), w_ih, w_hh, bias, h0.contiguous(), c0.contiguous(), batch_sizes)
-    outputs = _KernelFunction.apply(kernel, chunk, inclusive, *tensors)
-    return outputs[0], outputs[1], outputs[2], outputs[3]
+    x, h0, c0 = x.contiguous(), h0.contiguous(), c0.contiguous()
+    return _KernelFunction.apply(kernel, chunk, inclusive, x, w_ih, w_hh, bias, h0, c0, batch_sizes)
 
-
-# ---------------------------------------------------------------------------------------------
-# Registry
-# ---------------------------------------------------------------------------------------------
 
 RESERVED = ("auto", "reference")
 DEPRECATED_ALIASES = {"python": "fused"}  # old name -> new name; accepted with a DeprecationWarning
@@ -190,12 +174,9 @@ class KernelUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """A registered kernel: how to load it and where it runs.
-
-    ``load`` returns the kernel or raises (any exception: the kernel is then unavailable, its message
-    the reason); ``devices`` are device types (``'cpu'``, ``'cuda'``); ``priority`` orders the
-    candidates of ``impl='auto'`` (higher first); ``label`` names it in messages.
-    """
+    """A registered kernel: ``load`` returns it or raises (it is then unavailable, the message the reason; called
+    once, on first use); ``devices`` are device types (``'cpu'``, ``'cuda'``); ``priority`` orders the
+    candidates of ``impl='auto'`` (higher first); ``label`` names it in messages."""
 
     name: str
     load: Callable[[], LayerKernel]
@@ -254,10 +235,8 @@ def impl_choices() -> tuple[str, ...]:
 
 
 def canonical_impl(impl: str, stacklevel: int = 2) -> str:
-    """``impl`` checked, with a deprecated alias replaced by its new name (and a DeprecationWarning).
-
-    ``stacklevel`` is the warning's, counted from here (2: this function's caller).
-    """
+    """``impl`` checked, a deprecated alias replaced by its new name with a DeprecationWarning (at ``stacklevel``
+    counted from here: 2 is this function's caller)."""
     if isinstance(impl, str) and impl in DEPRECATED_ALIASES:
         new = DEPRECATED_ALIASES[impl]
         warnings.warn(
@@ -273,27 +252,17 @@ def canonical_impl(impl: str, stacklevel: int = 2) -> str:
 
 def load_kernel(name: str) -> LayerKernel | None:
     """The kernel registered as ``name``, loaded on first use; ``None`` if it cannot be loaded."""
-    if name in _loaded:
-        return _loaded[name]
-    if name in _errors:
-        return None
-    spec = _specs[name]
-    try:
-        kernel = spec.load()
-    except Exception as exc:
-        _errors[name] = first_line(exc) if isinstance(exc, KernelUnavailable) else exception_line(exc)
-        return None
-    _loaded[name] = kernel
-    return kernel
+    if name not in _loaded and name not in _errors:
+        try:
+            _loaded[name] = _specs[name].load()
+        except Exception as exc:
+            _errors[name] = first_line(exc) if isinstance(exc, KernelUnavailable) else exception_line(exc)
+    return _loaded.get(name)
 
 
 def kernel_status() -> dict[str, dict[str, Any]]:
     """For each registered kernel: ``{"available": bool, "reason": str | None}`` (loads each kernel)."""
-    status: dict[str, dict[str, Any]] = {}
-    for name in kernel_names():
-        ok = load_kernel(name) is not None
-        status[name] = {"available": ok, "reason": None if ok else _errors.get(name)}
-    return status
+    return {name: {"available": load_kernel(name) is not None, "reason": _errors.get(name)} for name in kernel_names()}
 
 
 def kernel_error(name: str) -> str | None:
@@ -314,8 +283,7 @@ def resolve_impl(impl: str, device: torch.device, dtype: torch.dtype) -> str:
         if load_kernel(impl) is None:
             raise RuntimeError(f"impl={impl!r} but the {spec.title} is unavailable: {_errors[impl]}")
         return impl
-    failed = []
-    chosen = "reference"
+    failed, chosen = [], "reference"
     for name in kernel_names():
         if _specs[name].supports(device, dtype):
             if load_kernel(name) is not None:

@@ -36,15 +36,21 @@ class _Flat(NamedTuple):
     batch: int
 
 
-def _check_sizes(input_size: int, hidden_size: int, chunk_size: int) -> None:
-    for name, value in (("input_size", input_size), ("hidden_size", hidden_size), ("chunk_size", chunk_size)):
+def _check_args(sizes: dict[str, int], probs: dict[str, float], master_input: str) -> None:
+    """The constructor arguments of both modules: positive sizes, probabilities in [0, 1), a known mode."""
+    for name, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if hidden_size % chunk_size:
+    if sizes["hidden_size"] % sizes["chunk_size"]:
         raise ValueError(
-            f"hidden_size ({hidden_size}) must be divisible by chunk_size ({chunk_size}); "
-            f"choose a chunk_size among the divisors of {hidden_size}"
+            f"hidden_size ({sizes['hidden_size']}) must be divisible by chunk_size ({sizes['chunk_size']}); "
+            f"choose a chunk_size among the divisors of {sizes['hidden_size']}"
         )
+    for name, p in probs.items():
+        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p < 1.0:
+            raise ValueError(f"{name} must be a probability in [0, 1), got {p!r}")
+    if master_input not in Fn.MASTER_INPUT_MODES:
+        raise ValueError(f"master_input must be one of {Fn.MASTER_INPUT_MODES}, got {master_input!r}")
 
 
 _NO_TORCHSCRIPT = (
@@ -60,16 +66,6 @@ def _check_dtype(x: Tensor, weight: Tensor, who: str) -> None:
             f"{who}: input dtype ({x.dtype}) does not match weight dtype ({weight.dtype}). Convert the input: "
             f"input.to({weight.dtype}), or the model: model.to({x.dtype})"
         )
-
-
-def _check_master_input(mode: str) -> None:
-    if mode not in Fn.MASTER_INPUT_MODES:
-        raise ValueError(f"master_input must be one of {Fn.MASTER_INPUT_MODES}, got {mode!r}")
-
-
-def _check_p(name: str, p: float) -> None:
-    if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p < 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1), got {p!r}")
 
 
 def dropconnect_weight(weight: Tensor, p: float, training: bool) -> Tensor:
@@ -111,6 +107,11 @@ class ONLSTMCell(nn.Module):
     ``sample_mask()`` at the start of each sequence. In eval mode the weight is scaled by ``1 - p``.
     """
 
+    weight_ih: Tensor
+    weight_hh: Tensor
+    bias_ih: Tensor | None
+    bias_hh: Tensor | None
+
     def __init__(
         self,
         input_size: int,
@@ -123,28 +124,20 @@ class ONLSTMCell(nn.Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        _check_sizes(input_size, hidden_size, chunk_size)
-        _check_p("dropconnect", dropconnect)
-        _check_master_input(master_input)
+        _check_args(dict(input_size=input_size, hidden_size=hidden_size, chunk_size=chunk_size),
+                    dict(dropconnect=dropconnect), master_input)  # fmt: skip
         self.input_size, self.hidden_size, self.chunk_size = input_size, hidden_size, chunk_size
         self.n_chunks = hidden_size // chunk_size
         self.bias, self.dropconnect, self.master_input = bias, float(dropconnect), master_input
-        g = Fn.gate_size(hidden_size, chunk_size)
-        kw = {"device": device, "dtype": dtype}
-        self.weight_ih = nn.Parameter(torch.empty(g, input_size, **kw))
-        self.weight_hh = nn.Parameter(torch.empty(g, hidden_size, **kw))
-        if bias:
-            self.bias_ih = nn.Parameter(torch.empty(g, **kw))
-            self.bias_hh = nn.Parameter(torch.empty(g, **kw))
-        else:
+        self._flat_names = [_add_weights(self, "", input_size, hidden_size, chunk_size, bias, device, dtype)]
+        if not bias:
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
         self._mask: Tensor | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        _linear_init(self.weight_ih, self.bias_ih)
-        _linear_init(self.weight_hh, self.bias_hh)
+        _reset(self, self._flat_names)
 
     def sample_mask(self) -> None:
         """Draw a new DropConnect mask for ``weight_hh`` (used by every training step until the next call)."""
@@ -200,12 +193,23 @@ class ONLSTMCell(nn.Module):
         return s + f", master_input={self.master_input!r}"
 
 
-def _linear_init(weight: Tensor, bias: Tensor | None) -> None:
-    """``nn.Linear``'s default initialisation (what the reference code gets)."""
-    nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
-    if bias is not None:
-        bound = 1.0 / math.sqrt(weight.shape[1])
-        nn.init.uniform_(bias, -bound, bound)
+def _add_weights(module: nn.Module, sfx: str, input_size: int, hidden: int, chunk: int, bias: bool, device, dtype):
+    """Register ``weight_ih{sfx}``, ``weight_hh{sfx}`` (and the two biases) on ``module``; returns their names."""
+    g = Fn.gate_size(hidden, chunk)
+    names = [f"weight_ih{sfx}", f"weight_hh{sfx}"] + ([f"bias_ih{sfx}", f"bias_hh{sfx}"] if bias else [])
+    for name, shape in zip(names, [(g, input_size), (g, hidden), (g,), (g,)]):
+        module.register_parameter(name, nn.Parameter(torch.empty(*shape, device=device, dtype=dtype)))
+    return names
+
+
+def _reset(module: nn.Module, flat_names: list[list[str]]) -> None:
+    """``nn.Linear``'s default initialisation of each affine map (what the reference code gets)."""
+    for names in flat_names:
+        params = [getattr(module, name) for name in names] + [None, None]
+        for weight, bias in ((params[0], params[2]), (params[1], params[3])):
+            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+            if bias is not None:
+                nn.init.uniform_(bias, -1.0 / math.sqrt(weight.shape[1]), 1.0 / math.sqrt(weight.shape[1]))
 
 
 def _unpack_hx(hx):
@@ -252,12 +256,8 @@ class ONLSTM(nn.Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        _check_sizes(input_size, hidden_size, chunk_size)
-        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers <= 0:
-            raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
-        _check_p("dropout", dropout)
-        _check_p("dropconnect", dropconnect)
-        _check_master_input(master_input)
+        sizes = dict(input_size=input_size, hidden_size=hidden_size, chunk_size=chunk_size, num_layers=num_layers)
+        _check_args(sizes, dict(dropout=dropout, dropconnect=dropconnect), master_input)
         self._impl = kernels.canonical_impl(impl, stacklevel=3)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.chunk_size, self.n_chunks = chunk_size, hidden_size // chunk_size
@@ -265,35 +265,21 @@ class ONLSTM(nn.Module):
         self.dropout, self.dropconnect = float(dropout), float(dropconnect)
         self.master_input = master_input
         self.num_directions = 2 if bidirectional else 1
-        g = Fn.gate_size(hidden_size, chunk_size)
-        kw = {"device": device, "dtype": dtype}
-        self._flat_names = []
-        for layer in range(num_layers):
-            layer_in = input_size if layer == 0 else hidden_size * self.num_directions
-            for direction in range(self.num_directions):
-                sfx = f"_l{layer}" + ("_reverse" if direction == 1 else "")
-                names = [f"weight_ih{sfx}", f"weight_hh{sfx}"] + ([f"bias_ih{sfx}", f"bias_hh{sfx}"] if bias else [])
-                shapes = [(g, layer_in), (g, hidden_size), (g,), (g,)]
-                for name, shape in zip(names, shapes):
-                    setattr(self, name, nn.Parameter(torch.empty(*shape, **kw)))
-                self._flat_names.append(names)
+        self._flat_names = [
+            _add_weights(self, f"_l{layer}{sfx}", input_size if layer == 0 else hidden_size * self.num_directions,
+                         hidden_size, chunk_size, bias, device, dtype)
+            for layer in range(num_layers) for sfx in ("", "_reverse")[: self.num_directions]
+        ]  # fmt: skip
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for names in self._flat_names:
-            params = [getattr(self, nm) for nm in names]
-            _linear_init(params[0], params[2] if self.bias else None)
-            _linear_init(params[1], params[3] if self.bias else None)
+        _reset(self, self._flat_names)
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, chunk_size={self.chunk_size}"
-        for name, default in (
-            ("bias", True),
-            ("batch_first", False),
-            ("dropout", 0.0),
-            ("dropconnect", 0.0),
-            ("bidirectional", False),
-        ):
+        for name, default in dict(
+            bias=True, batch_first=False, dropout=0.0, dropconnect=0.0, bidirectional=False
+        ).items():
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)}"
         return s + f", master_input={self.master_input!r}, impl={self.impl!r}"
@@ -376,28 +362,22 @@ class ONLSTM(nn.Module):
 
     def _layers(self, flat: _Flat, h0: Tensor, c0: Tensor, impl: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Every layer and direction: last layer's rows ``(N, D*dirs)``, ``h_n, c_n``, ``dist (N, 2, L*dirs)``."""
-        layer_input = flat.data
-        h_n, c_n, dists = [], [], []
-        rev_idx = None
+        layer_input, results = flat.data, []
+        rev = _reverse_index(flat.batch_sizes).to(flat.data.device) if self.bidirectional else None
         for layer in range(self.num_layers):
             outs = []
-            for direction in range(self.num_directions):
-                k = layer * self.num_directions + direction
-                x_l = layer_input
-                if direction == 1:
-                    if rev_idx is None:
-                        rev_idx = _reverse_index(flat.batch_sizes).to(flat.data.device)
-                    x_l = x_l.index_select(0, rev_idx)
+            for d in range(self.num_directions):  # d = 1: the reverse direction, each sequence read backwards
+                k = layer * self.num_directions + d
+                x_l = layer_input.index_select(0, rev) if d and rev is not None else layer_input
                 out, hk, ck, dist = self._run(k, x_l, flat.batch_sizes, h0[k], c0[k], impl)
-                if rev_idx is not None and direction == 1:
-                    out, dist = out.index_select(0, rev_idx), dist.index_select(0, rev_idx)
+                if d and rev is not None:
+                    out, dist = out.index_select(0, rev), dist.index_select(0, rev)
                 outs.append(out)
-                h_n.append(hk)
-                c_n.append(ck)
-                dists.append(dist)
-            layer_input = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+                results.append((hk, ck, dist))
+            layer_input = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]
             if self.dropout and self.training and layer < self.num_layers - 1:
                 layer_input = F.dropout(layer_input, self.dropout, True)
+        h_n, c_n, dists = zip(*results)
         return layer_input, torch.stack(h_n), torch.stack(c_n), torch.stack(dists, dim=-1)
 
     def _format_output(self, flat: _Flat, out: Tensor, h_n: Tensor, c_n: Tensor, dist: Tensor, return_distances: bool):
@@ -449,18 +429,12 @@ class ONLSTM(nn.Module):
             h0, c0 = h0.index_select(1, sorted_idx), c0.index_select(1, sorted_idx)
         return h0, c0
 
-    def _weights(self, k: int):
-        names = self._flat_names[k]
-        w_ih, w_hh = getattr(self, names[0]), getattr(self, names[1])
-        b_ih = getattr(self, names[2]) if self.bias else None
-        b_hh = getattr(self, names[3]) if self.bias else None
-        return w_ih, dropconnect_weight(w_hh, self.dropconnect, self.training), b_ih, b_hh
-
     def _run(
         self, k: int, x: Tensor, batch_sizes: Tensor, h0: Tensor, c0: Tensor, impl: str
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """One layer/direction over packed rows ``x`` (N, in): ``out (N, D), h_n, c_n, dist (N, 2)``."""
-        w_ih, w_hh, b_ih, b_hh = self._weights(k)
+        w_ih, weight_hh, *biases = self.all_weights[k]
+        w_hh, (b_ih, b_hh) = dropconnect_weight(weight_hh, self.dropconnect, self.training), biases or (None, None)
         if impl == "reference":
             return reference_layer(
                 x, w_ih, w_hh, b_ih, b_hh, h0, c0, batch_sizes.tolist(), self.chunk_size, self.master_input
@@ -476,15 +450,10 @@ class ONLSTM(nn.Module):
 def _reverse_index(batch_sizes: Tensor) -> Tensor:
     """Row permutation of packed data that reverses every sequence within its own length."""
     bs = batch_sizes.to(torch.int64)
-    steps, batch = bs.numel(), int(bs[0])
-    offsets = torch.cumsum(bs, 0) - bs  # (T,)
-    lengths = (bs.unsqueeze(0) > torch.arange(batch).unsqueeze(1)).sum(1)  # (B,)
-    t = torch.arange(steps).unsqueeze(1).expand(steps, batch)
-    r = torch.arange(batch).unsqueeze(0).expand(steps, batch)
-    valid = r < bs.unsqueeze(1)
-    t_rev = lengths.unsqueeze(0) - 1 - t
-    src = offsets[t_rev.clamp(min=0)] + r
-    return src[valid]
+    t, r = torch.arange(bs.numel()).unsqueeze(1), torch.arange(int(bs[0])).unsqueeze(0)  # (T, 1), (1, B)
+    lengths = (bs.unsqueeze(0) > r.T).sum(1)  # (B,)
+    src = (torch.cumsum(bs, 0) - bs)[(lengths - 1 - t).clamp(min=0)] + r  # (T, B): the row read backwards
+    return src[r < bs.unsqueeze(1)]
 
 
 selfcheck.register_layer(ONLSTM)

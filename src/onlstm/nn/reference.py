@@ -1,8 +1,5 @@
-"""The reference path (``impl='reference'``): one layer, one direction, as a readable step loop of
-:func:`onlstm.nn.functional.cell_update`, differentiated by autograd; every kernel is tested against it.
-Over a packed sequence step ``t`` holds the first ``bs_t`` rows (non-increasing), so a row that has ended
-simply stops being updated.
-"""
+"""The reference path (``impl='reference'``): one layer and direction as a readable step loop of
+:func:`onlstm.nn.functional.cell_update`, differentiated by autograd; every kernel is tested against it."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""The Triton kernel checks itself against the reference loop before it is trusted (docs/layer.md, "The
-Triton path", says what, when and why).
-
-The first time a process runs a checked kernel for one configuration (kernel, device, input dtype, product
-dtype, hidden size, chunk size, master-input mode: Triton compiles one program per configuration), a small
-packed forward and backward runs through the kernel and through the reference loop in float64. On a
-mismatch or an exception it warns once and that process runs the reference loop there from then on.
-``ONLSTM_KERNEL_SELFCHECK=0`` skips the check; :func:`results` lists the checks of the process. The check
-draws from its own generator and restores the global ones, so a run gives the same results with it or without.
-"""
+"""The Triton kernel checks itself against the reference loop before it is trusted: :func:`verified` (the
+layer's dispatch), :func:`results`, :func:`info`. What, when and why: docs/layer.md, "The Triton path"."""
 
 from __future__ import annotations
 
@@ -69,9 +61,7 @@ _lock = threading.Lock()
 _running = threading.local()  # set while a check runs its own forward calls: they must not check again
 
 
-# The layer class, registered by nn/modules.py when it is defined: modules imports this file to dispatch, so
-# this file may not import modules back (no import circle; tests/test_architecture.py).
-_layer: dict[str, Any] = {}
+_layer: dict[str, Any] = {}  # the layer class, registered by nn/modules.py (which imports this file)
 
 
 def register_layer(cls) -> None:
@@ -110,11 +100,8 @@ def product_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
 
 
 def verified(impl: str, device: torch.device, dtype: torch.dtype, hidden: int, chunk: int, mode: str) -> str:
-    """``impl``, or ``'reference'`` when ``impl`` is a self-checked kernel that failed its check here.
-
-    Runs the check on the first call for a configuration (see the module docstring); the dispatch of
-    :class:`onlstm.ONLSTM` calls this with the kernel the registry chose.
-    """
+    """``impl``, or ``'reference'`` when ``impl`` is a self-checked kernel that failed its check here; the check
+    runs on the first call for a configuration (kernel, device, dtypes, hidden and chunk size, mode)."""
     if impl not in CHECKED or getattr(_running, "active", False) or not enabled():
         return impl
     device = torch.device(device)
@@ -122,28 +109,23 @@ def verified(impl: str, device: torch.device, dtype: torch.dtype, hidden: int, c
     fail_key: FailKey = (impl, str(device), dtype, products)
     key = (*fail_key, hidden, chunk, mode)
     with _lock:
-        if fail_key in _failed:
-            return "reference"
-        done = key in _results
-    if not done:
-        result = run_check(impl, device, dtype, products, hidden, chunk, mode)
-        with _lock:
-            _results[key] = result
-            first_failure = not result.passed and fail_key not in _failed
-            if not result.passed:
-                _failed.setdefault(fail_key, result)
-        if first_failure:
-            warnings.warn(_failure_message(result), RuntimeWarning, stacklevel=3)
+        if fail_key in _failed or key in _results:
+            return "reference" if fail_key in _failed else impl
+    result = run_check(impl, device, dtype, products, hidden, chunk, mode)
+    with _lock:
+        _results[key] = result
+        if first_failure := not result.passed and fail_key not in _failed:
+            _failed[fail_key] = result
+    if first_failure:
+        warnings.warn(_failure_message(result), RuntimeWarning, stacklevel=3)
     return "reference" if fail_key in _failed else impl
 
 
 def _failure_message(r: CheckResult) -> str:
-    error = (
-        f"raised {r.worst}" if r.error is None else f"differs by {r.error:.3g} in {r.worst} (tolerance {r.tolerance:g})"
-    )
+    error = f"differs by {r.error:.3g} in {r.worst} (tolerance {r.tolerance:g})" if r.error is not None else ""
     return (
         f"onlstm: the kernel impl={r.kernel!r} failed its self-check against the reference loop on {r.device} "
-        f"{r.dtype} (products {r.products}) at {r.sizes}: it {error}, relative to the largest reference value; "
+        f"{r.dtype} (products {r.products}) at {r.sizes}: it {error or 'raised ' + r.worst}, relative to the largest reference value; "
         f"this process runs the reference loop there instead (slower, correct). Please report it with the "
         f"output of `onlstm bench gpu --out DIR`; {ENV}=0 skips the check."
     )
@@ -237,9 +219,7 @@ def check_kernel(impl: str, device: torch.device, hidden: int = 1150, chunk: int
     (bf16 where the device supports it, else fp16), as a first forward call would. Records (and warns) like
     :func:`verified`; ``onlstm info`` calls it so that its output says whether the kernel can be trusted here."""
     device = torch.device(device)
-    half = torch.bfloat16
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        half = torch.float16
+    half = torch.float16 if device.type == "cuda" and not torch.cuda.is_bf16_supported() else torch.bfloat16
     verified(impl, device, torch.float32, hidden, chunk, mode)
     with torch.autocast(device.type, dtype=half):
         verified(impl, device, torch.float32, hidden, chunk, mode)

@@ -1,18 +1,12 @@
-"""The ``triton`` kernel (CUDA), a :class:`onlstm.nn.kernels.LayerKernel` (docs/layer.md, "The Triton path").
-
-Forward: the input projection of the whole sequence as one product; per step ``h_{t-1} @ w_hh^T`` (cuBLAS)
-and one Triton kernel for the whole element-wise step (:mod:`onlstm.nn._triton_steps`). Backward, per step
-in reverse: one Triton kernel for the element-wise gradients and one product for the gradient to
-``h_{t-1}``; the weight gradients are one product each after the loop. Under ``torch.autocast`` (float32
-inputs) the products run in the autocast dtype while the element-wise step, the cell and the outputs stay
-float32.
-
-Triton is imported only when the kernel is loaded; :func:`register_interpreter_kernel` registers the same
-kernel for CPU tensors under Triton's interpreter (how the tests check it without a GPU).
+"""The ``triton`` kernel (CUDA), a :class:`onlstm.nn.kernels.LayerKernel`, and its CPU-interpreter variant
+(:func:`register_interpreter_kernel`); how it works: docs/layer.md, "The Triton path". Triton is imported only
+when the kernel is loaded.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import sys
 from typing import Any
@@ -39,13 +33,11 @@ INTERPRETER_NAME = "triton_interpret"
 
 
 def _blocks(n: int, chunk: int) -> dict[str, int]:
+    """A step kernel's tile constants and warps."""
     import triton
 
-    return {"NCH": n, "CHUNK": chunk, "BLOCK_N": triton.next_power_of_2(n), "BLOCK_C": triton.next_power_of_2(chunk)}
-
-
-def _warps(blocks: dict[str, int]) -> int:
-    return 8 if blocks["BLOCK_N"] * blocks["BLOCK_C"] >= 2048 else 4
+    b = {"NCH": n, "CHUNK": chunk, "BLOCK_N": triton.next_power_of_2(n), "BLOCK_C": triton.next_power_of_2(chunk)}
+    return b | {"num_warps": 8 if b["BLOCK_N"] * b["BLOCK_C"] >= 2048 else 4}
 
 
 class TritonKernel:
@@ -55,65 +47,50 @@ class TritonKernel:
         self._steps = steps  # the module of @triton.jit kernels (compiled, or interpreted on the CPU)
 
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
-        x, w_ih, w_hh, bias, h0, c0 = inputs.x, inputs.w_ih, inputs.w_hh, inputs.bias, inputs.h0, inputs.c0
-        batch_sizes, chunk, inclusive = inputs.batch_sizes, inputs.chunk, inputs.inclusive
-        mm = product_dtype(x.device, x.dtype)
-        with torch.autocast(x.device.type, enabled=False):  # the precision of every product is chosen here
-            return self._forward(x, w_ih, w_hh, bias, h0, c0, batch_sizes.tolist(), chunk, inclusive, mm)
+        mm = product_dtype(inputs.x.device, inputs.x.dtype)  # read before autocast is turned off below
+        with torch.autocast(inputs.x.device.type, enabled=False):  # the precision of every product is chosen here
+            return self._forward(mm, *inputs)
 
-    def _forward(self, x, w_ih, w_hh, bias, h0, c0, bs, chunk, inclusive, mm) -> KernelOutputs:
-        N, G, D = x.shape[0], w_hh.shape[0], w_hh.shape[1]
-        low = mm != x.dtype
+    def _forward(self, mm, x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive) -> KernelOutputs:
+        bs, N, (G, D), low = batch_sizes.tolist(), x.shape[0], w_hh.shape, mm != x.dtype
         xp = _input_projection(x, w_ih, bias, mm)  # (N, G) in x's dtype
         act, cells, out, dist = x.new_empty(N, G), x.new_empty(N, D), x.new_empty(N, D), x.new_empty(N, 2)
         h_mm = x.new_empty(N, D, dtype=mm) if low else out  # h_t as the next product reads it
-        hu = x.new_empty(bs[0], G, dtype=mm)
-        w_hh_t, h0_mm = w_hh.to(mm).t(), h0.to(mm)
-        blocks = _blocks(D // chunk, chunk)
-        launch = self._steps.forward_step
-        off = prev = 0
+        hu, w_hh_t, h0_mm = x.new_empty(bs[0], G, dtype=mm), w_hh.to(mm).t(), h0.to(mm)
+        blocks, launch, off, prev = _blocks(D // chunk, chunk), self._steps.forward_step, 0, 0
         for t, b in enumerate(bs):
             h_prev = h0_mm[:b] if t == 0 else h_mm[prev : prev + b]
             torch.mm(h_prev, w_hh_t, out=hu[:b])
             c_prev, c_row0 = (c0, 0) if t == 0 else (cells, prev)
             launch[(b,)](
-                xp, hu, c_prev, act, cells, out, h_mm, dist, off, c_row0,
-                INCLUSIVE=inclusive, HAS_HMM=low, num_warps=_warps(blocks), **blocks,
-            )  # fmt: skip
+                xp, hu, c_prev, act, cells, out, h_mm, dist, off, c_row0, INCLUSIVE=inclusive, HAS_HMM=low, **blocks
+            )
             prev, off = off, off + b
         h_n, c_n = final_states(out, cells, bs)
         return KernelOutputs(out, h_n, c_n, dist, saved=(out, act, cells, x.new_empty(0, dtype=mm)))
 
     def backward(self, inputs: KernelInputs, saved: tuple[Tensor, ...], grads: OutputGrads) -> KernelGrads:
-        x, w_ih, w_hh, h0, c0 = inputs.x, inputs.w_ih, inputs.w_hh, inputs.h0, inputs.c0
-        batch_sizes, chunk, inclusive = inputs.batch_sizes, inputs.chunk, inputs.inclusive
-        grad_out, grad_hn, grad_cn, grad_dist = grads.out, grads.h_n, grads.c_n, grads.dist
+        x, w_ih, w_hh, _, h0, c0, batch_sizes, chunk, inclusive = inputs
         out, act, cells, marker = saved
         bs, mm = batch_sizes.tolist(), marker.dtype
         with torch.autocast(x.device.type, enabled=False):
-            dG, dG_mm, dh, dc = self._step_grads(grad_out, grad_hn, grad_cn, grad_dist, w_hh, c0, act, cells, bs, mm,
-                                                 chunk, inclusive)  # fmt: skip
+            dG, dG_mm, dh, dc = self._step_grads(w_hh, c0, act, cells, bs, mm, chunk, inclusive, *grads)
             return KernelGrads(*_weight_grads(dG, dG_mm, x, w_ih, w_hh, h0, out, bs, mm), dh, dc)
 
-    def _step_grads(self, grad_out, grad_hn, grad_cn, grad_dist, w_hh, c0, act, cells, bs, mm, chunk, inclusive):
+    def _step_grads(self, w_hh, c0, act, cells, bs, mm, chunk, inclusive, grad_out, grad_hn, grad_cn, grad_dist):
         """The reversed step loop: ``dG (N, G)`` (and its matmul-dtype copy), ``dh0``, ``dc0``."""
-        N, G, D = act.shape[0], w_hh.shape[0], w_hh.shape[1]
-        low = mm != act.dtype
-        offs = step_offsets(bs)
-        dG = act.new_empty(N, G)
+        N, (G, D) = act.shape[0], w_hh.shape
+        low, offs, dG, w_hh_mm = mm != act.dtype, step_offsets(bs), act.new_empty(N, G), w_hh.to(mm)
         dG_mm = act.new_empty(N, G, dtype=mm) if low else dG
-        dh = grad_hn.clone()
-        dcs = [grad_cn.clone(), grad_cn.clone()]  # ping-pong: a step reads one and writes the other
-        w_hh_mm = w_hh.to(mm)
-        blocks = _blocks(D // chunk, chunk)
+        dh, dcs = grad_hn.clone(), [grad_cn.clone(), grad_cn.clone()]  # dcs: a step reads one and writes the other
+        blocks, launch = _blocks(D // chunk, chunk), self._steps.backward_step
         gd = grad_dist if grad_dist is not None else dG  # a placeholder pointer when there is no gradient
-        launch = self._steps.backward_step
         for t in range(len(bs) - 1, -1, -1):
             b, rows = bs[t], slice(offs[t], offs[t] + bs[t])
             c_prev, c_row0 = (c0, 0) if t == 0 else (cells, offs[t - 1])
             launch[(b,)](
                 act, c_prev, cells, grad_out, dh, dcs[t % 2], dcs[(t + 1) % 2], gd, dG, dG_mm, offs[t], c_row0,
-                INCLUSIVE=inclusive, HAS_GDIST=grad_dist is not None, HAS_MM=low, num_warps=_warps(blocks), **blocks,
+                INCLUSIVE=inclusive, HAS_GDIST=grad_dist is not None, HAS_MM=low, **blocks
             )  # fmt: skip
             if low:
                 dh[:b] = torch.mm(dG_mm[rows], w_hh_mm)
@@ -140,26 +117,17 @@ def _weight_grads(dG, dG_mm, x, w_ih, w_hh, h0, out, bs, mm) -> tuple[Tensor, Te
     return dx, dw_ih, dw_hh, dG.sum(0)
 
 
-# ---------------------------------------------------------------------------------------------
-# Loading: the CUDA kernel of the registry, and the same kernel under Triton's CPU interpreter
-# ---------------------------------------------------------------------------------------------
-
-
 def interpreter_requested() -> bool:
     """Whether ``TRITON_INTERPRET=1`` is set (Triton then runs every kernel in its CPU interpreter)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def triton_installed() -> bool:
-    import importlib.util
-
     return "triton" in sys.modules or importlib.util.find_spec("triton") is not None
 
 
 def _steps_module() -> Any:
-    from . import _triton_steps
-
-    return _triton_steps
+    return importlib.import_module("._triton_steps", __package__)
 
 
 def load_cuda_kernel() -> TritonKernel:
@@ -203,17 +171,13 @@ def _interpreted(steps: Any) -> bool:
 
 
 def register_interpreter_kernel(priority: int = -10) -> str:
-    """Register the Triton kernel for CPU tensors under Triton's interpreter, as ``impl='triton_interpret'``.
-
-    For tests and debugging without a GPU (slow: numpy runs each program). Needs ``TRITON_INTERPRET=1``
-    in the environment before Triton is first imported. The default priority is below every CPU kernel's, so
-    ``impl='auto'`` never picks it (``onlstm bench gpu --smoke`` raises it). Returns the name to pass as ``impl``.
-    """
-    floats = (torch.float32, torch.float64)
+    """Register the Triton kernel for CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1`` set before
+    Triton is first imported; docs/layer.md), below every CPU kernel by default; returns the ``impl`` name."""
     label = "Triton kernel (CPU interpreter)"
-    register_kernel(
-        KernelSpec(INTERPRETER_NAME, load_interpreter_kernel, ("cpu",), floats, priority, label), replace=True
+    spec = KernelSpec(
+        INTERPRETER_NAME, load_interpreter_kernel, ("cpu",), (torch.float32, torch.float64), priority, label
     )
+    register_kernel(spec, replace=True)
     return INTERPRETER_NAME
 
 

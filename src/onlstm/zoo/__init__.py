@@ -1,8 +1,5 @@
-"""Encoders beyond ON-LSTM and PyTorch's own RNNs, one module per family (docs/encoders.md).
-
-They are registered by name in :mod:`onlstm.encoders` (the one registry); this package holds only the
-layers, so it may import :mod:`onlstm.nn` and :mod:`onlstm.errors`, never an experiment package.
-"""
+"""Encoders beyond ON-LSTM and PyTorch's own RNNs, one module per family (docs/encoders.md), registered in
+:mod:`onlstm.encoders`; only layers here: they import :mod:`onlstm.nn` and :mod:`onlstm.errors`, nothing else."""
 
 from __future__ import annotations
 

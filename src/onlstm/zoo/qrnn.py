@@ -1,11 +1,5 @@
-"""QRNN, the quasi-recurrent network (Bradbury, Merity, Xiong & Socher, ICLR 2017), with fo-pooling::
-
-    z_t, f_t, o_t = tanh, sigmoid, sigmoid of W_{z,f,o} [x_t; x_{t-1}] + b   (causal convolution, width 2)
-    c_t = f_t * c_{t-1} + (1 - f_t) * z_t;  h_t = o_t * c_t
-
-``x_{-1}`` is zero at the start of a sequence; the state carries the last input, so a stream cut into chunks
-gives what one pass gives. The convolution is one product over the sequence; only the pooling is stepped.
-"""
+"""QRNN, the quasi-recurrent network (Bradbury et al., ICLR 2017) with fo-pooling: :class:`QRNN` and its
+readable step loop :func:`qrnn_reference` (equations: docs/encoders.md, "qrnn")."""
 
 from __future__ import annotations
 

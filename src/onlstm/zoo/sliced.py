@@ -1,12 +1,5 @@
-"""The Sliced RNN (Yu & Liu 2018) with the encoder call of :mod:`onlstm.encoders` (docs/encoders.md, "sliced").
-
-A sequence is cut into slices of ``n = slice_length`` steps; level 0 (an RNN) reads every slice of every
-sequence at once and each slice's final state is its summary; the next level reads the summaries the same
-way, and the top level (``levels - 1``) reads what remains in one pass. ``state`` is the top RNN's final
-state; ``output[t]`` is the top output at the top-level step that covers ``t``, so an output depends on
-later steps of its slice: not causal, no language model. A sequence's slices are cut from its real steps
-only, so it gets the same encoding alone or in any padded or packed batch.
-"""
+"""The Sliced RNN (Yu & Liu 2018), :class:`SlicedRNN`, with the encoder call of :mod:`onlstm.encoders`
+(docs/encoders.md, "sliced": how slices are cut and summarised, why it is not causal)."""
 
 from __future__ import annotations
 
@@ -49,14 +42,17 @@ class SlicedRNN(nn.Module):
         super().__init__()
         if slice_length < 1 or levels < 2 or rnn not in RNN_TYPES:
             raise ValueError(f"need slice_length >= 1, levels >= 2 and rnn in {RNN_TYPES}")
-        self.hidden_size, self.slice_length, self.levels = hidden_size, slice_length, levels
-        self.dropconnect = dropconnect
+        self.hidden_size, self.slice_length, self.levels, self.dropconnect = (
+            hidden_size,
+            slice_length,
+            levels,
+            dropconnect,
+        )
         make = nn.GRU if rnn == "gru" else nn.LSTM
         self.rnns = nn.ModuleList(make(input_size if i == 0 else hidden_size, hidden_size) for i in range(levels))
 
     def run(self, level: int, x, hx=None):
-        """RNN ``level`` on ``x`` (DropConnect on its hidden-to-hidden weights: one mask per call, as the
-        built-in encoders)."""
+        """RNN ``level`` on ``x``, with the built-in encoders' DropConnect."""
         return dropconnect_call(self.rnns[level], self.dropconnect, self.training, x, hx)
 
     def summarise(self, level: int, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,14 +70,12 @@ class SlicedRNN(nn.Module):
 
     def forward(self, x, hx=None, return_distances: bool = False):
         refuse_state(hx, "sliced RNN")
-        padded, given = unpack(x)  # (T, B, F); lengths (B,) or None when every sequence is T long
-        t, b = padded.shape[:2]
-        lengths = given if given is not None else torch.full((b,), t, dtype=torch.long, device=padded.device)
-        h = padded
+        h, given = unpack(x)  # (T, B, F), (B,)
+        t, lengths = h.shape[0], given
         for level in range(self.levels - 1):
             h, lengths = self.summarise(level, h, lengths)
         top, state = self.run(self.levels - 1, pack_padded_sequence(h, lengths.cpu(), enforce_sorted=False))
         top_out, _ = pad_packed_sequence(top, total_length=h.shape[0])  # (K, B, H)
         span = self.slice_length ** (self.levels - 1)  # input steps per top-level step
-        out = top_out[torch.arange(t, device=padded.device) // span]  # (T, B, H)
+        out = top_out[torch.arange(t, device=top_out.device) // span]  # (T, B, H)
         return like_input(out, x, given), state, None

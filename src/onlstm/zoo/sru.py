@@ -1,13 +1,5 @@
-"""SRU, the Simple Recurrent Unit (Lei, Zhang & Artzi, arXiv:1709.02755 v1, 2017), from its equations
-(docs/encoders.md, "sru", says why it is written here)::
-
-    z_t = W x_t;  f_t = sigmoid(W_f x_t + b_f);  r_t = sigmoid(W_r x_t + b_r)    (gates from the input only)
-    c_t = f_t * c_{t-1} + (1 - f_t) * z_t
-    h_t = r_t * tanh(c_t) + (1 - r_t) * x'_t     x'_t = x_t, or W_p x_t when in != H
-
-The EMNLP 2018 version adds ``v * c_{t-1}`` inside both gates; without it every product of a sequence is
-one product and the recurrence is element-wise. :func:`sru_reference` is the readable step loop.
-"""
+"""SRU, the Simple Recurrent Unit (Lei et al., arXiv:1709.02755 v1): :class:`SRU` and its readable step loop
+:func:`sru_reference` (equations, and why it is written here: docs/encoders.md, "sru")."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""A causal pre-norm Transformer block with the encoder call of :mod:`onlstm.encoders` (docs/encoders.md,
-"transformer", says why each piece is where it is)::
-
-    x (T, B, in) -> [Linear in->H when in != H] -> LayerNorm -> + positions
-                 -> h + Dropout(SelfAttention(LayerNorm(h)))   (causal: step t sees steps <= t)
-                 -> h + Dropout(FeedForward(LayerNorm(h)))     (H -> ff_multiplier * H -> H, GELU)
-                 -> LayerNorm -> output (T, B, H)
-
-Written on torch ops (``scaled_dot_product_attention``) rather than ``nn.TransformerEncoderLayer``, whose
-inference fast path has its own kernel and mask handling: training and evaluation run the same lines here.
-"""
+"""A causal pre-norm Transformer block, :class:`TransformerLayer`, with the encoder call of
+:mod:`onlstm.encoders`, on torch ops (docs/encoders.md, "transformer", says why each piece is where it is)."""
 
 from __future__ import annotations
 
@@ -39,22 +30,12 @@ def sinusoidal_positions(length: int, size: int) -> torch.Tensor:
     return table
 
 
-def unpack(x) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``x`` (T, B, F) or a PackedSequence -> padded (T, B, F) in the batch's own order, and lengths (B,)
-    on the data's device (None for a plain tensor: every sequence is T long)."""
+def unpack(x) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` (T, B, F) or a PackedSequence -> padded (T, B, F) in the batch's own order, and lengths (B,)."""
     if isinstance(x, PackedSequence):
         padded, lengths = pad_packed_sequence(x)
         return padded, lengths.to(padded.device)
-    return x, None
-
-
-def repack(out: torch.Tensor, like: PackedSequence, lengths: torch.Tensor) -> PackedSequence:
-    """``out`` (T, B, H) padded in batch order -> a PackedSequence laid out exactly as ``like``."""
-    order = like.sorted_indices
-    if order is None:  # packed with enforce_sorted=True: already in decreasing length
-        return pack_padded_sequence(out, lengths.cpu())
-    packed = pack_padded_sequence(out.index_select(1, order), lengths.cpu()[order.cpu()])
-    return PackedSequence(packed.data, packed.batch_sizes, like.sorted_indices, like.unsorted_indices)
+    return x, torch.full((x.shape[1],), x.shape[0], dtype=torch.long, device=x.device)
 
 
 def refuse_state(hx, name: str) -> None:
@@ -65,16 +46,18 @@ def refuse_state(hx, name: str) -> None:
         )
 
 
-def like_input(out: torch.Tensor, x, lengths: torch.Tensor | None):
-    """``out`` (T, B, H) as a PackedSequence laid out like ``x`` when ``x`` is one, else as it is."""
-    return repack(out, x, lengths) if isinstance(x, PackedSequence) else out
+def like_input(out: torch.Tensor, x, lengths: torch.Tensor):
+    """``out`` (T, B, H) padded in batch order, as a PackedSequence laid out exactly like ``x`` when ``x`` is one."""
+    if not isinstance(x, PackedSequence):
+        return out
+    order = x.sorted_indices  # None: packed with enforce_sorted=True, already in decreasing length
+    order = torch.arange(out.shape[1], device=out.device) if order is None else order
+    return x._replace(data=pack_padded_sequence(out.index_select(1, order), lengths.cpu()[order.cpu()]).data)
 
 
-def pool(out: torch.Tensor, lengths: torch.Tensor | None, how: str) -> torch.Tensor:
+def pool(out: torch.Tensor, lengths: torch.Tensor, how: str) -> torch.Tensor:
     """(T, B, H) outputs -> (B, H): the output at each sequence's last real step, or the mean of its steps."""
     t, b, _ = out.shape
-    if lengths is None:
-        lengths = torch.full((b,), t, dtype=torch.long, device=out.device)
     if how == "last":
         return out[lengths - 1, torch.arange(b, device=out.device)]
     real = (torch.arange(t, device=out.device).unsqueeze(1) < lengths.unsqueeze(0)).to(out.dtype)  # (T, B)
