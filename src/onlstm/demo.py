@@ -1,24 +1,13 @@
-"""``onlstm demo``: the main job end to end on data the project makes itself.
-
-1. Generate a corpus with known trees from the probabilistic grammar of :mod:`onlstm.data.grammar` and write
-   its sentences as a PTB-layout corpus in ``OUT/data/``.
-2. Train a small ON-LSTM language model on it through the language-model experiment (``onlstm lm train``'s
-   :func:`~onlstm.lm.train.train`, the shared engine) with the ``lm/demo`` preset, the demo's options set over
-   it and ``--seconds`` as its time limit (CPU, progress bar, validation at the end of every epoch). OUT is an
-   ordinary language-model run: ``onlstm parse --checkpoint OUT`` and ``onlstm lm eval`` read it.
-3. Induce trees on held-out sentences from each layer's master-forget distances (the run's best weights, or
-   the last ones when no epoch ended); pick the layer on a development split, report it on a separate test split.
-4. Print sentence and corpus F1 against the four trivial baselines on the same test sentences, a few
-   trees side by side with gold, and save a plot.
-
-The demo sits above the experiments (with the CLI): it strings the language model and parsing together, and
-an experiment may not import another.
-"""
+"""``onlstm demo``: the main job end to end on data the project makes itself (docs/parsing.md): a grammar corpus,
+a language model trained by ``onlstm lm train``'s code (preset ``lm/demo``) into an ordinary run directory, and
+the trees induced on held-out sentences scored against gold and the trivial baselines. It sits above the
+experiments (with the CLI): an experiment may not import another."""
 
 from __future__ import annotations
 
 import json
 import math
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,21 +81,16 @@ def lm_settings(cfg: DemoConfig, quiet: bool = False) -> dict:
     return explicit_settings(find_preset("lm/demo")[1], {"model": {**model, "dropconnect": drop}, "train": train})
 
 
-def _is_demo_run(out_dir: Path) -> bool:
-    """A run the demo made: its header holds the demo's settings, or (a demo stopped during training, before it
-    wrote them) the run was trained on the demo's corpus folder inside it."""
-    config = RunDir(out_dir).header()
-    data = config.get("data")
-    own_corpus = isinstance(data, dict) and data.get("data_dir") == str((out_dir / DATA).resolve())
-    return "demo" in config or own_corpus
-
-
 def check_demo_dir(out: str | Path) -> Path:
     """``--out`` of the demo: a writable directory holding no run but, at most, an earlier demo's (which the
-    demo replaces: it is made again in minutes); checked before any work."""
+    demo replaces: it is made again in minutes); checked before any work. A run is the demo's when its header
+    holds the demo's settings, or (a demo stopped during training, before it wrote them) it was trained on the
+    demo's corpus folder inside it."""
     out_dir = check_output_folder(out)
     held = RunDir(out_dir).describe()
-    if held and not _is_demo_run(out_dir):
+    config = RunDir(out_dir).header() if held else {}
+    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    if held and "demo" not in config and data.get("data_dir") != str((out_dir / DATA).resolve()):
         raise RunDirError(
             f"{out_dir} already holds a run that the demo did not make (found: {held}); the demo would "
             "overwrite it: choose another --out"
@@ -157,21 +141,13 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: b
     lm = load_language_model_run(out_dir)  # the best weights, or the last ones when no epoch ended
     model, vocab = lm.model, lm.vocab
     scores = _score(cfg, model, vocab, dev, test, out_dir)
-    _mark_demo_run(cfg, out_dir, scores["best"] + 1)
-    info = _train_info(trained, lm.weights)
-    result = {
-        "train": info,
-        "vocab_size": len(vocab),
-        "model": model.config.to_dict(),
-        "chosen_layer": scores["best"] + 1,
-        "layers": scores["layers"],
-        "baselines": scores["baselines"],
-        "onlstm_beats_every_baseline": scores["beats"],
-        "test_sentences": len(test),
-        "parse_sentences_per_second": (len(dev) + len(test)) / scores["parse_seconds"],
-        "run_dir": str(out_dir),
-        "plots": [str(p) for p in _plot_example(model, vocab, test, scores["best"], out_dir)],
-    }
+    best, info = scores["best"], _train_info(trained, lm.weights)
+    _mark_demo_run(cfg, out_dir, best + 1)
+    plots = [str(p) for p in _plot_example(model, vocab, test, best, out_dir)]
+    result = dict(train=info, vocab_size=len(vocab), model=model.config.to_dict(), chosen_layer=best + 1)
+    result.update(layers=scores["layers"], baselines=scores["baselines"], onlstm_beats_every_baseline=scores["beats"])
+    speed = (len(dev) + len(test)) / scores["parse_seconds"]
+    result.update(test_sentences=len(test), parse_sentences_per_second=speed, run_dir=str(out_dir), plots=plots)
     if as_json:
         print(json.dumps(result))
     else:
@@ -181,15 +157,10 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: b
 
 def _train_info(trained: dict, weights: Path) -> dict:
     """What :func:`onlstm.lm.train.train` returned, in the demo's report's terms."""
-    p = trained["progress"]
-    return {
-        "steps": p["step"],
-        "epochs_validated": len(p["history"]),
-        "train_seconds": round(p["elapsed"], 1),
-        "best_valid_ppl": None if p["best_valid"] is None else math.exp(p["best_valid"]),
-        "weights": weights.name,
-        "stopped_by": {"stopped": "time", "finished": "epochs"}.get(trained["status"], trained["status"]),
-    }
+    p, status = trained["progress"], trained["status"]
+    info = dict(steps=p["step"], epochs_validated=len(p["history"]), train_seconds=round(p["elapsed"], 1))
+    info.update(best_valid_ppl=None if p["best_valid"] is None else math.exp(p["best_valid"]), weights=weights.name)
+    return {**info, "stopped_by": {"stopped": "time", "finished": "epochs"}.get(status, status)}
 
 
 def _corpora(cfg: DemoConfig, quiet: bool):
@@ -209,8 +180,6 @@ def _corpora(cfg: DemoConfig, quiet: bool):
 
 def demo_command(config: dict) -> str | None:
     """The ``onlstm demo`` command that reproduces a demo run's settings (its header), else None."""
-    import shlex
-
     if not isinstance(config.get("demo"), dict):
         return None
     return shlex.join(["onlstm", "demo", *command_flags(DemoConfig, config["demo"])])
@@ -271,10 +240,8 @@ def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
         weights += f", validation perplexity {info['best_valid_ppl']:.2f}"
     elif weights == RunDir.WEIGHTS.format(tag="last"):
         weights += ": no epoch ended, the weights at the stop"
-    print(
-        f"\ntrained {info['steps']} steps ({info['epochs_validated']} epochs validated) in "
-        f"{info['train_seconds']:.0f}s; parsing with {weights}"
-    )
+    steps, epochs, seconds = info["steps"], info["epochs_validated"], info["train_seconds"]
+    print(f"\ntrained {steps} steps ({epochs} epochs validated) in {seconds:.0f}s; parsing with {weights}")
     print(
         f"\nunsupervised parsing of {len(test)} held-out sentences (F1 in %; layer chosen on {len(dev)} dev sentences)"
     )
@@ -284,10 +251,8 @@ def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
         print(_f1_row(f"ON-LSTM layer {row['layer']}", row) + mark)
     for name, sc in scores["baselines"].items():
         print(_f1_row(f"{name} baseline" + (" (5 draws)" if name == "random" else ""), sc))
-    print(
-        f"\nON-LSTM (layer {best + 1}) {'beats' if scores['beats'] else 'does NOT beat'} every trivial baseline on "
-        "sentence F1."
-    )
+    verdict = "beats" if scores["beats"] else "does NOT beat"
+    print(f"\nON-LSTM (layer {best + 1}) {verdict} every trivial baseline on sentence F1.")
     print("\nexamples (gold | induced):")
     for k in range(4):
         print(f"  gold: {to_brackets(unlabel(test[k]))}\n  pred: {to_brackets(pred[k])}\n")

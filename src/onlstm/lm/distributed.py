@@ -1,9 +1,5 @@
-"""Several processes (``torchrun``): set-up and the few collectives the trainer needs.
-
-Under ``torchrun --nproc_per_node N -m onlstm lm train …`` the environment has ``WORLD_SIZE``,
-``RANK`` and ``LOCAL_RANK``; the process group uses ``gloo`` on the CPU and ``nccl`` on GPUs (one GPU
-per process, ``cuda:LOCAL_RANK``). A single process needs none of this and every helper is then a no-op.
-"""
+"""Several processes under ``torchrun`` (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``; gloo on the CPU, nccl with one
+GPU per process): set-up and the few collectives the trainer needs, no-ops in a single process (docs/lm.md)."""
 
 from __future__ import annotations
 
@@ -32,7 +28,6 @@ class DistContext:
     def distributed(self) -> bool:
         return self.world > 1
 
-    # ------------------------------------------------------------------ collectives
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         if not self.distributed:
             return t
@@ -44,7 +39,7 @@ class DistContext:
         """True on every process if ``flag`` is true on any (used to stop all processes at the same step)."""
         if not self.distributed:
             return flag
-        x = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        x = torch.tensor([float(flag)], device=self.device)
         dist.all_reduce(x, op=dist.ReduceOp.MAX)
         return bool(x.item() > 0)
 

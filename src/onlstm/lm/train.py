@@ -1,21 +1,6 @@
-"""Training of the AWD-style language model: the paper's recipe (docs/design.md §2.1, docs/lm.md), exact resume,
-several processes.
-
-* The training text is cut into ``batch_size`` columns read in BPTT segments of variable length
-  (:func:`onlstm.lm.data.bptt_schedule`), the recurrent state carried (detached) between segments and reset at
-  every epoch (a stateless encoder, the Transformer, carries none); a step's learning rate is ``lr * seq_len / bptt``.
-* Loss = cross-entropy + AR on the last layer's output (before its dropout with ``ar_target: raw``, as the
-  ON-LSTM code; after it with ``dropped``, as AWD-LSTM's) + TAR; gradient norm clipped at ``clip``.
-* SGD until validation stops improving (NT-ASGD, ``nonmono``), then, as the authors, a fresh
-  ``torch.optim.ASGD(t0=0, lambd=0.)``; validation, the best weights and the final test use its average ``ax``,
-  which is optimizer state and so resumed exactly.
-
-The loop is :class:`onlstm.runs.engine.Engine`'s; :class:`Trainer` plugs in the language model's part. A run
-stopped anywhere and resumed gives the same weights, bit for bit, as an uninterrupted one (same machine and
-threads). On N processes each owns ``batch_size / N`` columns with the same random state and dropout masks drawn
-for the whole batch, so it computes what one process computes; checkpoints hold the whole batch's state, so a run
-can resume on another process count. The run directory's files are :class:`onlstm.runs.RunDir`'s.
-"""
+"""Training of the language model: the paper's recipe (NT-ASGD), exact resume, several processes (docs/lm.md,
+docs/design.md §2.1). :class:`Trainer` is the language model's part of :class:`onlstm.runs.engine.Engine`'s loop;
+:func:`train` runs it."""
 
 from __future__ import annotations
 
@@ -34,19 +19,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checkpoint import (
-    CheckpointError,
-    atomic_write,
-    config_header,
-    load_weights,
-    save_weights,
-    write_json,
-)
-from ..config import ConfigError
+from ..checkpoint import CheckpointError, config_header, load_weights, save_weights, write_json, write_text
+from ..config import ConfigError, check_section
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
-from ..models.language_model import LanguageModel
+from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
 from ..runs import (
     RunDir,
@@ -60,7 +38,7 @@ from ..runs import (
     write_resume,
 )
 from ..runs.engine import Budget, Check, Engine, Progress, diverged, update
-from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section, load_config
+from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, load_config
 from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
 from .evaluate import Interrupted, perplexity
@@ -71,11 +49,9 @@ LOG_COLUMNS = tuple(
     "epoch steps train_loss train_ppl valid_loss valid_ppl best_valid_ppl averaging tokens epoch_seconds "
     "tokens_per_s elapsed_s".split()
 )
-
-
 # What Progress.task carries for a language model (JSON values), as a fresh run starts.
-_TASK = {"averaging": False, "avg_count": 0, "sgd_valid_history": [], "epoch_loss_sum": 0.0, "epoch_tokens": 0}
-_TASK.update(epoch_seconds=0.0, finished=False, results=None)
+_TASK = dict(averaging=False, avg_count=0, sgd_valid_history=[], epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
+_TASK.update(finished=False, results=None)
 
 
 def saved_progress(prog: Progress, history: list[dict], pass_length: Callable[[int], int]) -> dict:
@@ -110,13 +86,11 @@ class _Objective(nn.Module):
 
     def forward(self, x, y, state, shard):
         out, state, extras = self.model(x, state, shard=shard)
-        logits = self.model.logits(out)
-        raw = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1))
-        loss = raw
+        logits, r = self.model.logits(out), extras["raw"]
+        loss = raw = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1))
         if self.alpha:
             loss = loss + self.alpha * extras[self.ar_target].pow(2).mean()
-        if self.beta and extras["raw"].shape[0] > 1:
-            r = extras["raw"]
+        if self.beta and r.shape[0] > 1:
             loss = loss + self.beta * (r[1:] - r[:-1]).pow(2).mean()
         return loss, raw.detach(), state
 
@@ -145,11 +119,9 @@ def use_onlstm_impl(model: nn.Module, impl: str, device: torch.device) -> None:
 
 def float32_state(state):
     """A carried state (tensor or nested tuples) with every floating tensor in float32."""
-    if state is None:
-        return None
     if isinstance(state, torch.Tensor):
         return state.float() if state.is_floating_point() else state
-    return tuple(float32_state(s) for s in state)
+    return None if state is None else tuple(map(float32_state, state))
 
 
 def nonmono_switch(history: list[float], loss: float, nonmono: int) -> bool:
@@ -157,9 +129,6 @@ def nonmono_switch(history: list[float], loss: float, nonmono: int) -> bool:
     ``loss`` is worse than the best of the SGD epochs before the last ``nonmono`` ones (``history`` =
     validation losses of the earlier SGD epochs, oldest first)."""
     return len(history) > nonmono and loss > min(history[:-nonmono])
-
-
-# --------------------------------------------------------------------------- optimizer state as data
 
 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -177,17 +146,13 @@ def make_averaging_optimizer(params, cfg: TrainConfig) -> torch.optim.ASGD:
 
 def is_averaging_state(opt_meta: dict) -> bool:
     """Whether saved optimizer metadata (:func:`onlstm.runs.optimizer_to_data`) is torch's ASGD."""
-    groups = opt_meta.get("param_groups") or [{}]
-    return "t0" in groups[0]
+    return "t0" in (opt_meta.get("param_groups") or [{}])[0]
 
 
 @torch.no_grad()
 def _assign(params: list[torch.Tensor], values: list[torch.Tensor]) -> None:
     for p, v in zip(params, values):
         p.copy_(v)
-
-
-# --------------------------------------------------------------------------- run directory
 
 
 def run_config_from_saved(saved: dict) -> RunConfig:
@@ -197,7 +162,7 @@ def run_config_from_saved(saved: dict) -> RunConfig:
     model.pop("vocab_size", None)
     # runs saved before ar_target existed trained AR on the dropped output: they resume doing so
     train = {"ar_target": AR_TARGET_BEFORE_OPTION, **saved["train"]}
-    return RunConfig(check_model_section(model), TrainConfig.from_dict(train))
+    return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(train))
 
 
 def merge_for_resume(saved: RunConfig, explicit: dict) -> RunConfig:
@@ -212,11 +177,10 @@ def merge_for_resume(saved: RunConfig, explicit: dict) -> RunConfig:
 
 
 def write_log_csv(path: Path, history: list[dict]) -> None:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=LOG_COLUMNS, extrasaction="ignore")
+    w = csv.DictWriter(buf := io.StringIO(), LOG_COLUMNS, extrasaction="ignore")
     w.writeheader()
     w.writerows(history)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(buf.getvalue()))
+    write_text(path, buf.getvalue())
 
 
 def _fmt_time(s: float) -> str:
@@ -226,9 +190,6 @@ def _fmt_time(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-# --------------------------------------------------------------------------- the trainer
-
-
 class Trainer:
     """The language model's part of a training run (a :class:`~onlstm.runs.engine.Task`): passes are the epoch's
     BPTT segments with the recurrent state carried between them, validation is the perplexity of the weights
@@ -236,28 +197,18 @@ class Trainer:
     resume file with the carried state, and the final test. :class:`~onlstm.runs.engine.Engine` runs the loop."""
 
     def __init__(
-        self,
-        run_dir: Path,
-        data_dir: Path,
-        explicit: dict,
-        resume: bool = False,
-        ctx: DistContext | None = None,
-        log: Callable[[str], None] = print,
+        self, run_dir: Path, data_dir: Path, explicit: dict, resume=False, ctx: DistContext | None = None, log=print
     ):
-        self.run_dir, self.data_dir = Path(run_dir), Path(data_dir)
-        self.rundir = RunDir(run_dir)
-        self.resume = resume
+        self.run_dir, self.data_dir, self.rundir, self.resume = Path(run_dir), Path(data_dir), RunDir(run_dir), resume
         self.config = self._resolve_config(explicit)
         cfg = self.cfg = self.config.train
         setup_torch(cfg.threads)
-        self.ctx = ctx or setup(cfg.device)
+        self.ctx, self._log = ctx or setup(cfg.device), log
         if cfg.precision != "fp32" and self.ctx.device.type not in AUTOCAST_DEVICES:
             raise ConfigError(
-                f"train.precision={cfg.precision} is for CUDA; on {self.ctx.device.type} train in fp32 "
-                "(torch's CPU LSTM fails under bfloat16 autocast on CPUs without bfloat16 support, and it "
-                "would not be faster on them)"
+                f"train.precision={cfg.precision} is for CUDA; on {self.ctx.device.type} train in fp32 (torch's CPU "
+                "LSTM fails under bfloat16 autocast on CPUs without bfloat16 support, and it would not be faster on them)"
             )
-        self._log = log
         if self.ctx.distributed and cfg.batch_size % self.ctx.world:
             raise RunDirError(
                 f"batch_size {cfg.batch_size} is not divisible by the {self.ctx.world} processes; "
@@ -315,26 +266,21 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.model = LanguageModel(self.model_config).to(dev)
         use_onlstm_impl(self.model, cfg.onlstm_impl, dev)
-        self.params = [p for _, p in self.model.named_parameters()]
-        self.param_names = [n for n, _ in self.model.named_parameters()]
+        self.param_names, self.params = map(list, zip(*self.model.named_parameters()))
         self.optimizer: torch.optim.Optimizer = make_optimizer(self.params, cfg)
-        self.prog, self.history = Progress(task=copy.deepcopy(_TASK)), []
-        self.hidden = None
-        objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
+        self.prog, self.history, self.hidden = Progress(task=copy.deepcopy(_TASK)), [], None
+        self.objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
         if self.ctx.distributed:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            objective = DDP(objective, device_ids=[dev.index] if dev.type == "cuda" else None)
-        self.objective = objective
+            ids = [dev.index] if dev.type == "cuda" else None
+            self.objective = torch.nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
 
     def _check_segment_lengths(self) -> None:
         """A model whose layers have a length limit (learned positions) must accept every segment of every
         epoch: checked now, not when a long segment is drawn hours into the run (drawing them is cheap)."""
         limit, cfg = self.model.max_length, self.cfg
-        if limit is None:
-            return
-        longest = max([cfg.bptt, *(s.length for e in range(1, cfg.epochs + 1) for s in self.schedule(e))])
-        if longest > limit:
+        if limit is not None and limit < (
+            longest := max([cfg.bptt, *(s.length for e in range(1, cfg.epochs + 1) for s in self.schedule(e))])
+        ):
             raise ConfigError(
                 f"the training schedule has segments of up to {longest} tokens (bptt {cfg.bptt}, bptt_std "
                 f"{cfg.bptt_std}) but the {self.model_config.cell!r} layers accept at most {limit} "
@@ -342,20 +288,16 @@ class Trainer:
                 "use positions=sinusoidal, which has no limit"
             )
 
-    # -- helpers ---------------------------------------------------------------------------------
     def log(self, msg: str) -> None:
         if self.ctx.is_main:
             self._log(msg)
 
     def _config_json(self) -> dict:
-        c = self.corpus
-        data = {
-            "data_dir": str(self.data_dir.resolve()),  # absolute: `lm eval` may run from another folder
-            "closed_vocab": c.closed_vocab,
-            "vocab_limited": c.limited,  # a vocab.txt or --max-vocab left words out: lm eval maps them to <unk>
-            "oov": self.cfg.oov,
-            **{f"{k}_tokens": s.n_tokens for k, s in c.splits.items()},
-        }
+        # data_dir absolute: `lm eval` may run from another folder; vocab_limited: a vocab.txt or --max-vocab left
+        # words out, which lm eval maps to <unk>
+        c, data_dir = self.corpus, str(self.data_dir.resolve())
+        data = dict(data_dir=data_dir, closed_vocab=c.closed_vocab, vocab_limited=c.limited, oov=self.cfg.oov)
+        data.update({f"{k}_tokens": s.n_tokens for k, s in c.splits.items()})
         return config_header("lm", self.model_config.to_dict(), train=self.cfg.to_dict(), data=data)
 
     @property
@@ -384,11 +326,8 @@ class Trainer:
     @contextmanager
     def eval_weights(self):
         """The weights evaluation uses: the running average once averaging started, else the current ones."""
-        avg = self.averaged_weights()
-        if avg is None:
-            yield
-            return
-        saved = [p.detach().clone() for p in self.params]
+        avg = self.averaged_weights() or []
+        saved = [p.detach().clone() for p in self.params] if avg else []
         _assign(self.params, avg)
         try:
             yield
@@ -438,16 +377,14 @@ class Trainer:
         # in the averaging phase the optimizer is torch's ASGD: the step and its running average
         update(self.optimizer, loss, self.params, cfg.clip)
         prog.task["avg_count"] += int(prog.task["averaging"])
-        n = y.numel()
+        n, since = y.numel(), self._since
         self._acc_loss += raw.double() * n
         self._acc_tok += n
-        self._since["loss"] += raw.double() * n
-        self._since["tokens"] += n
-        self._since["batches"] += 1
-        return None
+        since["loss"] += raw.double() * n
+        since["tokens"], since["batches"] = since["tokens"] + n, since["batches"] + 1
 
     def end_pass(self, prog: Progress, complete: bool) -> bool | None:
-        return True if complete else None
+        return complete or None
 
     def describe(self, prog: Progress) -> dict[str, str]:
         """Loss, speed and time left since the last report, every ``log_every`` steps (and tensorboard)."""
@@ -462,10 +399,7 @@ class Trainer:
             left = min(left, 60 * self.cfg.time_limit - self.clock())
         self._postfix = {"loss": f"{cur:.3f}", "ppl": f"{math.exp(min(cur, 50)):.1f}", "tok/s": f"{tok_s:,.0f}"}
         self._postfix["left"] = _fmt_time(left)
-        tb = self._tensorboard()
-        if tb:
-            tb.add_scalar("train/loss", cur, prog.step)
-            tb.add_scalar("train/tokens_per_s", tok_s, prog.step)
+        self._scalars(prog.step, {"train/loss": cur, "train/tokens_per_s": tok_s})
         since["tokens"], since["clock"] = 0, now
         since["loss"].zero_()
         return self._postfix
@@ -488,20 +422,13 @@ class Trainer:
         """The epoch's row of the log (its best is filled in by :meth:`after_check`)."""
         self._flush()
         valid, t = self.validate(), prog.task
-        train_loss = t["epoch_loss_sum"] / max(t["epoch_tokens"], 1)
-        row = {
-            "epoch": prog.epoch,
-            "steps": prog.step,
-            "train_loss": round(train_loss, 6),
-            "train_ppl": round(math.exp(min(train_loss, 50)), 3),
-            "valid_loss": round(valid.loss, 6),
-            "valid_ppl": round(valid.ppl, 3),
-            "averaging": int(t["averaging"]),
-            "tokens": t["epoch_tokens"],
-            "epoch_seconds": round(t["epoch_seconds"], 2),
-            "tokens_per_s": round(t["epoch_tokens"] / max(t["epoch_seconds"], 1e-9), 1),
-            "elapsed_s": round(self.clock(), 1),
-        }
+        loss, tokens, seconds = t["epoch_loss_sum"] / max(t["epoch_tokens"], 1), t["epoch_tokens"], t["epoch_seconds"]
+        row = dict(
+            epoch=prog.epoch, steps=prog.step, train_loss=round(loss, 6), train_ppl=round(math.exp(min(loss, 50)), 3)
+        )
+        row.update(valid_loss=round(valid.loss, 6), valid_ppl=round(valid.ppl, 3), averaging=int(t["averaging"]))
+        row.update(tokens=tokens, epoch_seconds=round(seconds, 2), tokens_per_s=round(tokens / max(seconds, 1e-9), 1))
+        row.update(elapsed_s=round(self.clock(), 1))
         t.update(epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
         return Check(-valid.loss, row)
 
@@ -514,10 +441,7 @@ class Trainer:
             f"{' *' if improved else '  '} | {'ASGD' if t['averaging'] else self.cfg.optimizer.upper():4} | "
             f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s"
         )
-        tb = self._tensorboard()
-        if tb:
-            tb.add_scalar("valid/ppl", row["valid_ppl"], prog.epoch)
-            tb.add_scalar("train/epoch_ppl", row["train_ppl"], prog.epoch)
+        self._scalars(prog.epoch, {"valid/ppl": row["valid_ppl"], "train/epoch_ppl": row["train_ppl"]})
         if self._averaging_allowed() and not t["averaging"]:
             switch = nonmono_switch(t["sgd_valid_history"], -check.score, self.cfg.nonmono)
             t["sgd_valid_history"].append(-check.score)
@@ -535,8 +459,7 @@ class Trainer:
         """Write the resume file, the last weights and the log (all processes take part: the state is gathered)."""
         self._flush()
         # the carried state as hidden.<layer>.<part>, the layout saying how many parts each layer has (0: one tensor)
-        tensors: dict[str, torch.Tensor] = {}
-        layout: list[int] = []
+        tensors, layout = {}, []
         for i, s in enumerate(self.hidden if self.hidden is not None and prog.pos > 0 else []):
             layout.append(0 if torch.is_tensor(s) else len(s))
             for j, t in enumerate([s] if torch.is_tensor(s) else s):
@@ -553,7 +476,6 @@ class Trainer:
         write_log_csv(self.rundir.log_path, history)
         self.ctx.barrier()
 
-    # -- resume ----------------------------------------------------------------------------------
     def _load(self, path: Path) -> None:
         fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
         keys = ("model_config", "progress", "optimizer", "hidden_layout")
@@ -575,10 +497,11 @@ class Trainer:
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
         p = self.progress
-        self.log(
-            f"resumed {self.run_dir} at epoch {p.epoch}, batch {p.batch}, step {p.step}"
-            + (" (averaging)" if p.averaging else "")
-        )
+        self.log(f"resumed {self.run_dir} at {self._position()}" + (" (averaging)" if p.averaging else ""))
+
+    def _position(self) -> str:
+        p = self.progress
+        return f"epoch {p.epoch}, batch {p.batch}, step {p.step}"
 
     def _continue_old_average(self, path: Path, tensors: dict, k: int, opt_meta: dict) -> None:
         """A file saved in the averaging phase before it used torch's ASGD holds SGD state and its own mean
@@ -591,13 +514,9 @@ class Trainer:
         for n, p in zip(self.param_names, self.params):
             if f"avg.{n}" not in tensors:
                 raise CheckpointError(f"{path}: averaged weights avg.{n} missing; the file is incomplete")
-            scalar = {"dtype": p.dtype, "device": p.device}
-            self.optimizer.state[p] = {
-                "step": torch.tensor(float(k + 1), **scalar),
-                "eta": torch.tensor(eta, **scalar),
-                "mu": torch.tensor(1.0 / (k + 1), **scalar),
-                "ax": tensors[f"avg.{n}"].to(**scalar).clone(),
-            }
+            state = {"step": float(k + 1), "eta": eta, "mu": 1.0 / (k + 1)}
+            self.optimizer.state[p] = {s: torch.tensor(v, dtype=p.dtype, device=p.device) for s, v in state.items()}
+            self.optimizer.state[p]["ax"] = tensors[f"avg.{n}"].to(dtype=p.dtype, device=p.device).clone()
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""
@@ -613,7 +532,6 @@ class Trainer:
 
         return [cut(i, 0) if n == 0 else tuple(cut(i, j) for j in range(n)) for i, n in enumerate(layout)]
 
-    # -- the loss, divergence and the run ----------------------------------------------------------
     def _flush(self) -> None:
         """Add the device's loss sums to the epoch's (all processes) and the training time; then stop if the loss
         is NaN or infinite (no file written: the last good ones are kept). Done before every save and validation,
@@ -636,15 +554,17 @@ class Trainer:
         when = f"in epoch {prog.epoch + 1} (by step {prog.step})"
         raise diverged(loss, when, f"{', '.join(kept)} in {self.run_dir}" if kept else "", clip=0.25)
 
-    def _tensorboard(self):
+    def _scalars(self, step: int, values: dict[str, float]) -> None:
+        """Add ``values`` to the TensorBoard log (opened on first use; without tensorboard: the CSV log only)."""
         if self._tb is None and self.cfg.tensorboard and self.ctx.is_main:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
                 self._tb = SummaryWriter(str(self.rundir.tensorboard_path))
-            except Exception:  # tensorboard not installed: CSV log only
+            except Exception:
                 self._tb = False
-        return self._tb or None
+        for tag, value in values.items() if self._tb else ():
+            self._tb.add_scalar(tag, value, step)
 
     def run(self, max_steps: int | None = None, on_step: Callable[[Trainer], None] | None = None) -> dict:
         """Train to ``cfg.epochs`` (or until ``max_steps`` optimizer steps in total, ``cfg.time_limit`` minutes of
@@ -669,11 +589,10 @@ class Trainer:
             self.log(self._stopped_message("interrupted during validation" if prog.check_due else "interrupted"))
         elif why == "max_steps":
             self.log(self._stopped_message(f"stopped after {prog.step} steps (max_steps)"))
-        elif why == "time_limit":
-            # the clock counts every session: resuming needs a larger limit to train any further
+        elif why == "time_limit":  # the clock counts every session: resuming needs a larger limit to train further
+            limit = f"{cfg.time_limit:.3g}"
             self.log(
-                self._stopped_message(f"stopped at the time limit ({cfg.time_limit:.3g} min)")
-                + f" --time-limit M (M > {cfg.time_limit:.3g})"
+                self._stopped_message(f"stopped at the time limit ({limit} min)") + f" --time-limit M (M > {limit})"
             )
         else:
             prog.task["finished"] = True
@@ -684,17 +603,14 @@ class Trainer:
         return {"status": status, "progress": vars(self.progress)}
 
     def _stopped_message(self, why: str) -> str:
-        p = self.progress
         return (
-            f"{why}: saved {self.rundir.resume_path} at epoch {p.epoch}, batch {p.batch}, step {p.step}; "
+            f"{why}: saved {self.rundir.resume_path} at {self._position()}; "
             f"continue with: onlstm lm train --out {self.run_dir} --data-dir {self.data_dir} --resume"
         )
 
     def _final_test(self) -> str:
         """Score the best weights on valid (batched, eval_batch_size) and test (test_batch_size)."""
-        cfg, prog, ctx = self.cfg, self.prog, self.ctx
-        status = "finished"
-        best = self.rundir.weights("best")
+        cfg, prog, ctx, status, best = self.cfg, self.prog, self.ctx, "finished", self.rundir.weights("best")
         if ctx.is_main and not best.exists():
             self.log("no epoch had a finite validation loss, so there are no best weights to test")
         elif ctx.is_main:
@@ -721,9 +637,7 @@ class Trainer:
                 write_json(self.rundir.results_path, results)
                 self.log(f"best weights: valid {valid.describe()}")
                 self.log(f"best weights: test  {test.describe()}")
-        if ctx.distributed:
-            flag = ctx.all_reduce_sum(torch.tensor([1.0 if status == "interrupted" else 0.0]))
-            status = "interrupted" if float(flag[0]) > 0 else status
+        status = "interrupted" if ctx.any(status == "interrupted") else status
         if status == "finished":
             self.engine.save_state()
         return status
