@@ -107,7 +107,7 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
     load_config(None, settings).model_config(vocab_size=1)  # every setting checked before anything is written
     out_dir = check_demo_dir(cfg.out)
     setup_torch(cfg.threads)
-    log = _silent if as_json else print
+    log = (lambda msg: None) if as_json else print  # with --json stdout holds the one JSON object only
     run_dir = RunDir(out_dir)
     with run_dir.lock("onlstm demo", log=log):
         train_trees, dev, test = _corpora(cfg, quiet=as_json)
@@ -124,10 +124,6 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
         return _report(cfg, out_dir, trained, dev, test, as_json)
 
 
-def _silent(msg: str) -> None:
-    """The log of ``--json``: stdout holds the one JSON object only."""
-
-
 def write_ptb(folder: Path, splits: dict[str, list]) -> None:
     """Trees' sentences as a PTB-layout corpus (``ptb.<split>.txt``, one sentence a line, words separated by
     spaces), the layout :mod:`onlstm.data.ptb` reads."""
@@ -139,10 +135,17 @@ def write_ptb(folder: Path, splits: dict[str, list]) -> None:
 def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: bool) -> dict:
     """Parse with the run's weights, score, mark the run as the demo's and print the report."""
     lm = load_language_model_run(out_dir)  # the best weights, or the last ones when no epoch ended
-    model, vocab = lm.model, lm.vocab
+    model, vocab, p, status = lm.model, lm.vocab, trained["progress"], trained["status"]
     scores = _score(cfg, model, vocab, dev, test, out_dir)
-    best, info = scores["best"], _train_info(trained, lm.weights)
-    _mark_demo_run(cfg, out_dir, best + 1)
+    # the demo's part of the header: parse_layer (1-based), the layer chosen on the development sentences, which
+    # parse and plot then use by default; the grammar's words are lower case, so parse lower-cases its input;
+    # demo lets export and a later demo recognise the run
+    run, best = RunDir(out_dir), scores["best"]
+    config = {**run.read_config(), "text_normalisation": "lower", "trained_on": "onlstm demo grammar"}
+    run.write_config({**config, "parse_layer": best + 1, "demo": cfg.to_dict()})
+    info = dict(steps=p["step"], epochs_validated=len(p["history"]), train_seconds=round(p["elapsed"], 1))
+    info.update(best_valid_ppl=None if p["best_valid"] is None else math.exp(p["best_valid"]), weights=lm.weights.name)
+    info["stopped_by"] = {"stopped": "time", "finished": "epochs"}.get(status, status)
     plots = [str(p) for p in _plot_example(model, vocab, test, best, out_dir)]
     result = dict(train=info, vocab_size=len(vocab), model=model.config.to_dict(), chosen_layer=best + 1)
     result.update(layers=scores["layers"], baselines=scores["baselines"], onlstm_beats_every_baseline=scores["beats"])
@@ -153,14 +156,6 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: b
     else:
         _print_report(info, scores, dev, test, out_dir)
     return result
-
-
-def _train_info(trained: dict, weights: Path) -> dict:
-    """What :func:`onlstm.lm.train.train` returned, in the demo's report's terms."""
-    p, status = trained["progress"], trained["status"]
-    info = dict(steps=p["step"], epochs_validated=len(p["history"]), train_seconds=round(p["elapsed"], 1))
-    info.update(best_valid_ppl=None if p["best_valid"] is None else math.exp(p["best_valid"]), weights=weights.name)
-    return {**info, "stopped_by": {"stopped": "time", "finished": "epochs"}.get(status, status)}
 
 
 def _corpora(cfg: DemoConfig, quiet: bool):
@@ -183,16 +178,6 @@ def demo_command(config: dict) -> str | None:
     if not isinstance(config.get("demo"), dict):
         return None
     return shlex.join(["onlstm", "demo", *command_flags(DemoConfig, config["demo"])])
-
-
-def _mark_demo_run(cfg: DemoConfig, out_dir: Path, layer: int) -> None:
-    """Add the demo's part to the language model's header: ``parse_layer`` (1-based) is the layer chosen on
-    the development sentences, which ``parse`` and ``plot`` then use by default; the grammar's words are lower
-    case, so ``parse`` lower-cases its input; ``demo`` lets ``export`` and a later demo recognise the run."""
-    run = RunDir(out_dir)
-    config = run.read_config()
-    config.update(text_normalisation="lower", trained_on="onlstm demo grammar", parse_layer=layer, demo=cfg.to_dict())
-    run.write_config(config)
 
 
 def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_dir: Path) -> dict:
@@ -229,12 +214,11 @@ def _plot_example(model: LanguageModel, vocab: Vocab, test, best: int, out_dir: 
         return [f"(no plot: {e})"]
 
 
-def _f1_row(label: str, sc: dict) -> str:
-    """A line of the report's table: the sentence, corpus and EVALB F1 in %."""
-    return f"{label:24}{100 * sc['sentence_f1']:9.1f}{100 * sc['corpus_f1']:8.1f}{100 * sc['evalb_f1']:8.1f}"
-
-
 def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
+    # a line of the table: the sentence, corpus and EVALB F1 in %
+    f1_row = lambda label, sc: (
+        f"{label:24}{100 * sc['sentence_f1']:9.1f}{100 * sc['corpus_f1']:8.1f}{100 * sc['evalb_f1']:8.1f}"
+    )
     best, pred, weights = scores["best"], scores["pred"], info["weights"]
     if info["best_valid_ppl"] is not None and weights == RunDir.WEIGHTS.format(tag="best"):
         weights += f", validation perplexity {info['best_valid_ppl']:.2f}"
@@ -248,9 +232,9 @@ def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
     print(f"{'':24}{'sentence':>9}{'corpus':>8}{'EVALB':>8}")
     for row in scores["layers"]:
         mark = "  <- chosen on dev" if row["layer"] == best + 1 else ""
-        print(_f1_row(f"ON-LSTM layer {row['layer']}", row) + mark)
+        print(f1_row(f"ON-LSTM layer {row['layer']}", row) + mark)
     for name, sc in scores["baselines"].items():
-        print(_f1_row(f"{name} baseline" + (" (5 draws)" if name == "random" else ""), sc))
+        print(f1_row(f"{name} baseline" + (" (5 draws)" if name == "random" else ""), sc))
     verdict = "beats" if scores["beats"] else "does NOT beat"
     print(f"\nON-LSTM (layer {best + 1}) {verdict} every trivial baseline on sentence F1.")
     print("\nexamples (gold | induced):")

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm import tqdm
 
 from ..checkpoint import CheckpointError, config_header, load_weights, save_weights, write_json, write_text
 from ..config import ConfigError, check_section
@@ -108,10 +109,8 @@ def use_onlstm_impl(model: nn.Module, impl: str, device: torch.device) -> None:
         except RuntimeError as exc:
             raise ConfigError(f"train.onlstm_impl={impl}: {exc}; use auto or reference") from None
         if chosen != impl:
-            raise ConfigError(
-                f"train.onlstm_impl={impl}: that kernel does not run on {device.type} float32 tensors; "
-                "use auto (the fastest one that does) or reference"
-            )
+            why = f"that kernel does not run on {device.type} float32 tensors; use auto (the fastest one that does)"
+            raise ConfigError(f"train.onlstm_impl={impl}: {why} or reference")
     for m in model.modules():
         if isinstance(m, ONLSTM):
             m.impl = impl
@@ -165,29 +164,11 @@ def run_config_from_saved(saved: dict) -> RunConfig:
     return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(train))
 
 
-def merge_for_resume(saved: RunConfig, explicit: dict) -> RunConfig:
-    """Apply the explicitly given settings to a saved run: runtime fields may change, others must match."""
-    train = saved.train.to_dict()
-    given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
-    clash = resume_clash({"model": saved.model, "train": train}, {**explicit, "train": given}, RUNTIME_FIELDS)
-    if clash:
-        raise RunDirError(clash)
-    train.update({k: v for k, v in given.items() if k in RUNTIME_FIELDS})
-    return RunConfig(dict(saved.model), TrainConfig.from_dict(train))
-
-
 def write_log_csv(path: Path, history: list[dict]) -> None:
     w = csv.DictWriter(buf := io.StringIO(), LOG_COLUMNS, extrasaction="ignore")
     w.writeheader()
     w.writerows(history)
     write_text(path, buf.getvalue())
-
-
-def _fmt_time(s: float) -> str:
-    if not math.isfinite(s) or s < 0:
-        return "?"
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 class Trainer:
@@ -206,8 +187,9 @@ class Trainer:
         self.ctx, self._log = ctx or setup(cfg.device), log
         if cfg.precision != "fp32" and self.ctx.device.type not in AUTOCAST_DEVICES:
             raise ConfigError(
-                f"train.precision={cfg.precision} is for CUDA; on {self.ctx.device.type} train in fp32 (torch's CPU "
-                "LSTM fails under bfloat16 autocast on CPUs without bfloat16 support, and it would not be faster on them)"
+                f"train.precision={cfg.precision} is for CUDA; on {self.ctx.device.type} train in fp32 "
+                "(torch's CPU LSTM fails under bfloat16 autocast on CPUs without bfloat16 support, and it "
+                "would not be faster on them)"
             )
         if self.ctx.distributed and cfg.batch_size % self.ctx.world:
             raise RunDirError(
@@ -229,17 +211,24 @@ class Trainer:
         self._tb = None
 
     def _resolve_config(self, explicit: dict) -> RunConfig:
-        """The run's settings: the saved ones (+ allowed changes) on resume, else defaults < explicit."""
+        """The run's settings: on resume the saved ones, of which only the runtime fields may change (the others
+        given must match); else defaults < explicit."""
         run = self.rundir
-        if self.resume:
-            if not run.config_path.exists():
-                raise RunDirError(
-                    f"--resume: {run.path} holds no {run.CONFIG}; it is not a run directory "
-                    "(drop --resume to start a new run there)"
-                )
-            return merge_for_resume(run_config_from_saved(run.read_config()), explicit)
-        run.check_output(command="onlstm lm train")
-        return load_config(None, explicit)
+        if not self.resume:
+            run.check_output(command="onlstm lm train")
+            return load_config(None, explicit)
+        if not run.config_path.exists():
+            raise RunDirError(
+                f"--resume: {run.path} holds no {run.CONFIG}; it is not a run directory "
+                "(drop --resume to start a new run there)"
+            )
+        saved = run_config_from_saved(run.read_config())
+        train = saved.train.to_dict()
+        given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
+        if clash := resume_clash({"model": saved.model, "train": train}, {**explicit, "train": given}, RUNTIME_FIELDS):
+            raise RunDirError(clash)
+        train.update({k: v for k, v in given.items() if k in RUNTIME_FIELDS})
+        return RunConfig(dict(saved.model), TrainConfig.from_dict(train))
 
     def _load_data(self) -> None:
         """The corpus (with the run's vocabulary checked on resume) and this process's training columns."""
@@ -278,9 +267,8 @@ class Trainer:
         """A model whose layers have a length limit (learned positions) must accept every segment of every
         epoch: checked now, not when a long segment is drawn hours into the run (drawing them is cheap)."""
         limit, cfg = self.model.max_length, self.cfg
-        if limit is not None and limit < (
-            longest := max([cfg.bptt, *(s.length for e in range(1, cfg.epochs + 1) for s in self.schedule(e))])
-        ):
+        lengths = (s.length for e in range(1, cfg.epochs + 1) for s in self.schedule(e))  # drawn only with a limit
+        if limit is not None and (longest := max([cfg.bptt, *lengths])) > limit:
             raise ConfigError(
                 f"the training schedule has segments of up to {longest} tokens (bptt {cfg.bptt}, bptt_std "
                 f"{cfg.bptt_std}) but the {self.model_config.cell!r} layers accept at most {limit} "
@@ -398,7 +386,7 @@ class Trainer:
         if self.cfg.time_limit is not None:  # a wall-time budget usually ends the run long before its epochs
             left = min(left, 60 * self.cfg.time_limit - self.clock())
         self._postfix = {"loss": f"{cur:.3f}", "ppl": f"{math.exp(min(cur, 50)):.1f}", "tok/s": f"{tok_s:,.0f}"}
-        self._postfix["left"] = _fmt_time(left)
+        self._postfix["left"] = tqdm.format_interval(left) if math.isfinite(left) and left >= 0 else "?"
         self._scalars(prog.step, {"train/loss": cur, "train/tokens_per_s": tok_s})
         since["tokens"], since["clock"] = 0, now
         since["loss"].zero_()
@@ -423,11 +411,10 @@ class Trainer:
         self._flush()
         valid, t = self.validate(), prog.task
         loss, tokens, seconds = t["epoch_loss_sum"] / max(t["epoch_tokens"], 1), t["epoch_tokens"], t["epoch_seconds"]
-        row = dict(
-            epoch=prog.epoch, steps=prog.step, train_loss=round(loss, 6), train_ppl=round(math.exp(min(loss, 50)), 3)
-        )
-        row.update(valid_loss=round(valid.loss, 6), valid_ppl=round(valid.ppl, 3), averaging=int(t["averaging"]))
-        row.update(tokens=tokens, epoch_seconds=round(seconds, 2), tokens_per_s=round(tokens / max(seconds, 1e-9), 1))
+        row = dict(epoch=prog.epoch, steps=prog.step, train_loss=round(loss, 6))
+        row.update(train_ppl=round(math.exp(min(loss, 50)), 3), valid_loss=round(valid.loss, 6))
+        row.update(valid_ppl=round(valid.ppl, 3), averaging=int(t["averaging"]), tokens=tokens)
+        row.update(epoch_seconds=round(seconds, 2), tokens_per_s=round(tokens / max(seconds, 1e-9), 1))
         row.update(elapsed_s=round(self.clock(), 1))
         t.update(epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
         return Check(-valid.loss, row)
