@@ -13,12 +13,8 @@ from .config import EvalRuntime, add_config_flags
 
 def register(subparsers) -> None:
     """Add ``onlstm lm {train,eval}`` to the top-level ``subparsers``."""
-    sub = add_group(
-        subparsers,
-        "lm",
-        "word-level language modelling (PTB): train, eval",
-        "AWD-style word-level language model with ON-LSTM (or LSTM/GRU) layers.",
-    )
+    about = "AWD-style word-level language model with ON-LSTM (or LSTM/GRU) layers."
+    sub = add_group(subparsers, "lm", "word-level language modelling (PTB): train, eval", about)
     train = add_command(
         sub,
         "train",

@@ -37,11 +37,7 @@ class DistContext:
 
     def any(self, flag: bool) -> bool:
         """True on every process if ``flag`` is true on any (used to stop all processes at the same step)."""
-        if not self.distributed:
-            return flag
-        x = torch.tensor([float(flag)], device=self.device)
-        dist.all_reduce(x, op=dist.ReduceOp.MAX)
-        return bool(x.item() > 0)
+        return bool(self.all_reduce_sum(torch.tensor([float(flag)]))[0] > 0)
 
     def gather_columns(self, t: torch.Tensor, dim: int) -> torch.Tensor:
         """Concatenate every process's ``t`` along ``dim`` in rank order (equal shapes required)."""

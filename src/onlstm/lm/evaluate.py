@@ -71,34 +71,24 @@ def stream_loss(
 
 
 def perplexity(
-    model,
-    ids: torch.Tensor,
-    protocol: str = "paper",
-    batch_size: int = 10,
-    bptt: int = 70,
-    device=None,
-    progress: bool = False,
-    rank: int = 0,
-    world: int = 1,
-    reduce=None,
-    should_stop=None,
+    model, ids, protocol="paper", batch_size=10, bptt=70, device=None, progress=False, ctx=None, should_stop=None
 ) -> Perplexity:
-    """Perplexity of ``model`` on the stream ``ids`` (1-D) under ``protocol`` (``paper``: batch 1,
-    ``batched``: ``batch_size`` columns). With ``world > 1`` each process scores its share of the
-    columns and ``reduce(tensor)`` (an all-reduce sum) combines them."""
+    """Perplexity of ``model`` on the stream ``ids`` (1-D) under ``protocol`` (``paper``: batch 1, ``batched``:
+    ``batch_size`` columns). With ``ctx``, a :class:`~onlstm.lm.distributed.DistContext` of several processes, each
+    scores its share of the columns and the sums are added up; ``should_stop()`` true raises Interrupted."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     if bptt <= 0:
         raise ValueError(f"bptt must be positive, got {bptt}")
     b = 1 if protocol == "paper" else batch_size
     data = batchify(ids, b)
-    start, stop = column_share(b, rank, world)
+    start, stop = column_share(b, ctx.rank, ctx.world) if ctx is not None else (0, b)
     total, count = 0.0, 0
     opts = dict(total=(data.shape[0] - 1) * (stop - start), unit="tok", unit_scale=True, leave=False)
     with progress_bar(progress, desc=f"eval ({protocol})", **opts) as bar:
         if stop > start:
             total, count = stream_loss(model, data[:, start:stop].to(device), bptt, should_stop, bar)
-    if world > 1:
-        t = reduce(torch.tensor([total, float(count)], dtype=torch.float64))
+    if ctx is not None and ctx.distributed:
+        t = ctx.all_reduce_sum(torch.tensor([total, float(count)], dtype=torch.float64))
         total, count = float(t[0]), int(round(float(t[1])))
     return Perplexity(total / count, count, protocol, b, bptt, ids.numel() - data.numel())

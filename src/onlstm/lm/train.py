@@ -400,11 +400,9 @@ class Trainer:
 
     def validate(self):
         """The validation perplexity of the weights evaluation uses (raises Interrupted on Ctrl-C)."""
-        ctx = self.ctx
-        stop = self.engine.stop if self.engine is not None and not ctx.distributed else None
-        shard = {"rank": ctx.rank, "world": ctx.world, "reduce": ctx.all_reduce_sum}  # every process its share
-        with self.eval_weights():
-            return self._perplexity(self.model, "valid", "batched", self.cfg.eval_batch_size, stop, **shard)
+        stop = self.engine.stop if self.engine is not None and not self.ctx.distributed else None
+        with self.eval_weights():  # every process scores its share
+            return self._perplexity(self.model, "valid", "batched", self.cfg.eval_batch_size, stop, ctx=self.ctx)
 
     def validation(self, prog: Progress) -> Check:
         """The epoch's row of the log (its best is filled in by :meth:`after_check`)."""
@@ -483,8 +481,9 @@ class Trainer:
             self._continue_old_average(path, tensors, self.prog.task["avg_count"], meta["optimizer"])
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
-        p = self.progress
-        self.log(f"resumed {self.run_dir} at {self._position()}" + (" (averaging)" if p.averaging else ""))
+        self.log(
+            f"resumed {self.run_dir} at {self._position()}" + (" (averaging)" if self.prog.task["averaging"] else "")
+        )
 
     def _position(self) -> str:
         p = self.progress
@@ -523,15 +522,14 @@ class Trainer:
         """Add the device's loss sums to the epoch's (all processes) and the training time; then stop if the loss
         is NaN or infinite (no file written: the last good ones are kept). Done before every save and validation,
         so diverged weights never reach a file."""
-        t, prog = torch.stack([self._acc_loss, self._acc_tok]).cpu(), self.prog
-        t = self.ctx.all_reduce_sum(t)
+        t = self.ctx.all_reduce_sum(torch.stack([self._acc_loss, self._acc_tok]).cpu())
+        prog, now = self.prog, time.perf_counter()
         prog.task["epoch_loss_sum"] += float(t[0])
         prog.task["epoch_tokens"] += int(round(float(t[1])))
-        self._acc_loss.zero_()
-        self._acc_tok.zero_()
-        now = time.perf_counter()
         prog.task["epoch_seconds"] += now - self._clock
         self._clock = now
+        self._acc_loss.zero_()
+        self._acc_tok.zero_()
         if not self.ctx.any(not math.isfinite(prog.task["epoch_loss_sum"])):
             return
         best = self.rundir.weights("best").name
@@ -579,7 +577,7 @@ class Trainer:
         elif why == "time_limit":  # the clock counts every session: resuming needs a larger limit to train further
             limit = f"{cfg.time_limit:.3g}"
             self.log(
-                self._stopped_message(f"stopped at the time limit ({limit} min)") + f" --time-limit M (M > {limit})"
+                self._stopped_message(f"stopped at the time limit ({limit} min)", f" --time-limit M (M > {limit})")
             )
         else:
             prog.task["finished"] = True
@@ -589,10 +587,10 @@ class Trainer:
             self._tb.close()
         return {"status": status, "progress": vars(self.progress)}
 
-    def _stopped_message(self, why: str) -> str:
+    def _stopped_message(self, why: str, more_flags: str = "") -> str:
         return (
             f"{why}: saved {self.rundir.resume_path} at {self._position()}; "
-            f"continue with: onlstm lm train --out {self.run_dir} --data-dir {self.data_dir} --resume"
+            f"continue with: onlstm lm train --out {self.run_dir} --data-dir {self.data_dir} --resume{more_flags}"
         )
 
     def _final_test(self) -> str:
@@ -603,11 +601,8 @@ class Trainer:
         elif ctx.is_main:
             model = LanguageModel(self.model_config).to(ctx.device)
             load_weights(best, model)
-            test_protocol = "paper" if cfg.test_batch_size == 1 else "batched"
-            splits = (
-                ("valid", "batched", cfg.eval_batch_size, False),
-                ("test", test_protocol, cfg.test_batch_size, True),
-            )
+            test_split = ("test", "paper" if cfg.test_batch_size == 1 else "batched", cfg.test_batch_size, True)
+            splits = (("valid", "batched", cfg.eval_batch_size, False), test_split)
             try:
                 with StopRequest() as stop:
                     valid, test = [
@@ -631,16 +626,11 @@ class Trainer:
 
 
 def train(
-    run_dir: Path,
-    data_dir: Path,
-    explicit: dict | None = None,
-    resume: bool = False,
-    max_steps: int | None = None,
-    on_step=None,
-    log: Callable[[str], None] = print,
+    run_dir: Path, data_dir: Path, explicit: dict | None = None, resume=False, max_steps=None, on_step=None, log=print
 ) -> dict:
-    """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the
-    user (config file and flags). Returns ``{"status", "progress"}``; joins the process group under torchrun."""
+    """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the user (config
+    file and flags); ``max_steps``: optimizer steps in all; ``on_step(trainer)`` after each; ``log(message)``. Returns
+    ``{"status", "progress"}``; joins the process group under torchrun."""
     run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train")
     if not resume:  # every setting checked (the model's too) before anything is created or read
         load_config(None, explicit or {}).model_config(vocab_size=1)
