@@ -82,10 +82,9 @@ def lm_settings(cfg: DemoConfig, quiet: bool = False) -> dict:
 
 
 def check_demo_dir(out: str | Path) -> Path:
-    """``--out`` of the demo: a writable directory holding no run but, at most, an earlier demo's (which the
-    demo replaces: it is made again in minutes); checked before any work. A run is the demo's when its header
-    holds the demo's settings, or (a demo stopped during training, before it wrote them) it was trained on the
-    demo's corpus folder inside it."""
+    """``--out`` of the demo, checked before any work: a writable directory holding no run but, at most, an earlier
+    demo's (replaced: it is made again in minutes), whose header holds the demo's settings or (stopped during
+    training, before it wrote them) names the demo's corpus folder inside it."""
     out_dir = check_output_folder(out)
     held = RunDir(out_dir).describe()
     config = RunDir(out_dir).header() if held else {}
@@ -115,21 +114,16 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
         # be parsed with when no epoch ends this time
         for path in (run_dir.config_path, *run_dir.training_files(), run_dir.log_path, run_dir.results_path):
             path.unlink(missing_ok=True)
-        write_ptb(out_dir / DATA, {"train": train_trees, "valid": dev, "test": test})
+        # the sentences as a PTB-layout corpus, one sentence a line (what onlstm.data.ptb reads)
+        (out_dir / DATA).mkdir(parents=True, exist_ok=True)
+        for split, trees in {"train": train_trees, "valid": dev, "test": test}.items():
+            (out_dir / DATA / f"ptb.{split}.txt").write_text("".join(" ".join(t.leaves()) + "\n" for t in trees))
     # lm train takes the directory's lock itself, so the demo's is released meanwhile
     trained = train(out_dir, out_dir / DATA, settings, log=log)
     if trained["status"] == "interrupted":
         log("Ctrl-C: training ended early; the demo goes on with the model so far")
     with run_dir.lock("onlstm demo", log=log):
         return _report(cfg, out_dir, trained, dev, test, as_json)
-
-
-def write_ptb(folder: Path, splits: dict[str, list]) -> None:
-    """Trees' sentences as a PTB-layout corpus (``ptb.<split>.txt``, one sentence a line, words separated by
-    spaces), the layout :mod:`onlstm.data.ptb` reads."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, trees in splits.items():
-        (folder / f"ptb.{split}.txt").write_text("".join(" ".join(t.leaves()) + "\n" for t in trees))
 
 
 def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: bool) -> dict:
@@ -146,7 +140,14 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: b
     info = dict(steps=p["step"], epochs_validated=len(p["history"]), train_seconds=round(p["elapsed"], 1))
     info.update(best_valid_ppl=None if p["best_valid"] is None else math.exp(p["best_valid"]), weights=lm.weights.name)
     info["stopped_by"] = {"stopped": "time", "finished": "epochs"}.get(status, status)
-    plots = [str(p) for p in _plot_example(model, vocab, test, best, out_dir)]
+    try:  # a plot of one test sentence
+        from .parsing.plots import plot_sentence
+
+        k = next(i for i, t in enumerate(test) if 7 <= len(t.leaves()) <= 12)
+        plot = plot_sentence(model, vocab, test[k].leaves(), out_dir / "example", gold=unlabel(test[k]), layer=best)
+        plots = [str(f) for f in plot]
+    except ImportError as e:  # matplotlib missing: the numbers still stand
+        plots = [f"(no plot: {e})"]
     result = dict(train=info, vocab_size=len(vocab), model=model.config.to_dict(), chosen_layer=best + 1)
     result.update(layers=scores["layers"], baselines=scores["baselines"], onlstm_beats_every_baseline=scores["beats"])
     speed = (len(dev) + len(test)) / scores["parse_seconds"]
@@ -201,17 +202,6 @@ def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_d
     write_text(out_dir / "test_pred.txt", "\n".join(to_brackets(t) for t in preds[best]) + "\n")
     scores["beats"] = all(per_layer_test[best]["sentence_f1"] > b["sentence_f1"] for b in baselines.values())
     return scores
-
-
-def _plot_example(model: LanguageModel, vocab: Vocab, test, best: int, out_dir: Path) -> list:
-    try:
-        from .parsing.plots import plot_sentence
-
-        test_words = [t.leaves() for t in test]
-        k = next(i for i, w in enumerate(test_words) if 7 <= len(w) <= 12)
-        return plot_sentence(model, vocab, test_words[k], out_dir / "example", gold=unlabel(test[k]), layer=best)
-    except ImportError as e:  # matplotlib missing: the numbers still stand
-        return [f"(no plot: {e})"]
 
 
 def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:

@@ -124,28 +124,20 @@ def float32_state(state):
 
 
 def nonmono_switch(history: list[float], loss: float, nonmono: int) -> bool:
-    """NT-ASGD's trigger (the reference's condition): switch to averaging when this epoch's validation
-    ``loss`` is worse than the best of the SGD epochs before the last ``nonmono`` ones (``history`` =
-    validation losses of the earlier SGD epochs, oldest first)."""
+    """NT-ASGD's trigger (the reference's condition): this epoch's validation ``loss`` is worse than the best of the
+    SGD epochs before the last ``nonmono`` ones (``history``: earlier SGD epochs' validation losses, oldest first)."""
     return len(history) > nonmono and loss > min(history[:-nonmono])
 
 
-def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(params, cfg: TrainConfig, averaging: bool = False) -> torch.optim.Optimizer:
+    """The run's optimizer; with ``averaging`` NT-ASGD's averaging phase as the authors run it: torch's own ASGD
+    with t0=0, lambd=0 (plain SGD steps plus the running average ``ax`` of the iterates). Its step size is fixed at
+    the end of the previous step and its average starts from the second iterate (docs/lm.md, "NT-ASGD")."""
+    if averaging:
+        return torch.optim.ASGD(params, lr=cfg.lr, t0=0, lambd=0.0, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-
-def make_averaging_optimizer(params, cfg: TrainConfig) -> torch.optim.ASGD:
-    """NT-ASGD's averaging phase as the authors run it: torch's own ASGD with t0=0, lambd=0 (plain SGD
-    steps plus the running average ``ax`` of the iterates). Its step size is fixed at the end of the
-    previous step and its average starts from the second iterate (docs/lm.md, "Averaging")."""
-    return torch.optim.ASGD(params, lr=cfg.lr, t0=0, lambd=0.0, weight_decay=cfg.weight_decay)
-
-
-def is_averaging_state(opt_meta: dict) -> bool:
-    """Whether saved optimizer metadata (:func:`onlstm.runs.optimizer_to_data`) is torch's ASGD."""
-    return "t0" in (opt_meta.get("param_groups") or [{}])[0]
 
 
 @torch.no_grad()
@@ -172,10 +164,8 @@ def write_log_csv(path: Path, history: list[dict]) -> None:
 
 
 class Trainer:
-    """The language model's part of a training run (a :class:`~onlstm.runs.engine.Task`): passes are the epoch's
-    BPTT segments with the recurrent state carried between them, validation is the perplexity of the weights
-    evaluation uses (lower loss is better: the score is its negative) at the end of every epoch, NT-ASGD, the
-    resume file with the carried state, and the final test. :class:`~onlstm.runs.engine.Engine` runs the loop."""
+    """The language model's :class:`~onlstm.runs.engine.Task`: passes are epochs of BPTT segments, the state carried;
+    validation scores the weights evaluation uses (the score is minus the loss); NT-ASGD, resume, the final test."""
 
     def __init__(
         self, run_dir: Path, data_dir: Path, explicit: dict, resume=False, ctx: DistContext | None = None, log=print
@@ -306,10 +296,9 @@ class Trainer:
     def averaged_weights(self) -> list[torch.Tensor] | None:
         """ASGD's running average (``ax``) once averaging started; a parameter ASGD has not stepped yet
         (just after the switch) counts with its current value, as ``ax`` would equal it after one step."""
-        if not self.prog.task["averaging"]:
-            return None
-        state = self.optimizer.state
-        return [state.get(p, {}).get("ax", p) for p in self.params]
+        if self.prog.task["averaging"]:
+            return [self.optimizer.state.get(p, {}).get("ax", p) for p in self.params]
+        return None
 
     @contextmanager
     def eval_weights(self):
@@ -325,18 +314,15 @@ class Trainer:
     def _start_averaging(self) -> str:
         # the authors replace the optimizer by a fresh torch ASGD at the switch: so do we (no state carried)
         self.prog.task.update(averaging=True, avg_count=0)
-        self.optimizer = make_averaging_optimizer(self.params, self.cfg)
+        self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
         return f"epoch {self.prog.epoch + 1}: switching to averaged SGD (NT-ASGD)"
 
-    # -- the task's part of the loop ----------------------------------------------------------------
     def pass_batches(self, prog: Progress) -> list:
         """The epoch's segments; at its start the carried state is reset and averaging may begin
         (``asgd_start_epoch``)."""
-        cfg, t = self.cfg, prog.task
         if prog.pos == 0:
-            self.hidden = None
-            start = cfg.asgd_start_epoch
-            if self._averaging_allowed() and not t["averaging"] and start and prog.epoch + 1 >= start:
+            self.hidden, start = None, self.cfg.asgd_start_epoch
+            if self._averaging_allowed() and not prog.task["averaging"] and start and prog.epoch + 1 >= start:
                 self.log(self._start_averaging())
         self._clock = time.perf_counter()
         self._since = {"tokens": 0, "loss": self._zero(), "clock": self._clock, "start": self._clock, "batches": 0}
@@ -474,10 +460,11 @@ class Trainer:
                 f"{path} was written for another model ({meta['model_config']}) than {RunDir.CONFIG} "
                 f"describes ({self.model_config.to_dict()}); the run directory is inconsistent"
             )
-        if is_averaging_state(meta["optimizer"]):
-            self.optimizer = make_averaging_optimizer(self.params, self.cfg)
+        saved_asgd = "t0" in (meta["optimizer"].get("param_groups") or [{}])[0]  # torch's ASGD (optimizer_to_data)
+        if saved_asgd:
+            self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
         restore_training(path, tensors, meta["optimizer"], self.model, self.optimizer, self.ctx.device)
-        if self.prog.task["averaging"] and not is_averaging_state(meta["optimizer"]):
+        if self.prog.task["averaging"] and not saved_asgd:
             self._continue_old_average(path, tensors, self.prog.task["avg_count"], meta["optimizer"])
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
@@ -493,7 +480,7 @@ class Trainer:
         """A file saved in the averaging phase before it used torch's ASGD holds SGD state and its own mean
         ``avg.*`` of the last ``avg_count`` iterates. Go on with ASGD from that mean: ASGD's state after
         step s averages s - 1 iterates (mu = 1/s), and eta is the rate of the last step."""
-        self.optimizer = make_averaging_optimizer(self.params, self.cfg)
+        self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
         if k == 0:  # no averaged step yet: a fresh ASGD is exactly that state
             return
         eta = float(opt_meta["param_groups"][0]["lr"])

@@ -18,11 +18,9 @@ from ..encoders import make_encoder
 
 @dataclass
 class LMConfig(Config):
-    """Architecture of :class:`LanguageModel` (saved as JSON next to every checkpoint).
-
-    ``chunk_size``, ``master_input`` and ``dropconnect`` are encoder options: each layer receives those its
-    encoder declares in :mod:`onlstm.encoders` (so one preset serves ON-LSTM and LSTM alike).
-    """
+    """Architecture of :class:`LanguageModel` (saved as JSON next to every checkpoint). ``chunk_size``,
+    ``master_input`` and ``dropconnect`` are encoder options: each layer receives those its encoder declares in
+    :mod:`onlstm.encoders` (so one preset serves ON-LSTM and LSTM alike)."""
 
     section = "model"
     config_kind = "language-model config"
@@ -69,8 +67,7 @@ class LMConfig(Config):
         spec.validate(self.hidden_sizes, self.layer_options())
 
     def layer_options(self, cell: str | None = None) -> dict:
-        """The options this config gives encoder ``cell`` (default: its own): the fields the encoder declares
-        and ``encoder_options``."""
+        """The fields encoder ``cell`` (default: its own) declares, and ``encoder_options``."""
         return encoders.options_for(cell or self.cell, self, self.encoder_options)
 
 
@@ -155,12 +152,9 @@ class LanguageModel(nn.Module):
     def logits(self, output: torch.Tensor) -> torch.Tensor:
         return self.decoder(output)
 
-    # -- sharing (docs/sharing.md) ---------------------------------------------------------------
     def save_pretrained(self, directory, vocab=None, *, run_config=None, command=None, results=None):
         """Save this model and its vocabulary (a :class:`~onlstm.data.vocab.Vocab` or a list of words; by default
-        ``model.vocab``, which :meth:`from_pretrained` sets) in Hugging Face's layout
-        (:meth:`onlstm.runs.RunDir.save_pretrained`).
-
+        ``model.vocab``, which :meth:`from_pretrained` sets) in Hugging Face's layout (docs/sharing.md).
         ``run_config`` (a dict): the training run's header (its settings travel with the model: text normalisation,
         training recipe, ...); ``command`` (a string) and ``results`` (a dict) go into the model card."""
         from ..checkpoint import config_header
