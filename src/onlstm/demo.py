@@ -109,7 +109,16 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
     log = (lambda msg: None) if as_json else print  # with --json stdout holds the one JSON object only
     run_dir = RunDir(out_dir)
     with run_dir.lock("onlstm demo", log=log):
-        train_trees, dev, test = _corpora(cfg, quiet=as_json)
+        grammar = Grammar()  # three seeds: the training, development and test trees
+        train_trees = grammar.corpus(cfg.train_sentences, seed=cfg.seed)
+        dev = grammar.corpus(cfg.dev_sentences, seed=cfg.seed + 1_000_003)
+        test = grammar.corpus(cfg.test_sentences, seed=cfg.seed + 2_000_003)
+        if not as_json:
+            types = len({w for t in train_trees for w in t.leaves()})
+            print(
+                f"generated {len(train_trees)} training, {len(dev)} development and {len(test)} test sentences "
+                f"({types} word types) from the demo grammar"
+            )
         # an earlier demo's run: lm train refuses a directory with a run in it, and its old best weights would
         # be parsed with when no epoch ends this time
         for path in (run_dir.config_path, *run_dir.training_files(), run_dir.log_path, run_dir.results_path):
@@ -159,21 +168,6 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: b
     return result
 
 
-def _corpora(cfg: DemoConfig, quiet: bool):
-    """Training, development and test trees from the demo grammar (three seeds)."""
-    grammar = Grammar()
-    train = grammar.corpus(cfg.train_sentences, seed=cfg.seed)
-    dev = grammar.corpus(cfg.dev_sentences, seed=cfg.seed + 1_000_003)
-    test = grammar.corpus(cfg.test_sentences, seed=cfg.seed + 2_000_003)
-    if not quiet:
-        types = len({w for t in train for w in t.leaves()})
-        print(
-            f"generated {len(train)} training, {len(dev)} development and {len(test)} test sentences "
-            f"({types} word types) from the demo grammar"
-        )
-    return train, dev, test
-
-
 def demo_command(config: dict) -> str | None:
     """The ``onlstm demo`` command that reproduces a demo run's settings (its header), else None."""
     if not isinstance(config.get("demo"), dict):
@@ -185,7 +179,6 @@ def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_d
     """Per-layer F1 on test, the layer chosen on dev, the baselines; writes the test trees (gold, predicted)."""
     t0 = time.monotonic()
     dev_words, test_words = [t.leaves() for t in dev], [t.leaves() for t in test]
-    out_dir.mkdir(parents=True, exist_ok=True)
     dev_f, test_f = (sentence_distances(model, vocab, words)[0] for words in (dev_words, test_words))
     layers = range(len(model.layers))
     per_layer_dev = [evaluate(dev, trees_from_distances(dev_words, dev_f, l)).sentence.f1 for l in layers]

@@ -66,9 +66,7 @@ class TrainConfig(Runtime):
         choices=("raw", "dropped"),
     )
     beta: float = option(1.0, "TAR: beta * mean((h_t - h_{t-1}) ^ 2) of the last layer's raw output")
-    averaging: bool = option(
-        True, "with sgd: once validation stalls, average the weights (torch's ASGD, t0=0, lambd=0)"
-    )
+    averaging: bool = option(True, "with sgd: once validation stalls, average weights (torch's ASGD, t0=0, lambd=0)")
     nonmono: int = option(
         5,
         "switch to averaging when validation is worse than the best of all but the last nonmono epochs",

@@ -348,7 +348,6 @@ class Trainer:
         # the carried state stays float32 whatever autocast made of it, so that evaluation, resume and a
         # later fp32 session read it as they would without autocast
         self.hidden = hidden if cfg.precision == "fp32" else float32_state(hidden)
-        # in the averaging phase the optimizer is torch's ASGD: the step and its running average
         update(self.optimizer, loss, self.params, cfg.clip)
         prog.task["avg_count"] += int(prog.task["averaging"])
         n, since = y.numel(), self._since

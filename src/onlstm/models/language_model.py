@@ -98,12 +98,9 @@ class LanguageModel(nn.Module):
         self.config = c = config
         self.embedding = nn.Embedding(c.vocab_size, c.emb_size)
         sizes = [c.emb_size] + c.hidden_sizes
-        self.layers = nn.ModuleList(
-            make_encoder(c.cell, sizes[i], sizes[i + 1], **c.layer_options()) for i in range(len(c.hidden_sizes))
-        )
+        self.layers = nn.ModuleList(make_encoder(c.cell, a, b, **c.layer_options()) for a, b in zip(sizes, sizes[1:]))
         self.decoder = nn.Linear(c.hidden_sizes[-1], c.vocab_size)
-        # As the reference: small uniform embedding (an N(0, 1) tied embedding makes early gradients
-        # denormal and CPU steps 15-100x slower), zero decoder bias.
+        # as the reference: a small uniform embedding (an N(0, 1) one makes CPU steps slow: docs/design.md §3.3)
         nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
         nn.init.zeros_(self.decoder.bias)
         if c.tie_weights:
@@ -128,11 +125,9 @@ class LanguageModel(nn.Module):
         self, tokens: torch.Tensor, state=None, return_distances: bool = False, *, shard: tuple[int, int] | None = None
     ):
         """``tokens`` (T, B) -> ``output`` (T, B, last width), the new ``state`` (one per layer; None when the
-        encoder has ``stateful=False``, e.g. the Transformer: every call starts afresh and the loops carrying
-        state between segments carry nothing) and a dict: ``raw`` (last layer's output before dropout, for TAR),
-        ``dropped`` (after, for AR) and, when asked, ``distances`` (per layer, :class:`onlstm.Distances` of
-        (T, B) tensors). ``shard = (start, total)``: ``tokens`` are columns ``start:start+B`` of a batch of
-        ``total`` (several processes); dropout masks are drawn for it all and sliced (:func:`locked_dropout`)."""
+        encoder has ``stateful=False``, e.g. the Transformer: every call starts afresh) and a dict: ``raw`` (last
+        layer's output before dropout, for TAR), ``dropped`` (after, for AR) and, when asked, ``distances`` (per
+        layer, :class:`onlstm.Distances` of (T, B) tensors). ``shard``: as :func:`locked_dropout`'s."""
         c = self.config
         if not self.stateful and state is not None:
             raise ValueError(f"a {c.cell!r} language model carries no state across calls; pass state=None")
