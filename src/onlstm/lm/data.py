@@ -41,9 +41,9 @@ def bptt_schedule(
     """The segments of one epoch over ``n_rows`` rows. With ``variable``: each length is ``max(min_len,
     int(N(b, std)))``, ``b = bptt`` with probability ``1 - short_prob`` and ``bptt / 2`` otherwise, the last segment
     clipped to the rows left. The lengths depend on ``(seed, epoch)`` only (their own generator), so a resumed run
-    and every process draw the same schedule. As the reference, segments start while ``i < n_rows - 2``."""
+    and every process draw the same schedule."""
     rng, out, i = random.Random(f"onlstm-lm-bptt:{seed}:{epoch}"), [], 0
-    while i < n_rows - 2:
+    while i < n_rows - 2:  # as the reference: every segment has at least 2 steps
         length = bptt
         if variable:
             length = max(min_len, int(rng.gauss(bptt if rng.random() >= short_prob else bptt / 2, std)))

@@ -17,7 +17,6 @@ from ..runs import resolve_device
 class DistContext:
     rank: int = 0
     world: int = 1
-    local_rank: int = 0
     device: torch.device = torch.device("cpu")
 
     @property
@@ -63,7 +62,7 @@ def setup(device: str = "auto") -> DistContext:
         torch.cuda.set_device(dev)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", timeout=timedelta(hours=2))
-    return DistContext(rank, world, local_rank, dev)
+    return DistContext(rank, world, dev)
 
 
 def teardown() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +19,7 @@ from .data import batchify, column_share
 PROTOCOLS = ("paper", "batched")
 
 
-@dataclass
+@dataclasses.dataclass
 class Perplexity:
     loss: float  # mean cross-entropy per scored token, nats
     tokens: int  # tokens scored

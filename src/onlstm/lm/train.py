@@ -149,8 +149,7 @@ def _assign(params: list[torch.Tensor], values: list[torch.Tensor]) -> None:
 def run_config_from_saved(saved: dict) -> RunConfig:
     if saved.get("kind") != "lm":
         raise CheckpointError(f"{RunDir.CONFIG} has kind {saved.get('kind')!r}, not 'lm': not a language-model run")
-    model = dict(saved["model"])
-    model.pop("vocab_size", None)
+    model = {k: v for k, v in saved["model"].items() if k != "vocab_size"}
     # runs saved before ar_target existed trained AR on the dropped output: they resume doing so
     train = {"ar_target": AR_TARGET_BEFORE_OPTION, **saved["train"]}
     return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(train))
@@ -188,7 +187,6 @@ class Trainer:
             )
         self._load_data()
         self._build_model()
-        self._check_segment_lengths()
         if self.ctx.is_main and not resume:
             self.rundir.write_config(self._config_json())
             self.corpus.vocab.save(self.rundir.vocab_path)
@@ -239,7 +237,7 @@ class Trainer:
         self.n_rows = columns.shape[0]
 
     def _build_model(self) -> None:
-        """Model (seeded), optimizer, an empty progress record and the training objective."""
+        """Model (seeded; its segment-length limit checked), optimizer, an empty progress record, the objective."""
         cfg, dev = self.cfg, self.ctx.device
         self.model_config = self.config.model_config(len(self.corpus.vocab))
         torch.manual_seed(cfg.seed)
@@ -248,15 +246,14 @@ class Trainer:
         self.param_names, self.params = map(list, zip(*self.model.named_parameters()))
         self.optimizer: torch.optim.Optimizer = make_optimizer(self.params, cfg)
         self.prog, self.history, self.hidden = Progress(task=copy.deepcopy(_TASK)), [], None
+        self.may_average = cfg.optimizer == "sgd" and cfg.averaging  # NT-ASGD
         self.objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
         if self.ctx.distributed:
             ids = [dev.index] if dev.type == "cuda" else None
             self.objective = torch.nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
-
-    def _check_segment_lengths(self) -> None:
-        """A model whose layers have a length limit (learned positions) must accept every segment of every
-        epoch: checked now, not when a long segment is drawn hours into the run (drawing them is cheap)."""
-        limit, cfg = self.model.max_length, self.cfg
+        # layers with a length limit (learned positions) must accept every segment of every epoch: checked now,
+        # not when a long segment is drawn hours into the run (drawing them is cheap)
+        limit = self.model.max_length
         lengths = (s.length for e in range(1, cfg.epochs + 1) for s in self.schedule(e))  # drawn only with a limit
         if limit is not None and (longest := max([cfg.bptt, *lengths])) > limit:
             raise ConfigError(
@@ -318,19 +315,15 @@ class Trainer:
         return f"epoch {self.prog.epoch + 1}: switching to averaged SGD (NT-ASGD)"
 
     def pass_batches(self, prog: Progress) -> list:
-        """The epoch's segments; at its start the carried state is reset and averaging may begin
-        (``asgd_start_epoch``)."""
+        """The epoch's segments; at its start the state is reset and averaging may begin (``asgd_start_epoch``)."""
         if prog.pos == 0:
             self.hidden, start = None, self.cfg.asgd_start_epoch
-            if self._averaging_allowed() and not prog.task["averaging"] and start and prog.epoch + 1 >= start:
+            if self.may_average and not prog.task["averaging"] and start and prog.epoch + 1 >= start:
                 self.log(self._start_averaging())
         self._clock = time.perf_counter()
         self._since = {"tokens": 0, "loss": self._zero(), "clock": self._clock, "start": self._clock, "batches": 0}
         self._n_pass, self._postfix = len(sched := self.schedule(prog.epoch + 1)), {}
         return sched
-
-    def _averaging_allowed(self) -> bool:
-        return self.cfg.optimizer == "sgd" and self.cfg.averaging
 
     def _zero(self) -> torch.Tensor:
         return torch.zeros((), dtype=torch.float64, device=self.ctx.device)
@@ -412,7 +405,7 @@ class Trainer:
             f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s"
         )
         self._scalars(prog.epoch, {"valid/ppl": row["valid_ppl"], "train/epoch_ppl": row["train_ppl"]})
-        if self._averaging_allowed() and not t["averaging"]:
+        if self.may_average and not t["averaging"]:
             switch = nonmono_switch(t["sgd_valid_history"], -check.score, self.cfg.nonmono)
             t["sgd_valid_history"].append(-check.score)
             if switch:

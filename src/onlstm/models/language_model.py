@@ -189,8 +189,7 @@ Parse sentences with it (ON-LSTM models): `onlstm parse --checkpoint THIS_DIRECT
 """
 
 
-KIND = "lm"
-"""The ``kind`` of a language-model run (``onlstm lm train``, ``onlstm demo``; registered by :mod:`onlstm.lm`)."""
+KIND = "lm"  # the kind of a language-model run (`onlstm lm train`, `onlstm demo`; registered by onlstm.lm)
 
 
 def load_language_model_run(
