@@ -160,7 +160,7 @@ def test_registered_encoder_shows_in_the_help(toy, capsys):
 
 
 def test_user_encoder_trains_as_a_language_model(toy, tmp_path, capsys):
-    from onlstm.lm.cli import load_lm
+    from onlstm.models.language_model import load_language_model_run
     from onlstm.parsing.induce import load_language_model
 
     corpus, run = _lm_corpus(tmp_path / "corpus"), tmp_path / "lm-toy"
@@ -192,7 +192,8 @@ def test_user_encoder_trains_as_a_language_model(toy, tmp_path, capsys):
     with open(run / "log.csv") as f:
         rows = list(csv.DictReader(f))
     assert rows and all(math.isfinite(float(r["train_loss"])) and math.isfinite(float(r["valid_loss"])) for r in rows)
-    model, vocab, _, _ = load_lm(run)
+    loaded = load_language_model_run(run)
+    model, vocab = loaded.model, loaded.vocab
     assert isinstance(model.layers[0], ToyRNN) and len(vocab) == saved["model"]["vocab_size"]
     assert not model.layers[0].rnn.bias and not any("bias" in k for k in model.state_dict() if k.startswith("layers"))
     # parsing needs distances: the toy's spec says it yields none
@@ -200,7 +201,7 @@ def test_user_encoder_trains_as_a_language_model(toy, tmp_path, capsys):
         load_language_model(run)
     E.unregister("toy")
     with pytest.raises(CheckpointError, match=r"got 'toy'.*must be registered \(onlstm.encoders.register\)"):
-        load_lm(run)
+        load_language_model_run(run)
     assert main(["lm", "eval", "--checkpoint", str(run), "--data-dir", str(corpus)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("onlstm lm eval:") and "must be registered" in err and "\n" not in err

@@ -1,24 +1,13 @@
-"""``onlstm demo``: the main job end to end on data the project makes itself.
-
-1. Generate a corpus with known trees from the probabilistic grammar of :mod:`onlstm.data.grammar` and write
-   its sentences as a PTB-layout corpus in ``OUT/data/``.
-2. Train a small ON-LSTM language model on it through the language-model experiment (``onlstm lm train``'s
-   :func:`~onlstm.lm.train.train`, the shared engine) with the ``lm/demo`` preset, the demo's options set over
-   it and ``--seconds`` as its time limit (CPU, progress bar, validation at the end of every epoch). OUT is an
-   ordinary language-model run: ``onlstm parse --checkpoint OUT`` and ``onlstm lm eval`` read it.
-3. Induce trees on held-out sentences from each layer's master-forget distances (the run's best weights, or
-   the last ones when no epoch ended); pick the layer on a development split, report it on a separate test split.
-4. Print sentence and corpus F1 against the four trivial baselines on the same test sentences, a few
-   trees side by side with gold, and save a plot.
-
-The demo sits above the experiments (with the CLI): it strings the language model and parsing together, and
-an experiment may not import another.
-"""
+"""``onlstm demo``: the main job end to end on data the project makes itself (docs/parsing.md): a grammar corpus,
+a language model trained by ``onlstm lm train``'s code (preset ``lm/demo``) into an ordinary run directory, and
+the trees induced on held-out sentences scored against gold and the trivial baselines. It sits above the
+experiments (with the CLI): an experiment may not import another."""
 
 from __future__ import annotations
 
 import json
 import math
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,21 +81,15 @@ def lm_settings(cfg: DemoConfig, quiet: bool = False) -> dict:
     return explicit_settings(find_preset("lm/demo")[1], {"model": {**model, "dropconnect": drop}, "train": train})
 
 
-def _is_demo_run(out_dir: Path) -> bool:
-    """A run the demo made: its header holds the demo's settings, or (a demo stopped during training, before it
-    wrote them) the run was trained on the demo's corpus folder inside it."""
-    config = RunDir(out_dir).header()
-    data = config.get("data")
-    own_corpus = isinstance(data, dict) and data.get("data_dir") == str((out_dir / DATA).resolve())
-    return "demo" in config or own_corpus
-
-
 def check_demo_dir(out: str | Path) -> Path:
-    """``--out`` of the demo: a writable directory holding no run but, at most, an earlier demo's (which the
-    demo replaces: it is made again in minutes); checked before any work."""
+    """``--out`` of the demo, checked before any work: a writable directory holding no run but, at most, an earlier
+    demo's (replaced: it is made again in minutes), whose header holds the demo's settings or (stopped during
+    training, before it wrote them) names the demo's corpus folder inside it."""
     out_dir = check_output_folder(out)
     held = RunDir(out_dir).describe()
-    if held and not _is_demo_run(out_dir):
+    config = RunDir(out_dir).header() if held else {}
+    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    if held and "demo" not in config and data.get("data_dir") != str((out_dir / DATA).resolve()):
         raise RunDirError(
             f"{out_dir} already holds a run that the demo did not make (found: {held}); the demo would "
             "overwrite it: choose another --out"
@@ -123,15 +106,27 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
     load_config(None, settings).model_config(vocab_size=1)  # every setting checked before anything is written
     out_dir = check_demo_dir(cfg.out)
     setup_torch(cfg.threads)
-    log = _silent if as_json else print
+    log = (lambda msg: None) if as_json else print  # with --json stdout holds the one JSON object only
     run_dir = RunDir(out_dir)
     with run_dir.lock("onlstm demo", log=log):
-        train_trees, dev, test = _corpora(cfg, quiet=as_json)
+        grammar = Grammar()  # three seeds: the training, development and test trees
+        train_trees = grammar.corpus(cfg.train_sentences, seed=cfg.seed)
+        dev = grammar.corpus(cfg.dev_sentences, seed=cfg.seed + 1_000_003)
+        test = grammar.corpus(cfg.test_sentences, seed=cfg.seed + 2_000_003)
+        if not as_json:
+            types = len({w for t in train_trees for w in t.leaves()})
+            print(
+                f"generated {len(train_trees)} training, {len(dev)} development and {len(test)} test sentences "
+                f"({types} word types) from the demo grammar"
+            )
         # an earlier demo's run: lm train refuses a directory with a run in it, and its old best weights would
         # be parsed with when no epoch ends this time
         for path in (run_dir.config_path, *run_dir.training_files(), run_dir.log_path, run_dir.results_path):
             path.unlink(missing_ok=True)
-        write_ptb(out_dir / DATA, {"train": train_trees, "valid": dev, "test": test})
+        # the sentences as a PTB-layout corpus, one sentence a line (what onlstm.data.ptb reads)
+        (out_dir / DATA).mkdir(parents=True, exist_ok=True)
+        for split, trees in {"train": train_trees, "valid": dev, "test": test}.items():
+            (out_dir / DATA / f"ptb.{split}.txt").write_text("".join(" ".join(t.leaves()) + "\n" for t in trees))
     # lm train takes the directory's lock itself, so the demo's is released meanwhile
     trained = train(out_dir, out_dir / DATA, settings, log=log)
     if trained["status"] == "interrupted":
@@ -140,38 +135,32 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
         return _report(cfg, out_dir, trained, dev, test, as_json)
 
 
-def _silent(msg: str) -> None:
-    """The log of ``--json``: stdout holds the one JSON object only."""
-
-
-def write_ptb(folder: Path, splits: dict[str, list]) -> None:
-    """Trees' sentences as a PTB-layout corpus (``ptb.<split>.txt``, one sentence a line, words separated by
-    spaces), the layout :mod:`onlstm.data.ptb` reads."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, trees in splits.items():
-        (folder / f"ptb.{split}.txt").write_text("".join(" ".join(t.leaves()) + "\n" for t in trees))
-
-
 def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: bool) -> dict:
     """Parse with the run's weights, score, mark the run as the demo's and print the report."""
     lm = load_language_model_run(out_dir)  # the best weights, or the last ones when no epoch ended
-    model, vocab = lm.model, lm.vocab
+    model, vocab, p, status = lm.model, lm.vocab, trained["progress"], trained["status"]
     scores = _score(cfg, model, vocab, dev, test, out_dir)
-    _mark_demo_run(cfg, out_dir, scores["best"] + 1)
-    info = _train_info(trained, lm.weights)
-    result = {
-        "train": info,
-        "vocab_size": len(vocab),
-        "model": model.config.to_dict(),
-        "chosen_layer": scores["best"] + 1,
-        "layers": scores["layers"],
-        "baselines": scores["baselines"],
-        "onlstm_beats_every_baseline": scores["beats"],
-        "test_sentences": len(test),
-        "parse_sentences_per_second": (len(dev) + len(test)) / scores["parse_seconds"],
-        "run_dir": str(out_dir),
-        "plots": [str(p) for p in _plot_example(model, vocab, test, scores["best"], out_dir)],
-    }
+    # the demo's part of the header: parse_layer (1-based), the layer chosen on the development sentences, which
+    # parse and plot then use by default; the grammar's words are lower case, so parse lower-cases its input;
+    # demo lets export and a later demo recognise the run
+    run, best = RunDir(out_dir), scores["best"]
+    config = {**run.read_config(), "text_normalisation": "lower", "trained_on": "onlstm demo grammar"}
+    run.write_config({**config, "parse_layer": best + 1, "demo": cfg.to_dict()})
+    info = dict(steps=p["step"], epochs_validated=len(p["history"]), train_seconds=round(p["elapsed"], 1))
+    info.update(best_valid_ppl=None if p["best_valid"] is None else math.exp(p["best_valid"]), weights=lm.weights.name)
+    info["stopped_by"] = {"stopped": "time", "finished": "epochs"}.get(status, status)
+    try:  # a plot of one test sentence
+        from .parsing.plots import plot_sentence
+
+        k = next(i for i, t in enumerate(test) if 7 <= len(t.leaves()) <= 12)
+        plot = plot_sentence(model, vocab, test[k].leaves(), out_dir / "example", gold=unlabel(test[k]), layer=best)
+        plots = [str(f) for f in plot]
+    except ImportError as e:  # matplotlib missing: the numbers still stand
+        plots = [f"(no plot: {e})"]
+    result = dict(train=info, vocab_size=len(vocab), model=model.config.to_dict(), chosen_layer=best + 1)
+    result.update(layers=scores["layers"], baselines=scores["baselines"], onlstm_beats_every_baseline=scores["beats"])
+    speed = (len(dev) + len(test)) / scores["parse_seconds"]
+    result.update(test_sentences=len(test), parse_sentences_per_second=speed, run_dir=str(out_dir), plots=plots)
     if as_json:
         print(json.dumps(result))
     else:
@@ -179,58 +168,17 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: b
     return result
 
 
-def _train_info(trained: dict, weights: Path) -> dict:
-    """What :func:`onlstm.lm.train.train` returned, in the demo's report's terms."""
-    p = trained["progress"]
-    return {
-        "steps": p["step"],
-        "epochs_validated": len(p["history"]),
-        "train_seconds": round(p["elapsed"], 1),
-        "best_valid_ppl": None if p["best_valid"] is None else math.exp(p["best_valid"]),
-        "weights": weights.name,
-        "stopped_by": {"stopped": "time", "finished": "epochs"}.get(trained["status"], trained["status"]),
-    }
-
-
-def _corpora(cfg: DemoConfig, quiet: bool):
-    """Training, development and test trees from the demo grammar (three seeds)."""
-    grammar = Grammar()
-    train = grammar.corpus(cfg.train_sentences, seed=cfg.seed)
-    dev = grammar.corpus(cfg.dev_sentences, seed=cfg.seed + 1_000_003)
-    test = grammar.corpus(cfg.test_sentences, seed=cfg.seed + 2_000_003)
-    if not quiet:
-        types = len({w for t in train for w in t.leaves()})
-        print(
-            f"generated {len(train)} training, {len(dev)} development and {len(test)} test sentences "
-            f"({types} word types) from the demo grammar"
-        )
-    return train, dev, test
-
-
 def demo_command(config: dict) -> str | None:
     """The ``onlstm demo`` command that reproduces a demo run's settings (its header), else None."""
-    import shlex
-
     if not isinstance(config.get("demo"), dict):
         return None
     return shlex.join(["onlstm", "demo", *command_flags(DemoConfig, config["demo"])])
-
-
-def _mark_demo_run(cfg: DemoConfig, out_dir: Path, layer: int) -> None:
-    """Add the demo's part to the language model's header: ``parse_layer`` (1-based) is the layer chosen on
-    the development sentences, which ``parse`` and ``plot`` then use by default; the grammar's words are lower
-    case, so ``parse`` lower-cases its input; ``demo`` lets ``export`` and a later demo recognise the run."""
-    run = RunDir(out_dir)
-    config = run.read_config()
-    config.update(text_normalisation="lower", trained_on="onlstm demo grammar", parse_layer=layer, demo=cfg.to_dict())
-    run.write_config(config)
 
 
 def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_dir: Path) -> dict:
     """Per-layer F1 on test, the layer chosen on dev, the baselines; writes the test trees (gold, predicted)."""
     t0 = time.monotonic()
     dev_words, test_words = [t.leaves() for t in dev], [t.leaves() for t in test]
-    out_dir.mkdir(parents=True, exist_ok=True)
     dev_f, test_f = (sentence_distances(model, vocab, words)[0] for words in (dev_words, test_words))
     layers = range(len(model.layers))
     per_layer_dev = [evaluate(dev, trees_from_distances(dev_words, dev_f, l)).sentence.f1 for l in layers]
@@ -249,45 +197,29 @@ def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_d
     return scores
 
 
-def _plot_example(model: LanguageModel, vocab: Vocab, test, best: int, out_dir: Path) -> list:
-    try:
-        from .parsing.plots import plot_sentence
-
-        test_words = [t.leaves() for t in test]
-        k = next(i for i, w in enumerate(test_words) if 7 <= len(w) <= 12)
-        return plot_sentence(model, vocab, test_words[k], out_dir / "example", gold=unlabel(test[k]), layer=best)
-    except ImportError as e:  # matplotlib missing: the numbers still stand
-        return [f"(no plot: {e})"]
-
-
-def _f1_row(label: str, sc: dict) -> str:
-    """A line of the report's table: the sentence, corpus and EVALB F1 in %."""
-    return f"{label:24}{100 * sc['sentence_f1']:9.1f}{100 * sc['corpus_f1']:8.1f}{100 * sc['evalb_f1']:8.1f}"
-
-
 def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
+    # a line of the table: the sentence, corpus and EVALB F1 in %
+    f1_row = lambda label, sc: (
+        f"{label:24}{100 * sc['sentence_f1']:9.1f}{100 * sc['corpus_f1']:8.1f}{100 * sc['evalb_f1']:8.1f}"
+    )
     best, pred, weights = scores["best"], scores["pred"], info["weights"]
     if info["best_valid_ppl"] is not None and weights == RunDir.WEIGHTS.format(tag="best"):
         weights += f", validation perplexity {info['best_valid_ppl']:.2f}"
     elif weights == RunDir.WEIGHTS.format(tag="last"):
         weights += ": no epoch ended, the weights at the stop"
-    print(
-        f"\ntrained {info['steps']} steps ({info['epochs_validated']} epochs validated) in "
-        f"{info['train_seconds']:.0f}s; parsing with {weights}"
-    )
+    steps, epochs, seconds = info["steps"], info["epochs_validated"], info["train_seconds"]
+    print(f"\ntrained {steps} steps ({epochs} epochs validated) in {seconds:.0f}s; parsing with {weights}")
     print(
         f"\nunsupervised parsing of {len(test)} held-out sentences (F1 in %; layer chosen on {len(dev)} dev sentences)"
     )
     print(f"{'':24}{'sentence':>9}{'corpus':>8}{'EVALB':>8}")
     for row in scores["layers"]:
         mark = "  <- chosen on dev" if row["layer"] == best + 1 else ""
-        print(_f1_row(f"ON-LSTM layer {row['layer']}", row) + mark)
+        print(f1_row(f"ON-LSTM layer {row['layer']}", row) + mark)
     for name, sc in scores["baselines"].items():
-        print(_f1_row(f"{name} baseline" + (" (5 draws)" if name == "random" else ""), sc))
-    print(
-        f"\nON-LSTM (layer {best + 1}) {'beats' if scores['beats'] else 'does NOT beat'} every trivial baseline on "
-        "sentence F1."
-    )
+        print(f1_row(f"{name} baseline" + (" (5 draws)" if name == "random" else ""), sc))
+    verdict = "beats" if scores["beats"] else "does NOT beat"
+    print(f"\nON-LSTM (layer {best + 1}) {verdict} every trivial baseline on sentence F1.")
     print("\nexamples (gold | induced):")
     for k in range(4):
         print(f"  gold: {to_brackets(unlabel(test[k]))}\n  pred: {to_brackets(pred[k])}\n")

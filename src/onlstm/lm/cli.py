@@ -13,12 +13,8 @@ from .config import EvalRuntime, add_config_flags
 
 def register(subparsers) -> None:
     """Add ``onlstm lm {train,eval}`` to the top-level ``subparsers``."""
-    sub = add_group(
-        subparsers,
-        "lm",
-        "word-level language modelling (PTB): train, eval",
-        "AWD-style word-level language model with ON-LSTM (or LSTM/GRU) layers.",
-    )
+    about = "AWD-style word-level language model with ON-LSTM (or LSTM/GRU) layers."
+    sub = add_group(subparsers, "lm", "word-level language modelling (PTB): train, eval", about)
     train = add_command(
         sub,
         "train",
@@ -87,14 +83,6 @@ def run_threads(config: dict) -> int:
     return 0
 
 
-def load_lm(checkpoint: Path, weights: str = "best", device="cpu"):
-    """``(model, vocab, config_json, weights_path)`` from a run directory (or a weights file in one)."""
-    from ..models.language_model import load_language_model_run
-
-    run = load_language_model_run(checkpoint, weights, device)
-    return run.model, run.vocab, run.config, run.weights
-
-
 def _eval_split(args: argparse.Namespace, config: dict, vocab):
     """The split to score, encoded with the run's vocabulary under the run's oov policy (a run whose
     vocabulary leaves words out, ``vocab_limited``, maps them to <unk>, as its training did)."""
@@ -117,6 +105,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     columns read together (each from a zero state, the last N mod B tokens dropped), the reference's validation
     protocol with B=10: faster, slightly higher perplexity.
     """
+    from ..models.language_model import load_language_model_run
     from ..runs import resolve_device, setup_torch
     from .evaluate import perplexity
 
@@ -125,22 +114,22 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             raise ValueError("--batch-size and --bptt must be positive")
         runtime = runtime_settings(args, EvalRuntime)
         device = resolve_device(runtime.device)
-        model, vocab, config, wfile = load_lm(args.checkpoint, args.weights, device)
-        setup_torch(run_threads(config) if runtime.threads is None else runtime.threads)
-        split = _eval_split(args, config, vocab)
+        run = load_language_model_run(args.checkpoint, args.weights, device)
+        setup_torch(run_threads(run.config) if runtime.threads is None else runtime.threads)
+        split = _eval_split(args, run.config, run.vocab)
         protocols = ("paper", "batched") if args.protocol == "both" else (args.protocol,)
         bar = runtime.progress and not args.json
         results = {
-            p: perplexity(model, split.ids, p, args.batch_size, args.bptt, device, progress=bar) for p in protocols
+            p: perplexity(run.model, split.ids, p, args.batch_size, args.bptt, device, progress=bar) for p in protocols
         }
     except ValueError as e:
         raise command_error(e) from None
     if args.json:
-        facts = {"weights": str(wfile), "split": args.split, "file": str(split.path), "unknown_words": split.n_unknown}
+        facts = dict(weights=str(run.weights), split=args.split, file=str(split.path), unknown_words=split.n_unknown)
         print(json.dumps({**facts, **{k: v.to_dict() for k, v in results.items()}}, indent=2))
         return 0
     unknown = f", {split.n_unknown} mapped to <unk>" if split.n_unknown else ""
-    print(f"{wfile} on {split.path} ({split.n_tokens:,} tokens{unknown})")
+    print(f"{run.weights} on {split.path} ({split.n_tokens:,} tokens{unknown})")
     for r in results.values():
         print(f"{args.split} {r.describe()}")
     return 0

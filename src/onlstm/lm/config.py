@@ -1,9 +1,6 @@
-"""Settings of a language-model run: the architecture (:class:`~onlstm.models.language_model.LMConfig`, the
-``model:`` section of a preset, less vocab_size) and the training recipe (:class:`TrainConfig`, ``train:``).
-
-The defaults are the paper's command. Every field is also a flag of ``onlstm lm train`` (a flag wins over the
-file); the machinery (coercion, sections, flags, :class:`~onlstm.config.Settings`) is :mod:`onlstm.config`.
-"""
+"""Settings of a language-model run: the ``model:`` section (:class:`~onlstm.models.language_model.LMConfig`, less
+vocab_size) and the recipe (:class:`TrainConfig`, ``train:``), the paper's command by default; every field is also
+a flag of ``onlstm lm train``. The machinery is :mod:`onlstm.config`."""
 
 from __future__ import annotations
 
@@ -18,7 +15,6 @@ from ..config import (
     Settings,
     add_flags,
     check_probabilities,
-    check_section,
     command_line,
     field_defaults,
     option,
@@ -28,9 +24,6 @@ from ..config import (
 from ..models.language_model import LMConfig
 from ..nn import kernels
 
-OPTIMIZERS = ("sgd", "adam")
-AR_TARGETS = ("raw", "dropped")
-PRECISIONS = ("fp32", "bf16")
 # A saved run's config without ar_target was trained before the option existed: AR on the dropped output.
 AR_TARGET_BEFORE_OPTION = "dropped"
 
@@ -60,7 +53,7 @@ class TrainConfig(Runtime):
     bptt_short_prob: float = option(0.05, "probability of a segment centred on bptt/2", bounds=(0, 1))
     bptt_std: float = option(5.0, "standard deviation of the segment length")
     min_seq_len: int = option(5, "shortest drawn segment", bounds=(1, None))
-    optimizer: str = option("sgd", "sgd (the paper; switches to averaging, NT-ASGD) or adam", choices=OPTIMIZERS)
+    optimizer: str = option("sgd", "sgd (the paper; switches to averaging, NT-ASGD) or adam", choices=("sgd", "adam"))
     lr: float = option(30.0, "learning rate, scaled per segment by seq_len / bptt")
     momentum: float = option(0.0, "SGD momentum (the paper: 0); the averaging phase (torch's ASGD) has none")
     weight_decay: float = option(1.2e-6, "L2 weight decay")
@@ -70,12 +63,10 @@ class TrainConfig(Runtime):
         "raw",
         "the tensor AR penalises: raw (the last layer's output before its locked dropout, as the authors' "
         "ON-LSTM code does) or dropped (after it, as the original AWD-LSTM code does); docs/lm.md",
-        choices=AR_TARGETS,
+        choices=("raw", "dropped"),
     )
     beta: float = option(1.0, "TAR: beta * mean((h_t - h_{t-1}) ^ 2) of the last layer's raw output")
-    averaging: bool = option(
-        True, "with sgd: once validation stalls, average the weights (torch's ASGD, t0=0, lambd=0)"
-    )
+    averaging: bool = option(True, "with sgd: once validation stalls, average weights (torch's ASGD, t0=0, lambd=0)")
     nonmono: int = option(
         5,
         "switch to averaging when validation is worse than the best of all but the last nonmono epochs",
@@ -106,7 +97,7 @@ class TrainConfig(Runtime):
         "fp32",
         "fp32, or bf16: training steps under torch.autocast (matrix products in bfloat16, the ON-LSTM cell "
         "state and cumax and the loss in float32; meant for CUDA); evaluation always runs in float32",
-        choices=PRECISIONS,
+        choices=("fp32", "bf16"),
     )
     log_every: int = option(100, "batches between progress/TensorBoard updates", bounds=(1, None))
     checkpoint_every: int = option(
@@ -133,18 +124,9 @@ class TrainConfig(Runtime):
 
 
 # Fields that describe how to run, not what is learned: they may differ when a run is resumed.
-RUNTIME_FIELDS = (
-    "epochs",
-    "time_limit",
-    "final_test",
-    "device",
-    "threads",
-    "onlstm_impl",
-    "precision",
-    "log_every",
-    "checkpoint_every",
-    "progress",
-    "tensorboard",
+RUNTIME_FIELDS = tuple(
+    "epochs time_limit final_test device threads onlstm_impl precision log_every checkpoint_every progress "
+    "tensorboard".split()
 )
 
 
@@ -155,16 +137,8 @@ class EvalRuntime(Runtime):
     threads: int | None = threads_option(None, default_text="the run's own threads setting")
 
 
-# --------------------------------------------------------------------------- settings
-
-#: The sections of a preset and of ``onlstm lm train``'s flags: the model without vocab_size (taken from the
-#: text), and the recipe.
+#: The sections of a preset and of ``onlstm lm train``'s flags (the model without vocab_size: the text gives it).
 SECTIONS = {"model": LMConfig, "train": TrainConfig}
-
-
-def check_model_section(d: dict) -> dict:
-    """Validate the ``model`` section (without vocab_size) and coerce its types."""
-    return check_section(LMConfig, d, "model")
 
 
 @dataclass

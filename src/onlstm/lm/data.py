@@ -1,10 +1,5 @@
-"""Token streams for language modelling: columns, segments and the variable-length BPTT schedule.
-
-A split is one stream of ids. :func:`batchify` cuts it into ``B`` equal contiguous columns
-(``(T, B)``, the last ``N mod B`` tokens dropped, as in the reference); training reads it in
-segments ``rows[i : i + L]`` predicting ``rows[i + 1 : i + 1 + L]`` and carries the recurrent state
-from one segment to the next.
-"""
+"""Token streams for language modelling: :func:`batchify` (a split as ``B`` contiguous columns), the
+variable-length BPTT schedule and its segments (docs/lm.md, "The recipe")."""
 
 from __future__ import annotations
 
@@ -41,33 +36,17 @@ class Segment(NamedTuple):
 
 
 def bptt_schedule(
-    n_rows: int,
-    bptt: int,
-    seed: int,
-    epoch: int,
-    variable: bool = True,
-    short_prob: float = 0.05,
-    std: float = 5.0,
-    min_len: int = 5,
+    n_rows: int, bptt: int, seed: int, epoch: int, variable=True, short_prob=0.05, std=5.0, min_len=5
 ) -> list[Segment]:
-    """The segments of one epoch over ``n_rows`` rows.
-
-    With ``variable``: each length is ``max(min_len, int(N(b, std)))`` where ``b = bptt`` with
-    probability ``1 - short_prob`` and ``bptt / 2`` otherwise; the learning rate of that step is
-    scaled by ``length / bptt``; the last segment is clipped to the rows left. The lengths are a
-    function of ``(seed, epoch)`` only (their own generator), so a resumed run and every process of
-    a distributed run draw the same schedule. As the reference, segments start while
-    ``i < n_rows - 2`` (so every segment has at least 2 steps).
-    """
-    rng = random.Random(f"onlstm-lm-bptt:{seed}:{epoch}")
-    out: list[Segment] = []
-    i = 0
-    while i < n_rows - 2:
+    """The segments of one epoch over ``n_rows`` rows. With ``variable``: each length is ``max(min_len,
+    int(N(b, std)))``, ``b = bptt`` with probability ``1 - short_prob`` and ``bptt / 2`` otherwise, the last segment
+    clipped to the rows left. The lengths depend on ``(seed, epoch)`` only (their own generator), so a resumed run
+    and every process draw the same schedule."""
+    rng, out, i = random.Random(f"onlstm-lm-bptt:{seed}:{epoch}"), [], 0
+    while i < n_rows - 2:  # as the reference: every segment has at least 2 steps
+        length = bptt
         if variable:
-            b = bptt if rng.random() >= short_prob else bptt / 2
-            length = max(min_len, int(rng.gauss(b, std)))
-        else:
-            length = bptt
+            length = max(min_len, int(rng.gauss(bptt if rng.random() >= short_prob else bptt / 2, std)))
         out.append(Segment(i, min(length, n_rows - 1 - i), length / bptt))
         i += out[-1].length
     return out

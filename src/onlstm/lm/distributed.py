@@ -1,9 +1,5 @@
-"""Several processes (``torchrun``): set-up and the few collectives the trainer needs.
-
-Under ``torchrun --nproc_per_node N -m onlstm lm train …`` the environment has ``WORLD_SIZE``,
-``RANK`` and ``LOCAL_RANK``; the process group uses ``gloo`` on the CPU and ``nccl`` on GPUs (one GPU
-per process, ``cuda:LOCAL_RANK``). A single process needs none of this and every helper is then a no-op.
-"""
+"""Several processes under ``torchrun`` (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``; gloo on the CPU, nccl with one
+GPU per process): set-up and the few collectives the trainer needs, no-ops in a single process (docs/lm.md)."""
 
 from __future__ import annotations
 
@@ -21,7 +17,6 @@ from ..runs import resolve_device
 class DistContext:
     rank: int = 0
     world: int = 1
-    local_rank: int = 0
     device: torch.device = torch.device("cpu")
 
     @property
@@ -32,7 +27,6 @@ class DistContext:
     def distributed(self) -> bool:
         return self.world > 1
 
-    # ------------------------------------------------------------------ collectives
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         if not self.distributed:
             return t
@@ -42,11 +36,7 @@ class DistContext:
 
     def any(self, flag: bool) -> bool:
         """True on every process if ``flag`` is true on any (used to stop all processes at the same step)."""
-        if not self.distributed:
-            return flag
-        x = torch.tensor([1.0 if flag else 0.0], device=self.device)
-        dist.all_reduce(x, op=dist.ReduceOp.MAX)
-        return bool(x.item() > 0)
+        return bool(self.all_reduce_sum(torch.tensor([float(flag)]))[0] > 0)
 
     def gather_columns(self, t: torch.Tensor, dim: int) -> torch.Tensor:
         """Concatenate every process's ``t`` along ``dim`` in rank order (equal shapes required)."""
@@ -72,7 +62,7 @@ def setup(device: str = "auto") -> DistContext:
         torch.cuda.set_device(dev)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", timeout=timedelta(hours=2))
-    return DistContext(rank, world, local_rank, dev)
+    return DistContext(rank, world, dev)
 
 
 def teardown() -> None:

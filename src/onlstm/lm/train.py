@@ -1,21 +1,6 @@
-"""Training of the AWD-style language model: the paper's recipe (docs/design.md §2.1, docs/lm.md), exact resume,
-several processes.
-
-* The training text is cut into ``batch_size`` columns read in BPTT segments of variable length
-  (:func:`onlstm.lm.data.bptt_schedule`), the recurrent state carried (detached) between segments and reset at
-  every epoch (a stateless encoder, the Transformer, carries none); a step's learning rate is ``lr * seq_len / bptt``.
-* Loss = cross-entropy + AR on the last layer's output (before its dropout with ``ar_target: raw``, as the
-  ON-LSTM code; after it with ``dropped``, as AWD-LSTM's) + TAR; gradient norm clipped at ``clip``.
-* SGD until validation stops improving (NT-ASGD, ``nonmono``), then, as the authors, a fresh
-  ``torch.optim.ASGD(t0=0, lambd=0.)``; validation, the best weights and the final test use its average ``ax``,
-  which is optimizer state and so resumed exactly.
-
-The loop is :class:`onlstm.runs.engine.Engine`'s; :class:`Trainer` plugs in the language model's part. A run
-stopped anywhere and resumed gives the same weights, bit for bit, as an uninterrupted one (same machine and
-threads). On N processes each owns ``batch_size / N`` columns with the same random state and dropout masks drawn
-for the whole batch, so it computes what one process computes; checkpoints hold the whole batch's state, so a run
-can resume on another process count. The run directory's files are :class:`onlstm.runs.RunDir`'s.
-"""
+"""Training of the language model: the paper's recipe (NT-ASGD), exact resume, several processes (docs/lm.md,
+docs/design.md §2.1). :class:`Trainer` is the language model's part of :class:`onlstm.runs.engine.Engine`'s loop;
+:func:`train` runs it."""
 
 from __future__ import annotations
 
@@ -33,20 +18,14 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm import tqdm
 
-from ..checkpoint import (
-    CheckpointError,
-    atomic_write,
-    config_header,
-    load_weights,
-    save_weights,
-    write_json,
-)
-from ..config import ConfigError
+from ..checkpoint import CheckpointError, config_header, load_weights, save_weights, write_json, write_text
+from ..config import ConfigError, check_section
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
-from ..models.language_model import LanguageModel
+from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
 from ..runs import (
     RunDir,
@@ -60,7 +39,7 @@ from ..runs import (
     write_resume,
 )
 from ..runs.engine import Budget, Check, Engine, Progress, diverged, update
-from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, check_model_section, load_config
+from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, load_config
 from .data import batchify, bptt_schedule, column_share, segment
 from .distributed import DistContext, setup, teardown
 from .evaluate import Interrupted, perplexity
@@ -71,11 +50,9 @@ LOG_COLUMNS = tuple(
     "epoch steps train_loss train_ppl valid_loss valid_ppl best_valid_ppl averaging tokens epoch_seconds "
     "tokens_per_s elapsed_s".split()
 )
-
-
 # What Progress.task carries for a language model (JSON values), as a fresh run starts.
-_TASK = {"averaging": False, "avg_count": 0, "sgd_valid_history": [], "epoch_loss_sum": 0.0, "epoch_tokens": 0}
-_TASK.update(epoch_seconds=0.0, finished=False, results=None)
+_TASK = dict(averaging=False, avg_count=0, sgd_valid_history=[], epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
+_TASK.update(finished=False, results=None)
 
 
 def saved_progress(prog: Progress, history: list[dict], pass_length: Callable[[int], int]) -> dict:
@@ -110,13 +87,11 @@ class _Objective(nn.Module):
 
     def forward(self, x, y, state, shard):
         out, state, extras = self.model(x, state, shard=shard)
-        logits = self.model.logits(out)
-        raw = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1))
-        loss = raw
+        logits, r = self.model.logits(out), extras["raw"]
+        loss = raw = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1))
         if self.alpha:
             loss = loss + self.alpha * extras[self.ar_target].pow(2).mean()
-        if self.beta and extras["raw"].shape[0] > 1:
-            r = extras["raw"]
+        if self.beta and r.shape[0] > 1:
             loss = loss + self.beta * (r[1:] - r[:-1]).pow(2).mean()
         return loss, raw.detach(), state
 
@@ -134,10 +109,8 @@ def use_onlstm_impl(model: nn.Module, impl: str, device: torch.device) -> None:
         except RuntimeError as exc:
             raise ConfigError(f"train.onlstm_impl={impl}: {exc}; use auto or reference") from None
         if chosen != impl:
-            raise ConfigError(
-                f"train.onlstm_impl={impl}: that kernel does not run on {device.type} float32 tensors; "
-                "use auto (the fastest one that does) or reference"
-            )
+            why = f"that kernel does not run on {device.type} float32 tensors; use auto (the fastest one that does)"
+            raise ConfigError(f"train.onlstm_impl={impl}: {why} or reference")
     for m in model.modules():
         if isinstance(m, ONLSTM):
             m.impl = impl
@@ -145,40 +118,26 @@ def use_onlstm_impl(model: nn.Module, impl: str, device: torch.device) -> None:
 
 def float32_state(state):
     """A carried state (tensor or nested tuples) with every floating tensor in float32."""
-    if state is None:
-        return None
     if isinstance(state, torch.Tensor):
         return state.float() if state.is_floating_point() else state
-    return tuple(float32_state(s) for s in state)
+    return None if state is None else tuple(map(float32_state, state))
 
 
 def nonmono_switch(history: list[float], loss: float, nonmono: int) -> bool:
-    """NT-ASGD's trigger (the reference's condition): switch to averaging when this epoch's validation
-    ``loss`` is worse than the best of the SGD epochs before the last ``nonmono`` ones (``history`` =
-    validation losses of the earlier SGD epochs, oldest first)."""
+    """NT-ASGD's trigger (the reference's condition): this epoch's validation ``loss`` is worse than the best of the
+    SGD epochs before the last ``nonmono`` ones (``history``: earlier SGD epochs' validation losses, oldest first)."""
     return len(history) > nonmono and loss > min(history[:-nonmono])
 
 
-# --------------------------------------------------------------------------- optimizer state as data
-
-
-def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(params, cfg: TrainConfig, averaging: bool = False) -> torch.optim.Optimizer:
+    """The run's optimizer; with ``averaging`` NT-ASGD's averaging phase as the authors run it: torch's own ASGD
+    with t0=0, lambd=0 (plain SGD steps plus the running average ``ax`` of the iterates). Its step size is fixed at
+    the end of the previous step and its average starts from the second iterate (docs/lm.md, "NT-ASGD")."""
+    if averaging:
+        return torch.optim.ASGD(params, lr=cfg.lr, t0=0, lambd=0.0, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-
-def make_averaging_optimizer(params, cfg: TrainConfig) -> torch.optim.ASGD:
-    """NT-ASGD's averaging phase as the authors run it: torch's own ASGD with t0=0, lambd=0 (plain SGD
-    steps plus the running average ``ax`` of the iterates). Its step size is fixed at the end of the
-    previous step and its average starts from the second iterate (docs/lm.md, "Averaging")."""
-    return torch.optim.ASGD(params, lr=cfg.lr, t0=0, lambd=0.0, weight_decay=cfg.weight_decay)
-
-
-def is_averaging_state(opt_meta: dict) -> bool:
-    """Whether saved optimizer metadata (:func:`onlstm.runs.optimizer_to_data`) is torch's ASGD."""
-    groups = opt_meta.get("param_groups") or [{}]
-    return "t0" in groups[0]
 
 
 @torch.no_grad()
@@ -187,77 +146,40 @@ def _assign(params: list[torch.Tensor], values: list[torch.Tensor]) -> None:
         p.copy_(v)
 
 
-# --------------------------------------------------------------------------- run directory
-
-
 def run_config_from_saved(saved: dict) -> RunConfig:
     if saved.get("kind") != "lm":
         raise CheckpointError(f"{RunDir.CONFIG} has kind {saved.get('kind')!r}, not 'lm': not a language-model run")
-    model = dict(saved["model"])
-    model.pop("vocab_size", None)
+    model = {k: v for k, v in saved["model"].items() if k != "vocab_size"}
     # runs saved before ar_target existed trained AR on the dropped output: they resume doing so
     train = {"ar_target": AR_TARGET_BEFORE_OPTION, **saved["train"]}
-    return RunConfig(check_model_section(model), TrainConfig.from_dict(train))
-
-
-def merge_for_resume(saved: RunConfig, explicit: dict) -> RunConfig:
-    """Apply the explicitly given settings to a saved run: runtime fields may change, others must match."""
-    train = saved.train.to_dict()
-    given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
-    clash = resume_clash({"model": saved.model, "train": train}, {**explicit, "train": given}, RUNTIME_FIELDS)
-    if clash:
-        raise RunDirError(clash)
-    train.update({k: v for k, v in given.items() if k in RUNTIME_FIELDS})
-    return RunConfig(dict(saved.model), TrainConfig.from_dict(train))
+    return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(train))
 
 
 def write_log_csv(path: Path, history: list[dict]) -> None:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=LOG_COLUMNS, extrasaction="ignore")
+    w = csv.DictWriter(buf := io.StringIO(), LOG_COLUMNS, extrasaction="ignore")
     w.writeheader()
     w.writerows(history)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(buf.getvalue()))
-
-
-def _fmt_time(s: float) -> str:
-    if not math.isfinite(s) or s < 0:
-        return "?"
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-# --------------------------------------------------------------------------- the trainer
+    write_text(path, buf.getvalue())
 
 
 class Trainer:
-    """The language model's part of a training run (a :class:`~onlstm.runs.engine.Task`): passes are the epoch's
-    BPTT segments with the recurrent state carried between them, validation is the perplexity of the weights
-    evaluation uses (lower loss is better: the score is its negative) at the end of every epoch, NT-ASGD, the
-    resume file with the carried state, and the final test. :class:`~onlstm.runs.engine.Engine` runs the loop."""
+    """The language model's :class:`~onlstm.runs.engine.Task`: passes are epochs of BPTT segments, the state carried;
+    validation scores the weights evaluation uses (the score is minus the loss); NT-ASGD, resume, the final test."""
 
     def __init__(
-        self,
-        run_dir: Path,
-        data_dir: Path,
-        explicit: dict,
-        resume: bool = False,
-        ctx: DistContext | None = None,
-        log: Callable[[str], None] = print,
+        self, run_dir: Path, data_dir: Path, explicit: dict, resume=False, ctx: DistContext | None = None, log=print
     ):
-        self.run_dir, self.data_dir = Path(run_dir), Path(data_dir)
-        self.rundir = RunDir(run_dir)
-        self.resume = resume
+        self.run_dir, self.data_dir, self.rundir, self.resume = Path(run_dir), Path(data_dir), RunDir(run_dir), resume
         self.config = self._resolve_config(explicit)
         cfg = self.cfg = self.config.train
         setup_torch(cfg.threads)
-        self.ctx = ctx or setup(cfg.device)
+        self.ctx, self._log = ctx or setup(cfg.device), log
         if cfg.precision != "fp32" and self.ctx.device.type not in AUTOCAST_DEVICES:
             raise ConfigError(
                 f"train.precision={cfg.precision} is for CUDA; on {self.ctx.device.type} train in fp32 "
                 "(torch's CPU LSTM fails under bfloat16 autocast on CPUs without bfloat16 support, and it "
                 "would not be faster on them)"
             )
-        self._log = log
         if self.ctx.distributed and cfg.batch_size % self.ctx.world:
             raise RunDirError(
                 f"batch_size {cfg.batch_size} is not divisible by the {self.ctx.world} processes; "
@@ -265,7 +187,6 @@ class Trainer:
             )
         self._load_data()
         self._build_model()
-        self._check_segment_lengths()
         if self.ctx.is_main and not resume:
             self.rundir.write_config(self._config_json())
             self.corpus.vocab.save(self.rundir.vocab_path)
@@ -278,17 +199,24 @@ class Trainer:
         self._tb = None
 
     def _resolve_config(self, explicit: dict) -> RunConfig:
-        """The run's settings: the saved ones (+ allowed changes) on resume, else defaults < explicit."""
+        """The run's settings: on resume the saved ones, of which only the runtime fields may change (the others
+        given must match); else defaults < explicit."""
         run = self.rundir
-        if self.resume:
-            if not run.config_path.exists():
-                raise RunDirError(
-                    f"--resume: {run.path} holds no {run.CONFIG}; it is not a run directory "
-                    "(drop --resume to start a new run there)"
-                )
-            return merge_for_resume(run_config_from_saved(run.read_config()), explicit)
-        run.check_output(command="onlstm lm train")
-        return load_config(None, explicit)
+        if not self.resume:
+            run.check_output(command="onlstm lm train")
+            return load_config(None, explicit)
+        if not run.config_path.exists():
+            raise RunDirError(
+                f"--resume: {run.path} holds no {run.CONFIG}; it is not a run directory "
+                "(drop --resume to start a new run there)"
+            )
+        saved = run_config_from_saved(run.read_config())
+        train = saved.train.to_dict()
+        given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
+        if clash := resume_clash({"model": saved.model, "train": train}, {**explicit, "train": given}, RUNTIME_FIELDS):
+            raise RunDirError(clash)
+        train.update({k: v for k, v in given.items() if k in RUNTIME_FIELDS})
+        return RunConfig(dict(saved.model), TrainConfig.from_dict(train))
 
     def _load_data(self) -> None:
         """The corpus (with the run's vocabulary checked on resume) and this process's training columns."""
@@ -309,32 +237,25 @@ class Trainer:
         self.n_rows = columns.shape[0]
 
     def _build_model(self) -> None:
-        """Model (seeded), optimizer, an empty progress record and the training objective."""
+        """Model (seeded; its segment-length limit checked), optimizer, an empty progress record, the objective."""
         cfg, dev = self.cfg, self.ctx.device
         self.model_config = self.config.model_config(len(self.corpus.vocab))
         torch.manual_seed(cfg.seed)
         self.model = LanguageModel(self.model_config).to(dev)
         use_onlstm_impl(self.model, cfg.onlstm_impl, dev)
-        self.params = [p for _, p in self.model.named_parameters()]
-        self.param_names = [n for n, _ in self.model.named_parameters()]
+        self.param_names, self.params = map(list, zip(*self.model.named_parameters()))
         self.optimizer: torch.optim.Optimizer = make_optimizer(self.params, cfg)
-        self.prog, self.history = Progress(task=copy.deepcopy(_TASK)), []
-        self.hidden = None
-        objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
+        self.prog, self.history, self.hidden = Progress(task=copy.deepcopy(_TASK)), [], None
+        self.may_average = cfg.optimizer == "sgd" and cfg.averaging  # NT-ASGD
+        self.objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
         if self.ctx.distributed:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            objective = DDP(objective, device_ids=[dev.index] if dev.type == "cuda" else None)
-        self.objective = objective
-
-    def _check_segment_lengths(self) -> None:
-        """A model whose layers have a length limit (learned positions) must accept every segment of every
-        epoch: checked now, not when a long segment is drawn hours into the run (drawing them is cheap)."""
-        limit, cfg = self.model.max_length, self.cfg
-        if limit is None:
-            return
-        longest = max([cfg.bptt, *(s.length for e in range(1, cfg.epochs + 1) for s in self.schedule(e))])
-        if longest > limit:
+            ids = [dev.index] if dev.type == "cuda" else None
+            self.objective = torch.nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
+        # layers with a length limit (learned positions) must accept every segment of every epoch: checked now,
+        # not when a long segment is drawn hours into the run (drawing them is cheap)
+        limit = self.model.max_length
+        lengths = (s.length for e in range(1, cfg.epochs + 1) for s in self.schedule(e))  # drawn only with a limit
+        if limit is not None and (longest := max([cfg.bptt, *lengths])) > limit:
             raise ConfigError(
                 f"the training schedule has segments of up to {longest} tokens (bptt {cfg.bptt}, bptt_std "
                 f"{cfg.bptt_std}) but the {self.model_config.cell!r} layers accept at most {limit} "
@@ -342,20 +263,16 @@ class Trainer:
                 "use positions=sinusoidal, which has no limit"
             )
 
-    # -- helpers ---------------------------------------------------------------------------------
     def log(self, msg: str) -> None:
         if self.ctx.is_main:
             self._log(msg)
 
     def _config_json(self) -> dict:
-        c = self.corpus
-        data = {
-            "data_dir": str(self.data_dir.resolve()),  # absolute: `lm eval` may run from another folder
-            "closed_vocab": c.closed_vocab,
-            "vocab_limited": c.limited,  # a vocab.txt or --max-vocab left words out: lm eval maps them to <unk>
-            "oov": self.cfg.oov,
-            **{f"{k}_tokens": s.n_tokens for k, s in c.splits.items()},
-        }
+        # data_dir absolute: `lm eval` may run from another folder; vocab_limited: a vocab.txt or --max-vocab left
+        # words out, which lm eval maps to <unk>
+        c, data_dir = self.corpus, str(self.data_dir.resolve())
+        data = dict(data_dir=data_dir, closed_vocab=c.closed_vocab, vocab_limited=c.limited, oov=self.cfg.oov)
+        data.update({f"{k}_tokens": s.n_tokens for k, s in c.splits.items()})
         return config_header("lm", self.model_config.to_dict(), train=self.cfg.to_dict(), data=data)
 
     @property
@@ -376,19 +293,15 @@ class Trainer:
     def averaged_weights(self) -> list[torch.Tensor] | None:
         """ASGD's running average (``ax``) once averaging started; a parameter ASGD has not stepped yet
         (just after the switch) counts with its current value, as ``ax`` would equal it after one step."""
-        if not self.prog.task["averaging"]:
-            return None
-        state = self.optimizer.state
-        return [state.get(p, {}).get("ax", p) for p in self.params]
+        if self.prog.task["averaging"]:
+            return [self.optimizer.state.get(p, {}).get("ax", p) for p in self.params]
+        return None
 
     @contextmanager
     def eval_weights(self):
         """The weights evaluation uses: the running average once averaging started, else the current ones."""
-        avg = self.averaged_weights()
-        if avg is None:
-            yield
-            return
-        saved = [p.detach().clone() for p in self.params]
+        avg = self.averaged_weights() or []
+        saved = [p.detach().clone() for p in self.params] if avg else []
         _assign(self.params, avg)
         try:
             yield
@@ -398,26 +311,19 @@ class Trainer:
     def _start_averaging(self) -> str:
         # the authors replace the optimizer by a fresh torch ASGD at the switch: so do we (no state carried)
         self.prog.task.update(averaging=True, avg_count=0)
-        self.optimizer = make_averaging_optimizer(self.params, self.cfg)
+        self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
         return f"epoch {self.prog.epoch + 1}: switching to averaged SGD (NT-ASGD)"
 
-    # -- the task's part of the loop ----------------------------------------------------------------
     def pass_batches(self, prog: Progress) -> list:
-        """The epoch's segments; at its start the carried state is reset and averaging may begin
-        (``asgd_start_epoch``)."""
-        cfg, t = self.cfg, prog.task
+        """The epoch's segments; at its start the state is reset and averaging may begin (``asgd_start_epoch``)."""
         if prog.pos == 0:
-            self.hidden = None
-            start = cfg.asgd_start_epoch
-            if self._averaging_allowed() and not t["averaging"] and start and prog.epoch + 1 >= start:
+            self.hidden, start = None, self.cfg.asgd_start_epoch
+            if self.may_average and not prog.task["averaging"] and start and prog.epoch + 1 >= start:
                 self.log(self._start_averaging())
         self._clock = time.perf_counter()
         self._since = {"tokens": 0, "loss": self._zero(), "clock": self._clock, "start": self._clock, "batches": 0}
         self._n_pass, self._postfix = len(sched := self.schedule(prog.epoch + 1)), {}
         return sched
-
-    def _averaging_allowed(self) -> bool:
-        return self.cfg.optimizer == "sgd" and self.cfg.averaging
 
     def _zero(self) -> torch.Tensor:
         return torch.zeros((), dtype=torch.float64, device=self.ctx.device)
@@ -435,19 +341,16 @@ class Trainer:
         # the carried state stays float32 whatever autocast made of it, so that evaluation, resume and a
         # later fp32 session read it as they would without autocast
         self.hidden = hidden if cfg.precision == "fp32" else float32_state(hidden)
-        # in the averaging phase the optimizer is torch's ASGD: the step and its running average
         update(self.optimizer, loss, self.params, cfg.clip)
         prog.task["avg_count"] += int(prog.task["averaging"])
-        n = y.numel()
+        n, since = y.numel(), self._since
         self._acc_loss += raw.double() * n
         self._acc_tok += n
-        self._since["loss"] += raw.double() * n
-        self._since["tokens"] += n
-        self._since["batches"] += 1
-        return None
+        since["loss"] += raw.double() * n
+        since["tokens"], since["batches"] = since["tokens"] + n, since["batches"] + 1
 
     def end_pass(self, prog: Progress, complete: bool) -> bool | None:
-        return True if complete else None
+        return complete or None
 
     def describe(self, prog: Progress) -> dict[str, str]:
         """Loss, speed and time left since the last report, every ``log_every`` steps (and tensorboard)."""
@@ -461,11 +364,8 @@ class Trainer:
         if self.cfg.time_limit is not None:  # a wall-time budget usually ends the run long before its epochs
             left = min(left, 60 * self.cfg.time_limit - self.clock())
         self._postfix = {"loss": f"{cur:.3f}", "ppl": f"{math.exp(min(cur, 50)):.1f}", "tok/s": f"{tok_s:,.0f}"}
-        self._postfix["left"] = _fmt_time(left)
-        tb = self._tensorboard()
-        if tb:
-            tb.add_scalar("train/loss", cur, prog.step)
-            tb.add_scalar("train/tokens_per_s", tok_s, prog.step)
+        self._postfix["left"] = tqdm.format_interval(left) if math.isfinite(left) and left >= 0 else "?"
+        self._scalars(prog.step, {"train/loss": cur, "train/tokens_per_s": tok_s})
         since["tokens"], since["clock"] = 0, now
         since["loss"].zero_()
         return self._postfix
@@ -478,30 +378,20 @@ class Trainer:
 
     def validate(self):
         """The validation perplexity of the weights evaluation uses (raises Interrupted on Ctrl-C)."""
-        ctx = self.ctx
-        stop = self.engine.stop if self.engine is not None and not ctx.distributed else None
-        shard = {"rank": ctx.rank, "world": ctx.world, "reduce": ctx.all_reduce_sum}  # every process its share
-        with self.eval_weights():
-            return self._perplexity(self.model, "valid", "batched", self.cfg.eval_batch_size, stop, **shard)
+        stop = self.engine.stop if self.engine is not None and not self.ctx.distributed else None
+        with self.eval_weights():  # every process scores its share
+            return self._perplexity(self.model, "valid", "batched", self.cfg.eval_batch_size, stop, ctx=self.ctx)
 
     def validation(self, prog: Progress) -> Check:
         """The epoch's row of the log (its best is filled in by :meth:`after_check`)."""
         self._flush()
         valid, t = self.validate(), prog.task
-        train_loss = t["epoch_loss_sum"] / max(t["epoch_tokens"], 1)
-        row = {
-            "epoch": prog.epoch,
-            "steps": prog.step,
-            "train_loss": round(train_loss, 6),
-            "train_ppl": round(math.exp(min(train_loss, 50)), 3),
-            "valid_loss": round(valid.loss, 6),
-            "valid_ppl": round(valid.ppl, 3),
-            "averaging": int(t["averaging"]),
-            "tokens": t["epoch_tokens"],
-            "epoch_seconds": round(t["epoch_seconds"], 2),
-            "tokens_per_s": round(t["epoch_tokens"] / max(t["epoch_seconds"], 1e-9), 1),
-            "elapsed_s": round(self.clock(), 1),
-        }
+        loss, tokens, seconds = t["epoch_loss_sum"] / max(t["epoch_tokens"], 1), t["epoch_tokens"], t["epoch_seconds"]
+        row = dict(epoch=prog.epoch, steps=prog.step, train_loss=round(loss, 6))
+        row.update(train_ppl=round(math.exp(min(loss, 50)), 3), valid_loss=round(valid.loss, 6))
+        row.update(valid_ppl=round(valid.ppl, 3), averaging=int(t["averaging"]), tokens=tokens)
+        row.update(epoch_seconds=round(seconds, 2), tokens_per_s=round(tokens / max(seconds, 1e-9), 1))
+        row.update(elapsed_s=round(self.clock(), 1))
         t.update(epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
         return Check(-valid.loss, row)
 
@@ -514,11 +404,8 @@ class Trainer:
             f"{' *' if improved else '  '} | {'ASGD' if t['averaging'] else self.cfg.optimizer.upper():4} | "
             f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s"
         )
-        tb = self._tensorboard()
-        if tb:
-            tb.add_scalar("valid/ppl", row["valid_ppl"], prog.epoch)
-            tb.add_scalar("train/epoch_ppl", row["train_ppl"], prog.epoch)
-        if self._averaging_allowed() and not t["averaging"]:
+        self._scalars(prog.epoch, {"valid/ppl": row["valid_ppl"], "train/epoch_ppl": row["train_ppl"]})
+        if self.may_average and not t["averaging"]:
             switch = nonmono_switch(t["sgd_valid_history"], -check.score, self.cfg.nonmono)
             t["sgd_valid_history"].append(-check.score)
             if switch:
@@ -535,8 +422,7 @@ class Trainer:
         """Write the resume file, the last weights and the log (all processes take part: the state is gathered)."""
         self._flush()
         # the carried state as hidden.<layer>.<part>, the layout saying how many parts each layer has (0: one tensor)
-        tensors: dict[str, torch.Tensor] = {}
-        layout: list[int] = []
+        tensors, layout = {}, []
         for i, s in enumerate(self.hidden if self.hidden is not None and prog.pos > 0 else []):
             layout.append(0 if torch.is_tensor(s) else len(s))
             for j, t in enumerate([s] if torch.is_tensor(s) else s):
@@ -553,7 +439,6 @@ class Trainer:
         write_log_csv(self.rundir.log_path, history)
         self.ctx.barrier()
 
-    # -- resume ----------------------------------------------------------------------------------
     def _load(self, path: Path) -> None:
         fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
         keys = ("model_config", "progress", "optimizer", "hidden_layout")
@@ -567,37 +452,36 @@ class Trainer:
                 f"{path} was written for another model ({meta['model_config']}) than {RunDir.CONFIG} "
                 f"describes ({self.model_config.to_dict()}); the run directory is inconsistent"
             )
-        if is_averaging_state(meta["optimizer"]):
-            self.optimizer = make_averaging_optimizer(self.params, self.cfg)
+        saved_asgd = "t0" in (meta["optimizer"].get("param_groups") or [{}])[0]  # torch's ASGD (optimizer_to_data)
+        if saved_asgd:
+            self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
         restore_training(path, tensors, meta["optimizer"], self.model, self.optimizer, self.ctx.device)
-        if self.prog.task["averaging"] and not is_averaging_state(meta["optimizer"]):
+        if self.prog.task["averaging"] and not saved_asgd:
             self._continue_old_average(path, tensors, self.prog.task["avg_count"], meta["optimizer"])
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
-        p = self.progress
         self.log(
-            f"resumed {self.run_dir} at epoch {p.epoch}, batch {p.batch}, step {p.step}"
-            + (" (averaging)" if p.averaging else "")
+            f"resumed {self.run_dir} at {self._position()}" + (" (averaging)" if self.prog.task["averaging"] else "")
         )
+
+    def _position(self) -> str:
+        p = self.progress
+        return f"epoch {p.epoch}, batch {p.batch}, step {p.step}"
 
     def _continue_old_average(self, path: Path, tensors: dict, k: int, opt_meta: dict) -> None:
         """A file saved in the averaging phase before it used torch's ASGD holds SGD state and its own mean
         ``avg.*`` of the last ``avg_count`` iterates. Go on with ASGD from that mean: ASGD's state after
         step s averages s - 1 iterates (mu = 1/s), and eta is the rate of the last step."""
-        self.optimizer = make_averaging_optimizer(self.params, self.cfg)
+        self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
         if k == 0:  # no averaged step yet: a fresh ASGD is exactly that state
             return
         eta = float(opt_meta["param_groups"][0]["lr"])
         for n, p in zip(self.param_names, self.params):
             if f"avg.{n}" not in tensors:
                 raise CheckpointError(f"{path}: averaged weights avg.{n} missing; the file is incomplete")
-            scalar = {"dtype": p.dtype, "device": p.device}
-            self.optimizer.state[p] = {
-                "step": torch.tensor(float(k + 1), **scalar),
-                "eta": torch.tensor(eta, **scalar),
-                "mu": torch.tensor(1.0 / (k + 1), **scalar),
-                "ax": tensors[f"avg.{n}"].to(**scalar).clone(),
-            }
+            state = {"step": float(k + 1), "eta": eta, "mu": 1.0 / (k + 1)}
+            self.optimizer.state[p] = {s: torch.tensor(v, dtype=p.dtype, device=p.device) for s, v in state.items()}
+            self.optimizer.state[p]["ax"] = tensors[f"avg.{n}"].to(dtype=p.dtype, device=p.device).clone()
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""
@@ -613,20 +497,18 @@ class Trainer:
 
         return [cut(i, 0) if n == 0 else tuple(cut(i, j) for j in range(n)) for i, n in enumerate(layout)]
 
-    # -- the loss, divergence and the run ----------------------------------------------------------
     def _flush(self) -> None:
         """Add the device's loss sums to the epoch's (all processes) and the training time; then stop if the loss
         is NaN or infinite (no file written: the last good ones are kept). Done before every save and validation,
         so diverged weights never reach a file."""
-        t, prog = torch.stack([self._acc_loss, self._acc_tok]).cpu(), self.prog
-        t = self.ctx.all_reduce_sum(t)
+        t = self.ctx.all_reduce_sum(torch.stack([self._acc_loss, self._acc_tok]).cpu())
+        prog, now = self.prog, time.perf_counter()
         prog.task["epoch_loss_sum"] += float(t[0])
         prog.task["epoch_tokens"] += int(round(float(t[1])))
-        self._acc_loss.zero_()
-        self._acc_tok.zero_()
-        now = time.perf_counter()
         prog.task["epoch_seconds"] += now - self._clock
         self._clock = now
+        self._acc_loss.zero_()
+        self._acc_tok.zero_()
         if not self.ctx.any(not math.isfinite(prog.task["epoch_loss_sum"])):
             return
         best = self.rundir.weights("best").name
@@ -636,15 +518,17 @@ class Trainer:
         when = f"in epoch {prog.epoch + 1} (by step {prog.step})"
         raise diverged(loss, when, f"{', '.join(kept)} in {self.run_dir}" if kept else "", clip=0.25)
 
-    def _tensorboard(self):
+    def _scalars(self, step: int, values: dict[str, float]) -> None:
+        """Add ``values`` to the TensorBoard log (opened on first use; without tensorboard: the CSV log only)."""
         if self._tb is None and self.cfg.tensorboard and self.ctx.is_main:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
                 self._tb = SummaryWriter(str(self.rundir.tensorboard_path))
-            except Exception:  # tensorboard not installed: CSV log only
+            except Exception:
                 self._tb = False
-        return self._tb or None
+        for tag, value in values.items() if self._tb else ():
+            self._tb.add_scalar(tag, value, step)
 
     def run(self, max_steps: int | None = None, on_step: Callable[[Trainer], None] | None = None) -> dict:
         """Train to ``cfg.epochs`` (or until ``max_steps`` optimizer steps in total, ``cfg.time_limit`` minutes of
@@ -669,11 +553,10 @@ class Trainer:
             self.log(self._stopped_message("interrupted during validation" if prog.check_due else "interrupted"))
         elif why == "max_steps":
             self.log(self._stopped_message(f"stopped after {prog.step} steps (max_steps)"))
-        elif why == "time_limit":
-            # the clock counts every session: resuming needs a larger limit to train any further
+        elif why == "time_limit":  # the clock counts every session: resuming needs a larger limit to train further
+            limit = f"{cfg.time_limit:.3g}"
             self.log(
-                self._stopped_message(f"stopped at the time limit ({cfg.time_limit:.3g} min)")
-                + f" --time-limit M (M > {cfg.time_limit:.3g})"
+                self._stopped_message(f"stopped at the time limit ({limit} min)", f" --time-limit M (M > {limit})")
             )
         else:
             prog.task["finished"] = True
@@ -683,28 +566,22 @@ class Trainer:
             self._tb.close()
         return {"status": status, "progress": vars(self.progress)}
 
-    def _stopped_message(self, why: str) -> str:
-        p = self.progress
+    def _stopped_message(self, why: str, more_flags: str = "") -> str:
         return (
-            f"{why}: saved {self.rundir.resume_path} at epoch {p.epoch}, batch {p.batch}, step {p.step}; "
-            f"continue with: onlstm lm train --out {self.run_dir} --data-dir {self.data_dir} --resume"
+            f"{why}: saved {self.rundir.resume_path} at {self._position()}; "
+            f"continue with: onlstm lm train --out {self.run_dir} --data-dir {self.data_dir} --resume{more_flags}"
         )
 
     def _final_test(self) -> str:
         """Score the best weights on valid (batched, eval_batch_size) and test (test_batch_size)."""
-        cfg, prog, ctx = self.cfg, self.prog, self.ctx
-        status = "finished"
-        best = self.rundir.weights("best")
+        cfg, prog, ctx, status, best = self.cfg, self.prog, self.ctx, "finished", self.rundir.weights("best")
         if ctx.is_main and not best.exists():
             self.log("no epoch had a finite validation loss, so there are no best weights to test")
         elif ctx.is_main:
             model = LanguageModel(self.model_config).to(ctx.device)
             load_weights(best, model)
-            test_protocol = "paper" if cfg.test_batch_size == 1 else "batched"
-            splits = (
-                ("valid", "batched", cfg.eval_batch_size, False),
-                ("test", test_protocol, cfg.test_batch_size, True),
-            )
+            test_split = ("test", "paper" if cfg.test_batch_size == 1 else "batched", cfg.test_batch_size, True)
+            splits = (("valid", "batched", cfg.eval_batch_size, False), test_split)
             try:
                 with StopRequest() as stop:
                     valid, test = [
@@ -721,25 +598,18 @@ class Trainer:
                 write_json(self.rundir.results_path, results)
                 self.log(f"best weights: valid {valid.describe()}")
                 self.log(f"best weights: test  {test.describe()}")
-        if ctx.distributed:
-            flag = ctx.all_reduce_sum(torch.tensor([1.0 if status == "interrupted" else 0.0]))
-            status = "interrupted" if float(flag[0]) > 0 else status
+        status = "interrupted" if ctx.any(status == "interrupted") else status
         if status == "finished":
             self.engine.save_state()
         return status
 
 
 def train(
-    run_dir: Path,
-    data_dir: Path,
-    explicit: dict | None = None,
-    resume: bool = False,
-    max_steps: int | None = None,
-    on_step=None,
-    log: Callable[[str], None] = print,
+    run_dir: Path, data_dir: Path, explicit: dict | None = None, resume=False, max_steps=None, on_step=None, log=print
 ) -> dict:
-    """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the
-    user (config file and flags). Returns ``{"status", "progress"}``; joins the process group under torchrun."""
+    """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the user (config
+    file and flags); ``max_steps``: optimizer steps in all; ``on_step(trainer)`` after each; ``log(message)``. Returns
+    ``{"status", "progress"}``; joins the process group under torchrun."""
     run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train")
     if not resume:  # every setting checked (the model's too) before anything is created or read
         load_config(None, explicit or {}).model_config(vocab_size=1)

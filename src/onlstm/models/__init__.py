@@ -1,7 +1,5 @@
 """Models shared by several experiments (an experiment package never imports another; see docs/design.md)."""
 
-from __future__ import annotations
-
 from .language_model import LanguageModel, LMConfig
 
 __all__ = ["LMConfig", "LanguageModel"]

@@ -1,11 +1,6 @@
-"""The AWD-LSTM-style language model of the paper, with any encoder from :mod:`onlstm.encoders`.
-
-    tokens (T, B) -> embedding (row dropout) -> locked dropout -> layer 1 -> locked dropout -> ...
-                  -> layer L -> locked dropout -> decoder (tied to the embedding) -> logits
-
-Layers have their own widths (the paper: 1150-1150-400 over a 400-dim embedding); with tied
-weights the last width must equal the embedding size.
-"""
+"""The paper's AWD-LSTM-style language model (:class:`LanguageModel`, :class:`LMConfig`) over any causal encoder
+of :mod:`onlstm.encoders`: embedding (row dropout), locked dropout around every layer, decoder tied to the
+embedding (docs/lm.md, "The recipe")."""
 
 from __future__ import annotations
 
@@ -23,11 +18,9 @@ from ..encoders import make_encoder
 
 @dataclass
 class LMConfig(Config):
-    """Architecture of :class:`LanguageModel` (saved as JSON next to every checkpoint).
-
-    ``chunk_size``, ``master_input`` and ``dropconnect`` are encoder options: each layer receives those its
-    encoder declares in :mod:`onlstm.encoders` (so one preset serves ON-LSTM and LSTM alike).
-    """
+    """Architecture of :class:`LanguageModel` (saved as JSON next to every checkpoint). ``chunk_size``,
+    ``master_input`` and ``dropconnect`` are encoder options: each layer receives those its encoder declares in
+    :mod:`onlstm.encoders` (so one preset serves ON-LSTM and LSTM alike)."""
 
     section = "model"
     config_kind = "language-model config"
@@ -74,27 +67,21 @@ class LMConfig(Config):
         spec.validate(self.hidden_sizes, self.layer_options())
 
     def layer_options(self, cell: str | None = None) -> dict:
-        """The options this config gives encoder ``cell`` (default: its own): the fields the encoder declares
-        and ``encoder_options``."""
+        """The fields encoder ``cell`` (default: its own) declares, and ``encoder_options``."""
         return encoders.options_for(cell or self.cell, self, self.encoder_options)
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool, shard: tuple[int, int] | None = None) -> torch.Tensor:
-    """Dropout with one mask per sequence, shared over time (``x`` is (T, B, F)).
-
-    ``shard = (start, total)``: ``x`` holds columns ``start:start+B`` of a batch of ``total``
-    columns; the mask is drawn for all ``total`` columns and sliced, so that processes which each
-    own a share of the batch (and share the random state) drop exactly what one process would.
+    """Dropout with one mask per sequence, shared over time (``x`` is (T, B, F)). ``shard = (start, total)``: ``x``
+    holds columns ``start:start+B`` of a batch of ``total``; the mask is drawn for all ``total`` columns and sliced,
+    so that processes which each own a share of the batch (and share the random state) drop what one process would.
     """
     if not training or p == 0.0:
         return x
-    if shard is None:
-        mask = x.new_empty(1, x.shape[1], x.shape[2]).bernoulli_(1 - p)
-    else:
-        start, total = shard
-        if not 0 <= start <= total - x.shape[1]:
-            raise ValueError(f"shard {shard} does not hold the {x.shape[1]} columns of the input")
-        mask = x.new_empty(1, total, x.shape[2]).bernoulli_(1 - p)[:, start : start + x.shape[1]]
+    start, total = shard or (0, x.shape[1])
+    if not 0 <= start <= total - x.shape[1]:
+        raise ValueError(f"shard {shard} does not hold the {x.shape[1]} columns of the input")
+    mask = x.new_empty(1, total, x.shape[2]).bernoulli_(1 - p)[:, start : start + x.shape[1]]
     return x * (mask / (1 - p))
 
 
@@ -102,23 +89,18 @@ def embedding_dropout(weight: torch.Tensor, p: float, training: bool) -> torch.T
     """Drop whole rows of the embedding matrix (every occurrence of a word), rescaling the rest."""
     if not training or p == 0.0:
         return weight
-    mask = weight.new_empty(weight.shape[0], 1).bernoulli_(1 - p) / (1 - p)
-    return weight * mask
+    return weight * (weight.new_empty(weight.shape[0], 1).bernoulli_(1 - p) / (1 - p))
 
 
 class LanguageModel(nn.Module):
     def __init__(self, config: LMConfig):
         super().__init__()
-        self.config = config
-        c = config
+        self.config = c = config
         self.embedding = nn.Embedding(c.vocab_size, c.emb_size)
         sizes = [c.emb_size] + c.hidden_sizes
-        self.layers = nn.ModuleList(
-            make_encoder(c.cell, sizes[i], sizes[i + 1], **c.layer_options()) for i in range(len(c.hidden_sizes))
-        )
+        self.layers = nn.ModuleList(make_encoder(c.cell, a, b, **c.layer_options()) for a, b in zip(sizes, sizes[1:]))
         self.decoder = nn.Linear(c.hidden_sizes[-1], c.vocab_size)
-        # As the reference: small uniform embedding (an N(0, 1) tied embedding makes early gradients
-        # denormal and CPU steps 15-100x slower), zero decoder bias.
+        # as the reference: a small uniform embedding (an N(0, 1) one makes CPU steps slow: docs/design.md §3.3)
         nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
         nn.init.zeros_(self.decoder.bias)
         if c.tie_weights:
@@ -143,50 +125,33 @@ class LanguageModel(nn.Module):
         self, tokens: torch.Tensor, state=None, return_distances: bool = False, *, shard: tuple[int, int] | None = None
     ):
         """``tokens`` (T, B) -> ``output`` (T, B, last width), the new ``state`` (one per layer; None when the
-        encoder has ``stateful=False``, e.g. the Transformer: every call starts afresh and the loops carrying
-        state between segments carry nothing) and a dict: ``raw`` (last layer's output before dropout, for TAR),
-        ``dropped`` (after, for AR) and, when asked, ``distances`` (per layer, :class:`onlstm.Distances` of
-        (T, B) tensors). ``shard = (start, total)``: ``tokens`` are columns ``start:start+B`` of a batch of
-        ``total`` (several processes); dropout masks are drawn for it all and sliced (:func:`locked_dropout`)."""
+        encoder has ``stateful=False``, e.g. the Transformer: every call starts afresh) and a dict: ``raw`` (last
+        layer's output before dropout, for TAR), ``dropped`` (after, for AR) and, when asked, ``distances`` (per
+        layer, :class:`onlstm.Distances` of (T, B) tensors). ``shard``: as :func:`locked_dropout`'s."""
         c = self.config
         if not self.stateful and state is not None:
             raise ValueError(f"a {c.cell!r} language model carries no state across calls; pass state=None")
         w = embedding_dropout(self.embedding.weight, c.dropout_emb, self.training)
         x = locked_dropout(F.embedding(tokens, w), c.dropout_in, self.training, shard)
-        state = state or [None] * len(self.layers)
-        new_state, dists = [], []
+        state, new_state, dists = state or [None] * len(self.layers), [], []
         for i, layer in enumerate(self.layers):
-            x, s, d = layer(x, state[i], return_distances=return_distances and self.has_distances)
+            raw, s, d = layer(x, state[i], return_distances=return_distances and self.has_distances)
             new_state.append(s)
             if d is not None:
                 dists.append(type(d)(d.forget[..., 0], d.input[..., 0]))
-            raw = x
             p = c.dropout_out if i == len(self.layers) - 1 else c.dropout_hidden
-            x = locked_dropout(x, p, self.training, shard)
-        extras = {"raw": raw, "dropped": x}
-        if return_distances:
-            extras["distances"] = dists
+            x = locked_dropout(raw, p, self.training, shard)
+        extras = {"raw": raw, "dropped": x, **({"distances": dists} if return_distances else {})}
         return x, (new_state if self.stateful else None), extras
 
     def logits(self, output: torch.Tensor) -> torch.Tensor:
         return self.decoder(output)
 
-    # -- sharing (docs/sharing.md) ---------------------------------------------------------------
-    def save_pretrained(
-        self,
-        directory,
-        vocab=None,
-        *,
-        run_config: dict | None = None,
-        command: str | None = None,
-        results: dict | None = None,
-    ):
+    def save_pretrained(self, directory, vocab=None, *, run_config=None, command=None, results=None):
         """Save this model and its vocabulary (a :class:`~onlstm.data.vocab.Vocab` or a list of words; by default
-        ``model.vocab``, which :meth:`from_pretrained` sets) in Hugging Face's layout
-        (:meth:`onlstm.runs.RunDir.save_pretrained`).
-
-        ``run_config``: the training run's header (its settings travel with the model: text normalisation,
-        training recipe, ...); ``command`` and ``results`` go into the model card."""
+        ``model.vocab``, which :meth:`from_pretrained` sets) in Hugging Face's layout (docs/sharing.md).
+        ``run_config`` (a dict): the training run's header (its settings travel with the model: text normalisation,
+        training recipe, ...); ``command`` (a string) and ``results`` (a dict) go into the model card."""
         from ..checkpoint import config_header
         from ..runs import RunDir, model_card
 
@@ -196,8 +161,7 @@ class LanguageModel(nn.Module):
         words = list(getattr(vocab, "words", vocab))
         if len(words) != self.config.vocab_size:
             raise ValueError(f"the vocabulary has {len(words)} words but the model expects {self.config.vocab_size}")
-        config = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}
-        c = self.config
+        config, c = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}, self.config
         title = f"{c.cell} language model ({len(c.hidden_sizes)} layers, {c.vocab_size:,} words)"
         card = model_card(title, config, LM_USAGE, command, results)
         return RunDir(directory).save_pretrained(self, config, card, words)
@@ -210,9 +174,8 @@ class LanguageModel(nn.Module):
         from ..runs import pretrained_path
 
         run = load_language_model_run(pretrained_path(name_or_path), device=device)
-        model = run.model
-        model.vocab, model.run_config = run.vocab, run.config
-        return model
+        run.model.vocab, run.model.run_config = run.vocab, run.config
+        return run.model
 
 
 LM_USAGE = """
@@ -226,8 +189,7 @@ Parse sentences with it (ON-LSTM models): `onlstm parse --checkpoint THIS_DIRECT
 """
 
 
-KIND = "lm"
-"""The ``kind`` of a language-model run (``onlstm lm train``, ``onlstm demo``; registered by :mod:`onlstm.lm`)."""
+KIND = "lm"  # the kind of a language-model run (`onlstm lm train`, `onlstm demo`; registered by onlstm.lm)
 
 
 def load_language_model_run(
