@@ -36,7 +36,14 @@ class Segment(NamedTuple):
 
 
 def bptt_schedule(
-    n_rows: int, bptt: int, seed: int, epoch: int, variable=True, short_prob=0.05, std=5.0, min_len=5
+    n_rows: int,
+    bptt: int,
+    seed: int,
+    epoch: int,
+    variable: bool = True,
+    short_prob: float = 0.05,
+    std: float = 5.0,
+    min_len: int = 5,
 ) -> list[Segment]:
     """The segments of one epoch over ``n_rows`` rows. With ``variable``: each length is ``max(min_len,
     int(N(b, std)))``, ``b = bptt`` with probability ``1 - short_prob`` and ``bptt / 2`` otherwise, the last segment

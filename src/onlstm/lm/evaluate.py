@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from ..runs.engine import Interrupted  # raised inside an evaluation when should_stop() turned true
 from ..runs.progress import progress_bar
 from .data import batchify, column_share
+from .distributed import DistContext
 
 PROTOCOLS = ("paper", "batched")
 
@@ -70,7 +71,15 @@ def stream_loss(
 
 
 def perplexity(
-    model, ids, protocol="paper", batch_size=10, bptt=70, device=None, progress=False, ctx=None, should_stop=None
+    model,
+    ids: torch.Tensor,
+    protocol: str = "paper",
+    batch_size: int = 10,
+    bptt: int = 70,
+    device=None,
+    progress: bool = False,
+    ctx: DistContext | None = None,
+    should_stop=None,
 ) -> Perplexity:
     """Perplexity of ``model`` on the stream ``ids`` (1-D) under ``protocol`` (``paper``: batch 1, ``batched``:
     ``batch_size`` columns). With ``ctx``, a :class:`~onlstm.lm.distributed.DistContext` of several processes, each

@@ -167,7 +167,13 @@ class Trainer:
     validation scores the weights evaluation uses (the score is minus the loss); NT-ASGD, resume, the final test."""
 
     def __init__(
-        self, run_dir: Path, data_dir: Path, explicit: dict, resume=False, ctx: DistContext | None = None, log=print
+        self,
+        run_dir: Path,
+        data_dir: Path,
+        explicit: dict,
+        resume: bool = False,
+        ctx: DistContext | None = None,
+        log: Callable[[str], None] = print,
     ):
         self.run_dir, self.data_dir, self.rundir, self.resume = Path(run_dir), Path(data_dir), RunDir(run_dir), resume
         self.config = self._resolve_config(explicit)
@@ -605,7 +611,13 @@ class Trainer:
 
 
 def train(
-    run_dir: Path, data_dir: Path, explicit: dict | None = None, resume=False, max_steps=None, on_step=None, log=print
+    run_dir: Path,
+    data_dir: Path,
+    explicit: dict | None = None,
+    resume: bool = False,
+    max_steps: int | None = None,
+    on_step=None,
+    log: Callable[[str], None] = print,
 ) -> dict:
     """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the user (config
     file and flags); ``max_steps``: optimizer steps in all; ``on_step(trainer)`` after each; ``log(message)``. Returns

@@ -147,7 +147,15 @@ class LanguageModel(nn.Module):
     def logits(self, output: torch.Tensor) -> torch.Tensor:
         return self.decoder(output)
 
-    def save_pretrained(self, directory, vocab=None, *, run_config=None, command=None, results=None):
+    def save_pretrained(
+        self,
+        directory,
+        vocab=None,
+        *,
+        run_config: dict | None = None,
+        command: str | None = None,
+        results: dict | None = None,
+    ):
         """Save this model and its vocabulary (a :class:`~onlstm.data.vocab.Vocab` or a list of words; by default
         ``model.vocab``, which :meth:`from_pretrained` sets) in Hugging Face's layout (docs/sharing.md).
         ``run_config`` (a dict): the training run's header (its settings travel with the model: text normalisation,
