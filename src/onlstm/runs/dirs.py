@@ -1,7 +1,6 @@
-"""Run directories (:class:`RunDir`: the names of their files, the header, what they hold, export), the registry of
-run kinds (each experiment registers the ``kind`` its runs write, once, when its package is imported: ``runs/``
-names no experiment), output paths checked before any work, and one training at a time per directory
-(:class:`RunLock`)."""
+"""Run directories (:class:`RunDir`: their files, header, export), opening one (:func:`load_run`), shared models
+(:func:`pretrained_path`, :func:`model_card`), the registry of run kinds, output paths checked before any work,
+and one training at a time per directory (:class:`RunLock`); docs/design.md §4.6."""
 
 from __future__ import annotations
 
@@ -15,7 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import CheckpointError, read_json, save_weights, write_json, write_text
+import torch
+from torch import nn
+
+from ..checkpoint import CheckpointError, load_weights, read_json, save_weights, write_json, write_text
 from ..errors import InputError, OnlstmError, WriteError
 
 # --------------------------------------------------------------------------- output paths
@@ -391,3 +393,95 @@ class RunLock:
     def __exit__(self, *exc) -> bool:
         self.release()
         return False
+
+
+# --------------------------------------------------------------------------- opening and sharing a run
+
+
+@dataclass
+class LoadedRun:
+    model: nn.Module  # on the asked device, in eval mode
+    config: dict  # the header (RunDir.read_config)
+    vocab: Any  # what the ``vocab`` reader returned (None without one)
+    run_dir: Path
+    weights: Path
+
+
+def load_run(
+    path: str | Path,
+    kind: str,
+    build: Callable[[dict], nn.Module],
+    *,
+    tag: str = "best",
+    device: str | torch.device = "cpu",
+    vocab: Callable[[Path], Any] | None = None,
+    check: Callable[[LoadedRun], None] | None = None,
+    what: str | None = None,
+    hint: str = "",
+) -> LoadedRun:
+    """Open the run directory ``path`` (or a ``.safetensors`` file in one: :meth:`RunDir.find`) holding a model of
+    ``kind``.
+
+    ``build(config["model"])`` makes the (untrained) model; a ``TypeError``/``ValueError``/``KeyError`` it
+    raises is reported as a bad model config. ``vocab(run.vocab_path)`` reads the vocabulary;
+    ``check(run)`` can refuse a run that does not fit (say, a vocabulary of the wrong size) before the
+    weights are read. ``what`` names the kind for people and ``hint`` says what to do instead. Every
+    failure is a :class:`~onlstm.checkpoint.CheckpointError` naming the file and the problem.
+    """
+    saved, weights = RunDir.find(path, tag)
+    config = saved.read_config(kind, what, hint)
+    try:
+        model = build(config["model"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{saved.config_path}: bad model config ({exc})") from None
+    run = LoadedRun(model, config, vocab(saved.vocab_path) if vocab else None, saved.path, weights)
+    if check is not None:
+        check(run)
+    load_weights(weights, model)
+    run.model = model.to(device).eval()
+    return run
+
+
+def pretrained_path(name_or_path: str | Path) -> Path:
+    """A local directory as it is; otherwise ``owner/name`` is taken for a Hugging Face Hub id and
+    downloaded with ``huggingface_hub`` (not a dependency of onlstm: install it to use the Hub)."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    text = str(name_or_path)
+    if text.count("/") != 1 or text.startswith((".", "/", "~")):
+        raise CheckpointError(f"{text} does not exist (a local directory or an owner/name Hub id was expected)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise CheckpointError(
+            f"{text} is not a local directory; to download it from the Hugging Face Hub install huggingface_hub "
+            "(pip install huggingface_hub), or download the model yourself and pass its local directory"
+        ) from None
+    try:
+        return Path(snapshot_download(repo_id=text, allow_patterns=["*.json", "*.safetensors", "*.md"]))
+    except Exception as exc:  # the Hub client's errors (not found, offline, ...) become one line
+        raise CheckpointError(
+            f"{text}: cannot download from the Hugging Face Hub ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def model_card(title: str, config: dict, usage: str, command: str | None, results: dict | None) -> str:
+    """The model card of a shared model: Hub metadata, what it is, how to load it, how it was trained
+    (the command that reproduces its settings) and its results, when known."""
+    import yaml
+
+    kind = config.get("kind", "?")
+    yaml_block = lambda data: f"```yaml\n{yaml.safe_dump(data, sort_keys=False).strip()}\n```\n"
+    if command:
+        training = f"The command that reproduces its settings:\n\n```\n{command}\n```\n"
+    else:
+        training = f"The training command is not known; `{RunDir.CONFIG}` holds every setting.\n"
+    return (
+        f"---\nlibrary_name: onlstm\ntags: [onlstm, ordered-neurons, {kind}]\n---\n\n# {title}\n\n"
+        f"An onlstm (Ordered Neurons LSTM) model of kind `{kind}`, saved by onlstm {config.get('onlstm_version', '?')} "
+        f"(`save_pretrained`): `{RunDir.CONFIG}`, `{RunDir.SHARED_WEIGHTS}` (weights, no pickled code) and "
+        f"`{RunDir.VOCAB}`.\n\n## Use\n\n{usage.strip()}\n\n## Training\n\n{training}\n"
+        + (f"## Results\n\n{yaml_block(results)}\n" if results else "")
+        + f"## Configuration\n\n{yaml_block({'model': config.get('model')})}"
+    )

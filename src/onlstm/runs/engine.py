@@ -25,9 +25,8 @@ from typing import Any, Protocol
 import torch
 
 from ..errors import TrainingDiverged
-from .device import StopRequest
+from .device import StopRequest, progress_bar
 from .dirs import RunDir
-from .progress import progress_bar
 
 
 @dataclass
