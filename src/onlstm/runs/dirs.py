@@ -29,9 +29,9 @@ class RunDirError(OnlstmError, ValueError):
 
 
 def _check_writable(path: Path, flag: str) -> None:
-    """``path`` (which may not exist yet) can be created and written: its nearest existing ancestor is a
-    directory we can create a file in (tried for real: ``os.access`` says yes to root on read-only mounts)."""
-    base = next((p for p in (path, *path.parents) if p.exists()), Path("."))  # the nearest existing ancestor
+    """``path`` (which may not exist yet) can be created: a file is created for real in its nearest existing
+    ancestor (``os.access`` says yes to root on read-only mounts)."""
+    base = next((p for p in (path, *path.parents) if p.exists()), Path("."))
     if not base.is_dir():
         raise InputError(f"{flag} {path}: {base} is a file, not a directory; choose another {flag}")
     try:
@@ -66,8 +66,8 @@ def check_output_folder(path: str | Path, flag: str = "--out") -> Path:
 
 @dataclass(frozen=True)
 class RunKind:
-    """``name``: the ``kind`` in a run's header; ``title``: the kind for people; ``model``: the class whose
-    ``from_pretrained`` opens such a run; ``command(header)``: the training command that reproduces it, or None."""
+    """``name``: the header's ``kind``; ``title``: for people; ``model``: the class whose ``from_pretrained`` opens
+    such a run; ``command(header)``: the training command that reproduces it, or None."""
 
     name: str
     title: str
@@ -79,7 +79,6 @@ _KINDS: dict[str, RunKind] = {}
 
 
 def register_kind(kind: RunKind) -> RunKind:
-    """Make ``kind`` known (registering the same name again replaces it: a reloaded module)."""
     _KINDS[kind.name] = kind
     return kind
 
@@ -89,7 +88,7 @@ def kind_names() -> list[str]:
 
 
 def find_kind(name: object, action: str = "open", where: object = "") -> RunKind:
-    """The registered kind ``name``, else a :class:`~onlstm.checkpoint.CheckpointError` naming those there are."""
+    """The registered kind ``name``, else a :class:`CheckpointError` naming those there are."""
     if isinstance(name, str) and name in _KINDS:
         return _KINDS[name]
     prefix = f"{where}: " if where else ""
@@ -106,10 +105,7 @@ def _file(name: str) -> property:
 
 
 class RunDir:
-    """A run directory, the one place that knows its files (each written atomically): the header (kind, version,
-    model, then the trainer's settings, status, result), the vocabulary, the weights of each tag (best, last), the
-    resume file (until a logic run finishes), the history (logic: a record per check), the log and results (the
-    language model: a row per epoch, the final test), tensorboard's curves and the lock. A model shared with
+    """A run directory, the one place that knows its files (docs/design.md §4.6); a model shared with
     :meth:`save_pretrained` has Hugging Face's layout instead (header, vocabulary, shared weights, card)."""
 
     CONFIG, VOCAB, HISTORY, LOG, RESULTS = "config.json", "vocab.json", "history.json", "log.csv", "results.json"
@@ -126,11 +122,10 @@ class RunDir:
         self.path = Path(path)
 
     def weights(self, tag: str) -> Path:
-        """The weights of ``tag`` (``best``, ``last``)."""
         return self.path / self.WEIGHTS.format(tag=tag)
 
     def training_files(self) -> list[Path]:
-        """What only a training writes (an export never does): the resume file, the best and last weights."""
+        """What only a training writes (an export never does)."""
         return [self.resume_path, self.weights("best"), self.weights("last")]
 
     @classmethod
@@ -156,8 +151,8 @@ class RunDir:
 
     # -- the header ---------------------------------------------------------------------------------
     def read_config(self, kind: str | None = None, what: str | None = None, hint: str = "") -> Any:
-        """``config.json``, refused with a :class:`~onlstm.checkpoint.CheckpointError` when it is missing or corrupt
-        or, given a ``kind``, of another kind (``what`` names the kind for people, ``hint`` says what to do)."""
+        """``config.json``, else a :class:`CheckpointError`: missing, corrupt or not of ``kind`` (``what``: the kind
+        for people, ``hint``: what to do)."""
         config = read_json(self.config_path)
         found = config.get("kind") if isinstance(config, dict) else None
         if kind is not None and found != kind:
@@ -171,18 +166,16 @@ class RunDir:
         write_json(self.config_path, header)
 
     def header(self) -> dict:
-        """``config.json`` as far as it can be read ({} when it cannot)."""
+        """``config.json``, {} when it cannot be read."""
         return _json_dict(self.config_path) or {}
 
     @property
     def kind(self) -> str | None:
-        """``config.json``'s ``kind`` (None without a readable one)."""
         kind = self.header().get("kind")
         return None if kind is None else str(kind)
 
     def results(self) -> dict | None:
-        """The results of a finished run: ``results.json`` (a language model's final test), else ``config.json``'s
-        ``result`` (a logic run's summary), else None."""
+        """``results.json`` (a language model's test), else the header's ``result`` (a logic run's), else None."""
         if self.results_path.exists():
             return read_json(self.results_path)
         return self.header().get("result")
@@ -202,9 +195,8 @@ class RunDir:
     def check_output(
         self, *, resume: bool = False, command: str = "", flag: str = "--out", replace_kind: str | None = None
     ) -> RunDir:
-        """Checked, before any work, as a training's output: not a file, writable, and unless ``resume`` holding no
-        run (a training never silently replaces one) but, at most, one of ``replace_kind`` (``logic compare``
-        retrains its own). Nothing is created; a :class:`RunDirError` says what is there and what to do."""
+        """Checked before any work as a training's output: not a file, writable, and holding no run unless
+        ``resume`` or a run of ``replace_kind`` (``logic compare`` retrains its own). Nothing is created."""
         check_output_folder(self.path, flag)
         held = self.describe()
         if held and replace_kind is not None and self.kind == replace_kind:
@@ -218,12 +210,11 @@ class RunDir:
         return self
 
     def lock(self, command: str, log: Callable[[str], None] | None = None, enabled: bool = True) -> RunLock:
-        """The lock a training holds while it writes here (:class:`RunLock`)."""
         return RunLock(self.path, command, log, enabled)
 
     def save_pretrained(self, model, config: dict, card: str, vocab: list[str] | None = None) -> Path:
-        """Write a model to share here (header ``config``, shared weights, ``vocab``, ``card``), refused in a training
-        run (its best weights would sit beside the shared ones); an earlier export is overwritten file by file."""
+        """Write a model to share here, refused in a training run (its best weights would sit beside the shared
+        ones); an earlier export is overwritten file by file."""
         directory = self.path
         if directory.exists() and not directory.is_dir():
             raise InputError(f"{directory} is a file; save_pretrained needs a directory (new or an earlier export)")
@@ -245,7 +236,6 @@ class RunDir:
 
 
 def check_output_dir(path: str | Path, **options) -> Path:
-    """``RunDir(path).check_output(**options)`` (see :meth:`RunDir.check_output`), as a path."""
     return RunDir(path).check_output(**options).path
 
 
@@ -274,17 +264,11 @@ def _pid_alive(pid: int) -> bool:
 
 
 class RunLock:
-    """Hold the lock file (:attr:`RunDir.lock_path`) while a training writes into ``run_dir``; a second training
-    there is refused with the owner's pid, host and command.
-
-    The lock file is created atomically (``O_EXCL``) and holds ``{"pid", "host", "command", "started"}``.
-    A lock whose pid no longer runs on this host is stale (the owner crashed or was killed): it is
-    taken over, and ``log`` says so. A lock from another host cannot be checked from here: the message
-    says to delete the file once no training there uses the directory. ``enabled=False`` (the
-    non-main processes of a distributed run) does nothing. On release the file is removed, and the
-    directory too when this lock created it and it is still empty (a run refused by a later check
-    leaves nothing behind).
-    """
+    """The lock file (created with ``O_EXCL``: pid, host, command, start) held while a training writes into
+    ``run_dir``; a second training there is refused naming the owner. A stale lock (its pid gone on this host) is
+    taken over and ``log`` says so; one from another host cannot be checked, the message says what to do.
+    ``enabled=False`` (non-main processes) does nothing. Release removes the file, and the directory when
+    this lock created it and it is still empty."""
 
     def __init__(self, run_dir: str | Path, command: str, log: Callable[[str], None] | None = None, enabled=True):
         self.run_dir, self.command, self.log, self.enabled = Path(run_dir), command, log, enabled
@@ -293,11 +277,9 @@ class RunLock:
         self.held = False
 
     def owner(self) -> dict | None:
-        """The lock file's content (None when there is no lock; ``{}`` when it is unreadable)."""
         return _json_dict(self.path)
 
     def is_stale(self, owner: dict) -> bool:
-        """A lock from this host whose process is gone."""
         pid = owner.get("pid")
         return owner.get("host") == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid)
 
@@ -419,15 +401,10 @@ def load_run(
     what: str | None = None,
     hint: str = "",
 ) -> LoadedRun:
-    """Open the run directory ``path`` (or a ``.safetensors`` file in one: :meth:`RunDir.find`) holding a model of
-    ``kind``.
-
-    ``build(config["model"])`` makes the (untrained) model; a ``TypeError``/``ValueError``/``KeyError`` it
-    raises is reported as a bad model config. ``vocab(run.vocab_path)`` reads the vocabulary;
-    ``check(run)`` can refuse a run that does not fit (say, a vocabulary of the wrong size) before the
-    weights are read. ``what`` names the kind for people and ``hint`` says what to do instead. Every
-    failure is a :class:`~onlstm.checkpoint.CheckpointError` naming the file and the problem.
-    """
+    """Open the run of ``kind`` at ``path`` (:meth:`RunDir.find`). ``build(config["model"])`` makes the model (its
+    ``TypeError``/``ValueError``/``KeyError``: a bad model config); ``vocab(run.vocab_path)`` reads the vocabulary;
+    ``check(run)`` may refuse the run before the weights are read; ``what``/``hint`` as in
+    :meth:`RunDir.read_config`. Every failure is a :class:`CheckpointError` naming the file."""
     saved, weights = RunDir.find(path, tag)
     config = saved.read_config(kind, what, hint)
     try:
@@ -443,8 +420,7 @@ def load_run(
 
 
 def pretrained_path(name_or_path: str | Path) -> Path:
-    """A local directory as it is; otherwise ``owner/name`` is taken for a Hugging Face Hub id and
-    downloaded with ``huggingface_hub`` (not a dependency of onlstm: install it to use the Hub)."""
+    """A local directory as it is; ``owner/name`` is downloaded from the Hugging Face Hub (``huggingface_hub``)."""
     path = Path(name_or_path)
     if path.exists():
         return path
@@ -467,8 +443,8 @@ def pretrained_path(name_or_path: str | Path) -> Path:
 
 
 def model_card(title: str, config: dict, usage: str, command: str | None, results: dict | None) -> str:
-    """The model card of a shared model: Hub metadata, what it is, how to load it, how it was trained
-    (the command that reproduces its settings) and its results, when known."""
+    """A shared model's card: Hub metadata, what it is, how to load it, the command that reproduces its
+    settings and its results, when known."""
     import yaml
 
     kind = config.get("kind", "?")
