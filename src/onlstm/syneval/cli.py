@@ -17,24 +17,15 @@ from .evaluate import COMPARISON_NAMES, outcome_record, score_items, summarize
 
 def register(subparsers) -> None:
     """Add ``onlstm syneval`` to the top-level ``subparsers``."""
+    run = "language-model run directory (or a .safetensors file in one); repeat to compare models side by side"
+    data = "sample TSV (case, grammatical, ungrammatical), TSV dump with a header, a <case>.pickle or the suite's "
+    data += "templates/ folder"
     p = add_command(
         subparsers,
         "syneval",
         _cmd_syneval,
-        arg(
-            "--checkpoint",
-            type=Path,
-            action="append",
-            required=True,
-            help="language-model run directory (or a .safetensors file in one); repeat to compare models side by side",
-        ),
-        arg(
-            "--data",
-            type=Path,
-            required=True,
-            help="sample TSV (case, grammatical, ungrammatical), TSV dump with a header, a <case>.pickle or the "
-            "suite's templates/ folder",
-        ),
+        arg("--checkpoint", type=Path, action="append", required=True, help=run),
+        arg("--data", type=Path, required=True, help=data),
         arg("--config", type=Path, help="YAML file (or preset name) with a syneval: section; flags win over it"),
         arg("--json", action="store_true", help="print every number as one JSON object"),
         arg("--out", type=Path, help="folder for results.json (with every pair's scores), items.tsv and rows.png"),
@@ -77,7 +68,6 @@ def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
     from ..runs import progress_bar
 
     run = load_language_model_run(path, cfg.weights, device)
-    n_sentences = sum(3 if it.intrusive is not None else 2 for it in items)
     start = time.perf_counter()
     unique = len({s for it in items for s in (it.grammatical, it.ungrammatical, it.intrusive) if s is not None})
     with progress_bar(cfg.progress, total=unique, desc=f"syneval {path}", unit="sent", leave=False) as bar:
@@ -95,7 +85,7 @@ def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
         **facts,
         "oov_types": len(facts["oov"]),
         "seconds": round(seconds, 3),
-        "sentences_per_s": round(n_sentences / seconds, 1) if seconds > 0 else None,
+        "sentences_per_s": round(facts["sentences"] / seconds, 1) if seconds > 0 else None,
         **summarize(outcomes),
         "outcomes": outcomes,
     }

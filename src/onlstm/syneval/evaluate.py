@@ -1,11 +1,5 @@
-"""Scoring minimal pairs with a language model (the convention: docs/syneval.md).
-
-A sentence is lower-cased, split on spaces and framed as ``<eos> w1 ... wn . <eos>`` (the ``.`` only when
-the vocabulary has it; unknown words become ``<unk>``), read from a zero state in eval mode, and scored by
-the summed natural-log probabilities of every token after the first ``<eos>`` (``word_only``: of the first
-token where the two framed sentences differ). A comparison ``a>b`` is correct when ``a`` scores strictly
-higher. Batches are right-padded, which changes no score of a causal model (tested).
-"""
+"""Scoring minimal pairs with a language model (:func:`score_items`) and the tables of the outcome
+(:func:`summarize`); the convention: docs/syneval.md, "The scoring convention"."""
 
 from __future__ import annotations
 
@@ -31,11 +25,7 @@ COMPARISONS = {
     "g>i": ("grammatical", "intrusive"),
     "i>u": ("intrusive", "ungrammatical"),
 }
-COMPARISON_NAMES = {
-    "g>u": "grammatical vs ungrammatical",
-    "g>i": "grammatical vs intrusive",
-    "i>u": "intrusive vs ungrammatical",
-}
+COMPARISON_NAMES = {name: " vs ".join(roles) for name, roles in COMPARISONS.items()}
 
 
 def frame(sentence: str, period: bool) -> list[str]:
@@ -80,11 +70,8 @@ class Encoder:
 def token_logprobs(
     model, sequences: Sequence[Sequence[int]], batch_size: int = 512, progress: Callable[[int], None] | None = None
 ) -> list[torch.Tensor]:
-    """For each id sequence ``s`` (starting with ``<eos>``), the log-probabilities of ``s[1:]``, each
-    predicted from the ones before it starting from a zero state: a float64 tensor of ``len(s) - 1``.
-
-    Sequences are sorted by length and read ``batch_size`` at a time, right-padded with their own first
-    token; ``progress(n)`` is called after each batch with the number of sequences done in it."""
+    """For each id sequence ``s`` (starting with ``<eos>``), the float64 log-probabilities of ``s[1:]`` from a zero
+    state, read ``batch_size`` at a time sorted by length and right-padded; ``progress(n)`` after each batch."""
     if batch_size <= 0:
         raise SynevalError(f"batch size must be positive, got {batch_size}")
     device = next(model.parameters()).device
@@ -101,10 +88,8 @@ def token_logprobs(
 
 
 def _next_token_logprobs(model, batch: torch.Tensor) -> torch.Tensor:
-    """(T, B) ids -> (T-1, B): log p(batch[t+1] | batch[:t+1]) from a zero state.
-
-    The decoder runs one step at a time so that memory holds (B, V) logits, not (T, B, V): a large batch
-    (faster recurrent layers) then stays affordable with a 50,000-word vocabulary."""
+    """(T, B) ids -> (T-1, B): log p(batch[t+1] | batch[:t+1]); the decoder runs a step at a time (memory holds
+    (B, V) logits, not (T, B, V))."""
     output, _, _ = model(batch[:-1])  # (T-1, B, H)
     out = torch.empty(output.shape[:2], device=output.device)  # (T-1, B)
     for t in range(output.shape[0]):
@@ -162,12 +147,9 @@ def score_items(
     share_prefixes: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[Outcome], dict]:
-    """Every comparison of every item, and facts about the run (``period``, ``oov`` word counts,
-    ``sentences`` scored and ``unique`` sentences actually run through the model).
-
-    ``share_prefixes`` (default): read the sentences through prefix trees of ``batch_size`` sentences
-    (:mod:`onlstm.syneval.prefix_tree`, each distinct prefix once); otherwise in right-padded batches
-    (:func:`token_logprobs`). Both give the same scores (tested)."""
+    """Every comparison of every item, and facts about the run (``period``, ``oov`` word counts, ``sentences``
+    scored, ``unique`` ones run). ``share_prefixes``: through prefix trees, else right-padded batches (the
+    same scores)."""
     enc = Encoder(vocab)
     tokens: dict[str, list[str]] = {}
     for item in items:
