@@ -165,17 +165,16 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)  # in the try: a flag's parser may import an optional dependency
         _line_buffered()
         return args.func(args)
-    except OnlstmError as exc:
-        print(f"{command_path(parser, argv)}: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except ImportError as exc:  # an experiment's dependency not installed (the light core): one line, exit 2
-        missing = missing_extra(exc)
-        if missing is None:
-            raise
-        print(f"{command_path(parser, argv)}: {missing}", file=sys.stderr)
-        return missing.exit_code
-    except OSError as exc:  # a full disk met by a write outside onlstm.files: the same one line, not a bug
-        error = WriteError.from_os_error(exc)
+    except (OnlstmError, ImportError, OSError) as exc:
+        # an ImportError: an experiment's dependency not installed (the light core); an OSError: a full disk met
+        # by a write outside onlstm.files. Anything else of these kinds is a bug and keeps its traceback.
+        error = (
+            exc
+            if isinstance(exc, OnlstmError)
+            else missing_extra(exc)
+            if isinstance(exc, ImportError)
+            else WriteError.from_os_error(exc)
+        )
         if error is None:
             raise
         print(f"{command_path(parser, argv)}: {error}", file=sys.stderr)

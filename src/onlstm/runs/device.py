@@ -11,8 +11,6 @@ import torch
 
 from ..errors import InputError
 
-# --------------------------------------------------------------------------- device, threads, denormals
-
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` (= ``cuda:local_rank``) or ``cuda:N``."""
@@ -40,9 +38,6 @@ def progress_bar(enabled: bool = True, **kwargs: Any):
     from tqdm import tqdm
 
     return tqdm(disable=None if enabled else True, **kwargs)
-
-
-# --------------------------------------------------------------------------- Ctrl-C / SIGTERM
 
 
 class StopRequest:

@@ -37,9 +37,6 @@ def is_npi(case: str) -> bool:
     return "npi" in case
 
 
-# --------------------------------------------------------------------------- the paper's table (Shen et al. 2019)
-
-
 def _anim(stem: str) -> tuple[str, str]:
     """The animate and the inanimate case of one construction."""
     return f"{stem}_anim", f"{stem}_inanim"
@@ -74,9 +71,6 @@ PAPER_ROWS: tuple[tuple[str, str, tuple[str, ...], str, float, float], ...] = (
 )
 
 PAPER_SOURCE = "Shen et al. 2019, Table 3: 2x650 models trained on 90M words of Wikipedia (Gulordava et al. 2018)"
-
-
-# --------------------------------------------------------------------------- reading
 
 
 def read_items(path: str | Path) -> list[Item]:

@@ -63,9 +63,6 @@ class Encoder:
         return self.vocab.encode(tokens)[0]
 
 
-# --------------------------------------------------------------------------- the batched scorer
-
-
 @torch.no_grad()
 def token_logprobs(
     model, sequences: Sequence[Sequence[int]], batch_size: int = 512, progress: Callable[[int], None] | None = None
@@ -96,9 +93,6 @@ def _next_token_logprobs(model, batch: torch.Tensor) -> torch.Tensor:
         logits = model.logits(output[t]).float()  # (B, V)
         out[t] = logits.gather(1, batch[t + 1].unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=1)
     return out
-
-
-# --------------------------------------------------------------------------- pairs and their outcome
 
 
 @dataclass
@@ -180,9 +174,6 @@ def _outcome(item: Item, comparison: str, tokens: dict, logprobs: dict, enc: Enc
         return Outcome(item, comparison, float(logprobs[a].sum()), float(logprobs[b].sum()), covered)
     k = first_difference(tokens[a], tokens[b], item.where)
     return Outcome(item, comparison, float(logprobs[a][k - 1]), float(logprobs[b][k - 1]), covered, k)
-
-
-# --------------------------------------------------------------------------- tables
 
 
 def tally(outcomes: Iterable[Outcome]) -> dict:
