@@ -279,10 +279,6 @@ class RunLock:
     def owner(self) -> dict | None:
         return _json_dict(self.path)
 
-    def is_stale(self, owner: dict) -> bool:
-        pid = owner.get("pid")
-        return owner.get("host") == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid)
-
     def acquire(self) -> RunLock:
         if not self.enabled:
             return self
@@ -300,7 +296,8 @@ class RunLock:
             owner = self.owner()
             if owner is None:
                 continue
-            if owner and self.is_stale(owner):
+            pid = owner.get("pid")  # a stale lock ({} when unreadable: not stale): its process is gone from this host
+            if owner.get("host") == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid):
                 self._take_over(owner)
                 continue
             self._release_dir()

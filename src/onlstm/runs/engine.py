@@ -184,14 +184,12 @@ class Engine:
         checked = prog.step % budget.valid_every == 0 if budget.valid_every else pass_ended
         if checked and self.check():
             return "patience"
-        why = "interrupted" if stop.requested else "epochs"
-        for reason, over in (
-            ("max_steps", budget.max_steps is not None and prog.step >= budget.max_steps),
-            ("time_limit", budget.time_limit is not None and self.elapsed() > 60 * budget.time_limit),
-        ):
-            if over:
-                why = reason
-                break
+        if budget.max_steps is not None and prog.step >= budget.max_steps:
+            why = "max_steps"
+        elif budget.time_limit is not None and self.elapsed() > 60 * budget.time_limit:
+            why = "time_limit"
+        else:
+            why = "interrupted" if stop.requested else "epochs"
         if not self.agree(why != "epochs"):
             if budget.save_every and prog.step % budget.save_every == 0 and not checked:
                 self.save_state()

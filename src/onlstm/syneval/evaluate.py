@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -36,16 +36,11 @@ def frame(sentence: str, period: bool) -> list[str]:
     return [EOS, *words, EOS]
 
 
-@dataclass
 class Encoder:
-    """Maps framed sentences to ids with the model's vocabulary, remembering the words it never saw."""
+    """Maps framed sentences to ids with the model's vocabulary (an :class:`onlstm.data.vocab.Vocab`)."""
 
-    vocab: object  # onlstm.data.vocab.Vocab
-    period: bool = field(init=False)
-    oov: Counter = field(default_factory=Counter)
-
-    def __post_init__(self):
-        self.period = "." in self.vocab
+    def __init__(self, vocab):
+        self.vocab, self.period = vocab, "." in vocab
 
     def tokens(self, sentence: str) -> list[str]:
         return frame(sentence, self.period)
@@ -115,11 +110,6 @@ def comparisons(item: Item) -> list[str]:
     return ["g>i", "i>u", "g>u"] if item.intrusive is not None else ["g>u"]
 
 
-def sentence_of(item: Item, role: str) -> str:
-    """The sentence of ``role`` (``grammatical``, ``ungrammatical`` or ``intrusive``: '' when it has none)."""
-    return getattr(item, role) or ""
-
-
 def first_difference(a: Sequence[str], b: Sequence[str], where: str) -> int:
     """The first index ``k >= 1`` with ``a[k] != b[k]`` (framed tokens before ``<unk>`` mapping)."""
     for k in range(1, min(len(a), len(b))):
@@ -168,7 +158,7 @@ def _sentences(item: Item) -> list[str]:
 
 
 def _outcome(item: Item, comparison: str, tokens: dict, logprobs: dict, enc: Encoder, word_only: bool) -> Outcome:
-    a, b = (sentence_of(item, role) for role in COMPARISONS[comparison])
+    a, b = (getattr(item, role) or "" for role in COMPARISONS[comparison])
     covered = not enc.unknown(tokens[a]) and not enc.unknown(tokens[b])
     if not word_only:
         return Outcome(item, comparison, float(logprobs[a].sum()), float(logprobs[b].sum()), covered)
@@ -242,8 +232,8 @@ def outcome_record(o: Outcome) -> dict:
         "condition": o.item.condition,
         "comparison": o.comparison,
         "where": o.item.where,
-        first: sentence_of(o.item, first),
-        second: sentence_of(o.item, second),
+        first: getattr(o.item, first) or "",
+        second: getattr(o.item, second) or "",
         "score_first": o.first,
         "score_second": o.second,
         "correct": o.correct,
