@@ -49,8 +49,7 @@ def read_json(path: Path) -> Any:
     if not path.exists():
         raise CheckpointError(f"{path} is missing; is this a run directory written by onlstm?")
     try:
-        with open(path) as f:
-            return json.load(f)
+        return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path} is not valid JSON ({e}); the checkpoint is corrupt") from e
 

@@ -273,10 +273,8 @@ def presets(experiment: str | None = None) -> dict[str, Path]:
 
 
 def preset_description(path: Path) -> str:
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.startswith("#"):
-            return line.lstrip("#").strip()
-    return ""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return next((line.lstrip("#").strip() for line in lines if line.startswith("#")), "")
 
 
 def resolve_config(value: str | Path, experiment: str) -> Path:

@@ -49,17 +49,14 @@ def missing_extra(exc: ImportError) -> MissingExtra | None:
     return MissingExtra(f"needs {EXPERIMENT_PACKAGES[name]}, which is not installed: {INSTALL_EXPERIMENTS}")
 
 
-#: OS errors that say the disk (not the input, not the network) refused a write.
-DISK_FULL_ERRNOS = frozenset(
-    code for code in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None), errno.EROFS) if code is not None
-)
-
 _WHY = {
     errno.ENOSPC: "the disk is full",
     errno.EFBIG: "over the file-size limit, see ulimit -f",
     getattr(errno, "EDQUOT", -1): "the disk quota is used up",
     errno.EROFS: "a read-only file system",
 }
+#: OS errors that say the disk (not the input, not the network) refused a write.
+DISK_FULL_ERRNOS = frozenset(_WHY) - {-1}
 
 
 class WriteError(OnlstmError, OSError):
@@ -83,9 +80,7 @@ class WriteError(OnlstmError, OSError):
     @classmethod
     def from_os_error(cls, exc: OSError) -> WriteError | None:
         """``exc``, raised by a write outside :mod:`onlstm.files`, as a :class:`WriteError` when the disk refused it."""
-        if exc.errno not in DISK_FULL_ERRNOS:
-            return None
-        return cls(exc.filename, exc, atomic=False)
+        return cls(exc.filename, exc, atomic=False) if exc.errno in DISK_FULL_ERRNOS else None
 
     def __str__(self) -> str:
         return self.message
