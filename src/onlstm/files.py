@@ -48,12 +48,7 @@ def atomic_write(path: Path, write) -> None:
 
 
 def write_json(path: Path, obj: Any, indent: int = 2) -> None:
-    def w(tmp):
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=indent)
-            f.write("\n")
-
-    atomic_write(path, w)
+    write_text(path, json.dumps(obj, indent=indent) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:
