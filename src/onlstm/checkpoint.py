@@ -1,12 +1,5 @@
-"""Checkpoints as data, never pickled code: weights in safetensors, everything else in JSON. The files of a run
-directory, their names and the loaders that read them are :class:`onlstm.runs.RunDir`'s; this module reads and
-writes one file.
-
-Every file is written to a temporary name and renamed into place, so an interrupted write never
-leaves a half-written checkpoint behind (:mod:`onlstm.files`, whose writers this module re-exports): a
-write the OS refuses (full disk, ``ulimit -f``) is one :class:`~onlstm.errors.WriteError` naming the file,
-and the file the path held before stays as it was.
-"""
+"""Checkpoints as data, never pickled code: one file of weights (safetensors) or JSON read or written atomically
+(the writers of :mod:`onlstm.files`, re-exported here). A run directory's files are :class:`onlstm.runs.RunDir`'s."""
 
 from __future__ import annotations
 
@@ -22,8 +15,6 @@ from safetensors.torch import load_file, save_file
 
 from . import __version__
 from .errors import OnlstmError
-
-# The writers live in onlstm.files (no torch there); many modules import them from here, as before.
 from .files import atomic_write as atomic_write
 from .files import save_figure as save_figure
 from .files import write_json as write_json
@@ -41,8 +32,8 @@ _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 def save_safetensors(
     tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None
 ) -> None:
-    """safetensors' ``save_file``, with a failed write raised as the :class:`OSError` it is (safetensors
-    raises a ``SafetensorError`` for it, which :func:`atomic_write` could not tell from a bug)."""
+    """safetensors' ``save_file``, a failed write raised as the :class:`OSError` it is (not a ``SafetensorError``,
+    which :func:`atomic_write` could not tell from a bug)."""
     try:
         save_file(tensors, str(path), metadata=metadata or {})
     except SafetensorError as exc:
@@ -58,8 +49,7 @@ def read_json(path: Path) -> Any:
     if not path.exists():
         raise CheckpointError(f"{path} is missing; is this a run directory written by onlstm?")
     try:
-        with open(path) as f:
-            return json.load(f)
+        return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path} is not valid JSON ({e}); the checkpoint is corrupt") from e
 
@@ -87,8 +77,7 @@ def load_weights(path: Path, module: torch.nn.Module) -> None:
 
 
 def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """All tensors and the metadata of a safetensors file, with :class:`CheckpointError` for a missing,
-    truncated or corrupt file (nothing is unpickled)."""
+    """All tensors and the metadata of a safetensors file; :class:`CheckpointError` when missing or corrupt."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"weights file {path} is missing")
@@ -102,8 +91,7 @@ def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str
 
 
 def assign_weights(module: torch.nn.Module, tensors: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
-    """Copy ``tensors`` (named as :func:`state_dict_for_saving` names them) into ``module``, after checking
-    that names and shapes fit."""
+    """Copy ``tensors`` (as :func:`state_dict_for_saving` names them) into ``module`` once names and shapes fit."""
     expected = module.state_dict()
     saved_ok = set(state_dict_for_saving(module))
     missing = sorted(saved_ok - set(tensors))

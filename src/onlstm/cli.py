@@ -9,7 +9,7 @@ import json
 import sys
 
 from .config import add_command, add_flags, arg
-from .errors import EXIT_INTERRUPTED, INSTALL_EXPERIMENTS, MissingExtra, OnlstmError, WriteError, missing_extra
+from .errors import EXIT_INTERRUPTED, INSTALL_EXPERIMENTS, OnlstmError, WriteError, missing_extra
 
 
 def _cmd_demo(args) -> int:
@@ -138,18 +138,12 @@ def _register_or_stand_in(sub, register, names: tuple[str, ...]) -> None:
         missing = missing_extra(exc)
         if missing is None:
             raise
-        for name in names:
-            if name not in sub.choices:
-                _add_unavailable(sub, name, missing)
-
-
-def _add_unavailable(sub, name: str, missing: MissingExtra) -> None:
-    """A stand-in for a sub-command that cannot be imported: every use of it, ``--help`` included, reports
-    ``missing``. Its prefix character is one nobody types, so that any option given to it reaches the
-    catch-all argument instead of failing argparse with "unrecognized arguments" before it can report."""
-    p = sub.add_parser(name, help=f"(not installed: {INSTALL_EXPERIMENTS})", add_help=False, prefix_chars="\0")
-    p.add_argument("words", nargs="*")
-    p.set_defaults(func=functools.partial(_raise, missing))
+        # every use of a stand-in, --help included, reports ``missing``; its prefix character is one nobody
+        # types, so any option reaches the catch-all argument instead of failing with "unrecognized arguments"
+        for name in (n for n in names if n not in sub.choices):
+            p = sub.add_parser(name, help=f"(not installed: {INSTALL_EXPERIMENTS})", add_help=False, prefix_chars="\0")
+            p.add_argument("words", nargs="*")
+            p.set_defaults(func=functools.partial(_raise, missing))
 
 
 def _raise(error: Exception, args) -> int:
@@ -165,17 +159,16 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)  # in the try: a flag's parser may import an optional dependency
         _line_buffered()
         return args.func(args)
-    except OnlstmError as exc:
-        print(f"{command_path(parser, argv)}: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except ImportError as exc:  # an experiment's dependency not installed (the light core): one line, exit 2
-        missing = missing_extra(exc)
-        if missing is None:
-            raise
-        print(f"{command_path(parser, argv)}: {missing}", file=sys.stderr)
-        return missing.exit_code
-    except OSError as exc:  # a full disk met by a write outside onlstm.files: the same one line, not a bug
-        error = WriteError.from_os_error(exc)
+    except (OnlstmError, ImportError, OSError) as exc:
+        # an ImportError: an experiment's dependency not installed (the light core); an OSError: a full disk met
+        # by a write outside onlstm.files. Anything else of these kinds is a bug and keeps its traceback.
+        error = (
+            exc
+            if isinstance(exc, OnlstmError)
+            else missing_extra(exc)
+            if isinstance(exc, ImportError)
+            else WriteError.from_os_error(exc)
+        )
         if error is None:
             raise
         print(f"{command_path(parser, argv)}: {error}", file=sys.stderr)

@@ -1,23 +1,6 @@
-"""The one typed-configuration system of ``onlstm``: every experiment's settings are dataclasses built with it.
-
-A config class derives from :class:`Config`; its fields are declared with :func:`option` (default, help,
-choices, bounds). From the fields alone this module gives typed coercion (:func:`coerce`: YAML and saved JSON
-values to the declared type, including YAML 1.1's ``1e-3``, which PyYAML reads as a string), ``to_dict`` /
-``from_dict`` (a run's ``config.json``), YAML files with checked sections (:func:`read_yaml`), one
-command-line flag per field (:func:`add_flags`; booleans as ``--x`` / ``--no-x``), the resolver of every
-command's settings, defaults < ``--config`` file or preset < flags (:class:`Settings`), the shipped presets
-(``onlstm/configs/<experiment>/<name>.yaml``: :func:`presets`, :func:`resolve_config`) and :class:`Runtime`
-(``--device``, ``--threads``, ``--progress``, declared once). Every bad value is a :class:`ConfigError`
-naming ``section.field``. Example::
-
-    @dataclass
-    class Train(Runtime):
-        section = "train"
-        lr: float = option(1e-3, "learning rate")
-
-    add_flags(parser, Train, "train")  # --lr, --device, --threads, --progress
-    cfg = Settings.resolve({"train": Train}, args.config, args, experiment="mine").build("train")
-"""
+"""The one typed-configuration system: config dataclasses (:class:`Config`, fields declared with :func:`option`),
+typed coercion, YAML files, one flag per field, the shipped presets and the resolver :class:`Settings` (defaults <
+``--config`` < flags). Every bad value is a :class:`ConfigError` naming ``section.field``; docs/design.md §4.5."""
 
 from __future__ import annotations
 
@@ -58,17 +41,12 @@ def option(
     bounds: tuple[int | None, int | None] | None = None,
     check: Callable[[Any, str], None] | None = None,
 ) -> Any:
-    """A dataclass field with its help text (a string, or a function returning it when the parser is built).
+    """A dataclass field with its help text (a string, or a function called when the parser is built).
 
-    ``choices``: allowed values (checked whenever the config is built). ``flag=False``: no command-line flag
-    (settable in a file). ``fixed``: neither in a file nor a flag; the text says why (e.g. ``"is taken from
-    the training text"``). ``default_text``: how ``--help`` shows the default (e.g. ``"all"`` for None).
-    ``omit_default``: left out of ``to_dict`` while it has its default (see :meth:`Config.to_dict`).
-    ``bounds``: ``(low, high)``, the inclusive range of a number (or of every item of a list of numbers);
-    None for an open end; checked whenever the config is built, so every command names the field and its
-    range. ``check(value, where)``: a check of its own, raising :class:`ConfigError`. A list or dict default
-    is copied for every instance.
-    """
+    ``choices``, ``bounds`` (``(low, high)`` inclusive, None open; every item of a list) and ``check(value,
+    where)`` are checked whenever the config is built. ``flag=False``: settable in a file only. ``fixed``:
+    neither in a file nor a flag, the text says why. ``default_text``: the default as ``--help`` shows it.
+    ``omit_default``: left out of ``to_dict`` while it has its default. A list or dict default is copied."""
     meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag and fixed is None}
     meta.update(fixed=fixed, default_text=default_text, omit_default=omit_default, bounds=bounds, check=check)
     if isinstance(default, (list, dict)):
@@ -105,8 +83,7 @@ def _is_union(tp) -> bool:
 
 
 def _number(value, where: str, integer: bool):
-    """``value`` as an int/float; numeric strings too (YAML 1.1 reads ``1e-3`` as a string)."""
-    number = value
+    number = value  # a numeric string too: YAML 1.1 reads ``1e-3`` as a string
     if isinstance(value, str):
         try:
             number = float(value.strip())
@@ -121,8 +98,8 @@ def _number(value, where: str, integer: bool):
 
 
 def coerce(value: Any, tp: Any, where: str) -> Any:
-    """``value`` converted to type ``tp`` (int, float, bool, str, list[X], dict[str, X], X | None); a
-    :class:`ConfigError` naming ``where`` when it cannot be."""
+    """``value`` as type ``tp`` (int, float, bool, str, list[X], dict[str, X], X | None), else a
+    :class:`ConfigError` naming ``where``."""
     if _is_union(tp):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
@@ -153,8 +130,7 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
 
 
 def _where(section: str, name: str) -> str:
-    """How errors name a field: ``train.lr``; the flag (``--threads``) for a command whose settings are only
-    flags (``section`` empty: :class:`Runtime` alone)."""
+    """``train.lr``; the flag (``--threads``) for a command whose settings are only flags (``section`` empty)."""
     return f"{section}.{name}" if section else "--" + name.replace("_", "-")
 
 
@@ -173,8 +149,7 @@ def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
 
 
 def check_bounds(value: float, bounds: tuple[float | None, float | None], where: str) -> None:
-    """``value`` lies in ``bounds`` (inclusive; None: open), else a :class:`ConfigError` naming ``where``
-    and the range."""
+    """``value`` lies in ``bounds`` (inclusive; None: open), else a :class:`ConfigError` naming ``where``."""
     low, high = bounds
     if (low is None or value >= low) and (high is None or value <= high):
         return
@@ -184,25 +159,23 @@ def check_bounds(value: float, bounds: tuple[float | None, float | None], where:
 
 # --------------------------------------------------------------------------- seeds and threads
 
-#: The seeds every command accepts: ``torch.manual_seed``'s range. A larger one overflows inside torch; a
-#: negative one would seed torch like its 2**64 complement while Python's ``random`` sees another number.
+#: ``torch.manual_seed``'s range: a larger seed overflows in torch; a negative one would seed torch like its
+#: 2**64 complement while Python's ``random`` sees another number.
 SEED_RANGE = (0, 2**64 - 1)
 #: What ``threads = 0`` means wherever a command takes a thread count.
 THREADS_ZERO_TEXT = "0: PyTorch's default, OMP_NUM_THREADS or one per core"
 
 
 def seed_option(default: int | list[int], help: str) -> Any:
-    """A seed field (or a list of seeds): checked against :data:`SEED_RANGE`, the range shown in ``--help``."""
     return option(default, f"{help} (0 to 2**64 - 1)", bounds=SEED_RANGE)
 
 
 def threads_option(default: int | None, help: str = "CPU threads for the whole process", **kw) -> Any:
-    """A thread-count field: ``>= 0``, where 0 (or None) leaves PyTorch's own choice (:func:`onlstm.runs.setup_torch`)."""
     return option(default, f"{help} ({THREADS_ZERO_TEXT})", bounds=(0, None), **kw)
 
 
 def check_device(value: str, name: str = "device") -> None:
-    """A device name as :func:`onlstm.runs.resolve_device` reads it; whether CUDA is there is checked when it runs."""
+    """A device name as :func:`onlstm.runs.resolve_device` reads it (CUDA itself is checked when it runs)."""
     if not (value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())):
         raise ConfigError(f"{name} must be auto, cpu, cuda or cuda:N, got {value!r}")
 
@@ -212,11 +185,8 @@ def check_device(value: str, name: str = "device") -> None:
 
 class Config:
     """Base of every config dataclass: fields coerced and checked at construction, ``to_dict`` / ``from_dict``.
-
-    Subclasses set ``section`` (the YAML section and the prefix of error messages, e.g. ``"train"``),
-    optionally ``config_kind`` (how ``from_dict`` names them, default ``section``) and put their own
-    checks in :meth:`validate`.
-    """
+    Subclasses set ``section`` (YAML section, error prefix), optionally ``config_kind`` (how ``from_dict`` names
+    them) and put checks across fields in :meth:`validate`."""
 
     section = "config"
     config_kind = ""
@@ -227,11 +197,11 @@ class Config:
         self.validate()
 
     def validate(self) -> None:
-        """Checks across fields (ranges, consistency); raise :class:`ConfigError` naming the field."""
+        """Checks across fields; raise :class:`ConfigError` naming the field."""
 
     def to_dict(self) -> dict:
-        """The fields as plain data; a field declared with ``omit_default=True`` is left out while it has its
-        default, so adding such a field does not change the config.json of runs that do not use it."""
+        """The fields as plain data, less ``omit_default`` fields holding their default (a new field does not
+        change the config.json of runs that do not use it)."""
         out = dataclasses.asdict(self)
         for f in fields(self):
             if f.metadata.get("omit_default") and out[f.name] == _default(f):
@@ -256,9 +226,8 @@ class Config:
 
 @dataclass
 class Runtime(Config):
-    """Where and how a command runs, declared once for every command: the device, the CPU threads and the
-    progress bar. None changes what is computed, so a resumed run may change them. An experiment's config
-    derives from it (:func:`add_flags` then shows them in a group of their own); a command whose settings
+    """Where and how a command runs (device, CPU threads, progress bar), declared once; none changes what is
+    computed, so a resumed run may change them. Experiments' configs derive from it; a command whose settings
     are only flags adds them with :func:`add_runtime_flags`."""
 
     section = ""  # alone, errors name the flags (--threads); a subclass names its section (train.threads)
@@ -270,9 +239,8 @@ class Runtime(Config):
 
 
 def check_probabilities(cfg: Config, names: Iterable[str], *, one: bool = False) -> None:
-    """Each field in ``names`` is a probability: in ``[0, 1)`` (a dropout of 1 drops everything and
-    divides by zero), or ``[0, 1]`` with ``one=True``; NaN is refused. For a config's ``validate``, so a bad
-    value stops the command before it creates anything."""
+    """Each field in ``names`` is in ``[0, 1)`` (a dropout of 1 divides by zero), or ``[0, 1]`` with
+    ``one=True``; NaN is refused. For a config's ``validate``."""
     for name in names:
         v = getattr(cfg, name)
         if not (0.0 <= v < 1.0 or (one and v == 1.0)):
@@ -283,7 +251,7 @@ def check_probabilities(cfg: Config, names: Iterable[str], *, one: bool = False)
 
 
 def check_section(cls, data: Any, section: str) -> dict:
-    """A (partial) section of a file or of flags: names checked against ``cls``, values coerced; returns a dict."""
+    """A (partial) section of a file or of flags as a dict: names checked against ``cls``, values coerced."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"section {section!r} must be a mapping of field: value, got {type(data).__name__}")
     by_name = {f.name: f for f in fields(cls)}
@@ -305,17 +273,13 @@ def presets(experiment: str | None = None) -> dict[str, Path]:
 
 
 def preset_description(path: Path) -> str:
-    """The first comment line of a preset file: what it is for."""
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.startswith("#"):
-            return line.lstrip("#").strip()
-    return ""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return next((line.lstrip("#").strip() for line in lines if line.startswith("#")), "")
 
 
 def resolve_config(value: str | Path, experiment: str) -> Path:
-    """The file a ``--config`` value names: an existing file as given; otherwise a preset of ``experiment``
-    by its short name (``ptb-cpu``) or its full name (``lm/ptb-cpu``), ``.yaml`` optional. A file wins over a
-    preset of the same name; anything else is a :class:`ConfigError` listing the presets that fit."""
+    """The file a ``--config`` value names: an existing file, else a preset of ``experiment`` by its short
+    (``ptb-cpu``) or full name (``lm/ptb-cpu``), ``.yaml`` optional; else a :class:`ConfigError` listing them."""
     path = Path(value)
     if path.is_file():
         return path
@@ -337,8 +301,7 @@ def resolve_config(value: str | Path, experiment: str) -> Path:
 
 
 def find_preset(name: str) -> tuple[str, Path]:
-    """``(full name, file)`` of the shipped preset ``name`` (``lm/ptb-cpu``, or ``ptb-cpu`` when only one
-    experiment has a preset of that name)."""
+    """``(full name, file)`` of the preset ``name`` (``lm/ptb-cpu``, or ``ptb-cpu`` when that is unambiguous)."""
     name = name.removesuffix(".yaml")
     shipped = presets()
     matches = [n for n in shipped if n == name or n.split("/", 1)[1] == name]
@@ -350,10 +313,8 @@ def find_preset(name: str) -> tuple[str, Path]:
 
 
 def read_yaml(path: str | Path, sections: Mapping[str, type], keys: Iterable[str] = (), *, preset: str | None = None):
-    """Read a YAML config file: ``sections`` maps a section name to its config class, ``keys`` are other
-    allowed top-level keys (values returned as they are). Returns ``{name: dict}`` for every section (empty
-    when absent) and the keys present; errors name the file and ``section.field``. ``preset``: the
-    experiment whose preset names ``path`` may be (:func:`resolve_config`). Commands use :class:`Settings`."""
+    """``{section: checked dict}`` of a YAML file (every section of ``sections``, a name -> config class), plus
+    the other top-level ``keys`` present, as they are. ``preset``: the experiment whose preset ``path`` may name."""
     import yaml
 
     path = resolve_config(path, preset) if preset else Path(path)
@@ -380,10 +341,7 @@ def read_yaml(path: str | Path, sections: Mapping[str, type], keys: Iterable[str
 @dataclass
 class Settings:
     """The one resolver of every command's settings: dataclass defaults < the ``--config`` file < flags.
-
-    ``given`` holds, per section, what the user set (the file's fields, then the flags', which win), every
-    name and value checked against the section's class; :meth:`build` adds the defaults. ``keys``: the
-    file's other top-level values (logic's ``data`` and ``out``)."""
+    ``given``: per section, what the user set (checked); ``keys``: the file's other top-level values."""
 
     classes: dict[str, type]
     given: dict[str, dict]
@@ -399,9 +357,8 @@ class Settings:
         experiment: str | None = None,
         keys: Iterable[str] = (),
     ) -> Settings:
-        """``config``: a YAML file, or a preset name of ``experiment`` (:func:`resolve_config`); ``flags``: the
-        parsed command line (flags of :func:`add_flags`, prefixed by the section names) or
-        ``{section: {field: value}}``. Errors name the file and ``section.field``."""
+        """``config``: a YAML file or a preset of ``experiment``; ``flags``: the parsed command line (of
+        :func:`add_flags`) or ``{section: {field: value}}``."""
         keys = tuple(keys)
         doc = read_yaml(config, classes, keys, preset=experiment) if config is not None else {}
         given = {}
@@ -419,7 +376,7 @@ class Settings:
 
 
 def positive_int(text: str) -> int:
-    """An argparse ``type``: an integer >= 1 (``--batch-size 0`` is refused at the command line)."""
+    """An argparse ``type``: an integer >= 1."""
     try:
         value = int(text)
     except ValueError:
@@ -445,7 +402,7 @@ def _shown_default(f: dataclasses.Field) -> str:
 
 
 def _key_value(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` from the command line; the value is read as a YAML scalar (``false``, ``3``, ``relu``)."""
+    """``KEY=VALUE``, the value read as a YAML scalar (``false``, ``3``, ``relu``)."""
     import yaml
 
     key, sep, value = text.partition("=")
@@ -488,10 +445,8 @@ def _add_flag(group, f: dataclasses.Field, tp: Any, dest: str) -> None:
 def add_flags(
     parser: argparse.ArgumentParser, cls, section: str, title: str | None = None, skip: Iterable[str] = ()
 ) -> None:
-    """One flag per field of ``cls`` (except ``fixed``/``flag=False`` fields and ``skip``), in a group ``title``.
-
-    Flags default to None ("not given"), so :func:`flags_given` returns only what the user typed and the
-    dataclass default stays the one place a default is written."""
+    """One flag per field of ``cls`` (less ``fixed``/``flag=False`` fields and ``skip``), in a group ``title``.
+    Flags default to None, so :func:`flags_given` returns only what the user typed."""
     group = parser.add_argument_group(title or section)
     # where and how it runs, apart from what it computes
     runtime = parser.add_argument_group("runtime") if issubclass(cls, Runtime) and cls is not Runtime else group
@@ -502,8 +457,7 @@ def add_flags(
 
 
 def add_runtime_flags(parser: argparse.ArgumentParser, cls: type = Runtime, skip: Iterable[str] = ()) -> None:
-    """``--device``, ``--threads`` and ``--progress`` / ``--no-progress`` (less ``skip``) for a command whose
-    settings are only flags; :func:`runtime_settings` reads them."""
+    """``--device``, ``--threads``, ``--progress`` (less ``skip``); :func:`runtime_settings` reads them."""
     add_flags(parser, cls, "runtime", "runtime", skip)
 
 
@@ -518,10 +472,8 @@ def arg(*flags: str, **options: Any) -> tuple[tuple[str, ...], dict]:
 
 
 def add_command(sub, name: str, func: Callable, *args: tuple, alias_of: str = "") -> argparse.ArgumentParser:
-    """Sub-command ``name`` of ``sub`` (an argparse sub-parsers action) that runs ``func(args)``, with the
-    arguments ``args`` (made by :func:`arg`). ``func``'s docstring is the command's text: its first paragraph
-    the one-line help, the rest the description of ``--help``. ``alias_of``: the command this one is another
-    name for. Returns the parser, for what a table cannot say."""
+    """Sub-command ``name`` running ``func(args)`` with the arguments ``args`` (:func:`arg`); ``func``'s docstring
+    gives the help (first paragraph) and the ``--help`` description (the rest). Returns the parser."""
     summary, _, details = inspect.cleandoc(func.__doc__ or "").partition("\n\n")
     summary = " ".join(summary.split()).replace("%", "%%")  # argparse %-formats help, not descriptions
     help = f"(= {alias_of} {name}) {summary}" if alias_of else summary
@@ -533,8 +485,7 @@ def add_command(sub, name: str, func: Callable, *args: tuple, alias_of: str = ""
 
 
 def add_group(subparsers, name: str, help: str, description: str):
-    """``onlstm NAME SUB ...``: a command of sub-commands; returns the sub-parsers action to add them to (usage
-    and the error for a missing one list their names)."""
+    """``onlstm NAME SUB ...``: a command of sub-commands; returns the sub-parsers action to add them to."""
     return subparsers.add_parser(name, help=help, description=description).add_subparsers(required=True)
 
 
@@ -545,9 +496,8 @@ def flags_given(args: argparse.Namespace, section: str) -> dict:
 
 
 def command_flags(cls, values: Mapping) -> list[str]:
-    """The flags (as :func:`add_flags` declares them) that set ``values`` on top of ``cls``'s defaults: the
-    inverse of :func:`flags_given`, used to write out the command that reproduces a saved config. Fields
-    with no flag, and values equal to the default, are left out."""
+    """The flags that set ``values`` over ``cls``'s defaults (the inverse of :func:`flags_given`); fields with no
+    flag and default values are left out."""
     out: list[str] = []
     for f in fields(cls):
         value = values.get(f.name)
@@ -563,8 +513,7 @@ def command_flags(cls, values: Mapping) -> list[str]:
 
 
 def command_line(words: list[str], config: Mapping, classes: Mapping[str, type]) -> str:
-    """The shell command ``words`` followed by the flags that set each section of a saved ``config``
-    (``{section: class}``): how a run's settings are written out to be run again."""
+    """The shell command ``words`` plus the flags that set each section (``classes``) of a saved ``config``."""
     import shlex
 
     return shlex.join(words + [f for name, cls in classes.items() for f in command_flags(cls, config.get(name) or {})])

@@ -1,13 +1,5 @@
-"""The errors meant for users, and the exit statuses of the ``onlstm`` command (table: docs/cli.md, "Errors
-and exit codes"; design: docs/design.md §4.7).
-
-Every error whose message is written for the person at the keyboard derives from :class:`OnlstmError`. The
-command has ONE handler (:func:`onlstm.cli.main`): an :class:`OnlstmError` raised under a sub-command is
-printed as ``onlstm <command>: <message>`` on stderr, without a traceback, and the process exits with the
-error's :attr:`~OnlstmError.exit_code`; anything else is a bug and keeps its traceback. Most classes keep
-:class:`ValueError` (or :class:`RuntimeError`) as a second base, so older ``except ValueError`` code still
-catches them.
-"""
+"""The errors meant for users (:class:`OnlstmError`, printed by :func:`onlstm.cli.main` as one line, exiting with
+its ``exit_code``; anything else is a bug and keeps its traceback) and the exit statuses (docs/design.md §4.7)."""
 
 from __future__ import annotations
 
@@ -23,8 +15,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C (or SIGTERM for the trainers, which save a resu
 
 
 class OnlstmError(Exception):
-    """Base of every error meant for users: the CLI prints its message (no traceback) and exits with
-    :attr:`exit_code`."""
+    """Base of every error meant for users."""
 
     exit_code: int = EXIT_BAD_INPUT
 
@@ -51,18 +42,12 @@ class MissingExtra(OnlstmError, ImportError):
 
 
 def missing_extra(exc: ImportError) -> MissingExtra | None:
-    """``exc`` as a one-line :class:`MissingExtra` when what failed to import is one of the experiments'
-    packages; None for any other import error (a bug, or a broken install: it keeps its traceback)."""
+    """``exc`` as a :class:`MissingExtra` when what failed to import is an experiments' package, else None."""
     name = (exc.name or "").split(".")[0]
     if name not in EXPERIMENT_PACKAGES:
         return None
     return MissingExtra(f"needs {EXPERIMENT_PACKAGES[name]}, which is not installed: {INSTALL_EXPERIMENTS}")
 
-
-#: OS errors that say the disk (not the input, not the network) refused a write.
-DISK_FULL_ERRNOS = frozenset(
-    code for code in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None), errno.EROFS) if code is not None
-)
 
 _WHY = {
     errno.ENOSPC: "the disk is full",
@@ -70,13 +55,13 @@ _WHY = {
     getattr(errno, "EDQUOT", -1): "the disk quota is used up",
     errno.EROFS: "a read-only file system",
 }
+#: OS errors that say the disk (not the input, not the network) refused a write.
+DISK_FULL_ERRNOS = frozenset(_WHY) - {-1}
 
 
 class WriteError(OnlstmError, OSError):
-    """A file could not be written (disk or quota full, file-size limit, read-only file system, no
-    permission). The message names the file and the OS error; the file the path held before is unchanged
-    (every writer goes through :func:`onlstm.files.atomic_write`). :class:`OSError` stays a base, so
-    ``except OSError`` still catches it, with ``errno``, ``strerror`` and ``filename`` set."""
+    """A file could not be written; the message names it and the OS error. Still an :class:`OSError` (``errno``,
+    ``strerror``, ``filename`` set)."""
 
     exit_code = EXIT_WRITE_FAILED
 
@@ -94,28 +79,22 @@ class WriteError(OnlstmError, OSError):
 
     @classmethod
     def from_os_error(cls, exc: OSError) -> WriteError | None:
-        """The error a command reports for ``exc`` raised by a write outside :mod:`onlstm.files` (a lock file,
-        a redirected stdout, a library's own file) when its errno says the disk refused it; None otherwise."""
-        if exc.errno not in DISK_FULL_ERRNOS:
-            return None
-        return cls(exc.filename, exc, atomic=False)
+        """``exc``, raised by a write outside :mod:`onlstm.files`, as a :class:`WriteError` when the disk refused it."""
+        return cls(exc.filename, exc, atomic=False) if exc.errno in DISK_FULL_ERRNOS else None
 
     def __str__(self) -> str:
         return self.message
 
 
 def command_error(exc: BaseException) -> OnlstmError:
-    """``exc`` as an :class:`OnlstmError` with the same message, for the command boundary: a plain
-    ``ValueError`` (or ``OSError``) raised by library code on bad user input becomes an error the CLI
-    reports without a traceback. An :class:`OnlstmError` is returned unchanged."""
+    """``exc`` as an :class:`OnlstmError` with the same message (a library's ``ValueError`` on bad input)."""
     if isinstance(exc, OnlstmError):
         return exc
     return InputError(str(exc))
 
 
 def exception_line(exc: BaseException, limit: int = 200) -> str:
-    """``"Type: first line of the message"`` (at most ``limit`` characters of it): an exception as one line
-    of a report or a warning."""
+    """``"Type: first line of the message"`` (at most ``limit`` characters of it)."""
     return f"{type(exc).__name__}: {first_line(exc, limit)}"
 
 

@@ -1,12 +1,6 @@
-"""Every file a command writes goes through :func:`atomic_write`: written to a temporary name beside it and
-renamed into place, so an interrupted or refused write never leaves a half-written file, and the file the
-path held before (the last checkpoint, the last log) stays whole.
-
-A write the OS refuses (the disk or a quota full, the file-size limit of ``ulimit -f``, a read-only file
-system) is raised as one :class:`~onlstm.errors.WriteError` naming the file and the OS error, which the
-``onlstm`` command prints on one line with exit status 4 (docs/cli.md, "Errors and exit codes"). No torch
-here: the data generators use these writers too.
-"""
+"""The one writer, :func:`atomic_write` (a temporary file renamed into place, so the file the path held before
+stays whole), and JSON, text and figures through it; a refused write is one :class:`~onlstm.errors.WriteError`
+(docs/cli.md, "Errors and exit codes"). No torch here: the data generators use it too."""
 
 from __future__ import annotations
 
@@ -27,14 +21,9 @@ def _current_umask() -> int:
 
 
 def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` and move the result to ``path`` in one rename.
-
-    An :class:`OSError` on the way (creating the folder or the temporary file, writing, renaming) is
-    raised as a :class:`~onlstm.errors.WriteError` naming ``path``; the temporary file is removed and
-    ``path`` keeps what it held. An error about another file (``write`` reading its source) passes as it is.
-
-    The file gets the mode any new file gets (0666 less the umask: 0644 under the usual 022), not
-    ``mkstemp``'s private 0600, so teammates on a shared server can read a run as they could before."""
+    """Call ``write(tmp_path)`` and move the result to ``path`` in one rename. An :class:`OSError` on the way is a
+    :class:`~onlstm.errors.WriteError` naming ``path`` (unchanged); one about another file (``write`` reading its
+    source) passes as it is. The mode is a new file's (0666 less the umask), not ``mkstemp``'s private 0600."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,22 +48,15 @@ def atomic_write(path: Path, write) -> None:
 
 
 def write_json(path: Path, obj: Any, indent: int = 2) -> None:
-    def w(tmp):
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=indent)
-            f.write("\n")
-
-    atomic_write(path, w)
+    write_text(path, json.dumps(obj, indent=indent) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:
-    """``path`` holds ``text`` (UTF-8), written atomically (:func:`atomic_write`)."""
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def save_figure(fig, path: Path, **savefig_options) -> Path:
-    """Save a matplotlib figure atomically (:func:`atomic_write`), in the format ``path``'s suffix names
-    (the temporary file's own suffix is ``.tmp``)."""
+    """Save a matplotlib figure atomically, in the format of ``path``'s suffix (not the temporary file's)."""
     path = Path(path)
     fmt = path.suffix.lstrip(".") or "png"
     atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, **savefig_options))

@@ -1,16 +1,15 @@
-"""Device, threads and denormals; Ctrl-C and SIGTERM as a request to stop after the current step."""
+"""Device, threads and denormals; Ctrl-C and SIGTERM as a request to stop after the current step; the progress bar."""
 
 from __future__ import annotations
 
 import signal
 import sys
 import threading
+from typing import Any
 
 import torch
 
 from ..errors import InputError
-
-# --------------------------------------------------------------------------- device, threads, denormals
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -33,7 +32,12 @@ def setup_torch(threads: int | None = None) -> None:
     torch.set_flush_denormal(True)
 
 
-# --------------------------------------------------------------------------- Ctrl-C / SIGTERM
+def progress_bar(enabled: bool = True, **kwargs: Any):
+    """A ``tqdm`` bar (keywords go to ``tqdm``), shown only when ``enabled`` and its stream is a terminal: in a
+    log file its carriage-return updates would pile up as one endless line. A hidden bar's methods still work."""
+    from tqdm import tqdm
+
+    return tqdm(disable=None if enabled else True, **kwargs)
 
 
 class StopRequest:

@@ -1,7 +1,6 @@
-"""Run directories (:class:`RunDir`: the names of their files, the header, what they hold, export), the registry of
-run kinds (each experiment registers the ``kind`` its runs write, once, when its package is imported: ``runs/``
-names no experiment), output paths checked before any work, and one training at a time per directory
-(:class:`RunLock`)."""
+"""Run directories (:class:`RunDir`: their files, header, export), opening one (:func:`load_run`), shared models
+(:func:`pretrained_path`, :func:`model_card`), the registry of run kinds, output paths checked before any work,
+and one training at a time per directory (:class:`RunLock`); docs/design.md §4.6."""
 
 from __future__ import annotations
 
@@ -15,7 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import CheckpointError, read_json, save_weights, write_json, write_text
+import torch
+from torch import nn
+
+from ..checkpoint import CheckpointError, load_weights, read_json, save_weights, write_json, write_text
 from ..errors import InputError, OnlstmError, WriteError
 
 # --------------------------------------------------------------------------- output paths
@@ -27,9 +29,9 @@ class RunDirError(OnlstmError, ValueError):
 
 
 def _check_writable(path: Path, flag: str) -> None:
-    """``path`` (which may not exist yet) can be created and written: its nearest existing ancestor is a
-    directory we can create a file in (tried for real: ``os.access`` says yes to root on read-only mounts)."""
-    base = next((p for p in (path, *path.parents) if p.exists()), Path("."))  # the nearest existing ancestor
+    """``path`` (which may not exist yet) can be created: a file is created for real in its nearest existing
+    ancestor (``os.access`` says yes to root on read-only mounts)."""
+    base = next((p for p in (path, *path.parents) if p.exists()), Path("."))
     if not base.is_dir():
         raise InputError(f"{flag} {path}: {base} is a file, not a directory; choose another {flag}")
     try:
@@ -64,8 +66,8 @@ def check_output_folder(path: str | Path, flag: str = "--out") -> Path:
 
 @dataclass(frozen=True)
 class RunKind:
-    """``name``: the ``kind`` in a run's header; ``title``: the kind for people; ``model``: the class whose
-    ``from_pretrained`` opens such a run; ``command(header)``: the training command that reproduces it, or None."""
+    """``name``: the header's ``kind``; ``title``: for people; ``model``: the class whose ``from_pretrained`` opens
+    such a run; ``command(header)``: the training command that reproduces it, or None."""
 
     name: str
     title: str
@@ -77,7 +79,6 @@ _KINDS: dict[str, RunKind] = {}
 
 
 def register_kind(kind: RunKind) -> RunKind:
-    """Make ``kind`` known (registering the same name again replaces it: a reloaded module)."""
     _KINDS[kind.name] = kind
     return kind
 
@@ -87,7 +88,7 @@ def kind_names() -> list[str]:
 
 
 def find_kind(name: object, action: str = "open", where: object = "") -> RunKind:
-    """The registered kind ``name``, else a :class:`~onlstm.checkpoint.CheckpointError` naming those there are."""
+    """The registered kind ``name``, else a :class:`CheckpointError` naming those there are."""
     if isinstance(name, str) and name in _KINDS:
         return _KINDS[name]
     prefix = f"{where}: " if where else ""
@@ -104,10 +105,7 @@ def _file(name: str) -> property:
 
 
 class RunDir:
-    """A run directory, the one place that knows its files (each written atomically): the header (kind, version,
-    model, then the trainer's settings, status, result), the vocabulary, the weights of each tag (best, last), the
-    resume file (until a logic run finishes), the history (logic: a record per check), the log and results (the
-    language model: a row per epoch, the final test), tensorboard's curves and the lock. A model shared with
+    """A run directory, the one place that knows its files (docs/design.md §4.6); a model shared with
     :meth:`save_pretrained` has Hugging Face's layout instead (header, vocabulary, shared weights, card)."""
 
     CONFIG, VOCAB, HISTORY, LOG, RESULTS = "config.json", "vocab.json", "history.json", "log.csv", "results.json"
@@ -124,11 +122,10 @@ class RunDir:
         self.path = Path(path)
 
     def weights(self, tag: str) -> Path:
-        """The weights of ``tag`` (``best``, ``last``)."""
         return self.path / self.WEIGHTS.format(tag=tag)
 
     def training_files(self) -> list[Path]:
-        """What only a training writes (an export never does): the resume file, the best and last weights."""
+        """What only a training writes (an export never does)."""
         return [self.resume_path, self.weights("best"), self.weights("last")]
 
     @classmethod
@@ -154,8 +151,8 @@ class RunDir:
 
     # -- the header ---------------------------------------------------------------------------------
     def read_config(self, kind: str | None = None, what: str | None = None, hint: str = "") -> Any:
-        """``config.json``, refused with a :class:`~onlstm.checkpoint.CheckpointError` when it is missing or corrupt
-        or, given a ``kind``, of another kind (``what`` names the kind for people, ``hint`` says what to do)."""
+        """``config.json``, else a :class:`CheckpointError`: missing, corrupt or not of ``kind`` (``what``: the kind
+        for people, ``hint``: what to do)."""
         config = read_json(self.config_path)
         found = config.get("kind") if isinstance(config, dict) else None
         if kind is not None and found != kind:
@@ -169,18 +166,16 @@ class RunDir:
         write_json(self.config_path, header)
 
     def header(self) -> dict:
-        """``config.json`` as far as it can be read ({} when it cannot)."""
+        """``config.json``, {} when it cannot be read."""
         return _json_dict(self.config_path) or {}
 
     @property
     def kind(self) -> str | None:
-        """``config.json``'s ``kind`` (None without a readable one)."""
         kind = self.header().get("kind")
         return None if kind is None else str(kind)
 
     def results(self) -> dict | None:
-        """The results of a finished run: ``results.json`` (a language model's final test), else ``config.json``'s
-        ``result`` (a logic run's summary), else None."""
+        """``results.json`` (a language model's test), else the header's ``result`` (a logic run's), else None."""
         if self.results_path.exists():
             return read_json(self.results_path)
         return self.header().get("result")
@@ -200,9 +195,8 @@ class RunDir:
     def check_output(
         self, *, resume: bool = False, command: str = "", flag: str = "--out", replace_kind: str | None = None
     ) -> RunDir:
-        """Checked, before any work, as a training's output: not a file, writable, and unless ``resume`` holding no
-        run (a training never silently replaces one) but, at most, one of ``replace_kind`` (``logic compare``
-        retrains its own). Nothing is created; a :class:`RunDirError` says what is there and what to do."""
+        """Checked before any work as a training's output: not a file, writable, and holding no run unless
+        ``resume`` or a run of ``replace_kind`` (``logic compare`` retrains its own). Nothing is created."""
         check_output_folder(self.path, flag)
         held = self.describe()
         if held and replace_kind is not None and self.kind == replace_kind:
@@ -216,12 +210,11 @@ class RunDir:
         return self
 
     def lock(self, command: str, log: Callable[[str], None] | None = None, enabled: bool = True) -> RunLock:
-        """The lock a training holds while it writes here (:class:`RunLock`)."""
         return RunLock(self.path, command, log, enabled)
 
     def save_pretrained(self, model, config: dict, card: str, vocab: list[str] | None = None) -> Path:
-        """Write a model to share here (header ``config``, shared weights, ``vocab``, ``card``), refused in a training
-        run (its best weights would sit beside the shared ones); an earlier export is overwritten file by file."""
+        """Write a model to share here, refused in a training run (its best weights would sit beside the shared
+        ones); an earlier export is overwritten file by file."""
         directory = self.path
         if directory.exists() and not directory.is_dir():
             raise InputError(f"{directory} is a file; save_pretrained needs a directory (new or an earlier export)")
@@ -243,7 +236,6 @@ class RunDir:
 
 
 def check_output_dir(path: str | Path, **options) -> Path:
-    """``RunDir(path).check_output(**options)`` (see :meth:`RunDir.check_output`), as a path."""
     return RunDir(path).check_output(**options).path
 
 
@@ -272,17 +264,11 @@ def _pid_alive(pid: int) -> bool:
 
 
 class RunLock:
-    """Hold the lock file (:attr:`RunDir.lock_path`) while a training writes into ``run_dir``; a second training
-    there is refused with the owner's pid, host and command.
-
-    The lock file is created atomically (``O_EXCL``) and holds ``{"pid", "host", "command", "started"}``.
-    A lock whose pid no longer runs on this host is stale (the owner crashed or was killed): it is
-    taken over, and ``log`` says so. A lock from another host cannot be checked from here: the message
-    says to delete the file once no training there uses the directory. ``enabled=False`` (the
-    non-main processes of a distributed run) does nothing. On release the file is removed, and the
-    directory too when this lock created it and it is still empty (a run refused by a later check
-    leaves nothing behind).
-    """
+    """The lock file (created with ``O_EXCL``: pid, host, command, start) held while a training writes into
+    ``run_dir``; a second training there is refused naming the owner. A stale lock (its pid gone on this host) is
+    taken over and ``log`` says so; one from another host cannot be checked, the message says what to do.
+    ``enabled=False`` (non-main processes) does nothing. Release removes the file, and the directory when
+    this lock created it and it is still empty."""
 
     def __init__(self, run_dir: str | Path, command: str, log: Callable[[str], None] | None = None, enabled=True):
         self.run_dir, self.command, self.log, self.enabled = Path(run_dir), command, log, enabled
@@ -291,13 +277,7 @@ class RunLock:
         self.held = False
 
     def owner(self) -> dict | None:
-        """The lock file's content (None when there is no lock; ``{}`` when it is unreadable)."""
         return _json_dict(self.path)
-
-    def is_stale(self, owner: dict) -> bool:
-        """A lock from this host whose process is gone."""
-        pid = owner.get("pid")
-        return owner.get("host") == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid)
 
     def acquire(self) -> RunLock:
         if not self.enabled:
@@ -316,7 +296,8 @@ class RunLock:
             owner = self.owner()
             if owner is None:
                 continue
-            if owner and self.is_stale(owner):
+            pid = owner.get("pid")  # a stale lock ({} when unreadable: not stale): its process is gone from this host
+            if owner.get("host") == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid):
                 self._take_over(owner)
                 continue
             self._release_dir()
@@ -391,3 +372,89 @@ class RunLock:
     def __exit__(self, *exc) -> bool:
         self.release()
         return False
+
+
+# --------------------------------------------------------------------------- opening and sharing a run
+
+
+@dataclass
+class LoadedRun:
+    model: nn.Module  # on the asked device, in eval mode
+    config: dict  # the header (RunDir.read_config)
+    vocab: Any  # what the ``vocab`` reader returned (None without one)
+    run_dir: Path
+    weights: Path
+
+
+def load_run(
+    path: str | Path,
+    kind: str,
+    build: Callable[[dict], nn.Module],
+    *,
+    tag: str = "best",
+    device: str | torch.device = "cpu",
+    vocab: Callable[[Path], Any] | None = None,
+    check: Callable[[LoadedRun], None] | None = None,
+    what: str | None = None,
+    hint: str = "",
+) -> LoadedRun:
+    """Open the run of ``kind`` at ``path`` (:meth:`RunDir.find`). ``build(config["model"])`` makes the model (its
+    ``TypeError``/``ValueError``/``KeyError``: a bad model config); ``vocab(run.vocab_path)`` reads the vocabulary;
+    ``check(run)`` may refuse the run before the weights are read; ``what``/``hint`` as in
+    :meth:`RunDir.read_config`. Every failure is a :class:`CheckpointError` naming the file."""
+    saved, weights = RunDir.find(path, tag)
+    config = saved.read_config(kind, what, hint)
+    try:
+        model = build(config["model"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{saved.config_path}: bad model config ({exc})") from None
+    run = LoadedRun(model, config, vocab(saved.vocab_path) if vocab else None, saved.path, weights)
+    if check is not None:
+        check(run)
+    load_weights(weights, model)
+    run.model = model.to(device).eval()
+    return run
+
+
+def pretrained_path(name_or_path: str | Path) -> Path:
+    """A local directory as it is; ``owner/name`` is downloaded from the Hugging Face Hub (``huggingface_hub``)."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    text = str(name_or_path)
+    if text.count("/") != 1 or text.startswith((".", "/", "~")):
+        raise CheckpointError(f"{text} does not exist (a local directory or an owner/name Hub id was expected)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise CheckpointError(
+            f"{text} is not a local directory; to download it from the Hugging Face Hub install huggingface_hub "
+            "(pip install huggingface_hub), or download the model yourself and pass its local directory"
+        ) from None
+    try:
+        return Path(snapshot_download(repo_id=text, allow_patterns=["*.json", "*.safetensors", "*.md"]))
+    except Exception as exc:  # the Hub client's errors (not found, offline, ...) become one line
+        raise CheckpointError(
+            f"{text}: cannot download from the Hugging Face Hub ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def model_card(title: str, config: dict, usage: str, command: str | None, results: dict | None) -> str:
+    """A shared model's card: Hub metadata, what it is, how to load it, the command that reproduces its
+    settings and its results, when known."""
+    import yaml
+
+    kind = config.get("kind", "?")
+    yaml_block = lambda data: f"```yaml\n{yaml.safe_dump(data, sort_keys=False).strip()}\n```\n"
+    if command:
+        training = f"The command that reproduces its settings:\n\n```\n{command}\n```\n"
+    else:
+        training = f"The training command is not known; `{RunDir.CONFIG}` holds every setting.\n"
+    return (
+        f"---\nlibrary_name: onlstm\ntags: [onlstm, ordered-neurons, {kind}]\n---\n\n# {title}\n\n"
+        f"An onlstm (Ordered Neurons LSTM) model of kind `{kind}`, saved by onlstm {config.get('onlstm_version', '?')} "
+        f"(`save_pretrained`): `{RunDir.CONFIG}`, `{RunDir.SHARED_WEIGHTS}` (weights, no pickled code) and "
+        f"`{RunDir.VOCAB}`.\n\n## Use\n\n{usage.strip()}\n\n## Training\n\n{training}\n"
+        + (f"## Results\n\n{yaml_block(results)}\n" if results else "")
+        + f"## Configuration\n\n{yaml_block({'model': config.get('model')})}"
+    )

@@ -1,18 +1,6 @@
-"""The training loop every experiment shares: passes over the data, budgets, validation, best/last weights,
-the divergence stop, Ctrl-C/SIGTERM and resume, bit for bit.
-
-An experiment plugs in a :class:`Task` (how to draw a pass's batches, take one update, validate, save its
-weights and carry its own state); :class:`Engine` runs it. What the loop carries from step to step is one typed
-:class:`Progress` record, saved as JSON in the resume file next to the task's tensors, so that a resumed run
-replays exactly the updates an uninterrupted one makes.
-
-Stopping rules, checked after every update in this order: a validation check when one is due (``valid_every``
-updates, or at the end of every pass when it is 0; patience counts checks without a new best), ``max_steps``
-updates, ``time_limit`` minutes of training (both validate the last update when it was not just checked, or with
-``check_at_stop=False`` only write the resume file), a stop request (Ctrl-C or SIGTERM: the resume file is
-written after the current update; a second Ctrl-C aborts at once and keeps the file of the last check). A
-validation the task stops with :class:`Interrupted` is done again first when the run resumes.
-"""
+"""The training loop every experiment shares: an experiment plugs in a :class:`Task`, :class:`Engine` runs it
+under a :class:`Budget` carrying a :class:`Progress` record; budgets, validation, best/last weights, the
+divergence stop, Ctrl-C/SIGTERM and an exact resume (the stopping rules: docs/design.md §4.6)."""
 
 from __future__ import annotations
 
@@ -25,9 +13,8 @@ from typing import Any, Protocol
 import torch
 
 from ..errors import TrainingDiverged
-from .device import StopRequest
+from .device import StopRequest, progress_bar
 from .dirs import RunDir
-from .progress import progress_bar
 
 
 @dataclass
@@ -87,9 +74,8 @@ class Task(Protocol):
         checks it itself (e.g. without waiting for the device at every step)."""
 
     def end_pass(self, prog: Progress, complete: bool) -> bool | None:
-        """Called after every update; ``complete`` when the pass's last batch was just used. Returns None to
-        go on with the pass, else whether the pass that ends counts as an epoch (the task then prepares the
-        next pass in ``prog.task``)."""
+        """After every update (``complete``: the pass's last batch was used): None to go on with the pass, else
+        whether the pass that ends counts as an epoch (the task prepares the next pass in ``prog.task``)."""
 
     def validation(self, prog: Progress) -> Check:
         """Score the current weights on the validation data (may raise :class:`Interrupted`)."""
@@ -98,7 +84,7 @@ class Task(Protocol):
         """Schedules that follow a check (e.g. decay the learning rate); returns a note for the log line."""
 
     def save_weights(self, tag: str) -> None:
-        """Write the weights of ``tag``, ``best`` or ``last`` (:meth:`~onlstm.runs.RunDir.weights`)."""
+        """Write the weights of ``tag``, ``best`` or ``last``."""
 
     def save_state(self, prog: Progress, history: list[dict]) -> None:
         """Write the history and the resume file (``prog`` is up to date)."""
@@ -108,8 +94,7 @@ class Task(Protocol):
 
 
 def update(optimizer, loss, params, clip: float) -> None:
-    """The one backward pass and optimizer step of every trainer: gradients of ``loss``, their norm clipped at
-    ``clip`` (0: none), one step of ``optimizer``."""
+    """Every trainer's backward pass and optimizer step, the gradient norm clipped at ``clip`` (0: none)."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if clip:
@@ -118,10 +103,9 @@ def update(optimizer, loss, params, clip: float) -> None:
 
 
 class Engine:
-    """Runs a :class:`Task` under a :class:`Budget`; :meth:`run` returns why it stopped: ``epochs``,
-    ``patience``, ``max_steps``, ``time_limit``, ``interrupted`` or ``aborted``. ``on_step`` is called after every
-    update, before the pass's end is handled; ``agree`` turns a process's wish to stop into the decision every
-    process takes (several processes: any of them)."""
+    """Runs a :class:`Task` under a :class:`Budget`; :meth:`run` returns why it stopped: ``epochs``, ``patience``,
+    ``max_steps``, ``time_limit``, ``interrupted`` or ``aborted``. ``on_step``: called after every update;
+    ``agree``: a process's wish to stop -> the decision every process takes."""
 
     def __init__(
         self,
@@ -200,14 +184,12 @@ class Engine:
         checked = prog.step % budget.valid_every == 0 if budget.valid_every else pass_ended
         if checked and self.check():
             return "patience"
-        why = "interrupted" if stop.requested else "epochs"
-        for reason, over in (
-            ("max_steps", budget.max_steps is not None and prog.step >= budget.max_steps),
-            ("time_limit", budget.time_limit is not None and self.elapsed() > 60 * budget.time_limit),
-        ):
-            if over:
-                why = reason
-                break
+        if budget.max_steps is not None and prog.step >= budget.max_steps:
+            why = "max_steps"
+        elif budget.time_limit is not None and self.elapsed() > 60 * budget.time_limit:
+            why = "time_limit"
+        else:
+            why = "interrupted" if stop.requested else "epochs"
         if not self.agree(why != "epochs"):
             if budget.save_every and prog.step % budget.save_every == 0 and not checked:
                 self.save_state()
@@ -264,8 +246,8 @@ class Engine:
 
 
 def diverged(loss: float, when: str, kept: str = "", clip: float = 1.0) -> TrainingDiverged:
-    """The error of every trainer whose training loss became NaN or infinite ``when`` (``at step 7``): the
-    diverged weights are not saved, so it names the files ``kept`` from before and how to train again."""
+    """Every trainer's error for a NaN or infinite training loss ``when`` (``at step 7``), naming the files
+    ``kept`` from before and how to train again."""
     kept = f"; kept from before: {kept}" if kept else ""
     return TrainingDiverged(
         f"training diverged: the training loss is {loss} {when}; the diverged weights were not saved{kept}; "

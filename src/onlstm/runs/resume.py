@@ -19,8 +19,6 @@ from ..checkpoint import (
     state_dict_for_saving,
 )
 
-# --------------------------------------------------------------------------- resume state
-
 
 def optimizer_to_data(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
     """The optimizer's state as tensors (for safetensors) and JSON (hyperparameters, scalars)."""
@@ -109,9 +107,6 @@ def read_resume(
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
     return tensors, meta
-
-
-# --------------------------------------------------------------------------- the settings a resumed run keeps
 
 
 def resume_clash(

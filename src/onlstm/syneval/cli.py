@@ -17,24 +17,15 @@ from .evaluate import COMPARISON_NAMES, outcome_record, score_items, summarize
 
 def register(subparsers) -> None:
     """Add ``onlstm syneval`` to the top-level ``subparsers``."""
+    run = "language-model run directory (or a .safetensors file in one); repeat to compare models side by side"
+    data = "sample TSV (case, grammatical, ungrammatical), TSV dump with a header, a <case>.pickle or the suite's "
+    data += "templates/ folder"
     p = add_command(
         subparsers,
         "syneval",
         _cmd_syneval,
-        arg(
-            "--checkpoint",
-            type=Path,
-            action="append",
-            required=True,
-            help="language-model run directory (or a .safetensors file in one); repeat to compare models side by side",
-        ),
-        arg(
-            "--data",
-            type=Path,
-            required=True,
-            help="sample TSV (case, grammatical, ungrammatical), TSV dump with a header, a <case>.pickle or the "
-            "suite's templates/ folder",
-        ),
+        arg("--checkpoint", type=Path, action="append", required=True, help=run),
+        arg("--data", type=Path, required=True, help=data),
         arg("--config", type=Path, help="YAML file (or preset name) with a syneval: section; flags win over it"),
         arg("--json", action="store_true", help="print every number as one JSON object"),
         arg("--out", type=Path, help="folder for results.json (with every pair's scores), items.tsv and rows.png"),
@@ -77,7 +68,6 @@ def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
     from ..runs import progress_bar
 
     run = load_language_model_run(path, cfg.weights, device)
-    n_sentences = sum(3 if it.intrusive is not None else 2 for it in items)
     start = time.perf_counter()
     unique = len({s for it in items for s in (it.grammatical, it.ungrammatical, it.intrusive) if s is not None})
     with progress_bar(cfg.progress, total=unique, desc=f"syneval {path}", unit="sent", leave=False) as bar:
@@ -95,7 +85,7 @@ def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
         **facts,
         "oov_types": len(facts["oov"]),
         "seconds": round(seconds, 3),
-        "sentences_per_s": round(n_sentences / seconds, 1) if seconds > 0 else None,
+        "sentences_per_s": round(facts["sentences"] / seconds, 1) if seconds > 0 else None,
         **summarize(outcomes),
         "outcomes": outcomes,
     }
@@ -116,9 +106,6 @@ def write_out(out: Path, report: dict, models: list[dict], items) -> None:
     plot_rows(report, out / "rows.png")
 
 
-# --------------------------------------------------------------------------- text output
-
-
 def _acc(x: float | None) -> str:
     return "  -  " if x is None else f"{x:.3f}"
 
@@ -126,6 +113,14 @@ def _acc(x: float | None) -> str:
 def _cell(t: dict) -> str:
     """``all / covered (n covered)`` accuracies of one tally."""
     return f"{_acc(t['accuracy'])} {_acc(t['covered_accuracy'])} ({t['covered']:>4})"
+
+
+def _cells(tallies) -> str:
+    return "".join(f" | {_cell(t):<22}" for t in tallies)
+
+
+def _heads(models: list[dict]) -> str:
+    return "".join(f" | {model_name(m, i):<22}" for i, m in enumerate(models))
 
 
 def model_name(m: dict, index: int) -> str:
@@ -148,18 +143,17 @@ def format_report(report: dict) -> str:
 
 def format_rows(models: list[dict]) -> list[str]:
     """The paper's rows: per model accuracy on all pairs and on fully covered pairs, beside the paper."""
-    heads = "".join(f" | {model_name(m, i):<22}" for i, m in enumerate(models))
     lines = [
         "The paper's rows: accuracy on all pairs, on fully covered pairs (number covered); paper columns from",
         f"{PAPER_SOURCE}.",
-        f"{'row':<62} {'pairs':>5}{heads} | paper ON-LSTM  LSTM",
+        f"{'row':<62} {'pairs':>5}{_heads(models)} | paper ON-LSTM  LSTM",
     ]
     group = None
     for k, row in enumerate(models[0]["rows"]):
         if row["group"] != group:
             group = row["group"]
             lines.append(f"{group} dependency")
-        cells = "".join(f" | {_cell(m['rows'][k]):<22}" for m in models)
+        cells = _cells(m["rows"][k] for m in models)
         lines.append(
             f"  {row['row']:<60} {row['pairs']:>5}{cells} |       {row['paper_onlstm']:.2f}  {row['paper_lstm']:.2f}"
         )
@@ -168,19 +162,16 @@ def format_rows(models: list[dict]) -> list[str]:
 
 def format_cases(models: list[dict]) -> list[str]:
     """Per case and comparison (and per condition where a case has several)."""
-    heads = "".join(f" | {model_name(m, i):<22}" for i, m in enumerate(models))
-    lines = [
-        "Per case: accuracy on all pairs, on fully covered pairs (number covered)",
-        f"{'case':<62} {'pairs':>5}{heads}",
-    ]
+    lines = ["Per case: accuracy on all pairs, on fully covered pairs (number covered)"]
+    lines.append(f"{'case':<62} {'pairs':>5}{_heads(models)}")
     for case, entry in models[0]["cases"].items():
         for comp, t in entry["comparisons"].items():
-            cells = "".join(f" | {_cell(m['cases'][case]['comparisons'][comp]):<22}" for m in models)
+            cells = _cells(m["cases"][case]["comparisons"][comp] for m in models)
             label = case if comp == "g>u" else f"{case} ({COMPARISON_NAMES[comp]})"
             lines.append(f"{label:<62} {t['pairs']:>5}{cells}")
             conditions = entry["conditions"]
             if len(conditions) > 1:
                 for cond in conditions:
-                    cells = "".join(f" | {_cell(m['cases'][case]['conditions'][cond][comp]):<22}" for m in models)
+                    cells = _cells(m["cases"][case]["conditions"][cond][comp] for m in models)
                     lines.append(f"  {cond:<60} {conditions[cond][comp]['pairs']:>5}{cells}")
     return lines

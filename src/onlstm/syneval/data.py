@@ -1,12 +1,6 @@
-"""Minimal pairs of the targeted syntactic evaluation (Marvin & Linzen 2018) and the paper's table layout.
-
-Three inputs give the same :class:`Item` list (docs/syneval.md): the sample TSV
-``case<TAB>grammatical<TAB>ungrammatical`` (a ``case:intrusive`` row gives the intrusive sentence of the
-NPI item of ``case`` at the same position); a TSV dump with the header :data:`HEADER`; the authors'
-``templates/`` folder of ``<case>.pickle`` files, read by :class:`RestrictedUnpickler`, which refuses every
-global before it can run (the files come from the internet). Nothing is dropped: a malformed line or item
-is an error naming the file and the line (or case, condition and item).
-"""
+"""Minimal pairs of the targeted syntactic evaluation (Marvin & Linzen 2018) and the paper's table: the sample TSV,
+a TSV dump and the authors' pickles (read by :class:`RestrictedUnpickler`) all give :class:`Item` lists
+(:func:`read_items`; formats: docs/syneval.md, "Data")."""
 
 from __future__ import annotations
 
@@ -41,9 +35,6 @@ class Item:
 
 def is_npi(case: str) -> bool:
     return "npi" in case
-
-
-# --------------------------------------------------------------------------- the paper's table (Shen et al. 2019)
 
 
 def _anim(stem: str) -> tuple[str, str]:
@@ -82,9 +73,6 @@ PAPER_ROWS: tuple[tuple[str, str, tuple[str, ...], str, float, float], ...] = (
 PAPER_SOURCE = "Shen et al. 2019, Table 3: 2x650 models trained on 90M words of Wikipedia (Gulordava et al. 2018)"
 
 
-# --------------------------------------------------------------------------- reading
-
-
 def read_items(path: str | Path) -> list[Item]:
     """Every item of a sample TSV, a TSV dump with a header, a ``.pickle`` file or a folder of them."""
     path = Path(path)
@@ -105,7 +93,6 @@ def read_items(path: str | Path) -> list[Item]:
 
 
 def read_tsv(path: Path) -> list[Item]:
-    """A sample TSV (no header) or a TSV dump (first line = :data:`HEADER`)."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -192,9 +179,8 @@ class RefusedPickle(pickle.UnpicklingError):
 
 
 class RestrictedUnpickler(pickle.Unpickler):
-    """Unpickles only what the pickle opcodes build by themselves (dict, list, tuple, str, bytes, numbers,
-    booleans, None). Every global -- any class or function, which is how a pickle runs code -- is refused
-    before it is looked up, so nothing outside those builtins is imported or called."""
+    """Unpickles only what pickle opcodes build by themselves (dict, list, tuple, str, bytes, numbers, None):
+    every global (class or function: how a pickle runs code) is refused before it is looked up."""
 
     def find_class(self, module: str, name: str):
         raise RefusedPickle(f"it refers to {module}.{name}; only plain data (dict, list, tuple, str) is accepted")
@@ -241,7 +227,6 @@ def read_pickle(path: Path) -> list[Item]:
 
 
 def write_dump(items: list[Item], path: Path) -> None:
-    """The items as a TSV dump with :data:`HEADER` (what :func:`read_tsv` reads back)."""
     lines = ["\t".join(HEADER)]
     lines += ["\t".join((it.case, it.condition, it.grammatical, it.ungrammatical, it.intrusive or "")) for it in items]
     write_text(Path(path), "\n".join(lines) + "\n")

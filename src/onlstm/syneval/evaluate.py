@@ -1,17 +1,11 @@
-"""Scoring minimal pairs with a language model (the convention: docs/syneval.md).
-
-A sentence is lower-cased, split on spaces and framed as ``<eos> w1 ... wn . <eos>`` (the ``.`` only when
-the vocabulary has it; unknown words become ``<unk>``), read from a zero state in eval mode, and scored by
-the summed natural-log probabilities of every token after the first ``<eos>`` (``word_only``: of the first
-token where the two framed sentences differ). A comparison ``a>b`` is correct when ``a`` scores strictly
-higher. Batches are right-padded, which changes no score of a causal model (tested).
-"""
+"""Scoring minimal pairs with a language model (:func:`score_items`) and the tables of the outcome
+(:func:`summarize`); the convention: docs/syneval.md, "The scoring convention"."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -31,11 +25,7 @@ COMPARISONS = {
     "g>i": ("grammatical", "intrusive"),
     "i>u": ("intrusive", "ungrammatical"),
 }
-COMPARISON_NAMES = {
-    "g>u": "grammatical vs ungrammatical",
-    "g>i": "grammatical vs intrusive",
-    "i>u": "intrusive vs ungrammatical",
-}
+COMPARISON_NAMES = {name: " vs ".join(roles) for name, roles in COMPARISONS.items()}
 
 
 def frame(sentence: str, period: bool) -> list[str]:
@@ -46,16 +36,11 @@ def frame(sentence: str, period: bool) -> list[str]:
     return [EOS, *words, EOS]
 
 
-@dataclass
 class Encoder:
-    """Maps framed sentences to ids with the model's vocabulary, remembering the words it never saw."""
+    """Maps framed sentences to ids with the model's vocabulary (an :class:`onlstm.data.vocab.Vocab`)."""
 
-    vocab: object  # onlstm.data.vocab.Vocab
-    period: bool = field(init=False)
-    oov: Counter = field(default_factory=Counter)
-
-    def __post_init__(self):
-        self.period = "." in self.vocab
+    def __init__(self, vocab):
+        self.vocab, self.period = vocab, "." in vocab
 
     def tokens(self, sentence: str) -> list[str]:
         return frame(sentence, self.period)
@@ -73,18 +58,12 @@ class Encoder:
         return self.vocab.encode(tokens)[0]
 
 
-# --------------------------------------------------------------------------- the batched scorer
-
-
 @torch.no_grad()
 def token_logprobs(
     model, sequences: Sequence[Sequence[int]], batch_size: int = 512, progress: Callable[[int], None] | None = None
 ) -> list[torch.Tensor]:
-    """For each id sequence ``s`` (starting with ``<eos>``), the log-probabilities of ``s[1:]``, each
-    predicted from the ones before it starting from a zero state: a float64 tensor of ``len(s) - 1``.
-
-    Sequences are sorted by length and read ``batch_size`` at a time, right-padded with their own first
-    token; ``progress(n)`` is called after each batch with the number of sequences done in it."""
+    """For each id sequence ``s`` (starting with ``<eos>``), the float64 log-probabilities of ``s[1:]`` from a zero
+    state, read ``batch_size`` at a time sorted by length and right-padded; ``progress(n)`` after each batch."""
     if batch_size <= 0:
         raise SynevalError(f"batch size must be positive, got {batch_size}")
     device = next(model.parameters()).device
@@ -101,19 +80,14 @@ def token_logprobs(
 
 
 def _next_token_logprobs(model, batch: torch.Tensor) -> torch.Tensor:
-    """(T, B) ids -> (T-1, B): log p(batch[t+1] | batch[:t+1]) from a zero state.
-
-    The decoder runs one step at a time so that memory holds (B, V) logits, not (T, B, V): a large batch
-    (faster recurrent layers) then stays affordable with a 50,000-word vocabulary."""
+    """(T, B) ids -> (T-1, B): log p(batch[t+1] | batch[:t+1]); the decoder runs a step at a time (memory holds
+    (B, V) logits, not (T, B, V))."""
     output, _, _ = model(batch[:-1])  # (T-1, B, H)
     out = torch.empty(output.shape[:2], device=output.device)  # (T-1, B)
     for t in range(output.shape[0]):
         logits = model.logits(output[t]).float()  # (B, V)
         out[t] = logits.gather(1, batch[t + 1].unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=1)
     return out
-
-
-# --------------------------------------------------------------------------- pairs and their outcome
 
 
 @dataclass
@@ -134,11 +108,6 @@ class Outcome:
 
 def comparisons(item: Item) -> list[str]:
     return ["g>i", "i>u", "g>u"] if item.intrusive is not None else ["g>u"]
-
-
-def sentence_of(item: Item, role: str) -> str:
-    """The sentence of ``role`` (``grammatical``, ``ungrammatical`` or ``intrusive``: '' when it has none)."""
-    return getattr(item, role) or ""
 
 
 def first_difference(a: Sequence[str], b: Sequence[str], where: str) -> int:
@@ -162,12 +131,9 @@ def score_items(
     share_prefixes: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[Outcome], dict]:
-    """Every comparison of every item, and facts about the run (``period``, ``oov`` word counts,
-    ``sentences`` scored and ``unique`` sentences actually run through the model).
-
-    ``share_prefixes`` (default): read the sentences through prefix trees of ``batch_size`` sentences
-    (:mod:`onlstm.syneval.prefix_tree`, each distinct prefix once); otherwise in right-padded batches
-    (:func:`token_logprobs`). Both give the same scores (tested)."""
+    """Every comparison of every item, and facts about the run (``period``, ``oov`` word counts, ``sentences``
+    scored, ``unique`` ones run). ``share_prefixes``: through prefix trees, else right-padded batches (the
+    same scores)."""
     enc = Encoder(vocab)
     tokens: dict[str, list[str]] = {}
     for item in items:
@@ -192,15 +158,12 @@ def _sentences(item: Item) -> list[str]:
 
 
 def _outcome(item: Item, comparison: str, tokens: dict, logprobs: dict, enc: Encoder, word_only: bool) -> Outcome:
-    a, b = (sentence_of(item, role) for role in COMPARISONS[comparison])
+    a, b = (getattr(item, role) or "" for role in COMPARISONS[comparison])
     covered = not enc.unknown(tokens[a]) and not enc.unknown(tokens[b])
     if not word_only:
         return Outcome(item, comparison, float(logprobs[a].sum()), float(logprobs[b].sum()), covered)
     k = first_difference(tokens[a], tokens[b], item.where)
     return Outcome(item, comparison, float(logprobs[a][k - 1]), float(logprobs[b][k - 1]), covered, k)
-
-
-# --------------------------------------------------------------------------- tables
 
 
 def tally(outcomes: Iterable[Outcome]) -> dict:
@@ -269,8 +232,8 @@ def outcome_record(o: Outcome) -> dict:
         "condition": o.item.condition,
         "comparison": o.comparison,
         "where": o.item.where,
-        first: sentence_of(o.item, first),
-        second: sentence_of(o.item, second),
+        first: getattr(o.item, first) or "",
+        second: getattr(o.item, second) or "",
         "score_first": o.first,
         "score_second": o.second,
         "correct": o.correct,

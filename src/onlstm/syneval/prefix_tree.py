@@ -1,13 +1,6 @@
-"""Scoring sentences through a prefix tree: every distinct prefix is run through the model once
-(docs/syneval.md, "Batching: the prefix tree").
-
-The id sequences of a chunk become a trie read one depth at a time: the nodes *fed* at depth ``d`` are the
-distinct prefixes of length ``d + 1`` that some sequence continues (a last token is only a target); their
-inputs are their last tokens and their states their parents' states (zero at depth 0), so each node's
-output is what reading its prefix from a zero state gives (the model is causal). The decoder runs once per
-fed node and ``log p(token | prefix)`` of every child is read off its parent's logits. The encoder's state
-must be a tensor or nested tuples of tensors with the batch on dimension 1 (anything else: a clear error).
-"""
+"""Scoring sentences through a prefix tree: every distinct prefix is run through the model once, one depth at a
+time, and ``log p(token | prefix)`` of every child read off its parent's logits (docs/syneval.md, "Batching:
+the prefix tree"; the decoder's blocks: "Speed")."""
 
 from __future__ import annotations
 
@@ -93,11 +86,8 @@ def select_state(state, index: torch.Tensor, batch: int):
 
 
 def target_logprobs(decoder: Decoder, output: torch.Tensor, parent: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
-    """``log p(token[j] | prefix of parent[j])`` from the fed nodes' outputs ``output`` (M, H).
-
-    The decoder reads ``decoder.rows`` nodes at a time (not all ``M``: a 50,000-word vocabulary stays
-    affordable, and no large block is allocated per slice); a target's log-probability is
-    ``logit[token] - logsumexp(logits)`` in float32, never a full log-softmax."""
+    """``log p(token[j] | prefix of parent[j])`` from the fed nodes' outputs ``output`` (M, H), decoded
+    ``decoder.rows`` nodes at a time as ``logit[token] - logsumexp(logits)`` in float32."""
     rows = decoder.rows
     lse = torch.empty(output.shape[0], device=output.device)
     picked = torch.empty(parent.numel(), device=output.device)
@@ -116,13 +106,9 @@ ROW_STEP = 32
 
 
 class Decoder:
-    """The model's output layer applied to blocks of at most ``rows`` prefixes, as float32 logits.
-
-    For an ``nn.Linear`` decoder in float32 on the CPU with oneDNN (PyTorch's standard CPU build), the
-    weight is reordered once into oneDNN's blocked layout for blocks of ``rows`` and every block runs
-    oneDNN's linear on it: 17% faster than ``addmm`` at 419 x 200 x 10,000 on the development machine
-    (AVX2), and the weights do not change while a suite is scored. Otherwise ``addmm`` writes into one
-    reused buffer; any other decoder goes through ``model.logits``."""
+    """The model's output layer applied to blocks of at most ``rows`` prefixes, as float32 logits: oneDNN's
+    linear on a weight packed once for a float32 ``nn.Linear`` on the CPU, else ``addmm`` into one reused
+    buffer; any other decoder through ``model.logits`` (docs/syneval.md, "Speed")."""
 
     def __init__(self, model, rows: int | None = None):
         self.model, self.rows = model, rows or decoder_rows(model)
@@ -135,11 +121,7 @@ class Decoder:
         self.rows_in: torch.Tensor | None = None
 
     def _onednn(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        # oneDNN builds and caches a primitive (~1.4 MiB at 400 x 10,000) for every new row count, and the last
-        # block of every depth of every tree has its own: memory grew with every suite (issue #25). A short
-        # block is padded up to a multiple of ROW_STEP rows, so oneDNN sees at most rows / ROW_STEP shapes, for
-        # fewer than ROW_STEP wasted rows per block (padding every block to ``rows`` would waste whole blocks
-        # on the small depths near the root).
+        # a short block padded to a multiple of ROW_STEP rows: oneDNN caches a primitive per row count (issue #25)
         n = x.shape[0]
         m = min(self.rows, -(-n // ROW_STEP) * ROW_STEP)
         if m != n:
@@ -165,7 +147,6 @@ class Decoder:
 
 
 def _onednn_linear() -> bool:
-    """Whether this PyTorch build has oneDNN's linear with pre-packed weights."""
     if not torch.backends.mkldnn.is_available():
         return False
     try:
@@ -175,18 +156,14 @@ def _onednn_linear() -> bool:
 
 
 def _logsumexp_(logits: torch.Tensor) -> torch.Tensor:
-    """Row-wise logsumexp of ``logits`` (r, V), destroying it: ``m + log(sum(exp(x - m)))`` with ``m`` the
-    row maximum (no overflow), computed in place to spare one (r, V) block of memory traffic."""
+    """Row-wise logsumexp of ``logits`` (r, V), computed in place (destroying it) with the row maximum ``m``."""
     m = logits.amax(dim=1, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a row of -inf: log(0) = -inf, as logsumexp
     return logits.sub_(m).exp_().sum(dim=1).log_().add_(m.squeeze(1))
 
 
 def decoder_rows(model) -> int:
-    """Prefixes decoded at a time: a float32 ``(rows, V)`` buffer of about 16 MiB, meant to stay in a
-    32 MiB last-level cache between the product and the log-sum-exp (1,024 rows at 10,000 words are
-    40 MiB; on the busy development machine 419 rows were slightly faster, within its noise); 16 to
-    1,024 rows."""
+    """Prefixes decoded at a time: a float32 ``(rows, V)`` buffer of about 16 MiB, 16 to 1,024 rows."""
     dec = getattr(model, "decoder", None)
     vocab = (
         dec.out_features
@@ -200,9 +177,8 @@ def decoder_rows(model) -> int:
 def tree_logprobs(
     model, tree: PrefixTree, device, rows: int | None = None, decoder: Decoder | None = None
 ) -> torch.Tensor:
-    """Every target of ``tree`` (concatenated over depths, as ``tree.paths`` index them), float32;
-    ``rows``: prefixes decoded at a time (default :func:`decoder_rows`); ``decoder``: one made for
-    ``model`` (reused across trees: it holds the packed weight)."""
+    """Every target of ``tree`` (concatenated over depths, as ``tree.paths`` index them), float32; ``decoder``:
+    one made for ``model``, reused across trees (it holds the packed weight)."""
     decoder = decoder or Decoder(model, rows)
     state, out = None, []
     prev = 0
@@ -240,8 +216,8 @@ def prefix_token_logprobs(
 def scored_in_chunks(
     model, sequences: Sequence, size: int, key: Callable, score: Callable, progress: Callable[[int], None] | None
 ) -> list[torch.Tensor]:
-    """The loop both scorers share: the indices sorted by ``key``, ``score(indices)`` (a tensor per index) on
-    ``size`` at a time in eval mode, then ``progress(n)``; returns the tensors in the sequences' own order."""
+    """Both scorers' loop: indices sorted by ``key``, ``score(indices)`` (a tensor each) on ``size`` at a time in
+    eval mode, then ``progress(n)``; returns the tensors in the sequences' own order."""
     model.eval()
     order = sorted(range(len(sequences)), key=key)
     out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
