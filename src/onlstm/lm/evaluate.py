@@ -12,8 +12,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from ..runs import progress_bar
 from ..runs.engine import Interrupted  # raised inside an evaluation when should_stop() turned true
-from ..runs.progress import progress_bar
 from .data import batchify, column_share
 from .distributed import DistContext
 
