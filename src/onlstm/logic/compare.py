@@ -82,14 +82,14 @@ def compare(
             if summary is None:  # interrupted: keep what is done, say so
                 res.interrupted = True
                 save()
-                return _finish(res, buckets)
+                return _finish(res, buckets, train_cfg.max_train_ops)
             acc = _score_run(run_dir, tcfg, scored(seed), f"{cell}, seed {seed}: {split}", log)
             res.results.setdefault(cell, []).append(acc)
             res.runs.append(
                 {"cell": cell, "seed": seed, "run_dir": str(run_dir), "train": summary, "test": acc.to_dict()}
             )
             save()
-    return _finish(res, buckets)
+    return _finish(res, buckets, train_cfg.max_train_ops)
 
 
 def budget_text(cfg: LogicTrainConfig) -> str:
@@ -137,14 +137,14 @@ def _train_or_reuse(
     return RunDir(run_dir).read_config()["result"]
 
 
-def _finish(res: CompareResult, buckets: list[int]) -> CompareResult:
+def _finish(res: CompareResult, buckets: list[int], max_train_ops: int) -> CompareResult:
     if not res.results:
         return res
     from .plots import plot_accuracy_by_length, plot_curves_by_ops, plot_training_curves
 
     rows = list(res.results.items())
     res.table = format_table(rows + [("majority label", [res.baseline])], buckets, counts=res.baseline)
-    res.plot = plot_accuracy_by_length(rows, res.out_dir / "accuracy_by_length.png")
+    res.plot = plot_accuracy_by_length(rows, res.out_dir / "accuracy_by_length.png", max_train_ops)
     curves = []
     for run in res.runs:
         try:

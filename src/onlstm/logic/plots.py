@@ -16,12 +16,11 @@ from .evaluate import LengthAccuracy, mean_std
 
 
 def plot_accuracy_by_length(
-    rows: list[tuple[str, list[LengthAccuracy]]],
-    path: str | Path,
-    train_max_ops: int | None = 6,
+    rows: list[tuple[str, list[LengthAccuracy]]], path: str | Path, train_max_ops: int | None = 6
 ) -> Path:
     """Write a PNG (or any format matplotlib knows from the suffix) with one line per model: with several results
-    the mean, a band of ± one sample std and each run faintly; a dashed line after the longest length trained on."""
+    the mean, a band of ± one sample std and each run faintly; a dashed line after ``train_max_ops``, the longest
+    length trained on (the runs' ``max_train_ops``)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, results in rows:
         lengths = sorted({k for r in results for k in r.lengths})
