@@ -103,12 +103,8 @@ def _detail(case: Case) -> str:
 
 
 def _errors(case: Case, kernel: str, device: torch.device) -> tuple[dict[str, float], dict[str, float]]:
-    """Per compared tensor: the kernel's error, and the error allowed.
-
-    Under autocast the allowed error is the larger of :data:`HALF_TOLERANCE` and twice the reference loop's
-    own error under the same autocast: rounding the products' inputs to 8 or 11 bits costs what it costs
-    over many steps at a large layer, and the kernel must only not be worse than the reference loop there.
-    """
+    """Per compared tensor: the kernel's error, and the error allowed (under autocast: the larger of
+    :data:`HALF_TOLERANCE` and twice the reference loop's own error there; docs/cli.md, `onlstm bench gpu`)."""
     T, B, I, H, C = case.shape
     torch.manual_seed(0)
     model = onlstm.ONLSTM(I, H, chunk_size=C, impl="reference", **case.layer).to(device)

@@ -145,11 +145,8 @@ def tokenize(text: str) -> list[str]:
 
 
 def parse(text: str) -> Formula:
-    """Parse one formula written in the notation; ``to_text(parse(s)) == s`` for every valid ``s``.
-
-    Raises :class:`FormulaSyntaxError` naming the problem (unknown token, unbalanced brackets,
-    a construction outside the notation, trailing tokens).
-    """
+    """Parse one formula written in the notation; ``to_text(parse(s)) == s`` for every valid ``s``. Raises
+    :class:`FormulaSyntaxError` naming the problem (docs/logic.md, "Formulas and relations")."""
     p = _Parser(tokenize(text), text)
     f = p.formula()
     if p.pos != len(p.tokens):

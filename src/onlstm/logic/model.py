@@ -138,12 +138,9 @@ Evaluate it: `onlstm logic eval --checkpoint THIS_DIRECTORY --data DIR`.
 def load_classifier(
     checkpoint: str | Path, tag: str = "best", device: str | torch.device = "cpu"
 ) -> tuple[LogicClassifier, dict]:
-    """Model (on ``device``, eval mode) and header from a run directory or a ``.safetensors`` file inside one (the
-    loader of :meth:`LogicClassifier.from_pretrained`, evaluation and export).
-
-    Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when
-    the checkpoint is of another kind (e.g. a language model).
-    """
+    """Model (on ``device``, eval mode) and header from a run directory or a ``.safetensors`` file inside one.
+    Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when the
+    checkpoint is of another kind (e.g. a language model)."""
     build = lambda section: LogicClassifier(LogicModelConfig.from_dict(section))
     opts = {"vocab": _read_tokens, "check": _check_tokens, "what": "a logic classifier"}
     run = load_run(checkpoint, KIND, build, tag=tag, device=device, **opts, hint="train one with `onlstm logic train`")
