@@ -196,15 +196,9 @@ def measure(shape: Shape, dtype: str, kernel: str, device: torch.device, repeats
         for name in times:
             times[name].append(seconds(models[name]))
     med = {k: statistics.median(v) for k, v in times.items()}
-    base = {"shape": label(shape), "dtype": dtype}
-    rows = []
-    for n in models:
-        if n in errors:
-            rows.append(base | {"impl": n, "error": errors[n]})
-        else:
-            ratios = {k: med[other] / med[n] if other in med else None for k, other in RATIOS.items()}
-            rows.append(base | {"impl": n, "tokens_per_s": T * B / med[n]} | ratios)
-    return rows
+    ratios = lambda n: {k: med[other] / med[n] if other in med else None for k, other in RATIOS.items()}
+    figures = lambda n: {"error": errors[n]} if n in errors else {"tokens_per_s": T * B / med[n]} | ratios(n)
+    return [{"shape": label(shape), "dtype": dtype, "impl": n} | figures(n) for n in models]
 
 
 def goals(rows: list[dict[str, Any]], paper: Shape, smoke: bool) -> list[dict[str, Any]]:
@@ -214,9 +208,7 @@ def goals(rows: list[dict[str, Any]], paper: Shape, smoke: bool) -> list[dict[st
         row = next((r for r in rows if (r["shape"], r["dtype"], r["impl"]) == (label(paper), dtype, "triton")), {})
         for key, target in GOALS:
             value = row.get(key)
-            if smoke:
-                status = "n/a (smoke: the interpreter is no speed)"
-            else:
-                status = "not measured" if value is None else "met" if value >= target else "not met"
+            status = "not measured" if value is None else "met" if value >= target else "not met"
+            status = "n/a (smoke: the interpreter is no speed)" if smoke else status
             out.append({"goal": f"triton {key} >= {target:g} ({dtype}, paper layer)", "value": value, "status": status})
     return out
