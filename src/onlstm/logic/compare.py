@@ -26,20 +26,15 @@ from .train import LogicTrainConfig, can_resume, run_header, train, validation_e
 @dataclass
 class CompareResult:
     out_dir: Path
-    runs: list[dict] = field(default_factory=list)
-    """per run: cell, seed, run_dir, train (summary), test (LengthAccuracy.to_dict())"""
-    results: dict[str, list[LengthAccuracy]] = field(default_factory=dict)
-    """per cell, the test results of its seeds, in seed order"""
+    runs: list[dict] = field(default_factory=list)  # per run: cell, seed, run_dir, train (summary), test
+    results: dict[str, list[LengthAccuracy]] = field(default_factory=dict)  # per cell, its seeds' test results
     baseline: LengthAccuracy | None = None
-    budget: str = ""
-    """the training budget every run shared, in words (:func:`budget_text`)"""
+    budget: str = ""  # the training budget every run shared, in words (:func:`budget_text`)
     interrupted: bool = False
     table: str = ""
-    plot: Path | None = None
-    curves: Path | None = None
-    """``OUT/training_curves.png``: validation and training accuracy against step for every run"""
-    curves_by_ops: Path | None = None
-    """``OUT/curves_by_ops.png``: validation accuracy against step by operator count (runs that record it)"""
+    plot: Path | None = None  # OUT/accuracy_by_length.png
+    curves: Path | None = None  # OUT/training_curves.png: validation and training accuracy against step
+    curves_by_ops: Path | None = None  # OUT/curves_by_ops.png: validation accuracy by operator count (if recorded)
 
 
 def compare(

@@ -38,14 +38,10 @@ class Example:
     b: Formula
     ops_a: int
     ops_b: int
-    source: str
-    """path of the file it came from"""
-    line: int
-    """1-based line number in ``source``"""
-    split: str | None = None
-    """``train``/``test`` from the file name, ``None`` when the name does not say"""
-    file_number: int | None = None
-    """``k`` of ``train{k}``/``test{k}``, ``None`` when the name does not say"""
+    source: str  # path of the file it came from
+    line: int  # 1-based line number in ``source``
+    split: str | None = None  # ``train``/``test`` from the file name, ``None`` when the name does not say
+    file_number: int | None = None  # ``k`` of ``train{k}``/``test{k}``, ``None`` when the name does not say
 
     @property
     def max_ops(self) -> int:

@@ -46,17 +46,12 @@ def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path) -
     for name, history in runs:
         if not history:
             continue
-        steps = [r["step"] for r in history]
-        kw = {"color": colours[name]} if name in colours else {"label": f"{name} validation"}
+        steps, first = [r["step"] for r in history], name not in colours
+        kw = {"label": f"{name} validation"} if first else {"color": colours[name]}
         (line,) = ax.plot(steps, [100 * r["valid_accuracy"] for r in history], **kw)
-        if name not in colours:
-            colours[name] = line.get_color()
-            kw = {"label": f"{name} training (running, with dropout)"}
-        else:
-            kw = {}
-        ax.plot(
-            steps, [100 * r["train_accuracy"] for r in history], color=colours[name], linestyle=":", linewidth=1, **kw
-        )
+        colour = colours.setdefault(name, line.get_color())
+        kw = {"label": f"{name} training (running, with dropout)"} if first else {}
+        ax.plot(steps, [100 * r["train_accuracy"] for r in history], color=colour, linestyle=":", linewidth=1, **kw)
     return _save(fig, ax, path, "training step", "accuracy (%)", legend_size=8)
 
 

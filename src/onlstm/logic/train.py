@@ -34,8 +34,7 @@ class TrainResult:
     steps: int
     epochs: float
     seconds: float
-    stopped_by: str
-    """``epochs``, ``patience``, ``time_limit``, ``max_steps`` or ``interrupted``"""
+    stopped_by: str  # ``epochs``, ``patience``, ``time_limit``, ``max_steps`` or ``interrupted``
     n_train: int
     n_valid: int
     history: list[dict] = field(default_factory=list)
@@ -87,8 +86,7 @@ def split_train_valid(examples: list[Example], cfg: LogicTrainConfig) -> tuple[l
     rng = random.Random(f"onlstm-logic-split/{cfg.seed}")
     pool = list(examples)
     rng.shuffle(pool)
-    if cfg.max_train_examples is not None:
-        pool = pool[: cfg.max_train_examples]
+    pool = pool[: cfg.max_train_examples]  # None: all
     n_valid = max(1, round(cfg.valid_fraction * len(pool)))
     if n_valid >= len(pool):
         raise LogicDataError(
