@@ -95,8 +95,7 @@ class LogicClassifier(nn.Module):
 
     def features(self, a_tokens, a_lengths, b_tokens, b_lengths) -> torch.Tensor:
         """``[h1, h2, h1*h2, |h1-h2|]`` (B, 4H); both formulas go through the encoder in one call."""
-        n = a_tokens.shape[1]
-        t = max(a_tokens.shape[0], b_tokens.shape[0])
+        n, t = a_tokens.shape[1], max(a_tokens.shape[0], b_tokens.shape[0])
         both = torch.cat([F.pad(x, (0, 0, 0, t - x.shape[0])) for x in (a_tokens, b_tokens)], dim=1)  # (T, 2B)
         h = self.encode(both, torch.cat([a_lengths, b_lengths]))  # (2B, H)
         return pair_features(h[:n], h[n:])
