@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .data import Example, LogicDataError, read_examples
-from .model import LogicClassifier  # load_classifier lived here: callers import it from here too
+from .model import LogicClassifier  # load_classifier, once defined here, is in .model (and the package)
 from .relations import RELATIONS
 from .train import encode_examples, predict_encoded
 
