@@ -336,7 +336,8 @@ def test_train_then_eval_smoke(tiny_data, tmp_path, capsys):
     model, _ = load_classifier(run)
     tcfg = T.LogicTrainConfig.from_dict(cfg["train"])
     _, valid = T.split_train_valid(T.load_training_examples(tiny_data, tcfg), tcfg)
-    assert T.accuracy(model, T.encode_examples(valid)) == pytest.approx(best["valid_accuracy"])
+    flags = T.correct_flags(model, T.encode_examples(valid))
+    assert sum(flags) / len(flags) == pytest.approx(best["valid_accuracy"])
 
     capsys.readouterr()
     assert (
@@ -703,6 +704,18 @@ def test_resume_errors_and_cli(tiny_data, tmp_path, monkeypatch, capsys):
     assert "resuming" in capsys.readouterr().out
     assert main(_train_args(tiny_data, run, "--seed", "4", "--resume")) == 2
     assert "finished run; nothing to resume" in capsys.readouterr().err
+
+
+def test_compare_plot_marks_the_trained_lengths_of_the_runs(tiny_data, tmp_path, monkeypatch):
+    """The dashed 'unseen lengths' line of accuracy_by_length.png follows max_train_ops, not a fixed 6."""
+    from onlstm.logic import compare as C
+    from onlstm.logic import plots
+
+    marks, real_plot = [], plots.plot_accuracy_by_length
+    monkeypatch.setattr(plots, "plot_accuracy_by_length", lambda *a: marks.append(a[2]) or real_plot(*a))
+    cfg = T.LogicTrainConfig(epochs=1, batch_size=32, max_train_ops=4, progress=False)
+    res = C.compare(LogicModelConfig(**TINY, cell="lstm"), cfg, tiny_data, tmp_path, ["lstm"], log=None)
+    assert marks == [4] and res.plot.stat().st_size > 1000
 
 
 def test_compare_resumes_an_interrupted_run(tiny_data, tmp_path, monkeypatch, capsys):

@@ -103,12 +103,8 @@ def _detail(case: Case) -> str:
 
 
 def _errors(case: Case, kernel: str, device: torch.device) -> tuple[dict[str, float], dict[str, float]]:
-    """Per compared tensor: the kernel's error, and the error allowed.
-
-    Under autocast the allowed error is the larger of :data:`HALF_TOLERANCE` and twice the reference loop's
-    own error under the same autocast: rounding the products' inputs to 8 or 11 bits costs what it costs
-    over many steps at a large layer, and the kernel must only not be worse than the reference loop there.
-    """
+    """Per compared tensor: the kernel's error, and the error allowed (under autocast: the larger of
+    :data:`HALF_TOLERANCE` and twice the reference loop's own error there; docs/cli.md, `onlstm bench gpu`)."""
     T, B, I, H, C = case.shape
     torch.manual_seed(0)
     model = onlstm.ONLSTM(I, H, chunk_size=C, impl="reference", **case.layer).to(device)
@@ -200,15 +196,9 @@ def measure(shape: Shape, dtype: str, kernel: str, device: torch.device, repeats
         for name in times:
             times[name].append(seconds(models[name]))
     med = {k: statistics.median(v) for k, v in times.items()}
-    base = {"shape": label(shape), "dtype": dtype}
-    rows = []
-    for n in models:
-        if n in errors:
-            rows.append(base | {"impl": n, "error": errors[n]})
-        else:
-            ratios = {k: med[other] / med[n] if other in med else None for k, other in RATIOS.items()}
-            rows.append(base | {"impl": n, "tokens_per_s": T * B / med[n]} | ratios)
-    return rows
+    ratios = lambda n: {k: med[other] / med[n] if other in med else None for k, other in RATIOS.items()}
+    figures = lambda n: {"error": errors[n]} if n in errors else {"tokens_per_s": T * B / med[n]} | ratios(n)
+    return [{"shape": label(shape), "dtype": dtype, "impl": n} | figures(n) for n in models]
 
 
 def goals(rows: list[dict[str, Any]], paper: Shape, smoke: bool) -> list[dict[str, Any]]:
@@ -218,9 +208,7 @@ def goals(rows: list[dict[str, Any]], paper: Shape, smoke: bool) -> list[dict[st
         row = next((r for r in rows if (r["shape"], r["dtype"], r["impl"]) == (label(paper), dtype, "triton")), {})
         for key, target in GOALS:
             value = row.get(key)
-            if smoke:
-                status = "n/a (smoke: the interpreter is no speed)"
-            else:
-                status = "not measured" if value is None else "met" if value >= target else "not met"
+            status = "not measured" if value is None else "met" if value >= target else "not met"
+            status = "n/a (smoke: the interpreter is no speed)" if smoke else status
             out.append({"goal": f"triton {key} >= {target:g} ({dtype}, paper layer)", "value": value, "status": status})
     return out

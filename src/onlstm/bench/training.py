@@ -134,22 +134,14 @@ def _logic(prof, args, work: Path, steps: int) -> tuple[Record, Record]:
 
     def go() -> Record:
         model_cfg, train_cfg, data, out, _ = resolve_settings(_parse(argv))
-        result = train(model_cfg, train_cfg, data, out, log=None)
-        return {
-            "status": result.stopped_by,
-            "updates": result.steps,
-            "seconds": result.seconds,
-            "updates_per_s": result.steps / result.seconds if result.seconds > 0 else None,
-            "valid_accuracy": result.best_valid_accuracy,
-        }
+        r = train(model_cfg, train_cfg, data, out, log=None)
+        per_s = r.steps / r.seconds if r.seconds > 0 else None
+        figures = {"status": r.stopped_by, "updates": r.steps, "seconds": r.seconds, "updates_per_s": per_s}
+        return figures | {"valid_accuracy": r.best_valid_accuracy}
 
+    ok = lambda r: None if r["updates"] == steps else f"{r['status']} after {r['updates']} updates"
     auto = kernels.resolve_impl("auto", prof.device, torch.float32)
-    return _guarded(
-        f"logic train --config paper (impl auto: {auto})",
-        argv,
-        go,
-        lambda r: None if r["updates"] == steps else f"{r['status']} after {r['updates']} updates",
-    )
+    return _guarded(f"logic train --config paper (impl auto: {auto})", argv, go, ok)
 
 
 def _syneval(prof, args, work: Path) -> tuple[Record, Record]:

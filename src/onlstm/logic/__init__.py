@@ -2,6 +2,8 @@
 training, evaluation by length and comparison of encoders; ``onlstm logic …`` (docs/logic.md).
 """
 
+# ruff: noqa: F401  (the names imported below are the package's public API)
+
 from ..runs import RunKind, register_kind
 from .cli import train_command
 from .compare import CompareResult
@@ -40,51 +42,3 @@ from .train import LogicTrainConfig, TrainResult
 from .train import train as train_classifier  # not `train`: that name is the submodule
 
 register_kind(RunKind(KIND, "logic", LogicClassifier, train_command))
-
-__all__ = [
-    "FULL_SET",
-    "RELATIONS",
-    "RELATION_NAMES",
-    "VARIABLES",
-    "Binary",
-    "CompareResult",
-    "Example",
-    "Formula",
-    "FormulaSyntaxError",
-    "GenerateConfig",
-    "LengthAccuracy",
-    "LogicClassifier",
-    "LogicDataError",
-    "LogicModelConfig",
-    "LogicTrainConfig",
-    "Not",
-    "TrainResult",
-    "Var",
-    "bucket_of",
-    "check_file_numbers",
-    "compare_encoders",
-    "count_by_length",
-    "count_operators",
-    "evaluate_examples",
-    "format_line",
-    "format_table",
-    "generate_dataset",
-    "load_classifier",
-    "pad_batch",
-    "pair_features",
-    "parse",
-    "parse_line",
-    "predict",
-    "random_formula",
-    "read_examples",
-    "read_file",
-    "relabel_mismatches",
-    "relation",
-    "relation_of_sets",
-    "select",
-    "to_text",
-    "token_ids",
-    "train_classifier",
-    "truth_set",
-    "write_file",
-]

@@ -26,20 +26,15 @@ from .train import LogicTrainConfig, can_resume, run_header, train, validation_e
 @dataclass
 class CompareResult:
     out_dir: Path
-    runs: list[dict] = field(default_factory=list)
-    """per run: cell, seed, run_dir, train (summary), test (LengthAccuracy.to_dict())"""
-    results: dict[str, list[LengthAccuracy]] = field(default_factory=dict)
-    """per cell, the test results of its seeds, in seed order"""
+    runs: list[dict] = field(default_factory=list)  # per run: cell, seed, run_dir, train (summary), test
+    results: dict[str, list[LengthAccuracy]] = field(default_factory=dict)  # per cell, its seeds' test results
     baseline: LengthAccuracy | None = None
-    budget: str = ""
-    """the training budget every run shared, in words (:func:`budget_text`)"""
+    budget: str = ""  # the training budget every run shared, in words (:func:`budget_text`)
     interrupted: bool = False
     table: str = ""
-    plot: Path | None = None
-    curves: Path | None = None
-    """``OUT/training_curves.png``: validation and training accuracy against step for every run"""
-    curves_by_ops: Path | None = None
-    """``OUT/curves_by_ops.png``: validation accuracy against step by operator count (runs that record it)"""
+    plot: Path | None = None  # OUT/accuracy_by_length.png
+    curves: Path | None = None  # OUT/training_curves.png: validation and training accuracy against step
+    curves_by_ops: Path | None = None  # OUT/curves_by_ops.png: validation accuracy by operator count (if recorded)
 
 
 def compare(
@@ -82,14 +77,14 @@ def compare(
             if summary is None:  # interrupted: keep what is done, say so
                 res.interrupted = True
                 save()
-                return _finish(res, buckets)
+                return _finish(res, buckets, train_cfg.max_train_ops)
             acc = _score_run(run_dir, tcfg, scored(seed), f"{cell}, seed {seed}: {split}", log)
             res.results.setdefault(cell, []).append(acc)
             res.runs.append(
                 {"cell": cell, "seed": seed, "run_dir": str(run_dir), "train": summary, "test": acc.to_dict()}
             )
             save()
-    return _finish(res, buckets)
+    return _finish(res, buckets, train_cfg.max_train_ops)
 
 
 def budget_text(cfg: LogicTrainConfig) -> str:
@@ -137,14 +132,14 @@ def _train_or_reuse(
     return RunDir(run_dir).read_config()["result"]
 
 
-def _finish(res: CompareResult, buckets: list[int]) -> CompareResult:
+def _finish(res: CompareResult, buckets: list[int], max_train_ops: int) -> CompareResult:
     if not res.results:
         return res
     from .plots import plot_accuracy_by_length, plot_curves_by_ops, plot_training_curves
 
     rows = list(res.results.items())
     res.table = format_table(rows + [("majority label", [res.baseline])], buckets, counts=res.baseline)
-    res.plot = plot_accuracy_by_length(rows, res.out_dir / "accuracy_by_length.png")
+    res.plot = plot_accuracy_by_length(rows, res.out_dir / "accuracy_by_length.png", max_train_ops)
     curves = []
     for run in res.runs:
         try:

@@ -71,9 +71,7 @@ class LogicTrainConfig(Runtime):
     config_kind = "logic train config"
 
     max_train_ops: int = option(
-        6,
-        "train on pairs whose larger operator count is at most this (files train0 ... train{max_train_ops})",
-        bounds=(0, None),
+        6, "train on pairs whose larger operator count is <= this (files train0…train{max_train_ops})", bounds=(0, None)
     )
     valid_fraction: float = option(0.1, "share of those pairs held out for validation (early stopping)")
     max_train_examples: int | None = option(
@@ -92,9 +90,7 @@ class LogicTrainConfig(Runtime):
     )
     seed: int = seed_option(0, "seed of subset, split, init, dropout and batch order")
     epochs: int = option(
-        30,
-        "maximum epochs (passes over every training pair; a curriculum's shorter passes do not count)",
-        bounds=(1, None),
+        30, "maximum epochs (passes over all training pairs; a curriculum's short passes don't count)", bounds=(1, None)
     )
     batch_size: int = option(128, "pairs per step", bounds=(1, None))
     lr: float = option(1e-3, "Adam learning rate")
@@ -102,9 +98,7 @@ class LogicTrainConfig(Runtime):
     # Both models sit on a ~65% plateau for thousands of steps before they learn the operators; decaying after
     # every such check (lr_patience 1) kept the LSTM there for good.
     lr_patience: int = option(
-        3,
-        "validation checks in a row without improvement before each decay (the count then starts again)",
-        bounds=(1, None),
+        3, "validation checks in a row without improvement before each decay (then counted anew)", bounds=(1, None)
     )
     min_lr: float = option(1e-5, "never decay the learning rate below this")
     weight_decay: float = option(0.0, "Adam's (L2) weight decay; the authors' script: 1.2e-6", bounds=(0, None))

@@ -38,14 +38,10 @@ class Example:
     b: Formula
     ops_a: int
     ops_b: int
-    source: str
-    """path of the file it came from"""
-    line: int
-    """1-based line number in ``source``"""
-    split: str | None = None
-    """``train``/``test`` from the file name, ``None`` when the name does not say"""
-    file_number: int | None = None
-    """``k`` of ``train{k}``/``test{k}``, ``None`` when the name does not say"""
+    source: str  # path of the file it came from
+    line: int  # 1-based line number in ``source``
+    split: str | None = None  # ``train``/``test`` from the file name, ``None`` when the name does not say
+    file_number: int | None = None  # ``k`` of ``train{k}``/``test{k}``, ``None`` when the name does not say
 
     @property
     def max_ops(self) -> int:
@@ -131,12 +127,6 @@ def read_file(path: str | Path) -> list[Example]:
         return [parse_line(line, str(path), i, split, number) for i, line in enumerate(fh, start=1)]
 
 
-def find_split_files(directory: str | Path) -> list[tuple[str, int, Path]]:
-    """``(split, k, path)`` of the ``train{k}``/``test{k}`` files in ``directory``, sorted by split and k."""
-    found = [(*named, p) for p in Path(directory).iterdir() if (named := parse_file_name(p)) and p.is_file()]
-    return sorted(found, key=lambda t: (SPLITS.index(t[0]), t[1], t[2].name))
-
-
 def _check_split(split: str | None) -> None:
     if split is not None and split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: use 'train', 'test' or None for both")
@@ -215,7 +205,8 @@ def read_examples(
 
 def _read_directory(directory: Path, split: str | None, buckets: set[int] | None) -> list[Example]:
     """Examples of the directory's files of ``split`` whose number is in ``buckets``."""
-    files = find_split_files(directory)
+    found = [(*named, p) for p in directory.iterdir() if (named := parse_file_name(p)) and p.is_file()]
+    files = sorted(found, key=lambda t: (SPLITS.index(t[0]), t[1], t[2].name))  # by split, then k
     if not files:
         raise LogicDataError(
             f"{directory}: no train{{k}}/test{{k}} files here (expected names like train0 … train12, "

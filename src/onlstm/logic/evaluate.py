@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .data import Example, LogicDataError, read_examples
-from .model import LogicClassifier  # load_classifier lived here: callers import it from here too
+from .model import LogicClassifier  # load_classifier, once defined here, is in .model (and the package)
 from .relations import RELATIONS
 from .train import encode_examples, predict_encoded
 
@@ -125,9 +125,7 @@ def format_table(
 ) -> str:
     """A Markdown table of accuracies (%): one row per ``(name, results)`` (several: mean ± sample std), columns
     each length, then ``<=6``, ``7-12``, ``all`` pooled; ``counts`` adds a row of pairs per length."""
-    if lengths is None:
-        lengths = sorted({k for _, rs in rows for r in rs for k in r.lengths})
-    lengths = list(lengths)
+    lengths = sorted({k for _, rs in rows for r in rs for k in r.lengths}) if lengths is None else list(lengths)
     head = ["model"] + [str(k) for k in lengths] + list(SUMMARY_COLUMNS)
     body = []
     for name, results in rows:

@@ -106,7 +106,7 @@ class _Parser:
         if tok in VARIABLE_TRUTH_SETS:
             return Var(tok)
         if tok != "(":
-            raise self.fail(self._unexpected(tok, "a variable or '('"))
+            raise self.fail(f"expected a variable or '(', found {tok!r}")  # tokenize() let only known tokens in
         if self.peek() == "not":
             self.take()
             arg = self.formula()
@@ -122,17 +122,11 @@ class _Parser:
         self.take("(")
         op = self.take()
         if op not in BINARY_OPERATORS:
-            raise self.fail(self._unexpected(op, "'and' or 'or' after '( X ('"))
+            raise self.fail(f"expected 'and' or 'or' after '( X (', found {op!r}")
         right = self.formula()
         self.take(")")
         self.take(")")
         return Binary(op, left, right)
-
-    @staticmethod
-    def _unexpected(tok: str, expected: str) -> str:
-        if tok not in VOCABULARY:
-            return f"unknown token {tok!r} (vocabulary: {' '.join(VOCABULARY)})"
-        return f"expected {expected}, found {tok!r}"
 
 
 def tokenize(text: str) -> list[str]:
@@ -151,16 +145,12 @@ def tokenize(text: str) -> list[str]:
 
 
 def parse(text: str) -> Formula:
-    """Parse one formula written in the notation; ``to_text(parse(s)) == s`` for every valid ``s``.
-
-    Raises :class:`FormulaSyntaxError` naming the problem (unknown token, unbalanced brackets,
-    a construction outside the notation, trailing tokens).
-    """
-    tokens = tokenize(text)
-    p = _Parser(tokens, text)
+    """Parse one formula written in the notation; ``to_text(parse(s)) == s`` for every valid ``s``. Raises
+    :class:`FormulaSyntaxError` naming the problem (docs/logic.md, "Formulas and relations")."""
+    p = _Parser(tokenize(text), text)
     f = p.formula()
-    if p.pos != len(tokens):
-        raise p.fail(f"unexpected {tokens[p.pos]!r} after a complete formula (unbalanced brackets?)")
+    if p.pos != len(p.tokens):
+        raise p.fail(f"unexpected {p.tokens[p.pos]!r} after a complete formula (unbalanced brackets?)")
     return f
 
 

@@ -219,45 +219,32 @@ def _draw_distinct(bucket: int, wanted: int, rng: random.Random, cfg: GenerateCo
     return pairs, tries
 
 
-def _by_label(pairs: list[Pair]) -> dict[str, list[Pair]]:
-    """The pairs of each label (in :data:`RELATIONS` order), each list in the pairs' order."""
-    by_label: dict[str, list[Pair]] = {lab: [] for lab in RELATIONS}
-    for p in pairs:
-        by_label[p.label].append(p)
-    return by_label
-
-
 def water_fill(pairs: list[Pair], n: int) -> list[Pair]:
-    """Pick ``n`` of ``pairs`` (in their order) with the label counts as equal as possible: each label gets
-    ``min(available, level)``, ``level`` as high as ``n`` allows, the rest one each to labels with spare pairs."""
-    by_label = _by_label(pairs)
-    sizes = {lab: len(v) for lab, v in by_label.items()}
-    if sum(sizes.values()) <= n:
+    """Pick ``n`` of ``pairs`` (in their order) with the label counts as equal as possible: one at a time to the
+    label with the fewest so far among those with pairs left (ties: in :data:`RELATIONS` order)."""
+    if len(pairs) <= n:
         return list(pairs)
-    level = 0
-    while sum(min(s, level + 1) for s in sizes.values()) <= n:
-        level += 1
-    quota = {lab: min(s, level) for lab, s in sizes.items()}
-    spare = n - sum(quota.values())
-    for lab in RELATIONS:
-        if spare and sizes[lab] > quota[lab]:
-            quota[lab] += 1
-            spare -= 1
-    return [p for lab in RELATIONS for p in by_label[lab][: quota[lab]]]
+    quota = dict.fromkeys(RELATIONS, 0)
+    return _pick(pairs, n, quota, key=lambda lab: quota[lab])
 
 
 def fill_to_shares(pairs: list[Pair], n: int, shares: tuple[float, ...]) -> list[Pair]:
     """Pick ``n`` of ``pairs`` (in their order) with label ``RELATIONS[i]`` at about ``shares[i]``: each
     label gets ``round(n * share)`` pairs or all it has; the pairs still missing go one at a time to the
     label, among those with candidates left, that is furthest below its share (labels with share 0 last)."""
-    by_label = _by_label(pairs)
-    share = dict(zip(RELATIONS, shares))
-    quota = {lab: min(len(by_label[lab]), round(n * share[lab])) for lab in RELATIONS}
-    for _ in range(min(n, len(pairs)) - sum(quota.values())):
-        spare = [lab for lab in RELATIONS if len(by_label[lab]) > quota[lab]]
-        lab = min(spare, key=lambda lab: (quota[lab] + 1) / share[lab] if share[lab] > 0 else float("inf"))
-        quota[lab] += 1
-    return [p for lab in RELATIONS for p in by_label[lab][: quota[lab]]][:n]
+    sizes, share = Counter(p.label for p in pairs), dict(zip(RELATIONS, shares))
+    quota = {lab: min(sizes[lab], round(n * share[lab])) for lab in RELATIONS}
+    key = lambda lab: (quota[lab] + 1) / share[lab] if share[lab] > 0 else float("inf")
+    return _pick(pairs, min(n, len(pairs)), quota, key)[:n]
+
+
+def _pick(pairs: list[Pair], n: int, quota: dict[str, int], key) -> list[Pair]:
+    """Raise ``quota`` (pairs per label) one at a time up to ``n``, for the label with pairs left that ``key``
+    puts first; then the first ``quota[label]`` pairs of each label, in :data:`RELATIONS` order."""
+    by_label = {lab: [p for p in pairs if p.label == lab] for lab in RELATIONS}
+    for _ in range(n - sum(quota.values())):
+        quota[min((lab for lab in RELATIONS if len(by_label[lab]) > quota[lab]), key=key)] += 1
+    return [p for lab in RELATIONS for p in by_label[lab][: quota[lab]]]
 
 
 def generate_bucket(bucket: int, cfg: GenerateConfig) -> tuple[list[Pair], int]:

@@ -95,8 +95,7 @@ class LogicClassifier(nn.Module):
 
     def features(self, a_tokens, a_lengths, b_tokens, b_lengths) -> torch.Tensor:
         """``[h1, h2, h1*h2, |h1-h2|]`` (B, 4H); both formulas go through the encoder in one call."""
-        n = a_tokens.shape[1]
-        t = max(a_tokens.shape[0], b_tokens.shape[0])
+        n, t = a_tokens.shape[1], max(a_tokens.shape[0], b_tokens.shape[0])
         both = torch.cat([F.pad(x, (0, 0, 0, t - x.shape[0])) for x in (a_tokens, b_tokens)], dim=1)  # (T, 2B)
         h = self.encode(both, torch.cat([a_lengths, b_lengths]))  # (2B, H)
         return pair_features(h[:n], h[n:])
@@ -138,12 +137,9 @@ Evaluate it: `onlstm logic eval --checkpoint THIS_DIRECTORY --data DIR`.
 def load_classifier(
     checkpoint: str | Path, tag: str = "best", device: str | torch.device = "cpu"
 ) -> tuple[LogicClassifier, dict]:
-    """Model (on ``device``, eval mode) and header from a run directory or a ``.safetensors`` file inside one (the
-    loader of :meth:`LogicClassifier.from_pretrained`, evaluation and export).
-
-    Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when
-    the checkpoint is of another kind (e.g. a language model).
-    """
+    """Model (on ``device``, eval mode) and header from a run directory or a ``.safetensors`` file inside one.
+    Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when the
+    checkpoint is of another kind (e.g. a language model)."""
     build = lambda section: LogicClassifier(LogicModelConfig.from_dict(section))
     opts = {"vocab": _read_tokens, "check": _check_tokens, "what": "a logic classifier"}
     run = load_run(checkpoint, KIND, build, tag=tag, device=device, **opts, hint="train one with `onlstm logic train`")

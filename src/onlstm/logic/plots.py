@@ -16,12 +16,11 @@ from .evaluate import LengthAccuracy, mean_std
 
 
 def plot_accuracy_by_length(
-    rows: list[tuple[str, list[LengthAccuracy]]],
-    path: str | Path,
-    train_max_ops: int | None = 6,
+    rows: list[tuple[str, list[LengthAccuracy]]], path: str | Path, train_max_ops: int | None = 6
 ) -> Path:
     """Write a PNG (or any format matplotlib knows from the suffix) with one line per model: with several results
-    the mean, a band of ± one sample std and each run faintly; a dashed line after the longest length trained on."""
+    the mean, a band of ± one sample std and each run faintly; a dashed line after ``train_max_ops``, the longest
+    length trained on (the runs' ``max_train_ops``)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, results in rows:
         lengths = sorted({k for r in results for k in r.lengths})
@@ -47,17 +46,12 @@ def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path) -
     for name, history in runs:
         if not history:
             continue
-        steps = [r["step"] for r in history]
-        kw = {"color": colours[name]} if name in colours else {"label": f"{name} validation"}
+        steps, first = [r["step"] for r in history], name not in colours
+        kw = {"label": f"{name} validation"} if first else {"color": colours[name]}
         (line,) = ax.plot(steps, [100 * r["valid_accuracy"] for r in history], **kw)
-        if name not in colours:
-            colours[name] = line.get_color()
-            kw = {"label": f"{name} training (running, with dropout)"}
-        else:
-            kw = {}
-        ax.plot(
-            steps, [100 * r["train_accuracy"] for r in history], color=colours[name], linestyle=":", linewidth=1, **kw
-        )
+        colour = colours.setdefault(name, line.get_color())
+        kw = {"label": f"{name} training (running, with dropout)"} if first else {}
+        ax.plot(steps, [100 * r["train_accuracy"] for r in history], color=colour, linestyle=":", linewidth=1, **kw)
     return _save(fig, ax, path, "training step", "accuracy (%)", legend_size=8)
 
 

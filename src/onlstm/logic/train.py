@@ -34,8 +34,7 @@ class TrainResult:
     steps: int
     epochs: float
     seconds: float
-    stopped_by: str
-    """``epochs``, ``patience``, ``time_limit``, ``max_steps`` or ``interrupted``"""
+    stopped_by: str  # ``epochs``, ``patience``, ``time_limit``, ``max_steps`` or ``interrupted``
     n_train: int
     n_valid: int
     history: list[dict] = field(default_factory=list)
@@ -87,8 +86,7 @@ def split_train_valid(examples: list[Example], cfg: LogicTrainConfig) -> tuple[l
     rng = random.Random(f"onlstm-logic-split/{cfg.seed}")
     pool = list(examples)
     rng.shuffle(pool)
-    if cfg.max_train_examples is not None:
-        pool = pool[: cfg.max_train_examples]
+    pool = pool[: cfg.max_train_examples]  # None: all
     n_valid = max(1, round(cfg.valid_fraction * len(pool)))
     if n_valid >= len(pool):
         raise LogicDataError(
@@ -155,11 +153,6 @@ def predict_encoded(model: LogicClassifier, data: list[Encoded], batch_size: int
 def correct_flags(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[bool]:
     """Per pair, whether its predicted class is the label."""
     return [p == e[2] for p, e in zip(predict_encoded(model, data, batch_size), data, strict=True)]
-
-
-def accuracy(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> float:
-    """Fraction of pairs whose predicted class is the label."""
-    return sum(correct_flags(model, data, batch_size)) / len(data)
 
 
 def accuracy_by_ops(flags: list[bool], ops: list[int]) -> dict[str, float]:
@@ -231,12 +224,10 @@ def train(
     replace: bool = False,
 ) -> TrainResult:
     """Train a classifier on ``data`` (a directory of ``train{k}`` files, or one file) into run dir ``out``.
-
     ``resume=True`` goes on from the resume file in ``out`` (same settings required); otherwise a directory
     holding a run is refused, unless ``replace=True`` (``logic compare`` retraining its own run) and it is a
     logic run. On Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last weights and the
-    resume file (the best checkpoint is kept).
-    """
+    resume file (the best checkpoint is kept)."""
     log = log or (lambda _msg: None)
     run = RunDir(out).check_output(resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
     out = run.path
@@ -269,10 +260,8 @@ def _train_locked(model_cfg, cfg, data, out: Path, log, resume: bool) -> TrainRe
 
 
 class LogicTask:
-    """The classifier's part of a training run (run by :class:`~onlstm.runs.engine.Engine`): passes over the
-    pairs (with the length curriculum), the update, validation by operator count, the plateau schedule and the
-    run's files. ``Progress.task`` carries the schedule's count, the running training figures, the operator
-    bound of the pass in progress and the batch-order generator's state at its start."""
+    """The classifier's part of a training run (run by :class:`~onlstm.runs.engine.Engine`); ``Progress.task``
+    carries the schedule's count, the running training figures, the pass's operator bound and batch-order state."""
 
     def __init__(
         self,
