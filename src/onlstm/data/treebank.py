@@ -124,8 +124,7 @@ def file_section(path: str | Path) -> str | None:
     """The WSJ section (``'00'`` .. ``'24'``) of a file: ``SS`` in ``wsj_SSNN.mrg``, else a two-digit
     parent directory name, else ``None``."""
     path = Path(path)
-    m = _SECTION_IN_NAME.match(path.name)
-    if m:
+    if m := _SECTION_IN_NAME.match(path.name):
         return m.group(1)
     return path.parent.name if re.fullmatch(r"\d\d", path.parent.name) else None
 
@@ -133,17 +132,15 @@ def file_section(path: str | Path) -> str | None:
 def _section_names(sections: Iterable[int | str] | int | str | None) -> tuple[str, ...] | None:
     if sections is None:
         return None
-    if isinstance(sections, (int, str)):
-        sections = [sections]
-    names = []
-    for s in sections:
+    names = set()
+    for s in [sections] if isinstance(sections, (int, str)) else sections:
         text = str(s).strip()
         if not text.isdigit() or int(text) > 99:
             raise ValueError(f"a WSJ section is a number such as 23 or '00', got {s!r}")
-        names.append(f"{int(text):02d}")
+        names.add(f"{int(text):02d}")
     if not names:
         raise ValueError("sections is empty; pass None for all sections")
-    return tuple(sorted(set(names)))
+    return tuple(sorted(names))
 
 
 def find_mrg_files(directory: str | Path, sections: Iterable[int | str] | int | str | None = None) -> list[Path]:

@@ -66,10 +66,8 @@ def baseline_trees(name: str, sentences: Sequence[Sequence[str]], seed: int = 0)
     ``random.Random(seed)`` for the sentences in order)."""
     if name not in BASELINES:
         raise ValueError(f"unknown baseline {name!r}; choose one of {sorted(BASELINES)}")
-    if name == "random":
-        rng = random.Random(seed)
-        return [random_tree(s, rng) for s in sentences]
-    return [BASELINES[name](s) for s in sentences]
+    build = functools.partial(random_tree, rng=random.Random(seed)) if name == "random" else BASELINES[name]
+    return [build(s) for s in sentences]
 
 
 _METRICS = ("sentence_f1", "corpus_f1", "evalb_f1")

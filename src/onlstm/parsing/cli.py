@@ -399,12 +399,9 @@ def _cmd_plot(args) -> int:
         words, _dropped = normalise_words(tokenize(args.sentence, lm.normalisation), lm.normalisation)
         if not words:
             raise ValueError("the sentence has no word left after normalisation")
-        gold = None
-        if args.gold:
-            gold = parse_brackets(args.gold)
-            gold = unlabel(gold) if isinstance(gold, LabelledTree) else gold
-            if [w.lower() for w in leaves(gold)] != words:
-                raise ValueError(f"the gold tree's words {leaves(gold)} differ from the sentence's {words}")
+        gold = unlabel(parse_brackets(args.gold)) if args.gold else None  # a labelled tree loses its labels
+        if gold is not None and [w.lower() for w in leaves(gold)] != words:
+            raise ValueError(f"the gold tree's words {leaves(gold)} differ from the sentence's {words}")
     except (ValueError, OSError) as err:
         raise command_error(err) from None
     paths = plot_sentence(lm.model, lm.vocab, words, args.out, gold=gold, layer=layer)
