@@ -184,11 +184,6 @@ def _copy(src, tmp) -> None:
         shutil.copyfileobj(src, f, CHUNK)
 
 
-def download_ptb(to: Path, url: str = PTB_URL, timeout: float = 30.0, force: bool = False, log=print) -> list[Path]:
-    """Download the three PTB files into ``to``; files already there with the right checksum are kept."""
-    return download("ptb", to, url=url, timeout=timeout, force=force, log=log)
-
-
 # --------------------------------------------------------------------------- command line
 
 

@@ -36,9 +36,8 @@ def split_file(data_dir: Path, split: str) -> Path:
             "--to DIR` fetches them)"
         )
     candidates = [data_dir / f"ptb.{split}.txt", data_dir / f"{split}.txt"]
-    for c in candidates:
-        if c.is_file():
-            return c
+    if found := next((c for c in candidates if c.is_file()), None):
+        return found
     raise CorpusError(
         f"{data_dir} has no {split} file (looked for {candidates[0].name} and {candidates[1].name}); "
         "a corpus directory needs ptb.train.txt, ptb.valid.txt and ptb.test.txt "
@@ -194,8 +193,6 @@ def load_corpus(
     """Read the corpus in ``data_dir``, streaming each file. The vocabulary is ``vocab`` if given, else the
     folder's ``vocab.txt`` if any, else built from the training file, capped at ``max_vocab`` words when
     not 0; words a ``vocab.txt`` or the cap leave out become ``<unk>``."""
-    if oov not in OOV_POLICIES:
-        raise CorpusError(f"oov must be one of {OOV_POLICIES}, got {oov!r}")
     train_path = split_file(data_dir, "train")
     counts, _ = count_words(train_path)
     closed = UNK in counts

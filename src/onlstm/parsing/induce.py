@@ -78,13 +78,10 @@ def sentence_distances(
     model.eval()
     eos = vocab.index[EOS]
     device = model.embedding.weight.device
-    encoded, unknown = [], 0
-    for s in sentences:
-        if len(s) == 0:
-            raise ValueError("cannot parse an empty sentence")
-        ids, unk = vocab.encode(s)
-        encoded.append(ids)
-        unknown += unk
+    if any(len(s) == 0 for s in sentences):
+        raise ValueError("cannot parse an empty sentence")
+    pairs = [vocab.encode(s) for s in sentences]
+    encoded, unknown = [ids for ids, _ in pairs], sum(n for _, n in pairs)
     order = sorted(range(len(encoded)), key=lambda k: -len(encoded[k]))
     forget: list = [None] * len(encoded)
     inputs: list = [None] * len(encoded)

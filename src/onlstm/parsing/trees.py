@@ -9,9 +9,6 @@ from collections.abc import Sequence
 from ..data.trees import *  # noqa: F403  (the re-export)
 from ..data.trees import Tree, _check_words
 
-# ----------------------------------------------------------------------------------------------------
-# distances -> tree
-
 
 def build_tree(words: Sequence[str], distances: Sequence[float]) -> Tree:
     """The reference greedy top-down builder (Shen et al. 2019) from per-word syntactic distances.
