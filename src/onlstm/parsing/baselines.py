@@ -70,9 +70,6 @@ def baseline_trees(name: str, sentences: Sequence[Sequence[str]], seed: int = 0)
     return [build(s) for s in sentences]
 
 
-_METRICS = ("sentence_f1", "corpus_f1", "evalb_f1")
-
-
 def random_baseline_scores(gold: Sequence[object], draws: int = 5, seed: int = 0) -> dict[str, dict[str, float]]:
     """``{metric: {"mean", "std", "min", "max", "draws"}}`` of the random baseline's sentence, corpus and
     EVALB-style F1 over ``draws`` draws from one ``random.Random(seed)`` (``std``: sample, 0 for one draw)."""
@@ -81,11 +78,8 @@ def random_baseline_scores(gold: Sequence[object], draws: int = 5, seed: int = 0
     gold = list(gold)
     sentences = [leaves(g) for g in gold]
     rng = random.Random(seed)
-    values: dict[str, list[float]] = {k: [] for k in _METRICS}
-    for _ in range(draws):
-        scores = f1_scores(gold, [random_tree(s, rng) for s in sentences])
-        for k in _METRICS:
-            values[k].append(scores[k].f1)
+    scores = [f1_scores(gold, [random_tree(s, rng) for s in sentences]) for _ in range(draws)]
+    values = {k: [sc[k].f1 for sc in scores] for k in scores[0]}  # sentence, corpus, EVALB-style
     return {
         k: {
             "mean": statistics.fmean(v),
@@ -106,9 +100,7 @@ def score_baselines(gold: Sequence[object], draws: int = 5, seed: int = 0) -> di
     out: dict[str, dict[str, float]] = {}
     for name in BASELINES:
         if name == "random":
-            rnd = random_baseline_scores(gold, draws=draws, seed=seed)
-            out[name] = {k: v["mean"] for k, v in rnd.items()}
+            out[name] = {k: v["mean"] for k, v in random_baseline_scores(gold, draws=draws, seed=seed).items()}
         else:
-            scores = f1_scores(gold, baseline_trees(name, sentences))
-            out[name] = {k: scores[k].f1 for k in _METRICS}
+            out[name] = {k: sc.f1 for k, sc in f1_scores(gold, baseline_trees(name, sentences)).items()}
     return out

@@ -92,12 +92,10 @@ def sentence_distances(
         for b, k in enumerate(idx):
             tokens[1 : len(encoded[k]) + 1, b] = torch.tensor(encoded[k])
         _, _, extras = model(tokens.to(device), return_distances=True)
-        df = torch.stack([d.forget for d in extras["distances"]]).cpu()  # (layers, T, B)
-        di = torch.stack([d.input for d in extras["distances"]]).cpu()
-        for b, k in enumerate(idx):
+        df, di = (torch.stack([getattr(d, g) for d in extras["distances"]]).cpu() for g in ("forget", "input"))
+        for b, k in enumerate(idx):  # df, di: (layers, T, B)
             n = len(encoded[k])
-            forget[k] = df[:, 1 : n + 1, b].clone()
-            inputs[k] = di[:, 1 : n + 1, b].clone()
+            forget[k], inputs[k] = df[:, 1 : n + 1, b].clone(), di[:, 1 : n + 1, b].clone()
     return forget, inputs, unknown
 
 
