@@ -154,19 +154,15 @@ def encode_split(
     if oov not in OOV_POLICIES:
         raise CorpusError(f"oov must be one of {OOV_POLICIES}, got {oov!r}")
     strict = oov == "error" or (oov == "auto" and closed_vocab and not limited)
-    if lines is None:
-        total = sum(len(w) for w in iter_lines(path))
-        lines = iter_lines(path)
-    else:
-        lines = list(lines)
-        total = sum(len(w) for w in lines)
+    given = None if lines is None else list(lines)
+    total = sum(len(w) for w in (iter_lines(path) if given is None else given))
     ids = torch.empty(total, dtype=torch.int64)
     unk, get = vocab.unk_id, vocab.index.get
     why = "the training text contains <unk>, so the corpus claims a closed vocabulary"
     why = why if closed_vocab and oov == "auto" else f"oov policy is {oov!r}"
     pos = n_lines = unknown = 0
     block: list[int] = []
-    for n_lines, words in enumerate(lines, 1):
+    for n_lines, words in enumerate(iter_lines(path) if given is None else given, 1):
         line = [get(w, -1) for w in words]
         if -1 in line:
             if strict or unk is None:
