@@ -150,31 +150,24 @@ _WORD = re.compile(r"[^\s()]+")
 def to_brackets(tree: object) -> str:
     """One-line bracket string of an unlabelled tree or an ``nltk.Tree``, of any depth; a word that is
     empty or holds spaces or parentheses raises ``ValueError``."""
-    pieces: list[str] = []
-    space = False  # whether the next piece is separated from the previous one
+    pieces: list[str] = []  # "(" + label + " " opens a labelled node, "(" an unlabelled one
     stack: list[object] = [tree]
     while stack:
         node = stack.pop()
         if node is _CLOSE:
             pieces.append(")")
-            space = True
-            continue
-        if isinstance(node, str):
+        elif isinstance(node, str):
             if _WORD.fullmatch(node) is None:
                 raise ValueError(
                     f"cannot write the word {node!r} in bracket notation (empty, or has spaces or parentheses)"
                 )
-            pieces.append(" " + node if space else node)
-            space = True
-            continue
-        if not isinstance(node, _NODE_TYPES):
+            pieces.append(node)
+        elif isinstance(node, _NODE_TYPES):
+            pieces.append(f"({node.label()} " if isinstance(node, LabelledTree) else "(")
+            stack += [_CLOSE, *reversed(list(node))]
+        else:
             raise _not_a_tree(node)
-        label = isinstance(node, LabelledTree)
-        pieces.append((" (" if space else "(") + (str(node.label()) if label else ""))
-        space = label
-        stack.append(_CLOSE)
-        stack.extend(reversed(list(node)))
-    return "".join(pieces)
+    return "".join(p if p == ")" or not i or pieces[i - 1][-1] in "( " else " " + p for i, p in enumerate(pieces))
 
 
 _CLOSE = object()  # the end of a constituent on to_brackets' stack

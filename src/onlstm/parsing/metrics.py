@@ -195,7 +195,6 @@ def evaluate(gold: Sequence[object], pred: Sequence[object]) -> ParseEvaluation:
     """All metrics at once.  Label recall is computed when every gold tree is an ``nltk.Tree``."""
     gold, pred = list(gold), list(pred)
     infos = _infos(gold, pred)
-    labelled = all(isinstance(g, LabelledTree) for g in gold)
     scores = _f1_scores(infos).values()  # sentence, corpus, EVALB-style
-    recall = _label_recall(gold, infos) if labelled else None
+    recall = _label_recall(gold, infos) if all(isinstance(g, LabelledTree) for g in gold) else None
     return ParseEvaluation(*scores, average_depth(gold), average_depth(pred), recall)
