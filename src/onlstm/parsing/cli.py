@@ -255,7 +255,7 @@ def _cmd_parse(args) -> int:
     parsed = {line: (words, dist, tree) for words, dist, tree, line in zip(sentences, forget, trees, numbers)}
     for line in range(1, max(numbers + empty) + 1):  # one output per input line, in order
         _print_parse(args.format, line, parsed.get(line), lm.vocab)
-    total = sum(len(s) for s in sentences)
+    total = sum(map(len, sentences))
     notes = [f"{len(sentences)} sentences, {total} words, {unknown} unknown to the model (mapped to <unk>)"]
     if dropped:
         notes.append(f"{dropped} punctuation tokens dropped (the model's text has none)")
@@ -274,11 +274,10 @@ def _print_parse(fmt: str, line: int, item, vocab) -> None:
         distances = [] if dist is None else [[round(v, 5) for v in r] for r in dist.tolist()]
         tree = None if tree is None else to_brackets(tree)
         print(json.dumps({"line": line, "words": words, "tree": tree, "unknown": unknown, "distances": distances}))
+    elif fmt == "pretty" and item is None:
+        print(f"(line {line}: nothing to parse)")
     elif fmt == "pretty":
-        if item is None:
-            print(f"(line {line}: nothing to parse)")
-        else:
-            _pretty(item[2])
+        _pretty(item[2])
     else:
         print("" if item is None else to_brackets(item[2]))
 
