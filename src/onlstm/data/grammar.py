@@ -57,10 +57,6 @@ class Grammar:
         if not 1 <= self.min_words <= self.max_words:
             raise ValueError("need 1 <= min_words <= max_words")
 
-    @property
-    def words(self) -> list[str]:
-        return sorted({w for ws in self.lexicon.values() for w in ws})
-
     def _expand(self, sym: str, rng: random.Random, depth: int) -> Tree:
         if sym in self.lexicon:
             return Tree(sym, [rng.choice(self.lexicon[sym])])

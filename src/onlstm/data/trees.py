@@ -253,15 +253,12 @@ def detect_format(texts: Iterable[str]) -> str:
 def parse_tree_lines(lines: Sequence[str], fmt: str = "auto", source: str = "<input>") -> list[Tree | LabelledTree]:
     """One tree per line, ``fmt`` (one of :data:`FORMATS`; auto: :func:`detect_format`) for all lines.
     Trailing blank lines are ignored; another blank line, or a line that is not a tree, raises
-    :class:`TreeFormatError` naming ``source`` and the 1-based line."""
+    :class:`TreeFormatError` naming ``source`` and the first such 1-based line."""
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
     lines = list(lines)
     while lines and not lines[-1].strip():
         lines.pop()
-    for k, line in enumerate(lines, 1):
-        if not line.strip():
-            raise TreeFormatError(f"{source} line {k}: empty line; write exactly one tree per line")
     if fmt == "auto":
         try:
             fmt = detect_format(lines)
@@ -270,6 +267,8 @@ def parse_tree_lines(lines: Sequence[str], fmt: str = "auto", source: str = "<in
     out = []
     for k, line in enumerate(lines, 1):
         try:
+            if not line.strip():  # detect_format skipped it
+                raise TreeFormatError("empty line; write exactly one tree per line")
             out.append(parse_brackets(line, labelled=(fmt == "labelled")))
         except TreeFormatError as err:
             raise TreeFormatError(f"{source} line {k}: {err}") from None

@@ -75,8 +75,7 @@ def _counts(infos: list[_Info], include_root: bool) -> list[tuple[int, int, int]
 
 def sentence_prf(gold_tree: object, pred_tree: object) -> tuple[float, float, float]:
     """``(precision, recall, f1)`` of one sentence under the :func:`sentence_f1` convention."""
-    ((m, p, g),) = _counts(_infos([gold_tree], [pred_tree]), include_root=False)
-    return prf_from_counts(m, p, g)
+    return prf_from_counts(*_counts(_infos([gold_tree], [pred_tree]), include_root=False)[0])
 
 
 _CONVENTIONS = {
