@@ -50,22 +50,18 @@ def _normalise(node: LabelledTree) -> LabelledTree | None:
     if _is_preterminal(node):
         tag = node.label()
         return LabelledTree(tag, [normalise_word(node[0])]) if tag in WORD_TAGS else None
-    kids = []
-    for child in node:
-        if isinstance(child, str):
-            raise ValueError(
-                f"the word {child!r} is directly under ({node.label()} ...), not inside a (TAG word) pre-terminal"
-            )
-        new = _normalise(child)
-        if new is not None:
-            kids.append(new)
+    word = next((c for c in node if isinstance(c, str)), None)
+    if word is not None:
+        raise ValueError(
+            f"the word {word!r} is directly under ({node.label()} ...), not inside a (TAG word) pre-terminal"
+        )
+    kids = [k for k in map(_normalise, node) if k is not None]
     if not kids:
         return None
     label = strip_function_tags(node.label())
-    if len(kids) == 1 and not _is_preterminal(kids[0]):
+    if len(kids) == 1 and not _is_preterminal(kids[0]):  # a unary chain: one node, labels joined by "+"
         only = kids[0]
-        joined = only.label() if not label else f"{label}+{only.label()}"
-        return LabelledTree(joined, list(only))
+        return LabelledTree(f"{label}+{only.label()}" if label else only.label(), list(only))
     return LabelledTree(label, kids)
 
 
