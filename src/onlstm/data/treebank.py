@@ -258,21 +258,18 @@ def load_treebank(
         raw = read_mrg_file(path)
         if not raw:
             empty_files.append(rel)
-        section = file_section(path)
+        trees_read += len(raw)
         for k, tree in enumerate(raw):
-            trees_read += 1
             try:
                 norm = normalise_tree(tree)
             except ValueError as err:
                 raise TreebankError(f"{path}: tree {k + 1}: {err}") from None
             if norm is None:
                 skipped_empty += 1
-                continue
-            words = tuple(norm.leaves())
-            if max_length is not None and len(words) > max_length:
+            elif max_length is not None and len(norm.leaves()) > max_length:
                 skipped_long += 1
-                continue
-            sentences.append(GoldSentence(words, unlabel(norm), norm, rel, k, section))
+            else:
+                sentences.append(GoldSentence(tuple(norm.leaves()), unlabel(norm), norm, rel, k, file_section(path)))
     found_sections = tuple(sorted({s for s in map(file_section, files) if s is not None}))
     bank = Treebank(
         sentences, root, files, trees_read, skipped_empty, skipped_long, max_length, found_sections, empty_files
