@@ -49,14 +49,12 @@ def _nodes(tree: object) -> tuple[int, list[tuple[int, int, object]]]:
             if pos == begin:
                 raise TreeFormatError(f"a constituent without words at word position {begin}: {n!r}")
             out.append((begin, pos, n))
-            continue
-        if isinstance(n, str):
+        elif isinstance(n, str):
             pos += 1
-            continue
-        if not isinstance(n, _NODE_TYPES):
+        elif isinstance(n, _NODE_TYPES):
+            stack += [(n, pos, True), *((c, 0, False) for c in reversed(list(n)))]
+        else:
             raise _not_a_tree(n)
-        stack.append((n, pos, True))
-        stack.extend((c, 0, False) for c in reversed(list(n)))
     return pos, out
 
 
