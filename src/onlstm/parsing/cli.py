@@ -351,12 +351,10 @@ def _cmd_eval_parse(args) -> int:
 
 def _write_trees(out: Path, trees: dict, n_layers: int) -> list[str]:
     """One file of bracketed trees per layer (``out`` itself when a single layer was scored)."""
-    written = []
-    for l, pred in trees.items():
-        path = out if n_layers == 1 else out.with_name(f"{out.stem}.layer{l + 1}.txt")
-        write_text(path, "\n".join(to_brackets(t) for t in pred) + "\n")
-        written.append(str(path))
-    return written
+    paths = {l: out if n_layers == 1 else out.with_name(f"{out.stem}.layer{l + 1}.txt") for l in trees}
+    for l, path in paths.items():
+        write_text(path, "\n".join(to_brackets(t) for t in trees[l]) + "\n")
+    return [str(p) for p in paths.values()]
 
 
 def _print_eval_parse(summary: str, scores, random_draws: int, written: list[str]) -> None:
