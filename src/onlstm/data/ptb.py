@@ -85,8 +85,7 @@ def vocab_from_counts(counts: Counter, max_size: int = 0) -> Vocab:
     if max_size:
         if max_size < 3:
             raise CorpusError(f"the vocabulary cap must be at least 3 (<eos>, <unk> and a word), got {max_size}")
-        rank = {w: i for i, w in enumerate(words)}
-        kept = set(sorted(words, key=lambda w: (-counts[w], rank[w]))[: max_size - 2])
+        kept = set(sorted(words, key=lambda w: -counts[w])[: max_size - 2])  # a stable sort: ties in seen order
         words = [w for w in words if w in kept]
     return Vocab([EOS, UNK, *words])
 
