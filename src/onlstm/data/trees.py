@@ -106,16 +106,14 @@ def labelled_spans(tree: LabelledTree, *, include_root: bool = False, min_length
     if not isinstance(tree, LabelledTree):
         raise TypeError(f"labelled_spans needs an nltk.Tree with labels, got {type(tree).__name__}")
     n, nodes = _nodes(tree)
-    out: set[LabelledSpan] = set()
-    for s, e, node in nodes:
-        if not isinstance(node, LabelledTree) or _is_preterminal(node):
-            continue
-        if e - s < min_length or (not include_root and (s, e) == (0, n)):
-            continue
-        for part in node.label().split("+"):
-            if part:
-                out.add((s, e, strip_function_tags(part)))
-    return out
+    return {
+        (s, e, strip_function_tags(part))
+        for s, e, node in nodes
+        if isinstance(node, LabelledTree) and not _is_preterminal(node)
+        if e - s >= min_length and (include_root or (s, e) != (0, n))
+        for part in node.label().split("+")
+        if part
+    }
 
 
 def word_depths(tree: object) -> list[int]:
