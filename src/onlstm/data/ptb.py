@@ -36,9 +36,8 @@ def split_file(data_dir: Path, split: str) -> Path:
             "--to DIR` fetches them)"
         )
     candidates = [data_dir / f"ptb.{split}.txt", data_dir / f"{split}.txt"]
-    for c in candidates:
-        if c.is_file():
-            return c
+    if found := next((c for c in candidates if c.is_file()), None):
+        return found
     raise CorpusError(
         f"{data_dir} has no {split} file (looked for {candidates[0].name} and {candidates[1].name}); "
         "a corpus directory needs ptb.train.txt, ptb.valid.txt and ptb.test.txt "
@@ -86,8 +85,7 @@ def vocab_from_counts(counts: Counter, max_size: int = 0) -> Vocab:
     if max_size:
         if max_size < 3:
             raise CorpusError(f"the vocabulary cap must be at least 3 (<eos>, <unk> and a word), got {max_size}")
-        rank = {w: i for i, w in enumerate(words)}
-        kept = set(sorted(words, key=lambda w: (-counts[w], rank[w]))[: max_size - 2])
+        kept = set(sorted(words, key=lambda w: -counts[w])[: max_size - 2])  # a stable sort: ties in seen order
         words = [w for w in words if w in kept]
     return Vocab([EOS, UNK, *words])
 
@@ -155,19 +153,15 @@ def encode_split(
     if oov not in OOV_POLICIES:
         raise CorpusError(f"oov must be one of {OOV_POLICIES}, got {oov!r}")
     strict = oov == "error" or (oov == "auto" and closed_vocab and not limited)
-    if lines is None:
-        total = sum(len(w) for w in iter_lines(path))
-        lines = iter_lines(path)
-    else:
-        lines = list(lines)
-        total = sum(len(w) for w in lines)
+    given = None if lines is None else list(lines)
+    total = sum(len(w) for w in (iter_lines(path) if given is None else given))
     ids = torch.empty(total, dtype=torch.int64)
     unk, get = vocab.unk_id, vocab.index.get
     why = "the training text contains <unk>, so the corpus claims a closed vocabulary"
     why = why if closed_vocab and oov == "auto" else f"oov policy is {oov!r}"
     pos = n_lines = unknown = 0
     block: list[int] = []
-    for n_lines, words in enumerate(lines, 1):
+    for n_lines, words in enumerate(iter_lines(path) if given is None else given, 1):
         line = [get(w, -1) for w in words]
         if -1 in line:
             if strict or unk is None:
@@ -194,8 +188,6 @@ def load_corpus(
     """Read the corpus in ``data_dir``, streaming each file. The vocabulary is ``vocab`` if given, else the
     folder's ``vocab.txt`` if any, else built from the training file, capped at ``max_vocab`` words when
     not 0; words a ``vocab.txt`` or the cap leave out become ``<unk>``."""
-    if oov not in OOV_POLICIES:
-        raise CorpusError(f"oov must be one of {OOV_POLICIES}, got {oov!r}")
     train_path = split_file(data_dir, "train")
     counts, _ = count_words(train_path)
     closed = UNK in counts

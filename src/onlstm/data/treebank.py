@@ -50,22 +50,18 @@ def _normalise(node: LabelledTree) -> LabelledTree | None:
     if _is_preterminal(node):
         tag = node.label()
         return LabelledTree(tag, [normalise_word(node[0])]) if tag in WORD_TAGS else None
-    kids = []
-    for child in node:
-        if isinstance(child, str):
-            raise ValueError(
-                f"the word {child!r} is directly under ({node.label()} ...), not inside a (TAG word) pre-terminal"
-            )
-        new = _normalise(child)
-        if new is not None:
-            kids.append(new)
+    word = next((c for c in node if isinstance(c, str)), None)
+    if word is not None:
+        raise ValueError(
+            f"the word {word!r} is directly under ({node.label()} ...), not inside a (TAG word) pre-terminal"
+        )
+    kids = [k for k in map(_normalise, node) if k is not None]
     if not kids:
         return None
     label = strip_function_tags(node.label())
-    if len(kids) == 1 and not _is_preterminal(kids[0]):
+    if len(kids) == 1 and not _is_preterminal(kids[0]):  # a unary chain: one node, labels joined by "+"
         only = kids[0]
-        joined = only.label() if not label else f"{label}+{only.label()}"
-        return LabelledTree(joined, list(only))
+        return LabelledTree(f"{label}+{only.label()}" if label else only.label(), list(only))
     return LabelledTree(label, kids)
 
 
@@ -124,8 +120,7 @@ def file_section(path: str | Path) -> str | None:
     """The WSJ section (``'00'`` .. ``'24'``) of a file: ``SS`` in ``wsj_SSNN.mrg``, else a two-digit
     parent directory name, else ``None``."""
     path = Path(path)
-    m = _SECTION_IN_NAME.match(path.name)
-    if m:
+    if m := _SECTION_IN_NAME.match(path.name):
         return m.group(1)
     return path.parent.name if re.fullmatch(r"\d\d", path.parent.name) else None
 
@@ -133,17 +128,15 @@ def file_section(path: str | Path) -> str | None:
 def _section_names(sections: Iterable[int | str] | int | str | None) -> tuple[str, ...] | None:
     if sections is None:
         return None
-    if isinstance(sections, (int, str)):
-        sections = [sections]
-    names = []
-    for s in sections:
+    names = set()
+    for s in [sections] if isinstance(sections, (int, str)) else sections:
         text = str(s).strip()
         if not text.isdigit() or int(text) > 99:
             raise ValueError(f"a WSJ section is a number such as 23 or '00', got {s!r}")
-        names.append(f"{int(text):02d}")
+        names.add(f"{int(text):02d}")
     if not names:
         raise ValueError("sections is empty; pass None for all sections")
-    return tuple(sorted(set(names)))
+    return tuple(sorted(names))
 
 
 def find_mrg_files(directory: str | Path, sections: Iterable[int | str] | int | str | None = None) -> list[Path]:
@@ -265,21 +258,18 @@ def load_treebank(
         raw = read_mrg_file(path)
         if not raw:
             empty_files.append(rel)
-        section = file_section(path)
+        trees_read += len(raw)
         for k, tree in enumerate(raw):
-            trees_read += 1
             try:
                 norm = normalise_tree(tree)
             except ValueError as err:
                 raise TreebankError(f"{path}: tree {k + 1}: {err}") from None
             if norm is None:
                 skipped_empty += 1
-                continue
-            words = tuple(norm.leaves())
-            if max_length is not None and len(words) > max_length:
+            elif max_length is not None and len(norm.leaves()) > max_length:
                 skipped_long += 1
-                continue
-            sentences.append(GoldSentence(words, unlabel(norm), norm, rel, k, section))
+            else:
+                sentences.append(GoldSentence(tuple(norm.leaves()), unlabel(norm), norm, rel, k, file_section(path)))
     found_sections = tuple(sorted({s for s in map(file_section, files) if s is not None}))
     bank = Treebank(
         sentences, root, files, trees_read, skipped_empty, skipped_long, max_length, found_sections, empty_files

@@ -49,14 +49,12 @@ def _nodes(tree: object) -> tuple[int, list[tuple[int, int, object]]]:
             if pos == begin:
                 raise TreeFormatError(f"a constituent without words at word position {begin}: {n!r}")
             out.append((begin, pos, n))
-            continue
-        if isinstance(n, str):
+        elif isinstance(n, str):
             pos += 1
-            continue
-        if not isinstance(n, _NODE_TYPES):
+        elif isinstance(n, _NODE_TYPES):
+            stack += [(n, pos, True), *((c, 0, False) for c in reversed(list(n)))]
+        else:
             raise _not_a_tree(n)
-        stack.append((n, pos, True))
-        stack.extend((c, 0, False) for c in reversed(list(n)))
     return pos, out
 
 
@@ -108,16 +106,14 @@ def labelled_spans(tree: LabelledTree, *, include_root: bool = False, min_length
     if not isinstance(tree, LabelledTree):
         raise TypeError(f"labelled_spans needs an nltk.Tree with labels, got {type(tree).__name__}")
     n, nodes = _nodes(tree)
-    out: set[LabelledSpan] = set()
-    for s, e, node in nodes:
-        if not isinstance(node, LabelledTree) or _is_preterminal(node):
-            continue
-        if e - s < min_length or (not include_root and (s, e) == (0, n)):
-            continue
-        for part in node.label().split("+"):
-            if part:
-                out.add((s, e, strip_function_tags(part)))
-    return out
+    return {
+        (s, e, strip_function_tags(part))
+        for s, e, node in nodes
+        if isinstance(node, LabelledTree) and not _is_preterminal(node)
+        if e - s >= min_length and (include_root or (s, e) != (0, n))
+        for part in node.label().split("+")
+        if part
+    }
 
 
 def word_depths(tree: object) -> list[int]:
@@ -150,31 +146,24 @@ _WORD = re.compile(r"[^\s()]+")
 def to_brackets(tree: object) -> str:
     """One-line bracket string of an unlabelled tree or an ``nltk.Tree``, of any depth; a word that is
     empty or holds spaces or parentheses raises ``ValueError``."""
-    pieces: list[str] = []
-    space = False  # whether the next piece is separated from the previous one
+    pieces: list[str] = []  # "(" + label + " " opens a labelled node, "(" an unlabelled one
     stack: list[object] = [tree]
     while stack:
         node = stack.pop()
         if node is _CLOSE:
             pieces.append(")")
-            space = True
-            continue
-        if isinstance(node, str):
+        elif isinstance(node, str):
             if _WORD.fullmatch(node) is None:
                 raise ValueError(
                     f"cannot write the word {node!r} in bracket notation (empty, or has spaces or parentheses)"
                 )
-            pieces.append(" " + node if space else node)
-            space = True
-            continue
-        if not isinstance(node, _NODE_TYPES):
+            pieces.append(node)
+        elif isinstance(node, _NODE_TYPES):
+            pieces.append(f"({node.label()} " if isinstance(node, LabelledTree) else "(")
+            stack += [_CLOSE, *reversed(list(node))]
+        else:
             raise _not_a_tree(node)
-        label = isinstance(node, LabelledTree)
-        pieces.append((" (" if space else "(") + (str(node.label()) if label else ""))
-        space = label
-        stack.append(_CLOSE)
-        stack.extend(reversed(list(node)))
-    return "".join(pieces)
+    return "".join(p if p == ")" or not i or pieces[i - 1][-1] in "( " else " " + p for i, p in enumerate(pieces))
 
 
 _CLOSE = object()  # the end of a constituent on to_brackets' stack
@@ -260,15 +249,12 @@ def detect_format(texts: Iterable[str]) -> str:
 def parse_tree_lines(lines: Sequence[str], fmt: str = "auto", source: str = "<input>") -> list[Tree | LabelledTree]:
     """One tree per line, ``fmt`` (one of :data:`FORMATS`; auto: :func:`detect_format`) for all lines.
     Trailing blank lines are ignored; another blank line, or a line that is not a tree, raises
-    :class:`TreeFormatError` naming ``source`` and the 1-based line."""
+    :class:`TreeFormatError` naming ``source`` and the first such 1-based line."""
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
     lines = list(lines)
     while lines and not lines[-1].strip():
         lines.pop()
-    for k, line in enumerate(lines, 1):
-        if not line.strip():
-            raise TreeFormatError(f"{source} line {k}: empty line; write exactly one tree per line")
     if fmt == "auto":
         try:
             fmt = detect_format(lines)
@@ -277,6 +263,8 @@ def parse_tree_lines(lines: Sequence[str], fmt: str = "auto", source: str = "<in
     out = []
     for k, line in enumerate(lines, 1):
         try:
+            if not line.strip():  # detect_format skipped it
+                raise TreeFormatError("empty line; write exactly one tree per line")
             out.append(parse_brackets(line, labelled=(fmt == "labelled")))
         except TreeFormatError as err:
             raise TreeFormatError(f"{source} line {k}: {err}") from None

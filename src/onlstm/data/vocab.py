@@ -22,11 +22,7 @@ class Vocab:
     @classmethod
     def build(cls, sentences: Iterable[Iterable[str]], specials=(EOS, UNK)) -> Vocab:
         """Specials first, then words in order of first appearance (deterministic)."""
-        seen = dict.fromkeys(specials)
-        for s in sentences:
-            for w in s:
-                seen.setdefault(w)
-        return cls(seen)
+        return cls(dict.fromkeys([*specials, *(w for s in sentences for w in s)]))
 
     def __len__(self) -> int:
         return len(self.words)

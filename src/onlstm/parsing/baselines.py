@@ -66,13 +66,8 @@ def baseline_trees(name: str, sentences: Sequence[Sequence[str]], seed: int = 0)
     ``random.Random(seed)`` for the sentences in order)."""
     if name not in BASELINES:
         raise ValueError(f"unknown baseline {name!r}; choose one of {sorted(BASELINES)}")
-    if name == "random":
-        rng = random.Random(seed)
-        return [random_tree(s, rng) for s in sentences]
-    return [BASELINES[name](s) for s in sentences]
-
-
-_METRICS = ("sentence_f1", "corpus_f1", "evalb_f1")
+    build = functools.partial(random_tree, rng=random.Random(seed)) if name == "random" else BASELINES[name]
+    return [build(s) for s in sentences]
 
 
 def random_baseline_scores(gold: Sequence[object], draws: int = 5, seed: int = 0) -> dict[str, dict[str, float]]:
@@ -83,11 +78,8 @@ def random_baseline_scores(gold: Sequence[object], draws: int = 5, seed: int = 0
     gold = list(gold)
     sentences = [leaves(g) for g in gold]
     rng = random.Random(seed)
-    values: dict[str, list[float]] = {k: [] for k in _METRICS}
-    for _ in range(draws):
-        scores = f1_scores(gold, [random_tree(s, rng) for s in sentences])
-        for k in _METRICS:
-            values[k].append(scores[k].f1)
+    scores = [f1_scores(gold, [random_tree(s, rng) for s in sentences]) for _ in range(draws)]
+    values = {k: [sc[k].f1 for sc in scores] for k in scores[0]}  # sentence, corpus, EVALB-style
     return {
         k: {
             "mean": statistics.fmean(v),
@@ -108,9 +100,7 @@ def score_baselines(gold: Sequence[object], draws: int = 5, seed: int = 0) -> di
     out: dict[str, dict[str, float]] = {}
     for name in BASELINES:
         if name == "random":
-            rnd = random_baseline_scores(gold, draws=draws, seed=seed)
-            out[name] = {k: v["mean"] for k, v in rnd.items()}
+            out[name] = {k: v["mean"] for k, v in random_baseline_scores(gold, draws=draws, seed=seed).items()}
         else:
-            scores = f1_scores(gold, baseline_trees(name, sentences))
-            out[name] = {k: scores[k].f1 for k in _METRICS}
+            out[name] = {k: sc.f1 for k, sc in f1_scores(gold, baseline_trees(name, sentences)).items()}
     return out

@@ -255,7 +255,7 @@ def _cmd_parse(args) -> int:
     parsed = {line: (words, dist, tree) for words, dist, tree, line in zip(sentences, forget, trees, numbers)}
     for line in range(1, max(numbers + empty) + 1):  # one output per input line, in order
         _print_parse(args.format, line, parsed.get(line), lm.vocab)
-    total = sum(len(s) for s in sentences)
+    total = sum(map(len, sentences))
     notes = [f"{len(sentences)} sentences, {total} words, {unknown} unknown to the model (mapped to <unk>)"]
     if dropped:
         notes.append(f"{dropped} punctuation tokens dropped (the model's text has none)")
@@ -274,11 +274,10 @@ def _print_parse(fmt: str, line: int, item, vocab) -> None:
         distances = [] if dist is None else [[round(v, 5) for v in r] for r in dist.tolist()]
         tree = None if tree is None else to_brackets(tree)
         print(json.dumps({"line": line, "words": words, "tree": tree, "unknown": unknown, "distances": distances}))
+    elif fmt == "pretty" and item is None:
+        print(f"(line {line}: nothing to parse)")
     elif fmt == "pretty":
-        if item is None:
-            print(f"(line {line}: nothing to parse)")
-        else:
-            _pretty(item[2])
+        _pretty(item[2])
     else:
         print("" if item is None else to_brackets(item[2]))
 
@@ -352,12 +351,10 @@ def _cmd_eval_parse(args) -> int:
 
 def _write_trees(out: Path, trees: dict, n_layers: int) -> list[str]:
     """One file of bracketed trees per layer (``out`` itself when a single layer was scored)."""
-    written = []
-    for l, pred in trees.items():
-        path = out if n_layers == 1 else out.with_name(f"{out.stem}.layer{l + 1}.txt")
-        write_text(path, "\n".join(to_brackets(t) for t in pred) + "\n")
-        written.append(str(path))
-    return written
+    paths = {l: out if n_layers == 1 else out.with_name(f"{out.stem}.layer{l + 1}.txt") for l in trees}
+    for l, path in paths.items():
+        write_text(path, "\n".join(to_brackets(t) for t in trees[l]) + "\n")
+    return [str(p) for p in paths.values()]
 
 
 def _print_eval_parse(summary: str, scores, random_draws: int, written: list[str]) -> None:
@@ -399,12 +396,9 @@ def _cmd_plot(args) -> int:
         words, _dropped = normalise_words(tokenize(args.sentence, lm.normalisation), lm.normalisation)
         if not words:
             raise ValueError("the sentence has no word left after normalisation")
-        gold = None
-        if args.gold:
-            gold = parse_brackets(args.gold)
-            gold = unlabel(gold) if isinstance(gold, LabelledTree) else gold
-            if [w.lower() for w in leaves(gold)] != words:
-                raise ValueError(f"the gold tree's words {leaves(gold)} differ from the sentence's {words}")
+        gold = unlabel(parse_brackets(args.gold)) if args.gold else None  # a labelled tree loses its labels
+        if gold is not None and [w.lower() for w in leaves(gold)] != words:
+            raise ValueError(f"the gold tree's words {leaves(gold)} differ from the sentence's {words}")
     except (ValueError, OSError) as err:
         raise command_error(err) from None
     paths = plot_sentence(lm.model, lm.vocab, words, args.out, gold=gold, layer=layer)

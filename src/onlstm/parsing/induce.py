@@ -78,13 +78,10 @@ def sentence_distances(
     model.eval()
     eos = vocab.index[EOS]
     device = model.embedding.weight.device
-    encoded, unknown = [], 0
-    for s in sentences:
-        if len(s) == 0:
-            raise ValueError("cannot parse an empty sentence")
-        ids, unk = vocab.encode(s)
-        encoded.append(ids)
-        unknown += unk
+    if any(len(s) == 0 for s in sentences):
+        raise ValueError("cannot parse an empty sentence")
+    pairs = [vocab.encode(s) for s in sentences]
+    encoded, unknown = [ids for ids, _ in pairs], sum(n for _, n in pairs)
     order = sorted(range(len(encoded)), key=lambda k: -len(encoded[k]))
     forget: list = [None] * len(encoded)
     inputs: list = [None] * len(encoded)
@@ -95,12 +92,10 @@ def sentence_distances(
         for b, k in enumerate(idx):
             tokens[1 : len(encoded[k]) + 1, b] = torch.tensor(encoded[k])
         _, _, extras = model(tokens.to(device), return_distances=True)
-        df = torch.stack([d.forget for d in extras["distances"]]).cpu()  # (layers, T, B)
-        di = torch.stack([d.input for d in extras["distances"]]).cpu()
-        for b, k in enumerate(idx):
+        df, di = (torch.stack([getattr(d, g) for d in extras["distances"]]).cpu() for g in ("forget", "input"))
+        for b, k in enumerate(idx):  # df, di: (layers, T, B)
             n = len(encoded[k])
-            forget[k] = df[:, 1 : n + 1, b].clone()
-            inputs[k] = di[:, 1 : n + 1, b].clone()
+            forget[k], inputs[k] = df[:, 1 : n + 1, b].clone(), di[:, 1 : n + 1, b].clone()
     return forget, inputs, unknown
 
 

@@ -25,9 +25,6 @@ class F1Score:
     predicted: int
     convention: str = ""
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class LabelRecall:
@@ -38,9 +35,6 @@ class LabelRecall:
     found: int
     recall: float
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 def prf_from_counts(matched: int, predicted: int, gold: int) -> tuple[float, float, float]:
     """``(precision, recall, f1)`` with the PRPN/ON-LSTM empty-set rule: recall is 1 when ``gold == 0``;
@@ -48,10 +42,7 @@ def prf_from_counts(matched: int, predicted: int, gold: int) -> tuple[float, flo
     if matched > min(predicted, gold) or min(matched, predicted, gold) < 0:
         raise ValueError(f"inconsistent counts: matched={matched}, predicted={predicted}, gold={gold}")
     recall = 1.0 if gold == 0 else matched / gold
-    if predicted == 0:
-        precision = 1.0 if gold == 0 else 0.0
-    else:
-        precision = matched / predicted
+    precision = matched / predicted if predicted else float(gold == 0)
     f1 = 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
     return precision, recall, f1
 
@@ -78,19 +69,13 @@ def _infos(gold: Sequence[object], pred: Sequence[object]) -> list[_Info]:
 
 
 def _counts(infos: list[_Info], include_root: bool) -> list[tuple[int, int, int]]:
-    out = []
-    for n, gs, ps in infos:
-        if not include_root:
-            root = {(0, n)}
-            gs, ps = gs - root, ps - root
-        out.append((len(gs & ps), len(ps), len(gs)))
-    return out
+    roots = [set() if include_root else {(0, n)} for n, _, _ in infos]
+    return [(len((gs & ps) - r), len(ps - r), len(gs - r)) for (_, gs, ps), r in zip(infos, roots)]
 
 
 def sentence_prf(gold_tree: object, pred_tree: object) -> tuple[float, float, float]:
     """``(precision, recall, f1)`` of one sentence under the :func:`sentence_f1` convention."""
-    ((m, p, g),) = _counts(_infos([gold_tree], [pred_tree]), include_root=False)
-    return prf_from_counts(m, p, g)
+    return prf_from_counts(*_counts(_infos([gold_tree], [pred_tree]), include_root=False)[0])
 
 
 _CONVENTIONS = {
@@ -183,13 +168,9 @@ class ParseEvaluation:
     def to_dict(self) -> dict:
         return {
             "sentences": self.sentences,
-            "sentence_f1": self.sentence.to_dict(),
-            "corpus_f1": self.corpus.to_dict(),
-            "evalb_f1": self.evalb.to_dict(),
+            **{name: asdict(sc) for name, sc in zip(_CONVENTIONS, (self.sentence, self.corpus, self.evalb))},
             "average_depth": {"gold": self.depth_gold, "predicted": self.depth_pred},
-            "label_recall": None
-            if self.label_recall is None
-            else {k: v.to_dict() for k, v in self.label_recall.items()},
+            "label_recall": None if self.label_recall is None else {k: asdict(v) for k, v in self.label_recall.items()},
         }
 
     def format_table(self) -> str:
@@ -213,7 +194,6 @@ def evaluate(gold: Sequence[object], pred: Sequence[object]) -> ParseEvaluation:
     """All metrics at once.  Label recall is computed when every gold tree is an ``nltk.Tree``."""
     gold, pred = list(gold), list(pred)
     infos = _infos(gold, pred)
-    labelled = all(isinstance(g, LabelledTree) for g in gold)
     scores = _f1_scores(infos).values()  # sentence, corpus, EVALB-style
-    recall = _label_recall(gold, infos) if labelled else None
+    recall = _label_recall(gold, infos) if all(isinstance(g, LabelledTree) for g in gold) else None
     return ParseEvaluation(*scores, average_depth(gold), average_depth(pred), recall)

@@ -35,14 +35,12 @@ def draw_tree(ax, tree: Tree, words: Sequence[str], title: str) -> None:
     _, height, segs, _ = _layout(tree)
     for (x1, y1), (x2, y2) in segs:
         ax.plot([x1, x2], [y1, y2], color="tab:blue", lw=1.2)
-    ax.set_xticks(range(len(words)))
-    ax.set_xticklabels(words, rotation=45, ha="right")
+    ax.set_xticks(range(len(words)), words, rotation=45, ha="right")
     ax.set_yticks([])
     ax.set_ylim(-0.3, height + 0.5)
     ax.set_xlim(-0.6, len(words) - 0.4)
     ax.set_title(title, fontsize=10)
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["top", "right", "left"]].set_visible(False)
 
 
 def plot_sentence(
@@ -62,8 +60,7 @@ def plot_sentence(
         ax = fig.add_subplot(grid[l, :])
         ax.bar([i - 0.2 for i in x], df[l].tolist(), width=0.4, label="master forget $d_f$")
         ax.bar([i + 0.2 for i in x], di[l].tolist(), width=0.4, label="master input $d_i$")
-        ax.set_xticks(list(x))
-        ax.set_xticklabels(words if l == n_layers - 1 else [""] * len(words))
+        ax.set_xticks(list(x), words if l == n_layers - 1 else [""] * len(words))
         ax.set_ylim(0, 1)
         ax.set_ylabel(f"layer {l + 1}")
         if l == 0:

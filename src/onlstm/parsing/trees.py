@@ -9,9 +9,6 @@ from collections.abc import Sequence
 from ..data.trees import *  # noqa: F403  (the re-export)
 from ..data.trees import Tree, _check_words
 
-# ----------------------------------------------------------------------------------------------------
-# distances -> tree
-
 
 def build_tree(words: Sequence[str], distances: Sequence[float]) -> Tree:
     """The reference greedy top-down builder (Shen et al. 2019) from per-word syntactic distances.
@@ -46,15 +43,14 @@ def _build(words: list[str], dist: list[float], lo: int, hi: int) -> Tree:
         a, b, i = stack.pop()
         if b - a == 1:
             built[(a, b)] = words[a]
-            continue
-        if i < 0:  # first visit: choose the split, build the parts first
+        elif i < 0:  # first visit: choose the split, build the parts first
             i = max(range(a, b), key=dist.__getitem__)  # max() keeps the first maximum: leftmost on ties
             stack.append((a, b, i))
             if i + 1 < b:
                 stack.append((i + 1, b, -1))
             if i > a:
                 stack.append((a, i, -1))
-            continue
-        right: Tree = words[i] if i + 1 == b else (words[i], built.pop((i + 1, b)))
-        built[(a, b)] = right if i == a else (built.pop((a, i)), right)
+        else:
+            right: Tree = words[i] if i + 1 == b else (words[i], built.pop((i + 1, b)))
+            built[(a, b)] = right if i == a else (built.pop((a, i)), right)
     return built[(lo, hi)]
