@@ -1,7 +1,5 @@
-"""Perplexity of a language model on a token stream under the two protocols of docs/lm.md ("Evaluation
-protocols"): ``paper`` (one stream, batch 1, the state carried) and ``batched`` (``B`` columns from a zero state).
-Both report ``exp(total cross-entropy / tokens scored)``; an encoder without state (docs/encoders.md) reads every
-segment afresh."""
+"""Perplexity of a language model on a token stream (:func:`perplexity`) under the protocols of docs/lm.md
+("Evaluation protocols"): ``paper`` (one stream, batch 1, the state carried), ``batched`` (``B`` columns)."""
 
 from __future__ import annotations
 
@@ -50,8 +48,7 @@ def stream_loss(
 ) -> tuple[float, int]:
     """Summed cross-entropy and the number of predictions over ``data`` (T, B), read in segments of
     ``bptt`` from a zero state. ``model`` is a :class:`LanguageModel`; it is put in eval mode."""
-    was_training, count, state = model.training, 0, None
-    total = torch.zeros((), dtype=torch.float64, device=data.device)
+    was_training, count, state, total = model.training, 0, None, data.new_zeros((), dtype=torch.float64)
     model.eval()
     try:
         for i in range(0, data.shape[0] - 1, bptt):

@@ -483,16 +483,10 @@ class Trainer:
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""
-        start, stop = column_share(self.cfg.batch_size, self.ctx.rank, self.ctx.world)
-
-        def cut(i: int, j: int) -> torch.Tensor:
-            t = tensors[f"hidden.{i}.{j}"]
-            if t.shape[1] != self.cfg.batch_size:
-                raise CheckpointError(
-                    f"{path}: saved state has {t.shape[1]} columns, batch_size is {self.cfg.batch_size}"
-                )
-            return t[:, start:stop].contiguous().to(self.ctx.device)
-
+        start, stop = column_share(size := self.cfg.batch_size, self.ctx.rank, self.ctx.world)
+        if bad := [t.shape[1] for k, t in tensors.items() if k.startswith("hidden.") and t.shape[1] != size]:
+            raise CheckpointError(f"{path}: saved state has {bad[0]} columns, batch_size is {size}")
+        cut = lambda i, j: tensors[f"hidden.{i}.{j}"][:, start:stop].contiguous().to(self.ctx.device)
         return [cut(i, 0) if n == 0 else tuple(cut(i, j) for j in range(n)) for i, n in enumerate(layout)]
 
     def _flush(self) -> None:
