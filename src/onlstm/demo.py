@@ -1,7 +1,5 @@
-"""``onlstm demo``: the main job end to end on data the project makes itself (docs/parsing.md): a grammar corpus,
-a language model trained by ``onlstm lm train``'s code (preset ``lm/demo``) into an ordinary run directory, and
-the trees induced on held-out sentences scored against gold and the trivial baselines. It sits above the
-experiments (with the CLI): an experiment may not import another."""
+"""``onlstm demo`` (docs/parsing.md): a grammar corpus, a language model trained by ``onlstm lm train``'s code
+(preset ``lm/demo``) into a run directory, the induced trees scored against gold and the trivial baselines."""
 
 from __future__ import annotations
 
@@ -107,18 +105,14 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
     out_dir = check_demo_dir(cfg.out)
     setup_torch(cfg.threads)
     log = (lambda msg: None) if as_json else print  # with --json stdout holds the one JSON object only
-    run_dir = RunDir(out_dir)
-    with run_dir.lock("onlstm demo", log=log):
-        grammar = Grammar()  # three seeds: the training, development and test trees
-        train_trees = grammar.corpus(cfg.train_sentences, seed=cfg.seed)
-        dev = grammar.corpus(cfg.dev_sentences, seed=cfg.seed + 1_000_003)
-        test = grammar.corpus(cfg.test_sentences, seed=cfg.seed + 2_000_003)
-        if not as_json:
-            types = len({w for t in train_trees for w in t.leaves()})
-            print(
-                f"generated {len(train_trees)} training, {len(dev)} development and {len(test)} test sentences "
-                f"({types} word types) from the demo grammar"
-            )
+    run_dir, sizes = RunDir(out_dir), (cfg.train_sentences, cfg.dev_sentences, cfg.test_sentences)
+    with run_dir.lock("onlstm demo", log=log):  # three seeds: the training, development and test trees
+        grammar, seeds = Grammar(), (cfg.seed, cfg.seed + 1_000_003, cfg.seed + 2_000_003)
+        train_trees, dev, test = (grammar.corpus(n, seed=s) for n, s in zip(sizes, seeds))
+        log(
+            f"generated {len(train_trees)} training, {len(dev)} development and {len(test)} test sentences "
+            f"({len({w for t in train_trees for w in t.leaves()})} word types) from the demo grammar"
+        )
         # an earlier demo's run: lm train refuses a directory with a run in it, and its old best weights would
         # be parsed with when no epoch ends this time
         for path in (run_dir.config_path, *run_dir.training_files(), run_dir.log_path, run_dir.results_path):
@@ -185,8 +179,7 @@ def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_d
     best = max(layers, key=lambda l: per_layer_dev[l])
     preds = [trees_from_distances(test_words, test_f, l) for l in layers]
     per_layer_test = []
-    for l in layers:
-        ev = evaluate(test, preds[l])
+    for l, ev in enumerate(evaluate(test, pred) for pred in preds):
         row = {"layer": l + 1, "sentence_f1": ev.sentence.f1, "corpus_f1": ev.corpus.f1, "evalb_f1": ev.evalb.f1}
         per_layer_test.append({**row, "dev_sentence_f1": per_layer_dev[l]})
     scores = dict(best=best, layers=per_layer_test, pred=preds[best], parse_seconds=time.monotonic() - t0)

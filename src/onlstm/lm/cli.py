@@ -76,25 +76,8 @@ def run_threads(config: dict) -> int:
     """The thread count a run was trained with (``train.threads``, or the demo's ``demo.threads``; 0 when
     not set). Evaluation uses it by default: PyTorch's default of one thread per core is many times slower
     on a machine busy with other jobs, and the run's owner already chose what suits this model."""
-    for section in ("train", "demo"):
-        value = (config.get(section) or {}).get("threads")
-        if isinstance(value, int) and value > 0:
-            return value
-    return 0
-
-
-def _eval_split(args: argparse.Namespace, config: dict, vocab):
-    """The split to score, encoded with the run's vocabulary under the run's oov policy (a run whose
-    vocabulary leaves words out, ``vocab_limited``, maps them to <unk>, as its training did)."""
-    from ..data.ptb import encode_split, split_file
-
-    data = config.get("data", {})
-    data_dir = args.data_dir or (Path(data["data_dir"]) if data.get("data_dir") else None)
-    if data_dir is None:
-        raise ValueError("pass --data-dir (the run does not record its corpus folder)")
-    oov = args.oov or data.get("oov", "auto")
-    closed, limited = bool(data.get("closed_vocab", False)), bool(data.get("vocab_limited", False))
-    return encode_split(args.split, split_file(data_dir, args.split), vocab, closed, oov, limited=limited)
+    given = [(config.get(section) or {}).get("threads") for section in ("train", "demo")]
+    return next((n for n in given if isinstance(n, int) and n > 0), 0)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -105,6 +88,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     columns read together (each from a zero state, the last N mod B tokens dropped), the reference's validation
     protocol with B=10: faster, slightly higher perplexity.
     """
+    from ..data.ptb import encode_split, split_file
     from ..models.language_model import load_language_model_run
     from ..runs import resolve_device, setup_torch
     from .evaluate import perplexity
@@ -116,7 +100,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         device = resolve_device(runtime.device)
         run = load_language_model_run(args.checkpoint, args.weights, device)
         setup_torch(run_threads(run.config) if runtime.threads is None else runtime.threads)
-        split = _eval_split(args, run.config, run.vocab)
+        data = run.config.get("data", {})
+        if not (data_dir := args.data_dir or data.get("data_dir")):
+            raise ValueError("pass --data-dir (the run does not record its corpus folder)")
+        # the run's vocabulary and oov policy (a vocabulary that leaves words out maps them to <unk>, as training did)
+        closed, limited = bool(data.get("closed_vocab", False)), bool(data.get("vocab_limited", False))
+        path, oov = split_file(Path(data_dir), args.split), args.oov or data.get("oov", "auto")
+        split = encode_split(args.split, path, run.vocab, closed, oov, limited=limited)
         protocols = ("paper", "batched") if args.protocol == "both" else (args.protocol,)
         bar = runtime.progress and not args.json
         results = {

@@ -1,7 +1,5 @@
-"""Perplexity of a language model on a token stream under the two protocols of docs/lm.md ("Evaluation
-protocols"): ``paper`` (one stream, batch 1, the state carried) and ``batched`` (``B`` columns from a zero state).
-Both report ``exp(total cross-entropy / tokens scored)``; an encoder without state (docs/encoders.md) reads every
-segment afresh."""
+"""Perplexity of a language model on a token stream (:func:`perplexity`) under the protocols of docs/lm.md
+("Evaluation protocols"): ``paper`` (one stream, batch 1, the state carried), ``batched`` (``B`` columns)."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ import torch.nn.functional as F
 
 from ..runs import progress_bar
 from ..runs.engine import Interrupted  # raised inside an evaluation when should_stop() turned true
-from .data import batchify, column_share
-from .distributed import DistContext
+from .data import DistContext, batchify, column_share
 
 PROTOCOLS = ("paper", "batched")
 
@@ -51,8 +48,7 @@ def stream_loss(
 ) -> tuple[float, int]:
     """Summed cross-entropy and the number of predictions over ``data`` (T, B), read in segments of
     ``bptt`` from a zero state. ``model`` is a :class:`LanguageModel`; it is put in eval mode."""
-    was_training, count, state = model.training, 0, None
-    total = torch.zeros((), dtype=torch.float64, device=data.device)
+    was_training, count, state, total = model.training, 0, None, data.new_zeros((), dtype=torch.float64)
     model.eval()
     try:
         for i in range(0, data.shape[0] - 1, bptt):
@@ -82,7 +78,7 @@ def perplexity(
     should_stop=None,
 ) -> Perplexity:
     """Perplexity of ``model`` on the stream ``ids`` (1-D) under ``protocol`` (``paper``: batch 1, ``batched``:
-    ``batch_size`` columns). With ``ctx``, a :class:`~onlstm.lm.distributed.DistContext` of several processes, each
+    ``batch_size`` columns). With ``ctx``, a :class:`~onlstm.lm.data.DistContext` of several processes, each
     scores its share of the columns and the sums are added up; ``should_stop()`` true raises Interrupted."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")

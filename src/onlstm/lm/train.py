@@ -1,6 +1,5 @@
-"""Training of the language model: the paper's recipe (NT-ASGD), exact resume, several processes (docs/lm.md,
-docs/design.md §2.1). :class:`Trainer` is the language model's part of :class:`onlstm.runs.engine.Engine`'s loop;
-:func:`train` runs it."""
+"""Training of the language model (docs/lm.md, docs/design.md §2.1): :class:`Trainer`, the language model's part of
+:class:`onlstm.runs.engine.Engine`'s loop (NT-ASGD, exact resume, several processes), and :func:`train`."""
 
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ from ..runs import (
 )
 from ..runs.engine import Budget, Check, Engine, Progress, diverged, update
 from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, load_config
-from .data import batchify, bptt_schedule, column_share, segment
-from .distributed import DistContext, setup, teardown
+from .data import DistContext, batchify, bptt_schedule, column_share, segment, setup, teardown
 from .evaluate import Interrupted, perplexity
 
 RESUME_FILE = RunDir.RESUME  # the name tests and older code import
@@ -56,10 +54,8 @@ _TASK.update(finished=False, results=None)
 
 
 def saved_progress(prog: Progress, history: list[dict], pass_length: Callable[[int], int]) -> dict:
-    """Where a run is, as the resume file (format 1, from before the shared engine) and :func:`train` give it:
-    epochs count from 1, ``batch`` = segments of the epoch done, ``best_valid`` the lowest validation loss
-    (the engine's best score is its negative); a pass whose validation is due is the epoch it ended, with
-    ``pass_length(epoch)`` segments done."""
+    """Where a run is, as resume format 1 and :func:`train` give it: epochs from 1, ``batch`` = segments done,
+    ``best_valid`` = the lowest validation loss; a pass with validation due is its epoch, ``pass_length`` done."""
     epoch, batch = (prog.epoch, pass_length(prog.epoch)) if prog.check_due else (prog.epoch + 1, prog.pos)
     best = None if prog.best is None else -prog.best
     out = {"epoch": epoch, "batch": batch, "step": prog.step, "best_valid": best, "history": history}
@@ -67,8 +63,7 @@ def saved_progress(prog: Progress, history: list[dict], pass_length: Callable[[i
 
 
 def progress_from_saved(saved: dict, pass_length: Callable[[int], int]) -> tuple[Progress, list[dict]]:
-    """:func:`saved_progress` read back: the engine's record and the history (the LM has no patience, so the
-    best check's step and the checks without a new best are not kept)."""
+    """:func:`saved_progress` read back: the engine's record and the history (no patience: no best step kept)."""
     s, history = dict(saved), list(saved["history"])
     due = bool(s["batch"]) and s["batch"] == pass_length(s["epoch"])  # stopped after its last batch
     best = None if s["best_valid"] is None else -s["best_valid"]
@@ -205,8 +200,7 @@ class Trainer:
         self._tb = None
 
     def _resolve_config(self, explicit: dict) -> RunConfig:
-        """The run's settings: on resume the saved ones, of which only the runtime fields may change (the others
-        given must match); else defaults < explicit."""
+        """Defaults < explicit; on resume the saved settings, of which only the runtime fields may change."""
         run = self.rundir
         if not self.resume:
             run.check_output(command="onlstm lm train")
@@ -419,7 +413,7 @@ class Trainer:
         return line
 
     def save_weights(self, tag: str) -> None:
-        """The best weights (those evaluation uses); the last ones are written with every resume file."""
+        """The best weights (as evaluation uses them); the last ones go with every resume file."""
         if tag == "best" and self.ctx.is_main:
             with self.eval_weights():
                 save_weights(self.rundir.weights("best"), self.model)
@@ -458,8 +452,7 @@ class Trainer:
                 f"{path} was written for another model ({meta['model_config']}) than {RunDir.CONFIG} "
                 f"describes ({self.model_config.to_dict()}); the run directory is inconsistent"
             )
-        saved_asgd = "t0" in (meta["optimizer"].get("param_groups") or [{}])[0]  # torch's ASGD (optimizer_to_data)
-        if saved_asgd:
+        if saved_asgd := "t0" in (meta["optimizer"].get("param_groups") or [{}])[0]:  # torch's ASGD
             self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
         restore_training(path, tensors, meta["optimizer"], self.model, self.optimizer, self.ctx.device)
         if self.prog.task["averaging"] and not saved_asgd:
@@ -471,8 +464,7 @@ class Trainer:
         )
 
     def _position(self) -> str:
-        p = self.progress
-        return f"epoch {p.epoch}, batch {p.batch}, step {p.step}"
+        return "epoch {epoch}, batch {batch}, step {step}".format(**vars(self.progress))
 
     def _continue_old_average(self, path: Path, tensors: dict, k: int, opt_meta: dict) -> None:
         """A file saved in the averaging phase before it used torch's ASGD holds SGD state and its own mean
@@ -491,16 +483,10 @@ class Trainer:
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""
-        start, stop = column_share(self.cfg.batch_size, self.ctx.rank, self.ctx.world)
-
-        def cut(i: int, j: int) -> torch.Tensor:
-            t = tensors[f"hidden.{i}.{j}"]
-            if t.shape[1] != self.cfg.batch_size:
-                raise CheckpointError(
-                    f"{path}: saved state has {t.shape[1]} columns, batch_size is {self.cfg.batch_size}"
-                )
-            return t[:, start:stop].contiguous().to(self.ctx.device)
-
+        start, stop = column_share(size := self.cfg.batch_size, self.ctx.rank, self.ctx.world)
+        if bad := [t.shape[1] for k, t in tensors.items() if k.startswith("hidden.") and t.shape[1] != size]:
+            raise CheckpointError(f"{path}: saved state has {bad[0]} columns, batch_size is {size}")
+        cut = lambda i, j: tensors[f"hidden.{i}.{j}"][:, start:stop].contiguous().to(self.ctx.device)
         return [cut(i, 0) if n == 0 else tuple(cut(i, j) for j in range(n)) for i, n in enumerate(layout)]
 
     def _flush(self) -> None:
@@ -511,10 +497,8 @@ class Trainer:
         prog, now = self.prog, time.perf_counter()
         prog.task["epoch_loss_sum"] += float(t[0])
         prog.task["epoch_tokens"] += int(round(float(t[1])))
-        prog.task["epoch_seconds"] += now - self._clock
-        self._clock = now
-        self._acc_loss.zero_()
-        self._acc_tok.zero_()
+        prog.task["epoch_seconds"], self._clock = prog.task["epoch_seconds"] + now - self._clock, now
+        self._acc_loss, self._acc_tok = self._zero(), self._zero()
         if not self.ctx.any(not math.isfinite(prog.task["epoch_loss_sum"])):
             return
         best = self.rundir.weights("best").name

@@ -1,6 +1,5 @@
 """The paper's AWD-LSTM-style language model (:class:`LanguageModel`, :class:`LMConfig`) over any causal encoder
-of :mod:`onlstm.encoders`: embedding (row dropout), locked dropout around every layer, decoder tied to the
-embedding (docs/lm.md, "The recipe")."""
+of :mod:`onlstm.encoders`; :func:`load_language_model_run` (docs/lm.md, "The recipe")."""
 
 from __future__ import annotations
 
@@ -111,8 +110,7 @@ class LanguageModel(nn.Module):
         return encoders.has_distances(self.config.cell)
 
     @property
-    def stateful(self) -> bool:
-        """Whether the layers carry state from one call (BPTT segment) to the next (the registry says)."""
+    def stateful(self) -> bool:  # whether the layers carry state from one call (BPTT segment) to the next
         return encoders.get(self.config.cell).stateful
 
     @property
