@@ -162,13 +162,10 @@ def main(argv=None) -> int:
     except (OnlstmError, ImportError, OSError) as exc:
         # an ImportError: an experiment's dependency not installed (the light core); an OSError: a full disk met
         # by a write outside onlstm.files. Anything else of these kinds is a bug and keeps its traceback.
-        error = (
-            exc
-            if isinstance(exc, OnlstmError)
-            else missing_extra(exc)
-            if isinstance(exc, ImportError)
-            else WriteError.from_os_error(exc)
-        )
+        if isinstance(exc, OnlstmError):
+            error: OnlstmError | None = exc
+        else:
+            error = missing_extra(exc) if isinstance(exc, ImportError) else WriteError.from_os_error(exc)
         if error is None:
             raise
         print(f"{command_path(parser, argv)}: {error}", file=sys.stderr)

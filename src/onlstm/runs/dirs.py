@@ -276,9 +276,6 @@ class RunLock:
         self._created_dir = False
         self.held = False
 
-    def owner(self) -> dict | None:
-        return _json_dict(self.path)
-
     def acquire(self) -> RunLock:
         if not self.enabled:
             return self
@@ -293,7 +290,7 @@ class RunLock:
             if created:
                 self.held = True
                 return self
-            owner = self.owner()
+            owner = _json_dict(self.path)
             if owner is None:
                 continue
             pid = owner.get("pid")  # a stale lock ({} when unreadable: not stale): its process is gone from this host
