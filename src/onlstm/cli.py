@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib
 import json
@@ -180,10 +181,8 @@ def _line_buffered() -> None:
     # block buffer fills (pytest's capture objects have no reconfigure; leave those alone).
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure") and not stream.isatty():
-            try:
+            with contextlib.suppress(ValueError, OSError):  # a stream that cannot change its buffering
                 stream.reconfigure(line_buffering=True)
-            except (ValueError, OSError):  # a stream that cannot change its buffering
-                pass
 
 
 def command_path(parser: argparse.ArgumentParser, argv: list[str]) -> str:

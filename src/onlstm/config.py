@@ -5,6 +5,7 @@ typed coercion, YAML files, one flag per field, the shipped presets and the reso
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -24,9 +25,6 @@ PRESET_DIR = Path(__file__).parent / "configs"
 
 class ConfigError(OnlstmError, ValueError):
     """A bad setting (config file, flag or saved config); the command prints it on one line and exits with 2."""
-
-
-# --------------------------------------------------------------------------- declaring fields
 
 
 def option(
@@ -75,9 +73,6 @@ def field_defaults(cls) -> dict:
     return {f.name: _default(f) for f in fields(cls) if not f.metadata.get("fixed") and _default(f) is not MISSING}
 
 
-# --------------------------------------------------------------------------- typed coercion
-
-
 def _is_union(tp) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
 
@@ -85,10 +80,8 @@ def _is_union(tp) -> bool:
 def _number(value, where: str, integer: bool):
     number = value  # a numeric string too: YAML 1.1 reads ``1e-3`` as a string
     if isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError):
             number = float(value.strip())
-        except ValueError:
-            pass
     if isinstance(number, (int, float)) and not isinstance(number, bool):
         if not integer:
             return float(number)
@@ -129,13 +122,8 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def _where(section: str, name: str) -> str:
-    """``train.lr``; the flag (``--threads``) for a command whose settings are only flags (``section`` empty)."""
-    return f"{section}.{name}" if section else "--" + name.replace("_", "-")
-
-
 def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
-    where = _where(section, f.name)
+    where = f"{section}.{f.name}" if section else _flag(f.name)  # train.lr, or --threads without a section
     value = coerce(value, _types(cls)[f.name], where)
     choices = f.metadata.get("choices")
     if choices and value not in choices:
@@ -149,8 +137,6 @@ def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
         f.metadata["check"](value, where)
     return value
 
-
-# --------------------------------------------------------------------------- seeds and threads
 
 #: ``torch.manual_seed``'s range: a larger seed overflows in torch; a negative one would seed torch like its
 #: 2**64 complement while Python's ``random`` sees another number.
@@ -171,9 +157,6 @@ def check_device(value: str, name: str = "device") -> None:
     """A device name as :func:`onlstm.runs.resolve_device` reads it (CUDA itself is checked when it runs)."""
     if not (value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())):
         raise ConfigError(f"{name} must be auto, cpu, cuda or cuda:N, got {value!r}")
-
-
-# --------------------------------------------------------------------------- the base class
 
 
 class Config:
@@ -233,9 +216,6 @@ def check_probabilities(cfg: Config, names: Iterable[str], *, one: bool = False)
         v = getattr(cfg, name)
         if not (0.0 <= v < 1.0 or (one and v == 1.0)):
             raise ConfigError(f"{cfg.section}.{name} must be in [0, {'1]' if one else '1)'}, got {v}")
-
-
-# --------------------------------------------------------------------------- files
 
 
 def _check_names(data: Any, names: list[str], label: str, what: str) -> None:
@@ -362,9 +342,6 @@ class Settings:
     def build(self, section: str, **values: Any) -> Any:
         """The config of ``section``: its defaults < what was given < ``values``."""
         return self.classes[section].from_dict({**self.given[section], **values})
-
-
-# --------------------------------------------------------------------------- command-line flags
 
 
 def positive_int(text: str) -> int:

@@ -54,12 +54,9 @@ def build_tree(sequences: Sequence[Sequence[int]]) -> PrefixTree:
             parent = fed[d].setdefault((parent, int(seq[d])), len(fed[d]))
             path.append((d, targets[d].setdefault((parent, int(seq[d + 1])), len(targets[d]))))
         raw_paths.append(path)
-    tree = PrefixTree()
-    for level, tlevel in zip(fed, targets):  # dicts keep insertion order, which is the index order
-        tree.parents.append(torch.tensor([p for p, _ in level], dtype=torch.long))
-        tree.tokens.append(torch.tensor([t for _, t in level], dtype=torch.long))
-        tree.target_parent.append(torch.tensor([p for p, _ in tlevel], dtype=torch.long))
-        tree.target_token.append(torch.tensor([t for _, t in tlevel], dtype=torch.long))
+    # per depth, column i of the (parent, token) keys; dicts keep insertion order, which is the index order
+    column = lambda levels, i: [torch.tensor([key[i] for key in level], dtype=torch.long) for level in levels]
+    tree = PrefixTree(column(fed, 1), column(fed, 0), column(targets, 0), column(targets, 1))
     offsets = list(itertools.accumulate((int(t.numel()) for t in tree.target_token), initial=0))
     tree.paths = [[offsets[d] + j for d, j in path] for path in raw_paths]
     return tree
