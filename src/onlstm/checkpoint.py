@@ -93,8 +93,7 @@ def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str
 def assign_weights(module: torch.nn.Module, tensors: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
     """Copy ``tensors`` (as :func:`state_dict_for_saving` names them) into ``module`` once names and shapes fit."""
     expected = module.state_dict()
-    saved_ok = set(state_dict_for_saving(module))
-    missing = sorted(saved_ok - set(tensors))
+    missing = sorted(set(state_dict_for_saving(module)) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     if missing or unexpected:
         raise CheckpointError(

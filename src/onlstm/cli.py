@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib
 import json
@@ -162,13 +163,10 @@ def main(argv=None) -> int:
     except (OnlstmError, ImportError, OSError) as exc:
         # an ImportError: an experiment's dependency not installed (the light core); an OSError: a full disk met
         # by a write outside onlstm.files. Anything else of these kinds is a bug and keeps its traceback.
-        error = (
-            exc
-            if isinstance(exc, OnlstmError)
-            else missing_extra(exc)
-            if isinstance(exc, ImportError)
-            else WriteError.from_os_error(exc)
-        )
+        if isinstance(exc, OnlstmError):
+            error: OnlstmError | None = exc
+        else:
+            error = missing_extra(exc) if isinstance(exc, ImportError) else WriteError.from_os_error(exc)
         if error is None:
             raise
         print(f"{command_path(parser, argv)}: {error}", file=sys.stderr)
@@ -183,10 +181,8 @@ def _line_buffered() -> None:
     # block buffer fills (pytest's capture objects have no reconfigure; leave those alone).
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure") and not stream.isatty():
-            try:
+            with contextlib.suppress(ValueError, OSError):  # a stream that cannot change its buffering
                 stream.reconfigure(line_buffering=True)
-            except (ValueError, OSError):  # a stream that cannot change its buffering
-                pass
 
 
 def command_path(parser: argparse.ArgumentParser, argv: list[str]) -> str:

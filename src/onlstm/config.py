@@ -5,6 +5,7 @@ typed coercion, YAML files, one flag per field, the shipped presets and the reso
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -24,9 +25,6 @@ PRESET_DIR = Path(__file__).parent / "configs"
 
 class ConfigError(OnlstmError, ValueError):
     """A bad setting (config file, flag or saved config); the command prints it on one line and exits with 2."""
-
-
-# --------------------------------------------------------------------------- declaring fields
 
 
 def option(
@@ -75,9 +73,6 @@ def field_defaults(cls) -> dict:
     return {f.name: _default(f) for f in fields(cls) if not f.metadata.get("fixed") and _default(f) is not MISSING}
 
 
-# --------------------------------------------------------------------------- typed coercion
-
-
 def _is_union(tp) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
 
@@ -85,10 +80,8 @@ def _is_union(tp) -> bool:
 def _number(value, where: str, integer: bool):
     number = value  # a numeric string too: YAML 1.1 reads ``1e-3`` as a string
     if isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError):
             number = float(value.strip())
-        except ValueError:
-            pass
     if isinstance(number, (int, float)) and not isinstance(number, bool):
         if not integer:
             return float(number)
@@ -129,35 +122,21 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def _where(section: str, name: str) -> str:
-    """``train.lr``; the flag (``--threads``) for a command whose settings are only flags (``section`` empty)."""
-    return f"{section}.{name}" if section else "--" + name.replace("_", "-")
-
-
 def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
-    where = _where(section, f.name)
+    where = f"{section}.{f.name}" if section else _flag(f.name)  # train.lr, or --threads without a section
     value = coerce(value, _types(cls)[f.name], where)
     choices = f.metadata.get("choices")
     if choices and value not in choices:
         raise ConfigError(f"{where} must be one of {', '.join(map(str, choices))}, got {value!r}")
-    if f.metadata.get("bounds") and value is not None:
-        for item in value if isinstance(value, list) else [value]:
-            check_bounds(item, f.metadata["bounds"], where)
+    low, high = f.metadata.get("bounds") or (None, None)
+    for item in [] if value is None else value if isinstance(value, list) else [value]:
+        if (low is not None and item < low) or (high is not None and item > high):
+            rule = f">= {low}" if high is None else f"<= {high}" if low is None else f"in [{low}, {high}]"
+            raise ConfigError(f"{where} must be {rule}, got {item}")
     if f.metadata.get("check"):
         f.metadata["check"](value, where)
     return value
 
-
-def check_bounds(value: float, bounds: tuple[float | None, float | None], where: str) -> None:
-    """``value`` lies in ``bounds`` (inclusive; None: open), else a :class:`ConfigError` naming ``where``."""
-    low, high = bounds
-    if (low is None or value >= low) and (high is None or value <= high):
-        return
-    rule = f">= {low}" if high is None else f"<= {high}" if low is None else f"in [{low}, {high}]"
-    raise ConfigError(f"{where} must be {rule}, got {value}")
-
-
-# --------------------------------------------------------------------------- seeds and threads
 
 #: ``torch.manual_seed``'s range: a larger seed overflows in torch; a negative one would seed torch like its
 #: 2**64 complement while Python's ``random`` sees another number.
@@ -178,9 +157,6 @@ def check_device(value: str, name: str = "device") -> None:
     """A device name as :func:`onlstm.runs.resolve_device` reads it (CUDA itself is checked when it runs)."""
     if not (value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())):
         raise ConfigError(f"{name} must be auto, cpu, cuda or cuda:N, got {value!r}")
-
-
-# --------------------------------------------------------------------------- the base class
 
 
 class Config:
@@ -212,12 +188,7 @@ class Config:
     def from_dict(cls, data: Mapping):
         """A config from ``to_dict``'s output (a saved run's, a merged file + flags); unknown fields are errors."""
         kind = cls.config_kind or cls.section
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"the {kind} settings must be a mapping of field: value, got {type(data).__name__}")
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ConfigError(f"unknown {kind} fields {unknown}; known: {sorted(names)}")
+        _check_names(data, [f.name for f in fields(cls)], kind, f"the {kind} settings")
         missing = sorted(f.name for f in fields(cls) if _default(f) is MISSING and f.name not in data)
         if missing:
             raise ConfigError(f"the {kind} settings lack the required fields {missing}")
@@ -247,22 +218,23 @@ def check_probabilities(cfg: Config, names: Iterable[str], *, one: bool = False)
             raise ConfigError(f"{cfg.section}.{name} must be in [0, {'1]' if one else '1)'}, got {v}")
 
 
-# --------------------------------------------------------------------------- files
+def _check_names(data: Any, names: list[str], label: str, what: str) -> None:
+    """``data`` is a mapping whose keys are all in ``names``, else a :class:`ConfigError`."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{what} must be a mapping of field: value, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(f"unknown {label} fields {unknown}; known: {sorted(names)}")
 
 
 def check_section(cls, data: Any, section: str) -> dict:
     """A (partial) section of a file or of flags as a dict: names checked against ``cls``, values coerced."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"section {section!r} must be a mapping of field: value, got {type(data).__name__}")
     by_name = {f.name: f for f in fields(cls)}
-    for name in data:
-        fixed = by_name[name].metadata.get("fixed") if name in by_name else None
-        if fixed:
-            raise ConfigError(f"{section}.{name} {fixed}; remove it from the config")
-    settable = sorted(n for n, f in by_name.items() if not f.metadata.get("fixed"))
-    unknown = sorted(set(data) - set(settable))
-    if unknown:
-        raise ConfigError(f"unknown {section} fields {unknown}; known: {settable}")
+    for name in data if isinstance(data, Mapping) else ():
+        if name in by_name and by_name[name].metadata.get("fixed"):
+            raise ConfigError(f"{section}.{name} {by_name[name].metadata['fixed']}; remove it from the config")
+    settable = [n for n, f in by_name.items() if not f.metadata.get("fixed")]
+    _check_names(data, settable, section, f"section {section!r}")
     return {k: _check_value(cls, by_name[k], v, section) for k, v in data.items()}
 
 
@@ -370,9 +342,6 @@ class Settings:
     def build(self, section: str, **values: Any) -> Any:
         """The config of ``section``: its defaults < what was given < ``values``."""
         return self.classes[section].from_dict({**self.given[section], **values})
-
-
-# --------------------------------------------------------------------------- command-line flags
 
 
 def positive_int(text: str) -> int:

@@ -4,6 +4,7 @@ and one training at a time per directory (:class:`RunLock`); docs/design.md §4.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -20,8 +21,6 @@ from torch import nn
 from ..checkpoint import CheckpointError, load_weights, read_json, save_weights, write_json, write_text
 from ..errors import InputError, OnlstmError, WriteError
 
-# --------------------------------------------------------------------------- output paths
-
 
 class RunDirError(OnlstmError, ValueError):
     """The run directory cannot be used as asked: it holds another run (or an interrupted one) without
@@ -35,8 +34,7 @@ def _check_writable(path: Path, flag: str) -> None:
     if not base.is_dir():
         raise InputError(f"{flag} {path}: {base} is a file, not a directory; choose another {flag}")
     try:
-        with tempfile.TemporaryFile(dir=base):
-            pass
+        tempfile.TemporaryFile(dir=base).close()
     except OSError as exc:
         raise InputError(
             f"{flag} {path}: cannot write in {base} ({exc.strerror or exc}); choose a writable {flag}"
@@ -59,9 +57,6 @@ def check_output_folder(path: str | Path, flag: str = "--out") -> Path:
         raise InputError(f"{flag} {path} is a file, not a directory; choose another {flag}")
     _check_writable(path, flag)
     return path
-
-
-# --------------------------------------------------------------------------- run kinds
 
 
 @dataclass(frozen=True)
@@ -95,9 +90,6 @@ def find_kind(name: object, action: str = "open", where: object = "") -> RunKind
     raise CheckpointError(
         f"{prefix}cannot {action} a run of kind {name!r} (runs of kind {', '.join(kind_names()) or 'none'} can)"
     )
-
-
-# --------------------------------------------------------------------------- the run directory
 
 
 def _file(name: str) -> property:
@@ -239,9 +231,6 @@ def check_output_dir(path: str | Path, **options) -> Path:
     return RunDir(path).check_output(**options).path
 
 
-# --------------------------------------------------------------------------- one training per directory
-
-
 def _json_dict(path: Path) -> dict | None:
     """``path``'s JSON object: None when the file is missing, {} when it cannot be read or holds no object."""
     try:
@@ -264,20 +253,14 @@ def _pid_alive(pid: int) -> bool:
 
 
 class RunLock:
-    """The lock file (created with ``O_EXCL``: pid, host, command, start) held while a training writes into
-    ``run_dir``; a second training there is refused naming the owner. A stale lock (its pid gone on this host) is
-    taken over and ``log`` says so; one from another host cannot be checked, the message says what to do.
-    ``enabled=False`` (non-main processes) does nothing. Release removes the file, and the directory when
-    this lock created it and it is still empty."""
+    """The lock file held while a training writes into ``run_dir`` (docs/cli.md, "Locks"); ``log`` reports a stale
+    lock taken over. ``enabled=False`` (non-main processes) does nothing. Release removes the file, and the
+    directory when this lock created it and it is still empty."""
 
     def __init__(self, run_dir: str | Path, command: str, log: Callable[[str], None] | None = None, enabled=True):
         self.run_dir, self.command, self.log, self.enabled = Path(run_dir), command, log, enabled
         self.path = RunDir(run_dir).lock_path
-        self._created_dir = False
-        self.held = False
-
-    def owner(self) -> dict | None:
-        return _json_dict(self.path)
+        self._created_dir = self.held = False
 
     def acquire(self) -> RunLock:
         if not self.enabled:
@@ -293,7 +276,7 @@ class RunLock:
             if created:
                 self.held = True
                 return self
-            owner = self.owner()
+            owner = _json_dict(self.path)
             if owner is None:
                 continue
             pid = owner.get("pid")  # a stale lock ({} when unreadable: not stale): its process is gone from this host
@@ -360,10 +343,8 @@ class RunLock:
 
     def _release_dir(self) -> None:
         if self._created_dir:
-            try:
+            with contextlib.suppress(OSError):
                 self.run_dir.rmdir()  # only when still empty
-            except OSError:
-                pass
             self._created_dir = False
 
     def __enter__(self) -> RunLock:
@@ -372,9 +353,6 @@ class RunLock:
     def __exit__(self, *exc) -> bool:
         self.release()
         return False
-
-
-# --------------------------------------------------------------------------- opening and sharing a run
 
 
 @dataclass

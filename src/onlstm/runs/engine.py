@@ -160,8 +160,11 @@ class Engine:
         self.bar = progress_bar(self.show_bar, **bar)
         for k in range(prog.pos, len(batches)):
             loss = self.task.train_step(batches[k], prog)
-            if loss is not None and not math.isfinite(loss):
-                self._diverged(loss)
+            if loss is not None and not math.isfinite(loss):  # the weights are broken: nothing more is saved
+                self._close_bar()
+                best = RunDir.WEIGHTS.format(tag="best")
+                kept = "" if prog.best is None else f"{best} (validation {prog.best:.4g} at step {prog.best_step})"
+                raise diverged(loss, f"at step {prog.step + 1}", kept)
             prog.step += 1
             prog.pos += 1
             if self.on_step is not None:
@@ -235,14 +238,6 @@ class Engine:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-
-    def _diverged(self, loss: float) -> None:
-        """Stop at a NaN/infinite training loss: the weights are broken, so nothing more is saved."""
-        prog = self.progress
-        self._close_bar()
-        best = RunDir.WEIGHTS.format(tag="best")
-        kept = "" if prog.best is None else f"{best} (validation {prog.best:.4g} at step {prog.best_step})"
-        raise diverged(loss, f"at step {prog.step + 1}", kept, clip=1.0)
 
 
 def diverged(loss: float, when: str, kept: str = "", clip: float = 1.0) -> TrainingDiverged:

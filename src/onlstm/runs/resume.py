@@ -52,9 +52,8 @@ def training_tensors(
 ) -> tuple[dict[str, torch.Tensor], dict]:
     """What every trainer saves: ``model.*`` weights, ``optim.*`` optimizer tensors, ``rng.torch`` (and
     ``rng.cuda`` on a GPU); returns ``(tensors, optimizer metadata)``."""
-    tensors = {f"model.{k}": v for k, v in state_dict_for_saving(model).items()}
     opt_tensors, opt_meta = optimizer_to_data(opt)
-    tensors.update(opt_tensors)
+    tensors = {**{f"model.{k}": v for k, v in state_dict_for_saving(model).items()}, **opt_tensors}
     tensors["rng.torch"] = torch.get_rng_state()
     if device.type == "cuda":
         tensors["rng.cuda"] = torch.cuda.get_rng_state(device)

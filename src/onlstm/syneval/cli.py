@@ -95,11 +95,10 @@ def write_out(out: Path, report: dict, models: list[dict], items) -> None:
     """``results.json`` (the report plus every comparison's scores per model), ``items.tsv`` (the items as
     read, as a TSV dump) and ``rows.png`` (a bar per model and paper column for each row)."""
     out.mkdir(parents=True, exist_ok=True)
-    full = dict(report)
-    full["models"] = [
+    pairs = [
         {**summary, "pairs": [outcome_record(o) for o in m["outcomes"]]} for summary, m in zip(report["models"], models)
     ]
-    write_json(out / "results.json", full, indent=1)
+    write_json(out / "results.json", {**report, "models": pairs}, indent=1)
     write_dump(items, out / "items.tsv")
     from .plots import plot_rows
 
@@ -110,13 +109,10 @@ def _acc(x: float | None) -> str:
     return "  -  " if x is None else f"{x:.3f}"
 
 
-def _cell(t: dict) -> str:
-    """``all / covered (n covered)`` accuracies of one tally."""
-    return f"{_acc(t['accuracy'])} {_acc(t['covered_accuracy'])} ({t['covered']:>4})"
-
-
 def _cells(tallies) -> str:
-    return "".join(f" | {_cell(t):<22}" for t in tallies)
+    """A column per tally: ``all / covered (n covered)`` accuracies."""
+    cells = (f"{_acc(t['accuracy'])} {_acc(t['covered_accuracy'])} ({t['covered']:>4})" for t in tallies)
+    return "".join(f" | {c:<22}" for c in cells)
 
 
 def _heads(models: list[dict]) -> str:

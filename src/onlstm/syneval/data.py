@@ -122,10 +122,8 @@ def _read_sample(path: Path, lines: list[str]) -> list[Item]:
         if not line.strip():
             continue  # blank lines carry no item
         case, good, bad = _fields(path, number, line, (3,), layout)
-        if case.endswith(INTRUSIVE_SUFFIX):
-            intrusive[case[: -len(INTRUSIVE_SUFFIX)]].append((number, good, bad))
-        else:
-            plain[case].append((number, good, bad))
+        table = intrusive if case.endswith(INTRUSIVE_SUFFIX) else plain
+        table[case.removesuffix(INTRUSIVE_SUFFIX)].append((number, good, bad))
     for case in intrusive:
         if case not in plain:
             line = intrusive[case][0][0]
@@ -165,7 +163,7 @@ def _read_dump(path: Path, lines: list[str]) -> list[Item]:
         if not line.strip():
             continue
         fields = _fields(path, number, line, (4, 5), layout, required=(0, 2, 3))  # the condition may be empty
-        case, condition, good, bad = fields[0], fields[1], fields[2], fields[3]
+        case, condition, good, bad = fields[:4]
         intrusive = fields[4] if len(fields) == 5 and fields[4] else None
         if is_npi(case) != (intrusive is not None):
             need = "needs" if is_npi(case) else "must not have"

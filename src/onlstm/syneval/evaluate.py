@@ -42,9 +42,6 @@ class Encoder:
     def __init__(self, vocab):
         self.vocab, self.period = vocab, "." in vocab
 
-    def tokens(self, sentence: str) -> list[str]:
-        return frame(sentence, self.period)
-
     def unknown(self, tokens: Sequence[str]) -> list[str]:
         return [w for w in tokens if w not in self.vocab]
 
@@ -135,22 +132,14 @@ def score_items(
     scored, ``unique`` ones run). ``share_prefixes``: through prefix trees, else right-padded batches (the
     same scores)."""
     enc = Encoder(vocab)
-    tokens: dict[str, list[str]] = {}
-    for item in items:
-        for s in _sentences(item):
-            tokens.setdefault(s, enc.tokens(s))
+    tokens = {s: frame(s, enc.period) for item in items for s in _sentences(item)}
     unique = list(tokens)
     score = prefix_token_logprobs if share_prefixes else token_logprobs
     logprobs = dict(zip(unique, score(model, [enc.ids(tokens[s]) for s in unique], batch_size, progress)))
     outcomes = [_outcome(item, c, tokens, logprobs, enc, word_only) for item in items for c in comparisons(item)]
-    oov = Counter(w for item in items for s in _sentences(item) for w in enc.unknown(tokens[s]))
-    n_sentences = sum(len(_sentences(item)) for item in items)
-    return outcomes, {
-        "period": enc.period,
-        "oov": dict(oov.most_common()),
-        "sentences": n_sentences,
-        "unique": len(unique),
-    }
+    said = [s for item in items for s in _sentences(item)]
+    oov = Counter(w for s in said for w in enc.unknown(tokens[s]))
+    return outcomes, dict(period=enc.period, oov=dict(oov.most_common()), sentences=len(said), unique=len(unique))
 
 
 def _sentences(item: Item) -> list[str]:

@@ -54,12 +54,9 @@ def build_tree(sequences: Sequence[Sequence[int]]) -> PrefixTree:
             parent = fed[d].setdefault((parent, int(seq[d])), len(fed[d]))
             path.append((d, targets[d].setdefault((parent, int(seq[d + 1])), len(targets[d]))))
         raw_paths.append(path)
-    tree = PrefixTree()
-    for level, tlevel in zip(fed, targets):  # dicts keep insertion order, which is the index order
-        tree.parents.append(torch.tensor([p for p, _ in level], dtype=torch.long))
-        tree.tokens.append(torch.tensor([t for _, t in level], dtype=torch.long))
-        tree.target_parent.append(torch.tensor([p for p, _ in tlevel], dtype=torch.long))
-        tree.target_token.append(torch.tensor([t for _, t in tlevel], dtype=torch.long))
+    # per depth, column i of the (parent, token) keys; dicts keep insertion order, which is the index order
+    column = lambda levels, i: [torch.tensor([key[i] for key in level], dtype=torch.long) for level in levels]
+    tree = PrefixTree(column(fed, 1), column(fed, 0), column(targets, 0), column(targets, 1))
     offsets = list(itertools.accumulate((int(t.numel()) for t in tree.target_token), initial=0))
     tree.paths = [[offsets[d] + j for d, j in path] for path in raw_paths]
     return tree
@@ -69,19 +66,16 @@ def select_state(state, index: torch.Tensor, batch: int):
     """Rows ``index`` (on dimension 1, the batch) of a layer's carried state: a tensor or nested tuples."""
     if state is None:
         return None
-    if isinstance(state, torch.Tensor):
-        if state.dim() < 2 or state.shape[1] != batch:
-            raise PrefixTreeError(
-                f"the encoder's state has shape {tuple(state.shape)}, not the batch ({batch}) on dimension 1 "
-                "as nn.LSTM's; the prefix-tree scorer cannot split it (use share_prefixes=False, "
-                "--no-share-prefixes on the command line)"
-            )
-        return state.index_select(1, index)
     if isinstance(state, (tuple, list)):
         return type(state)(select_state(s, index, batch) for s in state)
+    if isinstance(state, torch.Tensor) and state.dim() >= 2 and state.shape[1] == batch:
+        return state.index_select(1, index)
+    why = f"is a {type(state).__name__}, not tensors"
+    if isinstance(state, torch.Tensor):
+        why = f"has shape {tuple(state.shape)}, not the batch ({batch}) on dimension 1 as nn.LSTM's"
     raise PrefixTreeError(
-        f"the encoder's state is a {type(state).__name__}, not tensors; the prefix-tree scorer cannot split it "
-        "(use share_prefixes=False, --no-share-prefixes on the command line)"
+        f"the encoder's state {why}; the prefix-tree scorer cannot split it (use share_prefixes=False, "
+        "--no-share-prefixes on the command line)"
     )
 
 
@@ -141,9 +135,7 @@ class Decoder:
             self.buf = torch.empty(self.rows, self.linear.out_features, device=x.device)
         out = self.buf[: x.shape[0]]
         weight = self.linear.weight.detach()
-        if bias is None:
-            return torch.mm(x, weight.t(), out=out)
-        return torch.addmm(bias, x, weight.t(), out=out)
+        return torch.mm(x, weight.t(), out=out) if bias is None else torch.addmm(bias, x, weight.t(), out=out)
 
 
 def _onednn_linear() -> bool:
@@ -164,12 +156,8 @@ def _logsumexp_(logits: torch.Tensor) -> torch.Tensor:
 
 def decoder_rows(model) -> int:
     """Prefixes decoded at a time: a float32 ``(rows, V)`` buffer of about 16 MiB, 16 to 1,024 rows."""
-    dec = getattr(model, "decoder", None)
-    vocab = (
-        dec.out_features
-        if isinstance(dec, torch.nn.Linear)
-        else getattr(getattr(model, "config", None), "vocab_size", 0)
-    )
+    dec, config = getattr(model, "decoder", None), getattr(model, "config", None)
+    vocab = dec.out_features if isinstance(dec, torch.nn.Linear) else getattr(config, "vocab_size", 0)
     return max(16, min(1024, (1 << 22) // vocab)) if vocab else 256
 
 
@@ -180,8 +168,7 @@ def tree_logprobs(
     """Every target of ``tree`` (concatenated over depths, as ``tree.paths`` index them), float32; ``decoder``:
     one made for ``model``, reused across trees (it holds the packed weight)."""
     decoder = decoder or Decoder(model, rows)
-    state, out = None, []
-    prev = 0
+    state, out, prev = None, [], 0
     for d, (tokens, parents) in enumerate(zip(tree.tokens, tree.parents)):
         if d > 0 and state is not None:  # None: a model that carries no state (e.g. a bigram table)
             state = [select_state(s, parents.to(device), prev) for s in state]
