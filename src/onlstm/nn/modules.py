@@ -263,8 +263,7 @@ class ONLSTM(nn.Module):
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.chunk_size, self.n_chunks = chunk_size, hidden_size // chunk_size
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
-        self.dropout, self.dropconnect = float(dropout), float(dropconnect)
-        self.master_input = master_input
+        self.dropout, self.dropconnect, self.master_input = float(dropout), float(dropconnect), master_input
         self.num_directions = 2 if bidirectional else 1
         self._flat_names = [
             _add_weights(self, f"_l{layer}{sfx}", input_size if layer == 0 else hidden_size * self.num_directions,
@@ -293,7 +292,6 @@ class ONLSTM(nn.Module):
         """Parameters per layer and direction, as ``nn.LSTM.all_weights``."""
         return [[getattr(self, nm) for nm in names] for names in self._flat_names]
 
-    # -- implementation choice ------------------------------------------------------------------
     @property
     def impl(self) -> str:
         """What runs the layers: ``'auto'``, ``'reference'`` or a registered kernel's name."""
@@ -320,12 +318,10 @@ class ONLSTM(nn.Module):
         impl = kernels.resolve_impl(self.impl, device, dtype)
         return selfcheck.verified(impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
 
-    # -- TorchScript ------------------------------------------------------------------------------
     def __prepare_scriptable__(self):
         # torch.jit.script calls this first: say what to use instead of failing on an internal construct
         raise NotImplementedError(_NO_TORCHSCRIPT.format(what="torch.jit.script"))
 
-    # -- forward --------------------------------------------------------------------------------
     def forward(self, input, hx=None, return_distances: bool = False):
         if torch.jit.is_tracing():
             # a trace would bake this input's sequence length and batch sizes into the graph (the time
