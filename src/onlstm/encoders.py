@@ -219,8 +219,7 @@ class TorchRNN(nn.Module):
 
     def __init__(self, rnn: nn.Module, dropconnect: float = 0.0):
         super().__init__()
-        self.rnn, self.dropconnect = rnn, float(dropconnect)
-        self.hidden_size = rnn.hidden_size
+        self.rnn, self.dropconnect, self.hidden_size = rnn, float(dropconnect), rnn.hidden_size
 
     def forward(self, x, hx=None, return_distances: bool = False):
         if isinstance(self.rnn, ONLSTM):

@@ -24,12 +24,6 @@ _state: dict[str, Any] = {"tried": False, "module": None, "error": None}
 STALE_LOCK_S = 600.0
 
 
-def extension_name() -> str:
-    """Name of the compiled module: changes with the source, the flags and the torch version."""
-    h = hashlib.sha1(_SOURCE.read_bytes() + " ".join(_CFLAGS).encode() + torch.__version__.encode())
-    return f"onlstm_cpu_{h.hexdigest()[:12]}"
-
-
 def build_path(path: str) -> str:
     """``path`` (a PATH value) with the directories that hold this environment's ``ninja`` (PyTorch runs it
     from PATH) put first, for scripts that call ``.venv/bin/onlstm`` without activating the virtualenv."""
@@ -79,7 +73,9 @@ def load_extension() -> Any:
     try:
         from torch.utils import cpp_extension
 
-        name = extension_name()
+        # the module's name changes with the source, the flags and the torch version
+        h = hashlib.sha1(_SOURCE.read_bytes() + " ".join(_CFLAGS).encode() + torch.__version__.encode())
+        name = f"onlstm_cpu_{h.hexdigest()[:12]}"
         build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
         clear_stale_lock(build_dir)
         if not any(build_dir.glob(f"{name}*.so")):

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .functional import prefix_sum, suffix_sum
-from .kernels import KernelGrads, KernelInputs, KernelOutputs, OutputGrads, final_states, previous_h, step_offsets
+from .kernels import KernelGrads, KernelInputs, KernelOutputs, OutputGrads, last_rows, previous_h, step_offsets
 
 
 class FusedKernel:
@@ -41,8 +41,8 @@ class FusedKernel:
             dist[off : off + b, 0] = 1.0 - mf.mean(-1)
             dist[off : off + b, 1] = mi.mean(-1)
             prev, off = off, off + b
-        h_n, c_n = final_states(out, cells, bs)
-        return KernelOutputs(out, h_n, c_n, dist, saved=(out, act, cells, tcs))
+        last = last_rows(bs, out.device)  # h_n, c_n: each row's state after its own last step
+        return KernelOutputs(out, out[last], cells[last], dist, saved=(out, act, cells, tcs))
 
     @staticmethod
     def backward(inputs: KernelInputs, saved: tuple[Tensor, ...], grads: OutputGrads) -> KernelGrads:

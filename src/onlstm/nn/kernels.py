@@ -97,12 +97,6 @@ def last_rows(bs: list[int], device: torch.device | str = "cpu") -> Tensor:
     return (torch.tensor(step_offsets(bs))[lengths - 1] + torch.arange(bs[0])).to(device)
 
 
-def final_states(out: Tensor, cells: Tensor, bs: list[int]) -> tuple[Tensor, Tensor]:
-    """``h_n, c_n``: each row's state after its own last step."""
-    rows = last_rows(bs, out.device)
-    return out[rows], cells[rows]
-
-
 def step_offsets(bs: list[int]) -> list[int]:
     """The first packed row of every step, then the number of rows."""
     return list(itertools.accumulate(bs, initial=0))

@@ -169,13 +169,8 @@ class ONLSTMCell(nn.Module):
         if hx is None:
             h = c = x.new_zeros(x.shape[0], self.hidden_size)
         else:
-            h, c = _unpack_hx(hx)
             want = (self.hidden_size,) if unbatched else (x.shape[0], self.hidden_size)
-            for name, t in (("h", h), ("c", c)):
-                if tuple(t.shape) != want:
-                    raise ValueError(f"ONLSTMCell: expected {name} of shape {want}, got {tuple(t.shape)}")
-            if unbatched:
-                h, c = h.unsqueeze(0), c.unsqueeze(0)
+            h, c = _check_hx(hx, want, ("ONLSTMCell: expected h", "ONLSTMCell: expected c"), "", unbatched, 0)
         pre = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self._w_hh(), self.bias_hh)
         h1, c1, d_f, d_i = Fn.cell_update(pre, c, self.chunk_size, self.master_input)
         if unbatched:
@@ -212,10 +207,16 @@ def _reset(module: nn.Module, flat_names: list[list[str]]) -> None:
                 nn.init.uniform_(bias, -1.0 / math.sqrt(weight.shape[1]), 1.0 / math.sqrt(weight.shape[1]))
 
 
-def _unpack_hx(hx):
+def _check_hx(hx, want: tuple, names: tuple[str, str], shape: str, unbatched: bool, dim: int):
+    """``hx``, a pair of tensors of shape ``want`` (``names`` and ``shape`` in the messages); unbatched ones get
+    their batch dimension ``dim`` back."""
     if not isinstance(hx, (tuple, list)) or len(hx) != 2:
         raise ValueError("hx must be a pair (h, c) of tensors")
-    return hx[0], hx[1]
+    for name, t in zip(names, hx):
+        if not isinstance(t, Tensor) or tuple(t.shape) != want:
+            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(f"{name} of shape {want}{shape}, got {got}")
+    return tuple(t.unsqueeze(dim) for t in hx) if unbatched else tuple(hx)
 
 
 class ONLSTM(nn.Module):
@@ -262,8 +263,7 @@ class ONLSTM(nn.Module):
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.chunk_size, self.n_chunks = chunk_size, hidden_size // chunk_size
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
-        self.dropout, self.dropconnect = float(dropout), float(dropconnect)
-        self.master_input = master_input
+        self.dropout, self.dropconnect, self.master_input = float(dropout), float(dropconnect), master_input
         self.num_directions = 2 if bidirectional else 1
         self._flat_names = [
             _add_weights(self, f"_l{layer}{sfx}", input_size if layer == 0 else hidden_size * self.num_directions,
@@ -292,7 +292,6 @@ class ONLSTM(nn.Module):
         """Parameters per layer and direction, as ``nn.LSTM.all_weights``."""
         return [[getattr(self, nm) for nm in names] for names in self._flat_names]
 
-    # -- implementation choice ------------------------------------------------------------------
     @property
     def impl(self) -> str:
         """What runs the layers: ``'auto'``, ``'reference'`` or a registered kernel's name."""
@@ -319,12 +318,10 @@ class ONLSTM(nn.Module):
         impl = kernels.resolve_impl(self.impl, device, dtype)
         return selfcheck.verified(impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
 
-    # -- TorchScript ------------------------------------------------------------------------------
     def __prepare_scriptable__(self):
         # torch.jit.script calls this first: say what to use instead of failing on an internal construct
         raise NotImplementedError(_NO_TORCHSCRIPT.format(what="torch.jit.script"))
 
-    # -- forward --------------------------------------------------------------------------------
     def forward(self, input, hx=None, return_distances: bool = False):
         if torch.jit.is_tracing():
             # a trace would bake this input's sequence length and batch sizes into the graph (the time
@@ -340,7 +337,7 @@ class ONLSTM(nn.Module):
         """Any accepted input as packed rows ``(N, input_size)`` with its batch sizes."""
         if isinstance(input, PackedSequence):
             data, batch_sizes, sorted_idx, unsorted_idx = input
-            self._check_features(data, 2)
+            self._check_features(data)
             return _Flat(
                 data, batch_sizes, sorted_idx, unsorted_idx, True, False, len(batch_sizes), int(batch_sizes[0])
             )
@@ -350,7 +347,7 @@ class ONLSTM(nn.Module):
                 f"input_size={self.input_size}) or 2 (seq, input_size) for an unbatched sequence, "
                 f"got {input.dim()} dimensions with shape {tuple(input.shape)}"
             )
-        self._check_features(input, input.dim())
+        self._check_features(input)
         unbatched = input.dim() == 2
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
         steps, batch = x.shape[0], x.shape[1]
@@ -400,7 +397,7 @@ class ONLSTM(nn.Module):
             return output, (h_n, c_n), Distances(d_f, d_i)
         return output, (h_n, c_n)
 
-    def _check_features(self, x: Tensor, dim: int) -> None:
+    def _check_features(self, x: Tensor) -> None:
         if x.shape[-1] != self.input_size:
             raise ValueError(
                 f"ONLSTM: input.size(-1) must be equal to input_size. Expected {self.input_size}, got {x.shape[-1]}"
@@ -414,17 +411,9 @@ class ONLSTM(nn.Module):
         if hx is None:
             z = data.new_zeros(layers, batch, self.hidden_size)
             return z, z
-        h0, c0 = _unpack_hx(hx)
         want = (layers, self.hidden_size) if unbatched else (layers, batch, self.hidden_size)
-        for name, t in (("h_0", h0), ("c_0", c0)):
-            if not isinstance(t, Tensor) or tuple(t.shape) != want:
-                got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-                raise ValueError(
-                    f"ONLSTM: expected {name} of shape {want} "
-                    f"(num_layers * num_directions, {'' if unbatched else 'batch, '}hidden_size), got {got}"
-                )
-        if unbatched:
-            h0, c0 = h0.unsqueeze(1), c0.unsqueeze(1)
+        shape = f" (num_layers * num_directions, {'' if unbatched else 'batch, '}hidden_size)"
+        h0, c0 = _check_hx(hx, want, ("ONLSTM: expected h_0", "ONLSTM: expected c_0"), shape, unbatched, 1)
         if sorted_idx is not None:
             h0, c0 = h0.index_select(1, sorted_idx), c0.index_select(1, sorted_idx)
         return h0, c0

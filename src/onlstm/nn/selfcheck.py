@@ -51,9 +51,6 @@ class CheckResult:
         verdict = "passed" if self.passed else "FAILED"
         return f"{what}: {verdict}, max error {self.error:.2e} in {self.worst} (tolerance {self.tolerance:g})"
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 _results: dict[tuple, CheckResult] = {}
 _failed: dict[FailKey, CheckResult] = {}
@@ -214,27 +211,21 @@ def _forward_backward(model, packed, hx, device, dtype, products) -> list[Tensor
     return outs + list(torch.autograd.grad(loss, [x, h0, c0, *model.parameters()]))
 
 
-def check_kernel(impl: str, device: torch.device, hidden: int = 1150, chunk: int = 10, mode: str = "paper") -> None:
-    """Check ``impl`` on ``device`` now, at the paper's layer by default: float32, and float32 under autocast
-    (bf16 where the device supports it, else fp16), as a first forward call would. Records (and warns) like
-    :func:`verified`; ``onlstm info`` calls it so that its output says whether the kernel can be trusted here."""
-    device = torch.device(device)
-    half = torch.float16 if device.type == "cuda" and not torch.cuda.is_bf16_supported() else torch.bfloat16
-    verified(impl, device, torch.float32, hidden, chunk, mode)
-    with torch.autocast(device.type, dtype=half):
-        verified(impl, device, torch.float32, hidden, chunk, mode)
-
-
 def info() -> list[dict[str, Any]] | str:
-    """What ``onlstm info`` shows: the checks of this process (running the CUDA kernel's own first when it is
-    available), or why there are none."""
+    """What ``onlstm info`` shows: the checks of this process, or why there are none. When the CUDA kernel is
+    available it is checked first, as a first forward call would, at the paper's layer: float32, and float32
+    under autocast (bf16 where the device supports it, else fp16), so that the output says whether it can be
+    trusted here."""
     if not enabled():
         return f"off ({ENV}=0)"
     from . import kernels
 
     if torch.cuda.is_available() and kernels.load_kernel("triton") is not None:
-        check_kernel("triton", torch.device("cuda"))
+        cuda, half = torch.device("cuda"), torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        verified("triton", cuda, torch.float32, 1150, 10, "paper")
+        with torch.autocast("cuda", dtype=half):
+            verified("triton", cuda, torch.float32, 1150, 10, "paper")
     done = results()
     if not done:
         return "not run: the Triton kernel is unavailable here (it checks itself on first use on a GPU)"
-    return [r.to_dict() | {"summary": r.line()} for r in done]
+    return [asdict(r) | {"summary": r.line()} for r in done]

@@ -22,7 +22,7 @@ from .kernels import (
     KernelSpec,
     KernelUnavailable,
     OutputGrads,
-    final_states,
+    last_rows,
     previous_h,
     register_kernel,
     step_offsets,
@@ -66,8 +66,8 @@ class TritonKernel:
                 xp, hu, c_prev, act, cells, out, h_mm, dist, off, c_row0, INCLUSIVE=inclusive, HAS_HMM=low, **blocks
             )
             prev, off = off, off + b
-        h_n, c_n = final_states(out, cells, bs)
-        return KernelOutputs(out, h_n, c_n, dist, saved=(out, act, cells, x.new_empty(0, dtype=mm)))
+        last = last_rows(bs, out.device)  # h_n, c_n: each row's state after its own last step
+        return KernelOutputs(out, out[last], cells[last], dist, saved=(out, act, cells, x.new_empty(0, dtype=mm)))
 
     def backward(self, inputs: KernelInputs, saved: tuple[Tensor, ...], grads: OutputGrads) -> KernelGrads:
         x, w_ih, w_hh, _, h0, c0, batch_sizes, chunk, inclusive = inputs

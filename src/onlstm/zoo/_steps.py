@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
-from ..nn.kernels import last_rows, previous_h
+from ..nn.kernels import last_rows
 
 
 @dataclass
@@ -21,21 +21,9 @@ class Steps:
     packed: PackedSequence | None  # the input, when it was packed (to rebuild the output)
     shape: tuple[int, int]  # (T, B) of a padded input
 
-    @property
-    def batch(self) -> int:
-        return self.batch_sizes[0]
-
-    def split(self, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """A (N, *) tensor laid out like ``data`` cut into its steps (one split: its backward is one concatenation)."""
-        return values.split(self.batch_sizes)
-
     def last_rows(self) -> torch.Tensor:
         """Row index (B,) of each sequence's last step, in sorted order."""
         return last_rows(self.batch_sizes, self.data.device)
-
-    def previous(self, values: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
-        """For every row, the same sequence's row one step earlier (``first`` (B, F) for step 0): (N, F)."""
-        return previous_h(first, values, self.batch_sizes)
 
     def to_sorted(self, state: torch.Tensor) -> torch.Tensor:
         """A (1, B, F) state in the caller's batch order -> (B, F) in this layout's (sorted) order."""
@@ -72,7 +60,7 @@ def as_steps(x: torch.Tensor | PackedSequence, input_size: int) -> Steps:
 def initial_state(hx, names: Sequence[str], sizes: Sequence[int], steps: Steps) -> list[torch.Tensor]:
     """The carried state, ``hx`` a tuple of (1, B, size) tensors named ``names``, as (B, F) tensors in sorted order
     (zeros where ``hx`` is None)."""
-    b = steps.batch  # every sequence has a first step
+    b = steps.batch_sizes[0]  # every sequence has a first step
     if hx is None:
         return [steps.data.new_zeros(b, n) for n in sizes]
     if not isinstance(hx, (tuple, list)) or len(hx) != len(names):
@@ -89,7 +77,7 @@ def fo_pool(forget: torch.Tensor, update: torch.Tensor, c0: torch.Tensor, steps:
     of SRU and QRNN: ``forget``, ``update`` (N, H) laid out like ``steps.data``, ``c0`` (B, H) sorted -> every
     step's ``c`` (N, H) and each sequence's final ``c`` (B, H)."""
     cs, c = [], c0
-    for f_t, u_t in zip(steps.split(forget), steps.split(update)):
+    for f_t, u_t in zip(forget.split(steps.batch_sizes), update.split(steps.batch_sizes)):
         bs = f_t.shape[0]
         cs.append(torch.addcmul(u_t, f_t, c[:bs]))
         c = cs[-1] if bs == c.shape[0] else torch.cat([cs[-1], c[bs:]])  # ended sequences keep their last c

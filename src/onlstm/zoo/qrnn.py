@@ -8,6 +8,7 @@ import math
 import torch
 from torch import nn
 
+from ..nn.kernels import previous_h
 from ._steps import as_steps, fo_pool, initial_state
 
 
@@ -42,7 +43,7 @@ class QRNN(nn.Module):
         steps = as_steps(x, self.input_size)
         sizes = (self.hidden_size, self.hidden_size, self.input_size)
         _, c0, x0 = initial_state(hx, ("h", "c", "x_last"), sizes, steps)
-        z, f, o = self.gates(steps.data, steps.previous(steps.data, x0))  # (N, H) each
+        z, f, o = self.gates(steps.data, previous_h(x0, steps.data, steps.batch_sizes))  # (N, H) each
         c, c_last = fo_pool(f, (1 - f) * z, c0, steps)
         out = o * c  # (N, H)
         last = steps.last_rows()
