@@ -129,7 +129,8 @@ def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
     if choices and value not in choices:
         raise ConfigError(f"{where} must be one of {', '.join(map(str, choices))}, got {value!r}")
     low, high = f.metadata.get("bounds") or (None, None)
-    for item in [] if value is None else value if isinstance(value, list) else [value]:
+    items = value if isinstance(value, list) else [] if value is None else [value]  # a list's every item
+    for item in items:
         if (low is not None and item < low) or (high is not None and item > high):
             rule = f">= {low}" if high is None else f"<= {high}" if low is None else f"in [{low}, {high}]"
             raise ConfigError(f"{where} must be {rule}, got {item}")

@@ -119,3 +119,17 @@ def test_registering_bad_names_is_refused():
     for name in ("auto", "reference", "python", "not a name"):
         with pytest.raises(ValueError, match=f"cannot register a kernel named '{name}'"):
             kernels.register_kernel(kernels.KernelSpec(name, FusedKernel, ("cpu",), (torch.float64,)))
+
+
+def test_an_unregistered_kernel_name_is_a_key_error_not_a_failed_load():
+    with pytest.raises(KeyError):
+        kernels.load_kernel("no-such-kernel")
+    assert kernels.kernel_error("no-such-kernel") is None  # nothing recorded as a load failure
+
+
+def test_kernel_records_unpack_in_field_order():
+    import dataclasses
+
+    fields = [f.name for f in dataclasses.fields(kernels.KernelGrads)]
+    grads = kernels.KernelGrads(*[torch.full((1,), float(i)) for i in range(len(fields))])
+    assert [float(t) for t in grads] == [float(i) for i in range(len(fields))]

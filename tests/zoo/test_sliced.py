@@ -132,3 +132,11 @@ def test_registry_entry_and_option_checks():
         E.make_encoder("sliced", 3, 4, rnn="rnn")
     with pytest.raises(ValueError, match="carries no state across calls"):
         sliced()(torch.randn(3, 1, 3, dtype=torch.float64), torch.zeros(1, 1, 5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("kw", [{"rnn": "lstmm"}, {"levels": 1}, {"slice_length": 0}])
+def test_direct_construction_refuses_what_the_registry_refuses(kw):
+    from onlstm.zoo.sliced import SlicedRNN
+
+    with pytest.raises(ValueError, match="need slice_length >= 1, levels >= 2 and rnn in"):
+        SlicedRNN(4, 6, **kw)

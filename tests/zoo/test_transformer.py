@@ -172,3 +172,10 @@ def test_gradients_reach_every_parameter():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     # positions past the longest sequence are never used: their rows get no gradient
     assert m.position.grad[5:].abs().sum() == 0 and m.position.grad[:5].abs().sum() > 0
+
+
+def test_direct_construction_refuses_heads_that_do_not_divide_the_size():
+    from onlstm.zoo.transformer import TransformerLayer
+
+    with pytest.raises(ValueError, match="hidden size 6 is not divisible by heads=4"):
+        TransformerLayer(4, 6, heads=4)

@@ -17,7 +17,6 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from ..checkpoint import CheckpointError, config_header, load_weights, save_weights, write_json, write_text
 from ..config import ConfigError, check_section
@@ -300,8 +299,11 @@ class Trainer:
     @contextmanager
     def eval_weights(self):
         """The weights evaluation uses: the running average once averaging started, else the current ones."""
-        avg = self.averaged_weights() or []
-        saved = [p.detach().clone() for p in self.params] if avg else []
+        avg = self.averaged_weights()
+        if avg is None:
+            yield
+            return
+        saved = [p.detach().clone() for p in self.params]
         _assign(self.params, avg)
         try:
             yield
@@ -364,6 +366,8 @@ class Trainer:
         if self.cfg.time_limit is not None:  # a wall-time budget usually ends the run long before its epochs
             left = min(left, 60 * self.cfg.time_limit - self.clock())
         self._postfix = {"loss": f"{cur:.3f}", "ppl": f"{math.exp(min(cur, 50)):.1f}", "tok/s": f"{tok_s:,.0f}"}
+        from tqdm import tqdm  # the experiments extra, imported where it is used as elsewhere
+
         self._postfix["left"] = tqdm.format_interval(left) if math.isfinite(left) and left >= 0 else "?"
         self._scalars(prog.step, {"train/loss": cur, "train/tokens_per_s": tok_s})
         since["tokens"], since["clock"] = 0, now
@@ -483,8 +487,10 @@ class Trainer:
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""
-        start, stop = column_share(size := self.cfg.batch_size, self.ctx.rank, self.ctx.world)
-        if bad := [t.shape[1] for k, t in tensors.items() if k.startswith("hidden.") and t.shape[1] != size]:
+        size = self.cfg.batch_size
+        start, stop = column_share(size, self.ctx.rank, self.ctx.world)
+        bad = [t.shape[1] for k, t in tensors.items() if k.startswith("hidden.") and t.shape[1] != size]
+        if bad:
             raise CheckpointError(f"{path}: saved state has {bad[0]} columns, batch_size is {size}")
         cut = lambda i, j: tensors[f"hidden.{i}.{j}"][:, start:stop].contiguous().to(self.ctx.device)
         return [cut(i, 0) if n == 0 else tuple(cut(i, j) for j in range(n)) for i, n in enumerate(layout)]
@@ -517,8 +523,9 @@ class Trainer:
                 self._tb = SummaryWriter(str(self.rundir.tensorboard_path))
             except Exception:
                 self._tb = False
-        for tag, value in values.items() if self._tb else ():
-            self._tb.add_scalar(tag, value, step)
+        if self._tb:
+            for tag, value in values.items():
+                self._tb.add_scalar(tag, value, step)
 
     def run(self, max_steps: int | None = None, on_step: Callable[[Trainer], None] | None = None) -> dict:
         """Train to ``cfg.epochs`` (or until ``max_steps`` optimizer steps in total, ``cfg.time_limit`` minutes of

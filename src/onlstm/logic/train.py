@@ -164,8 +164,9 @@ def accuracy_by_ops(flags: list[bool], ops: list[int]) -> dict[str, float]:
 def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: float):
     """One update (cross-entropy, ``clip`` 0 = no clipping) on a collated batch on the model's device:
     ``(loss, logits)``, detached."""
-    logits = model(*batch[:4])  # (B, 7)
-    loss = F.cross_entropy(logits, batch[4])
+    a, a_lengths, b, b_lengths, y = batch
+    logits = model(a, a_lengths, b, b_lengths)  # (B, 7)
+    loss = F.cross_entropy(logits, y)
     update(opt, loss, model.parameters(), clip)
     return loss.detach(), logits.detach()
 

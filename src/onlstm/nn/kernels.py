@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 import torch
@@ -20,7 +20,7 @@ class _Record:
     """The records below unpack like tuples, in field order (``x, w_ih, ..., inclusive = inputs``)."""
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self.__dict__.values())
+        return (getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -247,8 +247,9 @@ def canonical_impl(impl: str, stacklevel: int = 2) -> str:
 def load_kernel(name: str) -> LayerKernel | None:
     """The kernel registered as ``name``, loaded on first use; ``None`` if it cannot be loaded."""
     if name not in _loaded and name not in _errors:
+        spec = _specs[name]  # an unregistered name is a KeyError, not a kernel that failed to load
         try:
-            _loaded[name] = _specs[name].load()
+            _loaded[name] = spec.load()
         except Exception as exc:
             _errors[name] = first_line(exc) if isinstance(exc, KernelUnavailable) else exception_line(exc)
     return _loaded.get(name)

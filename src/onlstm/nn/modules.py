@@ -170,7 +170,7 @@ class ONLSTMCell(nn.Module):
             h = c = x.new_zeros(x.shape[0], self.hidden_size)
         else:
             want = (self.hidden_size,) if unbatched else (x.shape[0], self.hidden_size)
-            h, c = _check_hx(hx, want, ("ONLSTMCell: expected h", "ONLSTMCell: expected c"), "", unbatched, 0)
+            h, c = _check_hx(hx, want, who="ONLSTMCell", names=("h", "c"), shape="", unbatched=unbatched, dim=0)
         pre = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self._w_hh(), self.bias_hh)
         h1, c1, d_f, d_i = Fn.cell_update(pre, c, self.chunk_size, self.master_input)
         if unbatched:
@@ -207,15 +207,15 @@ def _reset(module: nn.Module, flat_names: list[list[str]]) -> None:
                 nn.init.uniform_(bias, -1.0 / math.sqrt(weight.shape[1]), 1.0 / math.sqrt(weight.shape[1]))
 
 
-def _check_hx(hx, want: tuple, names: tuple[str, str], shape: str, unbatched: bool, dim: int):
-    """``hx``, a pair of tensors of shape ``want`` (``names`` and ``shape`` in the messages); unbatched ones get
-    their batch dimension ``dim`` back."""
+def _check_hx(hx, want: tuple, *, who: str, names: tuple[str, str], shape: str, unbatched: bool, dim: int):
+    """``hx``, a pair of tensors of shape ``want`` (the messages name ``who``, ``names`` and ``shape``); unbatched
+    ones get their batch dimension ``dim`` back."""
     if not isinstance(hx, (tuple, list)) or len(hx) != 2:
         raise ValueError("hx must be a pair (h, c) of tensors")
     for name, t in zip(names, hx):
         if not isinstance(t, Tensor) or tuple(t.shape) != want:
             got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-            raise ValueError(f"{name} of shape {want}{shape}, got {got}")
+            raise ValueError(f"{who}: expected {name} of shape {want}{shape}, got {got}")
     return tuple(t.unsqueeze(dim) for t in hx) if unbatched else tuple(hx)
 
 
@@ -413,7 +413,7 @@ class ONLSTM(nn.Module):
             return z, z
         want = (layers, self.hidden_size) if unbatched else (layers, batch, self.hidden_size)
         shape = f" (num_layers * num_directions, {'' if unbatched else 'batch, '}hidden_size)"
-        h0, c0 = _check_hx(hx, want, ("ONLSTM: expected h_0", "ONLSTM: expected c_0"), shape, unbatched, 1)
+        h0, c0 = _check_hx(hx, want, who="ONLSTM", names=("h_0", "c_0"), shape=shape, unbatched=unbatched, dim=1)
         if sorted_idx is not None:
             h0, c0 = h0.index_select(1, sorted_idx), c0.index_select(1, sorted_idx)
         return h0, c0

@@ -119,10 +119,12 @@ def verified(impl: str, device: torch.device, dtype: torch.dtype, hidden: int, c
 
 
 def _failure_message(r: CheckResult) -> str:
-    error = f"differs by {r.error:.3g} in {r.worst} (tolerance {r.tolerance:g})" if r.error is not None else ""
+    error = (
+        f"raised {r.worst}" if r.error is None else f"differs by {r.error:.3g} in {r.worst} (tolerance {r.tolerance:g})"
+    )
     return (
         f"onlstm: the kernel impl={r.kernel!r} failed its self-check against the reference loop on {r.device} "
-        f"{r.dtype} (products {r.products}) at {r.sizes}: it {error or 'raised ' + r.worst}, relative to the largest reference value; "
+        f"{r.dtype} (products {r.products}) at {r.sizes}: it {error}, relative to the largest reference value; "
         f"this process runs the reference loop there instead (slower, correct). Please report it with the "
         f"output of `onlstm bench gpu --out DIR`; {ENV}=0 skips the check."
     )

@@ -127,7 +127,9 @@ def triton_installed() -> bool:
 
 
 def _steps_module() -> Any:
-    return importlib.import_module("._triton_steps", __package__)
+    from . import _triton_steps  # imports triton: only once a kernel is built
+
+    return _triton_steps
 
 
 def load_cuda_kernel() -> TritonKernel:

@@ -40,6 +40,8 @@ class SlicedRNN(nn.Module):
         dropconnect: float = 0.0,
     ):
         super().__init__()
+        if slice_length < 1 or levels < 2 or rnn not in RNN_TYPES:  # the registry says this more kindly
+            raise ValueError(f"need slice_length >= 1, levels >= 2 and rnn in {RNN_TYPES}")
         self.hidden_size, self.slice_length = hidden_size, slice_length
         self.levels, self.dropconnect = levels, dropconnect
         make = nn.GRU if rnn == "gru" else nn.LSTM

@@ -80,6 +80,8 @@ class TransformerLayer(nn.Module):
         pooling: str = "last",
     ):
         super().__init__()
+        if hidden_size % heads:
+            raise ValueError(f"hidden size {hidden_size} is not divisible by heads={heads}")
         self.hidden_size, self.heads, self.positions, self.pooling = hidden_size, heads, positions, pooling
         self.max_length = max_length if positions == "learned" else None
         self.dropout = block_dropout
