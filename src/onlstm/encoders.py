@@ -214,18 +214,27 @@ def has_distances(name: str) -> bool:
 
 class TorchRNN(nn.Module):
     """A one-layer ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` with this module's call and optional DropConnect on
-    ``weight_hh_l0`` (reference style: one mask per call, not inverted). Also a ready wrapper for user encoders.
-    It wraps ON-LSTM too, whose DropConnect is its own and whose distances it passes on."""
+    ``weight_hh_l0`` (reference style: one mask per call, not inverted). Also a ready wrapper for user encoders."""
 
     def __init__(self, rnn: nn.Module, dropconnect: float = 0.0):
         super().__init__()
         self.rnn, self.dropconnect, self.hidden_size = rnn, float(dropconnect), rnn.hidden_size
 
     def forward(self, x, hx=None, return_distances: bool = False):
-        if isinstance(self.rnn, ONLSTM):
-            return self.rnn(x, hx, return_distances=True) if return_distances else (*self.rnn(x, hx), None)
         out, state = dropconnect_call(self.rnn, self.dropconnect, self.training, x, hx)
         return out, state, None
+
+
+class ONLSTMLayer(nn.Module):
+    """An :class:`~onlstm.nn.ONLSTM` with the encoder call; its DropConnect is its own, its distances are passed on
+    (the parameters are ``rnn.*``, as :class:`TorchRNN`'s)."""
+
+    def __init__(self, rnn: ONLSTM):
+        super().__init__()
+        self.rnn, self.hidden_size = rnn, rnn.hidden_size
+
+    def forward(self, x, hx=None, return_distances: bool = False):
+        return self.rnn(x, hx, return_distances=True) if return_distances else (*self.rnn(x, hx), None)
 
 
 def _check_divides(sizes: list[int], label: str, option: str, value: int, why: str) -> None:
@@ -246,7 +255,7 @@ _DROPCONNECT = EncoderOption("dropconnect", float, 0.0, "DropConnect on hidden-t
 
 register(
     "onlstm",
-    lambda i, h, **o: TorchRNN(ONLSTM(i, h, **o)),
+    lambda i, h, **o: ONLSTMLayer(ONLSTM(i, h, **o)),
     yields_distances=True,
     check=_check_onlstm,
     description="Ordered Neurons LSTM (master gates; yields distances for tree induction)",

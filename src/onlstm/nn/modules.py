@@ -379,7 +379,8 @@ class ONLSTM(nn.Module):
 
     def _format_output(self, flat: _Flat, out: Tensor, h_n: Tensor, c_n: Tensor, dist: Tensor, return_distances: bool):
         """Lay the packed rows out like the input (``nn.LSTM``'s shapes), distances likewise."""
-        parts: list[Any] = [out, dist[:, 0], dist[:, 1]]  # output, forget and input distances
+        # the output, then the forget and input distances when asked (a packed one is a copy)
+        parts: list[Any] = [out, dist[:, 0], dist[:, 1]] if return_distances else [out]
         if flat.packed:
             if flat.unsorted_idx is not None:
                 h_n, c_n = h_n.index_select(1, flat.unsorted_idx), c_n.index_select(1, flat.unsorted_idx)
@@ -392,10 +393,9 @@ class ONLSTM(nn.Module):
                 parts, h_n, c_n = [t[:, 0] for t in parts], h_n[:, 0], c_n[:, 0]
             elif self.batch_first:
                 parts = [t.transpose(0, 1) for t in parts]
-        output, d_f, d_i = parts
         if return_distances:
-            return output, (h_n, c_n), Distances(d_f, d_i)
-        return output, (h_n, c_n)
+            return parts[0], (h_n, c_n), Distances(*parts[1:])
+        return parts[0], (h_n, c_n)
 
     def _check_features(self, x: Tensor) -> None:
         if x.shape[-1] != self.input_size:
@@ -404,7 +404,7 @@ class ONLSTM(nn.Module):
             )
         if not x.is_floating_point():
             raise ValueError(f"ONLSTM: input must be a floating-point tensor, got {x.dtype}")
-        _check_dtype(x, self.all_weights[0][0], "ONLSTM")
+        _check_dtype(x, getattr(self, self._flat_names[0][0]), "ONLSTM")
 
     def _initial_state(self, hx, batch, data, unbatched, sorted_idx):
         layers = self.num_layers * self.num_directions
@@ -422,7 +422,7 @@ class ONLSTM(nn.Module):
         self, k: int, x: Tensor, batch_sizes: Tensor, h0: Tensor, c0: Tensor, impl: str
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """One layer/direction over packed rows ``x`` (N, in): ``out (N, D), h_n, c_n, dist (N, 2)``."""
-        w_ih, weight_hh, *biases = self.all_weights[k]
+        w_ih, weight_hh, *biases = (getattr(self, name) for name in self._flat_names[k])
         w_hh, (b_ih, b_hh) = dropconnect_weight(weight_hh, self.dropconnect, self.training), biases or (None, None)
         if impl == "reference":
             return reference_layer(

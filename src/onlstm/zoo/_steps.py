@@ -75,10 +75,9 @@ def initial_state(hx, names: Sequence[str], sizes: Sequence[int], steps: Steps) 
 def fo_pool(forget: torch.Tensor, update: torch.Tensor, c0: torch.Tensor, steps: Steps):
     """The element-wise recurrence ``c_t = f_t * c_{t-1} + u_t`` over the step layout, the only sequential part
     of SRU and QRNN: ``forget``, ``update`` (N, H) laid out like ``steps.data``, ``c0`` (B, H) sorted -> every
-    step's ``c`` (N, H) and each sequence's final ``c`` (B, H)."""
+    step's ``c`` (N, H); a sequence's final ``c`` is its row ``steps.last_rows()``."""
     cs, c = [], c0
     for f_t, u_t in zip(forget.split(steps.batch_sizes), update.split(steps.batch_sizes)):
-        bs = f_t.shape[0]
-        cs.append(torch.addcmul(u_t, f_t, c[:bs]))
-        c = cs[-1] if bs == c.shape[0] else torch.cat([cs[-1], c[bs:]])  # ended sequences keep their last c
-    return torch.cat(cs), c
+        c = torch.addcmul(u_t, f_t, c[: f_t.shape[0]])  # batch sizes never grow: the running rows come first
+        cs.append(c)
+    return torch.cat(cs)

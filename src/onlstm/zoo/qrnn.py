@@ -44,10 +44,10 @@ class QRNN(nn.Module):
         sizes = (self.hidden_size, self.hidden_size, self.input_size)
         _, c0, x0 = initial_state(hx, ("h", "c", "x_last"), sizes, steps)
         z, f, o = self.gates(steps.data, previous_h(x0, steps.data, steps.batch_sizes))  # (N, H) each
-        c, c_last = fo_pool(f, (1 - f) * z, c0, steps)
+        c = fo_pool(f, (1 - f) * z, c0, steps)
         out = o * c  # (N, H)
         last = steps.last_rows()
-        state = tuple(steps.from_sorted(s) for s in (out[last], c_last, steps.data[last]))
+        state = tuple(steps.from_sorted(s) for s in (out[last], c[last], steps.data[last]))
         return steps.output(out), state, None
 
 

@@ -47,10 +47,10 @@ class SRU(nn.Module):
         steps = as_steps(x, self.input_size)
         _, c0 = initial_state(hx, ("h", "c"), (self.hidden_size, self.hidden_size), steps)
         z, f, r, skip = self.parts(steps.data)  # (N, H) each
-        c, c_last = fo_pool(f, (1 - f) * z, c0, steps)
+        c = fo_pool(f, (1 - f) * z, c0, steps)
         out = r * torch.tanh(c) + (1 - r) * skip  # (N, H)
-        h_last = out[steps.last_rows()]
-        return steps.output(out), (steps.from_sorted(h_last), steps.from_sorted(c_last)), None
+        last = steps.last_rows()
+        return steps.output(out), (steps.from_sorted(out[last]), steps.from_sorted(c[last])), None
 
 
 def sru_reference(layer: SRU, x: torch.Tensor, hx=None):
