@@ -147,3 +147,18 @@ def test_export_to_a_file_or_an_unwritable_directory_is_one_line(tmp_path, capsy
     (tmp_path / "ro").mkdir(mode=0o500)
     assert main(["export", "--checkpoint", str(tmp_path / "run"), "--to", str(tmp_path / "ro" / "m")]) == 2
     assert "cannot create" in capsys.readouterr().err
+
+
+def test_exporting_a_logic_run_does_not_import_the_demo(tmp_path, monkeypatch, capsys):
+    """Only a demo's run takes its command from onlstm.demo (which needs nltk): a logic run exports without nltk."""
+    torch.manual_seed(0)
+    model = LogicClassifier(LogicModelConfig(emb_size=8, hidden_size=12, chunk_size=4, mlp_hidden=6))
+    header = config_header("logic-classifier", model.config.to_dict(), train=LogicTrainConfig().to_dict())
+    model.save_pretrained(tmp_path / "m", run_config=header)
+    for name in ("onlstm.demo", "onlstm.data.grammar"):  # imported afresh, and now without nltk
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setitem(sys.modules, "nltk", None)  # as on a machine without nltk
+    assert main(["export", "--checkpoint", str(tmp_path / "m"), "--to", str(tmp_path / "out")]) == 0
+    assert "saved" in capsys.readouterr().out
+    back = LogicClassifier.from_pretrained(tmp_path / "out").state_dict()
+    assert all(torch.equal(back[k], v) for k, v in model.state_dict().items())
