@@ -259,17 +259,19 @@ def load_treebank(
         if not raw:
             empty_files.append(rel)
         trees_read += len(raw)
+        section = file_section(path)
         for k, tree in enumerate(raw):
             try:
                 norm = normalise_tree(tree)
             except ValueError as err:
                 raise TreebankError(f"{path}: tree {k + 1}: {err}") from None
+            words = () if norm is None else tuple(norm.leaves())
             if norm is None:
                 skipped_empty += 1
-            elif max_length is not None and len(norm.leaves()) > max_length:
+            elif max_length is not None and len(words) > max_length:
                 skipped_long += 1
             else:
-                sentences.append(GoldSentence(tuple(norm.leaves()), unlabel(norm), norm, rel, k, file_section(path)))
+                sentences.append(GoldSentence(words, unlabel(norm), norm, rel, k, section))
     found_sections = tuple(sorted({s for s in map(file_section, files) if s is not None}))
     bank = Treebank(
         sentences, root, files, trees_read, skipped_empty, skipped_long, max_length, found_sections, empty_files

@@ -95,6 +95,8 @@ class DistContext:
 
     def any(self, flag: bool) -> bool:
         """True on every process if ``flag`` is true on any (used to stop all processes at the same step)."""
+        if not self.distributed:  # asked after every step: one process needs no tensor
+            return flag
         return bool(self.all_reduce_sum(torch.tensor([float(flag)]))[0] > 0)
 
     def gather_columns(self, t: torch.Tensor, dim: int) -> torch.Tensor:

@@ -346,9 +346,10 @@ class Trainer:
         update(self.optimizer, loss, self.params, cfg.clip)
         prog.task["avg_count"] += int(prog.task["averaging"])
         n, since = y.numel(), self._since
-        self._acc_loss += raw.double() * n
+        weighted = raw.double() * n
+        self._acc_loss += weighted
         self._acc_tok += n
-        since["loss"] += raw.double() * n
+        since["loss"] += weighted
         since["tokens"], since["batches"] = since["tokens"] + n, since["batches"] + 1
 
     def end_pass(self, prog: Progress, complete: bool) -> bool | None:

@@ -281,7 +281,8 @@ def generate_dataset(
     for bucket in range(min(cfg.max_ops, LAST_BUCKET) + 1):
         t0 = time.perf_counter()
         pairs, tries = generate_bucket(bucket, cfg)
-        n_test, wanted = cfg.bucket_sizes(bucket)[0], sum(cfg.bucket_sizes(bucket))
+        n_test, n_train = cfg.bucket_sizes(bucket)
+        wanted = n_test + n_train
         n_test = min(n_test, round(n_test * len(pairs) / max(wanted, 1)))  # in proportion when the bucket ran short
         files = {}
         for name, chunk in ((f"train{bucket}", pairs[n_test:]), (f"test{bucket}", pairs[:n_test])):
