@@ -210,6 +210,10 @@ class Runtime(Config):
     progress: bool = option(True, "show a progress bar on stderr (on a terminal only)")
 
 
+#: The names of :class:`Runtime`'s fields: part of every experiment's list of fields a resumed run may change.
+RUNTIME_NAMES = tuple(f.name for f in fields(Runtime))
+
+
 def check_probabilities(cfg: Config, names: Iterable[str], *, one: bool = False) -> None:
     """Each field in ``names`` is in ``[0, 1)`` (a dropout of 1 divides by zero), or ``[0, 1]`` with
     ``one=True``; NaN is refused. For a config's ``validate``."""

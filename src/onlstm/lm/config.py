@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import (
+    RUNTIME_NAMES,
     ConfigError,
     Runtime,
     Settings,
@@ -124,9 +125,9 @@ class TrainConfig(Runtime):
 
 
 # Fields that describe how to run, not what is learned: they may differ when a run is resumed.
-RUNTIME_FIELDS = tuple(
-    "epochs time_limit final_test device threads onlstm_impl precision log_every checkpoint_every progress "
-    "tensorboard".split()
+RUNTIME_FIELDS = (
+    *RUNTIME_NAMES,
+    *"epochs time_limit final_test onlstm_impl precision log_every checkpoint_every tensorboard".split(),
 )
 
 

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
+from ..config import RUNTIME_NAMES
 from ..errors import TrainingDiverged
 from ..runs import RunDir
 from ..runs.device import resolve_device, setup_torch
@@ -172,7 +173,7 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
 
 
 #: Training settings that do not change what is learned (display, evaluation batching, threads, device).
-RUNTIME_FIELDS = ("progress", "eval_batch_size", "threads", "device")
+RUNTIME_FIELDS = (*RUNTIME_NAMES, "eval_batch_size")
 RESUME_FILE = RunDir.RESUME  # the name tests and older code import
 RESUME_FORMAT = "onlstm-logic-resume-2"
 RESUME_FORMAT_1 = "onlstm-logic-resume-1"  # before the shared engine: still read
