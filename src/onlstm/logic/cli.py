@@ -17,7 +17,7 @@ from .. import encoders
 from ..checkpoint import read_json
 from ..config import ConfigError, Settings, add_command, add_flags, add_group, arg, command_line, flags_given
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
-from ..runs import RunDir, check_output_folder, resolve_device, setup_torch
+from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
 from .data import read_examples, relabel_mismatches
 from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
@@ -223,9 +223,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     """
     try:
         opts = EvalSettings.from_dict(flags_given(args, "eval"))
-        setup_torch(opts.threads)
         lengths = parse_buckets(opts.lengths)
-        model, header = load_classifier(args.checkpoint, opts.tag, resolve_device(opts.device))
+        model, header = load_classifier(args.checkpoint, opts.tag, runtime_device(opts))
         if opts.split == "valid":
             examples = validation_examples(args.data, LogicTrainConfig.from_dict(header["train"]), lengths)
         else:

@@ -18,7 +18,7 @@ from ..checkpoint import CheckpointError, config_header, read_json, save_weights
 from ..config import RUNTIME_NAMES
 from ..errors import TrainingDiverged
 from ..runs import RunDir
-from ..runs.device import resolve_device, setup_torch
+from ..runs.device import runtime_device
 from ..runs.engine import Budget, Check, Engine, Progress, update
 from ..runs.resume import read_resume, restore_training, resume_clash, training_tensors, write_resume
 from .config import LogicTrainConfig
@@ -279,8 +279,7 @@ class LogicTask:
         self.train_data, self.valid_data = train_data, valid_data
         self.train_ops = [operator_count(e) for e in train_data]
         self.valid_ops = [operator_count(e) for e in valid_data]
-        setup_torch(cfg.threads)
-        self.device = resolve_device(cfg.device)
+        self.device = runtime_device(cfg)
         torch.manual_seed(cfg.seed)
         self.model = LogicClassifier(model_cfg).to(self.device)
         adam = {"betas": (cfg.adam_beta1, 0.999), "eps": cfg.adam_eps, "weight_decay": cfg.weight_decay}

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..checkpoint import write_text
 from ..config import add_command, add_group, add_runtime_flags, arg, positive_int, runtime_settings
 from ..errors import InputError, command_error
-from ..runs import check_output_file, resolve_device, setup_torch
+from ..runs import check_output_file, runtime_device
 from .evaluate import score_treebank
 from .induce import (
     check_layer,
@@ -118,9 +118,7 @@ def _add_compare_trees(command) -> None:
 
 def _device(args: argparse.Namespace):
     """The device that ``--device`` names, with ``--threads`` set for the process."""
-    runtime = runtime_settings(args)
-    setup_torch(runtime.threads)
-    return resolve_device(runtime.device)
+    return runtime_device(runtime_settings(args))
 
 
 def _read_trees(path: Path, fmt: str, what: str) -> list:

@@ -6,6 +6,7 @@ progress bar (``device``). Resume files keep their format names, so a file writt
 from .device import StopRequest as StopRequest
 from .device import progress_bar as progress_bar
 from .device import resolve_device as resolve_device
+from .device import runtime_device as runtime_device
 from .device import setup_torch as setup_torch
 from .dirs import LoadedRun as LoadedRun
 from .dirs import RunDir as RunDir

@@ -32,6 +32,13 @@ def setup_torch(threads: int | None = None) -> None:
     torch.set_flush_denormal(True)
 
 
+def runtime_device(runtime: Any) -> torch.device:
+    """A command's :class:`~onlstm.config.Runtime` settings applied: its threads set for the process (and
+    :func:`setup_torch`'s other settings), then the device it names."""
+    setup_torch(runtime.threads)
+    return resolve_device(runtime.device)
+
+
 def progress_bar(enabled: bool = True, **kwargs: Any):
     """A ``tqdm`` bar (keywords go to ``tqdm``), shown only when ``enabled`` and its stream is a terminal: in a
     log file its carriage-return updates would pile up as one endless line. A hidden bar's methods still work."""

@@ -39,14 +39,13 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
     Does the language model give the grammatical sentence of a minimal pair the higher probability? Per case,
     per condition and in the paper's rows, with vocabulary coverage. Convention and formats: docs/syneval.md.
     """
-    from ..runs import resolve_device, setup_torch
+    from ..runs import runtime_device
 
     cfg = Settings.resolve({"syneval": SynevalConfig}, args.config, args, experiment="syneval").build("syneval")
-    setup_torch(cfg.threads)
     items = read_items(args.data)
     if not items:
         raise SynevalDataError(f"{args.data}: no minimal pairs found; is it the right file?")
-    device = resolve_device(cfg.device)
+    device = runtime_device(cfg)
     models = [evaluate_checkpoint(path, items, cfg, device) for path in args.checkpoint]
     report = {
         "data": str(args.data),
