@@ -88,17 +88,17 @@ _CONVENTIONS = {
 def sentence_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
     """Sentence-level unlabelled F1, the PRPN/ON-LSTM/Kim et al. convention (the paper's WSJ10 number):
     per sentence, spans of >= 2 words without the whole-sentence span, then the mean over sentences."""
-    return f1_scores(gold, pred)["sentence_f1"]
+    return _score("sentence_f1", _counts(_infos(gold, pred), include_root=False))
 
 
 def corpus_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
     """Corpus-level unlabelled F1: the spans of :func:`sentence_f1`, counts pooled over sentences."""
-    return f1_scores(gold, pred)["corpus_f1"]
+    return _score("corpus_f1", _counts(_infos(gold, pred), include_root=False))
 
 
 def evalb_f1(gold: Sequence[object], pred: Sequence[object]) -> F1Score:
     """EVALB-style unlabelled F1: pooled counts over spans of >= 2 words, the root bracket counted."""
-    return f1_scores(gold, pred)["evalb_f1"]
+    return _score("evalb_f1", _counts(_infos(gold, pred), include_root=True))
 
 
 def f1_scores(gold: Sequence[object], pred: Sequence[object]) -> dict[str, F1Score]:
@@ -107,14 +107,17 @@ def f1_scores(gold: Sequence[object], pred: Sequence[object]) -> dict[str, F1Sco
 
 
 def _f1_scores(infos: list[_Info]) -> dict[str, F1Score]:
-    out = {}
-    for name, convention in _CONVENTIONS.items():
-        counts = _counts(infos, include_root=name == "evalb_f1")
-        m, p, g = (sum(c[i] for c in counts) for i in range(3))
-        per = [prf_from_counts(*c) for c in counts] if name == "sentence_f1" else [prf_from_counts(m, p, g)]
-        prf = [sum(x[i] for x in per) / len(per) for i in range(3)]  # sentence F1: the mean per sentence
-        out[name] = F1Score(*prf, sentences=len(counts), matched=m, gold=g, predicted=p, convention=convention)
-    return out
+    excluded = _counts(infos, include_root=False)  # sentence and corpus F1 count the same spans
+    counted = _counts(infos, include_root=True)
+    return {name: _score(name, counted if name == "evalb_f1" else excluded) for name in _CONVENTIONS}
+
+
+def _score(name: str, counts: list[tuple[int, int, int]]) -> F1Score:
+    """Convention ``name`` over per-sentence ``(matched, predicted, gold)`` counts."""
+    m, p, g = (sum(c[i] for c in counts) for i in range(3))
+    per = [prf_from_counts(*c) for c in counts] if name == "sentence_f1" else [prf_from_counts(m, p, g)]
+    prf = [sum(x[i] for x in per) / len(per) for i in range(3)]  # sentence F1: the mean per sentence
+    return F1Score(*prf, sentences=len(counts), matched=m, gold=g, predicted=p, convention=_CONVENTIONS[name])
 
 
 def label_recall(gold: Sequence[LabelledTree], pred: Sequence[object]) -> dict[str, LabelRecall]:
