@@ -145,12 +145,13 @@ def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
 
 
 def resolve_settings(args: argparse.Namespace, compare: bool = False):
-    """``(model config, train config, data, out, compare section)`` from defaults < YAML < flags.
+    """``(model config, train config, data, out, compare settings or None)`` from defaults < YAML < flags.
 
     ``compare``: the model config takes the first compared cell, so that it is validated for a cell that
     trains (the default cell, onlstm, may not be compared: its chunk size must not reject the widths)."""
     settings = Settings.resolve(SECTIONS, args.config, args, experiment="logic", keys=CONFIG_KEYS)
-    cells = settings.build("compare").cells if compare else [settings.given["model"].get("cell", LogicModelConfig.cell)]
+    what = settings.build("compare") if compare else None
+    cells = what.cells if what else [settings.given["model"].get("cell", LogicModelConfig.cell)]
     encoders.check_typed_options(cells, flags_given(args, "model"))  # a typed --chunk-size no trained cell uses
     model_cfg = settings.build("model", cell=cells[0])
     train_cfg = settings.build("train")
@@ -164,7 +165,7 @@ def resolve_settings(args: argparse.Namespace, compare: bool = False):
         )
     if out is None:
         raise SettingsError("no output directory: pass --out DIR (or out: in the --config file)")
-    return model_cfg, train_cfg, Path(data), Path(out), settings.given["compare"]
+    return model_cfg, train_cfg, Path(data), Path(out), what
 
 
 def train_command(config: dict) -> str | None:
@@ -282,8 +283,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     """
     from .compare import compare
 
-    model_cfg, train_cfg, data, out, section = resolve_settings(args, compare=True)
-    what = CompareSettings.from_dict(section)
+    model_cfg, train_cfg, data, out, what = resolve_settings(args, compare=True)
     for cell in what.cells:  # every cell must work with these settings before the first one trains
         encoders.get(cell).validate(model_cfg.hidden_size, model_cfg.layer_options(cell))
     lengths = parse_buckets(what.lengths)
