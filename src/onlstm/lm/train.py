@@ -169,7 +169,7 @@ class Trainer:
         ctx: DistContext | None = None,
         log: Callable[[str], None] = print,
     ):
-        self.run_dir, self.data_dir, self.rundir, self.resume = Path(run_dir), Path(data_dir), RunDir(run_dir), resume
+        self.rundir, self.data_dir, self.resume = RunDir(run_dir), Path(data_dir), resume
         self.config = self._resolve_config(explicit)
         cfg = self.cfg = self.config.train
         setup_torch(cfg.threads)
@@ -194,7 +194,7 @@ class Trainer:
         if resume and self.rundir.resume_path.exists():
             self._load(self.rundir.resume_path)
         elif resume:
-            self.log(f"{self.run_dir} has no {RunDir.RESUME} yet; starting from the beginning")
+            self.log(f"{self.rundir.path} has no {RunDir.RESUME} yet; starting from the beginning")
         self.engine: Engine | None = None
         self._tb = None
 
@@ -465,7 +465,8 @@ class Trainer:
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
         self.log(
-            f"resumed {self.run_dir} at {self._position()}" + (" (averaging)" if self.prog.task["averaging"] else "")
+            f"resumed {self.rundir.path} at {self._position()}"
+            + (" (averaging)" if self.prog.task["averaging"] else "")
         )
 
     def _position(self) -> str:
@@ -513,7 +514,7 @@ class Trainer:
         kept += [RunDir.RESUME] if self.rundir.resume_path.exists() else []
         loss = prog.task["epoch_loss_sum"] / max(prog.task["epoch_tokens"], 1)
         when = f"in epoch {prog.epoch + 1} (by step {prog.step})"
-        raise diverged(loss, when, f"{', '.join(kept)} in {self.run_dir}" if kept else "", clip=0.25)
+        raise diverged(loss, when, f"{', '.join(kept)} in {self.rundir.path}" if kept else "", clip=0.25)
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         """Add ``values`` to the TensorBoard log (opened on first use; without tensorboard: the CSV log only)."""
@@ -567,7 +568,7 @@ class Trainer:
     def _stopped_message(self, why: str, more_flags: str = "") -> str:
         return (
             f"{why}: saved {self.rundir.resume_path} at {self._position()}; "
-            f"continue with: onlstm lm train --out {self.run_dir} --data-dir {self.data_dir} --resume{more_flags}"
+            f"continue with: onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume{more_flags}"
         )
 
     def _final_test(self) -> str:
