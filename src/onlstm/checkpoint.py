@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from . import __version__
 from .errors import OnlstmError
@@ -82,8 +82,8 @@ def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str
     if not path.exists():
         raise CheckpointError(f"weights file {path} is missing")
     try:
-        tensors = load_file(str(path))
-        with safe_open(str(path), framework="pt") as f:
+        with safe_open(str(path), framework="pt") as f:  # tensors and metadata in one reading
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
             metadata = f.metadata() or {}
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{path} cannot be read as safetensors ({e}); the file is corrupt or truncated") from e
