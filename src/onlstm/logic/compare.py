@@ -20,7 +20,7 @@ from .evaluate import (
     read_test_examples,
 )
 from .model import LogicModelConfig, load_classifier
-from .train import LogicTrainConfig, can_resume, run_header, train, validation_examples
+from .train import LogicTrainConfig, resume_refusal, run_header, train, validation_examples
 
 
 @dataclass
@@ -121,11 +121,11 @@ def _train_or_reuse(
     except CheckpointError:
         header, clash = {}, "no run"
     same_data = (header.get("data") or {}).get("path") == str(data)
-    if not clash and header.get("status") == "finished" and same_data and RunDir(run_dir).weights("best").exists():
-        if header.get("result") is not None:
-            log(f"{what} reusing the finished run in {run_dir}")
-            return header["result"]
-    go_on = can_resume(run_dir, mcfg, tcfg)
+    finished = not clash and header.get("status") == "finished" and header.get("result") is not None
+    if finished and same_data and RunDir(run_dir).weights("best").exists():
+        log(f"{what} reusing the finished run in {run_dir}")
+        return header["result"]
+    go_on = not resume_refusal(run_dir, header, clash)
     log(f"{what} {'resuming the interrupted run in' if go_on else 'training into'} {run_dir}")
     if train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on).interrupted:
         return None
