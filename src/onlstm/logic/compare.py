@@ -53,13 +53,12 @@ def compare(
     log = log or (lambda _m: None)
     out, cells, seeds, buckets = Path(out), list(cells), list(seeds), list(buckets)
 
-    def scored(seed: int) -> list:
-        if split == "valid":
-            return validation_examples(data, replace(train_cfg, seed=seed), buckets)
-        return read_test_examples(data, "test", buckets)
-
-    test = scored(seeds[0])  # fail early, before any training
-    res = CompareResult(out, baseline=majority_baseline(test), budget=budget_text(train_cfg))
+    # The pairs each seed's runs are scored on, read once and before any training (a problem fails early).
+    if split == "valid":
+        scored = {seed: validation_examples(data, replace(train_cfg, seed=seed), buckets) for seed in seeds}
+    else:
+        scored = dict.fromkeys(seeds, read_test_examples(data, "test", buckets))
+    res = CompareResult(out, baseline=majority_baseline(scored[seeds[0]]), budget=budget_text(train_cfg))
     start = time.perf_counter()
     log(f"budget of every run: {res.budget}")
 
@@ -78,7 +77,7 @@ def compare(
                 res.interrupted = True
                 save()
                 return _finish(res, buckets, train_cfg.max_train_ops)
-            acc = _score_run(run_dir, tcfg, scored(seed), f"{cell}, seed {seed}: {split}", log)
+            acc = _score_run(run_dir, tcfg, scored[seed], f"{cell}, seed {seed}: {split}", log)
             res.results.setdefault(cell, []).append(acc)
             res.runs.append(
                 {"cell": cell, "seed": seed, "run_dir": str(run_dir), "train": summary, "test": acc.to_dict()}
