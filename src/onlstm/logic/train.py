@@ -232,7 +232,7 @@ def train(
     with run.lock("onlstm logic train", log=log):
         examples = load_training_examples(data, cfg)
         train_ex, valid_ex = split_train_valid(examples, cfg)
-        task = LogicTask(model_cfg, cfg, run, encode_examples(train_ex), encode_examples(valid_ex), log)
+        task = LogicTask(model_cfg, cfg, run.path, encode_examples(train_ex), encode_examples(valid_ex), log)
         max_ops = max(ex.max_ops for ex in examples)
         data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
         task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
@@ -258,12 +258,12 @@ class LogicTask:
         self,
         model_cfg: LogicModelConfig,
         cfg: LogicTrainConfig,
-        rundir: RunDir,
+        out: Path,
         train_data: list[Encoded],
         valid_data: list[Encoded],
         log: Callable[[str], None],
     ):
-        self.model_cfg, self.cfg, self.rundir, self.log = model_cfg, cfg, rundir, log
+        self.model_cfg, self.cfg, self.rundir, self.log = model_cfg, cfg, RunDir(out), log
         self.train_data, self.valid_data = train_data, valid_data
         self.train_ops = [operator_count(e) for e in train_data]
         self.valid_ops = [operator_count(e) for e in valid_data]
