@@ -1,9 +1,5 @@
-"""``onlstm logic {generate,check,train,eval,curves,compare}``: the logical-inference experiment.
-
-``train`` and ``compare`` take their settings from, in increasing priority: the dataclass defaults
-(:mod:`onlstm.logic.config`), a YAML file or preset given with ``--config`` (sections ``model:``, ``train:``,
-``compare:`` and the keys ``data:``/``out:``; ``onlstm presets``), and the flags.
-"""
+"""``onlstm logic {generate,check,train,eval,curves,compare}``: the logical-inference experiment (where
+``train`` and ``compare`` take their settings from: docs/logic.md)."""
 
 from __future__ import annotations
 

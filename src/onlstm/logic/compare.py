@@ -20,7 +20,7 @@ from .evaluate import (
     read_test_examples,
 )
 from .model import LogicModelConfig, load_classifier
-from .train import LogicTrainConfig, can_resume, run_header, train, validation_examples
+from .train import LogicTrainConfig, resume_refusal, run_header, train, validation_examples
 
 
 @dataclass
@@ -53,13 +53,12 @@ def compare(
     log = log or (lambda _m: None)
     out, cells, seeds, buckets = Path(out), list(cells), list(seeds), list(buckets)
 
-    def scored(seed: int) -> list:
-        if split == "valid":
-            return validation_examples(data, replace(train_cfg, seed=seed), buckets)
-        return read_test_examples(data, "test", buckets)
-
-    test = scored(seeds[0])  # fail early, before any training
-    res = CompareResult(out, baseline=majority_baseline(test), budget=budget_text(train_cfg))
+    # The pairs each seed's runs are scored on, read once and before any training (a problem fails early).
+    if split == "valid":
+        scored = {seed: validation_examples(data, replace(train_cfg, seed=seed), buckets) for seed in seeds}
+    else:
+        scored = dict.fromkeys(seeds, read_test_examples(data, "test", buckets))
+    res = CompareResult(out, baseline=majority_baseline(scored[seeds[0]]), budget=budget_text(train_cfg))
     start = time.perf_counter()
     log(f"budget of every run: {res.budget}")
 
@@ -78,7 +77,7 @@ def compare(
                 res.interrupted = True
                 save()
                 return _finish(res, buckets, train_cfg.max_train_ops)
-            acc = _score_run(run_dir, tcfg, scored(seed), f"{cell}, seed {seed}: {split}", log)
+            acc = _score_run(run_dir, tcfg, scored[seed], f"{cell}, seed {seed}: {split}", log)
             res.results.setdefault(cell, []).append(acc)
             res.runs.append(
                 {"cell": cell, "seed": seed, "run_dir": str(run_dir), "train": summary, "test": acc.to_dict()}
@@ -121,11 +120,11 @@ def _train_or_reuse(
     except CheckpointError:
         header, clash = {}, "no run"
     same_data = (header.get("data") or {}).get("path") == str(data)
-    if not clash and header.get("status") == "finished" and same_data and RunDir(run_dir).weights("best").exists():
-        if header.get("result") is not None:
-            log(f"{what} reusing the finished run in {run_dir}")
-            return header["result"]
-    go_on = can_resume(run_dir, mcfg, tcfg)
+    finished = not clash and header.get("status") == "finished" and header.get("result") is not None
+    if finished and same_data and RunDir(run_dir).weights("best").exists():
+        log(f"{what} reusing the finished run in {run_dir}")
+        return header["result"]
+    go_on = not resume_refusal(run_dir, header, clash)
     log(f"{what} {'resuming the interrupted run in' if go_on else 'training into'} {run_dir}")
     if train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on).interrupted:
         return None

@@ -54,6 +54,11 @@ class Example:
         return bucket_of(self.ops_a, self.ops_b)
 
     @property
+    def length(self) -> int:
+        """The length the pair is selected and reported under: its file number, else its bucket."""
+        return self.file_number if self.file_number is not None else self.bucket
+
+    @property
     def text_a(self) -> str:
         return to_text(self.a)
 
@@ -147,7 +152,7 @@ def select(
         ex
         for ex in examples
         if (split is None or ex.split == split)
-        and (keep is None or (ex.file_number if ex.file_number is not None else ex.bucket) in keep)
+        and (keep is None or ex.length in keep)
         and (min_ops is None or ex.max_ops >= min_ops)
         and (max_ops is None or ex.max_ops <= max_ops)
     ]

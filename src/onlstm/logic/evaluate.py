@@ -22,11 +22,6 @@ SEEN: tuple[int, ...] = tuple(range(0, 7))
 UNSEEN: tuple[int, ...] = tuple(range(7, 13))
 
 
-def length_of(ex: Example) -> int:
-    """The length an example is reported under: its file number, else its bucket."""
-    return ex.file_number if ex.file_number is not None else ex.bucket
-
-
 @dataclass
 class LengthAccuracy:
     """Correct and total counts per length; every accuracy is a fraction in [0, 1] (NaN when empty)."""
@@ -68,8 +63,8 @@ def count_by_length(examples: list[Example], predictions: Iterable[int | str]) -
     if len(predictions) != len(examples):
         raise ValueError(f"{len(predictions)} predictions for {len(examples)} examples")
     labels = [RELATIONS[p] if isinstance(p, int) else p for p in predictions]
-    right = Counter(length_of(ex) for ex, label in zip(examples, labels) if label == ex.label)
-    total = Counter(map(length_of, examples))
+    right = Counter(ex.length for ex, label in zip(examples, labels) if label == ex.label)
+    total = Counter(ex.length for ex in examples)
     return LengthAccuracy({k: right[k] for k in total}, dict(total))
 
 
@@ -77,7 +72,7 @@ def majority_baseline(examples: list[Example]) -> LengthAccuracy:
     """Accuracy per length of always answering that length's most frequent label (the best constant answer)."""
     by_len: dict[int, Counter] = {}
     for ex in examples:
-        by_len.setdefault(length_of(ex), Counter())[ex.label] += 1
+        by_len.setdefault(ex.length, Counter())[ex.label] += 1
     return LengthAccuracy(
         {k: c.most_common(1)[0][1] for k, c in by_len.items()}, {k: sum(c.values()) for k, c in by_len.items()}
     )

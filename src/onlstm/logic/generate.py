@@ -189,17 +189,14 @@ def _draw_formula(n_ops: int, rng: random.Random, cfg: GenerateConfig) -> tuple[
             return text, ts
 
 
-def _draw_op_counts(bucket: int, rng: random.Random, max_ops: int, mix: str = "uniform") -> tuple[int, int]:
-    """Operator counts ``(ops_a, ops_b)`` of a pair in ``bucket`` (docs/logic.md, "Data")."""
-    longest = bucket if bucket < LAST_BUCKET else rng.randint(LAST_BUCKET, max(LAST_BUCKET, max_ops))
-    original = mix == "original"
-    other = rng.choices(range(longest + 1), original_smaller_side(longest))[0] if original else rng.randint(0, longest)
-    return (longest, other) if rng.random() < 0.5 else (other, longest)
-
-
 def draw_pair(bucket: int, rng: random.Random, cfg: GenerateConfig) -> Pair:
-    """One random labelled pair whose larger operator count puts it in ``bucket``."""
-    ops_a, ops_b = _draw_op_counts(bucket, rng, cfg.max_ops, cfg.mix)
+    """One random labelled pair whose larger operator count puts it in ``bucket`` (docs/logic.md, "Data")."""
+    longest = bucket if bucket < LAST_BUCKET else rng.randint(LAST_BUCKET, max(LAST_BUCKET, cfg.max_ops))
+    if cfg.mix == "original":
+        other = rng.choices(range(longest + 1), original_smaller_side(longest))[0]
+    else:
+        other = rng.randint(0, longest)
+    ops_a, ops_b = (longest, other) if rng.random() < 0.5 else (other, longest)
     a, sa = _draw_formula(ops_a, rng, cfg)
     b, sb = _draw_formula(ops_b, rng, cfg)
     return Pair(relation_of_sets(sa, sb), a, b, ops_a, ops_b)
@@ -247,10 +244,10 @@ def _pick(pairs: list[Pair], n: int, quota: dict[str, int], key) -> list[Pair]:
     return [p for lab in RELATIONS for p in by_label[lab][: quota[lab]]]
 
 
-def generate_bucket(bucket: int, cfg: GenerateConfig) -> tuple[list[Pair], int]:
-    """The shuffled pairs of one bucket and the number of draws it took."""
+def generate_bucket(bucket: int, wanted: int, cfg: GenerateConfig) -> tuple[list[Pair], int]:
+    """The shuffled pairs of one bucket (``wanted`` of them, or fewer when it runs short) and the number of
+    draws it took."""
     rng = random.Random(f"onlstm-logic/{cfg.seed}/{bucket}")
-    wanted = sum(cfg.bucket_sizes(bucket))
     if cfg.balance_labels:
         pool, tries = _draw_distinct(bucket, cfg.pool_factor * wanted, rng, cfg)
         pairs = water_fill(pool, wanted)
@@ -280,9 +277,9 @@ def generate_dataset(
     start, reports = time.perf_counter(), []
     for bucket in range(min(cfg.max_ops, LAST_BUCKET) + 1):
         t0 = time.perf_counter()
-        pairs, tries = generate_bucket(bucket, cfg)
         n_test, n_train = cfg.bucket_sizes(bucket)
         wanted = n_test + n_train
+        pairs, tries = generate_bucket(bucket, wanted, cfg)
         n_test = min(n_test, round(n_test * len(pairs) / max(wanted, 1)))  # in proportion when the bucket ran short
         files = {}
         for name, chunk in ((f"train{bucket}", pairs[n_test:]), (f"test{bucket}", pairs[:n_test])):

@@ -193,27 +193,20 @@ def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) ->
     return header, resume_clash(saved, {"model": asdict(model_cfg), "train": asdict(cfg)}, RUNTIME_FIELDS, out)
 
 
-def _check_resumable(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> None:
-    header, clash = run_header(out, model_cfg, cfg)
+def resume_refusal(out: Path, header: dict, clash: str) -> str:
+    """Why the run in ``out`` cannot be resumed, given its header and settings clash (:func:`run_header`); ""
+    when it can: an unfinished run with these settings and a resume file."""
     if clash:
-        raise CheckpointError(clash)
+        return clash
     if header.get("status") == "finished":
-        raise CheckpointError(f"{out} holds a finished run; nothing to resume")
+        return f"{out} holds a finished run; nothing to resume"
     resume_file = RunDir(out).resume_path
     if not resume_file.exists():
-        raise CheckpointError(
+        return (
             f"{resume_file} is missing: the run was stopped before its first validation "
             "check; train again without --resume"
         )
-
-
-def can_resume(out: str | Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> bool:
-    """Whether ``out`` holds an unfinished run with these settings and a resume file."""
-    try:
-        _check_resumable(Path(out), model_cfg, cfg)
-    except CheckpointError:
-        return False
-    return True
+    return ""
 
 
 def train(
@@ -232,33 +225,29 @@ def train(
     resume file (the best checkpoint is kept)."""
     log = log or (lambda _msg: None)
     run = RunDir(out).check_output(resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
-    out = run.path
     if resume:
-        _check_resumable(out, model_cfg, cfg)
+        refusal = resume_refusal(run.path, *run_header(run.path, model_cfg, cfg))
+        if refusal:
+            raise CheckpointError(refusal)
     with run.lock("onlstm logic train", log=log):
-        return _train_locked(model_cfg, cfg, data, out, log, resume)
-
-
-def _train_locked(model_cfg, cfg, data, out: Path, log, resume: bool) -> TrainResult:
-    """:func:`train` once the run directory is checked and locked."""
-    examples = load_training_examples(data, cfg)
-    train_ex, valid_ex = split_train_valid(examples, cfg)
-    task = LogicTask(model_cfg, cfg, out, encode_examples(train_ex), encode_examples(valid_ex), log)
-    max_ops = max(ex.max_ops for ex in examples)
-    data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
-    task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
-    write_json(task.rundir.vocab_path, list(TOKENS))
-    prog, history = task.restore() if resume else (task.fresh_progress(), [])
-    task.write_status("running")
-    log(task.summary())
-    engine = Engine(task, task.budget(), prog, history, log, bar=cfg.progress, desc=model_cfg.cell)
-    task.clock = engine.elapsed
-    try:
-        stopped_by = engine.run()
-    except TrainingDiverged:
-        task.write_status("diverged")  # the resume file of the last validation check stays
-        raise
-    return task.finish(engine, stopped_by)
+        examples = load_training_examples(data, cfg)
+        train_ex, valid_ex = split_train_valid(examples, cfg)
+        task = LogicTask(model_cfg, cfg, run.path, encode_examples(train_ex), encode_examples(valid_ex), log)
+        max_ops = max(ex.max_ops for ex in examples)
+        data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
+        task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
+        write_json(run.vocab_path, list(TOKENS))
+        prog, history = task.restore() if resume else (task.fresh_progress(), [])
+        task.write_status("running")
+        log(task.summary())
+        engine = Engine(task, task.budget(), prog, history, log, bar=cfg.progress, desc=model_cfg.cell)
+        task.clock = engine.elapsed
+        try:
+            stopped_by = engine.run()
+        except TrainingDiverged:
+            task.write_status("diverged")  # the resume file of the last validation check stays
+            raise
+        return task.finish(engine, stopped_by)
 
 
 class LogicTask:
@@ -274,8 +263,7 @@ class LogicTask:
         valid_data: list[Encoded],
         log: Callable[[str], None],
     ):
-        self.model_cfg, self.cfg, self.out, self.log = model_cfg, cfg, out, log
-        self.rundir = RunDir(out)
+        self.model_cfg, self.cfg, self.rundir, self.log = model_cfg, cfg, RunDir(out), log
         self.train_data, self.valid_data = train_data, valid_data
         self.train_ops = [operator_count(e) for e in train_data]
         self.valid_ops = [operator_count(e) for e in valid_data]
@@ -310,7 +298,7 @@ class LogicTask:
             f"{self.model_cfg.cell} on {self.device}: {sum(p.numel() for p in self.model.parameters()):,} parameters; "
             f"{len(self.train_data)} training pairs, {len(self.valid_data)} validation pairs (<= {cfg.max_train_ops} "
             f"operators); {self.steps_per_epoch} steps/epoch, validation every {self.budget().valid_every} steps; "
-            f"run dir {self.out}{curriculum}"
+            f"run dir {self.rundir.path}{curriculum}"
         )
 
     def write_status(self, status: str, result: dict | None = None) -> None:
@@ -407,7 +395,7 @@ class LogicTask:
         self.schedule.bad = prog.task["schedule_bad"]
         history = read_json(self.rundir.history_path)[: prog.n_checks] if prog.n_checks else []
         self.log(
-            f"resuming {self.out} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
+            f"resuming {self.rundir.path} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
             f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"
         )
         return prog, history
@@ -433,10 +421,10 @@ class LogicTask:
         summary = {"best_valid_accuracy": prog.best or 0.0, "best_step": prog.best_step, "steps": prog.step}
         summary.update(epochs=epochs, seconds=round(seconds, 1), stopped_by=stopped_by)
         sizes = {"n_train": len(self.train_data), "n_valid": len(self.valid_data)}
-        result = TrainResult(self.out, **{**summary, "seconds": seconds}, **sizes, history=engine.history)
+        result = TrainResult(self.rundir.path, **{**summary, "seconds": seconds}, **sizes, history=engine.history)
         self.write_status("interrupted" if stopped_by == "interrupted" else "finished", summary)
         if stopped_by != "interrupted":
-            self.rundir.resume_path.unlink(missing_ok=True)  # a finished run is not resumed (see _check_resumable)
+            self.rundir.resume_path.unlink(missing_ok=True)  # a finished run is not resumed (see resume_refusal)
             self.log(
                 f"{self.model_cfg.cell}: stopped by {stopped_by} after {prog.step} steps ({epochs:.2f} "
                 f"epochs, {seconds / 60:.1f} min); best valid acc {100 * result.best_valid_accuracy:.2f}% at "
