@@ -19,6 +19,7 @@ from .induce import (
     load_language_model,
     normalise_words,
     sentence_distances,
+    text_normalisation,
     tokenize,
     trees_from_distances,
 )
@@ -245,7 +246,7 @@ def _cmd_parse(args) -> int:
         text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
     except (ValueError, OSError) as err:
         raise command_error(err) from None
-    sentences, numbers, dropped, empty = _prepare(text.splitlines(), lm.normalisation)
+    sentences, numbers, dropped, empty = _prepare(text.splitlines(), text_normalisation(lm))
     if not sentences:
         raise InputError("no sentence to parse in the input")
     forget, _, unknown = sentence_distances(lm.model, lm.vocab, sentences, args.batch_size)
@@ -391,7 +392,8 @@ def _cmd_plot(args) -> int:
         check_output_file(args.out, "--out")
         lm = load_language_model(args.checkpoint, device=_device(args))
         layer = choose_layer(args.layer, lm)
-        words, _dropped = normalise_words(tokenize(args.sentence, lm.normalisation), lm.normalisation)
+        scheme = text_normalisation(lm)
+        words, _dropped = normalise_words(tokenize(args.sentence, scheme), scheme)
         if not words:
             raise ValueError("the sentence has no word left after normalisation")
         gold = unlabel(parse_brackets(args.gold)) if args.gold else None  # a labelled tree loses its labels
