@@ -117,11 +117,6 @@ def _add_compare_trees(command) -> None:
     )
 
 
-def _device(args: argparse.Namespace):
-    """The device that ``--device`` names, with ``--threads`` set for the process."""
-    return runtime_device(runtime_settings(args))
-
-
 def _read_trees(path: Path, fmt: str, what: str) -> list:
     try:
         trees = parse_tree_lines(path.read_text(encoding="utf-8").splitlines(), fmt, f"{what} file {path}")
@@ -241,7 +236,7 @@ def _prepare(lines, scheme: str):
 def _cmd_parse(args) -> int:
     """parse raw sentences (one per line) with a trained ON-LSTM language model"""
     try:
-        lm = load_language_model(args.checkpoint, device=_device(args))
+        lm = load_language_model(args.checkpoint, device=runtime_device(runtime_settings(args)))
         layer = choose_layer(args.layer, lm)
         text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
     except (ValueError, OSError) as err:
@@ -321,7 +316,7 @@ def _cmd_eval_parse(args) -> int:
     try:
         if args.out_trees:
             check_output_file(args.out_trees, "--out-trees")
-        lm = load_language_model(args.checkpoint, device=_device(args))
+        lm = load_language_model(args.checkpoint, device=runtime_device(runtime_settings(args)))
         layers = _parse_layers(args.layers, len(lm.model.layers))
         bank = load_treebank(args.treebank, max_length=10 if args.wsj10 else None, sections=args.sections)
     except (ValueError, OSError) as err:
@@ -390,7 +385,7 @@ def _cmd_plot(args) -> int:
 
     try:
         check_output_file(args.out, "--out")
-        lm = load_language_model(args.checkpoint, device=_device(args))
+        lm = load_language_model(args.checkpoint, device=runtime_device(runtime_settings(args)))
         layer = choose_layer(args.layer, lm)
         scheme = text_normalisation(lm)
         words, _dropped = normalise_words(tokenize(args.sentence, scheme), scheme)
