@@ -80,11 +80,11 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _stream(url: str, tmp: Path, timeout: float, to: Path, source: Source) -> str:
-    """Copy ``url`` into ``tmp`` block by block (with a progress bar), returning its SHA-256."""
+def _stream(url: str, tmp: Path, h, known: str | None, timeout: float, source: Source) -> None:
+    """Copy ``url`` into ``tmp`` block by block (with a progress bar), feeding the hash ``h``; the file must
+    match ``known`` when there is one."""
     from ..runs import progress_bar
 
-    h = hashlib.sha256()
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:
             total = int(r.headers.get("Content-Length") or 0) or None
@@ -101,26 +101,22 @@ def _stream(url: str, tmp: Path, timeout: float, to: Path, source: Source) -> st
         raise DownloadError(
             f"could not download {url}: {getattr(e, 'reason', e)}.\n"
             "This machine seems to have no internet access (or the server is unreachable). Instead, copy "
-            f"{source.help} from a machine that has access into a folder such as {to}, and pass --data-dir {to} "
-            "to `onlstm lm train` / `onlstm lm eval` (train.txt, valid.txt, test.txt are accepted too)."
+            f"{source.help} from a machine that has access into a folder such as {tmp.parent}, and pass "
+            f"--data-dir {tmp.parent} to `onlstm lm train` / `onlstm lm eval` (train.txt, valid.txt, test.txt "
+            "are accepted too)."
         ) from None
-    return h.hexdigest()
+    if known is not None and h.hexdigest() != known:
+        raise DownloadError(
+            f"{url}: checksum mismatch (expected sha256 {known}, got {h.hexdigest()}); the server returned "
+            "another file. Nothing was written; try again or use a local copy with --data-dir"
+        )
 
 
 def _fetch_file(url: str, dest: Path, known: str | None, timeout: float, source: Source) -> str:
-    """Download ``url`` to ``dest`` (atomically); it must match ``known`` when there is one."""
-    got: dict[str, str] = {}
-
-    def write(tmp):
-        got["sha"] = _stream(url, Path(tmp), timeout, dest.parent, source)
-        if known is not None and got["sha"] != known:
-            raise DownloadError(
-                f"{url}: checksum mismatch (expected sha256 {known}, got {got['sha']}); the server returned "
-                "another file. Nothing was written; try again or use a local copy with --data-dir"
-            )
-
-    atomic_write(dest, write)
-    return got["sha"]
+    """Download ``url`` to ``dest`` (atomically: nothing is written when it fails); returns its SHA-256."""
+    h = hashlib.sha256()
+    atomic_write(dest, lambda tmp: _stream(url, Path(tmp), h, known, timeout, source))
+    return h.hexdigest()
 
 
 def _present(dest: Path, known: str | None, recorded: dict | None) -> str | None:

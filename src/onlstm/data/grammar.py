@@ -43,6 +43,8 @@ class Grammar:
     max_words: int = 20
 
     def __post_init__(self):
+        if self.start not in self.rules:
+            raise ValueError(f"start symbol {self.start!r} has no rule")
         for lhs, options in self.rules.items():
             for _, rhs in options:
                 for sym in rhs:
@@ -50,8 +52,6 @@ class Grammar:
                         raise ValueError(
                             f"grammar rule {lhs} -> {' '.join(rhs)}: {sym!r} is neither a rule nor in the lexicon"
                         )
-            if self.start not in self.rules:
-                raise ValueError(f"start symbol {self.start!r} has no rule")
             if lhs in options[0][1]:
                 raise ValueError(f"the first rule of {lhs} must not recurse (it ends the recursion at max_depth)")
         if not 1 <= self.min_words <= self.max_words:

@@ -38,53 +38,43 @@ def _not_a_tree(node: object) -> TypeError:
     )
 
 
-def _nodes(tree: object) -> tuple[int, list[tuple[int, int, object]]]:
-    """Number of words, and ``(start, end, node)`` for every constituent, children before parents."""
+def _nodes(tree: object) -> tuple[list[str], list[tuple[int, int, object]]]:
+    """The words, and ``(start, end, node)`` for every constituent, children before parents."""
+    words: list[str] = []
     out: list[tuple[int, int, object]] = []
     stack: list[tuple[object, int, bool]] = [(tree, 0, False)]  # no recursion: depth is not limited
-    pos = 0
     while stack:
         n, begin, done = stack.pop()
         if done:
-            if pos == begin:
+            if len(words) == begin:
                 raise TreeFormatError(f"a constituent without words at word position {begin}: {n!r}")
-            out.append((begin, pos, n))
+            out.append((begin, len(words), n))
         elif isinstance(n, str):
-            pos += 1
+            words.append(n)
         elif isinstance(n, _NODE_TYPES):
-            stack += [(n, pos, True), *((c, 0, False) for c in reversed(list(n)))]
+            stack += [(n, len(words), True), *((c, 0, False) for c in reversed(list(n)))]
         else:
             raise _not_a_tree(n)
-    return pos, out
+    return words, out
 
 
 def span_info(tree: object) -> tuple[int, set[Span]]:
     """``(number of words, spans of >= 2 words including the whole sentence)`` in one walk."""
-    n, nodes = _nodes(tree)
-    return n, {(s, e) for s, e, _ in nodes if e - s >= 2}
+    words, nodes = _nodes(tree)
+    return len(words), {(s, e) for s, e, _ in nodes if e - s >= 2}
 
 
 def leaves(tree: object) -> list[str]:
     """The words of a tree from left to right (works for unlabelled trees and ``nltk.Tree``)."""
-    out: list[str] = []
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            out.append(node)
-        elif isinstance(node, _NODE_TYPES):
-            stack.extend(reversed(node))
-        else:
-            raise _not_a_tree(node)
-    return out
+    return _nodes(tree)[0]
 
 
 def spans(tree: object, *, include_root: bool = False, min_length: int = 2) -> set[Span]:
     """Set of ``(start, end)`` spans of the constituents of at least ``min_length`` words, the
     whole-sentence span ``(0, n)`` only with ``include_root`` (the defaults are the convention of
     :func:`onlstm.parsing.metrics.sentence_f1`)."""
-    n, nodes = _nodes(tree)
-    return {(s, e) for s, e, _ in nodes if e - s >= min_length and (include_root or (s, e) != (0, n))}
+    words, nodes = _nodes(tree)
+    return {(s, e) for s, e, _ in nodes if e - s >= min_length and (include_root or (s, e) != (0, len(words)))}
 
 
 def strip_function_tags(label: str) -> str:
@@ -105,12 +95,12 @@ def labelled_spans(tree: LabelledTree, *, include_root: bool = False, min_length
     per part, an empty label none. ``include_root``/``min_length`` as in :func:`spans`."""
     if not isinstance(tree, LabelledTree):
         raise TypeError(f"labelled_spans needs an nltk.Tree with labels, got {type(tree).__name__}")
-    n, nodes = _nodes(tree)
+    words, nodes = _nodes(tree)
     return {
         (s, e, strip_function_tags(part))
         for s, e, node in nodes
         if isinstance(node, LabelledTree) and not _is_preterminal(node)
-        if e - s >= min_length and (include_root or (s, e) != (0, n))
+        if e - s >= min_length and (include_root or (s, e) != (0, len(words)))
         for part in node.label().split("+")
         if part
     }

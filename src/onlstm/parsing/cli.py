@@ -19,6 +19,7 @@ from .induce import (
     load_language_model,
     normalise_words,
     sentence_distances,
+    text_normalisation,
     tokenize,
     trees_from_distances,
 )
@@ -114,11 +115,6 @@ def _add_compare_trees(command) -> None:
             "to labelled GOLD trees first, e.g. for raw PTB trees with punctuation and traces",
         ),
     )
-
-
-def _device(args: argparse.Namespace):
-    """The device that ``--device`` names, with ``--threads`` set for the process."""
-    return runtime_device(runtime_settings(args))
 
 
 def _read_trees(path: Path, fmt: str, what: str) -> list:
@@ -240,12 +236,12 @@ def _prepare(lines, scheme: str):
 def _cmd_parse(args) -> int:
     """parse raw sentences (one per line) with a trained ON-LSTM language model"""
     try:
-        lm = load_language_model(args.checkpoint, device=_device(args))
+        lm = load_language_model(args.checkpoint, device=runtime_device(runtime_settings(args)))
         layer = choose_layer(args.layer, lm)
         text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
     except (ValueError, OSError) as err:
         raise command_error(err) from None
-    sentences, numbers, dropped, empty = _prepare(text.splitlines(), lm.normalisation)
+    sentences, numbers, dropped, empty = _prepare(text.splitlines(), text_normalisation(lm))
     if not sentences:
         raise InputError("no sentence to parse in the input")
     forget, _, unknown = sentence_distances(lm.model, lm.vocab, sentences, args.batch_size)
@@ -320,7 +316,7 @@ def _cmd_eval_parse(args) -> int:
     try:
         if args.out_trees:
             check_output_file(args.out_trees, "--out-trees")
-        lm = load_language_model(args.checkpoint, device=_device(args))
+        lm = load_language_model(args.checkpoint, device=runtime_device(runtime_settings(args)))
         layers = _parse_layers(args.layers, len(lm.model.layers))
         bank = load_treebank(args.treebank, max_length=10 if args.wsj10 else None, sections=args.sections)
     except (ValueError, OSError) as err:
@@ -389,9 +385,10 @@ def _cmd_plot(args) -> int:
 
     try:
         check_output_file(args.out, "--out")
-        lm = load_language_model(args.checkpoint, device=_device(args))
+        lm = load_language_model(args.checkpoint, device=runtime_device(runtime_settings(args)))
         layer = choose_layer(args.layer, lm)
-        words, _dropped = normalise_words(tokenize(args.sentence, lm.normalisation), lm.normalisation)
+        scheme = text_normalisation(lm)
+        words, _dropped = normalise_words(tokenize(args.sentence, scheme), scheme)
         if not words:
             raise ValueError("the sentence has no word left after normalisation")
         gold = unlabel(parse_brackets(args.gold)) if args.gold else None  # a labelled tree loses its labels

@@ -7,8 +7,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..runs import LoadedRun
 from .baselines import score_baselines
-from .induce import LoadedLM, sentence_distances, trees_from_distances
+from .induce import sentence_distances, trees_from_distances
 from .metrics import ParseEvaluation, evaluate
 
 
@@ -24,7 +25,7 @@ class TreebankScores:
 
 
 def score_treebank(
-    lm: LoadedLM, bank, layers: list[int], batch_size: int = 128, random_draws: int = 5
+    lm: LoadedRun, bank, layers: list[int], batch_size: int = 128, random_draws: int = 5
 ) -> TreebankScores:
     """Distances of every treebank sentence (batched), the trees of each of ``layers`` (0-based), their
     scores against the labelled gold trees, and the baselines' scores."""

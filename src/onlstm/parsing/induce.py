@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -15,24 +14,13 @@ from ..checkpoint import CheckpointError
 from ..data.treebank import normalise_word
 from ..data.vocab import EOS, Vocab
 from ..models.language_model import LanguageModel, load_language_model_run
+from ..runs import LoadedRun
 from .trees import Tree, build_tree
 
 
-@dataclass
-class LoadedLM:
-    model: LanguageModel
-    vocab: Vocab
-    config: dict
-    run_dir: Path
-
-    @property
-    def normalisation(self) -> str:
-        """How the training text was normalised: ``'ptb'`` (lower case, digits -> N, PTB tokens) or ``'lower'``."""
-        return self.config.get("text_normalisation", "ptb")
-
-
-def load_language_model(checkpoint: str | Path, tag: str = "best", device: str = "cpu") -> LoadedLM:
-    """A language model run directory (or its ``.safetensors`` file) -> model in eval mode + vocabulary."""
+def load_language_model(checkpoint: str | Path, tag: str = "best", device: str = "cpu") -> LoadedRun:
+    """A language model run directory (or its ``.safetensors`` file) -> model in eval mode + vocabulary,
+    refused when the model has no master gates to induce trees from."""
     run = load_language_model_run(
         checkpoint,
         tag,
@@ -44,7 +32,12 @@ def load_language_model(checkpoint: str | Path, tag: str = "best", device: str =
             f"{run.run_dir}: a {run.model.config.cell!r} model has no master gates, so it induces "
             "no trees; use an ON-LSTM model (or the baselines of eval-parse)"
         )
-    return LoadedLM(run.model, run.vocab, run.config, run.run_dir)
+    return run
+
+
+def text_normalisation(lm: LoadedRun) -> str:
+    """How the training text was normalised: ``'ptb'`` (lower case, digits -> N, PTB tokens) or ``'lower'``."""
+    return lm.config.get("text_normalisation", "ptb")
 
 
 _PUNCT = re.compile(r"^[^\w]+$")
