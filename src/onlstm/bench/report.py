@@ -7,9 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..nn.selfcheck import TOLERANCE
+from .layer import FP32_TOLERANCE, HALF_TOLERANCE
 
-FP32, HALF = TOLERANCE["full"], TOLERANCE["reduced"]
 SECTIONS = ("correctness", "pytest", "speed", "training")
 
 SMOKE_NOTE = (
@@ -102,10 +101,10 @@ def _check(c: dict[str, Any]) -> str:
 def _correctness(sec: dict[str, Any]) -> list[str]:
     lines = [
         "Error: per tensor (outputs, final states, distances, every gradient), the largest difference over the",
-        "largest magnitude of the reference; the worst tensor is named. The reference runs in float32 (tolerance",
-        f"{FP32:g}); under autocast the kernel's products are bf16/fp16 and the tolerance is the larger of {HALF:g}",
-        "and twice the reference loop's own error under the same autocast. The self-checks are the kernel's",
-        "first-use check (nn/selfcheck.py), against the reference in float64.",
+        "largest magnitude of the reference; the worst tensor is named. The reference runs in float32",
+        f"(tolerance {FP32_TOLERANCE:g}); under autocast the kernel's products are bf16/fp16 and the tolerance is",
+        f"the larger of {HALF_TOLERANCE:g} and twice the reference loop's own error under the same autocast. The",
+        "self-checks are the kernel's first-use check (nn/selfcheck.py), against the reference in float64.",
         "",
         "| check | sizes | max error (tensor) | tolerance | result |",
         "| --- | --- | --- | ---: | --- |",

@@ -68,7 +68,7 @@ def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
 
     run = load_language_model_run(path, cfg.weights, device)
     start = time.perf_counter()
-    unique = len({s for it in items for s in (it.grammatical, it.ungrammatical, it.intrusive) if s is not None})
+    unique = len({s for it in items for s in it.sentences})
     with progress_bar(cfg.progress, total=unique, desc=f"syneval {path}", unit="sent", leave=False) as bar:
         try:
             options = {"word_only": cfg.word_only, "batch_size": cfg.batch_size, "share_prefixes": cfg.share_prefixes}

@@ -32,6 +32,10 @@ class Item:
     intrusive: str | None = None
     where: str = ""  # "file:line" or "file: condition c, item i", for messages
 
+    @property
+    def sentences(self) -> list[str]:
+        return [s for s in (self.grammatical, self.ungrammatical, self.intrusive) if s is not None]
+
 
 def is_npi(case: str) -> bool:
     return "npi" in case

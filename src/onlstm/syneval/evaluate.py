@@ -132,18 +132,13 @@ def score_items(
     scored, ``unique`` ones run). ``share_prefixes``: through prefix trees, else right-padded batches (the
     same scores)."""
     enc = Encoder(vocab)
-    tokens = {s: frame(s, enc.period) for item in items for s in _sentences(item)}
-    unique = list(tokens)
+    said = [s for item in items for s in item.sentences]
+    tokens = {s: frame(s, enc.period) for s in said}  # each distinct sentence once, in the order first said
     score = prefix_token_logprobs if share_prefixes else token_logprobs
-    logprobs = dict(zip(unique, score(model, [enc.ids(tokens[s]) for s in unique], batch_size, progress)))
+    logprobs = dict(zip(tokens, score(model, [enc.ids(t) for t in tokens.values()], batch_size, progress)))
     outcomes = [_outcome(item, c, tokens, logprobs, enc, word_only) for item in items for c in comparisons(item)]
-    said = [s for item in items for s in _sentences(item)]
     oov = Counter(w for s in said for w in enc.unknown(tokens[s]))
-    return outcomes, dict(period=enc.period, oov=dict(oov.most_common()), sentences=len(said), unique=len(unique))
-
-
-def _sentences(item: Item) -> list[str]:
-    return [s for s in (item.grammatical, item.ungrammatical, item.intrusive) if s is not None]
+    return outcomes, dict(period=enc.period, oov=dict(oov.most_common()), sentences=len(said), unique=len(tokens))
 
 
 def _outcome(item: Item, comparison: str, tokens: dict, logprobs: dict, enc: Encoder, word_only: bool) -> Outcome:
@@ -172,18 +167,16 @@ def tally(outcomes: Iterable[Outcome]) -> dict:
 
 def summarize(outcomes: Sequence[Outcome]) -> dict:
     """Per case (and per condition within it) and per comparison, and the paper's rows."""
-    by_case: dict = defaultdict(lambda: defaultdict(list))
-    by_condition: dict = defaultdict(lambda: defaultdict(list))
+    by_case: dict = defaultdict(lambda: defaultdict(list))  # case -> comparison -> outcomes
+    by_condition: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))  # case -> condition -> (same)
     for o in outcomes:
         by_case[o.item.case][o.comparison].append(o)
-        by_condition[(o.item.case, o.item.condition)][o.comparison].append(o)
+        by_condition[o.item.case][o.item.condition][o.comparison].append(o)
     cases = {
         case: {
             "comparisons": {c: tally(os) for c, os in comps.items()},
             "conditions": {
-                cond: {c: tally(os) for c, os in by_condition[(cs, cond)].items()}
-                for cs, cond in by_condition
-                if cs == case
+                cond: {c: tally(os) for c, os in by_cond.items()} for cond, by_cond in by_condition[case].items()
             },
         }
         for case, comps in by_case.items()

@@ -162,12 +162,9 @@ def decoder_rows(model) -> int:
 
 
 @torch.no_grad()
-def tree_logprobs(
-    model, tree: PrefixTree, device, rows: int | None = None, decoder: Decoder | None = None
-) -> torch.Tensor:
+def tree_logprobs(model, tree: PrefixTree, device, decoder: Decoder) -> torch.Tensor:
     """Every target of ``tree`` (concatenated over depths, as ``tree.paths`` index them), float32; ``decoder``:
     one made for ``model``, reused across trees (it holds the packed weight)."""
-    decoder = decoder or Decoder(model, rows)
     state, out, prev = None, [], 0
     for d, (tokens, parents) in enumerate(zip(tree.tokens, tree.parents)):
         if d > 0 and state is not None:  # None: a model that carries no state (e.g. a bigram table)
@@ -194,7 +191,7 @@ def prefix_token_logprobs(
 
     def score(chunk: list[int]) -> list[torch.Tensor]:
         tree = build_tree([sequences[i] for i in chunk])
-        flat = tree_logprobs(model, tree, device, decoder=decoder).double().cpu()
+        flat = tree_logprobs(model, tree, device, decoder).double().cpu()
         return [flat[path] for path in tree.paths]
 
     return scored_in_chunks(model, sequences, chunk_size, lambda i: list(sequences[i]), score, progress)
