@@ -578,14 +578,11 @@ class Trainer:
         elif ctx.is_main:
             model = LanguageModel(self.model_config).to(ctx.device)
             load_weights(best, model)
-            test_split = ("test", "paper" if cfg.test_batch_size == 1 else "batched", cfg.test_batch_size, True)
-            splits = (("valid", "batched", cfg.eval_batch_size, False), test_split)
             try:
                 with StopRequest() as stop:
-                    valid, test = [
-                        self._perplexity(model, split, protocol, size, stop, progress=cfg.progress and bar)
-                        for split, protocol, size, bar in splits
-                    ]
+                    valid = self._perplexity(model, "valid", "batched", cfg.eval_batch_size, stop)
+                    protocol = "paper" if cfg.test_batch_size == 1 else "batched"
+                    test = self._perplexity(model, "test", protocol, cfg.test_batch_size, stop, progress=cfg.progress)
             except Interrupted:
                 self.log("final test interrupted; score the run later with onlstm lm eval")
                 status = "interrupted"
