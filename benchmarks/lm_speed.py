@@ -28,10 +28,11 @@ import torch
 
 import onlstm
 from onlstm.errors import OnlstmError
-from onlstm.lm.config import add_config_flags, load_config, overrides_from_args
+from onlstm.lm.config import add_config_flags, load_config
 from onlstm.lm.train import _Objective, make_optimizer
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.runs import resolve_device
+from onlstm.runs.engine import update
 
 
 def build(cfg, cell: str, vocab: int, device: torch.device, impl: str | None = None):
@@ -41,17 +42,13 @@ def build(cfg, cell: str, vocab: int, device: torch.device, impl: str | None = N
         if impl and isinstance(module, onlstm.ONLSTM):
             module.impl = impl
     model.train()
-    obj = _Objective(model, cfg.train.alpha, cfg.train.beta)
+    obj = _Objective(model, cfg.train.alpha, cfg.train.beta, cfg.train.ar_target)
     return model, obj, make_optimizer(list(model.parameters()), cfg.train)
 
 
 def step(model, obj, opt, x, y, clip):
-    opt.zero_grad(set_to_none=True)
-    loss, _, _ = obj(x, y, None, None)
-    loss.backward()
-    if clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-    opt.step()
+    """The trainer's step: its objective (AR/TAR included), then its backward pass, clipping and update."""
+    update(opt, obj(x, y, None, None)[0], model.parameters(), clip)
 
 
 def main(argv=None) -> int:
@@ -67,7 +64,7 @@ def main(argv=None) -> int:
     add_config_flags(ap)
     args = ap.parse_args(argv)
     torch.set_flush_denormal(True)
-    cfg = load_config(args.config, overrides_from_args(args))
+    cfg = load_config(args.config, args)
     t = cfg.train
     if t.threads:
         torch.set_num_threads(t.threads)

@@ -14,7 +14,7 @@ from onlstm.checkpoint import CheckpointError, config_header, read_json, save_we
 from onlstm.cli import build_parser, main
 from onlstm.config import flags_given
 from onlstm.data.vocab import Vocab
-from onlstm.lm.config import TrainConfig, explicit_settings, load_config, overrides_from_args, train_command
+from onlstm.lm.config import TrainConfig, load_config, train_command
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.model import TOKENS, LogicClassifier, pad_batch, token_ids
 from onlstm.models import LanguageModel, LMConfig
@@ -84,7 +84,7 @@ def test_export_writes_a_card_with_a_command_that_reproduces_the_settings(tmp_pa
     assert command in card and "ppl: 123.4" in card
     # the command, read by the real parser, gives back exactly the saved settings
     args = build_parser().parse_args(shlex.split(command)[1:])
-    rebuilt = load_config(None, explicit_settings(None, overrides_from_args(args)))
+    rebuilt = load_config(None, args)
     assert rebuilt.train.to_dict() == train and str(args.data_dir) == "/data/ptb"
     assert rebuilt.model_config(len(WORDS)) == model.config
     assert torch.equal(lm_outputs(LanguageModel.from_pretrained(tmp_path / "out")), lm_outputs(model))

@@ -28,7 +28,7 @@ from .parsing.baselines import score_baselines
 from .parsing.induce import sentence_distances, trees_from_distances
 from .parsing.metrics import evaluate
 from .parsing.trees import to_brackets, unlabel
-from .runs import RunDir, RunDirError, check_output_folder, setup_torch
+from .runs import RunDir, RunDirError, check_output_folder
 
 #: The corpus folder inside the demo's run directory (read by ``onlstm lm train --data-dir``).
 DATA = "data"
@@ -103,7 +103,6 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
     settings = lm_settings(cfg, quiet=as_json)
     load_config(None, settings).model_config(vocab_size=1)  # every setting checked before anything is written
     out_dir = check_demo_dir(cfg.out)
-    setup_torch(cfg.threads)
     log = (lambda msg: None) if as_json else print  # with --json stdout holds the one JSON object only
     run_dir, sizes = RunDir(out_dir), (cfg.train_sentences, cfg.dev_sentences, cfg.test_sentences)
     with run_dir.lock("onlstm demo", log=log):  # three seeds: the training, development and test trees
@@ -137,9 +136,9 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: b
     # the demo's part of the header: parse_layer (1-based), the layer chosen on the development sentences, which
     # parse and plot then use by default; the grammar's words are lower case, so parse lower-cases its input;
     # demo lets export and a later demo recognise the run
-    run, best = RunDir(out_dir), scores["best"]
-    config = {**run.read_config(), "text_normalisation": "lower", "trained_on": "onlstm demo grammar"}
-    run.write_config({**config, "parse_layer": best + 1, "demo": cfg.to_dict()})
+    best = scores["best"]
+    config = {**lm.config, "text_normalisation": "lower", "trained_on": "onlstm demo grammar"}
+    RunDir(out_dir).write_config({**config, "parse_layer": best + 1, "demo": cfg.to_dict()})
     info = dict(steps=p["step"], epochs_validated=len(p["history"]), train_seconds=round(p["elapsed"], 1))
     info.update(best_valid_ppl=None if p["best_valid"] is None else math.exp(p["best_valid"]), weights=lm.weights.name)
     info["stopped_by"] = {"stopped": "time", "finished": "epochs"}.get(status, status)

@@ -67,9 +67,8 @@ def progress_from_saved(saved: dict, pass_length: Callable[[int], int]) -> tuple
     due = bool(s["batch"]) and s["batch"] == pass_length(s["epoch"])  # stopped after its last batch
     best = None if s["best_valid"] is None else -s["best_valid"]
     task = {k: s[k] for k in _TASK}
-    prog = Progress(s["step"], s["epoch"] - 1 + due, 0 if due else s["batch"], best, seconds=s["elapsed"], task=task)
-    prog.n_checks, prog.check_due = len(history), due
-    return prog, history
+    epoch, pos = s["epoch"] - 1 + due, 0 if due else s["batch"]
+    return Progress(s["step"], epoch, pos, best, seconds=s["elapsed"], check_due=due, task=task), history
 
 
 class _Objective(nn.Module):
@@ -365,7 +364,7 @@ class Trainer:
         rate = since["batches"] / max(now - since["start"], 1e-9)
         left = (self._n_pass - prog.pos + (self.cfg.epochs - prog.epoch - 1) * self._n_pass) / rate
         if self.cfg.time_limit is not None:  # a wall-time budget usually ends the run long before its epochs
-            left = min(left, 60 * self.cfg.time_limit - self.clock())
+            left = min(left, 60 * self.cfg.time_limit - self.engine.elapsed())
         self._postfix = {"loss": f"{cur:.3f}", "ppl": f"{math.exp(min(cur, 50)):.1f}", "tok/s": f"{tok_s:,.0f}"}
         from tqdm import tqdm  # the experiments extra, imported where it is used as elsewhere
 
@@ -396,7 +395,7 @@ class Trainer:
         row.update(train_ppl=round(math.exp(min(loss, 50)), 3), valid_loss=round(valid.loss, 6))
         row.update(valid_ppl=round(valid.ppl, 3), averaging=int(t["averaging"]), tokens=tokens)
         row.update(epoch_seconds=round(seconds, 2), tokens_per_s=round(tokens / max(seconds, 1e-9), 1))
-        row.update(elapsed_s=round(self.clock(), 1))
+        row.update(elapsed_s=round(self.engine.elapsed(), 1))
         t.update(epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
         return Check(-valid.loss, row)
 
@@ -540,15 +539,15 @@ class Trainer:
             self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
         budget = Budget(cfg.epochs, 0, max_steps, cfg.time_limit, check_at_stop=False, save_every=cfg.checkpoint_every)
         hook = (lambda: on_step(self)) if on_step is not None else None
-        engine = Engine(self, budget, prog, self.history, self.log, cfg.progress and self.ctx.is_main, "", hook)
-        engine.agree, self.engine, self.clock = self.ctx.any, engine, engine.elapsed
-        why = engine.run()
+        bar = cfg.progress and self.ctx.is_main
+        self.engine = Engine(self, budget, prog, self.history, self.log, bar, on_step=hook, agree=self.ctx.any)
+        why = self.engine.run()
         if why == "aborted":
             self.log("aborted without saving; the last checkpoint is kept")
             raise KeyboardInterrupt
         status = {"epochs": "finished", "max_steps": "stopped", "time_limit": "stopped"}.get(why, why)
         if why == "interrupted":
-            engine.save_state()
+            self.engine.save_state()
             self.log(self._stopped_message("interrupted during validation" if prog.check_due else "interrupted"))
         elif why == "max_steps":
             self.log(self._stopped_message(f"stopped after {prog.step} steps (max_steps)"))
@@ -579,20 +578,17 @@ class Trainer:
         elif ctx.is_main:
             model = LanguageModel(self.model_config).to(ctx.device)
             load_weights(best, model)
-            test_split = ("test", "paper" if cfg.test_batch_size == 1 else "batched", cfg.test_batch_size, True)
-            splits = (("valid", "batched", cfg.eval_batch_size, False), test_split)
             try:
                 with StopRequest() as stop:
-                    valid, test = [
-                        self._perplexity(model, split, protocol, size, stop, progress=cfg.progress and bar)
-                        for split, protocol, size, bar in splits
-                    ]
+                    valid = self._perplexity(model, "valid", "batched", cfg.eval_batch_size, stop)
+                    protocol = "paper" if cfg.test_batch_size == 1 else "batched"
+                    test = self._perplexity(model, "test", protocol, cfg.test_batch_size, stop, progress=cfg.progress)
             except Interrupted:
                 self.log("final test interrupted; score the run later with onlstm lm eval")
                 status = "interrupted"
             else:
                 results = {"weights": best.name, "valid": valid.to_dict(), "test": test.to_dict()}
-                results.update(epochs=prog.epoch, steps=prog.step, train_seconds=round(self.clock(), 1))
+                results.update(epochs=prog.epoch, steps=prog.step, train_seconds=round(self.engine.elapsed(), 1))
                 prog.task["results"] = results
                 write_json(self.rundir.results_path, results)
                 self.log(f"best weights: valid {valid.describe()}")
