@@ -89,13 +89,6 @@ class EncoderSpec:
                 raise EncoderError(f"encoder {self.name!r}: {exc}") from None
         return opts
 
-    def select(self, values: Mapping[str, Any] | object) -> dict:
-        """The options this encoder declares, taken from a mapping or an experiment config's attributes (one
-        config serves every encoder of a comparison; each receives only the options it declares)."""
-        get = values.get if isinstance(values, Mapping) else (lambda k, d: getattr(values, k, d))
-        missing = object()
-        return {n: v for n in self.option_names if (v := get(n, missing)) is not missing}
-
 
 _REGISTRY: dict[str, EncoderSpec] = {}
 
@@ -156,10 +149,16 @@ def check_cell(name: Any, where: str = "cell") -> EncoderSpec:
 
 
 def options_for(name: str, values: Mapping[str, Any] | object, extra: Mapping[str, Any] | None = None) -> dict:
-    """Options for encoder ``name`` from an experiment config: the fields it declares (see
-    :meth:`EncoderSpec.select`) plus ``extra`` (the config's ``encoder_options``, set explicitly by the user:
-    :meth:`EncoderSpec.validate` rejects any of them the encoder does not accept)."""
-    return {**get(name).select(values), **(extra or {})}
+    """Options for encoder ``name`` from an experiment config's attributes (or a mapping): the ones it declares
+    (one config serves every encoder of a comparison; each receives only its own) plus ``extra`` (the config's
+    ``encoder_options``, set explicitly by the user: :meth:`EncoderSpec.validate` rejects any of them the encoder
+    does not accept)."""
+    declared = get(name).option_names
+    if isinstance(values, Mapping):
+        found = {n: values[n] for n in declared if n in values}
+    else:
+        found = {n: getattr(values, n) for n in declared if hasattr(values, n)}
+    return {**found, **(extra or {})}
 
 
 ENCODER_OPTIONS_HELP = (
@@ -186,7 +185,7 @@ def option_help(option: str, text: str) -> Callable[[], str]:
 
 def check_typed_options(cells: Sequence[str], typed: Mapping[str, Any]) -> None:
     """Refuse an encoder field the user typed as a flag (``--dropconnect``) that none of ``cells`` declares: in a
-    preset it is passed over (:meth:`EncoderSpec.select`), typed it would be silently ignored."""
+    preset it is passed over (:func:`options_for`), typed it would be silently ignored."""
     if any(not isinstance(cell, str) or cell not in _REGISTRY for cell in cells):
         return  # an unknown encoder: the config's own check names it and lists the registered ones
     declared = {o for cell in cells for o in _REGISTRY[cell].option_names}

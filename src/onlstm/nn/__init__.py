@@ -1,11 +1,23 @@
-"""The ON-LSTM layer: the equations (functional), the readable reference step loop (reference), the
-kernel interface and registry (kernels), the kernels (fused, cpp_kernel, triton_kernel; registered in
-builtin_kernels), the cell and the multi-layer module."""
+"""The ON-LSTM layer: the equations and the readable reference step loop (functional), the
+kernel interface and registry (kernels), the kernels (fused, _ext, triton_kernel), the cell and the
+multi-layer module. The built-in kernels are registered here, on import, apart from the registry (which a
+kernel module may then use without an import circle: docs/design.md §4.3). Loading one is lazy: the C++
+kernel compiles on first use, the Triton one imports Triton only when it can run."""
 
-from . import builtin_kernels  # noqa: F401  (registers triton, cpp and fused)
+import torch
+
+from ._ext import load_cpp_kernel
 from .functional import cumax, master_forget, master_input
+from .fused import FusedKernel
 from .kernels import KernelSpec, LayerKernel, kernel_status, register_kernel, unregister_kernel
 from .modules import ONLSTM, Distances, ONLSTMCell, dropconnect_weight
+from .triton_kernel import load_cuda_kernel
+
+_CPU_FLOATS = (torch.float32, torch.float64)
+# float32 also covers torch.autocast (bf16/fp16 products inside the kernel); float64 is for gradcheck
+register_kernel(KernelSpec("triton", load_cuda_kernel, ("cuda",), _CPU_FLOATS, priority=30, label="Triton kernel"))
+register_kernel(KernelSpec("cpp", load_cpp_kernel, ("cpu",), _CPU_FLOATS, priority=20, label="C++ kernel"))
+register_kernel(KernelSpec("fused", FusedKernel, ("cpu",), _CPU_FLOATS, priority=10, label="fused kernel"))
 
 __all__ = [
     "ONLSTM",

@@ -1,4 +1,5 @@
-"""Build (once, on first use) and load the C++ kernel (``impl='cpp'``: cpp_kernel.py); why the compiler flags,
+"""The ``cpp`` kernel: build (once, on first use) and load the compiled C++ layer (``csrc/onlstm_cpu.cpp``), and
+:class:`CppKernel`, the module behind the :class:`onlstm.nn.kernels.LayerKernel` interface; why the compiler flags,
 the ``ninja`` on PATH and the stale build lock: docs/layer.md, "Implementations"."""
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from typing import Any
 from unittest import mock
 
 import torch
+from torch import Tensor
 
 from ..errors import exception_line
+from .kernels import KernelGrads, KernelInputs, KernelOutputs, KernelUnavailable, OutputGrads
 
 _SOURCE = Path(__file__).parent / "csrc" / "onlstm_cpu.cpp"
 _CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"]
@@ -95,3 +98,28 @@ def load_extension() -> Any:
 def extension_error() -> str | None:
     """Why the kernel is not in use (``None`` when it is, or has not been tried yet)."""
     return _state["error"]
+
+
+class CppKernel:
+    """The compiled module's ``forward``/``backward``; ``saved = (out, act, cells)``."""
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    def forward(self, inputs: KernelInputs) -> KernelOutputs:
+        out, h_n, c_n, dist, act, cells = self._module.forward(*inputs)
+        return KernelOutputs(out, h_n, c_n, dist, saved=(out, act, cells))
+
+    def backward(self, inputs: KernelInputs, saved: tuple[Tensor, ...], grads: OutputGrads) -> KernelGrads:
+        i, (out, act, cells) = inputs, saved
+        rest = (i.x, i.w_ih, i.w_hh, i.h0, i.c0, i.batch_sizes, act, cells, out, i.chunk, i.inclusive)
+        return KernelGrads(*self._module.backward(*grads, *rest))
+
+
+def load_cpp_kernel() -> CppKernel:
+    """The registry's ``load`` for ``impl='cpp'`` (builds the extension on first use): raises
+    :class:`KernelUnavailable` saying why it cannot."""
+    module = load_extension()
+    if module is None:
+        raise KernelUnavailable(extension_error() or "the C++ kernel could not be loaded")
+    return CppKernel(module)

@@ -12,7 +12,6 @@ from torch.nn.utils.rnn import PackedSequence
 
 from . import functional as Fn
 from . import kernels, selfcheck
-from .reference import reference_layer
 
 
 class Distances(NamedTuple):
@@ -360,7 +359,7 @@ class ONLSTM(nn.Module):
     def _layers(self, flat: _Flat, h0: Tensor, c0: Tensor, impl: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Every layer and direction: last layer's rows ``(N, D*dirs)``, ``h_n, c_n``, ``dist (N, 2, L*dirs)``."""
         layer_input, results = flat.data, []
-        rev = _reverse_index(flat.batch_sizes).to(flat.data.device) if self.bidirectional else None
+        rev = kernels.reversed_rows(flat.batch_sizes.tolist()).to(flat.data.device) if self.bidirectional else None
         for layer in range(self.num_layers):
             outs = []
             for d in range(self.num_directions):  # d = 1: the reverse direction, each sequence read backwards
@@ -425,7 +424,7 @@ class ONLSTM(nn.Module):
         w_ih, weight_hh, *biases = (getattr(self, name) for name in self._flat_names[k])
         w_hh, (b_ih, b_hh) = dropconnect_weight(weight_hh, self.dropconnect, self.training), biases or (None, None)
         if impl == "reference":
-            return reference_layer(
+            return Fn.reference_layer(
                 x, w_ih, w_hh, b_ih, b_hh, h0, c0, batch_sizes.tolist(), self.chunk_size, self.master_input
             )
         kernel = kernels.load_kernel(impl)
@@ -434,15 +433,6 @@ class ONLSTM(nn.Module):
         return kernels.fused_layer(
             x, w_ih, w_hh, bias, h0, c0, batch_sizes, self.chunk_size, self.master_input == "reverse", kernel
         )
-
-
-def _reverse_index(batch_sizes: Tensor) -> Tensor:
-    """Row permutation of packed data that reverses every sequence within its own length."""
-    bs = batch_sizes.to(torch.int64)
-    t, r = torch.arange(bs.numel()).unsqueeze(1), torch.arange(int(bs[0])).unsqueeze(0)  # (T, 1), (1, B)
-    lengths = (bs.unsqueeze(0) > r.T).sum(1)  # (B,)
-    src = (torch.cumsum(bs, 0) - bs)[(lengths - 1 - t).clamp(min=0)] + r  # (T, B): the row read backwards
-    return src[r < bs.unsqueeze(1)]
 
 
 selfcheck.register_layer(ONLSTM)
