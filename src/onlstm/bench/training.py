@@ -58,7 +58,7 @@ def _parse(argv: list[str]):
 
 def _lm(prof, args, work: Path, impl: str, steps: int) -> tuple[Record, Record]:
     """``lm train --config ptb-paper``, each step's end time taken: s/step after a warm-up, s/epoch, peak memory."""
-    from ..lm.config import explicit_settings, overrides_from_args
+    from ..lm.config import explicit_settings
     from ..lm.train import train
 
     data = args.lm_data or work / "lm-data"
@@ -79,7 +79,7 @@ def _lm(prof, args, work: Path, impl: str, steps: int) -> tuple[Record, Record]:
         a = _parse(argv)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        explicit = explicit_settings(a.config, overrides_from_args(a))
+        explicit = explicit_settings(a.config, a)
         result = train(a.out, a.data_dir, explicit, max_steps=a.max_steps, on_step=on_step, log=lambda _m: None)
         warm = max(1, min(10, len(stamps) // 10))  # the first steps compile kernels and plan cuDNN: not timed
         per_step = (stamps[-1] - stamps[warm - 1]) / (len(stamps) - warm)

@@ -174,11 +174,6 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, TrainConfig, "train", "training (override the config's train section)")
 
 
-def overrides_from_args(args: argparse.Namespace) -> dict:
-    """The model and training fields given as flags."""
-    return explicit_settings(None, args)
-
-
 def train_command(config: dict) -> str | None:
     """The ``onlstm lm train`` command that reproduces a run's settings, from its ``config.json`` (None for a
     run that ``lm train`` did not write, e.g. the demo's). ``--out`` is a placeholder."""
