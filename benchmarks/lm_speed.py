@@ -31,6 +31,7 @@ from onlstm.errors import OnlstmError
 from onlstm.lm.config import add_config_flags, load_config
 from onlstm.lm.train import _Objective, make_optimizer
 from onlstm.models.language_model import LanguageModel, LMConfig
+from onlstm.nn import kernels
 from onlstm.runs import resolve_device
 from onlstm.runs.engine import update
 
@@ -75,6 +76,16 @@ def main(argv=None) -> int:
     except OnlstmError as exc:
         print(f"lm_speed.py: {exc}", file=sys.stderr)
         return 2
+    for impl in filter(None, args.onlstm_impls.split(",")):
+        # the layer runs the reference loop where a kernel does not fit the device: that row would be mislabelled
+        try:
+            ran = kernels.resolve_impl(impl, device, torch.float32)
+            why = f"on {device} float32 tensors the layer would run {ran} instead"
+        except (ValueError, RuntimeError) as exc:
+            ran, why = "", str(exc)
+        if ran != impl:
+            print(f"lm_speed.py: --onlstm-impls {impl}: {why}; leave it out", file=sys.stderr)
+            return 2
     data = torch.randint(0, args.vocab, (seq + 1, t.batch_size), generator=g).to(device)
     x, y = data[:-1], data[1:]
     runs, peak = {}, {}

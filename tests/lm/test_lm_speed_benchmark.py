@@ -1,0 +1,29 @@
+"""benchmarks/lm_speed.py: each row is timed with the kernel its label names."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from support import REPO
+
+
+def _lm_speed():
+    spec = importlib.util.spec_from_file_location("lm_speed", REPO / "benchmarks" / "lm_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_impl_the_device_cannot_run_is_refused_not_timed_as_the_reference(capsys):
+    # Triton kernels are registered for CUDA only: on the CPU the layer would quietly run its reference loop,
+    # and the row "onlstm/triton" would show the reference loop's speed
+    bench = _lm_speed()
+    small = ["--config", "tiny", "--steps", "1", "--repeats", "1", "--warmup", "0", "--vocab", "50", "--device", "cpu"]
+    assert bench.main([*small, "--onlstm-impls", "fused,triton"]) == 2
+    err = capsys.readouterr().err
+    assert "--onlstm-impls triton" in err and "would run reference instead" in err
+    assert bench.main([*small, "--onlstm-impls", "nope"]) == 2
+    assert "no longer a registered kernel" in capsys.readouterr().err
+    assert bench.main([*small, "--onlstm-impls", "fused,reference"]) == 0
+    out = capsys.readouterr().out
+    assert "| onlstm/fused |" in out and "| onlstm/reference |" in out and "| lstm |" in out
