@@ -76,20 +76,16 @@ def main(argv=None) -> int:
     except OnlstmError as exc:
         print(f"lm_speed.py: {exc}", file=sys.stderr)
         return 2
-    for impl in filter(None, args.onlstm_impls.split(",")):
-        # the layer runs the reference loop where a kernel does not fit the device: that row would be mislabelled
-        try:
-            ran = kernels.resolve_impl(impl, device, torch.float32)
-            why = f"on {device} float32 tensors the layer would run {ran} instead"
-        except (ValueError, RuntimeError) as exc:
-            ran, why = "", str(exc)
-        if ran != impl:
-            print(f"lm_speed.py: --onlstm-impls {impl}: {why}; leave it out", file=sys.stderr)
+    impls = [s for s in args.onlstm_impls.split(",") if s]
+    for impl in impls:
+        refusal = impl_refusal(impl, device)
+        if refusal:
+            print(f"lm_speed.py: --onlstm-impls {impl}: {refusal}; leave it out", file=sys.stderr)
             return 2
     data = torch.randint(0, args.vocab, (seq + 1, t.batch_size), generator=g).to(device)
     x, y = data[:-1], data[1:]
     runs, peak = {}, {}
-    for name, cell, impl in variants(args.cells, args.onlstm_impls):
+    for name, cell, impl in variants(args.cells, impls):
         runs[name] = build(cfg, cell, args.vocab, device, impl)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -133,11 +129,23 @@ def main(argv=None) -> int:
     return 0
 
 
-def variants(cells: list[str], impls: str) -> list[tuple[str, str, str | None]]:
+def impl_refusal(impl: str, device: torch.device) -> str | None:
+    """Why the ON-LSTM layers cannot run ``impl`` on ``device``, else None. Where a kernel does not fit the device
+    the layer runs its reference loop, which would be timed under the kernel's label."""
+    try:
+        ran = kernels.resolve_impl(impl, device, torch.float32)
+    except (ValueError, RuntimeError) as exc:
+        return str(exc)
+    if impl in (ran, "auto"):
+        return None
+    return f"on {device} float32 tensors the layer would run {ran} instead"
+
+
+def variants(cells: list[str], impls: list[str]) -> list[tuple[str, str, str | None]]:
     """``(label, cell, impl)`` per model to time: the ON-LSTM once per ``impls`` entry (``onlstm/<impl>``)."""
     out: list[tuple[str, str, str | None]] = []
     for cell in cells:
-        chosen = [s for s in impls.split(",") if s] if cell == "onlstm" else []
+        chosen = impls if cell == "onlstm" else []
         out += [(f"onlstm/{impl}", cell, impl) for impl in chosen] or [(cell, cell, None)]
     return out
 

@@ -24,6 +24,6 @@ def test_an_impl_the_device_cannot_run_is_refused_not_timed_as_the_reference(cap
     assert "--onlstm-impls triton" in err and "would run reference instead" in err
     assert bench.main([*small, "--onlstm-impls", "nope"]) == 2
     assert "no longer a registered kernel" in capsys.readouterr().err
-    assert bench.main([*small, "--onlstm-impls", "fused,reference"]) == 0
+    assert bench.main([*small, "--onlstm-impls", "fused,reference,auto"]) == 0
     out = capsys.readouterr().out
-    assert "| onlstm/fused |" in out and "| onlstm/reference |" in out and "| lstm |" in out
+    assert all(f"| {name} |" in out for name in ("onlstm/fused", "onlstm/reference", "onlstm/auto", "lstm"))

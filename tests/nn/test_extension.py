@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from onlstm.nn._ext import extension_error, load_extension
+from onlstm.nn.cpp_kernel import extension_error, load_extension
 
 
 def test_kernel_builds_and_is_used_by_default():
@@ -51,7 +51,7 @@ def test_cpp_requested_but_unavailable_is_an_error(tmp_path):
 def test_build_path_puts_the_environments_ninja_first():
     import ninja
 
-    from onlstm.nn._ext import build_path
+    from onlstm.nn.cpp_kernel import build_path
 
     bin_dir = str(ninja.BIN_DIR)
     assert os.path.isfile(os.path.join(bin_dir, "ninja"))
@@ -77,7 +77,7 @@ def _compilers_only(tmp_path) -> str:
 
 def test_kernel_loads_without_ninja_on_path(tmp_path):
     """Issue 13: `.venv/bin/onlstm` run without activating the venv, on a machine with no system ninja."""
-    code = "from onlstm.nn._ext import load_extension, extension_error\nprint('LOADED', load_extension() is not None, extension_error())\n"
+    code = "from onlstm.nn.cpp_kernel import load_extension, extension_error\nprint('LOADED', load_extension() is not None, extension_error())\n"
     env = dict(os.environ, PATH=_compilers_only(tmp_path))
     env.pop("ONLSTM_NO_EXTENSION", None)
     # The build cache is shared with the other tests, so this loads the kernel they built (seconds, not a rebuild).
@@ -171,13 +171,13 @@ def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_young_one_waited_f
     import os
     import time
 
-    from onlstm.nn import _ext
+    from onlstm.nn import cpp_kernel
 
     lock = tmp_path / "lock"
     lock.touch()
-    old = time.time() - _ext.STALE_LOCK_S - 60
+    old = time.time() - cpp_kernel.STALE_LOCK_S - 60
     os.utime(lock, (old, old))
-    _ext.clear_stale_lock(tmp_path)
+    cpp_kernel.clear_stale_lock(tmp_path)
     assert not lock.exists() and "did not finish" in capsys.readouterr().err
     lock.touch()
     sleeps = []
@@ -187,9 +187,9 @@ def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_young_one_waited_f
         if len(sleeps) == 2:
             lock.unlink()  # the other build finishes
 
-    monkeypatch.setattr(_ext.time, "sleep", sleep)
-    _ext.clear_stale_lock(tmp_path)
+    monkeypatch.setattr(cpp_kernel.time, "sleep", sleep)
+    cpp_kernel.clear_stale_lock(tmp_path)
     err = capsys.readouterr().err
     assert len(sleeps) == 2 and err.count("\n") == 1 and str(lock) in err
-    _ext.clear_stale_lock(tmp_path)  # no lock: returns at once
+    cpp_kernel.clear_stale_lock(tmp_path)  # no lock: returns at once
     assert len(sleeps) == 2

@@ -80,7 +80,7 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _stream(url: str, tmp: Path, h, known: str | None, timeout: float, source: Source) -> None:
+def _stream(url: str, tmp: Path, h: hashlib._Hash, known: str | None, timeout: float, source: Source) -> None:
     """Copy ``url`` into ``tmp`` block by block (with a progress bar), feeding the hash ``h``; the file must
     match ``known`` when there is one."""
     from ..runs import progress_bar

@@ -65,7 +65,8 @@ def span_info(tree: object) -> tuple[int, set[Span]]:
 
 
 def leaves(tree: object) -> list[str]:
-    """The words of a tree from left to right (works for unlabelled trees and ``nltk.Tree``)."""
+    """The words of a tree from left to right (works for unlabelled trees and ``nltk.Tree``); a constituent
+    without words is a :class:`TreeFormatError`, as in :func:`spans`."""
     return _nodes(tree)[0]
 
 

@@ -244,10 +244,10 @@ def _pick(pairs: list[Pair], n: int, quota: dict[str, int], key) -> list[Pair]:
     return [p for lab in RELATIONS for p in by_label[lab][: quota[lab]]]
 
 
-def generate_bucket(bucket: int, wanted: int, cfg: GenerateConfig) -> tuple[list[Pair], int]:
-    """The shuffled pairs of one bucket (``wanted`` of them, or fewer when it runs short) and the number of
-    draws it took."""
+def generate_bucket(bucket: int, cfg: GenerateConfig) -> tuple[list[Pair], int]:
+    """The shuffled pairs of one bucket (fewer than its size when it runs short) and the number of draws it took."""
     rng = random.Random(f"onlstm-logic/{cfg.seed}/{bucket}")
+    wanted = sum(cfg.bucket_sizes(bucket))
     if cfg.balance_labels:
         pool, tries = _draw_distinct(bucket, cfg.pool_factor * wanted, rng, cfg)
         pairs = water_fill(pool, wanted)
@@ -279,7 +279,7 @@ def generate_dataset(
         t0 = time.perf_counter()
         n_test, n_train = cfg.bucket_sizes(bucket)
         wanted = n_test + n_train
-        pairs, tries = generate_bucket(bucket, wanted, cfg)
+        pairs, tries = generate_bucket(bucket, cfg)
         n_test = min(n_test, round(n_test * len(pairs) / max(wanted, 1)))  # in proportion when the bucket ran short
         files = {}
         for name, chunk in ((f"train{bucket}", pairs[n_test:]), (f"test{bucket}", pairs[:n_test])):

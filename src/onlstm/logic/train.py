@@ -226,7 +226,8 @@ def train(
     log = log or (lambda _msg: None)
     run = RunDir(out).check_output(resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
     if resume:
-        refusal = resume_refusal(run.path, *run_header(run.path, model_cfg, cfg))
+        header, clash = run_header(run.path, model_cfg, cfg)
+        refusal = resume_refusal(run.path, header, clash)
         if refusal:
             raise CheckpointError(refusal)
     with run.lock("onlstm logic train", log=log):

@@ -1,12 +1,12 @@
 """The ON-LSTM layer: the equations and the readable reference step loop (functional), the
-kernel interface and registry (kernels), the kernels (fused, _ext, triton_kernel), the cell and the
+kernel interface and registry (kernels), the kernels (fused, cpp_kernel, triton_kernel), the cell and the
 multi-layer module. The built-in kernels are registered here, on import, apart from the registry (which a
 kernel module may then use without an import circle: docs/design.md §4.3). Loading one is lazy: the C++
 kernel compiles on first use, the Triton one imports Triton only when it can run."""
 
 import torch
 
-from ._ext import load_cpp_kernel
+from .cpp_kernel import load_cpp_kernel
 from .functional import cumax, master_forget, master_input
 from .fused import FusedKernel
 from .kernels import KernelSpec, LayerKernel, kernel_status, register_kernel, unregister_kernel

@@ -90,18 +90,22 @@ class LayerKernel(Protocol):
         ...
 
 
+def sequence_lengths(bs: list[int]) -> Tensor:
+    """The length (B,) of every sequence of a packed batch with step sizes ``bs`` (rows drop out from the end)."""
+    return (torch.tensor(bs).unsqueeze(0) > torch.arange(bs[0]).unsqueeze(1)).sum(1)
+
+
 def reversed_rows(bs: list[int]) -> Tensor:
-    """The permutation (N,) of packed rows that reads every sequence backwards within its own length (rows drop
-    out of a packed batch from the end): the input and output order of a layer's reverse direction."""
+    """The permutation (N,) of packed rows that reads every sequence backwards within its own length: the input
+    and output order of a layer's reverse direction."""
     sizes, rows = torch.tensor(bs), torch.arange(bs[0])  # (T,), (B,)
-    lengths = (sizes.unsqueeze(0) > rows.unsqueeze(1)).sum(1)  # (B,)
-    backwards = (lengths - 1 - torch.arange(len(bs)).unsqueeze(1)).clamp(min=0)  # (T, B): the step read at t
+    backwards = (sequence_lengths(bs) - 1 - torch.arange(len(bs)).unsqueeze(1)).clamp(min=0)  # (T, B): step read at t
     return (torch.tensor(step_offsets(bs))[backwards] + rows)[rows < sizes.unsqueeze(1)]
 
 
 def last_rows(bs: list[int], device: torch.device | str = "cpu") -> Tensor:
-    """The packed row (B,) of each sequence's last step: the first step of every sequence read backwards."""
-    return reversed_rows(bs)[: bs[0]].to(device)
+    """The packed row (B,) of each sequence's last step."""
+    return (torch.tensor(step_offsets(bs))[sequence_lengths(bs) - 1] + torch.arange(bs[0])).to(device)
 
 
 def step_offsets(bs: list[int]) -> list[int]:

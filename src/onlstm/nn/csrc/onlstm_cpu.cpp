@@ -1,5 +1,5 @@
 // Fused ON-LSTM layer for the CPU: a whole sequence (one layer, one direction) per call, with a
-// backward pass written by hand.  Built on first use by onlstm/nn/_ext.py.
+// backward pass written by hand.  Built on first use by onlstm/nn/cpp_kernel.py.
 //
 // Data layout is PyTorch's packed layout: the N = sum_t bs_t rows of step t lie at
 // [off_t, off_t + bs_t), bs_t non-increasing (a padded (T, B) batch is the case bs_t = B).
