@@ -133,3 +133,24 @@ def test_kernel_records_unpack_in_field_order():
     fields = [f.name for f in dataclasses.fields(kernels.KernelGrads)]
     grads = kernels.KernelGrads(*[torch.full((1,), float(i)) for i in range(len(fields))])
     assert [float(t) for t in grads] == [float(i) for i in range(len(fields))]
+
+
+def test_packed_row_helpers_agree_with_torch_packing():
+    """``last_rows`` and ``reversed_rows`` checked against torch's own packing of tagged values: every (t, b) holds
+    1000 t + b, so a packed row's value says which step of which sequence it is."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        batch = int(torch.randint(1, 8, (1,), generator=gen))
+        lengths = torch.randint(1, 10, (batch,), generator=gen).sort(descending=True).values
+        steps = int(lengths[0])
+        tags = (1000 * torch.arange(steps).unsqueeze(1) + torch.arange(batch)).double()  # (T, B)
+        packed = pack_padded_sequence(tags, lengths)
+        bs = packed.batch_sizes.tolist()
+        assert kernels.sequence_lengths(bs).tolist() == lengths.tolist()
+        assert packed.data[kernels.last_rows(bs)].tolist() == [1000 * (n - 1) + b for b, n in enumerate(lengths)]
+        backwards = tags.clone()
+        for b, n in enumerate(lengths.tolist()):
+            backwards[:n, b] = tags[:n, b].flip(0)  # each sequence read backwards within its own length
+        assert torch.equal(packed.data[kernels.reversed_rows(bs)], pack_padded_sequence(backwards, lengths).data)
