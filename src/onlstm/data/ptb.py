@@ -5,7 +5,7 @@ docs/lm.md ("Data")."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,25 +143,23 @@ def encode_split(
     vocab: Vocab,
     closed_vocab: bool,
     oov: str = "auto",
-    lines: Iterable[list[str]] | None = None,
     limited: bool = False,
 ) -> Split:
-    """Read ``path`` (unless its ``lines`` are given) and encode it with ``vocab`` under the ``oov``
-    policy. ``limited``: the vocabulary deliberately leaves words out (a ``vocab.txt`` or a cap), so
-    ``auto`` maps them to ``<unk>`` even in a closed-vocabulary corpus. The ids go block by block into one
-    preallocated int64 tensor (no Python list of every id); a file is read twice unless ``lines`` are given."""
+    """Read ``path`` and encode it with ``vocab`` under the ``oov`` policy. ``limited``: the vocabulary
+    deliberately leaves words out (a ``vocab.txt`` or a cap), so ``auto`` maps them to ``<unk>`` even in a
+    closed-vocabulary corpus. The file is read twice: once to size one preallocated int64 tensor, once to fill it
+    block by block (no Python list of every id)."""
     if oov not in OOV_POLICIES:
         raise CorpusError(f"oov must be one of {OOV_POLICIES}, got {oov!r}")
     strict = oov == "error" or (oov == "auto" and closed_vocab and not limited)
-    given = None if lines is None else list(lines)
-    total = sum(len(w) for w in (iter_lines(path) if given is None else given))
+    total = sum(len(w) for w in iter_lines(path))
     ids = torch.empty(total, dtype=torch.int64)
     unk, get = vocab.unk_id, vocab.index.get
     why = "the training text contains <unk>, so the corpus claims a closed vocabulary"
     why = why if closed_vocab and oov == "auto" else f"oov policy is {oov!r}"
     pos = n_lines = unknown = 0
     block: list[int] = []
-    for n_lines, words in enumerate(iter_lines(path) if given is None else given, 1):
+    for n_lines, words in enumerate(iter_lines(path), 1):
         line = [get(w, -1) for w in words]
         if -1 in line:
             if strict or unk is None:
