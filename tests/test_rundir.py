@@ -144,6 +144,10 @@ def test_a_registered_kind_is_found_and_named(tmp_path, monkeypatch):
             "an interrupted language-model run (resume.safetensors)",
         ),
         ({RunDir.RESUME: None}, "an interrupted unknown run (resume.safetensors)"),
+        (
+            {RunDir.CONFIG: {"kind": "logic-classifier", "status": "finished"}, RunDir.RESUME: None},
+            "a finished logic run (resume.safetensors)",
+        ),
         ({RunDir.CONFIG: {"kind": "new-kind"}}, "a new-kind run"),  # a kind nobody registered: by its name
     ],
 )

@@ -316,6 +316,7 @@ def test_train_then_eval_smoke(tiny_data, tmp_path, capsys):
         "history.json",
         "model.best.safetensors",
         "model.last.safetensors",
+        "resume.safetensors",  # kept: a larger --epochs trains it further
     }
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["kind"] == KIND and cfg["status"] == "finished" and cfg["model"]["cell"] == "lstm"
@@ -470,6 +471,12 @@ def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
     assert main([*args[:-4], "1", "--lengths", "1-9", "--lr", "0.0005"]) == 0  # seed 1 only
     text = capsys.readouterr().out
     assert "reusing" not in text and text.count("training into") == 2
+    # a larger budget extends the finished runs (their first epoch is not trained again)
+    assert main([*args[:-4], "0", "--lengths", "1-9", "--epochs", "2"]) == 0  # seed 0 only
+    text = capsys.readouterr().out
+    assert "reusing" not in text and text.count("extending the finished run in") == 2
+    for r in json.loads((out / "compare.json").read_text())["runs"]:
+        assert r["train"]["stopped_by"] == "epochs" and r["train"]["epochs"] == 2.0
 
 
 # --------------------------------------------------------------------------- settings and errors
@@ -670,7 +677,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tiny_data, tmp_path, monk
     for tag in ("best", "last"):
         a, b = _weights(tmp_path / "whole" / f"model.{tag}.safetensors"), _weights(run / f"model.{tag}.safetensors")
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), tag
-    assert not (run / T.RESUME_FILE).exists()  # finished: nothing left to resume
+    assert (run / T.RESUME_FILE).exists()  # stopped by its epochs: kept, a larger --epochs trains it further
 
 
 def test_resume_at_an_epoch_boundary(tiny_data, tmp_path, monkeypatch):
@@ -702,8 +709,8 @@ def test_resume_errors_and_cli(tiny_data, tmp_path, monkeypatch, capsys):
         T.train(LogicModelConfig(**TINY), replace(cfg, lr=0.01), tiny_data, run, log=None, resume=True)
     assert main(_train_args(tiny_data, run, "--seed", "4", "--resume")) == 0
     assert "resuming" in capsys.readouterr().out
-    assert main(_train_args(tiny_data, run, "--seed", "4", "--resume")) == 2
-    assert "finished run; nothing to resume" in capsys.readouterr().err
+    assert main(_train_args(tiny_data, run, "--seed", "4", "--resume")) == 2  # the same budget: nothing left
+    assert "used up its budget (its 2 epochs reach epochs 2; pass a larger --epochs" in capsys.readouterr().err
 
 
 def test_compare_plot_marks_the_trained_lengths_of_the_runs(tiny_data, tmp_path, monkeypatch):
@@ -912,7 +919,7 @@ def test_max_steps_stops_after_exactly_that_many_updates(tiny_data, tmp_path, ma
     assert whole.steps > max_steps
     strip = lambda h: [{k: v for k, v in x.items() if k not in ("seconds", "best")} for x in h]
     assert strip(res.history[: max_steps // 5]) == strip(whole.history[: max_steps // 5])
-    assert not (tmp_path / "cut" / T.RESUME_FILE).exists()  # a finished run
+    assert (tmp_path / "cut" / T.RESUME_FILE).exists()  # stopped by its budget: a larger one trains it further
 
 
 @pytest.mark.parametrize("call", [4, 9])
@@ -931,6 +938,60 @@ def test_max_steps_run_interrupted_then_resumed_equals_uninterrupted(tiny_data, 
             _weights(tmp_path / "cut" / f"model.{tag}.safetensors"),
         )
         assert all(torch.equal(a[k], b[k]) for k in a), tag
+
+
+@pytest.mark.parametrize("budget,first,then", [("max_steps", 10, 20), ("epochs", 1, 3)])
+def test_a_run_stopped_by_its_budget_extends_to_the_run_a_larger_budget_trains(
+    tiny_data, tmp_path, budget, first, then
+):
+    """Stopped by max_steps (on a check) or epochs (checks once per epoch), then --resume with a larger budget:
+    the same history and weights, bit for bit, as one run with the larger budget."""
+    base = {**RESUME_CFG, "valid_every": 5 if budget == "max_steps" else 0, "patience": 50}
+    cfg = lambda n: T.LogicTrainConfig(**{**base, budget: n})
+    whole = T.train(LogicModelConfig(**TINY), cfg(then), tiny_data, tmp_path / "whole", log=None)
+    cut = tmp_path / "cut"
+    assert T.train(LogicModelConfig(**TINY), cfg(first), tiny_data, cut, log=None).stopped_by == budget
+    logs = []
+    more = T.train(LogicModelConfig(**TINY), cfg(then), tiny_data, cut, log=logs.append, resume=True)
+    assert "resuming" in logs[0] and more.stopped_by == whole.stopped_by == budget and more.steps == whole.steps
+    strip = lambda h: [{k: v for k, v in x.items() if k != "seconds"} for x in h]
+    assert strip(more.history) == strip(whole.history)
+    for tag in ("best", "last"):
+        a, b = _weights(tmp_path / "whole" / f"model.{tag}.safetensors"), _weights(cut / f"model.{tag}.safetensors")
+        assert all(torch.equal(a[k], b[k]) for k in a), tag
+    assert json.loads((cut / "config.json").read_text())["train"][budget] == then  # the header has the new budget
+
+
+def test_stopped_in_its_last_step_resumes_to_its_end(tiny_data, tmp_path, monkeypatch):
+    """Ctrl-C in the last update of the last epoch: its epochs are done, yet --resume is not refused for the used
+    budget; it ends the run as an uninterrupted one (the final check) without another update."""
+    cfg = T.LogicTrainConfig(**{**RESUME_CFG, "epochs": 1, "valid_every": 1000})  # one check, after the epoch
+    whole = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "whole", log=None)
+    restore = _interrupt_at(monkeypatch, whole.steps, "signal")  # the last training batch
+    first = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "cut", log=None)
+    restore()
+    assert first.interrupted and first.steps == whole.steps and not first.history
+    second = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "cut", log=None, resume=True)
+    assert second.stopped_by == "epochs" and second.steps == whole.steps
+    strip = lambda h: [{k: v for k, v in x.items() if k != "seconds"} for x in h]
+    assert strip(second.history) == strip(whole.history)
+
+
+def test_a_used_up_budget_or_patience_is_not_resumed(tiny_data, tmp_path):
+    cfg = T.LogicTrainConfig(**{**RESUME_CFG, "max_steps": 10})
+    run = tmp_path / "run"
+    T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None)
+    for smaller in (10, 7):  # resuming would train past the budget asked for
+        with pytest.raises(CheckpointError, match=rf"its 10 updates reach max_steps {smaller}; pass a larger"):
+            T.train(LogicModelConfig(**TINY), replace(cfg, max_steps=smaller), tiny_data, run, log=None, resume=True)
+    with pytest.raises(CheckpointError, match="cannot change train.lr"):  # the budget only
+        T.train(LogicModelConfig(**TINY), replace(cfg, max_steps=20, lr=0.01), tiny_data, run, log=None, resume=True)
+    # Adam steps of 1e-12 are below float32 resolution: the weights and the accuracy stay, patience ends the run
+    stale = T.LogicTrainConfig(**{**RESUME_CFG, "patience": 1, "lr": 1e-12, "min_lr": 0.0})
+    done = T.train(LogicModelConfig(**TINY), stale, tiny_data, tmp_path / "p", log=None)
+    assert done.stopped_by == "patience" and not (tmp_path / "p" / T.RESUME_FILE).exists()
+    with pytest.raises(CheckpointError, match=r"finished run \(stopped by patience\); nothing to resume"):
+        T.train(LogicModelConfig(**TINY), replace(stale, epochs=9), tiny_data, tmp_path / "p", log=None, resume=True)
 
 
 def test_max_steps_flag_and_its_errors(tiny_data, tmp_path, capsys):

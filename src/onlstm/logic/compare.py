@@ -20,7 +20,7 @@ from .evaluate import (
     read_test_examples,
 )
 from .model import LogicModelConfig, load_classifier
-from .train import LogicTrainConfig, resume_refusal, run_header, train, validation_examples
+from .train import BUDGETS, LogicTrainConfig, resume_refusal, run_header, train, validation_examples
 
 
 @dataclass
@@ -120,12 +120,15 @@ def _train_or_reuse(
     except CheckpointError:
         header, clash = {}, "no run"
     same_data = (header.get("data") or {}).get("path") == str(data)
+    saved_budget = [(header.get("train") or {}).get(k) for k in BUDGETS]
     finished = not clash and header.get("status") == "finished" and header.get("result") is not None
-    if finished and same_data and RunDir(run_dir).weights("best").exists():
-        log(f"{what} reusing the finished run in {run_dir}")
-        return header["result"]
-    go_on = not resume_refusal(run_dir, header, clash)
-    log(f"{what} {'resuming the interrupted run in' if go_on else 'training into'} {run_dir}")
+    if finished and same_data and saved_budget == [getattr(tcfg, k) for k in BUDGETS]:
+        if RunDir(run_dir).weights("best").exists():
+            log(f"{what} reusing the finished run in {run_dir}")
+            return header["result"]
+    go_on = same_data and not resume_refusal(run_dir, header, clash, tcfg)
+    doing = ("extending the finished run in" if finished else "resuming the interrupted run in") if go_on else ""
+    log(f"{what} {doing or 'training into'} {run_dir}")
     if train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on).interrupted:
         return None
     return RunDir(run_dir).read_config()["result"]

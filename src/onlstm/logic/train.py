@@ -174,6 +174,9 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
 
 #: Training settings that do not change what is learned (display, evaluation batching, threads, device).
 RUNTIME_FIELDS = (*RUNTIME_NAMES, "eval_batch_size")
+#: The budgets (settings, and the engine's stops of the same names) a resumed run may raise to train further;
+#: ``patience`` ends a run for good.
+BUDGETS = ("epochs", "max_steps", "time_limit")
 RESUME_FILE = RunDir.RESUME  # the name tests and older code import
 RESUME_FORMAT = "onlstm-logic-resume-2"
 RESUME_FORMAT_1 = "onlstm-logic-resume-1"  # before the shared engine: still read
@@ -190,23 +193,51 @@ def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) ->
         saved["train"] = asdict(LogicTrainConfig.from_dict(header.get("train") or {}))
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{run.config_path}: bad config ({exc})") from None
-    return header, resume_clash(saved, {"model": asdict(model_cfg), "train": asdict(cfg)}, RUNTIME_FIELDS, out)
+    given = {"model": asdict(model_cfg), "train": asdict(cfg)}
+    return header, resume_clash(saved, given, (*RUNTIME_FIELDS, *BUDGETS), out)
 
 
-def resume_refusal(out: Path, header: dict, clash: str) -> str:
-    """Why the run in ``out`` cannot be resumed, given its header and settings clash (:func:`run_header`); ""
-    when it can: an unfinished run with these settings and a resume file."""
+def resume_refusal(out: Path, header: dict, clash: str, cfg: LogicTrainConfig) -> str:
+    """Why the run in ``out`` cannot be resumed with ``cfg``, given its header and settings clash
+    (:func:`run_header`); "" when it can: a resume file, and a budget not used up yet (an interrupted run, or one
+    stopped by its budget that ``cfg`` raises)."""
     if clash:
         return clash
-    if header.get("status") == "finished":
-        return f"{out} holds a finished run; nothing to resume"
     resume_file = RunDir(out).resume_path
+    stopped_by = (header.get("result") or {}).get("stopped_by")
+    if header.get("status") == "finished" and (stopped_by not in BUDGETS or not resume_file.exists()):
+        return f"{out} holds a finished run (stopped by {stopped_by}); nothing to resume"
     if not resume_file.exists():
         return (
             f"{resume_file} is missing: the run was stopped before its first validation "
             "check; train again without --resume"
         )
-    return ""
+    prog = _saved_progress(resume_file)
+    if header.get("status") != "finished" and prog.epoch >= cfg.epochs:
+        return ""  # stopped in its last step: resuming ends the run (no pass is left to train)
+    return budget_spent(prog, cfg)
+
+
+def _saved_progress(path: Path) -> Progress:
+    fix = "train again without --resume (into a new --out, or after removing this one)"
+    _, meta = read_resume(path, (RESUME_FORMAT, RESUME_FORMAT_1), "a logic resume file", ("progress",), fix)
+    return progress_from_saved(meta["progress"])
+
+
+def budget_spent(prog: Progress, cfg: LogicTrainConfig) -> str:
+    """Which budget of ``cfg`` the run at ``prog`` has used up, with the flag that raises it ("" when none:
+    resuming goes on training). A validation still due is done first whatever the budget."""
+    if prog.check_due:
+        return ""
+    if cfg.max_steps is not None and prog.step >= cfg.max_steps:
+        spent = f"its {prog.step} updates reach max_steps {cfg.max_steps}; pass a larger --max-steps"
+    elif cfg.time_limit is not None and prog.seconds >= 60 * cfg.time_limit:
+        spent = f"its {prog.seconds / 60:.1f} min reach time_limit {cfg.time_limit:g}; pass a larger --time-limit"
+    elif prog.epoch >= cfg.epochs:
+        spent = f"its {prog.epoch} epochs reach epochs {cfg.epochs}; pass a larger --epochs"
+    else:
+        return ""
+    return f"the run has used up its budget ({spent} to train further)"
 
 
 def train(
@@ -227,7 +258,7 @@ def train(
     run = RunDir(out).check_output(resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
     if resume:
         header, clash = run_header(run.path, model_cfg, cfg)
-        refusal = resume_refusal(run.path, header, clash)
+        refusal = resume_refusal(run.path, header, clash, cfg)
         if refusal:
             raise CheckpointError(refusal)
     with run.lock("onlstm logic train", log=log):
@@ -424,12 +455,15 @@ class LogicTask:
         sizes = {"n_train": len(self.train_data), "n_valid": len(self.valid_data)}
         result = TrainResult(self.rundir.path, **{**summary, "seconds": seconds}, **sizes, history=engine.history)
         self.write_status("interrupted" if stopped_by == "interrupted" else "finished", summary)
+        if stopped_by not in ("interrupted", *BUDGETS):
+            self.rundir.resume_path.unlink(missing_ok=True)  # patience: not resumed (see resume_refusal)
         if stopped_by != "interrupted":
-            self.rundir.resume_path.unlink(missing_ok=True)  # a finished run is not resumed (see resume_refusal)
+            flag = stopped_by.replace("_", "-")
+            further = f"; to train further: --resume --{flag} (larger)" if stopped_by in BUDGETS else ""
             self.log(
                 f"{self.model_cfg.cell}: stopped by {stopped_by} after {prog.step} steps ({epochs:.2f} "
                 f"epochs, {seconds / 60:.1f} min); best valid acc {100 * result.best_valid_accuracy:.2f}% at "
-                f"step {prog.best_step}"
+                f"step {prog.best_step}{further}"
             )
         return result
 

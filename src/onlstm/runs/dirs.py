@@ -179,7 +179,8 @@ class RunDir:
             return None
         header = self.header()
         kind, status = str(header.get("kind", "unknown")), header.get("status")
-        state = "an interrupted" if resume else ("a finished" if status == "finished" else "a")
+        # a finished run may keep its resume file (a larger budget trains it further)
+        state = "a finished" if status == "finished" else ("an interrupted" if resume else "a")
         title = _KINDS[kind].title if kind in _KINDS else kind  # a kind not imported yet: by its name
         return f"{state} {title} run" + (f" ({self.RESUME})" if resume else "")
 
