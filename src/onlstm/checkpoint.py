@@ -76,18 +76,19 @@ def load_weights(path: Path, module: torch.nn.Module) -> None:
     assign_weights(module, tensors, str(path))
 
 
-def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """All tensors and the metadata of a safetensors file; :class:`CheckpointError` when missing or corrupt."""
+def read_safetensors(path: Path, tensors: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """All tensors (none with ``tensors=False``: the metadata alone is read) and the metadata of a safetensors
+    file; :class:`CheckpointError` when missing or corrupt."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"weights file {path} is missing")
     try:
         with safe_open(str(path), framework="pt") as f:  # tensors and metadata in one reading
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+            found = {k: f.get_tensor(k) for k in f.keys()} if tensors else {}
             metadata = f.metadata() or {}
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{path} cannot be read as safetensors ({e}); the file is corrupt or truncated") from e
-    return tensors, metadata
+    return found, metadata
 
 
 def assign_weights(module: torch.nn.Module, tensors: dict[str, torch.Tensor], source: str = "checkpoint") -> None:

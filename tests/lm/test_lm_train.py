@@ -172,7 +172,8 @@ def test_time_limit_stops_with_a_resume_file_counts_every_session_and_resumes_ex
     assert part["status"] == "stopped" and (p["step"], p["history"]) == (4, [])  # 40 s > 30 s
     assert (tmp_path / "part" / "resume.safetensors").exists()
     again = train(tmp_path / "part", corpus, settings(time_limit=0.5), resume=True, on_step=tick, log=quiet)
-    assert again["status"] == "stopped" and again["progress"]["step"] == 5  # the first session's 40 s count
+    # the first session's 40 s count: the limit is used up before any update of this session
+    assert again["status"] == "stopped" and again["progress"]["step"] == 4
     done = train(tmp_path / "part", corpus, settings(time_limit=600.0), resume=True, on_step=tick, log=quiet)
     assert done["status"] == "finished" and done["progress"]["step"] == full["progress"]["step"]
     assert log_rows(tmp_path / "full") == log_rows(tmp_path / "part")
@@ -489,3 +490,15 @@ def test_corrupt_and_mismatched_checkpoints_are_explained(finished_run, corpus, 
     shutil.copy(other / "resume.safetensors", run / "resume.safetensors")
     with pytest.raises(CheckpointError, match="written for another model"):
         train(run, corpus, {}, resume=True, log=quiet)
+
+
+def test_a_resume_with_a_max_steps_already_reached_makes_no_update(tmp_path, corpus):
+    """--max-steps at or below the steps done: the run stops at once (the engine tested the budget only after an
+    update, so such a resume trained one step past it)."""
+    s, run = settings(epochs=2), tmp_path / "run"
+    assert train(run, corpus, s, max_steps=4, log=quiet)["status"] == "stopped"
+    before = tensors(run, "resume")
+    for limit in (4, 2):
+        again = train(run, corpus, s, resume=True, max_steps=limit, log=quiet)
+        assert again["status"] == "stopped" and again["progress"]["step"] == 4
+    assert_same_tensors(tensors(run, "resume"), before)

@@ -477,6 +477,9 @@ def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
     assert "reusing" not in text and text.count("extending the finished run in") == 2
     for r in json.loads((out / "compare.json").read_text())["runs"]:
         assert r["train"]["stopped_by"] == "epochs" and r["train"]["epochs"] == 2.0
+    # a budget the runs never reached stops them where they stopped: reused
+    assert main([*args[:-4], "0", "--lengths", "1-9", "--epochs", "2", "--max-steps", "1000"]) == 0
+    assert capsys.readouterr().out.count("reusing the finished run") == 2
 
 
 # --------------------------------------------------------------------------- settings and errors
@@ -977,6 +980,19 @@ def test_stopped_in_its_last_step_resumes_to_its_end(tiny_data, tmp_path, monkey
     assert strip(second.history) == strip(whole.history)
 
 
+def test_an_interrupted_run_resumed_with_a_smaller_budget_ends_without_an_update(tiny_data, tmp_path, monkeypatch):
+    cfg = T.LogicTrainConfig(**RESUME_CFG)
+    restore = _interrupt_at(monkeypatch, 9, "signal")
+    first = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "run", log=None)
+    restore()
+    assert first.interrupted
+    before = _weights(tmp_path / "run" / "model.last.safetensors")
+    done = T.train(LogicModelConfig(**TINY), replace(cfg, max_steps=2), tiny_data, tmp_path / "run", resume=True)
+    assert done.stopped_by == "max_steps" and done.steps == first.steps > 2
+    after = _weights(tmp_path / "run" / "model.last.safetensors")
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
 def test_a_used_up_budget_or_patience_is_not_resumed(tiny_data, tmp_path):
     cfg = T.LogicTrainConfig(**{**RESUME_CFG, "max_steps": 10})
     run = tmp_path / "run"
@@ -990,7 +1006,7 @@ def test_a_used_up_budget_or_patience_is_not_resumed(tiny_data, tmp_path):
     stale = T.LogicTrainConfig(**{**RESUME_CFG, "patience": 1, "lr": 1e-12, "min_lr": 0.0})
     done = T.train(LogicModelConfig(**TINY), stale, tiny_data, tmp_path / "p", log=None)
     assert done.stopped_by == "patience" and not (tmp_path / "p" / T.RESUME_FILE).exists()
-    with pytest.raises(CheckpointError, match=r"finished run \(stopped by patience\); nothing to resume"):
+    with pytest.raises(CheckpointError, match="ended by patience, which is final; train into a new --out"):
         T.train(LogicModelConfig(**TINY), replace(stale, epochs=9), tiny_data, tmp_path / "p", log=None, resume=True)
 
 

@@ -47,7 +47,10 @@ def register(subparsers) -> None:
         arg("path", type=Path, help="a directory of train{k}/test{k} files, or one file"),
         arg("--show", type=int, default=5, help="how many disagreements to print (default 5)"),
     )
-    resume = "go on from --out/resume.safetensors (same settings; written at every validation check and on Ctrl-C)"
+    resume = (
+        "go on from --out/resume.safetensors (same settings but the budget: a larger --epochs, --max-steps or "
+        "--time-limit trains a run stopped by its budget further; written at every validation check and on Ctrl-C)"
+    )
     _add_settings(add_command(sub, "train", _cmd_train, arg("--resume", action="store_true", help=resume)), cell=True)
     evaluate = add_command(
         sub,
@@ -201,7 +204,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     relations) on the train{k} files with k <= --max-train-ops, 10% held out for validation and early stopping.
     Writes config.json, vocab.json, history.json, model.best.safetensors and model.last.safetensors into
     --out. Ctrl-C stops after the current step, keeps the best checkpoint and writes resume.safetensors (exit
-    status 130); run the same command with --resume to go on exactly where it stopped.
+    status 130); run the same command with --resume to go on exactly where it stopped, or with --resume and a
+    larger budget to train a run stopped by its budget further.
     """
     model_cfg, train_cfg, data, out, _ = resolve_settings(args)
     result = train(model_cfg, train_cfg, data, out, resume=args.resume)

@@ -120,18 +120,34 @@ def _train_or_reuse(
     except CheckpointError:
         header, clash = {}, "no run"
     same_data = (header.get("data") or {}).get("path") == str(data)
-    saved_budget = [(header.get("train") or {}).get(k) for k in BUDGETS]
     finished = not clash and header.get("status") == "finished" and header.get("result") is not None
-    if finished and same_data and saved_budget == [getattr(tcfg, k) for k in BUDGETS]:
-        if RunDir(run_dir).weights("best").exists():
-            log(f"{what} reusing the finished run in {run_dir}")
-            return header["result"]
-    go_on = same_data and not resume_refusal(run_dir, header, clash, tcfg)
+    if finished and same_data and _same_stop(header, tcfg) and RunDir(run_dir).weights("best").exists():
+        log(f"{what} reusing the finished run in {run_dir}")
+        return header["result"]
+    try:
+        go_on = same_data and not resume_refusal(run_dir, header, clash, tcfg)
+    except CheckpointError:  # an unreadable resume file: the run is trained again
+        go_on = False
     doing = ("extending the finished run in" if finished else "resuming the interrupted run in") if go_on else ""
     log(f"{what} {doing or 'training into'} {run_dir}")
     if train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on).interrupted:
         return None
     return RunDir(run_dir).read_config()["result"]
+
+
+def _same_stop(header: dict, tcfg: LogicTrainConfig) -> bool:
+    """Whether a run with ``tcfg``'s budget stops where the finished run of ``header`` stopped: the budget that
+    stopped it unchanged, and no other budget below what the run used (patience: none)."""
+    saved, result = header.get("train") or {}, header["result"]
+    used = {"epochs": result["epochs"], "max_steps": result["steps"], "time_limit": result["seconds"] / 60}
+    for name in BUDGETS:
+        new = getattr(tcfg, name)
+        if name == result.get("stopped_by"):
+            if new != saved.get(name):
+                return False
+        elif new is not None and new < used[name]:
+            return False
+    return True
 
 
 def _finish(res: CompareResult, buckets: list[int], max_train_ops: int) -> CompareResult:

@@ -180,6 +180,7 @@ BUDGETS = ("epochs", "max_steps", "time_limit")
 RESUME_FILE = RunDir.RESUME  # the name tests and older code import
 RESUME_FORMAT = "onlstm-logic-resume-2"
 RESUME_FORMAT_1 = "onlstm-logic-resume-1"  # before the shared engine: still read
+RESUME_FIX = "train again without --resume (into a new --out, or after removing this one)"
 
 
 def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, str]:
@@ -204,31 +205,30 @@ def resume_refusal(out: Path, header: dict, clash: str, cfg: LogicTrainConfig) -
     if clash:
         return clash
     resume_file = RunDir(out).resume_path
+    finished = header.get("status") == "finished"
     stopped_by = (header.get("result") or {}).get("stopped_by")
-    if header.get("status") == "finished" and (stopped_by not in BUDGETS or not resume_file.exists()):
-        return f"{out} holds a finished run (stopped by {stopped_by}); nothing to resume"
+    if finished and stopped_by not in BUDGETS:
+        return f"{out} holds a run ended by {stopped_by}, which is final; train into a new --out"
     if not resume_file.exists():
+        if finished:  # finished before runs kept their resume file
+            return f"{out} holds a finished run without {RunDir.RESUME}; train again without --resume"
         return (
             f"{resume_file} is missing: the run was stopped before its first validation "
             "check; train again without --resume"
         )
-    prog = _saved_progress(resume_file)
-    if header.get("status") != "finished" and prog.epoch >= cfg.epochs:
-        return ""  # stopped in its last step: resuming ends the run (no pass is left to train)
-    return budget_spent(prog, cfg)
+    # an unfinished run is resumed whatever its budget: the engine ends it without an update past the budget
+    return budget_spent(_saved_progress(resume_file), cfg) if finished else ""
 
 
 def _saved_progress(path: Path) -> Progress:
-    fix = "train again without --resume (into a new --out, or after removing this one)"
-    _, meta = read_resume(path, (RESUME_FORMAT, RESUME_FORMAT_1), "a logic resume file", ("progress",), fix)
+    formats = (RESUME_FORMAT, RESUME_FORMAT_1)
+    _, meta = read_resume(path, formats, "a logic resume file", ("progress",), RESUME_FIX, tensors=False)
     return progress_from_saved(meta["progress"])
 
 
 def budget_spent(prog: Progress, cfg: LogicTrainConfig) -> str:
     """Which budget of ``cfg`` the run at ``prog`` has used up, with the flag that raises it ("" when none:
-    resuming goes on training). A validation still due is done first whatever the budget."""
-    if prog.check_due:
-        return ""
+    resuming goes on training)."""
     if cfg.max_steps is not None and prog.step >= cfg.max_steps:
         spent = f"its {prog.step} updates reach max_steps {cfg.max_steps}; pass a larger --max-steps"
     elif cfg.time_limit is not None and prog.seconds >= 60 * cfg.time_limit:
@@ -419,9 +419,8 @@ class LogicTask:
 
     def restore(self) -> tuple[Progress, list[dict]]:
         path = self.rundir.resume_path
-        fix = "train again without --resume (into a new --out, or after removing this one)"
         formats = (RESUME_FORMAT, RESUME_FORMAT_1)
-        tensors, meta = read_resume(path, formats, "a logic resume file", ("progress", "optimizer"), fix)
+        tensors, meta = read_resume(path, formats, "a logic resume file", ("progress", "optimizer"), RESUME_FIX)
         prog = progress_from_saved(meta["progress"])
         restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
         self.schedule.bad = prog.task["schedule_bad"]

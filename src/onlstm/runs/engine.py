@@ -136,6 +136,9 @@ class Engine:
             with self.stop as stop:
                 if prog.check_due and self.check():
                     return "patience"
+                spent = self._budget_stop()  # resumed with a budget already used up: no update past it
+                if self.agree(bool(spent)):
+                    return spent or "time_limit"  # another process's clock: the one budget that can differ
                 while prog.epoch < budget.epochs:
                     why = self._pass(stop)
                     if why != "epochs":
@@ -187,12 +190,7 @@ class Engine:
         checked = prog.step % budget.valid_every == 0 if budget.valid_every else pass_ended
         if checked and self.check():
             return "patience"
-        if budget.max_steps is not None and prog.step >= budget.max_steps:
-            why = "max_steps"
-        elif budget.time_limit is not None and self.elapsed() > 60 * budget.time_limit:
-            why = "time_limit"
-        else:
-            why = "interrupted" if stop.requested else "epochs"
+        why = self._budget_stop() or ("interrupted" if stop.requested else "epochs")
         if not self.agree(why != "epochs"):
             if budget.save_every and prog.step % budget.save_every == 0 and not checked:
                 self.save_state()
@@ -201,6 +199,15 @@ class Engine:
             # the run's last figures are those of its last update
             self.check() if budget.check_at_stop else self.save_state()
         return "interrupted" if why == "epochs" else why  # "epochs": another process was asked to stop
+
+    def _budget_stop(self) -> str:
+        """``max_steps`` or ``time_limit`` when that budget is used up, else ""."""
+        prog, budget = self.progress, self.budget
+        if budget.max_steps is not None and prog.step >= budget.max_steps:
+            return "max_steps"
+        if budget.time_limit is not None and self.elapsed() > 60 * budget.time_limit:
+            return "time_limit"
+        return ""
 
     def check(self) -> bool:
         """Validate, keep the best and last weights, record, write the resume file; True when patience ran out."""

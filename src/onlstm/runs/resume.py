@@ -91,11 +91,13 @@ def read_resume(
     what: str,
     keys: tuple[str, ...],
     fix: str = "start a new run with another --out",
+    tensors: bool = True,
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """``(tensors, metadata)`` of a resume file written by :func:`write_resume` with format ``fmt``; the
     metadata values in ``keys`` must be present and are decoded from JSON. ``what`` names the file for
-    people ("a logic resume file"); ``fix`` says how to go on when the file cannot be used."""
-    tensors, raw = read_safetensors(path)
+    people ("a logic resume file"); ``fix`` says how to go on when the file cannot be used; ``tensors=False``:
+    the metadata alone (no tensor is read)."""
+    found, raw = read_safetensors(path, tensors)
     formats = (fmt,) if isinstance(fmt, str) else fmt  # the current format first, then older ones still read
     if raw.get("format") not in formats:
         raise CheckpointError(
@@ -105,7 +107,7 @@ def read_resume(
         meta = {k: json.loads(raw[k]) for k in keys}
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
-    return tensors, meta
+    return found, meta
 
 
 def resume_clash(
