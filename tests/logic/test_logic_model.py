@@ -1008,6 +1008,9 @@ def test_a_used_up_budget_or_patience_is_not_resumed(tiny_data, tmp_path):
     assert done.stopped_by == "patience" and not (tmp_path / "p" / T.RESUME_FILE).exists()
     with pytest.raises(CheckpointError, match="ended by patience, which is final; train into a new --out"):
         T.train(LogicModelConfig(**TINY), replace(stale, epochs=9), tiny_data, tmp_path / "p", log=None, resume=True)
+    (run / T.RESUME_FILE).unlink()  # as a run finished before runs kept the file
+    with pytest.raises(CheckpointError, match="finished run without resume.safetensors; train again into a new"):
+        T.train(LogicModelConfig(**TINY), replace(cfg, max_steps=20), tiny_data, run, log=None, resume=True)
 
 
 def test_max_steps_flag_and_its_errors(tiny_data, tmp_path, capsys):

@@ -211,7 +211,7 @@ def resume_refusal(out: Path, header: dict, clash: str, cfg: LogicTrainConfig) -
         return f"{out} holds a run ended by {stopped_by}, which is final; train into a new --out"
     if not resume_file.exists():
         if finished:  # finished before runs kept their resume file
-            return f"{out} holds a finished run without {RunDir.RESUME}; train again without --resume"
+            return f"{out} holds a finished run without {RunDir.RESUME}; train again into a new --out"
         return (
             f"{resume_file} is missing: the run was stopped before its first validation "
             "check; train again without --resume"
