@@ -156,7 +156,15 @@ def parse(text: str) -> Formula:
 
 def count_operators(f: Formula) -> int:
     """Number of operators (``and`` + ``or`` + ``not``) in ``f``."""
-    return sum(tok in OPERATORS for tok in to_tokens(f))
+    # walked directly, not through to_tokens: every data line counts two formulas, and building their token
+    # lists made reading a data directory about 20% slower
+    if isinstance(f, Var):
+        return 0
+    if isinstance(f, Not):
+        return 1 + count_operators(f.arg)
+    if isinstance(f, Binary):
+        return 1 + count_operators(f.left) + count_operators(f.right)
+    raise TypeError(f"not a formula: {f!r} (expected Var, Not or Binary)")
 
 
 def count_operators_text(text: str) -> int:
