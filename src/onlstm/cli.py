@@ -79,11 +79,12 @@ def _cmd_export(args) -> int:
     run, weights = RunDir.find(args.checkpoint, args.weights)
     kind = find_kind(run.read_config().get("kind"), "export", run.path)  # no header: read_config says so
     model = kind.model.from_pretrained(weights)
-    command = kind.command(model.run_config)
     if isinstance(model.run_config.get("demo"), dict):  # a demo's run also holds lm train's settings, but only
         from .demo import demo_command  # the demo remakes its corpus (imported for it alone: it needs nltk)
 
-        command = demo_command(model.run_config)
+        command: str | None = demo_command(model.run_config)
+    else:
+        command = kind.command(model.run_config)
     model.save_pretrained(args.to, run_config=model.run_config, command=command, results=run.results())
     to = RunDir(args.to)
     print(f"saved {to.shared_weights_path} (+ {to.CONFIG}, {to.VOCAB}, {to.CARD})")

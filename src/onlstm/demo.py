@@ -161,10 +161,8 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: b
     return result
 
 
-def demo_command(config: dict) -> str | None:
-    """The ``onlstm demo`` command that reproduces a demo run's settings (its header), else None."""
-    if not isinstance(config.get("demo"), dict):
-        return None
+def demo_command(config: dict) -> str:
+    """The ``onlstm demo`` command that reproduces a demo run's settings (its header's ``demo`` section)."""
     return shlex.join(["onlstm", "demo", *command_flags(DemoConfig, config["demo"])])
 
 
