@@ -105,7 +105,15 @@ def reversed_rows(bs: list[int]) -> Tensor:
 
 def last_rows(bs: list[int], device: torch.device | str = "cpu") -> Tensor:
     """The packed row (B,) of each sequence's last step."""
-    return (torch.tensor(step_offsets(bs))[sequence_lengths(bs) - 1] + torch.arange(bs[0])).to(device)
+    return index_on(torch.tensor(step_offsets(bs))[sequence_lengths(bs) - 1] + torch.arange(bs[0]), device)
+
+
+def index_on(index: Tensor, device: torch.device | str) -> Tensor:
+    """A row index built on the CPU, on ``device``. To CUDA it goes from pinned memory without waiting: a copy
+    from pageable memory waits for the GPU's queued work, here once per layer and direction of every forward."""
+    if torch.device(device).type == "cuda":
+        return index.pin_memory().to(device, non_blocking=True)
+    return index.to(device)
 
 
 def step_offsets(bs: list[int]) -> list[int]:

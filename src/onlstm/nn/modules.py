@@ -359,7 +359,11 @@ class ONLSTM(nn.Module):
     def _layers(self, flat: _Flat, h0: Tensor, c0: Tensor, impl: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Every layer and direction: last layer's rows ``(N, D*dirs)``, ``h_n, c_n``, ``dist (N, 2, L*dirs)``."""
         layer_input, results = flat.data, []
-        rev = kernels.reversed_rows(flat.batch_sizes.tolist()).to(flat.data.device) if self.bidirectional else None
+        rev = (
+            kernels.index_on(kernels.reversed_rows(flat.batch_sizes.tolist()), flat.data.device)
+            if self.bidirectional
+            else None
+        )
         for layer in range(self.num_layers):
             outs = []
             for d in range(self.num_directions):  # d = 1: the reverse direction, each sequence read backwards
