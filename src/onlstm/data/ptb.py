@@ -144,15 +144,17 @@ def encode_split(
     closed_vocab: bool,
     oov: str = "auto",
     limited: bool = False,
+    total: int | None = None,
 ) -> Split:
     """Read ``path`` and encode it with ``vocab`` under the ``oov`` policy. ``limited``: the vocabulary
     deliberately leaves words out (a ``vocab.txt`` or a cap), so ``auto`` maps them to ``<unk>`` even in a
-    closed-vocabulary corpus. The file is read twice: once to size one preallocated int64 tensor, once to fill it
-    block by block (no Python list of every id)."""
+    closed-vocabulary corpus. The ids go block by block into one preallocated int64 tensor (no Python list of
+    every id) of ``total`` tokens (``<eos>`` included), counted in a first pass over the file when not given."""
     if oov not in OOV_POLICIES:
         raise CorpusError(f"oov must be one of {OOV_POLICIES}, got {oov!r}")
     strict = oov == "error" or (oov == "auto" and closed_vocab and not limited)
-    total = sum(len(w) for w in iter_lines(path))
+    if total is None:
+        total = sum(len(w) for w in iter_lines(path))
     ids = torch.empty(total, dtype=torch.int64)
     unk, get = vocab.unk_id, vocab.index.get
     why = "the training text contains <unk>, so the corpus claims a closed vocabulary"
@@ -189,6 +191,7 @@ def load_corpus(
     train_path = split_file(data_dir, "train")
     counts, _ = count_words(train_path)
     closed = UNK in counts
+    train_tokens = sum(counts.values())  # so that encoding the training file reads it once, not twice
     limited = vocab is None and (max_vocab > 0 or (Path(data_dir) / VOCAB_FILE).is_file())
     if vocab is None and (Path(data_dir) / VOCAB_FILE).is_file():
         vocab = read_vocab_file(Path(data_dir) / VOCAB_FILE)
@@ -199,8 +202,10 @@ def load_corpus(
     del counts
     corpus = Corpus(vocab, closed, limited=limited)
     for name in splits:
-        path = train_path if name == "train" else split_file(data_dir, name)
-        corpus.splits[name] = encode_split(
-            name, path, vocab, closed, "unk" if limited and name == "train" else oov, limited=limited
-        )
+        if name == "train":
+            oov_train = "unk" if limited else oov
+            split = encode_split(name, train_path, vocab, closed, oov_train, limited=limited, total=train_tokens)
+        else:
+            split = encode_split(name, split_file(data_dir, name), vocab, closed, oov, limited=limited)
+        corpus.splits[name] = split
     return corpus
