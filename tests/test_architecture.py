@@ -22,9 +22,9 @@ PACKAGE = REPO / "src" / "onlstm"
 EXPERIMENTS = ("lm", "parsing", "logic", "syneval")
 #: Shared modules and packages below the experiments.
 SHARED = ("nn", "data", "errors", "files", "config", "checkpoint", "runs", "encoders", "models", "zoo")
-#: The commands, above the experiments: they may import them, and nothing below imports them (``bench``
-#: drives the experiments' commands to time them; ``demo`` trains a language model and parses with it).
-COMMANDS = ("cli", "__main__", "bench", "demo")
+#: The commands, above the experiments: they may import them, and nothing below imports them (``demo`` trains
+#: a language model and parses with it).
+COMMANDS = ("cli", "__main__", "demo")
 #: Neither: the package's public face (``import onlstm``), which imports the layer only.
 PACKAGE_ROOT = ("__init__",)
 
@@ -142,7 +142,7 @@ def test_every_experiment_follows_the_template(experiment):
         ("onlstm.runs", "from .logic import train\n", "shared 'runs' must not import experiment 'logic'"),
         ("onlstm.models.language_model", "from ..parsing import trees\n", "shared 'models' must not import"),
         ("onlstm.lm.train", "from ..syneval import score\n", "must not import experiment 'syneval'"),
-        ("onlstm.nn.modules", "from ..bench import gpu\n", "'nn' must not import the command layer ('bench')"),
+        ("onlstm.nn.modules", "from ..demo import main\n", "'nn' must not import the command layer ('demo')"),
         ("onlstm.logic.cli", "from ..cli import main\n", "'logic' must not import the command layer ('cli')"),
     ],
 )
@@ -158,7 +158,7 @@ def test_the_checker_catches_an_injected_import(module, source, expected):
         ("onlstm.parsing.induce", "from ..models.language_model import LanguageModel\n"),
         ("onlstm.data.treebank", "from .trees import Tree\n"),
         ("onlstm.cli", "from .lm.cli import register\nfrom .logic.cli import register\n"),  # the CLI sits above all
-        ("onlstm.bench.training", "from ..lm.train import train\nfrom ..cli import build_parser\n"),
+        ("onlstm.demo", "from .lm.train import train\nfrom .cli import build_parser\n"),
     ],
 )
 def test_allowed_imports_pass(module, source):

@@ -128,7 +128,6 @@ SUBCOMMAND_MODULES = {
     "onlstm.lm.cli": ("lm",),
     "onlstm.syneval.cli": ("syneval",),
     "onlstm.data.download": ("data",),
-    "onlstm.bench.cli": ("bench",),
 }
 
 

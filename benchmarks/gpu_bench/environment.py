@@ -1,4 +1,5 @@
-"""What ``onlstm bench gpu`` records about the machine, and its run of the CUDA-only tests (``pytest -m cuda``)."""
+"""What ``benchmarks/gpu_report.py`` records about the machine, and its run of the CUDA-only tests
+(``pytest -m cuda``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 
 import onlstm
 
-#: What the command and the test suite import beyond torch and triton (docs/cli.md: the wheels to bring).
+#: What the command and the test suite import beyond torch and triton (docs/layer.md: the wheels to bring).
 NEEDED = ("tqdm", "safetensors", "PyYAML", "numpy", "pytest", "ninja", "matplotlib", "nltk")
 
 
@@ -69,17 +70,15 @@ def driver() -> str | None:
 
 
 def pytest_cuda(smoke: bool, junit: Path, timeout: float) -> dict[str, Any]:
-    """``pytest -m cuda`` on the checkout's tests (next to src/, or ./tests), as a check; not run (and said why)
-    where it cannot be."""
+    """``pytest -m cuda`` on this checkout's tests, as a check; not run (and said why) where it cannot be."""
     name = "pytest -m cuda"
-    found = (Path(onlstm.__file__).resolve().parents[2] / "tests", Path.cwd() / "tests")
-    tests = next((p for p in found if (p / "conftest.py").is_file()), None)
+    tests = Path(__file__).resolve().parents[2] / "tests"
     if smoke:
         reason = "no CUDA device (a --smoke run): they skip"
-    elif tests is None:
-        reason = "tests/ not found: run the command from a checkout of the repository"
+    elif not (tests / "conftest.py").is_file():
+        reason = f"{tests} not found: the report runs from a whole checkout of the repository"
     elif importlib.util.find_spec("pytest") is None:
-        reason = "pytest is not installed (bring its wheel: docs/cli.md, `onlstm bench gpu`)"
+        reason = "pytest is not installed (bring its wheel: docs/layer.md, The GPU report)"
     else:
         run = run_pytest(["-m", "cuda", str(tests)], junit, timeout, cwd=tests.parent)
         return run | {"checks": [{"name": name, "passed": run["status"] == "passed", "worst": run["detail"]}]}

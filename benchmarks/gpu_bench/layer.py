@@ -1,6 +1,7 @@
-"""The layer measured by ``onlstm bench gpu`` (docs/cli.md): the Triton kernel against the reference loop through
-:class:`onlstm.ONLSTM`, case by case (:func:`correctness`), and the forward+backward speed of the kernel, the
-reference loop and ``torch.nn.LSTM`` of the same size (:func:`speed`, timed as ``benchmarks/layer_speed.py``).
+"""The layer measured by ``benchmarks/gpu_report.py`` (docs/layer.md, "The GPU report"): the Triton kernel
+against the reference loop through :class:`onlstm.ONLSTM`, case by case (:func:`correctness`), and the
+forward+backward speed of the kernel, the reference loop and ``torch.nn.LSTM`` of the same size (:func:`speed`,
+timed as ``benchmarks/layer_speed.py``).
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import onlstm
-
-from ..errors import exception_line
-from ..nn import kernels, selfcheck
+from onlstm.errors import exception_line
+from onlstm.nn import kernels, selfcheck
 
 FP32_TOLERANCE, HALF_TOLERANCE = selfcheck.TOLERANCE["full"], selfcheck.TOLERANCE["reduced"]
 OUTPUTS = ("output", "h_n", "c_n", "forget distance", "input distance")
@@ -104,7 +104,7 @@ def _detail(case: Case) -> str:
 
 def _errors(case: Case, kernel: str, device: torch.device) -> tuple[dict[str, float], dict[str, float]]:
     """Per compared tensor: the kernel's error, and the error allowed (under autocast: the larger of
-    :data:`HALF_TOLERANCE` and twice the reference loop's own error there; docs/cli.md, `onlstm bench gpu`)."""
+    :data:`HALF_TOLERANCE` and twice the reference loop's own error there; docs/layer.md, "The GPU report")."""
     T, B, I, H, C = case.shape
     torch.manual_seed(0)
     model = onlstm.ONLSTM(I, H, chunk_size=C, impl="reference", **case.layer).to(device)

@@ -1,6 +1,12 @@
-"""``onlstm bench gpu --out DIR``: the proof of the CUDA path in one command (issue #22). :func:`run` measures
-the sections (:mod:`.layer`, :mod:`.environment`, :mod:`.training`) and writes the report (:mod:`.report`);
-docs/cli.md, `onlstm bench gpu`, describes the report, the options and ``--smoke``.
+"""The proof of the CUDA path in one command (issue #22): the Triton kernel against the reference loop,
+``pytest -m cuda``, forward+backward speed against the reference loop and cuDNN, and the experiments' training
+timed, written to DIR/report.md and DIR/report.json (docs/layer.md, "The GPU report"):
+
+    python benchmarks/gpu_report.py --out DIR            # on a CUDA GPU: about 10 minutes on one H100, no network
+    python benchmarks/gpu_report.py --out DIR --smoke    # the same code on CPU tensors in Triton's interpreter
+
+Exit status 0, or 1 when a check failed, or 2 (one line) when it cannot run here. :func:`run` measures the
+sections (``gpu_bench``: layer, environment, training) and writes the report (``gpu_bench.report``).
 """
 
 from __future__ import annotations
@@ -21,11 +27,11 @@ from unittest import mock
 
 import torch
 
-from ..errors import EXIT_FINDING, InputError
-from ..nn import kernels, selfcheck
-from ..nn import triton_kernel as tk
-from . import environment, layer, report, training
-from .layer import Shape
+from gpu_bench import environment, layer, report, training
+from gpu_bench.layer import Shape
+from onlstm.errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, OnlstmError
+from onlstm.nn import kernels, selfcheck
+from onlstm.nn import triton_kernel as tk
 
 PAPER_LAYER: Shape = (70, 20, 400, 1150, 10)  # the paper's language-model layer (docs/lm.md)
 CPU_TABLE: tuple[Shape, ...] = ((70, 20, 400, 650, 10), (70, 80, 400, 1150, 10), (35, 20, 200, 200, 10))
@@ -89,6 +95,40 @@ SMOKE = Profile(
 )
 
 
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True, help="folder for report.md and report.json")
+    ap.add_argument("--smoke", action="store_true", help="CPU tensors, Triton's interpreter, tiny sizes (~1 minute)")
+    ap.add_argument("--lm-data", type=Path, help="PTB-layout folder for lm train (default: a generated corpus)")
+    ap.add_argument("--logic-data", type=Path, help="train{k} files for logic train (default: generated)")
+    ap.add_argument("--syneval-data", type=Path, help="syneval pairs (needs --lm-data; default: generated)")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        help="keep the runs and data in a new folder in here (default: a temporary folder, removed at the end)",
+    )
+    ap.add_argument(
+        "--skip", nargs="+", default=[], metavar="SECTION", help="leave out: correctness, pytest, speed, training"
+    )
+    ap.add_argument("--lm-steps", type=int, help="lm train steps per implementation (default 200; --smoke 3)")
+    ap.add_argument("--logic-steps", type=int, help="logic train updates (default 500; --smoke 3)")
+    ap.add_argument("--pytest-timeout", type=float, default=900.0, help="seconds for pytest -m cuda (default 900)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the report; a problem with the input or this machine is one line on stderr, exit status 2."""
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except OnlstmError as exc:
+        print(f"gpu_report.py: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("gpu_report.py: interrupted (the report holds the sections finished before)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
 def run(args: argparse.Namespace) -> int:
     """Measure, write DIR/report.md and DIR/report.json, print where; 0 if no check failed, else 1."""
     start = time.perf_counter()
@@ -99,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise InputError(f"--out {out}: cannot create it ({exc.strerror or exc})") from None
     result: dict[str, Any] = {
-        "title": "onlstm bench gpu" + (" --smoke" if prof.smoke else ""),
+        "title": "GPU report" + (" --smoke" if prof.smoke else ""),
         "smoke": prof.smoke,
         "command": _command(args),
         "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -125,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _command(args: argparse.Namespace) -> str:
     """The command line that gives these options (for the report)."""
-    words = ["onlstm", "bench", "gpu", "--out", str(args.out)] + ["--smoke"] * args.smoke
+    words = ["python", "benchmarks/gpu_report.py", "--out", str(args.out)] + ["--smoke"] * args.smoke
     for name in ("lm_data", "logic_data", "syneval_data", "work", "lm_steps", "logic_steps"):
         if getattr(args, name) is not None:
             words += ["--" + name.replace("_", "-"), str(getattr(args, name))]
@@ -175,7 +215,7 @@ def _preflight(args: argparse.Namespace) -> Profile:
     if not torch.cuda.is_available():
         raise InputError(
             f"no CUDA device is visible (torch {torch.__version__}, CUDA build {torch.version.cuda}); "
-            "`onlstm bench gpu --smoke --out DIR` runs the same code on the CPU under Triton's interpreter"
+            "`python benchmarks/gpu_report.py --smoke --out DIR` runs the same code on the CPU in Triton's interpreter"
         )
     if tk.interpreter_requested():
         raise InputError("TRITON_INTERPRET=1 is set: Triton would interpret its kernels on the CPU; unset it")
@@ -200,6 +240,10 @@ def _kernel_setup(prof: Profile) -> Iterator[None]:
 def _work_dir(work: Path | None) -> contextlib.AbstractContextManager[str]:
     """``--work DIR`` (kept), else a temporary folder removed at the end (the paper's checkpoints are large)."""
     if work is None:
-        return tempfile.TemporaryDirectory(prefix="onlstm-bench-gpu-", ignore_cleanup_errors=True)
+        return tempfile.TemporaryDirectory(prefix="onlstm-gpu-report-", ignore_cleanup_errors=True)
     Path(work).mkdir(parents=True, exist_ok=True)  # a new folder in it each time: the commands refuse to overwrite
-    return contextlib.nullcontext(tempfile.mkdtemp(prefix="bench-gpu-", dir=work))
+    return contextlib.nullcontext(tempfile.mkdtemp(prefix="gpu-report-", dir=work))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""``report.json`` and ``report.md`` of ``onlstm bench gpu``: the same facts, for machines and for people."""
+"""``report.json`` and ``report.md`` of ``benchmarks/gpu_report.py``: the same facts, for machines and for people."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
     if r["smoke"]:
         lines += [SMOKE_NOTE, ""]
     lines += [
-        f"`{r['command'] or 'onlstm bench gpu'}`, started {r['started']}, {r['seconds']:.0f} s. "
+        f"`{r['command'] or 'benchmarks/gpu_report.py'}`, started {r['started']}, {r['seconds']:.0f} s. "
         f"**{s['passed']} of {s['checks']} checks passed, {s['failed']} failed, {s['not_run']} not run.**",
         "",
     ]

@@ -1,4 +1,4 @@
-"""``onlstm bench gpu``: the command itself under --smoke (the kernel in Triton's interpreter, CPU tensors), a
+"""``benchmarks/gpu_report.py``: the command itself under --smoke (the kernel in Triton's interpreter, CPU tensors), a
 broken kernel found by it, its one-line errors, and the pieces that read or write the report."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from onlstm.bench import environment, layer, report, training
-from onlstm.cli import main
+from gpu_bench import environment, layer, report, training
+from gpu_report import main
 from onlstm.nn import kernels
 
 needs_triton = pytest.mark.skipif(
@@ -26,7 +26,7 @@ def read(out) -> dict:
 @pytest.mark.slow
 def test_smoke_run_writes_every_section_and_passes(tmp_path, capsys):
     out = tmp_path / "report"
-    assert main(["bench", "gpu", "--smoke", "--out", str(out)]) == 0, capsys.readouterr().err
+    assert main(["--smoke", "--out", str(out)]) == 0, capsys.readouterr().err
     assert "no GPU figure" in capsys.readouterr().out
     r = read(out)
     assert r["smoke"] and r["summary"]["failed"] == 0
@@ -70,7 +70,7 @@ def test_a_wrong_kernel_fails_the_correctness_checks_and_the_exit_status(tmp_pat
 
     monkeypatch.setattr(TritonKernel, "backward", wrong)
     out = tmp_path / "report"
-    argv = ["bench", "gpu", "--smoke", "--out", str(out), "--skip", "pytest", "speed", "training"]
+    argv = ["--smoke", "--out", str(out), "--skip", "pytest", "speed", "training"]
     assert main(argv) == 1
     checks = {c["name"]: c for c in read(out)["correctness"]["checks"]}
     assert checks["forward fp32"]["passed"] and not checks["every gradient fp32"]["passed"]
@@ -89,14 +89,14 @@ def test_a_wrong_kernel_fails_the_correctness_checks_and_the_exit_status(tmp_pat
     ],
 )
 def test_bad_options_are_one_line_errors(tmp_path, capsys, argv, message):
-    assert main(["bench", "gpu", "--smoke", "--out", str(tmp_path), *argv]) == 2
+    assert main(["--smoke", "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("onlstm bench gpu: ") and message in err and "\n" not in err
+    assert err.startswith("gpu_report.py: ") and message in err and "\n" not in err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error is for a machine without CUDA")
 def test_without_a_gpu_it_says_to_use_smoke(tmp_path, capsys):
-    assert main(["bench", "gpu", "--out", str(tmp_path)]) == 2
+    assert main(["--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "no CUDA device is visible" in err and "--smoke" in err
     assert not (tmp_path / "report.md").exists()

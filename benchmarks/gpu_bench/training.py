@@ -1,5 +1,6 @@
-"""The training section of ``onlstm bench gpu`` (docs/cli.md): the experiments' own commands, parsed by the real
-``onlstm`` parser from the words a user would type, run in this process and timed, on generated data by default.
+"""The training section of ``benchmarks/gpu_report.py`` (docs/layer.md, "The GPU report"): the experiments'
+own commands, parsed by the real ``onlstm`` parser from the words a user would type, run in this process and
+timed, on generated data by default.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any
 
 import torch
 
-from ..errors import exception_line
-from ..nn import kernels, selfcheck
-from ..runs import RunDir
+from onlstm.errors import exception_line
+from onlstm.nn import kernels, selfcheck
+from onlstm.runs import RunDir
+
 from .layer import sync
 
 PTB_TRAIN_TOKENS = 929_589  # PTB's training text with one <eos> per line (887,521 words + 42,068 lines)
@@ -27,7 +29,7 @@ Record = dict[str, Any]
 
 
 def training_runs(prof, args, work: Path) -> Record:
-    """Every timed command of the report (``prof``: the run's :class:`~onlstm.bench.gpu.Profile`)."""
+    """Every timed command of the report (``prof``: the run's ``Profile`` in benchmarks/gpu_report.py)."""
     lm_steps, logic_steps = args.lm_steps or prof.steps[0], args.logic_steps or prof.steps[1]
     pairs = [_lm(prof, args, work, impl, lm_steps) for impl in (prof.kernel, "reference")]
     pairs += [_logic(prof, args, work, logic_steps), _syneval(prof, args, work)]
@@ -51,15 +53,15 @@ def _guarded(name: str, argv: list[str], fn: Callable[[], Record], ok: Callable[
 
 
 def _parse(argv: list[str]):
-    from ..cli import build_parser
+    from onlstm.cli import build_parser
 
     return build_parser().parse_args(argv)
 
 
 def _lm(prof, args, work: Path, impl: str, steps: int) -> tuple[Record, Record]:
     """``lm train --config ptb-paper``, each step's end time taken: s/step after a warm-up, s/epoch, peak memory."""
-    from ..lm.config import explicit_settings
-    from ..lm.train import train
+    from onlstm.lm.config import explicit_settings
+    from onlstm.lm.train import train
 
     data = args.lm_data or work / "lm-data"
     if args.lm_data is None and not data.exists():
@@ -103,8 +105,8 @@ def _lm(prof, args, work: Path, impl: str, steps: int) -> tuple[Record, Record]:
 
 def _lm_facts(trainer, device: torch.device, synthetic: bool) -> Record:
     """The layer implementation in use and the steps of one epoch (of PTB when the text is synthetic)."""
-    from ..lm.data import bptt_schedule
-    from ..nn import ONLSTM
+    from onlstm.lm.data import bptt_schedule
+    from onlstm.nn import ONLSTM
 
     cfg = trainer.cfg
     rows = PTB_TRAIN_TOKENS // cfg.batch_size if synthetic else trainer.n_rows
@@ -121,9 +123,9 @@ def _lm_facts(trainer, device: torch.device, synthetic: bool) -> Record:
 
 def _logic(prof, args, work: Path, steps: int) -> tuple[Record, Record]:
     """``logic train --config paper``: updates/s by the command's own clock (the updates and one validation)."""
-    from ..logic.cli import resolve_settings
-    from ..logic.generate import GenerateConfig, generate_dataset
-    from ..logic.train import train
+    from onlstm.logic.cli import resolve_settings
+    from onlstm.logic.generate import GenerateConfig, generate_dataset
+    from onlstm.logic.train import train
 
     data = args.logic_data or work / "logic-data"
     if args.logic_data is None:  # pairs of formulas with up to 6 operators, as `onlstm logic generate` writes
@@ -184,7 +186,7 @@ def lm_corpus(folder: Path, tokens: int, vocab: int, seed: int = 0) -> Path:
 
 def syneval_items(path: Path, vocab_file: Path, n: int, seed: int = 0) -> Path:
     """``n`` minimal pairs over the run's vocabulary (4-13 words, one word changed), as a sample TSV."""
-    from ..data.vocab import Vocab
+    from onlstm.data.vocab import Vocab
 
     words = [w for w in Vocab.load(vocab_file).words if not w.startswith("<")]
     r = random.Random(seed)
