@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise InputError(f"--out {out}: cannot create it ({exc.strerror or exc})") from None
     result: dict[str, Any] = {
-        "title": "GPU report" + (" --smoke" if prof.smoke else ""),
+        "title": "benchmarks/gpu_report.py" + (" --smoke" if prof.smoke else ""),
         "smoke": prof.smoke,
         "command": _command(args),
         "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

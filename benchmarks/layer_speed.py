@@ -78,6 +78,13 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+def ran_impl(module: onlstm.ONLSTM, device: torch.device, autocast_dtype) -> str:
+    """The implementation ``module`` runs in :func:`step_fn`: its ``impl``, or another where that kernel does not
+    fit the device or failed its self-check under the same autocast setting (onlstm.nn.selfcheck)."""
+    with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+        return module.resolved_impl(device)
+
+
 def measure(shape, impls, dtype_name, device, args):
     """Rows ``(shape, dtype, impl, tokens/s, x nn.LSTM, x reference)`` of one shape and dtype."""
     T, B, I, H, C = shape
@@ -96,6 +103,12 @@ def measure(shape, impls, dtype_name, device, args):
             if k == "nn.LSTM":
                 raise
             print(f"note: {k} failed at T={T} B={B} H={H} {dtype_name}, left out: {type(exc).__name__}: {exc}")
+            del fns[k]
+    for k in [k for k in fns if k != "nn.LSTM"]:  # a row must time the kernel its label names
+        ran = ran_impl(mods[k], device, DTYPES[dtype_name])
+        if ran != mods[k].impl and mods[k].impl != "auto":
+            why = "it does not fit the device or failed its self-check: onlstm info"
+            print(f"note: {k} would run {ran} at T={T} B={B} H={H} {dtype_name} ({why}), left out")
             del fns[k]
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(args.repeats):

@@ -11,7 +11,8 @@ measurement is ``steps`` steps, and the median over ``repeats`` is reported, wit
 Any model or training field can be overridden like ``onlstm lm train`` flags, e.g. ``--hidden-sizes``.
 ``--device`` places the models and data (``auto``: CUDA when available; default of the preset);
 ``--onlstm-impls`` times the ON-LSTM model once per layer implementation (``impl=``: ``triton``,
-``reference``, ...). On CUDA every measurement ends with ``torch.cuda.synchronize()`` and the peak GPU
+``reference``, ...); a kernel the device cannot run, or one that fails its self-check there (the layers
+would run the reference loop under the kernel's label), is refused with exit status 2. On CUDA every measurement ends with ``torch.cuda.synchronize()`` and the peak GPU
 memory of each model's steps is printed.
 """
 
@@ -87,6 +88,12 @@ def main(argv=None) -> int:
     runs, peak = {}, {}
     for name, cell, impl in variants(args.cells, impls):
         runs[name] = build(cfg, cell, args.vocab, device, impl)
+        fell_back = impl and fallback(runs[name][0], impl, device)
+        if fell_back:
+            print(
+                f"lm_speed.py: --onlstm-impls {impl}: {fell_back}; its row would time another kernel", file=sys.stderr
+            )
+            return 2
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(args.warmup):
@@ -139,6 +146,16 @@ def impl_refusal(impl: str, device: torch.device) -> str | None:
     if impl in (ran, "auto"):
         return None
     return f"on {device} float32 tensors the layer would run {ran} instead"
+
+
+def fallback(model, impl: str, device: torch.device) -> str | None:
+    """Why ``model``'s ON-LSTM layers would not run ``impl`` although the device can: the kernel failed its
+    self-check against the reference loop (run here if not yet, :mod:`onlstm.nn.selfcheck`), so they run the
+    reference loop. None when they run ``impl`` (or ``impl`` is ``auto``, whatever it picks)."""
+    ran = {m.resolved_impl(device) for m in model.modules() if isinstance(m, onlstm.ONLSTM)} - {impl}
+    if impl == "auto" or not ran:
+        return None
+    return f"the layers run {', '.join(sorted(ran))}: the kernel failed its self-check (onlstm info shows it)"
 
 
 def variants(cells: list[str], impls: list[str]) -> list[tuple[str, str, str | None]]:

@@ -27,7 +27,9 @@ The first batch of each scenario is as large as the scenario's batches get: the 
 lengths spread evenly over 3..T (a typical batch at that ``T``; a random one is a few percent larger or
 smaller), and the longest BPTT segment, 50 (later ones are capped there). So a model reaches its working
 peak at step 1, and growth after the early step is memory that accumulates, e.g. per new shape; RSS also
-moves by a few MiB with the allocator's state. Read differences of a few percent as noise.
+moves by a few MiB with the allocator's state. Read differences of a few percent as noise. A model whose
+layers ran another implementation than the one asked (a kernel that does not fit the device, or the Triton
+kernel after a failed self-check) is left out, with what they ran.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ def logic_steps(model: str, args, device, report) -> None:
             with torch.no_grad():
                 rnn(packed_batch(rng, 512, (10, 120), 128, device, first=step == 1))
         report(step)
+    return rnn
 
 
 LONGEST_BPTT = 50  # 35 + 3 standard deviations: the first segment, and the cap of the others
@@ -144,6 +147,7 @@ def lm_steps(model: str, args, device, report) -> None:
         torch.nn.utils.clip_grad_norm_(lm.parameters(), 0.25)
         opt.step()
         report(step)
+    return lm
 
 
 def eval_steps(model: str, args, device, report) -> None:
@@ -156,11 +160,14 @@ def eval_steps(model: str, args, device, report) -> None:
         for step in range(1, args.steps + 1):
             rnn(packed_batch(rng, 512, (10, 120), 128, device, first=step == 1))
             report(step)
+    return rnn
 
 
 def child(args) -> int:
     """One scenario with one model, in this process; prints one JSON line."""
     import torch
+
+    import onlstm
 
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
@@ -174,8 +181,10 @@ def child(args) -> int:
             result[points[step]] = peaks(device)
 
     start = time.perf_counter()
-    {"logic": logic_steps, "lm": lm_steps, "eval": eval_steps}[args.scenario](args.model, args, device, report)
+    model = {"logic": logic_steps, "lm": lm_steps, "eval": eval_steps}[args.scenario](args.model, args, device, report)
     result["seconds"] = time.perf_counter() - start
+    # what the layers ran: another kernel than asked where it does not fit the device or failed its self-check
+    result["ran"] = sorted({m.resolved_impl(device) for m in model.modules() if isinstance(m, onlstm.ONLSTM)})
     print(json.dumps(result))
     return 0
 
@@ -194,6 +203,8 @@ def run_child(scenario: str, model: str, steps: int, early: int, args) -> dict:
 def row(scenario: str, model: str, r: dict, ref: dict | None, key: str) -> str:
     if "error" in r:
         return f"{scenario:<6} {model:<10} failed: {r['error']}"
+    if r["ran"] not in ([], [model]) and model != "auto":
+        return f"{scenario:<6} {model:<10} left out: the layers ran {', '.join(r['ran'])} (onlstm info says why)"
     s, e, z = r["start"][key], r["early"][key], r["end"][key]
     vs = f"{z / ref['end'][key]:.2f}" if ref and "error" not in ref else "-"
     return f"{scenario:<6} {model:<10} {s:>9,.0f} {e:>9,.0f} {z:>9,.0f} {100 * (z - e) / e:>+8.1f}% {vs:>9} {r['seconds']:>6.0f}"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+
+import pytest
 
 from support import REPO
 
@@ -27,3 +30,31 @@ def test_an_impl_the_device_cannot_run_is_refused_not_timed_as_the_reference(cap
     assert bench.main([*small, "--onlstm-impls", "fused,reference,auto"]) == 0
     out = capsys.readouterr().out
     assert all(f"| {name} |" in out for name in ("onlstm/fused", "onlstm/reference", "onlstm/auto", "lstm"))
+
+
+def test_a_kernel_that_fails_its_self_check_is_refused_not_timed_as_the_reference(monkeypatch, capsys):
+    # the device can run the kernel, but the layers would fall back to the reference loop after the kernel's
+    # self-check: the row labelled with the kernel would time the reference loop
+    pytest.importorskip("triton")
+    from onlstm.nn import kernels, selfcheck
+    from onlstm.nn.triton_kernel import TritonKernel, register_interpreter_kernel
+
+    name = register_interpreter_kernel()
+    try:
+        if kernels.load_kernel(name) is None:
+            pytest.skip(f"Triton interpreter not usable here: {kernels.kernel_error(name)}")
+        forward = TritonKernel.forward
+        monkeypatch.setattr(
+            TritonKernel,
+            "forward",
+            lambda self, inputs: dataclasses.replace(r := forward(self, inputs), out=r.out * 1.01),
+        )
+        selfcheck.reset()
+        small = ["--config", "tiny", "--steps", "1", "--repeats", "1", "--warmup", "0", "--vocab", "50"]
+        with pytest.warns(RuntimeWarning, match="self-check"):
+            assert _lm_speed().main([*small, "--device", "cpu", "--onlstm-impls", name]) == 2
+        err = capsys.readouterr().err
+        assert f"--onlstm-impls {name}: the layers run reference" in err and "self-check" in err
+    finally:
+        selfcheck.reset()
+        kernels.unregister_kernel(name)

@@ -8,6 +8,8 @@ kernel on CUDA (``impl='triton'``, marker ``cuda``). Shapes are tiny: the interp
 program in numpy.
 """
 
+import dataclasses
+
 import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
@@ -244,3 +246,26 @@ def test_interpreter_kernel_without_the_variable_says_how_to_turn_it_on():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "unavailable because Triton is not in interpreter mode: set TRITON_INTERPRET=1" in r.stdout
+
+
+def test_speed_benchmark_leaves_out_a_kernel_that_failed_its_self_check(interpreter, monkeypatch, capsys):
+    """A row of benchmarks/layer_speed.py times the kernel its label names: where the kernel fails its
+    self-check the layer runs the reference loop, and that row is left out with a note instead."""
+    from onlstm.nn import selfcheck
+    from onlstm.nn.triton_kernel import TritonKernel
+
+    forward = TritonKernel.forward
+    monkeypatch.setattr(
+        TritonKernel, "forward", lambda self, inputs: dataclasses.replace(r := forward(self, inputs), out=r.out * 1.01)
+    )
+    selfcheck.reset()
+    try:
+        argv = ["--device", "cpu", "--impls", "triton,reference", "--shapes", "2x2x3x4x2", "--repeats", "1"]
+        with pytest.warns(RuntimeWarning, match="self-check"):
+            assert _layer_speed().main(argv) == 0
+    finally:
+        selfcheck.reset()
+    out = capsys.readouterr().out
+    assert "note: triton would run reference" in out and "left out" in out
+    rows = [line.split()[6] for line in out.splitlines() if line.startswith("T=2 ")]  # shape (5 words), dtype, impl
+    assert rows == ["nn.LSTM", "reference"]
