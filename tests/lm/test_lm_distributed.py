@@ -43,7 +43,7 @@ def max_diff(a: dict, b: dict) -> float:
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
 
 
-@pytest.mark.slow  # starts torchrun processes: ~80 s on 2 cores
+@pytest.mark.slow  # starts torchrun processes
 def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
     data = write_corpus(tmp_path / "data", seed=3)
     flags = ["--asgd-start-epoch", "2", "--momentum", "0.5"]
@@ -100,3 +100,22 @@ def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
 
     r2, r1 = (read_json(tmp_path / r / "results.json") for r in ("two", "one"))
     assert abs(r2["test"]["loss"] - r1["test"]["loss"]) < 1e-5
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="ulimit -f: a POSIX shell's file-size limit")
+def test_a_write_the_disk_refuses_stops_every_process_with_one_line(tmp_path):
+    """Only the first process writes the run's files. Under ``ulimit -f 8`` (8 KiB: config.json and the
+    vocabulary fit, the tiny model's ~32 KB weights do not) its first save of the best weights fails; every
+    process then ends with one line, none with a traceback from a collective its peer has left."""
+    data = write_corpus(tmp_path / "data", seed=3)
+    run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "onlstm"]
+    run += ["lm", "train", "--config", str(TINY), "--data-dir", str(data), "--out", str(tmp_path / "two")]
+    script = "ulimit -f 8 && exec " + " ".join(f"'{word}'" for word in [*run, "--max-steps", "40"])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    err = proc.stderr
+    assert proc.returncode != 0
+    assert "cannot write" in err and "model.best.safetensors" in err and "EFBIG" in err, err[-3000:]
+    assert "process 1: the first process could not write the run's files" in err, err[-3000:]
+    assert "[rank1]" not in err and "[rank0]" not in err, err[-3000:]  # torchrun's prefix of a worker's traceback
+    assert not (tmp_path / "two" / "model.best.safetensors").exists()

@@ -4,8 +4,10 @@ several processes under ``torchrun`` (gloo on the CPU, nccl with one GPU per pro
 
 from __future__ import annotations
 
+import errno
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import NamedTuple
@@ -13,6 +15,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
+from ..errors import WriteError
 from ..runs import resolve_device
 
 
@@ -110,6 +113,25 @@ class DistContext:
     def barrier(self) -> None:
         if self.distributed:
             dist.barrier()
+
+    def main_writes(self, write: Callable[[], object]) -> None:
+        """``write()`` on the first process, which writes the run's files; when the disk refuses it, every process
+        raises a :class:`WriteError` together (one line each, exit 4) instead of the others failing in their next
+        collective with a traceback (gloo), or waiting there for a process that has left (a backend that does not
+        notice)."""
+        error = None
+        if self.is_main:
+            try:
+                write()
+            except WriteError as exc:
+                error = exc
+        if self.any(error is not None):
+            if error is None:
+                error = WriteError(None, OSError(errno.EIO, "the first process could not write the run's files"))
+                error.message = (
+                    f"process {self.rank}: the first process could not write the run's files (its line says why)"
+                )
+            raise error
 
 
 def setup(device: str = "auto") -> DistContext:

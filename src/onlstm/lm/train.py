@@ -186,10 +186,8 @@ class Trainer:
             )
         self._load_data()
         self._build_model()
-        if self.ctx.is_main and not resume:
-            self.rundir.write_config(self._config_json())
-            self.corpus.vocab.save(self.rundir.vocab_path)
-        self.ctx.barrier()
+        if not resume:
+            self.ctx.main_writes(self._write_header)
         if resume and self.rundir.resume_path.exists():
             self._load(self.rundir.resume_path)
         elif resume:
@@ -260,6 +258,10 @@ class Trainer:
                 f"(max_length); raise it (--encoder-options max_length={2 * longest}), lower --bptt, or (transformer) "
                 "use positions=sinusoidal, which has no limit"
             )
+
+    def _write_header(self) -> None:
+        self.rundir.write_config(self._config_json())
+        self.corpus.vocab.save(self.rundir.vocab_path)
 
     def log(self, msg: str) -> None:
         if self.ctx.is_main:
@@ -418,9 +420,12 @@ class Trainer:
 
     def save_weights(self, tag: str) -> None:
         """The best weights (as evaluation uses them); the last ones go with every resume file."""
-        if tag == "best" and self.ctx.is_main:
-            with self.eval_weights():
-                save_weights(self.rundir.weights("best"), self.model)
+        if tag == "best":
+            self.ctx.main_writes(lambda: self._save_eval_weights("best"))
+
+    def _save_eval_weights(self, tag: str) -> None:
+        with self.eval_weights():
+            save_weights(self.rundir.weights(tag), self.model)
 
     def save_state(self, prog: Progress, history: list[dict]) -> None:
         """Write the resume file, the last weights and the log (all processes take part: the state is gathered)."""
@@ -431,17 +436,15 @@ class Trainer:
             layout.append(0 if torch.is_tensor(s) else len(s))
             for j, t in enumerate([s] if torch.is_tensor(s) else s):
                 tensors[f"hidden.{i}.{j}"] = self.ctx.gather_columns(t.detach(), dim=1).cpu().contiguous()
-        if not self.ctx.is_main:
-            self.ctx.barrier()
-            return
+        self.ctx.main_writes(lambda: self._write_state(tensors, layout, prog, history))
+
+    def _write_state(self, tensors: dict, layout: list[int], prog: Progress, history: list[dict]) -> None:
         common, opt_meta = training_tensors(self.model, self.optimizer, self.ctx.device)
         meta = {"progress": saved_progress(prog, history, self.pass_length), "optimizer": opt_meta}
         meta.update(hidden_layout=layout, model_config=self.model_config.to_dict(), world=self.ctx.world)
         write_resume(self.rundir.resume_path, RESUME_FORMAT, {**tensors, **common}, meta)
-        with self.eval_weights():
-            save_weights(self.rundir.weights("last"), self.model)
+        self._save_eval_weights("last")
         write_log_csv(self.rundir.log_path, history)
-        self.ctx.barrier()
 
     def _load(self, path: Path) -> None:
         fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
@@ -571,32 +574,37 @@ class Trainer:
         )
 
     def _final_test(self) -> str:
-        """Score the best weights on valid (batched, eval_batch_size) and test (test_batch_size)."""
-        cfg, prog, ctx, status, best = self.cfg, self.prog, self.ctx, "finished", self.rundir.weights("best")
-        if ctx.is_main and not best.exists():
-            self.log("no epoch had a finite validation loss, so there are no best weights to test")
-        elif ctx.is_main:
-            model = LanguageModel(self.model_config).to(ctx.device)
-            load_weights(best, model)
-            try:
-                with StopRequest() as stop:
-                    valid = self._perplexity(model, "valid", "batched", cfg.eval_batch_size, stop)
-                    protocol = "paper" if cfg.test_batch_size == 1 else "batched"
-                    test = self._perplexity(model, "test", protocol, cfg.test_batch_size, stop, progress=cfg.progress)
-            except Interrupted:
-                self.log("final test interrupted; score the run later with onlstm lm eval")
-                status = "interrupted"
-            else:
-                results = {"weights": best.name, "valid": valid.to_dict(), "test": test.to_dict()}
-                results.update(epochs=prog.epoch, steps=prog.step, train_seconds=round(self.engine.elapsed(), 1))
-                prog.task["results"] = results
-                write_json(self.rundir.results_path, results)
-                self.log(f"best weights: valid {valid.describe()}")
-                self.log(f"best weights: test  {test.describe()}")
-        status = "interrupted" if ctx.any(status == "interrupted") else status
+        """Score the best weights on the first process; every process learns whether that was interrupted."""
+        outcome = {"status": "finished"}
+        self.ctx.main_writes(lambda: outcome.update(status=self._score_best()))
+        status = "interrupted" if self.ctx.any(outcome["status"] == "interrupted") else "finished"
         if status == "finished":
             self.engine.save_state()
         return status
+
+    def _score_best(self) -> str:
+        """Score the best weights on valid (batched, eval_batch_size) and test (test_batch_size); the status."""
+        cfg, prog, best = self.cfg, self.prog, self.rundir.weights("best")
+        if not best.exists():
+            self.log("no epoch had a finite validation loss, so there are no best weights to test")
+            return "finished"
+        model = LanguageModel(self.model_config).to(self.ctx.device)
+        load_weights(best, model)
+        try:
+            with StopRequest() as stop:
+                valid = self._perplexity(model, "valid", "batched", cfg.eval_batch_size, stop)
+                protocol = "paper" if cfg.test_batch_size == 1 else "batched"
+                test = self._perplexity(model, "test", protocol, cfg.test_batch_size, stop, progress=cfg.progress)
+        except Interrupted:
+            self.log("final test interrupted; score the run later with onlstm lm eval")
+            return "interrupted"
+        results = {"weights": best.name, "valid": valid.to_dict(), "test": test.to_dict()}
+        results.update(epochs=prog.epoch, steps=prog.step, train_seconds=round(self.engine.elapsed(), 1))
+        prog.task["results"] = results
+        write_json(self.rundir.results_path, results)
+        self.log(f"best weights: valid {valid.describe()}")
+        self.log(f"best weights: test  {test.describe()}")
+        return "finished"
 
 
 def train(
