@@ -18,8 +18,22 @@ from support import REPO
 
 PACKAGE = REPO / "src" / "onlstm"
 
-#: Experiment packages (add new ones here, e.g. the coming syntactic evaluation).
-EXPERIMENTS = ("lm", "parsing", "logic", "syneval")
+
+def registered_experiments() -> tuple[str, ...]:
+    """The experiment packages: those whose ``cli.py`` is registered in ``SUBCOMMAND_MODULES`` of
+    src/onlstm/cli.py (read, not imported), the one line a new experiment adds (CONTRIBUTING.md)."""
+    tree = ast.parse((PACKAGE / "cli.py").read_text(encoding="utf-8"))
+    table = next(
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SUBCOMMAND_MODULES" for t in node.targets)
+    )
+    modules = ast.literal_eval(table)
+    return tuple(m.split(".")[1] for m in modules if m.startswith("onlstm.") and m.endswith(".cli"))
+
+
+#: Experiment packages.
+EXPERIMENTS = registered_experiments()
 #: Shared modules and packages below the experiments.
 SHARED = ("nn", "data", "errors", "files", "config", "checkpoint", "runs", "encoders", "models", "zoo")
 #: The commands, above the experiments: they may import them, and nothing below imports them (``demo`` trains
