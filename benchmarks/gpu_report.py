@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the report; a problem with the input or this machine is one line on stderr, exit status 2."""
+    """Run the report; a problem with the input or this machine is one line on stderr (exit status 2; 4 when
+    the disk refuses a write of the report)."""
     args = build_parser().parse_args(argv)
     try:
         return run(args)

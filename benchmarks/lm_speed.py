@@ -12,8 +12,8 @@ Any model or training field can be overridden like ``onlstm lm train`` flags, e.
 ``--device`` places the models and data (``auto``: CUDA when available; default of the preset);
 ``--onlstm-impls`` times the ON-LSTM model once per layer implementation (``impl=``: ``triton``,
 ``reference``, ...); a kernel the device cannot run, or one that fails its self-check there (the layers
-would run the reference loop under the kernel's label), is refused with exit status 2. On CUDA every measurement ends with ``torch.cuda.synchronize()`` and the peak GPU
-memory of each model's steps is printed.
+would run the reference loop under the kernel's label), is refused with exit status 2. On CUDA every
+measurement ends with ``torch.cuda.synchronize()`` and the peak GPU memory of each model's steps is printed.
 """
 
 from __future__ import annotations
@@ -88,11 +88,9 @@ def main(argv=None) -> int:
     runs, peak = {}, {}
     for name, cell, impl in variants(args.cells, impls):
         runs[name] = build(cfg, cell, args.vocab, device, impl)
-        fell_back = impl and fallback(runs[name][0], impl, device)
-        if fell_back:
-            print(
-                f"lm_speed.py: --onlstm-impls {impl}: {fell_back}; its row would time another kernel", file=sys.stderr
-            )
+        refusal = impl and impl_refusal(impl, device, runs[name][0])  # now with the model's layer sizes
+        if refusal:
+            print(f"lm_speed.py: --onlstm-impls {impl}: {refusal}; leave it out", file=sys.stderr)
             return 2
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -136,26 +134,24 @@ def main(argv=None) -> int:
     return 0
 
 
-def impl_refusal(impl: str, device: torch.device) -> str | None:
-    """Why the ON-LSTM layers cannot run ``impl`` on ``device``, else None. Where a kernel does not fit the device
-    the layer runs its reference loop, which would be timed under the kernel's label."""
+def impl_refusal(impl: str, device: torch.device, model=None) -> str | None:
+    """Why the ON-LSTM layers would not run ``impl`` on ``device``, else None: a kernel that does not fit the device
+    or, given ``model``, one that fails its self-check there at the model's layer sizes (:mod:`onlstm.nn.selfcheck`,
+    run here if not yet). Either way the layer runs its reference loop, which would be timed under the kernel's
+    label."""
     try:
         ran = kernels.resolve_impl(impl, device, torch.float32)
     except (ValueError, RuntimeError) as exc:
         return str(exc)
-    if impl in (ran, "auto"):
+    if impl == "auto":
         return None
-    return f"on {device} float32 tensors the layer would run {ran} instead"
-
-
-def fallback(model, impl: str, device: torch.device) -> str | None:
-    """Why ``model``'s ON-LSTM layers would not run ``impl`` although the device can: the kernel failed its
-    self-check against the reference loop (run here if not yet, :mod:`onlstm.nn.selfcheck`), so they run the
-    reference loop. None when they run ``impl`` (or ``impl`` is ``auto``, whatever it picks)."""
-    ran = {m.resolved_impl(device) for m in model.modules() if isinstance(m, onlstm.ONLSTM)} - {impl}
-    if impl == "auto" or not ran:
+    if ran != impl:
+        return f"on {device} float32 tensors the layer would run {ran} instead"
+    layers = [] if model is None else [m for m in model.modules() if isinstance(m, onlstm.ONLSTM)]
+    fell_back = {m.resolved_impl(device) for m in layers} - {impl}
+    if not fell_back:
         return None
-    return f"the layers run {', '.join(sorted(ran))}: the kernel failed its self-check (onlstm info shows it)"
+    return f"the layers run {', '.join(sorted(fell_back))}: the kernel failed its self-check (see onlstm info)"
 
 
 def variants(cells: list[str], impls: list[str]) -> list[tuple[str, str, str | None]]:

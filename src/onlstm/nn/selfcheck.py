@@ -128,7 +128,8 @@ def _failure_message(r: CheckResult) -> str:
         f"onlstm: the kernel impl={r.kernel!r} failed its self-check against the reference loop on {r.device} "
         f"{r.dtype} (products {r.products}) at {r.sizes}: it {error}, relative to the largest reference value; "
         f"this process runs the reference loop there instead (slower, correct). Please report it with the "
-        f"output of `onlstm info` (from a checkout: `python benchmarks/gpu_report.py --out DIR`); {ENV}=0 skips the check."
+        f"output of `onlstm info` (from a checkout: `python benchmarks/gpu_report.py --out DIR`); "
+        f"{ENV}=0 skips the check."
     )
 
 
