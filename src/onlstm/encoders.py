@@ -271,6 +271,16 @@ for _cell in (nn.LSTM, nn.GRU):  # "lstm" and "gru"; the default argument binds 
         options=(_DROPCONNECT,),
         description=f"torch.nn.{_cell.__name__}",
     )
+# The authors' LSTM baseline of the logic experiment is their ON-LSTM cell run with --std: the same weight layout
+# and initialisation, the master gates left out. One chunk as wide as the layer with the reversed master input
+# gives exactly that (both master gates are then 1), through the layer's fast kernels (docs/encoders.md).
+register(
+    "lstm-std",
+    lambda i, h, dropconnect: ONLSTMLayer(ONLSTM(i, h, chunk_size=h, master_input="reverse", dropconnect=dropconnect)),
+    options=(_DROPCONNECT,),
+    description="the authors' LSTM baseline (their --std cell): an LSTM in ON-LSTM's layout and initialisation, "
+    "through onlstm's kernels",
+)
 # The RNN family as baselines (docs/encoders.md). SRU and QRNN have no hidden-to-hidden weights (their gates
 # read the input only), so they take no dropconnect: a preset's dropconnect field does not reach them, and
 # --encoder-options dropconnect=... is an error.

@@ -47,6 +47,14 @@ def register(subparsers) -> None:
         arg("path", type=Path, help="a directory of train{k}/test{k} files, or one file"),
         arg("--show", type=int, default=5, help="how many disagreements to print (default 5)"),
     )
+    add_command(
+        sub,
+        "stats",
+        _cmd_stats,
+        arg("path", type=Path, help="a directory of train{k}/test{k} files, or one file"),
+        arg("--against", type=Path, help="a second data set: print both, its figures after a slash"),
+        arg("--split", choices=("train", "test"), help="read only this split's files"),
+    )
     resume = (
         "go on from --out/resume.safetensors (same settings but the budget: a larger --epochs, --max-steps or "
         "--time-limit trains a run stopped by its budget further; written at every validation check and on Ctrl-C)"
@@ -128,6 +136,33 @@ def _cmd_check(args: argparse.Namespace) -> int:
         f"file-number rule ({time.perf_counter() - t0:.1f} s)"
     )
     return 0 if not wrong and not misfiled else EXIT_FINDING  # a finding, not bad input
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    """structural statistics per file: variables per pair, and/or depth, 'not' share, tokens, labels
+
+    Per train{k}/test{k} file: pairs, distinct variables per pair, share of pairs over 4 variables, and/or nesting
+    depth, share of 'not' among operators, tokens per pair, the smaller side's operator count and the label
+    shares; with --against, a second data set's figures after a slash (e.g. generated / original).
+    """
+    from .stats import STATISTICS, compare_table, file_statistics
+
+    ours = file_statistics(read_examples(args.path, split=args.split))
+    theirs = file_statistics(read_examples(args.against, split=args.split)) if args.against else ours
+    if args.against and not set(ours) & set(theirs):
+        raise SettingsError(f"{args.path} and {args.against} have no file name in common: nothing to compare")
+    print(compare_table(ours, theirs, list(STATISTICS)) if args.against else _stats_table(ours, list(STATISTICS)))
+    return 0
+
+
+def _stats_table(stats: dict[str, dict[str, float]], names: list[str]) -> str:
+    from .stats import STATISTICS, _fmt
+
+    files = list(stats)
+    head = "| statistic | " + " | ".join(files) + " |\n|---|" + "---|" * len(files) + "\n"
+    return head + "\n".join(
+        f"| {STATISTICS[k]} | " + " | ".join(_fmt(k, stats[f][k]) for f in files) + " |" for k in names
+    )
 
 
 def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:

@@ -13,6 +13,8 @@ from ..nn.functional import MASTER_INPUT_MODES
 from .formulas import VOCABULARY
 from .relations import RELATIONS
 
+#: How ``valid_split`` picks the validation pairs (:func:`onlstm.logic.train.split_train_valid`).
+VALID_SPLITS = ("random", "ordered")
 #: Activations of the MLP's hidden layer (built in :mod:`onlstm.logic.model`).
 MLP_ACTIVATIONS = ("relu", "elu")
 
@@ -74,6 +76,17 @@ class LogicTrainConfig(Runtime):
         6, "train on pairs whose larger operator count is <= this (files train0…train{max_train_ops})", bounds=(0, None)
     )
     valid_fraction: float = option(0.1, "share of those pairs held out for validation (early stopping)")
+    valid_split: str = option(
+        "random",
+        "how the validation pairs are chosen: random (a seeded random valid_fraction) or ordered (every "
+        "round(1 / valid_fraction)-th pair of the files read in order, train0 first: the authors' script)",
+        choices=VALID_SPLITS,
+    )
+    score_test: bool = option(
+        False,
+        "also score the data's test{k} files at every validation check (recorded in history.json, as the "
+        "authors' script prints its test accuracy every epoch); the run's result is still its best-validation check",
+    )
     max_train_examples: int | None = option(
         None, "use a random subset of N pairs (before the validation split)", default_text="all", bounds=(2, None)
     )
@@ -104,7 +117,8 @@ class LogicTrainConfig(Runtime):
     weight_decay: float = option(0.0, "Adam's (L2) weight decay; the authors' script: 1.2e-6", bounds=(0, None))
     adam_eps: float = option(1e-8, "Adam's epsilon (torch's default; the authors' script: 1e-9)")
     adam_beta1: float = option(
-        0.9, "Adam's first-moment decay (torch's default; the authors' Ordered-Memory logic script: 0, no momentum)"
+        0.9,
+        "Adam's first-moment decay (torch's default, and the authors' logic script's: its betas=(0, 0.999) line is commented out)",
     )
     clip: float = option(1.0, "gradient norm clipping; 0 = none", bounds=(0, None))
     patience: int = option(8, "stop after this many validation checks in a row without improvement", bounds=(1, None))

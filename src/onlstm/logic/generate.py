@@ -7,17 +7,18 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from ..config import Config, ConfigError, option, seed_option
-from .data import LAST_BUCKET, write_file
+from .bowman import generate_bowman
+from .data import LAST_BUCKET, read_examples, write_file
 from .formulas import BINARY_OPERATORS, EMPTY_SET, FULL_SET, VARIABLE_TRUTH_SETS, VARIABLES, Formula, parse
 from .relations import RELATIONS, relation_of_sets
 
-MIXES = ("uniform", "original")
+MIXES = ("uniform", "original", "bowman")
 
 # The original training files (Bowman et al. 2015, train0 ... train6) measured once: for a pair whose larger
 # side has k operators, the share of pairs whose smaller side has 0, 1, ..., k operators ...
@@ -93,9 +94,23 @@ class GenerateConfig(Config):
     pool_factor: int = option(10, "with balance_labels: candidates drawn per requested pair", bounds=(1, None))
     mix: str = option(
         "uniform",
-        "uniform: the smaller side's operator count uniform in 0..k, equal bucket sizes; original: the length "
-        "mix, bucket sizes and 'not' share of the original training files",
+        "bowman: Bowman et al.'s own generator (4 variables per pair, trees grown by halving a length budget; "
+        "the distribution of their train/test files); uniform: the smaller side's operator count uniform in 0..k, "
+        "equal bucket sizes; original: another formula shape with the original files' length mix, bucket sizes "
+        "and 'not' share (a test of robustness to the shape, not of Bowman's distribution)",
         choices=MIXES,
+    )
+    draws: int | None = option(
+        None,
+        "with mix bowman: stop after this many draws even if buckets are not full (Bowman et al. drew 500,000; "
+        "with a large --per-length this reproduces their files' sizes)",
+        default_text="max_tries_factor x pairs wanted",
+        bounds=(1, 10**9),
+    )
+    exclude: str | None = option(
+        None,
+        "a directory of train{k}/test{k} files (or one file) whose pairs are never generated, e.g. the training "
+        "files, so that generated test pairs are all unseen",
     )
     not_prob: float | None = option(
         None, "probability that an operator node is 'not'", default_text="0.5; with mix original 0.43", bounds=(0, 1)
@@ -114,6 +129,13 @@ class GenerateConfig(Config):
     def validate(self) -> None:
         if self.test_count is not None and not 0 <= self.test_count <= self.per_length:
             raise ConfigError(f"test_count must be in [0, per_length={self.per_length}], got {self.test_count}")
+        if self.mix == "bowman" and (self.balance_labels or self.not_prob is not None or self.allow_degenerate):
+            raise ConfigError(
+                "mix bowman draws labels, 'not' and degenerate formulas as Bowman et al.'s generator does: "
+                "drop --balance-labels, --not-prob and --allow-degenerate"
+            )
+        if self.draws is not None and self.mix != "bowman":
+            raise ConfigError("draws applies to mix bowman only (the other mixes fill each bucket on its own)")
 
     @property
     def not_probability(self) -> float:
@@ -275,20 +297,52 @@ def generate_dataset(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start, reports = time.perf_counter(), []
-    for bucket in range(min(cfg.max_ops, LAST_BUCKET) + 1):
-        t0 = time.perf_counter()
+    for bucket, pairs, tries, seconds in _buckets(cfg):
         n_test, n_train = cfg.bucket_sizes(bucket)
         wanted = n_test + n_train
-        pairs, tries = generate_bucket(bucket, cfg)
         n_test = min(n_test, round(n_test * len(pairs) / max(wanted, 1)))  # in proportion when the bucket ran short
+        # Bowman et al. kept each bucket's pairs in drawing order and wrote the first 85% as train, the rest as
+        # test: the pairs drawn often (short shapes) are found early, so their test files hold more rare shapes
+        # than their train files; the other mixes are shuffled and split from the front
+        n_train = len(pairs) - n_test
+        train_part, test_part = (
+            (pairs[:n_train], pairs[n_train:]) if cfg.mix == "bowman" else (pairs[n_test:], pairs[:n_test])
+        )
         files = {}
-        for name, chunk in ((f"train{bucket}", pairs[n_test:]), (f"test{bucket}", pairs[:n_test])):
+        for name, chunk in ((f"train{bucket}", train_part), (f"test{bucket}", test_part)):
             write_file(out / name, (p[:3] for p in chunk))
             files[name] = Counter(p.label for p in chunk)
-        reports.append(BucketReport(bucket, wanted, tries, time.perf_counter() - t0, files))
+        reports.append(BucketReport(bucket, wanted, tries, seconds, files))
         if log is not None:
             log(_bucket_line(reports[-1]))
     return GenerationReport(out, reports, time.perf_counter() - start)
+
+
+def _buckets(cfg: GenerateConfig) -> Iterator[tuple[int, list[Pair], int, float]]:
+    """``(bucket, pairs, draws, seconds)`` for every bucket: each on its own, or (mix bowman) all from
+    one stream of draws, as Bowman et al. made theirs (draws and seconds are then the whole stream's)."""
+    buckets = range(min(cfg.max_ops, LAST_BUCKET) + 1)
+    if cfg.mix != "bowman":
+        for bucket in buckets:
+            t0 = time.perf_counter()
+            pairs, tries = generate_bucket(bucket, cfg)
+            yield bucket, pairs, tries, time.perf_counter() - t0
+        return
+    t0 = time.perf_counter()
+    wanted = {k: sum(cfg.bucket_sizes(k)) for k in buckets}
+    rng = random.Random(f"onlstm-logic-bowman/{cfg.seed}")
+    max_draws = cfg.draws or cfg.max_tries_factor * sum(wanted.values())
+    drawn, draws = generate_bowman(wanted, rng, max_draws, excluded_pairs(cfg.exclude))
+    seconds = time.perf_counter() - t0
+    for bucket in buckets:
+        yield bucket, [Pair(*p) for p in drawn[bucket]], draws, seconds  # in drawing order
+
+
+def excluded_pairs(path: str | None) -> set[tuple[str, str]]:
+    """The ``(a, b)`` texts of every pair in the files at ``path`` (none when ``path`` is None)."""
+    if path is None:
+        return set()
+    return {(ex.text_a, ex.text_b) for ex in read_examples(path)}
 
 
 def _bucket_line(r: BucketReport) -> str:

@@ -83,18 +83,27 @@ def collate(batch: list[Encoded]):
 
 
 def split_train_valid(examples: list[Example], cfg: LogicTrainConfig) -> tuple[list[Example], list[Example]]:
-    """Seeded subset (``max_train_examples``) and validation hold-out (``valid_fraction``)."""
-    rng = random.Random(f"onlstm-logic-split/{cfg.seed}")
-    pool = list(examples)
-    rng.shuffle(pool)
-    pool = pool[: cfg.max_train_examples]  # None: all
-    n_valid = max(1, round(cfg.valid_fraction * len(pool)))
-    if n_valid >= len(pool):
+    """Subset (``max_train_examples``) and validation hold-out (``valid_fraction``): seeded random, or with
+    ``valid_split='ordered'`` every ``round(1 / valid_fraction)``-th pair in file order (the authors' script:
+    the 10th, 20th, ... pair of train0, train1, ... read in turn)."""
+    if cfg.valid_split == "ordered":
+        pool = list(examples)[: cfg.max_train_examples]  # None: all
+        nth = max(2, round(1 / cfg.valid_fraction))
+        train = [ex for i, ex in enumerate(pool, start=1) if i % nth]
+        valid = [ex for i, ex in enumerate(pool, start=1) if not i % nth]
+    else:
+        rng = random.Random(f"onlstm-logic-split/{cfg.seed}")
+        pool = list(examples)
+        rng.shuffle(pool)
+        pool = pool[: cfg.max_train_examples]  # None: all
+        n_valid = max(1, round(cfg.valid_fraction * len(pool)))
+        train, valid = pool[n_valid:], pool[:n_valid]
+    if not valid or not train:
         raise LogicDataError(
             f"only {len(pool)} training pairs: too few to hold out {cfg.valid_fraction:.0%} "
             "for validation and train on the rest"
         )
-    return pool[n_valid:], pool[:n_valid]
+    return train, valid
 
 
 def validation_examples(data: str | Path, cfg: LogicTrainConfig, buckets: Iterable[int]) -> list[Example]:
@@ -115,6 +124,16 @@ def load_training_examples(data: str | Path, cfg: LogicTrainConfig) -> list[Exam
         )
     buckets = range(cfg.max_train_ops + 1) if path.is_dir() else None
     return read_examples(path, split="train", buckets=buckets, max_ops=cfg.max_train_ops)
+
+
+def load_test_examples(data: str | Path) -> list[Example]:
+    """The pairs of the ``test{k}`` files of ``data`` (for ``score_test``), with a fix when there are none."""
+    try:
+        return read_examples(data, split="test")
+    except LogicDataError as exc:
+        raise LogicDataError(
+            f"score_test: {exc}; drop --score-test or point --data at a directory with test files"
+        ) from None
 
 
 _OPERATOR_IDS = frozenset(TOKEN_IDS[t] for t in ("not", "and", "or"))
@@ -265,6 +284,8 @@ def train(
         examples = load_training_examples(data, cfg)
         train_ex, valid_ex = split_train_valid(examples, cfg)
         task = LogicTask(model_cfg, cfg, run.path, encode_examples(train_ex), encode_examples(valid_ex), log)
+        if cfg.score_test:
+            task.set_test(load_test_examples(data))
         max_ops = max(ex.max_ops for ex in examples)
         data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
         task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
@@ -309,6 +330,12 @@ class LogicTask:
         self.order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
         self.header: dict = {}
         self.clock: Callable[[], float] = lambda: 0.0
+        self.test_data: list[Encoded] = []
+        self.test_lengths: list[int] = []
+
+    def set_test(self, examples: list[Example]) -> None:
+        """Pairs scored at every validation check besides the validation pairs (``score_test``), by file number."""
+        self.test_data, self.test_lengths = encode_examples(examples), [ex.length for ex in examples]
 
     def budget(self) -> Budget:
         cfg = self.cfg
@@ -389,6 +416,9 @@ class LogicTask:
             "train_ops": curriculum_bound(self.cfg, max(prog.step - 1, 0)),  # the bound of the last update
             "lr": self.opt.param_groups[0]["lr"],
         }
+        if self.test_data:
+            flags = correct_flags(self.model, self.test_data, self.cfg.eval_batch_size)
+            rec["test_by_length"] = accuracy_by_ops(flags, self.test_lengths)
         t["loss_sum"], t["correct_sum"], t["seen"] = 0.0, 0, 0
         return Check(acc, rec)
 

@@ -1,0 +1,128 @@
+"""Structural statistics of pair files, to compare generated data with Bowman et al.'s (docs/logic.md, "The bowman
+mix"): :func:`file_statistics` per file, :func:`compare_table` for two data sets side by side.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .data import Example
+from .formulas import Binary, Formula, Not, Var
+from .relations import RELATIONS
+
+
+def variables_of(f: Formula) -> set[str]:
+    """The variables a formula uses."""
+    if isinstance(f, Var):
+        return {f.name}
+    if isinstance(f, Not):
+        return variables_of(f.arg)
+    return variables_of(f.left) | variables_of(f.right)
+
+
+def binary_depth(f: Formula) -> int:
+    """How deeply ``and``/``or`` nodes nest (a variable or negated variable: 0)."""
+    if isinstance(f, Var):
+        return 0
+    if isinstance(f, Not):
+        return binary_depth(f.arg)
+    return 1 + max(binary_depth(f.left), binary_depth(f.right))
+
+
+def count_nots(f: Formula) -> int:
+    if isinstance(f, Var):
+        return 0
+    if isinstance(f, Not):
+        return 1 + count_nots(f.arg)
+    return count_nots(f.left) + count_nots(f.right)
+
+
+def n_tokens(f: Formula) -> int:
+    """Tokens of ``f`` in the notation: a variable 1, ``( not X )`` 3 more, ``( X ( op Y ) )`` 5 more."""
+    if isinstance(f, Var):
+        return 1
+    if isinstance(f, Not):
+        return 3 + n_tokens(f.arg)
+    assert isinstance(f, Binary)
+    return 5 + n_tokens(f.left) + n_tokens(f.right)
+
+
+#: The statistics :func:`file_statistics` returns, with how each is printed (all are means or shares in %).
+STATISTICS: dict[str, str] = {
+    "pairs": "pairs in the file",
+    "vars": "distinct variables per pair (both sides)",
+    "over4": "% of pairs using more than 4 variables",
+    "depth": "and/or nesting depth of a formula",
+    "not": "% of operators that are 'not'",
+    "tokens": "tokens per pair (both sides)",
+    "smaller": "operator count of the smaller side",
+    **{f"label{lab}": f"% label {lab}" for lab in RELATIONS},
+}
+
+
+@dataclass
+class FileStats:
+    """Sums over the pairs of one file; :meth:`values` turns them into the :data:`STATISTICS`."""
+
+    pairs: int = 0
+    vars: int = 0
+    over4: int = 0
+    depth: int = 0
+    nots: int = 0
+    ops: int = 0
+    tokens: int = 0
+    smaller: int = 0
+    labels: Counter | None = None
+
+    def add(self, ex: Example) -> None:
+        used = variables_of(ex.a) | variables_of(ex.b)
+        self.pairs += 1
+        self.vars += len(used)
+        self.over4 += len(used) > 4
+        self.depth += binary_depth(ex.a) + binary_depth(ex.b)
+        self.nots += count_nots(ex.a) + count_nots(ex.b)
+        self.ops += ex.ops_a + ex.ops_b
+        self.tokens += n_tokens(ex.a) + n_tokens(ex.b)
+        self.smaller += min(ex.ops_a, ex.ops_b)
+        self.labels = (self.labels or Counter()) + Counter([ex.label])
+
+    def values(self) -> dict[str, float]:
+        n = max(self.pairs, 1)
+        out = {"pairs": float(self.pairs), "vars": self.vars / n, "over4": 100 * self.over4 / n}
+        out.update(depth=self.depth / (2 * n), tokens=self.tokens / n, smaller=self.smaller / n)
+        out["not"] = 100 * self.nots / max(self.ops, 1)
+        labels = self.labels or Counter()
+        out.update({f"label{lab}": 100 * labels[lab] / n for lab in RELATIONS})
+        return out
+
+
+def file_statistics(examples: Iterable[Example]) -> dict[str, dict[str, float]]:
+    """The :data:`STATISTICS` of each file (by file name, in the order read)."""
+    sums: dict[str, FileStats] = defaultdict(FileStats)
+    for ex in examples:
+        sums[Path(ex.source).name].add(ex)
+    return {name: s.values() for name, s in sums.items()}
+
+
+def compare_table(ours: dict[str, dict[str, float]], theirs: dict[str, dict[str, float]], names: list[str]) -> str:
+    """A Markdown table: per statistic and file, ``ours / theirs``."""
+    files = [f for f in ours if f in theirs]
+    head = "| statistic | " + " | ".join(files) + " |\n|---|" + "---|" * len(files) + "\n"
+    rows = []
+    for key in names:
+        cells = [f"{_fmt(key, ours[f][key])} / {_fmt(key, theirs[f][key])}" for f in files]
+        rows.append(f"| {STATISTICS[key]} | " + " | ".join(cells) + " |")
+    return head + "\n".join(rows)
+
+
+def _fmt(key: str, v: float) -> str:
+    return (
+        f"{v:,.0f}"
+        if key == "pairs"
+        else f"{v:.1f}"
+        if key in ("over4", "not") or key.startswith("label")
+        else f"{v:.2f}"
+    )
