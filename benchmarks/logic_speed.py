@@ -91,7 +91,7 @@ def compare_bucketing(models, data, sorted_data, args) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=Path("runs/logic/data"))
-    ap.add_argument("--cells", nargs="+", default=["onlstm", "lstm"])
+    ap.add_argument("--cells", nargs="+", default=["onlstm", "lstm", "lstm-std"])
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--hidden-size", type=int, default=400)
     ap.add_argument("--chunk-size", type=int, default=10, help="ON-LSTM chunk size (default 10)")

@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 from torch import nn
 
 from onlstm import encoders as E
@@ -336,3 +337,29 @@ def test_a_typed_flag_in_a_logic_comparison_must_reach_one_compared_encoder(tmp_
         E.check_typed_options(["sru"], {"dropconnect": 0.1})
     E.check_typed_options(["sru", "lstm"], {"dropconnect": 0.1, "hidden_size": 8})  # lstm uses it: fine
     E.check_typed_options(["nope"], {"dropconnect": 0.1})  # unknown: left to the config's own message
+
+
+@pytest.mark.parametrize("impl", ["reference", "fused", "cpp"])
+def test_lstm_std_is_an_lstm_in_the_authors_layout(impl):
+    """The authors' --std cell (encoder lstm-std) computes what nn.LSTM computes with the same weights (ours:
+    rows [2 master, out, cell, in, forget]; nn.LSTM's: [in, forget, cell, out]), on packed input, through each
+    kernel, forward and backward."""
+    torch.manual_seed(0)
+    std, lstm = E.make_encoder("lstm-std", 5, 8).double(), nn.LSTM(5, 8).double()
+    std.rnn.impl = impl
+    if std.rnn.resolved_impl(torch.device("cpu"), torch.float64) != impl:
+        pytest.skip(f"kernel {impl} not available here")
+    with torch.no_grad():
+        for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            i, f, g, o = getattr(lstm, f"{kind}_l0").chunk(4)
+            getattr(std.rnn, f"{kind}_l0")[2:] = torch.cat([o, g, i, f])
+    seqs = [torch.randn(n, 5, dtype=torch.float64, requires_grad=True) for n in (7, 3, 5)]
+    packed = torch.nn.utils.rnn.pack_sequence(seqs, enforce_sorted=False)
+    out_a, (h_a, c_a), _ = std(packed)
+    out_b, (h_b, c_b) = lstm(packed)
+    assert torch.allclose(out_a.data, out_b.data, atol=1e-12) and torch.allclose(c_a, c_b, atol=1e-12)
+    grads = [
+        torch.autograd.grad(h.sum() + out.data.pow(2).sum(), seqs, retain_graph=True)
+        for h, out in ((h_a, out_a), (h_b, out_b))
+    ]
+    assert all(torch.allclose(a, b, atol=1e-12) for a, b in zip(*grads))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,7 +16,7 @@ from ..config import ConfigError, Settings, add_command, add_flags, add_group, a
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
 from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
-from .data import read_examples, relabel_mismatches
+from .data import read_examples, relabel_mismatches, write_file
 from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 from .model import KIND, load_classifier
@@ -47,14 +48,7 @@ def register(subparsers) -> None:
         arg("path", type=Path, help="a directory of train{k}/test{k} files, or one file"),
         arg("--show", type=int, default=5, help="how many disagreements to print (default 5)"),
     )
-    add_command(
-        sub,
-        "stats",
-        _cmd_stats,
-        arg("path", type=Path, help="a directory of train{k}/test{k} files, or one file"),
-        arg("--against", type=Path, help="a second data set: print both, its figures after a slash"),
-        arg("--split", choices=("train", "test"), help="read only this split's files"),
-    )
+    _register_data_tools(sub)
     resume = (
         "go on from --out/resume.safetensors (same settings but the budget: a larger --epochs, --max-steps or "
         "--time-limit trains a run stopped by its budget further; written at every validation check and on Ctrl-C)"
@@ -90,6 +84,37 @@ def register(subparsers) -> None:
     compare = add_command(sub, "compare", _cmd_compare)
     _add_settings(compare, cell=False)
     add_flags(compare, CompareSettings, "compare", "comparison")
+
+
+def _register_data_tools(sub) -> None:
+    """``logic stats`` and ``logic holdout``: statistics of pair files and systematicity splits."""
+    add_command(
+        sub,
+        "stats",
+        _cmd_stats,
+        arg("path", type=Path, help="a directory of train{k}/test{k} files, or one file"),
+        arg("--against", type=Path, help="a second data set: print both, its figures after a slash"),
+        arg("--split", choices=("train", "test"), help="read only this split's files"),
+    )
+    add_command(
+        sub,
+        "holdout",
+        _cmd_holdout,
+        arg("--data", required=True, type=Path, help="a directory of train{k} files (e.g. Bowman et al.'s train0-6)"),
+        arg(
+            "--split",
+            choices=sorted(SYSTEMATICITY_SPLITS),
+            help="a systematicity split of the Ordered Memory paper: "
+            + "; ".join(f"{k}: {v}" for k, v in SYSTEMATICITY_SPLITS.items()),
+        ),
+        arg("--pattern", help="hold out every pair where a side contains this regular expression (instead of --split)"),
+        arg(
+            "--out",
+            required=True,
+            type=Path,
+            help="a new or empty directory for train{k} (kept) and test{k} (held out)",
+        ),
+    )
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -136,6 +161,47 @@ def _cmd_check(args: argparse.Namespace) -> int:
         f"file-number rule ({time.perf_counter() - t0:.1f} s)"
     )
     return 0 if not wrong and not misfiled else EXIT_FINDING  # a finding, not bad input
+
+
+#: The systematicity splits of the Ordered Memory paper (Shen et al. 2019b): pairs where a side contains the
+#: pattern are held out of training and tested. ``X`` is any variable.
+SYSTEMATICITY_SPLITS = {
+    "A": r"( and ( not a ) )",
+    "B": r"( and ( not X ) )",
+    "C": r"( and|or ( not X ) )",
+}
+
+
+def systematicity_regex(split: str) -> str:
+    """The regular expression of a split of :data:`SYSTEMATICITY_SPLITS` over formula text."""
+    text = re.escape(SYSTEMATICITY_SPLITS[split]).replace("X", "[a-f]").replace(r"and\|or", "(?:and|or)")
+    return text
+
+
+def _cmd_holdout(args: argparse.Namespace) -> int:
+    """hold out every pair with a given sub-formula: train{k} keeps the rest, test{k} the held-out pairs
+
+    Reads the train{k} files of --data and writes into --out: train{k} with the pairs where no side matches,
+    test{k} with those where one does (a systematicity split: train on the rest, score on the held-out pairs).
+    """
+    if (args.split is None) == (args.pattern is None):
+        raise SettingsError("give --split A|B|C or --pattern REGEX (one of the two)")
+    try:
+        regex = re.compile(systematicity_regex(args.split) if args.split else args.pattern)
+    except re.error as exc:
+        raise SettingsError(f"--pattern {args.pattern[:80]!r} is not a regular expression: {exc}") from None
+    examples = read_examples(args.data, split="train")
+    check_output_folder(args.out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, list] = {}
+    for ex in examples:
+        held = bool(regex.search(ex.text_a) or regex.search(ex.text_b))
+        files.setdefault(("test" if held else "train") + str(ex.length), []).append((ex.label, ex.a, ex.b))
+    for name, rows in sorted(files.items()):
+        write_file(args.out / name, rows)
+    n_held = sum(len(r) for n, r in files.items() if n.startswith("test"))
+    print(f"held out {n_held} of {len(examples)} pairs ({100 * n_held / len(examples):.1f}%) into {args.out}/test*")
+    return 0
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:

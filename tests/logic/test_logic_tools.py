@@ -1,0 +1,51 @@
+"""``logic holdout`` (systematicity splits) and ``logic stats`` (structural statistics) from the command line."""
+
+from __future__ import annotations
+
+import random
+import re
+
+from onlstm.cli import main
+from onlstm.logic.cli import systematicity_regex
+from onlstm.logic.data import read_examples, write_file
+from onlstm.logic.generate import random_formula_text
+
+
+def _data(tmp_path):
+    rng = random.Random(3)
+    for k in range(4):
+        rows = [
+            ("#", random_formula_text(k, rng)[0], random_formula_text(rng.randrange(k + 1), rng)[0]) for _ in range(60)
+        ]
+        write_file(tmp_path / "in" / f"train{k}", rows)
+    return tmp_path / "in"
+
+
+def test_holdout_moves_exactly_the_pairs_with_the_pattern(tmp_path):
+    data = _data(tmp_path)
+    assert main(["logic", "holdout", "--data", str(data), "--split", "C", "--out", str(tmp_path / "out")]) == 0
+    held = read_examples(tmp_path / "out", split="test")
+    kept = read_examples(tmp_path / "out", split="train")
+    pattern = re.compile(r"\( (and|or) \( not [a-f] \) \)")
+    assert held and all(pattern.search(ex.text_a) or pattern.search(ex.text_b) for ex in held)
+    assert not any(pattern.search(ex.text_a) or pattern.search(ex.text_b) for ex in kept)
+    assert len(held) + len(kept) == 240
+    assert all(ex.file_number == ex.bucket for ex in held + kept)
+
+
+def test_the_three_splits_nest():
+    a, b, c = (re.compile(systematicity_regex(s)) for s in "ABC")
+    for text in ["( b ( and ( not a ) ) )", "( b ( and ( not c ) ) )", "( b ( or ( not c ) ) )", "( not a )"]:
+        assert bool(a.search(text)) <= bool(b.search(text)) <= bool(c.search(text))
+    assert c.search("( b ( or ( not c ) ) )") and not b.search("( b ( or ( not c ) ) )")
+
+
+def test_holdout_needs_one_rule_and_stats_prints_each_file(tmp_path, capsys):
+    data = _data(tmp_path)
+    assert main(["logic", "holdout", "--data", str(data), "--out", str(tmp_path / "x")]) == 2
+    assert "--split" in capsys.readouterr().err
+    assert main(["logic", "holdout", "--data", str(data), "--pattern", "(", "--out", str(tmp_path / "y")]) == 2
+    assert "not a regular expression" in capsys.readouterr().err
+    assert main(["logic", "stats", str(data), "--against", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "| train3 |" in out.splitlines()[0] and "distinct variables per pair" in out
