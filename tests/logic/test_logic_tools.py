@@ -49,3 +49,25 @@ def test_holdout_needs_one_rule_and_stats_prints_each_file(tmp_path, capsys):
     assert main(["logic", "stats", str(data), "--against", str(data)]) == 0
     out = capsys.readouterr().out
     assert "| train3 |" in out.splitlines()[0] and "distinct variables per pair" in out
+
+
+def test_the_test_table_reads_the_scores_recorded_at_each_check():
+    from onlstm.logic.evaluate import history_table
+
+    history = [
+        {
+            "step": 10,
+            "valid_accuracy": 0.5,
+            "valid_by_ops": {"1": 0.5},
+            "test_by_length": {"1": 0.9, "7": 0.6, "8": 0.4},
+        },
+        {
+            "step": 20,
+            "valid_accuracy": 0.7,
+            "valid_by_ops": {"1": 0.7},
+            "test_by_length": {"1": 1.0, "7": 0.8, "8": 0.6},
+        },
+    ]
+    rows = history_table([("run", history)], [15, 20], split="test").splitlines()
+    assert rows[0].endswith("| 1 | 7 | 8 | mean 7-12 |")
+    assert rows[2] == "| run | 15 | 10 | 90.0 | 60.0 | 40.0 | 50.0 |" and rows[3].endswith("| 70.0 |")

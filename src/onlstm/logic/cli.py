@@ -80,6 +80,13 @@ def register(subparsers) -> None:
             help="also print a table of validation accuracy by operator count at these steps (e.g. 2000,8000,32000): "
             "per run, the last check at or before each step",
         ),
+        arg(
+            "--table",
+            choices=("valid", "test"),
+            default="valid",
+            help="with --at-steps: validation accuracy by operator count (valid), or the test accuracy by length "
+            "recorded at each check by --score-test (test)",
+        ),
     )
     compare = add_command(sub, "compare", _cmd_compare)
     _add_settings(compare, cell=False)
@@ -369,7 +376,7 @@ def _cmd_curves(args: argparse.Namespace) -> int:
         names = [f"{cell} seed {seed}" for (cell, _), seed in zip(runs, seeds)]
         if len(set(names)) < len(names):  # runs of one cell and seed with other settings: name them by folder
             names = [run.name for run in args.runs]
-        print(history_table([(name, h) for name, (_, h) in zip(names, runs)], steps))
+        print(history_table([(name, h) for name, (_, h) in zip(names, runs)], steps, args.table))
     print("wrote " + " and ".join(map(str, paths)))
     return 0
 

@@ -141,20 +141,30 @@ def format_table(
     return "\n".join([line(head), sep] + [line(r) for r in body])
 
 
-def history_table(runs: list[tuple[str, list[dict]]], steps: Iterable[int]) -> str:
-    """Markdown table of validation accuracy (%) by operator count at given training steps: per run (its history
-    records) and step, the last validation check at or before that step that has ``valid_by_ops``."""
+def history_table(runs: list[tuple[str, list[dict]]], steps: Iterable[int], split: str = "valid") -> str:
+    """Markdown table of accuracy (%) by operator count at given training steps: per run (its history records)
+    and step, the last check at or before that step that has the split's figures: ``valid`` (``valid_by_ops``,
+    then the whole validation accuracy) or ``test`` (``test_by_length``, recorded with ``score_test``, then the
+    mean over 7-12 operators)."""
+    key = "valid_by_ops" if split == "valid" else "test_by_length"
     steps = sorted(set(steps))
-    counts = sorted({int(k) for _, h in runs for r in h for k in r.get("valid_by_ops", {})})
-    head = ["run", "step", "checked at"] + [str(k) for k in counts] + ["all"]
+    counts = sorted({int(k) for _, h in runs for r in h for k in r.get(key, {})})
+    head = ["run", "step", "checked at"] + [str(k) for k in counts] + ["all" if split == "valid" else "mean 7-12"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(counts) + 1)) + "|"]
     for name, history in runs:
         for step in steps:
-            done = [r for r in history if r["step"] <= step and r.get("valid_by_ops")]
+            done = [r for r in history if r["step"] <= step and r.get(key)]
             if not done:
                 continue
             rec = done[-1]
-            accs = [rec["valid_by_ops"].get(str(k)) for k in counts]
-            cells = ["–" if a is None else f"{100 * a:.1f}" for a in accs] + [f"{100 * rec['valid_accuracy']:.1f}"]
+            accs = [rec[key].get(str(k)) for k in counts]
+            cells = ["–" if a is None else f"{100 * a:.1f}" for a in accs] + [_last_cell(rec, key)]
             lines.append("| " + " | ".join([name, f"{step:,}", f"{rec['step']:,}", *cells]) + " |")
     return "\n".join(lines)
+
+
+def _last_cell(rec: dict, key: str) -> str:
+    if key == "valid_by_ops":
+        return f"{100 * rec['valid_accuracy']:.1f}"
+    unseen = [v for k, v in rec[key].items() if int(k) in UNSEEN]
+    return f"{100 * statistics.fmean(unseen):.1f}" if unseen else "–"
