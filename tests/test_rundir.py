@@ -230,3 +230,22 @@ def test_an_export_never_lands_in_a_training_run(tmp_path):
     shared.save_pretrained(torch.nn.Linear(1, 1), {"kind": "x"}, "card", ["a"])
     assert {p.name for p in shared.path.iterdir()} == {RunDir.CONFIG, RunDir.VOCAB, RunDir.SHARED_WEIGHTS, RunDir.CARD}
     assert shared.card_path.read_text() == "card" and shared.read_config() == {"kind": "x"}
+
+
+def test_the_model_cards_yaml_reads_back_as_written():
+    yaml = pytest.importorskip("yaml")
+    from onlstm.runs.dirs import simple_yaml
+
+    data = {
+        "model": {"hidden_sizes": [12, 8], "cell": "onlstm", "dropout": 0.25, "tie": True, "note": None},
+        "test": {"ppl": 9.5, "nan": float("nan"), "inf": float("-inf")},
+        "history": [{"epoch": 1, "ppl": 300.0}, {"epoch": 2, "ppl": 200.5, "layers": [[1, 2], [3]]}],
+        "odd key: #1": "a: b # not a comment\nsecond line",
+        "empty": {},
+        "none": [],
+    }
+    back = yaml.safe_load(simple_yaml(data))
+    assert back["test"]["nan"] != back["test"]["nan"] and back["test"]["inf"] == float("-inf")
+    del back["test"]["nan"], data["test"]["nan"]  # NaN is not equal to itself
+    assert back == data
+    assert simple_yaml({"test": {"ppl": 9.5}}) == "test:\n  ppl: 9.5"
