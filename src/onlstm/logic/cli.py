@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,7 +16,7 @@ from ..config import ConfigError, Settings, add_command, add_flags, add_group, a
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
 from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
-from .data import read_examples, relabel_mismatches
+from .data import has_split, read_examples, relabel_mismatches
 from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 from .model import KIND, load_classifier
@@ -211,7 +212,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     result = train(model_cfg, train_cfg, data, out, resume=args.resume)
     if result.interrupted:
         return EXIT_INTERRUPTED
-    print(f"evaluate with: onlstm logic eval --checkpoint {out} --data {data}")
+    # without test files (the original data) the validation hold-out is what there is to score
+    split = " --split valid" if Path(data).is_dir() and not has_split(data, "test") else ""
+    print(
+        f"evaluate with: onlstm logic eval --checkpoint {shlex.quote(str(out))} --data {shlex.quote(str(data))}{split}"
+    )
     return 0
 
 

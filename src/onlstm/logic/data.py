@@ -220,10 +220,21 @@ def _read_directory(directory: Path, split: str | None, buckets: set[int] | None
     wanted = [(s, k, p) for s, k, p in files if (split is None or s == split) and (buckets is None or k in buckets)]
     if not wanted:
         names = ", ".join(p.name for _, _, p in files)
+        hint = ""
+        if split == "test" and not any(s == "test" for s, _, _ in files):  # the original data: train files only
+            hint = (
+                "; this data has no test files: `onlstm logic eval --split valid` scores the run's validation hold-out"
+            )
         raise LogicDataError(
-            f"{directory}: no file matches split={split!r}, buckets={_show(buckets)} (files present: {names})"
+            f"{directory}: no file matches split={split!r}, buckets={_show(buckets)} (files present: {names}){hint}"
         )
     return [ex for _, _, p in wanted for ex in read_file(p)]
+
+
+def has_split(directory: str | Path, split: str) -> bool:
+    """Whether ``directory`` holds a file of ``split`` (the original data has train files only)."""
+    path = Path(directory)
+    return path.is_dir() and any((named := parse_file_name(p)) and named[0] == split for p in path.iterdir())
 
 
 def _show(buckets: set[int] | None) -> str:
