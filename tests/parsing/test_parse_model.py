@@ -326,3 +326,37 @@ def test_bad_parsing_options_are_one_line_errors(tmp_path, capsys):
         err = capsys.readouterr().err
         assert rc == 2 and message in err and "Traceback" not in err, argv
     assert sorted(p.name for p in a_dir.iterdir()) == []
+
+
+def random_tree(r, words: list[str]):
+    """A random binary or ternary bracketing of ``words``."""
+    if len(words) == 1:
+        return words[0]
+    cuts = sorted(r.sample(range(1, len(words)), min(len(words) - 1, r.choice([1, 2]))))
+    bounds = [0, *cuts, len(words)]
+    return tuple(random_tree(r, words[a:b]) for a, b in zip(bounds, bounds[1:]))
+
+
+def test_pretty_trees_have_unbroken_lines(tmp_path, capsys):
+    import random
+
+    from onlstm.parsing.cli import _pretty
+
+    down, up = set("│┌┐┬┼├┤"), set("│└┘┴┼├┤")
+    r = random.Random(4)
+    for n in (2, 3, 5, 8, 13):
+        words = [f"w{i}" for i in range(n)]
+        _pretty(random_tree(r, words))
+        lines = capsys.readouterr().out.rstrip("\n").split("\n")
+        assert lines[-1].split() == words
+        grid = [line.ljust(max(map(len, lines))) for line in lines]
+        for i, (row, below) in enumerate(zip(grid, grid[1:])):
+            for c, cell in enumerate(row):
+                # a line that leaves a cell downwards enters the next one (or reaches a word), and back up
+                assert cell not in down or below[c] in up or i + 2 == len(grid), (n, i, c, "\n".join(lines))
+                assert below[c] not in up or cell in down, (n, i, c, "\n".join(lines))
+    run = make_run(tmp_path, "the cat sat on mat".split())
+    (tmp_path / "in.txt").write_text("the cat sat on the mat\n")
+    assert main(["parse", "--checkpoint", str(run), "--format", "pretty", str(tmp_path / "in.txt")]) == 0
+    drawn = capsys.readouterr().out.splitlines()
+    assert drawn[-1].split() == "the cat sat on the mat".split() and all(line.strip() for line in drawn)

@@ -284,10 +284,27 @@ def _pretty(tree) -> None:
         depth = max(depth, d)
         if not isinstance(node, str):
             stack.extend((c, d + 1) for c in node)
-    if depth > 200:
-        print(to_brackets(tree))
-    else:
-        _as_nltk(tree).pretty_print(unicodelines=True)
+    print(to_brackets(tree) if depth > 200 else draw_tree(tree))
+
+
+#: Box-drawing characters whose line leaves a cell downwards, and those whose line enters it from above.
+_DOWN, _UP = set("│┌┐┬┼├┤"), set("│└┘┴┼├┤")
+
+
+def draw_tree(tree) -> str:
+    """``tree`` drawn by nltk's printer with its blank label rows bridged: nltk leaves a node's label row
+    (every other row) empty where a label would sit, so without labels the vertical lines broke there."""
+    from nltk.tree import TreePrettyPrinter
+
+    rows = [list(r) for r in TreePrettyPrinter(_as_nltk(tree)).text(unicodelines=True).splitlines()]
+    width = max(map(len, rows))
+    rows = [r + [" "] * (width - len(r)) for r in rows]
+    for above, row, below in zip(rows, rows[1:], rows[2:]):  # top down: a bridged cell continues a line below
+        for c, cell in enumerate(row):
+            if cell == " " and above[c] in _DOWN and below[c] in _UP:
+                row[c] = "│"
+    lines = ["".join(r).rstrip() for r in rows]
+    return "\n".join(line for line in lines if line)  # the root's label row is blank
 
 
 def _as_nltk(tree):
