@@ -37,3 +37,42 @@ def test_the_end_hint_works_on_data_without_test_files(train_files_only, tmp_pat
     assert main(["logic", "eval", "--checkpoint", str(out), "--data", str(train_files_only)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no file matches split='test'" in err and "--split valid" in err
+
+
+class Panel:
+    """Stands for a matplotlib axis: records the spans shaded on it."""
+
+    def __init__(self):
+        self.spans: list[tuple[float, float]] = []
+
+    def axvspan(self, start, end, **style):
+        self.spans.append((start, end))
+
+
+def test_a_curriculum_stopped_early_is_shaded_to_the_runs_end():
+    pytest.importorskip("matplotlib")
+    from onlstm.logic.plots import _shade_curriculum
+
+    # stages 1, 2, 3 of a curriculum to 6 operators; the run stopped at step 500, still on <= 3
+    stopped = [{"step": s, "train_ops": k} for s, k in ((100, 1), (200, 2), (300, 2), (400, 3), (500, 3))]
+    panels = [Panel(), Panel()]
+    _shade_curriculum(panels, stopped, max_train_ops=6)
+    assert [p.spans for p in panels] == [[(0, 500)]] * 2  # every step trained on fewer than 6 operators
+    finished = stopped + [{"step": 600, "train_ops": 6}, {"step": 700, "train_ops": 6}]
+    _shade_curriculum(panels := [Panel()], finished, max_train_ops=6)
+    assert panels[0].spans == [(0, 500)]  # the last check before the curriculum reached 6
+    _shade_curriculum(panels := [Panel()], [{"step": 100, "train_ops": 6}], max_train_ops=6)
+    assert panels[0].spans == []  # no curriculum
+
+
+def test_logic_curves_shades_with_the_runs_own_setting(train_files_only, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    import onlstm.logic.plots as plots
+
+    seen = []
+    monkeypatch.setattr(plots, "_shade_curriculum", lambda axes, history, max_ops=None: seen.append(max_ops))
+    run = tmp_path / "run"
+    argv = ["logic", "train", "--data", str(train_files_only), "--out", str(run), *RUN, "--valid-every", "5"]
+    assert main([*argv, "--max-train-ops", "5", "--curriculum-start", "1", "--curriculum-steps", "1000"]) == 0
+    assert main(["logic", "curves", str(run), "--out", str(tmp_path / "plots")]) == 0
+    assert seen == [5]

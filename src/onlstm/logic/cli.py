@@ -256,7 +256,7 @@ def _cmd_curves(args: argparse.Namespace) -> int:
     """
     from .plots import plot_curves_by_ops, plot_training_curves
 
-    runs, seeds = [], []
+    runs, seeds, max_ops = [], [], []
     try:
         example = "positive step numbers separated by commas, e.g. 2000,8000"
         steps = _numbers(args.at_steps, "--at-steps", example, ranges=False) if args.at_steps else []
@@ -264,9 +264,10 @@ def _cmd_curves(args: argparse.Namespace) -> int:
             header = RunDir(run).read_config(KIND, "a run of `onlstm logic train`")
             runs.append((header["model"]["cell"], read_json(RunDir(run).history_path)))
             seeds.append(header["train"]["seed"])
+            max_ops.append(header["train"].get("max_train_ops"))
         args.out.mkdir(parents=True, exist_ok=True)
         paths = [plot_training_curves(runs, args.out / "training_curves.png")]
-        paths.append(plot_curves_by_ops(runs, args.out / "curves_by_ops.png"))
+        paths.append(plot_curves_by_ops(runs, args.out / "curves_by_ops.png", max_ops[0]))
     except ValueError as exc:
         raise command_error(exc) from None
     if steps:
