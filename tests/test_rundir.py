@@ -22,7 +22,7 @@ from support import REPO
 
 OLD_RUNS = Path(__file__).parent / "fixtures" / "old-runs"
 NAMES = {RunDir.CONFIG, RunDir.VOCAB, RunDir.HISTORY, RunDir.LOG, RunDir.RESULTS, RunDir.RESUME, RunDir.LOCK}
-NAMES |= {RunDir.TENSORBOARD, RunDir.SHARED_WEIGHTS, RunDir.CARD}
+NAMES |= {RunDir.TENSORBOARD, RunDir.STEPS, RunDir.SHARED_WEIGHTS, RunDir.CARD}
 NAMES |= {RunDir.WEIGHTS.format(tag=tag) for tag in ("best", "last")}
 
 
@@ -40,6 +40,7 @@ def test_every_path_is_its_name_in_the_directory(tmp_path):
         run.resume_path: RunDir.RESUME,
         run.lock_path: RunDir.LOCK,
         run.tensorboard_path: RunDir.TENSORBOARD,
+        run.steps_path: RunDir.STEPS,
         run.shared_weights_path: RunDir.SHARED_WEIGHTS,
         run.card_path: RunDir.CARD,
         run.weights("best"): "model.best.safetensors",

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..checkpoint import write_text
 from ..config import add_command, add_group, add_runtime_flags, arg, positive_int, runtime_settings
 from ..errors import InputError, command_error
+from ..models.language_model import default_parse_layer
 from ..runs import check_output_file, runtime_device
 from .evaluate import score_treebank
 from .induce import (
@@ -27,6 +28,7 @@ from .trees import (
     FORMATS,
     LabelledTree,
     TreeFormatError,
+    draw_tree,
     leaves,
     parse_brackets,
     parse_tree_lines,
@@ -206,16 +208,9 @@ def _cmd_compare_trees(args: argparse.Namespace) -> int:
 
 
 def choose_layer(given: int | None, lm) -> int:
-    """The 0-based layer to build trees from: ``--layer`` when given (checked: 1..layers, so 0 is an error,
-    not the default), else the run's ``parse_layer`` (saved by ``onlstm demo``: the layer it chose on dev),
-    else the paper's layer 2 (the last layer of a one-layer model)."""
-    n_layers = len(lm.model.layers)
-    if given is not None:
-        return check_layer(given, n_layers)
-    saved = lm.config.get("parse_layer")
-    if isinstance(saved, int) and not isinstance(saved, bool) and 1 <= saved <= n_layers:
-        return saved - 1
-    return min(n_layers, 2) - 1
+    """The 0-based layer to build trees from (:func:`onlstm.models.language_model.default_parse_layer`): ``--layer``
+    when given (checked: 1..layers, so 0 is an error, not the default), else the run's or the paper's."""
+    return default_parse_layer(lm.config, len(lm.model.layers), given)
 
 
 def _prepare(lines, scheme: str):
@@ -285,34 +280,6 @@ def _pretty(tree) -> None:
         if not isinstance(node, str):
             stack.extend((c, d + 1) for c in node)
     print(to_brackets(tree) if depth > 200 else draw_tree(tree))
-
-
-#: Box-drawing characters whose line leaves a cell downwards, and those whose line enters it from above.
-_DOWN, _UP = set("│┌┐┬┼├┤"), set("│└┘┴┼├┤")
-
-
-def draw_tree(tree) -> str:
-    """``tree`` drawn by nltk's printer with its blank label rows bridged: nltk leaves a node's label row
-    (every other row) empty where a label would sit, so without labels the vertical lines broke there."""
-    from nltk.tree import TreePrettyPrinter
-
-    rows = [list(r) for r in TreePrettyPrinter(_as_nltk(tree)).text(unicodelines=True).splitlines()]
-    width = max(map(len, rows))
-    rows = [r + [" "] * (width - len(r)) for r in rows]
-    for above, row, below in zip(rows, rows[1:], rows[2:]):  # top down: a bridged cell continues a line below
-        for c, cell in enumerate(row):
-            if cell == " " and above[c] in _DOWN and below[c] in _UP:
-                row[c] = "│"
-    lines = ["".join(r).rstrip() for r in rows]
-    return "\n".join(line for line in lines if line)  # the root's label row is blank
-
-
-def _as_nltk(tree):
-    """An unlabelled tree as an ``nltk.Tree`` with blank labels (every word under its own blank
-    pre-terminal: nltk's pretty printer misplaces words that stand beside constituents)."""
-    from nltk.tree import Tree
-
-    return Tree("", [tree] if isinstance(tree, str) else [_as_nltk(t) for t in tree])
 
 
 def _parse_layers(spec: str, n_layers: int) -> list[int]:

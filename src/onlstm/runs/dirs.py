@@ -103,12 +103,13 @@ class RunDir:
 
     CONFIG, VOCAB, HISTORY, LOG, RESULTS = "config.json", "vocab.json", "history.json", "log.csv", "results.json"
     RESUME, LOCK, TENSORBOARD = "resume.safetensors", "onlstm.lock", "tensorboard"
+    STEPS = "steps.csv"  # training figures every few updates (onlstm.runs.engine.StepLog)
     WEIGHTS = "model.{tag}.safetensors"  # tags: best, last
     SHARED_WEIGHTS, CARD = "model.safetensors", "README.md"  # a shared model's (save_pretrained)
 
     config_path, vocab_path, history_path = _file(CONFIG), _file(VOCAB), _file(HISTORY)
     log_path, results_path, resume_path = _file(LOG), _file(RESULTS), _file(RESUME)
-    lock_path, tensorboard_path = _file(LOCK), _file(TENSORBOARD)
+    lock_path, tensorboard_path, steps_path = _file(LOCK), _file(TENSORBOARD), _file(STEPS)
     shared_weights_path, card_path = _file(SHARED_WEIGHTS), _file(CARD)
 
     def __init__(self, path: str | Path):
