@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
+import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -168,6 +171,18 @@ def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
     print("\nexamples (gold | induced):")
     for k in range(4):
         print(f"  gold: {to_brackets(unlabel(test[k]))}\n  pred: {to_brackets(pred[k])}\n")
-    print(
-        f"checkpoint, trees and plots in {out_dir}/ (try: onlstm parse --checkpoint {out_dir} <<< 'the dog saw a cat')"
-    )
+    parse = f"{onlstm_command()} parse --checkpoint {shlex.quote(str(out_dir))}"
+    print(f"checkpoint, trees and plots in {out_dir}/ (try: {parse} <<< 'the dog saw a cat')")
+
+
+def onlstm_command() -> str:
+    """How to run ``onlstm`` again from this shell: ``onlstm`` when that name finds the script running now,
+    else that script's path (``.venv/bin/onlstm`` under ``make demo``, the venv not activated) or, when run as
+    ``python -m onlstm``, this Python with ``-m onlstm``."""
+    script, found = Path(sys.argv[0]), shutil.which("onlstm")
+    if script.name == "onlstm":
+        same = found is not None and Path(found).resolve() == script.resolve()
+        return "onlstm" if same else shlex.quote(str(script))
+    if found is not None and Path(found).absolute().parent == Path(sys.executable).absolute().parent:
+        return "onlstm"  # this environment's script is on PATH
+    return f"{shlex.quote(sys.executable)} -m onlstm"

@@ -17,7 +17,9 @@ class DemoConfig(Config):
     section = "demo"
 
     out: str = option("demo_out", "run directory for the checkpoint, corpus, trees and plots")
-    seconds: float = option(150.0, "training time budget in seconds (the language model's train.time_limit)")
+    seconds: float = option(
+        150.0, "training time budget in SECONDS (lm train's --time-limit counts minutes: --seconds 150 = 2.5 min)"
+    )
     seed: int = seed_option(0, "seed of the generated corpus, the weights and the random baseline")
     train_sentences: int = option(20000, "generated training sentences")
     dev_sentences: int = option(300, "generated development sentences (validation; choose the layer)")

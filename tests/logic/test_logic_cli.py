@@ -76,3 +76,17 @@ def test_logic_curves_shades_with_the_runs_own_setting(train_files_only, tmp_pat
     assert main([*argv, "--max-train-ops", "5", "--curriculum-start", "1", "--curriculum-steps", "1000"]) == 0
     assert main(["logic", "curves", str(run), "--out", str(tmp_path / "plots")]) == 0
     assert seen == [5]
+
+
+def test_the_no_data_hint_never_suggests_writing_into_a_folder_of_other_files(tmp_path, capsys):
+    from support import write_corpus
+
+    ptb = write_corpus(tmp_path / "ptb")  # the user's PTB folder, given to logic train by mistake
+    assert main(["logic", "train", "--data", str(ptb), "--out", str(tmp_path / "run"), *RUN]) == 2
+    err = capsys.readouterr().err
+    assert "no train{k}/test{k} files here" in err and f"--out {ptb}" not in err
+    assert "onlstm logic generate --out runs/logic/data` and pass --data runs/logic/data" in err
+    assert sorted(p.name for p in ptb.iterdir()) == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
+    (tmp_path / "empty").mkdir()
+    assert main(["logic", "train", "--data", str(tmp_path / "empty"), "--out", str(tmp_path / "run"), *RUN]) == 2
+    assert f"onlstm logic generate --out {tmp_path / 'empty'}`" in capsys.readouterr().err

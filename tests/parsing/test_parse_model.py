@@ -168,6 +168,31 @@ def test_eval_parse_command(tmp_path, capsys):
     assert main(["eval-parse", "--checkpoint", str(run), "--treebank", str(tmp_path / "empty")]) == 2
 
 
+def test_eval_parse_marks_the_papers_column_and_prints_its_figure(tmp_path, capsys):
+    bank = tmp_path / "wsj" / "23"
+    bank.mkdir(parents=True)
+    (bank / "wsj_2301.mrg").write_text(MRG)
+    run = make_run(tmp_path, "the cat sat on mat bob saw N dogs".split())
+    base = ["eval-parse", "--checkpoint", str(run), "--treebank", str(tmp_path / "wsj"), "--layers", "2"]
+    expected = {(): None, ("--wsj10",): "WSJ10", ("--sections", "23"): "WSJ test (section 23)"}
+    for flags, paper_set in expected.items():
+        assert main([*base, *flags]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        head = next(line for line in lines if line.startswith("F1 (%)"))
+        assert head.split()[2] == "sentence*"  # the starred column: the paper's convention
+        note = next(line for line in lines if line.startswith("* sentence: sentence-level F1, the paper's convention"))
+        assert "Shen et al. 2019, Table 2" in note
+        if paper_set == "WSJ10":
+            assert "WSJ10: ON-LSTM mean 65.1, ON-LSTM max 66.8, right-branching 56.6" in note and "47.7" not in note
+        elif paper_set:
+            assert "WSJ test (section 23): ON-LSTM mean 47.7" in note and "65.1" not in note
+        else:
+            assert "65.1" in note and "47.7" in note and "neither of its sets" in note
+        assert main([*base, *flags, "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        assert found["paper_convention"] == "sentence_f1" and found["paper"]["set"] == paper_set
+
+
 def test_plot_command(tmp_path, capsys):
     run = make_run(tmp_path, "the cat sat".split(), normalisation="lower")
     prefix = tmp_path / "fig"

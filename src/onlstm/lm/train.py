@@ -37,6 +37,7 @@ from ..runs import (
     training_tensors,
     write_resume,
 )
+from ..runs.device import prepare_kernel
 from ..runs.engine import Budget, Check, Engine, Progress, Reporting, diverged, update
 from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, load_config
 from .data import DistContext, batchify, bptt_schedule, column_share, segment, setup, teardown
@@ -96,7 +97,10 @@ AUTOCAST_DEVICES = ("cuda",)
 
 def use_onlstm_impl(model: nn.Module, impl: str, device: torch.device) -> None:
     """Make every ON-LSTM layer of ``model`` run ``impl`` (a runtime choice, never saved with the weights);
-    a kernel that cannot run on ``device`` is an error here, before the first step, not a silent fallback."""
+    a kernel that cannot run on ``device`` is an error here, before the first step, not a silent fallback.
+    The kernel is loaded here (:func:`~onlstm.runs.device.prepare_kernel`), before the training clock starts."""
+    if impl == "auto":
+        prepare_kernel(model, device)
     if impl not in ("auto", "reference"):
         try:
             chosen = kernels.resolve_impl(impl, device, torch.float32)

@@ -213,9 +213,11 @@ def _read_directory(directory: Path, split: str | None, buckets: set[int] | None
     found = [(*named, p) for p in directory.iterdir() if (named := parse_file_name(p)) and p.is_file()]
     files = sorted(found, key=lambda t: (SPLITS.index(t[0]), t[1], t[2].name))  # by split, then k
     if not files:
+        # never suggest writing into a folder that holds something else (a PTB folder given by mistake)
+        into = directory if not any(directory.iterdir()) else Path("runs/logic/data")
         raise LogicDataError(
             f"{directory}: no train{{k}}/test{{k}} files here (expected names like train0 … train12, "
-            f"test0 … test12); generate some with `onlstm logic generate --out {directory}`"
+            f"test0 … test12); generate a data set with `onlstm logic generate --out {into}` and pass --data {into}"
         )
     wanted = [(s, k, p) for s, k, p in files if (split is None or s == split) and (buckets is None or k in buckets)]
     if not wanted:

@@ -14,7 +14,7 @@ from ..config import add_command, add_group, add_runtime_flags, arg, positive_in
 from ..errors import InputError, command_error
 from ..models.language_model import default_parse_layer
 from ..runs import check_output_file, runtime_device
-from .evaluate import score_treebank
+from .evaluate import PAPER_F1, PAPER_SOURCE, paper_set, score_treebank
 from .induce import (
     check_layer,
     load_language_model,
@@ -318,13 +318,27 @@ def _cmd_eval_parse(args) -> int:
         "baselines": scores.baselines,
         "trees_written": written,
         "run_layer": choose_layer(None, lm) + 1,  # the layer parse/plot use for this run by default
+        "paper_convention": "sentence_f1",
+        "paper": {"source": PAPER_SOURCE, "set": paper_set(args.wsj10, args.sections), "sentence_f1": PAPER_F1},
     }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         _print_eval_parse(bank.summary(), scores, args.random_draws, written)
+        print(_paper_line(paper_set(args.wsj10, args.sections)))
         print(f"parse and plot use layer {result['run_layer']} of this run by default")
     return 0
+
+
+def _paper_line(matched: str | None) -> str:
+    """The footnote of the table's starred column: the paper's convention and its figures beside it."""
+    shown = {matched: PAPER_F1[matched]} if matched else PAPER_F1
+    figures = "; ".join(f"{name}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()) for name, row in shown.items())
+    note = "" if matched else " (this selection is neither of its sets: compare with care)"
+    return (
+        f"* sentence: sentence-level F1, the paper's convention (its evaluation code's); the paper ({PAPER_SOURCE}): "
+        f"{figures}{note}"
+    )
 
 
 def _write_trees(out: Path, trees: dict, n_layers: int) -> list[str]:
@@ -343,7 +357,7 @@ def _print_eval_parse(summary: str, scores, random_draws: int, written: list[str
         f"{n_sent} sentences, {scores.words} words ({scores.unknown_words} unknown to the model); "
         f"distances at {n_sent / scores.seconds:.0f} sentences/s"
     )
-    print(f"\n{'F1 (%)':<26}{'sentence':>9}{'corpus':>8}{'EVALB':>8}{'depth':>7}")
+    print(f"\n{'F1 (%)':<26}{'sentence*':>9}{'corpus':>8}{'EVALB':>8}{'depth':>7}")
     for name, ev in rows.items():
         print(
             f"{'ON-LSTM ' + name:<26}{100 * ev.sentence.f1:9.1f}{100 * ev.corpus.f1:8.1f}{100 * ev.evalb.f1:8.1f}"
