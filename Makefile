@@ -1,38 +1,47 @@
-# The two set-up commands: `make demo` and `make test`. Both create .venv and install what they
-# need on first use; later runs reuse it (the stamp file is rebuilt only when pyproject.toml changes).
+# The two set-up commands: `make demo` and `make test`. Both create .venv on first use and install what they
+# need: the demo the package with its experiments extra, the tests (and the lint) the dev extra on top (pytest,
+# ruff, mypy, Triton for the kernel's CPU-interpreter tests). Later runs reuse it; a stamp file per extra is
+# rebuilt when pyproject.toml changes, and installing dev also satisfies the demo's.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.onlstm-installed
+EXPERIMENTS := $(VENV)/.onlstm-experiments
+DEV := $(VENV)/.onlstm-dev
 
 .PHONY: install demo test lint format bench clean
 
-install: $(STAMP)
+install: $(DEV)
 
-$(STAMP): pyproject.toml
+$(EXPERIMENTS): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[experiments]"
+	@touch $@
+
+$(DEV): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"   # dev includes the experiments extra: everything
-	@touch $@
+	@touch $@ $(EXPERIMENTS)
 
-demo: $(STAMP)
+demo: $(EXPERIMENTS)
 	$(BIN)/onlstm demo
 
-test: $(STAMP)
+test: $(DEV)
 	$(BIN)/python -m pytest -q
 
 # Lint: ruff (rules and format) over the whole tree, mypy over the layer (configured in pyproject.toml).
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
 
-format: $(STAMP)
+format: $(DEV)
 	$(BIN)/ruff check --fix src tests benchmarks examples
 	$(BIN)/ruff format src tests benchmarks examples
 
-bench: $(STAMP)
+bench: $(DEV)
 	$(BIN)/python benchmarks/layer_speed.py
 
 clean:

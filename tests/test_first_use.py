@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -105,3 +106,69 @@ def test_lm_eval_uses_the_runs_thread_count_unless_told(relative_run, capsys):
     capsys.readouterr()
     assert main(["lm", "eval", "--checkpoint", str(run), "--threads", "-1"]) == 2
     assert "--threads must be >= 0" in capsys.readouterr().err
+
+
+def test_the_demos_hint_names_a_command_that_runs_without_activating_the_venv(monkeypatch, tmp_path):
+    import sys
+
+    from onlstm.demo import onlstm_command
+
+    venv_script = tmp_path / ".venv" / "bin" / "onlstm"  # `make demo` runs .venv/bin/onlstm demo
+    monkeypatch.setattr(sys, "argv", [str(venv_script), "demo"])
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # the venv is not activated: not on PATH
+    assert onlstm_command() == str(venv_script)
+    monkeypatch.setattr(shutil, "which", lambda name: str(venv_script))  # activated: the plain name works
+    assert onlstm_command() == "onlstm"
+    monkeypatch.setattr(sys, "argv", ["/somewhere/onlstm/__main__.py", "demo"])  # python -m onlstm
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert onlstm_command() == f"{sys.executable} -m onlstm"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_demo_installs_the_experiments_extra_and_make_test_the_dev_one(tmp_path):
+    import subprocess
+    import time
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+
+    def planned(target: str) -> str:  # what make would run (-n: nothing is run)
+        argv = ["make", "-n", "--no-print-directory", "-C", str(REPO), f"VENV={venv}", target]
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+    assert '-e ".[experiments]"' in planned("demo") and ".[dev]" not in planned("demo")
+    assert '-e ".[dev]"' in planned("test")
+    later = time.time() + 10  # stamps newer than pyproject.toml
+    (venv / ".onlstm-experiments").touch()
+    os.utime(venv / ".onlstm-experiments", (later, later))
+    assert "pip install" not in planned("demo")
+    assert '-e ".[dev]"' in planned("test")  # make test after make demo: upgraded to dev
+    (venv / ".onlstm-dev").touch()
+    os.utime(venv / ".onlstm-dev", (later, later))
+    assert "pip install" not in planned("test") and "pip install" not in planned("demo")
+    assert planned("demo").strip().endswith(f"{venv}/bin/onlstm demo")
+
+
+@pytest.mark.parametrize("experiment", ["lm", "logic"])
+def test_the_kernel_is_loaded_before_the_training_clock_starts(experiment, monkeypatch, tmp_path):
+    # the first use builds the C++ kernel (tens of seconds): inside the clock it ate the demo's 150 s budget
+    from onlstm.nn import kernels
+    from onlstm.runs.engine import Engine
+
+    events: list[str] = []
+    load, run = kernels.load_kernel, Engine.run
+    monkeypatch.setattr(kernels, "load_kernel", lambda name: events.append(f"load {name}") or load(name))
+    monkeypatch.setattr(Engine, "run", lambda self: events.append("clock starts") or run(self))
+    if experiment == "lm":
+        from support import TINY_LM
+
+        argv = ["lm", "train", "--config", str(TINY_LM), "--data-dir", str(write_corpus(tmp_path / "c"))]
+        argv += ["--max-steps", "2"]
+    else:
+        from onlstm.logic.generate import GenerateConfig, generate_dataset
+
+        generate_dataset(tmp_path / "d", GenerateConfig(per_length=4, seed=0, max_ops=3, test_count=1))
+        argv = ["logic", "train", "--data", str(tmp_path / "d"), "--hidden-size", "8", "--chunk-size", "4"]
+        argv += ["--emb-size", "8", "--max-steps", "2", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 0
+    assert "clock starts" in events and any(e.startswith("load") for e in events[: events.index("clock starts")])

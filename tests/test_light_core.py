@@ -82,6 +82,51 @@ def env_without_extras(tmp_path_factory) -> dict[str, str]:
     return env
 
 
+def core_dependencies() -> set[str]:
+    """The distributions ``pip install onlstm`` installs: the core requirements and theirs, recursively, as
+    installed here (markers evaluated, no extras)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    todo = list(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
+    found: set[str] = set()
+    while todo:
+        req = Requirement(todo.pop())
+        name = canonicalize_name(req.name)
+        if name in found or (req.marker is not None and not req.marker.evaluate({"extra": ""})):
+            continue
+        found.add(name)
+        try:
+            todo += metadata.requires(req.name) or []
+        except metadata.PackageNotFoundError:
+            pass  # an optional platform package (CUDA libraries) not installed here
+    return found
+
+
+@pytest.fixture(scope="module")
+def env_core_only(tmp_path_factory) -> dict[str, str]:
+    """As after ``pip install onlstm`` in a new venv: every installed package that is not a core dependency
+    (numpy included unless the core needs it) is hidden."""
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+
+    core = core_dependencies() | {"onlstm"}
+    hidden = {
+        module
+        for module, dists in metadata.packages_distributions().items()
+        if not any(canonicalize_name(d) in core for d in dists)
+    }
+    site = tmp_path_factory.mktemp("core-only")
+    (site / "sitecustomize.py").write_text(BLOCKER.format(blocked=sorted(hidden)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), str(REPO / "src"), env.get("PYTHONPATH")]))
+    return env
+
+
 def run(args: list[str], env: dict[str, str], cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
 
@@ -191,3 +236,76 @@ def test_a_stand_in_answers_every_use_with_the_missing_extra():
 
     with pytest.raises(ModuleNotFoundError, match="numpyy"):  # not the extra: a bug keeps its traceback
         _register_or_stand_in(sub, broken, ("four",))
+
+
+def test_the_core_install_alone_trains_saves_and_loads_the_layer(env_core_only, tmp_path):
+    # Only the core's dependencies: safetensors' writer imports numpy, which torch does not install, so numpy
+    # must be one of them (a save raised ModuleNotFoundError, and torch warned at every import).
+    code = textwrap.dedent(LAYER.format(blocked=sorted(EXPERIMENT_PACKAGES)))
+    r = run(["-c", code, str(tmp_path / "w.safetensors")], env_core_only, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok []" and "Failed to initialize NumPy" not in r.stderr
+
+
+SHARE = """
+import contextlib, io, json, sys
+import torch
+from onlstm.cli import main
+from onlstm.models import LanguageModel
+
+out = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        out.append([main(argv), err.getvalue()])
+lm = LanguageModel.from_pretrained(sys.argv[2])
+lm.save_pretrained(sys.argv[3], command="onlstm lm train ...", results={"test": {"ppl": 9.5}})
+back = LanguageModel.from_pretrained(sys.argv[3])
+assert all(torch.equal(a, b) for a, b in zip(lm.parameters(), back.parameters()))
+hidden = sorted(n for n in sys.modules if n.split(".")[0] in ("yaml", "nltk", "matplotlib", "tqdm", "numpy"))
+print(json.dumps({"commands": out, "loaded": hidden}))
+"""
+
+
+def test_save_pretrained_and_export_need_only_the_core(env_core_only, tmp_path):
+    # README: saving and loading work without the extra; the card was YAML (pyyaml) and a demo's run needed
+    # the demo's module (nltk) for its command.
+    from onlstm.checkpoint import config_header, save_weights, write_json
+    from onlstm.data.vocab import Vocab
+    from onlstm.demo import DemoConfig
+    from onlstm.lm.config import TrainConfig
+    from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
+    from onlstm.logic.model import LogicClassifier
+    from onlstm.models import LanguageModel, LMConfig
+
+    words = ["<eos>", "<unk>", "the", "cat", "sat"]
+    lm = LanguageModel(LMConfig(vocab_size=len(words), emb_size=8, hidden_sizes=[8, 8], chunk_size=4))
+    train = TrainConfig(epochs=2, threads=1).to_dict()
+    headers = {
+        "lm": config_header("lm", lm.config.to_dict(), train=train, data={"data_dir": "/d"}),
+        "demo": config_header("lm", lm.config.to_dict(), train=train, demo=DemoConfig(seconds=5).to_dict()),
+    }
+    for name, header in headers.items():
+        save_weights(tmp_path / name / "model.best.safetensors", lm)
+        Vocab(words).save(tmp_path / name / "vocab.json")
+        write_json(tmp_path / name / "config.json", {**header, "text_normalisation": "lower"})
+        write_json(tmp_path / name / "results.json", {"test": {"ppl": 12.5}})
+    logic = LogicClassifier(LogicModelConfig(emb_size=8, hidden_size=8, chunk_size=4, mlp_hidden=4))
+    save_weights(tmp_path / "logic" / "model.best.safetensors", logic)
+    write_json(
+        tmp_path / "logic" / "config.json",
+        config_header("logic-classifier", logic.config.to_dict(), train=LogicTrainConfig().to_dict(), data={}),
+    )
+    names = ["lm", "demo", "logic"]
+    commands = [["export", "--checkpoint", str(tmp_path / n), "--to", str(tmp_path / f"{n}-shared")] for n in names]
+    args = [json.dumps(commands), str(tmp_path / "lm"), str(tmp_path / "saved")]
+    r = run(["-c", textwrap.dedent(SHARE), *args], env_core_only, tmp_path)
+    assert r.returncode == 0, r.stderr
+    found = json.loads(r.stdout.splitlines()[-1])
+    assert found["commands"] == [[0, ""]] * 3, found
+    assert found["loaded"] == [n for n in found["loaded"] if n.split(".")[0] == "numpy"]  # the extra's: none
+    cards = {n: (tmp_path / f"{n}-shared" / "README.md").read_text() for n in names}
+    assert "onlstm lm train --data-dir /d" in cards["lm"] and "ppl: 12.5" in cards["lm"]
+    assert "onlstm demo --seconds 5" in cards["demo"]
+    assert "onlstm logic train" in cards["logic"]
+    assert "ppl: 9.5" in (tmp_path / "saved" / "README.md").read_text()

@@ -37,6 +37,13 @@ def test_a_file_wins_over_a_preset_and_bad_names_list_the_presets(tmp_path, monk
     assert resolve_config("tiny", "lm") == Path("tiny")  # the user's file of that name, not the preset
     with pytest.raises(ConfigError, match=r"does not exist, and it is not a lm preset.*ptb-cpu, ptb-paper, tiny"):
         resolve_config("ptb-gpu", "lm")
+    with pytest.raises(ConfigError, match=r"not a lm preset either; did you mean ptb-cpu\? \(lm presets"):
+        resolve_config("ptb_cpu", "lm")  # the underscore of a Python name
+    with pytest.raises(ConfigError, match=r"not a logic preset either; did you mean cpu-1h\?"):
+        resolve_config("cpu1h", "logic")
+    with pytest.raises(ConfigError) as far:
+        resolve_config("something-else", "lm")
+    assert "did you mean" not in str(far.value)
     with pytest.raises(ConfigError, match=r"'logic/smoke' is a preset for `onlstm logic`, not for `onlstm lm`"):
         resolve_config("logic/smoke", "lm")
     with pytest.raises(ConfigError, match="it is not a demo preset either"):

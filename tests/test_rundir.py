@@ -22,7 +22,7 @@ from support import REPO
 
 OLD_RUNS = Path(__file__).parent / "fixtures" / "old-runs"
 NAMES = {RunDir.CONFIG, RunDir.VOCAB, RunDir.HISTORY, RunDir.LOG, RunDir.RESULTS, RunDir.RESUME, RunDir.LOCK}
-NAMES |= {RunDir.TENSORBOARD, RunDir.SHARED_WEIGHTS, RunDir.CARD}
+NAMES |= {RunDir.TENSORBOARD, RunDir.STEPS, RunDir.SHARED_WEIGHTS, RunDir.CARD}
 NAMES |= {RunDir.WEIGHTS.format(tag=tag) for tag in ("best", "last")}
 
 
@@ -40,6 +40,7 @@ def test_every_path_is_its_name_in_the_directory(tmp_path):
         run.resume_path: RunDir.RESUME,
         run.lock_path: RunDir.LOCK,
         run.tensorboard_path: RunDir.TENSORBOARD,
+        run.steps_path: RunDir.STEPS,
         run.shared_weights_path: RunDir.SHARED_WEIGHTS,
         run.card_path: RunDir.CARD,
         run.weights("best"): "model.best.safetensors",
@@ -230,3 +231,22 @@ def test_an_export_never_lands_in_a_training_run(tmp_path):
     shared.save_pretrained(torch.nn.Linear(1, 1), {"kind": "x"}, "card", ["a"])
     assert {p.name for p in shared.path.iterdir()} == {RunDir.CONFIG, RunDir.VOCAB, RunDir.SHARED_WEIGHTS, RunDir.CARD}
     assert shared.card_path.read_text() == "card" and shared.read_config() == {"kind": "x"}
+
+
+def test_the_model_cards_yaml_reads_back_as_written():
+    yaml = pytest.importorskip("yaml")
+    from onlstm.runs.dirs import simple_yaml
+
+    data = {
+        "model": {"hidden_sizes": [12, 8], "cell": "onlstm", "dropout": 0.25, "tie": True, "note": None},
+        "test": {"ppl": 9.5, "nan": float("nan"), "inf": float("-inf")},
+        "history": [{"epoch": 1, "ppl": 300.0}, {"epoch": 2, "ppl": 200.5, "layers": [[1, 2], [3]]}],
+        "odd key: #1": "a: b # not a comment\nsecond line",
+        "empty": {},
+        "none": [],
+    }
+    back = yaml.safe_load(simple_yaml(data))
+    assert back["test"]["nan"] != back["test"]["nan"] and back["test"]["inf"] == float("-inf")
+    del back["test"]["nan"], data["test"]["nan"]  # NaN is not equal to itself
+    assert back == data
+    assert simple_yaml({"test": {"ppl": 9.5}}) == "test:\n  ppl: 9.5"

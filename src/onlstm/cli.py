@@ -80,7 +80,7 @@ def _cmd_export(args) -> int:
     kind = find_kind(run.read_config().get("kind"), "export", run.path)  # no header: read_config says so
     model = kind.model.from_pretrained(weights)
     if isinstance(model.run_config.get("demo"), dict):  # a demo's run also holds lm train's settings, but only
-        from .demo import demo_command  # the demo remakes its corpus (imported for it alone: it needs nltk)
+        from .demo_config import demo_command  # without nltk, which the demo itself needs
 
         command: str | None = demo_command(model.run_config)
     else:

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import difflib
 import functools
 import inspect
 import types
@@ -271,9 +272,12 @@ def resolve_config(value: str | Path, experiment: str) -> Path:
             f"{name!r} is a preset for `onlstm {name.split('/')[0]}`, not for `onlstm {experiment}`; "
             f"{experiment} presets: {names}"
         )
+    short = [n.split("/", 1)[1] for n in mine]
+    near = difflib.get_close_matches(name.replace("_", "-").lower(), short, n=1, cutoff=0.6)
+    guess = f"did you mean {near[0]}? " if near else ""
     raise ConfigError(
-        f"config file {value} does not exist, and it is not a {experiment} preset either ({experiment} presets: "
-        f"{names}; `onlstm presets` describes them)"
+        f"config file {value} does not exist, and it is not a {experiment} preset either; {guess}({experiment} "
+        f"presets: {names}; `onlstm presets` describes them)"
     )
 
 

@@ -6,23 +6,17 @@ from __future__ import annotations
 import json
 import math
 import shlex
+import shutil
+import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from .checkpoint import write_text
-from .config import (
-    Config,
-    ConfigError,
-    check_probabilities,
-    command_flags,
-    find_preset,
-    option,
-    seed_option,
-    threads_option,
-)
+from .config import find_preset
 from .data.grammar import Grammar
 from .data.vocab import Vocab
+from .demo_config import DemoConfig as DemoConfig
+from .demo_config import demo_command as demo_command
 from .models.language_model import LanguageModel, load_language_model_run
 from .parsing.baselines import score_baselines
 from .parsing.induce import sentence_distances, trees_from_distances
@@ -32,37 +26,6 @@ from .runs import RunDir, RunDirError, check_output_folder
 
 #: The corpus folder inside the demo's run directory (read by ``onlstm lm train --data-dir``).
 DATA = "data"
-
-
-@dataclass
-class DemoConfig(Config):
-    """Settings of ``onlstm demo`` (saved under ``demo`` in the run's header)."""
-
-    section = "demo"
-
-    out: str = option("demo_out", "run directory for the checkpoint, corpus, trees and plots")
-    seconds: float = option(150.0, "training time budget in seconds (the language model's train.time_limit)")
-    seed: int = seed_option(0, "seed of the generated corpus, the weights and the random baseline")
-    train_sentences: int = option(20000, "generated training sentences")
-    dev_sentences: int = option(300, "generated development sentences (validation; choose the layer)")
-    test_sentences: int = option(500, "generated held-out test sentences")
-    emb_size: int = option(64, "embedding width (= last layer's width)")
-    hidden_sizes: list[int] = option([128, 128, 64], "width of every ON-LSTM layer")
-    chunk_size: int = option(8, "ON-LSTM chunk size")
-    batch_size: int = option(32, "columns of the training stream")
-    bptt: int = option(35, "segment length")
-    lr: float = option(3e-3, "Adam learning rate")
-    # README: the demo runs were measured with both master input gates.
-    master_input: str = option("reverse", "ON-LSTM master input gate: paper or reverse", choices=("paper", "reverse"))
-    dropout: float = option(0.1, "locked dropouts (input, between layers, output) and DropConnect")
-    # Small matrices: one thread is as fast as two and immune to other load.
-    threads: int = threads_option(1, "torch threads (the model is small)")
-
-    def validate(self) -> None:
-        for name in ("seconds", "train_sentences", "dev_sentences", "test_sentences", "batch_size", "bptt", "lr"):
-            if not getattr(self, name) > 0 or not math.isfinite(getattr(self, name)):  # NaN fails both
-                raise ConfigError(f"demo.{name} must be positive and finite, got {getattr(self, name)}")
-        check_probabilities(self, ["dropout"])
 
 
 def lm_settings(cfg: DemoConfig, quiet: bool = False) -> dict:
@@ -161,11 +124,6 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: b
     return result
 
 
-def demo_command(config: dict) -> str:
-    """The ``onlstm demo`` command that reproduces a demo run's settings (its header's ``demo`` section)."""
-    return shlex.join(["onlstm", "demo", *command_flags(DemoConfig, config["demo"])])
-
-
 def _score(cfg: DemoConfig, model: LanguageModel, vocab: Vocab, dev, test, out_dir: Path) -> dict:
     """Per-layer F1 on test, the layer chosen on dev, the baselines; writes the test trees (gold, predicted)."""
     t0 = time.monotonic()
@@ -213,6 +171,18 @@ def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
     print("\nexamples (gold | induced):")
     for k in range(4):
         print(f"  gold: {to_brackets(unlabel(test[k]))}\n  pred: {to_brackets(pred[k])}\n")
-    print(
-        f"checkpoint, trees and plots in {out_dir}/ (try: onlstm parse --checkpoint {out_dir} <<< 'the dog saw a cat')"
-    )
+    parse = f"{onlstm_command()} parse --checkpoint {shlex.quote(str(out_dir))}"
+    print(f"checkpoint, trees and plots in {out_dir}/ (try: {parse} <<< 'the dog saw a cat')")
+
+
+def onlstm_command() -> str:
+    """How to run ``onlstm`` again from this shell: ``onlstm`` when that name finds the script running now,
+    else that script's path (``.venv/bin/onlstm`` under ``make demo``, the venv not activated) or, when run as
+    ``python -m onlstm``, this Python with ``-m onlstm``."""
+    script, found = Path(sys.argv[0]), shutil.which("onlstm")
+    if script.name == "onlstm":
+        same = found is not None and Path(found).resolve() == script.resolve()
+        return "onlstm" if same else shlex.quote(str(script))
+    if found is not None and Path(found).absolute().parent == Path(sys.executable).absolute().parent:
+        return "onlstm"  # this environment's script is on PATH
+    return f"{shlex.quote(sys.executable)} -m onlstm"

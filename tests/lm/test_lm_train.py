@@ -356,6 +356,7 @@ def test_run_directory_layout_is_data_only(finished_run):
         "model.last.safetensors",
         "results.json",
         "resume.safetensors",
+        "steps.csv",
         "vocab.json",
     ]
     config = read_json(finished_run / "config.json")

@@ -317,6 +317,7 @@ def test_train_then_eval_smoke(tiny_data, tmp_path, capsys):
         "model.best.safetensors",
         "model.last.safetensors",
         "resume.safetensors",  # kept: a larger --epochs trains it further
+        "steps.csv",  # the figures between validation checks
     }
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["kind"] == KIND and cfg["status"] == "finished" and cfg["model"]["cell"] == "lstm"

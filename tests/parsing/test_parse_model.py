@@ -168,6 +168,31 @@ def test_eval_parse_command(tmp_path, capsys):
     assert main(["eval-parse", "--checkpoint", str(run), "--treebank", str(tmp_path / "empty")]) == 2
 
 
+def test_eval_parse_marks_the_papers_column_and_prints_its_figure(tmp_path, capsys):
+    bank = tmp_path / "wsj" / "23"
+    bank.mkdir(parents=True)
+    (bank / "wsj_2301.mrg").write_text(MRG)
+    run = make_run(tmp_path, "the cat sat on mat bob saw N dogs".split())
+    base = ["eval-parse", "--checkpoint", str(run), "--treebank", str(tmp_path / "wsj"), "--layers", "2"]
+    expected = {(): None, ("--wsj10",): "WSJ10", ("--sections", "23"): "WSJ test (section 23)"}
+    for flags, paper_set in expected.items():
+        assert main([*base, *flags]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        head = next(line for line in lines if line.startswith("F1 (%)"))
+        assert head.split()[2] == "sentence*"  # the starred column: the paper's convention
+        note = next(line for line in lines if line.startswith("* sentence: sentence-level F1, the paper's convention"))
+        assert "Shen et al. 2019, Table 2" in note
+        if paper_set == "WSJ10":
+            assert "WSJ10: ON-LSTM mean 65.1, ON-LSTM max 66.8, right-branching 56.6" in note and "47.7" not in note
+        elif paper_set:
+            assert "WSJ test (section 23): ON-LSTM mean 47.7" in note and "65.1" not in note
+        else:
+            assert "65.1" in note and "47.7" in note and "neither of its sets" in note
+        assert main([*base, *flags, "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        assert found["paper_convention"] == "sentence_f1" and found["paper"]["set"] == paper_set
+
+
 def test_plot_command(tmp_path, capsys):
     run = make_run(tmp_path, "the cat sat".split(), normalisation="lower")
     prefix = tmp_path / "fig"
@@ -326,3 +351,37 @@ def test_bad_parsing_options_are_one_line_errors(tmp_path, capsys):
         err = capsys.readouterr().err
         assert rc == 2 and message in err and "Traceback" not in err, argv
     assert sorted(p.name for p in a_dir.iterdir()) == []
+
+
+def random_tree(r, words: list[str]):
+    """A random binary or ternary bracketing of ``words``."""
+    if len(words) == 1:
+        return words[0]
+    cuts = sorted(r.sample(range(1, len(words)), min(len(words) - 1, r.choice([1, 2]))))
+    bounds = [0, *cuts, len(words)]
+    return tuple(random_tree(r, words[a:b]) for a, b in zip(bounds, bounds[1:]))
+
+
+def test_pretty_trees_have_unbroken_lines(tmp_path, capsys):
+    import random
+
+    from onlstm.parsing.cli import _pretty
+
+    down, up = set("│┌┐┬┼├┤"), set("│└┘┴┼├┤")
+    r = random.Random(4)
+    for n in (2, 3, 5, 8, 13):
+        words = [f"w{i}" for i in range(n)]
+        _pretty(random_tree(r, words))
+        lines = capsys.readouterr().out.rstrip("\n").split("\n")
+        assert lines[-1].split() == words
+        grid = [line.ljust(max(map(len, lines))) for line in lines]
+        for i, (row, below) in enumerate(zip(grid, grid[1:])):
+            for c, cell in enumerate(row):
+                # a line that leaves a cell downwards enters the next one (or reaches a word), and back up
+                assert cell not in down or below[c] in up or i + 2 == len(grid), (n, i, c, "\n".join(lines))
+                assert below[c] not in up or cell in down, (n, i, c, "\n".join(lines))
+    run = make_run(tmp_path, "the cat sat on mat".split())
+    (tmp_path / "in.txt").write_text("the cat sat on the mat\n")
+    assert main(["parse", "--checkpoint", str(run), "--format", "pretty", str(tmp_path / "in.txt")]) == 0
+    drawn = capsys.readouterr().out.splitlines()
+    assert drawn[-1].split() == "the cat sat on the mat".split() and all(line.strip() for line in drawn)

@@ -1,9 +1,11 @@
 """Trees as plain data: unlabelled trees (nested tuples of words), labelled ``nltk.Tree`` trees, bracket
 strings, leaves and spans; read by the treebank reader and by parsing (docs/parsing.md, "Trees and
-metrics"). The distance -> tree builder is :func:`onlstm.parsing.trees.build_tree`."""
+metrics"), and the distance -> tree builder :func:`build_tree` (parsing and
+:meth:`onlstm.models.LanguageModel.parse` use it)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 
@@ -134,6 +136,42 @@ _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 _WORD = re.compile(r"[^\s()]+")
 
 
+def to_nltk(tree: object) -> LabelledTree:
+    """An unlabelled tree as an ``nltk.Tree`` with blank labels, every word under its own blank pre-terminal
+    (nltk's pretty printer misplaces words that stand beside constituents). Built without recursion."""
+    top: list[LabelledTree] = []
+    stack: list[tuple[object, list]] = [(tree, top)]
+    while stack:  # depth first, left to right: each node is appended to its parent in order
+        node, parent = stack.pop()
+        if isinstance(node, str):
+            parent.append(LabelledTree("", [node]))
+            continue
+        made = LabelledTree("", [])
+        parent.append(made)
+        stack.extend((child, made) for child in reversed(list(node)))  # type: ignore[call-overload]
+    return top[0]
+
+
+#: Box-drawing characters whose line leaves a cell downwards, and those whose line enters it from above.
+_DOWN, _UP = set("│┌┐┬┼├┤"), set("│└┘┴┼├┤")
+
+
+def draw_tree(tree) -> str:
+    """``tree`` drawn by nltk's printer with its blank label rows bridged: nltk leaves a node's label row
+    (every other row) empty where a label would sit, so without labels the vertical lines broke there."""
+    from nltk.tree import TreePrettyPrinter  # where nltk keeps it since 3.6 (the old module warns)
+
+    rows = [list(r) for r in TreePrettyPrinter(to_nltk(tree)).text(unicodelines=True).splitlines()]
+    width = max(map(len, rows))
+    rows = [r + [" "] * (width - len(r)) for r in rows]
+    for above, row, below in zip(rows, rows[1:], rows[2:]):  # top down: a bridged cell continues a line below
+        for c, cell in enumerate(row):
+            if cell == " " and above[c] in _DOWN and below[c] in _UP:
+                row[c] = "│"
+    lines = ["".join(r).rstrip() for r in rows]
+    return "\n".join(line for line in lines if line)  # the root's label row is blank
+
+
 def to_brackets(tree: object) -> str:
     """One-line bracket string of an unlabelled tree or an ``nltk.Tree``, of any depth; a word that is
     empty or holds spaces or parentheses raises ``ValueError``."""
@@ -260,3 +298,49 @@ def parse_tree_lines(lines: Sequence[str], fmt: str = "auto", source: str = "<in
         except TreeFormatError as err:
             raise TreeFormatError(f"{source} line {k}: {err}") from None
     return out
+
+
+def build_tree(words: Sequence[str], distances: Sequence[float]) -> Tree:
+    """The reference greedy top-down builder (Shen et al. 2019) from per-word syntactic distances.
+
+    Over ``words[lo:hi]`` take ``i``, the largest distance (the **leftmost** on ties, like
+    ``numpy.argmax``); the tree is ``(build(words[lo:i]), (words[i], build(words[i+1:hi])))`` with empty
+    parts dropped and one-element groups unwrapped (one word: the ``str`` itself). ``distances``: any 1-D
+    sequence of numbers. Zero words, a length mismatch, a NaN distance (it would hide a broken model) or
+    a non-string word raise ``ValueError``/``TypeError``.
+    """
+    words = list(words)
+    dist = [float(d) for d in distances]
+    if len(words) != len(dist):
+        raise ValueError(f"build_tree needs one distance per word: got {len(words)} words and {len(dist)} distances")
+    if not words:
+        raise ValueError(
+            "build_tree got zero words; a tree needs at least one word (skip empty sentences before building)"
+        )
+    bad = [i for i, d in enumerate(dist) if math.isnan(d)]
+    if bad:
+        raise ValueError(f"build_tree got NaN distances at word positions {bad[:10]}; check the model's output")
+    _check_words(words)
+    return _build(words, dist, 0, len(words))
+
+
+def _build(words: list[str], dist: list[float], lo: int, hi: int) -> Tree:
+    # An explicit stack, not recursion: a long sentence may nest as deep as it is long. Each frame is a
+    # span and its split point; a span is assembled once both of its parts are built.
+    built: dict[tuple[int, int], Tree] = {}
+    stack: list[tuple[int, int, int]] = [(lo, hi, -1)]
+    while stack:
+        a, b, i = stack.pop()
+        if b - a == 1:
+            built[(a, b)] = words[a]
+        elif i < 0:  # first visit: choose the split, build the parts first
+            i = max(range(a, b), key=dist.__getitem__)  # max() keeps the first maximum: leftmost on ties
+            stack.append((a, b, i))
+            if i + 1 < b:
+                stack.append((i + 1, b, -1))
+            if i > a:
+                stack.append((a, i, -1))
+        else:
+            right: Tree = words[i] if i + 1 == b else (words[i], built.pop((i + 1, b)))
+            built[(a, b)] = right if i == a else (built.pop((a, i)), right)
+    return built[(lo, hi)]

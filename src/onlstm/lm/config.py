@@ -100,11 +100,13 @@ class TrainConfig(Runtime):
         "state and cumax and the loss in float32; meant for CUDA); evaluation always runs in float32",
         choices=("fp32", "bf16"),
     )
-    log_every: int = option(100, "batches between progress/TensorBoard updates", bounds=(1, None))
+    log_every: int = option(
+        100, "batches between reports: the progress bar's figures, a log line, a row of steps.csv", bounds=(1, None)
+    )
     checkpoint_every: int = option(
         1000, "batches between resumable checkpoints (also at every epoch end and on Ctrl-C)", bounds=(1, None)
     )
-    tensorboard: bool = option(True, "write TensorBoard logs to RUN_DIR/tensorboard when tensorboard is installed")
+    tensorboard: bool = option(False, "also write the reports to RUN_DIR/tensorboard (needs the tensorboard package)")
 
     def validate(self) -> None:
         for name in ("lr", "bptt_std", "weight_decay", "clip", "alpha", "beta"):

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -36,8 +37,9 @@ from ..runs import (
     training_tensors,
     write_resume,
 )
-from ..runs.engine import Budget, Check, Engine, Progress, diverged, update
-from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, load_config
+from ..runs.device import prepare_kernel
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, diverged, update
+from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, load_config
 from .data import DistContext, batchify, bptt_schedule, column_share, segment, setup, teardown
 from .evaluate import Interrupted, perplexity
 
@@ -95,7 +97,10 @@ AUTOCAST_DEVICES = ("cuda",)
 
 def use_onlstm_impl(model: nn.Module, impl: str, device: torch.device) -> None:
     """Make every ON-LSTM layer of ``model`` run ``impl`` (a runtime choice, never saved with the weights);
-    a kernel that cannot run on ``device`` is an error here, before the first step, not a silent fallback."""
+    a kernel that cannot run on ``device`` is an error here, before the first step, not a silent fallback.
+    The kernel is loaded here (:func:`~onlstm.runs.device.prepare_kernel`), before the training clock starts."""
+    if impl == "auto":
+        prepare_kernel(model, device)
     if impl not in ("auto", "reference"):
         try:
             chosen = kernels.resolve_impl(impl, device, torch.float32)
@@ -193,7 +198,6 @@ class Trainer:
         elif resume:
             self.log(f"{self.rundir.path} has no {RunDir.RESUME} yet; starting from the beginning")
         self.engine: Engine | None = None
-        self._tb = None
 
     def _resolve_config(self, explicit: dict) -> RunConfig:
         """Defaults < explicit; on resume the saved settings, of which only the runtime fields may change."""
@@ -324,9 +328,8 @@ class Trainer:
             if self.may_average and not prog.task["averaging"] and start and prog.epoch + 1 >= start:
                 self.log(self._start_averaging())
         self._clock = time.perf_counter()
-        self._since = {"tokens": 0, "loss": self._zero(), "clock": self._clock, "start": self._clock, "batches": 0}
-        self._n_pass, self._postfix = len(sched := self.schedule(prog.epoch + 1)), {}
-        return sched
+        self._since = {"tokens": 0, "loss": self._zero(), "clock": self._clock}
+        return self.schedule(prog.epoch + 1)
 
     def _zero(self) -> torch.Tensor:
         return torch.zeros((), dtype=torch.float64, device=self.ctx.device)
@@ -351,30 +354,19 @@ class Trainer:
         self._acc_loss += weighted
         self._acc_tok += n
         since["loss"] += weighted
-        since["tokens"], since["batches"] = since["tokens"] + n, since["batches"] + 1
+        since["tokens"] += n
 
     def end_pass(self, prog: Progress, complete: bool) -> bool | None:
         return complete or None
 
-    def describe(self, prog: Progress) -> dict[str, str]:
-        """Loss, speed and time left since the last report, every ``log_every`` steps (and tensorboard)."""
-        if prog.step % self.cfg.log_every and prog.pos != self._n_pass:
-            return self._postfix
+    def metrics(self, prog: Progress) -> dict[str, float]:
+        """Loss, perplexity and speed (all processes' tokens) since the last report."""
         since, now = self._since, time.perf_counter()
         cur = float(since["loss"]) / max(since["tokens"], 1)
         tok_s = since["tokens"] * self.ctx.world / max(now - since["clock"], 1e-9)
-        rate = since["batches"] / max(now - since["start"], 1e-9)
-        left = (self._n_pass - prog.pos + (self.cfg.epochs - prog.epoch - 1) * self._n_pass) / rate
-        if self.cfg.time_limit is not None:  # a wall-time budget usually ends the run long before its epochs
-            left = min(left, 60 * self.cfg.time_limit - self.engine.elapsed())
-        self._postfix = {"loss": f"{cur:.3f}", "ppl": f"{math.exp(min(cur, 50)):.1f}", "tok/s": f"{tok_s:,.0f}"}
-        from tqdm import tqdm  # the experiments extra, imported where it is used as elsewhere
-
-        self._postfix["left"] = tqdm.format_interval(left) if math.isfinite(left) and left >= 0 else "?"
-        self._scalars(prog.step, {"train/loss": cur, "train/tokens_per_s": tok_s})
         since["tokens"], since["clock"] = 0, now
         since["loss"].zero_()
-        return self._postfix
+        return {"loss": cur, "ppl": math.exp(min(cur, 50)), "tokens_per_s": tok_s}
 
     def _perplexity(self, model, split: str, protocol: str, batch_size: int, stop: StopRequest | None, **kw):
         """``model``'s perplexity on ``split``, stopped (Interrupted) when ``stop`` is requested."""
@@ -410,7 +402,6 @@ class Trainer:
             f"{' *' if improved else '  '} | {'ASGD' if t['averaging'] else self.cfg.optimizer.upper():4} | "
             f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s"
         )
-        self._scalars(prog.epoch, {"valid/ppl": row["valid_ppl"], "train/epoch_ppl": row["train_ppl"]})
         if self.may_average and not t["averaging"]:
             switch = nonmono_switch(t["sgd_valid_history"], -check.score, self.cfg.nonmono)
             t["sgd_valid_history"].append(-check.score)
@@ -518,19 +509,6 @@ class Trainer:
         when = f"in epoch {prog.epoch + 1} (by step {prog.step})"
         raise diverged(loss, when, f"{', '.join(kept)} in {self.rundir.path}" if kept else "", clip=0.25)
 
-    def _scalars(self, step: int, values: dict[str, float]) -> None:
-        """Add ``values`` to the TensorBoard log (opened on first use; without tensorboard: the CSV log only)."""
-        if self._tb is None and self.cfg.tensorboard and self.ctx.is_main:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(str(self.rundir.tensorboard_path))
-            except Exception:
-                self._tb = False
-        if self._tb:
-            for tag, value in values.items():
-                self._tb.add_scalar(tag, value, step)
-
     def run(self, max_steps: int | None = None, on_step: Callable[[Trainer], None] | None = None) -> dict:
         """Train to ``cfg.epochs`` (or until ``max_steps`` optimizer steps in total, ``cfg.time_limit`` minutes of
         training, or a stop request), then (``final_test``) score the best weights. Returns ``{"status": ...,
@@ -542,8 +520,11 @@ class Trainer:
             self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
         budget = Budget(cfg.epochs, 0, max_steps, cfg.time_limit, check_at_stop=False, save_every=cfg.checkpoint_every)
         hook = (lambda: on_step(self)) if on_step is not None else None
-        bar = cfg.progress and self.ctx.is_main
-        self.engine = Engine(self, budget, prog, self.history, self.log, bar, on_step=hook, agree=self.ctx.any)
+        bar, main = cfg.progress and self.ctx.is_main, self.ctx.is_main
+        report = Reporting.for_run(self.rundir, cfg.log_every, cfg.progress, cfg.tensorboard, main)
+        self.engine = Engine(
+            self, budget, prog, self.history, self.log, bar, on_step=hook, agree=self.ctx.any, report=report
+        )
         why = self.engine.run()
         if why == "aborted":
             self.log("aborted without saving; the last checkpoint is kept")
@@ -563,8 +544,6 @@ class Trainer:
             prog.task["finished"] = True
             if prog.task["results"] is None and cfg.final_test:
                 status = self._final_test()
-        if self._tb:
-            self._tb.close()
         return {"status": status, "progress": vars(self.progress)}
 
     def _stopped_message(self, why: str, more_flags: str = "") -> str:
@@ -605,6 +584,45 @@ class Trainer:
         self.log(f"best weights: valid {valid.describe()}")
         self.log(f"best weights: test  {test.describe()}")
         return "finished"
+
+
+@dataclass
+class LMRun:
+    """A run of :func:`train_language_model`: its directory, ``status`` (``finished``, ``stopped`` by a budget,
+    ``interrupted``) and where it stopped (``progress``: epoch, step, best validation loss, history, ...)."""
+
+    run_dir: Path
+    status: str
+    progress: dict
+
+    def model(self) -> LanguageModel:
+        """The run's best weights (its last ones when no epoch ended) as a model with its vocabulary."""
+        return LanguageModel.from_pretrained(self.run_dir)
+
+    def results(self) -> dict | None:
+        """The final test's results (``results.json``), when the run finished with one."""
+        return RunDir(self.run_dir).results()
+
+
+def train_language_model(
+    config: RunConfig | dict | str | Path,
+    data_dir: str | Path,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    log: Callable[[str], None] = print,
+) -> LMRun:
+    """``onlstm lm train`` as a function: ``config`` is a :class:`~onlstm.lm.config.RunConfig` (from
+    :func:`~onlstm.lm.config.load_config`), a preset name or YAML file, or ``{"model": {...}, "train": {...}}``;
+    ``data_dir`` holds ``ptb.{train,valid,test}.txt``; ``out`` is the run directory (new, or resumed)."""
+    if isinstance(config, RunConfig):
+        explicit: dict = {"model": dict(config.model), "train": config.train.to_dict()}
+    elif isinstance(config, dict):
+        explicit = config
+    else:
+        explicit = explicit_settings(config)
+    done = train(Path(out), Path(data_dir), explicit, resume=resume, log=log)
+    return LMRun(Path(out), done["status"], done["progress"])
 
 
 def train(

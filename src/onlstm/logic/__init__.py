@@ -8,6 +8,7 @@ from ..runs import RunKind, register_kind
 from .cli import train_command
 from .compare import CompareResult
 from .compare import compare as compare_encoders  # not `compare`: that name is the submodule
+from .config import load_config
 from .data import (
     Example,
     LogicDataError,

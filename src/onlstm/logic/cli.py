@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,7 +17,7 @@ from ..config import ConfigError, Settings, add_command, add_flags, add_group, a
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
 from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
-from .data import read_examples, relabel_mismatches, write_file
+from .data import has_split, read_examples, relabel_mismatches, write_file
 from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 from .model import KIND, load_classifier
@@ -319,7 +320,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     result = train(model_cfg, train_cfg, data, out, resume=args.resume)
     if result.interrupted:
         return EXIT_INTERRUPTED
-    print(f"evaluate with: onlstm logic eval --checkpoint {out} --data {data}")
+    # without test files (the original data) the validation hold-out is what there is to score
+    split = " --split valid" if Path(data).is_dir() and not has_split(data, "test") else ""
+    print(
+        f"evaluate with: onlstm logic eval --checkpoint {shlex.quote(str(out))} --data {shlex.quote(str(data))}{split}"
+    )
     return 0
 
 
@@ -359,7 +364,7 @@ def _cmd_curves(args: argparse.Namespace) -> int:
     """
     from .plots import plot_curves_by_ops, plot_training_curves
 
-    runs, seeds = [], []
+    runs, seeds, max_ops = [], [], []
     try:
         example = "positive step numbers separated by commas, e.g. 2000,8000"
         steps = _numbers(args.at_steps, "--at-steps", example, ranges=False) if args.at_steps else []
@@ -367,9 +372,10 @@ def _cmd_curves(args: argparse.Namespace) -> int:
             header = RunDir(run).read_config(KIND, "a run of `onlstm logic train`")
             runs.append((header["model"]["cell"], read_json(RunDir(run).history_path)))
             seeds.append(header["train"]["seed"])
+            max_ops.append(header["train"].get("max_train_ops"))
         args.out.mkdir(parents=True, exist_ok=True)
         paths = [plot_training_curves(runs, args.out / "training_curves.png")]
-        paths.append(plot_curves_by_ops(runs, args.out / "curves_by_ops.png"))
+        paths.append(plot_curves_by_ops(runs, args.out / "curves_by_ops.png", max_ops[0]))
     except ValueError as exc:
         raise command_error(exc) from None
     if steps:

@@ -166,6 +166,6 @@ def _finish(res: CompareResult, buckets: list[int], max_train_ops: int) -> Compa
             pass
     res.curves = plot_training_curves(curves, res.out_dir / "training_curves.png")
     if any(r.get("valid_by_ops") for _, h in curves for r in h):
-        res.curves_by_ops = plot_curves_by_ops(curves, res.out_dir / "curves_by_ops.png")
+        res.curves_by_ops = plot_curves_by_ops(curves, res.out_dir / "curves_by_ops.png", max_train_ops)
     write_text(res.out_dir / "table.md", f"{res.table}\n\nBudget of every run: {res.budget}\n")
     return res

@@ -5,10 +5,11 @@ the YAML presets ``logic/<name>`` (``onlstm presets``; see :mod:`onlstm.config`)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .. import encoders
-from ..config import Config, ConfigError, Runtime, check_probabilities, option, seed_option
+from ..config import Config, ConfigError, Runtime, Settings, check_probabilities, option, seed_option
 from ..nn.functional import MASTER_INPUT_MODES
 from .formulas import VOCABULARY
 from .relations import RELATIONS
@@ -123,6 +124,10 @@ class LogicTrainConfig(Runtime):
     clip: float = option(1.0, "gradient norm clipping; 0 = none", bounds=(0, None))
     patience: int = option(8, "stop after this many validation checks in a row without improvement", bounds=(1, None))
     valid_every: int = option(0, "steps between validation checks; 0 = once per epoch", bounds=(0, None))
+    log_every: int = option(
+        50, "steps between reports: the progress bar's figures, a log line, a row of steps.csv", bounds=(1, None)
+    )
+    tensorboard: bool = option(False, "also write the reports to RUN_DIR/tensorboard (needs the tensorboard package)")
     time_limit: float | None = option(
         None, "stop after this many minutes of training (checked after every step)", default_text="no limit"
     )
@@ -195,3 +200,14 @@ class EvalSettings(Runtime):
     lengths: str = option("1-12", "file numbers to evaluate, e.g. 1-12 or 0-12")
     tag: str = option("best", "weights file model.<tag>.safetensors")
     batch_size: int = option(512, "pairs per batch")
+
+
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None
+) -> tuple[LogicModelConfig, LogicTrainConfig]:
+    """The model and training configs ``onlstm logic train --config PATH`` would use: defaults < the YAML file or
+    preset ``path`` (``"smoke"``, ``"original"``, ...) < ``overrides`` (``{"model": {...}, "train": {...}}``), for
+    :func:`onlstm.logic.train_classifier`."""
+    sections = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
+    settings = Settings.resolve(sections, path, overrides or {}, experiment="logic", keys=("data", "out"))
+    return settings.build("model"), settings.build("train")

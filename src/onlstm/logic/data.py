@@ -213,17 +213,30 @@ def _read_directory(directory: Path, split: str | None, buckets: set[int] | None
     found = [(*named, p) for p in directory.iterdir() if (named := parse_file_name(p)) and p.is_file()]
     files = sorted(found, key=lambda t: (SPLITS.index(t[0]), t[1], t[2].name))  # by split, then k
     if not files:
+        # never suggest writing into a folder that holds something else (a PTB folder given by mistake)
+        into = directory if not any(directory.iterdir()) else Path("runs/logic/data")
         raise LogicDataError(
             f"{directory}: no train{{k}}/test{{k}} files here (expected names like train0 … train12, "
-            f"test0 … test12); generate some with `onlstm logic generate --out {directory}`"
+            f"test0 … test12); generate a data set with `onlstm logic generate --out {into}` and pass --data {into}"
         )
     wanted = [(s, k, p) for s, k, p in files if (split is None or s == split) and (buckets is None or k in buckets)]
     if not wanted:
         names = ", ".join(p.name for _, _, p in files)
+        hint = ""
+        if split == "test" and not any(s == "test" for s, _, _ in files):  # the original data: train files only
+            hint = (
+                "; this data has no test files: `onlstm logic eval --split valid` scores the run's validation hold-out"
+            )
         raise LogicDataError(
-            f"{directory}: no file matches split={split!r}, buckets={_show(buckets)} (files present: {names})"
+            f"{directory}: no file matches split={split!r}, buckets={_show(buckets)} (files present: {names}){hint}"
         )
     return [ex for _, _, p in wanted for ex in read_file(p)]
+
+
+def has_split(directory: str | Path, split: str) -> bool:
+    """Whether ``directory`` holds a file of ``split`` (the original data has train files only)."""
+    path = Path(directory)
+    return path.is_dir() and any((named := parse_file_name(p)) and named[0] == split for p in path.iterdir())
 
 
 def _show(buckets: set[int] | None) -> str:

@@ -55,10 +55,11 @@ def plot_training_curves(runs: list[tuple[str, list[dict]]], path: str | Path) -
     return _save(fig, ax, path, "training step", "accuracy (%)", legend_size=8)
 
 
-def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path) -> Path:
+def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path, max_train_ops: int | None = None) -> Path:
     """Validation accuracy against step, one panel per operator count, one colour per model (runs of the same
     model share it); from the ``valid_by_ops`` of each history record (runs without it are left out).
-    Shaded spans mark the steps a curriculum trained on shorter pairs than the longest."""
+    Shaded spans mark the steps a curriculum trained on shorter pairs than ``max_train_ops`` (the runs'
+    setting; when not given, the longest the first run reached)."""
     runs = [(name, [r for r in h if r.get("valid_by_ops")]) for name, h in runs]
     runs = [(name, h) for name, h in runs if h]
     if not runs:
@@ -78,7 +79,7 @@ def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path) -> 
             colours.setdefault(name, line.get_color())
         ax.set_title(f"{k} operator{'s' if k != 1 else ''}", fontsize=9)
         ax.grid(alpha=0.3)
-    _shade_curriculum(list(axes.flat)[: len(counts)], runs[0][1])
+    _shade_curriculum(list(axes.flat)[: len(counts)], runs[0][1], max_train_ops)
     for ax in list(axes.flat)[len(counts) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
@@ -87,11 +88,14 @@ def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path) -> 
     return _write(fig, path)
 
 
-def _shade_curriculum(axes, history: list[dict]) -> None:
-    """Shade, on every panel, the steps up to the last check made while training on shorter pairs than the
-    longest the run reached (the first run's curriculum: the runs of a comparison share their settings)."""
-    longest = max((r.get("train_ops") or 0) for r in history)
-    short = [r["step"] for r in history if r.get("train_ops") is not None and r["train_ops"] < longest]
+def _shade_curriculum(axes, history: list[dict], max_train_ops: int | None = None) -> None:
+    """Shade, on every panel, the steps up to the last check made while the curriculum still held training to
+    fewer than ``max_train_ops`` operators (the first run's curriculum: the runs of a comparison share their
+    settings). A run stopped before its curriculum ended is shaded to its end; without ``max_train_ops``
+    (unknown) the longest count the run reached stands for it."""
+    bounds = [r["train_ops"] for r in history if r.get("train_ops") is not None]
+    end = max_train_ops if max_train_ops is not None else max(bounds, default=0)
+    short = [r["step"] for r in history if r.get("train_ops") is not None and r["train_ops"] < end]
     if short:
         for ax in axes:
             ax.axvspan(0, max(short), color="grey", alpha=0.12, linewidth=0)

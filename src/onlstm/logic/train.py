@@ -18,8 +18,8 @@ from ..checkpoint import CheckpointError, config_header, read_json, save_weights
 from ..config import RUNTIME_NAMES
 from ..errors import TrainingDiverged
 from ..runs import RunDir
-from ..runs.device import runtime_device
-from ..runs.engine import Budget, Check, Engine, Progress, update
+from ..runs.device import prepare_kernel, runtime_device
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, update
 from ..runs.resume import read_resume, restore_training, resume_clash, training_tensors, write_resume
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
@@ -43,6 +43,10 @@ class TrainResult:
     @property
     def interrupted(self) -> bool:
         return self.stopped_by == "interrupted"
+
+    def model(self) -> LogicClassifier:
+        """The run's best classifier, in eval mode (as ``onlstm logic eval`` loads it)."""
+        return LogicClassifier.from_pretrained(self.out_dir)
 
 
 class PlateauSchedule:
@@ -192,7 +196,7 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
 
 
 #: Training settings that do not change what is learned (display, evaluation batching, threads, device).
-RUNTIME_FIELDS = (*RUNTIME_NAMES, "eval_batch_size")
+RUNTIME_FIELDS = (*RUNTIME_NAMES, "eval_batch_size", "log_every", "tensorboard")
 #: The budgets (settings, and the engine's stops of the same names) a resumed run may raise to train further;
 #: ``patience`` ends a run for good.
 BUDGETS = ("epochs", "max_steps", "time_limit")
@@ -293,7 +297,8 @@ def train(
         prog, history = task.restore() if resume else (task.fresh_progress(), [])
         task.write_status("running")
         log(task.summary())
-        engine = Engine(task, task.budget(), prog, history, log, bar=cfg.progress, desc=model_cfg.cell)
+        report = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard)
+        engine = Engine(task, task.budget(), prog, history, log, bar=cfg.progress, desc=model_cfg.cell, report=report)
         task.clock = engine.elapsed
         try:
             stopped_by = engine.run()
@@ -323,6 +328,7 @@ class LogicTask:
         self.device = runtime_device(cfg)
         torch.manual_seed(cfg.seed)
         self.model = LogicClassifier(model_cfg).to(self.device)
+        prepare_kernel(self.model, self.device)  # a first use's compile before the clock starts, not in it
         adam = {"betas": (cfg.adam_beta1, 0.999), "eps": cfg.adam_eps, "weight_decay": cfg.weight_decay}
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, **adam)
         self.schedule = PlateauSchedule(self.opt, cfg.lr_decay, cfg.lr_patience, cfg.min_lr)
@@ -332,6 +338,7 @@ class LogicTask:
         self.clock: Callable[[], float] = lambda: 0.0
         self.test_data: list[Encoded] = []
         self.test_lengths: list[int] = []
+        self._reported: tuple[float, int, int, float] | None = None  # running sums and clock at the last report
 
     def set_test(self, examples: list[Example]) -> None:
         """Pairs scored at every validation check besides the validation pairs (``score_test``), by file number."""
@@ -394,12 +401,18 @@ class LogicTask:
         t["seen"] += len(y)
         return loss
 
-    def describe(self, prog: Progress) -> dict[str, str]:
-        t = prog.task
+    def metrics(self, prog: Progress) -> dict[str, float]:
+        """Training loss, accuracy (with dropout) and speed since the last report."""
+        t, now = prog.task, self.clock()
+        last = self._reported or (0.0, 0, 0, prog.seconds)  # the session's first report: from its start
+        if t["seen"] < last[2]:  # a validation check began the running figures anew
+            last = (0.0, 0, 0, last[3])
+        seen = max(t["seen"] - last[2], 1)
+        self._reported = (t["loss_sum"], t["correct_sum"], t["seen"], now)
         return {
-            "loss": f"{t['loss_sum'] / max(t['seen'], 1):.3f}",
-            "acc": f"{100 * t['correct_sum'] / max(t['seen'], 1):.1f}%",
-            "best": f"{100 * (prog.best or 0.0):.1f}%",
+            "loss": (t["loss_sum"] - last[0]) / seen,
+            "accuracy": (t["correct_sum"] - last[1]) / seen,
+            "pairs_per_s": (t["seen"] - last[2]) / max(now - last[3], 1e-9),
         }
 
     def validation(self, prog: Progress) -> Check:

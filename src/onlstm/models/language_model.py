@@ -3,6 +3,8 @@ of :mod:`onlstm.encoders`; :func:`load_language_model_run` (docs/lm.md, "The rec
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +14,7 @@ from torch import nn
 
 from .. import encoders
 from ..config import Config, ConfigError, check_probabilities, option
+from ..data.vocab import EOS, Vocab
 from ..encoders import make_encoder
 
 
@@ -145,6 +148,74 @@ class LanguageModel(nn.Module):
     def logits(self, output: torch.Tensor) -> torch.Tensor:
         return self.decoder(output)
 
+    # ------------------------------------------------------------------ the Python API (docs/sharing.md)
+
+    def parse(self, sentences, layer: int | None = None, batch_size: int = 128) -> list[ParsedSentence]:
+        """Trees induced from the master-forget distances (ON-LSTM models), as ``onlstm parse`` induces them:
+        one :class:`ParsedSentence` per sentence (``.tree``, ``.brackets``, ``.nltk()``, ``.drawing()``,
+        ``.distances``).
+        ``sentences``: strings or lists of words, normalised as the training text was (:meth:`words`);
+        ``layer`` (1-based): by default the run's ``parse_layer`` (the demo's choice) or the paper's layer 2."""
+        from ..data.trees import build_tree
+
+        if not self.has_distances:
+            raise ValueError(f"a {self.config.cell!r} model has no master gates, so it induces no trees")
+        words = self.words(sentences)
+        index = default_parse_layer(getattr(self, "run_config", {}), len(self.layers), layer)
+        forget, _, _ = sentence_distances(self, self._vocab(), words, batch_size)
+        return [ParsedSentence(w, build_tree(w, d[index].tolist()), d, index + 1) for w, d in zip(words, forget)]
+
+    @torch.no_grad()
+    def score(self, sentences, batch_size: int = 64) -> list[float]:
+        """The log-probability (natural log) of each sentence: of its words and the end of sentence after them,
+        read from a fresh state after an end-of-sentence token (as parsing reads sentences). ``sentences``:
+        strings or lists of words, normalised as :meth:`words` does; unknown words count as ``<unk>``."""
+        vocab, words = self._vocab(), self.words(sentences)
+        self.eval()
+        eos, device, out = vocab.index[EOS], self.embedding.weight.device, [0.0] * len(words)
+        order = sorted(range(len(words)), key=lambda k: -len(words[k]))  # similar lengths batched together
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            ids = [vocab.encode(words[k])[0] for k in idx]
+            tokens = torch.full((len(ids[0]) + 2, len(idx)), eos, dtype=torch.long)
+            for b, row in enumerate(ids):
+                tokens[1 : len(row) + 1, b] = torch.tensor(row, dtype=torch.long)
+            output, _, _ = self(tokens[:-1].to(device))
+            logp = torch.log_softmax(self.logits(output).float(), -1)
+            picked = logp.gather(-1, tokens[1:].to(device).unsqueeze(-1)).squeeze(-1).cpu()  # (T, B)
+            for b, (k, row) in enumerate(zip(idx, ids)):
+                out[k] = float(picked[: len(row) + 1, b].double().sum())  # the words and the closing <eos>
+        return out
+
+    def perplexity(self, sentences, batch_size: int = 64) -> float:
+        """exp of the mean negative log-probability per token (each sentence's words and its end) of
+        :meth:`score`: every sentence read on its own, unlike ``onlstm lm eval``, which reads a corpus as one
+        stream (the paper's protocol)."""
+        words = self.words(sentences)
+        total = sum(self.score(words, batch_size))
+        return math.exp(-total / sum(len(w) + 1 for w in words))
+
+    def words(self, sentences) -> list[list[str]]:
+        """``sentences`` (a string, or a list of strings or of word lists) as the model reads them: a string is
+        tokenised and every sentence normalised as the training text was (the run's ``text_normalisation``:
+        ``ptb``, the default, lower-cases, turns digits into ``N`` and drops punctuation; ``lower``
+        lower-cases). A sentence left with no word raises ``ValueError``."""
+        from ..data.treebank import normalise_words, tokenize
+
+        scheme = getattr(self, "run_config", {}).get("text_normalisation", "ptb")
+        items = [sentences] if isinstance(sentences, str) else list(sentences)
+        out = [normalise_words(tokenize(s, scheme) if isinstance(s, str) else list(s), scheme)[0] for s in items]
+        empty = [k for k, w in enumerate(out) if not w]
+        if empty:
+            raise ValueError(f"sentence {empty[0]} has no word to read (after normalisation): {items[empty[0]]!r}")
+        return out
+
+    def _vocab(self) -> Vocab:
+        vocab = getattr(self, "vocab", None)
+        if vocab is None:
+            raise ValueError("the model has no vocabulary: load it with from_pretrained, or set model.vocab")
+        return vocab
+
     def save_pretrained(
         self,
         directory,
@@ -196,6 +267,87 @@ Parse sentences with it (ON-LSTM models): `onlstm parse --checkpoint THIS_DIRECT
 
 
 KIND = "lm"  # the kind of a language-model run (`onlstm lm train`, `onlstm demo`; registered by onlstm.lm)
+
+
+@dataclass
+class ParsedSentence:
+    """One sentence parsed by :meth:`LanguageModel.parse`: its ``words`` as the model read them, the ``tree``
+    (nested tuples of words), every layer's master-forget ``distances`` (a (layers, words) tensor) and the
+    ``layer`` (1-based) whose row built the tree."""
+
+    words: list[str]
+    tree: Any
+    distances: torch.Tensor
+    layer: int
+
+    @property
+    def brackets(self) -> str:
+        """The tree as one bracket string: ``((the cat) (sat down))``."""
+        from ..data.trees import to_brackets
+
+        return to_brackets(self.tree)
+
+    def nltk(self):
+        """The tree as an ``nltk.Tree`` (blank labels)."""
+        from ..data.trees import to_nltk
+
+        return to_nltk(self.tree)
+
+    def drawing(self) -> str:
+        """The tree drawn in text, as ``onlstm parse --format pretty`` draws it."""
+        from ..data.trees import draw_tree
+
+        return draw_tree(self.tree)
+
+
+def default_parse_layer(run_config: dict, n_layers: int, given: int | None = None) -> int:
+    """The 0-based layer to build trees from: ``given`` (1-based; checked), else the run's ``parse_layer`` (saved
+    by ``onlstm demo``: the layer it chose on dev), else the paper's layer 2 (the last of a one-layer model)."""
+    if given is not None:
+        return check_layer(given, n_layers)
+    saved = run_config.get("parse_layer")
+    if isinstance(saved, int) and not isinstance(saved, bool) and 1 <= saved <= n_layers:
+        return saved - 1
+    return min(n_layers, 2) - 1
+
+
+def check_layer(layer: int, n_layers: int) -> int:
+    """A 1-based layer number (``--layer``) -> 0-based index, with a clear error."""
+    if not 1 <= layer <= n_layers:
+        raise ValueError(f"--layer must be between 1 and {n_layers} (the model has {n_layers} layers), got {layer}")
+    return layer - 1
+
+
+@torch.no_grad()
+def sentence_distances(
+    model: LanguageModel, vocab: Vocab, sentences: Sequence[Sequence[str]], batch_size: int = 128
+) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
+    """Master-forget and master-input distances of every word: ``(forget, input, n_unknown)``, for
+    sentence ``k`` tensors of shape ``(layers, n_words)``, and how many words became ``<unk>``."""
+    if EOS not in vocab:
+        raise ValueError(f"the vocabulary has no {EOS} token, which the parsing protocol reads around each sentence")
+    model.eval()
+    eos = vocab.index[EOS]
+    device = model.embedding.weight.device
+    if any(len(s) == 0 for s in sentences):
+        raise ValueError("cannot parse an empty sentence")
+    pairs = [vocab.encode(s) for s in sentences]
+    encoded, unknown = [ids for ids, _ in pairs], sum(n for _, n in pairs)
+    order = sorted(range(len(encoded)), key=lambda k: -len(encoded[k]))
+    forget: list = [None] * len(encoded)
+    inputs: list = [None] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        T = len(encoded[idx[0]]) + 2
+        tokens = torch.full((T, len(idx)), eos, dtype=torch.long)
+        for b, k in enumerate(idx):
+            tokens[1 : len(encoded[k]) + 1, b] = torch.tensor(encoded[k])
+        _, _, extras = model(tokens.to(device), return_distances=True)
+        df, di = (torch.stack([getattr(d, g) for d in extras["distances"]]).cpu() for g in ("forget", "input"))
+        for b, k in enumerate(idx):  # df, di: (layers, T, B)
+            n = len(encoded[k])
+            forget[k], inputs[k] = df[:, 1 : n + 1, b].clone(), di[:, 1 : n + 1, b].clone()
+    return forget, inputs, unknown
 
 
 def load_language_model_run(

@@ -63,6 +63,11 @@ def clear_stale_lock(build_dir: Path) -> None:
         time.sleep(1.0)
 
 
+#: What the first build costs, as the compile message says it (README.md and docs/layer.md say the same;
+#: measured as docs/results.md, "Compiling the C++ kernel", says).
+COMPILE_TIME = "once per machine and torch version: 20-30 s on 2 cores"
+
+
 def load_extension() -> Any:
     """Return the compiled kernel module, or ``None`` if it cannot be built (the reason: :func:`extension_error`;
     ``impl='auto'`` then falls back to ``fused`` with one warning). ``ONLSTM_NO_EXTENSION=1`` skips the build;
@@ -81,15 +86,16 @@ def load_extension() -> Any:
         name = f"onlstm_cpu_{h.hexdigest()[:12]}"
         build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
         clear_stale_lock(build_dir)
-        if not any(build_dir.glob(f"{name}*.so")):
-            print(
-                "onlstm: compiling the C++ kernel (once per machine, about a minute) ...", file=sys.stderr, flush=True
-            )
+        compiling, started = not any(build_dir.glob(f"{name}*.so")), time.monotonic()
+        if compiling:
+            print(f"onlstm: compiling the C++ kernel ({COMPILE_TIME}) ...", file=sys.stderr, flush=True)
         # PATH extended while the kernel builds; patch.dict restores it (or its absence) afterwards
         with mock.patch.dict(os.environ, {"PATH": build_path(os.environ.get("PATH") or os.defpath)}):
             _state["module"] = cpp_extension.load(
                 name=name, sources=[str(_SOURCE)], extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], verbose=False
             )
+        if compiling:
+            print(f"onlstm: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     except Exception as exc:
         _state["error"] = exception_line(exc)
     return _state["module"]

@@ -12,8 +12,9 @@ from pathlib import Path
 from ..checkpoint import write_text
 from ..config import add_command, add_group, add_runtime_flags, arg, positive_int, runtime_settings
 from ..errors import InputError, command_error
+from ..models.language_model import default_parse_layer
 from ..runs import check_output_file, runtime_device
-from .evaluate import score_treebank
+from .evaluate import PAPER_F1, PAPER_SOURCE, paper_set, score_treebank
 from .induce import (
     check_layer,
     load_language_model,
@@ -27,6 +28,7 @@ from .trees import (
     FORMATS,
     LabelledTree,
     TreeFormatError,
+    draw_tree,
     leaves,
     parse_brackets,
     parse_tree_lines,
@@ -206,16 +208,9 @@ def _cmd_compare_trees(args: argparse.Namespace) -> int:
 
 
 def choose_layer(given: int | None, lm) -> int:
-    """The 0-based layer to build trees from: ``--layer`` when given (checked: 1..layers, so 0 is an error,
-    not the default), else the run's ``parse_layer`` (saved by ``onlstm demo``: the layer it chose on dev),
-    else the paper's layer 2 (the last layer of a one-layer model)."""
-    n_layers = len(lm.model.layers)
-    if given is not None:
-        return check_layer(given, n_layers)
-    saved = lm.config.get("parse_layer")
-    if isinstance(saved, int) and not isinstance(saved, bool) and 1 <= saved <= n_layers:
-        return saved - 1
-    return min(n_layers, 2) - 1
+    """The 0-based layer to build trees from (:func:`onlstm.models.language_model.default_parse_layer`): ``--layer``
+    when given (checked: 1..layers, so 0 is an error, not the default), else the run's or the paper's."""
+    return default_parse_layer(lm.config, len(lm.model.layers), given)
 
 
 def _prepare(lines, scheme: str):
@@ -284,18 +279,7 @@ def _pretty(tree) -> None:
         depth = max(depth, d)
         if not isinstance(node, str):
             stack.extend((c, d + 1) for c in node)
-    if depth > 200:
-        print(to_brackets(tree))
-    else:
-        _as_nltk(tree).pretty_print(unicodelines=True)
-
-
-def _as_nltk(tree):
-    """An unlabelled tree as an ``nltk.Tree`` with blank labels (every word under its own blank
-    pre-terminal: nltk's pretty printer misplaces words that stand beside constituents)."""
-    from nltk.tree import Tree
-
-    return Tree("", [tree] if isinstance(tree, str) else [_as_nltk(t) for t in tree])
+    print(to_brackets(tree) if depth > 200 else draw_tree(tree))
 
 
 def _parse_layers(spec: str, n_layers: int) -> list[int]:
@@ -334,13 +318,27 @@ def _cmd_eval_parse(args) -> int:
         "baselines": scores.baselines,
         "trees_written": written,
         "run_layer": choose_layer(None, lm) + 1,  # the layer parse/plot use for this run by default
+        "paper_convention": "sentence_f1",
+        "paper": {"source": PAPER_SOURCE, "set": paper_set(args.wsj10, args.sections), "sentence_f1": PAPER_F1},
     }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         _print_eval_parse(bank.summary(), scores, args.random_draws, written)
+        print(_paper_line(paper_set(args.wsj10, args.sections)))
         print(f"parse and plot use layer {result['run_layer']} of this run by default")
     return 0
+
+
+def _paper_line(matched: str | None) -> str:
+    """The footnote of the table's starred column: the paper's convention and its figures beside it."""
+    shown = {matched: PAPER_F1[matched]} if matched else PAPER_F1
+    figures = "; ".join(f"{name}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()) for name, row in shown.items())
+    note = "" if matched else " (this selection is neither of its sets: compare with care)"
+    return (
+        f"* sentence: sentence-level F1, the paper's convention (its evaluation code's); the paper ({PAPER_SOURCE}): "
+        f"{figures}{note}"
+    )
 
 
 def _write_trees(out: Path, trees: dict, n_layers: int) -> list[str]:
@@ -359,7 +357,7 @@ def _print_eval_parse(summary: str, scores, random_draws: int, written: list[str
         f"{n_sent} sentences, {scores.words} words ({scores.unknown_words} unknown to the model); "
         f"distances at {n_sent / scores.seconds:.0f} sentences/s"
     )
-    print(f"\n{'F1 (%)':<26}{'sentence':>9}{'corpus':>8}{'EVALB':>8}{'depth':>7}")
+    print(f"\n{'F1 (%)':<26}{'sentence*':>9}{'corpus':>8}{'EVALB':>8}{'depth':>7}")
     for name, ev in rows.items():
         print(
             f"{'ON-LSTM ' + name:<26}{100 * ev.sentence.f1:9.1f}{100 * ev.corpus.f1:8.1f}{100 * ev.evalb.f1:8.1f}"

@@ -12,6 +12,23 @@ from .baselines import score_baselines
 from .induce import sentence_distances, trees_from_distances
 from .metrics import ParseEvaluation, evaluate
 
+#: The paper's unsupervised-parsing figures (sentence-level F1, %), for the table's reference line.
+PAPER_SOURCE = "Shen et al. 2019, Table 2: layer 2 of the 1150-unit PTB model, 5 seeds, full WSJ"
+PAPER_F1 = {
+    "WSJ10": {"ON-LSTM mean": 65.1, "ON-LSTM max": 66.8, "right-branching": 56.6},
+    "WSJ test (section 23)": {"ON-LSTM mean": 47.7, "ON-LSTM max": 49.4, "right-branching": 39.8},
+}
+
+
+def paper_set(wsj10: bool, sections: list[str] | None) -> str | None:
+    """The paper's set that an eval-parse selection matches: WSJ10 (``--wsj10``), the WSJ test set (``--sections
+    23``, all lengths), else None."""
+    if wsj10:
+        return "WSJ10"
+    if sections is not None and [str(int(s)) for s in sections] == ["23"]:
+        return "WSJ test (section 23)"
+    return None
+
 
 @dataclass
 class TreebankScores:

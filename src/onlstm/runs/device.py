@@ -75,3 +75,13 @@ class StopRequest:
             signal.signal(sig, old)
         self._old = {}
         return False
+
+
+def prepare_kernel(model: torch.nn.Module, device: torch.device) -> None:
+    """Load now the kernel that ``model``'s ON-LSTM layers (``impl='auto'``) will run on ``device``: a first use
+    builds the C++ kernel (tens of seconds), which must happen before a training's clock starts (``time_limit``,
+    the demo's seconds), not inside it. Without ON-LSTM layers, nothing."""
+    from ..nn import ONLSTM, kernels
+
+    if any(isinstance(m, ONLSTM) for m in model.modules()):
+        kernels.resolve_impl("auto", device, torch.float32)  # builds, or fails with its one warning, now

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import tempfile
@@ -102,12 +103,13 @@ class RunDir:
 
     CONFIG, VOCAB, HISTORY, LOG, RESULTS = "config.json", "vocab.json", "history.json", "log.csv", "results.json"
     RESUME, LOCK, TENSORBOARD = "resume.safetensors", "onlstm.lock", "tensorboard"
+    STEPS = "steps.csv"  # training figures every few updates (onlstm.runs.engine.StepLog)
     WEIGHTS = "model.{tag}.safetensors"  # tags: best, last
     SHARED_WEIGHTS, CARD = "model.safetensors", "README.md"  # a shared model's (save_pretrained)
 
     config_path, vocab_path, history_path = _file(CONFIG), _file(VOCAB), _file(HISTORY)
     log_path, results_path, resume_path = _file(LOG), _file(RESULTS), _file(RESUME)
-    lock_path, tensorboard_path = _file(LOCK), _file(TENSORBOARD)
+    lock_path, tensorboard_path, steps_path = _file(LOCK), _file(TENSORBOARD), _file(STEPS)
     shared_weights_path, card_path = _file(SHARED_WEIGHTS), _file(CARD)
 
     def __init__(self, path: str | Path):
@@ -421,10 +423,8 @@ def pretrained_path(name_or_path: str | Path) -> Path:
 def model_card(title: str, config: dict, usage: str, command: str | None, results: dict | None) -> str:
     """A shared model's card: Hub metadata, what it is, how to load it, the command that reproduces its
     settings and its results, when known."""
-    import yaml
-
     kind = config.get("kind", "?")
-    yaml_block = lambda data: f"```yaml\n{yaml.safe_dump(data, sort_keys=False).strip()}\n```\n"
+    yaml_block = lambda data: f"```yaml\n{simple_yaml(data)}\n```\n"
     if command:
         training = f"The command that reproduces its settings:\n\n```\n{command}\n```\n"
     else:
@@ -437,3 +437,29 @@ def model_card(title: str, config: dict, usage: str, command: str | None, result
         + (f"## Results\n\n{yaml_block(results)}\n" if results else "")
         + f"## Configuration\n\n{yaml_block({'model': config.get('model')})}"
     )
+
+
+def simple_yaml(data: Any, indent: int = 0) -> str:
+    """JSON-like data (dicts, lists, strings, numbers, booleans, None) as block YAML, with JSON's notation for
+    scalars and lists of scalars (valid YAML): the card is written without pyyaml, which is not a core package."""
+    pad = " " * indent
+    if isinstance(data, dict) and data:
+        lines = []
+        for key, value in data.items():
+            nested = bool(value) if isinstance(value, dict) else isinstance(value, list) and not _flat(value)
+            head = f"{pad}{json.dumps(str(key)) if _needs_quotes(str(key)) else key}:"
+            lines.append(f"{head}\n{simple_yaml(value, indent + 2)}" if nested else f"{head} {simple_yaml(value)}")
+        return "\n".join(lines)
+    if isinstance(data, list) and not _flat(data):
+        return "\n".join(f"{pad}- " + simple_yaml(item, indent + 2).lstrip() for item in data)
+    if isinstance(data, float) and not math.isfinite(data):  # JSON's NaN and Infinity are not YAML's
+        return pad + {"nan": ".nan", "inf": ".inf", "-inf": "-.inf"}[str(data)]
+    return pad + json.dumps(data)
+
+
+def _flat(items: list) -> bool:
+    return not any(isinstance(item, (dict, list)) for item in items)
+
+
+def _needs_quotes(key: str) -> bool:
+    return not key or not all(c.isalnum() or c in "_-." for c in key)

@@ -4,15 +4,20 @@ divergence stop, Ctrl-C/SIGTERM and an exact resume (the stopping rules: docs/de
 
 from __future__ import annotations
 
+import csv
+import io
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
-from ..errors import TrainingDiverged
+from ..errors import TrainingDiverged, WriteError
+from ..files import write_text
 from .device import StopRequest, progress_bar
 from .dirs import RunDir
 
@@ -48,6 +53,40 @@ class Budget:
     patience: int | None = None  # checks in a row without a new best
     check_at_stop: bool = True  # max_steps / time_limit validate the last update (else: the resume file only)
     save_every: int | None = None  # updates between resume files written between checks
+
+
+#: The least time between two log lines of a run (its ``steps.csv`` has every report).
+LINE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Reporting:
+    """What a run reports between validation checks, every ``every`` updates: the progress bar's figures, a
+    plain log line instead when the bar is not on a terminal (``lines``), a row of ``csv`` and, with
+    ``tensorboard`` (a folder), TensorBoard scalars. Off (``every=0``): the bar only. Log lines are kept at
+    least ``line_seconds`` apart, so that a fast run's log stays readable (``steps.csv`` has every report)."""
+
+    every: int = 0
+    lines: bool = False
+    csv: Path | None = None
+    tensorboard: Path | None = None
+    line_seconds: float = 30.0  # at least this long between two log lines (a pass's end always has one)
+
+    @classmethod
+    def for_run(cls, run: RunDir, every: int, progress: bool, tensorboard: bool, main: bool = True) -> Reporting:
+        """A run's reporting: its ``steps.csv`` (and ``tensorboard/``) written by the main process only; log
+        lines when ``progress`` is asked for and the bar would not be seen beside the log (stderr is not a
+        terminal, or the log, stdout, goes elsewhere)."""
+        lines = progress and main and not (_is_terminal(sys.stderr) and _is_terminal(sys.stdout))
+        board = run.tensorboard_path if main and tensorboard else None
+        return cls(every, lines, run.steps_path if main else None, board, LINE_SECONDS)
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # replaced or closed streams
+        return False
 
 
 class Interrupted(Exception):
@@ -89,8 +128,9 @@ class Task(Protocol):
     def save_state(self, prog: Progress, history: list[dict]) -> None:
         """Write the history and the resume file (``prog`` is up to date)."""
 
-    def describe(self, prog: Progress) -> dict[str, str]:
-        """Figures for the progress bar."""
+    def metrics(self, prog: Progress) -> dict[str, float]:
+        """The training figures since the previous call (the loss, a perplexity or an accuracy, a speed named
+        ``..._per_s``), for the progress bar, the log lines, ``steps.csv`` and TensorBoard."""
 
 
 def update(optimizer, loss, params, clip: float) -> None:
@@ -118,12 +158,17 @@ class Engine:
         desc: str = "",
         on_step: Callable[[], None] | None = None,
         agree: Callable[[bool], bool] = bool,
+        report: Reporting | None = None,
     ):
         self.task, self.budget, self.progress, self.history = task, budget, progress, history
         self.log, self.show_bar, self.desc, self.on_step, self.agree = log, bar, desc, on_step, agree
+        self.report = report or Reporting()
         self.bar: Any = None
         self.start = 0.0
+        self.session = (0, 0.0)  # step and clock at this session's start: the speed behind the time left
+        self.last_line = 0.0  # clock of the last log line
         self.stop = StopRequest()
+        self.steps: StepLog | None = None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -131,6 +176,8 @@ class Engine:
     def run(self) -> str:
         prog, budget = self.progress, self.budget
         self.start = time.perf_counter() - prog.seconds
+        self.session, self.last_line = (prog.step, prog.seconds), prog.seconds
+        self.steps = StepLog(self.report, prog.step, self._write)
         why = "epochs"
         try:
             with self.stop as stop:
@@ -152,6 +199,7 @@ class Engine:
             why = "aborted"
         finally:
             self._close_bar()
+            self.steps.close()
         return why
 
     def _pass(self, stop: StopRequest) -> str:
@@ -173,7 +221,9 @@ class Engine:
             if self.on_step is not None:
                 self.on_step()
             self.bar.update(1)
-            self.bar.set_postfix(self.task.describe(prog))
+            every = self.report.every
+            if every and (prog.step % every == 0 or prog.pos == len(batches)):
+                self._report(len(batches))
             counts = self.task.end_pass(prog, prog.pos == len(batches))
             if counts is not None:
                 prog.epoch += int(counts)
@@ -227,9 +277,43 @@ class Engine:
         note = self.task.after_check(prog, result, improved)
         self.task.save_weights("last")
         self.history.append({**result.record, "best": improved})
+        if self.steps is not None:
+            self.steps.scalars("check", prog.step, result.record)
         self.save_state()
         self._write(note)
         return self.budget.patience is not None and prog.bad_checks >= self.budget.patience
+
+    def _report(self, n_batches: int) -> None:
+        """The task's figures since the last report on the bar, in a log line (when the bar is not seen) and in
+        the run's ``steps.csv`` and TensorBoard; ``n_batches``: the pass in progress's length."""
+        prog, figures = self.progress, self.task.metrics(self.progress)
+        left, epoch = self.time_left(n_batches), prog.epoch + prog.pos / max(n_batches, 1)
+        shown = {name.replace("_per_s", "/s"): _figure(name, value) for name, value in figures.items()}
+        self.bar.set_postfix({**shown, "left": _duration(left)})
+        now, end = self.elapsed(), prog.pos == n_batches
+        if self.report.lines and (end or now - self.last_line >= self.report.line_seconds):
+            self.last_line = now
+            parts = [f"step {prog.step}", f"epoch {epoch:.2f}", *(f"{k} {v}" for k, v in shown.items())]
+            parts += [f"elapsed {_duration(now)}", f"left {_duration(left)}"]
+            self._write(" | ".join([f"{self.desc} {parts[0]}".strip(), *parts[1:]]))
+        if self.steps is not None:
+            self.steps.add(prog.step, epoch, self.elapsed(), figures)
+
+    def time_left(self, n_batches: int) -> float | None:
+        """Seconds until the budget ends at this session's speed (validation included), None before any step:
+        the rest of the epochs (the passes as long as this one), ``max_steps`` and ``time_limit``, whichever
+        comes first."""
+        prog, budget = self.progress, self.budget
+        steps, seconds = prog.step - self.session[0], self.elapsed() - self.session[1]
+        if steps <= 0 or seconds <= 0:
+            return None
+        todo = n_batches - prog.pos + max(budget.epochs - prog.epoch - 1, 0) * n_batches
+        if budget.max_steps is not None:
+            todo = min(todo, budget.max_steps - prog.step)
+        left = max(todo, 0) * seconds / steps
+        if budget.time_limit is not None:
+            left = min(left, 60 * budget.time_limit - self.elapsed())
+        return max(left, 0.0)
 
     def save_state(self) -> None:
         self.progress.seconds, self.progress.n_checks = self.elapsed(), len(self.history)
@@ -245,6 +329,106 @@ class Engine:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def _figure(name: str, value: float) -> str:
+    if name.endswith("_per_s"):
+        return f"{value:,.0f}"
+    if name == "accuracy":
+        return f"{100 * value:.1f}%"
+    return f"{value:.4g}"
+
+
+def _duration(seconds: float | None) -> str:
+    """``1:02:03`` or ``2:03``; ``?`` when not known."""
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class StepLog:
+    """A run's figures between validation checks: rows of ``steps.csv`` (step, epoch, elapsed_s, the task's
+    figures) and, when asked for and installed, TensorBoard scalars (``train/...`` and each check's ``check/...``).
+    A resumed run keeps the rows up to the step it resumes from; a new one starts the file anew. A file that
+    cannot be written is reported once and left alone: these figures are a view of the training, which goes on."""
+
+    def __init__(self, report: Reporting, from_step: int, log: Callable[[str], None]):
+        self.path, self.log, self.columns = report.csv, log, None
+        self.tensorboard: Any = None
+        if self.path is not None:
+            self._keep_until(from_step)
+        if report.tensorboard is not None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                log(
+                    "no TensorBoard logs: the tensorboard package is not installed (pip install tensorboard); "
+                    f"the training figures are in {report.csv or RunDir.STEPS}"
+                )
+            else:
+                self.tensorboard = SummaryWriter(str(report.tensorboard))
+
+    def _keep_until(self, step: int) -> None:
+        if self.path is None:
+            return
+        path = self.path
+        try:
+            rows = list(csv.reader(io.StringIO(path.read_text()))) if path.exists() else []
+            kept = [r for r in rows[1:] if r and int(r[0]) <= step] if step else []
+        except (OSError, ValueError):  # unreadable or not ours: begun anew
+            rows, kept = [], []
+        if rows and kept:
+            self.columns = rows[0]
+            self._guard(lambda: write_text(path, _csv_text([rows[0], *kept])))
+        else:
+            self._guard(lambda: path.unlink(missing_ok=True))
+
+    def add(self, step: int, epoch: float, elapsed: float, figures: dict[str, float]) -> None:
+        path = self.path
+        if path is not None:
+            row = {"step": step, "epoch": round(epoch, 4), "elapsed_s": round(elapsed, 1)}
+            row.update({k: round(v, 6) for k, v in figures.items()})
+            lines = [list(row.values())]
+            if self.columns != list(row):  # a new file (or other figures than an earlier session's): a header
+                lines.insert(0, list(row))
+                self.columns = list(row)
+                self._guard(lambda: path.unlink(missing_ok=True))
+            self._guard(lambda: self._append(_csv_text(lines)))
+        self.scalars("train", step, figures)
+
+    def _append(self, text: str) -> None:
+        if self.path is None:  # given up after a failed write
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(text)
+
+    def _guard(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except OSError as exc:
+            if self.path is not None:
+                self.log(f"{WriteError(self.path, exc, atomic=False)}; the training figures are no longer written")
+            self.path = None
+
+    def scalars(self, prefix: str, step: int, values: dict[str, Any]) -> None:
+        """The numbers among ``values`` (finite ints and floats) as TensorBoard scalars ``prefix/name``."""
+        if self.tensorboard is not None:
+            for name, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    self.tensorboard.add_scalar(f"{prefix}/{name}", value, step)
+
+    def close(self) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+            self.tensorboard = None
+
+
+def _csv_text(rows: list[list]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()
 
 
 def diverged(loss: float, when: str, kept: str = "", clip: float = 1.0) -> TrainingDiverged:

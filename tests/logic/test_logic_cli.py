@@ -1,0 +1,92 @@
+"""What `onlstm logic` tells its user: the hint at the end of training names a command that works on the data
+it trained on, and the error for data without test files says what to do instead."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from onlstm.cli import main
+from onlstm.logic.generate import GenerateConfig, generate_dataset
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = ["--emb-size", "8", "--hidden-size", "8", "--chunk-size", "4", "--mlp-hidden", "8", "--no-progress"]
+RUN = [*TINY, "--batch-size", "8", "--epochs", "1", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def train_files_only(tmp_path_factory):
+    """Data laid out like Bowman et al.'s original files: train{k} only, no test{k}."""
+    d = tmp_path_factory.mktemp("original-like")
+    generate_dataset(d, GenerateConfig(per_length=10, seed=2, max_ops=6, test_count=2))
+    for p in d.glob("test*"):
+        p.unlink()
+    return d
+
+
+def test_the_end_hint_works_on_data_without_test_files(train_files_only, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["logic", "train", "--data", str(train_files_only), "--out", str(out), *RUN]) == 0
+    hint = capsys.readouterr().out.strip().splitlines()[-1]
+    assert hint.startswith("evaluate with: onlstm logic eval") and hint.endswith("--split valid"), hint
+    assert main(shlex.split(hint.removeprefix("evaluate with: onlstm "))) == 0  # the hint, as given, runs
+    assert "majority label" in capsys.readouterr().out
+    # without --split valid: one line that says what to do
+    assert main(["logic", "eval", "--checkpoint", str(out), "--data", str(train_files_only)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no file matches split='test'" in err and "--split valid" in err
+
+
+class Panel:
+    """Stands for a matplotlib axis: records the spans shaded on it."""
+
+    def __init__(self):
+        self.spans: list[tuple[float, float]] = []
+
+    def axvspan(self, start, end, **style):
+        self.spans.append((start, end))
+
+
+def test_a_curriculum_stopped_early_is_shaded_to_the_runs_end():
+    pytest.importorskip("matplotlib")
+    from onlstm.logic.plots import _shade_curriculum
+
+    # stages 1, 2, 3 of a curriculum to 6 operators; the run stopped at step 500, still on <= 3
+    stopped = [{"step": s, "train_ops": k} for s, k in ((100, 1), (200, 2), (300, 2), (400, 3), (500, 3))]
+    panels = [Panel(), Panel()]
+    _shade_curriculum(panels, stopped, max_train_ops=6)
+    assert [p.spans for p in panels] == [[(0, 500)]] * 2  # every step trained on fewer than 6 operators
+    finished = stopped + [{"step": 600, "train_ops": 6}, {"step": 700, "train_ops": 6}]
+    _shade_curriculum(panels := [Panel()], finished, max_train_ops=6)
+    assert panels[0].spans == [(0, 500)]  # the last check before the curriculum reached 6
+    _shade_curriculum(panels := [Panel()], [{"step": 100, "train_ops": 6}], max_train_ops=6)
+    assert panels[0].spans == []  # no curriculum
+
+
+def test_logic_curves_shades_with_the_runs_own_setting(train_files_only, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    import onlstm.logic.plots as plots
+
+    seen = []
+    monkeypatch.setattr(plots, "_shade_curriculum", lambda axes, history, max_ops=None: seen.append(max_ops))
+    run = tmp_path / "run"
+    argv = ["logic", "train", "--data", str(train_files_only), "--out", str(run), *RUN, "--valid-every", "5"]
+    assert main([*argv, "--max-train-ops", "5", "--curriculum-start", "1", "--curriculum-steps", "1000"]) == 0
+    assert main(["logic", "curves", str(run), "--out", str(tmp_path / "plots")]) == 0
+    assert seen == [5]
+
+
+def test_the_no_data_hint_never_suggests_writing_into_a_folder_of_other_files(tmp_path, capsys):
+    from support import write_corpus
+
+    ptb = write_corpus(tmp_path / "ptb")  # the user's PTB folder, given to logic train by mistake
+    assert main(["logic", "train", "--data", str(ptb), "--out", str(tmp_path / "run"), *RUN]) == 2
+    err = capsys.readouterr().err
+    assert "no train{k}/test{k} files here" in err and f"--out {ptb}" not in err
+    assert "onlstm logic generate --out runs/logic/data` and pass --data runs/logic/data" in err
+    assert sorted(p.name for p in ptb.iterdir()) == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
+    (tmp_path / "empty").mkdir()
+    assert main(["logic", "train", "--data", str(tmp_path / "empty"), "--out", str(tmp_path / "run"), *RUN]) == 2
+    assert f"onlstm logic generate --out {tmp_path / 'empty'}`" in capsys.readouterr().err
