@@ -69,6 +69,14 @@ def register(subparsers) -> None:
         arg("--json", action="store_true", help="print one JSON object instead of a table"),
     )
     add_flags(evaluate, EvalSettings, "eval", "evaluation", skip=("progress",))  # scoring shows no bar
+    _register_curves(sub)
+    compare = add_command(sub, "compare", _cmd_compare)
+    _add_settings(compare, cell=False)
+    add_flags(compare, CompareSettings, "compare", "comparison")
+
+
+def _register_curves(sub) -> None:
+    """``logic curves``: learning curves and tables at given steps."""
     add_command(
         sub,
         "curves",
@@ -89,9 +97,6 @@ def register(subparsers) -> None:
             "recorded at each check by --score-test (test)",
         ),
     )
-    compare = add_command(sub, "compare", _cmd_compare)
-    _add_settings(compare, cell=False)
-    add_flags(compare, CompareSettings, "compare", "comparison")
 
 
 def _register_data_tools(sub) -> None:
