@@ -113,14 +113,25 @@ def mark(label):  # oneDNN writes through C's stdout buffer: flush it so the lin
     libc.fflush(None)
 
 m = onlstm.ONLSTM(8, 20, chunk_size=5, impl="cpp")
-def batch(k):  # 10 + k sequences: every batch has new per-step batch sizes and a new row count
-    lengths = sorted((rng.randint(1, 12) for _ in range(10 + k)), reverse=True)
-    x = pack_sequence([torch.randn(n, 8) for n in lengths])
+from onlstm.nn.cpp_kernel import load_extension
+ext = load_extension()
+print("BACKEND", ext.gemm_backend(), flush=True)
+
+def step(lengths):
+    x = pack_sequence([torch.randn(n, 8) for n in sorted(lengths, reverse=True)])
     out, (h, c) = m(x)
-    (out.data.sum() + h.sum()).backward()
+    (out.data.sum() + h.sum() + c.sum()).backward()
     with torch.no_grad():
         m(x)
 
+def batch(k):  # 10 + k sequences: every batch has new per-step batch sizes and a new row count
+    step([rng.randint(1, 12) for _ in range(10 + k)])
+
+# Warm-up: every padded shape the batches below can ask for. Per-step batch sizes 1..49 (49 sequences of
+# distinct lengths), and every padded row count up to that of 49 x 12 rows (one sequence that long).
+step(list(range(1, 50)))
+for rows in sorted({ext.bucket_rows(r) for r in range(1, 49 * 12 + 1)}):
+    step([rows])
 for k in range(10):
     batch(k)
 mark("WARM")
@@ -130,13 +141,19 @@ mark("END")
 """
 
 
-def test_cpp_kernel_keeps_nothing_per_batch_shape():
+def test_cpp_kernel_asks_onednn_for_a_bounded_set_of_shapes():
     """Issue #25: every new product shape made oneDNN build and cache a primitive (~0.6 MiB with its
     descriptor, up to 1,024 of each), and packed batches bring new shapes all the time: memory grew by
-    gigabytes. After 10 warm-up batches, 30 batches of new shapes must create no oneDNN primitive (counted
-    from ONEDNN_VERBOSE=2; the kernel before the fix, f39d6c8, created 144) and leave the heap in use where
-    it was (f39d6c8: +80 MiB; where glibc cannot tell, the count alone is checked)."""
-    assert load_extension() is not None, f"C++ kernel failed to build: {extension_error()}"
+    gigabytes. The kernel's oneDNN products (issue #34) pad row counts to buckets, so after a warm-up that
+    reaches every bucket, 30 batches of new shapes must create no oneDNN primitive (counted from
+    ONEDNN_VERBOSE=2; with unpadded row counts: 81; the kernel of f39d6c8: 144) and leave the heap in use
+    where it was (f39d6c8: +80 MiB; where glibc cannot tell, the count alone is checked). Where the kernel
+    runs on MKL (no AVX-512), nothing is created at all."""
+    ext = load_extension()
+    assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
+    # the buckets: never fewer rows, at most 1/8 more, at most 8 row counts per doubling
+    assert all(r <= ext.bucket_rows(r) <= r + r // 8 for r in range(1, 5000))
+    assert len({ext.bucket_rows(r) for r in range(1, 4097)}) <= 8 * 13
     env = dict(os.environ, ONEDNN_VERBOSE="2", OMP_NUM_THREADS="1")
     r = subprocess.run([sys.executable, "-c", PER_SHAPE_RUN], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
