@@ -1,11 +1,15 @@
 """The compiled kernel: it builds here, and a machine without a compiler falls back with one warning."""
 
 import os
+import random
 import subprocess
 import sys
 
+import pytest
 import torch
+from torch.nn.utils.rnn import pack_sequence
 
+import onlstm
 from onlstm.nn.cpp_kernel import extension_error, load_extension
 
 
@@ -210,3 +214,49 @@ def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_young_one_waited_f
     assert len(sleeps) == 2 and err.count("\n") == 1 and str(lock) in err
     cpp_kernel.clear_stale_lock(tmp_path)  # no lock: returns at once
     assert len(sleeps) == 2
+
+
+def _grads(m, x):
+    """Outputs, final states and parameter gradients of one packed call, as float64."""
+    for p in m.parameters():
+        p.grad = None
+    out, (h, c), dist = m(x, return_distances=True)
+    (out.data.pow(2).sum() + h.sum() + c.pow(2).sum() + dist.forget.data.sum() + dist.input.data.sum()).backward()
+    return [t.detach().double() for t in (out.data, h, c)] + [p.grad.double() for p in m.parameters()]
+
+
+@pytest.mark.parametrize("backend", ["onednn", "mkl"])
+@pytest.mark.parametrize(
+    "size,lengths",
+    [
+        ((7, 20, 5, "paper"), "ragged"),
+        ((7, 20, 5, "paper"), [1300]),  # more rows than one block (1,024) of the sequence-wide products
+        ((12, 16, 16, "reverse"), "ragged"),  # one chunk
+        ((128, 400, 400, "reverse"), [9, 7, 7, 4, 2, 1]),  # the logic study's LSTM-like baseline: one chunk
+    ],
+)
+def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, size, lengths):
+    """Issue #34: float32 products run through oneDNN's matmul with padded row counts (or MKL); every padded
+    product must leave the real rows as the reference computes them (float64, same weights)."""
+    ext = load_extension()
+    assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
+    before = ext.gemm_backend()
+    if not ext.set_gemm_backend(backend):
+        pytest.skip(f"oneDNN's matmul is not usable here: {ext.gemm_why_not_onednn()}")
+    try:
+        I, H, C, mode = size
+        rng = random.Random(0)
+        if lengths == "ragged":  # 45 sequences: per-step batch sizes that are not bucket sizes
+            lengths = [rng.randint(1, 40) for _ in range(45)]
+        torch.manual_seed(0)
+        seqs = [torch.randn(n, I) for n in sorted(lengths, reverse=True)]
+        ref = onlstm.ONLSTM(I, H, chunk_size=C, master_input=mode, impl="reference").double()
+        cpp = onlstm.ONLSTM(I, H, chunk_size=C, master_input=mode, impl="cpp")
+        cpp.load_state_dict(ref.state_dict())
+        want = _grads(ref, pack_sequence([s.double() for s in seqs]))
+        got = _grads(cpp, pack_sequence(seqs))
+    finally:
+        ext.set_gemm_backend(before)
+    for i, (a, b) in enumerate(zip(want, got)):
+        err = ((a - b).abs().max() / (1 + a.abs().max())).item()
+        assert err < 1e-4, f"item {i}: relative error {err:.1e}"
