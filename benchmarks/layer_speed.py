@@ -7,7 +7,12 @@ For each shape (T, B, input, hidden, chunk) it times ``out.sum().backward()`` of
 ``nn.LSTM`` and of each ON-LSTM implementation, interleaved round by round so that drifts in the
 machine's speed hit all of them alike, and reports the median tokens/s (T*B / time), the ratio to
 ``nn.LSTM`` (higher is better; 1.0 = as fast as nn.LSTM) and, when ``reference`` is measured, the
-ratio to the reference step loop. On CUDA every timing ends with ``torch.cuda.synchronize()``; one
+ratio to the reference step loop. On the CPU (float32) each row also gives the layer's achieved GFLOP/s (the
+FLOPs of its matrix products, forward and backward: 6 (T B) G (input + hidden), G = 4 hidden for nn.LSTM and
+2 hidden/chunk + 4 hidden for ON-LSTM) and, per shape, the GEMM roof: the rate each backend reaches on the
+ON-LSTM layer's own products (each shape timed alone, best of 3, weighted by how often the layer runs it),
+measured in the same run: MKL (torch.mm with oneDNN disabled) and oneDNN (the matmul the C++ kernel calls).
+``% roof`` is the row's GFLOP/s against the better backend's. On CUDA every timing ends with ``torch.cuda.synchronize()``; one
 warm-up round (kernel compilation included) is not timed. ``--dtypes bf16`` (or ``fp16``) runs every
 model, ``nn.LSTM`` too, under ``torch.autocast``.
 
@@ -85,8 +90,58 @@ def ran_impl(module: onlstm.ONLSTM, device: torch.device, autocast_dtype) -> str
         return module.resolved_impl(device)
 
 
+def layer_flops(shape, lstm: bool) -> float:
+    """FLOPs of the layer's matrix products, forward and backward (element-wise work not counted)."""
+    T, B, I, H, C = shape
+    G = 4 * H if lstm else 2 * (H // C) + 4 * H
+    return 6.0 * T * B * G * (I + H)
+
+
+def layer_products(shape):
+    """The C++ kernel's products ``(count, M, K, N, a_transposed)``: input projection, the per-step recurrent
+    products forward and backward, the weight gradients (dG^T [h | x]) and the input gradient."""
+    T, B, I, H, C = shape
+    N, G = T * B, 2 * (H // C) + 4 * H
+    return [(1, N, I, G, False), (T, B, H, G, False), (T, B, G, H, False), (1, G, N, H + I, True), (1, N, G, I, False)]
+
+
+def gemm_roof(shape, backend: str, repeats: int = 3) -> float:
+    """GFLOP/s of ``backend`` (``mkl`` or ``onednn``) on the layer's products, NaN where it cannot run."""
+    from onlstm.nn.cpp_kernel import load_extension
+
+    ext = load_extension()
+    if backend == "onednn" and (ext is None or ext.gemm_why_not_onednn()):
+        return float("nan")
+    flops = seconds = 0.0
+    mkldnn_was = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = backend == "onednn"  # torch.mm in float32 is MKL's either way; made sure
+    try:
+        for count, M, K, N, a_t in layer_products(shape):
+            f, s = time_product(ext, backend, M, K, N, a_t, repeats)
+            flops, seconds = flops + count * f, seconds + count * s
+    finally:
+        torch.backends.mkldnn.enabled = mkldnn_was
+    return flops / seconds / 1e9
+
+
+def time_product(ext, backend: str, M: int, K: int, N: int, a_transposed: bool, repeats: int):
+    """FLOPs and best time of one (M, K) x (K, N) product through ``backend``."""
+    a = torch.randn(K, M).t() if a_transposed else torch.randn(M, K)
+    b, c = torch.randn(K, N), torch.empty(M, N)
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first call builds what the backend caches
+        t0 = time.perf_counter()
+        if backend == "onednn":
+            ext.matmul(a, b, c, "onednn")
+        else:
+            torch.mm(a, b, out=c)
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * M * K * N, best
+
+
 def measure(shape, impls, dtype_name, device, args):
-    """Rows ``(shape, dtype, impl, tokens/s, x nn.LSTM, x reference)`` of one shape and dtype."""
+    """Rows ``(shape, dtype, impl, tokens/s, x nn.LSTM, x reference, GFLOP/s, % roof)`` of one shape and dtype
+    (the last two NaN on CUDA and under autocast), and the GEMM roof line (empty there)."""
     T, B, I, H, C = shape
     torch.manual_seed(0)
     x = torch.randn(T, B, I, device=device, requires_grad=True)
@@ -121,10 +176,20 @@ def measure(shape, impls, dtype_name, device, args):
     med = {k: statistics.median(ts) for k, ts in times.items()}
     label = f"T={T} B={B} in={I} H={H} C={C}"
     ref = med.get("reference")
-    return [
-        (label, dtype_name, k, T * B / m, med["nn.LSTM"] / m, (ref / m) if ref else float("nan"))
-        for k, m in med.items()
-    ]
+    nan = float("nan")
+    roofs, roof_line = {}, ""
+    if device.type == "cpu" and DTYPES[dtype_name] is None:
+        roofs = {b: gemm_roof(shape, b) for b in ("mkl", "onednn")}
+        roof_line = (
+            f"GEMM roof on the products of {label}: MKL {roofs['mkl']:.0f} GFLOP/s, oneDNN {roofs['onednn']:.0f}"
+        )
+    best = max((r for r in roofs.values() if r == r), default=nan)
+    rows = []
+    for k, m in med.items():
+        gflops = layer_flops(shape, k == "nn.LSTM") / m / 1e9 if roofs else nan
+        rows.append((label, dtype_name, k, T * B / m, med["nn.LSTM"] / m, (ref / m) if ref else nan, gflops,
+                     100 * gflops / best))  # fmt: skip
+    return rows, roof_line
 
 
 def main(argv=None) -> int:
@@ -162,11 +227,18 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, {where}, forward+backward, median of {args.repeats}")
     if not cuda and "triton" in impls:
         print("note: triton on the CPU runs Triton's interpreter: a check that it runs, not a speed")
-    rows = [row for shape in shapes for dt in dtypes for row in measure(shape, impls, dt, device, args)]
+    results = [measure(shape, impls, dt, device, args) for shape in shapes for dt in dtypes]
+    rows = [row for part, _ in results for row in part]
     w = max(len(r[0]) for r in rows)
-    print(f"{'shape':<{w}}  {'dtype':<5} {'impl':<10} {'tokens/s':>10}  {'x nn.LSTM':>9}  {'x reference':>11}")
-    for shape, dt, k, tps, ratio, vs_ref in rows:
-        print(f"{shape:<{w}}  {dt:<5} {k:<10} {tps:>10.0f}  {ratio:>9.2f}  {vs_ref:>11.2f}")
+    head = f"{'shape':<{w}}  {'dtype':<5} {'impl':<10} {'tokens/s':>10}  {'x nn.LSTM':>9}  {'x reference':>11}"
+    print(head + f"  {'GFLOP/s':>7}  {'% roof':>6}")
+    for shape, dt, k, tps, ratio, vs_ref, gflops, roof in rows:
+        print(
+            f"{shape:<{w}}  {dt:<5} {k:<10} {tps:>10.0f}  {ratio:>9.2f}  {vs_ref:>11.2f}  {gflops:>7.0f}  {roof:>6.0f}"
+        )
+    for _, line in results:
+        if line:
+            print(line)
     return 0
 
 

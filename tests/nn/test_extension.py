@@ -1,11 +1,15 @@
 """The compiled kernel: it builds here, and a machine without a compiler falls back with one warning."""
 
 import os
+import random
 import subprocess
 import sys
 
+import pytest
 import torch
+from torch.nn.utils.rnn import pack_sequence
 
+import onlstm
 from onlstm.nn.cpp_kernel import extension_error, load_extension
 
 
@@ -113,14 +117,25 @@ def mark(label):  # oneDNN writes through C's stdout buffer: flush it so the lin
     libc.fflush(None)
 
 m = onlstm.ONLSTM(8, 20, chunk_size=5, impl="cpp")
-def batch(k):  # 10 + k sequences: every batch has new per-step batch sizes and a new row count
-    lengths = sorted((rng.randint(1, 12) for _ in range(10 + k)), reverse=True)
-    x = pack_sequence([torch.randn(n, 8) for n in lengths])
+from onlstm.nn.cpp_kernel import load_extension
+ext = load_extension()
+print("BACKEND", ext.gemm_backend(), flush=True)
+
+def step(lengths):
+    x = pack_sequence([torch.randn(n, 8) for n in sorted(lengths, reverse=True)])
     out, (h, c) = m(x)
-    (out.data.sum() + h.sum()).backward()
+    (out.data.sum() + h.sum() + c.sum()).backward()
     with torch.no_grad():
         m(x)
 
+def batch(k):  # 10 + k sequences: every batch has new per-step batch sizes and a new row count
+    step([rng.randint(1, 12) for _ in range(10 + k)])
+
+# Warm-up: every padded shape the batches below can ask for. Per-step batch sizes 1..49 (49 sequences of
+# distinct lengths), and every padded row count up to that of 49 x 12 rows (one sequence that long).
+step(list(range(1, 50)))
+for rows in sorted({ext.bucket_rows(r) for r in range(1, 49 * 12 + 1)}):
+    step([rows])
 for k in range(10):
     batch(k)
 mark("WARM")
@@ -130,13 +145,19 @@ mark("END")
 """
 
 
-def test_cpp_kernel_keeps_nothing_per_batch_shape():
+def test_cpp_kernel_asks_onednn_for_a_bounded_set_of_shapes():
     """Issue #25: every new product shape made oneDNN build and cache a primitive (~0.6 MiB with its
     descriptor, up to 1,024 of each), and packed batches bring new shapes all the time: memory grew by
-    gigabytes. After 10 warm-up batches, 30 batches of new shapes must create no oneDNN primitive (counted
-    from ONEDNN_VERBOSE=2; the kernel before the fix, f39d6c8, created 144) and leave the heap in use where
-    it was (f39d6c8: +80 MiB; where glibc cannot tell, the count alone is checked)."""
-    assert load_extension() is not None, f"C++ kernel failed to build: {extension_error()}"
+    gigabytes. The kernel's oneDNN products (issue #34) pad row counts to buckets, so after a warm-up that
+    reaches every bucket, 30 batches of new shapes must create no oneDNN primitive (counted from
+    ONEDNN_VERBOSE=2; with unpadded row counts: 81; the kernel of f39d6c8: 144) and leave the heap in use
+    where it was (f39d6c8: +80 MiB; where glibc cannot tell, the count alone is checked). Where the kernel
+    runs on MKL (no AVX-512), nothing is created at all."""
+    ext = load_extension()
+    assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
+    # the buckets: never fewer rows, at most 1/8 more, at most 8 row counts per doubling
+    assert all(r <= ext.bucket_rows(r) <= r + r // 8 for r in range(1, 5000))
+    assert len({ext.bucket_rows(r) for r in range(1, 4097)}) <= 8 * 13
     env = dict(os.environ, ONEDNN_VERBOSE="2", OMP_NUM_THREADS="1")
     r = subprocess.run([sys.executable, "-c", PER_SHAPE_RUN], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -193,3 +214,49 @@ def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_young_one_waited_f
     assert len(sleeps) == 2 and err.count("\n") == 1 and str(lock) in err
     cpp_kernel.clear_stale_lock(tmp_path)  # no lock: returns at once
     assert len(sleeps) == 2
+
+
+def _grads(m, x):
+    """Outputs, final states and parameter gradients of one packed call, as float64."""
+    for p in m.parameters():
+        p.grad = None
+    out, (h, c), dist = m(x, return_distances=True)
+    (out.data.pow(2).sum() + h.sum() + c.pow(2).sum() + dist.forget.data.sum() + dist.input.data.sum()).backward()
+    return [t.detach().double() for t in (out.data, h, c)] + [p.grad.double() for p in m.parameters()]
+
+
+@pytest.mark.parametrize("backend", ["onednn", "mkl"])
+@pytest.mark.parametrize(
+    "size,lengths",
+    [
+        ((7, 20, 5, "paper"), "ragged"),
+        ((7, 20, 5, "paper"), [1300]),  # more rows than one block (1,024) of the sequence-wide products
+        ((12, 16, 16, "reverse"), "ragged"),  # one chunk
+        ((128, 400, 400, "reverse"), [9, 7, 7, 4, 2, 1]),  # the logic study's LSTM-like baseline: one chunk
+    ],
+)
+def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, size, lengths):
+    """Issue #34: float32 products run through oneDNN's matmul with padded row counts (or MKL); every padded
+    product must leave the real rows as the reference computes them (float64, same weights)."""
+    ext = load_extension()
+    assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
+    before = ext.gemm_backend()
+    if not ext.set_gemm_backend(backend):
+        pytest.skip(f"oneDNN's matmul is not usable here: {ext.gemm_why_not_onednn()}")
+    try:
+        I, H, C, mode = size
+        rng = random.Random(0)
+        if lengths == "ragged":  # 45 sequences: per-step batch sizes that are not bucket sizes
+            lengths = [rng.randint(1, 40) for _ in range(45)]
+        torch.manual_seed(0)
+        seqs = [torch.randn(n, I) for n in sorted(lengths, reverse=True)]
+        ref = onlstm.ONLSTM(I, H, chunk_size=C, master_input=mode, impl="reference").double()
+        cpp = onlstm.ONLSTM(I, H, chunk_size=C, master_input=mode, impl="cpp")
+        cpp.load_state_dict(ref.state_dict())
+        want = _grads(ref, pack_sequence([s.double() for s in seqs]))
+        got = _grads(cpp, pack_sequence(seqs))
+    finally:
+        ext.set_gemm_backend(before)
+    for i, (a, b) in enumerate(zip(want, got)):
+        err = ((a - b).abs().max() / (1 + a.abs().max())).item()
+        assert err < 1e-4, f"item {i}: relative error {err:.1e}"

@@ -106,11 +106,37 @@ def extension_error() -> str | None:
     return _state["error"]
 
 
+#: ``ONLSTM_CPU_GEMM=mkl`` makes the kernel's float32 products use ATen's GEMM (MKL) even where oneDNN's matmul
+#: runs (the default there; docs/layer.md, "Implementations").
+GEMM_ENV = "ONLSTM_CPU_GEMM"
+
+
+def gemm_backend(module: Any) -> str:
+    """Which library computes the kernel's float32 matrix products, and why not oneDNN when it does not."""
+    why = module.gemm_why_not_onednn()
+    if module.gemm_backend() == "onednn":
+        return "oneDNN matmul (float32; float64: MKL)"
+    return f"MKL ({GEMM_ENV}=mkl)" if not why else f"MKL ({why})"
+
+
+def apply_gemm_env(module: Any) -> None:
+    """Follow ``ONLSTM_CPU_GEMM`` (``mkl`` or ``onednn``; unset: oneDNN where it runs)."""
+    choice = os.environ.get(GEMM_ENV, "").strip().lower()
+    if choice in ("mkl", "onednn"):
+        module.set_gemm_backend(choice)
+    elif choice:
+        print(f"onlstm: {GEMM_ENV}={choice!r} ignored; use mkl or onednn", file=sys.stderr)
+
+
 class CppKernel:
     """The compiled module's ``forward``/``backward``; ``saved = (out, act, cells)``."""
 
     def __init__(self, module: Any) -> None:
         self._module = module
+
+    def describe(self) -> str:
+        """One line for ``onlstm info``: the matrix-product backend."""
+        return "products: " + gemm_backend(self._module)
 
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
         out, h_n, c_n, dist, act, cells = self._module.forward(*inputs)
@@ -128,4 +154,5 @@ def load_cpp_kernel() -> CppKernel:
     module = load_extension()
     if module is None:
         raise KernelUnavailable(extension_error() or "the C++ kernel could not be loaded")
+    apply_gemm_env(module)
     return CppKernel(module)

@@ -275,8 +275,16 @@ def load_kernel(name: str) -> LayerKernel | None:
 
 
 def kernel_status() -> dict[str, dict[str, Any]]:
-    """For each registered kernel: ``{"available": bool, "reason": str | None}`` (loads each kernel)."""
-    return {name: {"available": load_kernel(name) is not None, "reason": _errors.get(name)} for name in kernel_names()}
+    """For each registered kernel: ``{"available": bool, "reason": str | None}`` (loads each kernel), and
+    ``"detail"``, the kernel's ``describe()`` (e.g. the C++ kernel's matrix-product backend), where it has one."""
+    status: dict[str, dict[str, Any]] = {}
+    for name in kernel_names():
+        kernel = load_kernel(name)
+        status[name] = {"available": kernel is not None, "reason": _errors.get(name)}
+        describe = getattr(kernel, "describe", None)
+        if callable(describe):
+            status[name]["detail"] = describe()
+    return status
 
 
 def kernel_error(name: str) -> str | None:

@@ -7,17 +7,17 @@
 // Saved activations use the same columns: [p_i | p_f | sigm(o) | tanh(c^) | sigm(i) | sigm(f)],
 // where p_* are the softmax outputs of the master-gate logits.
 //
-// Matrix products: at::mm / at::addmm (MKL or the BLAS torch was built with), the recurrent weight
-// transposed once per call so that every per-step product reads it without a transpose. Not
-// oneDNN: its linear builds and keeps a primitive and a primitive descriptor (~0.6 MiB together)
-// for every new product shape, in two caches of 1,024 entries each, and packed sequences bring new
-// shapes with every batch (each step's batch size, each batch's row count); the resident memory
-// grew by gigabytes (issue #25). BLAS keeps nothing per shape and was as fast on these shapes.
+// Matrix products: oneDNN's matmul where it runs (float32 on CPUs it supports), else ATen's GEMM
+// (MKL in PyTorch's standard build); see "Matrix products" below for why both and how oneDNN's
+// per-shape caches are kept bounded.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
 // NaN and Inf must propagate as in the reference path, so the kernel is built without -ffast-math
@@ -37,6 +37,131 @@ float expf(float) noexcept;
 using at::Tensor;
 
 namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Matrix products
+// ---------------------------------------------------------------------------------------------
+//
+// Two backends, one chosen per process (set_gemm_backend overrides it):
+// * oneDNN's matmul, through the function ATen's own oneDNN matmul uses (at::native::mkldnn_matmul,
+//   exported by libtorch_cpu but not in its installed headers: looked up by name, so that a torch
+//   without it falls back to MKL instead of failing to load). On an AMD EPYC it ran these products
+//   at 100-230 GFLOP/s where MKL ran them at 45-105 (issue #34). It builds and caches a primitive
+//   (~0.6 MiB) for every new product shape, and packed batches bring new shapes all the time: the
+//   memory grew by gigabytes when every shape was asked for (issue #25). So this kernel asks oneDNN
+//   for a bounded set of shapes only: a row count is padded up to a bucket (at most 8 per doubling,
+//   at most 1/8 more rows; padded rows are computed and thrown away), and products over all rows of
+//   a sequence run in blocks of kBlockRows rows and one bucketed tail.
+// * ATen's GEMM (MKL), which keeps nothing per shape: float64, and CPUs or torch builds where
+//   oneDNN's matmul is missing or refuses float32 (it needs AVX-512 or AVX-NE-CONVERT).
+
+constexpr int64_t kBlockRows = 1024;  // a bucket value, so full blocks are one shape
+
+// The padded row count: m itself up to 8, then rounded up to 8 steps per doubling.
+int64_t bucket_rows(int64_t m) {
+  if (m <= 8) return m;
+  const int64_t log2 = 63 - __builtin_clzll(static_cast<unsigned long long>(m - 1));
+  const int64_t step = int64_t(1) << (log2 - 3);
+  return (m + step - 1) / step * step;
+}
+
+// (first row, padded rows) of the blocks over N rows; the last block's padded rows may pass N.
+std::vector<std::pair<int64_t, int64_t>> row_blocks(int64_t N, bool dnnl) {
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+  if (!dnnl) {
+    if (N > 0) blocks.emplace_back(0, N);
+    return blocks;
+  }
+  for (int64_t s = 0; s < N; s += kBlockRows) blocks.emplace_back(s, bucket_rows(std::min(kBlockRows, N - s)));
+  return blocks;
+}
+
+int64_t padded_rows(const std::vector<std::pair<int64_t, int64_t>>& blocks) {
+  return blocks.empty() ? 0 : blocks.back().first + blocks.back().second;
+}
+
+using DnnlMatmul = void (*)(const Tensor&, const Tensor&, const Tensor&, float, float);
+
+struct GemmState {
+  DnnlMatmul dnnl = nullptr;  // null: oneDNN's matmul is not usable here (why_not says why)
+  std::string why_not;
+  bool use_dnnl = false;
+};
+
+// Find oneDNN's matmul and check it once on a small product against ATen's GEMM.
+GemmState probe_gemm() {
+  GemmState st;
+  void* lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
+  void* sym = lib ? dlsym(lib, "_ZN2at6native13mkldnn_matmulERKNS_6TensorES3_S3_ff") : nullptr;
+  if (sym == nullptr) {
+    st.why_not = "this torch exports no at::native::mkldnn_matmul";
+    return st;
+  }
+  auto fn = reinterpret_cast<DnnlMatmul>(sym);
+  try {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    Tensor a = at::randn({19, 37}), b = at::randn({37, 23}), c = at::empty({19, 23});
+    fn(a, b, c, 0.0f, 1.0f);
+    if (!at::allclose(c, at::mm(a, b), 1e-4, 1e-4)) {
+      st.why_not = "oneDNN's matmul disagreed with ATen's GEMM on a test product";
+      return st;
+    }
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    st.why_not = "oneDNN's matmul refused float32: " + msg.substr(0, msg.find('\n'));
+    return st;
+  }
+  st.dnnl = fn;
+  st.use_dnnl = true;
+  return st;
+}
+
+GemmState& gemm_state() {
+  static GemmState st = probe_gemm();
+  return st;
+}
+
+bool use_dnnl(const Tensor& x) { return x.scalar_type() == at::kFloat && gemm_state().use_dnnl; }
+
+// c = a @ b, or c += a @ b; c is a contiguous block of rows.
+void gemm(const Tensor& a, const Tensor& b, Tensor c, bool accumulate, bool dnnl) {
+  if (dnnl) {
+    gemm_state().dnnl(a, b, c, accumulate ? 1.0f : 0.0f, 1.0f);
+  } else if (accumulate) {
+    c.addmm_(a, b);
+  } else {
+    at::mm_out(c, a, b);
+  }
+}
+
+// x with zero rows appended up to `rows` (x itself when it has them).
+Tensor pad_rows(const Tensor& x, int64_t rows) {
+  if (x.size(0) >= rows) return x.contiguous();
+  Tensor p = at::zeros({rows, x.size(1)}, x.options());
+  p.narrow(0, 0, x.size(0)).copy_(x);
+  return p;
+}
+
+// For the benchmark's roofline: one product through the named backend, no padding.
+void matmul(const Tensor& a, const Tensor& b, Tensor c, const std::string& backend) {
+  TORCH_CHECK(backend == "mkl" || backend == "onednn", "backend must be mkl or onednn, got ", backend);
+  const bool dnnl = backend == "onednn";
+  TORCH_CHECK(!dnnl || gemm_state().dnnl != nullptr, gemm_state().why_not);
+  gemm(a, b, c, false, dnnl);
+}
+
+std::string gemm_backend() { return gemm_state().use_dnnl ? "onednn" : "mkl"; }
+
+std::string gemm_why_not_onednn() { return gemm_state().why_not; }
+
+// "onednn" or "mkl"; returns false (and changes nothing) when oneDNN's matmul is not usable.
+bool set_gemm_backend(const std::string& backend) {
+  TORCH_CHECK(backend == "mkl" || backend == "onednn", "backend must be mkl or onednn, got ", backend);
+  GemmState& st = gemm_state();
+  if (backend == "onednn" && st.dnnl == nullptr) return false;
+  st.use_dnnl = backend == "onednn";
+  return true;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Element-wise step, one row (one sequence of the batch) at a time
@@ -221,34 +346,67 @@ int64_t grain_rows(int64_t D) { return std::max<int64_t>(1, 4096 / std::max<int6
 // Whole-sequence forward and backward
 // ---------------------------------------------------------------------------------------------
 
+// act = x @ w_ih^T + bias, (N, G); with oneDNN in row blocks over a buffer of padded rows (the
+// returned tensor is its first N rows).
+Tensor input_projection(const Tensor& x, const Tensor& w_ih, const c10::optional<Tensor>& bias, bool dnnl) {
+  if (!dnnl) return bias.has_value() ? at::addmm(*bias, x, w_ih.t()) : at::mm(x, w_ih.t());
+  const int64_t N = x.size(0), G = w_ih.size(0);
+  const auto blocks = row_blocks(N, true);
+  const int64_t Np = padded_rows(blocks);
+  Tensor xs = pad_rows(x, Np);
+  // always accumulating onto the bias (or zeros): one primitive per block shape, not two
+  Tensor act = bias.has_value() ? bias->expand({Np, G}).contiguous() : at::zeros({Np, G}, x.options());
+  for (const auto& [s, r] : blocks) gemm(xs.narrow(0, s, r), w_ih.t(), act.narrow(0, s, r), true, true);
+  return act.narrow(0, 0, N);
+}
+
+// Final states: a row's last step is the last t with bs_t > row.
+std::pair<Tensor, Tensor> final_states(const std::vector<int64_t>& bs, const Tensor& out, const Tensor& cells) {
+  const int64_t B = bs.empty() ? 0 : bs[0], D = out.size(1);
+  Tensor h_n = at::empty({B, D}, out.options()), c_n = at::empty({B, D}, out.options());
+  int64_t off = 0;
+  for (size_t t = 0; t < bs.size(); ++t) {
+    const int64_t next = t + 1 < bs.size() ? bs[t + 1] : 0;
+    if (bs[t] > next) {
+      h_n.narrow(0, next, bs[t] - next).copy_(out.narrow(0, off + next, bs[t] - next));
+      c_n.narrow(0, next, bs[t] - next).copy_(cells.narrow(0, off + next, bs[t] - next));
+    }
+    off += bs[t];
+  }
+  return {h_n, c_n};
+}
+
 std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
                                    const c10::optional<Tensor>& bias, const Tensor& h0,
                                    const Tensor& c0, const Tensor& batch_sizes, int64_t chunk,
                                    bool inclusive) {
   NoAutocast no_autocast(c10::autocast_dispatch_keyset);
   const auto bs = to_vector(batch_sizes);
+  const bool dnnl = use_dnnl(x);
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
-  const int64_t B = bs.empty() ? 0 : bs[0];
+  const int64_t B = bs.empty() ? 0 : bs[0], Bp = dnnl ? bucket_rows(B) : B;
   // The input projection for all steps at once; each row is then overwritten in place by its
   // activations (forward_row reads a value before it writes the same position).
-  Tensor act = bias.has_value() ? at::addmm(*bias, x, w_ih.t()) : at::mm(x, w_ih.t());  // (N, G)
+  Tensor act = input_projection(x, w_ih, bias, dnnl);
   // h @ whh_t with whh_t (D, G) contiguous is the fastest layout for the per-step products; the
   // transpose pays off over many steps, not for a single one (the prefix-tree scorer of syneval
   // feeds one step per call), which reads w_hh transposed in place.
   Tensor whh_t = bs.size() > 1 ? w_hh.t().contiguous() : w_hh.t();
   auto opts = x.options();
-  Tensor rec = at::empty({B, G}, opts);  // one buffer for every step's recurrent product
-  Tensor out = at::empty({N, D}, opts);
+  Tensor rec = at::empty({Bp, G}, opts);  // one buffer for every step's recurrent product
+  // With oneDNN a step's product reads bucket_rows(b) rows of h: the rows past b (the next step's,
+  // then Bp spare rows) are zeros or finite values, and their products are thrown away.
+  Tensor out_buf = dnnl ? at::zeros({N + Bp, D}, opts) : at::empty({N, D}, opts);
+  Tensor out = out_buf.narrow(0, 0, N);
   Tensor cells = at::empty({N, D}, opts);
   Tensor dist = at::empty({N, 2}, opts);
-  Tensor h0c = h0.contiguous(), c0c = c0.contiguous();
+  Tensor h0c = pad_rows(h0, Bp), c0c = c0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "onlstm_forward", [&] {
     int64_t off = 0, prev = 0;
     for (size_t t = 0; t < bs.size(); ++t) {
-      const int64_t b = bs[t];
-      Tensor h_prev = t == 0 ? h0c.narrow(0, 0, b) : out.narrow(0, prev, b);
-      Tensor rec_t = rec.narrow(0, 0, b);  // (b, G), contiguous rows
-      at::mm_out(rec_t, h_prev, whh_t);
+      const int64_t b = bs[t], bp = dnnl ? bucket_rows(b) : b;
+      Tensor h_prev = t == 0 ? h0c.narrow(0, 0, bp) : out_buf.narrow(0, prev, bp);
+      gemm(h_prev, whh_t, rec.narrow(0, 0, bp), false, dnnl);
       const scalar_t* c_prev = (t == 0 ? c0c.data_ptr<scalar_t>() : cells.data_ptr<scalar_t>() + prev * D);
       const scalar_t* xp_p = act.data_ptr<scalar_t>() + off * G;
       const scalar_t* rec_p = rec.data_ptr<scalar_t>();
@@ -267,18 +425,36 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
       off += b;
     }
   });
-  // Final states: a row's last step is the last t with bs_t > row.
-  Tensor h_n = at::empty({B, D}, opts), c_n = at::empty({B, D}, opts);
+  auto [h_n, c_n] = final_states(bs, out, cells);
+  return {out, h_n, c_n, dist, act, cells};
+}
+
+// Weight gradients with one product over the sequence, dG^T [h_{t-1} | x] -> (G, D + I), and
+// d_x = dG @ w_ih. dG has at least padded_rows(row_blocks(N)) rows, zeros past N.
+std::pair<Tensor, Tensor> weight_and_input_grads(const Tensor& dG, const Tensor& x, const Tensor& w_ih,
+                                                 const Tensor& h0, const Tensor& out,
+                                                 const std::vector<int64_t>& bs, bool dnnl) {
+  const int64_t N = x.size(0), I = x.size(1), D = out.size(1), G = w_ih.size(0);
+  const auto blocks = row_blocks(N, dnnl);
+  const int64_t Np = std::max(padded_rows(blocks), N);
+  Tensor hx = at::empty({Np, D + I}, x.options());
+  if (Np > N) hx.narrow(0, N, Np - N).zero_();  // padded rows add zero to the weight gradients
   int64_t off = 0;
   for (size_t t = 0; t < bs.size(); ++t) {
-    const int64_t next = t + 1 < bs.size() ? bs[t + 1] : 0;
-    if (bs[t] > next) {
-      h_n.narrow(0, next, bs[t] - next).copy_(out.narrow(0, off + next, bs[t] - next));
-      c_n.narrow(0, next, bs[t] - next).copy_(cells.narrow(0, off + next, bs[t] - next));
-    }
+    Tensor h_prev = t == 0 ? h0.narrow(0, 0, bs[0]) : out.narrow(0, off - bs[t - 1], bs[t]);
+    hx.narrow(1, 0, D).narrow(0, off, bs[t]).copy_(h_prev);
     off += bs[t];
   }
-  return {out, h_n, c_n, dist, act, cells};
+  hx.narrow(1, D, I).narrow(0, 0, N).copy_(x);
+  Tensor w_ih_c = w_ih.contiguous();
+  if (!dnnl) return {at::mm(dG.t(), hx), at::mm(dG, w_ih_c)};
+  Tensor d_w = at::zeros({G, D + I}, x.options());
+  Tensor d_x = at::empty({Np, I}, x.options());
+  for (const auto& [s, r] : blocks) {
+    gemm(dG.narrow(0, s, r).t(), hx.narrow(0, s, r), d_w, true, true);
+    gemm(dG.narrow(0, s, r), w_ih_c, d_x.narrow(0, s, r), false, true);
+  }
+  return {d_w, d_x.narrow(0, 0, N)};
 }
 
 std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_hn,
@@ -289,13 +465,20 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
                                     const Tensor& out, int64_t chunk, bool inclusive) {
   NoAutocast no_autocast(c10::autocast_dispatch_keyset);
   const auto bs = to_vector(batch_sizes);
+  const bool dnnl = use_dnnl(x);
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
-  const int64_t B = bs.empty() ? 0 : bs[0];
+  const int64_t B = bs.empty() ? 0 : bs[0], Bp = dnnl ? bucket_rows(B) : B;
   const int64_t T = bs.size();
   Tensor whh = w_hh.contiguous();  // dh = dg @ w_hh reads (G, D) as it is stored
   auto opts = x.options();
-  Tensor dG = at::empty({N, G}, opts);
+  // With oneDNN, spare zero rows: a step's product reads bucket_rows(b) rows (the ones past b are
+  // the next step's or these), and the blocked products over the sequence read padded blocks.
+  const int64_t rows = dnnl ? std::max(N + Bp, padded_rows(row_blocks(N, true))) : N;
+  Tensor dG_buf = at::empty({rows, G}, opts);
+  if (rows > N) dG_buf.narrow(0, N, rows - N).zero_();
+  Tensor dG = dG_buf.narrow(0, 0, N);
   Tensor dh = grad_hn.contiguous().clone();
+  Tensor dh_step = dnnl ? at::empty({Bp, D}, opts) : Tensor();  // padded rows must not reach dh
   Tensor dc = grad_cn.contiguous().clone();
   Tensor gout = grad_out.contiguous();
   Tensor gdist;
@@ -323,23 +506,18 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
         }
       });
       // The rows of the sequences that end before step t keep the gradient from h_n.
-      Tensor dh_t = dh.narrow(0, 0, b);
-      at::mm_out(dh_t, dG.narrow(0, off, b), whh);
+      if (dnnl) {
+        const int64_t bp = bucket_rows(b);
+        gemm(dG_buf.narrow(0, off, bp), whh, dh_step.narrow(0, 0, bp), false, true);
+        dh.narrow(0, 0, b).copy_(dh_step.narrow(0, 0, b));
+      } else {
+        gemm(dG.narrow(0, off, b), whh, dh.narrow(0, 0, b), false, false);
+      }
     }
   });
-  // Weight gradients with one product: dG^T [h_{t-1} | x]  ->  (G, D + I).
+  auto [d_w, d_x] = weight_and_input_grads(dnnl ? dG_buf : dG, x, w_ih, h0, out, bs, dnnl);
   const int64_t I = x.size(1);
-  Tensor hx = at::empty({N, D + I}, opts);
-  if (T > 0) hx.narrow(1, 0, D).narrow(0, 0, bs[0]).copy_(h0.narrow(0, 0, bs[0]));
-  for (int64_t t = 1; t < T; ++t)
-    hx.narrow(1, 0, D).narrow(0, offs[t], bs[t]).copy_(out.narrow(0, offs[t - 1], bs[t]));
-  hx.narrow(1, D, I).copy_(x);
-  Tensor d_w = at::mm(dG.t(), hx);
-  Tensor d_x = at::mm(dG, w_ih.contiguous());
-  Tensor d_whh = d_w.narrow(1, 0, D);
-  Tensor d_wih = d_w.narrow(1, D, I);
-  Tensor d_b = dG.sum(0);
-  return {d_x, d_wih, d_whh, d_b, dh, dc};
+  return {d_x, d_w.narrow(1, D, I), d_w.narrow(1, 0, D), dG.sum(0), dh, dc};
 }
 
 }  // namespace
@@ -347,4 +525,9 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &onlstm_forward, "ON-LSTM layer forward over a packed sequence");
   m.def("backward", &onlstm_backward, "ON-LSTM layer backward over a packed sequence");
+  m.def("gemm_backend", &gemm_backend, "the matrix-product backend in use: onednn or mkl");
+  m.def("gemm_why_not_onednn", &gemm_why_not_onednn, "why oneDNN's matmul is not usable here (empty if it is)");
+  m.def("set_gemm_backend", &set_gemm_backend, "use onednn or mkl; false if oneDNN's matmul is not usable");
+  m.def("matmul", &matmul, "c = a @ b through the named backend (for benchmarks)");
+  m.def("bucket_rows", &bucket_rows, "the padded row count oneDNN's products use for m rows");
 }
