@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import CheckpointError, load_weights, read_json, save_weights, write_json, write_text
+from ..checkpoint import MAX_JSON_BYTES, CheckpointError, load_weights, read_json, save_weights, write_json, write_text
 from ..errors import InputError, OnlstmError, WriteError
 from ..files import check_output_owner, check_writable, publish_folder
 
@@ -254,10 +254,12 @@ def check_output_dir(path: str | Path, **options) -> Path:
 def _json_dict(path: Path) -> dict | None:
     """``path``'s JSON object: None when the file is missing, {} when it cannot be read or holds no object."""
     try:
+        if not path.is_file() or path.stat().st_size > MAX_JSON_BYTES:  # a FIFO, a device, a huge file: not ours
+            return None if not path.exists() and not path.is_symlink() else {}
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
