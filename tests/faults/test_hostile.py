@@ -107,3 +107,18 @@ def test_download_bad_timeout_and_a_missing_local_url(tmp_path, capsys):
     assert main(["data", "download", "ptb", "--to", str(tmp_path / "d"), "--url", url]) == 2
     err = one_line(capsys)
     assert "check --url" in err and "internet" not in err
+
+
+def test_a_lock_with_an_impossible_pid_is_stale(tmp_path):
+    import json
+    import socket
+
+    from onlstm.runs import RunLock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "onlstm.lock").write_text(json.dumps({"pid": 10**20, "host": socket.gethostname(), "command": "x"}))
+    said = []
+    with RunLock(run, "test", log=said.append):
+        pass
+    assert said and "stale lock" in said[0]

@@ -265,6 +265,8 @@ def _json_dict(path: Path) -> dict | None:
 
 
 def _pid_alive(pid: int) -> bool:
+    if not 0 < pid < 2**31:  # no such process can exist (a tampered lock): os.kill would overflow
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
