@@ -247,7 +247,7 @@ def test_logic_generate_flags(tmp_path, capsys):
     assert main(["logic", "generate", "--out", str(tmp_path), "--test-fraction", "0.5", "--test-count", "3"]) == 2
     assert "--test-fraction or --test-count, not both" in capsys.readouterr().err
     assert main(["logic", "generate", "--out", str(tmp_path), "--per-length", "0"]) == 2
-    assert "per_length must be >= 1" in capsys.readouterr().err
+    assert "per_length must be in [1, 10000000], got 0" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing written on bad input
 
 

@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 import onlstm.checkpoint as checkpoint
 from onlstm.checkpoint import atomic_write, read_json, save_figure, save_weights, write_json, write_text
 from onlstm.cli import main
-from onlstm.config import SEED_RANGE, THREADS_ZERO_TEXT, Config, ConfigError, field_help
+from onlstm.config import MAX_THREADS, SEED_RANGE, THREADS_ZERO_TEXT, Config, ConfigError, field_help
 from onlstm.errors import EXIT_WRITE_FAILED, WriteError
 from onlstm.logic.config import LogicTrainConfig
 from onlstm.runs import RunDir, write_resume
@@ -359,6 +359,8 @@ def test_every_seed_and_thread_count_is_declared_in_one_place():
             if f.name == "threads":
                 threads.append(cls.__name__)
                 assert f.metadata["bounds"] == (0, None) and THREADS_ZERO_TEXT in field_help(f), cls
+                with pytest.raises(ConfigError, match=f"{cls.section}.threads must be <= {MAX_THREADS}"):
+                    cls.from_dict({"threads": MAX_THREADS + 1})  # 1e9 aborted inside the OpenMP runtime
                 with pytest.raises(ConfigError, match=f"{cls.section}.threads must be >= 0, got -1"):
                     cls.from_dict({"threads": -1})
     assert {"TrainConfig", "LogicTrainConfig", "CompareSettings", "GenerateConfig", "DemoConfig"} <= set(seeds)

@@ -14,13 +14,14 @@ from onlstm.checkpoint import CheckpointError, config_header, read_json, save_we
 from onlstm.cli import build_parser, main
 from onlstm.config import flags_given
 from onlstm.data.vocab import Vocab
+from onlstm.files import MARKER
 from onlstm.lm.config import TrainConfig, load_config, train_command
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.model import TOKENS, LogicClassifier, pad_batch, token_ids
 from onlstm.models import LanguageModel, LMConfig
 
 WORDS = ["<eos>", "<unk>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
-SHARED = {"config.json", "model.safetensors", "vocab.json", "README.md"}
+SHARED = {"config.json", "model.safetensors", "vocab.json", "README.md", MARKER}  # the marker: an export's folder
 
 
 def small_lm(seed: int = 0) -> LanguageModel:
@@ -146,7 +147,7 @@ def test_export_to_a_file_or_an_unwritable_directory_is_one_line(tmp_path, capsy
         pytest.skip("root writes anywhere: the unwritable case cannot be made here")
     (tmp_path / "ro").mkdir(mode=0o500)
     assert main(["export", "--checkpoint", str(tmp_path / "run"), "--to", str(tmp_path / "ro" / "m")]) == 2
-    assert "cannot create" in capsys.readouterr().err
+    assert "cannot write in" in capsys.readouterr().err
 
 
 def test_exporting_a_logic_run_does_not_import_the_demo(tmp_path, monkeypatch, capsys):

@@ -236,7 +236,7 @@ def test_a_diverged_logic_run_stops_with_its_status(logic_data, tmp_path, capsys
     "argv, message",
     [
         (["demo", "--seconds", "-5"], "demo.seconds must be positive"),
-        (["demo", "--seconds", "nan"], "demo.seconds must be positive"),
+        (["demo", "--seconds", "nan"], "demo.seconds must be a finite number, got nan"),
         (["demo", "--train-sentences", "0"], "demo.train_sentences must be positive"),
         (["demo", "--dropout", "1.5"], "demo.dropout must be in [0, 1), got 1.5"),
     ],

@@ -15,6 +15,7 @@ import onlstm.lm
 import onlstm.logic  # noqa: F401  (registers the "logic-classifier" kind)
 from onlstm.checkpoint import CheckpointError, config_header, save_weights, write_json
 from onlstm.errors import WriteError
+from onlstm.files import MARKER
 from onlstm.models import LanguageModel
 from onlstm.runs import RunDir, RunDirError, RunKind, check_output_dir, find_kind, kind_names, register_kind
 from onlstm.runs import dirs as dirs_module
@@ -229,7 +230,13 @@ def test_an_export_never_lands_in_a_training_run(tmp_path):
         run.save_pretrained(torch.nn.Linear(1, 1), {"kind": "x"}, "card")
     shared = RunDir(tmp_path / "shared")
     shared.save_pretrained(torch.nn.Linear(1, 1), {"kind": "x"}, "card", ["a"])
-    assert {p.name for p in shared.path.iterdir()} == {RunDir.CONFIG, RunDir.VOCAB, RunDir.SHARED_WEIGHTS, RunDir.CARD}
+    assert {p.name for p in shared.path.iterdir()} == {
+        RunDir.CONFIG,
+        RunDir.VOCAB,
+        RunDir.SHARED_WEIGHTS,
+        RunDir.CARD,
+        MARKER,
+    }
     assert shared.card_path.read_text() == "card" and shared.read_config() == {"kind": "x"}
 
 

@@ -14,7 +14,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from . import __version__
-from .errors import OnlstmError
+from .errors import OnlstmError, first_line
 from .files import atomic_write as atomic_write
 from .files import save_figure as save_figure
 from .files import write_json as write_json
@@ -44,14 +44,22 @@ def save_safetensors(
         raise OSError(code, os.strerror(code), str(path)) from exc
 
 
+#: The largest JSON file a run holds is its history (kilobytes); a larger one is not a run's.
+MAX_JSON_BYTES = 256 << 20
+
+
 def read_json(path: Path) -> Any:
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path} is missing; is this a run directory written by onlstm?")
+    if not path.is_file():  # a FIFO would block for ever, /dev/zero never end
+        raise CheckpointError(f"{path} is not a regular file; is this a run directory written by onlstm?")
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise CheckpointError(f"{path} is {path.stat().st_size:,} bytes, too large for a run's JSON file")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path} is not valid JSON ({e}); the checkpoint is corrupt") from e
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise CheckpointError(f"{path} is not valid JSON ({first_line(e)}); the checkpoint is corrupt") from None
 
 
 def state_dict_for_saving(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -82,6 +90,8 @@ def read_safetensors(path: Path, tensors: bool = True) -> tuple[dict[str, torch.
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"weights file {path} is missing")
+    if not path.is_file():
+        raise CheckpointError(f"weights file {path} is not a regular file")
     try:
         with safe_open(str(path), framework="pt") as f:  # tensors and metadata in one reading
             found = {k: f.get_tensor(k) for k in f.keys()} if tensors else {}

@@ -7,10 +7,22 @@ import contextlib
 import functools
 import importlib
 import json
+import os
+import signal
 import sys
+import threading
 
 from .config import add_command, add_flags, arg
-from .errors import EXIT_INTERRUPTED, INSTALL_EXPERIMENTS, OnlstmError, WriteError, missing_extra
+from .errors import (
+    EXIT_INTERRUPTED,
+    INSTALL_EXPERIMENTS,
+    InputError,
+    OnlstmError,
+    WriteError,
+    cap,
+    first_line,
+    missing_extra,
+)
 
 
 def _cmd_demo(args) -> int:
@@ -85,7 +97,10 @@ def _cmd_export(args) -> int:
         command: str | None = demo_command(model.run_config)
     else:
         command = kind.command(model.run_config)
-    model.save_pretrained(args.to, run_config=model.run_config, command=command, results=run.results())
+    results = run.results()
+    model.save_pretrained(
+        args.to, run_config=model.run_config, command=command, results=results, overwrite=args.overwrite
+    )
     to = RunDir(args.to)
     print(f"saved {to.shared_weights_path} (+ {to.CONFIG}, {to.VOCAB}, {to.CARD})")
     return 0
@@ -112,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = arg("--checkpoint", required=True, help="the run directory (lm, demo or logic)")
     to = arg("--to", required=True, help="the directory to write (Hugging Face's layout)")
     weights = arg("--weights", default="best", help="which weights of the run: best (default) or last")
-    add_command(sub, "export", _cmd_export, run, to, weights)
+    replace = arg("--overwrite", action="store_true", help="replace --to even when it holds files of another kind")
+    add_command(sub, "export", _cmd_export, run, to, weights, replace)
     add_command(sub, "info", _cmd_info, arg("--json", action="store_true"))
     for module, names in SUBCOMMAND_MODULES.items():
         _register_or_stand_in(sub, lambda s, m=module: importlib.import_module(m).register(s), names)
@@ -156,25 +172,71 @@ def main(argv=None) -> int:
     """Run one ``onlstm`` command; the ONE place where errors meant for users become a message and an exit
     status (see :mod:`onlstm.errors`): ``onlstm <command>: <message>`` on stderr, no traceback."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
+    name = " ".join(["onlstm", *(w for w in argv[:2] if not w.startswith("-"))])  # until the parser knows better
     try:
-        args = parser.parse_args(argv)  # in the try: a flag's parser may import an optional dependency
-        _line_buffered()
-        return args.func(args)
-    except (OnlstmError, ImportError, OSError) as exc:
-        # an ImportError: an experiment's dependency not installed (the light core); an OSError: a full disk met
-        # by a write outside onlstm.files. Anything else of these kinds is a bug and keeps its traceback.
-        if isinstance(exc, OnlstmError):
-            error: OnlstmError | None = exc
-        else:
-            error = missing_extra(exc) if isinstance(exc, ImportError) else WriteError.from_os_error(exc)
+        with _sigterm_as_interrupt():
+            parser = build_parser()
+            name = command_path(parser, argv)
+            args = parser.parse_args(argv)  # in the try: a flag's parser may import an optional dependency
+            _line_buffered()
+            return args.func(args)
+    except (OnlstmError, ImportError, OSError, UnicodeDecodeError, MemoryError, RuntimeError) as exc:
+        error = user_error(exc)
         if error is None:
             raise
-        print(f"{command_path(parser, argv)}: {error}", file=sys.stderr)
+        if isinstance(exc, BrokenPipeError):
+            return _closed_pipe()
+        print(f"{name}: {cap(str(error))}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:  # the trainers catch Ctrl-C themselves, save, and return 130 too
-        print(f"{command_path(parser, argv)}: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def user_error(exc: BaseException) -> OnlstmError | None:
+    """``exc`` as the error a user gets (None: a bug, which keeps its traceback). An ImportError: an experiment's
+    dependency not installed (the light core); an OSError: a full disk met by a write outside onlstm.files, or a
+    closed pipe; a UnicodeDecodeError: an input file that is not text; memory: sizes beyond this machine."""
+    if isinstance(exc, OnlstmError):
+        return exc
+    if isinstance(exc, BrokenPipeError):
+        return InputError("the output pipe was closed")
+    if isinstance(exc, ImportError):
+        return missing_extra(exc)
+    if isinstance(exc, OSError):
+        return WriteError.from_os_error(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        return InputError(f"an input file is not UTF-8 text ({exc.reason} at byte {exc.start}); is it the right file?")
+    if isinstance(exc, MemoryError) or "can't allocate memory" in str(exc) or "out of memory" in str(exc).lower():
+        return InputError(f"not enough memory for these settings ({first_line(exc, 120)}); choose smaller sizes")
+    return None
+
+
+def _closed_pipe() -> int:
+    # the reader (`| head -1`) has what it wanted: stop quietly; stdout goes to /dev/null so that Python's
+    # final flush does not fail again
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 0
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM ends a command as Ctrl-C does (a message, exit 130, temporary files removed); the trainers'
+    own handler (onlstm.runs.StopRequest) replaces this one while they train."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _line_buffered() -> None:

@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -18,7 +19,7 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import OnlstmError
+from .errors import OnlstmError, quote
 
 #: The presets, shipped as package data (so they exist in an installed wheel, not only in a checkout).
 PRESET_DIR = Path(__file__).parent / "configs"
@@ -84,11 +85,13 @@ def _number(value, where: str, integer: bool):
         with contextlib.suppress(ValueError):
             number = float(value.strip())
     if isinstance(number, (int, float)) and not isinstance(number, bool):
+        if not math.isfinite(number):  # nan and inf: no setting means them (a time limit of inf is no limit: null)
+            raise ConfigError(f"{where} must be a finite number, got {quote(value)}")
         if not integer:
             return float(number)
         if isinstance(number, int) or number.is_integer():
             return int(number)
-    raise ConfigError(f"{where} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    raise ConfigError(f"{where} must be {'an integer' if integer else 'a number'}, got {quote(value)}")
 
 
 def coerce(value: Any, tp: Any, where: str) -> Any:
@@ -105,21 +108,21 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             except ConfigError:
                 if len(rest) == 1:  # one type: its own message says what is wanted
                     raise
-        raise ConfigError(f"{where} has the wrong type: {value!r}")
+        raise ConfigError(f"{where} has the wrong type: {quote(value)}")
     if typing.get_origin(tp) is dict or tp is dict:
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-            raise ConfigError(f"{where} must be a mapping of name: value, got {value!r}")
+            raise ConfigError(f"{where} must be a mapping of name: value, got {quote(value)}")
         item = (typing.get_args(tp) or (str, Any))[1]
         return {k: coerce(v, item, f"{where}.{k}") for k, v in value.items()}
     if typing.get_origin(tp) in (list, tuple) or tp in (list, tuple):
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
+            raise ConfigError(f"{where} must be a list, got {quote(value)}")
         item = (typing.get_args(tp) or (Any,))[0]
         return [coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if tp is int or tp is float:
         return _number(value, where, tp is int)
     if tp in (bool, str) and not isinstance(value, tp):
-        raise ConfigError(f"{where} must be {'true or false' if tp is bool else 'a string'}, got {value!r}")
+        raise ConfigError(f"{where} must be {'true or false' if tp is bool else 'a string'}, got {quote(value)}")
     return value
 
 
@@ -128,13 +131,13 @@ def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
     value = coerce(value, _types(cls)[f.name], where)
     choices = f.metadata.get("choices")
     if choices and value not in choices:
-        raise ConfigError(f"{where} must be one of {', '.join(map(str, choices))}, got {value!r}")
+        raise ConfigError(f"{where} must be one of {', '.join(map(str, choices))}, got {quote(value)}")
     low, high = f.metadata.get("bounds") or (None, None)
     items = value if isinstance(value, list) else [] if value is None else [value]  # a list's every item
     for item in items:
         if (low is not None and item < low) or (high is not None and item > high):
             rule = f">= {low}" if high is None else f"<= {high}" if low is None else f"in [{low}, {high}]"
-            raise ConfigError(f"{where} must be {rule}, got {item}")
+            raise ConfigError(f"{where} must be {rule}, got {quote(item)}")
     if f.metadata.get("check"):
         f.metadata["check"](value, where)
     return value
@@ -143,6 +146,8 @@ def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
 #: ``torch.manual_seed``'s range: a larger seed overflows in torch; a negative one would seed torch like its
 #: 2**64 complement while Python's ``random`` sees another number.
 SEED_RANGE = (0, 2**64 - 1)
+#: More threads than any machine has cores: a larger count aborts inside the OpenMP runtime.
+MAX_THREADS = 1024
 #: What ``threads = 0`` means wherever a command takes a thread count.
 THREADS_ZERO_TEXT = "0: PyTorch's default, OMP_NUM_THREADS or one per core"
 
@@ -152,13 +157,18 @@ def seed_option(default: int | list[int], help: str) -> Any:
 
 
 def threads_option(default: int | None, help: str = "CPU threads for the whole process", **kw) -> Any:
-    return option(default, f"{help} ({THREADS_ZERO_TEXT})", bounds=(0, None), **kw)
+    return option(default, f"{help} ({THREADS_ZERO_TEXT})", bounds=(0, None), check=_not_too_many_threads, **kw)
+
+
+def _not_too_many_threads(value: int | None, where: str) -> None:
+    if value is not None and value > MAX_THREADS:
+        raise ConfigError(f"{where} must be <= {MAX_THREADS} (more threads than any machine has cores), got {value}")
 
 
 def check_device(value: str, name: str = "device") -> None:
     """A device name as :func:`onlstm.runs.resolve_device` reads it (CUDA itself is checked when it runs)."""
     if not (value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())):
-        raise ConfigError(f"{name} must be auto, cpu, cuda or cuda:N, got {value!r}")
+        raise ConfigError(f"{name} must be auto, cpu, cuda or cuda:N, got {quote(value)}")
 
 
 class Config:
@@ -230,7 +240,7 @@ def _check_names(data: Any, names: list[str], label: str, what: str) -> None:
         raise ConfigError(f"{what} must be a mapping of field: value, got {type(data).__name__}")
     unknown = sorted(set(data) - set(names))
     if unknown:
-        raise ConfigError(f"unknown {label} fields {unknown}; known: {sorted(names)}")
+        raise ConfigError(f"unknown {label} fields {quote(unknown)}; known: {sorted(names)}")
 
 
 def check_section(cls, data: Any, section: str) -> dict:
@@ -304,7 +314,9 @@ def read_yaml(path: str | Path, sections: Mapping[str, type], keys: Iterable[str
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config file {path} is not valid YAML: {yaml_problem(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     allowed = [*keys, *sections]
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {path}: expected a mapping with keys {', '.join(allowed)}")
@@ -317,6 +329,16 @@ def read_yaml(path: str | Path, sections: Mapping[str, type], keys: Iterable[str
     except ConfigError as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
     return out
+
+
+def yaml_problem(exc: Exception) -> str:
+    """A YAML parser's error on one line that starts with what is wrong: ``line 3, column 5: found ...``."""
+    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
+    if not problem:
+        return " ".join(str(exc).split())
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    context = getattr(exc, "context", None)
+    return where + problem + (f" ({context})" if context else "")
 
 
 @dataclass
@@ -358,9 +380,20 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {quote(text)}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """An argparse ``type``: a finite number > 0 (seconds, a factor)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {quote(text)}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
 
 

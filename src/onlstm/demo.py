@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import shlex
 import shutil
 import sys
@@ -17,6 +19,7 @@ from .data.grammar import Grammar
 from .data.vocab import Vocab
 from .demo_config import DemoConfig as DemoConfig
 from .demo_config import demo_command as demo_command
+from .files import owned_by, publish_folder
 from .models.language_model import LanguageModel, load_language_model_run
 from .parsing.baselines import score_baselines
 from .parsing.induce import sentence_distances, trees_from_distances
@@ -26,6 +29,7 @@ from .runs import RunDir, RunDirError, check_output_folder
 
 #: The corpus folder inside the demo's run directory (read by ``onlstm lm train --data-dir``).
 DATA = "data"
+DATA_KIND = "demo-corpus"  # its marker (onlstm.files.publish_folder)
 
 
 def lm_settings(cfg: DemoConfig, quiet: bool = False) -> dict:
@@ -42,10 +46,18 @@ def lm_settings(cfg: DemoConfig, quiet: bool = False) -> dict:
     return explicit_settings(find_preset("lm/demo")[1], {"model": {**model, "dropconnect": drop}, "train": train})
 
 
+#: What a demo writes into its directory (an earlier demo's are replaced; anything else there is refused).
+DEMO_FILES = re.compile(
+    r"(config|vocab|history|results)\.json|log\.csv|model\.(best|last)\.safetensors|resume\.safetensors"
+    r"|steps\.csv|onlstm\.lock|tensorboard|test_(gold|pred)\.txt|example\.(png|svg)|data|\..*\.tmp"
+)
+
+
 def check_demo_dir(out: str | Path) -> Path:
-    """``--out`` of the demo, checked before any work: a writable directory holding no run but, at most, an earlier
-    demo's (replaced: it is made again in minutes), whose header holds the demo's settings or (stopped during
-    training, before it wrote them) names the demo's corpus folder inside it."""
+    """``--out`` of the demo, checked before any work: a new or empty writable directory, or an earlier demo's
+    (replaced: it is made again in minutes) holding nothing but what the demo writes. An earlier demo is recognised
+    by its header (the demo's settings or, stopped during training, its corpus folder inside it), or, stopped
+    before that, by its marked corpus folder alone."""
     out_dir = check_output_folder(out)
     held = RunDir(out_dir).describe()
     config = RunDir(out_dir).header() if held else {}
@@ -55,7 +67,43 @@ def check_demo_dir(out: str | Path) -> Path:
             f"{out_dir} already holds a run that the demo did not make (found: {held}); the demo would "
             "overwrite it: choose another --out"
         )
+    names = os.listdir(out_dir) if out_dir.is_dir() else []
+    if not held and names and not (names == [DATA] and owned_by(out_dir / DATA, DATA_KIND)):
+        raise RunDirError(
+            f"--out {out_dir} is not empty and holds no demo (it holds {', '.join(map(repr, sorted(names)[:3]))}); "
+            "the demo writes only into a new or empty directory, or an earlier demo's: choose another --out"
+        )
+    foreign = sorted(n for n in names if not DEMO_FILES.fullmatch(n))
+    if foreign:
+        raise RunDirError(
+            f"--out {out_dir} holds an earlier demo and files the demo did not write ({', '.join(map(repr, foreign[:3]))}"
+            "); the demo would replace the directory: move them, or choose another --out"
+        )
     return out_dir
+
+
+def _write_corpus(out_dir: Path, splits: dict) -> None:
+    """The sentences as a PTB-layout corpus, one sentence a line (what onlstm.data.ptb reads), in ``out_dir/data``
+    all at once (an earlier demo's is replaced only when the new one is whole)."""
+
+    def write(tmp: Path) -> None:
+        for split, trees in splits.items():
+            write_text(tmp / f"ptb.{split}.txt", "".join(" ".join(t.leaves()) + "\n" for t in trees))
+
+    publish_folder(out_dir / DATA, DATA_KIND, write)
+
+
+def _clear_earlier_demo(out_dir: Path) -> None:
+    # lm train refuses a directory with a run in it, and the old best weights would be parsed with when no epoch
+    # ends this time; check_demo_dir made sure that every name here is the demo's own
+    for name in os.listdir(out_dir):
+        path = out_dir / name
+        if name in (DATA, RunDir.LOCK) or not DEMO_FILES.fullmatch(name):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def run(cfg: DemoConfig, as_json: bool = False) -> dict:
@@ -75,16 +123,10 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
             f"generated {len(train_trees)} training, {len(dev)} development and {len(test)} test sentences "
             f"({len({w for t in train_trees for w in t.leaves()})} word types) from the demo grammar"
         )
-        # an earlier demo's run: lm train refuses a directory with a run in it, and its old best weights would
-        # be parsed with when no epoch ends this time
-        for path in (run_dir.config_path, *run_dir.training_files(), run_dir.log_path, run_dir.results_path):
-            path.unlink(missing_ok=True)
-        # the sentences as a PTB-layout corpus, one sentence a line (what onlstm.data.ptb reads)
-        (out_dir / DATA).mkdir(parents=True, exist_ok=True)
-        for split, trees in {"train": train_trees, "valid": dev, "test": test}.items():
-            (out_dir / DATA / f"ptb.{split}.txt").write_text("".join(" ".join(t.leaves()) + "\n" for t in trees))
+        _clear_earlier_demo(out_dir)
+        _write_corpus(out_dir, {"train": train_trees, "valid": dev, "test": test})
     # lm train takes the directory's lock itself, so the demo's is released meanwhile
-    trained = train(out_dir, out_dir / DATA, settings, log=log)
+    trained = train(out_dir, out_dir / DATA, settings, log=log, keep=(DATA,))
     if trained["status"] == "interrupted":
         log("Ctrl-C: training ended early; the demo goes on with the model so far")
     with run_dir.lock("onlstm demo", log=log):

@@ -101,3 +101,25 @@ def exception_line(exc: BaseException, limit: int = 200) -> str:
 def first_line(exc: BaseException, limit: int = 200) -> str:
     """The first line of ``exc``'s message, at most ``limit`` characters ('' when it has none)."""
     return (str(exc).strip().splitlines() or [""])[0][:limit]
+
+
+#: The most characters of a message that a command prints (a value quoted in full could be megabytes).
+MESSAGE_LIMIT = 2000
+
+
+def cap(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``message`` on one line of at most ``limit`` characters."""
+    line = " ".join(message.split("\n"))
+    return line if len(line) <= limit else line[: limit - 25] + f" ... ({len(line):,} characters)"
+
+
+def quote(value: object, limit: int = 200) -> str:
+    """``repr(value)`` for a message, at most about ``limit`` characters, built without the whole repr (a YAML
+    alias bomb's repr would not fit in memory)."""
+    import reprlib
+
+    shorter = reprlib.Repr()
+    shorter.maxlevel, shorter.maxstring, shorter.maxother, shorter.maxlong = 3, limit, limit, limit
+    shorter.maxlist = shorter.maxtuple = shorter.maxdict = shorter.maxset = 8
+    text = shorter.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import WriteError
+from .errors import InputError, WriteError
 
 
 def _current_umask() -> int:
@@ -61,3 +62,137 @@ def save_figure(fig, path: Path, **savefig_options) -> Path:
     fmt = path.suffix.lstrip(".") or "png"
     atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, **savefig_options))
     return path
+
+
+# -- who owns an output folder (docs/cli.md, "Output folders: what a command may replace") ----------------------
+#: The file a command leaves in a folder it wrote as a whole: JSON with the kind of output and the names it wrote.
+MARKER = ".onlstm-output.json"
+#: Quoted names of a folder's entries in a refusal: a few, not the listing of a large folder.
+_SHOWN = 3
+
+
+def read_marker(folder: Path) -> dict | None:
+    """The marker in ``folder`` (``{"kind": ..., "files": [...]}``), None when there is none or it is not one."""
+    path = Path(folder) / MARKER
+    try:
+        if not path.is_file() or path.stat().st_size > 1 << 20:  # a FIFO or a huge file is no marker of ours
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str) or not isinstance(data.get("files"), list):
+        return None
+    return data
+
+
+def owned_by(folder: Path, kind: str) -> bool:
+    """``folder`` holds a ``kind`` output written by a command, and nothing else (no file added since)."""
+    marker = read_marker(folder)
+    if marker is None or marker["kind"] != kind:
+        return False
+    return set(os.listdir(folder)) <= {MARKER, *map(str, marker["files"])}
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """``path`` (which may not exist yet) can be created: a file is created for real in its nearest existing
+    ancestor (``os.access`` says yes to root on read-only mounts)."""
+    base = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not base.is_dir():
+        raise InputError(f"{flag} {path}: {base} is a file, not a directory; choose another {flag}")
+    try:
+        tempfile.TemporaryFile(dir=base).close()
+    except OSError as exc:
+        raise InputError(
+            f"{flag} {path}: cannot write in {base} ({exc.strerror or exc}); choose a writable {flag}"
+        ) from None
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(repr(n[:60]) for n in sorted(names)[:_SHOWN])
+    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+
+
+def check_output_owner(
+    path: str | Path,
+    kind: str,
+    *,
+    overwrite: bool = False,
+    flag: str = "--out",
+    legacy: Any = None,
+) -> Path:
+    """The ownership rule, checked before any work: ``path`` may receive a ``kind`` output when it does not exist,
+    is an empty folder, holds an earlier ``kind`` output and nothing else (its marker, or ``legacy(path)`` for one
+    written before markers), or ``overwrite`` says to replace it. Else an :class:`InputError` naming what is there."""
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise InputError(f"{flag} {path} is a symbolic link to nothing ({os.readlink(path)}); choose another {flag}")
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{flag} {path} is a file, not a directory; choose another {flag}")
+    check_writable(path.parent if path.exists() else path, flag)  # the new folder is made beside it
+    if not path.exists() or overwrite:
+        if overwrite and path.exists():
+            _check_replaceable(path, flag)
+        return path
+    try:
+        names = os.listdir(path)
+    except OSError as exc:
+        raise InputError(f"{flag} {path}: cannot read the folder ({exc.strerror}); choose another {flag}") from None
+    if not names or owned_by(path, kind) or (legacy is not None and legacy(path)):
+        return path
+    raise InputError(
+        f"{flag} {path} is not empty and was not written by this command (it holds {_listing(names)}); "
+        f"choose a new or empty {flag}, or pass --overwrite to replace the whole folder"
+    )
+
+
+def _check_replaceable(path: Path, flag: str) -> None:
+    # --overwrite replaces the folder as a whole: never the root, the home folder or one holding the working folder
+    real, cwd = path.resolve(), Path.cwd().resolve()
+    if real == Path(real.anchor) or real == Path.home().resolve() or real == cwd or real in cwd.parents:
+        raise InputError(f"{flag} {path}: --overwrite would replace {real}, which holds more than an output")
+
+
+def publish_folder(path: str | Path, kind: str, write) -> Path:
+    """Write a multi-file output all at once: ``write(tmp)`` fills a new folder beside ``path``, which gets the
+    marker and then takes ``path``'s place in one rename (the folder there before is kept until then, and removed
+    after). An interruption or an error removes the new folder and leaves ``path`` as it was; a refused write is a
+    :class:`~onlstm.errors.WriteError`. Check ``path`` first with :func:`check_output_owner`."""
+    path = Path(path)
+    target = path.resolve() if path.is_symlink() else path  # a link to a folder: the folder is replaced, not it
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    except OSError as exc:
+        raise WriteError(path, exc) from None
+    try:
+        write(tmp)
+        names = sorted(os.listdir(tmp))
+        write_json(tmp / MARKER, {"kind": kind, "files": names})
+        os.chmod(tmp, 0o777 & ~_current_umask())  # mkdtemp's folder is private
+        _swap_into_place(tmp, target)
+    except OSError as exc:  # a WriteError too: named by the file it would have been, not the temporary one
+        name = None if exc.filename is None else Path(exc.filename)
+        if name is not None and not name.is_relative_to(tmp) and name != path:
+            raise  # about another file (a source read): not a refused write
+        raise WriteError(path if name is None else path / name.relative_to(tmp), exc) from None
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def _swap_into_place(new: Path, target: Path) -> None:
+    """``new`` renamed to ``target``; a folder already there is renamed aside first and removed once ``new`` is in
+    place (a crash between the two renames leaves it as ``.NAME.*.old``, whole)."""
+    if not target.exists():
+        os.rename(new, target)
+        return
+    old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
+    os.rmdir(old)  # only the name is wanted: rename needs an empty or absent destination
+    os.rename(target, old)
+    try:
+        os.rename(new, target)
+    except OSError:
+        os.rename(old, target)  # put the old one back
+        raise
+    shutil.rmtree(old, ignore_errors=True)

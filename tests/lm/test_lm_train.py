@@ -182,7 +182,7 @@ def test_time_limit_stops_with_a_resume_file_counts_every_session_and_resumes_ex
     argv = ["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(tmp_path / "bad")]
     for bad in ("0", "-1", "nan"):
         assert main([*argv, "--time-limit", bad]) == 2
-        assert "train.time_limit must be a finite number of minutes > 0" in capsys.readouterr().err
+        assert "train.time_limit must be a finite number" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
 
 

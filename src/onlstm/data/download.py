@@ -8,14 +8,15 @@ import argparse
 import hashlib
 import shutil
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..checkpoint import atomic_write, read_json, write_json
-from ..config import add_command, add_group, arg
-from ..errors import DISK_FULL_ERRNOS, EXIT_FINDING, OnlstmError
+from ..config import add_command, add_group, arg, positive_number
+from ..errors import DISK_FULL_ERRNOS, EXIT_FINDING, InputError, OnlstmError
 
 MANIFEST = "download.json"
 CHUNK = 1 << 20
@@ -95,21 +96,29 @@ def _stream(url: str, tmp: Path, h: hashlib._Hash, known: str | None, timeout: f
                     bar.update(len(block))
     except urllib.error.HTTPError as e:
         raise DownloadError(f"could not download {url}: HTTP {e.code} {e.reason}; check --url") from None
-    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+    except urllib.error.URLError as e:
+        if urllib.parse.urlparse(url).scheme not in ("file", ""):
+            raise _unreachable(url, e, source, tmp) from None
+        raise InputError(f"cannot read {url}: {getattr(e, 'reason', e)}; check --url") from None
+    except (TimeoutError, ConnectionError, OSError) as e:
         if getattr(e, "errno", None) in DISK_FULL_ERRNOS:  # writing the file failed, not the network
             raise
-        raise DownloadError(
-            f"could not download {url}: {getattr(e, 'reason', e)}.\n"
-            "This machine seems to have no internet access (or the server is unreachable). Instead, copy "
-            f"{source.help} from a machine that has access into a folder such as {tmp.parent}, and pass "
-            f"--data-dir {tmp.parent} to `onlstm lm train` / `onlstm lm eval` (train.txt, valid.txt, test.txt "
-            "are accepted too)."
-        ) from None
+        raise _unreachable(url, e, source, tmp) from None
     if known is not None and h.hexdigest() != known:
         raise DownloadError(
             f"{url}: checksum mismatch (expected sha256 {known}, got {h.hexdigest()}); the server returned "
             "another file. Nothing was written; try again or use a local copy with --data-dir"
         )
+
+
+def _unreachable(url: str, e: Exception, source: Source, tmp: Path) -> DownloadError:
+    return DownloadError(
+        f"could not download {url}: {getattr(e, 'reason', e)}.\n"
+        "This machine seems to have no internet access (or the server is unreachable). Instead, copy "
+        f"{source.help} from a machine that has access into a folder such as {tmp.parent}, and pass "
+        f"--data-dir {tmp.parent} to `onlstm lm train` / `onlstm lm eval` (train.txt, valid.txt, test.txt "
+        "are accepted too)."
+    )
 
 
 def _fetch_file(url: str, dest: Path, known: str | None, timeout: float, source: Source) -> str:
@@ -194,7 +203,7 @@ def register(subparsers) -> None:
         ),
         arg("--to", required=True, type=Path, help="folder to write the files into (created if missing)"),
         arg("--url", default=None, help="base URL of the files, or the zip's URL (default: the corpus's own)"),
-        arg("--timeout", type=float, default=30.0, help="seconds per request (default 30)"),
+        arg("--timeout", type=positive_number, default=30.0, help="seconds per request (default 30)"),
         arg("--force", action="store_true", help="download even when a file with the right checksum is there"),
     )
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..config import add_command, add_group, add_runtime_flags, arg, flags_given, runtime_settings
+from ..config import add_command, add_group, add_runtime_flags, arg, flags_given, positive_int, runtime_settings
 from ..errors import EXIT_INTERRUPTED, command_error
 from .config import EvalRuntime, add_config_flags
 
@@ -28,7 +28,11 @@ def register(subparsers) -> None:
             help="continue the run in --out exactly where it stopped (its saved settings are used; only "
             "runtime fields such as --epochs, --device, --threads may change)",
         ),
-        arg("--max-steps", type=int, help="stop after this many optimizer steps in total; save a resumable checkpoint"),
+        arg(
+            "--max-steps",
+            type=positive_int,
+            help="stop after this many optimizer steps in total; save a resumable checkpoint",
+        ),
     )
     add_config_flags(train)
     evaluate = add_command(
@@ -39,8 +43,8 @@ def register(subparsers) -> None:
         arg("--data-dir", type=Path, help="corpus folder (default: the one the run was trained on)"),
         arg("--split", choices=("train", "valid", "test"), default="test"),
         arg("--protocol", choices=("paper", "batched", "both"), default="paper"),
-        arg("--batch-size", type=int, default=10, help="columns of the batched protocol (default 10)"),
-        arg("--bptt", type=int, default=70, help="segment length (default 70)"),
+        arg("--batch-size", type=positive_int, default=10, help="columns of the batched protocol (default 10)"),
+        arg("--bptt", type=positive_int, default=70, help="segment length (default 70)"),
         arg("--weights", choices=("best", "last"), default="best", help="which weights of the run (default best)"),
         arg("--oov", choices=("auto", "error", "unk"), help="words outside the vocabulary (default: the run's own)"),
         arg("--json", action="store_true", help="print one JSON object"),

@@ -153,6 +153,17 @@ def run_config_from_saved(saved: dict) -> RunConfig:
     return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(train))
 
 
+def refuse_restart(run: RunDir) -> None:
+    """A ``--resume`` without a resume file starts from step 0: only for a run stopped before its first checkpoint.
+    One with results (weights, a test, a log) would have them overwritten: refused, as ``logic train`` does."""
+    done = [p.name for p in (run.weights("best"), run.weights("last"), run.results_path, run.log_path) if p.exists()]
+    if done:
+        raise RunDirError(
+            f"--resume: {run.path} has no {RunDir.RESUME} (it finished, or the file was deleted) but holds results "
+            f"({', '.join(done)}); resuming would start again from step 0 and overwrite them: train into a new --out"
+        )
+
+
 def write_log_csv(path: Path, history: list[dict]) -> None:
     w = csv.DictWriter(buf := io.StringIO(), LOG_COLUMNS, extrasaction="ignore")
     w.writeheader()
@@ -172,8 +183,9 @@ class Trainer:
         resume: bool = False,
         ctx: DistContext | None = None,
         log: Callable[[str], None] = print,
+        keep: tuple[str, ...] = (),
     ):
-        self.rundir, self.data_dir, self.resume = RunDir(run_dir), Path(data_dir), resume
+        self.rundir, self.data_dir, self.resume, self._keep = RunDir(run_dir), Path(data_dir), resume, keep
         self.config = self._resolve_config(explicit)
         cfg = self.cfg = self.config.train
         setup_torch(cfg.threads)
@@ -196,6 +208,7 @@ class Trainer:
         if resume and self.rundir.resume_path.exists():
             self._load(self.rundir.resume_path)
         elif resume:
+            refuse_restart(self.rundir)
             self.log(f"{self.rundir.path} has no {RunDir.RESUME} yet; starting from the beginning")
         self.engine: Engine | None = None
 
@@ -203,7 +216,7 @@ class Trainer:
         """Defaults < explicit; on resume the saved settings, of which only the runtime fields may change."""
         run = self.rundir
         if not self.resume:
-            run.check_output(command="onlstm lm train")
+            run.check_output(command="onlstm lm train", keep=self._keep)
             return load_config(None, explicit)
         if not run.config_path.exists():
             raise RunDirError(
@@ -633,17 +646,21 @@ def train(
     max_steps: int | None = None,
     on_step=None,
     log: Callable[[str], None] = print,
+    keep: tuple[str, ...] = (),
 ) -> dict:
     """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the user (config
-    file and flags); ``max_steps``: optimizer steps in all; ``on_step(trainer)`` after each; ``log(message)``. Returns
+    file and flags); ``max_steps``: optimizer steps in all; ``on_step(trainer)`` after each; ``log(message)``; ``keep``:
+    names a new run's directory may already hold (the demo's corpus). Returns
     ``{"status", "progress"}``; joins the process group under torchrun."""
-    run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train")
+    run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train", keep=keep)
+    if resume and run.config_path.exists() and not run.resume_path.exists():
+        refuse_restart(run)  # before the lock and the data: nothing to do
     if not resume:  # every setting checked (the model's too) before anything is created or read
         load_config(None, explicit or {}).model_config(vocab_size=1)
     main = int(os.environ.get("RANK", "0")) == 0  # under torchrun the first process holds the lock
     try:
         with run.lock("onlstm lm train", log=log, enabled=main):
-            trainer = Trainer(run_dir, data_dir, explicit or {}, resume=resume, log=log)
+            trainer = Trainer(run_dir, data_dir, explicit or {}, resume=resume, log=log, keep=keep)
             result = trainer.run(max_steps=max_steps, on_step=on_step)
             # every process done with its collectives before any leaves the group: once, under load, a process
             # that left first took the other down at exit ("terminate called without an active exception")

@@ -15,7 +15,8 @@ from .. import encoders
 from ..checkpoint import read_json
 from ..config import ConfigError, Settings, add_command, add_flags, add_group, arg, command_line, flags_given
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
-from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
+from ..files import check_output_owner, publish_folder
+from ..runs import RunDir, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
 from .data import has_split, read_examples, relabel_mismatches, write_file
 from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
@@ -26,6 +27,7 @@ from .train import train, validation_examples
 #: A config file's sections (checked against their dataclasses: names and value types) and its other keys.
 SECTIONS = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
 CONFIG_KEYS = ("data", "out")
+DATA_KIND = "logic-data"  # the marker of a folder logic generate wrote (onlstm.files.publish_folder)
 
 #: Bad --config file or option values; printed on stderr, exit status 2 (the name the logic commands used).
 SettingsError = ConfigError
@@ -39,9 +41,10 @@ def register(subparsers) -> None:
         "logical inference (Bowman et al. 2015): data, train, eval, compare",
         "Propositional-logic relation classification: the data and the experiment.",
     )
-    out = arg("--out", required=True, type=Path, help="output directory (created if missing)")
+    out = arg("--out", required=True, type=Path, help="output directory (new, empty, or an earlier generated set)")
     quiet = arg("--quiet", action="store_true", help="print only the final summary")
-    add_flags(add_command(sub, "generate", _cmd_generate, out, quiet), GenerateConfig, "generate", "data")
+    replace = arg("--overwrite", action="store_true", help="replace --out even when it holds other files")
+    add_flags(add_command(sub, "generate", _cmd_generate, out, quiet, replace), GenerateConfig, "generate", "data")
     add_command(
         sub,
         "check",
@@ -140,10 +143,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if "test_fraction" in given and "test_count" in given:
         raise SettingsError("give --test-fraction or --test-count, not both")
     cfg = GenerateConfig.from_dict(given)
-    check_output_folder(args.out)
-    report = generate_dataset(args.out, cfg, log=None if args.quiet else print)
+    # a new or empty folder, or an earlier generated set (replaced whole), or --overwrite: never a mix with files
+    # already there (Bowman's train0-12 have the same names)
+    check_output_owner(args.out, DATA_KIND, overwrite=args.overwrite)
+    reports, log = [], None if args.quiet else print
+    publish_folder(args.out, DATA_KIND, lambda tmp: reports.append(generate_dataset(tmp, cfg, log=log)))
+    report = reports[0]
     rate = report.n_pairs / report.seconds if report.seconds > 0 else float("inf")
-    print(f"wrote {report.n_pairs} pairs to {report.out_dir} in {report.seconds:.1f} s ({rate:,.0f} pairs/s)")
+    print(f"wrote {report.n_pairs} pairs to {args.out} in {report.seconds:.1f} s ({rate:,.0f} pairs/s)")
     for split in ("train", "test"):
         counts = report.label_counts(split)
         print(f"{split:>5} labels ({sum(counts.values())}): {format_label_counts(counts)}")

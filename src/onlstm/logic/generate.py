@@ -69,13 +69,19 @@ class Pair(NamedTuple):
     ops_b: int
 
 
+#: The most pairs a bucket may ask for (the original files hold fewer than 100,000 per bucket).
+MAX_PER_LENGTH = 10_000_000
+
+
 @dataclass
 class GenerateConfig(Config):
     """Options of :func:`generate_dataset` (docs/logic.md, "Data", for what each does)."""
 
     section = "generate"
 
-    per_length: int = option(1000, "pairs per length bucket k, train and test together", bounds=(1, None))
+    per_length: int = option(  # bounded: a larger count ran for ever (distinct pairs run out long before)
+        1000, "pairs per length bucket k, train and test together", bounds=(1, MAX_PER_LENGTH)
+    )
     seed: int = seed_option(0, "random seed; same seed, same files")
     max_ops: int = option(
         12,

@@ -105,14 +105,20 @@ class LogicClassifier(nn.Module):
         return self.mlp(self.features(a_tokens, a_lengths, b_tokens, b_lengths))
 
     def save_pretrained(
-        self, directory, *, run_config: dict | None = None, command: str | None = None, results: dict | None = None
+        self,
+        directory,
+        *,
+        run_config: dict | None = None,
+        command: str | None = None,
+        results: dict | None = None,
+        overwrite: bool = False,
     ):
         """Save in Hugging Face's layout (:meth:`onlstm.runs.RunDir.save_pretrained`); ``run_config`` (the run's
         header), ``command`` and ``results`` as for :meth:`onlstm.models.LanguageModel.save_pretrained`."""
         config = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}
         title = f"{self.config.cell} logical-inference classifier ({self.config.hidden_size} units)"
         card = model_card(title, config, LOGIC_USAGE, command, results)
-        return RunDir(directory).save_pretrained(self, config, card, list(TOKENS))
+        return RunDir(directory).save_pretrained(self, config, card, list(TOKENS), overwrite=overwrite)
 
     @classmethod
     def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LogicClassifier:

@@ -224,11 +224,13 @@ class LanguageModel(nn.Module):
         run_config: dict | None = None,
         command: str | None = None,
         results: dict | None = None,
+        overwrite: bool = False,
     ):
         """Save this model and its vocabulary (a :class:`~onlstm.data.vocab.Vocab` or a list of words; by default
         ``model.vocab``, which :meth:`from_pretrained` sets) in Hugging Face's layout (docs/sharing.md).
         ``run_config`` (a dict): the training run's header (its settings travel with the model: text normalisation,
-        training recipe, ...); ``command`` (a string) and ``results`` (a dict) go into the model card."""
+        training recipe, ...); ``command`` (a string) and ``results`` (a dict) go into the model card. ``directory``: new,
+        empty or an earlier export (replaced as a whole); anything else only with ``overwrite=True``."""
         from ..checkpoint import config_header
         from ..runs import RunDir, model_card
 
@@ -241,7 +243,7 @@ class LanguageModel(nn.Module):
         config, c = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}, self.config
         title = f"{c.cell} language model ({len(c.hidden_sizes)} layers, {c.vocab_size:,} words)"
         card = model_card(title, config, LM_USAGE, command, results)
-        return RunDir(directory).save_pretrained(self, config, card, words)
+        return RunDir(directory).save_pretrained(self, config, card, words, overwrite=overwrite)
 
     @classmethod
     def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LanguageModel:

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..errors import exception_line
+from ..files import atomic_write
 from .kernels import KernelGrads, KernelInputs, KernelOutputs, KernelUnavailable, OutputGrads
 
 _SOURCE = Path(__file__).parent / "csrc" / "onlstm_cpu.cpp"
@@ -79,26 +80,79 @@ def load_extension() -> Any:
         _state["error"] = "disabled by ONLSTM_NO_EXTENSION"
         return None
     try:
-        from torch.utils import cpp_extension
-
-        # the module's name changes with the source, the flags and the torch version
-        h = hashlib.sha1(_SOURCE.read_bytes() + " ".join(_CFLAGS).encode() + torch.__version__.encode())
-        name = f"onlstm_cpu_{h.hexdigest()[:12]}"
-        build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
-        clear_stale_lock(build_dir)
-        compiling, started = not any(build_dir.glob(f"{name}*.so")), time.monotonic()
-        if compiling:
-            print(f"onlstm: compiling the C++ kernel ({COMPILE_TIME}) ...", file=sys.stderr, flush=True)
-        # PATH extended while the kernel builds; patch.dict restores it (or its absence) afterwards
-        with mock.patch.dict(os.environ, {"PATH": build_path(os.environ.get("PATH") or os.defpath)}):
-            _state["module"] = cpp_extension.load(
-                name=name, sources=[str(_SOURCE)], extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], verbose=False
-            )
-        if compiling:
-            print(f"onlstm: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+        _state["module"] = _build_and_load()
     except Exception as exc:
         _state["error"] = exception_line(exc)
     return _state["module"]
+
+
+def _build_and_load() -> Any:
+    from torch.utils import cpp_extension
+
+    # the module's name changes with the source, the flags and the torch version
+    source = _SOURCE.read_bytes()
+    h = hashlib.sha1(source + " ".join(_CFLAGS).encode() + torch.__version__.encode())
+    name = f"onlstm_cpu_{h.hexdigest()[:12]}"
+    build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
+    clear_stale_lock(build_dir)
+    # compiled from a copy inside the build directory: PyTorch rebuilds when the source's path changes, so two
+    # checkouts of the same version would otherwise rebuild the same directory for each other
+    copy = build_dir / _SOURCE.name
+    if not copy.is_file() or copy.read_bytes() != source:
+        atomic_write(copy, lambda tmp: Path(tmp).write_bytes(source))
+    library = build_dir / f"{name}.so"
+    check_cached_library(library)
+    compiling, started = not library.exists(), time.monotonic()
+    if compiling:
+        print(f"onlstm: compiling the C++ kernel ({COMPILE_TIME}) ...", file=sys.stderr, flush=True)
+    # PATH extended while the kernel builds; patch.dict restores it (or its absence) afterwards
+    with mock.patch.dict(os.environ, {"PATH": build_path(os.environ.get("PATH") or os.defpath)}):
+        module = cpp_extension.load(
+            name=name, sources=[str(copy)], extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], verbose=False
+        )
+    if compiling:
+        print(f"onlstm: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+    stamp = _stamp(library)
+    if library.is_file() and not stamp.exists():  # what loaded is good: the next process checks against it
+        with contextlib.suppress(OSError):
+            atomic_write(stamp, lambda tmp: Path(tmp).write_text(_digest(library)))
+    return module
+
+
+def _stamp(library: Path) -> Path:
+    return library.with_name(library.name + ".sha256")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+#: Loads the library in a child: a damaged one kills the child (SIGBUS, SIGSEGV), not this process.
+_PROBE = "import ctypes, sys, torch; ctypes.CDLL(sys.argv[1])"
+
+
+def check_cached_library(library: Path) -> None:
+    """Remove a cached kernel that would crash this process when loaded (truncated by a full disk or a killed
+    build, or changed): one whose checksum, recorded when it first loaded, differs; or, with no checksum (built
+    by an older onlstm), one that fails to load in a child process. It is then rebuilt, with one warning."""
+    if not library.is_file():
+        return
+    stamp = _stamp(library)
+    try:
+        recorded = stamp.read_text().strip() if stamp.is_file() else None
+        if recorded is not None and recorded == _digest(library):
+            return
+    except OSError:
+        recorded = ""
+    if recorded is None:
+        import subprocess
+
+        probe = subprocess.run([sys.executable, "-c", _PROBE, str(library)], capture_output=True, timeout=300)
+        if probe.returncode == 0:
+            return
+    print(f"onlstm: the cached C++ kernel {library} is damaged (truncated or changed); rebuilding it", file=sys.stderr)
+    library.unlink(missing_ok=True)
+    stamp.unlink(missing_ok=True)
 
 
 def extension_error() -> str | None:

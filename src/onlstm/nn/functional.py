@@ -81,6 +81,36 @@ def cell_update(pre: Tensor, c: Tensor, chunk_size: int, mode: str = "paper") ->
     return h_new.reshape(batch, hidden), c_new.reshape(batch, hidden), d_f, d_i
 
 
+def check_batch_sizes(batch_sizes: Tensor | Sequence[int], rows: int, where: str = "ONLSTM") -> None:
+    """A packed sequence's ``batch_sizes`` fit its ``rows`` of data: a 1-D integer CPU sequence of positive,
+    non-increasing sizes that sum to ``rows``, else a one-line ``ValueError`` (as ``nn.LSTM`` raises). The kernels
+    trust them: sizes that sum to more rows would be written out of bounds. O(steps), on the CPU."""
+    if isinstance(batch_sizes, Tensor):
+        if batch_sizes.device.type != "cpu":
+            raise ValueError(f"{where}: batch_sizes must be on the CPU, got {batch_sizes.device}")
+        if batch_sizes.dim() != 1 or batch_sizes.dtype.is_floating_point or batch_sizes.is_complex():
+            raise ValueError(
+                f"{where}: batch_sizes must be a 1-D integer tensor, got {batch_sizes.dtype} of shape "
+                f"{tuple(batch_sizes.shape)}"
+            )
+        sizes = batch_sizes.to(torch.int64)
+    else:
+        sizes = torch.as_tensor(list(batch_sizes), dtype=torch.int64)
+    if sizes.numel() == 0:
+        raise ValueError(f"{where}: batch_sizes is empty (a packed sequence has at least one step)")
+    if bool((sizes <= 0).any()):
+        raise ValueError(f"{where}: batch_sizes must be positive, got {int(sizes.min())} at step {int(sizes.argmin())}")
+    if sizes.numel() > 1 and bool((sizes[1:] > sizes[:-1]).any()):
+        step = int((sizes[1:] > sizes[:-1]).nonzero()[0, 0]) + 1
+        raise ValueError(
+            f"{where}: batch_sizes must be non-increasing, got {int(sizes[step - 1])} then {int(sizes[step])} "
+            f"at step {step}"
+        )
+    total = int(sizes.sum())
+    if total != rows:
+        raise ValueError(f"{where}: batch_sizes sum to {total} but the packed data has {rows} rows")
+
+
 def reference_layer(
     x: Tensor,
     w_ih: Tensor,
@@ -98,6 +128,7 @@ def reference_layer(
     ``dist[:, 0]`` is ``d_f = 1 - mean(master forget)``, ``dist[:, 1]`` is ``d_i = mean(master input)``;
     ``mode`` is the master-input mode (``'paper'`` or ``'reverse'``).
     """
+    check_batch_sizes(batch_sizes, x.shape[0])  # else extra rows would come back silently
     wx = F.linear(x, w_ih, b_ih)  # W x_t + b_ih, every step
     h, c = h0, c0  # (B, D): row r holds its latest state
     outs, dists = [], []

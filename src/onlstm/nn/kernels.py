@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ..errors import exception_line, first_line
+from .functional import check_batch_sizes
 
 
 class _Record:
@@ -173,6 +174,11 @@ def fused_layer(
     kernel: LayerKernel,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run ``kernel`` over one layer/direction of a packed sequence; returns ``out, h_n, c_n, dist``."""
+    check_batch_sizes(batch_sizes, x.shape[0])
+    if h0.shape[0] != int(batch_sizes[0]) or c0.shape[0] != int(batch_sizes[0]):
+        raise ValueError(
+            f"ONLSTM: the initial state has {h0.shape[0]} rows but the first step {int(batch_sizes[0])} sequences"
+        )
     x, h0, c0 = x.contiguous(), h0.contiguous(), c0.contiguous()
     return _KernelFunction.apply(kernel, chunk, inclusive, x, w_ih, w_hh, bias, h0, c0, batch_sizes)
 

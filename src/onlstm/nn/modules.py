@@ -337,6 +337,12 @@ class ONLSTM(nn.Module):
         if isinstance(input, PackedSequence):
             data, batch_sizes, sorted_idx, unsorted_idx = input
             self._check_features(data)
+            Fn.check_batch_sizes(batch_sizes, data.shape[0])  # before any kernel trusts them
+            if sorted_idx is not None and sorted_idx.numel() != int(batch_sizes[0]):
+                raise ValueError(
+                    f"ONLSTM: the packed sequence's sorted_indices has {sorted_idx.numel()} entries for "
+                    f"{int(batch_sizes[0])} sequences"
+                )
             return _Flat(
                 data, batch_sizes, sorted_idx, unsorted_idx, True, False, len(batch_sizes), int(batch_sizes[0])
             )

@@ -9,7 +9,6 @@ import json
 import math
 import os
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,8 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import CheckpointError, load_weights, read_json, save_weights, write_json, write_text
+from ..checkpoint import MAX_JSON_BYTES, CheckpointError, load_weights, read_json, save_weights, write_json, write_text
 from ..errors import InputError, OnlstmError, WriteError
+from ..files import check_output_owner, check_writable, publish_folder
 
 
 class RunDirError(OnlstmError, ValueError):
@@ -28,26 +28,12 @@ class RunDirError(OnlstmError, ValueError):
     ``--resume``, it is locked by a training in progress, or its settings do not fit."""
 
 
-def _check_writable(path: Path, flag: str) -> None:
-    """``path`` (which may not exist yet) can be created: a file is created for real in its nearest existing
-    ancestor (``os.access`` says yes to root on read-only mounts)."""
-    base = next((p for p in (path, *path.parents) if p.exists()), Path("."))
-    if not base.is_dir():
-        raise InputError(f"{flag} {path}: {base} is a file, not a directory; choose another {flag}")
-    try:
-        tempfile.TemporaryFile(dir=base).close()
-    except OSError as exc:
-        raise InputError(
-            f"{flag} {path}: cannot write in {base} ({exc.strerror or exc}); choose a writable {flag}"
-        ) from None
-
-
 def check_output_file(path: str | Path, flag: str = "--out") -> Path:
     """An output file (or file prefix) ``path``: not a directory, and its folder writable. Nothing is created."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{flag} {path} is a directory; give a file name (e.g. {path / 'out.txt'})")
-    _check_writable(path.parent if str(path.parent) else Path("."), flag)
+    check_writable(path.parent if str(path.parent) else Path("."), flag)
     return path
 
 
@@ -56,7 +42,7 @@ def check_output_folder(path: str | Path, flag: str = "--out") -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError(f"{flag} {path} is a file, not a directory; choose another {flag}")
-    _check_writable(path, flag)
+    check_writable(path, flag)
     return path
 
 
@@ -188,10 +174,17 @@ class RunDir:
 
     # -- as the output of a command -------------------------------------------------------------
     def check_output(
-        self, *, resume: bool = False, command: str = "", flag: str = "--out", replace_kind: str | None = None
+        self,
+        *,
+        resume: bool = False,
+        command: str = "",
+        flag: str = "--out",
+        replace_kind: str | None = None,
+        keep: tuple[str, ...] = (),
     ) -> RunDir:
         """Checked before any work as a training's output: not a file, writable, and holding no run unless
-        ``resume`` or a run of ``replace_kind`` (``logic compare`` retrains its own). Nothing is created."""
+        ``resume`` or a run of ``replace_kind`` (``logic compare`` retrains its own); a new run needs a new or empty
+        directory (but for its lock, and the names in ``keep``: the demo's corpus). Nothing is created."""
         check_output_folder(self.path, flag)
         held = self.describe()
         if held and replace_kind is not None and self.kind == replace_kind:
@@ -202,32 +195,58 @@ class RunDir:
                 + (f" ({command} ... --resume)" if command else "")
                 + f", or choose another {flag}, or delete the directory to start over (found: {held})"
             )
+        if not held and not resume and self.path.is_dir():
+            others = [n for n in os.listdir(self.path) if n not in (self.LOCK, *keep)]
+            if others:
+                shown = ", ".join(repr(n[:60]) for n in sorted(others)[:3]) + (" ..." if len(others) > 3 else "")
+                raise RunDirError(
+                    f"{flag} {self.path} is not empty and holds no run (it holds {shown}); a training writes its "
+                    f"files only into a new or empty directory: choose another {flag}"
+                )
         return self
 
     def lock(self, command: str, log: Callable[[str], None] | None = None, enabled: bool = True) -> RunLock:
         return RunLock(self.path, command, log, enabled)
 
-    def save_pretrained(self, model, config: dict, card: str, vocab: list[str] | None = None) -> Path:
-        """Write a model to share here, refused in a training run (its best weights would sit beside the shared
-        ones); an earlier export is overwritten file by file."""
+    #: The marker kind of a shared model's folder (:func:`onlstm.files.check_output_owner`).
+    EXPORT = "export"
+
+    def is_export(self) -> bool:
+        """An earlier export, marked or (written before markers) of a shared model's files alone."""
+        names = {self.CONFIG, self.SHARED_WEIGHTS, self.VOCAB, self.CARD}
+        try:
+            held = set(os.listdir(self.path))
+        except OSError:
+            return False
+        return self.SHARED_WEIGHTS in held and held <= names and "kind" in self.header()
+
+    def save_pretrained(
+        self, model, config: dict, card: str, vocab: list[str] | None = None, overwrite: bool = False
+    ) -> Path:
+        """Write a model to share here, all files at once (:func:`onlstm.files.publish_folder`): into a new or empty
+        directory or over an earlier export, anything else only with ``overwrite``; never over a training run (its
+        best weights would be lost)."""
         directory = self.path
         if directory.exists() and not directory.is_dir():
             raise InputError(f"{directory} is a file; save_pretrained needs a directory (new or an earlier export)")
         held = [p.name for p in self.training_files() if p.exists()]
         if held:
             raise InputError(f"{directory} holds a training run ({held[0]}); save the shared model elsewhere")
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InputError(f"cannot create {directory}: {exc.strerror}; choose another directory") from None
-        if not os.access(directory, os.W_OK | os.X_OK):
-            raise InputError(f"{directory} is not writable; choose another directory")
-        save_weights(self.shared_weights_path, model)
-        if vocab is not None:
-            write_json(self.vocab_path, list(vocab))
-        self.write_config(config)
-        write_text(self.card_path, card)
-        return directory
+        check_output_owner(directory, self.EXPORT, overwrite=overwrite, flag="--to", legacy=RunDir.is_export_dir)
+
+        def write(tmp: Path) -> None:
+            into = RunDir(tmp)
+            save_weights(into.shared_weights_path, model)
+            if vocab is not None:
+                write_json(into.vocab_path, list(vocab))
+            into.write_config(config)
+            write_text(into.card_path, card)
+
+        return publish_folder(directory, self.EXPORT, write)
+
+    @staticmethod
+    def is_export_dir(path: Path) -> bool:
+        return RunDir(path).is_export()
 
 
 def check_output_dir(path: str | Path, **options) -> Path:
@@ -237,15 +256,19 @@ def check_output_dir(path: str | Path, **options) -> Path:
 def _json_dict(path: Path) -> dict | None:
     """``path``'s JSON object: None when the file is missing, {} when it cannot be read or holds no object."""
     try:
+        if not path.is_file() or path.stat().st_size > MAX_JSON_BYTES:  # a FIFO, a device, a huge file: not ours
+            return None if not path.exists() and not path.is_symlink() else {}
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
 def _pid_alive(pid: int) -> bool:
+    if not 0 < pid < 2**31:  # no such process can exist (a tampered lock): os.kill would overflow
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..errors import TrainingDiverged, WriteError
+from ..errors import InputError, TrainingDiverged, WriteError
 from ..files import write_text
 from .device import StopRequest, progress_bar
 from .dirs import RunDir
@@ -206,6 +206,13 @@ class Engine:
         """The rest of the pass in progress; returns ``epochs`` when it ended and training goes on."""
         prog = self.progress
         batches = self.task.pass_batches(prog)
+        if not 0 <= prog.pos < len(batches):  # else the loop below would not run and nothing would end the pass
+            raise InputError(
+                "no training batches in a pass: the training data is too small for the batch size"
+                if not batches
+                else f"the saved position (batch {prog.pos} of the pass) is past its {len(batches)} batches: "
+                "the resume file was changed or belongs to other data; train again without --resume"
+            )
         desc = f"{self.desc} epoch {prog.epoch + 1}/{self.budget.epochs}".strip()
         bar = {"total": len(batches), "initial": prog.pos, "desc": desc, "leave": False, "dynamic_ncols": True}
         self.bar = progress_bar(self.show_bar, **bar)

@@ -10,9 +10,12 @@ from pathlib import Path
 from ..checkpoint import write_json
 from ..config import Settings, add_command, add_flags, arg
 from ..errors import command_error
+from ..files import check_output_owner, publish_folder
 from .config import SynevalConfig
 from .data import PAPER_SOURCE, SynevalDataError, read_items, write_dump
 from .evaluate import COMPARISON_NAMES, outcome_record, score_items, summarize
+
+OUTPUT_KIND = "syneval"  # the marker of an --out folder it wrote (onlstm.files.publish_folder)
 
 
 def register(subparsers) -> None:
@@ -29,6 +32,7 @@ def register(subparsers) -> None:
         arg("--config", type=Path, help="YAML file (or preset name) with a syneval: section; flags win over it"),
         arg("--json", action="store_true", help="print every number as one JSON object"),
         arg("--out", type=Path, help="folder for results.json (with every pair's scores), items.tsv and rows.png"),
+        arg("--overwrite", action="store_true", help="replace --out even when it holds files syneval did not write"),
     )
     add_flags(p, SynevalConfig, "syneval", "evaluation settings")
 
@@ -42,6 +46,8 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
     from ..runs import runtime_device
 
     cfg = Settings.resolve({"syneval": SynevalConfig}, args.config, args, experiment="syneval").build("syneval")
+    if args.out:  # before any work: syneval writes only into a new or empty folder, or its own earlier output
+        check_output_owner(args.out, OUTPUT_KIND, overwrite=args.overwrite)
     items = read_items(args.data)
     if not items:
         raise SynevalDataError(f"{args.data}: no minimal pairs found; is it the right file?")
@@ -93,15 +99,18 @@ def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
 def write_out(out: Path, report: dict, models: list[dict], items) -> None:
     """``results.json`` (the report plus every comparison's scores per model), ``items.tsv`` (the items as
     read, as a TSV dump) and ``rows.png`` (a bar per model and paper column for each row)."""
-    out.mkdir(parents=True, exist_ok=True)
+    from .plots import plot_rows
+
     pairs = [
         {**summary, "pairs": [outcome_record(o) for o in m["outcomes"]]} for summary, m in zip(report["models"], models)
     ]
-    write_json(out / "results.json", {**report, "models": pairs}, indent=1)
-    write_dump(items, out / "items.tsv")
-    from .plots import plot_rows
 
-    plot_rows(report, out / "rows.png")
+    def write(tmp: Path) -> None:  # all three files appear at once (onlstm.files.publish_folder)
+        write_json(tmp / "results.json", {**report, "models": pairs}, indent=1)
+        write_dump(items, tmp / "items.tsv")
+        plot_rows(report, tmp / "rows.png")
+
+    publish_folder(out, OUTPUT_KIND, write)
 
 
 def _acc(x: float | None) -> str:

@@ -1,0 +1,57 @@
+"""Issue 35: a damaged cached C++ kernel (a ``.so`` truncated by a full disk or a killed build) is found before it
+is loaded and rebuilt, with one warning, instead of killing every command with SIGBUS; and two checkouts of the same
+version compile the same copied source, so they do not rebuild one build directory for each other."""
+
+from __future__ import annotations
+
+import ctypes.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from onlstm.nn import cpp_kernel
+
+
+def test_a_library_whose_checksum_changed_is_removed(tmp_path, capsys):
+    library = tmp_path / "onlstm_cpu_x.so"
+    library.write_bytes(b"\x7fELF" + b"\0" * 100)
+    cpp_kernel._stamp(library).write_text(cpp_kernel._digest(library))
+    cpp_kernel.check_cached_library(library)  # as recorded: kept, nothing said
+    assert library.exists() and capsys.readouterr().err == ""
+    library.write_bytes(b"\x7fELF" + b"\0" * 10)  # truncated
+    cpp_kernel.check_cached_library(library)
+    assert not library.exists() and not cpp_kernel._stamp(library).exists()
+    assert "is damaged (truncated or changed); rebuilding it" in capsys.readouterr().err
+
+
+def test_without_a_checksum_it_is_loaded_in_a_child_first(tmp_path, capsys):
+    broken = tmp_path / "broken.so"
+    broken.write_bytes(b"\x7fELF" + b"\1" * 64)
+    cpp_kernel.check_cached_library(broken)
+    assert not broken.exists() and "damaged" in capsys.readouterr().err
+    found = ctypes.util.find_library("m")
+    real = next((p for d in ("/lib", "/usr/lib", "/lib64") for p in Path(d).rglob(found or "-")), None)
+    if real is None:
+        pytest.skip("no libm to stand for a good library")
+    good = tmp_path / "good.so"
+    shutil.copy(real, good)
+    cpp_kernel.check_cached_library(good)
+    assert good.exists()
+
+
+def test_the_source_is_compiled_from_a_copy_in_the_build_directory(tmp_path, monkeypatch):
+    from torch.utils import cpp_extension
+
+    seen = {}
+
+    def fake_load(name, sources, **kw):
+        seen.update(name=name, sources=sources)
+        return object()
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load", fake_load)
+    cpp_kernel._build_and_load()
+    source = Path(seen["sources"][0])
+    assert source.parent == tmp_path / seen["name"]  # the same path from every checkout
+    assert source.read_bytes() == cpp_kernel._SOURCE.read_bytes()
