@@ -130,6 +130,7 @@ def _register_data_tools(sub) -> None:
             type=Path,
             help="a new or empty directory for train{k} (kept) and test{k} (held out)",
         ),
+        arg("--overwrite", action="store_true", help="replace --out even when it holds other files"),
     )
 
 
@@ -211,14 +212,17 @@ def _cmd_holdout(args: argparse.Namespace) -> int:
     except re.error as exc:
         raise SettingsError(f"--pattern {args.pattern[:80]!r} is not a regular expression: {exc}") from None
     examples = read_examples(args.data, split="train")
-    check_output_folder(args.out)
-    args.out.mkdir(parents=True, exist_ok=True)
+    check_output_owner(args.out, DATA_KIND, overwrite=args.overwrite)
     files: dict[str, list] = {}
     for ex in examples:
         held = bool(regex.search(ex.text_a) or regex.search(ex.text_b))
         files.setdefault(("test" if held else "train") + str(ex.length), []).append((ex.label, ex.a, ex.b))
-    for name, rows in sorted(files.items()):
-        write_file(args.out / name, rows)
+
+    def write(tmp: Path) -> None:
+        for name, rows in sorted(files.items()):
+            write_file(tmp / name, rows)
+
+    publish_folder(args.out, DATA_KIND, write)  # all files at once, or none
     n_held = sum(len(r) for n, r in files.items() if n.startswith("test"))
     print(f"held out {n_held} of {len(examples)} pairs ({100 * n_held / len(examples):.1f}%) into {args.out}/test*")
     return 0
