@@ -33,12 +33,12 @@ import torch
 
 from onlstm.data.vocab import Vocab
 from onlstm.lm.config import load_config
-from onlstm.models.language_model import LanguageModel, LMConfig
-from onlstm.runs import setup_torch
 from onlstm.models import prefix_tree
+from onlstm.models.language_model import LanguageModel, LMConfig
+from onlstm.models.prefix_tree import build_tree
+from onlstm.runs import setup_torch
 from onlstm.syneval.data import Item, read_items
 from onlstm.syneval.evaluate import Encoder, score_items
-from onlstm.models.prefix_tree import build_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT.parent / "shared" / "data" / "syneval-sample" / "syneval_sample.tsv"

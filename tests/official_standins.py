@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 SOURCES = {
-    "locked_dropout.py": '''
+    "locked_dropout.py": """
 import torch.nn as nn
 
 class LockedDropout(nn.Module):
@@ -24,8 +24,8 @@ class LockedDropout(nn.Module):
 
     def forward(self, x, dropout=0.5):
         return x  # eval mode only in these tests
-''',
-    "ON_LSTM.py": '''
+""",
+    "ON_LSTM.py": """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -87,8 +87,8 @@ class ONLSTMStack(nn.Module):
                 outs.append(h)
             x = torch.stack(outs)
         return x
-''',
-    "model.py": '''
+""",
+    "model.py": """
 import torch.nn as nn
 from locked_dropout import LockedDropout
 from ON_LSTM import ONLSTMStack
@@ -113,8 +113,8 @@ class RNNModel(nn.Module):
     def forward(self, tokens):
         out = self.rnn(self.encoder(tokens))
         return out.view(-1, out.shape[2])
-''',
-    "splitcross.py": '''
+""",
+    "splitcross.py": """
 from collections import defaultdict
 import torch
 import torch.nn as nn
@@ -145,8 +145,8 @@ class SplitCrossEntropyLoss(nn.Module):
             tail = F.log_softmax(F.linear(h, weight[a:b], bias[a:b]), -1)
             parts.append(head[:, head_end + k - 1:head_end + k] + tail)
         return torch.cat(parts, 1)
-''',
-    "data.py": '''
+""",
+    "data.py": """
 from collections import Counter
 import torch
 
@@ -169,12 +169,12 @@ class Corpus(object):
         self.dictionary = Dictionary()
         ids = [self.dictionary.add_word(w) for line in lines for w in line.split() + ["<eos>"]]
         self.train = self.valid = self.test = torch.LongTensor(ids)
-''',
+""",
 }
 
 #: The child's script: builds a model (random weights, non-zero biases), saves it and the corpus as the
 #: authors' main.py does, and the reference log-probabilities computed by the re-typed forward pass.
-MAKE = '''
+MAKE = """
 import sys, torch
 from safetensors.torch import save_file
 import data, model, splitcross
@@ -205,7 +205,7 @@ with torch.no_grad():
         ref[f"logprobs{k}"] = lp.contiguous()
         ref[f"ids{k}"] = torch.tensor(ids)
 save_file(ref, out + "/reference.safetensors")
-'''
+"""
 
 
 def make_checkpoint(folder: Path, fmt: str = "zip", splits: str = "") -> Path:

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 import torch
-from official_standins import make_checkpoint
 from safetensors.torch import load_file
 
+from official_standins import make_checkpoint
 from onlstm.cli import main
 from onlstm.models import LanguageModel
 from onlstm.models.official import OfficialImportError, load_official
@@ -107,7 +107,9 @@ def test_every_other_global_is_refused_by_name(tmp_path, module, name):
 def test_the_authors_classes_become_inert_records(authors):
     model, criterion, optimizer = read_torch_file(authors / "model.pt")
     assert isinstance(model, Record) and model.global_name == "model.RNNModel"
-    assert criterion.global_name == "splitcross.SplitCrossEntropyLoss" and optimizer.global_name == "torch.optim.sgd.SGD"
+    assert (
+        criterion.global_name == "splitcross.SplitCrossEntropyLoss" and optimizer.global_name == "torch.optim.sgd.SGD"
+    )
     assert not hasattr(model, "forward") and not callable(model)
 
 

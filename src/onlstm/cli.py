@@ -107,7 +107,9 @@ def _cmd_import_official(args) -> int:
 
 def _register_import(sub) -> None:
     about = "Bring in models trained elsewhere: `official` reads a checkpoint of the authors' code."
-    group = add_group(sub, "import", "convert a model trained elsewhere (the authors' code) into onlstm's layout", about)
+    group = add_group(
+        sub, "import", "convert a model trained elsewhere (the authors' code) into onlstm's layout", about
+    )
     add_command(
         group,
         "official",

@@ -8,8 +8,6 @@ import torch
 from test_syneval_scoring import WORDS, step_by_step_logprobs, tiny_lm
 
 from onlstm.data.vocab import Vocab
-from onlstm.syneval.data import Item
-from onlstm.syneval.evaluate import score_items, token_logprobs
 from onlstm.models.prefix_tree import (
     PrefixTreeError,
     _logsumexp_,
@@ -17,6 +15,8 @@ from onlstm.models.prefix_tree import (
     prefix_token_logprobs,
     select_state,
 )
+from onlstm.syneval.data import Item
+from onlstm.syneval.evaluate import score_items, token_logprobs
 
 
 def pair_like_sequences(seed: int = 3) -> list[list[int]]:

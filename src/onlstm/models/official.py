@@ -133,13 +133,9 @@ def convert(model: Record, criterion: Record | None, vocab_size: int, source: st
     lm = LanguageModel(config)
     tensors = {"embedding.weight": emb, "decoder.weight": dec_w, "decoder.bias": dec_b}
     for i, cell in enumerate(cells):
-        (w_ih, b_ih), (w_hh, b_hh) = _linear(_attr(cell, "ih", source), source, f"cell {i} ih"), _linear(
-            _attr(cell, "hh", source), source, f"cell {i} hh"
-        )
-        tensors.update(
-            {f"layers.{i}.rnn.weight_ih_l0": w_ih, f"layers.{i}.rnn.bias_ih_l0": b_ih,
-             f"layers.{i}.rnn.weight_hh_l0": w_hh, f"layers.{i}.rnn.bias_hh_l0": b_hh}  # fmt: skip
-        )
+        for part in ("ih", "hh"):
+            weight, bias = _linear(_attr(cell, part, source), source, f"cell {i} {part}")
+            tensors[f"layers.{i}.rnn.weight_{part}_l0"], tensors[f"layers.{i}.rnn.bias_{part}_l0"] = weight, bias
     _load(lm, tensors, source)
     return lm.eval()
 

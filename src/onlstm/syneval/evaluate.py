@@ -11,8 +11,8 @@ import torch
 
 from ..data.vocab import EOS, UNK
 from ..errors import OnlstmError
-from .data import PAPER_ROWS, Item
 from ..models.prefix_tree import prefix_token_logprobs, scored_in_chunks
+from .data import PAPER_ROWS, Item
 
 
 class SynevalError(OnlstmError, ValueError):
