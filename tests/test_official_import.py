@@ -5,6 +5,7 @@ truncated files refused with one line; the output folder written all at once."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import pickle
 import sys
@@ -158,3 +159,13 @@ def test_a_corpus_that_does_not_fit_the_model(authors, tmp_path):
     torch.save(pickle.loads(pickle.dumps(["not", "a", "corpus"])), small)
     with pytest.raises(OfficialImportError, match="data.Corpus"):
         load_official(authors / "model.pt", small)
+
+
+def test_surprisal_of_an_imported_model_is_the_authors_next_word_probability(authors):
+    # the sentence is read after <eos>, every word and the final <eos> predicted as the authors' LM does
+    lm, words = load_official(authors / "model.pt", authors / "corpus.data")
+    ref = load_file(str(authors / "reference.safetensors"))
+    ids = ref["ids1"].tolist()
+    (bits,) = lm.surprisals([" ".join(words[i] for i in ids[1:-1])])
+    expected = [-float(ref["logprobs1"][t, ids[t + 1]]) / math.log(2) for t in range(len(ids) - 1)]
+    assert bits.tolist() == pytest.approx(expected, abs=1e-4)
