@@ -185,6 +185,8 @@ def import_official(checkpoint: str | Path, corpus: str | Path, to: str | Path, 
     """Read the authors' files and write the shared-model folder ``to`` all at once: written in a temporary
     sibling, then renamed into place. ``to`` must be new or empty unless ``overwrite``."""
     from ..errors import InputError
+    from ..files import write_text
+    from ..runs import RunDir
 
     checkpoint, corpus, to = Path(checkpoint), Path(corpus), Path(to)
     if to.exists() and not to.is_dir():
@@ -198,8 +200,8 @@ def import_official(checkpoint: str | Path, corpus: str | Path, to: str | Path, 
     tmp = _fresh_sibling(to, "new")
     try:
         lm.save_pretrained(tmp, words, run_config={"imported_from": source})
-        card = tmp / "README.md"
-        card.write_text(card.read_text(encoding="utf-8") + _card_source(source), encoding="utf-8")
+        card = RunDir(tmp).card_path
+        write_text(card, card.read_text(encoding="utf-8") + _card_source(source))
         _replace(tmp, to)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -270,10 +270,11 @@ def _read_zip(data: bytes, source: str) -> Any:
 
     def storage(dtype: torch.dtype, key: str, numel: int) -> _Storage:
         if key not in storages:
-            raw = archive.read(f"{prefix}data/{key}")  # KeyError for a missing entry: reported as truncated
-            itemsize = torch.empty(0, dtype=dtype).element_size()
-            if len(raw) != numel * itemsize:
-                raise TorchFileError(f"{source}: storage {key} holds {len(raw)} bytes, not {numel * itemsize}")
+            name, itemsize = f"{prefix}data/{key}", torch.empty(0, dtype=dtype).element_size()
+            size = archive.getinfo(name).file_size  # KeyError for a missing entry: reported as truncated
+            if size != numel * itemsize:  # checked before reading: a storage cannot claim more than it holds
+                raise TorchFileError(f"{source}: storage {key} holds {size} bytes, not {numel * itemsize}")
+            raw = archive.read(name)
             storages[key] = _Storage(dtype, numel)
             if numel:
                 storages[key].flat.copy_(torch.frombuffer(bytearray(raw), dtype=dtype))
