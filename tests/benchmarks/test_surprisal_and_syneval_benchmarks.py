@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import surprisal_speed
 import syneval_speed
-
 from support import CONFIGS
 
 

@@ -62,6 +62,9 @@ class Record:
     ``items``. It has no behaviour of the class it stands for."""
 
     global_name = "?"
+    args: tuple
+    state: dict
+    items: list
 
     def __new__(cls, *args, **kwargs):
         obj = object.__new__(cls)

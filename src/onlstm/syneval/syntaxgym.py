@@ -60,7 +60,8 @@ _CLOSE = {"(": ")", "[": "]"}
 
 
 def _tokens(text: str) -> list[tuple[str, object]]:
-    out, pos, text = [], 0, text.rstrip()
+    out: list[tuple[str, object]] = []
+    pos, text = 0, text.rstrip()
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None or m.end() == pos:
@@ -91,7 +92,7 @@ class _Parser:
 
     def take_op(self, ops: str) -> str | None:
         tok = self.peek()
-        if tok is not None and tok[0] == "op" and tok[1] in ops:
+        if tok is not None and tok[0] == "op" and isinstance(tok[1], str) and tok[1] in ops:
             self.i += 1
             return str(tok[1])
         return None
@@ -246,7 +247,7 @@ def _item(entry, where: str, regions: dict[int, str]) -> tuple[int, dict[str, li
         name, at = cond["condition_name"], f"{where} item {number} condition {cond['condition_name']!r}"
         _need(name not in conditions, at, "the condition appears twice")
         rows = cond.get("regions")
-        _need(isinstance(rows, list) and rows, at, "no regions")
+        _need(isinstance(rows, list) and bool(rows), at, "no regions")
         parsed = []
         for r in rows:
             _need(isinstance(r, dict) and isinstance(r.get("content", ""), str), at, "a region is not an object")
@@ -273,14 +274,14 @@ def read_suite(path: str | Path) -> Suite:
     metric = meta.get("metric", "sum")
     _need(metric in METRICS, where, f"unknown metric {metric!r} (one of {', '.join(METRICS)})")
     raw_regions = data.get("region_meta")
-    _need(isinstance(raw_regions, dict) and raw_regions, where, "no region_meta")
+    _need(isinstance(raw_regions, dict) and bool(raw_regions), where, "no region_meta")
     try:
         regions = {int(k): str(v) for k, v in raw_regions.items()}
     except ValueError:
         raise SynevalDataError(f"{where}: region_meta's keys must be region numbers") from None
-    _need(isinstance(data.get("predictions"), list) and data["predictions"], where, "no predictions")
+    _need(isinstance(data.get("predictions"), list) and bool(data["predictions"]), where, "no predictions")
     predictions = [_prediction(p, f"{where} prediction {i + 1}") for i, p in enumerate(data["predictions"])]
-    _need(isinstance(data.get("items"), list) and data["items"], where, "no items")
+    _need(isinstance(data.get("items"), list) and bool(data["items"]), where, "no items")
     items = [_item(it, where, regions) for it in data["items"]]
     numbers = [n for n, _ in items]
     _need(len(set(numbers)) == len(numbers), where, "two items have the same item_number")
@@ -356,7 +357,8 @@ def evaluate_suite(suite: Suite, vocab, surprisal: SurprisalFn) -> dict:
     tokens = region_tokens(suite, vocab)
     keys = list(tokens)
     bits = surprisal([[t for region in tokens[k] for t in region] for k in keys])
-    metric, rows, values, items = METRICS[suite.metric], [], {}, dict(suite.items)
+    values: dict[int, dict[tuple[str, int], float]] = {}
+    metric, rows, items = METRICS[suite.metric], [], dict(suite.items)
     for key, sentence_bits in zip(keys, bits):
         start, (number, cond) = 0, key
         for (region, content), toks in zip(items[number][cond], tokens[key]):
