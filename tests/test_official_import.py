@@ -169,3 +169,30 @@ def test_surprisal_of_an_imported_model_is_the_authors_next_word_probability(aut
     (bits,) = lm.surprisals([" ".join(words[i] for i in ids[1:-1])])
     expected = [-float(ref["logprobs1"][t, ids[t + 1]]) / math.log(2) for t in range(len(ids) - 1)]
     assert bits.tolist() == pytest.approx(expected, abs=1e-4)
+
+
+def _legacy_file(path, payload: bytes) -> None:
+    """A legacy-format torch file around ``payload`` (one pickle), with no storages."""
+    head = [0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True}]
+    path.write_bytes(b"".join(pickle.dumps(x, protocol=2) for x in head) + payload + pickle.dumps([], protocol=2))
+
+
+def test_an_old_torch_modules_backend_is_an_inert_record(tmp_path):
+    # torch < 1.2 pickled every module's _backend as a call of torch.nn.backends.thnn._get_thnn_function_backend
+    path = tmp_path / "old.pt"
+    _legacy_file(path, b"\x80\x02ctorch.nn.backends.thnn\n_get_thnn_function_backend\n)R.")
+    backend = read_torch_file(path)
+    assert isinstance(backend, Record) and backend.global_name.endswith("_get_thnn_function_backend")
+
+
+def test_a_model_saved_on_a_gpu_in_the_legacy_format_reads_on_the_cpu(authors, tmp_path):
+    # the legacy format names a GPU storage torch.cuda.FloatStorage (the authors' main.py saves from CUDA)
+    data = (authors / "model.pt").read_bytes()
+    if data.startswith(b"PK"):
+        pytest.skip("the zip format names a storage by its dtype, whatever the device")
+    assert b"ctorch\nFloatStorage\n" in data
+    cuda = tmp_path / "cuda.pt"
+    cuda.write_bytes(data.replace(b"ctorch\nFloatStorage\n", b"ctorch.cuda\nFloatStorage\n"))
+    lm, _ = load_official(cuda, authors / "corpus.data")
+    ref = load_file(str(authors / "reference.safetensors"))
+    assert torch.allclose(_our_logprobs(lm, ref["ids2"]), ref["logprobs2"], atol=1e-5, rtol=0)

@@ -26,7 +26,9 @@ from ..checkpoint import CheckpointError
 RECORD_MODULES = frozenset(
     {"model", "ON_LSTM", "splitcross", "data", "locked_dropout", "weight_drop", "embed_regularize", "utils"}
 )
-RECORD_PREFIXES = ("torch.nn.modules.", "torch.optim.")
+# torch.nn.backends: torch < 1.2 kept a backend object on every module (``_backend``), pickled as a call of
+# torch.nn.backends.thnn._get_thnn_function_backend; as a record, that call builds nothing.
+RECORD_PREFIXES = ("torch.nn.modules.", "torch.optim.", "torch.nn.backends.")
 
 #: torch's storage classes, as a file names them, and the dtype of their elements.
 STORAGE_DTYPES = {
@@ -211,7 +213,9 @@ class RestrictedTorchUnpickler(pickle.Unpickler):
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         if (module, name) in ALLOWED:
             return ALLOWED[(module, name)]
-        if module in ("torch", "torch.storage") and name in STORAGE_DTYPES:
+        # torch.cuda.FloatStorage and the like: the legacy format's type of a storage saved on a GPU (the
+        # authors' main.py trains and saves on CUDA); its bytes are the same, read onto the CPU
+        if module in ("torch", "torch.storage", "torch.cuda") and name in STORAGE_DTYPES:
             return STORAGE_DTYPES[name]
         if module == "torch" and name in _DTYPE_NAMES:
             return getattr(torch, name)
