@@ -193,9 +193,14 @@ with torch.no_grad():
         p.uniform_(-0.6, 0.6)
 optimizer = torch.optim.SGD(list(m.parameters()) + list(criterion.parameters()), lr=30, weight_decay=1.2e-6)
 m.eval()
+odd = len(sys.argv) > 4 and sys.argv[4] == "odd"
+if odd:  # right classes, wrong contents (and no reference: the model cannot run)
+    m.rnn.cells[0].hidden_size = "twelve"
 legacy = dict(_use_new_zipfile_serialization=False) if fmt == "legacy" else {}
 torch.save([m, criterion, optimizer], out + "/model.pt", **legacy)
 torch.save(corpus, out + "/corpus.data", **legacy)
+if odd:
+    sys.exit(0)
 sents = [[corpus.dictionary.word2idx[w] for w in ["<eos>"] + s.split() + ["<eos>"]] for s in text]
 ref = {}
 with torch.no_grad():
@@ -208,7 +213,7 @@ save_file(ref, out + "/reference.safetensors")
 """
 
 
-def make_checkpoint(folder: Path, fmt: str = "zip", splits: str = "") -> Path:
+def make_checkpoint(folder: Path, fmt: str = "zip", splits: str = "", odd: bool = False) -> Path:
     """Write the stand-in modules and the checkpoint files into ``folder`` (a child process does the pickling,
     so the test process never imports the stand-ins); returns ``folder``."""
     src = folder / "authors"
@@ -216,5 +221,6 @@ def make_checkpoint(folder: Path, fmt: str = "zip", splits: str = "") -> Path:
     for name, text in SOURCES.items():
         (src / name).write_text(text)
     (src / "make.py").write_text(MAKE)
-    subprocess.run([sys.executable, str(src / "make.py"), str(folder), fmt, splits], check=True, cwd=src)
+    args = [sys.executable, str(src / "make.py"), str(folder), fmt, splits] + (["odd"] if odd else [])
+    subprocess.run(args, check=True, cwd=src)
     return folder

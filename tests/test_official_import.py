@@ -196,3 +196,12 @@ def test_a_model_saved_on_a_gpu_in_the_legacy_format_reads_on_the_cpu(authors, t
     lm, _ = load_official(cuda, authors / "corpus.data")
     ref = load_file(str(authors / "reference.safetensors"))
     assert torch.allclose(_our_logprobs(lm, ref["ids2"]), ref["logprobs2"], atol=1e-5, rtol=0)
+
+
+def test_a_model_with_odd_contents_is_one_error(tmp_path, capsys):
+    # the right class names with a hidden size that is not a number: one line naming the file, exit 2
+    folder = make_checkpoint(tmp_path, "zip", odd=True)
+    args = ["--checkpoint", str(folder / "model.pt"), "--corpus", str(folder / "corpus.data")]
+    assert main(["import", "official", *args, "--to", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.pt: not a model of the authors' code" in err and "twelve" in err

@@ -168,7 +168,13 @@ def load_official(checkpoint: str | Path, corpus: str | Path) -> tuple[LanguageM
 
     words = read_corpus_words(corpus)
     model, criterion = unpack_checkpoint(read_torch_file(checkpoint), str(checkpoint))
-    lm = convert(model, criterion, len(words), str(checkpoint))
+    try:
+        lm = convert(model, criterion, len(words), str(checkpoint))
+    except OfficialImportError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a record of an unexpected shape or type
+        raise OfficialImportError(f"{checkpoint}: not a model of the authors' code as this importer knows ({exc})")
+
     lm.vocab = Vocab(words)
     return lm, words
 
