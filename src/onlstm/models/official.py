@@ -173,8 +173,9 @@ def load_official(checkpoint: str | Path, corpus: str | Path) -> tuple[LanguageM
     except OfficialImportError:
         raise
     except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a record of an unexpected shape or type
-        raise OfficialImportError(f"{checkpoint}: not a model of the authors' code as this importer knows ({exc})")
-
+        raise OfficialImportError(
+            f"{checkpoint}: not a model of the authors' code as this importer knows ({exc})"
+        ) from None
     lm.vocab = Vocab(words)
     return lm, words
 
