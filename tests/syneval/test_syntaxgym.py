@@ -137,6 +137,7 @@ def test_a_hand_made_suite_has_the_known_answers(tmp_path):
     assert result["outcomes"] == {1: [True, True], 2: [False, False]}
     assert [p["accuracy"] for p in result["predictions"]] == [0.5, 0.5]
     assert result["accuracy"] == 0.5 and result["items"] == 2 and result["oov_types"] == []
+    assert result["covered_items"] == 2 and result["covered_accuracy"] == 0.5
     region2 = {
         (r["item_number"], r["condition_name"]): r["metric_value"] for r in result["regions"] if r["region_number"] == 2
     }
@@ -153,6 +154,16 @@ def test_suite_accuracy_needs_every_prediction_of_an_item(tmp_path):
     s["predictions"].append({"type": "formula", "formula": "(1;%match%) > 100"})
     result = evaluate_suite(read_suite(write(tmp_path, s)), Vocab(["<eos>", "<unk>", *BITS]), injected)
     assert result["accuracy"] == 0.0 and [p["accuracy"] for p in result["predictions"]] == [1.0, 1.0, 0.0]
+
+
+def test_coverage_counts_items_whose_every_word_is_known(tmp_path):
+    s = suite_dict()
+    s["items"][1]["conditions"][0]["regions"][0]["content"] = "The zebra"  # item 2 (which fails) not covered
+    result = evaluate_suite(read_suite(write(tmp_path, s)), Vocab(["<eos>", "<unk>", *BITS]), injected)
+    assert result["oov_types"] == ["zebra"] and result["covered_items"] == 1
+    assert result["accuracy"] == 0.5 and result["covered_accuracy"] == 1.0
+    none = evaluate_suite(read_suite(write(tmp_path, s)), Vocab(["<eos>", "<unk>"]), injected)
+    assert none["covered_items"] == 0 and none["covered_accuracy"] is None
 
 
 def test_the_mean_metric_and_the_older_relation_form(tmp_path):
@@ -224,6 +235,14 @@ def test_the_command_scores_suites_and_writes_regions(tmp_path, capsys):
     )
     assert sorted(p.name for p in out.iterdir()) == ["regions.csv", "results.json"]
     assert len((out / "regions.csv").read_text().splitlines()) == 1 + 2 * (2 * 2 * 3)
+    # a folder stands for its *.json suites, in name order
+    folder = tmp_path / "suites"
+    folder.mkdir()
+    a.rename(folder / "a.json")
+    b.rename(folder / "b.json")
+    assert main(["syneval", "--checkpoint", str(model), "--suite", str(folder)]) == 0
+    text = capsys.readouterr().out
+    assert text.index("hand") < text.index("other") and "covered" in text
 
 
 def test_the_command_refuses_a_malformed_suite_in_one_line(tmp_path, capsys):

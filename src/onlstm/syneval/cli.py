@@ -30,7 +30,8 @@ def register(subparsers) -> None:
             "--suite",
             type=Path,
             action="append",
-            help="a SyntaxGym test suite (JSON, as published); repeat for several (instead of --data)",
+            help="a SyntaxGym test suite (JSON, as published) or a folder of them; repeat for several "
+            "(instead of --data)",
         ),
         arg("--config", type=Path, help="YAML file (or preset name) with a syneval: section; flags win over it"),
         arg("--json", action="store_true", help="print every number as one JSON object"),
@@ -82,7 +83,10 @@ def run_suites(args: argparse.Namespace, cfg: SynevalConfig) -> int:
     from ..runs import runtime_device
     from .syntaxgym import read_suite
 
-    suites = [read_suite(path) for path in args.suite]  # all checked before any model is loaded
+    paths = [p for given in args.suite for p in (sorted(given.glob("*.json")) if given.is_dir() else [given])]
+    if not paths:
+        raise SynevalDataError(f"no *.json suite in {', '.join(map(str, args.suite))}")
+    suites = [read_suite(path) for path in paths]  # all checked before any model is loaded
     device = runtime_device(cfg)
     models = []
     for path in args.checkpoint:
@@ -129,8 +133,10 @@ def format_suites(report: dict) -> str:
     for i, m in enumerate(report["models"]):
         lines.append(f"{model_name(m, i)}: {m['weights']}; vocabulary {m['vocab_size']} words; {m['seconds']:.1f} s")
         for r in m["suites"]:
+            cov = r["covered_accuracy"]
+            cov = f"{cov:.3f} on {r['covered_items']} covered" if cov is not None else "no item covered"
             oov = f"{len(r['oov_types'])} word types read as <unk>"
-            lines.append(f"  {r['suite']:<40} {r['items']:>4} items  accuracy {r['accuracy']:.3f}  ({oov})")
+            lines.append(f"  {r['suite']:<40} {r['items']:>4} items  accuracy {r['accuracy']:.3f}, {cov} ({oov})")
             for p in r["predictions"]:
                 lines.append(f"    {p['accuracy']:.3f}  {p['formula']}")
     return "\n".join(lines)

@@ -373,17 +373,22 @@ def evaluate_suite(suite: Suite, vocab, surprisal: SurprisalFn) -> dict:
 
 
 def _tally(suite: Suite, values: dict, rows: list[dict], tokens: dict, vocab) -> dict:
-    outcomes = []
-    for number, _ in suite.items:
+    """Accuracies over all items and over the *covered* ones (every token of every condition in ``vocab``)."""
+    outcomes, covered = [], []
+    for number, conditions in suite.items:
         outcomes.append([bool(evaluate_formula(p.tree, values[number])) for p in suite.predictions])
-    n = len(outcomes)
+        covered.append(all(t in vocab for c in conditions for region in tokens[(number, c)] for t in region))
+    n, held = len(outcomes), [all(o) for o in outcomes]
     oov = sorted({t for toks in tokens.values() for region in toks for t in region if t not in vocab})
+    n_covered = sum(covered)
     return {
         "suite": suite.name,
         "file": suite.path,
         "metric": suite.metric,
         "items": n,
-        "accuracy": sum(all(o) for o in outcomes) / n,
+        "accuracy": sum(held) / n,
+        "covered_items": n_covered,
+        "covered_accuracy": sum(h for h, c in zip(held, covered) if c) / n_covered if n_covered else None,
         "predictions": [
             {"formula": p.formula, "accuracy": sum(o[k] for o in outcomes) / n} for k, p in enumerate(suite.predictions)
         ],
