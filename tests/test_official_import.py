@@ -45,7 +45,13 @@ def test_imported_model_gives_the_authors_log_probabilities(authors, tmp_path, c
     to = tmp_path / "imported"
     assert main(["import", "official", "--checkpoint", str(authors / "model.pt"), "--corpus",
                  str(authors / "corpus.data"), "--to", str(to)]) == 0  # fmt: skip
-    assert sorted(p.name for p in to.iterdir()) == ["README.md", "config.json", "model.safetensors", "vocab.json"]
+    assert sorted(p.name for p in to.iterdir()) == [
+        ".onlstm-output.json",
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "vocab.json",
+    ]
     assert [p.name for p in tmp_path.iterdir()] == ["imported"]  # no temporary sibling left
     assert "yikangshen/Ordered-Neurons" in (to / "README.md").read_text()
     lm = LanguageModel.from_pretrained(to)

@@ -233,7 +233,7 @@ def test_the_command_scores_suites_and_writes_regions(tmp_path, capsys):
     assert [r["metric_value"] for r in report["models"][0]["suites"][0]["regions"]] == pytest.approx(
         [r["metric_value"] for r in result["regions"]]
     )
-    assert sorted(p.name for p in out.iterdir()) == ["regions.csv", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".onlstm-output.json", "regions.csv", "results.json"]
     assert len((out / "regions.csv").read_text().splitlines()) == 1 + 2 * (2 * 2 * 3)
     # a folder stands for its *.json suites, in name order
     folder = tmp_path / "suites"

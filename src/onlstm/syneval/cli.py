@@ -122,11 +122,14 @@ def _write_suites_out(out: Path, report: dict) -> None:
     from ..files import write_text
     from .syntaxgym import regions_csv
 
-    out.mkdir(parents=True, exist_ok=True)
     summary = {**report, "models": [{**m, "suites": [_no_regions(r) for r in m["suites"]]} for m in report["models"]]}
-    write_json(out / "results.json", summary, indent=1)
     csv = regions_csv([(m["checkpoint"], m["suites"]) for m in report["models"]])
-    write_text(out / "regions.csv", csv)
+
+    def write(tmp: Path) -> None:  # both files at once, in a folder marked as syneval's (the ownership rule)
+        write_json(tmp / "results.json", summary, indent=1)
+        write_text(tmp / "regions.csv", csv)
+
+    publish_folder(out, OUTPUT_KIND, write)
 
 
 def _no_regions(result: dict) -> dict:
