@@ -73,13 +73,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     """
     from tqdm import tqdm
 
-    from ..encoders import check_typed_options
+    from ..encoders import check_option_clash, check_typed_options
     from .config import explicit_settings
     from .train import train
 
     try:
         explicit = explicit_settings(args.config, args)
         check_typed_options([explicit["model"].get("cell", "onlstm")], flags_given(args, "model"))
+        check_option_clash(explicit["model"])
         if args.max_steps is not None and args.max_steps <= 0:
             raise ValueError(f"--max-steps must be positive, got {args.max_steps}")
         result = train(args.out, args.data_dir, explicit, resume=args.resume, max_steps=args.max_steps, log=tqdm.write)
