@@ -154,3 +154,23 @@ def test_packed_row_helpers_agree_with_torch_packing():
         for b, n in enumerate(lengths.tolist()):
             backwards[:n, b] = tags[:n, b].flip(0)  # each sequence read backwards within its own length
         assert torch.equal(packed.data[kernels.reversed_rows(bs)], pack_padded_sequence(backwards, lengths).data)
+
+
+def test_a_kernels_first_use_draws_no_random_numbers():
+    """A kernel's first use (loading, probing its backend, its self-check) must leave torch's generator alone: it
+    ran at::randn once, so a resumed run (first use after the saved generator state is restored) drew different
+    dropout masks from an uninterrupted one. In a fresh process, since the kernel loads once per process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, onlstm\n"
+        "torch.manual_seed(0); before = torch.get_rng_state()\n"
+        "m = onlstm.ONLSTM(4, 8, chunk_size=2); torch.manual_seed(0)\n"
+        "for impl in ('cpp', 'fused'):\n"
+        "    m.impl = impl\n"
+        "    with torch.no_grad(): m(torch.ones(3, 2, 4))\n"
+        "assert torch.equal(torch.get_rng_state(), before), 'a first use drew random numbers'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
