@@ -225,7 +225,7 @@ def _grads(m, x):
     return [t.detach().double() for t in (out.data, h, c)] + [p.grad.double() for p in m.parameters()]
 
 
-@pytest.mark.parametrize("backend", ["onednn", "mkl"])
+@pytest.mark.parametrize("backend", ["onednn", "onednn-plain", "mkl"])
 @pytest.mark.parametrize(
     "size,lengths",
     [
@@ -237,12 +237,14 @@ def _grads(m, x):
 )
 def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, size, lengths):
     """Issue #34: float32 products run through oneDNN's matmul with padded row counts (or MKL); every padded
-    product must leave the real rows as the reference computes them (float64, same weights)."""
+    product must leave the real rows as the reference computes them (float64, same weights). ``onednn``: the
+    per-step products on a packed weight (where torch has the ops), ``onednn-plain``: on the weight as stored."""
     ext = load_extension()
     assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
-    before = ext.gemm_backend()
-    if not ext.set_gemm_backend(backend):
+    before, packed_before = ext.gemm_backend(), ext.packed_steps()
+    if not ext.set_gemm_backend(backend.split("-")[0]):
         pytest.skip(f"oneDNN's matmul is not usable here: {ext.gemm_why_not_onednn()}")
+    ext.set_packed_steps(backend == "onednn")
     try:
         I, H, C, mode = size
         rng = random.Random(0)
@@ -257,6 +259,31 @@ def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, si
         got = _grads(cpp, pack_sequence(seqs))
     finally:
         ext.set_gemm_backend(before)
+        ext.set_packed_steps(packed_before)
     for i, (a, b) in enumerate(zip(want, got)):
         err = ((a - b).abs().max() / (1 + a.abs().max())).item()
         assert err < 1e-4, f"item {i}: relative error {err:.1e}"
+
+
+def test_cpp_kernel_reuses_a_buffer_only_once_nothing_views_it():
+    """The kernel keeps its large buffers from call to call (issue #34: fresh pages cost 10% of a call). A buffer
+    must not be handed out again while a tensor returned by an earlier call still views it: outputs kept from one
+    call stay as they were through later calls (with the in-use check removed, the second call writes over
+    them), and the pool holds a bounded set of buffers however the batch shapes vary."""
+    ext = load_extension()
+    assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
+    torch.manual_seed(0)
+    m = onlstm.ONLSTM(64, 400, chunk_size=10, impl="cpp")  # outputs of 700 rows: 1.1 MiB, pooled
+    ref = onlstm.ONLSTM(64, 400, chunk_size=10, impl="reference")
+    ref.load_state_dict(m.state_dict())
+    xs = [torch.randn(70, 10, 64) for _ in range(3)]
+    with torch.no_grad():
+        kept = [m(x)[0] for x in xs]  # three calls, each output alive while the next runs
+        for x, out in zip(xs, kept):
+            assert (out - ref(x)[0]).abs().max().item() < 1e-4
+    rng = random.Random(0)
+    for _ in range(20):  # training calls with a new row count each
+        x = pack_sequence([torch.randn(n, 64) for n in sorted((rng.randint(20, 90) for _ in range(12)), reverse=True)])
+        m(x)[0].data.sum().backward()
+    held, free, _ = ext.buffer_pool_stats()
+    assert free <= held <= 8 * 4, (held, free)

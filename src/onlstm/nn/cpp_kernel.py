@@ -169,7 +169,8 @@ def gemm_backend(module: Any) -> str:
     """Which library computes the kernel's float32 matrix products, and why not oneDNN when it does not."""
     why = module.gemm_why_not_onednn()
     if module.gemm_backend() == "onednn":
-        return "oneDNN matmul (float32; float64: MKL)"
+        steps = "per-step products on a packed weight" if module.packed_steps() else "weights as stored"
+        return f"oneDNN matmul (float32, {steps}; float64: MKL)"
     return f"MKL ({GEMM_ENV}=mkl)" if not why else f"MKL ({why})"
 
 

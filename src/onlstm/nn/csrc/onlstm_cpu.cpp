@@ -12,10 +12,12 @@
 // per-shape caches are kept bounded.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,11 +141,97 @@ void gemm(const Tensor& a, const Tensor& b, Tensor c, bool accumulate, bool dnnl
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Buffers kept from call to call
+// ---------------------------------------------------------------------------------------------
+//
+// A layer call needs buffers of tens of MiB (the activations, the gate gradients: N x G values).
+// glibc serves blocks over 32 MiB (and smaller ones, depending on history) with fresh pages from the
+// kernel and returns them on free, so every call paid a page fault per 4 KiB written: 10% of a
+// T=70 B=80 H=1150 forward+backward on one thread went to the kernel (perf). The pool keeps the large
+// buffers by role (activations, cells, gate gradients, ...): a request takes a free buffer of its role
+// (one no returned tensor views any more) that is large enough, else replaces a free one that is too
+// small by one of the new size plus 1/8. So each role's buffers grow to the largest call seen and stay
+// there: what the pool holds is the largest call's working set, which the process needed at its peak
+// anyway, not one buffer per row count (packed batches bring a new row count every step). At most
+// kPerRole buffers of a role (layers whose saved activations are alive at once) are kept.
+enum Role { kAct, kOut, kCells, kPadX, kGates, kHx, kDw, kDx, kRoles };
+constexpr size_t kPerRole = 4;
+constexpr int64_t kPoolMinBytes = int64_t(1) << 20;  // smaller blocks: the allocator reuses them
+
+class BufferPool {
+ public:
+  // An uninitialised contiguous tensor of `shape`.
+  Tensor take(Role role, at::IntArrayRef shape, const at::TensorOptions& opts) {
+    const int64_t numel = c10::multiply_integers(shape);
+    if (numel * int64_t(opts.dtype().itemsize()) < kPoolMinBytes || !enabled_) return at::empty(shape, opts);
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Tensor>& bufs = bufs_[role];
+    Tensor* best = nullptr;
+    Tensor* small = nullptr;  // a free buffer too small for this request
+    for (Tensor& b : bufs) {
+      if (!is_free(b) || b.dtype() != opts.dtype()) continue;
+      if (b.numel() < numel) {
+        small = &b;
+      } else if (best == nullptr || b.numel() < best->numel()) {
+        best = &b;
+      }
+    }
+    if (best != nullptr) return best->narrow(0, 0, numel).view(shape);
+    Tensor fresh = at::empty({numel + numel / 8}, opts);  // room for a slightly larger next call
+    if (small != nullptr) {
+      *small = fresh;
+    } else if (bufs.size() < kPerRole) {
+      bufs.push_back(fresh);
+    }
+    return fresh.narrow(0, 0, numel).view(shape);
+  }
+
+  void set_enabled(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    enabled_ = on;  // off: requests bypass the pool, which keeps what it holds (for A/B timings)
+  }
+
+  // (buffers held, of which free, bytes held)
+  std::vector<int64_t> stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t held = 0, free = 0, bytes = 0;
+    for (const auto& bufs : bufs_) {
+      for (const Tensor& b : bufs) {
+        held += 1;
+        free += is_free(b);
+        bytes += b.nbytes();
+      }
+    }
+    return {held, free, bytes};
+  }
+
+ private:
+  static bool is_free(const Tensor& b) { return b.storage().use_count() == 1; }
+  std::mutex mu_;
+  std::vector<Tensor> bufs_[kRoles];
+  bool enabled_ = true;
+};
+
+BufferPool& pool() {
+  static BufferPool* p = new BufferPool();  // never destroyed: tensors may outlive static destruction
+  return *p;
+}
+
+Tensor pooled(Role role, at::IntArrayRef shape, const at::TensorOptions& opts) {
+  return pool().take(role, shape, opts);
+}
+
+void set_buffer_pool(bool on) { pool().set_enabled(on); }
+
+std::vector<int64_t> buffer_pool_stats() { return pool().stats(); }
+
 // x with zero rows appended up to `rows` (x itself when it has them).
 Tensor pad_rows(const Tensor& x, int64_t rows) {
   if (x.size(0) >= rows) return x.contiguous();
-  Tensor p = at::zeros({rows, x.size(1)}, x.options());
+  Tensor p = pooled(kPadX, {rows, x.size(1)}, x.options());
   p.narrow(0, 0, x.size(0)).copy_(x);
+  p.narrow(0, x.size(0), rows - x.size(0)).zero_();
   return p;
 }
 
@@ -153,6 +241,74 @@ void matmul(const Tensor& a, const Tensor& b, Tensor c, const std::string& backe
   const bool dnnl = backend == "onednn";
   TORCH_CHECK(!dnnl || gemm_state().dnnl != nullptr, gemm_state().why_not);
   gemm(a, b, c, false, dnnl);
+}
+
+// The per-step products (h @ w_hh^T forward, dG @ w_hh backward) read the same weight T times. oneDNN's
+// matmul on a plain weight converts it to its blocked layout on every call; the ops behind
+// torch.compile's CPU linear take a weight converted once ("packed"): the weight is packed once per layer
+// call (twice: forward and backward need it transposed differently) and every step reads the packed copy.
+// They are dispatcher ops (mkldnn::_reorder_linear_weight, mkldnn::_linear_pointwise), looked up by
+// name: a torch without them keeps the plain matmul. Their primitives are cached per shape like the
+// matmul's, so the step products keep the bucketed row counts.
+using ReorderFn = Tensor(const Tensor&, std::optional<int64_t>);
+using LinearFn = Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&, c10::string_view,
+                        c10::List<std::optional<c10::Scalar>>, std::optional<c10::string_view>);
+
+struct PackedState {
+  std::optional<c10::TypedOperatorHandle<ReorderFn>> reorder;
+  std::optional<c10::TypedOperatorHandle<LinearFn>> linear;
+  bool ok = false;  // found, and agreed with ATen's GEMM on a test product
+  bool use = false;
+};
+
+PackedState probe_packed() {
+  PackedState st;
+  if (gemm_state().dnnl == nullptr) return st;
+  try {
+    auto& d = c10::Dispatcher::singleton();
+    auto r = d.findSchema({"mkldnn::_reorder_linear_weight", ""});
+    auto l = d.findSchema({"mkldnn::_linear_pointwise", ""});
+    if (!r.has_value() || !l.has_value()) return st;
+    st.reorder = r->typed<ReorderFn>();
+    st.linear = l->typed<LinearFn>();
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    at::NoGradGuard no_grad;
+    Tensor a = at::randn({19, 37}), w = at::randn({23, 37});
+    Tensor y = st.linear->call(a, st.reorder->call(w, std::nullopt), std::nullopt, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt);
+    st.ok = st.use = at::allclose(y, at::mm(a, w.t()), 1e-4, 1e-4);
+  } catch (const std::exception&) {
+    st.use = false;
+  }
+  return st;
+}
+
+PackedState& packed_state() {
+  static PackedState st = probe_packed();
+  return st;
+}
+
+// w (out, in) packed for y = x @ w^T; undefined where packed products are off (the caller then uses gemm).
+Tensor pack_weight(const Tensor& w, bool dnnl, int64_t steps) {
+  PackedState& st = packed_state();
+  if (!dnnl || !st.use || steps < 2) return Tensor();
+  at::NoGradGuard no_grad;  // the ops have no autograd formula; the kernel's own backward is by hand
+  return st.reorder->call(w.contiguous(), std::nullopt);
+}
+
+// x @ w^T with w from pack_weight: a new (x.size(0), out) tensor.
+Tensor packed_product(const Tensor& x, const Tensor& packed) {
+  at::NoGradGuard no_grad;
+  return packed_state().linear->call(x, packed, std::nullopt, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt);
+}
+
+bool packed_steps() { return packed_state().use; }
+
+// Packed step products on or off (for benchmarks and tests); false if they are not available.
+bool set_packed_steps(bool on) {
+  PackedState& st = packed_state();
+  if (on && !st.ok) return false;
+  st.use = on;
+  return true;
 }
 
 std::string gemm_backend() { return gemm_state().use_dnnl ? "onednn" : "mkl"; }
@@ -360,7 +516,12 @@ Tensor input_projection(const Tensor& x, const Tensor& w_ih, const c10::optional
   const int64_t Np = padded_rows(blocks);
   Tensor xs = pad_rows(x, Np);
   // always accumulating onto the bias (or zeros): one primitive per block shape, not two
-  Tensor act = bias.has_value() ? bias->expand({Np, G}).contiguous() : at::zeros({Np, G}, x.options());
+  Tensor act = pooled(kAct, {Np, G}, x.options());
+  if (bias.has_value()) {
+    act.copy_(bias->expand({Np, G}));
+  } else {
+    act.zero_();
+  }
   for (const auto& [s, r] : blocks) gemm(xs.narrow(0, s, r), w_ih.t(), act.narrow(0, s, r), true, true);
   return act.narrow(0, 0, N);
 }
@@ -396,22 +557,27 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
   // h @ whh_t with whh_t (D, G) contiguous is the fastest layout for the per-step products; the
   // transpose pays off over many steps, not for a single one (the prefix-tree scorer of syneval
   // feeds one step per call), which reads w_hh transposed in place.
-  Tensor whh_t = bs.size() > 1 ? w_hh.t().contiguous() : w_hh.t();
+  Tensor whh_p = pack_weight(w_hh, dnnl, bs.size());
+  Tensor whh_t = whh_p.defined() ? Tensor() : bs.size() > 1 ? w_hh.t().contiguous() : w_hh.t();
   auto opts = x.options();
-  Tensor rec = at::empty({Bp, G}, opts);  // one buffer for every step's recurrent product
+  Tensor rec_buf = at::empty({Bp, G}, opts);  // one buffer for every step's recurrent product (plain)
   // With oneDNN a step's product reads bucket_rows(b) rows of h: the rows past b (the next step's,
   // then Bp spare rows) are zeros or finite values, and their products are thrown away.
-  Tensor out_buf = dnnl ? at::zeros({N + Bp, D}, opts) : at::empty({N, D}, opts);
+  Tensor out_buf = pooled(kOut, {dnnl ? N + Bp : N, D}, opts);
+  if (dnnl) out_buf.narrow(0, N, Bp).zero_();
   Tensor out = out_buf.narrow(0, 0, N);
-  Tensor cells = at::empty({N, D}, opts);
+  Tensor cells = pooled(kCells, {N, D}, opts);
   Tensor dist = at::empty({N, 2}, opts);
   Tensor h0c = pad_rows(h0, Bp), c0c = c0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "onlstm_forward", [&] {
     int64_t off = 0, prev = 0;
     for (size_t t = 0; t < bs.size(); ++t) {
       const int64_t b = bs[t], bp = dnnl ? bucket_rows(b) : b;
+      // the padded rows it reads that no step has written yet (out_buf is reused): zeros
+      if (t > 0 && prev + bp > off) out_buf.narrow(0, off, prev + bp - off).zero_();
       Tensor h_prev = t == 0 ? h0c.narrow(0, 0, bp) : out_buf.narrow(0, prev, bp);
-      gemm(h_prev, whh_t, rec.narrow(0, 0, bp), false, dnnl);
+      Tensor rec = whh_p.defined() ? packed_product(h_prev, whh_p) : rec_buf;
+      if (!whh_p.defined()) gemm(h_prev, whh_t, rec.narrow(0, 0, bp), false, dnnl);
       const scalar_t* c_prev = (t == 0 ? c0c.data_ptr<scalar_t>() : cells.data_ptr<scalar_t>() + prev * D);
       const scalar_t* xp_p = act.data_ptr<scalar_t>() + off * G;
       const scalar_t* rec_p = rec.data_ptr<scalar_t>();
@@ -442,7 +608,7 @@ std::pair<Tensor, Tensor> weight_and_input_grads(const Tensor& dG, const Tensor&
   const int64_t N = x.size(0), I = x.size(1), D = out.size(1), G = w_ih.size(0);
   const auto blocks = row_blocks(N, dnnl);
   const int64_t Np = std::max(padded_rows(blocks), N);
-  Tensor hx = at::empty({Np, D + I}, x.options());
+  Tensor hx = pooled(kHx, {Np, D + I}, x.options());
   if (Np > N) hx.narrow(0, N, Np - N).zero_();  // padded rows add zero to the weight gradients
   int64_t off = 0;
   for (size_t t = 0; t < bs.size(); ++t) {
@@ -453,8 +619,8 @@ std::pair<Tensor, Tensor> weight_and_input_grads(const Tensor& dG, const Tensor&
   hx.narrow(1, D, I).narrow(0, 0, N).copy_(x);
   Tensor w_ih_c = w_ih.contiguous();
   if (!dnnl) return {at::mm(dG.t(), hx), at::mm(dG, w_ih_c)};
-  Tensor d_w = at::zeros({G, D + I}, x.options());
-  Tensor d_x = at::empty({Np, I}, x.options());
+  Tensor d_w = pooled(kDw, {G, D + I}, x.options()).zero_();
+  Tensor d_x = pooled(kDx, {Np, I}, x.options());
   for (const auto& [s, r] : blocks) {
     gemm(dG.narrow(0, s, r).t(), hx.narrow(0, s, r), d_w, true, true);
     gemm(dG.narrow(0, s, r), w_ih_c, d_x.narrow(0, s, r), false, true);
@@ -474,12 +640,14 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0], Bp = dnnl ? bucket_rows(B) : B;
   const int64_t T = bs.size();
-  Tensor whh = w_hh.contiguous();  // dh = dg @ w_hh reads (G, D) as it is stored
+  // dh = dg @ w_hh: packed as the linear weight w_hh^T, or read (G, D) as it is stored
+  Tensor whh_p = pack_weight(w_hh.t(), dnnl, T);
+  Tensor whh = whh_p.defined() ? Tensor() : w_hh.contiguous();
   auto opts = x.options();
   // With oneDNN, spare zero rows: a step's product reads bucket_rows(b) rows (the ones past b are
   // the next step's or these), and the blocked products over the sequence read padded blocks.
   const int64_t rows = dnnl ? std::max(N + Bp, padded_rows(row_blocks(N, true))) : N;
-  Tensor dG_buf = at::empty({rows, G}, opts);
+  Tensor dG_buf = pooled(kGates, {rows, G}, opts);
   if (rows > N) dG_buf.narrow(0, N, rows - N).zero_();
   Tensor dG = dG_buf.narrow(0, 0, N);
   Tensor dh = grad_hn.contiguous().clone();
@@ -513,8 +681,12 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
       // The rows of the sequences that end before step t keep the gradient from h_n.
       if (dnnl) {
         const int64_t bp = bucket_rows(b);
-        gemm(dG_buf.narrow(0, off, bp), whh, dh_step.narrow(0, 0, bp), false, true);
-        dh.narrow(0, 0, b).copy_(dh_step.narrow(0, 0, b));
+        if (whh_p.defined()) {
+          dh.narrow(0, 0, b).copy_(packed_product(dG_buf.narrow(0, off, bp), whh_p).narrow(0, 0, b));
+        } else {
+          gemm(dG_buf.narrow(0, off, bp), whh, dh_step.narrow(0, 0, bp), false, true);
+          dh.narrow(0, 0, b).copy_(dh_step.narrow(0, 0, b));
+        }
       } else {
         gemm(dG.narrow(0, off, b), whh, dh.narrow(0, 0, b), false, false);
       }
@@ -534,5 +706,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemm_why_not_onednn", &gemm_why_not_onednn, "why oneDNN's matmul is not usable here (empty if it is)");
   m.def("set_gemm_backend", &set_gemm_backend, "use onednn or mkl; false if oneDNN's matmul is not usable");
   m.def("matmul", &matmul, "c = a @ b through the named backend (for benchmarks)");
+  m.def("packed_steps", &packed_steps, "whether the per-step products read a packed (oneDNN-blocked) weight");
+  m.def("set_packed_steps", &set_packed_steps, "packed per-step products on or off; false if unavailable");
+  m.def("set_buffer_pool", &set_buffer_pool, "keep large buffers from call to call (on by default)");
+  m.def("buffer_pool_stats", &buffer_pool_stats, "the buffer pool: [buffers held, of which free, bytes held]");
   m.def("bucket_rows", &bucket_rows, "the padded row count oneDNN's products use for m rows");
 }
