@@ -482,13 +482,12 @@ def arg(*flags: str, **options: Any) -> tuple[tuple[str, ...], dict]:
     return flags, options
 
 
-def add_command(sub, name: str, func: Callable, *args: tuple, alias_of: str = "") -> argparse.ArgumentParser:
+def add_command(sub, name: str, func: Callable, *args: tuple) -> argparse.ArgumentParser:
     """Sub-command ``name`` running ``func(args)`` with the arguments ``args`` (:func:`arg`); ``func``'s docstring
     gives the help (first paragraph) and the ``--help`` description (the rest). Returns the parser."""
     summary, _, details = inspect.cleandoc(func.__doc__ or "").partition("\n\n")
     summary = " ".join(summary.split()).replace("%", "%%")  # argparse %-formats help, not descriptions
-    help = f"(= {alias_of} {name}) {summary}" if alias_of else summary
-    p = sub.add_parser(name, help=help, description=details or None)
+    p = sub.add_parser(name, help=summary, description=details or None)
     for flags, options in args:
         p.add_argument(*flags, **options)
     p.set_defaults(func=func)

@@ -133,7 +133,7 @@ def test_transformer_lm_trains_and_evaluates_from_the_command_line(tmp_path, cor
     capsys.readouterr()
     assert main(["lm", "eval", "--checkpoint", str(out), "--data-dir", str(corpus), "--protocol", "paper"]) == 0
     assert "perplexity" in capsys.readouterr().out
-    assert main(["parse", "--checkpoint", str(out), str(tmp_path / "none.txt")]) == 2  # no master gates
+    assert main(["parsing", "parse", "--checkpoint", str(out), str(tmp_path / "none.txt")]) == 2  # no master gates
     assert "'transformer' model has no master gates" in capsys.readouterr().err
 
 

@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from onlstm.checkpoint import CheckpointError, load_weights, write_json
+from onlstm.checkpoint import CheckpointError, load_weights
 from onlstm.cli import main
+from onlstm.config import ConfigError
+from onlstm.files import write_json
 from onlstm.logic import data as D
 from onlstm.logic import evaluate as E
 from onlstm.logic import train as T
-from onlstm.logic.cli import SettingsError, parse_buckets
+from onlstm.logic.cli import parse_buckets
 from onlstm.logic.formulas import parse
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import (
@@ -519,7 +521,7 @@ def test_parse_buckets():
     assert parse_buckets("1-12") == list(range(1, 13))
     assert parse_buckets("0-2,7") == [0, 1, 2, 7]
     assert parse_buckets([7, 8]) == [7, 8]
-    with pytest.raises(SettingsError):
+    with pytest.raises(ConfigError):
         parse_buckets("a-b")
 
 

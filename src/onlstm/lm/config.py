@@ -25,9 +25,6 @@ from ..config import (
 from ..models.language_model import LMConfig
 from ..nn import kernels
 
-# A saved run's config without ar_target was trained before the option existed: AR on the dropped output.
-AR_TARGET_BEFORE_OPTION = "dropped"
-
 
 @dataclass
 class TrainConfig(Runtime):

@@ -19,11 +19,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checkpoint import CheckpointError, config_header, load_weights, save_weights, write_json, write_text
+from ..checkpoint import CheckpointError, config_header, load_weights, save_weights
 from ..config import ConfigError, check_section
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
+from ..files import write_json, write_text
 from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
 from ..runs import (
@@ -39,7 +40,7 @@ from ..runs import (
 )
 from ..runs.device import prepare_kernel
 from ..runs.engine import Budget, Check, Engine, Progress, Reporting, diverged, update
-from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, load_config
+from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, load_config
 from .data import DistContext, batchify, bptt_schedule, column_share, segment, setup, teardown
 from .evaluate import Interrupted, perplexity
 
@@ -148,9 +149,7 @@ def run_config_from_saved(saved: dict) -> RunConfig:
     if saved.get("kind") != "lm":
         raise CheckpointError(f"{RunDir.CONFIG} has kind {saved.get('kind')!r}, not 'lm': not a language-model run")
     model = {k: v for k, v in saved["model"].items() if k != "vocab_size"}
-    # runs saved before ar_target existed trained AR on the dropped output: they resume doing so
-    train = {"ar_target": AR_TARGET_BEFORE_OPTION, **saved["train"]}
-    return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(train))
+    return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(saved["train"]))
 
 
 def refuse_restart(run: RunDir) -> None:
@@ -463,11 +462,9 @@ class Trainer:
                 f"{path} was written for another model ({meta['model_config']}) than {RunDir.CONFIG} "
                 f"describes ({self.model_config.to_dict()}); the run directory is inconsistent"
             )
-        if saved_asgd := "t0" in (meta["optimizer"].get("param_groups") or [{}])[0]:  # torch's ASGD
+        if "t0" in (meta["optimizer"].get("param_groups") or [{}])[0]:  # saved in the averaging phase (torch's ASGD)
             self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
         restore_training(path, tensors, meta["optimizer"], self.model, self.optimizer, self.ctx.device)
-        if self.prog.task["averaging"] and not saved_asgd:
-            self._continue_old_average(path, tensors, self.prog.task["avg_count"], meta["optimizer"])
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
         self.log(
@@ -477,21 +474,6 @@ class Trainer:
 
     def _position(self) -> str:
         return "epoch {epoch}, batch {batch}, step {step}".format(**vars(self.progress))
-
-    def _continue_old_average(self, path: Path, tensors: dict, k: int, opt_meta: dict) -> None:
-        """A file saved in the averaging phase before it used torch's ASGD holds SGD state and its own mean
-        ``avg.*`` of the last ``avg_count`` iterates. Go on with ASGD from that mean: ASGD's state after
-        step s averages s - 1 iterates (mu = 1/s), and eta is the rate of the last step."""
-        self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
-        if k == 0:  # no averaged step yet: a fresh ASGD is exactly that state
-            return
-        eta = float(opt_meta["param_groups"][0]["lr"])
-        for n, p in zip(self.param_names, self.params):
-            if f"avg.{n}" not in tensors:
-                raise CheckpointError(f"{path}: averaged weights avg.{n} missing; the file is incomplete")
-            state = {"step": float(k + 1), "eta": eta, "mu": 1.0 / (k + 1)}
-            self.optimizer.state[p] = {s: torch.tensor(v, dtype=p.dtype, device=p.device) for s, v in state.items()}
-            self.optimizer.state[p]["ax"] = tensors[f"avg.{n}"].to(dtype=p.dtype, device=p.device).clone()
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""

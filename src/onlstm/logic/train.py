@@ -14,9 +14,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
+from ..checkpoint import CheckpointError, config_header, read_json, save_weights
 from ..config import RUNTIME_NAMES
 from ..errors import TrainingDiverged
+from ..files import write_json
 from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
 from ..runs.engine import Budget, Check, Engine, Progress, Reporting, update
@@ -202,7 +203,6 @@ RUNTIME_FIELDS = (*RUNTIME_NAMES, "eval_batch_size", "log_every", "tensorboard")
 BUDGETS = ("epochs", "max_steps", "time_limit")
 RESUME_FILE = RunDir.RESUME  # the name tests and older code import
 RESUME_FORMAT = "onlstm-logic-resume-2"
-RESUME_FORMAT_1 = "onlstm-logic-resume-1"  # before the shared engine: still read
 RESUME_FIX = "train again without --resume (into a new --out, or after removing this one)"
 
 
@@ -244,9 +244,8 @@ def resume_refusal(out: Path, header: dict, clash: str, cfg: LogicTrainConfig) -
 
 
 def _saved_progress(path: Path) -> Progress:
-    formats = (RESUME_FORMAT, RESUME_FORMAT_1)
-    _, meta = read_resume(path, formats, "a logic resume file", ("progress",), RESUME_FIX, tensors=False)
-    return progress_from_saved(meta["progress"])
+    _, meta = read_resume(path, RESUME_FORMAT, "a logic resume file", ("progress",), RESUME_FIX, tensors=False)
+    return Progress.from_dict(meta["progress"])
 
 
 def budget_spent(prog: Progress, cfg: LogicTrainConfig) -> str:
@@ -462,9 +461,8 @@ class LogicTask:
 
     def restore(self) -> tuple[Progress, list[dict]]:
         path = self.rundir.resume_path
-        formats = (RESUME_FORMAT, RESUME_FORMAT_1)
-        tensors, meta = read_resume(path, formats, "a logic resume file", ("progress", "optimizer"), RESUME_FIX)
-        prog = progress_from_saved(meta["progress"])
+        tensors, meta = read_resume(path, RESUME_FORMAT, "a logic resume file", ("progress", "optimizer"), RESUME_FIX)
+        prog = Progress.from_dict(meta["progress"])
         restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
         self.schedule.bad = prog.task["schedule_bad"]
         history = read_json(self.rundir.history_path)[: prog.n_checks] if prog.n_checks else []
@@ -508,14 +506,3 @@ class LogicTask:
                 f"step {prog.best_step}{further}"
             )
         return result
-
-
-def progress_from_saved(saved: dict) -> Progress:
-    """The :class:`Progress` of a resume file: this version's, or the flat record of format 1 (before the shared
-    engine), whose ``best_acc`` was -1 before the first check."""
-    if "task" in saved:
-        return Progress.from_dict(saved)
-    old = dict(saved)
-    best = old.pop("best_acc")
-    common = {k: old.pop(k) for k in ("step", "epoch", "pos", "best_step", "bad_checks", "seconds", "n_checks")}
-    return Progress(**common, best=None if best < 0 else best, task=old)

@@ -2,7 +2,7 @@
 export (``dirs``), the resume file (``resume``), the training loop (``engine``), device set-up, Ctrl-C and the
 progress bar (``device``). Resume files keep their format names, so a file written before loads."""
 
-# each name imported `as` itself: re-exported (the project's way, as in onlstm.checkpoint)
+# each name imported `as` itself: re-exported (the project's way)
 from .device import StopRequest as StopRequest
 from .device import progress_bar as progress_bar
 from .device import resolve_device as resolve_device

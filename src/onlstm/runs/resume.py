@@ -10,14 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import (
-    CheckpointError,
-    assign_weights,
-    atomic_write,
-    read_safetensors,
-    save_safetensors,
-    state_dict_for_saving,
-)
+from ..checkpoint import CheckpointError, assign_weights, read_safetensors, save_safetensors, state_dict_for_saving
+from ..files import atomic_write
 
 
 def optimizer_to_data(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -87,7 +81,7 @@ def write_resume(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: d
 
 def read_resume(
     path: Path,
-    fmt: str | tuple[str, ...],
+    fmt: str,
     what: str,
     keys: tuple[str, ...],
     fix: str = "start a new run with another --out",
@@ -98,10 +92,9 @@ def read_resume(
     people ("a logic resume file"); ``fix`` says how to go on when the file cannot be used; ``tensors=False``:
     the metadata alone (no tensor is read)."""
     found, raw = read_safetensors(path, tensors)
-    formats = (fmt,) if isinstance(fmt, str) else fmt  # the current format first, then older ones still read
-    if raw.get("format") not in formats:
+    if raw.get("format") != fmt:
         raise CheckpointError(
-            f"{path} is not {what} (format {raw.get('format')!r}, expected {formats[0]!r}); it cannot be resumed: {fix}"
+            f"{path} is not {what} (format {raw.get('format')!r}, expected {fmt!r}); it cannot be resumed: {fix}"
         )
     try:
         meta = {k: json.loads(raw[k]) for k in keys}
