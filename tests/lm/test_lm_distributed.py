@@ -72,7 +72,7 @@ def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "stopped after 40 steps" in proc.stdout
+    assert "stopped by max_steps after 40 steps" in proc.stdout
 
     s = explicit_settings(TINY, {"train": {"asgd_start_epoch": 2, "momentum": 0.5}})
     one = train(tmp_path / "one", data, s, max_steps=stop, log=quiet)

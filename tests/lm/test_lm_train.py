@@ -503,3 +503,26 @@ def test_a_resume_with_a_max_steps_already_reached_makes_no_update(tmp_path, cor
         again = train(run, corpus, s, resume=True, max_steps=limit, log=quiet)
         assert again["status"] == "stopped" and again["progress"]["step"] == 4
     assert_same_tensors(tensors(run, "resume"), before)
+
+
+def test_lm_train_resolves_its_settings_once_and_checks_its_output_once(tmp_path, corpus, monkeypatch):
+    """The walk from the command line to the first step reads the settings (file and flags) once and checks the
+    output folder once (issue #38: it did both twice)."""
+    from onlstm.config import Settings
+
+    calls = {"resolve": 0, "check_output": 0}
+    resolve, check_output = Settings.resolve.__func__, RunDir.check_output
+
+    def counted_resolve(cls, *args, **kw):
+        calls["resolve"] += 1
+        return resolve(cls, *args, **kw)
+
+    def counted_check(self, *args, **kw):
+        calls["check_output"] += 1
+        return check_output(self, *args, **kw)
+
+    monkeypatch.setattr(Settings, "resolve", classmethod(counted_resolve))
+    monkeypatch.setattr(RunDir, "check_output", counted_check)
+    argv = ["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(tmp_path / "run")]
+    assert main([*argv, "--max-steps", "1", "--no-final-test", "--no-progress"]) == 0
+    assert calls == {"resolve": 1, "check_output": 1}

@@ -398,7 +398,8 @@ def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
     assert res.interrupted and res.steps == 4 and res.best_step == 3
     header = json.loads((run / "config.json").read_text())
     assert header["status"] == "interrupted" and header["result"]["stopped_by"] == "interrupted"
-    assert "interrupted at step 4" in logs[-1] and "best checkpoint kept" in logs[-1]
+    assert "aborted at step 4" in logs[-1] and "best checkpoint kept" in logs[-1]  # a KeyboardInterrupt in a step
+    assert "continue with: onlstm logic train --resume" in logs[-1]  # from the check at step 3
     best, last = LogicClassifier(LogicModelConfig(**TINY)), LogicClassifier(LogicModelConfig(**TINY))
     load_weights(run / "model.best.safetensors", best)
     load_weights(run / "model.last.safetensors", last)

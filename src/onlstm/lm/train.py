@@ -27,25 +27,16 @@ from ..encoders import detach_state
 from ..files import write_json, write_text
 from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
-from ..runs import (
-    RunDir,
-    RunDirError,
-    StopRequest,
-    read_resume,
-    restore_training,
-    resume_clash,
-    setup_torch,
-    training_tensors,
-    write_resume,
-)
+from ..runs import RunDir, RunDirError, StopRequest, restore_training, resume_clash, setup_torch
 from ..runs.device import prepare_kernel
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, diverged, update
-from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, load_config
-from .data import DistContext, batchify, bptt_schedule, column_share, segment, setup, teardown
+from ..runs.dist import DistContext, setup, teardown
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, diverged, stop_report, update
+from ..runs.resume import read_training, save_training
+from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, run_config
+from .data import batchify, bptt_schedule, column_share, segment
 from .evaluate import Interrupted, perplexity
 
 RESUME_FILE = RunDir.RESUME  # the name tests and older code import
-RESUME_FORMAT = "onlstm-lm-resume/1"
 LOG_COLUMNS = tuple(
     "epoch steps train_loss train_ppl valid_loss valid_ppl best_valid_ppl averaging tokens epoch_seconds "
     "tokens_per_s elapsed_s".split()
@@ -55,23 +46,13 @@ _TASK = dict(averaging=False, avg_count=0, sgd_valid_history=[], epoch_loss_sum=
 _TASK.update(finished=False, results=None)
 
 
-def saved_progress(prog: Progress, history: list[dict], pass_length: Callable[[int], int]) -> dict:
-    """Where a run is, as resume format 1 and :func:`train` give it: epochs from 1, ``batch`` = segments done,
-    ``best_valid`` = the lowest validation loss; a pass with validation due is its epoch, ``pass_length`` done."""
+def progress_view(prog: Progress, history: list[dict], pass_length: Callable[[int], int]) -> dict:
+    """Where a run is, as :func:`train` gives it: epochs from 1, ``batch`` = segments done, ``best_valid`` = the
+    lowest validation loss; a pass with validation due is its epoch, ``pass_length`` done."""
     epoch, batch = (prog.epoch, pass_length(prog.epoch)) if prog.check_due else (prog.epoch + 1, prog.pos)
     best = None if prog.best is None else -prog.best
     out = {"epoch": epoch, "batch": batch, "step": prog.step, "best_valid": best, "history": history}
     return {**out, **prog.task, "elapsed": prog.seconds}
-
-
-def progress_from_saved(saved: dict, pass_length: Callable[[int], int]) -> tuple[Progress, list[dict]]:
-    """:func:`saved_progress` read back: the engine's record and the history (no patience: no best step kept)."""
-    s, history = dict(saved), list(saved["history"])
-    due = bool(s["batch"]) and s["batch"] == pass_length(s["epoch"])  # stopped after its last batch
-    best = None if s["best_valid"] is None else -s["best_valid"]
-    task = {k: s[k] for k in _TASK}
-    epoch, pos = s["epoch"] - 1 + due, 0 if due else s["batch"]
-    return Progress(s["step"], epoch, pos, best, seconds=s["elapsed"], check_due=due, task=task), history
 
 
 class _Objective(nn.Module):
@@ -152,6 +133,28 @@ def run_config_from_saved(saved: dict) -> RunConfig:
     return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(saved["train"]))
 
 
+def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
+    """The run's settings, resolved once: defaults < ``explicit``; on resume the saved settings, of which only the
+    runtime fields may change. Every setting is checked (the model's too) before anything is created or read."""
+    if not resume:
+        config = run_config(explicit)
+    elif not run.config_path.exists():
+        raise RunDirError(
+            f"--resume: {run.path} holds no {run.CONFIG}; it is not a run directory "
+            "(drop --resume to start a new run there)"
+        )
+    else:
+        saved = run_config_from_saved(run.read_config())
+        train = saved.train.to_dict()
+        given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
+        if clash := resume_clash({"model": saved.model, "train": train}, {**explicit, "train": given}, RUNTIME_FIELDS):
+            raise RunDirError(clash)
+        train.update({k: v for k, v in given.items() if k in RUNTIME_FIELDS})
+        config = RunConfig(dict(saved.model), TrainConfig.from_dict(train))
+    config.model_config(vocab_size=1)
+    return config
+
+
 def refuse_restart(run: RunDir) -> None:
     """A ``--resume`` without a resume file starts from step 0: only for a run stopped before its first checkpoint.
     One with results (weights, a test, a log) would have them overwritten: refused, as ``logic train`` does."""
@@ -178,14 +181,20 @@ class Trainer:
         self,
         run_dir: Path,
         data_dir: Path,
-        explicit: dict,
+        settings: dict | RunConfig,
         resume: bool = False,
         ctx: DistContext | None = None,
         log: Callable[[str], None] = print,
         keep: tuple[str, ...] = (),
     ):
-        self.rundir, self.data_dir, self.resume, self._keep = RunDir(run_dir), Path(data_dir), resume, keep
-        self.config = self._resolve_config(explicit)
+        """``settings``: the run's, resolved (:func:`resolve_settings`, as :func:`train` does), or the ones the user
+        gave (``{"model": {...}, "train": {...}}``), resolved here after the output folder's check."""
+        self.rundir, self.data_dir, self.resume = RunDir(run_dir), Path(data_dir), resume
+        if not isinstance(settings, RunConfig):
+            if not resume:
+                self.rundir.check_output(command="onlstm lm train", keep=keep)
+            settings = resolve_settings(self.rundir, settings, resume)
+        self.config = settings
         cfg = self.cfg = self.config.train
         setup_torch(cfg.threads)
         self.ctx, self._log = ctx or setup(cfg.device), log
@@ -210,25 +219,6 @@ class Trainer:
             refuse_restart(self.rundir)
             self.log(f"{self.rundir.path} has no {RunDir.RESUME} yet; starting from the beginning")
         self.engine: Engine | None = None
-
-    def _resolve_config(self, explicit: dict) -> RunConfig:
-        """Defaults < explicit; on resume the saved settings, of which only the runtime fields may change."""
-        run = self.rundir
-        if not self.resume:
-            run.check_output(command="onlstm lm train", keep=self._keep)
-            return load_config(None, explicit)
-        if not run.config_path.exists():
-            raise RunDirError(
-                f"--resume: {run.path} holds no {run.CONFIG}; it is not a run directory "
-                "(drop --resume to start a new run there)"
-            )
-        saved = run_config_from_saved(run.read_config())
-        train = saved.train.to_dict()
-        given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
-        if clash := resume_clash({"model": saved.model, "train": train}, {**explicit, "train": given}, RUNTIME_FIELDS):
-            raise RunDirError(clash)
-        train.update({k: v for k, v in given.items() if k in RUNTIME_FIELDS})
-        return RunConfig(dict(saved.model), TrainConfig.from_dict(train))
 
     def _load_data(self) -> None:
         """The corpus (with the run's vocabulary checked on resume) and this process's training columns."""
@@ -293,8 +283,8 @@ class Trainer:
 
     @property
     def progress(self) -> SimpleNamespace:
-        """Where the run is, in :func:`saved_progress`'s terms (epochs from 1, ``batch``, ``averaging``, ...)."""
-        return SimpleNamespace(**saved_progress(self.prog, self.history, self.pass_length))
+        """Where the run is, in :func:`progress_view`'s terms (epochs from 1, ``batch``, ``averaging``, ...)."""
+        return SimpleNamespace(**progress_view(self.prog, self.history, self.pass_length))
 
     def schedule(self, epoch: int) -> list:
         """The BPTT segments of ``epoch`` (from 1)."""
@@ -442,21 +432,20 @@ class Trainer:
         self.ctx.main_writes(lambda: self._write_state(tensors, layout, prog, history))
 
     def _write_state(self, tensors: dict, layout: list[int], prog: Progress, history: list[dict]) -> None:
-        common, opt_meta = training_tensors(self.model, self.optimizer, self.ctx.device)
-        meta = {"progress": saved_progress(prog, history, self.pass_length), "optimizer": opt_meta}
-        meta.update(hidden_layout=layout, model_config=self.model_config.to_dict(), world=self.ctx.world)
-        write_resume(self.rundir.resume_path, RESUME_FORMAT, {**tensors, **common}, meta)
+        meta = dict(
+            history=history, hidden_layout=layout, model_config=self.model_config.to_dict(), world=self.ctx.world
+        )
+        save_training(self.rundir.resume_path, "lm", prog, self.model, self.optimizer, self.ctx.device, tensors, **meta)
         self._save_eval_weights("last")
         write_log_csv(self.rundir.log_path, history)
 
     def _load(self, path: Path) -> None:
         fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
-        keys = ("model_config", "progress", "optimizer", "hidden_layout")
-        tensors, meta = read_resume(path, RESUME_FORMAT, "an onlstm language-model resume file", keys, fix)
-        try:
-            self.prog, self.history = progress_from_saved(meta["progress"], self.pass_length)
-        except (KeyError, TypeError) as e:
-            raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({e!r}); {fix}") from None
+        keys = ("history", "model_config", "hidden_layout")
+        self.prog, tensors, meta = read_training(path, "lm", keys, fix)
+        self.history = list(meta["history"])
+        if set(self.prog.task) != set(_TASK):
+            raise CheckpointError(f"{path}: metadata is incomplete or corrupt (progress.task); {fix}")
         if meta["model_config"] != self.model_config.to_dict():
             raise CheckpointError(
                 f"{path} was written for another model ({meta['model_config']}) than {RunDir.CONFIG} "
@@ -521,31 +510,22 @@ class Trainer:
             self, budget, prog, self.history, self.log, bar, on_step=hook, agree=self.ctx.any, report=report
         )
         why = self.engine.run()
+        self.log(self._stop_report(why, budget))
         if why == "aborted":
-            self.log("aborted without saving; the last checkpoint is kept")
             raise KeyboardInterrupt
         status = {"epochs": "finished", "max_steps": "stopped", "time_limit": "stopped"}.get(why, why)
-        if why == "interrupted":
-            self.engine.save_state()
-            self.log(self._stopped_message("interrupted during validation" if prog.check_due else "interrupted"))
-        elif why == "max_steps":
-            self.log(self._stopped_message(f"stopped after {prog.step} steps (max_steps)"))
-        elif why == "time_limit":  # the clock counts every session: resuming needs a larger limit to train further
-            limit = f"{cfg.time_limit:.3g}"
-            self.log(
-                self._stopped_message(f"stopped at the time limit ({limit} min)", f" --time-limit M (M > {limit})")
-            )
-        else:
+        if why == "epochs":
             prog.task["finished"] = True
             if prog.task["results"] is None and cfg.final_test:
                 status = self._final_test()
         return {"status": status, "progress": vars(self.progress)}
 
-    def _stopped_message(self, why: str, more_flags: str = "") -> str:
-        return (
-            f"{why}: saved {self.rundir.resume_path} at {self._position()}; "
-            f"continue with: onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume{more_flags}"
-        )
+    def _stop_report(self, why: str, budget: Budget) -> str:
+        prog, resume = self.prog, f"onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume"
+        best = "" if prog.best is None else f"(valid ppl {math.exp(-prog.best):.2f} at step {prog.best_step})"
+        epochs = prog.epoch + prog.pos / max(self.pass_length(prog.epoch + 1), 1)
+        saved = self.rundir.resume_path.exists()
+        return stop_report(why, prog, budget, resume, best=best, saved=saved, epochs=epochs)
 
     def _final_test(self) -> str:
         """Score the best weights on the first process; every process learns whether that was interrupted."""
@@ -613,7 +593,7 @@ def train_language_model(
     if isinstance(config, RunConfig):
         explicit: dict = {"model": dict(config.model), "train": config.train.to_dict()}
     elif isinstance(config, dict):
-        explicit = config
+        explicit = explicit_settings(None, config)  # its sections and names checked
     else:
         explicit = explicit_settings(config)
     done = train(Path(out), Path(data_dir), explicit, resume=resume, log=log)
@@ -637,12 +617,11 @@ def train(
     run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train", keep=keep)
     if resume and run.config_path.exists() and not run.resume_path.exists():
         refuse_restart(run)  # before the lock and the data: nothing to do
-    if not resume:  # every setting checked (the model's too) before anything is created or read
-        load_config(None, explicit or {}).model_config(vocab_size=1)
+    config = resolve_settings(run, explicit or {}, resume)
     main = int(os.environ.get("RANK", "0")) == 0  # under torchrun the first process holds the lock
     try:
         with run.lock("onlstm lm train", log=log, enabled=main):
-            trainer = Trainer(run_dir, data_dir, explicit or {}, resume=resume, log=log, keep=keep)
+            trainer = Trainer(run_dir, data_dir, config, resume=resume, log=log)
             result = trainer.run(max_steps=max_steps, on_step=on_step)
             # every process done with its collectives before any leaves the group: once, under load, a process
             # that left first took the other down at exit ("terminate called without an active exception")

@@ -1,9 +1,11 @@
-"""Resume state: one safetensors file per run (tensors) with JSON metadata, shared by every trainer."""
+"""Resume state: one safetensors file per run (tensors) with JSON metadata, one format for every trainer
+(:data:`RESUME_FORMAT`: :func:`save_training` writes it, :func:`read_training` reads it)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,12 @@ from torch import nn
 
 from ..checkpoint import CheckpointError, assign_weights, read_safetensors, save_safetensors, state_dict_for_saving
 from ..files import atomic_write
+from .engine import Progress
+
+#: The one resume format (its version after the slash): the weights ``model.*``, the optimizer ``optim.*``, the
+#: random state ``rng.*`` and the task's own tensors; as JSON metadata the run's ``kind``, the engine's
+#: :class:`~onlstm.runs.engine.Progress`, the optimizer's hyperparameters and the task's own values.
+RESUME_FORMAT = "onlstm-resume/1"
 
 
 def optimizer_to_data(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -101,6 +109,44 @@ def read_resume(
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
     return found, meta
+
+
+def save_training(
+    path: Path,
+    kind: str,
+    prog: Progress,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    device: torch.device,
+    tensors: dict[str, torch.Tensor] | None = None,
+    **meta: Any,
+) -> None:
+    """Write the resume file of a ``kind`` run at ``prog`` (:data:`RESUME_FORMAT`): :func:`training_tensors`, the
+    task's ``tensors`` and its ``meta`` values (JSON)."""
+    common, opt_meta = training_tensors(model, opt, device)
+    header = {"kind": kind, "progress": asdict(prog), "optimizer": opt_meta, **meta}
+    write_resume(path, RESUME_FORMAT, {**(tensors or {}), **common}, header)
+
+
+def read_training(
+    path: Path,
+    kind: str,
+    keys: tuple[str, ...] = (),
+    fix: str = "start a new run with another --out",
+    tensors: bool = True,
+) -> tuple[Progress, dict[str, torch.Tensor], dict[str, Any]]:
+    """``(progress, tensors, metadata)`` of :func:`save_training`'s file for a ``kind`` run; the task's metadata
+    ``keys`` must be present. Give the tensors back with :func:`restore_training`."""
+    found, meta = read_resume(
+        path, RESUME_FORMAT, "an onlstm resume file", ("kind", "progress", "optimizer", *keys), fix, tensors
+    )
+    if meta["kind"] != kind:
+        raise CheckpointError(f"{path} is the resume file of a {meta['kind']!r} run, not of a {kind!r} one; {fix}")
+    try:
+        prog = Progress.from_dict(meta["progress"])
+    except TypeError as exc:
+        raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
+    return prog, found, meta
 
 
 def resume_clash(
