@@ -45,6 +45,13 @@ class TrainConfig(Runtime):
         "step; the resume file is written, validation stays at the epochs' ends)",
         default_text="no limit",
     )
+    max_steps: int | None = runtime_option(
+        None,
+        "stop after this many optimizer steps in all (with epochs and time_limit, whichever comes first); the "
+        "resume file is written, validation stays at the epochs' ends",
+        default_text="no limit",
+        bounds=(1, None),
+    )
     batch_size: int = option(20, "columns the training stream is cut into (split among processes)", bounds=(1, None))
     eval_batch_size: int = option(10, "columns of the validation stream in training (reference: 10)", bounds=(1, None))
     test_batch_size: int = option(1, "columns of the test stream for the final test (the paper: 1)", bounds=(1, None))

@@ -493,8 +493,8 @@ class Trainer:
         when = f"in epoch {prog.epoch + 1} (by step {prog.step})"
         raise diverged(loss, when, f"{', '.join(kept)} in {self.rundir.path}" if kept else "", clip=0.25)
 
-    def run(self, max_steps: int | None = None, on_step: Callable[[Trainer], None] | None = None) -> dict:
-        """Train to ``cfg.epochs`` (or until ``max_steps`` optimizer steps in total, ``cfg.time_limit`` minutes of
+    def run(self, on_step: Callable[[Trainer], None] | None = None) -> dict:
+        """Train to ``cfg.epochs`` (or until ``cfg.max_steps`` optimizer steps in all, ``cfg.time_limit`` minutes of
         training, or a stop request), then (``final_test``) score the best weights. Returns ``{"status": ...,
         "progress": ...}``; the status is ``finished``, ``stopped`` (max_steps, time_limit) or ``interrupted``."""
         cfg, prog = self.cfg, self.prog
@@ -502,7 +502,9 @@ class Trainer:
         self.model.train()
         if prog.epoch >= cfg.epochs and not prog.check_due:
             self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
-        budget = Budget(cfg.epochs, 0, max_steps, cfg.time_limit, check_at_stop=False, save_every=cfg.checkpoint_every)
+        budget = Budget(
+            cfg.epochs, 0, cfg.max_steps, cfg.time_limit, check_at_stop=False, save_every=cfg.checkpoint_every
+        )
         hook = (lambda: on_step(self)) if on_step is not None else None
         bar, main = cfg.progress and self.ctx.is_main, self.ctx.is_main
         report = Reporting.for_run(self.rundir, cfg.log_every, cfg.progress, cfg.tensorboard, main)
@@ -605,13 +607,12 @@ def train(
     data_dir: Path,
     explicit: dict | None = None,
     resume: bool = False,
-    max_steps: int | None = None,
     on_step=None,
     log: Callable[[str], None] = print,
     keep: tuple[str, ...] = (),
 ) -> dict:
     """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the user (config
-    file and flags); ``max_steps``: optimizer steps in all; ``on_step(trainer)`` after each; ``log(message)``; ``keep``:
+    file and flags); ``on_step(trainer)`` after each update; ``log(message)``; ``keep``:
     names a new run's directory may already hold (the demo's corpus). Returns
     ``{"status", "progress"}``; joins the process group under torchrun."""
     run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train", keep=keep)
@@ -622,7 +623,7 @@ def train(
     try:
         with run.lock("onlstm lm train", log=log, enabled=main):
             trainer = Trainer(run_dir, data_dir, config, resume=resume, log=log)
-            result = trainer.run(max_steps=max_steps, on_step=on_step)
+            result = trainer.run(on_step=on_step)
             # every process done with its collectives before any leaves the group: once, under load, a process
             # that left first took the other down at exit ("terminate called without an active exception")
             trainer.ctx.barrier()
