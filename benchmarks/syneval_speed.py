@@ -33,12 +33,12 @@ import torch
 
 from onlstm.data.vocab import Vocab
 from onlstm.lm.config import load_config
+from onlstm.models import prefix_tree
 from onlstm.models.language_model import LanguageModel, LMConfig
+from onlstm.models.prefix_tree import build_tree
 from onlstm.runs import setup_torch
-from onlstm.syneval import prefix_tree
 from onlstm.syneval.data import Item, read_items
-from onlstm.syneval.evaluate import Encoder, score_items
-from onlstm.syneval.prefix_tree import build_tree
+from onlstm.syneval.evaluate import Encoder, frame, score_items
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT.parent / "shared" / "data" / "syneval-sample" / "syneval_sample.tsv"
@@ -96,7 +96,7 @@ def workload(vocab: Vocab, items: list[Item]) -> str:
     """Model steps each way runs: padded (every token of every distinct sentence) vs the prefix tree."""
     enc = Encoder(vocab)
     unique = {s for it in items for s in (it.grammatical, it.ungrammatical, it.intrusive) if s is not None}
-    seqs = [enc.ids(enc.tokens(s)) for s in unique]
+    seqs = [enc.ids(frame(s, enc.period)) for s in unique]
     padded = sum(len(s) - 1 for s in seqs)
     return (
         f"{n_sentences(items):,} sentences, {len(unique):,} distinct; model steps: padded {padded:,}, "

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 
-from .config import add_command, add_flags, arg
+from .config import add_command, add_flags, add_group, arg
 from .errors import (
     EXIT_INTERRUPTED,
     INSTALL_EXPERIMENTS,
@@ -106,6 +106,36 @@ def _cmd_export(args) -> int:
     return 0
 
 
+def _cmd_import_official(args) -> int:
+    """convert a checkpoint of the authors' code (model.pt + corpus.<hash>.data) into a shared model folder
+
+    Reads the authors' torch.save files as data (no code in them runs; a file naming anything but tensors,
+    plain containers and the authors' classes is refused) and writes config.json, model.safetensors,
+    vocab.json and a card naming the source (docs/sharing.md).
+    """
+    from .models.official import import_official
+
+    to = import_official(args.checkpoint, args.corpus, args.to, overwrite=args.overwrite)
+    print(f"imported {args.checkpoint} into {to} (config.json, model.safetensors, vocab.json, README.md)")
+    return 0
+
+
+def _register_import(sub) -> None:
+    about = "Bring in models trained elsewhere: `official` reads a checkpoint of the authors' code."
+    group = add_group(
+        sub, "import", "convert a model trained elsewhere (the authors' code) into onlstm's layout", about
+    )
+    add_command(
+        group,
+        "official",
+        _cmd_import_official,
+        arg("--checkpoint", required=True, help="the authors' model file (torch.save([model, criterion, optimizer]))"),
+        arg("--corpus", required=True, help="the authors' cached vocabulary, corpus.<md5 of the data path>.data"),
+        arg("--to", required=True, help="the folder to write (new or empty; see --overwrite)"),
+        arg("--overwrite", action="store_true", help="replace a non-empty --to folder (all at once)"),
+    )
+
+
 def _register_demo(sub) -> None:
     from .demo import DemoConfig  # before add_parser: without nltk nothing half-made is left behind
 
@@ -130,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     replace = arg("--overwrite", action="store_true", help="replace --to even when it holds files of another kind")
     add_command(sub, "export", _cmd_export, run, to, weights, replace)
     add_command(sub, "info", _cmd_info, arg("--json", action="store_true"))
+    _register_import(sub)
     for module, names in SUBCOMMAND_MODULES.items():
         _register_or_stand_in(sub, lambda s, m=module: importlib.import_module(m).register(s), names)
     return ap

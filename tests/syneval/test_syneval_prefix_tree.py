@@ -8,15 +8,15 @@ import torch
 from test_syneval_scoring import WORDS, step_by_step_logprobs, tiny_lm
 
 from onlstm.data.vocab import Vocab
-from onlstm.syneval.data import Item
-from onlstm.syneval.evaluate import score_items, token_logprobs
-from onlstm.syneval.prefix_tree import (
+from onlstm.models.prefix_tree import (
     PrefixTreeError,
     _logsumexp_,
     build_tree,
     prefix_token_logprobs,
     select_state,
 )
+from onlstm.syneval.data import Item
+from onlstm.syneval.evaluate import score_items, token_logprobs
 
 
 def pair_like_sequences(seed: int = 3) -> list[list[int]]:
@@ -42,7 +42,7 @@ def test_prefix_tree_equals_reading_each_sentence_alone(cell, chunk):
 @pytest.mark.parametrize("packed", [True, False], ids=["onednn-packed-decoder", "addmm-decoder"])
 @pytest.mark.parametrize("cell", ["onlstm", "lstm"])
 def test_prefix_tree_equals_padded_batches_with_a_decoder_slice_smaller_than_a_level(cell, packed, monkeypatch):
-    import onlstm.syneval.prefix_tree as pt
+    import onlstm.models.prefix_tree as pt
 
     if packed and not pt._onednn_linear():
         pytest.skip("this PyTorch build has no oneDNN linear")
@@ -57,7 +57,7 @@ def test_prefix_tree_equals_padded_batches_with_a_decoder_slice_smaller_than_a_l
 
 
 def test_the_decoder_gives_the_models_logits():
-    import onlstm.syneval.prefix_tree as pt
+    import onlstm.models.prefix_tree as pt
 
     model = tiny_lm("lstm", seed=2)
     x = torch.randn(5, model.decoder.in_features)
@@ -73,7 +73,7 @@ def test_the_decoder_gives_the_models_logits():
 
 ONE_SHAPE_RUN = """
 import ctypes, torch
-import onlstm.syneval.prefix_tree as pt
+import onlstm.models.prefix_tree as pt
 
 class Model(torch.nn.Module):
     def __init__(self):
@@ -102,7 +102,7 @@ def test_the_onednn_decoder_sees_one_shape_whatever_the_block_size():
     import subprocess
     import sys
 
-    import onlstm.syneval.prefix_tree as pt
+    import onlstm.models.prefix_tree as pt
 
     if not pt._onednn_linear():
         pytest.skip("this PyTorch build has no oneDNN linear: the decoder uses addmm")

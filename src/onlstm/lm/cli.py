@@ -45,6 +45,18 @@ def register(subparsers) -> None:
         arg("--json", action="store_true", help="print one JSON object"),
     )
     add_runtime_flags(evaluate, EvalRuntime)
+    surprisal = add_command(
+        sub,
+        "surprisal",
+        _cmd_surprisal,
+        arg("--checkpoint", type=Path, required=True, help="run directory, a .safetensors file in one, or a model"),
+        arg("file", type=Path, help="sentences, one per line, tokenised as the model's training text ('-': stdin)"),
+        arg("--out", type=Path, help="the TSV to write (default: standard output); an existing file needs --overwrite"),
+        arg("--overwrite", action="store_true", help="replace an existing --out file"),
+        arg("--batch-size", type=int, default=2048, help="sentences per prefix tree (default 2048)"),
+        arg("--weights", choices=("best", "last"), default="best", help="which weights of a run (default best)"),
+    )
+    add_runtime_flags(surprisal, EvalRuntime)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -75,6 +87,54 @@ def run_threads(config: dict) -> int:
     on a machine busy with other jobs, and the run's owner already chose what suits this model."""
     given = [(config.get(section) or {}).get("threads") for section in ("train", "demo")]
     return next((n for n in given if isinstance(n, int) and n > 0), 0)
+
+
+def _cmd_surprisal(args: argparse.Namespace) -> int:
+    """per-token surprisal (bits) of sentences, as lm-zoo's get-surprisals writes it
+
+    One TSV row per token: sentence_id, token_id (both from 1), token, surprisal (-log2 p). Each line is read
+    as <eos> w1 ... wn <eos> from a zero state; its rows are the words and the final <eos>. A word outside
+    the vocabulary is written as <unk> (what the model read). Details: docs/lm.md, "Surprisal".
+    """
+    import sys
+
+    from ..files import write_text
+    from ..models.language_model import frame_sentence, load_language_model_run
+    from ..runs import resolve_device, setup_torch
+    from .evaluate import surprisal_table
+
+    if args.batch_size <= 0:
+        raise command_error(ValueError(f"--batch-size must be positive, got {args.batch_size}"))
+    if args.out is not None and args.out.exists() and not args.overwrite:
+        raise command_error(ValueError(f"{args.out} exists; choose another --out or pass --overwrite"))
+    sentences = _read_lines(args.file)
+    runtime = runtime_settings(args, EvalRuntime)
+    device = resolve_device(runtime.device)
+    run = load_language_model_run(args.checkpoint, args.weights, device)
+    setup_torch(run_threads(run.config) if runtime.threads is None else runtime.threads)
+    run.model.vocab = run.vocab
+    try:
+        bits = run.model.surprisals(sentences, args.batch_size)
+    except ValueError as e:  # a vocabulary without <unk> meeting an unknown word
+        raise command_error(e) from None
+    tokens = [frame_sentence(s)[1:] for s in sentences]
+    table, unknown = surprisal_table(tokens, bits, run.vocab)
+    if args.out is None:
+        sys.stdout.write(table)
+    else:
+        write_text(args.out, table)
+    print(f"{len(sentences)} sentences, {sum(map(len, tokens))} tokens ({unknown} read as <unk>)", file=sys.stderr)
+    return 0
+
+
+def _read_lines(path: Path) -> list[str]:
+    import sys
+
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise command_error(ValueError(f"cannot read {path}: {exc}")) from None
+    return [line.strip() for line in text.splitlines()]
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:

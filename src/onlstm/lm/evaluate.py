@@ -97,3 +97,22 @@ def perplexity(
         t = ctx.all_reduce_sum(torch.tensor([total, float(count)], dtype=torch.float64))
         total, count = float(t[0]), int(round(float(t[1])))
     return Perplexity(total / count, count, protocol, b, bptt, ids.numel() - data.numel())
+
+
+#: The header of lm-zoo's ``get-surprisals`` output, which ``onlstm lm surprisal`` writes.
+SURPRISAL_HEADER = ("sentence_id", "token_id", "token", "surprisal")
+
+
+def surprisal_table(tokens: list[list[str]], bits: list[torch.Tensor], vocab) -> tuple[str, int]:
+    """The TSV of ``lm surprisal`` (sentence and token ids from 1; a word outside ``vocab`` written as ``<unk>``,
+    what the model read) and how many tokens were unknown. A tab or newline cannot occur in a token (they are
+    split on whitespace)."""
+    from ..data.vocab import UNK
+
+    lines, unknown = ["\t".join(SURPRISAL_HEADER)], 0
+    for i, (words, values) in enumerate(zip(tokens, bits), start=1):
+        for j, (word, value) in enumerate(zip(words, values.tolist()), start=1):
+            if word not in vocab:
+                word, unknown = UNK, unknown + 1
+            lines.append(f"{i}\t{j}\t{word}\t{value:.6f}")
+    return "\n".join(lines) + "\n", unknown

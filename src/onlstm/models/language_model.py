@@ -73,6 +73,15 @@ class LMConfig(Config):
         return encoders.options_for(cell or self.cell, self, self.encoder_options)
 
 
+def frame_sentence(sentence: str | Sequence[str]) -> list[str]:
+    """``<eos> w1 ... wn <eos>``: a sentence as the language model reads it on its own (the authors' LM sees
+    ``<eos>`` at the end of every line, so a sentence starts after one)."""
+    from ..data.vocab import EOS
+
+    words = sentence.split() if isinstance(sentence, str) else list(sentence)
+    return [EOS, *words, EOS]
+
+
 def locked_dropout(x: torch.Tensor, p: float, training: bool, shard: tuple[int, int] | None = None) -> torch.Tensor:
     """Dropout with one mask per sequence, shared over time (``x`` is (T, B, F)). ``shard = (start, total)``: ``x``
     holds columns ``start:start+B`` of a batch of ``total``; the mask is drawn for all ``total`` columns and sliced,
@@ -215,6 +224,23 @@ class LanguageModel(nn.Module):
         if vocab is None:
             raise ValueError("the model has no vocabulary: load it with from_pretrained, or set model.vocab")
         return vocab
+
+    def surprisals(
+        self, sentences: Sequence[str | Sequence[str]], batch_size: int = 2048, progress=None
+    ) -> list[torch.Tensor]:
+        """Per-token surprisal in bits (``-log2 p``) of each sentence (a string split on spaces, or a list of
+        tokens, as the model's training text was tokenised), read as ``<eos> w1 ... wn <eos>`` from a zero
+        state in eval mode: a float64 tensor of ``n + 1`` values (``.numpy()`` for NumPy), the words then the
+        end of the sentence. Words outside ``self.vocab`` are read as ``<unk>``. Scored through prefix trees of
+        ``batch_size`` sentences (docs/lm.md, "Surprisal"); ``progress(n)`` after each batch."""
+        from .prefix_tree import prefix_token_logprobs
+
+        vocab = getattr(self, "vocab", None)
+        if vocab is None:
+            raise ValueError("the model has no vocabulary: load it with LanguageModel.from_pretrained")
+        ids = [vocab.encode(frame_sentence(s))[0] for s in sentences]
+        logprobs = prefix_token_logprobs(self, ids, batch_size, progress)
+        return [-lp / math.log(2) for lp in logprobs]
 
     def save_pretrained(
         self,

@@ -27,10 +27,22 @@ def register(subparsers) -> None:
         "syneval",
         _cmd_syneval,
         arg("--checkpoint", type=Path, action="append", required=True, help=run),
-        arg("--data", type=Path, required=True, help=data),
+        arg("--data", type=Path, help=data),
+        arg(
+            "--suite",
+            type=Path,
+            action="append",
+            help="a SyntaxGym test suite (JSON, as published) or a folder of them; repeat for several "
+            "(instead of --data)",
+        ),
         arg("--config", type=Path, help="YAML file (or preset name) with a syneval: section; flags win over it"),
         arg("--json", action="store_true", help="print every number as one JSON object"),
-        arg("--out", type=Path, help="folder for results.json (with every pair's scores), items.tsv and rows.png"),
+        arg(
+            "--out",
+            type=Path,
+            help="folder for results.json (with every pair's scores), items.tsv and rows.png; with --suite: "
+            "results.json and regions.csv",
+        ),
         arg("--overwrite", action="store_true", help="replace --out even when it holds files syneval did not write"),
     )
     add_flags(p, SynevalConfig, "syneval", "evaluation settings")
@@ -45,8 +57,12 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
     from ..runs import runtime_device
 
     cfg = Settings.resolve({"syneval": SynevalConfig}, args.config, args, experiment="syneval").build("syneval")
+    if (args.data is None) == (args.suite is None):
+        raise SynevalDataError("give either --data (minimal pairs) or --suite (SyntaxGym test suites), not both")
     if args.out:  # before any work: syneval writes only into a new or empty folder, or its own earlier output
         check_output_owner(args.out, OUTPUT_KIND, overwrite=args.overwrite)
+    if args.suite:
+        return run_suites(args, cfg)
     items = read_items(args.data)
     if not items:
         raise SynevalDataError(f"{args.data}: no minimal pairs found; is it the right file?")
@@ -64,6 +80,74 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
         write_out(args.out, report, models, items)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
+
+
+def run_suites(args: argparse.Namespace, cfg: SynevalConfig) -> int:
+    """``--suite``: every suite scored by every model; accuracy per prediction and suite (docs/syneval.md)."""
+    from ..models.language_model import load_language_model_run
+    from ..runs import runtime_device
+    from .syntaxgym import read_suite
+
+    paths = [p for given in args.suite for p in (sorted(given.glob("*.json")) if given.is_dir() else [given])]
+    if not paths:
+        raise SynevalDataError(f"no *.json suite in {', '.join(map(str, args.suite))}")
+    suites = [read_suite(path) for path in paths]  # all checked before any model is loaded
+    device = runtime_device(cfg)
+    models = []
+    for path in args.checkpoint:
+        run = load_language_model_run(path, cfg.weights, device)
+        run.model.vocab = run.vocab
+        models.append(_score_suites(run, str(path), suites, cfg.batch_size))
+    report = {"suites": [s.path for s in suites], "models": models}
+    if args.out:
+        _write_suites_out(args.out, report)
+    print(json.dumps(report, indent=2, default=str) if args.json else format_suites(report))
+    return 0
+
+
+def _score_suites(run, name: str, suites, batch_size: int) -> dict:
+    from .syntaxgym import evaluate_suite
+
+    start = time.perf_counter()
+    try:
+        results = [evaluate_suite(s, run.vocab, lambda toks: run.model.surprisals(toks, batch_size)) for s in suites]
+    except ValueError as exc:  # a vocabulary without <unk> meeting an unknown word
+        raise command_error(exc) from None
+    return {"checkpoint": name, "cell": run.model.config.cell, "weights": str(run.weights),
+            "vocab_size": len(run.vocab), "seconds": round(time.perf_counter() - start, 3), "suites": results}  # fmt: skip
+
+
+def _write_suites_out(out: Path, report: dict) -> None:
+    from ..files import write_text
+    from .syntaxgym import regions_csv
+
+    summary = {**report, "models": [{**m, "suites": [_no_regions(r) for r in m["suites"]]} for m in report["models"]]}
+    csv = regions_csv([(m["checkpoint"], m["suites"]) for m in report["models"]])
+
+    def write(tmp: Path) -> None:  # both files at once, in a folder marked as syneval's (the ownership rule)
+        write_json(tmp / "results.json", summary, indent=1)
+        write_text(tmp / "regions.csv", csv)
+
+    publish_folder(out, OUTPUT_KIND, write)
+
+
+def _no_regions(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k != "regions"}
+
+
+def format_suites(report: dict) -> str:
+    """Per model, per suite: items, accuracy (all predictions hold), each prediction's accuracy, words unknown."""
+    lines = []
+    for i, m in enumerate(report["models"]):
+        lines.append(f"{model_name(m, i)}: {m['weights']}; vocabulary {m['vocab_size']} words; {m['seconds']:.1f} s")
+        for r in m["suites"]:
+            cov = r["covered_accuracy"]
+            cov = f"{cov:.3f} on {r['covered_items']} covered" if cov is not None else "no item covered"
+            oov = f"{len(r['oov_types'])} word types read as <unk>"
+            lines.append(f"  {r['suite']:<40} {r['items']:>4} items  accuracy {r['accuracy']:.3f}, {cov} ({oov})")
+            for p in r["predictions"]:
+                lines.append(f"    {p['accuracy']:.3f}  {p['formula']}")
+    return "\n".join(lines)
 
 
 def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:

@@ -11,8 +11,8 @@ import torch
 
 from ..data.vocab import EOS, UNK
 from ..errors import OnlstmError
+from ..models.prefix_tree import prefix_token_logprobs, scored_in_chunks
 from .data import PAPER_ROWS, Item
-from .prefix_tree import prefix_token_logprobs, scored_in_chunks
 
 
 class SynevalError(OnlstmError, ValueError):

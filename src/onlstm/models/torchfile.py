@@ -1,0 +1,338 @@
+"""Reading ``torch.save`` files of other people's code as data (:func:`read_torch_file`): a restricted unpickler
+that builds tensors, plain containers and inert :class:`Record` stand-ins for the classes a file names, and
+refuses every other global before anything is looked up or called (docs/sharing.md, "Importing a checkpoint of
+the authors' code"). Both of torch's formats: the zip archive (``data.pkl`` plus one file per storage, the
+default since torch 1.6) and the legacy stream (pickles followed by the raw storages, torch 0.4 to 1.5)."""
+
+from __future__ import annotations
+
+import _compat_pickle
+import builtins
+import collections
+import io
+import pickle
+import struct
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..checkpoint import CheckpointError
+
+#: Modules of the authors' repository (yikangshen/Ordered-Neurons) and of torch whose classes become records;
+#: their names are never imported.
+RECORD_MODULES = frozenset(
+    {"model", "ON_LSTM", "splitcross", "data", "locked_dropout", "weight_drop", "embed_regularize", "utils"}
+)
+# torch.nn.backends: torch < 1.2 kept a backend object on every module (``_backend``), pickled as a call of
+# torch.nn.backends.thnn._get_thnn_function_backend; as a record, that call builds nothing.
+RECORD_PREFIXES = ("torch.nn.modules.", "torch.optim.", "torch.nn.backends.")
+
+#: torch's storage classes, as a file names them, and the dtype of their elements.
+STORAGE_DTYPES = {
+    "DoubleStorage": torch.float64,
+    "FloatStorage": torch.float32,
+    "HalfStorage": torch.float16,
+    "BFloat16Storage": torch.bfloat16,
+    "LongStorage": torch.int64,
+    "IntStorage": torch.int32,
+    "ShortStorage": torch.int16,
+    "CharStorage": torch.int8,
+    "ByteStorage": torch.uint8,
+    "BoolStorage": torch.bool,
+    "UntypedStorage": torch.uint8,
+}
+_DTYPE_NAMES = {
+    "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+    "double", "float", "half", "long", "int", "short",
+}  # fmt: skip
+#: Builtins that build plain values (a pickle of protocol 2 names set and frozenset, for instance).
+_PLAIN_BUILTINS = ("set", "frozenset", "list", "dict", "tuple", "int", "float", "str", "bool", "complex", "slice")
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+LEGACY_PROTOCOL = 1001
+
+
+class TorchFileError(CheckpointError):
+    """A ``torch.save`` file that cannot be read as data: a refused global, a truncated or foreign file."""
+
+
+class Record:
+    """An inert stand-in for an object of a class named in a file: the constructor's arguments (``args``) and
+    the pickled state (``state``, usually the instance's ``__dict__``); items a pickle appends or sets go to
+    ``items``. It has no behaviour of the class it stands for."""
+
+    global_name = "?"
+    args: tuple
+    state: dict
+    items: list
+
+    def __new__(cls, *args, **kwargs):
+        obj = object.__new__(cls)
+        obj.args, obj.state, obj.items = args, {}, []
+        return obj
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def __setstate__(self, state) -> None:
+        if isinstance(state, tuple) and len(state) == 2:  # (__dict__, slots) as pickle's default for slots
+            state = {**(state[0] or {}), **(state[1] or {})}
+        self.state = dict(state) if isinstance(state, dict) else {"_state": state}
+
+    def append(self, value) -> None:
+        self.items.append(value)
+
+    def extend(self, values) -> None:
+        self.items.extend(values)
+
+    def __setitem__(self, key, value) -> None:
+        self.items.append((key, value))
+
+    @property
+    def class_name(self) -> str:
+        return self.global_name.rsplit(".", 1)[-1]
+
+    def __repr__(self) -> str:
+        return f"<record of {self.global_name}>"
+
+
+_record_classes: dict[str, type[Record]] = {}
+
+
+def record_class(module: str, name: str) -> type[Record]:
+    """The :class:`Record` subclass standing for ``module.name`` (one per name, so that ``isinstance`` and the
+    pickle memo work as with the real class)."""
+    key = f"{module}.{name}"
+    if key not in _record_classes:
+        _record_classes[key] = type(name, (Record,), {"global_name": key, "__module__": __name__})
+    return _record_classes[key]
+
+
+class _Storage:
+    """A storage of the file: a flat tensor of ``numel`` elements (filled after the pickle in the legacy format)."""
+
+    def __init__(self, dtype: torch.dtype, numel: int):
+        self.dtype, self.numel = dtype, numel
+        self.flat = torch.zeros(numel, dtype=dtype)
+
+
+class _TensorType:
+    """What ``torch.Tensor`` stands for (the type argument of ``_rebuild_from_type_v2``)."""
+
+
+def _int_tuple(value, what: str) -> tuple[int, ...]:
+    if isinstance(value, int):
+        return (value,)
+    if not isinstance(value, (tuple, list)) or not all(isinstance(v, int) and v >= 0 for v in value):
+        raise TorchFileError(f"a tensor's {what} is {value!r}, not a tuple of non-negative integers")
+    return tuple(value)
+
+
+def _rebuild_tensor(storage, offset, size, stride, *_ignored) -> torch.Tensor:
+    """A view of ``storage``; the extent is checked first (a hostile file cannot read past a storage)."""
+    if not isinstance(storage, _Storage) or not isinstance(offset, int) or offset < 0:
+        raise TorchFileError("a tensor refers to something that is not a storage of the file")
+    size, stride = _int_tuple(size, "size"), _int_tuple(stride, "stride")
+    if len(size) != len(stride):
+        raise TorchFileError(f"a tensor has size {size} but stride {stride}")
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else offset - 1
+    if last >= storage.numel:
+        raise TorchFileError(f"a tensor of size {size} reaches past its storage of {storage.numel} elements")
+    return storage.flat.as_strided(size, stride, offset)
+
+
+def _rebuild_parameter(data, requires_grad=False, *_ignored) -> torch.Tensor:
+    if not isinstance(data, torch.Tensor):
+        raise TorchFileError("a parameter's data is not a tensor")
+    return data
+
+
+def _parameter(data=None, requires_grad=True) -> torch.Tensor:
+    # torch.nn.Parameter: torch 0.4 pickled a parameter as Parameter(data, requires_grad); its data is what we keep
+    return _rebuild_parameter(data)
+
+
+def _rebuild_from_type(func, kind, args, state=None) -> torch.Tensor:
+    known = (_rebuild_tensor, _rebuild_parameter)
+    if func not in known or kind not in (_TensorType, _parameter) or not isinstance(args, tuple):
+        raise TorchFileError("a tensor of an unknown type or rebuilt by an unknown function")
+    return func(*args)
+
+
+def _defaultdict(factory=None, *_ignored) -> dict:
+    return {}  # the factory only matters for keys not yet present; we only read
+
+
+def _latin1(text, encoding="latin1") -> bytes:
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise TorchFileError("_codecs.encode is allowed only to rebuild bytes (latin1)")
+    return text.encode("latin1")
+
+
+def _reconstructor(cls, base, state=None):
+    # protocol 0/1's way to build an object: only records may be built this way
+    if not (isinstance(cls, type) and issubclass(cls, Record)):
+        raise TorchFileError("copyreg._reconstructor may build only records of the file's classes")
+    return cls()
+
+
+#: Every global a file may name, besides the record classes and storage types: what each one becomes.
+ALLOWED: dict[tuple[str, str], Any] = {
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+    ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type,
+    ("torch", "Tensor"): _TensorType,
+    ("torch._tensor", "Tensor"): _TensorType,
+    ("torch.nn.parameter", "Parameter"): _parameter,
+    ("torch", "Size"): tuple,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("collections", "defaultdict"): _defaultdict,
+    ("collections", "Counter"): collections.Counter,
+    ("_codecs", "encode"): _latin1,
+    ("copyreg", "_reconstructor"): _reconstructor,
+    **{("builtins", n): getattr(builtins, n) for n in _PLAIN_BUILTINS},
+    ("torch", "device"): str,
+}
+
+
+class RestrictedTorchUnpickler(pickle.Unpickler):
+    """Builds only what :data:`ALLOWED`, the storage types and the record classes give; ``storage(dtype, key,
+    numel)`` turns a persistent id into a :class:`_Storage`."""
+
+    def __init__(self, file, storage: Callable[[torch.dtype, str, int], _Storage], source: str):
+        super().__init__(file)
+        self.storage, self.source = storage, source
+
+    def find_class(self, module: str, name: str):
+        # a pickle of protocol 2 names Python 2's modules (__builtin__.set); pickle's own find_class renames them
+        module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
+        if (module, name) in ALLOWED:
+            return ALLOWED[(module, name)]
+        # torch.cuda.FloatStorage and the like: the legacy format's type of a storage saved on a GPU (the
+        # authors' main.py trains and saves on CUDA); its bytes are the same, read onto the CPU
+        if module in ("torch", "torch.storage", "torch.cuda") and name in STORAGE_DTYPES:
+            return STORAGE_DTYPES[name]
+        if module == "torch" and name in _DTYPE_NAMES:
+            return getattr(torch, name)
+        if (module in RECORD_MODULES or module.startswith(RECORD_PREFIXES)) and name.isidentifier():
+            return record_class(module, name)
+        raise TorchFileError(
+            f"{self.source}: refused: it asks for {module}.{name}, which a checkpoint of the authors' code never "
+            "holds; nothing in it was run"
+        )
+
+    def persistent_load(self, pid):
+        if not isinstance(pid, tuple) or not pid:
+            raise TorchFileError(f"{self.source}: a reference to external data of an unknown form")
+        kind = pid[0].decode("ascii") if isinstance(pid[0], bytes) else pid[0]
+        if kind == "module" and len(pid) >= 2:  # the legacy format names each module class with its source
+            return pid[1]
+        if kind != "storage" or len(pid) < 5:
+            raise TorchFileError(f"{self.source}: a reference to external data of an unknown kind ({kind!r})")
+        dtype, key, numel = pid[1], pid[2], pid[4]
+        if not isinstance(dtype, torch.dtype) or not isinstance(numel, int) or numel < 0:
+            raise TorchFileError(f"{self.source}: a storage of an unknown type or size")
+        if len(pid) > 5 and pid[5] is not None:
+            raise TorchFileError(f"{self.source}: storage views (torch < 0.4) are not supported; re-save it")
+        return self.storage(dtype, str(key), numel)
+
+
+def read_torch_file(path: str | Path) -> Any:
+    """The object a ``torch.save`` file holds, with tensors as tensors and every class as a :class:`Record`;
+    :class:`TorchFileError` (one line naming the file) for a refused global, a truncated or foreign file."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TorchFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        if zipfile.is_zipfile(io.BytesIO(data)):
+            return _read_zip(data, str(path))
+        if data.startswith(b"PK\x03\x04"):
+            raise TorchFileError(f"{path} is a zip archive cut short (no central directory); the file is truncated")
+        return _read_legacy(data, str(path))
+    except TorchFileError:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+            RuntimeError, struct.error, zipfile.BadZipFile, MemoryError, OverflowError) as exc:  # fmt: skip
+        raise TorchFileError(
+            f"{path} cannot be read as a torch.save file ({type(exc).__name__}: {exc}); is it truncated?"
+        ) from None
+
+
+def _read_zip(data: bytes, source: str) -> Any:
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+    if len(pickles) != 1:
+        raise TorchFileError(f"{source} is a zip archive without one data.pkl; is it a torch.save file?")
+    prefix = pickles[0][: -len("data.pkl")]
+    if archive.namelist().count(prefix + "byteorder") and archive.read(prefix + "byteorder") != b"little":
+        raise TorchFileError(f"{source} was written on a big-endian machine; re-save it on a little-endian one")
+    storages: dict[str, _Storage] = {}
+
+    def storage(dtype: torch.dtype, key: str, numel: int) -> _Storage:
+        if key not in storages:
+            name, itemsize = f"{prefix}data/{key}", torch.empty(0, dtype=dtype).element_size()
+            size = archive.getinfo(name).file_size  # KeyError for a missing entry: reported as truncated
+            if size != numel * itemsize:  # checked before reading: a storage cannot claim more than it holds
+                raise TorchFileError(f"{source}: storage {key} holds {size} bytes, not {numel * itemsize}")
+            raw = archive.read(name)
+            storages[key] = _Storage(dtype, numel)
+            if numel:
+                storages[key].flat.copy_(torch.frombuffer(bytearray(raw), dtype=dtype))
+        return storages[key]
+
+    return RestrictedTorchUnpickler(io.BytesIO(archive.read(pickles[0])), storage, source).load()
+
+
+def _read_legacy(data: bytes, source: str) -> Any:
+    stream = io.BytesIO(data)
+    header = lambda: RestrictedTorchUnpickler(stream, _no_storage(source), source).load()
+    if header() != LEGACY_MAGIC:
+        raise TorchFileError(f"{source} is not a torch.save file (no zip archive, no legacy magic number)")
+    if header() != LEGACY_PROTOCOL:
+        raise TorchFileError(f"{source}: a legacy torch.save file of an unknown protocol version")
+    info = header()
+    if isinstance(info, dict) and info.get("little_endian") is False:
+        raise TorchFileError(f"{source} was written on a big-endian machine; re-save it on a little-endian one")
+    storages: dict[str, _Storage] = {}
+
+    def storage(dtype: torch.dtype, key: str, numel: int) -> _Storage:
+        if key not in storages:
+            if numel * torch.empty(0, dtype=dtype).element_size() > len(data):
+                raise TorchFileError(f"{source}: storage {key} claims {numel} elements, more than the file holds")
+            storages[key] = _Storage(dtype, numel)
+        return storages[key]
+
+    result = RestrictedTorchUnpickler(stream, storage, source).load()
+    keys = header()
+    if not isinstance(keys, list) or set(map(str, keys)) != set(storages):
+        raise TorchFileError(f"{source}: the list of storages does not match the pickle; the file is corrupt")
+    for key in map(str, keys):
+        _fill_legacy_storage(stream, storages[key], source)
+    return result
+
+
+def _fill_legacy_storage(stream: io.BytesIO, storage: _Storage, source: str) -> None:
+    """One raw storage of the legacy format: its element count (int64, little-endian), then its bytes."""
+    head = stream.read(8)
+    if len(head) != 8 or struct.unpack("<q", head)[0] != storage.numel:
+        raise TorchFileError(f"{source}: a storage's data is missing or of the wrong size; the file is truncated")
+    nbytes = storage.numel * storage.flat.element_size()
+    raw = stream.read(nbytes)
+    if len(raw) != nbytes:
+        raise TorchFileError(f"{source}: a storage's data is cut short; the file is truncated")
+    if nbytes:
+        storage.flat.copy_(torch.frombuffer(bytearray(raw), dtype=storage.dtype))
+
+
+def _no_storage(source: str) -> Callable[[torch.dtype, str, int], _Storage]:
+    def refuse(dtype, key, numel):
+        raise TorchFileError(f"{source}: a storage outside the main pickle; the file is corrupt")
+
+    return refuse

@@ -1,0 +1,419 @@
+"""SyntaxGym test suites (Gauthier et al. 2020; Hu et al. 2020): the published JSON format read and checked
+(:func:`read_suite`), its prediction formulas parsed by a small grammar (:func:`parse_formula`; no ``eval``),
+region surprisals from any surprisal function and the predictions' accuracy (:func:`evaluate_suite`; docs/
+syneval.md, "SyntaxGym test suites")."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .data import SynevalDataError
+
+#: How a region's token surprisals become one number (the suite's ``meta.metric``; SyntaxGym's suites use sum).
+METRICS: dict[str, Callable[[list[float]], float]] = {
+    "sum": lambda xs: float(sum(xs)),
+    "mean": lambda xs: statistics.fmean(xs) if xs else math.nan,
+    "median": lambda xs: statistics.median(xs) if xs else math.nan,
+    "max": lambda xs: max(xs) if xs else math.nan,
+    "min": lambda xs: min(xs) if xs else math.nan,
+    "range": lambda xs: max(xs) - min(xs) if xs else math.nan,
+}
+#: ``=`` in a formula: approximately equal, |a - b| <= ATOL + RTOL * |b| (SyntaxGym's tolerances).
+RTOL, ATOL = 1e-5, 1e-3
+
+
+class FormulaError(SynevalDataError):
+    """A prediction formula that does not parse or mixes numbers and truth values."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Formulas: region references (N;%condition%) or (*;%condition%), numbers, + -, one of < > = per comparison,
+# & | (left to right, equal precedence), grouping with ( ) or [ ] (the published suites use brackets).
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<region>\(\s*(?P<num>\d+|\*)\s*;\s*%(?P<cond>[^%]+)%\s*\))"
+    r"|(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|(?P<op>[-+<>=&|()\[\]]))"
+)
+
+
+@dataclass(frozen=True)
+class Region:
+    number: int | None  # None: * (every region of the condition)
+    condition: str
+
+
+@dataclass(frozen=True)
+class Node:
+    op: str  # "+", "-", "<", ">", "=", "&", "|"
+    left: Formula
+    right: Formula
+
+
+Formula = Region | float | Node
+_CLOSE = {"(": ")", "[": "]"}
+
+
+def _tokens(text: str) -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    pos, text = 0, text.rstrip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            raise FormulaError(f"cannot read the formula {text!r} at character {pos + 1}: {text[pos : pos + 12]!r}")
+        if m.group("region"):
+            num = m.group("num")
+            out.append(("region", Region(None if num == "*" else int(num), m.group("cond"))))
+        elif m.group("number"):
+            out.append(("number", float(m.group("number"))))
+        else:
+            out.append(("op", m.group("op")))
+        pos = m.end()
+    return out
+
+
+class _Parser:
+    """Recursive descent over the tokens: bool := cmp (('&'|'|') cmp)*; cmp := sum [('<'|'>'|'=') sum];
+    sum := atom (('+'|'-') atom)*; atom := region | ['-'] number | '(' bool ')' | '[' bool ']'."""
+
+    def __init__(self, text: str):
+        self.text, self.toks, self.i = text, _tokens(text), 0
+
+    def peek(self) -> tuple[str, object] | None:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def error(self, what: str) -> FormulaError:
+        return FormulaError(f"malformed formula {self.text!r}: {what}")
+
+    def take_op(self, ops: str) -> str | None:
+        tok = self.peek()
+        if tok is not None and tok[0] == "op" and isinstance(tok[1], str) and tok[1] in ops:
+            self.i += 1
+            return str(tok[1])
+        return None
+
+    def parse(self) -> Formula:
+        node = self.boolean()
+        if self.peek() is not None:
+            raise self.error(f"unexpected {self.peek()[1]!r} after a complete formula")  # type: ignore[index]
+        return node
+
+    def boolean(self) -> Formula:
+        node = self.comparison()
+        while op := self.take_op("&|"):
+            node = Node(op, node, self.comparison())
+        return node
+
+    def comparison(self) -> Formula:
+        node = self.sum()
+        if op := self.take_op("<>="):
+            node = Node(op, node, self.sum())
+            if self.take_op("<>="):
+                raise self.error("a chain of comparisons; group them with & and brackets")
+        return node
+
+    def sum(self) -> Formula:
+        node = self.atom()
+        while op := self.take_op("+-"):
+            node = Node(op, node, self.atom())
+        return node
+
+    def atom(self) -> Formula:
+        tok = self.peek()
+        if tok is None:
+            raise self.error("it ends where a region, a number or a bracket should be")
+        self.i += 1
+        kind, value = tok
+        if kind in ("region", "number"):
+            return value  # type: ignore[return-value]
+        if value == "-" and (nxt := self.peek()) is not None and nxt[0] == "number":
+            self.i += 1
+            return -float(nxt[1])  # type: ignore[arg-type]
+        if value in _CLOSE:
+            node = self.boolean()
+            if self.take_op(_CLOSE[str(value)]) is None:
+                raise self.error(f"{value!r} is not closed by {_CLOSE[str(value)]!r}")
+            return node
+        raise self.error(f"unexpected {value!r} where a region, a number or a bracket should be")
+
+
+def _kind(node: Formula, text: str) -> str:
+    """'number' or 'truth'; a formula that mixes them is malformed."""
+    if not isinstance(node, Node):
+        return "number"
+    left, right = _kind(node.left, text), _kind(node.right, text)
+    want, gives = ("truth", "truth") if node.op in "&|" else ("number", "truth" if node.op in "<>=" else "number")
+    if left != want or right != want:
+        raise FormulaError(f"malformed formula {text!r}: {node.op!r} needs two {want}s on its sides")
+    return gives
+
+
+def parse_formula(text: str) -> Formula:
+    """A SyntaxGym prediction formula as a tree; :class:`FormulaError` naming the formula when it does not
+    parse or is not a truth value (a comparison, or comparisons joined by & and |)."""
+    if not isinstance(text, str) or not text.strip():
+        raise FormulaError(f"a prediction formula must be a non-empty string, got {text!r}")
+    node = _Parser(text).parse()
+    if _kind(node, text) != "truth":
+        raise FormulaError(f"malformed formula {text!r}: it is a number, not a comparison")
+    return node
+
+
+def regions_of(node: Formula) -> set[Region]:
+    if isinstance(node, Region):
+        return {node}
+    if isinstance(node, Node):
+        return regions_of(node.left) | regions_of(node.right)
+    return set()
+
+
+def evaluate_formula(node: Formula, values: dict[tuple[str, int], float]):
+    """The formula's value with ``values[(condition, region number)]`` (region surprisals of one item)."""
+    if isinstance(node, Region):
+        if node.number is None:
+            return sum(v for (c, _), v in values.items() if c == node.condition)
+        return values[(node.condition, node.number)]
+    if not isinstance(node, Node):
+        return node
+    a, b = evaluate_formula(node.left, values), evaluate_formula(node.right, values)
+    ops = {
+        "+": lambda: a + b,
+        "-": lambda: a - b,
+        "<": lambda: a < b,
+        ">": lambda: a > b,
+        "=": lambda: abs(a - b) <= ATOL + RTOL * abs(b),
+        "&": lambda: a and b,
+        "|": lambda: a or b,
+    }
+    return ops[node.op]()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Suites
+
+
+@dataclass
+class Prediction:
+    formula: str
+    tree: Formula
+
+
+@dataclass
+class Suite:
+    """A test suite: ``items[i] = (item number, {condition: [(region number, content), ...]})``."""
+
+    name: str
+    metric: str
+    region_names: dict[int, str]
+    predictions: list[Prediction]
+    items: list[tuple[int, dict[str, list[tuple[int, str]]]]] = field(default_factory=list)
+    path: str = ""
+
+
+def _need(cond: bool, where: str, what: str) -> None:
+    if not cond:
+        raise SynevalDataError(f"{where}: {what}; is it a SyntaxGym test suite (docs/syneval.md)?")
+
+
+def _prediction(entry, where: str) -> Prediction:
+    """A prediction: ``{"type": "formula", "formula": ...}``, or the older ``relation`` form of one region."""
+    _need(isinstance(entry, dict), where, "a prediction is not an object")
+    if "formula" in entry:
+        _need(entry.get("type", "formula") == "formula", where, f"unknown prediction type {entry.get('type')!r}")
+        text = entry["formula"]
+    else:
+        ops = {"greaterthan": ">", "lessthan": "<", "equal": "="}
+        _need(entry.get("relation") in ops, where, "a prediction has neither a formula nor a known relation")
+        r, op = entry.get("region_number"), ops[entry["relation"]]
+        text = f"({r};%{entry.get('l_operand')}%) {op} ({r};%{entry.get('r_operand')}%)"
+    try:
+        return Prediction(text, parse_formula(text))
+    except FormulaError as exc:
+        raise FormulaError(f"{where}: {exc}") from None
+
+
+def _item(entry, where: str, regions: dict[int, str]) -> tuple[int, dict[str, list[tuple[int, str]]]]:
+    _need(isinstance(entry, dict) and isinstance(entry.get("conditions"), list), where, "an item without conditions")
+    number, conditions = entry.get("item_number"), {}
+    for cond in entry["conditions"]:
+        _need(
+            isinstance(cond, dict) and isinstance(cond.get("condition_name"), str), where, "a condition without a name"
+        )
+        name, at = cond["condition_name"], f"{where} item {number} condition {cond['condition_name']!r}"
+        _need(name not in conditions, at, "the condition appears twice")
+        rows = cond.get("regions")
+        _need(isinstance(rows, list) and bool(rows), at, "no regions")
+        parsed = []
+        for r in rows:
+            _need(isinstance(r, dict) and isinstance(r.get("content", ""), str), at, "a region is not an object")
+            _need(r.get("region_number") in regions, at, f"region {r.get('region_number')!r} is not in region_meta")
+            parsed.append((int(r["region_number"]), r.get("content", "")))
+        _need(len({n for n, _ in parsed}) == len(parsed), at, "a region number appears twice")
+        conditions[name] = sorted(parsed)
+    return number, conditions
+
+
+def read_suite(path: str | Path) -> Suite:
+    """A suite file in SyntaxGym's JSON format, checked: every prediction parses, every region a prediction
+    names exists in every item; :class:`SynevalDataError` (a :class:`FormulaError` for a formula) naming the file
+    and the problem."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SynevalDataError(f"cannot read the suite {path}: {exc}") from None
+    where = str(path)
+    _need(isinstance(data, dict), where, "not a JSON object")
+    meta = data.get("meta") or {}
+    _need(isinstance(meta, dict), where, "meta is not an object")
+    metric = meta.get("metric", "sum")
+    _need(metric in METRICS, where, f"unknown metric {metric!r} (one of {', '.join(METRICS)})")
+    raw_regions = data.get("region_meta")
+    _need(isinstance(raw_regions, dict) and bool(raw_regions), where, "no region_meta")
+    try:
+        regions = {int(k): str(v) for k, v in raw_regions.items()}
+    except ValueError:
+        raise SynevalDataError(f"{where}: region_meta's keys must be region numbers") from None
+    _need(isinstance(data.get("predictions"), list) and bool(data["predictions"]), where, "no predictions")
+    predictions = [_prediction(p, f"{where} prediction {i + 1}") for i, p in enumerate(data["predictions"])]
+    _need(isinstance(data.get("items"), list) and bool(data["items"]), where, "no items")
+    items = [_item(it, where, regions) for it in data["items"]]
+    numbers = [n for n, _ in items]
+    _need(len(set(numbers)) == len(numbers), where, "two items have the same item_number")
+    suite = Suite(str(meta.get("name") or path.stem), metric, regions, predictions, items, where)
+    _check_references(suite)
+    return suite
+
+
+def _check_references(suite: Suite) -> None:
+    for p in suite.predictions:
+        for number, conditions in suite.items:
+            for ref in regions_of(p.tree):
+                at = f"{suite.path} item {number}"
+                _need(ref.condition in conditions, at, f"{p.formula!r} names condition {ref.condition!r}, absent here")
+                present = {n for n, _ in conditions[ref.condition]}
+                _need(ref.number is None or ref.number in present, at,
+                      f"{p.formula!r} names region {ref.number} of {ref.condition!r}, absent here")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tokens and scores
+
+_PUNCT = '.,;:!?"()'
+_CLITICS = re.compile(r"^(.+?)(n't|'s|'re|'ve|'ll|'d|'m)$", re.IGNORECASE)
+
+
+def tokenize(content: str, vocab, lower: bool) -> list[str]:
+    """A region's text as the model's training text was tokenised (PTB's): lower-cased when the vocabulary
+    is, punctuation split off (and dropped when the vocabulary lacks it: Mikolov's PTB has none), clitics
+    split (``don't`` -> ``do n't``), numbers as ``N`` when the vocabulary has that token."""
+    out: list[str] = []
+    for word in (content.lower() if lower else content).split():
+        core = word.strip(_PUNCT)
+        lead = word[: len(word) - len(word.lstrip(_PUNCT))]
+        trail = word[len(lead) + len(core) :]
+        parts = list(lead)
+        if core:
+            m = _CLITICS.match(core)
+            parts += [m.group(1), m.group(2)] if m else [core]
+        parts += list(trail)
+        for p in parts:
+            if p in _PUNCT and p not in vocab:
+                continue
+            if "N" in vocab and p not in vocab and re.fullmatch(r"[\d.,]+", p) and any(c.isdigit() for c in p):
+                p = "N"
+            out.append(p)
+    return out
+
+
+#: token lists -> per-token surprisal (bits) of each list's tokens then of its end (len + 1 values each), as
+#: :meth:`onlstm.models.LanguageModel.surprisals` returns.
+SurprisalFn = Callable[[list[list[str]]], Sequence[Sequence[float]]]
+
+
+def lower_cased(vocab) -> bool:
+    """Whether the vocabulary holds no upper-case letter (then sentences are lower-cased, as syneval does)."""
+    return not any(w != w.lower() for w in getattr(vocab, "words", vocab) if not w.startswith("<"))
+
+
+def region_tokens(suite: Suite, vocab) -> dict[tuple[int, str], list[list[str]]]:
+    lower = lower_cased(vocab)
+    return {
+        (number, cond): [tokenize(content, vocab, lower) for _, content in regions]
+        for number, conditions in suite.items
+        for cond, regions in conditions.items()
+    }
+
+
+def evaluate_suite(suite: Suite, vocab, surprisal: SurprisalFn) -> dict:
+    """Region surprisals of every item and condition (the suite's metric over the region's tokens; the end of
+    the sentence belongs to no region), each prediction's outcome per item, accuracy per prediction and for the
+    suite (the items where every prediction holds), and the word tokens outside ``vocab``."""
+    tokens = region_tokens(suite, vocab)
+    keys = list(tokens)
+    bits = surprisal([[t for region in tokens[k] for t in region] for k in keys])
+    values: dict[int, dict[tuple[str, int], float]] = {}
+    metric, rows, items = METRICS[suite.metric], [], dict(suite.items)
+    for key, sentence_bits in zip(keys, bits):
+        start, (number, cond) = 0, key
+        for (region, content), toks in zip(items[number][cond], tokens[key]):
+            part = [float(x) for x in list(sentence_bits)[start : start + len(toks)]]
+            start += len(toks)
+            oov = [t for t in toks if t not in vocab]
+            values.setdefault(number, {})[(cond, region)] = value = metric(part)
+            rows.append(dict(suite=suite.name, item_number=number, condition_name=cond, region_number=region,
+                             region=suite.region_names.get(region, ""), content=content, tokens=" ".join(toks),
+                             metric_value=value, oovs=" ".join(oov)))  # fmt: skip
+    return _tally(suite, values, rows, tokens, vocab)
+
+
+def _tally(suite: Suite, values: dict, rows: list[dict], tokens: dict, vocab) -> dict:
+    """Accuracies over all items and over the *covered* ones (every token of every condition in ``vocab``)."""
+    outcomes, covered = [], []
+    for number, conditions in suite.items:
+        outcomes.append([bool(evaluate_formula(p.tree, values[number])) for p in suite.predictions])
+        covered.append(all(t in vocab for c in conditions for region in tokens[(number, c)] for t in region))
+    n, held = len(outcomes), [all(o) for o in outcomes]
+    oov = sorted({t for toks in tokens.values() for region in toks for t in region if t not in vocab})
+    n_covered = sum(covered)
+    return {
+        "suite": suite.name,
+        "file": suite.path,
+        "metric": suite.metric,
+        "items": n,
+        "accuracy": sum(held) / n,
+        "covered_items": n_covered,
+        "covered_accuracy": sum(h for h, c in zip(held, covered) if c) / n_covered if n_covered else None,
+        "predictions": [
+            {"formula": p.formula, "accuracy": sum(o[k] for o in outcomes) / n} for k, p in enumerate(suite.predictions)
+        ],
+        "oov_types": oov,
+        "outcomes": {number: o for (number, _), o in zip(suite.items, outcomes)},
+        "regions": rows,
+    }
+
+
+REGION_COLUMNS = ("suite", "item_number", "condition_name", "region_number", "region", "content", "tokens",
+                  "metric_value", "oovs")  # fmt: skip
+
+
+def regions_csv(models: list[tuple[str | None, list[dict]]]) -> str:
+    """The region surprisals of evaluated suites as CSV, one row per model, suite, item, condition and region
+    (``models``: (model name or None, :func:`evaluate_suite` results); the model column only when named)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    named = any(name is not None for name, _ in models)
+    writer = csv.DictWriter(buf, fieldnames=(("model",) if named else ()) + REGION_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for name, results in models:
+        for result in results:
+            for row in result["regions"]:
+                writer.writerow({**({"model": name} if named else {}), **row})
+    return buf.getvalue()

@@ -1,0 +1,85 @@
+"""Per-token surprisal: ``LanguageModel.surprisals`` against a step-by-step computation, and ``onlstm lm
+surprisal``'s TSV (lm-zoo's get-surprisals layout, unknown words as <unk>, the final <eos> included)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from onlstm.cli import main
+from onlstm.data.vocab import Vocab
+from onlstm.models.language_model import LanguageModel, LMConfig
+
+WORDS = ["<eos>", "<unk>", "the", "cat", "dog", "sat", "ran", "on", "a", "mat", "big"]
+
+
+def tiny(cell: str = "onlstm", seed: int = 0) -> LanguageModel:
+    torch.manual_seed(seed)
+    model = LanguageModel(LMConfig(vocab_size=len(WORDS), emb_size=8, hidden_sizes=[12, 8], cell=cell, chunk_size=4))
+    with torch.no_grad():  # spread the weights so that the words' probabilities differ clearly
+        for p in model.parameters():
+            p.normal_(0, 0.6)
+    model.vocab = Vocab(WORDS)
+    return model.eval()
+
+
+def stepwise_bits(model: LanguageModel, words: list[str]) -> list[float]:
+    """-log2 p of each of ``words + [<eos>]`` after ``<eos>``, one token at a time with the carried state."""
+    ids = model.vocab.encode(["<eos>", *words, "<eos>"])[0]
+    out, state = [], None
+    with torch.no_grad():
+        for t in range(len(ids) - 1):
+            h, state, _ = model(torch.tensor([[ids[t]]]), state)
+            logp = torch.log_softmax(model.logits(h)[0, 0].double(), 0)[ids[t + 1]]
+            out.append(-float(logp) / math.log(2))
+    return out
+
+
+@pytest.mark.parametrize("cell", ["onlstm", "lstm"])
+def test_surprisals_equal_reading_each_sentence_alone(cell):
+    model, r = tiny(cell), random.Random(1)
+    sentences = [" ".join(r.choice(WORDS[2:] + ["zebra"]) for _ in range(r.randint(0, 7))) for _ in range(40)]
+    sentences += [sentences[3], sentences[5] + " mat"]  # a duplicate and an extension share prefixes in the tree
+    got = model.surprisals(sentences, batch_size=7)
+    for sentence, bits in zip(sentences, got):
+        assert bits.dtype == torch.float64 and len(bits) == len(sentence.split()) + 1
+        assert bits.tolist() == pytest.approx(stepwise_bits(model, sentence.split()), abs=1e-4)
+
+
+def test_surprisals_need_a_vocabulary():
+    model = tiny()
+    del model.vocab
+    with pytest.raises(ValueError, match="vocabulary"):
+        model.surprisals(["the cat"])
+
+
+def test_the_command_writes_lm_zoos_table(tmp_path, capsys):
+    model = tiny()
+    model.save_pretrained(tmp_path / "model")
+    text = tmp_path / "sentences.txt"
+    text.write_text("the cat sat\na zebra ran\n")
+    assert main(["lm", "surprisal", "--checkpoint", str(tmp_path / "model"), str(text)]) == 0
+    out = capsys.readouterr()
+    rows = [line.split("\t") for line in out.out.splitlines()]
+    assert rows[0] == ["sentence_id", "token_id", "token", "surprisal"]
+    assert [r[:3] for r in rows[1:]] == [
+        ["1", "1", "the"], ["1", "2", "cat"], ["1", "3", "sat"], ["1", "4", "<eos>"],
+        ["2", "1", "a"], ["2", "2", "<unk>"], ["2", "3", "ran"], ["2", "4", "<eos>"],
+    ]  # fmt: skip
+    expected = stepwise_bits(model, "the cat sat".split()) + stepwise_bits(model, "a zebra ran".split())
+    assert [float(r[3]) for r in rows[1:]] == pytest.approx(expected, abs=1e-5)
+    assert "1 read as <unk>" in out.err
+
+
+def test_an_existing_output_is_kept_without_overwrite(tmp_path, capsys):
+    tiny().save_pretrained(tmp_path / "model")
+    (tmp_path / "s.txt").write_text("the cat\n")
+    out = tmp_path / "s.tsv"
+    out.write_text("mine")
+    args = ["lm", "surprisal", "--checkpoint", str(tmp_path / "model"), str(tmp_path / "s.txt"), "--out", str(out)]
+    assert main(args) == 2 and out.read_text() == "mine"
+    assert "--overwrite" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0 and out.read_text().startswith("sentence_id\t")

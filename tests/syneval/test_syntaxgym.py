@@ -1,0 +1,257 @@
+"""SyntaxGym test suites: the formula language against the format's documented examples, hand-made suites with
+known answers under an injected surprisal function, malformed suites and formulas refused, the command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from onlstm.cli import main
+from onlstm.data.vocab import Vocab
+from onlstm.models.language_model import LanguageModel, LMConfig
+from onlstm.syneval.data import SynevalDataError
+from onlstm.syneval.syntaxgym import (
+    FormulaError,
+    Region,
+    evaluate_formula,
+    evaluate_suite,
+    parse_formula,
+    read_suite,
+    regions_csv,
+    tokenize,
+)
+
+VALUES = {("mismatch", 2): 7.0, ("match", 2): 3.0, ("match", 1): 1.0, ("mismatch", 1): 1.5}
+
+
+@pytest.mark.parametrize(
+    "formula, expected",
+    [
+        # the examples of SyntaxGym's suite format documentation
+        ("(2;%mismatch%) > (2;%match%)", True),
+        ("(2;%mismatch%) - (2;%match%) > 0", True),
+        ("(2;%mismatch%) > (2;%match%) & (2;%match%) < (2;%mismatch%)", True),
+        ("(*;%mismatch%) > (*;%match%)", True),  # * sums every region of the condition: 8.5 > 4
+        ("(*;%match%) = 4", True),
+        # arithmetic is left to right; a missed third term would flip these
+        ("5 - 4 - 3 < 0", True),
+        ("5+4=9-1+1", True),
+        ("5-(3+2)=0", True),
+        ("(5-3)+((2+1)-(2+2))=1", True),
+        # the published suites group with brackets
+        ("[(2;%match%) < (2;%mismatch%)] & [(1;%match%) < (1;%mismatch%)]", True),
+        ("[(2;%match%) > (2;%mismatch%)] | [(1;%match%) > (1;%mismatch%)]", False),
+        ("[(2;%mismatch%)-(2;%match%)]+[(1;%mismatch%)-(1;%match%)]>4.4", True),
+        ("[(2;%mismatch%)-(2;%match%)]+[(1;%mismatch%)-(1;%match%)]>4.6", False),
+        ("(2;%match%) = 3.0009", True),  # approximately equal: within 1e-3 + 1e-5 * |b|
+        ("(2;%match%) = 3.01", False),
+        ("(2;%match%) > -1e1", True),
+    ],
+)
+def test_formulas_evaluate_as_documented(formula, expected):
+    assert evaluate_formula(parse_formula(formula), VALUES) is expected
+
+
+def test_and_or_are_left_to_right_with_equal_precedence():
+    # (False & True) | True is True; False & (True | True) would be False
+    assert evaluate_formula(parse_formula("1 > 2 & 2 > 1 | 3 > 2"), {}) is True
+
+
+def test_region_names_may_hold_hyphens_and_digits():
+    tree = parse_formula("(10;%no-sub_no-matrix2%) > 1")
+    assert tree.left == Region(10, "no-sub_no-matrix2")
+
+
+@pytest.mark.parametrize(
+    "formula",
+    [
+        "(2;%a%) >",
+        "(2;%a%) + (2;%b%)",  # a number, not a comparison
+        "1 < 2 < 3",
+        "[(2;%a%) > 1)",
+        "((2;%a%) > 1",
+        "(2;%a%) > 1 + (1 > 0)",
+        "(2;%a%) > 1 &",
+        "__import__('os').system('touch x') > 0",
+        "(2;%%) > 1",
+        "(x;%a%) > 1",
+        "",
+    ],
+)
+def test_malformed_formulas_are_refused(formula):
+    with pytest.raises(FormulaError):
+        parse_formula(formula)
+
+
+def suite_dict(**changes) -> dict:
+    """Two items, two conditions; region 2 is the critical one."""
+
+    def item(n, match2, mismatch2):
+        regions = lambda r2: [
+            {"region_number": 1, "content": "The dog"},
+            {"region_number": 2, "content": r2},
+            {"region_number": 3, "content": "here."},
+        ]
+        return {
+            "item_number": n,
+            "conditions": [
+                {"condition_name": "match", "regions": regions(match2)},
+                {"condition_name": "mismatch", "regions": regions(mismatch2)},
+            ],
+        }
+
+    suite = {
+        "meta": {"name": "hand", "metric": "sum"},
+        "region_meta": {"1": "subject", "2": "verb", "3": "end"},
+        "predictions": [
+            {"type": "formula", "formula": "(2;%mismatch%) > (2;%match%)"},
+            {"type": "formula", "formula": "(*;%mismatch%) > (*;%match%)"},
+        ],
+        "items": [item(1, "runs", "run"), item(2, "barks", "bark fast")],
+    }
+    suite.update(changes)
+    return suite
+
+
+BITS = {"the": 1.0, "dog": 2.0, "runs": 1.0, "run": 5.0, "barks": 4.0, "bark": 3.0, "fast": 0.5, "here": 2.0}
+
+
+def injected(token_lists):
+    """Surprisal of a token = BITS (unknown: 9), the end of the sentence 100 (it must count nowhere)."""
+    return [[BITS.get(t, 9.0) for t in toks] + [100.0] for toks in token_lists]
+
+
+def write(tmp_path, suite: dict, name="suite.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(suite))
+    return path
+
+
+def test_a_hand_made_suite_has_the_known_answers(tmp_path):
+    suite = read_suite(write(tmp_path, suite_dict()))
+    vocab = Vocab(["<eos>", "<unk>", *BITS])
+    result = evaluate_suite(suite, vocab, injected)
+    # item 1: run 5 > runs 1 (holds); item 2: bark fast 3.5 < barks 4 (fails); whole sentences: 10 > 6, 8.5 > 9 no
+    assert result["outcomes"] == {1: [True, True], 2: [False, False]}
+    assert [p["accuracy"] for p in result["predictions"]] == [0.5, 0.5]
+    assert result["accuracy"] == 0.5 and result["items"] == 2 and result["oov_types"] == []
+    assert result["covered_items"] == 2 and result["covered_accuracy"] == 0.5
+    region2 = {
+        (r["item_number"], r["condition_name"]): r["metric_value"] for r in result["regions"] if r["region_number"] == 2
+    }
+    assert region2 == {(1, "match"): 1.0, (1, "mismatch"): 5.0, (2, "match"): 4.0, (2, "mismatch"): 3.5}
+    csv = regions_csv([("m", [result])]).splitlines()
+    assert csv[0].startswith("model,suite,item_number,condition_name,region_number") and len(csv) == 1 + 2 * 2 * 3
+
+
+def test_suite_accuracy_needs_every_prediction_of_an_item(tmp_path):
+    s = suite_dict()
+    s["items"][1]["conditions"][1]["regions"][1]["content"] = "bark bark"  # 6 > 4; whole sentence 11 > 9
+    result = evaluate_suite(read_suite(write(tmp_path, s)), Vocab(["<eos>", "<unk>", *BITS]), injected)
+    assert result["outcomes"][2] == [True, True] and result["accuracy"] == 1.0
+    s["predictions"].append({"type": "formula", "formula": "(1;%match%) > 100"})
+    result = evaluate_suite(read_suite(write(tmp_path, s)), Vocab(["<eos>", "<unk>", *BITS]), injected)
+    assert result["accuracy"] == 0.0 and [p["accuracy"] for p in result["predictions"]] == [1.0, 1.0, 0.0]
+
+
+def test_coverage_counts_items_whose_every_word_is_known(tmp_path):
+    s = suite_dict()
+    s["items"][1]["conditions"][0]["regions"][0]["content"] = "The zebra"  # item 2 (which fails) not covered
+    result = evaluate_suite(read_suite(write(tmp_path, s)), Vocab(["<eos>", "<unk>", *BITS]), injected)
+    assert result["oov_types"] == ["zebra"] and result["covered_items"] == 1
+    assert result["accuracy"] == 0.5 and result["covered_accuracy"] == 1.0
+    none = evaluate_suite(read_suite(write(tmp_path, s)), Vocab(["<eos>", "<unk>"]), injected)
+    assert none["covered_items"] == 0 and none["covered_accuracy"] is None
+
+
+def test_the_mean_metric_and_the_older_relation_form(tmp_path):
+    s = suite_dict(meta={"name": "m", "metric": "mean"})
+    s["predictions"] = [{"relation": "greaterthan", "region_number": 2, "l_operand": "mismatch", "r_operand": "match"}]
+    result = evaluate_suite(read_suite(write(tmp_path, s)), Vocab(["<eos>", "<unk>", *BITS]), injected)
+    # item 2: mean(bark, fast) = 1.75 < 4
+    assert result["outcomes"] == {1: [True], 2: [False]}
+
+
+def test_tokens_follow_the_vocabulary():
+    ptb = Vocab(["<eos>", "<unk>", "do", "n't", "the", "dog", "N"])
+    assert tokenize("Don't, the dog 1,200 times.", ptb, lower=True) == ["do", "n't", "the", "dog", "N", "times"]
+    with_punct = Vocab(["<eos>", "<unk>", ".", ","])
+    assert tokenize("Dogs, cats.", with_punct, lower=False) == ["Dogs", ",", "cats", "."]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"region_meta": None}, "no region_meta"),
+        ({"meta": {"metric": "product"}}, "unknown metric"),
+        ({"predictions": []}, "no predictions"),
+        ({"predictions": [{"type": "formula", "formula": "(2;%mismatch%) >> 1"}]}, "malformed formula"),
+        ({"predictions": [{"type": "formula", "formula": "(2;%other%) > 1"}]}, "condition 'other'"),
+        ({"predictions": [{"type": "formula", "formula": "(4;%match%) > 1"}]}, "region 4"),
+        ({"region_meta": {"1": "a", "2": "b"}}, "region 3 is not in region_meta"),
+        ({"items": []}, "no items"),
+    ],
+)
+def test_malformed_suites_are_refused(tmp_path, change, message):
+    with pytest.raises(SynevalDataError, match=message):
+        read_suite(write(tmp_path, suite_dict(**change)))
+
+
+def test_duplicate_items_and_broken_json_are_refused(tmp_path):
+    s = suite_dict()
+    s["items"][1]["item_number"] = 1
+    with pytest.raises(SynevalDataError, match="same item_number"):
+        read_suite(write(tmp_path, s))
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"meta": ')
+    with pytest.raises(SynevalDataError, match="cannot read the suite"):
+        read_suite(bad)
+
+
+def tiny_model(tmp_path):
+    torch.manual_seed(0)
+    words = ["<eos>", "<unk>", *BITS]
+    model = LanguageModel(LMConfig(vocab_size=len(words), emb_size=8, hidden_sizes=[12, 8], chunk_size=4)).eval()
+    model.save_pretrained(tmp_path / "model", words)
+    return tmp_path / "model"
+
+
+def test_the_command_scores_suites_and_writes_regions(tmp_path, capsys):
+    model = tiny_model(tmp_path)
+    a, b = write(tmp_path, suite_dict()), write(tmp_path, suite_dict(meta={"name": "other"}), "b.json")
+    out = tmp_path / "out"
+    args = ["syneval", "--checkpoint", str(model), "--suite", str(a), "--suite", str(b), "--out", str(out), "--json"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["suite"] for r in report["models"][0]["suites"]] == ["hand", "other"]
+    # the command's region values are the model's surprisals: the same through LanguageModel.surprisals
+    lm = LanguageModel.from_pretrained(model)
+    result = evaluate_suite(read_suite(a), lm.vocab, lambda toks: lm.surprisals(toks))
+    assert report["models"][0]["suites"][0]["accuracy"] == result["accuracy"]
+    assert [r["metric_value"] for r in report["models"][0]["suites"][0]["regions"]] == pytest.approx(
+        [r["metric_value"] for r in result["regions"]]
+    )
+    assert sorted(p.name for p in out.iterdir()) == [".onlstm-output.json", "regions.csv", "results.json"]
+    assert len((out / "regions.csv").read_text().splitlines()) == 1 + 2 * (2 * 2 * 3)
+    # a folder stands for its *.json suites, in name order
+    folder = tmp_path / "suites"
+    folder.mkdir()
+    a.rename(folder / "a.json")
+    b.rename(folder / "b.json")
+    assert main(["syneval", "--checkpoint", str(model), "--suite", str(folder)]) == 0
+    text = capsys.readouterr().out
+    assert text.index("hand") < text.index("other") and "covered" in text
+
+
+def test_the_command_refuses_a_malformed_suite_in_one_line(tmp_path, capsys):
+    model = tiny_model(tmp_path)
+    bad = write(tmp_path, suite_dict(predictions=[{"type": "formula", "formula": "(2;%match%) <"}]))
+    assert main(["syneval", "--checkpoint", str(model), "--suite", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "malformed formula" in err and str(bad) in err
+    data = tmp_path / "pairs.tsv"
+    data.write_text("simple_agrmt\tthe dog runs\tthe dog run\n")
+    assert main(["syneval", "--checkpoint", str(model), "--suite", str(bad), "--data", str(data)]) == 2
+    assert "either --data" in capsys.readouterr().err
