@@ -363,3 +363,15 @@ def test_lstm_std_is_an_lstm_in_the_authors_layout(impl):
         for h, out in ((h_a, out_a), (h_b, out_b))
     ]
     assert all(torch.allclose(a, b, atol=1e-12) for a, b in zip(*grads))
+
+
+def test_an_option_set_as_a_field_and_in_encoder_options_is_refused(tmp_path, capsys):
+    """--chunk-size 4 with --encoder-options chunk_size=8 built the layer with 8 while config.json said 4."""
+    corpus = _lm_corpus(tmp_path / "corpus")
+    base = ["lm", "train", "--config", str(TINY_LM), "--data-dir", str(corpus), "--epochs", "1"]
+    assert main([*base, "--out", str(tmp_path / "a"), "--chunk-size", "4", "--encoder-options", "chunk_size=8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "chunk_size is set twice" in err and "\n" not in err and not (tmp_path / "a").exists()
+    logic = ["logic", "train", "--data", str(tmp_path), "--out", str(tmp_path / "b")]
+    assert main([*logic, "--chunk-size", "4", "--encoder-options", "chunk_size=8"]) == 2
+    assert "chunk_size is set twice" in capsys.readouterr().err

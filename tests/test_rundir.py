@@ -250,3 +250,20 @@ def test_the_model_cards_yaml_reads_back_as_written():
     del back["test"]["nan"], data["test"]["nan"]  # NaN is not equal to itself
     assert back == data
     assert simple_yaml({"test": {"ppl": 9.5}}) == "test:\n  ppl: 9.5"
+
+
+def test_weights_saved_with_another_kind_of_dtype_are_refused(tmp_path):
+    """A weights file whose float tensors were changed to int32 loaded silently (rounded to whole numbers)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from onlstm.checkpoint import CheckpointError, load_weights
+
+    layer = torch.nn.Linear(3, 2)
+    save_file(
+        {k: v.detach().to(torch.int32).contiguous() for k, v in layer.state_dict().items()}, str(tmp_path / "w.st")
+    )
+    with pytest.raises(CheckpointError, match="saved as torch.int32, the model's is torch.float32"):
+        load_weights(tmp_path / "w.st", layer)
+    save_file({k: v.detach().double().contiguous() for k, v in layer.state_dict().items()}, str(tmp_path / "d.st"))
+    load_weights(tmp_path / "d.st", layer)  # another float precision is converted, as load_state_dict does

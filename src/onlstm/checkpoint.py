@@ -114,6 +114,12 @@ def assign_weights(module: torch.nn.Module, tensors: dict[str, torch.Tensor], so
         for k, v in tensors.items()
         if tuple(v.shape) != tuple(expected[k].shape)
     ]
+    # a float weight saved as integers (a changed file) would be copied in silently, rounded to whole numbers
+    wrong += [
+        f"{k}: saved as {v.dtype}, the model's is {expected[k].dtype}"
+        for k, v in tensors.items()
+        if v.dtype.is_floating_point != expected[k].dtype.is_floating_point or v.dtype == torch.bool
+    ]
     if wrong:
         raise CheckpointError(f"{source} does not fit this model: {'; '.join(wrong[:5])}")
     module.load_state_dict(tensors, strict=False)

@@ -200,6 +200,20 @@ def check_typed_options(cells: Sequence[str], typed: Mapping[str, Any]) -> None:
         )
 
 
+def check_option_clash(given: Mapping[str, Any]) -> None:
+    """Refuse an encoder option set both as a field of the model settings ``given`` (a flag such as
+    ``--chunk-size`` or a preset's field) and in its ``encoder_options``: the layer would be built with the
+    latter while the run's config.json records the former."""
+    extra = given.get("encoder_options") or {}
+    both = sorted(k for k in extra if k in given and k != "encoder_options") if isinstance(extra, Mapping) else []
+    if both:
+        k = both[0]
+        raise EncoderError(
+            f"{k} is set twice, as --{k.replace('_', '-')} (or the config's {k}: field) = {given[k]!r} and in "
+            f"--encoder-options {k}={extra[k]!r}: set it once, with --{k.replace('_', '-')}"
+        )
+
+
 def make_encoder(name: str, input_size: int, hidden_size: int, **options) -> nn.Module:
     """Build one layer of encoder ``name``; an option it does not declare is an :class:`EncoderError`."""
     spec = get(name)

@@ -240,3 +240,14 @@ def test_flags_override_the_file(tmp_path):
     cfg = load_config(f, {"train": {"lr": 5.0}})
     assert cfg.train.lr == 5.0 and cfg.train.weight_decay == 1e-6 and cfg.model["cell"] == "lstm"
     assert LMConfig(vocab_size=5, **{**cfg.model, "hidden_sizes": [8, 400]}).cell == "lstm"
+
+
+def test_oov_unk_without_an_unk_token_says_what_is_missing(tmp_path):
+    """--oov unk was passed, but the vocabulary (e.g. a model's) has no <unk>: the message must not ask for it."""
+    from onlstm.data.ptb import encode_split
+    from onlstm.data.vocab import Vocab
+
+    (tmp_path / "v.txt").write_text("a zebra\n")
+    with pytest.raises(CorpusError, match="no <unk> to map it to") as err:
+        encode_split("valid", tmp_path / "v.txt", Vocab(["<eos>", "a"]), closed_vocab=False, oov="unk")
+    assert "--oov unk" not in str(err.value)

@@ -71,3 +71,12 @@ def test_the_test_table_reads_the_scores_recorded_at_each_check():
     rows = history_table([("run", history)], [15, 20], split="test").splitlines()
     assert rows[0].endswith("| 1 | 7 | 8 | mean 7-12 |")
     assert rows[2] == "| run | 15 | 10 | 90.0 | 60.0 | 40.0 | 50.0 |" and rows[3].endswith("| 70.0 |")
+
+
+def test_resume_advice_for_a_run_stopped_before_its_first_check_is_one_that_works(tmp_path):
+    """'train again without --resume' into the same --out is refused (it holds a run): the advice names a new --out."""
+    from onlstm.logic.config import LogicTrainConfig
+    from onlstm.logic.train import resume_refusal
+
+    why = resume_refusal(tmp_path, {"status": "running"}, "", LogicTrainConfig())
+    assert "nothing to resume" in why and "new --out" in why

@@ -164,7 +164,13 @@ def encode_split(
     for n_lines, words in enumerate(iter_lines(path), 1):
         line = [get(w, -1) for w in words]
         if -1 in line:
-            if strict or unk is None:
+            if unk is None and not strict:  # --oov unk asked for, but there is no <unk> to map to
+                raise CorpusError(
+                    f"{path}, line {n_lines}: word {words[line.index(-1)]!r} is not in the training vocabulary, "
+                    "which has no <unk> to map it to: use the file that belongs to this training file, or put "
+                    "<unk> in the training text for rare words"
+                )
+            if strict:
                 raise CorpusError(
                     f"{path}, line {n_lines}: word {words[line.index(-1)]!r} is not in the training vocabulary "
                     f"({why}). Use the {name} file that belongs to this training file, replace rare words by "

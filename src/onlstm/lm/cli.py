@@ -68,13 +68,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     """
     from tqdm import tqdm
 
-    from ..encoders import check_typed_options
+    from ..encoders import check_option_clash, check_typed_options
     from .config import explicit_settings
     from .train import train
 
     try:
         explicit = explicit_settings(args.config, args)
         check_typed_options([explicit["model"].get("cell", "onlstm")], flags_given(args, "model"))
+        check_option_clash(explicit["model"])
         result = train(args.out, args.data_dir, explicit, resume=args.resume, log=tqdm.write)
     except ValueError as e:  # the settings' checks raise plain ValueErrors: bad input all the same
         raise command_error(e) from None

@@ -274,6 +274,7 @@ def resolve_settings(args: argparse.Namespace, compare: bool = False):
     what = settings.build("compare") if compare else None
     cells = what.cells if what else [settings.given["model"].get("cell", LogicModelConfig.cell)]
     encoders.check_typed_options(cells, flags_given(args, "model"))  # a typed --chunk-size no trained cell uses
+    encoders.check_option_clash(settings.given["model"])
     model_cfg = settings.build("model", cell=cells[0])
     train_cfg = settings.build("train")
     resolve_device(train_cfg.device)  # cuda asked for on a machine without it: an InputError before any work

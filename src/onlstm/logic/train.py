@@ -236,8 +236,8 @@ def resume_refusal(out: Path, header: dict, clash: str, cfg: LogicTrainConfig) -
         if finished:  # finished before runs kept their resume file
             return f"{out} holds a finished run without {RunDir.RESUME}; train again into a new --out"
         return (
-            f"{resume_file} is missing: the run was stopped before its first validation "
-            "check; train again without --resume"
+            f"{resume_file} is missing: the run was stopped before its first validation check, so there is "
+            f"nothing to resume; train again without --resume into a new --out (or after removing {out})"
         )
     # an unfinished run is resumed whatever its budget: the engine ends it without an update past the budget
     return spent_budget(_saved_progress(resume_file), cfg) if finished else ""
