@@ -1,4 +1,4 @@
-"""Speed of computing parsing distances (what ``onlstm eval-parse`` spends its time on), batched vs
+"""Speed of computing parsing distances (what ``onlstm parsing eval-parse`` spends its time on), batched vs
 one sentence at a time, measured in the same run.
 
     python benchmarks/parse_speed.py [--treebank ../shared/data/treebank] [--emb 200 --hidden 400 400 200]

@@ -26,3 +26,9 @@ def write_corpus(dir: Path, seed: int = 0, n_train: int = 110) -> Path:
 
 def quiet(msg: str) -> None:
     """A ``log`` callback that drops the message."""
+
+
+def with_train(settings: dict, **train) -> dict:
+    """``settings`` (``{"model": ..., "train": ...}``) with these train fields set, e.g. a budget: ``max_steps=4``
+    (``None``: no limit, for a resumed run that had one)."""
+    return {**settings, "train": {**settings.get("train", {}), **train}}

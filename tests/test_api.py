@@ -12,9 +12,10 @@ import torch
 
 import onlstm.lm
 import onlstm.logic
-from onlstm.checkpoint import config_header, save_weights, write_json
+from onlstm.checkpoint import config_header, save_weights
 from onlstm.cli import main
 from onlstm.data.vocab import Vocab
+from onlstm.files import write_json
 from onlstm.models import LanguageModel, LMConfig
 from support import TINY_LM, write_corpus
 
@@ -38,7 +39,7 @@ def test_parse_gives_what_the_parse_command_prints(run, tmp_path, capsys):
     lm = LanguageModel.from_pretrained(run)
     parsed = lm.parse(SENTENCES)
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
-    assert main(["parse", "--checkpoint", str(run), "--format", "json", str(tmp_path / "in.txt")]) == 0
+    assert main(["parsing", "parse", "--checkpoint", str(run), "--format", "json", str(tmp_path / "in.txt")]) == 0
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     for p, row in zip(parsed, printed, strict=True):
         assert p.words == row["words"] and p.brackets == row["tree"] and p.layer == 2

@@ -109,6 +109,22 @@ def test_no_experiment_imports_another_and_shared_code_imports_none():
     assert problems == []
 
 
+#: What each part below the shared layers may import of the project (docs/design.md §4.2): the layer (``nn``)
+#: only the two leaf modules, so that it can be read (and copied) with two small files beside it.
+LEAVES = {"nn": {"nn", "errors", "files"}, "files": {"files", "errors"}, "errors": {"errors"}}
+
+
+def test_nn_imports_only_the_leaf_modules():
+    outside = {
+        f"{module} imports {name}"
+        for module, path in package_modules()
+        if top_part(module) in LEAVES
+        for name in imported_modules(path.read_text(encoding="utf-8"), module)
+        if top_part(name) not in LEAVES[top_part(module) or ""]
+    }
+    assert outside == set()
+
+
 def test_every_listed_shared_part_and_experiment_exists_or_is_planned():
     present = {p.stem for p in PACKAGE.iterdir() if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())}
     assert {"lm", "parsing", "logic"} <= present

@@ -10,12 +10,12 @@ import pytest
 from onlstm import errors
 from onlstm.checkpoint import CheckpointError
 from onlstm.cli import build_parser, command_path, main
+from onlstm.config import ConfigError
 from onlstm.data.download import DownloadError
 from onlstm.data.ptb import CorpusError
 from onlstm.data.treebank import TreebankError
 from onlstm.data.trees import TreeFormatError
 from onlstm.lm.train import RunDirError
-from onlstm.logic.cli import SettingsError
 from onlstm.logic.data import LogicDataError
 from onlstm.logic.formulas import FormulaSyntaxError
 from onlstm.parsing.cli import InputError
@@ -30,7 +30,7 @@ from onlstm.parsing.cli import InputError
         (DownloadError, RuntimeError),
         (RunDirError, ValueError),
         (InputError, ValueError),
-        (SettingsError, ValueError),
+        (ConfigError, ValueError),
         (TreeFormatError, ValueError),
         (LogicDataError, ValueError),
         (FormulaSyntaxError, ValueError),
@@ -57,7 +57,6 @@ def test_command_path_names_what_was_typed():
     p = build_parser()
     assert command_path(p, ["lm", "train", "--out", "x"]) == "onlstm lm train"
     assert command_path(p, ["parsing", "compare-trees", "a", "b"]) == "onlstm parsing compare-trees"
-    assert command_path(p, ["compare-trees", "a", "b"]) == "onlstm compare-trees"
     assert command_path(p, ["logic", "check", "lm"]) == "onlstm logic check"  # a positional named like a command
 
 
@@ -92,7 +91,7 @@ def test_logic_check_bad_input_is_2_and_a_finding_is_1(tmp_path, capsys):
     assert "onlstm logic check: " in capsys.readouterr().err
 
 
-# --------------------------------------------------------------------------- parsing group and aliases
+# --------------------------------------------------------------------------- the parsing group
 
 
 def _tree_files(tmp_path):
@@ -103,10 +102,9 @@ def _tree_files(tmp_path):
     return gold, pred
 
 
-@pytest.mark.parametrize("spelling", [["compare-trees"], ["parsing", "compare-trees"]])
-def test_compare_trees_under_both_names(spelling, tmp_path, capsys):
+def test_compare_trees(tmp_path, capsys):
     gold, pred = _tree_files(tmp_path)
-    assert main(spelling + [str(gold), str(pred), "--json"]) == 0
+    assert main(["parsing", "compare-trees", str(gold), str(pred), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     # sentence 1: gold spans {(0,2), (2,4)} (root excluded), predicted {(0,2), (0,3)}: P = R = 1/2;
     # sentence 2: identical trees, one span (0,2): P = R = 1. Sentence F1 averages 0.5 and 1; corpus F1 pools
@@ -115,34 +113,26 @@ def test_compare_trees_under_both_names(spelling, tmp_path, capsys):
     assert out["corpus_f1"]["f1"] == pytest.approx(2 / 3)
 
 
-def test_both_spellings_give_the_same_output_and_errors(tmp_path, capsys):
+def test_compare_trees_names_a_missing_file(tmp_path, capsys):
     gold, pred = _tree_files(tmp_path)
-    outputs = []
-    for spelling in (["compare-trees"], ["parsing", "compare-trees"]):
-        assert main(spelling + [str(gold), str(pred)]) == 0
-        outputs.append(capsys.readouterr().out)
-    assert outputs[0] == outputs[1] and "F1" in outputs[0]
-    for spelling in (["compare-trees"], ["parsing", "compare-trees"]):
-        assert main(spelling + [str(gold), str(tmp_path / "nope.txt")]) == 2
-        err = capsys.readouterr().err
-        assert err == f"onlstm {' '.join(spelling)}: prediction file {tmp_path / 'nope.txt'} does not exist\n"
+    assert main(["parsing", "compare-trees", str(gold), str(pred)]) == 0
+    assert "F1" in capsys.readouterr().out
+    assert main(["parsing", "compare-trees", str(gold), str(tmp_path / "nope.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"onlstm parsing compare-trees: prediction file {tmp_path / 'nope.txt'} does not exist\n"
 
 
 @pytest.mark.parametrize("command", ["parse", "eval-parse", "plot", "compare-trees"])
-def test_every_parsing_command_is_in_the_group_and_an_alias(command):
-    p = build_parser()
-    top = p._subparsers._group_actions[0].choices
-    group = top["parsing"]._subparsers._group_actions[0].choices
-    assert command in top and command in group
-    options = lambda parser: sorted(o for a in parser._actions for o in a.option_strings)
-    assert options(top[command]) == options(group[command])
+def test_every_parsing_command_is_in_the_group_only(command):
+    top = build_parser()._subparsers._group_actions[0].choices
+    assert command in top["parsing"]._subparsers._group_actions[0].choices
+    assert command not in top  # the 0.1 top-level spellings are gone
 
 
-@pytest.mark.parametrize("spelling", [["parse"], ["parsing", "parse"]])
-def test_parse_without_a_checkpoint_is_a_clear_error_under_both_names(spelling, tmp_path, capsys):
-    assert main(spelling + ["--checkpoint", str(tmp_path / "nope")]) == 2
+def test_parse_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):
+    assert main(["parsing", "parse", "--checkpoint", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"onlstm {' '.join(spelling)}: ") and "Traceback" not in err
+    assert err.startswith("onlstm parsing parse: ") and "Traceback" not in err
 
 
 def test_parsing_evaluate_is_the_function_and_the_module_still_imports():

@@ -50,13 +50,13 @@ def test_parse_and_eval_parse_on_cuda_equal_cpu(lm_run, tmp_path, capsys):
     parsed = {}
     for device in ("cpu", "cuda"):
         capsys.readouterr()
-        assert main(["parse", "--checkpoint", str(run), str(text), "--device", device]) == 0
+        assert main(["parsing", "parse", "--checkpoint", str(run), str(text), "--device", device]) == 0
         parsed[device] = capsys.readouterr().out
     assert parsed["cuda"] == parsed["cpu"] and parsed["cpu"].strip()
     bank = tmp_path / "bank"
     bank.mkdir()
     (bank / "wsj_0001.mrg").write_text(MRG)
-    base = ["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--json"]
+    base = ["parsing", "eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--json"]
     cpu, cuda = (run_json(capsys, [*base, "--device", d]) for d in ("cpu", "cuda"))
     assert cuda["layers"] == cpu["layers"]
 
@@ -90,8 +90,8 @@ def test_logic_train_eval_compare_on_cuda(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv",
     [
-        ["parse", "--checkpoint", "RUN", "TEXT"],
-        ["eval-parse", "--checkpoint", "RUN", "--treebank", "BANK"],
+        ["parsing", "parse", "--checkpoint", "RUN", "TEXT"],
+        ["parsing", "eval-parse", "--checkpoint", "RUN", "--treebank", "BANK"],
     ],
 )
 def test_asking_for_cuda_without_it_is_a_clear_error(argv, tmp_path, capsys, monkeypatch):

@@ -20,10 +20,11 @@ import torch
 from safetensors import SafetensorError
 
 import onlstm.checkpoint as checkpoint
-from onlstm.checkpoint import atomic_write, read_json, save_figure, save_weights, write_json, write_text
+from onlstm.checkpoint import read_json, save_weights
 from onlstm.cli import main
 from onlstm.config import MAX_THREADS, SEED_RANGE, THREADS_ZERO_TEXT, Config, ConfigError, field_help
 from onlstm.errors import EXIT_WRITE_FAILED, WriteError
+from onlstm.files import atomic_write, save_figure, write_json, write_text
 from onlstm.logic.config import LogicTrainConfig
 from onlstm.runs import RunDir, write_resume
 from support import REPO, TINY_LM, write_corpus
@@ -264,7 +265,10 @@ def test_commands_that_export_plot_or_generate_on_a_full_disk(corpus, logic_data
             ["export", "--checkpoint", str(run), "--to", str(tmp_path / "shared")],
             tmp_path / "shared" / "model.safetensors",
         ),
-        (["plot", "--checkpoint", str(run), "the cat sat", "--out", str(tmp_path / "fig")], tmp_path / "fig.png"),
+        (
+            ["parsing", "plot", "--checkpoint", str(run), "the cat sat", "--out", str(tmp_path / "fig")],
+            tmp_path / "fig.png",
+        ),
         (
             ["logic", "generate", "--out", str(tmp_path / "gen"), "--per-length", "4", "--max-ops", "2"],
             tmp_path / "gen" / "train1",

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import onlstm
-from onlstm.checkpoint import read_json, save_weights, write_json
+from onlstm.checkpoint import read_json, save_weights
 from onlstm.cli import main
+from onlstm.files import write_json
 from support import REPO, write_corpus
 
 

@@ -150,7 +150,7 @@ def test_info_works_and_experiment_commands_name_the_extra(env_without_extras, t
         ["logic", "train", "--config", "smoke", "--data", "data", "--out", "run"],
         ["lm", "train", "--config", "tiny", "--data-dir", "corpus", "--out", "run"],
         ["demo", "--seconds", "1", "--out", "run"],
-        ["parse", "--checkpoint", "nothing"],
+        ["parsing", "parse", "--checkpoint", "nothing"],
         ["export", "--checkpoint", "nothing", "--to", "out"],  # a core command keeps its own error
     ]
     code = textwrap.dedent(
@@ -270,9 +270,10 @@ print(json.dumps({"commands": out, "loaded": hidden}))
 def test_save_pretrained_and_export_need_only_the_core(env_core_only, tmp_path):
     # README: saving and loading work without the extra; the card was YAML (pyyaml) and a demo's run needed
     # the demo's module (nltk) for its command.
-    from onlstm.checkpoint import config_header, save_weights, write_json
+    from onlstm.checkpoint import config_header, save_weights
     from onlstm.data.vocab import Vocab
     from onlstm.demo import DemoConfig
+    from onlstm.files import write_json
     from onlstm.lm.config import TrainConfig
     from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
     from onlstm.logic.model import LogicClassifier

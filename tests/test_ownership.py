@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import onlstm.files as files
-from onlstm.checkpoint import config_header, save_weights, write_json
+from onlstm.checkpoint import config_header, save_weights
 from onlstm.cli import main
 from onlstm.data.vocab import Vocab
-from onlstm.files import MARKER, check_output_owner, publish_folder
+from onlstm.files import MARKER, check_output_owner, publish_folder, write_json
 from onlstm.models import LanguageModel, LMConfig
 from support import TINY_LM, WORDS, write_corpus
 

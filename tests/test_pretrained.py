@@ -10,11 +10,11 @@ import sys
 import pytest
 import torch
 
-from onlstm.checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
+from onlstm.checkpoint import CheckpointError, config_header, read_json, save_weights
 from onlstm.cli import build_parser, main
 from onlstm.config import flags_given
 from onlstm.data.vocab import Vocab
-from onlstm.files import MARKER
+from onlstm.files import MARKER, write_json
 from onlstm.lm.config import TrainConfig, load_config, train_command
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.model import TOKENS, LogicClassifier, pad_batch, token_ids
@@ -68,7 +68,7 @@ def test_parse_reads_both_layouts_alike(tmp_path, capsys):
     outputs = []
     for where in ("run", "shared"):
         capsys.readouterr()
-        assert main(["parse", str(tmp_path / "in.txt"), "--checkpoint", str(tmp_path / where)]) == 0
+        assert main(["parsing", "parse", str(tmp_path / "in.txt"), "--checkpoint", str(tmp_path / where)]) == 0
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1] and outputs[0].count("\n") == 2 and "(" in outputs[0]
 

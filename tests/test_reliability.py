@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from onlstm.checkpoint import config_header, read_json, write_json
+from onlstm.checkpoint import config_header, read_json
 from onlstm.cli import main
 from onlstm.errors import EXIT_DIVERGED
+from onlstm.files import write_json
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import KIND as LOGIC_KIND
 from onlstm.runs import RunDir, RunDirError, RunLock, check_output_dir

@@ -6,22 +6,20 @@ from __future__ import annotations
 import ast
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
 import onlstm.lm
 import onlstm.logic  # noqa: F401  (registers the "logic-classifier" kind)
-from onlstm.checkpoint import CheckpointError, config_header, save_weights, write_json
+from onlstm.checkpoint import CheckpointError, config_header, save_weights
 from onlstm.errors import WriteError
-from onlstm.files import MARKER
+from onlstm.files import MARKER, write_json
 from onlstm.models import LanguageModel
 from onlstm.runs import RunDir, RunDirError, RunKind, check_output_dir, find_kind, kind_names, register_kind
 from onlstm.runs import dirs as dirs_module
 from support import REPO
 
-OLD_RUNS = Path(__file__).parent / "fixtures" / "old-runs"
 NAMES = {RunDir.CONFIG, RunDir.VOCAB, RunDir.HISTORY, RunDir.LOG, RunDir.RESULTS, RunDir.RESUME, RunDir.LOCK}
 NAMES |= {RunDir.TENSORBOARD, RunDir.STEPS, RunDir.SHARED_WEIGHTS, RunDir.CARD}
 NAMES |= {RunDir.WEIGHTS.format(tag=tag) for tag in ("best", "last")}
@@ -49,11 +47,6 @@ def test_every_path_is_its_name_in_the_directory(tmp_path):
     for path, name in paths.items():
         assert path == tmp_path / "r" / name
     assert len(set(paths)) == len(paths)  # no two files share a name
-
-
-@pytest.mark.parametrize("fixture", ["lm-v1", "logic-v1"])
-def test_the_files_of_runs_written_before_are_all_named_by_the_class(fixture):
-    assert {p.name for p in (OLD_RUNS / fixture).iterdir()} <= NAMES
 
 
 def _path_literals(tree: ast.AST) -> list[tuple[int, str]]:

@@ -8,11 +8,11 @@ import signal
 import pytest
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import nn
 
-from onlstm.checkpoint import CheckpointError, config_header, save_weights, write_json
+from onlstm.checkpoint import CheckpointError, config_header, save_weights
 from onlstm.errors import OnlstmError
+from onlstm.files import write_json
 from onlstm.runs import (
     StopRequest,
     load_run,
@@ -38,21 +38,6 @@ def test_resume_file_round_trip_and_its_layout(tmp_path):
     got, meta = read_resume(path, FMT, "a test resume file", ("progress", "world"))
     assert meta == {"progress": progress, "world": 2}
     assert torch.equal(got["a"], tensors["a"]) and torch.equal(got["b"], tensors["b"])
-
-
-def test_a_file_written_the_old_way_is_read(tmp_path):
-    path = tmp_path / "resume.safetensors"  # written as logic/train.py wrote it before this module existed
-    save_file(
-        {"rng.torch": torch.get_rng_state()},
-        str(path),
-        metadata={
-            "format": "onlstm-logic-resume-1",
-            "progress": json.dumps({"step": 3}),
-            "optimizer": json.dumps({"param_groups": [], "scalars": {}}),
-        },
-    )
-    _, meta = read_resume(path, "onlstm-logic-resume-1", "a logic resume file", ("progress", "optimizer"))
-    assert meta["progress"] == {"step": 3}
 
 
 def test_unusable_resume_files_say_how_to_go_on(tmp_path):

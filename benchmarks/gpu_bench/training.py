@@ -82,7 +82,7 @@ def _lm(prof, args, work: Path, impl: str, steps: int) -> tuple[Record, Record]:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         explicit = explicit_settings(a.config, a)
-        result = train(a.out, a.data_dir, explicit, max_steps=a.max_steps, on_step=on_step, log=lambda _m: None)
+        result = train(a.out, a.data_dir, explicit, on_step=on_step, log=lambda _m: None)
         warm = max(1, min(10, len(stamps) // 10))  # the first steps compile kernels and plan cuDNN: not timed
         per_step = (stamps[-1] - stamps[warm - 1]) / (len(stamps) - warm)
         return {

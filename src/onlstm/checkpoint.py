@@ -1,5 +1,6 @@
-"""Checkpoints as data, never pickled code: one file of weights (safetensors) or JSON read or written atomically
-(the writers of :mod:`onlstm.files`, re-exported here). A run directory's files are :class:`onlstm.runs.RunDir`'s."""
+"""Checkpoints as data, never pickled code: one file of weights (safetensors) or JSON read, or written atomically
+through :mod:`onlstm.files` (the one front door for writing). A run directory's files are
+:class:`onlstm.runs.RunDir`'s."""
 
 from __future__ import annotations
 
@@ -15,10 +16,7 @@ from safetensors.torch import save_file
 
 from . import __version__
 from .errors import OnlstmError, first_line
-from .files import atomic_write as atomic_write
-from .files import save_figure as save_figure
-from .files import write_json as write_json
-from .files import write_text as write_text
+from .files import atomic_write
 
 
 class CheckpointError(OnlstmError, ValueError):

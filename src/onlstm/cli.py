@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: names it adds are listed so that they still show in ``onlstm --help``, and still answer with the one line
 #: that names the missing extra, when the module cannot be imported without the experiments' dependencies.
 SUBCOMMAND_MODULES = {
-    "onlstm.parsing.cli": ("parsing", "parse", "eval-parse", "plot", "compare-trees"),
+    "onlstm.parsing.cli": ("parsing",),
     "onlstm.logic.cli": ("logic",),
     "onlstm.lm.cli": ("lm",),
     "onlstm.syneval.cli": ("syneval",),

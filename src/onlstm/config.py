@@ -40,18 +40,32 @@ def option(
     omit_default: bool = False,
     bounds: tuple[int | None, int | None] | None = None,
     check: Callable[[Any, str], None] | None = None,
+    runtime: bool = False,
 ) -> Any:
     """A dataclass field with its help text (a string, or a function called when the parser is built).
 
     ``choices``, ``bounds`` (``(low, high)`` inclusive, None open; every item of a list) and ``check(value,
     where)`` are checked whenever the config is built. ``flag=False``: settable in a file only. ``fixed``:
     neither in a file nor a flag, the text says why. ``default_text``: the default as ``--help`` shows it.
-    ``omit_default``: left out of ``to_dict`` while it has its default. A list or dict default is copied."""
+    ``omit_default``: left out of ``to_dict`` while it has its default. ``runtime``: says how a run goes, not what
+    it learns (the device, a budget, reporting): a resumed run may change it (:func:`runtime_fields`). A list or
+    dict default is copied."""
     meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag and fixed is None}
     meta.update(fixed=fixed, default_text=default_text, omit_default=omit_default, bounds=bounds, check=check)
+    meta.update(runtime=runtime)
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def runtime_option(default: Any = MISSING, help: str | Callable[[], str] = "", **kw: Any) -> Any:
+    """:func:`option` with ``runtime=True``."""
+    return option(default, help, runtime=True, **kw)
+
+
+def runtime_fields(cls: type) -> tuple[str, ...]:
+    """The fields of config class ``cls`` declared ``runtime`` (:func:`option`): the ones a resumed run may change."""
+    return tuple(f.name for f in fields(cls) if f.metadata.get("runtime"))
 
 
 def field_help(f: dataclasses.Field) -> str:
@@ -216,13 +230,11 @@ class Runtime(Config):
     section = ""  # alone, errors name the flags (--threads); a subclass names its section (train.threads)
     config_kind = "runtime"
 
-    device: str = option("auto", "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N", check=check_device)
-    threads: int | None = threads_option(0, "CPU threads per process")
-    progress: bool = option(True, "show a progress bar on stderr (on a terminal only)")
-
-
-#: The names of :class:`Runtime`'s fields: part of every experiment's list of fields a resumed run may change.
-RUNTIME_NAMES = tuple(f.name for f in fields(Runtime))
+    device: str = runtime_option(
+        "auto", "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N", check=check_device
+    )
+    threads: int | None = threads_option(0, "CPU threads per process", runtime=True)
+    progress: bool = runtime_option(True, "show a progress bar on stderr (on a terminal only)")
 
 
 def check_probabilities(cfg: Config, names: Iterable[str], *, one: bool = False) -> None:
@@ -482,13 +494,12 @@ def arg(*flags: str, **options: Any) -> tuple[tuple[str, ...], dict]:
     return flags, options
 
 
-def add_command(sub, name: str, func: Callable, *args: tuple, alias_of: str = "") -> argparse.ArgumentParser:
+def add_command(sub, name: str, func: Callable, *args: tuple) -> argparse.ArgumentParser:
     """Sub-command ``name`` running ``func(args)`` with the arguments ``args`` (:func:`arg`); ``func``'s docstring
     gives the help (first paragraph) and the ``--help`` description (the rest). Returns the parser."""
     summary, _, details = inspect.cleandoc(func.__doc__ or "").partition("\n\n")
     summary = " ".join(summary.split()).replace("%", "%%")  # argparse %-formats help, not descriptions
-    help = f"(= {alias_of} {name}) {summary}" if alias_of else summary
-    p = sub.add_parser(name, help=help, description=details or None)
+    p = sub.add_parser(name, help=summary, description=details or None)
     for flags, options in args:
         p.add_argument(*flags, **options)
     p.set_defaults(func=func)

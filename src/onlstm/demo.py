@@ -13,13 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-from .checkpoint import write_text
 from .config import find_preset
 from .data.grammar import Grammar
 from .data.vocab import Vocab
 from .demo_config import DemoConfig as DemoConfig
 from .demo_config import demo_command as demo_command
-from .files import owned_by, publish_folder
+from .files import owned_by, publish_folder, write_text
 from .models.language_model import LanguageModel, load_language_model_run
 from .parsing.baselines import score_baselines
 from .parsing.induce import sentence_distances, trees_from_distances
@@ -213,7 +212,7 @@ def _print_report(info: dict, scores: dict, dev, test, out_dir: Path) -> None:
     print("\nexamples (gold | induced):")
     for k in range(4):
         print(f"  gold: {to_brackets(unlabel(test[k]))}\n  pred: {to_brackets(pred[k])}\n")
-    parse = f"{onlstm_command()} parse --checkpoint {shlex.quote(str(out_dir))}"
+    parse = f"{onlstm_command()} parsing parse --checkpoint {shlex.quote(str(out_dir))}"
     print(f"checkpoint, trees and plots in {out_dir}/ (try: {parse} <<< 'the dog saw a cat')")
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from onlstm.checkpoint import config_header, save_weights, write_json
+from onlstm.checkpoint import config_header, save_weights
 from onlstm.cli import main
 from onlstm.data.vocab import Vocab
+from onlstm.files import write_json
 from onlstm.models import LanguageModel, LMConfig
 from support import REPO, WORDS
 

@@ -28,7 +28,7 @@ from safetensors.torch import load_file
 from onlstm.checkpoint import read_json
 from onlstm.lm.config import explicit_settings
 from onlstm.lm.train import train
-from support import REPO, TINY_LM, quiet, write_corpus
+from support import REPO, TINY_LM, quiet, with_train, write_corpus
 
 TINY = TINY_LM
 ROOT = REPO
@@ -72,10 +72,10 @@ def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "stopped after 40 steps" in proc.stdout
+    assert "stopped by max_steps after 40 steps" in proc.stdout
 
     s = explicit_settings(TINY, {"train": {"asgd_start_epoch": 2, "momentum": 0.5}})
-    one = train(tmp_path / "one", data, s, max_steps=stop, log=quiet)
+    one = train(tmp_path / "one", data, with_train(s, max_steps=stop), log=quiet)
     assert one["progress"]["epoch"] == 2 and one["progress"]["averaging"]
 
     # the checkpoints at step 40: weights, averaged weights, momentum buffers, the carried state of
@@ -87,8 +87,8 @@ def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
     assert two_ckpt.keys() == one_ckpt.keys()
 
     # both resumed in one process to the end: the checkpoint does not depend on the process count
-    train(tmp_path / "two", data, s, resume=True, log=quiet)
-    train(tmp_path / "one", data, s, resume=True, log=quiet)
+    train(tmp_path / "two", data, with_train(s, max_steps=None), resume=True, log=quiet)
+    train(tmp_path / "one", data, with_train(s, max_steps=None), resume=True, log=quiet)
     final = [load_file(str(tmp_path / r / "model.last.safetensors")) for r in ("two", "one")]
     diff = max_diff(*final)
     assert diff < 1e-4

@@ -20,9 +20,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from onlstm.lm.config import explicit_settings, load_config
+from onlstm.lm.config import explicit_settings
 from onlstm.lm.data import batchify, bptt_schedule, segment
-from onlstm.lm.train import Trainer, run_config_from_saved, train
+from onlstm.lm.train import Trainer
 from support import TINY_LM, quiet, write_corpus
 
 MODEL = {"emb_size": 6, "hidden_sizes": [8, 6], "chunk_size": 2, "master_input": "paper"}  # tied weights
@@ -302,58 +302,3 @@ def test_averaging_equals_torch_asgd_driven_as_the_authors_do(tmp_path, small_co
                 assert ours[k] is None
             k += 1
     assert k == len(ours) and len(scheds[1]) >= 3
-
-
-def test_saved_config_without_ar_target_keeps_the_old_dropped_target(tmp_path, corpus):
-    s = explicit_settings(TINY_LM, {"train": {"epochs": 1}})
-    train(tmp_path / "run", corpus, s, max_steps=2, log=quiet)
-    import json
-
-    cfg_path = tmp_path / "run" / "config.json"
-    saved = json.loads(cfg_path.read_text())
-    assert saved["train"]["ar_target"] == "raw"  # new runs: the default, the authors' ON-LSTM target
-    del saved["train"]["ar_target"]
-    cfg_path.write_text(json.dumps(saved))
-    assert run_config_from_saved(saved).train.ar_target == "dropped"
-    trainer = Trainer(tmp_path / "run", corpus, {}, resume=True, log=quiet)
-    assert trainer.cfg.ar_target == "dropped" and trainer.objective.ar_target == "dropped"
-    assert trainer.run()["status"] == "finished"
-    assert load_config(None, {}).train.ar_target == "raw"
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    return write_corpus(tmp_path_factory.mktemp("corpus"))
-
-
-def test_averaging_resume_file_of_an_earlier_version_continues_its_mean(tmp_path, corpus):
-    """Earlier versions saved the averaging phase as SGD state plus their own mean ``avg.*`` of the last n
-    iterates. Such a file resumes with ASGD holding that mean: the next step adds its iterate as the
-    (n+1)-th, at the rate of the file's last step."""
-    from onlstm.lm.train import RESUME_FORMAT, make_optimizer
-    from onlstm.runs import optimizer_to_data, read_resume, write_resume
-
-    t = Trainer(tmp_path / "run", corpus, explicit_settings(TINY_LM, {"train": {"asgd_start_epoch": 2}}), log=quiet)
-    n1 = len(schedules(t)[0])
-    t.run(max_steps=n1 + 3)
-    path = tmp_path / "run" / "resume.safetensors"
-    keys = ("progress", "optimizer", "hidden_layout", "model_config", "world")
-    tensors, meta = read_resume(path, RESUME_FORMAT, "a resume file", keys)
-    assert meta["progress"]["averaging"] and meta["progress"]["avg_count"] == 3
-    old = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
-    avg = {n: tensors[f"model.{n}"] + 0.01 for n in t.param_names}  # a mean unlike the weights
-    old.update({f"avg.{n}": a for n, a in avg.items()})
-    sgd = make_optimizer(t.params, t.cfg)
-    sgd.param_groups[0]["lr"] = 7.5  # the old file's last step's scaled rate
-    meta["optimizer"] = optimizer_to_data(sgd)[1]
-    write_resume(path, RESUME_FORMAT, old, meta)
-
-    r = Trainer(tmp_path / "run", corpus, {}, resume=True, log=quiet)
-    assert isinstance(r.optimizer, torch.optim.ASGD)
-    st = r.optimizer.state[r.params[0]]
-    assert (float(st["step"]), float(st["mu"]), float(st["eta"])) == (4.0, 0.25, 7.5)
-    before = [p.detach().clone() for p in r.params]
-    r.run(max_steps=n1 + 4)
-    for n, p, a in zip(r.param_names, r.params, r.averaged_weights()):
-        torch.testing.assert_close(a, avg[n] + (p.detach() - avg[n]) / 4)  # the mean of 3 iterates + this one
-    assert any(not torch.equal(p, b) for p, b in zip(r.params, before))

@@ -21,7 +21,7 @@ from onlstm.lm.data import batchify, bptt_schedule
 from onlstm.lm.evaluate import perplexity, stream_loss
 from onlstm.lm.train import RunDirError, nonmono_switch, train
 from onlstm.runs import RunDir
-from support import TINY_LM, quiet, write_corpus
+from support import TINY_LM, quiet, with_train, write_corpus
 
 TINY = TINY_LM
 
@@ -84,7 +84,7 @@ def test_resume_mid_epoch_equals_uninterrupted(tmp_path, corpus, variant):
     full = train(tmp_path / "full", corpus, s, log=quiet)
     assert full["status"] == "finished"
     stop_at = steps_in_epoch(corpus, s, 1) + 3  # in epoch 2, after averaging started
-    part = train(tmp_path / "part", corpus, s, max_steps=stop_at, log=quiet)
+    part = train(tmp_path / "part", corpus, with_train(s, max_steps=stop_at), log=quiet)
     assert part["status"] == "stopped"
     p = part["progress"]
     assert (p["epoch"], p["batch"], p["step"]) == (2, 3, stop_at)
@@ -92,7 +92,7 @@ def test_resume_mid_epoch_equals_uninterrupted(tmp_path, corpus, variant):
         assert p["averaging"] and p["avg_count"] == 3
     saved = tensors(tmp_path / "part", "resume")
     assert any(k.startswith("hidden.") for k in saved)  # the carried state is part of the checkpoint
-    resumed = train(tmp_path / "part", corpus, s, resume=True, log=quiet)
+    resumed = train(tmp_path / "part", corpus, with_train(s, max_steps=None), resume=True, log=quiet)
     assert resumed["status"] == "finished"
     for name in ("model.last", "model.best", "resume"):
         assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / "part", name))
@@ -140,9 +140,9 @@ def test_ctrl_c_during_validation_resumes_with_that_validation(tmp_path, corpus,
     p, n1 = part["progress"], steps_in_epoch(corpus, s, 1)
     assert part["status"] == "interrupted" and (p["epoch"], p["batch"], p["history"]) == (1, n1, [])
     assert train(tmp_path / "part", corpus, s, resume=True, log=quiet)["status"] == "finished"
-    at_end = train(tmp_path / "end", corpus, s, max_steps=n1, log=quiet)
+    at_end = train(tmp_path / "end", corpus, with_train(s, max_steps=n1), log=quiet)
     assert at_end["status"] == "stopped" and len(at_end["progress"]["history"]) == 1
-    train(tmp_path / "end", corpus, s, resume=True, log=quiet)
+    train(tmp_path / "end", corpus, with_train(s, max_steps=None), resume=True, log=quiet)
     for run in ("part", "end"):
         assert log_rows(tmp_path / "full") == log_rows(tmp_path / run)
         for name in ("model.last", "model.best", "resume"):
@@ -497,9 +497,32 @@ def test_a_resume_with_a_max_steps_already_reached_makes_no_update(tmp_path, cor
     """--max-steps at or below the steps done: the run stops at once (the engine tested the budget only after an
     update, so such a resume trained one step past it)."""
     s, run = settings(epochs=2), tmp_path / "run"
-    assert train(run, corpus, s, max_steps=4, log=quiet)["status"] == "stopped"
+    assert train(run, corpus, with_train(s, max_steps=4), log=quiet)["status"] == "stopped"
     before = tensors(run, "resume")
     for limit in (4, 2):
-        again = train(run, corpus, s, resume=True, max_steps=limit, log=quiet)
+        again = train(run, corpus, with_train(s, max_steps=limit), resume=True, log=quiet)
         assert again["status"] == "stopped" and again["progress"]["step"] == 4
     assert_same_tensors(tensors(run, "resume"), before)
+
+
+def test_lm_train_resolves_its_settings_once_and_checks_its_output_once(tmp_path, corpus, monkeypatch):
+    """The walk from the command line to the first step reads the settings (file and flags) once and checks the
+    output folder once (issue #38: it did both twice)."""
+    from onlstm.config import Settings
+
+    calls = {"resolve": 0, "check_output": 0}
+    resolve, check_output = Settings.resolve.__func__, RunDir.check_output
+
+    def counted_resolve(cls, *args, **kw):
+        calls["resolve"] += 1
+        return resolve(cls, *args, **kw)
+
+    def counted_check(self, *args, **kw):
+        calls["check_output"] += 1
+        return check_output(self, *args, **kw)
+
+    monkeypatch.setattr(Settings, "resolve", classmethod(counted_resolve))
+    monkeypatch.setattr(RunDir, "check_output", counted_check)
+    argv = ["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(tmp_path / "run")]
+    assert main([*argv, "--max-steps", "1", "--no-final-test", "--no-progress"]) == 0
+    assert calls == {"resolve": 1, "check_output": 1}

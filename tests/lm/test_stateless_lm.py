@@ -19,7 +19,7 @@ from onlstm.lm.data import batchify
 from onlstm.lm.evaluate import perplexity, stream_loss
 from onlstm.lm.train import train
 from onlstm.syneval.evaluate import token_logprobs
-from support import TINY_LM, quiet, write_corpus
+from support import TINY_LM, quiet, with_train, write_corpus
 
 TRANSFORMER = {"cell": "transformer", "encoder_options": {"heads": 2, "block_dropout": 0.1}}
 
@@ -97,10 +97,12 @@ def test_training_carries_no_state_and_resumes_exactly(tmp_path, corpus):
     seen = []
     full = train(tmp_path / "full", corpus, s, on_step=lambda t: seen.append(t.hidden), log=quiet)
     assert full["status"] == "finished" and seen and all(h is None for h in seen)
-    part = train(tmp_path / "part", corpus, s, max_steps=len(seen) // 2 + 3, log=quiet)  # stops in epoch 2
+    part = train(tmp_path / "part", corpus, with_train(s, max_steps=len(seen) // 2 + 3), log=quiet)  # in epoch 2
     assert part["status"] == "stopped"
     assert not any(k.startswith("hidden.") for k in load_file(str(tmp_path / "part" / "resume.safetensors")))
-    assert train(tmp_path / "part", corpus, s, resume=True, log=quiet)["status"] == "finished"
+    assert (
+        train(tmp_path / "part", corpus, with_train(s, max_steps=None), resume=True, log=quiet)["status"] == "finished"
+    )
     for name in ("model.last", "model.best", "resume"):
         a, b = (load_file(str(tmp_path / r / f"{name}.safetensors")) for r in ("full", "part"))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
@@ -133,7 +135,7 @@ def test_transformer_lm_trains_and_evaluates_from_the_command_line(tmp_path, cor
     capsys.readouterr()
     assert main(["lm", "eval", "--checkpoint", str(out), "--data-dir", str(corpus), "--protocol", "paper"]) == 0
     assert "perplexity" in capsys.readouterr().out
-    assert main(["parse", "--checkpoint", str(out), str(tmp_path / "none.txt")]) == 2  # no master gates
+    assert main(["parsing", "parse", "--checkpoint", str(out), str(tmp_path / "none.txt")]) == 2  # no master gates
     assert "'transformer' model has no master gates" in capsys.readouterr().err
 
 

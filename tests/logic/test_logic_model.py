@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from onlstm.checkpoint import CheckpointError, load_weights, write_json
+from onlstm.checkpoint import CheckpointError, load_weights
 from onlstm.cli import main
+from onlstm.config import ConfigError
+from onlstm.files import write_json
 from onlstm.logic import data as D
 from onlstm.logic import evaluate as E
 from onlstm.logic import train as T
-from onlstm.logic.cli import SettingsError, parse_buckets
+from onlstm.logic.cli import parse_buckets
 from onlstm.logic.formulas import parse
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import (
@@ -396,7 +398,8 @@ def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
     assert res.interrupted and res.steps == 4 and res.best_step == 3
     header = json.loads((run / "config.json").read_text())
     assert header["status"] == "interrupted" and header["result"]["stopped_by"] == "interrupted"
-    assert "interrupted at step 4" in logs[-1] and "best checkpoint kept" in logs[-1]
+    assert "aborted at step 4" in logs[-1] and "best checkpoint kept" in logs[-1]  # a KeyboardInterrupt in a step
+    assert "continue with: onlstm logic train --resume" in logs[-1]  # from the check at step 3
     best, last = LogicClassifier(LogicModelConfig(**TINY)), LogicClassifier(LogicModelConfig(**TINY))
     load_weights(run / "model.best.safetensors", best)
     load_weights(run / "model.last.safetensors", last)
@@ -519,7 +522,7 @@ def test_parse_buckets():
     assert parse_buckets("1-12") == list(range(1, 13))
     assert parse_buckets("0-2,7") == [0, 1, 2, 7]
     assert parse_buckets([7, 8]) == [7, 8]
-    with pytest.raises(SettingsError):
+    with pytest.raises(ConfigError):
         parse_buckets("a-b")
 
 

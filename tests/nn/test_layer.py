@@ -395,18 +395,11 @@ def test_shapes_match_nn_lstm(impl, batch_first, bidirectional, unbatched):
         torch.testing.assert_close(d_tf.forget.transpose(0, 1), d.forget)
 
 
-def test_python_is_a_deprecated_alias_of_fused():
-    with pytest.warns(DeprecationWarning, match="impl='python' is deprecated.*use impl='fused'"):
-        m = make("python", 3, 6, chunk_size=2)
-    assert m.impl == "fused" and m.resolved_impl(torch.device("cpu"), torch.float64) == "fused"
+def test_an_unknown_impl_is_refused():
     ref = make("reference", 3, 6, chunk_size=2)
-    x = torch.randn(5, 2, 3, dtype=torch.float64)
-    torch.testing.assert_close(m(x)[0], ref(x)[0])
-    with pytest.warns(DeprecationWarning, match="use impl='fused'"):
-        ref.impl = "python"
-    assert ref.impl == "fused"
-    with pytest.raises(ValueError, match="impl must be one of"):
-        ref.impl = "cuda"
+    for name in ("python", "cuda"):  # "python" was fused's name before 0.1
+        with pytest.raises(ValueError, match="impl must be one of"):
+            ref.impl = name
 
 
 def test_bfloat16_runs_on_the_reference_path():

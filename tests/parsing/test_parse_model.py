@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from onlstm.checkpoint import config_header, save_weights, write_json
+from onlstm.checkpoint import config_header, save_weights
 from onlstm.cli import main
 from onlstm.data.grammar import Grammar
 from onlstm.data.vocab import Vocab
+from onlstm.files import write_json
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.parsing import build_tree, leaves, to_brackets, unlabel
 from onlstm.parsing.induce import load_language_model, normalise_words, sentence_distances
@@ -113,31 +114,31 @@ def test_parse_command_brackets_json_and_unknown_count(tmp_path, capsys):
     run = make_run(tmp_path, "the cat sat on mat".split())
     text = tmp_path / "in.txt"
     text.write_text("The cat sat on the mat.\n\nThe dog sat\n")
-    assert main(["parse", "--checkpoint", str(run), str(text)]) == 0
+    assert main(["parsing", "parse", "--checkpoint", str(run), str(text)]) == 0
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert len(lines) == 3 and lines[1] == ""  # one output line per input line: blank -> empty line
     assert leaves(__import__("onlstm").parsing.parse_brackets(lines[0])) == "the cat sat on the mat".split()
     assert "1 unknown" in err and "1 punctuation tokens dropped" in err
-    assert main(["parse", "--checkpoint", str(run), "--format", "json", "--layer", "3", str(text)]) == 0
+    assert main(["parsing", "parse", "--checkpoint", str(run), "--format", "json", "--layer", "3", str(text)]) == 0
     rows = [json.loads(l) for l in capsys.readouterr()[0].splitlines()]
     assert [r["line"] for r in rows] == [1, 2, 3] and rows[1]["tree"] is None and rows[2]["unknown"] == ["dog"]
     # the tree is the greedy builder applied to the reported layer's distances
     assert rows[0]["tree"] == to_brackets(build_tree(rows[0]["words"], rows[0]["distances"][2]))
-    assert main(["parse", "--checkpoint", str(run), "--format", "pretty", str(text)]) == 0
+    assert main(["parsing", "parse", "--checkpoint", str(run), "--format", "pretty", str(text)]) == 0
 
 
 def test_parse_command_errors(tmp_path, capsys):
     run = make_run(tmp_path, "a b".split())
-    assert main(["parse", "--checkpoint", str(tmp_path / "nope")]) == 2
+    assert main(["parsing", "parse", "--checkpoint", str(tmp_path / "nope")]) == 2
     assert "neither a run directory" in capsys.readouterr().err
-    assert main(["parse", "--checkpoint", str(run), "--layer", "7", str(run / "vocab.json")]) == 2
+    assert main(["parsing", "parse", "--checkpoint", str(run), "--layer", "7", str(run / "vocab.json")]) == 2
     assert "--layer must be between 1 and 3" in capsys.readouterr().err
     lstm = make_run(tmp_path, "a b".split(), cell="lstm")
-    assert main(["parse", "--checkpoint", str(lstm)]) == 2
+    assert main(["parsing", "parse", "--checkpoint", str(lstm)]) == 2
     assert "no master gates" in capsys.readouterr().err
     (run / "model.best.safetensors").write_bytes(b"not a safetensors file")
-    assert main(["parse", "--checkpoint", str(run)]) == 2
+    assert main(["parsing", "parse", "--checkpoint", str(run)]) == 2
     assert "corrupt" in capsys.readouterr().err
 
 
@@ -148,7 +149,19 @@ def test_eval_parse_command(tmp_path, capsys):
     run = make_run(tmp_path, "the cat sat on mat bob saw N dogs".split())
     out_trees = tmp_path / "pred.txt"
     assert (
-        main(["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--json", "--out-trees", str(out_trees)])
+        main(
+            [
+                "parsing",
+                "eval-parse",
+                "--checkpoint",
+                str(run),
+                "--treebank",
+                str(bank),
+                "--json",
+                "--out-trees",
+                str(out_trees),
+            ]
+        )
         == 0
     )
     res = json.loads(capsys.readouterr().out)
@@ -162,10 +175,10 @@ def test_eval_parse_command(tmp_path, capsys):
     assert res["baselines"]["right-branching"]["sentence_f1"] == pytest.approx((s1 + 1.0) / 2)
     written = [out_trees.with_name(f"pred.layer{l}.txt") for l in (1, 2, 3)]
     assert all(len(p.read_text().splitlines()) == 2 for p in written)
-    assert main(["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--layers", "2"]) == 0
+    assert main(["parsing", "eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--layers", "2"]) == 0
     table = capsys.readouterr().out
     assert "ON-LSTM layer 2" in table and "right-branching" in table and "sentences/s" in table
-    assert main(["eval-parse", "--checkpoint", str(run), "--treebank", str(tmp_path / "empty")]) == 2
+    assert main(["parsing", "eval-parse", "--checkpoint", str(run), "--treebank", str(tmp_path / "empty")]) == 2
 
 
 def test_eval_parse_marks_the_papers_column_and_prints_its_figure(tmp_path, capsys):
@@ -173,7 +186,7 @@ def test_eval_parse_marks_the_papers_column_and_prints_its_figure(tmp_path, caps
     bank.mkdir(parents=True)
     (bank / "wsj_2301.mrg").write_text(MRG)
     run = make_run(tmp_path, "the cat sat on mat bob saw N dogs".split())
-    base = ["eval-parse", "--checkpoint", str(run), "--treebank", str(tmp_path / "wsj"), "--layers", "2"]
+    base = ["parsing", "eval-parse", "--checkpoint", str(run), "--treebank", str(tmp_path / "wsj"), "--layers", "2"]
     expected = {(): None, ("--wsj10",): "WSJ10", ("--sections", "23"): "WSJ test (section 23)"}
     for flags, paper_set in expected.items():
         assert main([*base, *flags]) == 0
@@ -197,11 +210,37 @@ def test_plot_command(tmp_path, capsys):
     run = make_run(tmp_path, "the cat sat".split(), normalisation="lower")
     prefix = tmp_path / "fig"
     assert (
-        main(["plot", "--checkpoint", str(run), "the cat sat", "--gold", "((the cat) sat)", "--out", str(prefix)]) == 0
+        main(
+            [
+                "parsing",
+                "plot",
+                "--checkpoint",
+                str(run),
+                "the cat sat",
+                "--gold",
+                "((the cat) sat)",
+                "--out",
+                str(prefix),
+            ]
+        )
+        == 0
     )
     assert prefix.with_suffix(".png").stat().st_size > 1000 and prefix.with_suffix(".svg").exists()
     assert (
-        main(["plot", "--checkpoint", str(run), "the cat sat", "--gold", "((the dog) sat)", "--out", str(prefix)]) == 2
+        main(
+            [
+                "parsing",
+                "plot",
+                "--checkpoint",
+                str(run),
+                "the cat sat",
+                "--gold",
+                "((the dog) sat)",
+                "--out",
+                str(prefix),
+            ]
+        )
+        == 2
     )
     assert "differ" in capsys.readouterr().err
 
@@ -232,7 +271,7 @@ def test_demo_smoke(tmp_path, capsys):
     assert lines == {"train": 500, "valid": 300, "test": 60}
     assert res["train"]["steps"] > 0 and (out / "resume.safetensors").exists()
     # the demo's run directory is an ordinary language-model run
-    assert main(["parse", "--checkpoint", str(out)]) == 2  # no stdin text -> clear error, not a crash
+    assert main(["parsing", "parse", "--checkpoint", str(out)]) == 2  # no stdin text -> clear error, not a crash
     assert main(["lm", "eval", "--checkpoint", str(out), "--json", "--no-progress"]) == 0
 
 
@@ -271,21 +310,24 @@ def test_parse_keeps_one_output_line_per_input_line(tmp_path, capsys):
     run = make_run(tmp_path, "the cat sat on mat".split())
     text = tmp_path / "in.txt"
     text.write_text("the cat sat\n\n ... !\nthe mat\n")  # a blank line and a punctuation-only line
-    assert main(["parse", "--checkpoint", str(run), str(text)]) == 0
+    assert main(["parsing", "parse", "--checkpoint", str(run), str(text)]) == 0
     out, err = capsys.readouterr()
     lines = out.split("\n")[:-1]
     assert len(lines) == 4 and lines[1] == lines[2] == ""
     assert leaves(__import__("onlstm").parsing.parse_brackets(lines[3])) == ["the", "mat"]
     assert "nothing to parse" in err and "2, 3" in err
-    assert main(["parse", "--checkpoint", str(run), "--format", "json", str(text)]) == 0
+    assert main(["parsing", "parse", "--checkpoint", str(run), "--format", "json", str(text)]) == 0
     rows = [json.loads(l) for l in capsys.readouterr()[0].splitlines()]
     assert [r["line"] for r in rows] == [1, 2, 3, 4] and [r["tree"] is None for r in rows] == [0, 1, 1, 0]
 
 
 def test_layer_zero_is_refused_and_the_runs_layer_is_the_default(tmp_path, capsys):
     run = make_run(tmp_path, "the cat sat".split(), normalisation="lower")
-    for argv in (["parse", "--checkpoint", str(run), "--layer", "0"], ["plot", "the cat", "--checkpoint", str(run)]):
-        if argv[0] == "plot":
+    for argv in (
+        ["parsing", "parse", "--checkpoint", str(run), "--layer", "0"],
+        ["parsing", "plot", "the cat", "--checkpoint", str(run)],
+    ):
+        if argv[1] == "plot":
             argv += ["--layer", "0", "--out", str(tmp_path / "fig")]
         assert main(argv) == 2
         assert "--layer must be between 1 and 3" in capsys.readouterr().err
@@ -293,12 +335,12 @@ def test_layer_zero_is_refused_and_the_runs_layer_is_the_default(tmp_path, capsy
     write_json(run / "config.json", {**config, "parse_layer": 3})  # as `onlstm demo` saves its chosen layer
     text = tmp_path / "in.txt"
     text.write_text("the cat sat\n")
-    assert main(["parse", "--checkpoint", str(run), "--format", "json", str(text)]) == 0
+    assert main(["parsing", "parse", "--checkpoint", str(run), "--format", "json", str(text)]) == 0
     out, err = capsys.readouterr()
     row = json.loads(out)
     assert err.rstrip().endswith("layer 3")
     assert row["tree"] == to_brackets(build_tree(row["words"], row["distances"][2]))
-    assert main(["parse", "--checkpoint", str(run), "--layer", "1", str(text)]) == 0  # a given layer wins
+    assert main(["parsing", "parse", "--checkpoint", str(run), "--layer", "1", str(text)]) == 0  # a given layer wins
     assert capsys.readouterr().err.rstrip().endswith("layer 1")
 
 
@@ -320,7 +362,7 @@ def test_parse_a_5000_word_line(tmp_path, capsys):
     text = tmp_path / "long.txt"
     text.write_text(" ".join(["the", "cat", "sat"] * 1667)[: 5000 * 4] + "\n")
     for fmt in ("brackets", "pretty"):
-        assert main(["parse", "--checkpoint", str(run), "--format", fmt, str(text)]) == 0
+        assert main(["parsing", "parse", "--checkpoint", str(run), "--format", fmt, str(text)]) == 0
         out = capsys.readouterr().out
         assert out.count("cat") == 1667
 
@@ -333,15 +375,21 @@ def test_bad_parsing_options_are_one_line_errors(tmp_path, capsys):
     a_dir = tmp_path / "a-dir"
     a_dir.mkdir()
     cases = [
-        (["parse", "--checkpoint", str(run), "--batch-size", "0"], "--batch-size: must be at least 1"),
-        (["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--random-draws", "0"], "--random-draws"),
-        (["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--batch-size", "-1"], "--batch-size"),
+        (["parsing", "parse", "--checkpoint", str(run), "--batch-size", "0"], "--batch-size: must be at least 1"),
         (
-            ["eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--out-trees", str(a_dir)],
+            ["parsing", "eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--random-draws", "0"],
+            "--random-draws",
+        ),
+        (
+            ["parsing", "eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--batch-size", "-1"],
+            "--batch-size",
+        ),
+        (
+            ["parsing", "eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--out-trees", str(a_dir)],
             "is a directory",
         ),
-        (["plot", "the cat", "--checkpoint", str(run), "--out", str(a_dir)], "is a directory"),
-        (["plot", "the cat", "--checkpoint", str(run), "--out", "/proc/fig"], "cannot write in /proc"),
+        (["parsing", "plot", "the cat", "--checkpoint", str(run), "--out", str(a_dir)], "is a directory"),
+        (["parsing", "plot", "the cat", "--checkpoint", str(run), "--out", "/proc/fig"], "cannot write in /proc"),
     ]
     for argv, message in cases:
         try:
@@ -382,6 +430,6 @@ def test_pretty_trees_have_unbroken_lines(tmp_path, capsys):
                 assert below[c] not in up or cell in down, (n, i, c, "\n".join(lines))
     run = make_run(tmp_path, "the cat sat on mat".split())
     (tmp_path / "in.txt").write_text("the cat sat on the mat\n")
-    assert main(["parse", "--checkpoint", str(run), "--format", "pretty", str(tmp_path / "in.txt")]) == 0
+    assert main(["parsing", "parse", "--checkpoint", str(run), "--format", "pretty", str(tmp_path / "in.txt")]) == 0
     drawn = capsys.readouterr().out.splitlines()
     assert drawn[-1].split() == "the cat sat on the mat".split() and all(line.strip() for line in drawn)

@@ -343,10 +343,10 @@ def _write(path, lines):
 def test_compare_trees_table_and_json(tmp_path, capsys):
     gold = _write(tmp_path / "gold.txt", [GOLD6_LABELLED, "(S (NP (NN x)) (VP (VB y)))"])
     pred = _write(tmp_path / "pred.txt", [to_brackets(RIGHT6), "(x y)"])
-    assert main(["compare-trees", gold, pred]) == 0
+    assert main(["parsing", "compare-trees", gold, pred]) == 0
     out = capsys.readouterr().out
     assert "sentence F1" in out and "EVALB" in out and "NP" in out
-    assert main(["compare-trees", gold, pred, "--json"]) == 0
+    assert main(["parsing", "compare-trees", gold, pred, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     # sentence: (3/4 + 1) / 2; corpus: 3 of 4 both sides; EVALB: (4+1) of (5+1) both sides
     assert d["sentences"] == 2
@@ -359,7 +359,7 @@ def test_compare_trees_table_and_json(tmp_path, capsys):
 def test_compare_trees_unlabelled_gold(tmp_path, capsys):
     gold = _write(tmp_path / "g.txt", ["((a b) c)", "(d e)"])
     pred = _write(tmp_path / "p.txt", ["(a (b c))", "(d e)"])
-    assert main(["compare-trees", gold, pred, "--json"]) == 0
+    assert main(["parsing", "compare-trees", gold, pred, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["sentence_f1"]["f1"] == pytest.approx(0.5) and d["label_recall"] is None
 
@@ -367,7 +367,7 @@ def test_compare_trees_unlabelled_gold(tmp_path, capsys):
 def test_compare_trees_normalise_gold(tmp_path, capsys):
     gold = _write(tmp_path / "g.txt", ["( (S (NP-SBJ (NNP Sales)) (VP (VBD rose) (NP (CD 5) (NN %))) (. .)) )"])
     pred = _write(tmp_path / "p.txt", ["(sales (rose (N %)))"])
-    assert main(["compare-trees", gold, pred, "--normalise-gold", "--json"]) == 0
+    assert main(["parsing", "compare-trees", gold, pred, "--normalise-gold", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sentence_f1"]["f1"] == 1.0
 
 
@@ -383,12 +383,12 @@ def test_compare_trees_normalise_gold(tmp_path, capsys):
 def test_compare_trees_bad_input(tmp_path, capsys, pred_lines, message):
     gold = _write(tmp_path / "g.txt", ["((a b) c)", "(d e)"])
     pred = _write(tmp_path / "p.txt", pred_lines)
-    assert main(["compare-trees", gold, pred]) == 2
+    assert main(["parsing", "compare-trees", gold, pred]) == 2
     captured = capsys.readouterr()
     assert message in captured.err and captured.out == ""
 
 
 def test_compare_trees_missing_file(tmp_path, capsys):
     gold = _write(tmp_path / "g.txt", ["(a b)"])
-    assert main(["compare-trees", gold, str(tmp_path / "nope.txt")]) == 2
+    assert main(["parsing", "compare-trees", gold, str(tmp_path / "nope.txt")]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -186,7 +186,7 @@ def test_language_model_command(name, corpus, tmp_path, capsys):
     text = tmp_path / "sentences.txt"
     text.write_text("the cat sat on the mat\n")
     capsys.readouterr()
-    rc = main(["parse", "--checkpoint", str(run), str(text)])
+    rc = main(["parsing", "parse", "--checkpoint", str(run), str(text)])
     if E.has_distances(name):
         assert rc == 0
     else:

@@ -14,9 +14,10 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checkpoint import atomic_write, read_json, write_json
+from ..checkpoint import read_json
 from ..config import add_command, add_group, arg, positive_number
 from ..errors import DISK_FULL_ERRNOS, EXIT_FINDING, InputError, OnlstmError
+from ..files import atomic_write, write_json
 
 MANIFEST = "download.json"
 CHUNK = 1 << 20

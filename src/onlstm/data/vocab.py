@@ -6,7 +6,8 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..checkpoint import CheckpointError, read_json, write_json
+from ..checkpoint import CheckpointError, read_json
+from ..files import write_json
 
 EOS, UNK = "<eos>", "<unk>"
 

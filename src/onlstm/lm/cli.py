@@ -26,12 +26,7 @@ def register(subparsers) -> None:
             "--resume",
             action="store_true",
             help="continue the run in --out exactly where it stopped (its saved settings are used; only "
-            "runtime fields such as --epochs, --device, --threads may change)",
-        ),
-        arg(
-            "--max-steps",
-            type=positive_int,
-            help="stop after this many optimizer steps in total; save a resumable checkpoint",
+            "runtime fields such as --epochs, --max-steps, --device, --threads may change)",
         ),
     )
     add_config_flags(train)
@@ -81,9 +76,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         explicit = explicit_settings(args.config, args)
         check_typed_options([explicit["model"].get("cell", "onlstm")], flags_given(args, "model"))
         check_option_clash(explicit["model"])
-        if args.max_steps is not None and args.max_steps <= 0:
-            raise ValueError(f"--max-steps must be positive, got {args.max_steps}")
-        result = train(args.out, args.data_dir, explicit, resume=args.resume, max_steps=args.max_steps, log=tqdm.write)
+        result = train(args.out, args.data_dir, explicit, resume=args.resume, log=tqdm.write)
     except ValueError as e:  # the settings' checks raise plain ValueErrors: bad input all the same
         raise command_error(e) from None
     return EXIT_INTERRUPTED if result["status"] == "interrupted" else 0

@@ -10,23 +10,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import (
-    RUNTIME_NAMES,
     ConfigError,
     Runtime,
     Settings,
     add_flags,
     check_probabilities,
+    check_section,
     command_line,
     field_defaults,
     option,
+    runtime_fields,
+    runtime_option,
     seed_option,
     threads_option,
 )
 from ..models.language_model import LMConfig
 from ..nn import kernels
-
-# A saved run's config without ar_target was trained before the option existed: AR on the dropped output.
-AR_TARGET_BEFORE_OPTION = "dropped"
 
 
 @dataclass
@@ -37,14 +36,21 @@ class TrainConfig(Runtime):
     section = "train"
 
     seed: int = seed_option(141, "random seed (weights, dropout masks, BPTT lengths)")
-    epochs: int = option(1000, "number of passes over the training text", bounds=(1, None))
+    epochs: int = runtime_option(1000, "number of passes over the training text", bounds=(1, None))
     # Minutes, as logic's time_limit and the engine's Budget. Like max_steps it stops without validating:
     # a check in the middle of an epoch would add a row to the epoch log and could move NT-ASGD's switch.
-    time_limit: float | None = option(
+    time_limit: float | None = runtime_option(
         None,
         "stop after this many minutes of training (every session of the run counted; checked after every "
         "step; the resume file is written, validation stays at the epochs' ends)",
         default_text="no limit",
+    )
+    max_steps: int | None = runtime_option(
+        None,
+        "stop after this many optimizer steps in all (with epochs and time_limit, whichever comes first); the "
+        "resume file is written, validation stays at the epochs' ends",
+        default_text="no limit",
+        bounds=(1, None),
     )
     batch_size: int = option(20, "columns the training stream is cut into (split among processes)", bounds=(1, None))
     eval_batch_size: int = option(10, "columns of the validation stream in training (reference: 10)", bounds=(1, None))
@@ -87,26 +93,30 @@ class TrainConfig(Runtime):
         "keep only the N most frequent training words (others become <unk>; 0: every word); with a "
         "vocab.txt in the data folder, its first N words",
     )
-    final_test: bool = option(True, "at the end, score the best weights on the test set (test_batch_size columns)")
+    final_test: bool = runtime_option(
+        True, "at the end, score the best weights on the test set (test_batch_size columns)"
+    )
     # --- runtime options (may change when resuming) ---
-    onlstm_impl: str = option(
+    onlstm_impl: str = runtime_option(
         "auto",
         "what runs the ON-LSTM layers: auto (the fastest available for the device: the C++ kernel on CPU, "
         "Triton on CUDA), reference (the step loop), or a registered kernel's name (onlstm info lists them)",
     )
-    precision: str = option(
+    precision: str = runtime_option(
         "fp32",
         "fp32, or bf16: training steps under torch.autocast (matrix products in bfloat16, the ON-LSTM cell "
         "state and cumax and the loss in float32; meant for CUDA); evaluation always runs in float32",
         choices=("fp32", "bf16"),
     )
-    log_every: int = option(
+    log_every: int = runtime_option(
         100, "batches between reports: the progress bar's figures, a log line, a row of steps.csv", bounds=(1, None)
     )
-    checkpoint_every: int = option(
+    checkpoint_every: int = runtime_option(
         1000, "batches between resumable checkpoints (also at every epoch end and on Ctrl-C)", bounds=(1, None)
     )
-    tensorboard: bool = option(False, "also write the reports to RUN_DIR/tensorboard (needs the tensorboard package)")
+    tensorboard: bool = runtime_option(
+        False, "also write the reports to RUN_DIR/tensorboard (needs the tensorboard package)"
+    )
 
     def validate(self) -> None:
         for name in ("lr", "bptt_std", "weight_decay", "clip", "alpha", "beta"):
@@ -126,11 +136,8 @@ class TrainConfig(Runtime):
             )
 
 
-# Fields that describe how to run, not what is learned: they may differ when a run is resumed.
-RUNTIME_FIELDS = (
-    *RUNTIME_NAMES,
-    *"epochs time_limit final_test onlstm_impl precision log_every checkpoint_every tensorboard".split(),
-)
+#: The fields that describe how to run, not what is learned (declared ``runtime``): they may change on resume.
+RUNTIME_FIELDS = runtime_fields(TrainConfig)
 
 
 @dataclass
@@ -163,11 +170,16 @@ def explicit_settings(path: Path | str | None = None, overrides: argparse.Namesp
 
 def load_config(path: Path | str | None = None, overrides: argparse.Namespace | dict | None = None) -> RunConfig:
     """Defaults <- YAML file or preset ``path`` <- ``overrides`` (as :func:`explicit_settings`)."""
-    given = explicit_settings(path, overrides)
+    return run_config(explicit_settings(path, overrides), path)
+
+
+def run_config(given: dict, source: Path | str | None = None) -> RunConfig:
+    """The settings ``given`` (:func:`explicit_settings`' result, read from ``source``) over the defaults."""
     try:
-        return RunConfig({**field_defaults(LMConfig), **given["model"]}, TrainConfig.from_dict(given["train"]))
+        model, train = check_section(LMConfig, given.get("model", {}), "model"), given.get("train", {})
+        return RunConfig({**field_defaults(LMConfig), **model}, TrainConfig.from_dict(train))
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{path or 'configuration'}: {e}") from None
+        raise ConfigError(f"{source or 'configuration'}: {e}") from None
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:

@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from ..runs import progress_bar
+from ..runs.dist import DistContext
 from ..runs.engine import Interrupted  # raised inside an evaluation when should_stop() turned true
-from .data import DistContext, batchify, column_share
+from .data import batchify, column_share
 
 PROTOCOLS = ("paper", "batched")
 
@@ -78,7 +79,7 @@ def perplexity(
     should_stop=None,
 ) -> Perplexity:
     """Perplexity of ``model`` on the stream ``ids`` (1-D) under ``protocol`` (``paper``: batch 1, ``batched``:
-    ``batch_size`` columns). With ``ctx``, a :class:`~onlstm.lm.data.DistContext` of several processes, each
+    ``batch_size`` columns). With ``ctx``, a :class:`~onlstm.runs.dist.DistContext` of several processes, each
     scores its share of the columns and the sums are added up; ``should_stop()`` true raises Interrupted."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")

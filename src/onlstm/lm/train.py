@@ -19,32 +19,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checkpoint import CheckpointError, config_header, load_weights, save_weights, write_json, write_text
+from ..checkpoint import CheckpointError, config_header, load_weights, save_weights
 from ..config import ConfigError, check_section
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
+from ..files import write_json, write_text
 from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
-from ..runs import (
-    RunDir,
-    RunDirError,
-    StopRequest,
-    read_resume,
-    restore_training,
-    resume_clash,
-    setup_torch,
-    training_tensors,
-    write_resume,
-)
+from ..runs import RunDir, RunDirError, StopRequest, restore_training, resume_clash, setup_torch
 from ..runs.device import prepare_kernel
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, diverged, update
-from .config import AR_TARGET_BEFORE_OPTION, RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, load_config
-from .data import DistContext, batchify, bptt_schedule, column_share, segment, setup, teardown
+from ..runs.dist import DistContext, setup, teardown
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, diverged, stop_report, update
+from ..runs.resume import read_training, save_training
+from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, run_config
+from .data import batchify, bptt_schedule, column_share, segment
 from .evaluate import Interrupted, perplexity
 
 RESUME_FILE = RunDir.RESUME  # the name tests and older code import
-RESUME_FORMAT = "onlstm-lm-resume/1"
 LOG_COLUMNS = tuple(
     "epoch steps train_loss train_ppl valid_loss valid_ppl best_valid_ppl averaging tokens epoch_seconds "
     "tokens_per_s elapsed_s".split()
@@ -54,23 +46,13 @@ _TASK = dict(averaging=False, avg_count=0, sgd_valid_history=[], epoch_loss_sum=
 _TASK.update(finished=False, results=None)
 
 
-def saved_progress(prog: Progress, history: list[dict], pass_length: Callable[[int], int]) -> dict:
-    """Where a run is, as resume format 1 and :func:`train` give it: epochs from 1, ``batch`` = segments done,
-    ``best_valid`` = the lowest validation loss; a pass with validation due is its epoch, ``pass_length`` done."""
+def progress_view(prog: Progress, history: list[dict], pass_length: Callable[[int], int]) -> dict:
+    """Where a run is, as :func:`train` gives it: epochs from 1, ``batch`` = segments done, ``best_valid`` = the
+    lowest validation loss; a pass with validation due is its epoch, ``pass_length`` done."""
     epoch, batch = (prog.epoch, pass_length(prog.epoch)) if prog.check_due else (prog.epoch + 1, prog.pos)
     best = None if prog.best is None else -prog.best
     out = {"epoch": epoch, "batch": batch, "step": prog.step, "best_valid": best, "history": history}
     return {**out, **prog.task, "elapsed": prog.seconds}
-
-
-def progress_from_saved(saved: dict, pass_length: Callable[[int], int]) -> tuple[Progress, list[dict]]:
-    """:func:`saved_progress` read back: the engine's record and the history (no patience: no best step kept)."""
-    s, history = dict(saved), list(saved["history"])
-    due = bool(s["batch"]) and s["batch"] == pass_length(s["epoch"])  # stopped after its last batch
-    best = None if s["best_valid"] is None else -s["best_valid"]
-    task = {k: s[k] for k in _TASK}
-    epoch, pos = s["epoch"] - 1 + due, 0 if due else s["batch"]
-    return Progress(s["step"], epoch, pos, best, seconds=s["elapsed"], check_due=due, task=task), history
 
 
 class _Objective(nn.Module):
@@ -148,9 +130,29 @@ def run_config_from_saved(saved: dict) -> RunConfig:
     if saved.get("kind") != "lm":
         raise CheckpointError(f"{RunDir.CONFIG} has kind {saved.get('kind')!r}, not 'lm': not a language-model run")
     model = {k: v for k, v in saved["model"].items() if k != "vocab_size"}
-    # runs saved before ar_target existed trained AR on the dropped output: they resume doing so
-    train = {"ar_target": AR_TARGET_BEFORE_OPTION, **saved["train"]}
-    return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(train))
+    return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(saved["train"]))
+
+
+def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
+    """The run's settings, resolved once: defaults < ``explicit``; on resume the saved settings, of which only the
+    runtime fields may change. Every setting is checked (the model's too) before anything is created or read."""
+    if not resume:
+        config = run_config(explicit)
+    elif not run.config_path.exists():
+        raise RunDirError(
+            f"--resume: {run.path} holds no {run.CONFIG}; it is not a run directory "
+            "(drop --resume to start a new run there)"
+        )
+    else:
+        saved = run_config_from_saved(run.read_config())
+        train = saved.train.to_dict()
+        given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
+        if clash := resume_clash({"model": saved.model, "train": train}, {**explicit, "train": given}, RUNTIME_FIELDS):
+            raise RunDirError(clash)
+        train.update({k: v for k, v in given.items() if k in RUNTIME_FIELDS})
+        config = RunConfig(dict(saved.model), TrainConfig.from_dict(train))
+    config.model_config(vocab_size=1)
+    return config
 
 
 def refuse_restart(run: RunDir) -> None:
@@ -179,14 +181,20 @@ class Trainer:
         self,
         run_dir: Path,
         data_dir: Path,
-        explicit: dict,
+        settings: dict | RunConfig,
         resume: bool = False,
         ctx: DistContext | None = None,
         log: Callable[[str], None] = print,
         keep: tuple[str, ...] = (),
     ):
-        self.rundir, self.data_dir, self.resume, self._keep = RunDir(run_dir), Path(data_dir), resume, keep
-        self.config = self._resolve_config(explicit)
+        """``settings``: the run's, resolved (:func:`resolve_settings`, as :func:`train` does), or the ones the user
+        gave (``{"model": {...}, "train": {...}}``), resolved here after the output folder's check."""
+        self.rundir, self.data_dir, self.resume = RunDir(run_dir), Path(data_dir), resume
+        if not isinstance(settings, RunConfig):
+            if not resume:
+                self.rundir.check_output(command="onlstm lm train", keep=keep)
+            settings = resolve_settings(self.rundir, settings, resume)
+        self.config = settings
         cfg = self.cfg = self.config.train
         setup_torch(cfg.threads)
         self.ctx, self._log = ctx or setup(cfg.device), log
@@ -211,25 +219,6 @@ class Trainer:
             refuse_restart(self.rundir)
             self.log(f"{self.rundir.path} has no {RunDir.RESUME} yet; starting from the beginning")
         self.engine: Engine | None = None
-
-    def _resolve_config(self, explicit: dict) -> RunConfig:
-        """Defaults < explicit; on resume the saved settings, of which only the runtime fields may change."""
-        run = self.rundir
-        if not self.resume:
-            run.check_output(command="onlstm lm train", keep=self._keep)
-            return load_config(None, explicit)
-        if not run.config_path.exists():
-            raise RunDirError(
-                f"--resume: {run.path} holds no {run.CONFIG}; it is not a run directory "
-                "(drop --resume to start a new run there)"
-            )
-        saved = run_config_from_saved(run.read_config())
-        train = saved.train.to_dict()
-        given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
-        if clash := resume_clash({"model": saved.model, "train": train}, {**explicit, "train": given}, RUNTIME_FIELDS):
-            raise RunDirError(clash)
-        train.update({k: v for k, v in given.items() if k in RUNTIME_FIELDS})
-        return RunConfig(dict(saved.model), TrainConfig.from_dict(train))
 
     def _load_data(self) -> None:
         """The corpus (with the run's vocabulary checked on resume) and this process's training columns."""
@@ -294,8 +283,8 @@ class Trainer:
 
     @property
     def progress(self) -> SimpleNamespace:
-        """Where the run is, in :func:`saved_progress`'s terms (epochs from 1, ``batch``, ``averaging``, ...)."""
-        return SimpleNamespace(**saved_progress(self.prog, self.history, self.pass_length))
+        """Where the run is, in :func:`progress_view`'s terms (epochs from 1, ``batch``, ``averaging``, ...)."""
+        return SimpleNamespace(**progress_view(self.prog, self.history, self.pass_length))
 
     def schedule(self, epoch: int) -> list:
         """The BPTT segments of ``epoch`` (from 1)."""
@@ -443,31 +432,28 @@ class Trainer:
         self.ctx.main_writes(lambda: self._write_state(tensors, layout, prog, history))
 
     def _write_state(self, tensors: dict, layout: list[int], prog: Progress, history: list[dict]) -> None:
-        common, opt_meta = training_tensors(self.model, self.optimizer, self.ctx.device)
-        meta = {"progress": saved_progress(prog, history, self.pass_length), "optimizer": opt_meta}
-        meta.update(hidden_layout=layout, model_config=self.model_config.to_dict(), world=self.ctx.world)
-        write_resume(self.rundir.resume_path, RESUME_FORMAT, {**tensors, **common}, meta)
+        meta = dict(
+            history=history, hidden_layout=layout, model_config=self.model_config.to_dict(), world=self.ctx.world
+        )
+        save_training(self.rundir.resume_path, "lm", prog, self.model, self.optimizer, self.ctx.device, tensors, **meta)
         self._save_eval_weights("last")
         write_log_csv(self.rundir.log_path, history)
 
     def _load(self, path: Path) -> None:
         fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
-        keys = ("model_config", "progress", "optimizer", "hidden_layout")
-        tensors, meta = read_resume(path, RESUME_FORMAT, "an onlstm language-model resume file", keys, fix)
-        try:
-            self.prog, self.history = progress_from_saved(meta["progress"], self.pass_length)
-        except (KeyError, TypeError) as e:
-            raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({e!r}); {fix}") from None
+        keys = ("history", "model_config", "hidden_layout")
+        self.prog, tensors, meta = read_training(path, "lm", keys, fix)
+        self.history = list(meta["history"])
+        if set(self.prog.task) != set(_TASK):
+            raise CheckpointError(f"{path}: metadata is incomplete or corrupt (progress.task); {fix}")
         if meta["model_config"] != self.model_config.to_dict():
             raise CheckpointError(
                 f"{path} was written for another model ({meta['model_config']}) than {RunDir.CONFIG} "
                 f"describes ({self.model_config.to_dict()}); the run directory is inconsistent"
             )
-        if saved_asgd := "t0" in (meta["optimizer"].get("param_groups") or [{}])[0]:  # torch's ASGD
+        if "t0" in (meta["optimizer"].get("param_groups") or [{}])[0]:  # saved in the averaging phase (torch's ASGD)
             self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
         restore_training(path, tensors, meta["optimizer"], self.model, self.optimizer, self.ctx.device)
-        if self.prog.task["averaging"] and not saved_asgd:
-            self._continue_old_average(path, tensors, self.prog.task["avg_count"], meta["optimizer"])
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
         self.log(
@@ -477,21 +463,6 @@ class Trainer:
 
     def _position(self) -> str:
         return "epoch {epoch}, batch {batch}, step {step}".format(**vars(self.progress))
-
-    def _continue_old_average(self, path: Path, tensors: dict, k: int, opt_meta: dict) -> None:
-        """A file saved in the averaging phase before it used torch's ASGD holds SGD state and its own mean
-        ``avg.*`` of the last ``avg_count`` iterates. Go on with ASGD from that mean: ASGD's state after
-        step s averages s - 1 iterates (mu = 1/s), and eta is the rate of the last step."""
-        self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
-        if k == 0:  # no averaged step yet: a fresh ASGD is exactly that state
-            return
-        eta = float(opt_meta["param_groups"][0]["lr"])
-        for n, p in zip(self.param_names, self.params):
-            if f"avg.{n}" not in tensors:
-                raise CheckpointError(f"{path}: averaged weights avg.{n} missing; the file is incomplete")
-            state = {"step": float(k + 1), "eta": eta, "mu": 1.0 / (k + 1)}
-            self.optimizer.state[p] = {s: torch.tensor(v, dtype=p.dtype, device=p.device) for s, v in state.items()}
-            self.optimizer.state[p]["ax"] = tensors[f"avg.{n}"].to(dtype=p.dtype, device=p.device).clone()
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""
@@ -522,8 +493,8 @@ class Trainer:
         when = f"in epoch {prog.epoch + 1} (by step {prog.step})"
         raise diverged(loss, when, f"{', '.join(kept)} in {self.rundir.path}" if kept else "", clip=0.25)
 
-    def run(self, max_steps: int | None = None, on_step: Callable[[Trainer], None] | None = None) -> dict:
-        """Train to ``cfg.epochs`` (or until ``max_steps`` optimizer steps in total, ``cfg.time_limit`` minutes of
+    def run(self, on_step: Callable[[Trainer], None] | None = None) -> dict:
+        """Train to ``cfg.epochs`` (or until ``cfg.max_steps`` optimizer steps in all, ``cfg.time_limit`` minutes of
         training, or a stop request), then (``final_test``) score the best weights. Returns ``{"status": ...,
         "progress": ...}``; the status is ``finished``, ``stopped`` (max_steps, time_limit) or ``interrupted``."""
         cfg, prog = self.cfg, self.prog
@@ -531,7 +502,9 @@ class Trainer:
         self.model.train()
         if prog.epoch >= cfg.epochs and not prog.check_due:
             self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
-        budget = Budget(cfg.epochs, 0, max_steps, cfg.time_limit, check_at_stop=False, save_every=cfg.checkpoint_every)
+        budget = Budget(
+            cfg.epochs, 0, cfg.max_steps, cfg.time_limit, check_at_stop=False, save_every=cfg.checkpoint_every
+        )
         hook = (lambda: on_step(self)) if on_step is not None else None
         bar, main = cfg.progress and self.ctx.is_main, self.ctx.is_main
         report = Reporting.for_run(self.rundir, cfg.log_every, cfg.progress, cfg.tensorboard, main)
@@ -539,31 +512,22 @@ class Trainer:
             self, budget, prog, self.history, self.log, bar, on_step=hook, agree=self.ctx.any, report=report
         )
         why = self.engine.run()
+        self.log(self._stop_report(why, budget))
         if why == "aborted":
-            self.log("aborted without saving; the last checkpoint is kept")
             raise KeyboardInterrupt
         status = {"epochs": "finished", "max_steps": "stopped", "time_limit": "stopped"}.get(why, why)
-        if why == "interrupted":
-            self.engine.save_state()
-            self.log(self._stopped_message("interrupted during validation" if prog.check_due else "interrupted"))
-        elif why == "max_steps":
-            self.log(self._stopped_message(f"stopped after {prog.step} steps (max_steps)"))
-        elif why == "time_limit":  # the clock counts every session: resuming needs a larger limit to train further
-            limit = f"{cfg.time_limit:.3g}"
-            self.log(
-                self._stopped_message(f"stopped at the time limit ({limit} min)", f" --time-limit M (M > {limit})")
-            )
-        else:
+        if why == "epochs":
             prog.task["finished"] = True
             if prog.task["results"] is None and cfg.final_test:
                 status = self._final_test()
         return {"status": status, "progress": vars(self.progress)}
 
-    def _stopped_message(self, why: str, more_flags: str = "") -> str:
-        return (
-            f"{why}: saved {self.rundir.resume_path} at {self._position()}; "
-            f"continue with: onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume{more_flags}"
-        )
+    def _stop_report(self, why: str, budget: Budget) -> str:
+        prog, resume = self.prog, f"onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume"
+        best = "" if prog.best is None else f"(valid ppl {math.exp(-prog.best):.2f} at step {prog.best_step})"
+        epochs = prog.epoch + prog.pos / max(self.pass_length(prog.epoch + 1), 1)
+        saved = self.rundir.resume_path.exists()
+        return stop_report(why, prog, budget, resume, best=best, saved=saved, epochs=epochs)
 
     def _final_test(self) -> str:
         """Score the best weights on the first process; every process learns whether that was interrupted."""
@@ -631,7 +595,7 @@ def train_language_model(
     if isinstance(config, RunConfig):
         explicit: dict = {"model": dict(config.model), "train": config.train.to_dict()}
     elif isinstance(config, dict):
-        explicit = config
+        explicit = explicit_settings(None, config)  # its sections and names checked
     else:
         explicit = explicit_settings(config)
     done = train(Path(out), Path(data_dir), explicit, resume=resume, log=log)
@@ -643,25 +607,23 @@ def train(
     data_dir: Path,
     explicit: dict | None = None,
     resume: bool = False,
-    max_steps: int | None = None,
     on_step=None,
     log: Callable[[str], None] = print,
     keep: tuple[str, ...] = (),
 ) -> dict:
     """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the user (config
-    file and flags); ``max_steps``: optimizer steps in all; ``on_step(trainer)`` after each; ``log(message)``; ``keep``:
+    file and flags); ``on_step(trainer)`` after each update; ``log(message)``; ``keep``:
     names a new run's directory may already hold (the demo's corpus). Returns
     ``{"status", "progress"}``; joins the process group under torchrun."""
     run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train", keep=keep)
     if resume and run.config_path.exists() and not run.resume_path.exists():
         refuse_restart(run)  # before the lock and the data: nothing to do
-    if not resume:  # every setting checked (the model's too) before anything is created or read
-        load_config(None, explicit or {}).model_config(vocab_size=1)
+    config = resolve_settings(run, explicit or {}, resume)
     main = int(os.environ.get("RANK", "0")) == 0  # under torchrun the first process holds the lock
     try:
         with run.lock("onlstm lm train", log=log, enabled=main):
-            trainer = Trainer(run_dir, data_dir, explicit or {}, resume=resume, log=log, keep=keep)
-            result = trainer.run(max_steps=max_steps, on_step=on_step)
+            trainer = Trainer(run_dir, data_dir, config, resume=resume, log=log)
+            result = trainer.run(on_step=on_step)
             # every process done with its collectives before any leaves the group: once, under load, a process
             # that left first took the other down at exit ("terminate called without an active exception")
             trainer.ctx.barrier()

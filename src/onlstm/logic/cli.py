@@ -29,9 +29,6 @@ SECTIONS = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": Com
 CONFIG_KEYS = ("data", "out")
 DATA_KIND = "logic-data"  # the marker of a folder logic generate wrote (onlstm.files.publish_folder)
 
-#: Bad --config file or option values; printed on stderr, exit status 2 (the name the logic commands used).
-SettingsError = ConfigError
-
 
 def register(subparsers) -> None:
     """Add ``onlstm logic`` with its own sub-commands to the top-level ``subparsers``."""
@@ -142,7 +139,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     """
     given = flags_given(args, "generate")  # bad settings and a bad --out raise errors the command line reports
     if "test_fraction" in given and "test_count" in given:
-        raise SettingsError("give --test-fraction or --test-count, not both")
+        raise ConfigError("give --test-fraction or --test-count, not both")
     cfg = GenerateConfig.from_dict(given)
     # a new or empty folder, or an earlier generated set (replaced whole), or --overwrite: never a mix with files
     # already there (Bowman's train0-12 have the same names)
@@ -206,11 +203,11 @@ def _cmd_holdout(args: argparse.Namespace) -> int:
     test{k} with those where one does (a systematicity split: train on the rest, score on the held-out pairs).
     """
     if (args.split is None) == (args.pattern is None):
-        raise SettingsError("give --split A|B|C or --pattern REGEX (one of the two)")
+        raise ConfigError("give --split A|B|C or --pattern REGEX (one of the two)")
     try:
         regex = re.compile(systematicity_regex(args.split) if args.split else args.pattern)
     except re.error as exc:
-        raise SettingsError(f"--pattern {args.pattern[:80]!r} is not a regular expression: {exc}") from None
+        raise ConfigError(f"--pattern {args.pattern[:80]!r} is not a regular expression: {exc}") from None
     examples = read_examples(args.data, split="train")
     check_output_owner(args.out, DATA_KIND, overwrite=args.overwrite)
     files: dict[str, list] = {}
@@ -240,7 +237,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     ours = file_statistics(read_examples(args.path, split=args.split))
     theirs = file_statistics(read_examples(args.against, split=args.split)) if args.against else ours
     if args.against and not set(ours) & set(theirs):
-        raise SettingsError(f"{args.path} and {args.against} have no file name in common: nothing to compare")
+        raise ConfigError(f"{args.path} and {args.against} have no file name in common: nothing to compare")
     print(compare_table(ours, theirs, list(STATISTICS)) if args.against else _stats_table(ours, list(STATISTICS)))
     return 0
 
@@ -284,12 +281,12 @@ def resolve_settings(args: argparse.Namespace, compare: bool = False):
     data = args.data or settings.keys.get("data")
     out = args.out or settings.keys.get("out")
     if data is None:
-        raise SettingsError(
+        raise ConfigError(
             "no data directory: pass --data DIR (or data: in the --config file); "
             "create one with `onlstm logic generate --out DIR`"
         )
     if out is None:
-        raise SettingsError("no output directory: pass --out DIR (or out: in the --config file)")
+        raise ConfigError("no output directory: pass --out DIR (or out: in the --config file)")
     return model_cfg, train_cfg, Path(data), Path(out), what
 
 
@@ -304,7 +301,7 @@ def train_command(config: dict) -> str | None:
 
 def _numbers(text: str | list, what: str, example: str, ranges: bool = True) -> list[int]:
     """Comma-separated whole numbers (``32_000`` too), with ``ranges`` also spans ``a-b`` (both ends included),
-    or a list of them, in the order given; empty, negative or unreadable: a :class:`SettingsError`."""
+    or a list of them, in the order given; empty, negative or unreadable: a :class:`ConfigError`."""
     items = text if isinstance(text, list) else [t for t in str(text).split(",") if t.strip()]
     out: list[int] = []
     try:
@@ -314,7 +311,7 @@ def _numbers(text: str | list, what: str, example: str, ranges: bool = True) -> 
     except ValueError:
         out = []
     if not out or min(out) < (0 if ranges else 1):
-        raise SettingsError(f"{what} {text!r}: give {example}")
+        raise ConfigError(f"{what} {text!r}: give {example}")
     return out
 
 

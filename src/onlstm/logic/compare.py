@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..checkpoint import CheckpointError, read_json, write_json, write_text
+from ..checkpoint import CheckpointError, read_json
+from ..files import write_json, write_text
 from ..runs import RunDir, resolve_device
 from .evaluate import (
     DEFAULT_BUCKETS,

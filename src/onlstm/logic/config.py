@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import encoders
-from ..config import Config, ConfigError, Runtime, Settings, check_probabilities, option, seed_option
+from ..config import Config, ConfigError, Runtime, Settings, check_probabilities, option, runtime_option, seed_option
 from ..nn.functional import MASTER_INPUT_MODES
 from .formulas import VOCABULARY
 from .relations import RELATIONS
@@ -103,7 +103,7 @@ class LogicTrainConfig(Runtime):
         2000, "updates per curriculum stage (0: none, overriding a preset)", bounds=(0, None)
     )
     seed: int = seed_option(0, "seed of subset, split, init, dropout and batch order")
-    epochs: int = option(
+    epochs: int = runtime_option(
         30, "maximum epochs (passes over all training pairs; a curriculum's short passes don't count)", bounds=(1, None)
     )
     batch_size: int = option(128, "pairs per step", bounds=(1, None))
@@ -124,23 +124,25 @@ class LogicTrainConfig(Runtime):
     clip: float = option(1.0, "gradient norm clipping; 0 = none", bounds=(0, None))
     patience: int = option(8, "stop after this many validation checks in a row without improvement", bounds=(1, None))
     valid_every: int = option(0, "steps between validation checks; 0 = once per epoch", bounds=(0, None))
-    log_every: int = option(
+    log_every: int = runtime_option(
         50, "steps between reports: the progress bar's figures, a log line, a row of steps.csv", bounds=(1, None)
     )
-    tensorboard: bool = option(False, "also write the reports to RUN_DIR/tensorboard (needs the tensorboard package)")
-    time_limit: float | None = option(
+    tensorboard: bool = runtime_option(
+        False, "also write the reports to RUN_DIR/tensorboard (needs the tensorboard package)"
+    )
+    time_limit: float | None = runtime_option(
         None, "stop after this many minutes of training (checked after every step)", default_text="no limit"
     )
     # Wall time and epochs give encoders of different speeds different numbers of updates (21-25% apart on the
     # original data); comparisons at equal updates need an exact step budget.
-    max_steps: int | None = option(
+    max_steps: int | None = runtime_option(
         None,
         "stop after exactly this many updates (a validation check is made at the last one); with epochs and "
         "time_limit, whichever comes first",
         default_text="no limit",
         bounds=(1, None),
     )
-    eval_batch_size: int = option(512, "pairs per evaluation batch", bounds=(1, None))
+    eval_batch_size: int = runtime_option(512, "pairs per evaluation batch", bounds=(1, None))
 
     def validate(self) -> None:
         if not 0.0 < self.valid_fraction < 1.0:

@@ -14,13 +14,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import CheckpointError, config_header, read_json, save_weights, write_json
-from ..config import RUNTIME_NAMES
+from ..checkpoint import CheckpointError, config_header, read_json, save_weights
+from ..config import runtime_fields
 from ..errors import TrainingDiverged
+from ..files import write_json
 from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, update
-from ..runs.resume import read_resume, restore_training, resume_clash, training_tensors, write_resume
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, budget_spent, stop_report, update
+from ..runs.resume import read_training, restore_training, resume_clash, save_training
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, pad_batch, token_ids
@@ -195,14 +196,13 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
     return loss.detach(), logits.detach()
 
 
-#: Training settings that do not change what is learned (display, evaluation batching, threads, device).
-RUNTIME_FIELDS = (*RUNTIME_NAMES, "eval_batch_size", "log_every", "tensorboard")
+#: Training settings that do not change what is learned (declared ``runtime``: display, evaluation batching,
+#: threads, device, the budgets); a resumed run may change them.
+RUNTIME_FIELDS = runtime_fields(LogicTrainConfig)
 #: The budgets (settings, and the engine's stops of the same names) a resumed run may raise to train further;
 #: ``patience`` ends a run for good.
 BUDGETS = ("epochs", "max_steps", "time_limit")
 RESUME_FILE = RunDir.RESUME  # the name tests and older code import
-RESUME_FORMAT = "onlstm-logic-resume-2"
-RESUME_FORMAT_1 = "onlstm-logic-resume-1"  # before the shared engine: still read
 RESUME_FIX = "train again without --resume (into a new --out, or after removing this one)"
 
 
@@ -218,7 +218,7 @@ def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) ->
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{run.config_path}: bad config ({exc})") from None
     given = {"model": asdict(model_cfg), "train": asdict(cfg)}
-    return header, resume_clash(saved, given, (*RUNTIME_FIELDS, *BUDGETS), out)
+    return header, resume_clash(saved, given, RUNTIME_FIELDS, out)
 
 
 def resume_refusal(out: Path, header: dict, clash: str, cfg: LogicTrainConfig) -> str:
@@ -240,27 +240,27 @@ def resume_refusal(out: Path, header: dict, clash: str, cfg: LogicTrainConfig) -
             f"nothing to resume; train again without --resume into a new --out (or after removing {out})"
         )
     # an unfinished run is resumed whatever its budget: the engine ends it without an update past the budget
-    return budget_spent(_saved_progress(resume_file), cfg) if finished else ""
+    return spent_budget(_saved_progress(resume_file), cfg) if finished else ""
 
 
 def _saved_progress(path: Path) -> Progress:
-    formats = (RESUME_FORMAT, RESUME_FORMAT_1)
-    _, meta = read_resume(path, formats, "a logic resume file", ("progress",), RESUME_FIX, tensors=False)
-    return progress_from_saved(meta["progress"])
+    return read_training(path, KIND, fix=RESUME_FIX, tensors=False)[0]
 
 
-def budget_spent(prog: Progress, cfg: LogicTrainConfig) -> str:
-    """Which budget of ``cfg`` the run at ``prog`` has used up, with the flag that raises it ("" when none:
-    resuming goes on training)."""
-    if cfg.max_steps is not None and prog.step >= cfg.max_steps:
-        spent = f"its {prog.step} updates reach max_steps {cfg.max_steps}; pass a larger --max-steps"
-    elif cfg.time_limit is not None and prog.seconds >= 60 * cfg.time_limit:
-        spent = f"its {prog.seconds / 60:.1f} min reach time_limit {cfg.time_limit:g}; pass a larger --time-limit"
-    elif prog.epoch >= cfg.epochs:
-        spent = f"its {prog.epoch} epochs reach epochs {cfg.epochs}; pass a larger --epochs"
-    else:
+def spent_budget(prog: Progress, cfg: LogicTrainConfig) -> str:
+    """Why the run at ``prog`` cannot train further with ``cfg``'s budgets (:func:`~onlstm.runs.engine.budget_spent`),
+    with the flag that raises the budget; "" when it can."""
+    budget = Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit)
+    why = budget_spent(budget, prog, prog.seconds, epochs=True)
+    if not why:
         return ""
-    return f"the run has used up its budget ({spent} to train further)"
+    used = {
+        "max_steps": f"{prog.step} updates",
+        "time_limit": f"{prog.seconds / 60:.1f} min",
+        "epochs": f"{prog.epoch} epochs",
+    }
+    spent = f"its {used[why]} reach {why} {getattr(cfg, why):g}"
+    return f"the run has used up its budget ({spent}; pass a larger --{why.replace('_', '-')} to train further)"
 
 
 def train(
@@ -456,15 +456,11 @@ class LogicTask:
 
     def save_state(self, prog: Progress, history: list[dict]) -> None:
         write_json(self.rundir.history_path, history)
-        tensors, opt_meta = training_tensors(self.model, self.opt, self.device)
-        meta = {"progress": asdict(prog), "optimizer": opt_meta}
-        write_resume(self.rundir.resume_path, RESUME_FORMAT, tensors, meta)
+        save_training(self.rundir.resume_path, KIND, prog, self.model, self.opt, self.device)
 
     def restore(self) -> tuple[Progress, list[dict]]:
         path = self.rundir.resume_path
-        formats = (RESUME_FORMAT, RESUME_FORMAT_1)
-        tensors, meta = read_resume(path, formats, "a logic resume file", ("progress", "optimizer"), RESUME_FIX)
-        prog = progress_from_saved(meta["progress"])
+        prog, tensors, meta = read_training(path, KIND, fix=RESUME_FIX)
         restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
         self.schedule.bad = prog.task["schedule_bad"]
         history = read_json(self.rundir.history_path)[: prog.n_checks] if prog.n_checks else []
@@ -476,22 +472,16 @@ class LogicTask:
 
     def finish(self, engine: Engine, stopped_by: str) -> TrainResult:
         """Save what an interruption needs, write the final status, and the result."""
-        prog = engine.progress
+        prog, seconds = engine.progress, engine.elapsed()
+        epochs = round(prog.step / self.steps_per_epoch, 3)
         if stopped_by in ("interrupted", "aborted"):
             self.save_weights("last")
-            resumable = "resume with --resume"
-            if stopped_by == "interrupted":
-                engine.save_state()
-            elif self.rundir.resume_path.exists():  # aborted (a second Ctrl-C): the resume file of the last check
-                resumable += " from the last validation check"
-            else:
-                resumable = "not resumable"
-            best = "not written yet (no validation check done)"
-            if prog.best is not None:
-                best = f"kept (valid acc {100 * prog.best:.2f}% at step {prog.best_step})"
-            self.log(f"interrupted at step {prog.step}: last weights saved ({resumable}); best checkpoint {best}")
-            stopped_by = "interrupted"
-        seconds, epochs = engine.elapsed(), round(prog.step / self.steps_per_epoch, 3)
+        best = "" if prog.best is None else f"(valid acc {100 * prog.best:.2f}% at step {prog.best_step})"
+        resume = "onlstm logic train --resume (with the run's --config, --data and --out)"
+        saved = self.rundir.resume_path.exists() and stopped_by != "patience"
+        report = stop_report(stopped_by, prog, engine.budget, resume, best=best, saved=saved, epochs=epochs)
+        self.log(f"{self.model_cfg.cell}: {report}")
+        stopped_by = "interrupted" if stopped_by == "aborted" else stopped_by
         summary = {"best_valid_accuracy": prog.best or 0.0, "best_step": prog.best_step, "steps": prog.step}
         summary.update(epochs=epochs, seconds=round(seconds, 1), stopped_by=stopped_by)
         sizes = {"n_train": len(self.train_data), "n_valid": len(self.valid_data)}
@@ -499,23 +489,4 @@ class LogicTask:
         self.write_status("interrupted" if stopped_by == "interrupted" else "finished", summary)
         if stopped_by not in ("interrupted", *BUDGETS):
             self.rundir.resume_path.unlink(missing_ok=True)  # patience: not resumed (see resume_refusal)
-        if stopped_by != "interrupted":
-            flag = stopped_by.replace("_", "-")
-            further = f"; to train further: --resume --{flag} (larger)" if stopped_by in BUDGETS else ""
-            self.log(
-                f"{self.model_cfg.cell}: stopped by {stopped_by} after {prog.step} steps ({epochs:.2f} "
-                f"epochs, {seconds / 60:.1f} min); best valid acc {100 * result.best_valid_accuracy:.2f}% at "
-                f"step {prog.best_step}{further}"
-            )
         return result
-
-
-def progress_from_saved(saved: dict) -> Progress:
-    """The :class:`Progress` of a resume file: this version's, or the flat record of format 1 (before the shared
-    engine), whose ``best_acc`` was -1 before the first check."""
-    if "task" in saved:
-        return Progress.from_dict(saved)
-    old = dict(saved)
-    best = old.pop("best_acc")
-    common = {k: old.pop(k) for k in ("step", "epoch", "pos", "best_step", "bad_checks", "seconds", "n_checks")}
-    return Progress(**common, best=None if best < 0 else best, task=old)

@@ -160,7 +160,7 @@ class LanguageModel(nn.Module):
     # ------------------------------------------------------------------ the Python API (docs/sharing.md)
 
     def parse(self, sentences, layer: int | None = None, batch_size: int = 128) -> list[ParsedSentence]:
-        """Trees induced from the master-forget distances (ON-LSTM models), as ``onlstm parse`` induces them:
+        """Trees induced from the master-forget distances (ON-LSTM models), as ``onlstm parsing parse`` induces them:
         one :class:`ParsedSentence` per sentence (``.tree``, ``.brackets``, ``.nltk()``, ``.drawing()``,
         ``.distances``).
         ``sentences``: strings or lists of words, normalised as the training text was (:meth:`words`);
@@ -290,7 +290,7 @@ from onlstm.models import LanguageModel
 model = LanguageModel.from_pretrained("THIS_DIRECTORY")   # model.vocab: its words
 ```
 
-Parse sentences with it (ON-LSTM models): `onlstm parse --checkpoint THIS_DIRECTORY sentences.txt`.
+Parse sentences with it (ON-LSTM models): `onlstm parsing parse --checkpoint THIS_DIRECTORY sentences.txt`.
 """
 
 
@@ -322,7 +322,7 @@ class ParsedSentence:
         return to_nltk(self.tree)
 
     def drawing(self) -> str:
-        """The tree drawn in text, as ``onlstm parse --format pretty`` draws it."""
+        """The tree drawn in text, as ``onlstm parsing parse --format pretty`` draws it."""
         from ..data.trees import draw_tree
 
         return draw_tree(self.tree)

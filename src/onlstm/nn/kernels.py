@@ -184,7 +184,6 @@ def fused_layer(
 
 
 RESERVED = ("auto", "reference")
-DEPRECATED_ALIASES = {"python": "fused"}  # old name -> new name; accepted with a DeprecationWarning
 
 
 class KernelUnavailable(RuntimeError):
@@ -220,11 +219,8 @@ _warned: set[str] = set()
 
 def register_kernel(spec: KernelSpec, *, replace: bool = False) -> None:
     """Make ``spec.name`` a valid ``impl`` (and a candidate of ``'auto'``)."""
-    if spec.name in RESERVED or spec.name in DEPRECATED_ALIASES or not spec.name.isidentifier():
-        raise ValueError(
-            f"cannot register a kernel named {spec.name!r}: choose an identifier other than "
-            f"{RESERVED + tuple(DEPRECATED_ALIASES)}"
-        )
+    if spec.name in RESERVED or not spec.name.isidentifier():
+        raise ValueError(f"cannot register a kernel named {spec.name!r}: choose an identifier other than {RESERVED}")
     if spec.name in _specs and not replace:
         raise ValueError(f"a kernel named {spec.name!r} is already registered; pass replace=True to replace it")
     _forget(spec.name)
@@ -249,21 +245,12 @@ def kernel_names() -> tuple[str, ...]:
 
 
 def impl_choices() -> tuple[str, ...]:
-    """Every value ``ONLSTM(impl=...)`` accepts (without the deprecated aliases)."""
+    """Every value ``ONLSTM(impl=...)`` accepts."""
     return RESERVED + kernel_names()
 
 
-def canonical_impl(impl: str, stacklevel: int = 2) -> str:
-    """``impl`` checked, a deprecated alias replaced by its new name with a DeprecationWarning (at ``stacklevel``
-    counted from here: 2 is this function's caller)."""
-    if isinstance(impl, str) and impl in DEPRECATED_ALIASES:
-        new = DEPRECATED_ALIASES[impl]
-        warnings.warn(
-            f"impl={impl!r} is deprecated and will be removed in the next release; use impl={new!r} (the same kernel)",
-            DeprecationWarning,
-            stacklevel=stacklevel,
-        )
-        return new
+def canonical_impl(impl: str) -> str:
+    """``impl``, checked to be one of :func:`impl_choices`."""
     if not isinstance(impl, str) or impl not in impl_choices():
         raise ValueError(f"impl must be one of {impl_choices()}, got {impl!r}")
     return impl

@@ -235,7 +235,7 @@ class ONLSTM(nn.Module):
     ``'fused'`` (whole-sequence PyTorch operations with a hand-written backward), ``'cpp'`` (the
     compiled kernel), ``'triton'`` (CUDA), any registered kernel, or ``'auto'`` (default: the best
     available kernel for the input's device and dtype, the C++ one on CPU, the Triton one on CUDA;
-    else the reference). ``'python'`` is a deprecated alias of ``'fused'``.
+    else the reference).
     ``dropout`` is applied to the outputs of every layer but the last, as in ``nn.LSTM``.
     """
 
@@ -258,7 +258,7 @@ class ONLSTM(nn.Module):
         super().__init__()
         sizes = dict(input_size=input_size, hidden_size=hidden_size, chunk_size=chunk_size, num_layers=num_layers)
         _check_args(sizes, dict(dropout=dropout, dropconnect=dropconnect), master_input)
-        self._impl = kernels.canonical_impl(impl, stacklevel=3)
+        self._impl = kernels.canonical_impl(impl)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.chunk_size, self.n_chunks = chunk_size, hidden_size // chunk_size
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
@@ -298,13 +298,7 @@ class ONLSTM(nn.Module):
 
     @impl.setter
     def impl(self, value: str) -> None:
-        self._impl = kernels.canonical_impl(value, stacklevel=4)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # modules pickled before ``impl`` became a property stored it as a plain attribute
-        if "impl" in state:
-            state["_impl"] = kernels.canonical_impl(state.pop("impl"))
-        super().__setstate__(state)
+        self._impl = kernels.canonical_impl(value)
 
     def resolved_impl(self, device: torch.device, dtype: torch.dtype = torch.float32) -> str:
         """The implementation a forward call on ``device`` with ``dtype`` will use.

@@ -26,6 +26,7 @@ from .metrics import (  # noqa: F401
     f1_scores,
     label_recall,
     prf_from_counts,
+    register_metric,
     sentence_f1,
     sentence_prf,
 )

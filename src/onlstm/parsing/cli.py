@@ -1,5 +1,5 @@
-"""``onlstm parsing {parse,eval-parse,compare-trees,plot}`` and their old top-level aliases (``onlstm
-parse`` ...): parse with a trained language model, score trees (docs/parsing.md)."""
+"""``onlstm parsing {parse,eval-parse,compare-trees,plot}``: parse with a trained language model, score trees
+(docs/parsing.md)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..checkpoint import write_text
 from ..config import add_command, add_group, add_runtime_flags, arg, positive_int, runtime_settings
 from ..errors import InputError, command_error
+from ..files import write_text
 from ..models.language_model import default_parse_layer
 from ..runs import check_output_file, runtime_device
 from .evaluate import PAPER_F1, PAPER_SOURCE, paper_set, score_treebank
@@ -38,7 +38,7 @@ from .trees import (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``onlstm parsing {parse,eval-parse,compare-trees,plot}`` and the old top-level names as aliases."""
+    """Add ``onlstm parsing {parse,eval-parse,compare-trees,plot}``."""
     sub = add_group(
         subparsers,
         "parsing",
@@ -46,11 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Trees from a trained ON-LSTM language model, and tree scoring.",
     )
     _add_commands(sub)
-    _add_commands(subparsers, alias_of="onlstm parsing")  # the old spellings (`onlstm parse ...`)
 
 
-def _add_commands(sub: argparse._SubParsersAction, alias_of: str = "") -> None:
-    command = functools.partial(add_command, sub, alias_of=alias_of)
+def _add_commands(sub: argparse._SubParsersAction) -> None:
+    command = functools.partial(add_command, sub)
     checkpoint = arg("--checkpoint", required=True, type=Path, help="language-model run directory or .safetensors file")
     batch_size = arg("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
     layer = "1-based layer whose distances build the tree (default: the layer saved in the run, e.g. the one "

@@ -1,11 +1,11 @@
-"""Unsupervised-parsing metrics: sentence/corpus/EVALB-style F1, label recall, average depth, and
-:func:`evaluate` for all of them. The conventions (spans, root, averaging, the empty-set rule of the
-PRPN/ON-LSTM code) are tabulated in docs/parsing.md ("Trees and metrics")."""
+"""Unsupervised-parsing metrics: sentence/corpus/EVALB-style F1, label recall, average depth, the metrics
+registered with :func:`register_metric`, and :func:`evaluate` for all of them. The conventions (spans, root,
+averaging, the empty-set rule of the PRPN/ON-LSTM code) are tabulated in docs/parsing.md ("Trees and metrics")."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from .trees import LabelledTree, labelled_spans, span_info, word_depths
@@ -34,6 +34,22 @@ class LabelRecall:
     gold: int
     found: int
     recall: float
+
+
+#: The metrics beyond the built-in ones, ``name -> metric(gold_trees, predicted_trees) -> float``: :func:`evaluate`
+#: computes each (so ``onlstm parsing eval-parse`` and ``compare-trees`` report it, under ``more`` in JSON).
+METRICS: dict[str, Callable[[list, list], float]] = {}
+
+
+def register_metric(name: str, metric: Callable[[list, list], float], *, replace: bool = False) -> None:
+    """Make ``metric`` part of every :func:`evaluate` (a name already there is an error unless ``replace``)."""
+    if name in METRICS and not replace:
+        raise ValueError(f"a metric named {name!r} is already registered; pass replace=True to replace it")
+    METRICS[name] = metric
+
+
+def unregister_metric(name: str) -> None:
+    METRICS.pop(name, None)
 
 
 def prf_from_counts(matched: int, predicted: int, gold: int) -> tuple[float, float, float]:
@@ -155,7 +171,8 @@ def average_depth(trees: Sequence[object], per_sentence: bool = False) -> float:
 
 @dataclass
 class ParseEvaluation:
-    """Every metric for one pairing (``label_recall`` is ``None`` for unlabelled gold trees)."""
+    """Every metric for one pairing (``label_recall`` is ``None`` for unlabelled gold trees; ``more``: the
+    registered metrics, :data:`METRICS`)."""
 
     sentence: F1Score
     corpus: F1Score
@@ -163,6 +180,7 @@ class ParseEvaluation:
     depth_gold: float
     depth_pred: float
     label_recall: dict[str, LabelRecall] | None = field(default=None)
+    more: dict[str, float] = field(default_factory=dict)
 
     @property
     def sentences(self) -> int:
@@ -174,6 +192,7 @@ class ParseEvaluation:
             **{name: asdict(sc) for name, sc in zip(_CONVENTIONS, (self.sentence, self.corpus, self.evalb))},
             "average_depth": {"gold": self.depth_gold, "predicted": self.depth_pred},
             "label_recall": None if self.label_recall is None else {k: asdict(v) for k, v in self.label_recall.items()},
+            **({"more": dict(self.more)} if self.more else {}),
         }
 
     def format_table(self) -> str:
@@ -187,6 +206,7 @@ class ParseEvaluation:
                 f"{name:<14}{100 * sc.precision:8.1f}{100 * sc.recall:8.1f}{100 * sc.f1:8.1f}   {sc.convention}"
             )
         lines += ["", f"average word depth: gold {self.depth_gold:.2f}, predicted {self.depth_pred:.2f}"]
+        lines += [f"{name}: {value:.4g}" for name, value in self.more.items()]
         if self.label_recall is not None:
             lines += ["", f"{'label':<8}{'gold':>7}{'found':>7}{'recall (%)':>12}"]
             lines += [f"{r.label:<8}{r.gold:>7}{r.found:>7}{100 * r.recall:12.1f}" for r in self.label_recall.values()]
@@ -199,4 +219,5 @@ def evaluate(gold: Sequence[object], pred: Sequence[object]) -> ParseEvaluation:
     infos = _infos(gold, pred)
     scores = _f1_scores(infos).values()  # sentence, corpus, EVALB-style
     recall = _label_recall(gold, infos) if all(isinstance(g, LabelledTree) for g in gold) else None
-    return ParseEvaluation(*scores, average_depth(gold), average_depth(pred), recall)
+    more = {name: float(metric(gold, pred)) for name, metric in METRICS.items()}
+    return ParseEvaluation(*scores, average_depth(gold), average_depth(pred), recall, more)

@@ -1,8 +1,9 @@
 """The runtime every experiment shares, re-exported here (docs/design.md §4.6): run directories, loading and
 export (``dirs``), the resume file (``resume``), the training loop (``engine``), device set-up, Ctrl-C and the
-progress bar (``device``). Resume files keep their format names, so a file written before loads."""
+progress bar (``device``), several processes (``dist``). Every trainer's resume file has one format
+(``resume.RESUME_FORMAT``)."""
 
-# each name imported `as` itself: re-exported (the project's way, as in onlstm.checkpoint)
+# each name imported `as` itself: re-exported (the project's way)
 from .device import StopRequest as StopRequest
 from .device import progress_bar as progress_bar
 from .device import resolve_device as resolve_device
@@ -22,10 +23,13 @@ from .dirs import load_run as load_run
 from .dirs import model_card as model_card
 from .dirs import pretrained_path as pretrained_path
 from .dirs import register_kind as register_kind
+from .resume import RESUME_FORMAT as RESUME_FORMAT
 from .resume import optimizer_from_data as optimizer_from_data
 from .resume import optimizer_to_data as optimizer_to_data
 from .resume import read_resume as read_resume
+from .resume import read_training as read_training
 from .resume import restore_training as restore_training
 from .resume import resume_clash as resume_clash
+from .resume import save_training as save_training
 from .resume import training_tensors as training_tensors
 from .resume import write_resume as write_resume

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import MAX_JSON_BYTES, CheckpointError, load_weights, read_json, save_weights, write_json, write_text
+from ..checkpoint import MAX_JSON_BYTES, CheckpointError, load_weights, read_json, save_weights
 from ..errors import InputError, OnlstmError, WriteError
-from ..files import check_output_owner, check_writable, publish_folder
+from ..files import check_output_owner, check_writable, publish_folder, write_json, write_text
 
 
 class RunDirError(OnlstmError, ValueError):

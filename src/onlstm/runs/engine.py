@@ -133,6 +133,34 @@ class Task(Protocol):
         ``..._per_s``), for the progress bar, the log lines, ``steps.csv`` and TensorBoard."""
 
 
+def budget_spent(budget: Budget, prog: Progress, seconds: float, epochs: bool = False) -> str:
+    """The budget that a run at ``prog`` after ``seconds`` of training has used up, checked in the engine's order:
+    ``max_steps``, ``time_limit``, then (``epochs=True``; the engine's loop checks them itself) ``epochs``; ""
+    when none (training goes on). The one check for the engine's stops and a resume's refusal."""
+    if budget.max_steps is not None and prog.step >= budget.max_steps:
+        return "max_steps"
+    if budget.time_limit is not None and seconds > 60 * budget.time_limit:
+        return "time_limit"
+    return "epochs" if epochs and prog.epoch >= budget.epochs else ""
+
+
+def stop_report(why: str, prog: Progress, budget: Budget, resume: str, *, best: str, saved: bool, epochs: float) -> str:
+    """The line every trainer logs when :meth:`Engine.run` returns ``why``: where the run stopped, what is kept
+    and how to go on. ``resume``: the command that continues it; ``best``: the best checkpoint in words ("" before
+    the first check); ``saved``: a resume file exists; ``epochs``: the passes done (a fraction for a part)."""
+    kept = f"best checkpoint kept {best}" if best else "no best checkpoint yet (no validation check done)"
+    if why in ("interrupted", "aborted"):
+        during = " during validation" if prog.check_due else ""
+        what = "resume file saved" if why == "interrupted" else "not saved since the last resume file"
+        go_on = f"continue with: {resume}" if saved else "nothing to resume: train again"
+        return f"{why}{during} at step {prog.step} ({epochs:.2f} epochs): {what}; {kept}; {go_on}"
+    line = f"stopped by {why} after {prog.step} steps ({epochs:.2f} epochs, {prog.seconds / 60:.1f} min); {kept}"
+    if why == "patience":  # final
+        return line
+    limit = {"epochs": budget.epochs, "max_steps": budget.max_steps, "time_limit": budget.time_limit}[why]
+    return f"{line}; to train further: {resume} --{why.replace('_', '-')} N (N > {limit:g})"
+
+
 def update(optimizer, loss, params, clip: float) -> None:
     """Every trainer's backward pass and optimizer step, the gradient norm clipped at ``clip`` (0: none)."""
     optimizer.zero_grad(set_to_none=True)
@@ -200,6 +228,8 @@ class Engine:
         finally:
             self._close_bar()
             self.steps.close()
+        if why == "interrupted":
+            self.save_state()
         return why
 
     def _pass(self, stop: StopRequest) -> str:
@@ -258,13 +288,7 @@ class Engine:
         return "interrupted" if why == "epochs" else why  # "epochs": another process was asked to stop
 
     def _budget_stop(self) -> str:
-        """``max_steps`` or ``time_limit`` when that budget is used up, else ""."""
-        prog, budget = self.progress, self.budget
-        if budget.max_steps is not None and prog.step >= budget.max_steps:
-            return "max_steps"
-        if budget.time_limit is not None and self.elapsed() > 60 * budget.time_limit:
-            return "time_limit"
-        return ""
+        return budget_spent(self.budget, self.progress, self.elapsed())
 
     def check(self) -> bool:
         """Validate, keep the best and last weights, record, write the resume file; True when patience ran out."""

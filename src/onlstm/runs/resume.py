@@ -1,23 +1,25 @@
-"""Resume state: one safetensors file per run (tensors) with JSON metadata, shared by every trainer."""
+"""Resume state: one safetensors file per run (tensors) with JSON metadata, one format for every trainer
+(:data:`RESUME_FORMAT`: :func:`save_training` writes it, :func:`read_training` reads it)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..checkpoint import (
-    CheckpointError,
-    assign_weights,
-    atomic_write,
-    read_safetensors,
-    save_safetensors,
-    state_dict_for_saving,
-)
+from ..checkpoint import CheckpointError, assign_weights, read_safetensors, save_safetensors, state_dict_for_saving
+from ..files import atomic_write
+from .engine import Progress
+
+#: The one resume format (its version after the slash): the weights ``model.*``, the optimizer ``optim.*``, the
+#: random state ``rng.*`` and the task's own tensors; as JSON metadata the run's ``kind``, the engine's
+#: :class:`~onlstm.runs.engine.Progress`, the optimizer's hyperparameters and the task's own values.
+RESUME_FORMAT = "onlstm-resume/1"
 
 
 def optimizer_to_data(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -87,7 +89,7 @@ def write_resume(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: d
 
 def read_resume(
     path: Path,
-    fmt: str | tuple[str, ...],
+    fmt: str,
     what: str,
     keys: tuple[str, ...],
     fix: str = "start a new run with another --out",
@@ -98,16 +100,53 @@ def read_resume(
     people ("a logic resume file"); ``fix`` says how to go on when the file cannot be used; ``tensors=False``:
     the metadata alone (no tensor is read)."""
     found, raw = read_safetensors(path, tensors)
-    formats = (fmt,) if isinstance(fmt, str) else fmt  # the current format first, then older ones still read
-    if raw.get("format") not in formats:
+    if raw.get("format") != fmt:
         raise CheckpointError(
-            f"{path} is not {what} (format {raw.get('format')!r}, expected {formats[0]!r}); it cannot be resumed: {fix}"
+            f"{path} is not {what} (format {raw.get('format')!r}, expected {fmt!r}); it cannot be resumed: {fix}"
         )
     try:
         meta = {k: json.loads(raw[k]) for k in keys}
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
     return found, meta
+
+
+def save_training(
+    path: Path,
+    kind: str,
+    prog: Progress,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    device: torch.device,
+    tensors: dict[str, torch.Tensor] | None = None,
+    **meta: Any,
+) -> None:
+    """Write the resume file of a ``kind`` run at ``prog`` (:data:`RESUME_FORMAT`): :func:`training_tensors`, the
+    task's ``tensors`` and its ``meta`` values (JSON)."""
+    common, opt_meta = training_tensors(model, opt, device)
+    header = {"kind": kind, "progress": asdict(prog), "optimizer": opt_meta, **meta}
+    write_resume(path, RESUME_FORMAT, {**(tensors or {}), **common}, header)
+
+
+def read_training(
+    path: Path,
+    kind: str,
+    keys: tuple[str, ...] = (),
+    fix: str = "start a new run with another --out",
+    tensors: bool = True,
+) -> tuple[Progress, dict[str, torch.Tensor], dict[str, Any]]:
+    """``(progress, tensors, metadata)`` of :func:`save_training`'s file for a ``kind`` run; the task's metadata
+    ``keys`` must be present. Give the tensors back with :func:`restore_training`."""
+    found, meta = read_resume(
+        path, RESUME_FORMAT, "an onlstm resume file", ("kind", "progress", "optimizer", *keys), fix, tensors
+    )
+    if meta["kind"] != kind:
+        raise CheckpointError(f"{path} is the resume file of a {meta['kind']!r} run, not of a {kind!r} one; {fix}")
+    try:
+        prog = Progress.from_dict(meta["progress"])
+    except TypeError as exc:
+        raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
+    return prog, found, meta
 
 
 def resume_clash(

@@ -7,10 +7,9 @@ import json
 import time
 from pathlib import Path
 
-from ..checkpoint import write_json
 from ..config import Settings, add_command, add_flags, arg
 from ..errors import command_error
-from ..files import check_output_owner, publish_folder
+from ..files import check_output_owner, publish_folder, write_json
 from .config import SynevalConfig
 from .data import PAPER_SOURCE, SynevalDataError, read_items, write_dump
 from .evaluate import COMPARISON_NAMES, outcome_record, score_items, summarize
