@@ -232,24 +232,14 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     depth, share of 'not' among operators, tokens per pair, the smaller side's operator count and the label
     shares; with --against, a second data set's figures after a slash (e.g. generated / original).
     """
-    from .stats import STATISTICS, compare_table, file_statistics
+    from .stats import file_statistics, stats_table
 
     ours = file_statistics(read_examples(args.path, split=args.split))
     theirs = file_statistics(read_examples(args.against, split=args.split)) if args.against else ours
     if args.against and not set(ours) & set(theirs):
         raise ConfigError(f"{args.path} and {args.against} have no file name in common: nothing to compare")
-    print(compare_table(ours, theirs, list(STATISTICS)) if args.against else _stats_table(ours, list(STATISTICS)))
+    print(stats_table(ours, theirs if args.against else None))
     return 0
-
-
-def _stats_table(stats: dict[str, dict[str, float]], names: list[str]) -> str:
-    from .stats import STATISTICS, _fmt
-
-    files = list(stats)
-    head = "| statistic | " + " | ".join(files) + " |\n|---|" + "---|" * len(files) + "\n"
-    return head + "\n".join(
-        f"| {STATISTICS[k]} | " + " | ".join(_fmt(k, stats[f][k]) for f in files) + " |" for k in names
-    )
 
 
 def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:

@@ -1,5 +1,5 @@
 """Structural statistics of pair files, to compare generated data with Bowman et al.'s (docs/logic.md, "The bowman
-mix"): :func:`file_statistics` per file, :func:`compare_table` for two data sets side by side.
+mix"): :func:`file_statistics` per file, :func:`stats_table` for one data set or two side by side.
 """
 
 from __future__ import annotations
@@ -107,14 +107,14 @@ def file_statistics(examples: Iterable[Example]) -> dict[str, dict[str, float]]:
     return {name: s.values() for name, s in sums.items()}
 
 
-def compare_table(ours: dict[str, dict[str, float]], theirs: dict[str, dict[str, float]], names: list[str]) -> str:
-    """A Markdown table: per statistic and file, ``ours / theirs``."""
-    files = [f for f in ours if f in theirs]
+def stats_table(ours: dict[str, dict[str, float]], theirs: dict[str, dict[str, float]] | None = None) -> str:
+    """A Markdown table of the :data:`STATISTICS` per file: ``ours``, or ``ours / theirs`` for the files of both."""
+    files = [f for f in ours if theirs is None or f in theirs]
     head = "| statistic | " + " | ".join(files) + " |\n|---|" + "---|" * len(files) + "\n"
     rows = []
-    for key in names:
-        cells = [f"{_fmt(key, ours[f][key])} / {_fmt(key, theirs[f][key])}" for f in files]
-        rows.append(f"| {STATISTICS[key]} | " + " | ".join(cells) + " |")
+    for key, label in STATISTICS.items():
+        cells = [_fmt(key, ours[f][key]) + ("" if theirs is None else f" / {_fmt(key, theirs[f][key])}") for f in files]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
     return head + "\n".join(rows)
 
 
