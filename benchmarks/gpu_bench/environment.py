@@ -53,6 +53,7 @@ def describe(device: torch.device) -> dict[str, Any]:
             "cudnn": torch.backends.cudnn.version(),
             "bf16": torch.cuda.is_bf16_supported(),
             "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn_tf32": torch.backends.cudnn.allow_tf32,  # nn.LSTM's products on cuDNN (the speed baseline)
         }
     return env
 

@@ -6,6 +6,7 @@ timed as ``benchmarks/layer_speed.py``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -22,7 +23,8 @@ from onlstm.nn import kernels, selfcheck
 FP32_TOLERANCE, HALF_TOLERANCE = selfcheck.TOLERANCE["full"], selfcheck.TOLERANCE["reduced"]
 OUTPUTS = ("output", "h_n", "c_n", "forget distance", "input distance")
 DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # autocast dtype (None: off)
-RATIOS = {"x nn.LSTM": "nn.LSTM", "x reference": "reference"}
+NO_TF32 = "nn.LSTM no TF32"  # cuDNN rounds fp32 products to TF32 by default (Ampere on): the fp32-to-fp32 baseline
+RATIOS = {"x nn.LSTM": "nn.LSTM", "x nn.LSTM no TF32": NO_TF32, "x reference": "reference"}
 GOALS = (("x nn.LSTM", 0.5), ("x reference", 10.0))  # issue #10's goals for the kernel at the paper's layer
 Shape = tuple[int, int, int, int, int]  # T, B, input, hidden, chunk
 
@@ -162,8 +164,9 @@ def speed(shapes: tuple[Shape, ...], kernel: str, device: torch.device, repeats:
 
 
 def measure(shape: Shape, dtype: str, kernel: str, device: torch.device, repeats: int) -> list[dict[str, Any]]:
-    """One row per model (``nn.LSTM``, ``triton``, ``reference``), timed in alternating rounds (a drift in the
-    machine's speed hits all alike) after an untimed warm-up; a model that fails has its error instead."""
+    """One row per model (``nn.LSTM``, ``triton``, ``reference``; on a GPU in fp32 also ``nn.LSTM`` with cuDNN's
+    TF32 off), timed in alternating rounds (a drift in the machine's speed hits all alike) after an untimed
+    warm-up; a model that fails has its error instead."""
     T, B, I, H, C = shape
     torch.manual_seed(0)
     x = torch.randn(T, B, I, device=device, requires_grad=True)
@@ -173,28 +176,33 @@ def measure(shape: Shape, dtype: str, kernel: str, device: torch.device, repeats
         "reference": onlstm.ONLSTM(I, H, chunk_size=C, impl="reference").to(device),
     }
     autocast = DTYPES[dtype]
+    if device.type == "cuda" and autocast is None:
+        models[NO_TF32] = models["nn.LSTM"]
 
-    def seconds(module) -> float:
+    def seconds(name: str) -> float:
+        module = models[name]
         for p in [*module.parameters(), x]:
             p.grad = None
         sync(device)
+        no_tf32 = torch.backends.cudnn.flags(enabled=True, allow_tf32=False) if name == NO_TF32 else None
         start = time.perf_counter()
-        with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
-            out = module(x)[0]
-        out.float().sum().backward()
+        with no_tf32 or contextlib.nullcontext():
+            with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+                out = module(x)[0]
+            out.float().sum().backward()
         sync(device)
         return time.perf_counter() - start
 
     errors: dict[str, str] = {}
-    for name, module in models.items():  # the warm-up round; a failure leaves that row out
+    for name in models:  # the warm-up round; a failure leaves that row out
         try:
-            seconds(module)
+            seconds(name)
         except Exception as exc:
             errors[name] = exception_line(exc, 300)
     times: dict[str, list[float]] = {k: [] for k in models if k not in errors}
     for _ in range(repeats):
         for name in times:
-            times[name].append(seconds(models[name]))
+            times[name].append(seconds(name))
     med = {k: statistics.median(v) for k, v in times.items()}
     ratios = lambda n: {k: med[other] / med[n] if other in med else None for k, other in RATIOS.items()}
     figures = lambda n: {"error": errors[n]} if n in errors else {"tokens_per_s": T * B / med[n]} | ratios(n)

@@ -127,16 +127,17 @@ def _pytest(sec: dict[str, Any]) -> list[str]:
 def _speed(sec: dict[str, Any]) -> list[str]:
     lines = [
         "tokens/s = T*B / median time of one forward+backward (`out.sum().backward()`);",
-        "`nn.LSTM` of the same size (cuDNN on a GPU), all measured in this run, interleaved.",
+        "`nn.LSTM` of the same size (cuDNN on a GPU, which rounds fp32 products to TF32 by default; the row",
+        "`nn.LSTM no TF32` turns that off), all measured in this run, interleaved.",
         "",
-        "| shape | dtype | impl | tokens/s | x nn.LSTM | x reference |",
-        "| --- | --- | --- | ---: | ---: | ---: |",
+        "| shape | dtype | impl | tokens/s | x nn.LSTM | x nn.LSTM no TF32 | x reference |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for row in sec["rows"]:
         if "error" in row:
-            lines.append(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {row['error']} | | |")
+            lines.append(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {row['error']} | | | |")
             continue
-        ratios = f"{_num(row['x nn.LSTM'], '.2f')} | {_num(row['x reference'], '.2f')}"
+        ratios = " | ".join(_num(row.get(key), ".2f") for key in ("x nn.LSTM", "x nn.LSTM no TF32", "x reference"))
         lines.append(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {_num(row['tokens_per_s'])} | {ratios} |")
     lines += ["", "| goal (issue #10) | value | status |", "| --- | ---: | --- |"]
     lines += [f"| {g['goal']} | {_num(g['value'], '.2f')} | {g['status']} |" for g in sec["goals"]]

@@ -113,8 +113,15 @@ def index_on(index: Tensor, device: torch.device | str) -> Tensor:
     """A row index built on the CPU, on ``device``. To CUDA it goes from pinned memory without waiting: a copy
     from pageable memory waits for the GPU's queued work, here once per layer and direction of every forward."""
     if torch.device(device).type == "cuda":
-        return index.pin_memory().to(device, non_blocking=True)
+        pinned = index.pin_memory()
+        if torch.cuda.is_current_stream_capturing():  # a CUDA graph's replays read this host memory again
+            _CAPTURED_INDICES.append(pinned)
+        return pinned.to(device, non_blocking=True)
     return index.to(device)
+
+
+#: Host buffers of row indices copied inside a CUDA-graph capture, kept for the graphs' lifetime (a few ints each).
+_CAPTURED_INDICES: list[Tensor] = []
 
 
 def step_offsets(bs: list[int]) -> list[int]:
