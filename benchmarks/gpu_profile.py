@@ -74,12 +74,17 @@ def busy(fn: Callable[[], None], repeats: int) -> dict[str, float]:
         for e in prof.events()
         if str(getattr(e, "device_type", "")).endswith("CUDA") and e.time_range.end > e.time_range.start
     )
+    return {"gpu_busy_s": union_length(spans) / 1e6 / repeats, "kernels": len(spans) / repeats}
+
+
+def union_length(spans: list[tuple[float, float]]) -> float:
+    """The length covered by intervals sorted by start (kernels on several streams overlap)."""
     total, end = 0.0, float("-inf")
-    for a, b in spans:  # the union of the intervals, in microseconds
+    for a, b in spans:
         if b > end:
             total += b - max(a, end)
             end = b
-    return {"gpu_busy_s": total / 1e6 / repeats, "kernels": len(spans) / repeats}
+    return total
 
 
 def graph_check(layer: nn.Module, x: torch.Tensor, repeats: int) -> dict[str, Any]:
