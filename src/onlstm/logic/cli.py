@@ -405,9 +405,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     for cell in what.cells:  # every cell must work with these settings before the first one trains
         encoders.get(cell).validate(model_cfg.hidden_size, model_cfg.layer_options(cell))
     lengths = parse_buckets(what.lengths)
-    res = compare(model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths, split=what.split)
+    res = compare(
+        model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths, split=what.split,
+        finished_only=what.finished_only, test_data=what.test_data,
+    )  # fmt: skip
     if res.table:
         print(res.table)
         plots = [res.plot, res.curves] + ([res.curves_by_ops] if res.curves_by_ops else [])
         print(f"wrote {out / 'compare.json'}, {out / 'table.md'}, " + ", ".join(map(str, plots)))
+    elif res.unfinished:
+        print(f"no run is finished yet ({len(res.unfinished)} listed above); wrote {out / 'compare.json'}")
     return EXIT_INTERRUPTED if res.interrupted else 0

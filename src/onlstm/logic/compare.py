@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -36,6 +38,8 @@ class CompareResult:
     plot: Path | None = None  # OUT/accuracy_by_length.png
     curves: Path | None = None  # OUT/training_curves.png: validation and training accuracy against step
     curves_by_ops: Path | None = None  # OUT/curves_by_ops.png: validation accuracy by operator count (if recorded)
+    unfinished: list[dict] = field(default_factory=list)  # finished_only: the runs not scored, and how far they got
+    differences: list[dict] = field(default_factory=list)  # the first cell against each other (:func:`difference`)
 
 
 def compare(
@@ -48,9 +52,13 @@ def compare(
     buckets: Iterable[int] = DEFAULT_BUCKETS,
     log: Callable[[str], None] | None = print,
     split: str = "test",
+    finished_only: bool = False,
+    test_data: str | Path | None = None,
 ) -> CompareResult:
     """Train every cell with every seed (same data, same budget), evaluate on the test files of ``buckets``
-    (``split='valid'``: on each run's own validation hold-out of the training files, by length)."""
+    (``split='valid'``: on each run's own validation hold-out of the training files, by length; ``test_data``:
+    on another folder's test files). ``finished_only``: train nothing, score the finished runs and list the
+    others in ``unfinished``."""
     log = log or (lambda _m: None)
     out, cells, seeds, buckets = Path(out), list(cells), list(seeds), list(buckets)
 
@@ -58,7 +66,7 @@ def compare(
     if split == "valid":
         scored = {seed: validation_examples(data, replace(train_cfg, seed=seed), buckets) for seed in seeds}
     else:
-        scored = dict.fromkeys(seeds, read_test_examples(data, "test", buckets))
+        scored = dict.fromkeys(seeds, read_test_examples(test_data or data, "test", buckets))
     res = CompareResult(out, baseline=majority_baseline(scored[seeds[0]]), budget=budget_text(train_cfg))
     start = time.perf_counter()
     log(f"budget of every run: {res.budget}")
@@ -67,24 +75,48 @@ def compare(
         record = {"kind": "logic-compare", "data": str(data), "cells": cells, "seeds": seeds, "buckets": buckets}
         record.update(split=split, model=model_cfg.to_dict(), train=train_cfg.to_dict(), budget=res.budget)
         record.update(runs=res.runs, majority_baseline=res.baseline.to_dict(), interrupted=res.interrupted)
+        record.update(test_data=None if test_data is None else str(test_data), unfinished=res.unfinished)
+        record.update(differences=res.differences)
         write_json(out / "compare.json", {**record, "seconds": round(time.perf_counter() - start, 1)})
 
-    for seed in seeds:
-        for cell in cells:
-            mcfg, tcfg = replace(model_cfg, cell=cell), replace(train_cfg, seed=seed)
-            run_dir = out / f"{cell}-seed{seed}"
+    for seed, cell in itertools.product(seeds, cells):
+        mcfg, tcfg = replace(model_cfg, cell=cell), replace(train_cfg, seed=seed)
+        run_dir = out / f"{cell}-seed{seed}"
+        if finished_only:
+            summary = _finished_or_listed(res, run_dir, mcfg, tcfg, data, log)
+            if summary is None:
+                continue
+        else:
             summary = _train_or_reuse(run_dir, mcfg, tcfg, data, log)
             if summary is None:  # interrupted: keep what is done, say so
                 res.interrupted = True
-                save()
-                return _finish(res, buckets, train_cfg.max_train_ops)
-            acc = _score_run(run_dir, tcfg, scored[seed], f"{cell}, seed {seed}: {split}", log)
-            res.results.setdefault(cell, []).append(acc)
-            res.runs.append(
-                {"cell": cell, "seed": seed, "run_dir": str(run_dir), "train": summary, "test": acc.to_dict()}
-            )
-            save()
-    return _finish(res, buckets, train_cfg.max_train_ops)
+                break
+        acc = _score_run(run_dir, tcfg, scored[seed], f"{cell}, seed {seed}: {split}", log)
+        res.results.setdefault(cell, []).append(acc)
+        res.runs.append({"cell": cell, "seed": seed, "run_dir": str(run_dir), "train": summary, "test": acc.to_dict()})
+        save()
+    res = _finish(res, cells, buckets, train_cfg.max_train_ops)
+    save()  # again: with the differences
+    return res
+
+
+def _finished_or_listed(
+    res: CompareResult,
+    run_dir: Path,
+    mcfg: LogicModelConfig,
+    tcfg: LogicTrainConfig,
+    data: str | Path,
+    log: Callable[[str], None],
+) -> dict | None:
+    """The summary of a finished run, or None after noting in ``res.unfinished`` how far it got."""
+    summary, why = _finished_run(run_dir, mcfg, tcfg, data)
+    what = f"== {mcfg.cell}, seed {tcfg.seed}:"
+    if summary is None:
+        log(f"{what} not scored, {why}")
+        res.unfinished.append({"cell": mcfg.cell, "seed": tcfg.seed, "run_dir": str(run_dir), "status": why})
+    else:
+        log(f"{what} the finished run in {run_dir}")
+    return summary
 
 
 def budget_text(cfg: LogicTrainConfig) -> str:
@@ -151,13 +183,80 @@ def _same_stop(header: dict, tcfg: LogicTrainConfig) -> bool:
     return True
 
 
-def _finish(res: CompareResult, buckets: list[int], max_train_ops: int) -> CompareResult:
+def _finished_run(
+    run_dir: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path
+) -> tuple[dict | None, str]:
+    """``(training summary, "")`` of a run finished with these settings, data and budget, else ``(None, how far
+    it got or why it does not count)``."""
+    try:
+        header, clash = run_header(run_dir, mcfg, tcfg)
+    except CheckpointError:
+        return None, "not started"
+    if clash:
+        return None, f"trained with other settings ({clash})"
+    if (header.get("data") or {}).get("path") != str(data):
+        return None, f"trained on other data ({(header.get('data') or {}).get('path')})"
+    done = header.get("status") == "finished" and header.get("result") is not None
+    if done and _same_stop(header, tcfg) and RunDir(run_dir).weights("best").exists():
+        return header["result"], ""
+    return None, _progress(run_dir, header, tcfg)
+
+
+def _progress(run_dir: Path, header: dict, tcfg: LogicTrainConfig) -> str:
+    """How far a run got, from its history: ``running or stopped: epoch E of N, best validation V%``."""
+    try:
+        history = read_json(RunDir(run_dir).history_path)
+    except CheckpointError:
+        history = []
+    checks = [r for r in history if isinstance(r, dict) and isinstance(r.get("valid_accuracy"), (int, float))]
+    status = header.get("status") or "unknown"
+    if not checks:
+        return f"{status}, no validation yet"
+    best = max(r["valid_accuracy"] for r in checks)
+    return f"{status}: epoch {checks[-1].get('epoch', 0):g} of {tcfg.epochs}, best validation {100 * best:.2f}%"
+
+
+def difference(first: list[LengthAccuracy], other: list[LengthAccuracy], pool: str = "7-12") -> dict:
+    """``first`` minus ``other`` on a pooled column, mean over seeds, with its standard error
+    (``sqrt(s1²/n1 + s2²/n2)``, sample variances) and the verdict: ``ahead`` or ``behind`` when the difference
+    exceeds twice that error, else ``level``; ``None`` figures with fewer than 2 seeds on a side."""
+    a, b = ([r.summary()[pool] for r in rs] for rs in (first, other))
+    a, b = [x for x in a if x == x], [x for x in b if x == x]  # NaN: no pairs of those lengths
+    out: dict = {"pool": pool, "seeds": [len(a), len(b)], "difference": None, "se": None, "verdict": None}
+    if len(a) < 2 or len(b) < 2:
+        out["verdict"] = "not decided: fewer than 2 scored seeds on a side"
+        return out
+    var = lambda xs: sum((x - sum(xs) / len(xs)) ** 2 for x in xs) / (len(xs) - 1)
+    diff, se = sum(a) / len(a) - sum(b) / len(b), math.sqrt(var(a) / len(a) + var(b) / len(b))
+    verdict = "ahead" if diff > 2 * se else "behind" if diff < -2 * se else "level"
+    return out | {"difference": diff, "se": se, "verdict": verdict}
+
+
+def difference_line(first: str, other: str, d: dict) -> str:
+    """One line of :func:`difference` for people, in accuracy points."""
+    if d["difference"] is None:
+        return f"{first} - {other}, pooled {d['pool']}: {d['verdict']}"
+    n1, n2 = d["seeds"]
+    return (
+        f"{first} - {other}, pooled {d['pool']}: {100 * d['difference']:+.2f} points (standard error "
+        f"{100 * d['se']:.2f} over {n1} and {n2} seeds): {d['verdict']} (ahead or behind means beyond 2 SE)"
+    )
+
+
+def _finish(res: CompareResult, cells: list[str], buckets: list[int], max_train_ops: int) -> CompareResult:
     if not res.results:
         return res
     from .plots import plot_accuracy_by_length, plot_curves_by_ops, plot_training_curves
 
     rows = list(res.results.items())
     res.table = format_table(rows + [("majority label", [res.baseline])], buckets, counts=res.baseline)
+    first, *others = cells  # the first compared cell against each other, scored or not
+    got = lambda cell: res.results.get(cell, [])
+    res.differences = [{"first": first, "other": o} | difference(got(first), got(o)) for o in others]
+    notes = [difference_line(d["first"], d["other"], d) for d in res.differences]
+    notes += [f"not scored: {u['cell']}, seed {u['seed']}: {u['status']}" for u in res.unfinished]
+    if notes:
+        res.table += "\n\n" + "\n".join(f"- {n}" for n in notes)
     res.plot = plot_accuracy_by_length(rows, res.out_dir / "accuracy_by_length.png", max_train_ops)
     curves = []
     for run in res.runs:

@@ -180,6 +180,17 @@ class CompareSettings(Config):
         choices=("test", "valid"),
     )
 
+    finished_only: bool = option(
+        False,
+        "train nothing: score the runs already finished in OUT with these settings and list the others with how "
+        "far they got (a study whose runs are still going)",
+    )
+    test_data: str | None = option(
+        None,
+        "score on the test files of this folder instead of --data's (e.g. another test distribution); "
+        "training still reads --data",
+    )
+
     def validate(self) -> None:
         if bad := [c for c in self.cells if c not in encoders.names()]:
             raise ConfigError(f"unknown cells {bad}; choose from {encoders.names()}")
