@@ -484,7 +484,6 @@ class Trainer:
         self.engine = Engine(
             self, budget, prog, self.history, self.log, bar, on_step=hook, agree=self.ctx.any, report=report
         )
-        self.ctx.main_writes(lambda: self.rundir.results_path.unlink(missing_ok=True))  # a run in progress has none
         try:
             why = self.engine.run()
         except TrainingDiverged:

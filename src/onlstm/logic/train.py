@@ -269,7 +269,6 @@ def train(
         run.write_config(config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary))
         write_json(run.vocab_path, list(TOKENS))
         prog, history = task.restore() if resume else (task.fresh_progress(), [])
-        run.results_path.unlink(missing_ok=True)  # a run in progress has no result (an extended one: not yet)
         log(task.summary())
         report = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard)
         engine = Engine(task, task.budget(), prog, history, log, bar=cfg.progress, desc=model_cfg.cell, report=report)
