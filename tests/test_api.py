@@ -12,11 +12,12 @@ import torch
 
 import onlstm.lm
 import onlstm.logic
-from onlstm.checkpoint import config_header, save_weights
+from onlstm.checkpoint import config_header, read_json, save_weights
 from onlstm.cli import main
 from onlstm.data.vocab import Vocab
 from onlstm.files import write_json
 from onlstm.models import LanguageModel, LMConfig
+from onlstm.runs import RunDir
 from support import TINY_LM, write_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -82,7 +83,8 @@ def test_lm_train_function_makes_the_commands_run(tmp_path):
     corpus = write_corpus(tmp_path / "corpus")
     config = onlstm.lm.load_config(TINY_LM, {"train": {"epochs": 1}})
     run = onlstm.lm.train_language_model(config, corpus, tmp_path / "run", log=lambda _: None)
-    assert run.status == "finished" and run.results()["test"]["ppl"] > 1
+    assert run.status == "finished" and run.figures["test"]["ppl"] > 1
+    assert read_json(tmp_path / "run" / "results.json") == run.record()
     assert math.isfinite(run.model().perplexity(["the cat sat on the mat"]))
     # the same settings through the command: the same weights
     argv = ["lm", "train", "--config", str(TINY_LM), "--epochs", "1", "--data-dir", str(corpus)]
@@ -97,5 +99,6 @@ def test_logic_train_function_returns_the_run(tmp_path):
     model_cfg, train_cfg = onlstm.logic.load_config("smoke", {"train": {"epochs": 1, "threads": 1}})
     assert (model_cfg.hidden_size, train_cfg.batch_size) == (32, 32)  # the preset's
     result = onlstm.logic.train_classifier(model_cfg, train_cfg, data, tmp_path / "run", log=None)
-    assert result.stopped_by == "epochs" and 0 <= result.best_valid_accuracy <= 1
+    assert result.stopped_by == "epochs" and result.best == result.figures["best_valid_accuracy"]
+    assert 0 <= result.best <= 1 and RunDir(tmp_path / "run").results() == result.record()
     assert result.model().config == model_cfg

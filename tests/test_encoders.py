@@ -240,7 +240,7 @@ def test_user_encoder_trains_on_the_logic_task(toy, tmp_path, capsys):
         == 0
     )
     saved = json.loads((run / "config.json").read_text())
-    assert saved["model"]["cell"] == "toy" and saved["status"] == "finished"
+    assert saved["model"]["cell"] == "toy" and json.loads((run / "results.json").read_text())["status"] == "finished"
     assert "encoder_options" not in saved["model"]  # unused: config.json as before the field existed
     history = json.loads((run / "history.json").read_text())
     assert history and all(math.isfinite(h["train_loss"]) for h in history)

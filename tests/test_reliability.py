@@ -75,7 +75,8 @@ def snapshot(run: Path) -> dict[str, bytes]:
 
 def fake_run(run: Path, kind: str, interrupted: bool) -> Path:
     """A run directory as a trainer leaves it: config.json, best weights and (interrupted) the resume file."""
-    write_json(run / "config.json", {**config_header(kind, {}), "status": "interrupted" if interrupted else "finished"})
+    write_json(run / "config.json", config_header(kind, {}))
+    write_json(run / "results.json", {"kind": kind, "status": "interrupted" if interrupted else "finished"})
     (run / "model.best.safetensors").write_bytes(b"weights that must survive")
     write_json(run / "history.json", [{"step": k} for k in range(68)])
     if interrupted:
@@ -193,8 +194,10 @@ def test_a_diverged_lm_run_stops_and_is_not_saved_as_best(corpus, tmp_path, caps
     assert main(lm_args(corpus, run, "--lr", "1e9", "--clip", "0")) == EXIT_DIVERGED
     err = capsys.readouterr().err
     assert "training diverged" in err and "lower --lr" in err
-    assert not (run / "model.best.safetensors").exists() and not (run / "results.json").exists()
-    assert not (run / RunDir.LOCK).exists()
+    assert not (run / "model.best.safetensors").exists()
+    result = read_json(run / "results.json")  # the record says so, as a logic run's does; no test was run
+    assert (result["status"], result["stopped_by"], result["best"]) == ("diverged", "diverged", None)
+    assert "test" not in result and not (run / RunDir.LOCK).exists()
 
 
 def test_a_non_finite_validation_is_never_the_best(corpus, tmp_path, monkeypatch):
@@ -226,7 +229,7 @@ def test_a_diverged_logic_run_stops_with_its_status(logic_data, tmp_path, capsys
         == EXIT_DIVERGED
     )
     assert "training diverged" in capsys.readouterr().err
-    assert read_json(run / "config.json")["status"] == "diverged"
+    assert read_json(run / "results.json")["status"] == "diverged"
     assert not (run / RunDir.LOCK).exists()
 
 

@@ -144,6 +144,11 @@ def test_a_registered_kind_is_found_and_named(tmp_path, monkeypatch):
             "a finished logic run (resume.safetensors)",
         ),
         ({RunDir.CONFIG: {"kind": "new-kind"}}, "a new-kind run"),  # a kind nobody registered: by its name
+        (  # the result record says how the run ended (the header's status: a logic run of an earlier version)
+            {RunDir.CONFIG: {"kind": "lm"}, RunDir.RESULTS: {"status": "stopped"}, RunDir.RESUME: None},
+            "a stopped language-model run (resume.safetensors)",
+        ),
+        ({RunDir.CONFIG: {"kind": "lm"}, RunDir.RESULTS: {"status": "diverged"}}, "a diverged language-model run"),
     ],
 )
 def test_describe_says_what_the_directory_holds(tmp_path, files, expected):
@@ -181,13 +186,13 @@ def test_read_config_refuses_another_kind_naming_both(tmp_path):
         run.read_config("logic-classifier", "a logic classifier", "train one")
 
 
-def test_results_come_from_the_results_file_or_the_header(tmp_path):
+def test_results_come_from_the_results_file_or_an_earlier_logic_header(tmp_path):
     run = RunDir(tmp_path / "run")
     assert run.results() is None
-    run.write_config({"kind": "logic-classifier", "result": {"acc": 0.5}})
-    assert run.results() == {"acc": 0.5}
-    write_json(run.results_path, {"test": {"ppl": 80.0}})
-    assert run.results() == {"test": {"ppl": 80.0}}
+    run.write_config({"kind": "logic-classifier", "status": "finished", "result": {"acc": 0.5}})
+    assert run.results() == {"status": "finished", "acc": 0.5}
+    write_json(run.results_path, {"status": "stopped", "test": {"ppl": 80.0}})
+    assert run.results() == {"status": "stopped", "test": {"ppl": 80.0}}
 
 
 # --------------------------------------------------------------------------- lock and atomic header

@@ -53,7 +53,7 @@ def test_logic_train_reports_every_n_steps_in_the_log_and_steps_csv(logic_data, 
     table = rows(RunDir(run).steps_path)
     steps = [int(r["step"]) for r in table]
     per_epoch = steps[-1] // 2
-    assert per_epoch * 2 == steps[-1] and history["status"] == "finished"
+    assert per_epoch * 2 == steps[-1] and RunDir(run).results()["status"] == "finished"
     expected = sorted({*range(5, 2 * per_epoch + 1, 5), per_epoch, 2 * per_epoch})  # and at each pass's end
     assert steps == expected and [int(m["step"]) for m in lines] == expected
     assert all(m["desc"] == "onlstm " and re.match(r"accuracy [\d.]+% \| pairs/s [\d,]+$", m["figures"]) for m in lines)

@@ -86,7 +86,7 @@ def _lm(prof, args, work: Path, impl: str, steps: int) -> tuple[Record, Record]:
         warm = max(1, min(10, len(stamps) // 10))  # the first steps compile kernels and plan cuDNN: not timed
         per_step = (stamps[-1] - stamps[warm - 1]) / (len(stamps) - warm)
         return {
-            "status": result["status"],
+            "status": result.status,
             "steps": len(stamps),
             "timed_steps": len(stamps) - warm,
             "seconds_per_step": per_step,
@@ -139,7 +139,7 @@ def _logic(prof, args, work: Path, steps: int) -> tuple[Record, Record]:
         r = train(model_cfg, train_cfg, data, out, log=None)
         per_s = r.steps / r.seconds if r.seconds > 0 else None
         figures = {"status": r.stopped_by, "updates": r.steps, "seconds": r.seconds, "updates_per_s": per_s}
-        return figures | {"valid_accuracy": r.best_valid_accuracy}
+        return figures | {"valid_accuracy": r.best}
 
     ok = lambda r: None if r["updates"] == steps else f"{r['status']} after {r['updates']} updates"
     auto = kernels.resolve_impl("auto", prof.device, torch.float32)

@@ -24,7 +24,7 @@ from .parsing.baselines import score_baselines
 from .parsing.induce import sentence_distances, trees_from_distances
 from .parsing.metrics import evaluate
 from .parsing.trees import to_brackets, unlabel
-from .runs import RunDir, RunDirError, check_output_folder
+from .runs import RunDir, RunDirError, TrainResult, check_output_folder
 
 #: The corpus folder inside the demo's run directory (read by ``onlstm lm train --data-dir``).
 DATA = "data"
@@ -126,16 +126,16 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
         _write_corpus(out_dir, {"train": train_trees, "valid": dev, "test": test})
     # lm train takes the directory's lock itself, so the demo's is released meanwhile
     trained = train(out_dir, out_dir / DATA, settings, log=log, keep=(DATA,))
-    if trained["status"] == "interrupted":
+    if trained.interrupted:
         log("Ctrl-C: training ended early; the demo goes on with the model so far")
     with run_dir.lock("onlstm demo", log=log):
         return _report(cfg, out_dir, trained, dev, test, as_json)
 
 
-def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: bool) -> dict:
+def _report(cfg: DemoConfig, out_dir: Path, trained: TrainResult, dev, test, as_json: bool) -> dict:
     """Parse with the run's weights, score, mark the run as the demo's and print the report."""
     lm = load_language_model_run(out_dir)  # the best weights, or the last ones when no epoch ended
-    model, vocab, p, status = lm.model, lm.vocab, trained["progress"], trained["status"]
+    model, vocab = lm.model, lm.vocab
     scores = _score(cfg, model, vocab, dev, test, out_dir)
     # the demo's part of the header: parse_layer (1-based), the layer chosen on the development sentences, which
     # parse and plot then use by default; the grammar's words are lower case, so parse lower-cases its input;
@@ -143,9 +143,9 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: dict, dev, test, as_json: b
     best = scores["best"]
     config = {**lm.config, "text_normalisation": "lower", "trained_on": "onlstm demo grammar"}
     RunDir(out_dir).write_config({**config, "parse_layer": best + 1, "demo": cfg.to_dict()})
-    info = dict(steps=p["step"], epochs_validated=len(p["history"]), train_seconds=round(p["elapsed"], 1))
-    info.update(best_valid_ppl=None if p["best_valid"] is None else math.exp(p["best_valid"]), weights=lm.weights.name)
-    info["stopped_by"] = {"stopped": "time", "finished": "epochs"}.get(status, status)
+    info = dict(steps=trained.steps, epochs_validated=len(trained.history), train_seconds=round(trained.seconds, 1))
+    info.update(best_valid_ppl=None if trained.best is None else math.exp(-trained.best), weights=lm.weights.name)
+    info["stopped_by"] = {"stopped": "time", "finished": "epochs"}.get(trained.status, trained.status)
     try:  # a plot of one test sentence
         from .parsing.plots import plot_sentence
 

@@ -76,7 +76,7 @@ def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
 
     s = explicit_settings(TINY, {"train": {"asgd_start_epoch": 2, "momentum": 0.5}})
     one = train(tmp_path / "one", data, with_train(s, max_steps=stop), log=quiet)
-    assert one["progress"]["epoch"] == 2 and one["progress"]["averaging"]
+    assert one.progress.epoch == 1 and one.progress.pos > 0 and one.progress.task["averaging"]  # in epoch 2
 
     # the checkpoints at step 40: weights, averaged weights, momentum buffers, the carried state of
     # all 4 columns (gathered from both processes) and the random state
@@ -94,7 +94,7 @@ def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
     assert diff < 1e-4
 
     other = train(tmp_path / "seed", data, explicit_settings(TINY, {"train": {**s["train"], "seed": 8}}), log=quiet)
-    assert other["status"] == "finished"
+    assert other.status == "finished"
     moved = max_diff(final[1], load_file(str(tmp_path / "seed" / "model.last.safetensors")))
     assert moved > 1000 * max(diff, 1e-7)  # the comparison is sensitive
 

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 
 from onlstm.lm.config import explicit_settings
 from onlstm.lm.data import batchify, bptt_schedule, segment
-from onlstm.lm.train import Trainer
+from onlstm.lm.train import Trainer, resolve_settings
+from onlstm.runs import RunDir
 from support import TINY_LM, quiet, write_corpus
 
 MODEL = {"emb_size": 6, "hidden_sizes": [8, 6], "chunk_size": 2, "master_input": "paper"}  # tied weights
@@ -43,7 +44,7 @@ def small_corpus(tmp_path_factory) -> Path:
 
 def make_trainer(run: Path, corpus: Path, model: dict, **train_opts) -> Trainer:
     explicit = explicit_settings(TINY_LM, {"model": {**MODEL, **model}, "train": train_opts})
-    return Trainer(run, corpus, explicit, log=quiet)
+    return Trainer(run, corpus, resolve_settings(RunDir(run), explicit, resume=False), log=quiet)
 
 
 def schedules(trainer: Trainer) -> list[list]:
@@ -234,7 +235,7 @@ def test_training_steps_equal_the_authors_step_with_dropout(tmp_path, small_corp
         on_step=lambda tr: after.append(
             {
                 "params": [p.detach().clone() for p in trainer_params],
-                "avg": [a.detach().clone() for a in tr.averaged_weights()] if tr.progress.averaging else None,
+                "avg": [a.detach().clone() for a in tr.averaged_weights()] if tr.prog.task["averaging"] else None,
             }
         )
     )

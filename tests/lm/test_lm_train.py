@@ -82,18 +82,18 @@ VARIANTS = {
 def test_resume_mid_epoch_equals_uninterrupted(tmp_path, corpus, variant):
     s = settings(**VARIANTS[variant])
     full = train(tmp_path / "full", corpus, s, log=quiet)
-    assert full["status"] == "finished"
+    assert full.status == "finished"
     stop_at = steps_in_epoch(corpus, s, 1) + 3  # in epoch 2, after averaging started
     part = train(tmp_path / "part", corpus, with_train(s, max_steps=stop_at), log=quiet)
-    assert part["status"] == "stopped"
-    p = part["progress"]
-    assert (p["epoch"], p["batch"], p["step"]) == (2, 3, stop_at)
+    assert part.status == "stopped"
+    p = part.progress  # one epoch done, 3 batches into the second
+    assert (p.epoch, p.pos, p.step, part.steps) == (1, 3, stop_at, stop_at)
     if variant.startswith("onlstm"):
-        assert p["averaging"] and p["avg_count"] == 3
+        assert p.task["averaging"] and p.task["avg_count"] == 3
     saved = tensors(tmp_path / "part", "resume")
     assert any(k.startswith("hidden.") for k in saved)  # the carried state is part of the checkpoint
     resumed = train(tmp_path / "part", corpus, with_train(s, max_steps=None), resume=True, log=quiet)
-    assert resumed["status"] == "finished"
+    assert resumed.status == "finished"
     for name in ("model.last", "model.best", "resume"):
         assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / "part", name))
     assert log_rows(tmp_path / "full") == log_rows(tmp_path / "part")
@@ -107,15 +107,15 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(tmp_path, corpus):
     full = train(tmp_path / "full", corpus, s, log=quiet)
 
     def interrupt(trainer):
-        if trainer.progress.step == 5:
+        if trainer.prog.step == 5:
             signal.raise_signal(signal.SIGINT)  # what Ctrl-C sends; the handler only sets a flag
 
     before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN under a shell's background job
     part = train(tmp_path / "part", corpus, s, on_step=interrupt, log=quiet)
-    assert part["status"] == "interrupted" and part["progress"]["step"] == 5
+    assert part.status == "interrupted" and part.steps == 5
     assert signal.getsignal(signal.SIGINT) is before  # the handler in place before the run is restored
     train(tmp_path / "part", corpus, s, resume=True, log=quiet)
-    assert full["progress"]["step"] == read_json(tmp_path / "part" / "results.json")["steps"]
+    assert full.steps == read_json(tmp_path / "part" / "results.json")["steps"]
     assert_same_tensors(tensors(tmp_path / "full", "model.last"), tensors(tmp_path / "part", "model.last"))
     assert_same_tensors(tensors(tmp_path / "full", "resume"), tensors(tmp_path / "part", "resume"))
 
@@ -137,11 +137,17 @@ def test_ctrl_c_during_validation_resumes_with_that_validation(tmp_path, corpus,
     monkeypatch.setattr(lm_train.Trainer, "validate", interrupted)
     part = train(tmp_path / "part", corpus, s, log=quiet)
     monkeypatch.undo()
-    p, n1 = part["progress"], steps_in_epoch(corpus, s, 1)
-    assert part["status"] == "interrupted" and (p["epoch"], p["batch"], p["history"]) == (1, n1, [])
-    assert train(tmp_path / "part", corpus, s, resume=True, log=quiet)["status"] == "finished"
+    p, n1 = part.progress, steps_in_epoch(corpus, s, 1)
+    assert part.status == "interrupted" and (p.epoch, p.pos, p.check_due, part.steps, part.history) == (
+        1,
+        0,
+        True,
+        n1,
+        [],
+    )
+    assert train(tmp_path / "part", corpus, s, resume=True, log=quiet).status == "finished"
     at_end = train(tmp_path / "end", corpus, with_train(s, max_steps=n1), log=quiet)
-    assert at_end["status"] == "stopped" and len(at_end["progress"]["history"]) == 1
+    assert at_end.status == "stopped" and len(at_end.history) == 1
     train(tmp_path / "end", corpus, with_train(s, max_steps=None), resume=True, log=quiet)
     for run in ("part", "end"):
         assert log_rows(tmp_path / "full") == log_rows(tmp_path / run)
@@ -168,14 +174,13 @@ def test_time_limit_stops_with_a_resume_file_counts_every_session_and_resumes_ex
 
     assert steps_in_epoch(corpus, s, 1) > 5  # the limit falls inside the first epoch
     part = train(tmp_path / "part", corpus, settings(time_limit=0.5), on_step=tick, log=quiet)  # 30 s
-    p = part["progress"]
-    assert part["status"] == "stopped" and (p["step"], p["history"]) == (4, [])  # 40 s > 30 s
+    assert part.status == "stopped" and (part.steps, part.history) == (4, [])  # 40 s > 30 s
     assert (tmp_path / "part" / "resume.safetensors").exists()
     again = train(tmp_path / "part", corpus, settings(time_limit=0.5), resume=True, on_step=tick, log=quiet)
     # the first session's 40 s count: the limit is used up before any update of this session
-    assert again["status"] == "stopped" and again["progress"]["step"] == 4
+    assert again.status == "stopped" and again.steps == 4
     done = train(tmp_path / "part", corpus, settings(time_limit=600.0), resume=True, on_step=tick, log=quiet)
-    assert done["status"] == "finished" and done["progress"]["step"] == full["progress"]["step"]
+    assert done.status == "finished" and done.steps == full.steps
     assert log_rows(tmp_path / "full") == log_rows(tmp_path / "part")
     for name in ("model.last", "model.best", "resume"):
         assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / "part", name))
@@ -194,20 +199,20 @@ def test_averaging_lr_scaling_and_evaluation_weights(tmp_path, corpus):
     seen = {"iterates": [], "lr_checked": 0}
 
     def check(trainer):
-        prog, cfg = trainer.progress, trainer.cfg
+        prog, cfg = trainer.prog, trainer.cfg  # called after an update: prog.pos >= 1
         sched = bptt_schedule(
             trainer.n_rows,
             cfg.bptt,
             cfg.seed,
-            prog.epoch,
+            prog.epoch + 1,
             cfg.variable_bptt,
             cfg.bptt_short_prob,
             cfg.bptt_std,
             cfg.min_seq_len,
         )
-        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.lr * sched[prog.batch - 1].lr_scale)
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.lr * sched[prog.pos - 1].lr_scale)
         seen["lr_checked"] += 1
-        if prog.averaging:
+        if prog.task["averaging"]:
             seen["iterates"].append([p.detach().clone() for p in trainer.params])
             # ASGD(t0=0, lambd=0)'s ax: the first iterate after one step, then the mean from the second on
             iterates = seen["iterates"][1:] or seen["iterates"]
@@ -217,8 +222,8 @@ def test_averaging_lr_scaling_and_evaluation_weights(tmp_path, corpus):
             seen["names"] = trainer.param_names
 
     out = train(tmp_path / "run", corpus, s, on_step=check, log=quiet)
-    assert seen["lr_checked"] == out["progress"]["step"]
-    assert len(seen["iterates"]) == steps_in_epoch(corpus, s, 2) == out["progress"]["avg_count"]
+    assert seen["lr_checked"] == out.steps
+    assert len(seen["iterates"]) == steps_in_epoch(corpus, s, 2) == out.progress.task["avg_count"]
     res = tensors(tmp_path / "run", "resume")
     last = tensors(tmp_path / "run", "model.last")
     for i, n in enumerate(seen["names"]):  # evaluation (and model.last) use the averaged weights, ASGD's ax
@@ -266,10 +271,10 @@ def test_nonmono_switch_in_training(tmp_path, corpus, monkeypatch):
     monkeypatch.setattr(lm_train, "perplexity", fake_perplexity)
     s = settings(epochs=5, nonmono=1, final_test=False)
     out = train(tmp_path / "run", corpus, s, on_step=grab, log=quiet)
-    p = out["progress"]
+    p = out.progress.task
     expect_switch = next(i for i in range(5) if nonmono_switch(injected[:i], injected[i], 1))
     assert expect_switch == 2  # worked by hand: 6 > min(5) with one check held back
-    assert [h["averaging"] for h in p["history"]] == [0, 0, 0, 1, 1]
+    assert [h["averaging"] for h in out.history] == [0, 0, 0, 1, 1]
     assert seen["calls"] == [False, False, False, True, True]
     assert p["averaging"] and p["avg_count"] > 0
     tr, last = seen["trainer"], tensors(tmp_path / "run", "model.last")
@@ -497,11 +502,11 @@ def test_a_resume_with_a_max_steps_already_reached_makes_no_update(tmp_path, cor
     """--max-steps at or below the steps done: the run stops at once (the engine tested the budget only after an
     update, so such a resume trained one step past it)."""
     s, run = settings(epochs=2), tmp_path / "run"
-    assert train(run, corpus, with_train(s, max_steps=4), log=quiet)["status"] == "stopped"
+    assert train(run, corpus, with_train(s, max_steps=4), log=quiet).status == "stopped"
     before = tensors(run, "resume")
     for limit in (4, 2):
         again = train(run, corpus, with_train(s, max_steps=limit), resume=True, log=quiet)
-        assert again["status"] == "stopped" and again["progress"]["step"] == 4
+        assert again.status == "stopped" and again.steps == 4
     assert_same_tensors(tensors(run, "resume"), before)
 
 

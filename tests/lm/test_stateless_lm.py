@@ -96,19 +96,17 @@ def test_training_carries_no_state_and_resumes_exactly(tmp_path, corpus):
     s = settings(momentum=0.3)
     seen = []
     full = train(tmp_path / "full", corpus, s, on_step=lambda t: seen.append(t.hidden), log=quiet)
-    assert full["status"] == "finished" and seen and all(h is None for h in seen)
+    assert full.status == "finished" and seen and all(h is None for h in seen)
     part = train(tmp_path / "part", corpus, with_train(s, max_steps=len(seen) // 2 + 3), log=quiet)  # in epoch 2
-    assert part["status"] == "stopped"
+    assert part.status == "stopped"
     assert not any(k.startswith("hidden.") for k in load_file(str(tmp_path / "part" / "resume.safetensors")))
-    assert (
-        train(tmp_path / "part", corpus, with_train(s, max_steps=None), resume=True, log=quiet)["status"] == "finished"
-    )
+    assert train(tmp_path / "part", corpus, with_train(s, max_steps=None), resume=True, log=quiet).status == "finished"
     for name in ("model.last", "model.best", "resume"):
         a, b = (load_file(str(tmp_path / r / f"{name}.safetensors")) for r in ("full", "part"))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
     results = read_json(tmp_path / "full" / "results.json")
     assert results["test"]["protocol"] == "paper" and results["test"]["batch_size"] == 1  # tiny.yaml: batch 1
-    assert results == read_json(tmp_path / "part" / "results.json") | {"train_seconds": results["train_seconds"]}
+    assert results == read_json(tmp_path / "part" / "results.json") | {"seconds": results["seconds"]}
 
 
 def test_learned_positions_shorter_than_the_schedule_are_refused_before_training(tmp_path, corpus, capsys):

@@ -33,6 +33,7 @@ from onlstm.logic.model import (
     token_ids,
 )
 from onlstm.logic.relations import RELATIONS
+from onlstm.runs import RunDir
 from support import CONFIGS, SHARED_DATA
 
 TINY = dict(emb_size=8, hidden_size=16, chunk_size=4, mlp_hidden=16)
@@ -320,20 +321,22 @@ def test_train_then_eval_smoke(tiny_data, tmp_path, capsys):
         "model.last.safetensors",
         "resume.safetensors",  # kept: a larger --epochs trains it further
         "steps.csv",  # the figures between validation checks
+        "results.json",  # the run's result record
     }
-    cfg = json.loads((run / "config.json").read_text())
-    assert cfg["kind"] == KIND and cfg["status"] == "finished" and cfg["model"]["cell"] == "lstm"
+    cfg, result = json.loads((run / "config.json").read_text()), json.loads((run / "results.json").read_text())
+    assert cfg["kind"] == result["kind"] == KIND and result["status"] == "finished" and cfg["model"]["cell"] == "lstm"
+    assert "status" not in cfg and "result" not in cfg  # one place for the result
     assert cfg["train"]["seed"] == 5 and cfg["train"]["max_train_ops"] == 6
     n_pool = sum(1 for k in range(7) for _ in open(tiny_data / f"train{k}"))
     assert cfg["data"]["n_train"] + cfg["data"]["n_valid"] == n_pool
     assert cfg["data"]["n_valid"] == round(0.1 * n_pool) and cfg["data"]["max_ops"] == 6
     hist = json.loads((run / "history.json").read_text())
     steps_per_epoch = math.ceil(cfg["data"]["n_train"] / 16)
-    assert cfg["result"]["steps"] == 2 * steps_per_epoch and cfg["result"]["stopped_by"] == "epochs"
+    assert result["steps"] == 2 * steps_per_epoch and result["stopped_by"] == "epochs"
     assert [h["step"] for h in hist][-1] == 2 * steps_per_epoch  # a check after the last step
     best = max(hist, key=lambda h: (h["valid_accuracy"], -h["step"]))
-    assert cfg["result"]["best_valid_accuracy"] == best["valid_accuracy"]
-    assert cfg["result"]["best_step"] == best["step"]
+    assert result["best_valid_accuracy"] == result["best"] == best["valid_accuracy"]
+    assert result["best_step"] == best["step"]
     assert json.loads((run / "vocab.json").read_text()) == list(TOKENS)
 
     # the best checkpoint reproduces the recorded validation accuracy
@@ -396,8 +399,8 @@ def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
     cfg = T.LogicTrainConfig(epochs=5, batch_size=16, valid_every=3, eval_batch_size=1000, progress=False)
     res = T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=logs.append)
     assert res.interrupted and res.steps == 4 and res.best_step == 3
-    header = json.loads((run / "config.json").read_text())
-    assert header["status"] == "interrupted" and header["result"]["stopped_by"] == "interrupted"
+    result = json.loads((run / "results.json").read_text())
+    assert result["status"] == "interrupted" and result["stopped_by"] == "interrupted"
     assert "aborted at step 4" in logs[-1] and "best checkpoint kept" in logs[-1]  # a KeyboardInterrupt in a step
     assert "continue with: onlstm logic train --resume" in logs[-1]  # from the check at step 3
     best, last = LogicClassifier(LogicModelConfig(**TINY)), LogicClassifier(LogicModelConfig(**TINY))
@@ -469,7 +472,7 @@ def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
         scored = r["test"]["by_length"].values()
         assert sum(v["total"] for v in scored) == run_cfg["data"]["n_valid"]
         assert sum(v["correct"] for v in scored) / run_cfg["data"]["n_valid"] == pytest.approx(
-            run_cfg["result"]["best_valid_accuracy"]
+            json.loads((Path(r["run_dir"]) / "results.json").read_text())["best_valid_accuracy"]
         )
     # a setting that changes training is not reused
     assert main([*args[:-4], "1", "--lengths", "1-9", "--lr", "0.0005"]) == 0  # seed 1 only
@@ -674,7 +677,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tiny_data, tmp_path, monk
     first = T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None)
     restore()
     assert first.interrupted and 0 < first.steps < whole.steps
-    assert json.loads((run / "config.json").read_text())["status"] == "interrupted"
+    assert json.loads((run / "results.json").read_text())["status"] == "interrupted"
     logs = []
     second = T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=logs.append, resume=True)
     assert second.stopped_by == "epochs" and second.steps == whole.steps
@@ -684,7 +687,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tiny_data, tmp_path, monk
     for tag in ("best", "last"):
         a, b = _weights(tmp_path / "whole" / f"model.{tag}.safetensors"), _weights(run / f"model.{tag}.safetensors")
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), tag
-    assert (run / T.RESUME_FILE).exists()  # stopped by its epochs: kept, a larger --epochs trains it further
+    assert (run / RunDir.RESUME).exists()  # stopped by its epochs: kept, a larger --epochs trains it further
 
 
 def test_resume_at_an_epoch_boundary(tiny_data, tmp_path, monkeypatch):
@@ -711,7 +714,7 @@ def test_resume_errors_and_cli(tiny_data, tmp_path, monkeypatch, capsys):
     restore = _interrupt_at(monkeypatch, 9, "signal")
     assert main(_train_args(tiny_data, run, "--seed", "4")) == 130  # Ctrl-C: exit status 130
     restore()
-    assert (run / T.RESUME_FILE).exists()
+    assert (run / RunDir.RESUME).exists()
     with pytest.raises(CheckpointError, match=r"cannot change .*train\.lr \(run: 0\.001, given: 0\.01\)"):
         T.train(LogicModelConfig(**TINY), replace(cfg, lr=0.01), tiny_data, run, log=None, resume=True)
     assert main(_train_args(tiny_data, run, "--seed", "4", "--resume")) == 0
@@ -830,7 +833,7 @@ def test_curriculum_trains_on_short_pairs_first_then_every_pair_each_epoch(tiny_
     assert all(max(b) <= k for b, k in zip(train_batches, bounds, strict=True))  # never longer than the stage
     assert max(train_batches[0] + train_batches[3]) == 1 and max(train_batches[4] + train_batches[7]) == 2
     # each stage's passes over its pairs draw every pair of the stage (4 steps of 8 cover ~the <=1 pairs)
-    n_train = res.n_train
+    n_train = res.figures["n_train"]
     after = [k for b in train_batches[4 * 5 :] for k in b]  # from step 20 on: every length, whole epochs
     assert len(after) == cfg.epochs * n_train
     assert res.epochs == round(res.steps / math.ceil(n_train / cfg.batch_size), 3)
@@ -926,7 +929,7 @@ def test_max_steps_stops_after_exactly_that_many_updates(tiny_data, tmp_path, ma
     assert whole.steps > max_steps
     strip = lambda h: [{k: v for k, v in x.items() if k not in ("seconds", "best")} for x in h]
     assert strip(res.history[: max_steps // 5]) == strip(whole.history[: max_steps // 5])
-    assert (tmp_path / "cut" / T.RESUME_FILE).exists()  # stopped by its budget: a larger one trains it further
+    assert (tmp_path / "cut" / RunDir.RESUME).exists()  # stopped by its budget: a larger one trains it further
 
 
 @pytest.mark.parametrize("call", [4, 9])
@@ -1009,17 +1012,17 @@ def test_a_used_up_budget_or_patience_is_not_resumed(tiny_data, tmp_path):
     # Adam steps of 1e-12 are below float32 resolution: the weights and the accuracy stay, patience ends the run
     stale = T.LogicTrainConfig(**{**RESUME_CFG, "patience": 1, "lr": 1e-12, "min_lr": 0.0})
     done = T.train(LogicModelConfig(**TINY), stale, tiny_data, tmp_path / "p", log=None)
-    assert done.stopped_by == "patience" and not (tmp_path / "p" / T.RESUME_FILE).exists()
+    assert done.stopped_by == "patience" and not (tmp_path / "p" / RunDir.RESUME).exists()
     with pytest.raises(CheckpointError, match="ended by patience, which is final; train into a new --out"):
         T.train(LogicModelConfig(**TINY), replace(stale, epochs=9), tiny_data, tmp_path / "p", log=None, resume=True)
-    (run / T.RESUME_FILE).unlink()  # as a run finished before runs kept the file
+    (run / RunDir.RESUME).unlink()  # as a run finished before runs kept the file
     with pytest.raises(CheckpointError, match="finished run without resume.safetensors; train again into a new"):
         T.train(LogicModelConfig(**TINY), replace(cfg, max_steps=20), tiny_data, run, log=None, resume=True)
 
 
 def test_max_steps_flag_and_its_errors(tiny_data, tmp_path, capsys):
     assert main(_train_args(tiny_data, tmp_path / "run", "--max-steps", "3")) == 0
-    header = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert header["result"]["steps"] == 3 and header["result"]["stopped_by"] == "max_steps"
+    result = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert (result["steps"], result["status"], result["stopped_by"]) == (3, "stopped", "max_steps")
     assert main(_train_args(tiny_data, tmp_path / "bad", "--max-steps", "0")) == 2
     assert "max_steps must be >= 1" in capsys.readouterr().err

@@ -34,7 +34,7 @@ def test_logic_train_and_eval(cell, options, data, tmp_path, capsys):
     argv = ["logic", "train", "--data", str(data), "--out", str(run), "--cell", cell, "--epochs", "2", *SMALL]
     assert main([*argv, "--encoder-options", *options]) == 0
     saved = json.loads((run / "config.json").read_text())
-    assert saved["model"]["cell"] == cell and saved["status"] == "finished"
+    assert saved["model"]["cell"] == cell and json.loads((run / "results.json").read_text())["status"] == "finished"
     history = json.loads((run / "history.json").read_text())
     assert len(history) == 2 and all(math.isfinite(h["train_loss"]) for h in history)
     capsys.readouterr()

@@ -2,19 +2,20 @@
 
 from ..models.language_model import KIND, LanguageModel, LMConfig, ParsedSentence
 from ..runs import RunKind, register_kind
+from ..runs.engine import TrainResult
 from .config import RunConfig, TrainConfig, load_config, train_command
-from .train import LMRun, train_language_model
+from .train import train_language_model
 
 # the demo's runs are of this kind too (an `lm train` run with the demo's settings added)
 register_kind(RunKind(KIND, "language-model", LanguageModel, train_command))
 
 __all__ = [
     "LMConfig",
-    "LMRun",
     "LanguageModel",
     "ParsedSentence",
     "RunConfig",
     "TrainConfig",
+    "TrainResult",
     "load_config",
     "train_language_model",
 ]

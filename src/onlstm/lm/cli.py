@@ -79,7 +79,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         result = train(args.out, args.data_dir, explicit, resume=args.resume, log=tqdm.write)
     except ValueError as e:  # the settings' checks raise plain ValueErrors: bad input all the same
         raise command_error(e) from None
-    return EXIT_INTERRUPTED if result["status"] == "interrupted" else 0
+    return EXIT_INTERRUPTED if result.interrupted else 0
 
 
 def run_threads(config: dict) -> int:

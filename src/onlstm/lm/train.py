@@ -11,9 +11,7 @@ import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -24,19 +22,19 @@ from ..config import ConfigError, check_section
 from ..data.ptb import Corpus, load_corpus
 from ..data.vocab import Vocab
 from ..encoders import detach_state
+from ..errors import TrainingDiverged
 from ..files import write_json, write_text
 from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
 from ..runs import RunDir, RunDirError, StopRequest, restore_training, resume_clash, setup_torch
 from ..runs.device import prepare_kernel
 from ..runs.dist import DistContext, setup, teardown
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, diverged, stop_report, update
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, diverged, stop_report, update
 from ..runs.resume import read_training, save_training
 from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, run_config
 from .data import batchify, bptt_schedule, column_share, segment
 from .evaluate import Interrupted, perplexity
 
-RESUME_FILE = RunDir.RESUME  # the name tests and older code import
 LOG_COLUMNS = tuple(
     "epoch steps train_loss train_ppl valid_loss valid_ppl best_valid_ppl averaging tokens epoch_seconds "
     "tokens_per_s elapsed_s".split()
@@ -44,15 +42,6 @@ LOG_COLUMNS = tuple(
 # What Progress.task carries for a language model (JSON values), as a fresh run starts.
 _TASK = dict(averaging=False, avg_count=0, sgd_valid_history=[], epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
 _TASK.update(finished=False, results=None)
-
-
-def progress_view(prog: Progress, history: list[dict], pass_length: Callable[[int], int]) -> dict:
-    """Where a run is, as :func:`train` gives it: epochs from 1, ``batch`` = segments done, ``best_valid`` = the
-    lowest validation loss; a pass with validation due is its epoch, ``pass_length`` done."""
-    epoch, batch = (prog.epoch, pass_length(prog.epoch)) if prog.check_due else (prog.epoch + 1, prog.pos)
-    best = None if prog.best is None else -prog.best
-    out = {"epoch": epoch, "batch": batch, "step": prog.step, "best_valid": best, "history": history}
-    return {**out, **prog.task, "elapsed": prog.seconds}
 
 
 class _Objective(nn.Module):
@@ -158,7 +147,7 @@ def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
 def refuse_restart(run: RunDir) -> None:
     """A ``--resume`` without a resume file starts from step 0: only for a run stopped before its first checkpoint.
     One with results (weights, a test, a log) would have them overwritten: refused, as ``logic train`` does."""
-    done = [p.name for p in (run.weights("best"), run.weights("last"), run.results_path, run.log_path) if p.exists()]
+    done = [p.name for p in (run.weights("best"), run.weights("last"), run.log_path) if p.exists()]
     if done:
         raise RunDirError(
             f"--resume: {run.path} has no {RunDir.RESUME} (it finished, or the file was deleted) but holds results "
@@ -181,19 +170,13 @@ class Trainer:
         self,
         run_dir: Path,
         data_dir: Path,
-        settings: dict | RunConfig,
+        settings: RunConfig,
         resume: bool = False,
         ctx: DistContext | None = None,
         log: Callable[[str], None] = print,
-        keep: tuple[str, ...] = (),
     ):
-        """``settings``: the run's, resolved (:func:`resolve_settings`, as :func:`train` does), or the ones the user
-        gave (``{"model": {...}, "train": {...}}``), resolved here after the output folder's check."""
+        """``settings``: the run's, resolved (:func:`resolve_settings`, as :func:`train` does)."""
         self.rundir, self.data_dir, self.resume = RunDir(run_dir), Path(data_dir), resume
-        if not isinstance(settings, RunConfig):
-            if not resume:
-                self.rundir.check_output(command="onlstm lm train", keep=keep)
-            settings = resolve_settings(self.rundir, settings, resume)
         self.config = settings
         cfg = self.cfg = self.config.train
         setup_torch(cfg.threads)
@@ -280,11 +263,6 @@ class Trainer:
         data = dict(data_dir=data_dir, closed_vocab=c.closed_vocab, vocab_limited=c.limited, oov=self.cfg.oov)
         data.update({f"{k}_tokens": s.n_tokens for k, s in c.splits.items()})
         return config_header("lm", self.model_config.to_dict(), train=self.cfg.to_dict(), data=data)
-
-    @property
-    def progress(self) -> SimpleNamespace:
-        """Where the run is, in :func:`progress_view`'s terms (epochs from 1, ``batch``, ``averaging``, ...)."""
-        return SimpleNamespace(**progress_view(self.prog, self.history, self.pass_length))
 
     def schedule(self, epoch: int) -> list:
         """The BPTT segments of ``epoch`` (from 1)."""
@@ -456,13 +434,8 @@ class Trainer:
         restore_training(path, tensors, meta["optimizer"], self.model, self.optimizer, self.ctx.device)
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
-        self.log(
-            f"resumed {self.rundir.path} at {self._position()}"
-            + (" (averaging)" if self.prog.task["averaging"] else "")
-        )
-
-    def _position(self) -> str:
-        return "epoch {epoch}, batch {batch}, step {step}".format(**vars(self.progress))
+        prog, averaging = self.prog, " (averaging)" if self.prog.task["averaging"] else ""
+        self.log(f"resumed {self.rundir.path} at epoch {prog.epoch + 1}, batch {prog.pos}, step {prog.step}{averaging}")
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""
@@ -493,10 +466,10 @@ class Trainer:
         when = f"in epoch {prog.epoch + 1} (by step {prog.step})"
         raise diverged(loss, when, f"{', '.join(kept)} in {self.rundir.path}" if kept else "", clip=0.25)
 
-    def run(self, on_step: Callable[[Trainer], None] | None = None) -> dict:
+    def run(self, on_step: Callable[[Trainer], None] | None = None) -> TrainResult:
         """Train to ``cfg.epochs`` (or until ``cfg.max_steps`` optimizer steps in all, ``cfg.time_limit`` minutes of
-        training, or a stop request), then (``final_test``) score the best weights. Returns ``{"status": ...,
-        "progress": ...}``; the status is ``finished``, ``stopped`` (max_steps, time_limit) or ``interrupted``."""
+        training, or a stop request), then (``final_test``) score the best weights; its result is written and returned
+        (``status``: ``finished``, ``stopped`` by max_steps or time_limit, or ``interrupted``)."""
         cfg, prog = self.cfg, self.prog
         self._acc_loss, self._acc_tok, self._clock = self._zero(), self._zero(), time.perf_counter()
         self.model.train()
@@ -511,23 +484,35 @@ class Trainer:
         self.engine = Engine(
             self, budget, prog, self.history, self.log, bar, on_step=hook, agree=self.ctx.any, report=report
         )
-        why = self.engine.run()
+        try:
+            why = self.engine.run()
+        except TrainingDiverged:
+            self._write_result(self.engine.result("diverged", "lm", self.rundir.path, self._epochs()))
+            raise
         self.log(self._stop_report(why, budget))
-        if why == "aborted":
-            raise KeyboardInterrupt
-        status = {"epochs": "finished", "max_steps": "stopped", "time_limit": "stopped"}.get(why, why)
+        tested = "finished"
         if why == "epochs":
             prog.task["finished"] = True
             if prog.task["results"] is None and cfg.final_test:
-                status = self._final_test()
-        return {"status": status, "progress": vars(self.progress)}
+                tested = self._final_test()
+        result = self.engine.result(why, "lm", self.rundir.path, self._epochs(), prog.task["results"])
+        result.status = "interrupted" if tested == "interrupted" else result.status
+        self._write_result(result)
+        if why == "aborted":
+            raise KeyboardInterrupt
+        return result
+
+    def _write_result(self, result: TrainResult) -> None:
+        self.ctx.main_writes(lambda: write_json(self.rundir.results_path, result.record()))
+
+    def _epochs(self) -> float:
+        return self.prog.epoch + self.prog.pos / max(self.pass_length(self.prog.epoch + 1), 1)
 
     def _stop_report(self, why: str, budget: Budget) -> str:
         prog, resume = self.prog, f"onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume"
         best = "" if prog.best is None else f"(valid ppl {math.exp(-prog.best):.2f} at step {prog.best_step})"
-        epochs = prog.epoch + prog.pos / max(self.pass_length(prog.epoch + 1), 1)
         saved = self.rundir.resume_path.exists()
-        return stop_report(why, prog, budget, resume, best=best, saved=saved, epochs=epochs)
+        return stop_report(why, prog, budget, resume, best=best, saved=saved, epochs=self._epochs())
 
     def _final_test(self) -> str:
         """Score the best weights on the first process; every process learns whether that was interrupted."""
@@ -554,31 +539,10 @@ class Trainer:
         except Interrupted:
             self.log("final test interrupted; score the run later with onlstm lm eval")
             return "interrupted"
-        results = {"weights": best.name, "valid": valid.to_dict(), "test": test.to_dict()}
-        results.update(epochs=prog.epoch, steps=prog.step, train_seconds=round(self.engine.elapsed(), 1))
-        prog.task["results"] = results
-        write_json(self.rundir.results_path, results)
+        prog.task["results"] = {"weights": best.name, "valid": valid.to_dict(), "test": test.to_dict()}
         self.log(f"best weights: valid {valid.describe()}")
         self.log(f"best weights: test  {test.describe()}")
         return "finished"
-
-
-@dataclass
-class LMRun:
-    """A run of :func:`train_language_model`: its directory, ``status`` (``finished``, ``stopped`` by a budget,
-    ``interrupted``) and where it stopped (``progress``: epoch, step, best validation loss, history, ...)."""
-
-    run_dir: Path
-    status: str
-    progress: dict
-
-    def model(self) -> LanguageModel:
-        """The run's best weights (its last ones when no epoch ended) as a model with its vocabulary."""
-        return LanguageModel.from_pretrained(self.run_dir)
-
-    def results(self) -> dict | None:
-        """The final test's results (``results.json``), when the run finished with one."""
-        return RunDir(self.run_dir).results()
 
 
 def train_language_model(
@@ -588,7 +552,7 @@ def train_language_model(
     *,
     resume: bool = False,
     log: Callable[[str], None] = print,
-) -> LMRun:
+) -> TrainResult:
     """``onlstm lm train`` as a function: ``config`` is a :class:`~onlstm.lm.config.RunConfig` (from
     :func:`~onlstm.lm.config.load_config`), a preset name or YAML file, or ``{"model": {...}, "train": {...}}``;
     ``data_dir`` holds ``ptb.{train,valid,test}.txt``; ``out`` is the run directory (new, or resumed)."""
@@ -598,8 +562,7 @@ def train_language_model(
         explicit = explicit_settings(None, config)  # its sections and names checked
     else:
         explicit = explicit_settings(config)
-    done = train(Path(out), Path(data_dir), explicit, resume=resume, log=log)
-    return LMRun(Path(out), done["status"], done["progress"])
+    return train(Path(out), Path(data_dir), explicit, resume=resume, log=log)
 
 
 def train(
@@ -610,11 +573,11 @@ def train(
     on_step=None,
     log: Callable[[str], None] = print,
     keep: tuple[str, ...] = (),
-) -> dict:
+) -> TrainResult:
     """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the user (config
     file and flags); ``on_step(trainer)`` after each update; ``log(message)``; ``keep``:
     names a new run's directory may already hold (the demo's corpus). Returns
-    ``{"status", "progress"}``; joins the process group under torchrun."""
+    the run's :class:`~onlstm.runs.engine.TrainResult` (also in ``results.json``); joins the process group under torchrun."""
     run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train", keep=keep)
     if resume and run.config_path.exists() and not run.resume_path.exists():
         refuse_restart(run)  # before the lock and the data: nothing to do

@@ -150,28 +150,28 @@ def _train_or_reuse(
     what = f"== {mcfg.cell}, seed {tcfg.seed}:"
     try:
         header, clash = run_header(run_dir, mcfg, tcfg)
+        result = RunDir(run_dir).results() or {}
     except CheckpointError:
-        header, clash = {}, "no run"
+        header, clash, result = {}, "no run", {}
     same_data = (header.get("data") or {}).get("path") == str(data)
-    finished = not clash and header.get("status") == "finished" and header.get("result") is not None
-    if finished and same_data and _same_stop(header, tcfg) and RunDir(run_dir).weights("best").exists():
+    finished = not clash and result.get("status") in ("finished", "stopped")
+    if finished and same_data and _same_stop(header, result, tcfg) and RunDir(run_dir).weights("best").exists():
         log(f"{what} reusing the finished run in {run_dir}")
-        return header["result"]
+        return result
     try:
-        go_on = same_data and not resume_refusal(run_dir, header, clash, tcfg)
+        go_on = same_data and not resume_refusal(run_dir, clash, tcfg)
     except CheckpointError:  # an unreadable resume file: the run is trained again
         go_on = False
     doing = ("extending the finished run in" if finished else "resuming the interrupted run in") if go_on else ""
     log(f"{what} {doing or 'training into'} {run_dir}")
-    if train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on).interrupted:
-        return None
-    return RunDir(run_dir).read_config()["result"]
+    trained = train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on)
+    return None if trained.interrupted else trained.record()
 
 
-def _same_stop(header: dict, tcfg: LogicTrainConfig) -> bool:
-    """Whether a run with ``tcfg``'s budget stops where the finished run of ``header`` stopped: the budget that
-    stopped it unchanged, and no other budget below what the run used (patience: none)."""
-    saved, result = header.get("train") or {}, header["result"]
+def _same_stop(header: dict, result: dict, tcfg: LogicTrainConfig) -> bool:
+    """Whether a run with ``tcfg``'s budget stops where the finished run of ``header`` stopped (``result``: its
+    record): the budget that stopped it unchanged, and no other budget below what the run used (patience: none)."""
+    saved = header.get("train") or {}
     used = {"epochs": result["epochs"], "max_steps": result["steps"], "time_limit": result["seconds"] / 60}
     for name in BUDGETS:
         new = getattr(tcfg, name)

@@ -8,7 +8,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -20,34 +20,12 @@ from ..errors import TrainingDiverged
 from ..files import write_json
 from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, budget_spent, stop_report, update
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, budget_spent, stop_report, update
 from ..runs.resume import read_training, restore_training, resume_clash, save_training
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, pad_batch, token_ids
 from .relations import RELATIONS
-
-
-@dataclass
-class TrainResult:
-    out_dir: Path
-    best_valid_accuracy: float
-    best_step: int
-    steps: int
-    epochs: float
-    seconds: float
-    stopped_by: str  # ``epochs``, ``patience``, ``time_limit``, ``max_steps`` or ``interrupted``
-    n_train: int
-    n_valid: int
-    history: list[dict] = field(default_factory=list)
-
-    @property
-    def interrupted(self) -> bool:
-        return self.stopped_by == "interrupted"
-
-    def model(self) -> LogicClassifier:
-        """The run's best classifier, in eval mode (as ``onlstm logic eval`` loads it)."""
-        return LogicClassifier.from_pretrained(self.out_dir)
 
 
 class PlateauSchedule:
@@ -202,7 +180,6 @@ RUNTIME_FIELDS = runtime_fields(LogicTrainConfig)
 #: The budgets (settings, and the engine's stops of the same names) a resumed run may raise to train further;
 #: ``patience`` ends a run for good.
 BUDGETS = ("epochs", "max_steps", "time_limit")
-RESUME_FILE = RunDir.RESUME  # the name tests and older code import
 RESUME_FIX = "train again without --resume (into a new --out, or after removing this one)"
 
 
@@ -221,15 +198,15 @@ def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) ->
     return header, resume_clash(saved, given, RUNTIME_FIELDS, out)
 
 
-def resume_refusal(out: Path, header: dict, clash: str, cfg: LogicTrainConfig) -> str:
-    """Why the run in ``out`` cannot be resumed with ``cfg``, given its header and settings clash
-    (:func:`run_header`); "" when it can: a resume file, and a budget not used up yet (an interrupted run, or one
-    stopped by its budget that ``cfg`` raises)."""
+def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
+    """Why the run in ``out`` cannot be resumed with ``cfg``, given its settings clash (:func:`run_header`); ""
+    when it can: a resume file, and a budget not used up yet (an interrupted run, or one stopped by its budget that
+    ``cfg`` raises)."""
     if clash:
         return clash
-    resume_file = RunDir(out).resume_path
-    finished = header.get("status") == "finished"
-    stopped_by = (header.get("result") or {}).get("stopped_by")
+    resume_file, result = RunDir(out).resume_path, RunDir(out).results() or {}
+    finished = result.get("status") in ("finished", "stopped")
+    stopped_by = result.get("stopped_by")
     if finished and stopped_by not in BUDGETS:
         return f"{out} holds a run ended by {stopped_by}, which is final; train into a new --out"
     if not resume_file.exists():
@@ -279,11 +256,8 @@ def train(
     resume file (the best checkpoint is kept)."""
     log = log or (lambda _msg: None)
     run = RunDir(out).check_output(resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
-    if resume:
-        header, clash = run_header(run.path, model_cfg, cfg)
-        refusal = resume_refusal(run.path, header, clash, cfg)
-        if refusal:
-            raise CheckpointError(refusal)
+    if resume and (refusal := resume_refusal(run.path, run_header(run.path, model_cfg, cfg)[1], cfg)):
+        raise CheckpointError(refusal)
     with run.lock("onlstm logic train", log=log):
         examples = load_training_examples(data, cfg)
         train_ex, valid_ex = split_train_valid(examples, cfg)
@@ -292,18 +266,17 @@ def train(
             task.set_test(load_test_examples(data))
         max_ops = max(ex.max_ops for ex in examples)
         data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
-        task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
+        run.write_config(config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary))
         write_json(run.vocab_path, list(TOKENS))
         prog, history = task.restore() if resume else (task.fresh_progress(), [])
-        task.write_status("running")
         log(task.summary())
         report = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard)
         engine = Engine(task, task.budget(), prog, history, log, bar=cfg.progress, desc=model_cfg.cell, report=report)
         task.clock = engine.elapsed
         try:
             stopped_by = engine.run()
-        except TrainingDiverged:
-            task.write_status("diverged")  # the resume file of the last validation check stays
+        except TrainingDiverged:  # the resume file of the last validation check stays
+            write_json(run.results_path, engine.result("diverged", KIND, run.path, task.epochs(prog)).record())
             raise
         return task.finish(engine, stopped_by)
 
@@ -334,7 +307,6 @@ class LogicTask:
         self.schedule = PlateauSchedule(self.opt, cfg.lr_decay, cfg.lr_patience, cfg.min_lr)
         self.steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
         self.order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
-        self.header: dict = {}
         self.clock: Callable[[], float] = lambda: 0.0
         self.test_data: list[Encoded] = []
         self.test_lengths: list[int] = []
@@ -367,8 +339,8 @@ class LogicTask:
             f"run dir {self.rundir.path}{curriculum}"
         )
 
-    def write_status(self, status: str, result: dict | None = None) -> None:
-        self.rundir.write_config({**self.header, "status": status, "result": result})
+    def epochs(self, prog: Progress) -> float:
+        return round(prog.step / self.steps_per_epoch, 3)
 
     def pass_batches(self, prog: Progress) -> list[list[int]]:
         """The pass over the pairs with at most ``pass_ops`` operators (all of them once a curriculum is over),
@@ -471,22 +443,19 @@ class LogicTask:
         return prog, history
 
     def finish(self, engine: Engine, stopped_by: str) -> TrainResult:
-        """Save what an interruption needs, write the final status, and the result."""
-        prog, seconds = engine.progress, engine.elapsed()
-        epochs = round(prog.step / self.steps_per_epoch, 3)
+        """Save what an interruption needs, report the stop, write the run's result and return it."""
+        prog = engine.progress
         if stopped_by in ("interrupted", "aborted"):
             self.save_weights("last")
         best = "" if prog.best is None else f"(valid acc {100 * prog.best:.2f}% at step {prog.best_step})"
         resume = "onlstm logic train --resume (with the run's --config, --data and --out)"
         saved = self.rundir.resume_path.exists() and stopped_by != "patience"
-        report = stop_report(stopped_by, prog, engine.budget, resume, best=best, saved=saved, epochs=epochs)
+        report = stop_report(stopped_by, prog, engine.budget, resume, best=best, saved=saved, epochs=self.epochs(prog))
         self.log(f"{self.model_cfg.cell}: {report}")
-        stopped_by = "interrupted" if stopped_by == "aborted" else stopped_by
-        summary = {"best_valid_accuracy": prog.best or 0.0, "best_step": prog.best_step, "steps": prog.step}
-        summary.update(epochs=epochs, seconds=round(seconds, 1), stopped_by=stopped_by)
-        sizes = {"n_train": len(self.train_data), "n_valid": len(self.valid_data)}
-        result = TrainResult(self.rundir.path, **{**summary, "seconds": seconds}, **sizes, history=engine.history)
-        self.write_status("interrupted" if stopped_by == "interrupted" else "finished", summary)
-        if stopped_by not in ("interrupted", *BUDGETS):
+        figures = {"best_valid_accuracy": prog.best or 0.0, "n_train": len(self.train_data)}
+        result = engine.result(stopped_by, KIND, self.rundir.path, self.epochs(prog), figures)
+        result.figures["n_valid"] = len(self.valid_data)
+        write_json(self.rundir.results_path, result.record())
+        if stopped_by not in ("interrupted", "aborted", *BUDGETS):
             self.rundir.resume_path.unlink(missing_ok=True)  # patience: not resumed (see resume_refusal)
         return result

@@ -23,6 +23,7 @@ from .dirs import load_run as load_run
 from .dirs import model_card as model_card
 from .dirs import pretrained_path as pretrained_path
 from .dirs import register_kind as register_kind
+from .engine import TrainResult as TrainResult
 from .resume import RESUME_FORMAT as RESUME_FORMAT
 from .resume import optimizer_from_data as optimizer_from_data
 from .resume import optimizer_to_data as optimizer_to_data

@@ -155,10 +155,13 @@ class RunDir:
         return None if kind is None else str(kind)
 
     def results(self) -> dict | None:
-        """``results.json`` (a language model's test), else the header's ``result`` (a logic run's), else None."""
+        """The run's result record (``results.json``: :class:`~onlstm.runs.engine.TrainResult`'s, written when a
+        training stops), None while there is none; a logic run of an earlier version kept it in its header."""
         if self.results_path.exists():
             return read_json(self.results_path)
-        return self.header().get("result")
+        header = self.header()
+        old = header.get("result")
+        return {"status": header.get("status"), **old} if isinstance(old, dict) else None
 
     def describe(self) -> str | None:
         """What the directory holds, in words (``"a finished logic run"``), or None when it holds no run."""
@@ -166,9 +169,12 @@ class RunDir:
         if not resume and not self.config_path.exists():
             return None
         header = self.header()
-        kind, status = str(header.get("kind", "unknown")), header.get("status")
-        # a finished run may keep its resume file (a larger budget trains it further)
-        state = "a finished" if status == "finished" else ("an interrupted" if resume else "a")
+        kind = str(header.get("kind", "unknown"))
+        status = (_json_dict(self.results_path) or {}).get("status", header.get("status"))
+        # a finished or stopped run may keep its resume file (a larger budget trains it further)
+        state = (
+            f"a {status}" if status in ("finished", "stopped", "diverged") else ("an interrupted" if resume else "a")
+        )
         title = _KINDS[kind].title if kind in _KINDS else kind  # a kind not imported yet: by its name
         return f"{state} {title} run" + (f" ({self.RESUME})" if resume else "")
 

@@ -19,7 +19,7 @@ import torch
 from ..errors import InputError, TrainingDiverged, WriteError
 from ..files import write_text
 from .device import StopRequest, progress_bar
-from .dirs import RunDir
+from .dirs import RunDir, find_kind
 
 
 @dataclass
@@ -161,6 +161,47 @@ def stop_report(why: str, prog: Progress, budget: Budget, resume: str, *, best: 
     return f"{line}; to train further: {resume} --{why.replace('_', '-')} N (N > {limit:g})"
 
 
+#: A run's ``status`` for each reason :meth:`Engine.run` stops: ``finished`` (its epochs or patience ended it),
+#: ``stopped`` (``max_steps`` or ``time_limit``: a larger one trains it further), ``interrupted`` (resumable).
+STATUS = dict(epochs="finished", patience="finished", max_steps="stopped", time_limit="stopped")
+STATUS.update(interrupted="interrupted", aborted="interrupted", diverged="diverged")
+
+
+@dataclass
+class TrainResult:
+    """What every trainer returns, and as :meth:`record` the run's one result file (``results.json``, written when
+    a training stops): its ``status`` (:data:`STATUS`), why it stopped (``stopped_by``), the best validation
+    score (higher is better: a logic accuracy, a language model's minus loss) and its step, the updates, epochs
+    and seconds of training, the experiment's own ``figures`` (lm: the final test), the validation ``history``
+    and the engine's :class:`Progress` (these two are in the run's other files)."""
+
+    out_dir: Path
+    kind: str
+    status: str
+    stopped_by: str
+    best: float | None
+    best_step: int
+    steps: int
+    epochs: float
+    seconds: float
+    figures: dict[str, Any] = field(default_factory=dict)
+    history: list[dict] = field(default_factory=list)
+    progress: Progress = field(default_factory=Progress)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.status == "interrupted"
+
+    def record(self) -> dict[str, Any]:
+        """What ``results.json`` holds: everything but the history and the progress record."""
+        rec = {k: getattr(self, k) for k in ("kind", "status", "stopped_by", "best", "best_step", "steps")}
+        return {**rec, "epochs": round(self.epochs, 4), "seconds": round(self.seconds, 1), **self.figures}
+
+    def model(self) -> Any:
+        """The run's best model (its last weights when no check was done), opened as its kind opens it."""
+        return find_kind(self.kind).model.from_pretrained(self.out_dir)
+
+
 def update(optimizer, loss, params, clip: float) -> None:
     """Every trainer's backward pass and optimizer step, the gradient norm clipped at ``clip`` (0: none)."""
     optimizer.zero_grad(set_to_none=True)
@@ -286,6 +327,16 @@ class Engine:
             # the run's last figures are those of its last update
             self.check() if budget.check_at_stop else self.save_state()
         return "interrupted" if why == "epochs" else why  # "epochs": another process was asked to stop
+
+    def result(self, why: str, kind: str, out: Path, epochs: float, figures: dict | None = None) -> TrainResult:
+        """The run's :class:`TrainResult` after :meth:`run` returned ``why`` (or ``diverged``); ``epochs``: the
+        passes done (a fraction for a part), ``figures``: the experiment's own."""
+        prog = self.progress
+        stopped_by = "interrupted" if why == "aborted" else why
+        return TrainResult(
+            Path(out), kind, STATUS[why], stopped_by, prog.best, prog.best_step, prog.step, epochs, self.elapsed(),
+            dict(figures or {}), self.history, prog,
+        )  # fmt: skip
 
     def _budget_stop(self) -> str:
         return budget_spent(self.budget, self.progress, self.elapsed())
