@@ -52,9 +52,8 @@ def test_finished_only_scores_the_finished_runs_and_lists_the_rest(data, tmp_pat
     base = ["logic", "compare", "--data", str(train_data), "--out", str(out), *FLAGS, "--cells", "onlstm", "lstm"]
     assert main([*base, "--seeds", "0"]) == 0  # trains both seed-0 runs
     capsys.readouterr()
-    cfg = out / "lstm-seed0" / "config.json"
-    header = json.loads(cfg.read_text())
-    cfg.write_text(json.dumps(header | {"status": "interrupted"}))  # as if it were still running
+    record = out / "lstm-seed0" / "results.json"
+    record.write_text(json.dumps(json.loads(record.read_text()) | {"status": "interrupted"}))  # as if still going
     assert main([*base, "--seeds", "0", "1", "--finished-only"]) == 0
     text = capsys.readouterr().out
     assert not (out / "onlstm-seed1").exists() and not (out / "lstm-seed1").exists()  # nothing trained
@@ -70,7 +69,7 @@ def test_finished_only_scores_the_finished_runs_and_lists_the_rest(data, tmp_pat
     rep = json.loads((out / "compare.json").read_text())
     assert rep["test_data"] == str(other)
     assert sum(v["total"] for v in rep["runs"][0]["test"]["by_length"].values()) == 4 * 9
-    assert json.loads(cfg.read_text())["status"] == "interrupted"  # the listed run was left as it was
+    assert json.loads(record.read_text())["status"] == "interrupted"  # the listed run was left as it was
 
 
 def test_finished_only_with_no_finished_run_says_so(data, tmp_path, capsys):

@@ -186,30 +186,30 @@ def _same_stop(header: dict, result: dict, tcfg: LogicTrainConfig) -> bool:
 def _finished_run(
     run_dir: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path
 ) -> tuple[dict | None, str]:
-    """``(training summary, "")`` of a run finished with these settings, data and budget, else ``(None, how far
-    it got or why it does not count)``."""
+    """``(result record, "")`` of a run finished with these settings, data and budget, else ``(None, how far it
+    got or why it does not count)``."""
     try:
         header, clash = run_header(run_dir, mcfg, tcfg)
+        result = RunDir(run_dir).results() or {}
     except CheckpointError:
         return None, "not started"
     if clash:
         return None, f"trained with other settings ({clash})"
     if (header.get("data") or {}).get("path") != str(data):
         return None, f"trained on other data ({(header.get('data') or {}).get('path')})"
-    done = header.get("status") == "finished" and header.get("result") is not None
-    if done and _same_stop(header, tcfg) and RunDir(run_dir).weights("best").exists():
-        return header["result"], ""
-    return None, _progress(run_dir, header, tcfg)
+    done = result.get("status") in ("finished", "stopped") and _same_stop(header, result, tcfg)
+    if done and RunDir(run_dir).weights("best").exists():
+        return result, ""
+    return None, _progress(run_dir, result.get("status") or header.get("status") or "running", tcfg)
 
 
-def _progress(run_dir: Path, header: dict, tcfg: LogicTrainConfig) -> str:
-    """How far a run got, from its history: ``running or stopped: epoch E of N, best validation V%``."""
+def _progress(run_dir: Path, status: str, tcfg: LogicTrainConfig) -> str:
+    """How far a run got, from its history: ``STATUS: epoch E of N, best validation V%``."""
     try:
         history = read_json(RunDir(run_dir).history_path)
     except CheckpointError:
         history = []
     checks = [r for r in history if isinstance(r, dict) and isinstance(r.get("valid_accuracy"), (int, float))]
-    status = header.get("status") or "unknown"
     if not checks:
         return f"{status}, no validation yet"
     best = max(r["valid_accuracy"] for r in checks)
