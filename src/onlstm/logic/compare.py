@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..checkpoint import CheckpointError, read_json
+from ..checkpoint import CheckpointError
 from ..files import write_json, write_text
 from ..runs import RunDir, resolve_device
 from .evaluate import (
@@ -21,7 +21,15 @@ from .evaluate import (
     read_test_examples,
 )
 from .model import LogicModelConfig, load_classifier
-from .train import BUDGETS, LogicTrainConfig, resume_refusal, run_header, train, validation_examples
+from .train import (
+    BUDGETS,
+    LogicTrainConfig,
+    read_history,
+    resume_refusal,
+    run_header,
+    train,
+    validation_examples,
+)
 
 
 @dataclass
@@ -162,7 +170,7 @@ def _finish(res: CompareResult, buckets: list[int], max_train_ops: int) -> Compa
     curves = []
     for run in res.runs:
         try:
-            curves.append((run["cell"], read_json(RunDir(run["run_dir"]).history_path)))
+            curves.append((run["cell"], read_history(run["run_dir"], "train it again")))
         except CheckpointError:  # a run directory without a history (never validated): nothing to draw
             pass
     res.curves = plot_training_curves(curves, res.out_dir / "training_curves.png")

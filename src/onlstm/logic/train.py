@@ -14,13 +14,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import CheckpointError, config_header, read_json, save_weights
+from ..checkpoint import CheckpointError, config_header, save_weights
 from ..config import runtime_fields
 from ..errors import TrainingDiverged
 from ..files import write_json
 from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
 from ..runs.engine import Budget, Check, Engine, Progress, Reporting, budget_spent, stop_report, update
+from ..runs.records import COUNT, FLAG, NUMBER, RNG_STATE, SCORES, check_fields
+from ..runs.records import read_history as read_records
 from ..runs.resume import read_training, restore_training, resume_clash, save_training
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
@@ -204,6 +206,18 @@ RUNTIME_FIELDS = runtime_fields(LogicTrainConfig)
 BUDGETS = ("epochs", "max_steps", "time_limit")
 RESUME_FILE = RunDir.RESUME  # the name tests and older code import
 RESUME_FIX = "train again without --resume (into a new --out, or after removing this one)"
+#: A validation check's record in history.json, and the task's values in the resume file (onlstm.runs.records);
+#: older runs recorded fewer fields, so only the first three must be there.
+HISTORY_FIELDS = dict(step=COUNT, valid_accuracy=NUMBER, train_accuracy=NUMBER, epoch=NUMBER, seconds=NUMBER)
+HISTORY_FIELDS.update(train_loss=NUMBER, valid_by_ops=SCORES, train_ops=COUNT, lr=NUMBER, best=FLAG)
+HISTORY_FIELDS.update(test_by_length=SCORES)
+_TASK_FIELDS = dict(pass_ops=COUNT, epoch_rng=RNG_STATE, schedule_bad=COUNT, loss_sum=NUMBER, correct_sum=COUNT)
+_TASK_FIELDS.update(seen=COUNT)
+
+
+def read_history(run: Path, fix: str, at_least: int = 0) -> list[dict]:
+    """The checked ``history.json`` of the logic run in ``run`` (at least ``at_least`` records)."""
+    return read_records(RunDir(run).history_path, HISTORY_FIELDS, tuple(HISTORY_FIELDS)[:3], fix, at_least)
 
 
 def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, str]:
@@ -461,9 +475,10 @@ class LogicTask:
     def restore(self) -> tuple[Progress, list[dict]]:
         path = self.rundir.resume_path
         prog, tensors, meta = read_training(path, KIND, fix=RESUME_FIX)
+        check_fields(prog.task, _TASK_FIELDS, path, "progress.task", RESUME_FIX, exact=True)
+        history = read_history(self.rundir.path, RESUME_FIX, prog.n_checks)[: prog.n_checks] if prog.n_checks else []
         restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
         self.schedule.bad = prog.task["schedule_bad"]
-        history = read_json(self.rundir.history_path)[: prog.n_checks] if prog.n_checks else []
         self.log(
             f"resuming {self.rundir.path} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
             f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"

@@ -156,9 +156,11 @@ class RunDir:
 
     def results(self) -> dict | None:
         """``results.json`` (a language model's test), else the header's ``result`` (a logic run's), else None."""
-        if self.results_path.exists():
-            return read_json(self.results_path)
-        return self.header().get("result")
+        results = read_json(self.results_path) if self.results_path.exists() else self.header().get("result")
+        if results is not None and not isinstance(results, dict):
+            where = self.results_path if self.results_path.exists() else f"{self.config_path} (result)"
+            raise CheckpointError(f"{where} is not a JSON object of results: the file is damaged or was edited")
+        return results
 
     def describe(self) -> str | None:
         """What the directory holds, in words (``"a finished logic run"``), or None when it holds no run."""
