@@ -78,5 +78,7 @@ def test_resume_advice_for_a_run_stopped_before_its_first_check_is_one_that_work
     from onlstm.logic.config import LogicTrainConfig
     from onlstm.logic.train import resume_refusal
 
-    why = resume_refusal(tmp_path, {"status": "running"}, "", LogicTrainConfig())
+    why = resume_refusal(tmp_path, {"status": "interrupted"}, "", LogicTrainConfig())
     assert "nothing to resume" in why and "new --out" in why
+    # a run still marked running never saved (killed, or a full disk at its first check): resumed from step 0
+    assert resume_refusal(tmp_path, {"status": "running"}, "", LogicTrainConfig()) == ""

@@ -172,7 +172,9 @@ def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
 def refuse_restart(run: RunDir) -> None:
     """A ``--resume`` without a resume file starts from step 0: only for a run stopped before its first checkpoint.
     One with results (weights, a test, a log) would have them overwritten: refused, as ``logic train`` does."""
-    done = [p.name for p in (run.weights("best"), run.weights("last"), run.results_path, run.log_path) if p.exists()]
+    # the log is written with the first resume file: without it, the run stopped (killed, a full disk) before its
+    # first checkpoint was complete, and its weights are the ones a restart makes again
+    done = [p.name for p in (run.results_path, run.log_path) if p.exists()]
     if done:
         raise RunDirError(
             f"--resume: {run.path} has no {RunDir.RESUME} (it finished, or the file was deleted) but holds results "
@@ -281,8 +283,15 @@ class Trainer:
             )
 
     def _write_header(self) -> None:
-        self.rundir.write_config(self._config_json())
-        self.corpus.vocab.save(self.rundir.vocab_path)
+        """The vocabulary, then config.json, which makes the folder a run: a failed write (a full disk) takes both
+        away again, so that the same command runs again into the folder, new or empty as it was."""
+        try:
+            self.corpus.vocab.save(self.rundir.vocab_path)
+            self.rundir.write_config(self._config_json())
+        except OSError:
+            for path in (self.rundir.vocab_path, self.rundir.config_path):
+                path.unlink(missing_ok=True)
+            raise
 
     def log(self, msg: str) -> None:
         if self.ctx.is_main:

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import encoders
 from ..config import ConfigError, Settings, add_command, add_flags, add_group, arg, command_line, flags_given
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
-from ..files import check_output_owner, publish_folder
+from ..files import add_files, check_output_owner, publish_folder
 from ..runs import RunDir, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
 from .data import has_split, read_examples, relabel_mismatches, write_file
@@ -376,9 +376,14 @@ def _cmd_curves(args: argparse.Namespace) -> int:
             runs.append((header["model"]["cell"], read_history(run, f"leave {run} out, or train it again")))
             seeds.append(header["train"]["seed"])
             max_ops.append(header["train"].get("max_train_ops"))
-        args.out.mkdir(parents=True, exist_ok=True)
-        paths = [plot_training_curves(runs, args.out / "training_curves.png")]
-        paths.append(plot_curves_by_ops(runs, args.out / "curves_by_ops.png", max_ops[0]))
+        # the two figures appear together or not at all
+        paths = add_files(
+            args.out,
+            lambda tmp: (
+                plot_training_curves(runs, tmp / "training_curves.png"),
+                plot_curves_by_ops(runs, tmp / "curves_by_ops.png", max_ops[0]),
+            ),
+        )
     except ValueError as exc:
         raise command_error(exc) from None
     if steps:

@@ -249,12 +249,26 @@ def resume_refusal(out: Path, header: dict, clash: str, cfg: LogicTrainConfig) -
     if not resume_file.exists():
         if finished:  # finished before runs kept their resume file
             return f"{out} holds a finished run without {RunDir.RESUME}; train again into a new --out"
+        if header.get("status") == "running":  # stopped (killed, a full disk) before its first save: from step 0
+            return ""
         return (
             f"{resume_file} is missing: the run was stopped before its first validation check, so there is "
             f"nothing to resume; train again without --resume into a new --out (or after removing {out})"
         )
     # an unfinished run is resumed whatever its budget: the engine ends it without an update past the budget
     return spent_budget(_saved_progress(resume_file), cfg) if finished else ""
+
+
+def _write_header(run: RunDir, task: LogicTask) -> None:
+    """A new run's vocabulary and config.json (status running); a failed write (a full disk) takes both away
+    again, so that the same command runs again into the folder, new or empty as it was."""
+    try:
+        write_json(run.vocab_path, list(TOKENS))
+        task.write_status("running")
+    except OSError:
+        run.vocab_path.unlink(missing_ok=True)
+        run.config_path.unlink(missing_ok=True)
+        raise
 
 
 def _saved_progress(path: Path) -> Progress:
@@ -307,9 +321,14 @@ def train(
         max_ops = max(ex.max_ops for ex in examples)
         data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
         task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
-        write_json(run.vocab_path, list(TOKENS))
-        prog, history = task.restore() if resume else (task.fresh_progress(), [])
-        task.write_status("running")
+        if not resume:
+            _write_header(run, task)
+        if resume and not run.resume_path.exists():
+            log(f"{run.path} has no {RunDir.RESUME} yet; starting from the beginning")
+        prog, history = task.restore() if resume and run.resume_path.exists() else (task.fresh_progress(), [])
+        if resume:
+            write_json(run.vocab_path, list(TOKENS))
+            task.write_status("running")
         log(task.summary())
         report = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard)
         engine = Engine(task, task.budget(), prog, history, log, bar=cfg.progress, desc=model_cfg.cell, report=report)
