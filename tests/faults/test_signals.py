@@ -1,8 +1,8 @@
 """Issue 35's harness, signals: Ctrl-C (SIGINT) and SIGTERM delivered after a random delay (seeded, so that CI
-is reproducible; ``--faults-seed`` draws others) to real processes of the main commands. Every one must end as
+is reproducible) to real processes of the main commands. Every one must end as
 docs/cli.md promises: exit 130, one line ``onlstm <command>: interrupted`` (or the trainers' stop report, whose
 last line names --resume), no traceback; a training stopped this way resumes to the same end as one that never
-was. ``ONLSTM_FAULTS_FULL=1`` (or ``benchmarks/faults_full.sh``) tries more points."""
+was. ``ONLSTM_FAULTS_FULL=1`` tries more points (``ONLSTM_FAULTS_SEED=N``: others)."""
 
 from __future__ import annotations
 
