@@ -38,7 +38,7 @@ EXPERIMENTS = registered_experiments()
 SHARED = ("nn", "data", "errors", "files", "config", "checkpoint", "runs", "encoders", "models", "zoo")
 #: The commands, above the experiments: they may import them, and nothing below imports them (``demo`` trains
 #: a language model and parses with it).
-COMMANDS = ("cli", "__main__", "demo", "demo_config")
+COMMANDS = ("cli", "__main__", "entry", "demo", "demo_config")
 #: Neither: the package's public face (``import onlstm``), which imports the layer only.
 PACKAGE_ROOT = ("__init__",)
 

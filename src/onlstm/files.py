@@ -172,13 +172,43 @@ def publish_folder(path: str | Path, kind: str, write) -> Path:
         _swap_into_place(tmp, target)
     except OSError as exc:  # a WriteError too: named by the file it would have been, not the temporary one
         name = None if exc.filename is None else Path(exc.filename)
-        if name is not None and not name.is_relative_to(tmp) and name != path:
+        if name is None or name in (path, target):  # the swap itself
+            raise WriteError(path, exc) from None
+        if not name.is_relative_to(tmp):
             raise  # about another file (a source read): not a refused write
-        raise WriteError(path if name is None else path / name.relative_to(tmp), exc) from None
+        raise WriteError(path / name.relative_to(tmp), exc) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def add_files(folder: str | Path, write) -> list[Path]:
+    """Add several files to ``folder`` (which may hold others: they stay) as one result: ``write(tmp)`` makes them in
+    a hidden folder inside it, and they are renamed into place only once all are written. A refused write (a
+    :class:`~onlstm.errors.WriteError`) or an interruption leaves ``folder`` as it was (made now: removed)."""
+    folder = Path(folder)
+    made = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".onlstm-", suffix=".tmp"))
+    except OSError as exc:
+        raise WriteError(folder, exc) from None
+    try:
+        write(tmp)
+        names = sorted(os.listdir(tmp))
+        for name in names:
+            os.replace(tmp / name, folder / name)
+        return [folder / name for name in names]
+    except OSError as exc:
+        name = None if exc.filename is None else Path(exc.filename)
+        if name is not None and not name.is_relative_to(tmp) and not name.is_relative_to(folder):
+            raise  # about another file (a source read): not a refused write
+        raise WriteError(folder / name.name if name is not None else folder, exc) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if made and folder.exists() and not os.listdir(folder):
+            folder.rmdir()
 
 
 def _swap_into_place(new: Path, target: Path) -> None:

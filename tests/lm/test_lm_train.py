@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import signal
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from safetensors.torch import load_file
 from onlstm.checkpoint import CheckpointError, read_json, state_dict_for_saving
 from onlstm.cli import main
 from onlstm.data.vocab import Vocab
+from onlstm.errors import InputError
 from onlstm.lm import LanguageModel, LMConfig
 from onlstm.lm.config import explicit_settings
 from onlstm.lm.data import batchify, bptt_schedule
@@ -449,8 +451,14 @@ def test_resume_refuses_changed_settings_and_other_data(finished_run, corpus, tm
     assert rc == 2 and "cannot change train.lr (run: 10.0, given: 3.0)" in capsys.readouterr().err
     other = write_corpus(tmp_path / "other", seed=1, n_train=3)
     (other / "ptb.train.txt").write_text("completely different words here\n")
-    with pytest.raises(RunDirError, match="different vocabulary"):
+    with pytest.raises(InputError, match="not the training text"):  # its fingerprint, recorded in config.json
         train(finished_run, other, {}, resume=True, log=quiet)
+    older = shutil.copytree(finished_run, tmp_path / "older")  # a run from before fingerprints: its vocabulary
+    header = read_json(older / "config.json")
+    del header["data"]["train_sha256"]
+    (older / "config.json").write_text(json.dumps(header))
+    with pytest.raises(RunDirError, match="different vocabulary"):
+        train(older, other, {}, resume=True, log=quiet)
     with pytest.raises(RunDirError, match="not a run directory"):
         train(tmp_path / "empty", corpus, {}, resume=True, log=quiet)
 

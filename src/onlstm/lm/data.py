@@ -3,10 +3,15 @@ variable-length BPTT schedule and its segments (docs/lm.md, "The recipe")."""
 
 from __future__ import annotations
 
+import hashlib
 import random
+from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
+
+from ..errors import InputError
 
 
 def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -63,3 +68,37 @@ def segment(data: torch.Tensor, start: int, length: int) -> tuple[torch.Tensor, 
     """Inputs ``data[start : start+length]`` and targets one row later."""
     length = min(length, data.shape[0] - 1 - start)
     return data[start : start + length], data[start + 1 : start + 1 + length]
+
+
+#: Where a run records its training text's fingerprint: ``config.json``'s ``data`` section, under this key.
+TEXT_FINGERPRINT = "train_sha256"
+
+
+def text_fingerprint(path: Path) -> str:
+    """The SHA-256 of the file's bytes (hex), read in blocks: a second or so for a 500 MB corpus."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def same_training_text(train_file: Path, saved: dict | None, run: Path, warn: Callable[[str], None]) -> str:
+    """The fingerprint of ``train_file``; on resume (``saved``: the run's ``data`` header) the text must be the one
+    the run was started on: another text with the same vocabulary would go on silently with other batches. A run
+    written before fingerprints were recorded is resumed with a warning (there is nothing to compare)."""
+    found = text_fingerprint(train_file)
+    if saved is None:
+        return found
+    recorded = saved.get(TEXT_FINGERPRINT) if isinstance(saved, dict) else None
+    if recorded is None:
+        warn(
+            f"warning: {run} records no fingerprint of its training text (an older run); cannot check that "
+            f"{train_file} is the text it was trained on"
+        )
+    elif recorded != found:
+        raise InputError(
+            f"--resume: {train_file} is not the training text of the run in {run} (sha256 {found[:12]}…, the run "
+            f"recorded {str(recorded)[:12]}…); resume with the run's own --data-dir, or train into a new --out"
+        )
+    return found

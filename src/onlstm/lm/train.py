@@ -19,10 +19,10 @@ from torch import nn
 
 from ..checkpoint import CheckpointError, config_header, load_weights, save_weights
 from ..config import ConfigError, check_section
-from ..data.ptb import Corpus, load_corpus
+from ..data.ptb import Corpus, load_corpus, split_file
 from ..data.vocab import Vocab
 from ..encoders import detach_state
-from ..errors import TrainingDiverged
+from ..errors import TrainingDiverged, cap
 from ..files import write_json, write_text
 from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
@@ -30,9 +30,10 @@ from ..runs import RunDir, RunDirError, StopRequest, restore_training, resume_cl
 from ..runs.device import prepare_kernel
 from ..runs.dist import DistContext, setup, teardown
 from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, diverged, stop_report, update
+from ..runs.records import COUNT, COUNTS, FLAG, MAYBE_OBJECT, NUMBER, REAL, REALS, check_fields, check_history
 from ..runs.resume import read_training, save_training
 from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, run_config
-from .data import batchify, bptt_schedule, column_share, segment
+from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment
 from .evaluate import Interrupted, perplexity
 
 LOG_COLUMNS = tuple(
@@ -42,6 +43,15 @@ LOG_COLUMNS = tuple(
 # What Progress.task carries for a language model (JSON values), as a fresh run starts.
 _TASK = dict(averaging=False, avg_count=0, sgd_valid_history=[], epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
 _TASK.update(finished=False, results=None)
+# What a resume file's values must be (onlstm.runs.records): the task's, a row of the history, the rest.
+_TASK_FIELDS = dict(averaging=FLAG, avg_count=COUNT, sgd_valid_history=REALS, epoch_loss_sum=NUMBER)
+_TASK_FIELDS.update(epoch_tokens=COUNT, epoch_seconds=NUMBER, finished=FLAG, results=MAYBE_OBJECT)
+_ROW_FIELDS = {k: REAL if "valid" in k else NUMBER for k in LOG_COLUMNS} | {
+    "epoch": COUNT,
+    "steps": COUNT,
+    "best": FLAG,
+}
+_META_FIELDS = {"hidden_layout": COUNTS}
 
 
 class _Objective(nn.Module):
@@ -116,8 +126,11 @@ def _assign(params: list[torch.Tensor], values: list[torch.Tensor]) -> None:
 
 
 def run_config_from_saved(saved: dict) -> RunConfig:
-    if saved.get("kind") != "lm":
-        raise CheckpointError(f"{RunDir.CONFIG} has kind {saved.get('kind')!r}, not 'lm': not a language-model run")
+    kind = saved.get("kind") if isinstance(saved, dict) else None
+    if kind != "lm":
+        raise CheckpointError(f"{RunDir.CONFIG} has kind {cap(repr(kind), 40)}, not 'lm': not a language-model run")
+    if not all(isinstance(saved.get(k), dict) for k in ("model", "train")):
+        raise CheckpointError(f"{RunDir.CONFIG} lacks its model or train settings: the run directory is damaged")
     model = {k: v for k, v in saved["model"].items() if k != "vocab_size"}
     return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(saved["train"]))
 
@@ -147,7 +160,12 @@ def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
 def refuse_restart(run: RunDir) -> None:
     """A ``--resume`` without a resume file starts from step 0: only for a run stopped before its first checkpoint.
     One with results (weights, a test, a log) would have them overwritten: refused, as ``logic train`` does."""
-    done = [p.name for p in (run.weights("best"), run.weights("last"), run.log_path) if p.exists()]
+    # the log is written with the first resume file: without it, the run stopped (killed, a full disk) before its
+    # first checkpoint was complete, and its weights are the ones a restart makes again; every stop writes a
+    # results.json (an interrupted one too), so only a finished or stopped record counts
+    record = run.results() if run.results_path.exists() else None
+    done = [run.log_path.name] if run.log_path.exists() else []
+    done += [run.results_path.name] if (record or {}).get("status") in ("finished", "stopped") else []
     if done:
         raise RunDirError(
             f"--resume: {run.path} has no {RunDir.RESUME} (it finished, or the file was deleted) but holds results "
@@ -205,7 +223,8 @@ class Trainer:
 
     def _load_data(self) -> None:
         """The corpus (with the run's vocabulary checked on resume) and this process's training columns."""
-        cfg = self.cfg
+        cfg, saved = self.cfg, self.rundir.header().get("data", {}) if self.resume else None
+        self.text_sha256 = same_training_text(split_file(self.data_dir, "train"), saved, self.rundir.path, self.log)
         self.corpus: Corpus = load_corpus(self.data_dir, oov=cfg.oov, max_vocab=cfg.max_vocab)
         if self.resume:
             saved_vocab = Vocab.load(self.rundir.vocab_path)
@@ -249,8 +268,15 @@ class Trainer:
             )
 
     def _write_header(self) -> None:
-        self.rundir.write_config(self._config_json())
-        self.corpus.vocab.save(self.rundir.vocab_path)
+        """The vocabulary, then config.json, which makes the folder a run: a failed write (a full disk) takes both
+        away again, so that the same command runs again into the folder, new or empty as it was."""
+        try:
+            self.corpus.vocab.save(self.rundir.vocab_path)
+            self.rundir.write_config(self._config_json())
+        except OSError:
+            for path in (self.rundir.vocab_path, self.rundir.config_path):
+                path.unlink(missing_ok=True)
+            raise
 
     def log(self, msg: str) -> None:
         if self.ctx.is_main:
@@ -261,7 +287,7 @@ class Trainer:
         # words out, which lm eval maps to <unk>
         c, data_dir = self.corpus, str(self.data_dir.resolve())
         data = dict(data_dir=data_dir, closed_vocab=c.closed_vocab, vocab_limited=c.limited, oov=self.cfg.oov)
-        data.update({f"{k}_tokens": s.n_tokens for k, s in c.splits.items()})
+        data.update({f"{k}_tokens": s.n_tokens for k, s in c.splits.items()}, **{TEXT_FINGERPRINT: self.text_sha256})
         return config_header("lm", self.model_config.to_dict(), train=self.cfg.to_dict(), data=data)
 
     def schedule(self, epoch: int) -> list:
@@ -421,9 +447,9 @@ class Trainer:
         fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
         keys = ("history", "model_config", "hidden_layout")
         self.prog, tensors, meta = read_training(path, "lm", keys, fix)
-        self.history = list(meta["history"])
-        if set(self.prog.task) != set(_TASK):
-            raise CheckpointError(f"{path}: metadata is incomplete or corrupt (progress.task); {fix}")
+        check_fields(self.prog.task, _TASK_FIELDS, path, "progress.task", fix, exact=True)
+        self.history = check_history(meta["history"], _ROW_FIELDS, ("epoch", "steps"), path, fix, self.prog.n_checks)
+        check_fields(meta, _META_FIELDS, path, "metadata", fix)
         if meta["model_config"] != self.model_config.to_dict():
             raise CheckpointError(
                 f"{path} was written for another model ({meta['model_config']}) than {RunDir.CONFIG} "
@@ -441,9 +467,12 @@ class Trainer:
         """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""
         size = self.cfg.batch_size
         start, stop = column_share(size, self.ctx.rank, self.ctx.world)
-        bad = [t.shape[1] for k, t in tensors.items() if k.startswith("hidden.") and t.shape[1] != size]
+        names = [f"hidden.{i}.{j}" for i, n in enumerate(layout) for j in range(max(n, 1))]
+        if missing := [k for k in names if k not in tensors]:
+            raise CheckpointError(f"{path}: the saved state lacks {missing[0]}; the file is incomplete or was edited")
+        bad = [tuple(t.shape) for k, t in tensors.items() if k.startswith("hidden.") and t.shape[1:2] != (size,)]
         if bad:
-            raise CheckpointError(f"{path}: saved state has {bad[0]} columns, batch_size is {size}")
+            raise CheckpointError(f"{path}: saved state has shape {bad[0]}, not {size} columns (batch_size)")
         cut = lambda i, j: tensors[f"hidden.{i}.{j}"][:, start:stop].contiguous().to(self.ctx.device)
         return [cut(i, 0) if n == 0 else tuple(cut(i, j) for j in range(n)) for i, n in enumerate(layout)]
 

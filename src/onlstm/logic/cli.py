@@ -12,17 +12,16 @@ from collections import Counter
 from pathlib import Path
 
 from .. import encoders
-from ..checkpoint import read_json
 from ..config import ConfigError, Settings, add_command, add_flags, add_group, arg, command_line, flags_given
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
-from ..files import check_output_owner, publish_folder
+from ..files import add_files, check_output_owner, publish_folder
 from ..runs import RunDir, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
 from .data import has_split, read_examples, relabel_mismatches, write_file
 from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 from .model import KIND, load_classifier
-from .train import train, validation_examples
+from .train import read_history, train, validation_examples
 
 #: A config file's sections (checked against their dataclasses: names and value types) and its other keys.
 SECTIONS = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
@@ -374,12 +373,17 @@ def _cmd_curves(args: argparse.Namespace) -> int:
         steps = _numbers(args.at_steps, "--at-steps", example, ranges=False) if args.at_steps else []
         for run in args.runs:
             header = RunDir(run).read_config(KIND, "a run of `onlstm logic train`")
-            runs.append((header["model"]["cell"], read_json(RunDir(run).history_path)))
+            runs.append((header["model"]["cell"], read_history(run, f"leave {run} out, or train it again")))
             seeds.append(header["train"]["seed"])
             max_ops.append(header["train"].get("max_train_ops"))
-        args.out.mkdir(parents=True, exist_ok=True)
-        paths = [plot_training_curves(runs, args.out / "training_curves.png")]
-        paths.append(plot_curves_by_ops(runs, args.out / "curves_by_ops.png", max_ops[0]))
+        # the two figures appear together or not at all
+        paths = add_files(
+            args.out,
+            lambda tmp: (
+                plot_training_curves(runs, tmp / "training_curves.png"),
+                plot_curves_by_ops(runs, tmp / "curves_by_ops.png", max_ops[0]),
+            ),
+        )
     except ValueError as exc:
         raise command_error(exc) from None
     if steps:

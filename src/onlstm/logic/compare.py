@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..checkpoint import CheckpointError, read_json
+from ..checkpoint import CheckpointError
 from ..files import write_json, write_text
 from ..runs import RunDir, resolve_device
 from .evaluate import (
@@ -23,7 +23,15 @@ from .evaluate import (
     read_test_examples,
 )
 from .model import LogicModelConfig, load_classifier
-from .train import BUDGETS, LogicTrainConfig, resume_refusal, run_header, train, validation_examples
+from .train import (
+    BUDGETS,
+    LogicTrainConfig,
+    read_history,
+    resume_refusal,
+    run_header,
+    train,
+    validation_examples,
+)
 
 
 @dataclass
@@ -206,8 +214,8 @@ def _finished_run(
 def _progress(run_dir: Path, status: str, tcfg: LogicTrainConfig) -> str:
     """How far a run got, from its history: ``STATUS: epoch E of N, best validation V%``."""
     try:
-        history = read_json(RunDir(run_dir).history_path)
-    except CheckpointError:
+        history = read_history(run_dir, "let the run write its next check")
+    except CheckpointError:  # none yet, or unreadable: how far it got is then unknown
         history = []
     checks = [r for r in history if isinstance(r, dict) and isinstance(r.get("valid_accuracy"), (int, float))]
     if not checks:
@@ -261,7 +269,7 @@ def _finish(res: CompareResult, cells: list[str], buckets: list[int], max_train_
     curves = []
     for run in res.runs:
         try:
-            curves.append((run["cell"], read_json(RunDir(run["run_dir"]).history_path)))
+            curves.append((run["cell"], read_history(run["run_dir"], "train it again")))
         except CheckpointError:  # a run directory without a history (never validated): nothing to draw
             pass
     res.curves = plot_training_curves(curves, res.out_dir / "training_curves.png")

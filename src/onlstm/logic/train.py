@@ -14,13 +14,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import CheckpointError, config_header, read_json, save_weights
+from ..checkpoint import CheckpointError, config_header, save_weights
 from ..config import runtime_fields
 from ..errors import TrainingDiverged
 from ..files import write_json
 from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
 from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, budget_spent, stop_report, update
+from ..runs.records import COUNT, FLAG, NUMBER, RNG_STATE, SCORES, check_fields
+from ..runs.records import read_history as read_records
 from ..runs.resume import read_training, restore_training, resume_clash, save_training
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
@@ -181,6 +183,18 @@ RUNTIME_FIELDS = runtime_fields(LogicTrainConfig)
 #: ``patience`` ends a run for good.
 BUDGETS = ("epochs", "max_steps", "time_limit")
 RESUME_FIX = "train again without --resume (into a new --out, or after removing this one)"
+#: A validation check's record in history.json, and the task's values in the resume file (onlstm.runs.records);
+#: older runs recorded fewer fields, so only the first three must be there.
+HISTORY_FIELDS = dict(step=COUNT, valid_accuracy=NUMBER, train_accuracy=NUMBER, epoch=NUMBER, seconds=NUMBER)
+HISTORY_FIELDS.update(train_loss=NUMBER, valid_by_ops=SCORES, train_ops=COUNT, lr=NUMBER, best=FLAG)
+HISTORY_FIELDS.update(test_by_length=SCORES)
+_TASK_FIELDS = dict(pass_ops=COUNT, epoch_rng=RNG_STATE, schedule_bad=COUNT, loss_sum=NUMBER, correct_sum=COUNT)
+_TASK_FIELDS.update(seen=COUNT)
+
+
+def read_history(run: Path, fix: str, at_least: int = 0) -> list[dict]:
+    """The checked ``history.json`` of the logic run in ``run`` (at least ``at_least`` records)."""
+    return read_records(RunDir(run).history_path, HISTORY_FIELDS, tuple(HISTORY_FIELDS)[:3], fix, at_least)
 
 
 def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, str]:
@@ -212,12 +226,26 @@ def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
     if not resume_file.exists():
         if finished:  # finished before runs kept their resume file
             return f"{out} holds a finished run without {RunDir.RESUME}; train again into a new --out"
+        if not result:  # no stop recorded: killed, or a full disk at its first save: it starts from step 0
+            return ""
         return (
             f"{resume_file} is missing: the run was stopped before its first validation check, so there is "
             f"nothing to resume; train again without --resume into a new --out (or after removing {out})"
         )
     # an unfinished run is resumed whatever its budget: the engine ends it without an update past the budget
     return spent_budget(_saved_progress(resume_file), cfg) if finished else ""
+
+
+def _write_header(run: RunDir, header: dict) -> None:
+    """A new run's vocabulary and config.json; a failed write (a full disk) takes both away again, so that the
+    same command runs again into the folder, new or empty as it was."""
+    try:
+        write_json(run.vocab_path, list(TOKENS))
+        run.write_config(header)
+    except OSError:
+        run.vocab_path.unlink(missing_ok=True)
+        run.config_path.unlink(missing_ok=True)
+        raise
 
 
 def _saved_progress(path: Path) -> Progress:
@@ -266,9 +294,15 @@ def train(
             task.set_test(load_test_examples(data))
         max_ops = max(ex.max_ops for ex in examples)
         data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
-        run.write_config(config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary))
-        write_json(run.vocab_path, list(TOKENS))
-        prog, history = task.restore() if resume else (task.fresh_progress(), [])
+        header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
+        if not resume:
+            _write_header(run, header)
+        elif not run.resume_path.exists():  # killed or a full disk before its first save (resume_refusal)
+            log(f"{run.path} has no {RunDir.RESUME} yet; starting from the beginning")
+        prog, history = task.restore() if resume and run.resume_path.exists() else (task.fresh_progress(), [])
+        if resume:
+            run.write_config(header)
+            write_json(run.vocab_path, list(TOKENS))
         log(task.summary())
         report = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard)
         engine = Engine(task, task.budget(), prog, history, log, bar=cfg.progress, desc=model_cfg.cell, report=report)
@@ -433,9 +467,10 @@ class LogicTask:
     def restore(self) -> tuple[Progress, list[dict]]:
         path = self.rundir.resume_path
         prog, tensors, meta = read_training(path, KIND, fix=RESUME_FIX)
+        check_fields(prog.task, _TASK_FIELDS, path, "progress.task", RESUME_FIX, exact=True)
+        history = read_history(self.rundir.path, RESUME_FIX, prog.n_checks)[: prog.n_checks] if prog.n_checks else []
         restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
         self.schedule.bad = prog.task["schedule_bad"]
-        history = read_json(self.rundir.history_path)[: prog.n_checks] if prog.n_checks else []
         self.log(
             f"resuming {self.rundir.path} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
             f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"

@@ -156,12 +156,17 @@ class RunDir:
 
     def results(self) -> dict | None:
         """The run's result record (``results.json``: :class:`~onlstm.runs.engine.TrainResult`'s, written when a
-        training stops), None while there is none; a logic run of an earlier version kept it in its header."""
+        training stops), None while there is none; a logic run of an earlier version kept it in its header. A
+        record that is not a JSON object is refused (:class:`CheckpointError`): the file is damaged or was edited."""
         if self.results_path.exists():
-            return read_json(self.results_path)
-        header = self.header()
-        old = header.get("result")
-        return {"status": header.get("status"), **old} if isinstance(old, dict) else None
+            record, where = read_json(self.results_path), str(self.results_path)
+        else:
+            header = self.header()
+            old, where = header.get("result"), f"{self.config_path} (result)"
+            record = None if old is None else {"status": header.get("status"), **old} if isinstance(old, dict) else old
+        if record is not None and not isinstance(record, dict):
+            raise CheckpointError(f"{where} is not a JSON object of results: the file is damaged or was edited")
+        return record
 
     def describe(self) -> str | None:
         """What the directory holds, in words (``"a finished logic run"``), or None when it holds no run."""

@@ -15,6 +15,7 @@ from torch import nn
 from ..checkpoint import CheckpointError, assign_weights, read_safetensors, save_safetensors, state_dict_for_saving
 from ..files import atomic_write
 from .engine import Progress
+from .records import PROGRESS_FIELDS, check_fields
 
 #: The one resume format (its version after the slash): the weights ``model.*``, the optimizer ``optim.*``, the
 #: random state ``rng.*`` and the task's own tensors; as JSON metadata the run's ``kind``, the engine's
@@ -142,11 +143,9 @@ def read_training(
     )
     if meta["kind"] != kind:
         raise CheckpointError(f"{path} is the resume file of a {meta['kind']!r} run, not of a {kind!r} one; {fix}")
-    try:
-        prog = Progress.from_dict(meta["progress"])
-    except TypeError as exc:
-        raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
-    return prog, found, meta
+    # every field of its kind; older files may lack the later ones (their defaults apply)
+    check_fields(meta["progress"], PROGRESS_FIELDS, path, "progress", fix, required=("step", "epoch", "pos"))
+    return Progress.from_dict(meta["progress"]), found, meta
 
 
 def resume_clash(

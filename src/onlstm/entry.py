@@ -1,0 +1,79 @@
+"""The ``onlstm`` command's entry point (``python -m onlstm`` and the console script): it imports nothing heavy
+before it is ready for Ctrl-C and SIGTERM, so that an interruption at any point of start-up (torch's import takes
+seconds) ends as every other does: ``onlstm <command>: interrupted``, exit 130, no traceback (docs/cli.md)."""
+
+import _signal as signal  # the C module: the signal module imports enum, which takes milliseconds
+import os
+import sys
+
+EXIT_INTERRUPTED = 130  # onlstm.errors.EXIT_INTERRUPTED, not imported: nothing may come before the handlers
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command in ``argv`` (default: this process's command line, which owns the process's signals)."""
+    own = argv is None
+    if own:  # SIGTERM as Ctrl-C from the first moment (onlstm.cli and the trainers put this back when they end)
+        signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        if own:
+            _start_up()
+        from .cli import main as run
+
+        rc = run(argv)
+    except KeyboardInterrupt:  # before (or after) the command's own handling in onlstm.cli.main
+        words = sys.argv[1:] if argv is None else argv
+        name = " ".join(["onlstm", *(w for w in words[:2] if not w.startswith("-"))])
+        try:
+            print(f"{name}: interrupted", file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # stderr closed: the status says it
+            pass
+        rc = EXIT_INTERRUPTED
+    if own:
+        _leave(rc)
+    return rc
+
+
+def _start_up() -> None:
+    """Import what every command imports (torch, the experiments' modules) with Ctrl-C and SIGTERM held back until
+    it is done, then act on them: a KeyboardInterrupt raised inside torch's C++ start-up is not an exception there
+    but std::terminate (exit 134). An import that fails is left to onlstm.cli, which reports it."""
+    held: list[int] = []
+
+    def hold(signum, frame):
+        held.append(signum)
+
+    before = signal.signal(signal.SIGINT, hold), signal.signal(signal.SIGTERM, hold)
+    try:
+        import importlib
+
+        from . import cli
+
+        for name in cli.SUBCOMMAND_MODULES:
+            try:
+                importlib.import_module(name)
+            except Exception:  # a missing extra, a bug: reported by the command, as it is without this
+                pass
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
+    if held:
+        raise KeyboardInterrupt
+
+
+def _leave(rc: int) -> None:
+    """The command is over: a signal from now on changes nothing. After an interruption the process ends here:
+    a Ctrl-C that met code torch runs through ``PyRun_*`` while it is imported leaves CPython's "unhandled
+    KeyboardInterrupt" flag set, and the interpreter would then kill itself with SIGINT instead of exiting 130."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if rc == EXIT_INTERRUPTED:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(rc)

@@ -1,0 +1,153 @@
+"""Issue 35's harness, signals: Ctrl-C (SIGINT) and SIGTERM delivered after a random delay (seeded, so that CI
+is reproducible) to real processes of the main commands. Every one must end as
+docs/cli.md promises: exit 130, one line ``onlstm <command>: interrupted`` (or the trainers' stop report, whose
+last line names --resume), no traceback; a training stopped this way resumes to the same end as one that never
+was. ``ONLSTM_FAULTS_FULL=1`` tries more points (``ONLSTM_FAULTS_SEED=N``: others)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from support import REPO
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO / "src"), "ONLSTM_NO_EXTENSION": "1", "PYTHONWARNINGS": "ignore"}
+FULL = os.environ.get("ONLSTM_FAULTS_FULL") == "1"
+SEED = int(os.environ.get("ONLSTM_FAULTS_SEED", "35"))
+
+
+def delays(n: int, low: float, high: float, salt: str) -> list[float]:
+    """``n`` delays in seconds, drawn from the seed (the same in every CI run), ends included."""
+    r = random.Random(f"{SEED}:{salt}")
+    return [low, high, *sorted(r.uniform(low, high) for _ in range(max(n - 2, 0)))][:n]
+
+
+def console_script() -> list[str]:
+    """What the installed ``onlstm`` script runs (pip writes ``from MODULE import FUNC; sys.exit(FUNC())``),
+    read from pyproject.toml so that the test follows the declared entry point."""
+    found = re.search(r'^onlstm = "([\w.]+):(\w+)"', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
+    assert found, "pyproject.toml declares no onlstm script"
+    module, func = found.groups()
+    return [sys.executable, "-c", f"import re, sys\nfrom {module} import {func}\nsys.exit({func}())", "onlstm"]
+
+
+def interrupt(cmd: list[str], delay: float, signum: int = signal.SIGINT, cwd: Path | None = None):
+    """Start ``cmd``, send ``signum`` after ``delay`` seconds (when it is still running) and wait for it."""
+    proc = subprocess.Popen(cmd, env=ENV, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    if proc.poll() is None:
+        proc.send_signal(signum)
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, out, err
+
+
+def assert_interrupted(rc: int, err: str, what: str, out: str = "") -> None:
+    """Exit 130 and ``onlstm <command>: interrupted``, or a trainer's stop report (on stdout) naming --resume."""
+    assert "Traceback" not in err, f"{what}:\n{err[-3000:]}"
+    assert rc == 130, f"{what}: exit {rc}\n{err[-2000:]}"
+    lines = [line for line in err.splitlines() if line.strip()]
+    stopped = "--resume" in (out.strip().splitlines() or [""])[-1] and len(lines) <= 1
+    assert stopped or (lines and lines[-1].endswith("interrupted")), f"{what}: {err[-2000:]}\n{out[-1000:]}"
+
+
+@pytest.mark.slow  # each run imports torch in a new process until the signal: about 1 s each
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("how", ["module", "script"])
+def test_a_signal_at_any_point_of_start_up_is_one_line_and_130(how, signum):
+    base = [sys.executable, "-m", "onlstm"] if how == "module" else console_script()
+    for delay in delays(12 if FULL else 3, 0.0, 1.5, f"{how}:{signum}"):
+        rc, _, err = interrupt([*base, "presets"], delay, signum)
+        if rc == 0:
+            continue  # it finished first
+        if rc == -signum and not err.strip() and delay < 0.05:
+            continue  # before Python's own start (its first milliseconds): no process can answer yet
+        assert_interrupted(rc, err, f"{signal.Signals(signum).name} after {delay:.3f} s")
+
+
+# -- signals at random points of real commands ------------------------------------------------------------------
+LOGIC = ["--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "16", "--no-progress"]
+LOGIC += ["--batch-size", "8", "--valid-every", "4", "--epochs", "3", "--threads", "1"]
+
+
+def _commands(work: Path) -> dict[str, tuple[list[str], Path, list[str] | None]]:
+    """``name: (argv, what it writes, argv that resumes it or None)``; the inputs are made once in ``work``."""
+    from onlstm.logic.generate import GenerateConfig, generate_dataset
+    from support import TINY_LM, write_corpus
+
+    corpus, data = work / "corpus", work / "data"
+    if not corpus.exists():
+        write_corpus(corpus, n_train=400)
+        generate_dataset(data, GenerateConfig(per_length=20, seed=3, max_ops=6, test_count=2))
+    lm = ["lm", "train", "--config", str(TINY_LM), "--data-dir", str(corpus), "--out", str(work / "lm")]
+    logic = ["logic", "train", "--data", str(data), "--out", str(work / "logic"), *LOGIC]
+    generate = ["logic", "generate", "--out", str(work / "gen"), "--per-length", "20000", "--max-ops", "8"]
+    return {
+        "lm train": (lm, work / "lm", [*lm, "--resume"]),
+        "logic train": (logic, work / "logic", [*logic, "--resume"]),
+        "logic generate": (generate, work / "gen", None),
+    }
+
+
+def onlstm(argv: list[str], cwd: Path) -> None:
+    """Run a command to its end in a process like the interrupted one (the same kernel, so the same numbers)."""
+    done = subprocess.run([sys.executable, "-m", "onlstm", *argv], env=ENV, cwd=cwd, capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(argv[:2])}: exit {done.returncode}\n{done.stderr[-2000:]}"
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory) -> Path:
+    """Each training run once without a signal (to compare the resumed ones with)."""
+    work = tmp_path_factory.mktemp("baseline")
+    for argv, _, resume in _commands(work).values():
+        if resume is not None:
+            onlstm(argv, work)
+    return work
+
+
+def same_weights(a: Path, b: Path) -> None:
+    from safetensors.torch import load_file
+
+    for name in ("model.best.safetensors", "model.last.safetensors"):
+        x, y = load_file(str(a / name)), load_file(str(b / name))
+        assert x.keys() == y.keys() and all((x[k] == y[k]).all() for k in x), f"{name} differs from the baseline"
+
+
+#: In CI one signal per training (each costs two processes), both for the generator; every pair with FULL.
+CASES = [("lm train", signal.SIGINT), ("logic train", signal.SIGTERM)]
+CASES += [("logic generate", signal.SIGINT), ("logic generate", signal.SIGTERM)]
+if FULL:
+    CASES += [("lm train", signal.SIGTERM), ("logic train", signal.SIGINT)]
+
+
+@pytest.mark.slow  # one process per signal (torch's import, a tiny run) and the resumed run: ~10 s each
+@pytest.mark.parametrize(("name", "signum"), CASES, ids=[f"{n} {s.name}" for n, s in CASES])
+def test_a_signal_at_a_random_point_is_130_and_a_resume_ends_as_an_uninterrupted_run(name, signum, baselines, tmp_path):
+    for k, delay in enumerate(delays(4 if FULL else 1, 0.5, 6.0, f"{name}:{signum}")):
+        if not FULL:
+            delay = random.Random(f"{SEED}:{name}:{signum}").uniform(0.5, 6.0)  # one point, not an end
+        work = tmp_path / str(k)
+        shutil.copytree(baselines, work, ignore=shutil.ignore_patterns("lm", "logic", "gen"))
+        argv, target, resume = _commands(work)[name]
+        rc, out, err = interrupt([sys.executable, "-m", "onlstm", *argv], delay, signum, cwd=work)
+        what = f"{name}, {signal.Signals(signum).name} after {delay:.2f} s"
+        if rc == 0:
+            continue  # it finished first
+        assert_interrupted(rc, err, what, out)
+        assert not [p for p in work.rglob("*") if p.name.endswith((".tmp", ".old"))], f"{what}: temporary files left"
+        if resume is None:
+            assert not target.exists(), f"{what}: a partial {target.name} was left"
+            continue
+        header = json.loads((target / "config.json").read_text()) if (target / "config.json").exists() else {}
+        if header.get("status") != "finished" and not (target / "results.json").exists():  # else: done at the signal
+            onlstm(resume if header else argv, work)
+        same_weights(baselines / target.name, target)

@@ -1,0 +1,188 @@
+"""Issue 35, what a resume reads back: the training text must be the run's own (its fingerprint is in config.json),
+and the values of the resume file and history.json are checked before training goes on; a damaged or edited
+file is one line, exit 2, naming the file and the fix (docs/cli.md), with the run's files left as they were."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from onlstm.cli import main
+from onlstm.data.ptb import load_corpus
+from support import TINY_LM, write_corpus
+
+LOGIC = ["--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "16", "--no-progress"]
+LOGIC += ["--batch-size", "8", "--valid-every", "3", "--epochs", "2", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="module")
+def lm_run(corpus, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("lm") / "run"
+    assert main(lm(corpus, run, "--max-steps", "3")) == 0
+    return run
+
+
+@pytest.fixture(scope="module")
+def logic_run(tmp_path_factory) -> tuple[Path, Path]:
+    from onlstm.logic.generate import GenerateConfig, generate_dataset
+
+    data = tmp_path_factory.mktemp("logic-data")
+    generate_dataset(data, GenerateConfig(per_length=12, seed=3, max_ops=6, test_count=3))
+    run = tmp_path_factory.mktemp("logic") / "run"
+    assert main(["logic", "train", "--data", str(data), "--out", str(run), *LOGIC, "--max-steps", "4"]) == 0
+    return data, run
+
+
+def lm(corpus: Path, run: Path, *extra: str) -> list[str]:
+    return ["lm", "train", "--config", str(TINY_LM), "--data-dir", str(corpus), "--out", str(run), *extra]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def refused(capsys, argv: list[str], *words: str) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err[-2000:]
+    for word in words:
+        assert word in err, err
+    return err
+
+
+def test_resume_on_another_training_text_with_the_same_vocabulary_is_refused(corpus, lm_run, tmp_path, capsys):
+    other = shutil.copytree(corpus, tmp_path / "other")
+    (other / "ptb.train.txt").write_text((corpus / "ptb.train.txt").read_text() * 2)  # every count doubled
+    assert load_corpus(other).vocab.words == load_corpus(corpus).vocab.words  # the vocabulary cannot tell them apart
+    run = shutil.copytree(lm_run, tmp_path / "run")
+    before = snapshot(run)
+    refused(capsys, lm(other, run, "--resume", "--max-steps", "5"), "is not the training text", "--data-dir")
+    assert snapshot(run) == before
+    # the same bytes in another folder are the same text
+    same = shutil.copytree(corpus, tmp_path / "moved")
+    assert main(lm(same, run, "--resume", "--max-steps", "5")) == 0
+
+
+def test_a_run_without_a_fingerprint_resumes_with_a_warning(corpus, lm_run, tmp_path, capsys):
+    run = shutil.copytree(lm_run, tmp_path / "run")
+    header = json.loads((run / "config.json").read_text())
+    assert len(header["data"].pop("train_sha256")) == 64
+    (run / "config.json").write_text(json.dumps(header))
+    assert main(lm(corpus, run, "--resume", "--max-steps", "5")) == 0
+    assert "records no fingerprint of its training text" in capsys.readouterr().out
+
+
+def edit_resume(path: Path, key: str, change) -> None:
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata()
+    value = json.loads(meta[key])
+    meta[key] = json.dumps(change(value))
+    save_file(load_file(str(path)), str(path), metadata=meta)
+
+
+def put(name: str, value):
+    """An edit of a JSON object: ``name`` (dotted) set to ``value``."""
+
+    def change(obj):
+        *outer, last = name.split(".")
+        inner = obj
+        for part in outer:
+            inner = inner[part]
+        inner[last] = value
+        return obj
+
+    return change
+
+
+LM_EDITS = {
+    "history not a list": ("history", lambda h: {"rows": h}),
+    "history of strings": ("history", lambda h: ["x"]),
+    "a record without keys": ("history", lambda h: [{}]),
+    "NaN as a string": ("history", lambda h: [{"epoch": "NaN", "steps": 1}]),
+    "a step as text": ("progress", put("step", "x")),
+    "a negative step": ("progress", put("step", -5)),
+    "a huge position": ("progress", put("pos", 10**30)),
+    "a float count": ("progress", put("epoch", 1e300)),
+    "best as a string": ("progress", put("best", "nan")),
+    "seconds as text": ("progress", put("seconds", "x")),
+    "check_due not a flag": ("progress", put("check_due", "yes")),
+    "more checks than history": ("progress", put("n_checks", 5)),
+    "task count as text": ("progress", put("task.avg_count", "x")),
+    "task loss as text": ("progress", put("task.epoch_loss_sum", "nan")),
+    "task results not an object": ("progress", put("task.results", 5)),
+    "task with an unknown field": ("progress", put("task.extra", 1)),
+    "hidden layout of strings": ("hidden_layout", lambda v: ["x"]),
+}
+
+
+@pytest.mark.parametrize("case", LM_EDITS)
+def test_lm_resume_refuses_an_edited_resume_file(corpus, lm_run, tmp_path, capsys, case):
+    key, change = LM_EDITS[case]
+    run = shutil.copytree(lm_run, tmp_path / "run")
+    edit_resume(run / "resume.safetensors", key, change)
+    before = snapshot(run)
+    refused(capsys, lm(corpus, run, "--resume", "--max-steps", "6"), "resume.safetensors is damaged or was edited")
+    assert snapshot(run) == before
+
+
+HISTORY_EDITS = {
+    "not a list": lambda h: {"a": 1},
+    "wrong type": lambda h: [{**h[0], "step": "x"}, *h[1:]],
+    "missing keys": lambda h: [{}, *h[1:]],
+    "NaN string": lambda h: [{**h[0], "valid_accuracy": "NaN"}, *h[1:]],
+    "huge number": lambda h: [{**h[0], "step": 1e308}, *h[1:]],
+    "infinite": lambda h: [{**h[0], "train_loss": float("inf")}, *h[1:]],
+    "strings": lambda h: ["a"] * len(h),
+    "shorter than the checks": lambda h: [],
+    "scores by a word": lambda h: [{**h[0], "valid_by_ops": {"x": 1.0}}, *h[1:]],
+}
+
+
+@pytest.mark.parametrize("case", HISTORY_EDITS)
+def test_logic_resume_and_curves_refuse_an_edited_history(logic_run, tmp_path, capsys, case):
+    data, whole = logic_run
+    run = shutil.copytree(whole, tmp_path / "run")
+    history = json.loads((run / "history.json").read_text())
+    assert history, "the run made validation checks"
+    (run / "history.json").write_text(json.dumps(HISTORY_EDITS[case](history)))
+    before = snapshot(run)
+    argv = ["logic", "train", "--data", str(data), "--out", str(run), *LOGIC, "--resume", "--max-steps", "8"]
+    refused(capsys, argv, "history.json is damaged or was edited", "train again")
+    assert snapshot(run) == before
+    if case != "shorter than the checks":  # the plots read every record there is
+        refused(capsys, ["logic", "curves", str(run), "--out", str(tmp_path / "plots")], "history.json is damaged")
+
+
+def test_logic_resume_refuses_an_edited_task_state(logic_run, tmp_path, capsys):
+    data, whole = logic_run
+    run = shutil.copytree(whole, tmp_path / "run")
+    edit_resume(run / "resume.safetensors", "progress", put("task.epoch_rng", [3, "x", None]))
+    argv = ["logic", "train", "--data", str(data), "--out", str(run), *LOGIC, "--resume", "--max-steps", "8"]
+    refused(capsys, argv, "progress.task.epoch_rng")
+
+
+@pytest.mark.parametrize(
+    "edit", [lambda c: [c], lambda c: {k: v for k, v in c.items() if k != "model"}, lambda c: {**c, "model": [1]}]
+)
+def test_lm_resume_refuses_an_edited_config(corpus, lm_run, tmp_path, capsys, edit):
+    run = shutil.copytree(lm_run, tmp_path / "run")
+    (run / "config.json").write_text(json.dumps(edit(json.loads((run / "config.json").read_text()))))
+    refused(capsys, lm(corpus, run, "--resume", "--max-steps", "6"), "config.json")
+
+
+@pytest.mark.parametrize("results", [[1], "x", 5])
+def test_export_refuses_results_that_are_not_an_object(lm_run, tmp_path, capsys, results):
+    run = shutil.copytree(lm_run, tmp_path / "run")
+    (run / "results.json").write_text(json.dumps(results))
+    refused(capsys, ["export", "--checkpoint", str(run), "--to", str(tmp_path / "out")], "results.json")
+    assert not (tmp_path / "out").exists()
