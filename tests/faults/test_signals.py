@@ -147,7 +147,7 @@ def test_a_signal_at_a_random_point_is_130_and_a_resume_ends_as_an_uninterrupted
         if resume is None:
             assert not target.exists(), f"{what}: a partial {target.name} was left"
             continue
-        header = json.loads((target / "config.json").read_text()) if (target / "config.json").exists() else {}
-        if header.get("status") != "finished" and not (target / "results.json").exists():  # else: done at the signal
-            onlstm(resume if header else argv, work)
+        record = json.loads((target / "results.json").read_text()) if (target / "results.json").exists() else {}
+        if record.get("status") not in ("finished", "stopped"):  # else: it was done when the signal came
+            onlstm(resume if (target / "config.json").exists() else argv, work)
         same_weights(baselines / target.name, target)

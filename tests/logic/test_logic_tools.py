@@ -74,14 +74,15 @@ def test_the_test_table_reads_the_scores_recorded_at_each_check():
 
 
 def test_resume_advice_for_a_run_stopped_before_its_first_check_is_one_that_works(tmp_path):
-    """'train again without --resume' into the same --out is refused (it holds a run): the advice names a new --out."""
+    """A run stopped before its first save has nothing to lose: --resume starts it again from step 0, whether it
+    was interrupted (its stop recorded) or killed (none recorded); a finished run without a resume file is refused."""
     from onlstm.files import write_json
     from onlstm.logic.config import LogicTrainConfig
     from onlstm.logic.train import resume_refusal
     from onlstm.runs import RunDir
 
-    # no stop recorded (killed, or a full disk at its first check): the run never saved, it starts from step 0
+    assert resume_refusal(tmp_path, "", LogicTrainConfig()) == ""  # killed, or a full disk at its first check
+    write_json(RunDir(tmp_path).results_path, {"status": "interrupted", "steps": 3, "stopped_by": "interrupted"})
     assert resume_refusal(tmp_path, "", LogicTrainConfig()) == ""
-    write_json(RunDir(tmp_path).results_path, {"status": "interrupted", "steps": 3})  # stopped before a check
-    why = resume_refusal(tmp_path, "", LogicTrainConfig())
-    assert "nothing to resume" in why and "new --out" in why
+    write_json(RunDir(tmp_path).results_path, {"status": "finished", "steps": 9, "stopped_by": "epochs"})
+    assert "new --out" in resume_refusal(tmp_path, "", LogicTrainConfig())

@@ -226,12 +226,7 @@ def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
     if not resume_file.exists():
         if finished:  # finished before runs kept their resume file
             return f"{out} holds a finished run without {RunDir.RESUME}; train again into a new --out"
-        if not result:  # no stop recorded: killed, or a full disk at its first save: it starts from step 0
-            return ""
-        return (
-            f"{resume_file} is missing: the run was stopped before its first validation check, so there is "
-            f"nothing to resume; train again without --resume into a new --out (or after removing {out})"
-        )
+        return ""  # stopped (a signal, a kill, a full disk) before its first save: nothing to lose, from step 0
     # an unfinished run is resumed whatever its budget: the engine ends it without an update past the budget
     return spent_budget(_saved_progress(resume_file), cfg) if finished else ""
 

@@ -152,7 +152,7 @@ def stop_report(why: str, prog: Progress, budget: Budget, resume: str, *, best: 
     if why in ("interrupted", "aborted"):
         during = " during validation" if prog.check_due else ""
         what = "resume file saved" if why == "interrupted" else "not saved since the last resume file"
-        go_on = f"continue with: {resume}" if saved else "nothing to resume: train again"
+        go_on = f"continue with: {resume}" if saved else f"nothing saved yet: {resume} starts it again from step 0"
         return f"{why}{during} at step {prog.step} ({epochs:.2f} epochs): {what}; {kept}; {go_on}"
     line = f"stopped by {why} after {prog.step} steps ({epochs:.2f} epochs, {prog.seconds / 60:.1f} min); {kept}"
     if why == "patience":  # final
