@@ -148,6 +148,9 @@ def test_a_signal_at_a_random_point_is_130_and_a_resume_ends_as_an_uninterrupted
             assert not target.exists(), f"{what}: a partial {target.name} was left"
             continue
         header = json.loads((target / "config.json").read_text()) if (target / "config.json").exists() else {}
-        if header.get("status") != "finished" and not (target / "results.json").exists():  # else: done at the signal
+        # an interrupted training records its stop too (results.json, status interrupted): only a finished one is
+        # done at the signal; one stopped before its header was written starts again
+        record = json.loads((target / "results.json").read_text()) if (target / "results.json").exists() else {}
+        if record.get("status") != "finished":
             onlstm(resume if header else argv, work)
         same_weights(baselines / target.name, target)
