@@ -231,13 +231,10 @@ def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
             f"{resume_file} is missing: the run was stopped before its first validation check, so there is "
             f"nothing to resume; train again without --resume into a new --out (or after removing {out})"
         )
-    # an unfinished run is resumed whatever its budget: the engine ends it without an update past the budget
-    budget = Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit)
-    return budget_refusal(budget, _saved_progress(resume_file)) if finished else ""
-
-
-def _saved_progress(path: Path) -> Progress:
-    return read_training(path, KIND, fix=RESUME_FIX, tensors=False)[0]
+    if not finished:  # resumed whatever its budget: the engine ends it without an update past the budget
+        return ""
+    prog = read_training(resume_file, KIND, fix=RESUME_FIX, tensors=False)[0]
+    return budget_refusal(Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit), prog)
 
 
 def train(
