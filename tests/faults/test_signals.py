@@ -147,6 +147,8 @@ def test_a_signal_at_a_random_point_is_130_and_a_resume_ends_as_an_uninterrupted
         if resume is None:
             assert not target.exists(), f"{what}: a partial {target.name} was left"
             continue
+        # every stop is recorded (results.json; an interrupted one too): only a finished or stopped run was done
+        # at the signal; one stopped before its header was written starts again
         record = json.loads((target / "results.json").read_text()) if (target / "results.json").exists() else {}
         if record.get("status") not in ("finished", "stopped"):  # else: it was done when the signal came
             onlstm(resume if (target / "config.json").exists() else argv, work)

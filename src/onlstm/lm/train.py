@@ -22,14 +22,14 @@ from ..config import ConfigError, check_section
 from ..data.ptb import Corpus, load_corpus, split_file
 from ..data.vocab import Vocab
 from ..encoders import detach_state
-from ..errors import TrainingDiverged, cap
-from ..files import write_json, write_text
+from ..errors import cap
+from ..files import write_text
 from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
 from ..runs import RunDir, RunDirError, StopRequest, restore_training, resume_clash, setup_torch
 from ..runs.device import prepare_kernel
 from ..runs.dist import DistContext, setup, teardown
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, diverged, stop_report, update
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, diverged, update
 from ..runs.records import COUNT, COUNTS, FLAG, MAYBE_OBJECT, NUMBER, REAL, REALS, check_fields, check_history
 from ..runs.resume import read_training, save_training
 from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, run_config
@@ -212,13 +212,9 @@ class Trainer:
             )
         self._load_data()
         self._build_model()
-        if not resume:
-            self.ctx.main_writes(self._write_header)
-        if resume and self.rundir.resume_path.exists():
+        header = lambda: self.rundir.write_header(self._config_json(), self.corpus.vocab.save)
+        if self.rundir.start(resume, lambda: self.ctx.main_writes(header), self.log):
             self._load(self.rundir.resume_path)
-        elif resume:
-            refuse_restart(self.rundir)
-            self.log(f"{self.rundir.path} has no {RunDir.RESUME} yet; starting from the beginning")
         self.engine: Engine | None = None
 
     def _load_data(self) -> None:
@@ -266,17 +262,6 @@ class Trainer:
                 f"(max_length); raise it (--encoder-options max_length={2 * longest}), lower --bptt, or (transformer) "
                 "use positions=sinusoidal, which has no limit"
             )
-
-    def _write_header(self) -> None:
-        """The vocabulary, then config.json, which makes the folder a run: a failed write (a full disk) takes both
-        away again, so that the same command runs again into the folder, new or empty as it was."""
-        try:
-            self.corpus.vocab.save(self.rundir.vocab_path)
-            self.rundir.write_config(self._config_json())
-        except OSError:
-            for path in (self.rundir.vocab_path, self.rundir.config_path):
-                path.unlink(missing_ok=True)
-            raise
 
     def log(self, msg: str) -> None:
         if self.ctx.is_main:
@@ -446,8 +431,7 @@ class Trainer:
     def _load(self, path: Path) -> None:
         fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
         keys = ("history", "model_config", "hidden_layout")
-        self.prog, tensors, meta = read_training(path, "lm", keys, fix)
-        check_fields(self.prog.task, _TASK_FIELDS, path, "progress.task", fix, exact=True)
+        self.prog, tensors, meta = read_training(path, "lm", keys, fix, task=_TASK_FIELDS)
         self.history = check_history(meta["history"], _ROW_FIELDS, ("epoch", "steps"), path, fix, self.prog.n_checks)
         check_fields(meta, _META_FIELDS, path, "metadata", fix)
         if meta["model_config"] != self.model_config.to_dict():
@@ -511,37 +495,23 @@ class Trainer:
         bar, main = cfg.progress and self.ctx.is_main, self.ctx.is_main
         report = Reporting.for_run(self.rundir, cfg.log_every, cfg.progress, cfg.tensorboard, main)
         self.engine = Engine(
-            self, budget, prog, self.history, self.log, bar, on_step=hook, agree=self.ctx.any, report=report
-        )
-        try:
-            why = self.engine.run()
-        except TrainingDiverged:
-            self._write_result(self.engine.result("diverged", "lm", self.rundir.path, self._epochs()))
-            raise
-        self.log(self._stop_report(why, budget))
+            self, budget, prog, self.history, self.log, bar, on_step=hook, agree=self.ctx.any, report=report,
+            run=self.rundir, kind="lm", writes=self.ctx.main_writes,
+        )  # fmt: skip
+        resume = f"onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume"
+        why = self.engine.train(resume, lambda best: f"valid ppl {math.exp(-best):.2f}")
         tested = "finished"
         if why == "epochs":
             prog.task["finished"] = True
             if prog.task["results"] is None and cfg.final_test:
                 tested = self._final_test()
-        result = self.engine.result(why, "lm", self.rundir.path, self._epochs(), prog.task["results"])
-        result.status = "interrupted" if tested == "interrupted" else result.status
-        self._write_result(result)
+        result = self.engine.record(why, prog.task["results"], "interrupted" if tested == "interrupted" else None)
         if why == "aborted":
             raise KeyboardInterrupt
         return result
 
-    def _write_result(self, result: TrainResult) -> None:
-        self.ctx.main_writes(lambda: write_json(self.rundir.results_path, result.record()))
-
-    def _epochs(self) -> float:
-        return self.prog.epoch + self.prog.pos / max(self.pass_length(self.prog.epoch + 1), 1)
-
-    def _stop_report(self, why: str, budget: Budget) -> str:
-        prog, resume = self.prog, f"onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume"
-        best = "" if prog.best is None else f"(valid ppl {math.exp(-prog.best):.2f} at step {prog.best_step})"
-        saved = self.rundir.resume_path.exists()
-        return stop_report(why, prog, budget, resume, best=best, saved=saved, epochs=self._epochs())
+    def epochs(self, prog: Progress) -> float:
+        return prog.epoch + prog.pos / max(self.pass_length(prog.epoch + 1), 1)
 
     def _final_test(self) -> str:
         """Score the best weights on the first process; every process learns whether that was interrupted."""

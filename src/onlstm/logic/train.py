@@ -16,12 +16,11 @@ import torch.nn.functional as F
 
 from ..checkpoint import CheckpointError, config_header, save_weights
 from ..config import runtime_fields
-from ..errors import TrainingDiverged
 from ..files import write_json
 from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, budget_spent, stop_report, update
-from ..runs.records import COUNT, FLAG, NUMBER, RNG_STATE, SCORES, check_fields
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, budget_refusal, update
+from ..runs.records import COUNT, FLAG, NUMBER, RNG_STATE, SCORES
 from ..runs.records import read_history as read_records
 from ..runs.resume import read_training, restore_training, resume_clash, save_training
 from .config import LogicTrainConfig
@@ -227,40 +226,10 @@ def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
         if finished:  # finished before runs kept their resume file
             return f"{out} holds a finished run without {RunDir.RESUME}; train again into a new --out"
         return ""  # stopped (a signal, a kill, a full disk) before its first save: nothing to lose, from step 0
-    # an unfinished run is resumed whatever its budget: the engine ends it without an update past the budget
-    return spent_budget(_saved_progress(resume_file), cfg) if finished else ""
-
-
-def _write_header(run: RunDir, header: dict) -> None:
-    """A new run's vocabulary and config.json; a failed write (a full disk) takes both away again, so that the
-    same command runs again into the folder, new or empty as it was."""
-    try:
-        write_json(run.vocab_path, list(TOKENS))
-        run.write_config(header)
-    except OSError:
-        run.vocab_path.unlink(missing_ok=True)
-        run.config_path.unlink(missing_ok=True)
-        raise
-
-
-def _saved_progress(path: Path) -> Progress:
-    return read_training(path, KIND, fix=RESUME_FIX, tensors=False)[0]
-
-
-def spent_budget(prog: Progress, cfg: LogicTrainConfig) -> str:
-    """Why the run at ``prog`` cannot train further with ``cfg``'s budgets (:func:`~onlstm.runs.engine.budget_spent`),
-    with the flag that raises the budget; "" when it can."""
-    budget = Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit)
-    why = budget_spent(budget, prog, prog.seconds, epochs=True)
-    if not why:
+    if not finished:  # resumed whatever its budget: the engine ends it without an update past the budget
         return ""
-    used = {
-        "max_steps": f"{prog.step} updates",
-        "time_limit": f"{prog.seconds / 60:.1f} min",
-        "epochs": f"{prog.epoch} epochs",
-    }
-    spent = f"its {used[why]} reach {why} {getattr(cfg, why):g}"
-    return f"the run has used up its budget ({spent}; pass a larger --{why.replace('_', '-')} to train further)"
+    prog = read_training(resume_file, KIND, fix=RESUME_FIX, tensors=False)[0]
+    return budget_refusal(Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit), prog)
 
 
 def train(
@@ -290,23 +259,19 @@ def train(
         max_ops = max(ex.max_ops for ex in examples)
         data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
         header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
-        if not resume:
-            _write_header(run, header)
-        elif not run.resume_path.exists():  # killed or a full disk before its first save (resume_refusal)
-            log(f"{run.path} has no {RunDir.RESUME} yet; starting from the beginning")
-        prog, history = task.restore() if resume and run.resume_path.exists() else (task.fresh_progress(), [])
+        # a resume without a resume file: killed or a full disk before its first save (resume_refusal allowed it)
+        go_on = run.start(resume, lambda: run.write_header(header, lambda path: write_json(path, list(TOKENS))), log)
+        prog, history = task.restore() if go_on else (task.fresh_progress(), [])
         if resume:
             run.write_config(header)
             write_json(run.vocab_path, list(TOKENS))
         log(task.summary())
         report = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard)
-        engine = Engine(task, task.budget(), prog, history, log, bar=cfg.progress, desc=model_cfg.cell, report=report)
+        bar, desc = cfg.progress, model_cfg.cell
+        engine = Engine(task, task.budget(), prog, history, log, bar, desc, report=report, run=run, kind=KIND)
         task.clock = engine.elapsed
-        try:
-            stopped_by = engine.run()
-        except TrainingDiverged:  # the resume file of the last validation check stays
-            write_json(run.results_path, engine.result("diverged", KIND, run.path, task.epochs(prog)).record())
-            raise
+        resume = "onlstm logic train --resume (with the run's --config, --data and --out)"
+        stopped_by = engine.train(resume, lambda best: f"valid acc {100 * best:.2f}%")  # diverged: resume file kept
         return task.finish(engine, stopped_by)
 
 
@@ -461,8 +426,7 @@ class LogicTask:
 
     def restore(self) -> tuple[Progress, list[dict]]:
         path = self.rundir.resume_path
-        prog, tensors, meta = read_training(path, KIND, fix=RESUME_FIX)
-        check_fields(prog.task, _TASK_FIELDS, path, "progress.task", RESUME_FIX, exact=True)
+        prog, tensors, meta = read_training(path, KIND, fix=RESUME_FIX, task=_TASK_FIELDS)
         history = read_history(self.rundir.path, RESUME_FIX, prog.n_checks)[: prog.n_checks] if prog.n_checks else []
         restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
         self.schedule.bad = prog.task["schedule_bad"]
@@ -473,19 +437,12 @@ class LogicTask:
         return prog, history
 
     def finish(self, engine: Engine, stopped_by: str) -> TrainResult:
-        """Save what an interruption needs, report the stop, write the run's result and return it."""
+        """Save what an interruption needs, write the run's result and return it."""
         prog = engine.progress
         if stopped_by in ("interrupted", "aborted"):
             self.save_weights("last")
-        best = "" if prog.best is None else f"(valid acc {100 * prog.best:.2f}% at step {prog.best_step})"
-        resume = "onlstm logic train --resume (with the run's --config, --data and --out)"
-        saved = self.rundir.resume_path.exists() and stopped_by != "patience"
-        report = stop_report(stopped_by, prog, engine.budget, resume, best=best, saved=saved, epochs=self.epochs(prog))
-        self.log(f"{self.model_cfg.cell}: {report}")
         figures = {"best_valid_accuracy": prog.best or 0.0, "n_train": len(self.train_data)}
-        result = engine.result(stopped_by, KIND, self.rundir.path, self.epochs(prog), figures)
-        result.figures["n_valid"] = len(self.valid_data)
-        write_json(self.rundir.results_path, result.record())
+        result = engine.record(stopped_by, {**figures, "n_valid": len(self.valid_data)})
         if stopped_by not in ("interrupted", "aborted", *BUDGETS):
             self.rundir.resume_path.unlink(missing_ok=True)  # patience: not resumed (see resume_refusal)
         return result

@@ -145,6 +145,27 @@ class RunDir:
     def write_config(self, header: dict) -> None:
         write_json(self.config_path, header)
 
+    def write_header(self, header: dict, vocab: Callable[[Path], None]) -> None:
+        """A new run's vocabulary (``vocab(path)`` writes it), then ``config.json``, which makes the folder a run: a
+        failed write (a full disk) takes both away again, so that the same command runs again into the folder."""
+        try:
+            vocab(self.vocab_path)
+            self.write_config(header)
+        except OSError:
+            for path in (self.vocab_path, self.config_path):
+                path.unlink(missing_ok=True)
+            raise
+
+    def start(self, resume: bool, write_header: Callable[[], object], log: Callable[[str], None]) -> bool:
+        """Every training's way in: a new run writes its header (``write_header()``, e.g. :meth:`write_header`); a
+        resumed one without a resume file (stopped before its first save, which the trainer's pre-check allowed)
+        starts from the beginning. True when there is a resume file to go on from."""
+        if not resume:
+            write_header()
+        elif not self.resume_path.exists():
+            log(f"{self.path} has no {self.RESUME} yet; starting from the beginning")
+        return resume and self.resume_path.exists()
+
     def header(self) -> dict:
         """``config.json``, {} when it cannot be read."""
         return _json_dict(self.config_path) or {}

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from ..errors import InputError, TrainingDiverged, WriteError
-from ..files import write_text
+from ..files import write_json, write_text
 from .device import StopRequest, progress_bar
 from .dirs import RunDir, find_kind
 
@@ -128,6 +128,9 @@ class Task(Protocol):
     def save_state(self, prog: Progress, history: list[dict]) -> None:
         """Write the history and the resume file (``prog`` is up to date)."""
 
+    def epochs(self, prog: Progress) -> float:
+        """The passes done at ``prog`` (a fraction for a part), for the stop line and the result."""
+
     def metrics(self, prog: Progress) -> dict[str, float]:
         """The training figures since the previous call (the loss, a perplexity or an accuracy, a speed named
         ``..._per_s``), for the progress bar, the log lines, ``steps.csv`` and TensorBoard."""
@@ -144,21 +147,16 @@ def budget_spent(budget: Budget, prog: Progress, seconds: float, epochs: bool = 
     return "epochs" if epochs and prog.epoch >= budget.epochs else ""
 
 
-def stop_report(why: str, prog: Progress, budget: Budget, resume: str, *, best: str, saved: bool, epochs: float) -> str:
-    """The line every trainer logs when :meth:`Engine.run` returns ``why``: where the run stopped, what is kept
-    and how to go on. ``resume``: the command that continues it; ``best``: the best checkpoint in words ("" before
-    the first check); ``saved``: a resume file exists; ``epochs``: the passes done (a fraction for a part)."""
-    kept = f"best checkpoint kept {best}" if best else "no best checkpoint yet (no validation check done)"
-    if why in ("interrupted", "aborted"):
-        during = " during validation" if prog.check_due else ""
-        what = "resume file saved" if why == "interrupted" else "not saved since the last resume file"
-        go_on = f"continue with: {resume}" if saved else f"nothing saved yet: {resume} starts it again from step 0"
-        return f"{why}{during} at step {prog.step} ({epochs:.2f} epochs): {what}; {kept}; {go_on}"
-    line = f"stopped by {why} after {prog.step} steps ({epochs:.2f} epochs, {prog.seconds / 60:.1f} min); {kept}"
-    if why == "patience":  # final
-        return line
-    limit = {"epochs": budget.epochs, "max_steps": budget.max_steps, "time_limit": budget.time_limit}[why]
-    return f"{line}; to train further: {resume} --{why.replace('_', '-')} N (N > {limit:g})"
+def budget_refusal(budget: Budget, prog: Progress) -> str:
+    """Why a resumed run at ``prog`` cannot train further under ``budget`` (:func:`budget_spent`), with the flag that
+    raises the budget; "" when it can."""
+    why = budget_spent(budget, prog, prog.seconds, epochs=True)
+    if not why:
+        return ""
+    used = dict(max_steps=f"{prog.step} updates", time_limit=f"{prog.seconds / 60:.1f} min")
+    used.update(epochs=f"{prog.epoch} epochs")
+    spent = f"its {used[why]} reach {why} {getattr(budget, why):g}"
+    return f"the run has used up its budget ({spent}; pass a larger --{why.replace('_', '-')} to train further)"
 
 
 #: A run's ``status`` for each reason :meth:`Engine.run` stops: ``finished`` (its epochs or patience ended it),
@@ -202,6 +200,10 @@ class TrainResult:
         return find_kind(self.kind).model.from_pretrained(self.out_dir)
 
 
+def _call(write: Callable[[], object]) -> None:
+    write()
+
+
 def update(optimizer, loss, params, clip: float) -> None:
     """Every trainer's backward pass and optimizer step, the gradient norm clipped at ``clip`` (0: none)."""
     optimizer.zero_grad(set_to_none=True)
@@ -214,7 +216,8 @@ def update(optimizer, loss, params, clip: float) -> None:
 class Engine:
     """Runs a :class:`Task` under a :class:`Budget`; :meth:`run` returns why it stopped: ``epochs``, ``patience``,
     ``max_steps``, ``time_limit``, ``interrupted`` or ``aborted``. ``on_step``: called after every update;
-    ``agree``: a process's wish to stop -> the decision every process takes."""
+    ``agree``: a process's wish to stop -> the decision every process takes; ``run``, ``kind``: the run directory
+    and its kind, where :meth:`record` writes the result (``writes``: how; several processes: by the first)."""
 
     def __init__(
         self,
@@ -228,8 +231,12 @@ class Engine:
         on_step: Callable[[], None] | None = None,
         agree: Callable[[bool], bool] = bool,
         report: Reporting | None = None,
+        run: RunDir | None = None,
+        kind: str = "",
+        writes: Callable[[Callable[[], object]], None] = lambda write: _call(write),
     ):
         self.task, self.budget, self.progress, self.history = task, budget, progress, history
+        self.run_dir, self.kind, self.writes = run, kind, writes
         self.log, self.show_bar, self.desc, self.on_step, self.agree = log, bar, desc, on_step, agree
         self.report = report or Reporting()
         self.bar: Any = None
@@ -328,15 +335,49 @@ class Engine:
             self.check() if budget.check_at_stop else self.save_state()
         return "interrupted" if why == "epochs" else why  # "epochs": another process was asked to stop
 
-    def result(self, why: str, kind: str, out: Path, epochs: float, figures: dict | None = None) -> TrainResult:
-        """The run's :class:`TrainResult` after :meth:`run` returned ``why`` (or ``diverged``); ``epochs``: the
-        passes done (a fraction for a part), ``figures``: the experiment's own."""
-        prog = self.progress
+    def train(self, resume: str, best: Callable[[float], str]) -> str:
+        """:meth:`run`, then the stop's line in the log (:meth:`stop_line`); a divergence's result (status
+        ``diverged``) is written before the error goes on."""
+        try:
+            why = self.run()
+        except TrainingDiverged:
+            self.record("diverged")
+            raise
+        line = self.stop_line(why, resume, best)
+        self.log(f"{self.desc}: {line}" if self.desc else line)
+        return why
+
+    def stop_line(self, why: str, resume: str, best: Callable[[float], str]) -> str:
+        """Where the run stopped (:meth:`run` returned ``why``), what is kept and how to go on: ``resume``, the
+        command that continues it; ``best(score)``, the best check's score in words (``valid acc 97.10%``)."""
+        prog, budget, epochs = self.progress, self.budget, self.task.epochs(self.progress)
+        kept = "no best checkpoint yet (no validation check done)"
+        if prog.best is not None:
+            kept = f"best checkpoint kept ({best(prog.best)} at step {prog.best_step})"
+        if why in ("interrupted", "aborted"):
+            during = " during validation" if prog.check_due else ""
+            what = "resume file saved" if why == "interrupted" else "not saved since the last resume file"
+            saved = self.run_dir is not None and self.run_dir.resume_path.exists()
+            go_on = f"continue with: {resume}" if saved else f"nothing saved yet: {resume} starts it again from step 0"
+            return f"{why}{during} at step {prog.step} ({epochs:.2f} epochs): {what}; {kept}; {go_on}"
+        line = f"stopped by {why} after {prog.step} steps ({epochs:.2f} epochs, {prog.seconds / 60:.1f} min); {kept}"
+        if why == "patience":  # final
+            return line
+        limit = {"epochs": budget.epochs, "max_steps": budget.max_steps, "time_limit": budget.time_limit}[why]
+        return f"{line}; to train further: {resume} --{why.replace('_', '-')} N (N > {limit:g})"
+
+    def record(self, why: str, figures: dict | None = None, status: str | None = None) -> TrainResult:
+        """The run's :class:`TrainResult` after :meth:`train` returned ``why`` (or ``diverged``), written to its
+        ``results.json``: ``figures``, the experiment's own; ``status``, when not :data:`STATUS`'s."""
+        prog, run = self.progress, self.run_dir
+        assert run is not None, "Engine(run=...) says where the result goes"
         stopped_by = "interrupted" if why == "aborted" else why
-        return TrainResult(
-            Path(out), kind, STATUS[why], stopped_by, prog.best, prog.best_step, prog.step, epochs, self.elapsed(),
-            dict(figures or {}), self.history, prog,
+        result = TrainResult(
+            run.path, self.kind, status or STATUS[why], stopped_by, prog.best, prog.best_step, prog.step,
+            self.task.epochs(prog), self.elapsed(), dict(figures or {}), self.history, prog,
         )  # fmt: skip
+        self.writes(lambda: write_json(run.results_path, result.record()))
+        return result
 
     def _budget_stop(self) -> str:
         return budget_spent(self.budget, self.progress, self.elapsed())

@@ -135,9 +135,11 @@ def read_training(
     keys: tuple[str, ...] = (),
     fix: str = "start a new run with another --out",
     tensors: bool = True,
+    task: Mapping[str, str] | None = None,
 ) -> tuple[Progress, dict[str, torch.Tensor], dict[str, Any]]:
     """``(progress, tensors, metadata)`` of :func:`save_training`'s file for a ``kind`` run; the task's metadata
-    ``keys`` must be present. Give the tensors back with :func:`restore_training`."""
+    ``keys`` must be present, and ``progress.task`` hold exactly the ``task`` fields (:mod:`~onlstm.runs.records`)
+    when given. Give the tensors back with :func:`restore_training`."""
     found, meta = read_resume(
         path, RESUME_FORMAT, "an onlstm resume file", ("kind", "progress", "optimizer", *keys), fix, tensors
     )
@@ -145,7 +147,10 @@ def read_training(
         raise CheckpointError(f"{path} is the resume file of a {meta['kind']!r} run, not of a {kind!r} one; {fix}")
     # every field of its kind; older files may lack the later ones (their defaults apply)
     check_fields(meta["progress"], PROGRESS_FIELDS, path, "progress", fix, required=("step", "epoch", "pos"))
-    return Progress.from_dict(meta["progress"]), found, meta
+    prog = Progress.from_dict(meta["progress"])
+    if task is not None:
+        check_fields(prog.task, task, path, "progress.task", fix, exact=True)
+    return prog, found, meta
 
 
 def resume_clash(
