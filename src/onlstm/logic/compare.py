@@ -156,6 +156,10 @@ def _train_or_reuse(
     """The training summary of ``run_dir``: reused when finished with these settings and data, else trained
     (resumed when an interrupted run with these settings is there); ``None`` when this training was interrupted."""
     what = f"== {mcfg.cell}, seed {tcfg.seed}:"
+    reused, _ = _finished_run(run_dir, mcfg, tcfg, data)
+    if reused is not None:
+        log(f"{what} reusing the finished run in {run_dir}")
+        return reused
     try:
         header, clash = run_header(run_dir, mcfg, tcfg)
         result = RunDir(run_dir).results() or {}
@@ -163,9 +167,6 @@ def _train_or_reuse(
         header, clash, result = {}, "no run", {}
     same_data = (header.get("data") or {}).get("path") == str(data)
     finished = not clash and result.get("status") in ("finished", "stopped")
-    if finished and same_data and _same_stop(header, result, tcfg) and RunDir(run_dir).weights("best").exists():
-        log(f"{what} reusing the finished run in {run_dir}")
-        return result
     try:
         go_on = same_data and not resume_refusal(run_dir, clash, tcfg)
     except CheckpointError:  # an unreadable resume file: the run is trained again
