@@ -38,7 +38,8 @@ def console_script() -> list[str]:
     found = re.search(r'^onlstm = "([\w.]+):(\w+)"', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
     assert found, "pyproject.toml declares no onlstm script"
     module, func = found.groups()
-    return [sys.executable, "-c", f"import re, sys\nfrom {module} import {func}\nsys.exit({func}())", "onlstm"]
+    # with -c, sys.argv[0] is "-c" and the command's words follow: the same sys.argv[1:] as the script's
+    return [sys.executable, "-c", f"import re, sys\nfrom {module} import {func}\nsys.exit({func}())"]
 
 
 def interrupt(cmd: list[str], delay: float, signum: int = signal.SIGINT, cwd: Path | None = None):
@@ -72,6 +73,19 @@ def test_a_signal_at_any_point_of_start_up_is_one_line_and_130(how, signum):
         if rc == -signum and not err.strip() and delay < 0.05:
             continue  # before Python's own start (its first milliseconds): no process can answer yet
         assert_interrupted(rc, err, f"{signal.Signals(signum).name} after {delay:.3f} s")
+
+
+def test_a_usage_error_ends_the_command_as_a_finished_one_does():
+    """argparse leaves by SystemExit: the signals are ignored from then on, as after any finished command (a
+    late Ctrl-C once killed such a process with SIGINT instead of letting it exit 2)."""
+    code = (
+        "import signal, sys\nsys.argv = ['onlstm', 'no-such-command']\nfrom onlstm.entry import main\n"
+        "try:\n    main()\nexcept SystemExit as stop:\n"
+        "    print(stop.code, *(signal.getsignal(s) == signal.SIG_IGN for s in (signal.SIGINT, signal.SIGTERM)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["2", "True", "True"], done.stdout + done.stderr[-2000:]
+    assert "invalid choice: 'no-such-command'" in done.stderr
 
 
 # -- signals at random points of real commands ------------------------------------------------------------------

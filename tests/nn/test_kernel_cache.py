@@ -55,3 +55,30 @@ def test_the_source_is_compiled_from_a_copy_in_the_build_directory(tmp_path, mon
     source = Path(seen["sources"][0])
     assert source.parent == tmp_path / seen["name"]  # the same path from every checkout
     assert source.read_bytes() == cpp_kernel._SOURCE.read_bytes()
+
+
+def test_each_torch_installation_has_its_own_build_and_a_rebuilt_library_is_recorded_again(tmp_path, monkeypatch):
+    """The build command names the installation's headers: two environments sharing one directory would rebuild
+    it for each other, and the checksum of the first would call the second's build damaged (a CI run saw it)."""
+    import torch
+    from torch.utils import cpp_extension
+
+    names = []
+
+    def fake_load(name, sources, **kw):
+        names.append(name)
+        library = tmp_path / name / f"{name}.so"
+        library.write_bytes(b"\x7fELF built " + str(len(names)).encode())  # each build's bytes differ
+        return object()
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load", fake_load)
+    cpp_kernel._build_and_load()
+    library = tmp_path / names[0] / f"{names[0]}.so"
+    assert cpp_kernel._stamp(library).read_text() == cpp_kernel._digest(library)
+    library.write_bytes(b"\x7fELF rebuilt by PyTorch")  # a build our check did not see: what loads is recorded
+    cpp_kernel._record_loaded(library)
+    assert cpp_kernel._stamp(library).read_text() == cpp_kernel._digest(library)
+    monkeypatch.setattr(torch, "__file__", str(tmp_path / "another-env" / "torch" / "__init__.py"))
+    cpp_kernel._build_and_load()
+    assert names[1] != names[0]  # another installation, another build directory

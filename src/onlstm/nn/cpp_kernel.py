@@ -66,7 +66,7 @@ def clear_stale_lock(build_dir: Path) -> None:
 
 #: What the first build costs, as the compile message says it (README.md and docs/layer.md say the same;
 #: measured as docs/results.md, "Compiling the C++ kernel", says).
-COMPILE_TIME = "once per machine and torch version: 20-30 s on 2 cores"
+COMPILE_TIME = "once per torch installation: 20-30 s on 2 cores"
 
 
 def load_extension() -> Any:
@@ -89,9 +89,12 @@ def load_extension() -> Any:
 def _build_and_load() -> Any:
     from torch.utils import cpp_extension
 
-    # the module's name changes with the source, the flags and the torch version
+    # the module's name changes with the source, the flags, the torch version and the torch installation: the
+    # build's command line names the installation's headers, so two environments sharing one build directory
+    # would rebuild it for each other (and leave each other's checksum stale)
     source = _SOURCE.read_bytes()
-    h = hashlib.sha1(source + " ".join(_CFLAGS).encode() + torch.__version__.encode())
+    where = str(Path(torch.__file__).resolve().parent)
+    h = hashlib.sha1(source + " ".join(_CFLAGS).encode() + torch.__version__.encode() + where.encode())
     name = f"onlstm_cpu_{h.hexdigest()[:12]}"
     build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
     clear_stale_lock(build_dir)
@@ -112,11 +115,18 @@ def _build_and_load() -> Any:
         )
     if compiling:
         print(f"onlstm: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
-    stamp = _stamp(library)
-    if library.is_file() and not stamp.exists():  # what loaded is good: the next process checks against it
-        with contextlib.suppress(OSError):
-            atomic_write(stamp, lambda tmp: Path(tmp).write_text(_digest(library)))
+    _record_loaded(library)
     return module
+
+
+def _record_loaded(library: Path) -> None:
+    """What loaded is good: the next process checks against its checksum. Recorded again when it differs, as
+    after PyTorch rebuilt the library itself (its build command changed)."""
+    stamp = _stamp(library)
+    with contextlib.suppress(OSError):
+        digest = _digest(library)
+        if not stamp.is_file() or stamp.read_text().strip() != digest:
+            atomic_write(stamp, lambda tmp: Path(tmp).write_text(digest))
 
 
 def _stamp(library: Path) -> Path:
