@@ -11,8 +11,9 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 
-from .config import add_command, add_flags, add_group, arg
+from .config import add_command, add_flags, add_group, option
 from .errors import (
     EXIT_INTERRUPTED,
     INSTALL_EXPERIMENTS,
@@ -120,28 +121,51 @@ def _cmd_import_official(args) -> int:
     return 0
 
 
+@dataclass(kw_only=True)
+class ImportArgs:
+    checkpoint: str = option(help="the authors' model file (torch.save([model, criterion, optimizer]))")
+    corpus: str = option(help="the authors' cached vocabulary, corpus.<md5 of the data path>.data")
+    to: str = option(help="the folder to write (new or empty; see --overwrite)")
+    overwrite: bool = option(False, "replace a non-empty --to folder (all at once)")
+
+
 def _register_import(sub) -> None:
     about = "Bring in models trained elsewhere: `official` reads a checkpoint of the authors' code."
     group = add_group(
         sub, "import", "convert a model trained elsewhere (the authors' code) into onlstm's layout", about
     )
-    add_command(
-        group,
-        "official",
-        _cmd_import_official,
-        arg("--checkpoint", required=True, help="the authors' model file (torch.save([model, criterion, optimizer]))"),
-        arg("--corpus", required=True, help="the authors' cached vocabulary, corpus.<md5 of the data path>.data"),
-        arg("--to", required=True, help="the folder to write (new or empty; see --overwrite)"),
-        arg("--overwrite", action="store_true", help="replace a non-empty --to folder (all at once)"),
-    )
+    add_command(group, "official", _cmd_import_official, ImportArgs)
+
+
+@dataclass(kw_only=True)
+class DemoArgs:
+    config: str | None = option(None, "YAML file with a demo: section (any field below); flags win over it")
+    json: bool = option(False, "print the numbers as one JSON object")
 
 
 def _register_demo(sub) -> None:
     from .demo import DemoConfig  # before add_parser: without nltk nothing half-made is left behind
 
-    config = arg("--config", help="YAML file with a demo: section (any field below); flags win over it")
-    as_json = arg("--json", action="store_true", help="print the numbers as one JSON object")
-    add_flags(add_command(sub, "demo", _cmd_demo, config, as_json), DemoConfig, "demo", "demo settings")
+    add_flags(add_command(sub, "demo", _cmd_demo, DemoArgs), DemoConfig, "demo", "demo settings")
+
+
+@dataclass(kw_only=True)
+class PresetsArgs:
+    name: str | None = option(None, "a preset to print (lm/ptb-cpu, or ptb-cpu)", positional=True)
+    json: bool = option(False, "the list as JSON: name -> file, description")
+
+
+@dataclass(kw_only=True)
+class ExportArgs:
+    checkpoint: str = option(help="the run directory (lm, demo or logic)")
+    to: str = option(help="the directory to write (Hugging Face's layout)")
+    weights: str = option("best", "which weights of the run: best or last")
+    overwrite: bool = option(False, "replace --to even when it holds files of another kind")
+
+
+@dataclass(kw_only=True)
+class InfoArgs:
+    json: bool = option(False, "print one JSON object")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,15 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"onlstm {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     _register_or_stand_in(sub, _register_demo, ("demo",))
-    name = arg("name", nargs="?", help="a preset to print (lm/ptb-cpu, or ptb-cpu)")
-    listing = arg("--json", action="store_true", help="the list as JSON: name -> file, description")
-    add_command(sub, "presets", _cmd_presets, name, listing)
-    run = arg("--checkpoint", required=True, help="the run directory (lm, demo or logic)")
-    to = arg("--to", required=True, help="the directory to write (Hugging Face's layout)")
-    weights = arg("--weights", default="best", help="which weights of the run: best (default) or last")
-    replace = arg("--overwrite", action="store_true", help="replace --to even when it holds files of another kind")
-    add_command(sub, "export", _cmd_export, run, to, weights, replace)
-    add_command(sub, "info", _cmd_info, arg("--json", action="store_true"))
+    add_command(sub, "presets", _cmd_presets, PresetsArgs)
+    add_command(sub, "export", _cmd_export, ExportArgs)
+    add_command(sub, "info", _cmd_info, InfoArgs)
     _register_import(sub)
     for module, names in SUBCOMMAND_MODULES.items():
         _register_or_stand_in(sub, lambda s, m=module: importlib.import_module(m).register(s), names)

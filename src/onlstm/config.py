@@ -41,6 +41,9 @@ def option(
     bounds: tuple[int | None, int | None] | None = None,
     check: Callable[[Any, str], None] | None = None,
     runtime: bool = False,
+    positional: bool = False,
+    repeat: bool = False,
+    metavar: str | None = None,
 ) -> Any:
     """A dataclass field with its help text (a string, or a function called when the parser is built).
 
@@ -49,10 +52,12 @@ def option(
     neither in a file nor a flag, the text says why. ``default_text``: the default as ``--help`` shows it.
     ``omit_default``: left out of ``to_dict`` while it has its default. ``runtime``: says how a run goes, not what
     it learns (the device, a budget, reporting): a resumed run may change it (:func:`runtime_fields`). A list or
-    dict default is copied."""
+    dict default is copied. For a command's own arguments (:func:`add_command`): ``positional`` (optional when
+    the default is None, one or more for a list), ``repeat`` (a list given by repeating the flag), ``metavar``;
+    no default means a required flag."""
     meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag and fixed is None}
     meta.update(fixed=fixed, default_text=default_text, omit_default=omit_default, bounds=bounds, check=check)
-    meta.update(runtime=runtime)
+    meta.update(runtime=runtime, positional=positional, repeat=repeat, metavar=metavar)
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -135,6 +140,8 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         return [coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if tp is int or tp is float:
         return _number(value, where, tp is int)
+    if tp is Path and isinstance(value, str):
+        return Path(value)
     if tp in (bool, str) and not isinstance(value, tp):
         raise ConfigError(f"{where} must be {'true or false' if tp is bool else 'a string'}, got {quote(value)}")
     return value
@@ -142,7 +149,14 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
 
 def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
     where = f"{section}.{f.name}" if section else _flag(f.name)  # train.lr, or --threads without a section
-    value = coerce(value, _types(cls)[f.name], where)
+    return check_value(f, _types(cls)[f.name], value, where)
+
+
+def check_value(f: dataclasses.Field, tp: Any, value: Any, where: str) -> Any:
+    """``value`` of the field ``f`` (declared with :func:`option`) as type ``tp``, with its choices, bounds and
+    check; else a :class:`ConfigError` naming ``where``. Every setting's value goes through here: a file's, a
+    flag's, an encoder option's."""
+    value = coerce(value, tp, where)
     choices = f.metadata.get("choices")
     if choices and value not in choices:
         raise ConfigError(f"{where} must be one of {', '.join(map(str, choices))}, got {quote(value)}")
@@ -387,26 +401,10 @@ class Settings:
         return self.classes[section].from_dict({**self.given[section], **values})
 
 
-def positive_int(text: str) -> int:
-    """An argparse ``type``: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {quote(text)}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def positive_number(text: str) -> float:
-    """An argparse ``type``: a finite number > 0 (seconds, a factor)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {quote(text)}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
+def check_positive(value: float | None, where: str) -> None:
+    """An :func:`option` ``check``: a number > 0 (seconds, a factor), or None."""
+    if value is not None and value <= 0:
+        raise ConfigError(f"{where} must be > 0, got {value}")
 
 
 def _flag(name: str) -> str:
@@ -444,25 +442,58 @@ class _MappingAction(argparse.Action):
         setattr(namespace, self.dest, {**(getattr(namespace, self.dest) or {}), **dict(values)})
 
 
-def _add_flag(group, f: dataclasses.Field, tp: Any, dest: str) -> None:
+def _add_flag(group, f: dataclasses.Field, tp: Any, dest: str, plain: bool = False) -> None:
+    """The argument of field ``f`` (type ``tp``). A section's flag defaults to None (:func:`flags_given` then
+    returns only what was typed) and is checked with the file's values; a command's own argument (``plain``)
+    holds its default and is checked as it is read, by :func:`check_value` too."""
+    meta, default = f.metadata, _default(f)
     text = field_help(f)
-    if _default(f) is not MISSING:
+    if default is not MISSING and not (plain and (default is None or default is False)):
         text = f"{text} (default: {_shown_default(f)})" if text else f"default: {_shown_default(f)}"
-    text = text.replace("%", "%%")  # argparse %-formats help strings
+    kw: dict = {"help": text.replace("%", "%%")}  # argparse %-formats help strings
+    if plain:
+        kw.update(default=None if default is MISSING else default)
+        if not meta.get("positional"):
+            kw.update(dest=dest, required=default is MISSING)
+    else:
+        kw.update(dest=dest, default=None)
     if _is_union(tp):
         tp = next(a for a in typing.get_args(tp) if a is not type(None))
-    kw: dict = {"dest": dest, "default": None, "help": text}
     if tp is bool:
-        group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, **kw)
+        kw["action"] = "store_true" if plain and default is False else argparse.BooleanOptionalAction
     elif typing.get_origin(tp) is dict:
-        group.add_argument(_flag(f.name), nargs="+", type=_key_value, metavar="KEY=VALUE", action=_MappingAction, **kw)
+        kw.update(nargs="+", type=_key_value, metavar="KEY=VALUE", action=_MappingAction)
     elif typing.get_origin(tp) in (list, tuple):
-        item = typing.get_args(tp)[0]
-        group.add_argument(_flag(f.name), nargs="+", type=item, metavar={int: "N", float: "X"}.get(item, "NAME"), **kw)
+        tp = typing.get_args(tp)[0]
+        kw.update({"action": "append"} if meta.get("repeat") else {"nargs": "+"})
+        kw.update(type=_reader(f, tp, dest, plain), metavar=meta.get("metavar") or _metavar(tp, plain))
     else:
-        choices = f.metadata.get("choices")
-        metavar = None if choices else {int: "N", float: "X"}.get(tp, "NAME")
-        group.add_argument(_flag(f.name), type=tp, choices=choices, metavar=metavar, **kw)
+        kw.update(type=_reader(f, tp, dest, plain), choices=meta.get("choices"))
+        kw.update(metavar=None if meta.get("choices") else meta.get("metavar") or _metavar(tp, plain))
+        if meta.get("positional") and default is None:
+            kw["nargs"] = "?"
+    names = [f.name] if meta.get("positional") else [_flag(f.name)]
+    group.add_argument(*names, **kw).option_field = f  # the test of the one option system reads it
+
+
+def _metavar(tp: Any, plain: bool) -> str | None:
+    return {int: "N", float: "X"}.get(tp, None if plain else "NAME")
+
+
+def _reader(f: dataclasses.Field, tp: Any, dest: str, plain: bool) -> Any:
+    """An argparse ``type`` for field ``f``: a command's own argument is checked as it is read."""
+    if not plain or (tp is str and not f.metadata.get("check")):
+        return tp  # a section's flags are checked with the file's values (Settings.resolve)
+
+    def read(text: str) -> Any:
+        where = dest if f.metadata.get("positional") else _flag(dest)
+        try:
+            return check_value(f, tp, text, where)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(where + " ")) from None
+
+    read.__name__ = getattr(tp, "__name__", "value")  # argparse names it in "invalid int value"
+    return read
 
 
 def add_flags(
@@ -479,6 +510,14 @@ def add_flags(
             _add_flag(runtime if f.name in own else group, f, hints[f.name], f"{section}.{f.name}")
 
 
+def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """A command's own arguments, one per field of the dataclass ``cls`` (declared with :func:`option`), read
+    into ``args.<field>``: its default, or required when it has none."""
+    hints = _types(cls)
+    for f in fields(cls):
+        _add_flag(parser, f, hints[f.name], f.name, plain=True)
+
+
 def add_runtime_flags(parser: argparse.ArgumentParser, cls: type = Runtime, skip: Iterable[str] = ()) -> None:
     """``--device``, ``--threads``, ``--progress`` (less ``skip``); :func:`runtime_settings` reads them."""
     add_flags(parser, cls, "runtime", "runtime", skip)
@@ -489,19 +528,15 @@ def runtime_settings(args: argparse.Namespace, cls: type = Runtime) -> Any:
     return Settings.resolve({"runtime": cls}, flags=args).build("runtime")
 
 
-def arg(*flags: str, **options: Any) -> tuple[tuple[str, ...], dict]:
-    """One ``add_argument`` call written as data, for :func:`add_command`."""
-    return flags, options
-
-
-def add_command(sub, name: str, func: Callable, *args: tuple) -> argparse.ArgumentParser:
-    """Sub-command ``name`` running ``func(args)`` with the arguments ``args`` (:func:`arg`); ``func``'s docstring
-    gives the help (first paragraph) and the ``--help`` description (the rest). Returns the parser."""
+def add_command(sub, name: str, func: Callable, *arguments: type) -> argparse.ArgumentParser:
+    """Sub-command ``name`` running ``func(args)`` with the arguments of the dataclasses ``arguments``
+    (:func:`add_arguments`); ``func``'s docstring gives the help (first paragraph) and the ``--help`` description
+    (the rest). Returns the parser."""
     summary, _, details = inspect.cleandoc(func.__doc__ or "").partition("\n\n")
     summary = " ".join(summary.split()).replace("%", "%%")  # argparse %-formats help, not descriptions
     p = sub.add_parser(name, help=summary, description=details or None)
-    for flags, options in args:
-        p.add_argument(*flags, **options)
+    for cls in arguments:
+        add_arguments(p, cls)
     p.set_defaults(func=func)
     return p
 

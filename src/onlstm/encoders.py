@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import ConfigError, coerce
+from .config import ConfigError, check_value, option
 from .nn import ONLSTM
 from .nn.functional import MASTER_INPUT_MODES
 from .nn.modules import dropconnect_call
@@ -27,13 +27,20 @@ class EncoderError(ConfigError):
 
 @dataclass(frozen=True)
 class EncoderOption:
-    """One option an encoder accepts: ``name``, its type (int, float, str, bool), default and help text."""
+    """One option an encoder accepts: ``name``, its type (int, float, str, bool), default, help text, choices and
+    ``bounds`` (``(low, high)`` inclusive, None open), declared as every setting is (:attr:`field`)."""
 
     name: str
     type: type
     default: Any
     help: str = ""
     choices: tuple | None = None
+    bounds: tuple[int | None, int | None] | None = None
+
+    @property
+    def field(self) -> Any:
+        """The option as a config field (:func:`onlstm.config.option`): one code path checks its values."""
+        return option(self.default, self.help, choices=self.choices, bounds=self.bounds)
 
 
 @dataclass(frozen=True)
@@ -66,12 +73,11 @@ class EncoderSpec:
         out = {}
         for o in self.options:
             try:
-                value = coerce(options.get(o.name, o.default), o.type, f"{self.name} option {o.name}")
+                out[o.name] = check_value(
+                    o.field, o.type, options.get(o.name, o.default), f"{self.name} option {o.name}"
+                )
             except ConfigError as exc:
                 raise EncoderError(str(exc)) from None
-            if o.choices and value not in o.choices:
-                raise EncoderError(f"{self.name} option {o.name} must be one of {', '.join(o.choices)}, got {value!r}")
-            out[o.name] = value
         return out
 
     def validate(self, hidden_sizes: int | Sequence[int], options: Mapping[str, Any] | None = None) -> dict:

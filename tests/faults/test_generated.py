@@ -1,6 +1,6 @@
 """Issue 35's fault-injection harness: bad input for every option of every command, GENERATED from the parser
 (``onlstm.cli.build_parser``: the config fields' flags of ``onlstm.config.add_flags`` and the commands' own
-``arg`` tables), so that a new option is covered the day it is added. Each case must end as docs/cli.md promises:
+argument dataclasses), so that a new option is covered the day it is added. Each case must end as docs/cli.md promises:
 one line on stderr, a documented exit status, no traceback, and nothing written.
 
 The commands never get far: their inputs are missing paths, and any command that gets past its checks to the
@@ -74,7 +74,7 @@ def _number_options(parser) -> list[argparse.Action]:
         if not action.option_strings or action.nargs == 0 or action.choices:
             continue
         kind = getattr(action.type, "__name__", "")
-        if action.metavar in ("N", "X") or kind in ("int", "float", "positive_int", "positive_number"):
+        if action.metavar in ("N", "X") or kind in ("int", "float"):
             found.append(action)
     return found
 

@@ -375,7 +375,7 @@ def test_bad_parsing_options_are_one_line_errors(tmp_path, capsys):
     a_dir = tmp_path / "a-dir"
     a_dir.mkdir()
     cases = [
-        (["parsing", "parse", "--checkpoint", str(run), "--batch-size", "0"], "--batch-size: must be at least 1"),
+        (["parsing", "parse", "--checkpoint", str(run), "--batch-size", "0"], "--batch-size: must be >= 1"),
         (
             ["parsing", "eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--random-draws", "0"],
             "--random-draws",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..checkpoint import read_json
-from ..config import add_command, add_group, arg, positive_number
+from ..config import add_command, add_group, check_positive, option
 from ..errors import DISK_FULL_ERRNOS, EXIT_FINDING, InputError, OnlstmError
 from ..files import atomic_write, write_json
 
@@ -189,24 +189,24 @@ def _copy(src, tmp) -> None:
 # --------------------------------------------------------------------------- command line
 
 
+@dataclass(kw_only=True)
+class DownloadArgs:
+    corpus: str = option(
+        help="ptb: Mikolov's Penn Treebank text; wiki-gulordava: Gulordava et al.'s 90M-word English Wikipedia "
+        "(the paper's syntactic-evaluation training data); wikitext-103: WikiText-103, word level",
+        choices=list(CORPORA),
+        positional=True,
+    )
+    to: Path = option(help="folder to write the files into (created if missing)")
+    url: str | None = option(None, "base URL of the files, or the zip's URL (default: the corpus's own)")
+    timeout: float = option(30.0, "seconds per request", check=check_positive)
+    force: bool = option(False, "download even when a file with the right checksum is there")
+
+
 def register(subparsers) -> None:
     """Add ``onlstm data download CORPUS --to DIR``."""
     sub = add_group(subparsers, "data", "fetch the public data sets", "Fetch the public data sets.")
-    add_command(
-        sub,
-        "download",
-        _cmd_download,
-        arg(
-            "corpus",
-            choices=list(CORPORA),
-            help="ptb: Mikolov's Penn Treebank text; wiki-gulordava: Gulordava et al.'s 90M-word English Wikipedia "
-            "(the paper's syntactic-evaluation training data); wikitext-103: WikiText-103, word level",
-        ),
-        arg("--to", required=True, type=Path, help="folder to write the files into (created if missing)"),
-        arg("--url", default=None, help="base URL of the files, or the zip's URL (default: the corpus's own)"),
-        arg("--timeout", type=positive_number, default=30.0, help="seconds per request (default 30)"),
-        arg("--force", action="store_true", help="download even when a file with the right checksum is there"),
-    )
+    add_command(sub, "download", _cmd_download, DownloadArgs)
 
 
 def _cmd_download(args: argparse.Namespace) -> int:

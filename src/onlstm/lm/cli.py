@@ -4,59 +4,64 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import add_command, add_group, add_runtime_flags, arg, flags_given, positive_int, runtime_settings
+from ..config import add_command, add_group, add_runtime_flags, flags_given, option, runtime_settings
 from ..errors import EXIT_INTERRUPTED, command_error
 from .config import EvalRuntime, add_config_flags
+
+WEIGHTS = ("best", "last")
+
+
+@dataclass(kw_only=True)
+class TrainArgs:
+    """``lm train``'s own arguments (its settings: :func:`add_config_flags`)."""
+
+    config: Path | None = option(None, "YAML file or preset name (ptb-cpu, ptb-paper, tiny; `onlstm presets`)")
+    data_dir: Path = option(help="folder with ptb.{train,valid,test}.txt (or train.txt, ...)")
+    out: Path = option(help="run directory (checkpoints, config, logs)")
+    resume: bool = option(
+        False,
+        "continue the run in --out exactly where it stopped (its saved settings are used; only runtime fields "
+        "such as --epochs, --max-steps, --device, --threads may change)",
+    )
+
+
+@dataclass(kw_only=True)
+class EvalArgs:
+    checkpoint: Path = option(help="run directory or a .safetensors file in one")
+    data_dir: Path | None = option(None, "corpus folder (default: the one the run was trained on)")
+    split: str = option("test", choices=("train", "valid", "test"))
+    protocol: str = option("paper", choices=("paper", "batched", "both"))
+    batch_size: int = option(10, "columns of the batched protocol", bounds=(1, None))
+    bptt: int = option(70, "segment length", bounds=(1, None))
+    weights: str = option("best", "which weights of the run", choices=WEIGHTS)
+    oov: str | None = option(
+        None, "words outside the vocabulary (default: the run's own)", choices=("auto", "error", "unk")
+    )
+    json: bool = option(False, "print one JSON object")
+
+
+@dataclass(kw_only=True)
+class SurprisalArgs:
+    checkpoint: Path = option(help="run directory, a .safetensors file in one, or a model")
+    file: Path = option(
+        help="sentences, one per line, tokenised as the model's training text ('-': stdin)", positional=True
+    )
+    out: Path | None = option(None, "the TSV to write (default: standard output); an existing file needs --overwrite")
+    overwrite: bool = option(False, "replace an existing --out file")
+    batch_size: int = option(2048, "sentences per prefix tree", bounds=(1, None))
+    weights: str = option("best", "which weights of a run", choices=WEIGHTS)
 
 
 def register(subparsers) -> None:
     """Add ``onlstm lm {train,eval}`` to the top-level ``subparsers``."""
     about = "AWD-style word-level language model with ON-LSTM (or LSTM/GRU) layers."
     sub = add_group(subparsers, "lm", "word-level language modelling (PTB): train, eval", about)
-    train = add_command(
-        sub,
-        "train",
-        _cmd_train,
-        arg("--config", type=Path, help="YAML file or preset name (ptb-cpu, ptb-paper, tiny; `onlstm presets`)"),
-        arg("--data-dir", type=Path, required=True, help="folder with ptb.{train,valid,test}.txt (or train.txt, ...)"),
-        arg("--out", type=Path, required=True, help="run directory (checkpoints, config, logs)"),
-        arg(
-            "--resume",
-            action="store_true",
-            help="continue the run in --out exactly where it stopped (its saved settings are used; only "
-            "runtime fields such as --epochs, --max-steps, --device, --threads may change)",
-        ),
-    )
-    add_config_flags(train)
-    evaluate = add_command(
-        sub,
-        "eval",
-        _cmd_eval,
-        arg("--checkpoint", type=Path, required=True, help="run directory or a .safetensors file in one"),
-        arg("--data-dir", type=Path, help="corpus folder (default: the one the run was trained on)"),
-        arg("--split", choices=("train", "valid", "test"), default="test"),
-        arg("--protocol", choices=("paper", "batched", "both"), default="paper"),
-        arg("--batch-size", type=positive_int, default=10, help="columns of the batched protocol (default 10)"),
-        arg("--bptt", type=positive_int, default=70, help="segment length (default 70)"),
-        arg("--weights", choices=("best", "last"), default="best", help="which weights of the run (default best)"),
-        arg("--oov", choices=("auto", "error", "unk"), help="words outside the vocabulary (default: the run's own)"),
-        arg("--json", action="store_true", help="print one JSON object"),
-    )
-    add_runtime_flags(evaluate, EvalRuntime)
-    surprisal = add_command(
-        sub,
-        "surprisal",
-        _cmd_surprisal,
-        arg("--checkpoint", type=Path, required=True, help="run directory, a .safetensors file in one, or a model"),
-        arg("file", type=Path, help="sentences, one per line, tokenised as the model's training text ('-': stdin)"),
-        arg("--out", type=Path, help="the TSV to write (default: standard output); an existing file needs --overwrite"),
-        arg("--overwrite", action="store_true", help="replace an existing --out file"),
-        arg("--batch-size", type=int, default=2048, help="sentences per prefix tree (default 2048)"),
-        arg("--weights", choices=("best", "last"), default="best", help="which weights of a run (default best)"),
-    )
-    add_runtime_flags(surprisal, EvalRuntime)
+    add_config_flags(add_command(sub, "train", _cmd_train, TrainArgs))
+    add_runtime_flags(add_command(sub, "eval", _cmd_eval, EvalArgs), EvalRuntime)
+    add_runtime_flags(add_command(sub, "surprisal", _cmd_surprisal, SurprisalArgs), EvalRuntime)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -104,8 +109,6 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
     from ..runs import resolve_device, setup_torch
     from .evaluate import surprisal_table
 
-    if args.batch_size <= 0:
-        raise command_error(ValueError(f"--batch-size must be positive, got {args.batch_size}"))
     if args.out is not None and args.out.exists() and not args.overwrite:
         raise command_error(ValueError(f"{args.out} exists; choose another --out or pass --overwrite"))
     sentences = _read_lines(args.file)
@@ -152,8 +155,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import perplexity
 
     try:
-        if args.batch_size <= 0 or args.bptt <= 0:
-            raise ValueError("--batch-size and --bptt must be positive")
         runtime = runtime_settings(args, EvalRuntime)
         device = resolve_device(runtime.device)
         run = load_language_model_run(args.checkpoint, args.weights, device)

@@ -9,10 +9,11 @@ import re
 import shlex
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import encoders
-from ..config import ConfigError, Settings, add_command, add_flags, add_group, arg, command_line, flags_given
+from ..config import ConfigError, Settings, add_command, add_flags, add_group, command_line, flags_given, option
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
 from ..files import add_files, check_output_owner, publish_folder
 from ..runs import RunDir, resolve_device, runtime_device
@@ -29,6 +30,104 @@ CONFIG_KEYS = ("data", "out")
 DATA_KIND = "logic-data"  # the marker of a folder logic generate wrote (onlstm.files.publish_folder)
 
 
+#: The systematicity splits of the Ordered Memory paper (Shen et al. 2019b): pairs where a side contains the
+#: pattern are held out of training and tested. ``X`` is any variable.
+SYSTEMATICITY_SPLITS = {
+    "A": r"( and ( not a ) )",
+    "B": r"( and ( not X ) )",
+    "C": r"( and|or ( not X ) )",
+}
+
+
+OUT_HELP = "output directory (new, empty, or an earlier generated set)"
+REPLACE_HELP = "replace --out even when it holds other files"
+PATH_HELP = "a directory of train{k}/test{k} files, or one file"
+
+
+@dataclass(kw_only=True)
+class GenerateArgs:
+    out: Path = option(help=OUT_HELP)
+    quiet: bool = option(False, "print only the final summary")
+    overwrite: bool = option(False, REPLACE_HELP)
+
+
+@dataclass(kw_only=True)
+class CheckArgs:
+    path: Path = option(help=PATH_HELP, positional=True)
+    show: int = option(5, "how many disagreements to print", bounds=(0, None))
+
+
+@dataclass(kw_only=True)
+class SettingsArgs:
+    """``train`` and ``compare``: where the settings, the data and the runs are (the settings' own flags:
+    :func:`_add_settings`)."""
+
+    config: Path | None = option(
+        None, "YAML file with data/out/model/train/compare settings, or a preset name (cpu-1h; `onlstm presets`)"
+    )
+    data: Path | None = option(None, "directory of train{k}/test{k} files (generated or the original data)")
+    out: Path | None = option(None, "output directory")
+
+
+@dataclass(kw_only=True)
+class TrainArgs(SettingsArgs):
+    resume: bool = option(
+        False,
+        "go on from --out/resume.safetensors (same settings but the budget: a larger --epochs, --max-steps or "
+        "--time-limit trains a run stopped by its budget further; written at every validation check and on Ctrl-C)",
+    )
+
+
+@dataclass(kw_only=True)
+class EvalArgs:
+    checkpoint: Path = option(
+        help="run directory of `onlstm logic train` (uses model.best) or a .safetensors file in one"
+    )
+    data: Path = option(help="directory of test{k} files (or one file)")
+    json: bool = option(False, "print one JSON object instead of a table")
+
+
+@dataclass(kw_only=True)
+class CurvesArgs:
+    runs: list[Path] = option(help="run directories of `onlstm logic train`", positional=True)
+    out: Path = option(help="directory for the two PNG files")
+    at_steps: str | None = option(
+        None,
+        "also print a table of validation accuracy by operator count at these steps (e.g. 2000,8000,32000): "
+        "per run, the last check at or before each step",
+        metavar="STEPS",
+    )
+    table: str = option(
+        "valid",
+        "with --at-steps: validation accuracy by operator count (valid), or the test accuracy by length "
+        "recorded at each check by --score-test (test)",
+        choices=("valid", "test"),
+    )
+
+
+@dataclass(kw_only=True)
+class StatsArgs:
+    path: Path = option(help=PATH_HELP, positional=True)
+    against: Path | None = option(None, "a second data set: print both, its figures after a slash")
+    split: str | None = option(None, "read only this split's files", choices=("train", "test"))
+
+
+@dataclass(kw_only=True)
+class HoldoutArgs:
+    data: Path = option(help="a directory of train{k} files (e.g. Bowman et al.'s train0-6)")
+    split: str | None = option(
+        None,
+        "a systematicity split of the Ordered Memory paper: "
+        + "; ".join(f"{k}: {v}" for k, v in SYSTEMATICITY_SPLITS.items()),
+        choices=sorted(SYSTEMATICITY_SPLITS),
+    )
+    pattern: str | None = option(
+        None, "hold out every pair where a side contains this regular expression (instead of --split)"
+    )
+    out: Path = option(help="a new or empty directory for train{k} (kept) and test{k} (held out)")
+    overwrite: bool = option(False, REPLACE_HELP)
+
+
 def register(subparsers) -> None:
     """Add ``onlstm logic`` with its own sub-commands to the top-level ``subparsers``."""
     sub = add_group(
@@ -37,97 +136,17 @@ def register(subparsers) -> None:
         "logical inference (Bowman et al. 2015): data, train, eval, compare",
         "Propositional-logic relation classification: the data and the experiment.",
     )
-    out = arg("--out", required=True, type=Path, help="output directory (new, empty, or an earlier generated set)")
-    quiet = arg("--quiet", action="store_true", help="print only the final summary")
-    replace = arg("--overwrite", action="store_true", help="replace --out even when it holds other files")
-    add_flags(add_command(sub, "generate", _cmd_generate, out, quiet, replace), GenerateConfig, "generate", "data")
-    add_command(
-        sub,
-        "check",
-        _cmd_check,
-        arg("path", type=Path, help="a directory of train{k}/test{k} files, or one file"),
-        arg("--show", type=int, default=5, help="how many disagreements to print (default 5)"),
-    )
-    _register_data_tools(sub)
-    resume = (
-        "go on from --out/resume.safetensors (same settings but the budget: a larger --epochs, --max-steps or "
-        "--time-limit trains a run stopped by its budget further; written at every validation check and on Ctrl-C)"
-    )
-    _add_settings(add_command(sub, "train", _cmd_train, arg("--resume", action="store_true", help=resume)), cell=True)
-    evaluate = add_command(
-        sub,
-        "eval",
-        _cmd_eval,
-        arg(
-            "--checkpoint",
-            required=True,
-            type=Path,
-            help="run directory of `onlstm logic train` (uses model.best) or a .safetensors file in one",
-        ),
-        arg("--data", required=True, type=Path, help="directory of test{k} files (or one file)"),
-        arg("--json", action="store_true", help="print one JSON object instead of a table"),
-    )
+    add_flags(add_command(sub, "generate", _cmd_generate, GenerateArgs), GenerateConfig, "generate", "data")
+    add_command(sub, "check", _cmd_check, CheckArgs)
+    add_command(sub, "stats", _cmd_stats, StatsArgs)
+    add_command(sub, "holdout", _cmd_holdout, HoldoutArgs)
+    _add_settings(add_command(sub, "train", _cmd_train, TrainArgs), cell=True)
+    evaluate = add_command(sub, "eval", _cmd_eval, EvalArgs)
     add_flags(evaluate, EvalSettings, "eval", "evaluation", skip=("progress",))  # scoring shows no bar
-    _register_curves(sub)
-    compare = add_command(sub, "compare", _cmd_compare)
+    add_command(sub, "curves", _cmd_curves, CurvesArgs)
+    compare = add_command(sub, "compare", _cmd_compare, SettingsArgs)
     _add_settings(compare, cell=False)
     add_flags(compare, CompareSettings, "compare", "comparison")
-
-
-def _register_curves(sub) -> None:
-    """``logic curves``: learning curves and tables at given steps."""
-    add_command(
-        sub,
-        "curves",
-        _cmd_curves,
-        arg("runs", nargs="+", type=Path, help="run directories of `onlstm logic train`"),
-        arg("--out", required=True, type=Path, help="directory for the two PNG files"),
-        arg(
-            "--at-steps",
-            metavar="STEPS",
-            help="also print a table of validation accuracy by operator count at these steps (e.g. 2000,8000,32000): "
-            "per run, the last check at or before each step",
-        ),
-        arg(
-            "--table",
-            choices=("valid", "test"),
-            default="valid",
-            help="with --at-steps: validation accuracy by operator count (valid), or the test accuracy by length "
-            "recorded at each check by --score-test (test)",
-        ),
-    )
-
-
-def _register_data_tools(sub) -> None:
-    """``logic stats`` and ``logic holdout``: statistics of pair files and systematicity splits."""
-    add_command(
-        sub,
-        "stats",
-        _cmd_stats,
-        arg("path", type=Path, help="a directory of train{k}/test{k} files, or one file"),
-        arg("--against", type=Path, help="a second data set: print both, its figures after a slash"),
-        arg("--split", choices=("train", "test"), help="read only this split's files"),
-    )
-    add_command(
-        sub,
-        "holdout",
-        _cmd_holdout,
-        arg("--data", required=True, type=Path, help="a directory of train{k} files (e.g. Bowman et al.'s train0-6)"),
-        arg(
-            "--split",
-            choices=sorted(SYSTEMATICITY_SPLITS),
-            help="a systematicity split of the Ordered Memory paper: "
-            + "; ".join(f"{k}: {v}" for k, v in SYSTEMATICITY_SPLITS.items()),
-        ),
-        arg("--pattern", help="hold out every pair where a side contains this regular expression (instead of --split)"),
-        arg(
-            "--out",
-            required=True,
-            type=Path,
-            help="a new or empty directory for train{k} (kept) and test{k} (held out)",
-        ),
-        arg("--overwrite", action="store_true", help="replace --out even when it holds other files"),
-    )
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -178,15 +197,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
         f"file-number rule ({time.perf_counter() - t0:.1f} s)"
     )
     return 0 if not wrong and not misfiled else EXIT_FINDING  # a finding, not bad input
-
-
-#: The systematicity splits of the Ordered Memory paper (Shen et al. 2019b): pairs where a side contains the
-#: pattern are held out of training and tested. ``X`` is any variable.
-SYSTEMATICITY_SPLITS = {
-    "A": r"( and ( not a ) )",
-    "B": r"( and ( not X ) )",
-    "C": r"( and|or ( not X ) )",
-}
 
 
 def systematicity_regex(split: str) -> str:
@@ -242,14 +252,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
-    """``--config``, ``--data``, ``--out`` and one flag per model/training field (generated from the dataclasses)."""
-    p.add_argument(
-        "--config",
-        type=Path,
-        help="YAML file with data/out/model/train/compare settings, or a preset name (cpu-1h; `onlstm presets`)",
-    )
-    p.add_argument("--data", type=Path, help="directory of train{k}/test{k} files (generated or the original data)")
-    p.add_argument("--out", type=Path, help="output directory")
+    """One flag per model and training field (generated from the dataclasses)."""
     add_flags(p, LogicModelConfig, "model", "model", skip=() if cell else ("cell",))
     add_flags(p, LogicTrainConfig, "train", "training")
 

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import add_command, add_group, add_runtime_flags, arg, positive_int, runtime_settings
+from ..config import add_command, add_group, add_runtime_flags, option, runtime_settings
 from ..errors import InputError, command_error
 from ..files import write_text
 from ..models.language_model import default_parse_layer
@@ -36,6 +36,63 @@ from .trees import (
     unlabel,
 )
 
+LAYER_HELP = (
+    "1-based layer whose distances build the tree (default: the layer saved in the run, e.g. the one `onlstm demo` "
+    "chose on its dev sentences; else 2, the paper's, or the last layer of a smaller model)"
+)
+
+
+@dataclass(kw_only=True)
+class ModelArgs:
+    checkpoint: Path = option(help="language-model run directory or .safetensors file")
+
+
+@dataclass(kw_only=True)
+class ParseArgs(ModelArgs):
+    input: Path | None = option(None, "text file, one sentence per line (default: standard input)", positional=True)
+    layer: int | None = option(None, LAYER_HELP)
+    format: str = option(
+        "brackets",
+        "brackets: one tree per input line, an empty line for a line with nothing to parse (blank or only "
+        "punctuation); json: one object per input line (tree null for those); pretty: drawn trees",
+        choices=("brackets", "pretty", "json"),
+    )
+    batch_size: int = option(128, "sentences per batch", bounds=(1, None))
+
+
+@dataclass(kw_only=True)
+class EvalParseArgs(ModelArgs):
+    treebank: Path = option(help="directory of .mrg files (searched recursively)")
+    wsj10: bool = option(False, "only sentences of at most 10 words after normalisation")
+    sections: list[str] | None = option(None, "WSJ sections to use, e.g. 23 (default: all found)")
+    layers: str = option("all", "'all' or comma-separated 1-based layers")
+    out_trees: Path | None = option(None, "write predicted trees here, one per line (PATH.layerN.txt per layer)")
+    random_draws: int = option(5, "random-baseline draws", bounds=(1, None))
+    batch_size: int = option(128, "sentences per batch", bounds=(1, None))
+    json: bool = option(False, "print one JSON object with every number")
+
+
+@dataclass(kw_only=True)
+class PlotArgs(ModelArgs):
+    sentence: str = option(help="the sentence, in quotes", positional=True)
+    layer: int | None = option(None, "1-based layer for the tree (default as parse)")
+    gold: str | None = option(None, "gold tree in bracket notation, drawn beside the induced one")
+    out: Path = option(Path("parse_plot"), "output prefix (writes .png and .svg)")
+
+
+@dataclass(kw_only=True)
+class CompareTreesArgs:
+    gold: Path = option(help="gold trees, one per line", positional=True)
+    pred: Path = option(help="predicted trees, one per line", positional=True)
+    json: bool = option(False, "print one JSON object instead of a table")
+    gold_format: str = option("auto", "how to read GOLD (auto: detected)", choices=FORMATS)
+    pred_format: str = option("auto", "how to read PRED (auto: detected)", choices=FORMATS)
+    normalise_gold: bool = option(
+        False,
+        "apply the treebank normalisation (POS filter, lowercase, digits -> N, unary collapse) to labelled GOLD "
+        "trees first, e.g. for raw PTB trees with punctuation and traces",
+    )
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``onlstm parsing {parse,eval-parse,compare-trees,plot}``."""
@@ -45,77 +102,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "unsupervised parsing: parse, eval-parse, compare-trees, plot",
         "Trees from a trained ON-LSTM language model, and tree scoring.",
     )
-    _add_commands(sub)
-
-
-def _add_commands(sub: argparse._SubParsersAction) -> None:
-    command = functools.partial(add_command, sub)
-    checkpoint = arg("--checkpoint", required=True, type=Path, help="language-model run directory or .safetensors file")
-    batch_size = arg("--batch-size", type=positive_int, default=128, help="sentences per batch (default 128)")
-    layer = "1-based layer whose distances build the tree (default: the layer saved in the run, e.g. the one "
-    layer += "`onlstm demo` chose on its dev sentences; else 2, the paper's, or the last layer of a smaller model)"
-    parse = command(
-        "parse",
-        _cmd_parse,
-        arg("input", nargs="?", type=Path, help="text file, one sentence per line (default: standard input)"),
-        checkpoint,
-        arg("--layer", type=int, help=layer),
-        arg(
-            "--format",
-            choices=["brackets", "pretty", "json"],
-            default="brackets",
-            help="brackets: one tree per input line, an empty line for a line with nothing to parse (blank or "
-            "only punctuation); json: one object per input line (tree null for those); pretty: drawn trees",
-        ),
-        batch_size,
-    )
+    parse = add_command(sub, "parse", _cmd_parse, ParseArgs)
     parse.set_defaults(prog=parse.prog)  # its notes on stderr name the command as it was typed
-    evaluate = command(
-        "eval-parse",
-        _cmd_eval_parse,
-        checkpoint,
-        arg("--treebank", required=True, type=Path, help="directory of .mrg files (searched recursively)"),
-        arg("--wsj10", action="store_true", help="only sentences of at most 10 words after normalisation"),
-        arg("--sections", nargs="+", help="WSJ sections to use, e.g. 23 (default: all found)"),
-        arg("--layers", default="all", help="'all' or comma-separated 1-based layers (default: all)"),
-        arg("--out-trees", type=Path, help="write predicted trees here, one per line (PATH.layerN.txt per layer)"),
-        arg("--random-draws", type=positive_int, default=5, help="random-baseline draws (default 5)"),
-        batch_size,
-        arg("--json", action="store_true", help="print one JSON object with every number"),
-    )
-    plot = command(
-        "plot",
-        _cmd_plot,
-        arg("sentence", help="the sentence, in quotes"),
-        checkpoint,
-        arg("--layer", type=int, help="1-based layer for the tree (default as parse)"),
-        arg("--gold", help="gold tree in bracket notation, drawn beside the induced one"),
-        arg("--out", type=Path, default=Path("parse_plot"), help="output prefix (writes .png and .svg)"),
-    )
+    evaluate = add_command(sub, "eval-parse", _cmd_eval_parse, EvalParseArgs)
+    plot = add_command(sub, "plot", _cmd_plot, PlotArgs)
     for p in (parse, evaluate, plot):
         add_runtime_flags(p, skip=("progress",))  # no bar: sentences are scored in a few batches
-    _add_compare_trees(command)  # after plot: the top-level names keep their order (onlstm.cli lists them)
-
-
-def _add_compare_trees(command) -> None:
-    formats = [
-        arg(f"--{w}-format", choices=FORMATS, default="auto", help=f"how to read {w.upper()} (default: auto-detect)")
-        for w in ("gold", "pred")
-    ]
-    command(
-        "compare-trees",
-        _cmd_compare_trees,
-        arg("gold", type=Path, help="gold trees, one per line"),
-        arg("pred", type=Path, help="predicted trees, one per line"),
-        arg("--json", action="store_true", help="print one JSON object instead of a table"),
-        *formats,
-        arg(
-            "--normalise-gold",
-            action="store_true",
-            help="apply the treebank normalisation (POS filter, lowercase, digits -> N, unary collapse) "
-            "to labelled GOLD trees first, e.g. for raw PTB trees with punctuation and traces",
-        ),
-    )
+    add_command(sub, "compare-trees", _cmd_compare_trees, CompareTreesArgs)  # after plot: the names keep their order
 
 
 def _read_trees(path: Path, fmt: str, what: str) -> list:

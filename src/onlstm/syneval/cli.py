@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Settings, add_command, add_flags, arg
+from ..config import Settings, add_command, add_flags, option
 from ..errors import command_error
 from ..files import check_output_owner, publish_folder, write_json
 from .config import SynevalConfig
@@ -17,35 +18,37 @@ from .evaluate import COMPARISON_NAMES, outcome_record, score_items, summarize
 OUTPUT_KIND = "syneval"  # the marker of an --out folder it wrote (onlstm.files.publish_folder)
 
 
+@dataclass(kw_only=True)
+class SynevalArgs:
+    checkpoint: list[Path] = option(
+        help="language-model run directory (or a .safetensors file in one); repeat to compare models side by side",
+        repeat=True,
+    )
+    data: Path | None = option(
+        None,
+        "sample TSV (case, grammatical, ungrammatical), TSV dump with a header, a <case>.pickle or the suite's "
+        "templates/ folder",
+    )
+    suite: list[Path] | None = option(
+        None,
+        "a SyntaxGym test suite (JSON, as published) or a folder of them; repeat for several (instead of --data)",
+        repeat=True,
+    )
+    config: Path | None = option(None, "YAML file (or preset name) with a syneval: section; flags win over it")
+    json: bool = option(False, "print every number as one JSON object")
+    out: Path | None = option(
+        None,
+        "folder for results.json (with every pair's scores), items.tsv and rows.png; with --suite: results.json "
+        "and regions.csv",
+    )
+    overwrite: bool = option(False, "replace --out even when it holds files syneval did not write")
+
+
 def register(subparsers) -> None:
     """Add ``onlstm syneval`` to the top-level ``subparsers``."""
-    run = "language-model run directory (or a .safetensors file in one); repeat to compare models side by side"
-    data = "sample TSV (case, grammatical, ungrammatical), TSV dump with a header, a <case>.pickle or the suite's "
-    data += "templates/ folder"
-    p = add_command(
-        subparsers,
-        "syneval",
-        _cmd_syneval,
-        arg("--checkpoint", type=Path, action="append", required=True, help=run),
-        arg("--data", type=Path, help=data),
-        arg(
-            "--suite",
-            type=Path,
-            action="append",
-            help="a SyntaxGym test suite (JSON, as published) or a folder of them; repeat for several "
-            "(instead of --data)",
-        ),
-        arg("--config", type=Path, help="YAML file (or preset name) with a syneval: section; flags win over it"),
-        arg("--json", action="store_true", help="print every number as one JSON object"),
-        arg(
-            "--out",
-            type=Path,
-            help="folder for results.json (with every pair's scores), items.tsv and rows.png; with --suite: "
-            "results.json and regions.csv",
-        ),
-        arg("--overwrite", action="store_true", help="replace --out even when it holds files syneval did not write"),
+    add_flags(
+        add_command(subparsers, "syneval", _cmd_syneval, SynevalArgs), SynevalConfig, "syneval", "evaluation settings"
     )
-    add_flags(p, SynevalConfig, "syneval", "evaluation settings")
 
 
 def _cmd_syneval(args: argparse.Namespace) -> int:
