@@ -459,6 +459,7 @@ def _add_flag(group, f: dataclasses.Field, tp: Any, dest: str, plain: bool = Fal
         kw.update(dest=dest, default=None)
     if _is_union(tp):
         tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    metavar = lambda tp: {int: "N", float: "X"}.get(tp, None if plain else "NAME")  # a section names each type
     if tp is bool:
         kw["action"] = "store_true" if plain and default is False else argparse.BooleanOptionalAction
     elif typing.get_origin(tp) is dict:
@@ -466,18 +467,14 @@ def _add_flag(group, f: dataclasses.Field, tp: Any, dest: str, plain: bool = Fal
     elif typing.get_origin(tp) in (list, tuple):
         tp = typing.get_args(tp)[0]
         kw.update({"action": "append"} if meta.get("repeat") else {"nargs": "+"})
-        kw.update(type=_reader(f, tp, dest, plain), metavar=meta.get("metavar") or _metavar(tp, plain))
+        kw.update(type=_reader(f, tp, dest, plain), metavar=meta.get("metavar") or metavar(tp))
     else:
         kw.update(type=_reader(f, tp, dest, plain), choices=meta.get("choices"))
-        kw.update(metavar=None if meta.get("choices") else meta.get("metavar") or _metavar(tp, plain))
+        kw.update(metavar=None if meta.get("choices") else meta.get("metavar") or metavar(tp))
         if meta.get("positional") and default is None:
             kw["nargs"] = "?"
     names = [f.name] if meta.get("positional") else [_flag(f.name)]
     group.add_argument(*names, **kw).option_field = f  # the test of the one option system reads it
-
-
-def _metavar(tp: Any, plain: bool) -> str | None:
-    return {int: "N", float: "X"}.get(tp, None if plain else "NAME")
 
 
 def _reader(f: dataclasses.Field, tp: Any, dest: str, plain: bool) -> Any:
@@ -510,14 +507,6 @@ def add_flags(
             _add_flag(runtime if f.name in own else group, f, hints[f.name], f"{section}.{f.name}")
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """A command's own arguments, one per field of the dataclass ``cls`` (declared with :func:`option`), read
-    into ``args.<field>``: its default, or required when it has none."""
-    hints = _types(cls)
-    for f in fields(cls):
-        _add_flag(parser, f, hints[f.name], f.name, plain=True)
-
-
 def add_runtime_flags(parser: argparse.ArgumentParser, cls: type = Runtime, skip: Iterable[str] = ()) -> None:
     """``--device``, ``--threads``, ``--progress`` (less ``skip``); :func:`runtime_settings` reads them."""
     add_flags(parser, cls, "runtime", "runtime", skip)
@@ -529,14 +518,14 @@ def runtime_settings(args: argparse.Namespace, cls: type = Runtime) -> Any:
 
 
 def add_command(sub, name: str, func: Callable, *arguments: type) -> argparse.ArgumentParser:
-    """Sub-command ``name`` running ``func(args)`` with the arguments of the dataclasses ``arguments``
-    (:func:`add_arguments`); ``func``'s docstring gives the help (first paragraph) and the ``--help`` description
-    (the rest). Returns the parser."""
+    """Sub-command ``name`` running ``func(args)``, with one argument per field of the dataclasses ``arguments``
+    (declared with :func:`option`; ``args.<field>`` holds its default, or it is required when it has none);
+    ``func``'s docstring gives the help (first paragraph) and the ``--help`` description (the rest)."""
     summary, _, details = inspect.cleandoc(func.__doc__ or "").partition("\n\n")
     summary = " ".join(summary.split()).replace("%", "%%")  # argparse %-formats help, not descriptions
     p = sub.add_parser(name, help=summary, description=details or None)
-    for cls in arguments:
-        add_arguments(p, cls)
+    for f, tp in ((f, _types(cls)[f.name]) for cls in arguments for f in fields(cls)):
+        _add_flag(p, f, tp, f.name, plain=True)
     p.set_defaults(func=func)
     return p
 
