@@ -25,6 +25,8 @@ def undeclared(parser: argparse.ArgumentParser) -> list[str]:
     """``"command dest"`` of every argument not read from an ``option()`` field of the same name."""
     found = []
     for words, p in _parsers(parser):
+        if p.prefix_chars == "\0":  # a stand-in for a command whose extra is not installed (onlstm.cli)
+            continue
         for action in p._actions:
             if isinstance(action, NOT_SETTINGS):
                 continue
