@@ -155,10 +155,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     Random formula pairs over a-f with not/and/or, labelled with their relation from the truth sets, written as
     LABEL<TAB>A<TAB>B into train{k}/test{k} (k = larger operator count; file 12 holds 12 or more).
     """
-    given = flags_given(args, "generate")  # bad settings and a bad --out raise errors the command line reports
-    if "test_fraction" in given and "test_count" in given:
+    settings = Settings.resolve({"generate": GenerateConfig}, flags=args)  # bad settings: one-line errors
+    if {"test_fraction", "test_count"} <= set(settings.given["generate"]):
         raise ConfigError("give --test-fraction or --test-count, not both")
-    cfg = GenerateConfig.from_dict(given)
+    cfg = settings.build("generate")
     # a new or empty folder, or an earlier generated set (replaced whole), or --overwrite: never a mix with files
     # already there (Bowman's train0-12 have the same names)
     check_output_owner(args.out, DATA_KIND, overwrite=args.overwrite)
@@ -342,7 +342,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     the same pairs for reference.
     """
     try:
-        opts = EvalSettings.from_dict(flags_given(args, "eval"))
+        opts = Settings.resolve({"eval": EvalSettings}, flags=args).build("eval")
         lengths = parse_buckets(opts.lengths)
         model, header = load_classifier(args.checkpoint, opts.tag, runtime_device(opts))
         if opts.split == "valid":
