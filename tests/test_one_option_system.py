@@ -53,3 +53,23 @@ def test_a_flag_added_outside_the_option_system_is_found():
     evaluate.add_argument("--raw", type=int, default=3, help="declared by hand")
     evaluate.add_argument_group("more").add_argument("--raw-too", action="store_true")
     assert undeclared(parser) == ["lm eval raw", "lm eval raw_too"]
+
+
+def test_an_encoder_option_is_checked_as_every_setting_is():
+    import pytest
+
+    from onlstm import encoders as E
+
+    width = E.EncoderOption("width", int, 8, "units per slice", bounds=(1, 64))
+    spec = E.register("option-probe", lambda i, h, width=8: None, options=(width,))
+    try:
+        assert spec.resolve({}) == {"width": 8} and spec.resolve({"width": "16"}) == {"width": 16}
+        for bad, why in (
+            (0, r"must be in \[1, 64\], got 0"),
+            ("nan", "must be a finite number"),
+            (2.5, "must be an integer"),
+        ):
+            with pytest.raises(E.EncoderError, match=f"option-probe option width {why}"):
+                spec.resolve({"width": bad})
+    finally:
+        E.unregister("option-probe")
