@@ -22,11 +22,10 @@ from ..config import ConfigError, check_section
 from ..data.ptb import Corpus, load_corpus, split_file
 from ..data.vocab import Vocab
 from ..encoders import detach_state
-from ..errors import cap
 from ..files import write_text
 from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
-from ..runs import RunDir, RunDirError, StopRequest, restore_training, resume_clash, setup_torch
+from ..runs import RunDir, RunDirError, StopRequest, restart_refusal, restore_training, resume_settings, setup_torch
 from ..runs.device import prepare_kernel
 from ..runs.dist import DistContext, setup, teardown
 from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, diverged, update
@@ -125,14 +124,10 @@ def _assign(params: list[torch.Tensor], values: list[torch.Tensor]) -> None:
         p.copy_(v)
 
 
-def run_config_from_saved(saved: dict) -> RunConfig:
-    kind = saved.get("kind") if isinstance(saved, dict) else None
-    if kind != "lm":
-        raise CheckpointError(f"{RunDir.CONFIG} has kind {cap(repr(kind), 40)}, not 'lm': not a language-model run")
-    if not all(isinstance(saved.get(k), dict) for k in ("model", "train")):
-        raise CheckpointError(f"{RunDir.CONFIG} lacks its model or train settings: the run directory is damaged")
-    model = {k: v for k, v in saved["model"].items() if k != "vocab_size"}
-    return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(saved["train"]))
+def _sections(header: dict) -> dict[str, dict]:
+    """A run's settings as sections of checked values (the model's without vocab_size: the text gives it)."""
+    model = {k: v for k, v in header["model"].items() if k != "vocab_size"}
+    return {"model": check_section(LMConfig, model, "model"), "train": TrainConfig.from_dict(header["train"]).to_dict()}
 
 
 def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
@@ -146,31 +141,13 @@ def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
             "(drop --resume to start a new run there)"
         )
     else:
-        saved = run_config_from_saved(run.read_config())
-        train = saved.train.to_dict()
-        given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
-        if clash := resume_clash({"model": saved.model, "train": train}, {**explicit, "train": given}, RUNTIME_FIELDS):
+        header = run.read_config("lm", "a language-model run", f"{run.CONFIG} is damaged, or it is another kind of run")
+        settings, clash = resume_settings(header, _sections, explicit, RUNTIME_FIELDS, run.path)
+        if clash:
             raise RunDirError(clash)
-        train.update({k: v for k, v in given.items() if k in RUNTIME_FIELDS})
-        config = RunConfig(dict(saved.model), TrainConfig.from_dict(train))
+        config = RunConfig(settings["model"], TrainConfig.from_dict(settings["train"]))
     config.model_config(vocab_size=1)
     return config
-
-
-def refuse_restart(run: RunDir) -> None:
-    """A ``--resume`` without a resume file starts from step 0: only for a run stopped before its first checkpoint.
-    One with results (weights, a test, a log) would have them overwritten: refused, as ``logic train`` does."""
-    # the log is written with the first resume file: without it, the run stopped (killed, a full disk) before its
-    # first checkpoint was complete, and its weights are the ones a restart makes again; every stop writes a
-    # results.json (an interrupted one too), so only a finished or stopped record counts
-    record = run.results() if run.results_path.exists() else None
-    done = [run.log_path.name] if run.log_path.exists() else []
-    done += [run.results_path.name] if (record or {}).get("status") in ("finished", "stopped") else []
-    if done:
-        raise RunDirError(
-            f"--resume: {run.path} has no {RunDir.RESUME} (it finished, or the file was deleted) but holds results "
-            f"({', '.join(done)}); resuming would start again from step 0 and overwrite them: train into a new --out"
-        )
 
 
 def write_log_csv(path: Path, history: list[dict]) -> None:
@@ -578,8 +555,8 @@ def train(
     names a new run's directory may already hold (the demo's corpus). Returns
     the run's :class:`~onlstm.runs.engine.TrainResult` (also in ``results.json``); joins the process group under torchrun."""
     run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train", keep=keep)
-    if resume and run.config_path.exists() and not run.resume_path.exists():
-        refuse_restart(run)  # before the lock and the data: nothing to do
+    if resume and run.config_path.exists() and not run.resume_path.exists() and (refusal := restart_refusal(run)):
+        raise RunDirError(refusal)  # before the lock and the data: nothing to do
     config = resolve_settings(run, explicit or {}, resume)
     main = int(os.environ.get("RANK", "0")) == 0  # under torchrun the first process holds the lock
     try:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from torch import nn
 
 from ..checkpoint import CheckpointError, assign_weights, read_safetensors, save_safetensors, state_dict_for_saving
 from ..files import atomic_write
+from .dirs import RunDir
 from .engine import Progress
 from .records import PROGRESS_FIELDS, check_fields
 
@@ -96,8 +97,8 @@ def read_resume(
     fix: str = "start a new run with another --out",
     tensors: bool = True,
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """``(tensors, metadata)`` of a resume file written by :func:`write_resume` with format ``fmt``; the
-    metadata values in ``keys`` must be present and are decoded from JSON. ``what`` names the file for
+    """``(tensors, metadata)`` of a resume file written by :func:`write_resume` with format ``fmt``; every
+    metadata value is decoded from JSON, and those in ``keys`` must be present. ``what`` names the file for
     people ("a logic resume file"); ``fix`` says how to go on when the file cannot be used; ``tensors=False``:
     the metadata alone (no tensor is read)."""
     found, raw = read_safetensors(path, tensors)
@@ -106,7 +107,9 @@ def read_resume(
             f"{path} is not {what} (format {raw.get('format')!r}, expected {fmt!r}); it cannot be resumed: {fix}"
         )
     try:
-        meta = {k: json.loads(raw[k]) for k in keys}
+        meta = {k: json.loads(v) for k, v in raw.items() if k != "format"}
+        if missing := [k for k in keys if k not in meta]:
+            raise KeyError(missing[0])
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
     return found, meta
@@ -153,21 +156,44 @@ def read_training(
     return prog, found, meta
 
 
-def resume_clash(
-    saved: Mapping[str, Mapping], given: Mapping[str, Mapping], runtime: tuple[str, ...], run: object = ""
-) -> str:
-    """Why a run with the settings ``saved`` cannot be resumed with ``given`` (both ``{section: {field:
-    value}}``; only the fields in ``given`` are compared), naming every changed field; "" when it can. The
-    ``runtime`` fields say how it runs, not what is learned: they may change. ``run``: its folder."""
+def resume_settings(
+    header: Mapping, parse: Callable[[Mapping], dict[str, dict]], given: Mapping[str, Mapping], runtime, run: Path
+) -> tuple[dict[str, dict], str]:
+    """Every trainer's settings on resume: ``(settings, clash)``. The run's saved ones (its ``header``'s sections
+    read by ``parse``, which gives a field added later its default) with the ``given`` ones (``{section: {field:
+    value}}``, what the user set) over them, read by ``parse`` again; ``clash`` says why the run in ``run`` cannot be
+    resumed with them, naming every changed field but the ``runtime`` ones, which say how it runs, not what is
+    learned; "" when it can. A header ``parse`` cannot read is a damaged run (:class:`CheckpointError`)."""
+    try:
+        saved = parse(header)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{run / RunDir.CONFIG}: bad config ({exc}); the run directory is damaged") from None
+    settings = parse({section: {**values, **given.get(section, {})} for section, values in saved.items()})
     changed = [
-        f"{section}.{k} (run: {saved.get(section, {}).get(k)!r}, given: {v!r})"
-        for section, values in given.items()
+        f"{section}.{k} (run: {saved[section].get(k)!r}, given: {v!r})"
+        for section, values in settings.items()
         for k, v in values.items()
-        if k not in runtime and saved.get(section, {}).get(k) != v
+        if k not in runtime and saved[section].get(k) != v
     ]
     if not changed:
+        return settings, ""
+    return settings, (
+        f"cannot change {', '.join(changed)} when resuming the run in {run}; resume with the run's own settings "
+        f"(only {', '.join(runtime)} may change) or train into a new --out"
+    )
+
+
+def restart_refusal(run: RunDir) -> str:
+    """Why ``--resume`` of ``run``, which has no resume file, may not start it again from step 0; "" when it may:
+    it stopped (a signal, a kill, a full disk) before its first save, so a restart loses nothing. One that saved
+    (its history, ``log.csv`` or ``history.json``, is written after the resume file) or finished would lose what
+    it holds."""
+    record = run.results() if run.results_path.exists() else None
+    done = [path.name for path in (run.log_path, run.history_path) if path.exists()]
+    done += [run.results_path.name] if (record or {}).get("status") in ("finished", "stopped") else []
+    if not done:
         return ""
     return (
-        f"cannot change {', '.join(changed)} when resuming{f' the run in {run}' if run else ''}; resume with "
-        f"the run's own settings (only {', '.join(runtime)} may change) or train into a new --out"
+        f"--resume: {run.path} has no {RunDir.RESUME} (it finished, or the file was deleted) but holds results "
+        f"({', '.join(done)}); resuming would start again from step 0 and overwrite them: train into a new --out"
     )
