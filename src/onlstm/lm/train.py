@@ -25,12 +25,11 @@ from ..encoders import detach_state
 from ..files import write_text
 from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
-from ..runs import RunDir, RunDirError, StopRequest, restart_refusal, restore_training, resume_settings, setup_torch
+from ..runs import RunDir, RunDirError, StopRequest, restart_refusal, resume_settings, setup_torch
 from ..runs.device import prepare_kernel
 from ..runs.dist import DistContext, setup, teardown
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, diverged, update
-from ..runs.records import COUNT, COUNTS, FLAG, MAYBE_OBJECT, NUMBER, REAL, REALS, check_fields, check_history
-from ..runs.resume import read_training, save_training
+from ..runs.engine import RESUME_FIX, Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, diverged, update
+from ..runs.records import COUNT, COUNTS, FLAG, MAYBE_OBJECT, NUMBER, OBJECT, REAL, REALS, check_fields
 from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, run_config
 from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment
 from .evaluate import Interrupted, perplexity
@@ -50,7 +49,7 @@ _ROW_FIELDS = {k: REAL if "valid" in k else NUMBER for k in LOG_COLUMNS} | {
     "steps": COUNT,
     "best": FLAG,
 }
-_META_FIELDS = {"hidden_layout": COUNTS}
+_META_FIELDS = {"hidden_layout": COUNTS, "model_config": OBJECT}
 
 
 class _Objective(nn.Module):
@@ -161,6 +160,8 @@ class Trainer:
     """The language model's :class:`~onlstm.runs.engine.Task`: passes are epochs of BPTT segments, the state carried;
     validation scores the weights evaluation uses (the score is minus the loss); NT-ASGD, resume, the final test."""
 
+    task_fields, history_fields, history_required = _TASK_FIELDS, _ROW_FIELDS, ("epoch", "steps")
+
     def __init__(
         self,
         run_dir: Path,
@@ -189,10 +190,20 @@ class Trainer:
             )
         self._load_data()
         self._build_model()
-        header = lambda: self.rundir.write_header(self._config_json(), self.corpus.vocab.save)
-        if self.rundir.start(resume, lambda: self.ctx.main_writes(header), self.log):
-            self._load(self.rundir.resume_path)
-        self.engine: Engine | None = None
+        budget = Budget(
+            cfg.epochs, 0, cfg.max_steps, cfg.time_limit, check_at_stop=False, save_every=cfg.checkpoint_every
+        )
+        bar, main = cfg.progress and self.ctx.is_main, self.ctx.is_main
+        report = Reporting.for_run(self.rundir, cfg.log_every, cfg.progress, cfg.tensorboard, main)
+        self.engine = Engine(
+            self, budget, self.log, bar, agree=self.ctx.any, report=report, run=self.rundir, kind="lm",
+            writes=self.ctx.main_writes,
+        )  # fmt: skip
+        self.engine.begin(resume, lambda: self.rundir.write_header(self._config_json(), self.corpus.vocab.save))
+
+    @property
+    def prog(self) -> Progress:
+        return self.engine.progress
 
     def _load_data(self) -> None:
         """The corpus (with the run's vocabulary checked on resume) and this process's training columns."""
@@ -222,7 +233,7 @@ class Trainer:
         use_onlstm_impl(self.model, cfg.onlstm_impl, dev)
         self.param_names, self.params = map(list, zip(*self.model.named_parameters()))
         self.optimizer: torch.optim.Optimizer = make_optimizer(self.params, cfg)
-        self.prog, self.history, self.hidden = Progress(task=copy.deepcopy(_TASK)), [], None
+        self.hidden = None
         self.may_average = cfg.optimizer == "sgd" and cfg.averaging  # NT-ASGD
         self.objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
         if self.ctx.distributed:
@@ -344,7 +355,7 @@ class Trainer:
 
     def validate(self):
         """The validation perplexity of the weights evaluation uses (raises Interrupted on Ctrl-C)."""
-        stop = self.engine.stop if self.engine is not None and not self.ctx.distributed else None
+        stop = self.engine.stop if not self.ctx.distributed else None
         with self.eval_weights():  # every process scores its share
             return self._perplexity(self.model, "valid", "batched", self.cfg.eval_batch_size, stop, ctx=self.ctx)
 
@@ -386,8 +397,11 @@ class Trainer:
         with self.eval_weights():
             save_weights(self.rundir.weights(tag), self.model)
 
-    def save_state(self, prog: Progress, history: list[dict]) -> None:
-        """Write the resume file, the last weights and the log (all processes take part: the state is gathered)."""
+    def fresh_progress(self) -> Progress:
+        return Progress(task=copy.deepcopy(_TASK))
+
+    def resume_state(self, prog: Progress) -> Saved:
+        """The model, the optimizer and the carried state (all processes take part: the state is gathered)."""
         self._flush()
         # the carried state as hidden.<layer>.<part>, the layout saying how many parts each layer has (0: one tensor)
         tensors, layout = {}, []
@@ -395,22 +409,15 @@ class Trainer:
             layout.append(0 if torch.is_tensor(s) else len(s))
             for j, t in enumerate([s] if torch.is_tensor(s) else s):
                 tensors[f"hidden.{i}.{j}"] = self.ctx.gather_columns(t.detach(), dim=1).cpu().contiguous()
-        self.ctx.main_writes(lambda: self._write_state(tensors, layout, prog, history))
+        meta = dict(hidden_layout=layout, model_config=self.model_config.to_dict(), world=self.ctx.world)
+        return Saved(self.model, self.optimizer, self.ctx.device, tensors, meta)
 
-    def _write_state(self, tensors: dict, layout: list[int], prog: Progress, history: list[dict]) -> None:
-        meta = dict(
-            history=history, hidden_layout=layout, model_config=self.model_config.to_dict(), world=self.ctx.world
-        )
-        save_training(self.rundir.resume_path, "lm", prog, self.model, self.optimizer, self.ctx.device, tensors, **meta)
+    def write_files(self, prog: Progress, history: list[dict]) -> None:
         self._save_eval_weights("last")
         write_log_csv(self.rundir.log_path, history)
 
-    def _load(self, path: Path) -> None:
-        fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
-        keys = ("history", "model_config", "hidden_layout")
-        self.prog, tensors, meta = read_training(path, "lm", keys, fix, task=_TASK_FIELDS)
-        self.history = check_history(meta["history"], _ROW_FIELDS, ("epoch", "steps"), path, fix, self.prog.n_checks)
-        check_fields(meta, _META_FIELDS, path, "metadata", fix)
+    def restore(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> Saved:
+        check_fields(meta, _META_FIELDS, path, "metadata", RESUME_FIX)
         if meta["model_config"] != self.model_config.to_dict():
             raise CheckpointError(
                 f"{path} was written for another model ({meta['model_config']}) than {RunDir.CONFIG} "
@@ -418,11 +425,11 @@ class Trainer:
             )
         if "t0" in (meta["optimizer"].get("param_groups") or [{}])[0]:  # saved in the averaging phase (torch's ASGD)
             self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
-        restore_training(path, tensors, meta["optimizer"], self.model, self.optimizer, self.ctx.device)
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
-        prog, averaging = self.prog, " (averaging)" if self.prog.task["averaging"] else ""
+        averaging = " (averaging)" if prog.task["averaging"] else ""
         self.log(f"resumed {self.rundir.path} at epoch {prog.epoch + 1}, batch {prog.pos}, step {prog.step}{averaging}")
+        return Saved(self.model, self.optimizer, self.ctx.device)
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""
@@ -465,16 +472,7 @@ class Trainer:
         self.model.train()
         if prog.epoch >= cfg.epochs and not prog.check_due:
             self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
-        budget = Budget(
-            cfg.epochs, 0, cfg.max_steps, cfg.time_limit, check_at_stop=False, save_every=cfg.checkpoint_every
-        )
-        hook = (lambda: on_step(self)) if on_step is not None else None
-        bar, main = cfg.progress and self.ctx.is_main, self.ctx.is_main
-        report = Reporting.for_run(self.rundir, cfg.log_every, cfg.progress, cfg.tensorboard, main)
-        self.engine = Engine(
-            self, budget, prog, self.history, self.log, bar, on_step=hook, agree=self.ctx.any, report=report,
-            run=self.rundir, kind="lm", writes=self.ctx.main_writes,
-        )  # fmt: skip
+        self.engine.on_step = (lambda: on_step(self)) if on_step is not None else None
         resume = f"onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume"
         why = self.engine.train(resume, lambda best: f"valid ppl {math.exp(-best):.2f}")
         tested = "finished"

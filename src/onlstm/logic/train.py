@@ -19,10 +19,21 @@ from ..config import runtime_fields
 from ..files import write_json
 from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, budget_refusal, update
-from ..runs.records import COUNT, FLAG, NUMBER, RNG_STATE, SCORES, check_history
+from ..runs.engine import (
+    RESUME_FIX,
+    Budget,
+    Check,
+    Engine,
+    Progress,
+    Reporting,
+    Saved,
+    TrainResult,
+    budget_refusal,
+    update,
+)
+from ..runs.records import COUNT, FLAG, NUMBER, RNG_STATE, SCORES
 from ..runs.records import read_history as read_records
-from ..runs.resume import read_training, restart_refusal, restore_training, resume_settings, save_training
+from ..runs.resume import read_training, restart_refusal, resume_settings
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, pad_batch, token_ids
@@ -181,7 +192,6 @@ RUNTIME_FIELDS = runtime_fields(LogicTrainConfig)
 #: The budgets (settings, and the engine's stops of the same names) a resumed run may raise to train further;
 #: ``patience`` ends a run for good.
 BUDGETS = ("epochs", "max_steps", "time_limit")
-RESUME_FIX = "train again without --resume (into a new --out, or after removing this one)"
 #: A validation check's record in history.json, and the task's values in the resume file (onlstm.runs.records);
 #: older runs recorded fewer fields, so only the first three must be there.
 HISTORY_FIELDS = dict(step=COUNT, valid_accuracy=NUMBER, train_accuracy=NUMBER, epoch=NUMBER, seconds=NUMBER)
@@ -255,19 +265,17 @@ def train(
         max_ops = max(ex.max_ops for ex in examples)
         data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
         header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
+        report = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard)
+        engine = Engine(task, task.budget(), log, cfg.progress, model_cfg.cell, report=report, run=run, kind=KIND)
+        task.clock = engine.elapsed
         # a resume without a resume file: killed or a full disk before its first save (resume_refusal allowed it)
-        go_on = run.start(resume, lambda: run.write_header(header, lambda path: write_json(path, list(TOKENS))), log)
-        prog, history = task.restore() if go_on else (task.fresh_progress(), [])
+        go_on = engine.begin(resume, lambda: run.write_header(header, lambda path: write_json(path, list(TOKENS))))
         if resume:  # what a full disk may have kept from being written when the run stopped
             run.write_config(header)
             write_json(run.vocab_path, list(TOKENS))
             if go_on:  # (a run started again has none: it saved nothing)
-                write_json(run.history_path, history)
+                write_json(run.history_path, engine.history)
         log(task.summary())
-        report = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard)
-        bar, desc = cfg.progress, model_cfg.cell
-        engine = Engine(task, task.budget(), prog, history, log, bar, desc, report=report, run=run, kind=KIND)
-        task.clock = engine.elapsed
         resume = "onlstm logic train --resume (with the run's --config, --data and --out)"
         stopped_by = engine.train(resume, lambda best: f"valid acc {100 * best:.2f}%")  # diverged: resume file kept
         return task.finish(engine, stopped_by)
@@ -276,6 +284,8 @@ def train(
 class LogicTask:
     """The classifier's part of a training run (run by :class:`~onlstm.runs.engine.Engine`); ``Progress.task``
     carries the schedule's count, the running training figures, the pass's operator bound and batch-order state."""
+
+    task_fields, history_fields, history_required = _TASK_FIELDS, HISTORY_FIELDS, tuple(HISTORY_FIELDS)[:3]
 
     def __init__(
         self,
@@ -418,27 +428,19 @@ class LogicTask:
     def save_weights(self, tag: str) -> None:
         save_weights(self.rundir.weights(tag), self.model)
 
-    def save_state(self, prog: Progress, history: list[dict]) -> None:
-        save_training(self.rundir.resume_path, KIND, prog, self.model, self.opt, self.device, history=history)
+    def resume_state(self, prog: Progress) -> Saved:
+        return Saved(self.model, self.opt, self.device)
+
+    def write_files(self, prog: Progress, history: list[dict]) -> None:
         write_json(self.rundir.history_path, history)
 
-    def restore(self) -> tuple[Progress, list[dict]]:
-        path = self.rundir.resume_path
-        prog, tensors, meta = read_training(path, KIND, fix=RESUME_FIX, task=_TASK_FIELDS)
-        if "history" in meta:
-            history = check_history(
-                meta["history"], HISTORY_FIELDS, tuple(HISTORY_FIELDS)[:3], path, RESUME_FIX, prog.n_checks
-            )
-        else:  # a resume file written before it held the history
-            history = read_history(self.rundir.path, RESUME_FIX, prog.n_checks)
-        history = history[: prog.n_checks]
-        restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
+    def restore(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> Saved:
         self.schedule.bad = prog.task["schedule_bad"]
         self.log(
             f"resuming {self.rundir.path} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
             f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"
         )
-        return prog, history
+        return Saved(self.model, self.opt, self.device)
 
     def finish(self, engine: Engine, stopped_by: str) -> TrainResult:
         """Save what an interruption needs, write the run's result and return it."""

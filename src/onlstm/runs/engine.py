@@ -16,30 +16,13 @@ from typing import Any, Protocol
 
 import torch
 
+from ..checkpoint import read_json
 from ..errors import InputError, TrainingDiverged, WriteError
 from ..files import write_json, write_text
 from .device import StopRequest, progress_bar
 from .dirs import RunDir, find_kind
-
-
-@dataclass
-class Progress:
-    """Where a run stands; everything here is saved in the resume file (JSON)."""
-
-    step: int = 0  # updates done
-    epoch: int = 0  # whole passes over the training data done
-    pos: int = 0  # batches done in the pass in progress
-    best: float | None = None  # best validation score so far (higher is better)
-    best_step: int = 0
-    bad_checks: int = 0  # validation checks in a row without a new best
-    seconds: float = 0.0  # training time of the sessions before this one
-    n_checks: int = 0  # validation checks recorded in the history
-    check_due: bool = False  # a validation was interrupted: it is done first on resume
-    task: dict[str, Any] = field(default_factory=dict)  # what the experiment carries (JSON values)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Progress:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+from .records import check_history
+from .resume import Progress, read_training, restore_training, save_training
 
 
 @dataclass(frozen=True)
@@ -102,8 +85,30 @@ class Check:
     record: dict[str, Any]
 
 
+@dataclass
+class Saved:
+    """A task's part of its resume file: the ``model`` and ``optimizer`` it trains on ``device`` (their state and the
+    random state are saved: :func:`~onlstm.runs.resume.save_training`), its own ``tensors`` and JSON ``meta``."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+#: What to do when a resume file cannot be used.
+RESUME_FIX = "train again without --resume (into a new --out, or after removing this one)"
+
+
 class Task(Protocol):
-    """What an experiment plugs into :class:`Engine`."""
+    """What an experiment plugs into :class:`Engine`; ``task_fields``: the kinds of the values it carries in
+    ``Progress.task``, ``history_fields`` those of a validation record (:mod:`~onlstm.runs.records`), of which
+    ``history_required`` must be there."""
+
+    task_fields: dict[str, str]
+    history_fields: dict[str, str]
+    history_required: tuple[str, ...]
 
     def pass_batches(self, prog: Progress) -> Sequence:
         """The batches of the pass in progress, the same list again when resumed in the middle of it."""
@@ -125,8 +130,18 @@ class Task(Protocol):
     def save_weights(self, tag: str) -> None:
         """Write the weights of ``tag``, ``best`` or ``last``."""
 
-    def save_state(self, prog: Progress, history: list[dict]) -> None:
-        """Write the history and the resume file (``prog`` is up to date)."""
+    def fresh_progress(self) -> Progress:
+        """A new run's progress record, with what ``Progress.task`` carries as it starts."""
+
+    def resume_state(self, prog: Progress) -> Saved:
+        """What the resume file holds of the task at ``prog`` (every process is asked: a task may gather it)."""
+
+    def write_files(self, prog: Progress, history: list[dict]) -> None:
+        """The task's files written after each resume file (its history for people and plots, its last weights)."""
+
+    def restore(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> Saved:
+        """Take back the task's own part of the resume file ``path`` (its tensors and metadata values, checked);
+        returns the model and optimizer whose saved state the engine then puts back."""
 
     def epochs(self, prog: Progress) -> float:
         """The passes done at ``prog`` (a fraction for a part), for the stop line and the result."""
@@ -223,8 +238,6 @@ class Engine:
         self,
         task: Task,
         budget: Budget,
-        progress: Progress,
-        history: list[dict],
         log: Callable[[str], None],
         bar: bool = False,
         desc: str = "",
@@ -235,7 +248,7 @@ class Engine:
         kind: str = "",
         writes: Callable[[Callable[[], object]], None] = lambda write: _call(write),
     ):
-        self.task, self.budget, self.progress, self.history = task, budget, progress, history
+        self.task, self.budget, self.progress, self.history = task, budget, task.fresh_progress(), []
         self.run_dir, self.kind, self.writes = run, kind, writes
         self.log, self.show_bar, self.desc, self.on_step, self.agree = log, bar, desc, on_step, agree
         self.report = report or Reporting()
@@ -248,6 +261,23 @@ class Engine:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
+
+    def begin(self, resume: bool, write_header: Callable[[], object]) -> bool:
+        """A new run writes its header (``write_header()``, by the first process); a resumed one takes back its
+        progress, history, weights, optimizer and random state from its resume file, or starts from step 0 when
+        it has none (:meth:`RunDir.start`). True when it goes on from a resume file."""
+        assert self.run_dir is not None, "Engine(run=...) says where the run is"
+        path, task = self.run_dir.resume_path, self.task
+        if not self.run_dir.start(resume, lambda: self.writes(write_header), self.log):
+            return False
+        prog, tensors, meta = read_training(path, self.kind, fix=RESUME_FIX, task=task.task_fields)
+        old = "history" not in meta  # a logic resume file written before it held the history: its history.json
+        where, fields = self.run_dir.history_path if old else path, (task.history_fields, task.history_required)
+        history = check_history(read_json(where) if old else meta["history"], *fields, where, RESUME_FIX, prog.n_checks)
+        saved = task.restore(prog, tensors, meta, path)
+        restore_training(path, tensors, meta["optimizer"], saved.model, saved.optimizer, saved.device)
+        self.progress, self.history = prog, history[: prog.n_checks]
+        return True
 
     def run(self) -> str:
         prog, budget = self.progress, self.budget
@@ -439,8 +469,20 @@ class Engine:
         return max(left, 0.0)
 
     def save_state(self) -> None:
-        self.progress.seconds, self.progress.n_checks = self.elapsed(), len(self.history)
-        self.task.save_state(self.progress, self.history)
+        """Write the resume file (:data:`~onlstm.runs.resume.RESUME_FORMAT`), then the task's files that go with it."""
+        prog, history, run = self.progress, self.history, self.run_dir
+        assert run is not None, "Engine(run=...) says where the resume file goes"
+        prog.seconds, prog.n_checks = self.elapsed(), len(history)
+        saved = self.task.resume_state(prog)
+
+        def write() -> None:
+            model, optimizer, device = saved.model, saved.optimizer, saved.device
+            save_training(
+                run.resume_path, self.kind, prog, model, optimizer, device, saved.tensors, history=history, **saved.meta
+            )
+            self.task.write_files(prog, history)
+
+        self.writes(write)
 
     def _write(self, msg: str) -> None:
         if self.bar is not None and self.log is print:

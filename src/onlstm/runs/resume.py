@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +15,32 @@ from torch import nn
 from ..checkpoint import CheckpointError, assign_weights, read_safetensors, save_safetensors, state_dict_for_saving
 from ..files import atomic_write
 from .dirs import RunDir
-from .engine import Progress
 from .records import PROGRESS_FIELDS, check_fields
+
+
+@dataclass
+class Progress:
+    """Where a run stands; everything here is saved in the resume file (JSON)."""
+
+    step: int = 0  # updates done
+    epoch: int = 0  # whole passes over the training data done
+    pos: int = 0  # batches done in the pass in progress
+    best: float | None = None  # best validation score so far (higher is better)
+    best_step: int = 0
+    bad_checks: int = 0  # validation checks in a row without a new best
+    seconds: float = 0.0  # training time of the sessions before this one
+    n_checks: int = 0  # validation checks recorded in the history
+    check_due: bool = False  # a validation was interrupted: it is done first on resume
+    task: dict[str, Any] = field(default_factory=dict)  # what the experiment carries (JSON values)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Progress:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
 
 #: The one resume format (its version after the slash): the weights ``model.*``, the optimizer ``optim.*``, the
 #: random state ``rng.*`` and the task's own tensors; as JSON metadata the run's ``kind``, the engine's
-#: :class:`~onlstm.runs.engine.Progress`, the optimizer's hyperparameters and the task's own values.
+#: :class:`Progress`, the optimizer's hyperparameters and the task's own values.
 RESUME_FORMAT = "onlstm-resume/1"
 
 
