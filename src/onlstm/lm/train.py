@@ -474,16 +474,19 @@ class Trainer:
             self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
         self.engine.on_step = (lambda: on_step(self)) if on_step is not None else None
         resume = f"onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume"
-        why = self.engine.train(resume, lambda best: f"valid ppl {math.exp(-best):.2f}")
-        tested = "finished"
-        if why == "epochs":
-            prog.task["finished"] = True
-            if prog.task["results"] is None and cfg.final_test:
-                tested = self._final_test()
-        result = self.engine.record(why, prog.task["results"], "interrupted" if tested == "interrupted" else None)
-        if why == "aborted":
+        result = self.engine.train(resume, lambda best: f"valid ppl {math.exp(-best):.2f}")
+        if self.engine.why == "aborted":
             raise KeyboardInterrupt
         return result
+
+    def finish(self, why: str, prog: Progress) -> tuple[dict | None, str | None]:
+        """At the end of the epochs, the final test (``final_test``), once: its figures are the result's."""
+        tested, task = "finished", prog.task
+        if why == "epochs":
+            task["finished"] = True
+            if task["results"] is None and self.cfg.final_test:
+                tested = self._final_test()
+        return task["results"], "interrupted" if tested == "interrupted" else None
 
     def epochs(self, prog: Progress) -> float:
         return prog.epoch + prog.pos / max(self.pass_length(prog.epoch + 1), 1)

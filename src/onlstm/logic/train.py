@@ -277,8 +277,7 @@ def train(
                 write_json(run.history_path, engine.history)
         log(task.summary())
         resume = "onlstm logic train --resume (with the run's --config, --data and --out)"
-        stopped_by = engine.train(resume, lambda best: f"valid acc {100 * best:.2f}%")  # diverged: resume file kept
-        return task.finish(engine, stopped_by)
+        return engine.train(resume, lambda best: f"valid acc {100 * best:.2f}%")  # diverged: resume file kept
 
 
 class LogicTask:
@@ -442,13 +441,12 @@ class LogicTask:
         )
         return Saved(self.model, self.opt, self.device)
 
-    def finish(self, engine: Engine, stopped_by: str) -> TrainResult:
-        """Save what an interruption needs, write the run's result and return it."""
-        prog = engine.progress
-        if stopped_by in ("interrupted", "aborted"):
+    def finish(self, why: str, prog: Progress) -> tuple[dict, None]:
+        """The last weights of an interrupted run; the data sizes and best accuracy for the result."""
+        if why in ("interrupted", "aborted"):
             self.save_weights("last")
-        figures = {"best_valid_accuracy": prog.best or 0.0, "n_train": len(self.train_data)}
-        result = engine.record(stopped_by, {**figures, "n_valid": len(self.valid_data)})
-        if stopped_by not in ("interrupted", "aborted", *BUDGETS):
-            self.rundir.resume_path.unlink(missing_ok=True)  # patience: not resumed (see resume_refusal)
-        return result
+        return {
+            "best_valid_accuracy": prog.best or 0.0,
+            "n_train": len(self.train_data),
+            "n_valid": len(self.valid_data),
+        }, None

@@ -146,6 +146,10 @@ class Task(Protocol):
     def epochs(self, prog: Progress) -> float:
         """The passes done at ``prog`` (a fraction for a part), for the stop line and the result."""
 
+    def finish(self, why: str, prog: Progress) -> tuple[dict[str, Any], str | None]:
+        """After the loop stopped for ``why``: the experiment's figures for the result, and its status when it is
+        not :data:`STATUS`'s (lm: a final test that was interrupted), else None."""
+
     def metrics(self, prog: Progress) -> dict[str, float]:
         """The training figures since the previous call (the loss, a perplexity or an accuracy, a speed named
         ``..._per_s``), for the progress bar, the log lines, ``steps.csv`` and TensorBoard."""
@@ -258,6 +262,7 @@ class Engine:
         self.last_line = 0.0  # clock of the last log line
         self.stop = StopRequest()
         self.steps: StepLog | None = None
+        self.why = ""  # why the run stopped (:meth:`run`)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -365,17 +370,22 @@ class Engine:
             self.check() if budget.check_at_stop else self.save_state()
         return "interrupted" if why == "epochs" else why  # "epochs": another process was asked to stop
 
-    def train(self, resume: str, best: Callable[[float], str]) -> str:
-        """:meth:`run`, then the stop's line in the log (:meth:`stop_line`); a divergence's result (status
-        ``diverged``) is written before the error goes on."""
+    def train(self, resume: str, best: Callable[[float], str]) -> TrainResult:
+        """:meth:`run`, the stop's line in the log (:meth:`stop_line`), what the task does then (``Task.finish``) and
+        the result, written (:meth:`record`) and returned; ``why``: the reason :meth:`run` gave. A divergence's
+        result (status ``diverged``) is written before the error goes on; a run ended by patience is final (its
+        resume file goes)."""
         try:
-            why = self.run()
+            self.why = self.run()
         except TrainingDiverged:
             self.record("diverged")
             raise
-        line = self.stop_line(why, resume, best)
+        line = self.stop_line(self.why, resume, best)
         self.log(f"{self.desc}: {line}" if self.desc else line)
-        return why
+        result = self.record(self.why, *self.task.finish(self.why, self.progress))
+        if self.why == "patience" and (run := self.run_dir) is not None:
+            self.writes(lambda: run.resume_path.unlink(missing_ok=True))
+        return result
 
     def stop_line(self, why: str, resume: str, best: Callable[[float], str]) -> str:
         """Where the run stopped (:meth:`run` returned ``why``), what is kept and how to go on: ``resume``, the
