@@ -199,7 +199,7 @@ class Trainer:
             self, budget, self.log, bar, agree=self.ctx.any, report=report, run=self.rundir, kind="lm",
             writes=self.ctx.main_writes,
         )  # fmt: skip
-        self.engine.begin(resume, lambda: self.rundir.write_header(self._config_json(), self.corpus.vocab.save))
+        self.engine.begin(resume, self._config_json(), self.corpus.vocab.save)
 
     @property
     def prog(self) -> Progress:

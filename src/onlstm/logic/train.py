@@ -269,7 +269,7 @@ def train(
         engine = Engine(task, task.budget(), log, cfg.progress, model_cfg.cell, report=report, run=run, kind=KIND)
         task.clock = engine.elapsed
         # a resume without a resume file: killed or a full disk before its first save (resume_refusal allowed it)
-        go_on = engine.begin(resume, lambda: run.write_header(header, lambda path: write_json(path, list(TOKENS))))
+        go_on = engine.begin(resume, header, lambda path: write_json(path, list(TOKENS)))
         if resume:  # what a full disk may have kept from being written when the run stopped
             run.write_config(header)
             write_json(run.vocab_path, list(TOKENS))

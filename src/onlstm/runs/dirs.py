@@ -156,16 +156,6 @@ class RunDir:
                 path.unlink(missing_ok=True)
             raise
 
-    def start(self, resume: bool, write_header: Callable[[], object], log: Callable[[str], None]) -> bool:
-        """Every training's way in: a new run writes its header (``write_header()``, e.g. :meth:`write_header`); a
-        resumed one without a resume file (stopped before its first save, which the trainer's pre-check allowed)
-        starts from the beginning. True when there is a resume file to go on from."""
-        if not resume:
-            write_header()
-        elif not self.resume_path.exists():
-            log(f"{self.path} has no {self.RESUME} yet; starting from the beginning")
-        return resume and self.resume_path.exists()
-
     def header(self) -> dict:
         """``config.json``, {} when it cannot be read."""
         return _json_dict(self.config_path) or {}

@@ -267,17 +267,23 @@ class Engine:
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
-    def begin(self, resume: bool, write_header: Callable[[], object]) -> bool:
-        """A new run writes its header (``write_header()``, by the first process); a resumed one takes back its
-        progress, history, weights, optimizer and random state from its resume file, or starts from step 0 when
-        it has none (:meth:`RunDir.start`). True when it goes on from a resume file."""
-        assert self.run_dir is not None, "Engine(run=...) says where the run is"
-        path, task = self.run_dir.resume_path, self.task
-        if not self.run_dir.start(resume, lambda: self.writes(write_header), self.log):
+    def begin(self, resume: bool, header: dict, vocab: Callable[[Path], None]) -> bool:
+        """A new run writes its ``header`` and vocabulary (:meth:`RunDir.write_header`, by the first process); a
+        resumed one takes back its progress, history, weights, optimizer and random state from its resume file, or
+        without one (it stopped before its first save: the trainer's pre-check allowed it) starts from step 0.
+        True when it goes on from a resume file."""
+        run, task = self.run_dir, self.task
+        assert run is not None, "Engine(run=...) says where the run is"
+        path = run.resume_path
+        if not resume:
+            self.writes(lambda: run.write_header(header, vocab))
+        elif not path.exists():
+            self.log(f"{run.path} has no {run.RESUME} yet; starting from the beginning")
+        if not (resume and path.exists()):
             return False
         prog, tensors, meta = read_training(path, self.kind, fix=RESUME_FIX, task=task.task_fields)
         old = "history" not in meta  # a logic resume file written before it held the history: its history.json
-        where, fields = self.run_dir.history_path if old else path, (task.history_fields, task.history_required)
+        where, fields = run.history_path if old else path, (task.history_fields, task.history_required)
         history = check_history(read_json(where) if old else meta["history"], *fields, where, RESUME_FIX, prog.n_checks)
         saved = task.restore(prog, tensors, meta, path)
         restore_training(path, tensors, meta["optimizer"], saved.model, saved.optimizer, saved.device)
