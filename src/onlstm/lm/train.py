@@ -44,11 +44,7 @@ _TASK.update(finished=False, results=None)
 # What a resume file's values must be (onlstm.runs.records): the task's, a row of the history, the rest.
 _TASK_FIELDS = dict(averaging=FLAG, avg_count=COUNT, sgd_valid_history=REALS, epoch_loss_sum=NUMBER)
 _TASK_FIELDS.update(epoch_tokens=COUNT, epoch_seconds=NUMBER, finished=FLAG, results=MAYBE_OBJECT)
-_ROW_FIELDS = {k: REAL if "valid" in k else NUMBER for k in LOG_COLUMNS} | {
-    "epoch": COUNT,
-    "steps": COUNT,
-    "best": FLAG,
-}
+_ROW_FIELDS = {k: REAL if "valid" in k else NUMBER for k in LOG_COLUMNS} | dict(epoch=COUNT, steps=COUNT, best=FLAG)
 _META_FIELDS = {"hidden_layout": COUNTS, "model_config": OBJECT}
 
 
@@ -270,9 +266,6 @@ class Trainer:
             self.n_rows, c.bptt, c.seed, epoch, c.variable_bptt, c.bptt_short_prob, c.bptt_std, c.min_seq_len
         )
 
-    def pass_length(self, epoch: int) -> int:
-        return len(self.schedule(epoch))
-
     def averaged_weights(self) -> list[torch.Tensor] | None:
         """ASGD's running average (``ax``) once averaging started; a parameter ASGD has not stepped yet
         (just after the switch) counts with its current value, as ``ax`` would equal it after one step."""
@@ -489,7 +482,7 @@ class Trainer:
         return task["results"], "interrupted" if tested == "interrupted" else None
 
     def epochs(self, prog: Progress) -> float:
-        return prog.epoch + prog.pos / max(self.pass_length(prog.epoch + 1), 1)
+        return prog.epoch + prog.pos / max(len(self.schedule(prog.epoch + 1)), 1)
 
     def _final_test(self) -> str:
         """Score the best weights on the first process; every process learns whether that was interrupted."""
@@ -556,7 +549,7 @@ def train(
     names a new run's directory may already hold (the demo's corpus). Returns
     the run's :class:`~onlstm.runs.engine.TrainResult` (also in ``results.json``); joins the process group under torchrun."""
     run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train", keep=keep)
-    if resume and run.config_path.exists() and not run.resume_path.exists() and (refusal := restart_refusal(run)):
+    if resume and run.config_path.exists() and (refusal := restart_refusal(run)):
         raise RunDirError(refusal)  # before the lock and the data: nothing to do
     config = resolve_settings(run, explicit or {}, resume)
     main = int(os.environ.get("RANK", "0")) == 0  # under torchrun the first process holds the lock

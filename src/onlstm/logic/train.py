@@ -230,8 +230,8 @@ def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
     finished = result.get("status") in ("finished", "stopped")
     if clash or (finished and result.get("stopped_by") not in BUDGETS):
         return clash or f"{out} holds a run ended by {result.get('stopped_by')}, which is final; train into a new --out"
-    if not run.resume_path.exists():
-        return restart_refusal(run)
+    if refusal := restart_refusal(run):
+        return refusal
     if not finished:  # resumed whatever its budget: the engine ends it without an update past the budget
         return ""
     prog = read_training(run.resume_path, KIND, fix=RESUME_FIX, tensors=False)[0]
@@ -439,7 +439,7 @@ class LogicTask:
             f"resuming {self.rundir.path} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
             f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"
         )
-        return Saved(self.model, self.opt, self.device)
+        return self.resume_state(prog)
 
     def finish(self, why: str, prog: Progress) -> tuple[dict, None]:
         """The last weights of an interrupted run; the data sizes and best accuracy for the result."""

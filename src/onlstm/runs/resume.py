@@ -204,11 +204,13 @@ def resume_settings(
 
 
 def restart_refusal(run: RunDir) -> str:
-    """Why ``--resume`` of ``run``, which has no resume file, may not start it again from step 0; "" when it may:
-    it stopped (a signal, a kill, a full disk) before its first save, so a restart loses nothing. One that saved
+    """Why ``--resume`` of ``run`` may not start it again from step 0 when it has no resume file; "" when it has
+    one, or stopped (a signal, a kill, a full disk) before its first save: a restart loses nothing. One that saved
     (its history, ``log.csv`` or ``history.json``, is written after the resume file) or finished would lose what
     it holds."""
-    record = run.results() if run.results_path.exists() else None
+    if run.resume_path.exists():
+        return ""
+    record = run.results()
     done = [path.name for path in (run.log_path, run.history_path) if path.exists()]
     done += [run.results_path.name] if (record or {}).get("status") in ("finished", "stopped") else []
     if not done:
