@@ -219,10 +219,6 @@ class TrainResult:
         return find_kind(self.kind).model.from_pretrained(self.out_dir)
 
 
-def _call(write: Callable[[], object]) -> None:
-    write()
-
-
 def update(optimizer, loss, params, clip: float) -> None:
     """Every trainer's backward pass and optimizer step, the gradient norm clipped at ``clip`` (0: none)."""
     optimizer.zero_grad(set_to_none=True)
@@ -250,7 +246,7 @@ class Engine:
         report: Reporting | None = None,
         run: RunDir | None = None,
         kind: str = "",
-        writes: Callable[[Callable[[], object]], None] = lambda write: _call(write),
+        writes: Callable[[Callable[[], object]], object] = lambda write: write(),
     ):
         self.task, self.budget, self.progress, self.history = task, budget, task.fresh_progress(), []
         self.run_dir, self.kind, self.writes = run, kind, writes
@@ -300,7 +296,9 @@ class Engine:
             with self.stop as stop:
                 if prog.check_due and self.check():
                     return "patience"
-                spent = self._budget_stop()  # resumed with a budget already used up: no update past it
+                spent = budget_spent(
+                    budget, prog, self.elapsed()
+                )  # resumed with a budget already used up: no update past it
                 if self.agree(bool(spent)):
                     return spent or "time_limit"  # another process's clock: the one budget that can differ
                 while prog.epoch < budget.epochs:
@@ -366,7 +364,7 @@ class Engine:
         checked = prog.step % budget.valid_every == 0 if budget.valid_every else pass_ended
         if checked and self.check():
             return "patience"
-        why = self._budget_stop() or ("interrupted" if stop.requested else "epochs")
+        why = budget_spent(budget, prog, self.elapsed()) or ("interrupted" if stop.requested else "epochs")
         if not self.agree(why != "epochs"):
             if budget.save_every and prog.step % budget.save_every == 0 and not checked:
                 self.save_state()
@@ -424,9 +422,6 @@ class Engine:
         )  # fmt: skip
         self.writes(lambda: write_json(run.results_path, result.record()))
         return result
-
-    def _budget_stop(self) -> str:
-        return budget_spent(self.budget, self.progress, self.elapsed())
 
     def check(self) -> bool:
         """Validate, keep the best and last weights, record, write the resume file; True when patience ran out."""
