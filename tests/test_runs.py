@@ -49,7 +49,7 @@ def test_unusable_resume_files_say_how_to_go_on(tmp_path):
                        r"be resumed: train into a new --out"):  # fmt: skip
         read_training(path, "toy", fix="train into a new --out")
     save_safetensors({"x": torch.zeros(1)}, path, {"format": RESUME_FORMAT, "progress": "{}"})
-    with pytest.raises(CheckpointError, match="incomplete or corrupt.*start a new run"):
+    with pytest.raises(CheckpointError, match="incomplete or corrupt.*train again without --resume"):
         read_training(path, "toy")
     save_training(path, "lm", Progress(), model, opt, torch.device("cpu"))
     with pytest.raises(CheckpointError, match="the resume file of a 'lm' run, not of a 'toy' one"):

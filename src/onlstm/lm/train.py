@@ -28,8 +28,9 @@ from ..nn import ONLSTM, kernels
 from ..runs import RunDir, RunDirError, StopRequest, restart_refusal, resume_settings, setup_torch
 from ..runs.device import prepare_kernel
 from ..runs.dist import DistContext, setup, teardown
-from ..runs.engine import RESUME_FIX, Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, diverged, update
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, diverged, update
 from ..runs.records import COUNT, COUNTS, FLAG, MAYBE_OBJECT, NUMBER, OBJECT, REAL, REALS, check_fields
+from ..runs.resume import RESUME_FIX
 from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, run_config
 from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment
 from .evaluate import Interrupted, perplexity

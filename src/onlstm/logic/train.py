@@ -19,18 +19,7 @@ from ..config import runtime_fields
 from ..files import write_json
 from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
-from ..runs.engine import (
-    RESUME_FIX,
-    Budget,
-    Check,
-    Engine,
-    Progress,
-    Reporting,
-    Saved,
-    TrainResult,
-    budget_refusal,
-    update,
-)
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, budget_refusal, update
 from ..runs.records import COUNT, FLAG, NUMBER, RNG_STATE, SCORES
 from ..runs.records import read_history as read_records
 from ..runs.resume import read_training, restart_refusal, resume_settings
@@ -234,7 +223,7 @@ def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
         return refusal
     if not finished:  # resumed whatever its budget: the engine ends it without an update past the budget
         return ""
-    prog = read_training(run.resume_path, KIND, fix=RESUME_FIX, tensors=False)[0]
+    prog = read_training(run.resume_path, KIND, tensors=False)[0]
     return budget_refusal(Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit), prog)
 
 
@@ -445,8 +434,5 @@ class LogicTask:
         """The last weights of an interrupted run; the data sizes and best accuracy for the result."""
         if why in ("interrupted", "aborted"):
             self.save_weights("last")
-        return {
-            "best_valid_accuracy": prog.best or 0.0,
-            "n_train": len(self.train_data),
-            "n_valid": len(self.valid_data),
-        }, None
+        figures = {"best_valid_accuracy": prog.best or 0.0, "n_train": len(self.train_data)}
+        return {**figures, "n_valid": len(self.valid_data)}, None

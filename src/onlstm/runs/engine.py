@@ -22,7 +22,7 @@ from ..files import write_json, write_text
 from .device import StopRequest, progress_bar
 from .dirs import RunDir, find_kind
 from .records import check_history
-from .resume import Progress, read_training, restore_training, save_training
+from .resume import RESUME_FIX, Progress, read_training, restore_training, save_training
 
 
 @dataclass(frozen=True)
@@ -95,10 +95,6 @@ class Saved:
     device: torch.device
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
-
-
-#: What to do when a resume file cannot be used.
-RESUME_FIX = "train again without --resume (into a new --out, or after removing this one)"
 
 
 class Task(Protocol):
@@ -277,7 +273,7 @@ class Engine:
             self.log(f"{run.path} has no {run.RESUME} yet; starting from the beginning")
         if not (resume and path.exists()):
             return False
-        prog, tensors, meta = read_training(path, self.kind, fix=RESUME_FIX, task=task.task_fields)
+        prog, tensors, meta = read_training(path, self.kind, task=task.task_fields)
         old = "history" not in meta  # a logic resume file written before it held the history: its history.json
         where, fields = run.history_path if old else path, (task.history_fields, task.history_required)
         history = check_history(read_json(where) if old else meta["history"], *fields, where, RESUME_FIX, prog.n_checks)
@@ -296,9 +292,8 @@ class Engine:
             with self.stop as stop:
                 if prog.check_due and self.check():
                     return "patience"
-                spent = budget_spent(
-                    budget, prog, self.elapsed()
-                )  # resumed with a budget already used up: no update past it
+                # resumed with a budget already used up: no update past it
+                spent = budget_spent(budget, prog, self.elapsed())
                 if self.agree(bool(spent)):
                     return spent or "time_limit"  # another process's clock: the one budget that can differ
                 while prog.epoch < budget.epochs:

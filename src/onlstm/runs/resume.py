@@ -42,6 +42,8 @@ class Progress:
 #: random state ``rng.*`` and the task's own tensors; as JSON metadata the run's ``kind``, the engine's
 #: :class:`Progress`, the optimizer's hyperparameters and the task's own values.
 RESUME_FORMAT = "onlstm-resume/1"
+#: What to do when a resume file cannot be used.
+RESUME_FIX = "train again without --resume (into a new --out, or after removing this one)"
 
 
 def save_training(
@@ -76,7 +78,7 @@ def save_training(
 def read_training(
     path: Path,
     kind: str,
-    fix: str = "start a new run with another --out",
+    fix: str = RESUME_FIX,
     tensors: bool = True,
     task: Mapping[str, str] | None = None,
 ) -> tuple[Progress, dict[str, torch.Tensor], dict[str, Any]]:
