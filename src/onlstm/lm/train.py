@@ -128,7 +128,8 @@ def _sections(header: dict) -> dict[str, dict]:
 
 def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
     """The run's settings, resolved once: defaults < ``explicit``; on resume the saved settings, of which only the
-    runtime fields may change. Every setting is checked (the model's too) before anything is created or read."""
+    runtime fields may change; a run without a resume file must have nothing to lose (``restart_refusal``). Every
+    setting is checked (the model's too) before anything is created or read."""
     if not resume:
         config = run_config(explicit)
     elif not run.config_path.exists():
@@ -139,8 +140,8 @@ def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
     else:
         header = run.read_config("lm", "a language-model run", f"{run.CONFIG} is damaged, or it is another kind of run")
         settings, clash = resume_settings(header, _sections, explicit, RUNTIME_FIELDS, run.path)
-        if clash:
-            raise RunDirError(clash)
+        if refusal := clash or restart_refusal(run):  # before the lock and the data: nothing to do
+            raise RunDirError(refusal)
         config = RunConfig(settings["model"], TrainConfig.from_dict(settings["train"]))
     config.model_config(vocab_size=1)
     return config
@@ -550,8 +551,6 @@ def train(
     names a new run's directory may already hold (the demo's corpus). Returns
     the run's :class:`~onlstm.runs.engine.TrainResult` (also in ``results.json``); joins the process group under torchrun."""
     run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train", keep=keep)
-    if resume and run.config_path.exists() and (refusal := restart_refusal(run)):
-        raise RunDirError(refusal)  # before the lock and the data: nothing to do
     config = resolve_settings(run, explicit or {}, resume)
     main = int(os.environ.get("RANK", "0")) == 0  # under torchrun the first process holds the lock
     try:
