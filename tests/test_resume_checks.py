@@ -225,3 +225,19 @@ def test_an_interrupted_run_whose_resume_file_was_deleted_is_not_trained_over(
         argv = ["logic", "train", "--data", str(data), "--out", str(run), *LOGIC, "--resume", "--max-steps", "8"]
     refused(capsys, argv, "has no resume.safetensors", "but holds results", "train into a new --out")
     assert snapshot(run) == before
+
+
+def test_a_logic_resume_file_without_the_history_goes_on_from_history_json(logic_run, tmp_path):
+    """Logic resume files written before they held the history (runs in progress when it moved there) resume with
+    the checks of their history.json."""
+    data, whole = logic_run
+    run = shutil.copytree(whole, tmp_path / "run")
+    path = run / "resume.safetensors"
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata()
+    history = json.loads(meta.pop("history"))
+    assert history and json.loads((run / "history.json").read_text()) == history
+    save_file(load_file(str(path)), str(path), metadata=meta)
+    argv = ["logic", "train", "--data", str(data), "--out", str(run), *LOGIC, "--resume", "--max-steps", "8"]
+    assert main(argv) == 0
+    assert json.loads((run / "history.json").read_text())[: len(history)] == history
