@@ -26,7 +26,8 @@ from onlstm.config import MAX_THREADS, SEED_RANGE, THREADS_ZERO_TEXT, Config, Co
 from onlstm.errors import EXIT_WRITE_FAILED, WriteError
 from onlstm.files import atomic_write, save_figure, write_json, write_text
 from onlstm.logic.config import LogicTrainConfig
-from onlstm.runs import RunDir, write_resume
+from onlstm.runs import RunDir, save_training
+from onlstm.runs.engine import Progress
 from support import REPO, TINY_LM, write_corpus
 
 resource = pytest.importorskip("resource")  # POSIX: the file-size limit is how a full disk is made for real
@@ -70,6 +71,11 @@ def _csv_log(path: Path) -> None:
     write_log_csv(path, [{"epoch": k, "steps": 10 * k, "train_loss": 1.0 / (k + 1)} for k in range(50)])
 
 
+def _trained() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = torch.nn.Linear(16, 16)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
 def _logic_file(path: Path) -> None:
     from onlstm.logic.data import write_file
 
@@ -81,7 +87,7 @@ WRITERS = {
     "json (config, history, results)": lambda p: write_json(p, {"history": list(range(200))}),
     "text (trees, table, model card)": lambda p: write_text(p, "(a (b c))\n" * 100),
     "weights (safetensors)": lambda p: save_weights(p, torch.nn.Linear(16, 16)),
-    "resume state": lambda p: write_resume(p, "test-resume/1", {"w": torch.zeros(256)}, {"progress": {"step": 3}}),
+    "resume state": lambda p: save_training(p, "toy", Progress(step=3), *_trained(), torch.device("cpu")),
     "csv log": _csv_log,
     "plot (matplotlib)": lambda p: save_figure(_figure(), p, dpi=50),
     "logic data file": _logic_file,

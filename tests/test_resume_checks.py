@@ -150,16 +150,19 @@ HISTORY_EDITS = {
 
 @pytest.mark.parametrize("case", HISTORY_EDITS)
 def test_logic_resume_and_curves_refuse_an_edited_history(logic_run, tmp_path, capsys, case):
+    """A resume goes on from the history in the resume file (history.json, written after it, is its copy for the
+    plots and for people): an edited one is refused there, an edited history.json by the plots."""
     data, whole = logic_run
     run = shutil.copytree(whole, tmp_path / "run")
-    history = json.loads((run / "history.json").read_text())
-    assert history, "the run made validation checks"
-    (run / "history.json").write_text(json.dumps(HISTORY_EDITS[case](history)))
+    assert json.loads((run / "history.json").read_text()), "the run made validation checks"
+    edit_resume(run / "resume.safetensors", "history", HISTORY_EDITS[case])
     before = snapshot(run)
     argv = ["logic", "train", "--data", str(data), "--out", str(run), *LOGIC, "--resume", "--max-steps", "8"]
-    refused(capsys, argv, "history.json is damaged or was edited", "train again")
+    refused(capsys, argv, "resume.safetensors is damaged or was edited", "train again")
     assert snapshot(run) == before
     if case != "shorter than the checks":  # the plots read every record there is
+        history = json.loads((run / "history.json").read_text())
+        (run / "history.json").write_text(json.dumps(HISTORY_EDITS[case](history)))
         refused(capsys, ["logic", "curves", str(run), "--out", str(tmp_path / "plots")], "history.json is damaged")
 
 
@@ -186,3 +189,55 @@ def test_export_refuses_results_that_are_not_an_object(lm_run, tmp_path, capsys,
     (run / "results.json").write_text(json.dumps(results))
     refused(capsys, ["export", "--checkpoint", str(run), "--to", str(tmp_path / "out")], "results.json")
     assert not (tmp_path / "out").exists()
+
+
+def test_one_restart_rule_without_a_resume_file(tmp_path):
+    """Both trainers ask runs.restart_refusal: a run that stopped before its first save starts again from step 0;
+    one that saved (its history is written after the resume file) or finished is refused, naming what it holds."""
+    from onlstm.files import write_json
+    from onlstm.runs import RunDir, restart_refusal
+
+    run = RunDir(tmp_path)
+    assert restart_refusal(run) == ""  # killed, or a full disk, before its first save
+    write_json(run.results_path, {"status": "interrupted", "stopped_by": "interrupted", "steps": 2})
+    assert restart_refusal(run) == ""
+    for name in (RunDir.LOG, RunDir.HISTORY):
+        (tmp_path / name).write_text("[]")
+        assert f"holds results ({name})" in restart_refusal(run)
+        (tmp_path / name).unlink()
+    write_json(run.results_path, {"status": "finished", "stopped_by": "epochs", "steps": 9})
+    assert "holds results (results.json); resuming would start again from step 0" in restart_refusal(run)
+
+
+@pytest.mark.parametrize("trainer", ["lm", "logic"])
+def test_an_interrupted_run_whose_resume_file_was_deleted_is_not_trained_over(
+    corpus, lm_run, logic_run, tmp_path, capsys, trainer
+):
+    """The same refusal in both trainers (logic started such a run again from step 0 over its checks)."""
+    data, whole = logic_run
+    run = shutil.copytree(lm_run if trainer == "lm" else whole, tmp_path / "run")
+    (run / "results.json").write_text(json.dumps({"status": "interrupted", "stopped_by": "interrupted"}))
+    (run / "resume.safetensors").unlink()
+    before = snapshot(run)
+    if trainer == "lm":
+        argv = lm(corpus, run, "--resume", "--max-steps", "6")
+    else:
+        argv = ["logic", "train", "--data", str(data), "--out", str(run), *LOGIC, "--resume", "--max-steps", "8"]
+    refused(capsys, argv, "has no resume.safetensors", "but holds results", "train into a new --out")
+    assert snapshot(run) == before
+
+
+def test_a_logic_resume_file_without_the_history_goes_on_from_history_json(logic_run, tmp_path):
+    """Logic resume files written before they held the history (runs in progress when it moved there) resume with
+    the checks of their history.json."""
+    data, whole = logic_run
+    run = shutil.copytree(whole, tmp_path / "run")
+    path = run / "resume.safetensors"
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata()
+    history = json.loads(meta.pop("history"))
+    assert history and json.loads((run / "history.json").read_text()) == history
+    save_file(load_file(str(path)), str(path), metadata=meta)
+    argv = ["logic", "train", "--data", str(data), "--out", str(run), *LOGIC, "--resume", "--max-steps", "8"]
+    assert main(argv) == 0
+    assert json.loads((run / "history.json").read_text())[: len(history)] == history

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 
 import pytest
@@ -10,51 +9,54 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from onlstm.checkpoint import CheckpointError, config_header, save_weights
+from onlstm.checkpoint import CheckpointError, config_header, save_safetensors, save_weights
 from onlstm.errors import OnlstmError
 from onlstm.files import write_json
 from onlstm.runs import (
+    RESUME_FORMAT,
     StopRequest,
     load_run,
-    read_resume,
+    read_training,
     resolve_device,
     restore_training,
+    save_training,
     setup_torch,
-    training_tensors,
-    write_resume,
 )
-
-FMT = "onlstm-test-resume/1"
+from onlstm.runs.engine import Progress
+from onlstm.runs.records import REALS
 
 
 def test_resume_file_round_trip_and_its_layout(tmp_path):
-    path = tmp_path / "resume.safetensors"
-    tensors = {"a": torch.arange(6.0).view(2, 3), "b": torch.tensor([1, 2], dtype=torch.int64)}
-    progress = {"step": 7, "best": 0.5, "order": [3, 1, 2]}
-    write_resume(path, FMT, tensors, {"progress": progress, "world": 2})
-    # the layout both trainers wrote before onlstm.runs existed: format as is, every other value as JSON text
+    path, model = tmp_path / "resume.safetensors", nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    prog = Progress(step=7, epoch=1, pos=2, best=0.5, task={"order": [3, 1, 2]})
+    save_training(path, "toy", prog, model, opt, torch.device("cpu"), {"a": torch.arange(6.0).view(2, 3)}, world=2)
+    # the format as is, every other value as JSON text
     with safe_open(str(path), framework="pt") as f:
-        assert f.metadata() == {"format": FMT, "progress": json.dumps(progress), "world": "2"}
-    got, meta = read_resume(path, FMT, "a test resume file", ("progress", "world"))
-    assert meta == {"progress": progress, "world": 2}
-    assert torch.equal(got["a"], tensors["a"]) and torch.equal(got["b"], tensors["b"])
+        meta = f.metadata()
+        assert meta["format"] == RESUME_FORMAT and meta["world"] == "2" and meta["kind"] == '"toy"'
+        assert set(f.keys()) == {"a", "model.weight", "model.bias", "rng.torch"}
+    got_prog, got, meta = read_training(path, "toy", task={"order": REALS})
+    assert got_prog == prog and meta["world"] == 2 and torch.equal(got["a"], torch.arange(6.0).view(2, 3))
+    assert read_training(path, "toy", tensors=False)[1] == {}  # the metadata alone
 
 
 def test_unusable_resume_files_say_how_to_go_on(tmp_path):
-    path = tmp_path / "resume.safetensors"
-    write_resume(path, "other-format/9", {"x": torch.zeros(1)}, {"progress": {}})
-    with pytest.raises(
-        CheckpointError,
-        match=r"format 'other-format/9', expected 'onlstm-test-resume/1'\); it cannot "
-        r"be resumed: train into a new --out",
-    ):
-        read_resume(path, FMT, "a test resume file", ("progress",), fix="train into a new --out")
-    write_resume(path, FMT, {"x": torch.zeros(1)}, {"progress": {}})
-    with pytest.raises(CheckpointError, match="incomplete or corrupt.*start a new run"):
-        read_resume(path, FMT, "a test resume file", ("progress", "optimizer"))
+    path, model = tmp_path / "resume.safetensors", nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    save_safetensors({"x": torch.zeros(1)}, path, {"format": "other-format/9"})
+    with pytest.raises(CheckpointError, match=rf"format 'other-format/9', expected '{RESUME_FORMAT}'\); it cannot "
+                       r"be resumed: train into a new --out"):  # fmt: skip
+        read_training(path, "toy", fix="train into a new --out")
+    save_safetensors({"x": torch.zeros(1)}, path, {"format": RESUME_FORMAT, "progress": "{}"})
+    with pytest.raises(CheckpointError, match="incomplete or corrupt.*train again without --resume"):
+        read_training(path, "toy")
+    save_training(path, "lm", Progress(), model, opt, torch.device("cpu"))
+    with pytest.raises(CheckpointError, match="the resume file of a 'lm' run, not of a 'toy' one"):
+        read_training(path, "toy")
     path.write_bytes(b"not safetensors")
     with pytest.raises(CheckpointError, match="corrupt or truncated"):
-        read_resume(path, FMT, "a test resume file", ("progress",))
+        read_training(path, "toy")
 
 
 def _step(model, opt, x):
@@ -71,16 +73,15 @@ def test_training_state_restores_exactly(tmp_path):
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
     for _ in range(3):
         _step(model, opt, x)
-    tensors, opt_meta = training_tensors(model, opt, torch.device("cpu"))
     path = tmp_path / "resume.safetensors"
-    write_resume(path, FMT, tensors, {"optimizer": opt_meta})
+    save_training(path, "toy", Progress(step=3), model, opt, torch.device("cpu"))
     for _ in range(2):  # the uninterrupted run goes on
         _step(model, opt, x)
 
     torch.manual_seed(123)  # a fresh process: other weights, other random state
     model2 = nn.Linear(3, 2)
     opt2 = torch.optim.Adam(model2.parameters(), lr=0.1)
-    got, meta = read_resume(path, FMT, "a test resume file", ("optimizer",))
+    _, got, meta = read_training(path, "toy")
     restore_training(path, got, meta["optimizer"], model2, opt2, torch.device("cpu"))
     for _ in range(2):
         _step(model2, opt2, x)
@@ -91,10 +92,12 @@ def test_training_state_restores_exactly(tmp_path):
 def test_restore_refuses_a_file_without_random_state(tmp_path):
     model = nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    tensors, meta = training_tensors(model, opt, torch.device("cpu"))
+    path = tmp_path / "resume.safetensors"
+    save_training(path, "toy", Progress(), model, opt, torch.device("cpu"))
+    _, tensors, meta = read_training(path, "toy")
     del tensors["rng.torch"]
     with pytest.raises(CheckpointError, match="random state"):
-        restore_training(tmp_path / "r", tensors, meta, model, opt, torch.device("cpu"))
+        restore_training(path, tensors, meta["optimizer"], model, opt, torch.device("cpu"))
 
 
 # --------------------------------------------------------------------------- load_run

@@ -22,16 +22,15 @@ from ..config import ConfigError, check_section
 from ..data.ptb import Corpus, load_corpus, split_file
 from ..data.vocab import Vocab
 from ..encoders import detach_state
-from ..errors import cap
 from ..files import write_text
 from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
-from ..runs import RunDir, RunDirError, StopRequest, restore_training, resume_clash, setup_torch
+from ..runs import RunDir, RunDirError, StopRequest, restart_refusal, resume_settings, setup_torch
 from ..runs.device import prepare_kernel
 from ..runs.dist import DistContext, setup, teardown
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, diverged, update
-from ..runs.records import COUNT, COUNTS, FLAG, MAYBE_OBJECT, NUMBER, REAL, REALS, check_fields, check_history
-from ..runs.resume import read_training, save_training
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, diverged, update
+from ..runs.records import COUNT, COUNTS, FLAG, MAYBE_OBJECT, NUMBER, OBJECT, REAL, REALS, check_fields
+from ..runs.resume import RESUME_FIX
 from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, run_config
 from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment
 from .evaluate import Interrupted, perplexity
@@ -46,12 +45,8 @@ _TASK.update(finished=False, results=None)
 # What a resume file's values must be (onlstm.runs.records): the task's, a row of the history, the rest.
 _TASK_FIELDS = dict(averaging=FLAG, avg_count=COUNT, sgd_valid_history=REALS, epoch_loss_sum=NUMBER)
 _TASK_FIELDS.update(epoch_tokens=COUNT, epoch_seconds=NUMBER, finished=FLAG, results=MAYBE_OBJECT)
-_ROW_FIELDS = {k: REAL if "valid" in k else NUMBER for k in LOG_COLUMNS} | {
-    "epoch": COUNT,
-    "steps": COUNT,
-    "best": FLAG,
-}
-_META_FIELDS = {"hidden_layout": COUNTS}
+_ROW_FIELDS = {k: REAL if "valid" in k else NUMBER for k in LOG_COLUMNS} | dict(epoch=COUNT, steps=COUNT, best=FLAG)
+_META_FIELDS = {"hidden_layout": COUNTS, "model_config": OBJECT}
 
 
 class _Objective(nn.Module):
@@ -125,19 +120,16 @@ def _assign(params: list[torch.Tensor], values: list[torch.Tensor]) -> None:
         p.copy_(v)
 
 
-def run_config_from_saved(saved: dict) -> RunConfig:
-    kind = saved.get("kind") if isinstance(saved, dict) else None
-    if kind != "lm":
-        raise CheckpointError(f"{RunDir.CONFIG} has kind {cap(repr(kind), 40)}, not 'lm': not a language-model run")
-    if not all(isinstance(saved.get(k), dict) for k in ("model", "train")):
-        raise CheckpointError(f"{RunDir.CONFIG} lacks its model or train settings: the run directory is damaged")
-    model = {k: v for k, v in saved["model"].items() if k != "vocab_size"}
-    return RunConfig(check_section(LMConfig, model, "model"), TrainConfig.from_dict(saved["train"]))
+def _sections(header: dict) -> dict[str, dict]:
+    """A run's settings as sections of checked values (the model's without vocab_size: the text gives it)."""
+    model = {k: v for k, v in header["model"].items() if k != "vocab_size"}
+    return {"model": check_section(LMConfig, model, "model"), "train": TrainConfig.from_dict(header["train"]).to_dict()}
 
 
 def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
     """The run's settings, resolved once: defaults < ``explicit``; on resume the saved settings, of which only the
-    runtime fields may change. Every setting is checked (the model's too) before anything is created or read."""
+    runtime fields may change; a run without a resume file must have nothing to lose (``restart_refusal``). Every
+    setting is checked (the model's too) before anything is created or read."""
     if not resume:
         config = run_config(explicit)
     elif not run.config_path.exists():
@@ -146,31 +138,13 @@ def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
             "(drop --resume to start a new run there)"
         )
     else:
-        saved = run_config_from_saved(run.read_config())
-        train = saved.train.to_dict()
-        given = TrainConfig.from_dict({**train, **explicit.get("train", {})}).to_dict()
-        if clash := resume_clash({"model": saved.model, "train": train}, {**explicit, "train": given}, RUNTIME_FIELDS):
-            raise RunDirError(clash)
-        train.update({k: v for k, v in given.items() if k in RUNTIME_FIELDS})
-        config = RunConfig(dict(saved.model), TrainConfig.from_dict(train))
+        header = run.read_config("lm", "a language-model run", f"{run.CONFIG} is damaged, or it is another kind of run")
+        settings, clash = resume_settings(header, _sections, explicit, RUNTIME_FIELDS, run.path)
+        if refusal := clash or restart_refusal(run):  # before the lock and the data: nothing to do
+            raise RunDirError(refusal)
+        config = RunConfig(settings["model"], TrainConfig.from_dict(settings["train"]))
     config.model_config(vocab_size=1)
     return config
-
-
-def refuse_restart(run: RunDir) -> None:
-    """A ``--resume`` without a resume file starts from step 0: only for a run stopped before its first checkpoint.
-    One with results (weights, a test, a log) would have them overwritten: refused, as ``logic train`` does."""
-    # the log is written with the first resume file: without it, the run stopped (killed, a full disk) before its
-    # first checkpoint was complete, and its weights are the ones a restart makes again; every stop writes a
-    # results.json (an interrupted one too), so only a finished or stopped record counts
-    record = run.results() if run.results_path.exists() else None
-    done = [run.log_path.name] if run.log_path.exists() else []
-    done += [run.results_path.name] if (record or {}).get("status") in ("finished", "stopped") else []
-    if done:
-        raise RunDirError(
-            f"--resume: {run.path} has no {RunDir.RESUME} (it finished, or the file was deleted) but holds results "
-            f"({', '.join(done)}); resuming would start again from step 0 and overwrite them: train into a new --out"
-        )
 
 
 def write_log_csv(path: Path, history: list[dict]) -> None:
@@ -183,6 +157,8 @@ def write_log_csv(path: Path, history: list[dict]) -> None:
 class Trainer:
     """The language model's :class:`~onlstm.runs.engine.Task`: passes are epochs of BPTT segments, the state carried;
     validation scores the weights evaluation uses (the score is minus the loss); NT-ASGD, resume, the final test."""
+
+    task_fields, history_fields, history_required = _TASK_FIELDS, _ROW_FIELDS, ("epoch", "steps")
 
     def __init__(
         self,
@@ -212,10 +188,20 @@ class Trainer:
             )
         self._load_data()
         self._build_model()
-        header = lambda: self.rundir.write_header(self._config_json(), self.corpus.vocab.save)
-        if self.rundir.start(resume, lambda: self.ctx.main_writes(header), self.log):
-            self._load(self.rundir.resume_path)
-        self.engine: Engine | None = None
+        budget = Budget(
+            cfg.epochs, 0, cfg.max_steps, cfg.time_limit, check_at_stop=False, save_every=cfg.checkpoint_every
+        )
+        bar, main = cfg.progress and self.ctx.is_main, self.ctx.is_main
+        report = Reporting.for_run(self.rundir, cfg.log_every, cfg.progress, cfg.tensorboard, main)
+        self.engine = Engine(
+            self, budget, self.log, bar, agree=self.ctx.any, report=report, run=self.rundir, kind="lm",
+            writes=self.ctx.main_writes,
+        )  # fmt: skip
+        self.engine.begin(resume, self._config_json(), self.corpus.vocab.save)
+
+    @property
+    def prog(self) -> Progress:
+        return self.engine.progress
 
     def _load_data(self) -> None:
         """The corpus (with the run's vocabulary checked on resume) and this process's training columns."""
@@ -245,7 +231,7 @@ class Trainer:
         use_onlstm_impl(self.model, cfg.onlstm_impl, dev)
         self.param_names, self.params = map(list, zip(*self.model.named_parameters()))
         self.optimizer: torch.optim.Optimizer = make_optimizer(self.params, cfg)
-        self.prog, self.history, self.hidden = Progress(task=copy.deepcopy(_TASK)), [], None
+        self.hidden = None
         self.may_average = cfg.optimizer == "sgd" and cfg.averaging  # NT-ASGD
         self.objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
         if self.ctx.distributed:
@@ -281,9 +267,6 @@ class Trainer:
         return bptt_schedule(
             self.n_rows, c.bptt, c.seed, epoch, c.variable_bptt, c.bptt_short_prob, c.bptt_std, c.min_seq_len
         )
-
-    def pass_length(self, epoch: int) -> int:
-        return len(self.schedule(epoch))
 
     def averaged_weights(self) -> list[torch.Tensor] | None:
         """ASGD's running average (``ax``) once averaging started; a parameter ASGD has not stepped yet
@@ -367,7 +350,7 @@ class Trainer:
 
     def validate(self):
         """The validation perplexity of the weights evaluation uses (raises Interrupted on Ctrl-C)."""
-        stop = self.engine.stop if self.engine is not None and not self.ctx.distributed else None
+        stop = self.engine.stop if not self.ctx.distributed else None
         with self.eval_weights():  # every process scores its share
             return self._perplexity(self.model, "valid", "batched", self.cfg.eval_batch_size, stop, ctx=self.ctx)
 
@@ -409,8 +392,11 @@ class Trainer:
         with self.eval_weights():
             save_weights(self.rundir.weights(tag), self.model)
 
-    def save_state(self, prog: Progress, history: list[dict]) -> None:
-        """Write the resume file, the last weights and the log (all processes take part: the state is gathered)."""
+    def fresh_progress(self) -> Progress:
+        return Progress(task=copy.deepcopy(_TASK))
+
+    def resume_state(self, prog: Progress) -> Saved:
+        """The model, the optimizer and the carried state (all processes take part: the state is gathered)."""
         self._flush()
         # the carried state as hidden.<layer>.<part>, the layout saying how many parts each layer has (0: one tensor)
         tensors, layout = {}, []
@@ -418,22 +404,15 @@ class Trainer:
             layout.append(0 if torch.is_tensor(s) else len(s))
             for j, t in enumerate([s] if torch.is_tensor(s) else s):
                 tensors[f"hidden.{i}.{j}"] = self.ctx.gather_columns(t.detach(), dim=1).cpu().contiguous()
-        self.ctx.main_writes(lambda: self._write_state(tensors, layout, prog, history))
+        meta = dict(hidden_layout=layout, model_config=self.model_config.to_dict(), world=self.ctx.world)
+        return Saved(self.model, self.optimizer, self.ctx.device, tensors, meta)
 
-    def _write_state(self, tensors: dict, layout: list[int], prog: Progress, history: list[dict]) -> None:
-        meta = dict(
-            history=history, hidden_layout=layout, model_config=self.model_config.to_dict(), world=self.ctx.world
-        )
-        save_training(self.rundir.resume_path, "lm", prog, self.model, self.optimizer, self.ctx.device, tensors, **meta)
+    def write_files(self, prog: Progress, history: list[dict]) -> None:
         self._save_eval_weights("last")
         write_log_csv(self.rundir.log_path, history)
 
-    def _load(self, path: Path) -> None:
-        fix = f"move {path} away to start this run again from the beginning, or train into a new --out"
-        keys = ("history", "model_config", "hidden_layout")
-        self.prog, tensors, meta = read_training(path, "lm", keys, fix, task=_TASK_FIELDS)
-        self.history = check_history(meta["history"], _ROW_FIELDS, ("epoch", "steps"), path, fix, self.prog.n_checks)
-        check_fields(meta, _META_FIELDS, path, "metadata", fix)
+    def restore(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> Saved:
+        check_fields(meta, _META_FIELDS, path, "metadata", RESUME_FIX)
         if meta["model_config"] != self.model_config.to_dict():
             raise CheckpointError(
                 f"{path} was written for another model ({meta['model_config']}) than {RunDir.CONFIG} "
@@ -441,11 +420,11 @@ class Trainer:
             )
         if "t0" in (meta["optimizer"].get("param_groups") or [{}])[0]:  # saved in the averaging phase (torch's ASGD)
             self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
-        restore_training(path, tensors, meta["optimizer"], self.model, self.optimizer, self.ctx.device)
         if meta["hidden_layout"]:
             self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
-        prog, averaging = self.prog, " (averaging)" if self.prog.task["averaging"] else ""
+        averaging = " (averaging)" if prog.task["averaging"] else ""
         self.log(f"resumed {self.rundir.path} at epoch {prog.epoch + 1}, batch {prog.pos}, step {prog.step}{averaging}")
+        return Saved(self.model, self.optimizer, self.ctx.device)
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""
@@ -488,30 +467,24 @@ class Trainer:
         self.model.train()
         if prog.epoch >= cfg.epochs and not prog.check_due:
             self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
-        budget = Budget(
-            cfg.epochs, 0, cfg.max_steps, cfg.time_limit, check_at_stop=False, save_every=cfg.checkpoint_every
-        )
-        hook = (lambda: on_step(self)) if on_step is not None else None
-        bar, main = cfg.progress and self.ctx.is_main, self.ctx.is_main
-        report = Reporting.for_run(self.rundir, cfg.log_every, cfg.progress, cfg.tensorboard, main)
-        self.engine = Engine(
-            self, budget, prog, self.history, self.log, bar, on_step=hook, agree=self.ctx.any, report=report,
-            run=self.rundir, kind="lm", writes=self.ctx.main_writes,
-        )  # fmt: skip
+        self.engine.on_step = (lambda: on_step(self)) if on_step is not None else None
         resume = f"onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume"
-        why = self.engine.train(resume, lambda best: f"valid ppl {math.exp(-best):.2f}")
-        tested = "finished"
-        if why == "epochs":
-            prog.task["finished"] = True
-            if prog.task["results"] is None and cfg.final_test:
-                tested = self._final_test()
-        result = self.engine.record(why, prog.task["results"], "interrupted" if tested == "interrupted" else None)
-        if why == "aborted":
+        result = self.engine.train(resume, lambda best: f"valid ppl {math.exp(-best):.2f}")
+        if self.engine.why == "aborted":
             raise KeyboardInterrupt
         return result
 
+    def finish(self, why: str, prog: Progress) -> tuple[dict | None, str | None]:
+        """At the end of the epochs, the final test (``final_test``), once: its figures are the result's."""
+        tested, task = "finished", prog.task
+        if why == "epochs":
+            task["finished"] = True
+            if task["results"] is None and self.cfg.final_test:
+                tested = self._final_test()
+        return task["results"], "interrupted" if tested == "interrupted" else None
+
     def epochs(self, prog: Progress) -> float:
-        return prog.epoch + prog.pos / max(self.pass_length(prog.epoch + 1), 1)
+        return prog.epoch + prog.pos / max(len(self.schedule(prog.epoch + 1)), 1)
 
     def _final_test(self) -> str:
         """Score the best weights on the first process; every process learns whether that was interrupted."""
@@ -578,8 +551,6 @@ def train(
     names a new run's directory may already hold (the demo's corpus). Returns
     the run's :class:`~onlstm.runs.engine.TrainResult` (also in ``results.json``); joins the process group under torchrun."""
     run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train", keep=keep)
-    if resume and run.config_path.exists() and not run.resume_path.exists():
-        refuse_restart(run)  # before the lock and the data: nothing to do
     config = resolve_settings(run, explicit or {}, resume)
     main = int(os.environ.get("RANK", "0")) == 0  # under torchrun the first process holds the lock
     try:

@@ -19,10 +19,10 @@ from ..config import runtime_fields
 from ..files import write_json
 from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, TrainResult, budget_refusal, update
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, budget_refusal, update
 from ..runs.records import COUNT, FLAG, NUMBER, RNG_STATE, SCORES
 from ..runs.records import read_history as read_records
-from ..runs.resume import read_training, restore_training, resume_clash, save_training
+from ..runs.resume import read_training, restart_refusal, resume_settings
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, pad_batch, token_ids
@@ -181,7 +181,6 @@ RUNTIME_FIELDS = runtime_fields(LogicTrainConfig)
 #: The budgets (settings, and the engine's stops of the same names) a resumed run may raise to train further;
 #: ``patience`` ends a run for good.
 BUDGETS = ("epochs", "max_steps", "time_limit")
-RESUME_FIX = "train again without --resume (into a new --out, or after removing this one)"
 #: A validation check's record in history.json, and the task's values in the resume file (onlstm.runs.records);
 #: older runs recorded fewer fields, so only the first three must be there.
 HISTORY_FIELDS = dict(step=COUNT, valid_accuracy=NUMBER, train_accuracy=NUMBER, epoch=NUMBER, seconds=NUMBER)
@@ -196,39 +195,35 @@ def read_history(run: Path, fix: str, at_least: int = 0) -> list[dict]:
     return read_records(RunDir(run).history_path, HISTORY_FIELDS, tuple(HISTORY_FIELDS)[:3], fix, at_least)
 
 
+def _sections(header: dict) -> dict[str, dict]:
+    """A run's settings read through the dataclasses, so that a field added later has its default."""
+    model = asdict(LogicModelConfig.from_dict(header.get("model") or {}))
+    return {"model": model, "train": asdict(LogicTrainConfig.from_dict(header.get("train") or {}))}
+
+
 def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, str]:
-    """The header of the logic run in ``out`` and :func:`~onlstm.runs.resume_clash` of these settings ("": it was
-    trained with them; saved settings are read back through the dataclasses, so a field added later matches).
-    Raises :class:`CheckpointError` when the file is missing, corrupt, of another kind or does not parse."""
-    run = RunDir(out)
-    header = run.read_config(KIND, "a logic classifier")
-    try:
-        saved = {"model": asdict(LogicModelConfig.from_dict(header.get("model") or {}))}
-        saved["train"] = asdict(LogicTrainConfig.from_dict(header.get("train") or {}))
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{run.config_path}: bad config ({exc})") from None
+    """The header of the logic run in ``out`` and why it cannot be resumed with these settings ("": it was trained
+    with them; :func:`~onlstm.runs.resume_settings`). Raises :class:`CheckpointError` when the file is missing,
+    corrupt, of another kind or does not parse."""
+    header = RunDir(out).read_config(KIND, "a logic classifier")
     given = {"model": asdict(model_cfg), "train": asdict(cfg)}
-    return header, resume_clash(saved, given, RUNTIME_FIELDS, out)
+    return header, resume_settings(header, _sections, given, RUNTIME_FIELDS, Path(out))[1]
 
 
 def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
     """Why the run in ``out`` cannot be resumed with ``cfg``, given its settings clash (:func:`run_header`); ""
-    when it can: a resume file, and a budget not used up yet (an interrupted run, or one stopped by its budget that
-    ``cfg`` raises)."""
-    if clash:
-        return clash
-    resume_file, result = RunDir(out).resume_path, RunDir(out).results() or {}
+    when it can: a resume file and a budget not used up yet (an interrupted run, or one stopped by its budget that
+    ``cfg`` raises), or none and nothing to lose (:func:`~onlstm.runs.restart_refusal`)."""
+    run = RunDir(out)
+    result = run.results() or {}
     finished = result.get("status") in ("finished", "stopped")
-    stopped_by = result.get("stopped_by")
-    if finished and stopped_by not in BUDGETS:
-        return f"{out} holds a run ended by {stopped_by}, which is final; train into a new --out"
-    if not resume_file.exists():
-        if finished:  # finished before runs kept their resume file
-            return f"{out} holds a finished run without {RunDir.RESUME}; train again into a new --out"
-        return ""  # stopped (a signal, a kill, a full disk) before its first save: nothing to lose, from step 0
+    if clash or (finished and result.get("stopped_by") not in BUDGETS):
+        return clash or f"{out} holds a run ended by {result.get('stopped_by')}, which is final; train into a new --out"
+    if refusal := restart_refusal(run):
+        return refusal
     if not finished:  # resumed whatever its budget: the engine ends it without an update past the budget
         return ""
-    prog = read_training(resume_file, KIND, fix=RESUME_FIX, tensors=False)[0]
+    prog = read_training(run.resume_path, KIND, tensors=False)[0]
     return budget_refusal(Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit), prog)
 
 
@@ -259,25 +254,26 @@ def train(
         max_ops = max(ex.max_ops for ex in examples)
         data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
         header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
+        report = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard)
+        engine = Engine(task, task.budget(), log, cfg.progress, model_cfg.cell, report=report, run=run, kind=KIND)
+        task.clock = engine.elapsed
         # a resume without a resume file: killed or a full disk before its first save (resume_refusal allowed it)
-        go_on = run.start(resume, lambda: run.write_header(header, lambda path: write_json(path, list(TOKENS))), log)
-        prog, history = task.restore() if go_on else (task.fresh_progress(), [])
-        if resume:
+        go_on = engine.begin(resume, header, lambda path: write_json(path, list(TOKENS)))
+        if resume:  # what a full disk may have kept from being written when the run stopped
             run.write_config(header)
             write_json(run.vocab_path, list(TOKENS))
+            if go_on:  # (a run started again has none: it saved nothing)
+                write_json(run.history_path, engine.history)
         log(task.summary())
-        report = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard)
-        bar, desc = cfg.progress, model_cfg.cell
-        engine = Engine(task, task.budget(), prog, history, log, bar, desc, report=report, run=run, kind=KIND)
-        task.clock = engine.elapsed
         resume = "onlstm logic train --resume (with the run's --config, --data and --out)"
-        stopped_by = engine.train(resume, lambda best: f"valid acc {100 * best:.2f}%")  # diverged: resume file kept
-        return task.finish(engine, stopped_by)
+        return engine.train(resume, lambda best: f"valid acc {100 * best:.2f}%")  # diverged: resume file kept
 
 
 class LogicTask:
     """The classifier's part of a training run (run by :class:`~onlstm.runs.engine.Engine`); ``Progress.task``
     carries the schedule's count, the running training figures, the pass's operator bound and batch-order state."""
+
+    task_fields, history_fields, history_required = _TASK_FIELDS, HISTORY_FIELDS, tuple(HISTORY_FIELDS)[:3]
 
     def __init__(
         self,
@@ -420,29 +416,23 @@ class LogicTask:
     def save_weights(self, tag: str) -> None:
         save_weights(self.rundir.weights(tag), self.model)
 
-    def save_state(self, prog: Progress, history: list[dict]) -> None:
-        write_json(self.rundir.history_path, history)
-        save_training(self.rundir.resume_path, KIND, prog, self.model, self.opt, self.device)
+    def resume_state(self, prog: Progress) -> Saved:
+        return Saved(self.model, self.opt, self.device)
 
-    def restore(self) -> tuple[Progress, list[dict]]:
-        path = self.rundir.resume_path
-        prog, tensors, meta = read_training(path, KIND, fix=RESUME_FIX, task=_TASK_FIELDS)
-        history = read_history(self.rundir.path, RESUME_FIX, prog.n_checks)[: prog.n_checks] if prog.n_checks else []
-        restore_training(path, tensors, meta["optimizer"], self.model, self.opt, self.device)
+    def write_files(self, prog: Progress, history: list[dict]) -> None:
+        write_json(self.rundir.history_path, history)
+
+    def restore(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> Saved:
         self.schedule.bad = prog.task["schedule_bad"]
         self.log(
             f"resuming {self.rundir.path} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
             f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"
         )
-        return prog, history
+        return self.resume_state(prog)
 
-    def finish(self, engine: Engine, stopped_by: str) -> TrainResult:
-        """Save what an interruption needs, write the run's result and return it."""
-        prog = engine.progress
-        if stopped_by in ("interrupted", "aborted"):
+    def finish(self, why: str, prog: Progress) -> tuple[dict, None]:
+        """The last weights of an interrupted run; the data sizes and best accuracy for the result."""
+        if why in ("interrupted", "aborted"):
             self.save_weights("last")
         figures = {"best_valid_accuracy": prog.best or 0.0, "n_train": len(self.train_data)}
-        result = engine.record(stopped_by, {**figures, "n_valid": len(self.valid_data)})
-        if stopped_by not in ("interrupted", "aborted", *BUDGETS):
-            self.rundir.resume_path.unlink(missing_ok=True)  # patience: not resumed (see resume_refusal)
-        return result
+        return {**figures, "n_valid": len(self.valid_data)}, None

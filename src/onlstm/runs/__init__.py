@@ -25,12 +25,8 @@ from .dirs import pretrained_path as pretrained_path
 from .dirs import register_kind as register_kind
 from .engine import TrainResult as TrainResult
 from .resume import RESUME_FORMAT as RESUME_FORMAT
-from .resume import optimizer_from_data as optimizer_from_data
-from .resume import optimizer_to_data as optimizer_to_data
-from .resume import read_resume as read_resume
 from .resume import read_training as read_training
+from .resume import restart_refusal as restart_refusal
 from .resume import restore_training as restore_training
-from .resume import resume_clash as resume_clash
+from .resume import resume_settings as resume_settings
 from .resume import save_training as save_training
-from .resume import training_tensors as training_tensors
-from .resume import write_resume as write_resume

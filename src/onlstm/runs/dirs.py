@@ -104,10 +104,6 @@ class RunDir:
     def weights(self, tag: str) -> Path:
         return self.path / self.WEIGHTS.format(tag=tag)
 
-    def training_files(self) -> list[Path]:
-        """What only a training writes (an export never does)."""
-        return [self.resume_path, self.weights("best"), self.weights("last")]
-
     @classmethod
     def find(cls, path: str | Path, tag: str = "best") -> tuple[RunDir, Path]:
         """``(run, weights file)`` of ``path``: a run directory (``model.<tag>``, falling back to ``model.last``), a
@@ -155,16 +151,6 @@ class RunDir:
             for path in (self.vocab_path, self.config_path):
                 path.unlink(missing_ok=True)
             raise
-
-    def start(self, resume: bool, write_header: Callable[[], object], log: Callable[[str], None]) -> bool:
-        """Every training's way in: a new run writes its header (``write_header()``, e.g. :meth:`write_header`); a
-        resumed one without a resume file (stopped before its first save, which the trainer's pre-check allowed)
-        starts from the beginning. True when there is a resume file to go on from."""
-        if not resume:
-            write_header()
-        elif not self.resume_path.exists():
-            log(f"{self.path} has no {self.RESUME} yet; starting from the beginning")
-        return resume and self.resume_path.exists()
 
     def header(self) -> dict:
         """``config.json``, {} when it cannot be read."""
@@ -261,10 +247,14 @@ class RunDir:
         directory = self.path
         if directory.exists() and not directory.is_dir():
             raise InputError(f"{directory} is a file; save_pretrained needs a directory (new or an earlier export)")
-        held = [p.name for p in self.training_files() if p.exists()]
+        held = [
+            p.name for p in (self.resume_path, self.weights("best"), self.weights("last")) if p.exists()
+        ]  # only a training writes them
         if held:
             raise InputError(f"{directory} holds a training run ({held[0]}); save the shared model elsewhere")
-        check_output_owner(directory, self.EXPORT, overwrite=overwrite, flag="--to", legacy=RunDir.is_export_dir)
+        check_output_owner(
+            directory, self.EXPORT, overwrite=overwrite, flag="--to", legacy=lambda path: RunDir(path).is_export()
+        )
 
         def write(tmp: Path) -> None:
             into = RunDir(tmp)
@@ -275,10 +265,6 @@ class RunDir:
             write_text(into.card_path, card)
 
         return publish_folder(directory, self.EXPORT, write)
-
-    @staticmethod
-    def is_export_dir(path: Path) -> bool:
-        return RunDir(path).is_export()
 
 
 def check_output_dir(path: str | Path, **options) -> Path:

@@ -16,30 +16,13 @@ from typing import Any, Protocol
 
 import torch
 
+from ..checkpoint import read_json
 from ..errors import InputError, TrainingDiverged, WriteError
 from ..files import write_json, write_text
 from .device import StopRequest, progress_bar
 from .dirs import RunDir, find_kind
-
-
-@dataclass
-class Progress:
-    """Where a run stands; everything here is saved in the resume file (JSON)."""
-
-    step: int = 0  # updates done
-    epoch: int = 0  # whole passes over the training data done
-    pos: int = 0  # batches done in the pass in progress
-    best: float | None = None  # best validation score so far (higher is better)
-    best_step: int = 0
-    bad_checks: int = 0  # validation checks in a row without a new best
-    seconds: float = 0.0  # training time of the sessions before this one
-    n_checks: int = 0  # validation checks recorded in the history
-    check_due: bool = False  # a validation was interrupted: it is done first on resume
-    task: dict[str, Any] = field(default_factory=dict)  # what the experiment carries (JSON values)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Progress:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+from .records import check_history
+from .resume import RESUME_FIX, Progress, read_training, restore_training, save_training
 
 
 @dataclass(frozen=True)
@@ -102,8 +85,26 @@ class Check:
     record: dict[str, Any]
 
 
+@dataclass
+class Saved:
+    """A task's part of its resume file: the ``model`` and ``optimizer`` it trains on ``device`` (their state and the
+    random state are saved: :func:`~onlstm.runs.resume.save_training`), its own ``tensors`` and JSON ``meta``."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
 class Task(Protocol):
-    """What an experiment plugs into :class:`Engine`."""
+    """What an experiment plugs into :class:`Engine`; ``task_fields``: the kinds of the values it carries in
+    ``Progress.task``, ``history_fields`` those of a validation record (:mod:`~onlstm.runs.records`), of which
+    ``history_required`` must be there."""
+
+    task_fields: dict[str, str]
+    history_fields: dict[str, str]
+    history_required: tuple[str, ...]
 
     def pass_batches(self, prog: Progress) -> Sequence:
         """The batches of the pass in progress, the same list again when resumed in the middle of it."""
@@ -125,11 +126,25 @@ class Task(Protocol):
     def save_weights(self, tag: str) -> None:
         """Write the weights of ``tag``, ``best`` or ``last``."""
 
-    def save_state(self, prog: Progress, history: list[dict]) -> None:
-        """Write the history and the resume file (``prog`` is up to date)."""
+    def fresh_progress(self) -> Progress:
+        """A new run's progress record, with what ``Progress.task`` carries as it starts."""
+
+    def resume_state(self, prog: Progress) -> Saved:
+        """What the resume file holds of the task at ``prog`` (every process is asked: a task may gather it)."""
+
+    def write_files(self, prog: Progress, history: list[dict]) -> None:
+        """The task's files written after each resume file (its history for people and plots, its last weights)."""
+
+    def restore(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> Saved:
+        """Take back the task's own part of the resume file ``path`` (its tensors and metadata values, checked);
+        returns the model and optimizer whose saved state the engine then puts back."""
 
     def epochs(self, prog: Progress) -> float:
         """The passes done at ``prog`` (a fraction for a part), for the stop line and the result."""
+
+    def finish(self, why: str, prog: Progress) -> tuple[dict[str, Any], str | None]:
+        """After the loop stopped for ``why``: the experiment's figures for the result, and its status when it is
+        not :data:`STATUS`'s (lm: a final test that was interrupted), else None."""
 
     def metrics(self, prog: Progress) -> dict[str, float]:
         """The training figures since the previous call (the loss, a perplexity or an accuracy, a speed named
@@ -200,10 +215,6 @@ class TrainResult:
         return find_kind(self.kind).model.from_pretrained(self.out_dir)
 
 
-def _call(write: Callable[[], object]) -> None:
-    write()
-
-
 def update(optimizer, loss, params, clip: float) -> None:
     """Every trainer's backward pass and optimizer step, the gradient norm clipped at ``clip`` (0: none)."""
     optimizer.zero_grad(set_to_none=True)
@@ -223,8 +234,6 @@ class Engine:
         self,
         task: Task,
         budget: Budget,
-        progress: Progress,
-        history: list[dict],
         log: Callable[[str], None],
         bar: bool = False,
         desc: str = "",
@@ -233,9 +242,9 @@ class Engine:
         report: Reporting | None = None,
         run: RunDir | None = None,
         kind: str = "",
-        writes: Callable[[Callable[[], object]], None] = lambda write: _call(write),
+        writes: Callable[[Callable[[], object]], object] = lambda write: write(),
     ):
-        self.task, self.budget, self.progress, self.history = task, budget, progress, history
+        self.task, self.budget, self.progress, self.history = task, budget, task.fresh_progress(), []
         self.run_dir, self.kind, self.writes = run, kind, writes
         self.log, self.show_bar, self.desc, self.on_step, self.agree = log, bar, desc, on_step, agree
         self.report = report or Reporting()
@@ -245,9 +254,33 @@ class Engine:
         self.last_line = 0.0  # clock of the last log line
         self.stop = StopRequest()
         self.steps: StepLog | None = None
+        self.why = ""  # why the run stopped (:meth:`run`)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
+
+    def begin(self, resume: bool, header: dict, vocab: Callable[[Path], None]) -> bool:
+        """A new run writes its ``header`` and vocabulary (:meth:`RunDir.write_header`, by the first process); a
+        resumed one takes back its progress, history, weights, optimizer and random state from its resume file, or
+        without one (it stopped before its first save: the trainer's pre-check allowed it) starts from step 0.
+        True when it goes on from a resume file."""
+        run, task = self.run_dir, self.task
+        assert run is not None, "Engine(run=...) says where the run is"
+        path = run.resume_path
+        if not resume:
+            self.writes(lambda: run.write_header(header, vocab))
+        elif not path.exists():
+            self.log(f"{run.path} has no {run.RESUME} yet; starting from the beginning")
+        if not (resume and path.exists()):
+            return False
+        prog, tensors, meta = read_training(path, self.kind, task=task.task_fields)
+        old = "history" not in meta  # a logic resume file written before it held the history: its history.json
+        where, fields = run.history_path if old else path, (task.history_fields, task.history_required)
+        history = check_history(read_json(where) if old else meta["history"], *fields, where, RESUME_FIX, prog.n_checks)
+        saved = task.restore(prog, tensors, meta, path)
+        restore_training(path, tensors, meta["optimizer"], saved.model, saved.optimizer, saved.device)
+        self.progress, self.history = prog, history[: prog.n_checks]
+        return True
 
     def run(self) -> str:
         prog, budget = self.progress, self.budget
@@ -259,7 +292,8 @@ class Engine:
             with self.stop as stop:
                 if prog.check_due and self.check():
                     return "patience"
-                spent = self._budget_stop()  # resumed with a budget already used up: no update past it
+                # resumed with a budget already used up: no update past it
+                spent = budget_spent(budget, prog, self.elapsed())
                 if self.agree(bool(spent)):
                     return spent or "time_limit"  # another process's clock: the one budget that can differ
                 while prog.epoch < budget.epochs:
@@ -325,7 +359,7 @@ class Engine:
         checked = prog.step % budget.valid_every == 0 if budget.valid_every else pass_ended
         if checked and self.check():
             return "patience"
-        why = self._budget_stop() or ("interrupted" if stop.requested else "epochs")
+        why = budget_spent(budget, prog, self.elapsed()) or ("interrupted" if stop.requested else "epochs")
         if not self.agree(why != "epochs"):
             if budget.save_every and prog.step % budget.save_every == 0 and not checked:
                 self.save_state()
@@ -335,17 +369,22 @@ class Engine:
             self.check() if budget.check_at_stop else self.save_state()
         return "interrupted" if why == "epochs" else why  # "epochs": another process was asked to stop
 
-    def train(self, resume: str, best: Callable[[float], str]) -> str:
-        """:meth:`run`, then the stop's line in the log (:meth:`stop_line`); a divergence's result (status
-        ``diverged``) is written before the error goes on."""
+    def train(self, resume: str, best: Callable[[float], str]) -> TrainResult:
+        """:meth:`run`, the stop's line in the log (:meth:`stop_line`), what the task does then (``Task.finish``) and
+        the result, written (:meth:`record`) and returned; ``why``: the reason :meth:`run` gave. A divergence's
+        result (status ``diverged``) is written before the error goes on; a run ended by patience is final (its
+        resume file goes)."""
         try:
-            why = self.run()
+            self.why = self.run()
         except TrainingDiverged:
             self.record("diverged")
             raise
-        line = self.stop_line(why, resume, best)
+        line = self.stop_line(self.why, resume, best)
         self.log(f"{self.desc}: {line}" if self.desc else line)
-        return why
+        result = self.record(self.why, *self.task.finish(self.why, self.progress))
+        if self.why == "patience" and (run := self.run_dir) is not None:
+            self.writes(lambda: run.resume_path.unlink(missing_ok=True))
+        return result
 
     def stop_line(self, why: str, resume: str, best: Callable[[float], str]) -> str:
         """Where the run stopped (:meth:`run` returned ``why``), what is kept and how to go on: ``resume``, the
@@ -378,9 +417,6 @@ class Engine:
         )  # fmt: skip
         self.writes(lambda: write_json(run.results_path, result.record()))
         return result
-
-    def _budget_stop(self) -> str:
-        return budget_spent(self.budget, self.progress, self.elapsed())
 
     def check(self) -> bool:
         """Validate, keep the best and last weights, record, write the resume file; True when patience ran out."""
@@ -439,8 +475,20 @@ class Engine:
         return max(left, 0.0)
 
     def save_state(self) -> None:
-        self.progress.seconds, self.progress.n_checks = self.elapsed(), len(self.history)
-        self.task.save_state(self.progress, self.history)
+        """Write the resume file (:data:`~onlstm.runs.resume.RESUME_FORMAT`), then the task's files that go with it."""
+        prog, history, run = self.progress, self.history, self.run_dir
+        assert run is not None, "Engine(run=...) says where the resume file goes"
+        prog.seconds, prog.n_checks = self.elapsed(), len(history)
+        saved = self.task.resume_state(prog)
+
+        def write() -> None:
+            model, optimizer, device = saved.model, saved.optimizer, saved.device
+            save_training(
+                run.resume_path, self.kind, prog, model, optimizer, device, saved.tensors, history=history, **saved.meta
+            )
+            self.task.write_files(prog, history)
+
+        self.writes(write)
 
     def _write(self, msg: str) -> None:
         if self.bar is not None and self.log is print:

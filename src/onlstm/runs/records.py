@@ -44,32 +44,26 @@ def _rng_state(value: Any) -> bool:
     return True
 
 
+#: Each kind's test of a value and what it must be, in words.
 _VALID = {
-    COUNT: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT,
-    NUMBER: _finite,
-    REAL: _is_number,
-    FLAG: lambda v: isinstance(v, bool),
-    SCORES: lambda v: isinstance(v, dict) and all(k.isdigit() and _finite(x) for k, x in v.items()),
-    MAYBE_NUMBER: lambda v: v is None or _finite(v),
-    OBJECT: lambda v: isinstance(v, dict),
-    MAYBE_OBJECT: lambda v: v is None or isinstance(v, dict),
-    REALS: lambda v: isinstance(v, list) and all(_is_number(x) for x in v),
-    COUNTS: lambda v: isinstance(v, list) and all(_VALID[COUNT](x) for x in v),
-    RNG_STATE: _rng_state,
+    COUNT: (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT,
+        "a whole number from 0 to 2**53",
+    ),
+    NUMBER: (_finite, "a finite number"),
+    REAL: (_is_number, "a number"),
+    FLAG: (lambda v: isinstance(v, bool), "true or false"),
+    SCORES: (
+        lambda v: isinstance(v, dict) and all(k.isdigit() and _finite(x) for k, x in v.items()),
+        "an object of finite numbers by count",
+    ),
+    MAYBE_NUMBER: (lambda v: v is None or _finite(v), "a finite number or null"),
+    OBJECT: (lambda v: isinstance(v, dict), "an object"),
+    MAYBE_OBJECT: (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    REALS: (lambda v: isinstance(v, list) and all(_is_number(x) for x in v), "a list of numbers"),
+    COUNTS: (lambda v: isinstance(v, list) and all(_VALID[COUNT][0](x) for x in v), "a list of counts"),
+    RNG_STATE: (_rng_state, "a random generator's state"),
 }
-_WANTED = {COUNT: "a whole number from 0 to 2**53", NUMBER: "a finite number", REAL: "a number"}
-_WANTED.update(
-    {FLAG: "true or false", SCORES: "an object of finite numbers by count", MAYBE_NUMBER: "a finite number or null"}
-)
-_WANTED.update(
-    {
-        OBJECT: "an object",
-        MAYBE_OBJECT: "an object or null",
-        REALS: "a list of numbers",
-        COUNTS: "a list of counts",
-        RNG_STATE: "a random generator's state",
-    }
-)
 
 
 def problem(
@@ -86,8 +80,8 @@ def problem(
     if exact and (extra := sorted(set(obj) - set(fields))):
         return f"{what} has unknown fields ({', '.join(map(str, extra[:3]))})"
     for name, kind in fields.items():
-        if name in obj and not _VALID[kind](obj[name]):
-            return f"{what}.{name} is {cap(repr(obj[name]), 60)}, not {_WANTED.get(kind, kind)}"
+        if name in obj and not _VALID[kind][0](obj[name]):
+            return f"{what}.{name} is {cap(repr(obj[name]), 60)}, not {_VALID[kind][1]}"
     return ""
 
 

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import asdict
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,102 +14,36 @@ from torch import nn
 
 from ..checkpoint import CheckpointError, assign_weights, read_safetensors, save_safetensors, state_dict_for_saving
 from ..files import atomic_write
-from .engine import Progress
+from .dirs import RunDir
 from .records import PROGRESS_FIELDS, check_fields
+
+
+@dataclass
+class Progress:
+    """Where a run stands; everything here is saved in the resume file (JSON)."""
+
+    step: int = 0  # updates done
+    epoch: int = 0  # whole passes over the training data done
+    pos: int = 0  # batches done in the pass in progress
+    best: float | None = None  # best validation score so far (higher is better)
+    best_step: int = 0
+    bad_checks: int = 0  # validation checks in a row without a new best
+    seconds: float = 0.0  # training time of the sessions before this one
+    n_checks: int = 0  # validation checks recorded in the history
+    check_due: bool = False  # a validation was interrupted: it is done first on resume
+    task: dict[str, Any] = field(default_factory=dict)  # what the experiment carries (JSON values)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Progress:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
 
 #: The one resume format (its version after the slash): the weights ``model.*``, the optimizer ``optim.*``, the
 #: random state ``rng.*`` and the task's own tensors; as JSON metadata the run's ``kind``, the engine's
-#: :class:`~onlstm.runs.engine.Progress`, the optimizer's hyperparameters and the task's own values.
+#: :class:`Progress`, the optimizer's hyperparameters and the task's own values.
 RESUME_FORMAT = "onlstm-resume/1"
-
-
-def optimizer_to_data(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
-    """The optimizer's state as tensors (for safetensors) and JSON (hyperparameters, scalars)."""
-    sd = opt.state_dict()
-    tensors, scalars = {}, {}
-    for idx, st in sd["state"].items():
-        for k, v in st.items():
-            if torch.is_tensor(v):
-                tensors[f"optim.{idx}.{k}"] = v.detach().cpu().contiguous()
-            else:
-                scalars.setdefault(str(idx), {})[k] = v
-    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
-
-
-def optimizer_from_data(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
-    state: dict = {}
-    for key, t in tensors.items():
-        if key.startswith("optim."):
-            _, idx, name = key.split(".", 2)
-            state.setdefault(int(idx), {})[name] = t
-    for idx, kv in meta.get("scalars", {}).items():
-        state.setdefault(int(idx), {}).update(kv)
-    groups = meta["param_groups"]
-    if [len(g["params"]) for g in groups] != [len(g["params"]) for g in opt.param_groups]:
-        raise CheckpointError("the optimizer state in the resume file does not fit this model")
-    opt.load_state_dict({"state": state, "param_groups": groups})
-
-
-def training_tensors(
-    model: nn.Module, opt: torch.optim.Optimizer, device: torch.device
-) -> tuple[dict[str, torch.Tensor], dict]:
-    """What every trainer saves: ``model.*`` weights, ``optim.*`` optimizer tensors, ``rng.torch`` (and
-    ``rng.cuda`` on a GPU); returns ``(tensors, optimizer metadata)``."""
-    opt_tensors, opt_meta = optimizer_to_data(opt)
-    tensors = {**{f"model.{k}": v for k, v in state_dict_for_saving(model).items()}, **opt_tensors}
-    tensors["rng.torch"] = torch.get_rng_state()
-    if device.type == "cuda":
-        tensors["rng.cuda"] = torch.cuda.get_rng_state(device)
-    return tensors, opt_meta
-
-
-def restore_training(
-    path: Path,
-    tensors: dict[str, torch.Tensor],
-    opt_meta: dict,
-    model: nn.Module,
-    opt: torch.optim.Optimizer,
-    device: torch.device,
-) -> None:
-    """Undo :func:`training_tensors`: weights, optimizer state and random state back in place."""
-    if "rng.torch" not in tensors:
-        raise CheckpointError(f"{path}: the random state (rng.torch) is missing; the file is incomplete")
-    assign_weights(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, f"{path} (model)")
-    optimizer_from_data(opt, {k: v for k, v in tensors.items() if k.startswith("optim.")}, opt_meta)
-    torch.set_rng_state(tensors["rng.torch"])
-    if device.type == "cuda" and "rng.cuda" in tensors:
-        torch.cuda.set_rng_state(tensors["rng.cuda"], device)
-
-
-def write_resume(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    """Write a resume file atomically: ``tensors`` as safetensors, every ``meta`` value as JSON text in the
-    file's metadata next to ``format = fmt``."""
-    header = {"format": fmt, **{k: json.dumps(v) for k, v in meta.items()}}
-    atomic_write(Path(path), lambda tmp: save_safetensors(tensors, tmp, header))
-
-
-def read_resume(
-    path: Path,
-    fmt: str,
-    what: str,
-    keys: tuple[str, ...],
-    fix: str = "start a new run with another --out",
-    tensors: bool = True,
-) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """``(tensors, metadata)`` of a resume file written by :func:`write_resume` with format ``fmt``; the
-    metadata values in ``keys`` must be present and are decoded from JSON. ``what`` names the file for
-    people ("a logic resume file"); ``fix`` says how to go on when the file cannot be used; ``tensors=False``:
-    the metadata alone (no tensor is read)."""
-    found, raw = read_safetensors(path, tensors)
-    if raw.get("format") != fmt:
-        raise CheckpointError(
-            f"{path} is not {what} (format {raw.get('format')!r}, expected {fmt!r}); it cannot be resumed: {fix}"
-        )
-    try:
-        meta = {k: json.loads(raw[k]) for k in keys}
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
-    return found, meta
+#: What to do when a resume file cannot be used.
+RESUME_FIX = "train again without --resume (into a new --out, or after removing this one)"
 
 
 def save_training(
@@ -122,27 +56,48 @@ def save_training(
     tensors: dict[str, torch.Tensor] | None = None,
     **meta: Any,
 ) -> None:
-    """Write the resume file of a ``kind`` run at ``prog`` (:data:`RESUME_FORMAT`): :func:`training_tensors`, the
-    task's ``tensors`` and its ``meta`` values (JSON)."""
-    common, opt_meta = training_tensors(model, opt, device)
-    header = {"kind": kind, "progress": asdict(prog), "optimizer": opt_meta, **meta}
-    write_resume(path, RESUME_FORMAT, {**(tensors or {}), **common}, header)
+    """Write the resume file of a ``kind`` run at ``prog`` atomically: the weights, the optimizer's tensors, the
+    random state (of ``device`` too on a GPU) and the task's ``tensors``; the task's ``meta`` values as JSON."""
+    state, scalars, sd = dict(tensors or {}), {}, opt.state_dict()
+    state.update({f"model.{k}": v for k, v in state_dict_for_saving(model).items()})
+    for idx, values in sd["state"].items():
+        for k, v in values.items():
+            if torch.is_tensor(v):
+                state[f"optim.{idx}.{k}"] = v.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(str(idx), {})[k] = v
+    state["rng.torch"] = torch.get_rng_state()
+    if device.type == "cuda":
+        state["rng.cuda"] = torch.cuda.get_rng_state(device)
+    optimizer = {"param_groups": sd["param_groups"], "scalars": scalars}
+    values = {"kind": kind, "progress": asdict(prog), "optimizer": optimizer, **meta}
+    header = {"format": RESUME_FORMAT, **{k: json.dumps(v) for k, v in values.items()}}
+    atomic_write(Path(path), lambda tmp: save_safetensors(state, tmp, header))
 
 
 def read_training(
     path: Path,
     kind: str,
-    keys: tuple[str, ...] = (),
-    fix: str = "start a new run with another --out",
+    fix: str = RESUME_FIX,
     tensors: bool = True,
     task: Mapping[str, str] | None = None,
 ) -> tuple[Progress, dict[str, torch.Tensor], dict[str, Any]]:
-    """``(progress, tensors, metadata)`` of :func:`save_training`'s file for a ``kind`` run; the task's metadata
-    ``keys`` must be present, and ``progress.task`` hold exactly the ``task`` fields (:mod:`~onlstm.runs.records`)
-    when given. Give the tensors back with :func:`restore_training`."""
-    found, meta = read_resume(
-        path, RESUME_FORMAT, "an onlstm resume file", ("kind", "progress", "optimizer", *keys), fix, tensors
-    )
+    """``(progress, tensors, metadata)`` of :func:`save_training`'s file for a ``kind`` run (``tensors=False``: none
+    read), checked: its format, its kind, the progress record and, when ``task`` is given, exactly those fields in
+    ``progress.task`` (:mod:`~onlstm.runs.records`); ``fix`` says how to go on when it cannot be used. Give the
+    tensors back with :func:`restore_training`."""
+    found, raw = read_safetensors(path, tensors)
+    if raw.get("format") != RESUME_FORMAT:
+        raise CheckpointError(
+            f"{path} is not an onlstm resume file (format {raw.get('format')!r}, expected {RESUME_FORMAT!r}); it "
+            f"cannot be resumed: {fix}"
+        )
+    try:
+        meta = {k: json.loads(v) for k, v in raw.items() if k != "format"}
+        if missing := [k for k in ("kind", "progress", "optimizer") if k not in meta]:
+            raise KeyError(missing[0])
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
     if meta["kind"] != kind:
         raise CheckpointError(f"{path} is the resume file of a {meta['kind']!r} run, not of a {kind!r} one; {fix}")
     # every field of its kind; older files may lack the later ones (their defaults apply)
@@ -153,21 +108,75 @@ def read_training(
     return prog, found, meta
 
 
-def resume_clash(
-    saved: Mapping[str, Mapping], given: Mapping[str, Mapping], runtime: tuple[str, ...], run: object = ""
-) -> str:
-    """Why a run with the settings ``saved`` cannot be resumed with ``given`` (both ``{section: {field:
-    value}}``; only the fields in ``given`` are compared), naming every changed field; "" when it can. The
-    ``runtime`` fields say how it runs, not what is learned: they may change. ``run``: its folder."""
+def restore_training(
+    path: Path,
+    tensors: dict[str, torch.Tensor],
+    opt_meta: dict,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    device: torch.device,
+) -> None:
+    """Put the weights, the optimizer's state (``opt_meta``: the file's ``optimizer`` value) and the random state
+    of :func:`save_training`'s ``tensors`` back in place."""
+    if "rng.torch" not in tensors:
+        raise CheckpointError(f"{path}: the random state (rng.torch) is missing; the file is incomplete")
+    assign_weights(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, f"{path} (model)")
+    state: dict = {}
+    for key, t in tensors.items():
+        if key.startswith("optim."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = t
+    for idx, values in opt_meta.get("scalars", {}).items():
+        state.setdefault(int(idx), {}).update(values)
+    groups = opt_meta["param_groups"]
+    if [len(g["params"]) for g in groups] != [len(g["params"]) for g in opt.param_groups]:
+        raise CheckpointError("the optimizer state in the resume file does not fit this model")
+    opt.load_state_dict({"state": state, "param_groups": groups})
+    torch.set_rng_state(tensors["rng.torch"])
+    if device.type == "cuda" and "rng.cuda" in tensors:
+        torch.cuda.set_rng_state(tensors["rng.cuda"], device)
+
+
+def resume_settings(
+    header: Mapping, parse: Callable[[Mapping], dict[str, dict]], given: Mapping[str, Mapping], runtime, run: Path
+) -> tuple[dict[str, dict], str]:
+    """Every trainer's settings on resume: ``(settings, clash)``. The run's saved ones (its ``header``'s sections
+    read by ``parse``, which gives a field added later its default) with the ``given`` ones (``{section: {field:
+    value}}``, what the user set) over them, read by ``parse`` again; ``clash`` says why the run in ``run`` cannot be
+    resumed with them, naming every changed field but the ``runtime`` ones, which say how it runs, not what is
+    learned; "" when it can. A header ``parse`` cannot read is a damaged run (:class:`CheckpointError`)."""
+    try:
+        saved = parse(header)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{run / RunDir.CONFIG}: bad config ({exc}); the run directory is damaged") from None
+    settings = parse({section: {**values, **given.get(section, {})} for section, values in saved.items()})
     changed = [
-        f"{section}.{k} (run: {saved.get(section, {}).get(k)!r}, given: {v!r})"
-        for section, values in given.items()
+        f"{section}.{k} (run: {saved[section].get(k)!r}, given: {v!r})"
+        for section, values in settings.items()
         for k, v in values.items()
-        if k not in runtime and saved.get(section, {}).get(k) != v
+        if k not in runtime and saved[section].get(k) != v
     ]
     if not changed:
+        return settings, ""
+    return settings, (
+        f"cannot change {', '.join(changed)} when resuming the run in {run}; resume with the run's own settings "
+        f"(only {', '.join(runtime)} may change) or train into a new --out"
+    )
+
+
+def restart_refusal(run: RunDir) -> str:
+    """Why ``--resume`` of ``run`` may not start it again from step 0 when it has no resume file; "" when it has
+    one, or stopped (a signal, a kill, a full disk) before its first save: a restart loses nothing. One that saved
+    (its history, ``log.csv`` or ``history.json``, is written after the resume file) or finished would lose what
+    it holds."""
+    if run.resume_path.exists():
+        return ""
+    record = run.results()
+    done = [path.name for path in (run.log_path, run.history_path) if path.exists()]
+    done += [run.results_path.name] if (record or {}).get("status") in ("finished", "stopped") else []
+    if not done:
         return ""
     return (
-        f"cannot change {', '.join(changed)} when resuming{f' the run in {run}' if run else ''}; resume with "
-        f"the run's own settings (only {', '.join(runtime)} may change) or train into a new --out"
+        f"--resume: {run.path} has no {RunDir.RESUME} (it finished, or the file was deleted) but holds results "
+        f"({', '.join(done)}); resuming would start again from step 0 and overwrite them: train into a new --out"
     )
