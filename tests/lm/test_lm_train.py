@@ -178,9 +178,9 @@ def test_time_limit_stops_with_a_resume_file_counts_every_session_and_resumes_ex
     part = train(tmp_path / "part", corpus, settings(time_limit=0.5), on_step=tick, log=quiet)  # 30 s
     assert part.status == "stopped" and (part.steps, part.history) == (4, [])  # 40 s > 30 s
     assert (tmp_path / "part" / "resume.safetensors").exists()
-    again = train(tmp_path / "part", corpus, settings(time_limit=0.5), resume=True, on_step=tick, log=quiet)
-    # the first session's 40 s count: the limit is used up before any update of this session
-    assert again.status == "stopped" and again.steps == 4
+    # the first session's 40 s count: the limit is used up, so a resume under it is refused (one rule with logic's)
+    with pytest.raises(RunDirError, match=r"used up its budget \(its 0\.7 min reach time_limit 0\.5; pass a larger"):
+        train(tmp_path / "part", corpus, settings(time_limit=0.5), resume=True, on_step=tick, log=quiet)
     done = train(tmp_path / "part", corpus, settings(time_limit=600.0), resume=True, on_step=tick, log=quiet)
     assert done.status == "finished" and done.steps == full.steps
     assert log_rows(tmp_path / "full") == log_rows(tmp_path / "part")
@@ -451,14 +451,15 @@ def test_resume_refuses_changed_settings_and_other_data(finished_run, corpus, tm
     assert rc == 2 and "cannot change train.lr (run: 10.0, given: 3.0)" in capsys.readouterr().err
     other = write_corpus(tmp_path / "other", seed=1, n_train=3)
     (other / "ptb.train.txt").write_text("completely different words here\n")
+    more = {"train": {"epochs": 5}}  # a budget left: what is refused is the text
     with pytest.raises(InputError, match="not the training text"):  # its fingerprint, recorded in config.json
-        train(finished_run, other, {}, resume=True, log=quiet)
+        train(finished_run, other, more, resume=True, log=quiet)
     older = shutil.copytree(finished_run, tmp_path / "older")  # a run from before fingerprints: its vocabulary
     header = read_json(older / "config.json")
     del header["data"]["train_sha256"]
     (older / "config.json").write_text(json.dumps(header))
     with pytest.raises(RunDirError, match="different vocabulary"):
-        train(older, other, {}, resume=True, log=quiet)
+        train(older, other, more, resume=True, log=quiet)
     with pytest.raises(RunDirError, match="not a run directory"):
         train(tmp_path / "empty", corpus, {}, resume=True, log=quiet)
 
@@ -503,19 +504,21 @@ def test_corrupt_and_mismatched_checkpoints_are_explained(finished_run, corpus, 
     assert "does not fit this model" in capsys.readouterr().err
     shutil.copy(other / "resume.safetensors", run / "resume.safetensors")
     with pytest.raises(CheckpointError, match="written for another model"):
-        train(run, corpus, {}, resume=True, log=quiet)
+        train(run, corpus, {"train": {"epochs": 5}}, resume=True, log=quiet)
 
 
 def test_a_resume_with_a_max_steps_already_reached_makes_no_update(tmp_path, corpus):
-    """--max-steps at or below the steps done: the run stops at once (the engine tested the budget only after an
-    update, so such a resume trained one step past it)."""
+    """--max-steps at or below the steps done: refused before anything is read or written, naming the flag that
+    trains further, as logic's is (the engine once tested the budget only after an update, so such a resume
+    trained one step past it); a larger one goes on."""
     s, run = settings(epochs=2), tmp_path / "run"
     assert train(run, corpus, with_train(s, max_steps=4), log=quiet).status == "stopped"
     before = tensors(run, "resume")
     for limit in (4, 2):
-        again = train(run, corpus, with_train(s, max_steps=limit), resume=True, log=quiet)
-        assert again.status == "stopped" and again.steps == 4
+        with pytest.raises(RunDirError, match=r"its 4 updates reach max_steps %d; pass a larger --max-steps" % limit):
+            train(run, corpus, with_train(s, max_steps=limit), resume=True, log=quiet)
     assert_same_tensors(tensors(run, "resume"), before)
+    assert train(run, corpus, with_train(s, max_steps=6), resume=True, log=quiet).steps == 6
 
 
 def test_lm_train_resolves_its_settings_once_and_checks_its_output_once(tmp_path, corpus, monkeypatch):

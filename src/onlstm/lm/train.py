@@ -25,10 +25,11 @@ from ..encoders import detach_state
 from ..files import write_text
 from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
-from ..runs import RunDir, RunDirError, StopRequest, restart_refusal, resume_settings, setup_torch
+from ..runs import RunDir, RunDirError, StopRequest, resume_settings, setup_torch
 from ..runs.device import prepare_kernel
 from ..runs.dist import DistContext, setup, teardown
 from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, diverged, update
+from ..runs.engine import resume_refusal as engine_refusal
 from ..runs.records import COUNT, COUNTS, FLAG, MAYBE_OBJECT, NUMBER, OBJECT, REAL, REALS, check_fields
 from ..runs.resume import RESUME_FIX
 from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, run_config
@@ -128,8 +129,8 @@ def _sections(header: dict) -> dict[str, dict]:
 
 def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
     """The run's settings, resolved once: defaults < ``explicit``; on resume the saved settings, of which only the
-    runtime fields may change; a run without a resume file must have nothing to lose (``restart_refusal``). Every
-    setting is checked (the model's too) before anything is created or read."""
+    runtime fields may change, and the run must be resumable (``runs.engine.resume_refusal``: a budget left, or no
+    resume file and nothing to lose). Every setting is checked (the model's too) before anything is created or read."""
     if not resume:
         config = run_config(explicit)
     elif not run.config_path.exists():
@@ -140,9 +141,12 @@ def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
     else:
         header = run.read_config("lm", "a language-model run", f"{run.CONFIG} is damaged, or it is another kind of run")
         settings, clash = resume_settings(header, _sections, explicit, RUNTIME_FIELDS, run.path)
-        if refusal := clash or restart_refusal(run):  # before the lock and the data: nothing to do
-            raise RunDirError(refusal)
+        if clash:
+            raise RunDirError(clash)
         config = RunConfig(settings["model"], TrainConfig.from_dict(settings["train"]))
+        cfg = config.train  # the one rule of every trainer, before the lock and the data: nothing done yet
+        if refusal := engine_refusal(run, "lm", Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit)):
+            raise RunDirError(refusal)
     config.model_config(vocab_size=1)
     return config
 

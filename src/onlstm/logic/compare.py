@@ -14,6 +14,7 @@ from pathlib import Path
 from ..checkpoint import CheckpointError
 from ..files import write_json, write_text
 from ..runs import RunDir, resolve_device
+from ..runs.engine import BUDGETS
 from .evaluate import (
     DEFAULT_BUCKETS,
     LengthAccuracy,
@@ -24,7 +25,6 @@ from .evaluate import (
 )
 from .model import LogicModelConfig, load_classifier
 from .train import (
-    BUDGETS,
     LogicTrainConfig,
     read_history,
     resume_refusal,

@@ -19,10 +19,11 @@ from ..config import runtime_fields
 from ..files import write_json
 from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, budget_refusal, update
+from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, update
+from ..runs.engine import resume_refusal as engine_refusal
 from ..runs.records import COUNT, FLAG, NUMBER, RNG_STATE, SCORES
 from ..runs.records import read_history as read_records
-from ..runs.resume import read_training, restart_refusal, resume_settings
+from ..runs.resume import resume_settings
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
 from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, pad_batch, token_ids
@@ -178,9 +179,6 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
 #: Training settings that do not change what is learned (declared ``runtime``: display, evaluation batching,
 #: threads, device, the budgets); a resumed run may change them.
 RUNTIME_FIELDS = runtime_fields(LogicTrainConfig)
-#: The budgets (settings, and the engine's stops of the same names) a resumed run may raise to train further;
-#: ``patience`` ends a run for good.
-BUDGETS = ("epochs", "max_steps", "time_limit")
 #: A validation check's record in history.json, and the task's values in the resume file (onlstm.runs.records);
 #: older runs recorded fewer fields, so only the first three must be there.
 HISTORY_FIELDS = dict(step=COUNT, valid_accuracy=NUMBER, train_accuracy=NUMBER, epoch=NUMBER, seconds=NUMBER)
@@ -211,20 +209,9 @@ def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) ->
 
 
 def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
-    """Why the run in ``out`` cannot be resumed with ``cfg``, given its settings clash (:func:`run_header`); ""
-    when it can: a resume file and a budget not used up yet (an interrupted run, or one stopped by its budget that
-    ``cfg`` raises), or none and nothing to lose (:func:`~onlstm.runs.restart_refusal`)."""
-    run = RunDir(out)
-    result = run.results() or {}
-    finished = result.get("status") in ("finished", "stopped")
-    if clash or (finished and result.get("stopped_by") not in BUDGETS):
-        return clash or f"{out} holds a run ended by {result.get('stopped_by')}, which is final; train into a new --out"
-    if refusal := restart_refusal(run):
-        return refusal
-    if not finished:  # resumed whatever its budget: the engine ends it without an update past the budget
-        return ""
-    prog = read_training(run.resume_path, KIND, tensors=False)[0]
-    return budget_refusal(Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit), prog)
+    """Why the run in ``out`` cannot be resumed with ``cfg``: its settings clash (:func:`run_header`), or the one
+    rule of every trainer (:func:`~onlstm.runs.engine.resume_refusal`); "" when it can."""
+    return clash or engine_refusal(RunDir(out), KIND, Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit))
 
 
 def train(

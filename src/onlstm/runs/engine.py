@@ -22,7 +22,7 @@ from ..files import write_json, write_text
 from .device import StopRequest, progress_bar
 from .dirs import RunDir, find_kind
 from .records import check_history
-from .resume import RESUME_FIX, Progress, read_training, restore_training, save_training
+from .resume import RESUME_FIX, Progress, read_training, restart_refusal, restore_training, save_training
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,25 @@ def budget_refusal(budget: Budget, prog: Progress) -> str:
     used.update(epochs=f"{prog.epoch} epochs")
     spent = f"its {used[why]} reach {why} {getattr(budget, why):g}"
     return f"the run has used up its budget ({spent}; pass a larger --{why.replace('_', '-')} to train further)"
+
+
+#: The stops a larger budget undoes (a run ended by patience is final).
+BUDGETS = ("epochs", "max_steps", "time_limit")
+
+
+def resume_refusal(run: RunDir, kind: str, budget: Budget) -> str:
+    """Why ``--resume`` cannot train ``run`` further under ``budget``; "" when it can: a resume file and a budget
+    not used up yet (an interrupted run, or one stopped by a budget that ``budget`` raises), or no resume file and
+    nothing to lose (:func:`~onlstm.runs.restart_refusal`). The one rule of every trainer."""
+    result = run.results() or {}
+    finished = result.get("status") in ("finished", "stopped")
+    if finished and result.get("stopped_by") not in BUDGETS:
+        return f"{run.path} holds a run ended by {result.get('stopped_by')}, which is final; train into a new --out"
+    if refusal := restart_refusal(run):
+        return refusal
+    if not finished:  # resumed whatever its budget: the engine ends it without an update past the budget
+        return ""
+    return budget_refusal(budget, read_training(run.resume_path, kind, tensors=False)[0])
 
 
 #: A run's ``status`` for each reason :meth:`Engine.run` stops: ``finished`` (its epochs or patience ended it),
