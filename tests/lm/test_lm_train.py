@@ -515,7 +515,7 @@ def test_a_resume_with_a_max_steps_already_reached_makes_no_update(tmp_path, cor
     assert train(run, corpus, with_train(s, max_steps=4), log=quiet).status == "stopped"
     before = tensors(run, "resume")
     for limit in (4, 2):
-        with pytest.raises(RunDirError, match=r"its 4 updates reach max_steps %d; pass a larger --max-steps" % limit):
+        with pytest.raises(RunDirError, match=rf"its 4 updates reach max_steps {limit}; pass a larger --max-steps"):
             train(run, corpus, with_train(s, max_steps=limit), resume=True, log=quiet)
     assert_same_tensors(tensors(run, "resume"), before)
     assert train(run, corpus, with_train(s, max_steps=6), resume=True, log=quiet).steps == 6
