@@ -709,7 +709,7 @@ def test_resume_at_an_epoch_boundary(tiny_data, tmp_path, monkeypatch):
 def test_resume_errors_and_cli(tiny_data, tmp_path, monkeypatch, capsys):
     cfg = T.LogicTrainConfig(**RESUME_CFG)
     run = tmp_path / "run"
-    with pytest.raises(CheckpointError, match="missing"):
+    with pytest.raises(CheckpointError, match="holds no config.json; it is not a run directory"):  # lm's words
         T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None, resume=True)
     restore = _interrupt_at(monkeypatch, 9, "signal")
     assert main(_train_args(tiny_data, run, "--seed", "4")) == 130  # Ctrl-C: exit status 130

@@ -25,7 +25,7 @@ from ..encoders import detach_state
 from ..files import write_text
 from ..models.language_model import LanguageModel, LMConfig
 from ..nn import ONLSTM, kernels
-from ..runs import RunDir, RunDirError, StopRequest, resume_settings, setup_torch
+from ..runs import RunDir, RunDirError, StopRequest, not_a_run, resume_settings, setup_torch
 from ..runs.device import prepare_kernel
 from ..runs.dist import DistContext, setup, teardown
 from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, diverged, update
@@ -133,11 +133,8 @@ def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
     resume file and nothing to lose). Every setting is checked (the model's too) before anything is created or read."""
     if not resume:
         config = run_config(explicit)
-    elif not run.config_path.exists():
-        raise RunDirError(
-            f"--resume: {run.path} holds no {run.CONFIG}; it is not a run directory "
-            "(drop --resume to start a new run there)"
-        )
+    elif refusal := not_a_run(run):
+        raise RunDirError(refusal)
     else:
         header = run.read_config("lm", "a language-model run", f"{run.CONFIG} is damaged, or it is another kind of run")
         settings, clash = resume_settings(header, _sections, explicit, RUNTIME_FIELDS, run.path)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from ..checkpoint import CheckpointError, config_header, save_weights
 from ..config import runtime_fields
 from ..files import write_json
-from ..runs import RunDir
+from ..runs import RunDir, not_a_run
 from ..runs.device import prepare_kernel, runtime_device
 from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, update
 from ..runs.engine import resume_refusal as engine_refusal
@@ -230,7 +230,7 @@ def train(
     resume file (the best checkpoint is kept)."""
     log = log or (lambda _msg: None)
     run = RunDir(out).check_output(resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
-    if resume and (refusal := resume_refusal(run.path, run_header(run.path, model_cfg, cfg)[1], cfg)):
+    if resume and (refusal := not_a_run(run) or resume_refusal(run.path, run_header(run.path, model_cfg, cfg)[1], cfg)):
         raise CheckpointError(refusal)
     with run.lock("onlstm logic train", log=log):
         examples = load_training_examples(data, cfg)

@@ -25,6 +25,7 @@ from .dirs import pretrained_path as pretrained_path
 from .dirs import register_kind as register_kind
 from .engine import TrainResult as TrainResult
 from .resume import RESUME_FORMAT as RESUME_FORMAT
+from .resume import not_a_run as not_a_run
 from .resume import read_training as read_training
 from .resume import restart_refusal as restart_refusal
 from .resume import restore_training as restore_training

@@ -164,6 +164,14 @@ def resume_settings(
     )
 
 
+def not_a_run(run: RunDir) -> str:
+    """``--resume``'s refusal of a folder that holds no run (no ``config.json``), in every trainer; "" when it
+    holds one."""
+    if run.config_path.exists():
+        return ""
+    return f"--resume: {run.path} holds no {run.CONFIG}; it is not a run directory (drop --resume to start a new run)"
+
+
 def restart_refusal(run: RunDir) -> str:
     """Why ``--resume`` of ``run`` may not start it again from step 0 when it has no resume file; "" when it has
     one, or stopped (a signal, a kill, a full disk) before its first save: a restart loses nothing. One that saved
