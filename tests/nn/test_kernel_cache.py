@@ -82,3 +82,30 @@ def test_each_torch_installation_has_its_own_build_and_a_rebuilt_library_is_reco
     monkeypatch.setattr(torch, "__file__", str(tmp_path / "another-env" / "torch" / "__init__.py"))
     cpp_kernel._build_and_load()
     assert names[1] != names[0]  # another installation, another build directory
+
+
+def test_a_verified_library_that_loads_unchanged_is_hashed_once(tmp_path, monkeypatch):
+    """Start-up reads and hashes the cached library once: the check before loading, not again after it."""
+    from torch.utils import cpp_extension
+
+    rebuild = {"on": True}
+
+    def fake_load(name, sources, **kw):
+        if rebuild["on"]:
+            (tmp_path / name / f"{name}.so").write_bytes(b"\x7fELF built " + str(len(hashed)).encode())
+        return object()
+
+    hashed = []
+    digest = cpp_kernel._digest
+    monkeypatch.setattr(cpp_kernel, "_digest", lambda path: hashed.append(path) or digest(path))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load", fake_load)
+    cpp_kernel._build_and_load()  # a first build: hashed once, to record it
+    assert len(hashed) == 1
+    rebuild["on"] = False
+    cpp_kernel._build_and_load()  # cached and verified, loaded as it was
+    assert len(hashed) == 2
+    rebuild["on"] = True
+    cpp_kernel._build_and_load()  # verified, then rebuilt by the load: hashed again and recorded
+    library = hashed[-1]
+    assert len(hashed) == 4 and cpp_kernel._stamp(library).read_text() == digest(library)

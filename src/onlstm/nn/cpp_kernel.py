@@ -104,7 +104,7 @@ def _build_and_load() -> Any:
     if not copy.is_file() or copy.read_bytes() != source:
         atomic_write(copy, lambda tmp: Path(tmp).write_bytes(source))
     library = build_dir / f"{name}.so"
-    check_cached_library(library)
+    verified = check_cached_library(library)
     compiling, started = not library.exists(), time.monotonic()
     if compiling:
         print(f"onlstm: compiling the C++ kernel ({COMPILE_TIME}) ...", file=sys.stderr, flush=True)
@@ -115,15 +115,18 @@ def _build_and_load() -> Any:
         )
     if compiling:
         print(f"onlstm: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
-    _record_loaded(library)
+    _record_loaded(library, verified)
     return module
 
 
-def _record_loaded(library: Path) -> None:
+def _record_loaded(library: Path, verified: tuple[int, ...] | None = None) -> None:
     """What loaded is good: the next process checks against its checksum. Recorded again when it differs, as
-    after PyTorch rebuilt the library itself (its build command changed)."""
+    after PyTorch rebuilt the library itself (its build command changed). ``verified``: the file's identity when
+    :func:`check_cached_library` matched its checksum; the same file is not read and hashed a second time."""
     stamp = _stamp(library)
     with contextlib.suppress(OSError):
+        if verified is not None and verified == _identity(library):
+            return
         digest = _digest(library)
         if not stamp.is_file() or stamp.read_text().strip() != digest:
             atomic_write(stamp, lambda tmp: Path(tmp).write_text(digest))
@@ -137,21 +140,29 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _identity(path: Path) -> tuple[int, ...]:
+    """Changes when the file is replaced or rewritten (as a rebuild does)."""
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 #: Loads the library in a child: a damaged one kills the child (SIGBUS, SIGSEGV), not this process.
 _PROBE = "import ctypes, sys, torch; ctypes.CDLL(sys.argv[1])"
 
 
-def check_cached_library(library: Path) -> None:
+def check_cached_library(library: Path) -> tuple[int, ...] | None:
     """Remove a cached kernel that would crash this process when loaded (truncated by a full disk or a killed
     build, or changed): one whose checksum, recorded when it first loaded, differs; or, with no checksum (built
-    by an older onlstm), one that fails to load in a child process. It is then rebuilt, with one warning."""
+    by an older onlstm), one that fails to load in a child process. It is then rebuilt, with one warning.
+    Returns the file's identity when its checksum matched (else ``None``)."""
     if not library.is_file():
-        return
+        return None
     stamp = _stamp(library)
     try:
+        identity = _identity(library)
         recorded = stamp.read_text().strip() if stamp.is_file() else None
         if recorded is not None and recorded == _digest(library):
-            return
+            return identity
     except OSError:
         recorded = ""
     if recorded is None:
@@ -159,10 +170,11 @@ def check_cached_library(library: Path) -> None:
 
         probe = subprocess.run([sys.executable, "-c", _PROBE, str(library)], capture_output=True, timeout=300)
         if probe.returncode == 0:
-            return
+            return None
     print(f"onlstm: the cached C++ kernel {library} is damaged (truncated or changed); rebuilding it", file=sys.stderr)
     library.unlink(missing_ok=True)
     stamp.unlink(missing_ok=True)
+    return None
 
 
 def extension_error() -> str | None:
