@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 import shlex
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -414,7 +415,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     lengths = parse_buckets(what.lengths)
     res = compare(
         model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths, split=what.split,
-        finished_only=what.finished_only, test_data=what.test_data,
+        finished_only=what.finished_only, test_data=what.test_data, jobs=what.jobs,
     )  # fmt: skip
     if res.table:
         print(res.table)
@@ -422,4 +423,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(f"wrote {out / 'compare.json'}, {out / 'table.md'}, " + ", ".join(map(str, plots)))
     elif res.unfinished:
         print(f"no run is finished yet ({len(res.unfinished)} listed above); wrote {out / 'compare.json'}")
-    return EXIT_INTERRUPTED if res.interrupted else 0
+    for ended in res.failed:  # trained with --jobs: each run that failed, why, its log beside it
+        print(f"onlstm logic compare: {ended.name}: {ended.why}", file=sys.stderr)
+    return EXIT_INTERRUPTED if res.interrupted else (res.failed[0].code if res.failed else 0)

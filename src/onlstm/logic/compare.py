@@ -8,10 +8,11 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..checkpoint import CheckpointError
+from ..errors import EXIT_INTERRUPTED
 from ..files import write_json, write_text
 from ..runs import RunDir, resolve_device
 from ..runs.engine import BUDGETS
@@ -24,6 +25,7 @@ from .evaluate import (
     read_test_examples,
 )
 from .model import LogicModelConfig, load_classifier
+from .parallel import Ended, Job, threads_per_job, train_in_processes
 from .train import (
     LogicTrainConfig,
     read_history,
@@ -48,6 +50,7 @@ class CompareResult:
     curves_by_ops: Path | None = None  # OUT/curves_by_ops.png: validation accuracy by operator count (if recorded)
     unfinished: list[dict] = field(default_factory=list)  # finished_only: the runs not scored, and how far they got
     differences: list[dict] = field(default_factory=list)  # the first cell against each other (:func:`difference`)
+    failed: list[Ended] = field(default_factory=list)  # jobs > 1: the runs whose process failed, and why
 
 
 def compare(
@@ -62,19 +65,17 @@ def compare(
     split: str = "test",
     finished_only: bool = False,
     test_data: str | Path | None = None,
+    jobs: int = 1,
 ) -> CompareResult:
     """Train every cell with every seed (same data, same budget), evaluate on the test files of ``buckets``
     (``split='valid'``: on each run's own validation hold-out of the training files, by length; ``test_data``:
     on another folder's test files). ``finished_only``: train nothing, score the finished runs and list the
-    others in ``unfinished``."""
+    others in ``unfinished``. ``jobs`` > 1: train the runs that need it that many at a time, each in a process of
+    its own (:mod:`onlstm.logic.parallel`), then score them."""
     log = log or (lambda _m: None)
     out, cells, seeds, buckets = Path(out), list(cells), list(seeds), list(buckets)
 
-    # The pairs each seed's runs are scored on, read once and before any training (a problem fails early).
-    if split == "valid":
-        scored = {seed: validation_examples(data, replace(train_cfg, seed=seed), buckets) for seed in seeds}
-    else:
-        scored = dict.fromkeys(seeds, read_test_examples(test_data or data, "test", buckets))
+    scored = _scored_pairs(split, data, test_data, train_cfg, seeds, buckets)
     res = CompareResult(out, baseline=majority_baseline(scored[seeds[0]]), budget=budget_text(train_cfg))
     start = time.perf_counter()
     log(f"budget of every run: {res.budget}")
@@ -84,10 +85,15 @@ def compare(
         record.update(split=split, model=model_cfg.to_dict(), train=train_cfg.to_dict(), budget=res.budget)
         record.update(runs=res.runs, majority_baseline=res.baseline.to_dict(), interrupted=res.interrupted)
         record.update(test_data=None if test_data is None else str(test_data), unfinished=res.unfinished)
-        record.update(differences=res.differences)
+        record.update(differences=res.differences, failed=[asdict(e) for e in res.failed])
         write_json(out / "compare.json", {**record, "seconds": round(time.perf_counter() - start, 1)})
 
-    for seed, cell in itertools.product(seeds, cells):
+    runs = list(itertools.product(seeds, cells))
+    if jobs > 1 and not finished_only:
+        todo = [_job(out, replace(model_cfg, cell=c), replace(train_cfg, seed=s), data, jobs) for s, c in runs]
+        _train_in_processes(res, [j for j in todo if j is not None], data, jobs, log)
+        finished_only = True  # every run is now scored if it finished, else listed with how far it got
+    for seed, cell in runs:
         mcfg, tcfg = replace(model_cfg, cell=cell), replace(train_cfg, seed=seed)
         run_dir = out / f"{cell}-seed{seed}"
         if finished_only:
@@ -106,6 +112,29 @@ def compare(
     res = _finish(res, cells, buckets, train_cfg.max_train_ops)
     save()  # again: with the differences
     return res
+
+
+def _scored_pairs(
+    split: str,
+    data: str | Path,
+    test_data: str | Path | None,
+    cfg: LogicTrainConfig,
+    seeds: list[int],
+    buckets: list[int],
+) -> dict[int, list]:
+    """The pairs each seed's runs are scored on, read once and before any training (a problem fails early)."""
+    if split == "valid":
+        return {seed: validation_examples(data, replace(cfg, seed=seed), buckets) for seed in seeds}
+    return dict.fromkeys(seeds, read_test_examples(test_data or data, "test", buckets))
+
+
+def _train_in_processes(res: CompareResult, todo: list[Job], data: str | Path, jobs: int, log) -> None:
+    """Train ``todo`` ``jobs`` at a time (:func:`~onlstm.logic.parallel.train_in_processes`); an interruption and
+    the runs that failed go to ``res``."""
+    res.out_dir.mkdir(parents=True, exist_ok=True)  # the runs' logs go beside them
+    ended = train_in_processes(todo, data, jobs, log)
+    res.interrupted = any(e.code == EXIT_INTERRUPTED for e in ended)
+    res.failed = [e for e in ended if e.code != EXIT_INTERRUPTED]
 
 
 def _finished_or_listed(
@@ -160,6 +189,23 @@ def _train_or_reuse(
     if reused is not None:
         log(f"{what} reusing the finished run in {run_dir}")
         return reused
+    go_on, doing = _resumable(run_dir, mcfg, tcfg, data)
+    log(f"{what} {doing} {run_dir}")
+    trained = train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on)
+    return None if trained.interrupted else trained.record()
+
+
+def _job(out: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path, jobs: int) -> Job | None:
+    """The training job of one run of a comparison, ``None`` when it is finished with these settings."""
+    run_dir = out / f"{mcfg.cell}-seed{tcfg.seed}"
+    if _finished_run(run_dir, mcfg, tcfg, data)[0] is not None:
+        return None
+    return Job(run_dir, mcfg, threads_per_job(tcfg, jobs), _resumable(run_dir, mcfg, tcfg, data)[0])
+
+
+def _resumable(run_dir: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path) -> tuple[bool, str]:
+    """Whether the unfinished run in ``run_dir`` goes on from its resume file (else it is trained again from
+    step 0), and the words for it."""
     try:
         header, clash = run_header(run_dir, mcfg, tcfg)
         result = RunDir(run_dir).results() or {}
@@ -172,9 +218,7 @@ def _train_or_reuse(
     except CheckpointError:  # an unreadable resume file: the run is trained again
         go_on = False
     doing = ("extending the finished run in" if finished else "resuming the interrupted run in") if go_on else ""
-    log(f"{what} {doing or 'training into'} {run_dir}")
-    trained = train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on)
-    return None if trained.interrupted else trained.record()
+    return go_on, doing or "training into"
 
 
 def _same_stop(header: dict, result: dict, tcfg: LogicTrainConfig) -> bool:

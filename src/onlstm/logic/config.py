@@ -190,6 +190,13 @@ class CompareSettings(Config):
         "score on the test files of this folder instead of --data's (e.g. another test distribution); "
         "training still reads --data",
     )
+    jobs: int = option(
+        1,
+        "train this many runs at once, each in a process of its own with its log in OUT/<cell>-seed<seed>.log "
+        "(several processes use one GPU or many CPU cores better than one; a train.threads of 0 is then shared "
+        "out between them)",
+        bounds=(1, None),
+    )
 
     def validate(self) -> None:
         if bad := [c for c in self.cells if c not in encoders.names()]:

@@ -1,0 +1,90 @@
+"""``logic compare --jobs N``: the runs trained as N processes at once give the runs one process gives, a run that
+fails is named with its one-line reason (and nothing of the user's is touched), and Ctrl-C stops every run with
+its resume file saved (issue #32: "all seeds as parallel processes on one GPU")."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from onlstm.cli import main
+from onlstm.logic.generate import GenerateConfig, generate_dataset
+from onlstm.runs import RunDir
+
+FLAGS = ["--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "16", "--threads", "1"]
+FLAGS += ["--batch-size", "32", "--no-progress", "--lengths", "1-6", "--cells", "onlstm", "lstm"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("logic-data")
+    generate_dataset(out, GenerateConfig(per_length=24, seed=3, max_ops=6, test_count=6))
+    return out
+
+
+def _compare(data: Path, out: Path, *extra: str) -> int:
+    return main(["logic", "compare", "--data", str(data), "--out", str(out), *FLAGS, *extra])
+
+
+def _scores(out: Path) -> list[tuple]:
+    rep = json.loads((out / "compare.json").read_text())
+    return [(r["cell"], r["seed"], r["train"]["best_valid_accuracy"], r["test"]["by_length"]) for r in rep["runs"]]
+
+
+def test_runs_trained_in_processes_equal_the_runs_of_one_process(data, tmp_path, capsys):
+    """Same settings, seeds and threads: the processes compute what one process does, run for run (the same
+    code and arithmetic on the same machine), and each run's output goes to its log."""
+    assert _compare(data, tmp_path / "one", "--epochs", "2", "--seeds", "0", "1") == 0
+    assert _compare(data, tmp_path / "four", "--epochs", "2", "--seeds", "0", "1", "--jobs", "4") == 0
+    text = capsys.readouterr().out
+    assert _scores(tmp_path / "one") == _scores(tmp_path / "four")
+    assert text.count("in a process of its own") == 4 and text.count(": finished") == 4
+    for name in ("onlstm-seed0", "lstm-seed0", "onlstm-seed1", "lstm-seed1"):
+        assert "valid acc" in (tmp_path / "four" / f"{name}.log").read_text()
+    # a second call reuses the finished runs: no process is started
+    assert _compare(data, tmp_path / "four", "--epochs", "2", "--seeds", "0", "1", "--jobs", "4") == 0
+    assert "in a process of its own" not in capsys.readouterr().out
+
+
+def test_a_run_that_fails_is_named_with_its_reason_and_the_others_are_scored(data, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    (out / "lstm-seed0").mkdir(parents=True)
+    mine = out / "lstm-seed0" / "notes.txt"
+    mine.write_text("the user's")  # a folder that is not a run: the run refuses it
+    assert _compare(data, out, "--epochs", "1", "--seeds", "0", "--jobs", "2") == 2
+    err = capsys.readouterr().err
+    assert "onlstm logic compare: lstm, seed 0: failed (exit 2): onlstm logic train:" in err
+    assert "Traceback" not in err and mine.read_text() == "the user's"
+    rep = json.loads((out / "compare.json").read_text())
+    assert [r["cell"] for r in rep["runs"]] == ["onlstm"] and rep["failed"][0]["code"] == 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and sessions")
+def test_ctrl_c_stops_every_run_with_its_resume_file(data, tmp_path):
+    """The runs' processes are in sessions of their own (a terminal's Ctrl-C reaches only the comparison), which
+    passes on one stop request: each run saves and the command exits 130."""
+    out = tmp_path / "cmp"
+    cmd = [sys.executable, "-m", "onlstm", "logic", "compare", "--data", str(data), "--out", str(out), *FLAGS]
+    cmd += ["--epochs", "100000", "--patience", "100000", "--seeds", "0", "--jobs", "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"), *sys.path])}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    logs = [out / "onlstm-seed0.log", out / "lstm-seed0.log"]
+    deadline = time.monotonic() + 240
+    while not all(p.exists() and "valid acc" in p.read_text() for p in logs):  # both are training
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    text = proc.communicate(timeout=240)[0]
+    assert proc.returncode == 130, text
+    for name in ("onlstm-seed0", "lstm-seed0"):
+        run = out / name
+        assert RunDir(run).results()["status"] == "interrupted"
+        assert (run / "resume.safetensors").exists()
+        assert "interrupted (its resume file saved)" in text
