@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import EXIT_INTERRUPTED, OnlstmError, first_line
@@ -47,8 +47,6 @@ def threads_per_job(cfg: LogicTrainConfig, jobs: int) -> LogicTrainConfig:
     process would otherwise take every core."""
     if cfg.threads:
         return cfg
-    from dataclasses import replace
-
     return replace(cfg, threads=max(1, (os.cpu_count() or 1) // jobs))
 
 
