@@ -64,7 +64,8 @@ def train_in_processes(todo: list[Job], data: str | Path, jobs: int, log: Callab
                     log(f"== {job.name}: {'resuming' if job.resume else 'training'} in a process of its own "
                         f"(log: {job.log_path})")  # fmt: skip
                 if stop.requested and not forwarded:
-                    forwarded = _signal_all(running)
+                    _signal_all(running)
+                    forwarded = True
                 for name, (job, proc) in list(running.items()):
                     if proc.poll() is not None:
                         del running[name]
@@ -107,11 +108,11 @@ def _start(job: Job, data: str | Path) -> subprocess.Popen:
         log.close()
 
 
-def _signal_all(running: dict) -> bool:
+def _signal_all(running: dict) -> None:
+    """One stop request (SIGINT) to every run's process still going."""
     for _, proc in running.values():
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
-    return True
 
 
 def _ended(job: Job, rc: int, log: Callable[[str], None]) -> Ended:
