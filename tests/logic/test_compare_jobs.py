@@ -88,3 +88,24 @@ def test_ctrl_c_stops_every_run_with_its_resume_file(data, tmp_path):
         assert RunDir(run).results()["status"] == "interrupted"
         assert (run / "resume.safetensors").exists()
         assert "interrupted (its resume file saved)" in text
+
+
+def test_each_run_directory_is_read_once_to_plan_its_job(tmp_path, monkeypatch):
+    """Planning a run's job asks two things of its folder (finished with these settings? can it go on?); both
+    answers come from one read of its header (the question in the #32 note of stop 41)."""
+    from onlstm.checkpoint import config_header
+    from onlstm.logic import compare
+    from onlstm.logic.config import LogicTrainConfig
+    from onlstm.logic.model import KIND, LogicModelConfig
+
+    mcfg, tcfg = LogicModelConfig(cell="lstm", emb_size=8, hidden_size=16), LogicTrainConfig(seed=5, epochs=1)
+    run = RunDir(tmp_path / "lstm-seed5")
+    run.path.mkdir()
+    data = {"path": "data", "n_train": 1, "n_valid": 1, "max_ops": 6}  # a run started, killed before its first save
+    run.write_config(config_header(KIND, mcfg.to_dict(), train=tcfg.to_dict(), data=data))
+    reads, real = [], compare.run_header
+    monkeypatch.setattr(compare, "run_header", lambda *args: reads.append(args[0]) or real(*args))
+    job = compare._job(tmp_path, mcfg, tcfg, "data", jobs=1)
+    # --resume: with nothing saved it starts from step 0 in the run's own folder (runs.engine.resume_refusal)
+    assert job is not None and job.run_dir == run.path and job.resume
+    assert reads == [run.path]

@@ -146,7 +146,7 @@ def _finished_or_listed(
     log: Callable[[str], None],
 ) -> dict | None:
     """The summary of a finished run, or None after noting in ``res.unfinished`` how far it got."""
-    summary, why = _finished_run(run_dir, mcfg, tcfg, data)
+    summary, why = _finished_run(_Held.read(run_dir, mcfg, tcfg), tcfg, data)
     what = f"== {mcfg.cell}, seed {tcfg.seed}:"
     if summary is None:
         log(f"{what} not scored, {why}")
@@ -184,12 +184,12 @@ def _train_or_reuse(
 ) -> dict | None:
     """The training summary of ``run_dir``: reused when finished with these settings and data, else trained
     (resumed when an interrupted run with these settings is there); ``None`` when this training was interrupted."""
-    what = f"== {mcfg.cell}, seed {tcfg.seed}:"
-    reused, _ = _finished_run(run_dir, mcfg, tcfg, data)
+    what, held = f"== {mcfg.cell}, seed {tcfg.seed}:", _Held.read(run_dir, mcfg, tcfg)
+    reused, _ = _finished_run(held, tcfg, data)
     if reused is not None:
         log(f"{what} reusing the finished run in {run_dir}")
         return reused
-    go_on, doing = _resumable(run_dir, mcfg, tcfg, data)
+    go_on, doing = _resumable(held, tcfg, data)
     log(f"{what} {doing} {run_dir}")
     trained = train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on)
     return None if trained.interrupted else trained.record()
@@ -197,24 +197,43 @@ def _train_or_reuse(
 
 def _job(out: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path, jobs: int) -> Job | None:
     """The training job of one run of a comparison, ``None`` when it is finished with these settings."""
-    run_dir = out / f"{mcfg.cell}-seed{tcfg.seed}"
-    if _finished_run(run_dir, mcfg, tcfg, data)[0] is not None:
+    held = _Held.read(out / f"{mcfg.cell}-seed{tcfg.seed}", mcfg, tcfg)
+    if _finished_run(held, tcfg, data)[0] is not None:
         return None
-    return Job(run_dir, mcfg, threads_per_job(tcfg, jobs), _resumable(run_dir, mcfg, tcfg, data)[0])
+    return Job(held.run_dir, mcfg, threads_per_job(tcfg, jobs), _resumable(held, tcfg, data)[0])
 
 
-def _resumable(run_dir: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path) -> tuple[bool, str]:
-    """Whether the unfinished run in ``run_dir`` goes on from its resume file (else it is trained again from
-    step 0), and the words for it."""
-    try:
-        header, clash = run_header(run_dir, mcfg, tcfg)
-        result = RunDir(run_dir).results() or {}
-    except CheckpointError:
-        header, clash, result = {}, "no run", {}
-    same_data = (header.get("data") or {}).get("path") == str(data)
+@dataclass(frozen=True)
+class _Held:
+    """What a comparison finds in one run's directory, read once for both questions asked of it (is it finished
+    with these settings? can it go on?): its header, why its settings clash with the comparison's ("" when they do
+    not), its result record; ``header`` None when no readable logic run is there."""
+
+    run_dir: Path
+    header: dict | None
+    clash: str
+    result: dict
+
+    @classmethod
+    def read(cls, run_dir: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig) -> _Held:
+        try:
+            header, clash = run_header(run_dir, mcfg, tcfg)
+            return cls(run_dir, header, clash, RunDir(run_dir).results() or {})
+        except CheckpointError:
+            return cls(run_dir, None, "no run", {})
+
+    @property
+    def data_path(self) -> object:
+        return ((self.header or {}).get("data") or {}).get("path")
+
+
+def _resumable(held: _Held, tcfg: LogicTrainConfig, data: str | Path) -> tuple[bool, str]:
+    """Whether the unfinished run ``held`` goes on from its resume file (else it is trained again from step 0),
+    and the words for it."""
+    same_data, clash, result = held.data_path == str(data), held.clash, held.result
     finished = not clash and result.get("status") in ("finished", "stopped")
     try:
-        go_on = same_data and not resume_refusal(run_dir, clash, tcfg)
+        go_on = same_data and not resume_refusal(held.run_dir, clash, tcfg)
     except CheckpointError:  # an unreadable resume file: the run is trained again
         go_on = False
     doing = ("extending the finished run in" if finished else "resuming the interrupted run in") if go_on else ""
@@ -236,24 +255,20 @@ def _same_stop(header: dict, result: dict, tcfg: LogicTrainConfig) -> bool:
     return True
 
 
-def _finished_run(
-    run_dir: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path
-) -> tuple[dict | None, str]:
+def _finished_run(held: _Held, tcfg: LogicTrainConfig, data: str | Path) -> tuple[dict | None, str]:
     """``(result record, "")`` of a run finished with these settings, data and budget, else ``(None, how far it
     got or why it does not count)``."""
-    try:
-        header, clash = run_header(run_dir, mcfg, tcfg)
-        result = RunDir(run_dir).results() or {}
-    except CheckpointError:
+    header, result = held.header, held.result
+    if header is None:
         return None, "not started"
-    if clash:
-        return None, f"trained with other settings ({clash})"
-    if (header.get("data") or {}).get("path") != str(data):
-        return None, f"trained on other data ({(header.get('data') or {}).get('path')})"
+    if held.clash:
+        return None, f"trained with other settings ({held.clash})"
+    if held.data_path != str(data):
+        return None, f"trained on other data ({held.data_path})"
     done = result.get("status") in ("finished", "stopped") and _same_stop(header, result, tcfg)
-    if done and RunDir(run_dir).weights("best").exists():
+    if done and RunDir(held.run_dir).weights("best").exists():
         return result, ""
-    return None, _progress(run_dir, result.get("status") or header.get("status") or "running", tcfg)
+    return None, _progress(held.run_dir, result.get("status") or header.get("status") or "running", tcfg)
 
 
 def _progress(run_dir: Path, status: str, tcfg: LogicTrainConfig) -> str:
