@@ -45,6 +45,11 @@ def test_runs_trained_in_processes_equal_the_runs_of_one_process(data, tmp_path,
     assert _compare(data, tmp_path / "four", "--epochs", "2", "--seeds", "0", "1", "--jobs", "4") == 0
     text = capsys.readouterr().out
     assert _scores(tmp_path / "one") == _scores(tmp_path / "four")
+    # test pairs of 1-6 operators only (a systematicity split's kind): the verdict is taken on all of them
+    verdict = json.loads((tmp_path / "four" / "compare.json").read_text())["differences"][0]
+    assert (
+        verdict["pool"] == "all" and verdict["seeds"] == [2, 2] and verdict["verdict"] in ("ahead", "behind", "level")
+    )
     assert text.count("in a process of its own") == 4 and text.count(": finished") == 4
     for name in ("onlstm-seed0", "lstm-seed0", "onlstm-seed1", "lstm-seed1"):
         assert "valid acc" in (tmp_path / "four" / f"{name}.log").read_text()

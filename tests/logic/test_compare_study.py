@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from onlstm.cli import main
-from onlstm.logic.compare import difference, difference_line
+from onlstm.logic.compare import difference, difference_line, verdict_pool
 from onlstm.logic.evaluate import LengthAccuracy
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 
@@ -35,6 +35,13 @@ def test_the_verdict_needs_a_difference_beyond_two_standard_errors():
     one = difference(pooled(0.9), pooled(0.5, 0.6))
     assert one["difference"] is None and one["verdict"].startswith("not decided")
     assert "+11.00 points" in difference_line("onlstm", "lstm", d) and ": ahead" in difference_line("x", "y", d)
+
+
+def test_the_verdict_is_on_7_to_12_operators_when_the_scored_pairs_have_them_else_on_all():
+    assert verdict_pool(LengthAccuracy({3: 5, 8: 1}, {3: 10, 8: 2})) == "7-12"
+    assert verdict_pool(LengthAccuracy({2: 1, 6: 5}, {2: 2, 6: 10})) == "all"  # held-out pairs of a split
+    d = difference(pooled(0.8, 0.82), pooled(0.7, 0.71), verdict_pool(pooled(0.5)[0]))
+    assert d["pool"] == "7-12" and d["verdict"] == "ahead"
 
 
 @pytest.fixture(scope="module")

@@ -300,6 +300,13 @@ def difference(first: list[LengthAccuracy], other: list[LengthAccuracy], pool: s
     return out | {"difference": diff, "se": se, "verdict": verdict}
 
 
+def verdict_pool(scored: LengthAccuracy | None) -> str:
+    """The pooled column the verdict is taken on: 7-12 operators (length generalisation) when the scored pairs
+    (``scored``: any result on them) have such lengths, else all of them (a systematicity split's held-out pairs
+    and a validation hold-out have none)."""
+    return "7-12" if scored is None or not math.isnan(scored.summary()["7-12"]) else "all"
+
+
 def difference_line(first: str, other: str, d: dict) -> str:
     """One line of :func:`difference` for people, in accuracy points."""
     if d["difference"] is None:
@@ -320,7 +327,8 @@ def _finish(res: CompareResult, cells: list[str], buckets: list[int], max_train_
     res.table = format_table(rows + [("majority label", [res.baseline])], buckets, counts=res.baseline)
     first, *others = cells  # the first compared cell against each other, scored or not
     got = lambda cell: res.results.get(cell, [])
-    res.differences = [{"first": first, "other": o} | difference(got(first), got(o)) for o in others]
+    pool = verdict_pool(res.baseline)
+    res.differences = [{"first": first, "other": o} | difference(got(first), got(o), pool) for o in others]
     notes = [difference_line(d["first"], d["other"], d) for d in res.differences]
     notes += [f"not scored: {u['cell']}, seed {u['seed']}: {u['status']}" for u in res.unfinished]
     if notes:
