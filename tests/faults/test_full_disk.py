@@ -150,6 +150,12 @@ def _logic_curves(work: Path):
     return ["logic", "curves", run, "--out", work / "plots"], work / "plots", None
 
 
+def _logic_trees(work: Path):
+    _logic_curves(work)  # its run: an ON-LSTM classifier (the default cell)
+    argv = ["logic", "trees", "--checkpoint", work / "logic-run", "--data", _logic_data(work), "--out", work / "trees"]
+    return [*argv, "--threads", "1"], work / "trees", None
+
+
 RECIPES: dict[str, Callable] = {
     "lm train": _lm_train,
     "logic train": _logic_train,
@@ -158,6 +164,7 @@ RECIPES: dict[str, Callable] = {
     "export": _export,
     "export (over its own output)": lambda w: _export(w, again=True),
     "logic curves": _logic_curves,
+    "logic trees": _logic_trees,
 }
 #: Commands this harness does not run, and why (each writes through the same writers, or writes nothing).
 NOT_COVERED = {

@@ -1,4 +1,4 @@
-"""``onlstm logic {generate,check,train,eval,curves,compare}``: the logical-inference experiment (where
+"""``onlstm logic {generate,check,train,eval,trees,curves,compare}``: the logical-inference experiment (where
 ``train`` and ``compare`` take their settings from: docs/logic.md)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import encoders
 from ..config import ConfigError, Settings, add_command, add_flags, add_group, command_line, flags_given, option
-from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, command_error
+from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, command_error
 from ..files import add_files, check_output_owner, publish_folder
 from ..runs import RunDir, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
@@ -24,11 +24,13 @@ from .evaluate import evaluate_examples, format_table, history_table, majority_b
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 from .model import KIND, load_classifier
 from .train import read_history, train, validation_examples
+from .trees import check_distances, distinct_formulas, formula_trees
 
 #: A config file's sections (checked against their dataclasses: names and value types) and its other keys.
 SECTIONS = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
 CONFIG_KEYS = ("data", "out")
 DATA_KIND = "logic-data"  # the marker of a folder logic generate wrote (onlstm.files.publish_folder)
+TREES_KIND = "logic-trees"  # the marker of a folder logic trees wrote
 
 
 #: The systematicity splits of the Ordered Memory paper (Shen et al. 2019b): pairs where a side contains the
@@ -89,6 +91,16 @@ class EvalArgs:
 
 
 @dataclass(kw_only=True)
+class TreesArgs:
+    checkpoint: Path = option(
+        help="run directory of an ON-LSTM classifier (`onlstm logic train --cell onlstm`) or a .safetensors file in one"
+    )
+    data: Path = option(help="directory of test{k} files (or one file): both formulas of each pair are parsed")
+    out: Path = option(help="a new or empty directory for the tree files (or an earlier `logic trees` output)")
+    overwrite: bool = option(False, REPLACE_HELP)
+
+
+@dataclass(kw_only=True)
 class CurvesArgs:
     runs: list[Path] = option(help="run directories of `onlstm logic train`", positional=True)
     out: Path = option(help="directory for the two PNG files")
@@ -144,6 +156,8 @@ def register(subparsers) -> None:
     _add_settings(add_command(sub, "train", _cmd_train, TrainArgs), cell=True)
     evaluate = add_command(sub, "eval", _cmd_eval, EvalArgs)
     add_flags(evaluate, EvalSettings, "eval", "evaluation", skip=("progress",))  # scoring shows no bar
+    trees = add_command(sub, "trees", _cmd_trees, TreesArgs)
+    add_flags(trees, EvalSettings, "eval", "which pairs", skip=("progress",))
     add_command(sub, "curves", _cmd_curves, CurvesArgs)
     compare = add_command(sub, "compare", _cmd_compare, SettingsArgs)
     _add_settings(compare, cell=False)
@@ -342,16 +356,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     holds 12 or more), then pooled over <= 6, 7-12 and all. Percent. Also prints the majority-label accuracy of
     the same pairs for reference.
     """
-    try:
-        opts = Settings.resolve({"eval": EvalSettings}, flags=args).build("eval")
-        lengths = parse_buckets(opts.lengths)
-        model, header = load_classifier(args.checkpoint, opts.tag, runtime_device(opts))
-        if opts.split == "valid":
-            examples = validation_examples(args.data, LogicTrainConfig.from_dict(header["train"]), lengths)
-        else:
-            examples = read_test_examples(args.data, opts.split, lengths)
-    except ValueError as exc:  # bad input reported by library code as a plain ValueError
-        raise command_error(exc) from None
+    opts, lengths, model, header, examples = _model_and_pairs(args)
     result, baseline = evaluate_examples(model, examples, opts.batch_size), majority_baseline(examples)
     cell = header["model"]["cell"]
     if args.json:
@@ -359,6 +364,47 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps({**facts, **result.to_dict(), "majority_baseline": baseline.to_dict()}, indent=2))
     else:
         print(format_table([(cell, [result]), ("majority label", [baseline])], lengths, counts=baseline))
+    return 0
+
+
+def _model_and_pairs(args: argparse.Namespace, trees: bool = False):
+    """``eval``'s and ``trees``' settings, the lengths, the classifier and its header, and the pairs they read."""
+    try:
+        opts = Settings.resolve({"eval": EvalSettings}, flags=args).build("eval")
+        lengths = parse_buckets(opts.lengths)
+        model, header = load_classifier(args.checkpoint, opts.tag, runtime_device(opts))
+        if trees:
+            check_distances(model, args.checkpoint)
+        if opts.split == "valid":
+            examples = validation_examples(args.data, LogicTrainConfig.from_dict(header["train"]), lengths)
+        else:
+            examples = read_test_examples(args.data, opts.split, lengths)
+    except ValueError as exc:  # bad input reported by library code as a plain ValueError
+        raise command_error(exc) from None
+    return opts, lengths, model, header, examples
+
+
+def _cmd_trees(args: argparse.Namespace) -> int:
+    """the trees an ON-LSTM classifier induces for the formulas of the pairs, beside those of their brackets
+
+    Both formulas of every pair of --data (--split and --lengths as for eval), each once, of 3 or more tokens
+    besides brackets. The encoder reads each formula with its brackets; its distances (1 - mean master forget)
+    give a tree over every token (the greedy top-down builder), whose brackets are then dropped. Written into
+    --out, one tree per line in bracket notation, the same formula on the same line: gold.txt (the trees the
+    brackets give), induced.txt, formulas.txt, operators.txt, and gold.K.txt / induced.K.txt for the formulas of
+    K operators. Score them with `onlstm parsing compare-trees OUT/gold.txt OUT/induced.txt`.
+    """
+    check_output_owner(args.out, TREES_KIND, overwrite=args.overwrite)  # before any work
+    opts, _, model, _, examples = _model_and_pairs(args, trees=True)
+    formulas = distinct_formulas(examples)
+    if not formulas:
+        raise InputError(f"the pairs read from {args.data} have no formula of 3 or more tokens besides brackets")
+    found = formula_trees(model, formulas, opts.batch_size)
+    publish_folder(args.out, TREES_KIND, found.write)  # all files at once, or none
+    counts = Counter(found.operators)
+    shown = ", ".join(f"{k}: {counts[k]}" for k in sorted(counts))
+    print(f"wrote the trees of {len(formulas)} formulas to {args.out} (by operators, {shown})")
+    print(f"score them with: onlstm parsing compare-trees {args.out / 'gold.txt'} {args.out / 'induced.txt'}")
     return 0
 
 

@@ -1,0 +1,104 @@
+"""``logic trees``: the trees of a formula's brackets (hand-checked), the trees an ON-LSTM classifier induces (the
+brackets dropped from the greedy builder's tree; batched as one by one), the files written for
+``parsing compare-trees``, and the refusals (an LSTM has no master gates; a folder of the user's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from onlstm.checkpoint import CheckpointError
+from onlstm.cli import main
+from onlstm.data.trees import build_tree, leaves, parse_tree_lines
+from onlstm.logic.config import LogicModelConfig
+from onlstm.logic.generate import GenerateConfig, generate_dataset
+from onlstm.logic.model import LogicClassifier
+from onlstm.logic.trees import formula_distances, formula_tree, induced_trees, without_brackets
+
+TINY = dict(emb_size=8, hidden_size=16, chunk_size=4, mlp_hidden=16)
+
+
+def _model(cell: str = "onlstm") -> LogicClassifier:
+    torch.manual_seed(0)
+    return LogicClassifier(LogicModelConfig(cell=cell, **TINY))
+
+
+def test_the_brackets_give_the_tree_by_hand():
+    assert formula_tree("( a ( and b ) )".split()) == ("a", ("and", "b"))
+    assert formula_tree("( not a )".split()) == ("not", "a")
+    assert formula_tree(["c"]) == "c"
+    both = "( ( not a ) ( or ( b ( and c ) ) ) )".split()
+    assert formula_tree(both) == (("not", "a"), ("or", ("b", ("and", "c"))))
+    for bad in ("( a ( and b )", "a )", "( )"):
+        with pytest.raises(ValueError):
+            formula_tree(bad.split())
+
+
+def test_the_brackets_are_dropped_from_the_induced_tree_by_hand():
+    tokens = "( a ( and b ) )".split()
+    # split before the inner bracket (or at 'a'): a ( and b ); at 'b': ( a and ) b
+    assert without_brackets(build_tree(tokens, [0, 0, 5, 0, 0, 0, 0])) == ("a", ("and", "b"))
+    assert without_brackets(build_tree(tokens, [0, 0, 0, 0, 5, 0, 0])) == (("a", "and"), "b")
+    assert without_brackets(build_tree(["(", ")"], [0, 0])) is None
+
+
+def test_distances_in_batches_equal_one_by_one_and_the_mode_is_kept():
+    model = _model().train()
+    formulas = ["( a ( and b ) )", "( not c )", "( ( not a ) ( or ( b ( and c ) ) ) )", "d"]
+    together = formula_distances(model, formulas, batch_size=3)
+    alone = [formula_distances(model, [f])[0] for f in formulas]
+    assert [len(d) for d in together] == [len(f.split(" ")) for f in formulas]
+    assert all(t == pytest.approx(a, abs=1e-6) for t, a in zip(together, alone)) and model.training
+    trees = induced_trees(model, formulas)
+    assert [leaves(t) if not isinstance(t, str) else [t] for t in trees] == [
+        [w for w in f.split(" ") if w not in "()"] for f in formulas
+    ]
+
+
+def test_an_encoder_without_master_gates_is_refused():
+    with pytest.raises(CheckpointError, match="no master gates"):
+        formula_distances(_model("lstm"), ["( a ( and b ) )"])
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("trees-data")
+    generate_dataset(out, GenerateConfig(per_length=12, seed=5, max_ops=5, test_count=6))
+    return out
+
+
+def test_the_command_writes_the_trees_line_for_line_and_compare_trees_reads_them(data, tmp_path, capsys):
+    _model().save_pretrained(tmp_path / "model")
+    out = tmp_path / "trees"
+    argv = ["logic", "trees", "--checkpoint", str(tmp_path / "model"), "--data", str(data), "--out", str(out)]
+    assert main([*argv, "--threads", "1"]) == 0
+    assert "score them with: onlstm parsing compare-trees" in capsys.readouterr().out
+    gold = parse_tree_lines((out / "gold.txt").read_text().splitlines(), "unlabelled")
+    induced = parse_tree_lines((out / "induced.txt").read_text().splitlines(), "unlabelled")
+    formulas = (out / "formulas.txt").read_text().splitlines()
+    operators = [int(k) for k in (out / "operators.txt").read_text().split()]
+    assert len(gold) == len(induced) == len(formulas) == len(operators) == len(set(formulas)) > 0
+    assert all(leaves(g) == leaves(p) and len(leaves(g)) >= 3 for g, p in zip(gold, induced))
+    assert [formula_tree(f.split(" ")) for f in formulas] == gold
+    for k in set(operators):  # the same trees by operator count
+        assert len((out / f"gold.{k}.txt").read_text().splitlines()) == operators.count(k)
+    assert main(["parsing", "compare-trees", str(out / "gold.txt"), str(out / "induced.txt")]) == 0
+    assert main([*argv, "--threads", "1"]) == 0  # its own earlier output is replaced
+
+
+def test_the_command_refuses_an_lstm_and_a_folder_of_the_users(data, tmp_path, capsys):
+    _model("lstm").save_pretrained(tmp_path / "lstm")
+    argv = ["logic", "trees", "--checkpoint", str(tmp_path / "lstm"), "--data", str(data), "--out"]
+    assert main([*argv, str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "no master gates" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+    _model().save_pretrained(tmp_path / "onlstm")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    argv = ["logic", "trees", "--checkpoint", str(tmp_path / "onlstm"), "--data", str(data), "--out", str(mine)]
+    assert main(argv) == 2
+    assert (mine / "notes.txt").read_text() == "the user's" and len(list(mine.iterdir())) == 1
