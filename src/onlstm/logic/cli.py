@@ -24,7 +24,6 @@ from .evaluate import evaluate_examples, format_table, history_table, majority_b
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 from .model import KIND, load_classifier
 from .train import read_history, train, validation_examples
-from .trees import check_distances, distinct_formulas, formula_trees
 
 #: A config file's sections (checked against their dataclasses: names and value types) and its other keys.
 SECTIONS = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
@@ -374,6 +373,8 @@ def _model_and_pairs(args: argparse.Namespace, trees: bool = False):
         lengths = parse_buckets(opts.lengths)
         model, header = load_classifier(args.checkpoint, opts.tag, runtime_device(opts))
         if trees:
+            from .trees import check_distances  # here: its trees need nltk, which the logic core does without
+
             check_distances(model, args.checkpoint)
         if opts.split == "valid":
             examples = validation_examples(args.data, LogicTrainConfig.from_dict(header["train"]), lengths)
@@ -394,6 +395,8 @@ def _cmd_trees(args: argparse.Namespace) -> int:
     brackets give), induced.txt, formulas.txt, operators.txt, and gold.K.txt / induced.K.txt for the formulas of
     K operators. Score them with `onlstm parsing compare-trees OUT/gold.txt OUT/induced.txt`.
     """
+    from .trees import distinct_formulas, formula_trees  # here: its trees need nltk (an extra, not the core's)
+
     check_output_owner(args.out, TREES_KIND, overwrite=args.overwrite)  # before any work
     opts, _, model, _, examples = _model_and_pairs(args, trees=True)
     formulas = distinct_formulas(examples)
