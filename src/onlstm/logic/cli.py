@@ -366,16 +366,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_and_pairs(args: argparse.Namespace, trees: bool = False):
+def _model_and_pairs(args: argparse.Namespace):
     """``eval``'s and ``trees``' settings, the lengths, the classifier and its header, and the pairs they read."""
     try:
         opts = Settings.resolve({"eval": EvalSettings}, flags=args).build("eval")
         lengths = parse_buckets(opts.lengths)
         model, header = load_classifier(args.checkpoint, opts.tag, runtime_device(opts))
-        if trees:
-            from .trees import check_distances  # here: its trees need nltk, which the logic core does without
-
-            check_distances(model, args.checkpoint)
         if opts.split == "valid":
             examples = validation_examples(args.data, LogicTrainConfig.from_dict(header["train"]), lengths)
         else:
@@ -395,10 +391,11 @@ def _cmd_trees(args: argparse.Namespace) -> int:
     brackets give), induced.txt, formulas.txt, operators.txt, and gold.K.txt / induced.K.txt for the formulas of
     K operators. Score them with `onlstm parsing compare-trees OUT/gold.txt OUT/induced.txt`.
     """
-    from .trees import distinct_formulas, formula_trees  # here: its trees need nltk (an extra, not the core's)
+    from .trees import check_distances, distinct_formulas, formula_trees  # here: its trees need nltk, an extra
 
     check_output_owner(args.out, TREES_KIND, overwrite=args.overwrite)  # before any work
-    opts, _, model, _, examples = _model_and_pairs(args, trees=True)
+    opts, _, model, _, examples = _model_and_pairs(args)
+    check_distances(model, args.checkpoint)
     formulas = distinct_formulas(examples)
     if not formulas:
         raise InputError(f"the pairs read from {args.data} have no formula of 3 or more tokens besides brackets")
