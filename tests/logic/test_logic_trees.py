@@ -102,3 +102,12 @@ def test_the_command_refuses_an_lstm_and_a_folder_of_the_users(data, tmp_path, c
     argv = ["logic", "trees", "--checkpoint", str(tmp_path / "onlstm"), "--data", str(data), "--out", str(mine)]
     assert main(argv) == 2
     assert (mine / "notes.txt").read_text() == "the user's" and len(list(mine.iterdir())) == 1
+
+
+@pytest.mark.parametrize("command", ["eval", "trees"])
+def test_split_valid_of_a_model_saved_without_its_training_settings_is_one_line(command, data, tmp_path, capsys):
+    _model().save_pretrained(tmp_path / "model")  # from Python: no training settings in its config.json
+    argv = ["logic", command, "--checkpoint", str(tmp_path / "model"), "--data", str(data), "--split", "valid"]
+    assert main([*argv, *(["--out", str(tmp_path / "out")] if command == "trees" else [])]) == 2
+    err = capsys.readouterr().err
+    assert "does not hold" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

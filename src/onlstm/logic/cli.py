@@ -373,6 +373,11 @@ def _model_and_pairs(args: argparse.Namespace):
         lengths = parse_buckets(opts.lengths)
         model, header = load_classifier(args.checkpoint, opts.tag, runtime_device(opts))
         if opts.split == "valid":
+            if not isinstance(header.get("train"), dict):
+                raise InputError(
+                    f"--split valid rebuilds the run's validation hold-out from its training settings, which "
+                    f"{args.checkpoint} does not hold (a model saved without them); score test files instead"
+                )
             examples = validation_examples(args.data, LogicTrainConfig.from_dict(header["train"]), lengths)
         else:
             examples = read_test_examples(args.data, opts.split, lengths)
