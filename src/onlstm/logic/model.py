@@ -86,12 +86,17 @@ class LogicClassifier(nn.Module):
             raise ValueError(
                 f"expected tokens (T, N) and lengths (N,), got {tuple(tokens.shape)} and {tuple(lengths.shape)}"
             )
+        _, state, _ = self.encoder(self.embed(tokens, lengths))
+        return _last_hidden(state)  # (N, H)
+
+    def embed(self, tokens: torch.Tensor, lengths: torch.Tensor) -> PackedSequence:
+        """The encoder's input for formulas ``tokens`` (T, N) padded, ``lengths`` (N,): their embeddings, packed,
+        with dropout in training mode."""
         # Pack the token ids, not the embeddings: the lookup and the dropout mask then cover the real tokens
         # only (padding is about half of a batch of mixed lengths; this is ~4% of a paper-size training step).
         ids = pack_padded_sequence(tokens, lengths.cpu(), enforce_sorted=False)
         x = F.dropout(self.embedding(ids.data), self.config.dropout, self.training)  # (tokens, E)
-        _, state, _ = self.encoder(PackedSequence(x, ids.batch_sizes, ids.sorted_indices, ids.unsorted_indices))
-        return _last_hidden(state)  # (N, H)
+        return PackedSequence(x, ids.batch_sizes, ids.sorted_indices, ids.unsorted_indices)
 
     def features(self, a_tokens, a_lengths, b_tokens, b_lengths) -> torch.Tensor:
         """``[h1, h2, h1*h2, |h1-h2|]`` (B, 4H); both formulas go through the encoder in one call."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import pad_packed_sequence
 
 from ..checkpoint import CheckpointError
 from ..data.trees import Tree, build_tree, leaves, to_brackets
@@ -82,9 +82,7 @@ def formula_distances(model: LogicClassifier, formulas: Sequence[str], batch_siz
     out: list[list[float]] = []
     for i in range(0, len(formulas), batch_size):
         tokens, lengths = pad_batch([token_ids(f) for f in formulas[i : i + batch_size]])
-        ids = pack_padded_sequence(tokens.to(device), lengths, enforce_sorted=False)
-        x = PackedSequence(model.embedding(ids.data), ids.batch_sizes, ids.sorted_indices, ids.unsorted_indices)
-        _, _, dist = model.encoder(x, return_distances=True)
+        _, _, dist = model.encoder(model.embed(tokens.to(device), lengths), return_distances=True)
         forget, _ = pad_packed_sequence(dist.forget)  # (T, N, layers * directions)
         out += [forget[: int(n), k, -1].tolist() for k, n in enumerate(lengths)]
     model.train(was_training)
