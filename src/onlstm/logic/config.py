@@ -207,7 +207,8 @@ class CompareSettings(Config):
 
 @dataclass
 class EvalSettings(Runtime):
-    """Options of ``onlstm logic eval`` besides the checkpoint and the data."""
+    """Options of ``onlstm logic eval`` (and of ``logic trees``, which reads the same pairs) besides the checkpoint
+    and the data."""
 
     section = "eval"
 
@@ -219,7 +220,7 @@ class EvalSettings(Runtime):
     )
     lengths: str = option("1-12", "file numbers to evaluate, e.g. 1-12 or 0-12")
     tag: str = option("best", "weights file model.<tag>.safetensors")
-    batch_size: int = option(512, "pairs per batch")
+    batch_size: int = option(512, "pairs per batch (`logic trees`: formulas per batch)")
 
 
 def load_config(
