@@ -3,7 +3,7 @@ sentence-level F1 (the ON-LSTM paper's convention) of the trees it induces again
 brackets, by the formula's own operator count, beside the same network before training (seeded as its training
 seeded it) and the model-free baselines (docs/results.md, issue #32).
 
-    python benchmarks/logic_trees.py RUN [RUN ...] --data DIR [--lengths 1-12] [--split test]
+    python benchmarks/logic_trees.py RUN [RUN ...] --data DIR [--lengths 1-12] [--split test] [--gate forget]
 
 The trees are those of ``onlstm logic trees`` (:mod:`onlstm.logic.trees`): both formulas of every pair read, each
 once, those of 3 or more tokens besides brackets; the scores those of ``onlstm parsing compare-trees``.
@@ -22,7 +22,7 @@ from onlstm.logic.cli import parse_buckets
 from onlstm.logic.config import LogicModelConfig
 from onlstm.logic.evaluate import read_test_examples
 from onlstm.logic.model import LogicClassifier, load_classifier
-from onlstm.logic.trees import FormulaTrees, distinct_formulas, formula_trees
+from onlstm.logic.trees import GATES, FormulaTrees, distinct_formulas, formula_trees
 from onlstm.parsing.baselines import score_baselines
 from onlstm.parsing.metrics import sentence_f1
 
@@ -56,15 +56,16 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True, help="directory of test{k} files")
     ap.add_argument("--lengths", default="1-12", help="file numbers whose pairs are read (default 1-12)")
     ap.add_argument("--split", default="test", choices=("test", "train"))
+    ap.add_argument("--gate", default="forget", choices=GATES, help="whose distances split (default forget)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     formulas = distinct_formulas(read_test_examples(args.data, args.split, parse_buckets(args.lengths)))
     trained, before, gold = [], [], None
     for run in args.runs:
         model, header = load_classifier(run)
-        found = formula_trees(model, formulas)
+        found = formula_trees(model, formulas, gate=args.gate)
         trained.append(by_operators(found))
-        before.append(by_operators(formula_trees(untrained(header), formulas)))
+        before.append(by_operators(formula_trees(untrained(header), formulas, gate=args.gate)))
         gold = found
     assert gold is not None
     ks = sorted(set(gold.operators))
@@ -72,7 +73,8 @@ def main() -> None:
     for k, tree in zip(gold.operators, gold.gold):
         golds[k].append(tree)
     baselines = {k: score_baselines(golds[k], draws=5, seed=0) for k in ks}
-    print(f"{len(formulas)} formulas of {args.data} ({args.split}, files {args.lengths}); sentence F1 %, by operators")
+    shown = f"{len(formulas)} formulas of {args.data} ({args.split}, files {args.lengths}), master {args.gate} gate"
+    print(f"{shown}; sentence F1 %, by operators")
     print("| trees | " + " | ".join(map(str, ks)) + " |")
     print("|---|" + "---:|" * len(ks))
     print(row(f"ON-LSTM, trained ({len(args.runs)} runs)", trained, ks))

@@ -14,8 +14,8 @@ from onlstm.cli import main
 from onlstm.data.trees import build_tree, leaves, parse_tree_lines
 from onlstm.logic.config import LogicModelConfig
 from onlstm.logic.generate import GenerateConfig, generate_dataset
-from onlstm.logic.model import LogicClassifier
-from onlstm.logic.trees import formula_distances, formula_tree, induced_trees, without_brackets
+from onlstm.logic.model import LogicClassifier, token_ids
+from onlstm.logic.trees import GATES, formula_distances, formula_tree, induced_trees, without_brackets
 
 TINY = dict(emb_size=8, hidden_size=16, chunk_size=4, mlp_hidden=16)
 
@@ -44,17 +44,37 @@ def test_the_brackets_are_dropped_from_the_induced_tree_by_hand():
     assert without_brackets(build_tree(["(", ")"], [0, 0])) is None
 
 
-def test_distances_in_batches_equal_one_by_one_and_the_mode_is_kept():
+@pytest.mark.parametrize("gate", GATES)
+def test_distances_in_batches_equal_one_by_one_and_the_mode_is_kept(gate):
     model = _model().train()
     formulas = ["( a ( and b ) )", "( not c )", "( ( not a ) ( or ( b ( and c ) ) ) )", "d"]
-    together = formula_distances(model, formulas, batch_size=3)
-    alone = [formula_distances(model, [f])[0] for f in formulas]
+    together = formula_distances(model, formulas, batch_size=3, gate=gate)
+    alone = [formula_distances(model, [f], gate=gate)[0] for f in formulas]
     assert [len(d) for d in together] == [len(f.split(" ")) for f in formulas]
     assert all(t == pytest.approx(a, abs=1e-6) for t, a in zip(together, alone)) and model.training
-    trees = induced_trees(model, formulas)
+    trees = induced_trees(model, formulas, gate=gate)
     assert [leaves(t) if not isinstance(t, str) else [t] for t in trees] == [
         [w for w in f.split(" ") if w not in "()"] for f in formulas
     ]
+
+
+def test_each_gate_gives_its_own_distance_by_hand_at_the_first_token():
+    """From the zero state the first token's pre-activation is ``W_ih x + b_ih + b_hh``; its rows begin with the
+    master input's then the master forget's logits (n = 4 chunks). By the paper: forget ``1 - mean(cumax(l_f))``,
+    input ``mean(1 - cumax(l_i))``, cumax the cumulative sum of a softmax."""
+    model, n = _model().eval(), 4
+    rnn = model.encoder.rnn
+    formulas = ["( a ( and b ) )", "( not c )", "d"]
+    with torch.no_grad():
+        for f in formulas:
+            x = model.embedding.weight[token_ids(f)[0]]
+            pre = rnn.weight_ih_l0 @ x + rnn.bias_ih_l0 + rnn.bias_hh_l0
+            cumax = lambda logits: torch.cumsum(torch.softmax(logits, -1), -1)
+            want = {"forget": 1 - cumax(pre[n : 2 * n]).mean(), "input": (1 - cumax(pre[:n])).mean()}
+            for gate in GATES:
+                assert formula_distances(model, [f], gate=gate)[0][0] == pytest.approx(want[gate].item(), abs=1e-6)
+    with pytest.raises(ValueError, match="gate must be one of forget, input"):
+        formula_distances(model, formulas, gate="output")
 
 
 def test_an_encoder_without_master_gates_is_refused():
@@ -86,6 +106,12 @@ def test_the_command_writes_the_trees_line_for_line_and_compare_trees_reads_them
         assert len((out / f"gold.{k}.txt").read_text().splitlines()) == operators.count(k)
     assert main(["parsing", "compare-trees", str(out / "gold.txt"), str(out / "induced.txt")]) == 0
     assert main([*argv, "--threads", "1"]) == 0  # its own earlier output is replaced
+    by_input = tmp_path / "trees-input"
+    assert main([*argv[:-1], str(by_input), "--gate", "input", "--threads", "1"]) == 0
+    assert (by_input / "gold.txt").read_text() == (out / "gold.txt").read_text()
+    induced_in = parse_tree_lines((by_input / "induced.txt").read_text().splitlines(), "unlabelled")
+    assert [leaves(t) for t in induced_in] == [leaves(t) for t in induced]
+    assert sum(a != b for a, b in zip(induced_in, induced)) > len(induced) // 4  # the flag reads the other gate
 
 
 def test_the_command_refuses_an_lstm_and_a_folder_of_the_users(data, tmp_path, capsys):

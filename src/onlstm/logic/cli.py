@@ -17,6 +17,7 @@ from .. import encoders
 from ..config import ConfigError, Settings, add_command, add_flags, add_group, command_line, flags_given, option
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, command_error
 from ..files import add_files, check_output_owner, publish_folder
+from ..nn import Distances
 from ..runs import RunDir, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
 from .data import has_split, read_examples, relabel_mismatches, write_file
@@ -96,6 +97,12 @@ class TreesArgs:
     )
     data: Path = option(help="directory of test{k} files (or one file): both formulas of each pair are parsed")
     out: Path = option(help="a new or empty directory for the tree files (or an earlier `logic trees` output)")
+    gate: str = option(
+        "forget",
+        "which master gate's distances split the formulas: forget (1 - mean master forget, as ON-LSTM parsing "
+        "reads a language model) or input (mean master input)",
+        choices=Distances._fields,
+    )
     overwrite: bool = option(False, REPLACE_HELP)
 
 
@@ -390,8 +397,9 @@ def _cmd_trees(args: argparse.Namespace) -> int:
     """the trees an ON-LSTM classifier induces for the formulas of the pairs, beside those of their brackets
 
     Both formulas of every pair of --data (--split and --lengths as for eval), each once, of 3 or more tokens
-    besides brackets. The encoder reads each formula with its brackets; its distances (1 - mean master forget)
-    give a tree over every token (the greedy top-down builder), whose brackets are then dropped. Written into
+    besides brackets. The encoder reads each formula with its brackets; its distances (--gate forget: 1 - mean
+    master forget; input: mean master input) give a tree over every token (the greedy top-down builder), whose
+    brackets are then dropped. Written into
     --out, one tree per line in bracket notation, the same formula on the same line: gold.txt (the trees the
     brackets give), induced.txt, formulas.txt, operators.txt, and gold.K.txt / induced.K.txt for the formulas of
     K operators. Score them with `onlstm parsing compare-trees OUT/gold.txt OUT/induced.txt`.
@@ -404,7 +412,7 @@ def _cmd_trees(args: argparse.Namespace) -> int:
     formulas = distinct_formulas(examples)
     if not formulas:
         raise InputError(f"the pairs read from {args.data} have no formula of 3 or more tokens besides brackets")
-    found = formula_trees(model, formulas, opts.batch_size)
+    found = formula_trees(model, formulas, opts.batch_size, args.gate)
     publish_folder(args.out, TREES_KIND, found.write)  # all files at once, or none
     counts = Counter(found.operators)
     shown = ", ".join(f"{k}: {counts[k]}" for k in sorted(counts))

@@ -1,10 +1,11 @@
 """Trees of formulas: the tree a formula's brackets give (:func:`formula_tree`) and the tree an ON-LSTM
-classifier's master forget gates induce for it (:func:`induced_trees`), both over the formula's tokens without
+classifier's master gates induce for it (:func:`induced_trees`), both over the formula's tokens without
 brackets, so that ``onlstm parsing compare-trees`` scores one against the other (docs/logic.md, "Induced trees").
 
 The induced tree follows the Ordered Memory authors' protocol for this task: the encoder reads the formula with
-its brackets, the greedy builder of :func:`onlstm.data.trees.build_tree` splits every token by its distance
-(``1 - mean(master forget)``, the one ON-LSTM parsing uses), then the brackets are dropped from the tree.
+its brackets, the greedy builder of :func:`onlstm.data.trees.build_tree` splits every token by its distance,
+then the brackets are dropped from the tree. The distance is one of the two :class:`onlstm.nn.Distances`:
+``forget`` (``1 - mean(master forget)``, the one ON-LSTM parsing uses) or ``input`` (``mean(master input)``).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from ..checkpoint import CheckpointError
 from ..data.trees import Tree, build_tree, leaves, to_brackets
 from ..encoders import has_distances
 from ..files import write_text
+from ..nn import Distances
 from .data import Example
 from .formulas import count_operators_text
 from .model import TOKENS, LogicClassifier, pad_batch, token_ids
 
 BRACKETS = ("(", ")")
+GATES = Distances._fields  # ("forget", "input"): which master gate's distances split a formula
 
 
 def _group(parts: list[Tree]) -> Tree | None:
@@ -73,27 +76,33 @@ def check_distances(model: LogicClassifier, where: object) -> None:
 
 
 @torch.no_grad()
-def formula_distances(model: LogicClassifier, formulas: Sequence[str], batch_size: int = 512) -> list[list[float]]:
-    """Per formula (text in the notation), the distance of each of its tokens, brackets included, from the last
-    ON-LSTM layer of ``model``'s encoder, in eval mode (the model's mode is restored)."""
+def formula_distances(
+    model: LogicClassifier, formulas: Sequence[str], batch_size: int = 512, gate: str = "forget"
+) -> list[list[float]]:
+    """Per formula (text in the notation), the ``gate`` distance (:data:`GATES`) of each of its tokens, brackets
+    included, from the last ON-LSTM layer of ``model``'s encoder, in eval mode (the model's mode is restored)."""
     check_distances(model, "formula_distances")
+    if gate not in GATES:
+        raise ValueError(f"gate must be one of {', '.join(GATES)}, not {gate!r}")
     was_training, device = model.training, next(model.parameters()).device
     model.eval()
     out: list[list[float]] = []
     for i in range(0, len(formulas), batch_size):
         tokens, lengths = pad_batch([token_ids(f) for f in formulas[i : i + batch_size]])
         _, _, dist = model.encoder(model.embed(tokens.to(device), lengths), return_distances=True)
-        forget, _ = pad_packed_sequence(dist.forget)  # (T, N, layers * directions)
-        out += [forget[: int(n), k, -1].tolist() for k, n in enumerate(lengths)]
+        padded, _ = pad_packed_sequence(getattr(dist, gate))  # (T, N, layers * directions)
+        out += [padded[: int(n), k, -1].tolist() for k, n in enumerate(lengths)]
     model.train(was_training)
     return out
 
 
-def induced_trees(model: LogicClassifier, formulas: Sequence[str], batch_size: int = 512) -> list[Tree]:
-    """The tree ``model`` induces for each formula (text in the notation), over its tokens without brackets (see
-    the module's docstring); a formula of one token is that token."""
+def induced_trees(
+    model: LogicClassifier, formulas: Sequence[str], batch_size: int = 512, gate: str = "forget"
+) -> list[Tree]:
+    """The tree ``model``'s ``gate`` distances induce for each formula (text in the notation), over its tokens
+    without brackets (see the module's docstring); a formula of one token is that token."""
     trees = []
-    for text, dist in zip(formulas, formula_distances(model, formulas, batch_size), strict=True):
+    for text, dist in zip(formulas, formula_distances(model, formulas, batch_size, gate), strict=True):
         tree = without_brackets(build_tree(text.split(" "), dist))
         assert tree is not None, f"{text!r} has no token but brackets"  # token_ids accepted it: it has variables
         trees.append(tree)
@@ -136,10 +145,12 @@ def distinct_formulas(examples: Iterable[Example], min_words: int = 3) -> list[s
     return list(seen)
 
 
-def formula_trees(model: LogicClassifier, formulas: Sequence[str], batch_size: int = 512) -> FormulaTrees:
-    """:class:`FormulaTrees` of ``formulas`` under ``model``."""
+def formula_trees(
+    model: LogicClassifier, formulas: Sequence[str], batch_size: int = 512, gate: str = "forget"
+) -> FormulaTrees:
+    """:class:`FormulaTrees` of ``formulas`` under ``model``, induced from its ``gate`` distances."""
     gold = [formula_tree(f.split(" ")) for f in formulas]
-    induced = induced_trees(model, formulas, batch_size)
+    induced = induced_trees(model, formulas, batch_size, gate)
     for text, g, p in zip(formulas, gold, induced, strict=True):
         assert leaves(g) == leaves(p), f"{text!r}: the two trees have other tokens"  # both drop the brackets only
     return FormulaTrees(list(formulas), [count_operators_text(f) for f in formulas], gold, induced)
