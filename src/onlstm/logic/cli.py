@@ -399,10 +399,10 @@ def _cmd_trees(args: argparse.Namespace) -> int:
     Both formulas of every pair of --data (--split and --lengths as for eval), each once, of 3 or more tokens
     besides brackets. The encoder reads each formula with its brackets; its distances (--gate forget: 1 - mean
     master forget; input: mean master input) give a tree over every token (the greedy top-down builder), whose
-    brackets are then dropped. Written into
-    --out, one tree per line in bracket notation, the same formula on the same line: gold.txt (the trees the
-    brackets give), induced.txt, formulas.txt, operators.txt, and gold.K.txt / induced.K.txt for the formulas of
-    K operators. Score them with `onlstm parsing compare-trees OUT/gold.txt OUT/induced.txt`.
+    brackets are then dropped. Written into --out, one tree per line in bracket notation, the same formula on the
+    same line: gold.txt (the trees the brackets give), induced.txt, formulas.txt, operators.txt, and gold.K.txt /
+    induced.K.txt for the formulas of K operators. Score them with `onlstm parsing compare-trees OUT/gold.txt
+    OUT/induced.txt`.
     """
     from .trees import check_distances, distinct_formulas, formula_trees  # here: its trees need nltk, an extra
 
