@@ -27,12 +27,17 @@ from onlstm.parsing.baselines import score_baselines
 from onlstm.parsing.metrics import sentence_f1
 
 
-def by_operators(trees: FormulaTrees) -> dict[int, float]:
-    """Sentence-level F1 (%) of the induced trees, per operator count of the formula."""
+def grouped(trees: FormulaTrees) -> dict[int, list[tuple]]:
+    """The (gold, induced) pairs of trees, by operator count of the formula, in increasing count."""
     groups = defaultdict(list)
     for k, gold, induced in zip(trees.operators, trees.gold, trees.induced):
         groups[k].append((gold, induced))
-    return {k: 100 * sentence_f1(*zip(*pairs)).f1 for k, pairs in sorted(groups.items())}
+    return dict(sorted(groups.items()))
+
+
+def by_operators(trees: FormulaTrees) -> dict[int, float]:
+    """Sentence-level F1 (%) of the induced trees, per operator count of the formula."""
+    return {k: 100 * sentence_f1(*zip(*pairs)).f1 for k, pairs in grouped(trees).items()}
 
 
 def untrained(header: dict) -> LogicClassifier:
@@ -68,10 +73,8 @@ def main() -> None:
         before.append(by_operators(formula_trees(untrained(header), formulas, gate=args.gate)))
         gold = found
     assert gold is not None
-    ks = sorted(set(gold.operators))
-    golds: dict[int, list] = defaultdict(list)
-    for k, tree in zip(gold.operators, gold.gold):
-        golds[k].append(tree)
+    golds = {k: [tree for tree, _ in pairs] for k, pairs in grouped(gold).items()}
+    ks = list(golds)
     baselines = {k: score_baselines(golds[k], draws=5, seed=0) for k in ks}
     shown = f"{len(formulas)} formulas of {args.data} ({args.split}, files {args.lengths}), master {args.gate} gate"
     print(f"{shown}; sentence F1 %, by operators")
