@@ -134,8 +134,9 @@ def _speed(sec: dict[str, Any]) -> list[str]:
         "| --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for row in sec["rows"]:
-        if "error" in row:
-            lines.append(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {row['error']} | | | |")
+        if "error" in row or "not_available" in row:
+            why = row.get("error") or row["not_available"]
+            lines.append(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {why} | | | |")
             continue
         ratios = " | ".join(_num(row.get(key), ".2f") for key in ("x nn.LSTM", "x nn.LSTM no TF32", "x reference"))
         lines.append(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {_num(row['tokens_per_s'])} | {ratios} |")

@@ -1,0 +1,32 @@
+"""What torch can run on this machine where the answer depends on the CPU's instruction set (AVX-512, AVX2 only,
+bfloat16 instructions or not): each question is answered by running the primitive once on a tiny case, never by
+reading the CPU's name or flags, and cached for the process. Tests and benchmarks ask here and say "not available
+on this CPU" instead of failing where a primitive does not exist (docs/layer.md, "Every CPU")."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..errors import exception_line
+
+#: What a caller prints where a primitive is missing; the reason follows it.
+NOT_AVAILABLE = "not available on this CPU"
+
+
+@functools.cache
+def lstm_autocast_error(device_type: str, dtype: torch.dtype) -> str | None:
+    """Why ``torch.nn.LSTM`` cannot run forward and backward under ``torch.autocast(device_type, dtype)`` here
+    (oneDNN builds its bfloat16 LSTM only on CPUs with bfloat16 support: AVX-512 BF16, AMX or AVX-NE-CONVERT);
+    ``None`` when it can. Asked once per process, on a 2-step, 1-unit LSTM."""
+    device = torch.device(device_type)
+    try:
+        lstm = torch.nn.LSTM(2, 1).to(device)
+        x = torch.ones(2, 1, 2, device=device, requires_grad=True)
+        with torch.autocast(device_type, dtype=dtype):
+            out = lstm(x)[0]
+        out.float().sum().backward()
+    except RuntimeError as exc:
+        return f"{NOT_AVAILABLE}: {exception_line(exc, 200)}"
+    return None
