@@ -287,6 +287,31 @@ def test_nonmono_switch_in_training(tmp_path, corpus, monkeypatch):
     assert any(not torch.equal(last[k], current[k]) for k in last)  # ... which is not the current iterate
 
 
+def test_patience_counts_the_averaged_weights_checks_only(tmp_path, corpus, monkeypatch):
+    """The study's stopping rule (injected losses): SGD epochs that do not improve never count (4.5 and 6 below
+    come before averaging, the second triggers it); once averaging started, two epochs in a row without a new
+    best stop the run (patience 2), which is final, and the final test still scores the best weights."""
+    import onlstm.lm.train as lm_train
+    from onlstm.lm.evaluate import Perplexity
+
+    injected = iter([5.0, 4.0, 4.5, 6.0, 3.0, 3.5, 3.2, 2.0, 1.0])
+    real = lm_train.perplexity
+
+    def fake_perplexity(model, ids, protocol, batch_size, bptt, *args, **kwargs):
+        if protocol != "batched" or kwargs.get("ctx") is None:  # the final test: computed for real
+            return real(model, ids, protocol, batch_size, bptt, *args, **kwargs)
+        return Perplexity(next(injected), 10, protocol, batch_size, bptt)
+
+    monkeypatch.setattr(lm_train, "perplexity", fake_perplexity)
+    out = train(tmp_path / "run", corpus, settings(epochs=9, nonmono=1, patience=2), log=quiet)
+    assert [h["averaging"] for h in out.history] == [0, 0, 0, 0, 1, 1, 1]
+    assert (out.status, out.stopped_by, out.epochs) == ("finished", "patience", 7)
+    assert out.figures["test"]["loss"] > 0  # the final test ran on the best weights (epoch 5's)
+    assert not (tmp_path / "run" / RunDir.RESUME).exists()  # final: nothing to resume
+    with pytest.raises(RunDirError, match="ended by patience"):
+        train(tmp_path / "run", corpus, settings(), resume=True, log=quiet)
+
+
 # --------------------------------------------------------------------------- evaluation
 
 

@@ -82,6 +82,15 @@ class TrainConfig(Runtime):
     asgd_start_epoch: int = option(
         0, "with averaging: start averaging at this epoch at the latest (0: only the nonmono rule)", bounds=(0, None)
     )
+    # The paper's stopping rule with a cap: its runs train a fixed number of epochs, long after averaging began;
+    # a run on a budget needs to know when the averaged model stopped gaining. Counted only once averaging
+    # started (SGD epochs before the switch are expected to wobble: that wobble is what triggers it).
+    patience: int = option(
+        0,
+        "with averaging: stop when the averaged weights have not improved validation for this many epochs in a "
+        "row (0: never; the run trains its epochs)",
+        bounds=(0, None),
+    )
     oov: str = option(
         "auto",
         "valid/test words outside the vocabulary: auto (error if the training text has "

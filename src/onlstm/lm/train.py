@@ -189,9 +189,8 @@ class Trainer:
             )
         self._load_data()
         self._build_model()
-        budget = Budget(
-            cfg.epochs, 0, cfg.max_steps, cfg.time_limit, check_at_stop=False, save_every=cfg.checkpoint_every
-        )
+        patience = cfg.patience or None  # counted from the switch to averaging (after_check)
+        budget = Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit, patience, False, cfg.checkpoint_every)
         bar, main = cfg.progress and self.ctx.is_main, self.ctx.is_main
         report = Reporting.for_run(self.rundir, cfg.log_every, cfg.progress, cfg.tensorboard, main)
         self.engine = Engine(
@@ -371,6 +370,8 @@ class Trainer:
     def after_check(self, prog: Progress, check: Check, improved: bool) -> str:
         """The best perplexity so far in the row, tensorboard and NT-ASGD's switch; returns the log line."""
         row, t = check.record, prog.task
+        if not t["averaging"]:  # patience counts the averaged weights' checks only
+            prog.bad_checks = 0
         row["best_valid_ppl"] = round(math.exp(-prog.best), 3) if prog.best is not None else float("nan")
         line = (
             f"epoch {row['epoch']:3d} | train ppl {row['train_ppl']:8.2f} | valid ppl {row['valid_ppl']:8.2f}"
@@ -478,7 +479,7 @@ class Trainer:
     def finish(self, why: str, prog: Progress) -> tuple[dict | None, str | None]:
         """At the end of the epochs, the final test (``final_test``), once: its figures are the result's."""
         tested, task = "finished", prog.task
-        if why == "epochs":
+        if why in ("epochs", "patience"):
             task["finished"] = True
             if task["results"] is None and self.cfg.final_test:
                 tested = self._final_test()
