@@ -10,6 +10,7 @@ import shlex
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,10 +21,11 @@ from ..files import add_files, check_output_owner, publish_folder
 from ..nn import Distances
 from ..runs import RunDir, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
-from .data import has_split, read_examples, relabel_mismatches, write_file
+from .data import Example, has_split, read_examples, relabel_mismatches, write_file
 from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 from .model import KIND, load_classifier
+from .systematicity import SPLITS, held_out
 from .train import read_history, train, validation_examples
 
 #: A config file's sections (checked against their dataclasses: names and value types) and its other keys.
@@ -33,13 +35,9 @@ DATA_KIND = "logic-data"  # the marker of a folder logic generate wrote (onlstm.
 TREES_KIND = "logic-trees"  # the marker of a folder logic trees wrote
 
 
-#: The systematicity splits of the Ordered Memory paper (Shen et al. 2019b): pairs where a side contains the
-#: pattern are held out of training and tested. ``X`` is any variable.
-SYSTEMATICITY_SPLITS = {
-    "A": r"( and ( not a ) )",
-    "B": r"( and ( not X ) )",
-    "C": r"( and|or ( not X ) )",
-}
+#: The systematicity splits (onlstm.logic.systematicity): each name with its pattern as the Ordered Memory paper
+#: writes it (``*`` any sub-formula, ``X`` any variable).
+SYSTEMATICITY_SPLITS = {name: split.pattern for name, split in SPLITS.items()}
 
 
 OUT_HELP = "output directory (new, empty, or an earlier generated set)"
@@ -136,9 +134,9 @@ class HoldoutArgs:
     data: Path = option(help="a directory of train{k} files (e.g. Bowman et al.'s train0-6)")
     split: str | None = option(
         None,
-        "a systematicity split of the Ordered Memory paper: "
-        + "; ".join(f"{k}: {v}" for k, v in SYSTEMATICITY_SPLITS.items()),
-        choices=sorted(SYSTEMATICITY_SPLITS),
+        "a systematicity split (A, B, C: the Ordered Memory paper's; B-var, C-var: only negated variables, the "
+        "reading used before #50): " + "; ".join(f"{k}: {v}" for k, v in SYSTEMATICITY_SPLITS.items()),
+        choices=list(SYSTEMATICITY_SPLITS),
     )
     pattern: str | None = option(
         None, "hold out every pair where a side contains this regular expression (instead of --split)"
@@ -220,10 +218,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if not wrong and not misfiled else EXIT_FINDING  # a finding, not bad input
 
 
-def systematicity_regex(split: str) -> str:
-    """The regular expression of a split of :data:`SYSTEMATICITY_SPLITS` over formula text."""
-    text = re.escape(SYSTEMATICITY_SPLITS[split]).replace("X", "[a-f]").replace(r"and\|or", "(?:and|or)")
-    return text
+def _holdout_rule(split: str | None, pattern: str | None) -> Callable[[Example], bool]:
+    """Whether an example is held out: by the systematicity split ``split``, or when a side's text contains the
+    regular expression ``pattern``."""
+    if split is not None:
+        return lambda ex: held_out(split, ex.a, ex.b)
+    try:
+        regex = re.compile(pattern or "")
+    except re.error as exc:
+        raise ConfigError(f"--pattern {str(pattern)[:80]!r} is not a regular expression: {exc}") from None
+    return lambda ex: bool(regex.search(ex.text_a) or regex.search(ex.text_b))
 
 
 def _cmd_holdout(args: argparse.Namespace) -> int:
@@ -231,18 +235,18 @@ def _cmd_holdout(args: argparse.Namespace) -> int:
 
     Reads the train{k} files of --data and writes into --out: train{k} with the pairs where no side matches,
     test{k} with those where one does (a systematicity split: train on the rest, score on the held-out pairs).
+    --split A, B and C are the Ordered Memory paper's splits: a pair is held out when a side has an 'and' (C: an
+    'and' or an 'or') whose right operand is the negation of a (A) or of any sub-formula (B, C); B-var and C-var
+    hold out negated variables only (the reading used before #50).
     """
     if (args.split is None) == (args.pattern is None):
-        raise ConfigError("give --split A|B|C or --pattern REGEX (one of the two)")
-    try:
-        regex = re.compile(systematicity_regex(args.split) if args.split else args.pattern)
-    except re.error as exc:
-        raise ConfigError(f"--pattern {args.pattern[:80]!r} is not a regular expression: {exc}") from None
+        raise ConfigError(f"give --split {'|'.join(SYSTEMATICITY_SPLITS)} or --pattern REGEX (one of the two)")
+    held_out_by = _holdout_rule(args.split, args.pattern)
     examples = read_examples(args.data, split="train")
     check_output_owner(args.out, DATA_KIND, overwrite=args.overwrite)
     files: dict[str, list] = {}
     for ex in examples:
-        held = bool(regex.search(ex.text_a) or regex.search(ex.text_b))
+        held = held_out_by(ex)
         files.setdefault(("test" if held else "train") + str(ex.length), []).append((ex.label, ex.a, ex.b))
 
     def write(tmp: Path) -> None:
