@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 
 from .config import add_command, add_flags, add_group, option
@@ -19,6 +20,7 @@ from .errors import (
     INSTALL_EXPERIMENTS,
     InputError,
     OnlstmError,
+    UserNote,
     WriteError,
     cap,
     first_line,
@@ -228,7 +230,8 @@ def main(argv=None) -> int:
             name = command_path(parser, argv)
             args = parser.parse_args(argv)  # in the try: a flag's parser may import an optional dependency
             _line_buffered()
-            return args.func(args)
+            with _notes_as_lines(name):
+                return args.func(args)
     except (OnlstmError, ImportError, OSError, UnicodeDecodeError, MemoryError, RuntimeError) as exc:
         error = user_error(exc)
         if error is None:
@@ -240,6 +243,25 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # the trainers catch Ctrl-C themselves, save, and return 130 too
         print(f"{name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+@contextlib.contextmanager
+def _notes_as_lines(name: str):
+    """Print each :class:`~onlstm.errors.UserNote` as one line ``<command>: note: <message>`` (not Python's two
+    lines of warning); other warnings as before."""
+    previous = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserNote):
+            print(f"{name}: note: {message}", file=sys.stderr)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
 
 
 def user_error(exc: BaseException) -> OnlstmError | None:

@@ -138,10 +138,10 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: TrainResult, dev, test, as_
     model, vocab = lm.model, lm.vocab
     scores = _score(cfg, model, vocab, dev, test, out_dir)
     # the demo's part of the header: parse_layer (1-based), the layer chosen on the development sentences, which
-    # parse and plot then use by default; the grammar's words are lower case, so parse lower-cases its input;
-    # demo lets export and a later demo recognise the run
+    # parse and plot then use by default (how the model reads text, "text", lm train's code saved from the
+    # grammar's vocabulary); demo lets export and a later demo recognise the run
     best = scores["best"]
-    config = {**lm.config, "text_normalisation": "lower", "trained_on": "onlstm demo grammar"}
+    config = {**lm.config, "trained_on": "onlstm demo grammar"}
     RunDir(out_dir).write_config({**config, "parse_layer": best + 1, "demo": cfg.to_dict()})
     info = dict(steps=trained.steps, epochs_validated=len(trained.history), train_seconds=round(trained.seconds, 1))
     info.update(best_valid_ppl=None if trained.best is None else math.exp(-trained.best), weights=lm.weights.name)

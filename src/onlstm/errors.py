@@ -24,6 +24,11 @@ class InputError(OnlstmError, ValueError):
     """Bad command input (options, input files) that no more specific class describes."""
 
 
+class UserNote(UserWarning):
+    """Something a user should know that is not an error (e.g. a default chosen for them), issued with
+    ``warnings.warn``; ``onlstm`` commands print it as one line, ``onlstm <command>: note: <message>``."""
+
+
 class TrainingDiverged(OnlstmError, RuntimeError):
     """A training loss became NaN or infinite; the run stopped without saving the diverged weights."""
 

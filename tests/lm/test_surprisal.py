@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from onlstm.cli import main
+from onlstm.data.reader import TextReader
 from onlstm.data.vocab import Vocab
 from onlstm.models.language_model import LanguageModel, LMConfig
 
@@ -83,3 +84,50 @@ def test_an_existing_output_is_kept_without_overwrite(tmp_path, capsys):
     assert main(args) == 2 and out.read_text() == "mine"
     assert "--overwrite" in capsys.readouterr().err
     assert main([*args, "--overwrite"]) == 0 and out.read_text().startswith("sentence_id\t")
+
+
+def test_a_string_is_one_sentence():
+    model = tiny()
+    (one,) = model.surprisals("the cat sat on a mat")
+    assert one.tolist() == pytest.approx(stepwise_bits(model, "the cat sat on a mat".split()), abs=1e-4)
+    assert len(model.surprisals("the cat")) == 1  # not one sentence per character
+
+
+def test_raw_text_is_read_as_the_training_text_was_written():
+    model = tiny()
+    model.reader = TextReader.detect(WORDS)  # Mikolov's convention: lower case, no punctuation
+    raw = model.surprisals(["The cat sat on a mat.", "A big dog, the cat."])
+    done = model.surprisals(["the cat sat on a mat", "a big dog the cat"], pretokenized=True)
+    assert [b.tolist() for b in raw] == [b.tolist() for b in done]
+    assert raw[0].tolist() == pytest.approx(stepwise_bits(model, "the cat sat on a mat".split()), abs=1e-4)
+    # pretokenized: read as it is, so a capital is another word (<unk> here)
+    (cased,) = model.surprisals("The cat", pretokenized=True)
+    assert cased.tolist() == pytest.approx(stepwise_bits(model, ["<unk>", "cat"]), abs=1e-4)
+
+
+def test_the_command_reads_raw_text_and_shows_what_the_model_read(tmp_path, capsys):
+    model = tiny()
+    model.save_pretrained(tmp_path / "model", run_config={"text": TextReader.detect(WORDS).to_dict()})
+    (tmp_path / "raw.txt").write_text("The cat sat.\nA zebra ran!\n")
+    (tmp_path / "done.txt").write_text("the cat sat\na zebra ran\n")
+    checkpoint = ["lm", "surprisal", "--checkpoint", str(tmp_path / "model")]
+    assert main([*checkpoint, str(tmp_path / "raw.txt")]) == 0
+    raw = capsys.readouterr()
+    assert main([*checkpoint, "--pretokenized", str(tmp_path / "done.txt")]) == 0
+    assert raw.out == capsys.readouterr().out  # the same rows, the same values
+    rows = [line.split("\t") for line in raw.out.splitlines()[1:]]
+    assert [r[2] for r in rows] == ["the", "cat", "sat", "<eos>", "a", "<unk>", "ran", "<eos>"]
+    assert "note" not in raw.err
+    assert main([*checkpoint, "--pretokenized", str(tmp_path / "raw.txt")]) == 0
+    verbatim = [line.split("\t")[2] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert verbatim == ["<unk>", "cat", "<unk>", "<eos>", "<unk>", "<unk>", "<unk>", "<eos>"]
+
+
+def test_a_model_that_does_not_say_how_it_reads_reads_as_ptb_said_once(tmp_path, capsys):
+    tiny().save_pretrained(tmp_path / "model")  # no reader saved: an older run
+    (tmp_path / "raw.txt").write_text("The cat sat.\nThe dog ran.\n")
+    assert main(["lm", "surprisal", "--checkpoint", str(tmp_path / "model"), str(tmp_path / "raw.txt")]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split("\t")[2] for line in out.splitlines()[1:4]] == ["the", "cat", "sat"]
+    notes = [line for line in err.splitlines() if "note:" in line]
+    assert len(notes) == 1 and notes[0].startswith("onlstm lm surprisal: note: ") and "PTB" in notes[0]

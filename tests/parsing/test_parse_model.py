@@ -14,7 +14,7 @@ from onlstm.data.vocab import Vocab
 from onlstm.files import write_json
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.parsing import build_tree, leaves, to_brackets, unlabel
-from onlstm.parsing.induce import load_language_model, normalise_words, sentence_distances
+from onlstm.parsing.induce import load_language_model, sentence_distances
 
 MRG = """
 ( (S (NP-SBJ (DT The) (NN cat) )
@@ -97,14 +97,6 @@ def test_distances_follow_the_protocol(tmp_path):
     want = torch.stack([d.forget[1:4, 0] for d in extras["distances"]])
     torch.testing.assert_close(forget[0], want)
     assert lm.model.training is False
-
-
-def test_normalisation_of_raw_text():
-    assert normalise_words(["The", "3", "cats", ",", "ran", "1.5"], "ptb") == (
-        ["the", "N", "cats", "ran", "N.N"],
-        [","],
-    )
-    assert normalise_words(["The", ","], "lower") == (["the", ","], [])
 
 
 # -- commands --------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ readers (they refuse paths outside nltk's data roots since 3.10)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,26 +31,6 @@ class TreebankError(OnlstmError, ValueError):
 def normalise_word(word: str) -> str:
     """Lowercase and replace every run of digits by ``N``: ``"1987"`` -> ``"N"``, ``"3.5"`` -> ``"N.N"``."""
     return _DIGITS.sub("N", word.lower())
-
-
-_PUNCT = re.compile(r"^[^\w]+$")
-
-
-def normalise_words(words: Sequence[str], scheme: str) -> tuple[list[str], list[str]]:
-    """Words as the model's training text had them, ``(kept, dropped)``: for ``'ptb'`` lower case, digit
-    runs -> ``N``, punctuation-only tokens dropped (Mikolov's PTB text has none); else lower case only."""
-    if scheme != "ptb":
-        return [w.lower() for w in words], []
-    return [normalise_word(w) for w in words if not _PUNCT.match(w)], [w for w in words if _PUNCT.match(w)]
-
-
-def tokenize(line: str, scheme: str) -> list[str]:
-    """Split raw text into tokens: Penn Treebank tokenisation for ``'ptb'``, white space otherwise."""
-    if scheme == "ptb":
-        from nltk.tokenize import TreebankWordTokenizer
-
-        return TreebankWordTokenizer().tokenize(line)
-    return line.split()
 
 
 def normalise_tree(tree: LabelledTree) -> LabelledTree | None:

@@ -46,8 +46,9 @@ class EvalArgs:
 @dataclass(kw_only=True)
 class SurprisalArgs:
     checkpoint: Path = option(help="run directory, a .safetensors file in one, or a model")
-    file: Path = option(
-        help="sentences, one per line, tokenised as the model's training text ('-': stdin)", positional=True
+    file: Path = option(help="sentences, one per line, in plain English ('-': stdin)", positional=True)
+    pretokenized: bool = option(
+        False, "the lines are already in the model's convention (tokens split by spaces), read as they are"
     )
     out: Path | None = option(None, "the TSV to write (default: standard output); an existing file needs --overwrite")
     overwrite: bool = option(False, "replace an existing --out file")
@@ -98,14 +99,17 @@ def run_threads(config: dict) -> int:
 def _cmd_surprisal(args: argparse.Namespace) -> int:
     """per-token surprisal (bits) of sentences, as lm-zoo's get-surprisals writes it
 
-    One TSV row per token: sentence_id, token_id (both from 1), token, surprisal (-log2 p). Each line is read
-    as <eos> w1 ... wn <eos> from a zero state; its rows are the words and the final <eos>. A word outside
-    the vocabulary is written as <unk> (what the model read). Details: docs/lm.md, "Surprisal".
+    One TSV row per token: sentence_id, token_id (both from 1), token, surprisal (-log2 p). Each line is plain
+    English, read as the model's training text was written (for a PTB model: lower case, numbers as N,
+    punctuation not read; --pretokenized: the line's tokens as they are), then as <eos> w1 ... wn <eos> from a
+    zero state; its rows are the words the model read and the final <eos>. A word outside the vocabulary is
+    written as <unk> (what the model read). Details: docs/lm.md, "Surprisal".
     """
     import sys
 
+    from ..data.vocab import EOS
     from ..files import write_text
-    from ..models.language_model import frame_sentence, load_language_model_run
+    from ..models.language_model import load_language_model_run
     from ..runs import resolve_device, setup_torch
     from .evaluate import surprisal_table
 
@@ -116,12 +120,12 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
     device = resolve_device(runtime.device)
     run = load_language_model_run(args.checkpoint, args.weights, device)
     setup_torch(run_threads(run.config) if runtime.threads is None else runtime.threads)
-    run.model.vocab = run.vocab
     try:
-        bits = run.model.surprisals(sentences, args.batch_size)
-    except ValueError as e:  # a vocabulary without <unk> meeting an unknown word
+        words = [s.split() for s in sentences] if args.pretokenized else run.model.words(sentences, allow_empty=True)
+        bits = run.model.surprisals(words, args.batch_size, pretokenized=True)
+    except ValueError as e:  # a vocabulary without <unk> meeting an unknown word, a malformed saved reader
         raise command_error(e) from None
-    tokens = [frame_sentence(s)[1:] for s in sentences]
+    tokens = [[*w, EOS] for w in words]
     table, unknown = surprisal_table(tokens, bits, run.vocab)
     if args.out is None:
         sys.stdout.write(table)

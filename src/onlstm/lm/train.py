@@ -20,6 +20,7 @@ from torch import nn
 from ..checkpoint import CheckpointError, config_header, load_weights, save_weights
 from ..config import ConfigError, check_section
 from ..data.ptb import Corpus, load_corpus, split_file
+from ..data.reader import TextReader
 from ..data.vocab import Vocab
 from ..encoders import detach_state
 from ..files import write_text
@@ -259,7 +260,9 @@ class Trainer:
         c, data_dir = self.corpus, str(self.data_dir.resolve())
         data = dict(data_dir=data_dir, closed_vocab=c.closed_vocab, vocab_limited=c.limited, oov=self.cfg.oov)
         data.update({f"{k}_tokens": s.n_tokens for k, s in c.splits.items()}, **{TEXT_FINGERPRINT: self.text_sha256})
-        return config_header("lm", self.model_config.to_dict(), train=self.cfg.to_dict(), data=data)
+        # how the model reads English: the convention its training vocabulary shows (data/reader.py)
+        text = TextReader.detect(c.vocab.words).to_dict()
+        return config_header("lm", self.model_config.to_dict(), train=self.cfg.to_dict(), data=data, text=text)
 
     def schedule(self, epoch: int) -> list:
         """The BPTT segments of ``epoch`` (from 1)."""

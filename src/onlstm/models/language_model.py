@@ -4,7 +4,8 @@ of :mod:`onlstm.encoders`; :func:`load_language_model_run` (docs/lm.md, "The rec
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,8 +15,10 @@ from torch import nn
 
 from .. import encoders
 from ..config import Config, ConfigError, check_probabilities, option
+from ..data.reader import TextConventionNote, TextReader, reader_of
 from ..data.vocab import EOS, Vocab
 from ..encoders import make_encoder
+from ..errors import InputError
 
 
 @dataclass
@@ -71,15 +74,6 @@ class LMConfig(Config):
     def layer_options(self, cell: str | None = None) -> dict:
         """The fields encoder ``cell`` (default: its own) declares, and ``encoder_options``."""
         return encoders.options_for(cell or self.cell, self, self.encoder_options)
-
-
-def frame_sentence(sentence: str | Sequence[str]) -> list[str]:
-    """``<eos> w1 ... wn <eos>``: a sentence as the language model reads it on its own (the authors' LM sees
-    ``<eos>`` at the end of every line, so a sentence starts after one)."""
-    from ..data.vocab import EOS
-
-    words = sentence.split() if isinstance(sentence, str) else list(sentence)
-    return [EOS, *words, EOS]
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool, shard: tuple[int, int] | None = None) -> torch.Tensor:
@@ -163,12 +157,13 @@ class LanguageModel(nn.Module):
         """Trees induced from the master-forget distances (ON-LSTM models), as ``onlstm parsing parse`` induces them:
         one :class:`ParsedSentence` per sentence (``.tree``, ``.brackets``, ``.nltk()``, ``.drawing()``,
         ``.distances``).
-        ``sentences``: strings or lists of words, normalised as the training text was (:meth:`words`);
-        ``layer`` (1-based): by default the run's ``parse_layer`` (the demo's choice) or the paper's layer 2."""
+        ``sentences``: as :meth:`words` reads them; ``layer`` (1-based): by default the run's ``parse_layer`` (the
+        demo's choice) or the paper's layer 2."""
         from ..data.trees import build_tree
 
         if not self.has_distances:
             raise ValueError(f"a {self.config.cell!r} model has no master gates, so it induces no trees")
+        check_batch_size(batch_size)
         words = self.words(sentences)
         index = default_parse_layer(getattr(self, "run_config", {}), len(self.layers), layer)
         forget, _, _ = sentence_distances(self, self._vocab(), words, batch_size)
@@ -177,8 +172,9 @@ class LanguageModel(nn.Module):
     @torch.no_grad()
     def score(self, sentences, batch_size: int = 64) -> list[float]:
         """The log-probability (natural log) of each sentence: of its words and the end of sentence after them,
-        read from a fresh state after an end-of-sentence token (as parsing reads sentences). ``sentences``:
-        strings or lists of words, normalised as :meth:`words` does; unknown words count as ``<unk>``."""
+        read from a fresh state after an end-of-sentence token (as parsing reads sentences). ``sentences``: as
+        :meth:`words` reads them; unknown words count as ``<unk>``."""
+        check_batch_size(batch_size)
         vocab, words = self._vocab(), self.words(sentences)
         self.eval()
         eos, device, out = vocab.index[EOS], self.embedding.weight.device, [0.0] * len(words)
@@ -201,23 +197,53 @@ class LanguageModel(nn.Module):
         :meth:`score`: every sentence read on its own, unlike ``onlstm lm eval``, which reads a corpus as one
         stream (the paper's protocol)."""
         words = self.words(sentences)
+        if not words:
+            raise InputError("sentences is empty: perplexity needs at least one sentence")
         total = sum(self.score(words, batch_size))
         return math.exp(-total / sum(len(w) + 1 for w in words))
 
-    def words(self, sentences) -> list[list[str]]:
-        """``sentences`` (a string, or a list of strings or of word lists) as the model reads them: a string is
-        tokenised and every sentence normalised as the training text was (the run's ``text_normalisation``:
-        ``ptb``, the default, lower-cases, turns digits into ``N`` and drops punctuation; ``lower``
-        lower-cases). A sentence left with no word raises ``ValueError``."""
-        from ..data.treebank import normalise_words, tokenize
+    @property
+    def reader(self) -> TextReader:
+        """How this model reads English (:class:`~onlstm.data.reader.TextReader`): the one its run saved, else,
+        for a model that does not say, Mikolov's PTB convention (with a :class:`TextConventionNote`, once)."""
+        reader = getattr(self, "_reader", None)
+        if reader is None:
+            reader, note = reader_of(getattr(self, "run_config", {}))
+            if note is not None:
+                warnings.warn(TextConventionNote(note), stacklevel=2)
+            self._reader = reader
+        return reader
 
-        scheme = getattr(self, "run_config", {}).get("text_normalisation", "ptb")
-        items = [sentences] if isinstance(sentences, str) else list(sentences)
-        out = [normalise_words(tokenize(s, scheme) if isinstance(s, str) else list(s), scheme)[0] for s in items]
+    @reader.setter
+    def reader(self, reader: TextReader) -> None:
+        if not isinstance(reader, TextReader):
+            raise InputError(f"reader must be an onlstm.data.reader.TextReader, got {type(reader).__name__}")
+        self._reader = reader
+
+    def words(self, sentences, allow_empty: bool = False) -> list[list[str]]:
+        """``sentences`` as the model reads them (:attr:`reader`): a string is one sentence of raw English
+        (split, lower-cased, numbers as ``N`` and punctuation dropped for a PTB model); a list holds sentences,
+        each a string or a list of words (each word normalised, none split). A sentence left with no word
+        raises ``ValueError`` unless ``allow_empty``."""
+        items = self._sentences(sentences)
+        vocab = getattr(self, "vocab", None) or ()
+        out = [self.reader.read(s, vocab)[0] for s in items]
         empty = [k for k, w in enumerate(out) if not w]
-        if empty:
-            raise ValueError(f"sentence {empty[0]} has no word to read (after normalisation): {items[empty[0]]!r}")
+        if empty and not allow_empty:
+            raise InputError(f"sentence {empty[0]} has no word to read (after normalisation): {items[empty[0]]!r}")
         return out
+
+    @staticmethod
+    def _sentences(sentences) -> list:
+        if isinstance(sentences, str):
+            return [sentences]
+        if isinstance(sentences, (bytes, dict)) or not isinstance(sentences, Iterable):
+            raise InputError(f"sentences must be a string or a list of sentences, got {type(sentences).__name__}")
+        items = list(sentences)
+        bad = [s for s in items if isinstance(s, bytes) or not isinstance(s, (str, Sequence))]
+        if bad:
+            raise InputError(f"each sentence must be a string or a list of words, got {type(bad[0]).__name__}")
+        return items
 
     def _vocab(self) -> Vocab:
         vocab = getattr(self, "vocab", None)
@@ -226,19 +252,24 @@ class LanguageModel(nn.Module):
         return vocab
 
     def surprisals(
-        self, sentences: Sequence[str | Sequence[str]], batch_size: int = 2048, progress=None
+        self, sentences, batch_size: int = 2048, progress=None, *, pretokenized: bool = False
     ) -> list[torch.Tensor]:
-        """Per-token surprisal in bits (``-log2 p``) of each sentence (a string split on spaces, or a list of
-        tokens, as the model's training text was tokenised), read as ``<eos> w1 ... wn <eos>`` from a zero
-        state in eval mode: a float64 tensor of ``n + 1`` values (``.numpy()`` for NumPy), the words then the
-        end of the sentence. Words outside ``self.vocab`` are read as ``<unk>``. Scored through prefix trees of
-        ``batch_size`` sentences (docs/lm.md, "Surprisal"); ``progress(n)`` after each batch."""
+        """Per-token surprisal in bits (``-log2 p``) of each sentence, read as ``<eos> w1 ... wn <eos>`` from a zero
+        state in eval mode: a float64 tensor of ``n + 1`` values (``.numpy()`` for NumPy), the words then the end
+        of the sentence. ``sentences``: as :meth:`words` reads them (a string is one sentence; a sentence may be
+        empty); ``pretokenized``: every sentence already in the model's convention, split on spaces only. The
+        words read are ``model.words(sentences, allow_empty=True)``; those outside ``self.vocab`` are read as
+        ``<unk>``. Scored through prefix trees of ``batch_size`` sentences (docs/lm.md, "Surprisal");
+        ``progress(n)`` after each batch."""
         from .prefix_tree import prefix_token_logprobs
 
-        vocab = getattr(self, "vocab", None)
-        if vocab is None:
-            raise ValueError("the model has no vocabulary: load it with LanguageModel.from_pretrained")
-        ids = [vocab.encode(frame_sentence(s))[0] for s in sentences]
+        check_batch_size(batch_size)
+        vocab = self._vocab()
+        if pretokenized:
+            words = [s.split() if isinstance(s, str) else list(s) for s in self._sentences(sentences)]
+        else:
+            words = self.words(sentences, allow_empty=True)
+        ids = [vocab.encode([EOS, *w, EOS])[0] for w in words]
         logprobs = prefix_token_logprobs(self, ids, batch_size, progress)
         return [-lp / math.log(2) for lp in logprobs]
 
@@ -278,9 +309,7 @@ class LanguageModel(nn.Module):
         vocabulary is ``model.vocab``, the saved header ``model.run_config``."""
         from ..runs import pretrained_path
 
-        run = load_language_model_run(pretrained_path(name_or_path), device=device)
-        run.model.vocab, run.model.run_config = run.vocab, run.config
-        return run.model
+        return load_language_model_run(pretrained_path(name_or_path), device=device).model
 
 
 LM_USAGE = """
@@ -340,10 +369,19 @@ def default_parse_layer(run_config: dict, n_layers: int, given: int | None = Non
 
 
 def check_layer(layer: int, n_layers: int) -> int:
-    """A 1-based layer number (``--layer``) -> 0-based index, with a clear error."""
+    """A 1-based layer number -> 0-based index; :class:`~onlstm.errors.InputError` naming the argument ``layer``
+    (a command prefixes its flag's dashes)."""
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise InputError(f"layer must be a whole number (1 to {n_layers}), got {layer!r}")
     if not 1 <= layer <= n_layers:
-        raise ValueError(f"--layer must be between 1 and {n_layers} (the model has {n_layers} layers), got {layer}")
+        raise InputError(f"layer must be between 1 and {n_layers} (the model has {n_layers} layers), got {layer}")
     return layer - 1
+
+
+def check_batch_size(batch_size: int) -> None:
+    """``batch_size`` of the Python API: a whole number of at least 1 (-1 or 0 would score nothing)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
 
 
 @torch.no_grad()
@@ -397,4 +435,6 @@ def load_language_model_run(
 
     build = lambda section: LanguageModel(LMConfig.from_dict(section))
     opts = {"vocab": Vocab.load, "check": check, "what": "a language model", "hint": hint}
-    return load_run(checkpoint, KIND, build, tag=tag, device=device, **opts)
+    run = load_run(checkpoint, KIND, build, tag=tag, device=device, **opts)
+    run.model.vocab, run.model.run_config = run.vocab, run.config  # what the Python API reads text with
+    return run

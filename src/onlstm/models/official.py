@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import CheckpointError
+from ..data.reader import TextReader
 from .language_model import LanguageModel, LMConfig
 from .torchfile import Record, read_torch_file
 
@@ -206,7 +207,8 @@ def import_official(checkpoint: str | Path, corpus: str | Path, to: str | Path, 
     to.parent.mkdir(parents=True, exist_ok=True)
     tmp = _fresh_sibling(to, "new")
     try:
-        lm.save_pretrained(tmp, words, run_config={"imported_from": source})
+        text = TextReader.detect(words).to_dict()  # the authors' PTB models: Mikolov's convention
+        lm.save_pretrained(tmp, words, run_config={"imported_from": source, "text": text})
         card = RunDir(tmp).card_path
         write_text(card, card.read_text(encoding="utf-8") + _card_source(source))
         _replace(tmp, to)

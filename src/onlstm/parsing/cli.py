@@ -18,10 +18,7 @@ from .evaluate import PAPER_F1, PAPER_SOURCE, paper_set, score_treebank
 from .induce import (
     check_layer,
     load_language_model,
-    normalise_words,
     sentence_distances,
-    text_normalisation,
-    tokenize,
     trees_from_distances,
 )
 from .trees import (
@@ -202,15 +199,19 @@ def _cmd_compare_trees(args: argparse.Namespace) -> int:
 def choose_layer(given: int | None, lm) -> int:
     """The 0-based layer to build trees from (:func:`onlstm.models.language_model.default_parse_layer`): ``--layer``
     when given (checked: 1..layers, so 0 is an error, not the default), else the run's or the paper's."""
-    return default_parse_layer(lm.config, len(lm.model.layers), given)
+    try:
+        return default_parse_layer(lm.config, len(lm.model.layers), given)
+    except InputError as err:  # the Python API names its argument, layer; here it is the flag
+        raise InputError(f"--{err}") from None
 
 
-def _prepare(lines, scheme: str):
-    """Raw lines -> normalised word lists; returns (sentences, line numbers, dropped tokens, empty lines):
-    a blank line and a line of only punctuation are both "empty" (listed, nothing parsed)."""
+def _prepare(lines, reader, vocab):
+    """Raw lines -> word lists as the model reads them (its :class:`~onlstm.data.reader.TextReader`); returns
+    (sentences, line numbers, dropped tokens, empty lines): a blank line and a line of only punctuation are both
+    "empty" (listed, nothing parsed)."""
     sentences, numbers, dropped, empty = [], [], 0, []
     for k, line in enumerate(lines, 1):
-        words, gone = normalise_words(tokenize(line, scheme), scheme) if line.strip() else ([], [])
+        words, gone = reader.read(line, vocab) if line.strip() else ([], [])
         dropped += len(gone)
         if words:
             sentences.append(words)
@@ -228,7 +229,7 @@ def _cmd_parse(args) -> int:
         text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
     except (ValueError, OSError) as err:
         raise command_error(err) from None
-    sentences, numbers, dropped, empty = _prepare(text.splitlines(), text_normalisation(lm))
+    sentences, numbers, dropped, empty = _prepare(text.splitlines(), lm.model.reader, lm.vocab)
     if not sentences:
         raise InputError("no sentence to parse in the input")
     forget, _, unknown = sentence_distances(lm.model, lm.vocab, sentences, args.batch_size)
@@ -377,8 +378,7 @@ def _cmd_plot(args) -> int:
         check_output_file(args.out, "--out")
         lm = load_language_model(args.checkpoint, device=runtime_device(runtime_settings(args)))
         layer = choose_layer(args.layer, lm)
-        scheme = text_normalisation(lm)
-        words, _dropped = normalise_words(tokenize(args.sentence, scheme), scheme)
+        words, _dropped = lm.model.reader.read(args.sentence, lm.vocab)
         if not words:
             raise ValueError("the sentence has no word left after normalisation")
         gold = unlabel(parse_brackets(args.gold)) if args.gold else None  # a labelled tree loses its labels

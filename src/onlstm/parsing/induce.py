@@ -10,8 +10,6 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import CheckpointError
-from ..data.treebank import normalise_words as normalise_words
-from ..data.treebank import tokenize as tokenize
 from ..models.language_model import check_layer as check_layer
 from ..models.language_model import load_language_model_run
 from ..models.language_model import sentence_distances as sentence_distances
@@ -34,11 +32,6 @@ def load_language_model(checkpoint: str | Path, tag: str = "best", device: str =
             "no trees; use an ON-LSTM model (or the baselines of eval-parse)"
         )
     return run
-
-
-def text_normalisation(lm: LoadedRun) -> str:
-    """How the training text was normalised: ``'ptb'`` (lower case, digits -> N, PTB tokens) or ``'lower'``."""
-    return lm.config.get("text_normalisation", "ptb")
 
 
 def trees_from_distances(
