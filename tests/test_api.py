@@ -4,8 +4,10 @@ functions make the runs the commands make."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ import onlstm.logic
 from onlstm.checkpoint import config_header, read_json, save_weights
 from onlstm.cli import main
 from onlstm.data.vocab import Vocab
+from onlstm.errors import InputError
 from onlstm.files import write_json
 from onlstm.models import LanguageModel, LMConfig
 from onlstm.runs import RunDir
@@ -48,7 +51,7 @@ def test_parse_gives_what_the_parse_command_prints(run, tmp_path, capsys):
         assert p.nltk().leaves() == p.words and p.drawing().splitlines()[-1].split() == p.words
     assert parsed[0].words == "the cat sat on the mat".split()  # lower case, punctuation dropped, as the command
     assert [p.layer for p in lm.parse(SENTENCES, layer=1)] == [1, 1, 1]
-    with pytest.raises(ValueError, match="--layer must be between 1 and 3"):
+    with pytest.raises(ValueError, match="^layer must be between 1 and 3"):  # the argument, not the flag
         lm.parse(SENTENCES, layer=4)
     with pytest.raises(ValueError, match="sentence 1 has no word"):
         lm.parse(["a dog", ". ,"])
@@ -77,6 +80,45 @@ def test_score_and_perplexity_are_the_sentences_probabilities(run):
     assert lm.score("a dog ran") == pytest.approx(scores[1:2])  # one string is one sentence
     with pytest.raises(ValueError, match="no vocabulary"):
         LanguageModel(lm.config).score(["a dog"])
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda lm: lm.score(SENTENCES, batch_size=-1), "batch_size must be a whole number of at least 1, got -1"),
+        (lambda lm: lm.score(SENTENCES, batch_size=0), "batch_size must be a whole number of at least 1, got 0"),
+        (lambda lm: lm.score(SENTENCES, batch_size=2.0), "batch_size must be a whole number"),
+        (lambda lm: lm.perplexity(SENTENCES, batch_size=0), "batch_size must be"),
+        (lambda lm: lm.surprisals(SENTENCES, batch_size=0), "batch_size must be"),
+        (lambda lm: lm.parse(SENTENCES, batch_size=-3), "batch_size must be"),
+        (lambda lm: lm.parse(SENTENCES, layer=1.5), "layer must be a whole number (1 to 3), got 1.5"),
+        (lambda lm: lm.parse(SENTENCES, layer=True), "layer must be a whole number"),
+        (lambda lm: lm.perplexity([]), "sentences is empty: perplexity needs at least one sentence"),
+        (lambda lm: lm.score(42), "sentences must be a string or a list of sentences, got int"),
+        (lambda lm: lm.score([b"a dog"]), "each sentence must be a string or a list of words, got bytes"),
+    ],
+)
+def test_the_python_api_refuses_bad_arguments_naming_them(run, call, message):
+    """Each bad argument is one InputError (a ValueError) naming the argument and the rule, never a flag; before,
+    batch_size=-1 returned log-probability 0 and the others raised errors about something else."""
+    lm = LanguageModel.from_pretrained(run)
+    with pytest.raises(InputError) as err:
+        call(lm)
+    assert isinstance(err.value, ValueError) and str(err.value).startswith(message.split(",")[0])
+    assert message in str(err.value) and "--" not in str(err.value)
+
+
+def test_the_sharing_guide_uses_what_the_train_functions_return():
+    """docs/sharing.md's ``result.X`` and ``run.X`` name attributes that exist on the returned TrainResult."""
+    from pathlib import Path
+
+    from onlstm.runs.engine import TrainResult
+
+    text = (Path(__file__).parents[1] / "docs" / "sharing.md").read_text(encoding="utf-8")
+    used = set(re.findall(r"\b(?:result|run)\.(\w+)", text))
+    assert used >= {"best", "model", "status", "figures", "record"}
+    fields = {f.name for f in dataclasses.fields(TrainResult)} | set(dir(TrainResult))
+    assert used <= fields, used - fields
 
 
 def test_lm_train_function_makes_the_commands_run(tmp_path):

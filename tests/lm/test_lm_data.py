@@ -66,7 +66,7 @@ def test_missing_and_empty_files_are_named(tmp_path):
 
 def test_closed_vocabulary_rejects_unseen_words_with_location(tmp_path):
     write(tmp_path, {**CLOSED, "ptb.valid.txt": " a \n c zebra \n"})
-    with pytest.raises(CorpusError, match=r"ptb.valid.txt, line 2: word 'zebra' .*closed vocabulary.*--oov unk"):
+    with pytest.raises(CorpusError, match=r"ptb.valid.txt, line 2: word 'zebra' .*closed vocabulary.*set oov to 'unk'"):
         load_corpus(tmp_path)
     c = load_corpus(tmp_path, oov="unk")
     assert c["valid"].n_unknown == 1 and c["valid"].ids[-2] == c.vocab.unk_id

@@ -164,7 +164,7 @@ def encode_split(
     for n_lines, words in enumerate(iter_lines(path), 1):
         line = [get(w, -1) for w in words]
         if -1 in line:
-            if unk is None and not strict:  # --oov unk asked for, but there is no <unk> to map to
+            if unk is None and not strict:  # oov "unk" asked for, but there is no <unk> to map to
                 raise CorpusError(
                     f"{path}, line {n_lines}: word {words[line.index(-1)]!r} is not in the training vocabulary, "
                     "which has no <unk> to map it to: use the file that belongs to this training file, or put "
@@ -174,7 +174,7 @@ def encode_split(
                 raise CorpusError(
                     f"{path}, line {n_lines}: word {words[line.index(-1)]!r} is not in the training vocabulary "
                     f"({why}). Use the {name} file that belongs to this training file, replace rare words by "
-                    "<unk> when preprocessing, or pass --oov unk to map unknown words to <unk>"
+                    "<unk> when preprocessing, or set oov to 'unk' to map unknown words to <unk>"
                 )
             unknown += line.count(-1)
             line = [unk if i == -1 else i for i in line]
