@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from onlstm.cli import main
+from onlstm.data.reader import TextReader
 from onlstm.data.vocab import Vocab
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.syneval.data import SynevalDataError
@@ -20,8 +21,8 @@ from onlstm.syneval.syntaxgym import (
     parse_formula,
     read_suite,
     regions_csv,
-    tokenize,
 )
+from support import SHARED_DATA
 
 VALUES = {("mismatch", 2): 7.0, ("match", 2): 3.0, ("match", 1): 1.0, ("mismatch", 1): 1.5}
 
@@ -174,11 +175,135 @@ def test_the_mean_metric_and_the_older_relation_form(tmp_path):
     assert result["outcomes"] == {1: [True], 2: [False]}
 
 
-def test_tokens_follow_the_vocabulary():
-    ptb = Vocab(["<eos>", "<unk>", "do", "n't", "the", "dog", "N"])
-    assert tokenize("Don't, the dog 1,200 times.", ptb, lower=True) == ["do", "n't", "the", "dog", "N", "times"]
-    with_punct = Vocab(["<eos>", "<unk>", ".", ","])
-    assert tokenize("Dogs, cats.", with_punct, lower=False) == ["Dogs", ",", "cats", "."]
+def test_capitals_numbers_and_punctuation_are_read_as_the_training_text(tmp_path):
+    # PTB's convention: "The"/"No" are the words the and no, "3" is N, the final "." is not read
+    s = suite_dict()
+    s["items"][0]["conditions"][0]["regions"][0]["content"] = "No dog,"
+    s["items"][0]["conditions"][1]["regions"][0]["content"] = "The 3 dogs"
+    vocab = Vocab(["<eos>", "<unk>", "N", "no", *BITS])
+    result = evaluate_suite(read_suite(write(tmp_path, s)), vocab, injected)
+    tokens = {(r["item_number"], r["condition_name"], r["region_number"]): r["tokens"] for r in result["regions"]}
+    assert tokens[(1, "match", 1)] == "no dog" and tokens[(1, "mismatch", 1)] == "the N dogs"
+    assert tokens[(1, "match", 3)] == "here" and result["oov_types"] == ["dogs"]
+    assert result["not_scorable_items"] == 0
+
+
+def test_a_final_punctuation_region_is_scored_by_the_end_of_the_sentence(tmp_path):
+    s = suite_dict()
+    for item in s["items"]:
+        for cond in item["conditions"]:
+            cond["regions"][2]["content"] = " . "
+    s["predictions"].append({"type": "formula", "formula": "(3;%match%) = 100"})
+    # a model without punctuation: the region asks whether the sentence may end there, answered by <eos> (100)
+    ptb = evaluate_suite(read_suite(write(tmp_path, s)), Vocab(["<eos>", "<unk>", *BITS]), injected)
+    region3 = [r for r in ptb["regions"] if r["region_number"] == 3]
+    assert {(r["metric_value"], r["tokens"], r["scored_by"]) for r in region3} == {(100.0, "<eos>", "end of sentence")}
+    assert ptb["not_scorable_items"] == 0 and ptb["predictions"][2]["accuracy"] == 1.0
+    # a model that reads punctuation scores the mark itself (unknown to BITS: 9)
+    cased = TextReader(lowercase=True, number=None, punctuation=True)
+    reads = evaluate_suite(read_suite(write(tmp_path, s)), Vocab(["<eos>", "<unk>", ".", *BITS]), injected, cased)
+    assert {r["metric_value"] for r in reads["regions"] if r["region_number"] == 3} == {9.0}
+
+
+def test_a_region_the_model_reads_nothing_of_makes_its_item_not_scorable(tmp_path, capsys):
+    s = suite_dict()
+    s["items"][1]["conditions"][1]["regions"][1]["content"] = "--"  # item 2's critical region: punctuation only
+    result = evaluate_suite(read_suite(write(tmp_path, s)), Vocab(["<eos>", "<unk>", *BITS]), injected)
+    assert result["items"] == 2 and result["scored_items"] == 1 and result["not_scorable_items"] == 1
+    assert result["not_scorable"] == [
+        {"item_number": 2, "regions": [{"condition": "mismatch", "region": 2, "content": "--"}]}
+    ]
+    assert result["outcomes"] == {1: [True, True]} and result["accuracy"] == 1.0  # item 1 alone, never a 0
+    empty = [r for r in result["regions"] if r["scored_by"] == "nothing read"]
+    assert [(r["item_number"], r["metric_value"]) for r in empty] == [(2, None)]
+    # a region the suite itself leaves empty is part of the design (its sum is 0), not a region unread
+    s["items"][1]["conditions"][1]["regions"][1]["content"] = ""
+    assert evaluate_suite(read_suite(write(tmp_path, s)), Vocab(["<eos>", *BITS]), injected)["not_scorable_items"] == 0
+
+
+def test_the_command_names_items_not_scorable_apart(tmp_path, capsys):
+    model = tiny_model(tmp_path)
+    s = suite_dict()
+    s["items"][1]["conditions"][1]["regions"][1]["content"] = "--"
+    path = write(tmp_path, s)
+    assert main(["syneval", "--checkpoint", str(model), "--suite", str(path), "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["models"][0]["suites"]
+    assert result["not_scorable_items"] == 1 and result["not_scorable"][0]["item_number"] == 2
+    assert result["scored_items"] == 1 and set(result["outcomes"]) == {"1"}
+    assert main(["syneval", "--checkpoint", str(model), "--suite", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "1 scored of 2" in text and "not scorable: 1 items" in text and "'--'" in text and "items 2" in text
+
+
+def npi_suite() -> dict:
+    """npi_orc_any's first item as published: the "No" and "The" conditions differ only by their licensor."""
+    words = ["author", "that", "the", "senators", "liked", "has had", "any", "success."]
+    conds = {"neg_pos": "No", "pos_pos": "The"}
+    return {
+        "meta": {"name": "npi", "metric": "sum"},
+        "region_meta": {str(k): f"r{k}" for k in range(1, 10)},
+        "predictions": [{"type": "formula", "formula": "(8;%neg_pos%) < (8;%pos_pos%)"}],
+        "items": [
+            {
+                "item_number": 1,
+                "conditions": [
+                    {"condition_name": name, "regions": [{"region_number": k + 1, "content": c}
+                                                         for k, c in enumerate([first, *words])]}
+                    for name, first in conds.items()
+                ],
+            }
+        ],
+    }  # fmt: skip
+
+
+def test_no_and_the_reach_a_ptb_model_as_words(tmp_path, capsys):
+    words = ["<eos>", "<unk>", "N", "no", "the", "author", "that", "senators", "liked", "has", "had", "any", "success"]
+    torch.manual_seed(0)
+    model = LanguageModel(LMConfig(vocab_size=len(words), emb_size=8, hidden_sizes=[12, 8], chunk_size=4)).eval()
+    model.save_pretrained(tmp_path / "ptb", words, run_config={"text": TextReader.detect(words).to_dict()})
+    path = write(tmp_path, npi_suite())
+    assert main(["syneval", "--checkpoint", str(tmp_path / "ptb"), "--suite", str(path), "--json"]) == 0
+    captured = capsys.readouterr()
+    (result,) = json.loads(captured.out)["models"][0]["suites"]
+    assert "note" not in captured.err  # the model says how it reads English
+    rows = {(r["condition_name"], r["region_number"]): r for r in result["regions"]}
+    assert rows[("neg_pos", 1)]["tokens"] == "no" and rows[("pos_pos", 1)]["tokens"] == "the"
+    assert result["oov_types"] == [] and result["covered_items"] == 1
+    assert rows[("neg_pos", 8)]["metric_value"] != pytest.approx(rows[("pos_pos", 8)]["metric_value"], abs=1e-6)
+    # by hand: the model reads "no author ... any success" from <eos>
+    lm = LanguageModel.from_pretrained(tmp_path / "ptb")
+    (bits,) = lm.surprisals("No author that the senators liked has had any success.")
+    assert rows[("neg_pos", 8)]["metric_value"] == pytest.approx(float(bits[8]), abs=1e-5)
+
+
+SUITES = SHARED_DATA / "syntaxgym" / "suites"
+
+
+@pytest.mark.slow
+def test_the_published_suites_on_a_small_ptb_model(tmp_path, capsys):
+    """Every published suite parses and is scored by an untrained model with Mikolov's PTB vocabulary; no region
+    of subordination* is scored 0, and the items not scorable are counted (the comma regions of npz*)."""
+    if not SUITES.is_dir() or not (SHARED_DATA / "ptb" / "ptb.train.txt").is_file():
+        pytest.skip(f"needs the SyntaxGym suites at {SUITES} and Mikolov's PTB text")
+    words = list(dict.fromkeys(["<eos>", *(SHARED_DATA / "ptb" / "ptb.train.txt").read_text().split()]))
+    torch.manual_seed(0)
+    model = LanguageModel(LMConfig(vocab_size=len(words), emb_size=8, hidden_sizes=[8], chunk_size=4)).eval()
+    model.save_pretrained(tmp_path / "ptb", words, run_config={"text": TextReader.detect(words).to_dict()})
+    assert main(["syneval", "--checkpoint", str(tmp_path / "ptb"), "--suite", str(SUITES), "--json"]) == 0
+    results = {r["suite"]: r for r in json.loads(capsys.readouterr().out)["models"][0]["suites"]}
+    assert len(results) == len(list(SUITES.glob("*.json"))) == 34
+    for name, r in results.items():
+        assert r["scored_items"] + r["not_scorable_items"] == r["items"]
+        if name.startswith("subordination"):
+            assert r["not_scorable_items"] == 0
+            ends = [x for x in r["regions"] if x["scored_by"] == "end of sentence"]
+            assert len(ends) == 2 * r["items"] and all(x["metric_value"] > 0 for x in ends)
+            assert all(x["metric_value"] not in (0, None) for x in r["regions"] if x["content"].strip())
+        # the items not scorable are exactly those with text the model reads nothing of
+        unread = {x["item_number"] for x in r["regions"] if x["scored_by"] == "nothing read"}
+        assert {e["item_number"] for e in r["not_scorable"]} == unread
+    counts = {name: r["not_scorable_items"] for name, r in results.items() if r["not_scorable_items"]}
+    assert counts == {name: 24 for name in ("npz_ambig", "npz_ambig_mod", "npz_obj", "npz_obj_mod")}, counts
 
 
 @pytest.mark.parametrize(

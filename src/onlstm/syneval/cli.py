@@ -99,7 +99,6 @@ def run_suites(args: argparse.Namespace, cfg: SynevalConfig) -> int:
     models = []
     for path in args.checkpoint:
         run = load_language_model_run(path, cfg.weights, device)
-        run.model.vocab = run.vocab
         models.append(_score_suites(run, str(path), suites, cfg.batch_size))
     report = {"suites": [s.path for s in suites], "models": models}
     if args.out:
@@ -112,9 +111,10 @@ def _score_suites(run, name: str, suites, batch_size: int) -> dict:
     from .syntaxgym import evaluate_suite
 
     start = time.perf_counter()
+    score = lambda toks: run.model.surprisals(toks, batch_size, pretokenized=True)  # read by the model's reader
     try:
-        results = [evaluate_suite(s, run.vocab, lambda toks: run.model.surprisals(toks, batch_size)) for s in suites]
-    except ValueError as exc:  # a vocabulary without <unk> meeting an unknown word
+        results = [evaluate_suite(s, run.vocab, score, run.model.reader) for s in suites]
+    except ValueError as exc:  # a vocabulary without <unk> meeting an unknown word, a malformed saved reader
         raise command_error(exc) from None
     return {"checkpoint": name, "cell": run.model.config.cell, "weights": str(run.weights),
             "vocab_size": len(run.vocab), "seconds": round(time.perf_counter() - start, 3), "suites": results}  # fmt: skip
@@ -139,7 +139,8 @@ def _no_regions(result: dict) -> dict:
 
 
 def format_suites(report: dict) -> str:
-    """Per model, per suite: items, accuracy (all predictions hold), each prediction's accuracy, words unknown."""
+    """Per model, per suite: items, accuracy (all predictions hold) on the scorable ones, each prediction's
+    accuracy, words unknown, and the items not scorable with the regions that make them so."""
     lines = []
     for i, m in enumerate(report["models"]):
         lines.append(f"{model_name(m, i)}: {m['weights']}; vocabulary {m['vocab_size']} words; {m['seconds']:.1f} s")
@@ -147,10 +148,25 @@ def format_suites(report: dict) -> str:
             cov = r["covered_accuracy"]
             cov = f"{cov:.3f} on {r['covered_items']} covered" if cov is not None else "no item covered"
             oov = f"{len(r['oov_types'])} word types read as <unk>"
-            lines.append(f"  {r['suite']:<40} {r['items']:>4} items  accuracy {r['accuracy']:.3f}, {cov} ({oov})")
+            scored = f"{r['scored_items']:>4} scored" + (f" of {r['items']}" if r["not_scorable_items"] else "")
+            lines.append(f"  {r['suite']:<40} {scored}  accuracy {_acc(r['accuracy'])}, {cov} ({oov})")
             for p in r["predictions"]:
-                lines.append(f"    {p['accuracy']:.3f}  {p['formula']}")
+                lines.append(f"    {_acc(p['accuracy'])}  {p['formula']}")
+            lines += _not_scorable(r)
     return "\n".join(lines)
+
+
+def _not_scorable(result: dict) -> list[str]:
+    """One line for the items not scored: how many, and which region text the model reads nothing of."""
+    if not result["not_scorable_items"]:
+        return []
+    texts = sorted({repr(g["content"]) for entry in result["not_scorable"] for g in entry["regions"]})
+    numbers = ", ".join(str(entry["item_number"]) for entry in result["not_scorable"][:10])
+    more = " ..." if result["not_scorable_items"] > 10 else ""
+    return [
+        f"    not scorable: {result['not_scorable_items']} items (the model reads nothing of the region text "
+        f"{', '.join(texts[:5])}{' ...' if len(texts) > 5 else ''}): items {numbers}{more}"
+    ]
 
 
 def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:

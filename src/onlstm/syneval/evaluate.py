@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from ..data.reader import PTB, TextReader
 from ..data.vocab import EOS, UNK
 from ..errors import OnlstmError
 from ..models.prefix_tree import prefix_token_logprobs, scored_in_chunks
@@ -28,9 +29,11 @@ COMPARISONS = {
 COMPARISON_NAMES = {name: " vs ".join(roles) for name, roles in COMPARISONS.items()}
 
 
-def frame(sentence: str, period: bool) -> list[str]:
-    """``<eos> w1 ... wn [.] <eos>`` for a sentence (lower-cased; a final ``.`` already there is kept once)."""
-    words = sentence.lower().split()
+def frame(sentence: str, period: bool, reader: TextReader = PTB, vocab: Collection[str] = ()) -> list[str]:
+    """``<eos> w1 ... wn [.] <eos>`` for a sentence as ``reader`` (the model's) reads it with ``vocab``
+    (:class:`~onlstm.data.reader.TextReader`: for PTB lower case, numbers as ``N``, punctuation not read); the
+    ``.`` appended when ``period`` (a final ``.`` already read is kept once)."""
+    words = reader.read(sentence, vocab)[0]
     if period and (not words or words[-1] != "."):
         words.append(".")
     return [EOS, *words, EOS]
@@ -39,8 +42,8 @@ def frame(sentence: str, period: bool) -> list[str]:
 class Encoder:
     """Maps framed sentences to ids with the model's vocabulary (an :class:`onlstm.data.vocab.Vocab`)."""
 
-    def __init__(self, vocab):
-        self.vocab, self.period = vocab, "." in vocab
+    def __init__(self, vocab, reader: TextReader = PTB):
+        self.vocab, self.reader, self.period = vocab, reader, "." in vocab
 
     def unknown(self, tokens: Sequence[str]) -> list[str]:
         return [w for w in tokens if w not in self.vocab]
@@ -127,13 +130,15 @@ def score_items(
     batch_size: int = 512,
     share_prefixes: bool = True,
     progress: Callable[[int], None] | None = None,
+    reader: TextReader | None = None,
 ) -> tuple[list[Outcome], dict]:
     """Every comparison of every item, and facts about the run (``period``, ``oov`` word counts, ``sentences``
     scored, ``unique`` ones run). ``share_prefixes``: through prefix trees, else right-padded batches (the
-    same scores)."""
-    enc = Encoder(vocab)
+    same scores). ``reader``: how the model reads English (default: ``model.reader``, else PTB's)."""
+    enc = Encoder(vocab, reader if reader is not None else getattr(model, "reader", PTB))
     said = [s for item in items for s in item.sentences]
-    tokens = {s: frame(s, enc.period) for s in said}  # each distinct sentence once, in the order first said
+    # each distinct sentence once, in the order first said
+    tokens = {s: frame(s, enc.period, enc.reader, vocab) for s in said}
     score = prefix_token_logprobs if share_prefixes else token_logprobs
     logprobs = dict(zip(tokens, score(model, [enc.ids(t) for t in tokens.values()], batch_size, progress)))
     outcomes = [_outcome(item, c, tokens, logprobs, enc, word_only) for item in items for c in comparisons(item)]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..data.reader import PTB, TextReader, is_sentence_end
 from .data import SynevalDataError
 
 #: How a region's token surprisals become one number (the suite's ``meta.metric``; SyntaxGym's suites use sum).
@@ -304,102 +305,103 @@ def _check_references(suite: Suite) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # Tokens and scores
 
-_PUNCT = '.,;:!?"()'
-_CLITICS = re.compile(r"^(.+?)(n't|'s|'re|'ve|'ll|'d|'m)$", re.IGNORECASE)
-
-
-def tokenize(content: str, vocab, lower: bool) -> list[str]:
-    """A region's text as the model's training text was tokenised (PTB's): lower-cased when the vocabulary
-    is, punctuation split off (and dropped when the vocabulary lacks it: Mikolov's PTB has none), clitics
-    split (``don't`` -> ``do n't``), numbers as ``N`` when the vocabulary has that token."""
-    out: list[str] = []
-    for word in (content.lower() if lower else content).split():
-        core = word.strip(_PUNCT)
-        lead = word[: len(word) - len(word.lstrip(_PUNCT))]
-        trail = word[len(lead) + len(core) :]
-        parts = list(lead)
-        if core:
-            m = _CLITICS.match(core)
-            parts += [m.group(1), m.group(2)] if m else [core]
-        parts += list(trail)
-        for p in parts:
-            if p in _PUNCT and p not in vocab:
-                continue
-            if "N" in vocab and p not in vocab and re.fullmatch(r"[\d.,]+", p) and any(c.isdigit() for c in p):
-                p = "N"
-            out.append(p)
-    return out
-
-
 #: token lists -> per-token surprisal (bits) of each list's tokens then of its end (len + 1 values each), as
 #: :meth:`onlstm.models.LanguageModel.surprisals` returns.
 SurprisalFn = Callable[[list[list[str]]], Sequence[Sequence[float]]]
 
+#: How a region is scored: by its tokens (none for a region the suite leaves empty), by the end of the sentence
+#: (only sentence-final punctuation, which the model does not read), or not at all (text the model reads nothing
+#: of: its item is not scorable).
+BY_TOKENS, BY_END, UNREAD = "tokens", "end of sentence", "nothing read"
 
-def lower_cased(vocab) -> bool:
-    """Whether the vocabulary holds no upper-case letter (then sentences are lower-cased, as syneval does)."""
-    return not any(w != w.lower() for w in getattr(vocab, "words", vocab) if not w.startswith("<"))
 
-
-def region_tokens(suite: Suite, vocab) -> dict[tuple[int, str], list[list[str]]]:
-    lower = lower_cased(vocab)
+def region_tokens(suite: Suite, vocab, reader: TextReader = PTB) -> dict[tuple[int, str], list[list[str]]]:
+    """Every region's text as the model reads it (``reader``: its training text's convention)."""
     return {
-        (number, cond): [tokenize(content, vocab, lower) for _, content in regions]
+        (number, cond): [reader.read(content, vocab)[0] for _, content in regions]
         for number, conditions in suite.items
         for cond, regions in conditions.items()
     }
 
 
-def evaluate_suite(suite: Suite, vocab, surprisal: SurprisalFn) -> dict:
-    """Region surprisals of every item and condition (the suite's metric over the region's tokens; the end of
-    the sentence belongs to no region), each prediction's outcome per item, accuracy per prediction and for the
-    suite (the items where every prediction holds), and the word tokens outside ``vocab``."""
-    tokens = region_tokens(suite, vocab)
+def region_kinds(regions: list[tuple[int, str]], tokens: list[list[str]]) -> list[str]:
+    """How each region of one sentence is scored (:data:`BY_TOKENS`, :data:`BY_END`, :data:`UNREAD`). The last
+    region with text, when it is only sentence-final punctuation the model does not read, asks whether the
+    sentence may end there: the surprisal of the end of the sentence answers it."""
+    last = max((k for k, (_, content) in enumerate(regions) if content.strip()), default=-1)
+    kinds = []
+    for k, ((_, content), toks) in enumerate(zip(regions, tokens)):
+        if toks or not content.strip():
+            kinds.append(BY_TOKENS)
+        else:
+            kinds.append(BY_END if k == last and is_sentence_end(content) else UNREAD)
+    return kinds
+
+
+def evaluate_suite(suite: Suite, vocab, surprisal: SurprisalFn, reader: TextReader = PTB) -> dict:
+    """Region surprisals of every item and condition (the suite's metric over the region's tokens, read by
+    ``reader``; the end of the sentence belongs to no region unless :func:`region_kinds` gives it one), each
+    prediction's outcome per scorable item, accuracy per prediction and for the suite (the items where every
+    prediction holds), the items not scorable (a region with text the model reads nothing of) and the word
+    tokens outside ``vocab``."""
+    tokens = region_tokens(suite, vocab, reader)
     keys = list(tokens)
     bits = surprisal([[t for region in tokens[k] for t in region] for k in keys])
     values: dict[int, dict[tuple[str, int], float]] = {}
-    metric, rows, items = METRICS[suite.metric], [], dict(suite.items)
+    metric, rows, items, unread = METRICS[suite.metric], [], dict(suite.items), {}
     for key, sentence_bits in zip(keys, bits):
-        start, (number, cond) = 0, key
-        for (region, content), toks in zip(items[number][cond], tokens[key]):
-            part = [float(x) for x in list(sentence_bits)[start : start + len(toks)]]
+        start, (number, cond), sentence_bits = 0, key, [float(x) for x in sentence_bits]
+        regions = items[number][cond]
+        for (region, content), toks, kind in zip(regions, tokens[key], region_kinds(regions, tokens[key])):
+            part = sentence_bits[start : start + len(toks)] if kind == BY_TOKENS else sentence_bits[-1:]
             start += len(toks)
-            oov = [t for t in toks if t not in vocab]
-            values.setdefault(number, {})[(cond, region)] = value = metric(part)
+            value = metric(part) if kind != UNREAD else None
+            if kind == UNREAD:
+                unread.setdefault(number, []).append({"condition": cond, "region": region, "content": content})
+            else:
+                values.setdefault(number, {})[(cond, region)] = value
             rows.append(dict(suite=suite.name, item_number=number, condition_name=cond, region_number=region,
-                             region=suite.region_names.get(region, ""), content=content, tokens=" ".join(toks),
-                             metric_value=value, oovs=" ".join(oov)))  # fmt: skip
-    return _tally(suite, values, rows, tokens, vocab)
+                             region=suite.region_names.get(region, ""), content=content,
+                             tokens=" ".join(toks) if kind != BY_END else reader.end, scored_by=kind,
+                             metric_value=value, oovs=" ".join(t for t in toks if t not in vocab)))  # fmt: skip
+    return _tally(suite, values, rows, tokens, vocab, unread)
 
 
-def _tally(suite: Suite, values: dict, rows: list[dict], tokens: dict, vocab) -> dict:
-    """Accuracies over all items and over the *covered* ones (every token of every condition in ``vocab``)."""
-    outcomes, covered = [], []
+def _tally(suite: Suite, values: dict, rows: list[dict], tokens: dict, vocab, unread: dict) -> dict:
+    """Accuracies over the scorable items (no region the model reads nothing of) and over the *covered* ones
+    among them (every token of every condition in ``vocab``); the items not scorable, named apart."""
+    outcomes, covered = {}, {}
     for number, conditions in suite.items:
-        outcomes.append([bool(evaluate_formula(p.tree, values[number])) for p in suite.predictions])
-        covered.append(all(t in vocab for c in conditions for region in tokens[(number, c)] for t in region))
-    n, held = len(outcomes), [all(o) for o in outcomes]
+        if number not in unread:
+            outcomes[number] = [bool(evaluate_formula(p.tree, values[number])) for p in suite.predictions]
+            covered[number] = all(t in vocab for c in conditions for region in tokens[(number, c)] for t in region)
+    n, held = len(outcomes), {number: all(o) for number, o in outcomes.items()}
     oov = sorted({t for toks in tokens.values() for region in toks for t in region if t not in vocab})
-    n_covered = sum(covered)
+    n_covered = sum(covered.values())
+    share = lambda count, total: count / total if total else None
     return {
         "suite": suite.name,
         "file": suite.path,
         "metric": suite.metric,
-        "items": n,
-        "accuracy": sum(held) / n,
+        "items": len(suite.items),
+        "scored_items": n,
+        "accuracy": share(sum(held.values()), n),
         "covered_items": n_covered,
-        "covered_accuracy": sum(h for h, c in zip(held, covered) if c) / n_covered if n_covered else None,
+        "covered_accuracy": share(sum(h for k, h in held.items() if covered[k]), n_covered),
         "predictions": [
-            {"formula": p.formula, "accuracy": sum(o[k] for o in outcomes) / n} for k, p in enumerate(suite.predictions)
+            {"formula": p.formula, "accuracy": share(sum(o[k] for o in outcomes.values()), n)}
+            for k, p in enumerate(suite.predictions)
         ],
+        "not_scorable_items": len(unread),
+        "not_scorable": [{"item_number": number, "regions": regions} for number, regions in unread.items()],
         "oov_types": oov,
-        "outcomes": {number: o for (number, _), o in zip(suite.items, outcomes)},
+        "outcomes": outcomes,
         "regions": rows,
     }
 
 
 REGION_COLUMNS = ("suite", "item_number", "condition_name", "region_number", "region", "content", "tokens",
-                  "metric_value", "oovs")  # fmt: skip
+                  "scored_by", "metric_value", "oovs")  # fmt: skip
 
 
 def regions_csv(models: list[tuple[str | None, list[dict]]]) -> str:
