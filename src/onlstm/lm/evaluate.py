@@ -26,21 +26,40 @@ class Perplexity:
     batch_size: int
     bptt: int
     dropped: int = 0  # tokens at the end of the stream not in any column
+    stream: int = 0  # tokens in the columns (scored ones and the first of each column): the authors' divisor
 
     @property
     def ppl(self) -> float:
-        return math.exp(self.loss) if self.loss < 700 else float("inf")
+        return _exp(self.loss)
+
+    @property
+    def authors_loss(self) -> float:
+        """The loss as the authors' ``evaluate()`` reports it: the same summed loss divided by the length of the
+        stream read (every token in the columns, ``tokens + batch_size``), not by the tokens scored: the first
+        token of each column is read but never predicted."""
+        return self.loss * self.tokens / self.stream if self.stream else self.loss
+
+    @property
+    def authors_ppl(self) -> float:
+        return _exp(self.authors_loss)
 
     def describe(self) -> str:
         what = "one stream, batch 1" if self.batch_size == 1 else f"{self.batch_size} columns, each from a zero state"
         drop = f", {self.dropped} tokens at the end not scored" if self.dropped else ""
         return (
             f"perplexity {self.ppl:.2f} (loss {self.loss:.4f} nats/token over {self.tokens:,} tokens; "
-            f"protocol {self.protocol}: {what}, segments of {self.bptt}{drop})"
+            f"protocol {self.protocol}: {what}, segments of {self.bptt}{drop}); the authors' evaluate() prints "
+            f"{self.authors_ppl:.2f} (it divides the same summed loss by the {self.stream:,} tokens read, the "
+            "first of each column included, which is never predicted)"
         )
 
     def to_dict(self) -> dict:
-        return {"ppl": self.ppl, **dataclasses.asdict(self)}
+        return {"ppl": self.ppl, **dataclasses.asdict(self), "authors_ppl": self.authors_ppl,
+                "authors_loss": self.authors_loss}  # fmt: skip
+
+
+def _exp(loss: float) -> float:
+    return math.exp(loss) if loss < 700 else float("inf")
 
 
 @torch.no_grad()
@@ -96,7 +115,7 @@ def perplexity(
     if ctx is not None and ctx.distributed:
         t = ctx.all_reduce_sum(torch.tensor([total, float(count)], dtype=torch.float64))
         total, count = float(t[0]), int(round(float(t[1])))
-    return Perplexity(total / count, count, protocol, b, bptt, ids.numel() - data.numel())
+    return Perplexity(total / count, count, protocol, b, bptt, ids.numel() - data.numel(), data.numel())
 
 
 #: The header of lm-zoo's ``get-surprisals`` output, which ``onlstm lm surprisal`` writes.
