@@ -15,7 +15,9 @@ import torch
 from safetensors.torch import load_file
 
 from official_standins import make_checkpoint
+from onlstm.checkpoint import read_json
 from onlstm.cli import main
+from onlstm.data.reader import TextReader
 from onlstm.models import LanguageModel
 from onlstm.models.official import OfficialImportError, load_official
 from onlstm.models.torchfile import Record, TorchFileError, read_torch_file
@@ -62,6 +64,9 @@ def test_imported_model_gives_the_authors_log_probabilities(authors, tmp_path, c
         ours = _our_logprobs(lm, ref[f"ids{k}"])
         assert torch.allclose(ours, ref[f"logprobs{k}"], atol=1e-5, rtol=0)
     assert lm.vocab.words[ref["ids0"][0]] == "<eos>" and "<unk>" in lm.vocab
+    # how it reads English is saved with it: the convention its vocabulary shows (PTB's for their PTB models)
+    assert read_json(to / "config.json")["text"] == TextReader.detect(lm.vocab.words).to_dict()
+    assert lm.reader == TextReader.detect(lm.vocab.words)
 
 
 def test_the_check_can_fail_without_the_dropconnect_scaling(authors):

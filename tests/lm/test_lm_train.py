@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from onlstm.checkpoint import CheckpointError, read_json, state_dict_for_saving
 from onlstm.cli import main
+from onlstm.data.reader import TextReader
 from onlstm.data.vocab import Vocab
 from onlstm.errors import InputError
 from onlstm.lm import LanguageModel, LMConfig
@@ -395,6 +396,8 @@ def test_run_directory_layout_is_data_only(finished_run):
     assert config["kind"] == "lm" and config["train"]["epochs"] == 1
     cfg = LMConfig.from_dict(config["model"])  # how other commands load the model
     assert cfg.cell == "lstm" and cfg.vocab_size == len(Vocab.load(finished_run / "vocab.json"))
+    # how the model reads English: the convention of its training vocabulary, saved with it
+    assert config["text"] == TextReader.detect(Vocab.load(finished_run / "vocab.json").words).to_dict()
     _run, weights = RunDir.find(finished_run)
     assert weights.name == "model.best.safetensors"
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from onlstm.data.reader import TextReader
 from onlstm.data.vocab import Vocab
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.syneval.data import Item
@@ -63,6 +64,22 @@ def test_frame_lowercases_and_adds_the_period_only_when_asked():
     assert frame("The Author laughs", period=True) == ["<eos>", "the", "author", "laughs", ".", "<eos>"]
     assert frame("the author laughs .", period=True) == ["<eos>", "the", "author", "laughs", ".", "<eos>"]
     assert frame("The author laughs", period=False) == ["<eos>", "the", "author", "laughs", "<eos>"]
+
+
+def test_sentences_are_read_with_the_models_reader():
+    # PTB's convention (the default for a model that does not say): capitals lower-cased, numbers as N
+    words = ["<eos>", "<unk>", "N", "no", "the", "author", "laughs"]
+    assert frame("No author laughs 3 times!", False, vocab=words) == ["<eos>", "no", "author", "laughs", "N", "times",
+                                                                      "<eos>"]  # fmt: skip
+    model, vocab = tiny_lm("lstm"), Vocab(WORDS)
+    item = Item("simple_agrmt", "", "No author laughs", "No author laugh")
+    ((ptb,), _) = score_items(model, vocab, [item], reader=TextReader.detect(WORDS))
+    expected = sum(step_by_step_logprobs(model, vocab.encode(["<eos>", "no", "author", "laughs", ".", "<eos>"])[0]))
+    assert ptb.first == pytest.approx(expected, abs=1e-5) and ptb.covered
+    # the model's own reader by default: a cased model reads "No" as a word it does not know
+    model.reader = TextReader(lowercase=False, number=None, punctuation=True)
+    ((cased,), facts) = score_items(model, vocab, [item])
+    assert not cased.covered and facts["oov"] == {"No": 2}
 
 
 def test_no_period_without_one_in_the_vocabulary_and_oov_become_unk():
