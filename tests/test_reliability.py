@@ -124,6 +124,36 @@ def test_out_that_is_a_file_or_unwritable_is_refused_before_any_work(corpus, log
         assert "cannot write in /proc" in capsys.readouterr().err
 
 
+def test_an_output_that_is_a_link_to_nothing_or_a_file_is_bad_input(corpus, logic_data, tmp_path, capsys):
+    """Issue #48: a dangling --out was a FileExistsError traceback; a file as --out (curves) or --to (download)
+    was a refused write (exit 4), where the input is at fault (2). Nothing is made at the link's target."""
+    link, file = tmp_path / "link", tmp_path / "a-file"
+    link.symlink_to(tmp_path / "nowhere" / "run")
+    file.write_text("keep")
+    cases = [(lm_args(corpus, link), "is a symbolic link to nothing"), (logic_args(logic_data, link), "to nothing")]
+    cases += [(["logic", "curves", str(tmp_path), "--out", str(file)], "--out"), (["data", "download", "ptb"], "--to")]
+    cases[-1][0].extend(["--to", str(file), "--url", f"file://{tmp_path}/nowhere"])
+    for argv, said in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert file.read_text() == "keep" and not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("flag", ["--eval-batch-size", "--test-batch-size"])
+def test_an_eval_batch_size_too_large_for_its_split_is_refused_before_anything_is_written(
+    flag, corpus, tmp_path, capsys
+):
+    """Issue #48: it was refused at the first validation (after an epoch) or at the final test (after the whole
+    training), once the run directory was written. The valid and test splits have 16 short sentences: far fewer
+    than 2 x 100,000 tokens."""
+    run = tmp_path / "run"
+    assert main(lm_args(corpus, run, flag, "100000")) == 2
+    err = capsys.readouterr().err
+    assert f"({flag}) does not fit the" in err and f"use a smaller {flag}" in err and "Traceback" not in err
+    assert not run.exists()
+
+
 def test_settings_are_checked_before_anything_is_created(corpus, tmp_path, capsys):
     run = tmp_path / "run"
     for flag, value in (("--dropout-out", "1.5"), ("--dropout-emb", "-0.5"), ("--dropconnect", "1")):

@@ -207,6 +207,68 @@ def test_the_lock_is_the_directorys_lock_file(tmp_path):
     assert not run.path.exists()  # the lock made the directory and nothing was written: it is gone again
 
 
+def _stale_lock(run: RunDir, pid: object) -> None:
+    run.path.mkdir(parents=True, exist_ok=True)
+    import socket
+
+    record = {"pid": pid, "host": socket.gethostname(), "command": "onlstm old", "started": 0}
+    run.lock_path.write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("whose", ["this process", "pid 1", "the parent process"])
+def test_a_lock_naming_a_live_process_that_does_not_hold_it_is_stale(whose, tmp_path):
+    """Issue #48: a lock left by a killed training whose pid runs again (used again by another process, or by this
+    one: pid 1 in a restarted container) blocked the run for ever. No process holds it: it is taken over."""
+    import os
+
+    pid = {"this process": os.getpid(), "pid 1": 1, "the parent process": os.getppid()}[whose]
+    run, said = RunDir(tmp_path / "run"), []
+    _stale_lock(run, pid)
+    with run.lock("onlstm test", log=said.append):
+        assert json.loads(run.lock_path.read_text())["pid"] == os.getpid()
+    assert len(said) == 1 and f"stale lock of pid {pid} on this host (onlstm old)" in said[0]
+    assert "no longer running" in said[0] and not run.lock_path.exists()
+
+
+def test_without_flock_the_pid_decides(tmp_path, monkeypatch):
+    """Where there is no flock (Windows, some network file systems) a lock is stale when its pid no longer runs;
+    this process's own pid counts as stale unless this process holds the lock."""
+    import os
+
+    monkeypatch.setattr(dirs_module, "_flock", lambda fd: None)
+    run, said = RunDir(tmp_path / "run"), []
+    _stale_lock(run, os.getppid())  # a live process: its lock cannot be told from a held one
+    with pytest.raises(RunDirError, match=f"in use by another training: pid {os.getppid()}"):
+        run.lock("onlstm test").acquire()
+    for pid in (10**20, os.getpid()):
+        _stale_lock(run, pid)
+        with run.lock("onlstm test", log=said.append):
+            with pytest.raises(RunDirError, match="in use by another training"):
+                run.lock("second").acquire()
+        assert f"stale lock of pid {pid}" in said.pop()
+
+
+def test_the_next_lock_removes_the_temporary_files_of_a_killed_writer(tmp_path):
+    """Issue #48: a writer killed mid-write (SIGKILL) leaves atomic_write's ``.NAME.XXXXXXXX.tmp`` and the
+    safetensors writer's ``.tmpXXXXXX``; the next training of the folder removes them once it holds the lock, and
+    nothing else (the user's files whatever their names, a folder, the finished files)."""
+    run, said = RunDir(tmp_path / "run"), []
+    run.path.mkdir()
+    leftovers = [".model.last.safetensors.k2_x9abc.tmp", ".resume.safetensors.abcdefgh.tmp", ".tmpA1b2C3"]
+    kept = ["model.best.safetensors", "notes.tmp", ".tmp", ".tmpA1b2C3d", ".x.abc.tmp", ".notes.ABCDEFGH.tmp"]
+    for name in leftovers + kept:
+        (run.path / name).write_bytes(b"x" * 100)
+    (run.path / ".tmpFolder").mkdir()
+    with run.lock("onlstm test", log=said.append):
+        # while the lock is held, no other training touches them (it cannot take the lock)
+        (run.path / leftovers[0]).write_bytes(b"")
+        with pytest.raises(RunDirError):
+            run.lock("second").acquire()
+        assert (run.path / leftovers[0]).exists()
+    assert sorted(p.name for p in run.path.iterdir()) == sorted([*kept, ".tmpFolder", leftovers[0]])
+    assert len(said) == 1 and f"removed {len(leftovers)} temporary file(s) of a writer that was killed" in said[0]
+
+
 def test_the_header_is_written_atomically(tmp_path, monkeypatch):
     run = RunDir(tmp_path / "run")
     run.write_config({"kind": "lm", "status": "running"})

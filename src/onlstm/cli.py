@@ -24,7 +24,9 @@ from .errors import (
     WriteError,
     cap,
     first_line,
+    leave_closed_terminal,
     missing_extra,
+    stop_signals,
 )
 
 
@@ -241,7 +243,8 @@ def main(argv=None) -> int:
         print(f"{name}: {cap(str(error))}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:  # the trainers catch Ctrl-C themselves, save, and return 130 too
-        print(f"{name}: interrupted", file=sys.stderr)
+        with contextlib.suppress(OSError, ValueError):  # stderr closed: the status says it
+            print(f"{name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
@@ -294,19 +297,22 @@ def _closed_pipe() -> int:
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
-    """SIGTERM ends a command as Ctrl-C does (a message, exit 130, temporary files removed); the trainers'
-    own handler (onlstm.runs.StopRequest) replaces this one while they train."""
+    """SIGTERM and SIGHUP (a closed terminal) end a command as Ctrl-C does (a message, exit 130, temporary files
+    removed); the trainers' own handler (onlstm.runs.StopRequest) replaces this one while they train."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    signums = [s for s in stop_signals() if s != signal.SIGINT]
+    old = [signal.signal(signum, _raise_interrupt) for signum in signums]
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for signum, handler in zip(signums, old):
+            signal.signal(signum, handler)
 
 
 def _raise_interrupt(signum, frame):
+    leave_closed_terminal(signum)
     raise KeyboardInterrupt
 
 

@@ -1,5 +1,5 @@
 """The ``onlstm`` command's entry point (``python -m onlstm`` and the console script): it imports nothing heavy
-before it is ready for Ctrl-C and SIGTERM, so that an interruption at any point of start-up (torch's import takes
+before it is ready for Ctrl-C, SIGTERM and SIGHUP, so that an interruption at any point of start-up (torch's import takes
 seconds) ends as every other does: ``onlstm <command>: interrupted``, exit 130, no traceback (docs/cli.md)."""
 
 import _signal as signal  # the C module: the signal module imports enum, which takes milliseconds
@@ -13,11 +13,19 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _ends() -> list[int]:
+    """The signals besides Ctrl-C that end a command as it does (onlstm.errors.stop_signals, which cannot be
+    imported yet): SIGTERM, and SIGHUP (a closed terminal) unless ignored from the start (``nohup``)."""
+    hup = getattr(signal, "SIGHUP", None)
+    return [signal.SIGTERM] + ([] if hup is None or signal.getsignal(hup) == signal.SIG_IGN else [hup])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command in ``argv`` (default: this process's command line, which owns the process's signals)."""
     own = argv is None
     if own:  # SIGTERM as Ctrl-C from the first moment (onlstm.cli and the trainers put this back when they end)
-        signal.signal(signal.SIGTERM, _interrupt)
+        for signum in _ends():
+            signal.signal(signum, _interrupt)
     try:
         if own:
             _start_up()
@@ -50,7 +58,8 @@ def _start_up() -> None:
     def hold(signum, frame):
         held.append(signum)
 
-    before = signal.signal(signal.SIGINT, hold), signal.signal(signal.SIGTERM, hold)
+    signums = [signal.SIGINT, *_ends()]
+    before = [signal.signal(signum, hold) for signum in signums]
     try:
         import importlib
 
@@ -62,8 +71,8 @@ def _start_up() -> None:
             except Exception:  # a missing extra, a bug: reported by the command, as it is without this
                 pass
     finally:
-        signal.signal(signal.SIGINT, before[0])
-        signal.signal(signal.SIGTERM, before[1])
+        for signum, old in zip(signums, before):
+            signal.signal(signum, old)
     if held:
         raise KeyboardInterrupt
 
@@ -72,8 +81,8 @@ def _leave(rc: int) -> None:
     """The command is over: a signal from now on changes nothing. After an interruption the process ends here:
     a Ctrl-C that met code torch runs through ``PyRun_*`` while it is imported leaves CPython's "unhandled
     KeyboardInterrupt" flag set, and the interpreter would then kill itself with SIGINT instead of exiting 130."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for signum in (signal.SIGINT, *_ends()):
+        signal.signal(signum, signal.SIG_IGN)
     # under torchrun the process group is gone (runs.dist.teardown), but gloo's threads can still meet the
     # interpreter's finalization and abort the process ("terminate called without an active exception", exit
     # -6, seen about once in 20 two-process runs): a finished rank ends here, its streams flushed

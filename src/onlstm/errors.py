@@ -11,7 +11,35 @@ EXIT_FINDING = 1  # good input, negative finding (labels that disagree, no netwo
 EXIT_BAD_INPUT = 2  # a missing or malformed file, a foreign checkpoint, a setting out of range, a missing extra
 EXIT_DIVERGED = 3  # the loss became NaN or infinite (TrainingDiverged); the last good checkpoint is kept
 EXIT_WRITE_FAILED = 4  # the disk refused a write (WriteError); the file there before is unchanged
-EXIT_INTERRUPTED = 130  # Ctrl-C (or SIGTERM for the trainers, which save a resumable checkpoint first)
+EXIT_INTERRUPTED = 130  # Ctrl-C, SIGTERM or SIGHUP (the trainers save a resumable checkpoint first)
+
+
+def stop_signals() -> list[int]:
+    """The signals that interrupt a command as Ctrl-C does (exit 130): SIGINT, SIGTERM and, where there is one,
+    SIGHUP (its terminal was closed), unless this process ignores it (``nohup``: asked to outlive the terminal)."""
+    import signal
+
+    hup = getattr(signal, "SIGHUP", None)
+    ignored = hup is None or signal.getsignal(hup) == signal.SIG_IGN
+    return [signal.SIGINT, signal.SIGTERM] + ([] if ignored else [hup])
+
+
+def leave_closed_terminal(signum: int) -> None:
+    """After a SIGHUP the terminal is gone and every write to it fails (EIO): what went to it goes to the null
+    device from now on, so that the command can still stop as asked, its files saved. Files and pipes are kept."""
+    import os
+    import signal
+
+    if signum != getattr(signal, "SIGHUP", None):
+        return
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    for fd in (1, 2):
+        if os.isatty(fd):
+            os.dup2(null, fd)
+    os.close(null)
 
 
 class OnlstmError(Exception):

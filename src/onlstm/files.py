@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -46,6 +47,27 @@ def atomic_write(path: Path, write) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+#: The names of the temporary files a writer killed mid-write (SIGKILL, a power cut) leaves behind: atomic_write's
+#: own (``.NAME.`` and mkstemp's eight characters, ``.tmp``) and that of the safetensors writer inside it, which
+#: writes ``.tmp`` and six letters or digits beside its target before its own rename.
+LEFTOVER = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp|\.tmp[A-Za-z0-9]{6}")
+
+
+def remove_leftovers(folder: str | Path) -> list[str]:
+    """Remove from ``folder`` the regular files named as a killed writer's temporary files (:data:`LEFTOVER`);
+    returns their names. Only while no other process can be writing there (a run directory whose lock is held)."""
+    removed = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if LEFTOVER.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                try:
+                    os.unlink(entry.path)
+                except OSError:  # removed at the same moment, or not this user's to remove
+                    continue
+                removed.append(entry.name)
+    return sorted(removed)
 
 
 def write_json(path: Path, obj: Any, indent: int = 2) -> None:
@@ -93,6 +115,23 @@ def owned_by(folder: Path, kind: str) -> bool:
     return set(os.listdir(folder)) <= {MARKER, *map(str, marker["files"])}
 
 
+def check_not_dangling(path: Path, flag: str) -> None:
+    """``path`` is not a symbolic link to nothing (a folder made there would fail as an existing file)."""
+    if path.is_symlink() and not path.exists():
+        raise InputError(f"{flag} {path} is a symbolic link to nothing ({os.readlink(path)}); choose another {flag}")
+
+
+def check_output_folder(path: str | Path, flag: str = "--out") -> Path:
+    """An output directory ``path`` (created later if missing): not a file, not a link to nothing, and writable.
+    Nothing is created."""
+    path = Path(path)
+    check_not_dangling(path, flag)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{flag} {path} is a file, not a directory; choose another {flag}")
+    check_writable(path, flag)
+    return path
+
+
 def check_writable(path: Path, flag: str) -> None:
     """``path`` (which may not exist yet) can be created: a file is created for real in its nearest existing
     ancestor (``os.access`` says yes to root on read-only mounts)."""
@@ -124,8 +163,7 @@ def check_output_owner(
     is an empty folder, holds an earlier ``kind`` output and nothing else (its marker, or ``legacy(path)`` for one
     written before markers), or ``overwrite`` says to replace it. Else an :class:`InputError` naming what is there."""
     path = Path(path)
-    if path.is_symlink() and not path.exists():
-        raise InputError(f"{flag} {path} is a symbolic link to nothing ({os.readlink(path)}); choose another {flag}")
+    check_not_dangling(path, flag)
     if path.exists() and not path.is_dir():
         raise InputError(f"{flag} {path} is a file, not a directory; choose another {flag}")
     check_writable(path.parent if path.exists() else path, flag)  # the new folder is made beside it

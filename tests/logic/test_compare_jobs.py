@@ -114,3 +114,21 @@ def test_each_run_directory_is_read_once_to_plan_its_job(tmp_path, monkeypatch):
     # --resume: with nothing saved it starts from step 0 in the run's own folder (runs.engine.resume_refusal)
     assert job is not None and job.run_dir == run.path and job.resume
     assert reads == [run.path]
+
+
+def test_a_run_killed_by_a_signal_is_named_with_it_and_the_status_is_130(data, tmp_path, monkeypatch, capsys):
+    """Issue #48: a run's process killed by a signal (Popen's status -9) made the comparison exit 247 (-9 modulo
+    256), which no command documents; it is an interrupted run (status 130), named with its signal."""
+    from onlstm.logic import compare as compare_module
+    from onlstm.logic import parallel
+    from onlstm.logic.config import LogicTrainConfig
+    from onlstm.logic.model import LogicModelConfig
+
+    said: list[str] = []
+    job = parallel.Job(tmp_path / "lstm-seed0", LogicModelConfig(cell="lstm"), LogicTrainConfig(seed=0), False)
+    ended = parallel._ended(job, -signal.SIGKILL, said.append)
+    assert (ended.code, ended.signal) == (130, "SIGKILL") and "killed by SIGKILL" in ended.why and said
+    monkeypatch.setattr(compare_module, "train_in_processes", lambda *args: [ended])
+    assert _compare(data, tmp_path / "cmp", "--epochs", "1", "--seeds", "0", "--jobs", "2") == 130
+    err = capsys.readouterr().err
+    assert f"onlstm logic compare: {job.name}: killed by SIGKILL" in err and "Traceback" not in err

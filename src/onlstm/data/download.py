@@ -17,7 +17,7 @@ from pathlib import Path
 from ..checkpoint import read_json
 from ..config import add_command, add_group, check_positive, option
 from ..errors import DISK_FULL_ERRNOS, EXIT_FINDING, InputError, OnlstmError
-from ..files import atomic_write, write_json
+from ..files import atomic_write, check_output_folder, write_json
 
 MANIFEST = "download.json"
 CHUNK = 1 << 20
@@ -146,7 +146,7 @@ def download(corpus: str, to: Path, url: str | None = None, timeout: float = 30.
     """Download ``corpus`` (a key of :data:`CORPORA`) into ``to``; returns the corpus files written or kept."""
     if corpus not in CORPORA:
         raise DownloadError(f"unknown corpus {corpus!r}; choose one of {', '.join(CORPORA)}")
-    source, to = CORPORA[corpus], Path(to)
+    source, to = CORPORA[corpus], check_output_folder(to, "--to")
     base = url or source.url
     manifest = read_json(to / MANIFEST) if (to / MANIFEST).is_file() else {}
     paths = []

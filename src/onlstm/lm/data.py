@@ -18,13 +18,17 @@ def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
     """``ids`` (N,) -> (N // B, B): column ``b`` is the contiguous stretch ``ids[b*T : (b+1)*T]``."""
     if batch_size <= 0:
         raise ValueError(f"batch size must be positive, got {batch_size}")
+    if why := too_short(ids.numel(), batch_size):
+        raise ValueError(f"{why}; use a smaller batch size or more text")
     rows = ids.numel() // batch_size
-    if rows < 2:
-        raise ValueError(
-            f"a stream of {ids.numel()} tokens is too short for {batch_size} columns "
-            "(each column needs at least 2 tokens); use a smaller batch size or more text"
-        )
     return ids[: rows * batch_size].view(batch_size, rows).t().contiguous()
+
+
+def too_short(n_tokens: int, batch_size: int) -> str | None:
+    """Why a stream of ``n_tokens`` cannot be cut into ``batch_size`` columns (:func:`batchify`), None if it can."""
+    if n_tokens // batch_size >= 2:
+        return None
+    return f"a stream of {n_tokens} tokens is too short for {batch_size} columns (each column needs at least 2 tokens)"
 
 
 def column_share(n_columns: int, rank: int, world: int) -> tuple[int, int]:

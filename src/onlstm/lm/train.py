@@ -34,7 +34,7 @@ from ..runs.engine import resume_refusal as engine_refusal
 from ..runs.records import COUNT, COUNTS, FLAG, MAYBE_OBJECT, NUMBER, OBJECT, REAL, REALS, check_fields
 from ..runs.resume import RESUME_FIX
 from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, run_config
-from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment
+from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment, too_short
 from .evaluate import Interrupted, perplexity
 
 LOG_COLUMNS = tuple(
@@ -217,11 +217,26 @@ class Trainer:
                     f"({len(self.corpus.vocab)} words) from the run's {RunDir.VOCAB} ({len(saved_vocab)}); "
                     "resume with the --data-dir the run was started with"
                 )
+        self._check_eval_columns()
         start, stop = column_share(cfg.batch_size, self.ctx.rank, self.ctx.world)
         self.shard = (start, cfg.batch_size) if self.ctx.distributed else None
         columns = batchify(self.corpus["train"].ids, cfg.batch_size)
         self.train_data = columns[:, start:stop].contiguous().to(self.ctx.device)
         self.n_rows = columns.shape[0]
+
+    def _check_eval_columns(self) -> None:
+        """The validation and test streams fit their batch sizes: checked before the run's first file is written,
+        not at the first validation (an epoch later) or at the final test (after the whole training)."""
+        cfg = self.cfg
+        checks = [("valid", cfg.eval_batch_size, "eval_batch_size")]
+        if cfg.final_test and cfg.test_batch_size > 1:  # 1: the paper's protocol, the one column of a stream
+            checks.append(("test", cfg.test_batch_size, "test_batch_size"))
+        for split, size, name in checks:
+            if why := too_short(self.corpus[split].ids.numel(), size):
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(
+                    f"train.{name}={size} ({flag}) does not fit the {split} split: {why}; use a smaller {flag}"
+                )
 
     def _build_model(self) -> None:
         """Model (seeded; its segment-length limit checked), optimizer, an empty progress record, the objective."""

@@ -19,7 +19,7 @@ from ..config import ConfigError, Settings, add_command, add_flags, add_group, c
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, command_error
 from ..files import add_files, check_output_owner, publish_folder
 from ..nn import Distances
-from ..runs import RunDir, resolve_device, runtime_device
+from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
 from .data import Example, has_split, read_examples, relabel_mismatches, write_file
 from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
@@ -434,6 +434,7 @@ def _cmd_curves(args: argparse.Namespace) -> int:
     """
     from .plots import plot_curves_by_ops, plot_training_curves
 
+    check_output_folder(args.out)  # a file there is bad input, found before any run is read
     runs, seeds, max_ops = [], [], []
     try:
         example = "positive step numbers separated by commas, e.g. 2000,8000"

@@ -134,7 +134,7 @@ def _train_in_processes(res: CompareResult, todo: list[Job], data: str | Path, j
     res.out_dir.mkdir(parents=True, exist_ok=True)  # the runs' logs go beside them
     ended = train_in_processes(todo, data, jobs, log)
     res.interrupted = any(e.code == EXIT_INTERRUPTED for e in ended)
-    res.failed = [e for e in ended if e.code != EXIT_INTERRUPTED]
+    res.failed = [e for e in ended if e.code != EXIT_INTERRUPTED or e.signal]  # a killed run is named
 
 
 def _finished_or_listed(

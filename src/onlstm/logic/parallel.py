@@ -4,15 +4,20 @@ Each run is a process of its own (``python -c`` calling :func:`onlstm.logic.trai
 ``OUT/<cell>-seed<seed>.log``), started in a session of its own so that a Ctrl-C at the terminal reaches only
 this process, which passes one stop request on to every running run: each then stops after its step and saves
 its resume file, as a run alone does. A second Ctrl-C passes a second one on, which aborts them without saving.
+SIGTERM and SIGHUP (the terminal closed) are a Ctrl-C here too. A comparison that ends without passing anything
+on (SIGKILL) still stops its runs: each asked the kernel for a SIGTERM when its parent dies (:func:`_stop_with`),
+so none goes on as an orphan holding its run's lock.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -82,15 +87,17 @@ def train_in_processes(todo: list[Job], data: str | Path, jobs: int, log: Callab
 
 @dataclass
 class Ended:
-    """How a run's process ended: its exit status (0: its budget ended it) and, if not 0, why in words."""
+    """How a run's process ended: its exit status (0: its budget ended it) and, if not 0, why in words; ``signal``:
+    the signal that killed it (its status is then 130, as for an interrupted run: its last checkpoint is kept)."""
 
     name: str
     code: int
     why: str = ""
+    signal: str = ""
 
 
 def _start(job: Job, data: str | Path) -> subprocess.Popen:
-    spec = {"run_dir": str(job.run_dir), "data": str(data), "resume": job.resume}
+    spec = {"run_dir": str(job.run_dir), "data": str(data), "resume": job.resume, "parent": os.getpid()}
     spec.update(model=job.model.to_dict(), train=job.train.to_dict())
     log = open(job.log_path, "a", encoding="utf-8")  # the child holds it open; closed here at once
     try:
@@ -119,9 +126,21 @@ def _ended(job: Job, rc: int, log: Callable[[str], None]) -> Ended:
     if rc == 0:
         log(f"== {job.name}: finished")
         return Ended(job.name, 0)
+    if rc < 0:  # killed by a signal (Popen's -N): not an exit status a command documents
+        name = _signal_name(-rc)
+        why = f"killed by {name}; its last checkpoint is kept, --resume goes on from it"
+        log(f"== {job.name}: {why}; log: {job.log_path}")
+        return Ended(job.name, EXIT_INTERRUPTED, why, name)
     why = "interrupted (its resume file saved)" if rc == EXIT_INTERRUPTED else f"failed (exit {rc}): {_last_line(job)}"
     log(f"== {job.name}: {why}; log: {job.log_path}")
     return Ended(job.name, rc, why)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _last_line(job: Job) -> str:
@@ -137,13 +156,46 @@ def child() -> None:
     from .train import train
 
     spec = json.loads(sys.argv[1])
-    model = LogicModelConfig.from_dict(spec["model"])
-    cfg = LogicTrainConfig.from_dict(spec["train"])
+    signal.signal(signal.SIGTERM, _interrupt)  # until the training's own handler: a stop before it began
     try:
+        _stop_with(spec["parent"])
+        model = LogicModelConfig.from_dict(spec["model"])
+        cfg = LogicTrainConfig.from_dict(spec["train"])
         result = train(model, cfg, spec["data"], spec["run_dir"], resume=spec["resume"], replace=not spec["resume"])
-    except KeyboardInterrupt:  # a second stop request: aborted without saving
+    except KeyboardInterrupt:  # a second stop request, or one before the training began: nothing saved
         sys.exit(EXIT_INTERRUPTED)
     except OnlstmError as exc:  # one line, as the command prints it, for the comparison to quote
         print(f"onlstm logic train: {first_line(exc)}", flush=True)
         sys.exit(exc.exit_code)
     sys.exit(EXIT_INTERRUPTED if result.interrupted else 0)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+#: prctl's option: the signal this process gets when the thread that started it ends (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+def _stop_with(parent: int) -> None:
+    """SIGTERM to this run's process (a stop request: it saves its resume file and releases its lock) as soon as the
+    comparison ``parent`` is gone, however it ended. On Linux the kernel sends it (prctl's PR_SET_PDEATHSIG: no
+    delay, nothing to poll; it follows the thread that started the process, which waits in
+    :func:`train_in_processes` for every run); elsewhere a thread looks once a second whether the parent has changed."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0:
+                if os.getppid() != parent:  # it was gone before the request was made
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return
+        except (OSError, AttributeError):  # no prctl in this C library: the thread below
+            pass
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGTERM)

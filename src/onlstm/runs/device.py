@@ -1,7 +1,9 @@
-"""Device, threads and denormals; Ctrl-C and SIGTERM as a request to stop after the current step; the progress bar."""
+"""Device, threads and denormals; Ctrl-C, SIGTERM and SIGHUP as a request to stop after the current step; the
+progress bar."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -9,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, leave_closed_terminal, stop_signals
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -48,7 +50,7 @@ def progress_bar(enabled: bool = True, **kwargs: Any):
 
 
 class StopRequest:
-    """Ctrl-C (SIGINT) or SIGTERM asks the run to stop after the current step and save a resumable
+    """Ctrl-C (SIGINT), SIGTERM or SIGHUP asks the run to stop after the current step and save a resumable
     checkpoint; a second Ctrl-C aborts at once without saving."""
 
     def __init__(self) -> None:
@@ -57,17 +59,19 @@ class StopRequest:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in stop_signals():
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum, frame):
+        leave_closed_terminal(signum)
         if self.requested and signum == signal.SIGINT:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
         if not self.requested:
             msg = "stopping after this step and saving a resumable checkpoint (press Ctrl-C again to abort without saving)"
-            print(f"\n{msg}", file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError, ValueError):  # stderr closed: the stop goes on all the same
+                print(f"\n{msg}", file=sys.stderr, flush=True)
         self.requested = True
 
     def __exit__(self, *exc):

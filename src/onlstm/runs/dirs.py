@@ -5,6 +5,7 @@ and one training at a time per directory (:class:`RunLock`); docs/design.md §4.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -19,8 +20,21 @@ import torch
 from torch import nn
 
 from ..checkpoint import MAX_JSON_BYTES, CheckpointError, load_weights, read_json, save_weights
-from ..errors import InputError, OnlstmError, WriteError
-from ..files import check_output_owner, check_writable, publish_folder, write_json, write_text
+from ..errors import InputError, OnlstmError, WriteError, quote
+from ..files import (
+    check_output_folder,
+    check_output_owner,
+    check_writable,
+    publish_folder,
+    remove_leftovers,
+    write_json,
+    write_text,
+)
+
+try:
+    import fcntl
+except ImportError:  # Windows: a lock is checked by its pid alone (RunLock)
+    fcntl = None  # type: ignore[assignment]
 
 
 class RunDirError(OnlstmError, ValueError):
@@ -34,15 +48,6 @@ def check_output_file(path: str | Path, flag: str = "--out") -> Path:
     if path.is_dir():
         raise InputError(f"{flag} {path} is a directory; give a file name (e.g. {path / 'out.txt'})")
     check_writable(path.parent if str(path.parent) else Path("."), flag)
-    return path
-
-
-def check_output_folder(path: str | Path, flag: str = "--out") -> Path:
-    """An output directory ``path`` (created later if missing): not a file, and writable. Nothing is created."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise InputError(f"{flag} {path} is a file, not a directory; choose another {flag}")
-    check_writable(path, flag)
     return path
 
 
@@ -296,56 +301,157 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _flock(fd: int) -> bool | None:
+    """Take the kernel's lock on ``fd`` without waiting: True when taken, False when a live process holds it, None
+    where there is none (Windows, a file system without flock): the pid check decides then."""
+    if fcntl is None:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            return None
+        raise
+    return True
+
+
+def _read_owner(fd: int) -> dict:
+    """The record in the lock file open as ``fd`` ({} when empty or not a record of ours)."""
+    try:
+        data = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        there = os.stat(path)
+    except FileNotFoundError:
+        return False
+    here = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _shown(value: object) -> str:
+    """A value of a lock file in a message: a text as it is, anything else (a tampered file) quoted, both short."""
+    return value[:80] if isinstance(value, str) else quote(value, 40)
+
+
+def _since(started: object) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
+
+
+#: The lock files this process holds (the check by pid cannot tell this process's own from a stale one).
+_HELD: set[Path] = set()
+
+
 class RunLock:
-    """The lock file held while a training writes into ``run_dir`` (docs/cli.md, "Locks"); ``log`` reports a stale
-    lock taken over. ``enabled=False`` (non-main processes) does nothing. Release removes the file, and the
-    directory when this lock created it and it is still empty."""
+    """The lock file held while a training writes into ``run_dir`` (docs/cli.md, "Locks"): the kernel's lock on it
+    (``flock``) is the proof that its holder lives, so a holder killed in any way (SIGKILL, a crash, a reboot)
+    leaves a lock the next training takes over, whatever pid the file names (a pid used again, pid 1 in a
+    restarted container); its JSON names the holder for the message. Where there is no ``flock`` the pid is
+    checked instead. ``log`` reports a stale lock taken over and the temporary files of a killed writer removed.
+    ``enabled=False`` (non-main processes) does nothing. Release removes the file, and the directory when this
+    lock created it and it is still empty."""
 
     def __init__(self, run_dir: str | Path, command: str, log: Callable[[str], None] | None = None, enabled=True):
         self.run_dir, self.command, self.log, self.enabled = Path(run_dir), command, log, enabled
         self.path = RunDir(run_dir).lock_path
         self._created_dir = self.held = False
+        self._fd: int | None = None
 
     def acquire(self) -> RunLock:
         if not self.enabled:
             return self
         self._created_dir = not self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        for _ in range(3):  # a stale lock taken over by another process at the same moment: look again
-            try:
-                created = self._try_create()
-            except WriteError:
-                self._release_dir()
-                raise
-            if created:
-                self.held = True
-                return self
-            owner = _json_dict(self.path)
-            if owner is None:
-                continue
-            pid = owner.get("pid")  # a stale lock ({} when unreadable: not stale): its process is gone from this host
-            if owner.get("host") == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid):
-                self._take_over(owner)
-                continue
+        try:
+            for _ in range(3):  # a lock file removed or replaced at the same moment: look again
+                if self._try_take():
+                    self.held = True
+                    _HELD.add(self.path.absolute())
+                    self._remove_leftovers()
+                    return self
+        except BaseException:
             self._release_dir()
-            raise RunDirError(self._busy_message(owner))
+            raise
+        self._release_dir()
         raise RunDirError(f"could not take the lock {self.path}; try again")
 
-    def _try_create(self) -> bool:
-        record = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command, "started": time.time()}
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
+    def _try_take(self) -> bool:
+        """One try: True when the lock is now this process's, False to look again; raises when it is in use."""
+        fd, created = self._open()
+        if fd is None:
             return False
+        try:
+            taken = _flock(fd)
+            if taken is None:
+                return self._by_pid(fd, created)
+            owner = _read_owner(fd)
+            if not taken:
+                raise RunDirError(self._busy_message(owner, live=True))
+            if not _same_file(fd, self.path):  # released (removed) by its holder while this process looked
+                os.close(fd)
+                return False
+            if owner.get("host", socket.gethostname()) != socket.gethostname():
+                raise RunDirError(self._busy_message(owner))  # its flock may not reach this host: not stale
+            if not created:
+                self._note_stale(owner)
+            self._write_record(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+        self._fd = fd
+        return True
+
+    def _open(self) -> tuple[int | None, bool]:
+        """The lock file open for writing (None: removed at this moment) and whether this call created it."""
+        try:
+            try:
+                return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+            except FileExistsError:
+                return os.open(self.path, os.O_RDWR), False
+        except FileNotFoundError:
+            return None, False
+        except IsADirectoryError:
+            raise RunDirError(self._busy_message({})) from None
         except OSError as exc:
             raise WriteError(self.path, exc) from None
+
+    def _record(self) -> bytes:
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command, "started": time.time()}
+        return json.dumps(record).encode("utf-8")
+
+    def _write_record(self, fd: int) -> None:
         try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(record, f)
-        except OSError as exc:  # a full disk: an empty lock would block the next run, so take it away again
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, self._record(), 0)
+        except OSError as exc:  # a full disk: an empty lock file, unlocked, would be taken for a stale one
             self.path.unlink(missing_ok=True)
             raise WriteError(self.path, exc) from None
-        return True
+
+    def _by_pid(self, fd: int, created: bool) -> bool:
+        """Without flock: the lock is this process's when it created the file, and a lock whose pid no longer runs
+        on this host (or is this process's, which does not hold it: pid 1 in a restarted container) is stale."""
+        if created:
+            self._write_record(fd)
+            os.close(fd)
+            return True
+        owner = _read_owner(fd)
+        os.close(fd)
+        pid = owner.get("pid")  # {} when unreadable: not stale
+        mine = pid == os.getpid() and self.path.absolute() not in _HELD
+        if owner.get("host") == socket.gethostname() and isinstance(pid, int) and (mine or not _pid_alive(pid)):
+            self._take_over(owner)
+            return False
+        raise RunDirError(self._busy_message(owner))
 
     def _take_over(self, owner: dict) -> None:
         # rename first: of two processes taking over the same stale lock, only one rename succeeds
@@ -355,21 +461,36 @@ class RunLock:
         except FileNotFoundError:
             return
         aside.unlink(missing_ok=True)
+        self._note_stale(owner)
+
+    def _note_stale(self, owner: dict) -> None:
         if self.log:
             self.log(
-                f"{self.path}: stale lock of pid {owner.get('pid')} on this host ({owner.get('command', '?')}), "
-                "which is no longer running (it crashed or was killed); taking it over"
+                f"{self.path}: stale lock of pid {_shown(owner.get('pid', '?'))} on this host "
+                f"({_shown(owner.get('command', '?'))}): the process that wrote it is no longer running (it crashed or "
+                "was killed); taking it over"
             )
 
-    def _busy_message(self, owner: dict) -> str:
+    def _remove_leftovers(self) -> None:
+        removed = remove_leftovers(self.run_dir)
+        if removed and self.log:
+            shown = ", ".join(removed[:3]) + (f" and {len(removed) - 3} more" if len(removed) > 3 else "")
+            self.log(f"{self.run_dir}: removed {len(removed)} temporary file(s) of a writer that was killed ({shown})")
+
+    def _busy_message(self, owner: dict, live: bool = False) -> str:
         if not owner:
+            if live:  # its holder has not written its record yet
+                return (
+                    f"{self.run_dir} is in use by another training (a running process holds {self.path}); wait for "
+                    "it to finish or stop it (Ctrl-C saves a resumable checkpoint), or choose another --out"
+                )
             return (
                 f"{self.run_dir} is locked ({self.path} exists but cannot be read); if no training uses this "
                 f"directory, delete {self.path} and run again"
             )
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner.get("started", 0)))
-        who = f"pid {owner.get('pid')} on host {owner.get('host')} ({owner.get('command', '?')}, since {started})"
-        if owner.get("host") == socket.gethostname():
+        who = f"pid {_shown(owner.get('pid'))} on host {_shown(owner.get('host'))} "
+        who += f"({_shown(owner.get('command', '?'))}, since {_since(owner.get('started'))})"
+        if live or owner.get("host") == socket.gethostname():
             return (
                 f"{self.run_dir} is in use by another training: {who}; wait for it to finish or stop it "
                 "(Ctrl-C saves a resumable checkpoint), or choose another --out"
@@ -381,7 +502,11 @@ class RunLock:
 
     def release(self) -> None:
         if self.held:
-            self.path.unlink(missing_ok=True)
+            self.path.unlink(missing_ok=True)  # before the kernel's lock goes: a waiting process then looks again
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            _HELD.discard(self.path.absolute())
             self.held = False
         self._release_dir()
 
