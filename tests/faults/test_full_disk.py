@@ -43,8 +43,8 @@ class Disk:
                 monkeypatch.setattr(module, "atomic_write", self._wrap_write(original))
         swap = onlstm.files._swap_into_place
         monkeypatch.setattr(onlstm.files, "_swap_into_place", self._wrap_publish(swap))
-        create = RunLock._try_create
-        monkeypatch.setattr(RunLock, "_try_create", self._wrap_lock(create))
+        create = RunLock._try_take
+        monkeypatch.setattr(RunLock, "_try_take", self._wrap_lock(create))
 
     def _full(self, what: str) -> bool:
         self.writes.append(what)
