@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..errors import exception_line
 from ..files import atomic_write
+from . import cpp_gemm
 from .kernels import KernelGrads, KernelInputs, KernelOutputs, KernelUnavailable, OutputGrads
 
 _SOURCE = Path(__file__).parent / "csrc" / "onlstm_cpu.cpp"
@@ -96,7 +97,7 @@ def _build_and_load() -> Any:
     where = str(Path(torch.__file__).resolve().parent)
     h = hashlib.sha1(source + " ".join(_CFLAGS).encode() + torch.__version__.encode() + where.encode())
     name = f"onlstm_cpu_{h.hexdigest()[:12]}"
-    build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
+    build_dir = _state["build_dir"] = Path(cpp_extension._get_build_directory(name, verbose=False))
     clear_stale_lock(build_dir)
     # compiled from a copy inside the build directory: PyTorch rebuilds when the source's path changes, so two
     # checkouts of the same version would otherwise rebuild the same directory for each other
@@ -182,40 +183,25 @@ def extension_error() -> str | None:
     return _state["error"]
 
 
-#: ``ONLSTM_CPU_GEMM=mkl`` makes the kernel's float32 products use ATen's GEMM (MKL) even where oneDNN's matmul
-#: runs (the default there; docs/layer.md, "Implementations").
-GEMM_ENV = "ONLSTM_CPU_GEMM"
-
-
-def gemm_backend(module: Any) -> str:
-    """Which library computes the kernel's float32 matrix products, and why not oneDNN when it does not."""
-    why = module.gemm_why_not_onednn()
-    if module.gemm_backend() == "onednn":
-        steps = "per-step products on a packed weight" if module.packed_steps() else "weights as stored"
-        return f"oneDNN matmul (float32, {steps}; float64: MKL)"
-    return f"MKL ({GEMM_ENV}=mkl)" if not why else f"MKL ({why})"
-
-
-def apply_gemm_env(module: Any) -> None:
-    """Follow ``ONLSTM_CPU_GEMM`` (``mkl`` or ``onednn``; unset: oneDNN where it runs)."""
-    choice = os.environ.get(GEMM_ENV, "").strip().lower()
-    if choice in ("mkl", "onednn"):
-        module.set_gemm_backend(choice)
-    elif choice:
-        print(f"onlstm: {GEMM_ENV}={choice!r} ignored; use mkl or onednn", file=sys.stderr)
-
-
 class CppKernel:
-    """The compiled module's ``forward``/``backward``; ``saved = (out, act, cells)``."""
+    """The compiled module's ``forward``/``backward``; ``saved = (out, act, cells)``. The float32 products' backend
+    is forced by ``ONLSTM_CPU_GEMM`` or chosen by timing at the first float32 call (:mod:`~onlstm.nn.cpp_gemm`)."""
 
-    def __init__(self, module: Any) -> None:
-        self._module = module
+    def __init__(self, module: Any, cache_dir: Path | None = None) -> None:
+        self._module, self._cache_dir = module, cache_dir
+        self.choice: cpp_gemm.Choice | None = cpp_gemm.forced(module)
 
     def describe(self) -> str:
-        """One line for ``onlstm info``: the matrix-product backend."""
-        return "products: " + gemm_backend(self._module)
+        """One line for ``onlstm info``: the matrix-product backend, and how it was chosen."""
+        if self.choice is not None:
+            return "products: " + self.choice.describe()
+        runs = ", ".join(self._module.gemm_backends())
+        return f"products: the fastest of {runs}, timed at the first float32 call (float64: MKL)"
 
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
+        if self.choice is None and inputs.x.dtype == torch.float32 and inputs.batch_sizes.numel():
+            with torch.no_grad():
+                self.choice = cpp_gemm.choose(self._module, inputs, self._cache_dir)
         out, h_n, c_n, dist, act, cells = self._module.forward(*inputs)
         return KernelOutputs(out, h_n, c_n, dist, saved=(out, act, cells))
 
@@ -231,5 +217,4 @@ def load_cpp_kernel() -> CppKernel:
     module = load_extension()
     if module is None:
         raise KernelUnavailable(extension_error() or "the C++ kernel could not be loaded")
-    apply_gemm_env(module)
-    return CppKernel(module)
+    return CppKernel(module, _state.get("build_dir"))

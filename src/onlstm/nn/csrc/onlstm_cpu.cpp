@@ -7,9 +7,9 @@
 // Saved activations use the same columns: [p_i | p_f | sigm(o) | tanh(c^) | sigm(i) | sigm(f)],
 // where p_* are the softmax outputs of the master-gate logits.
 //
-// Matrix products: oneDNN's matmul where it runs (float32 on CPUs it supports), else ATen's GEMM
-// (MKL in PyTorch's standard build); see "Matrix products" below for why both and how oneDNN's
-// per-shape caches are kept bounded.
+// Matrix products: three backends (oneDNN's matmul, oneDNN's linear on packed weights, ATen's GEMM,
+// i.e. MKL in PyTorch's standard build), the one in use chosen by timing them (cpp_kernel.py); see
+// "Matrix products" below for why several and how oneDNN's per-shape caches are kept bounded.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -44,7 +44,8 @@ namespace {
 // Matrix products
 // ---------------------------------------------------------------------------------------------
 //
-// Two backends, one chosen per process (set_gemm_backend overrides it):
+// Three backends, one in use per process (set_gemm_backend; cpp_kernel.py times the available ones at
+// first use and keeps the fastest, since which one wins depends on the CPU, not on its name):
 // * oneDNN's matmul, through the function ATen's own oneDNN matmul uses (at::native::mkldnn_matmul,
 //   exported by libtorch_cpu but not in its installed headers: looked up by name, so that a torch
 //   without it falls back to MKL instead of failing to load). On an AMD EPYC it ran these products
@@ -54,8 +55,12 @@ namespace {
 //   for a bounded set of shapes only: a row count is padded up to a bucket (at most 8 per doubling,
 //   at most 1/8 more rows; padded rows are computed and thrown away), and products over all rows of
 //   a sequence run in blocks of kBlockRows rows and one bucketed tail.
-// * ATen's GEMM (MKL), which keeps nothing per shape: float64, and CPUs or torch builds where
-//   oneDNN's matmul is missing or refuses float32 (it needs AVX-512 or AVX-NE-CONVERT).
+// * "linear": oneDNN's inner product on weights packed once per layer call (the ops behind
+//   torch.compile's CPU linear, see pack_weight) for the products that read a weight (the per-step
+//   products, the input projection, d_x), ATen's GEMM for the weight gradients. It needs no matmul:
+//   on an AVX2-only CPU, where oneDNN's matmul refuses float32 (it needs AVX-512 or AVX-NE-CONVERT),
+//   its blocked weights ran the step products 1.2-1.3x faster than MKL (issue #46).
+// * ATen's GEMM (MKL), which keeps nothing per shape: float64 always, and the fallback.
 
 constexpr int64_t kBlockRows = 1024;  // a bucket value, so full blocks are one shape
 
@@ -84,10 +89,12 @@ int64_t padded_rows(const std::vector<std::pair<int64_t, int64_t>>& blocks) {
 
 using DnnlMatmul = void (*)(const Tensor&, const Tensor&, const Tensor&, float, float);
 
+enum class Backend { kMkl, kOnednn, kLinear };
+
 struct GemmState {
   DnnlMatmul dnnl = nullptr;  // null: oneDNN's matmul is not usable here (why_not says why)
   std::string why_not;
-  bool use_dnnl = false;
+  Backend backend = Backend::kMkl;
 };
 
 // Find oneDNN's matmul and check it once on a small product against ATen's GEMM.
@@ -119,7 +126,7 @@ GemmState probe_gemm() {
     return st;
   }
   st.dnnl = fn;
-  st.use_dnnl = true;
+  st.backend = Backend::kOnednn;
   return st;
 }
 
@@ -128,11 +135,13 @@ GemmState& gemm_state() {
   return st;
 }
 
-bool use_dnnl(const Tensor& x) { return x.scalar_type() == at::kFloat && gemm_state().use_dnnl; }
+// Whether a float32 call takes a oneDNN route (matmul or linear): rows bucketed, weights packed.
+bool use_dnnl(const Tensor& x) { return x.scalar_type() == at::kFloat && gemm_state().backend != Backend::kMkl; }
 
-// c = a @ b, or c += a @ b; c is a contiguous block of rows.
+// c = a @ b, or c += a @ b; c is a contiguous block of rows. `dnnl`: the call's oneDNN route, whose
+// plain products are the matmul's (the linear route leaves them to ATen's GEMM).
 void gemm(const Tensor& a, const Tensor& b, Tensor c, bool accumulate, bool dnnl) {
-  if (dnnl) {
+  if (dnnl && gemm_state().backend == Backend::kOnednn) {
     gemm_state().dnnl(a, b, c, accumulate ? 1.0f : 0.0f, 1.0f);
   } else if (accumulate) {
     c.addmm_(a, b);
@@ -263,7 +272,6 @@ struct PackedState {
 
 PackedState probe_packed() {
   PackedState st;
-  if (gemm_state().dnnl == nullptr) return st;
   try {
     auto& d = c10::Dispatcher::singleton();
     auto r = d.findSchema({"mkldnn::_reorder_linear_weight", ""});
@@ -297,13 +305,23 @@ Tensor pack_weight(const Tensor& w, bool dnnl, int64_t steps) {
   return st.reorder->call(w.contiguous(), std::nullopt);
 }
 
-// x @ w^T with w from pack_weight: a new (x.size(0), out) tensor.
-Tensor packed_product(const Tensor& x, const Tensor& packed) {
+// x @ w^T (+ bias) with w from pack_weight: a new (x.size(0), out) tensor.
+Tensor packed_product(const Tensor& x, const Tensor& packed, const std::optional<Tensor>& bias = std::nullopt) {
   at::NoGradGuard no_grad;
-  return packed_state().linear->call(x, packed, std::nullopt, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt);
+  return packed_state().linear->call(x, packed, bias, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt);
 }
 
 bool packed_steps() { return packed_state().use; }
+
+// The linear route: the products over all rows that read a weight (input projection, d_x) packed too.
+bool linear_route(bool dnnl) { return dnnl && gemm_state().backend == Backend::kLinear && packed_state().use; }
+
+// rows x @ w^T (+ bias) into out, block by block, w packed once (the linear route).
+void packed_blocks(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Tensor out,
+                   const std::vector<std::pair<int64_t, int64_t>>& blocks) {
+  Tensor w_p = pack_weight(w, true, 2);
+  for (const auto& [s, r] : blocks) out.narrow(0, s, r).copy_(packed_product(x.narrow(0, s, r), w_p, bias));
+}
 
 // Packed step products on or off (for benchmarks and tests); false if they are not available.
 bool set_packed_steps(bool on) {
@@ -313,16 +331,35 @@ bool set_packed_steps(bool on) {
   return true;
 }
 
-std::string gemm_backend() { return gemm_state().use_dnnl ? "onednn" : "mkl"; }
+std::string gemm_backend() {
+  switch (gemm_state().backend) {
+    case Backend::kOnednn: return "onednn";
+    case Backend::kLinear: return "linear";
+    default: return "mkl";
+  }
+}
 
 std::string gemm_why_not_onednn() { return gemm_state().why_not; }
 
-// "onednn" or "mkl"; returns false (and changes nothing) when oneDNN's matmul is not usable.
+// The backends that run here, in the order "onednn", "linear", "mkl" (mkl always).
+std::vector<std::string> gemm_backends() {
+  std::vector<std::string> out;
+  if (gemm_state().dnnl != nullptr) out.push_back("onednn");
+  if (packed_state().ok) out.push_back("linear");
+  out.push_back("mkl");
+  return out;
+}
+
+// "onednn", "linear" or "mkl"; returns false (and changes nothing) when that backend does not run here.
+// The linear route needs its packed products, so choosing it turns them on.
 bool set_gemm_backend(const std::string& backend) {
-  TORCH_CHECK(backend == "mkl" || backend == "onednn", "backend must be mkl or onednn, got ", backend);
+  TORCH_CHECK(backend == "mkl" || backend == "onednn" || backend == "linear",
+              "backend must be mkl, onednn or linear, got ", backend);
   GemmState& st = gemm_state();
   if (backend == "onednn" && st.dnnl == nullptr) return false;
-  st.use_dnnl = backend == "onednn";
+  if (backend == "linear" && !packed_state().ok) return false;
+  st.backend = backend == "onednn" ? Backend::kOnednn : backend == "linear" ? Backend::kLinear : Backend::kMkl;
+  if (backend == "linear") packed_state().use = true;
   return true;
 }
 
@@ -519,6 +556,10 @@ Tensor input_projection(const Tensor& x, const Tensor& w_ih, const c10::optional
   Tensor xs = pad_rows(x, Np);
   // always accumulating onto the bias (or zeros): one primitive per block shape, not two
   Tensor act = pooled(kAct, {Np, G}, x.options());
+  if (linear_route(dnnl)) {
+    packed_blocks(xs, w_ih, bias, act, blocks);
+    return act.narrow(0, 0, N);
+  }
   if (bias.has_value()) {
     act.copy_(bias->expand({Np, G}));
   } else {
@@ -623,9 +664,11 @@ std::pair<Tensor, Tensor> weight_and_input_grads(const Tensor& dG, const Tensor&
   if (!dnnl) return {at::mm(dG.t(), hx), at::mm(dG, w_ih_c)};
   Tensor d_w = pooled(kDw, {G, D + I}, x.options()).zero_();
   Tensor d_x = pooled(kDx, {Np, I}, x.options());
+  const bool linear = linear_route(dnnl);
+  if (linear) packed_blocks(dG, w_ih_c.t(), std::nullopt, d_x, blocks);  // d_x = dG @ w_ih
   for (const auto& [s, r] : blocks) {
     gemm(dG.narrow(0, s, r).t(), hx.narrow(0, s, r), d_w, true, true);
-    gemm(dG.narrow(0, s, r), w_ih_c, d_x.narrow(0, s, r), false, true);
+    if (!linear) gemm(dG.narrow(0, s, r), w_ih_c, d_x.narrow(0, s, r), false, true);
   }
   return {d_w, d_x.narrow(0, 0, N)};
 }
@@ -706,7 +749,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backward", &onlstm_backward, "ON-LSTM layer backward over a packed sequence");
   m.def("gemm_backend", &gemm_backend, "the matrix-product backend in use: onednn or mkl");
   m.def("gemm_why_not_onednn", &gemm_why_not_onednn, "why oneDNN's matmul is not usable here (empty if it is)");
-  m.def("set_gemm_backend", &set_gemm_backend, "use onednn or mkl; false if oneDNN's matmul is not usable");
+  m.def("set_gemm_backend", &set_gemm_backend, "use onednn, linear or mkl; false if that one does not run here");
+  m.def("gemm_backends", &gemm_backends, "the backends that run here (mkl always)");
   m.def("matmul", &matmul, "c = a @ b through the named backend (for benchmarks)");
   m.def("packed_steps", &packed_steps, "whether the per-step products read a packed (oneDNN-blocked) weight");
   m.def("set_packed_steps", &set_packed_steps, "packed per-step products on or off; false if unavailable");

@@ -1,0 +1,124 @@
+"""The C++ kernel's matrix-product backend chosen by timing (onlstm.nn.cpp_gemm): on a stand-in module with injected
+timings (any machine runs every case: one backend, two, three, forced, cached, a damaged cache), then on the real
+module (the timing draws nothing from torch's random generator; every backend that runs here is timed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from onlstm.nn import cpp_gemm
+from onlstm.nn.kernels import KernelInputs
+
+
+class FakeModule:
+    """The compiled module's backend interface; a pass 'takes' the seconds ``cost`` gives its backend."""
+
+    def __init__(self, backends, cost):
+        self.backends, self.cost, self.backend, self.passes = list(backends), cost, backends[-1], []
+
+    def gemm_backends(self):
+        return self.backends
+
+    def set_gemm_backend(self, name):
+        if name not in self.backends:
+            return False
+        self.backend = name
+        return True
+
+    def gemm_why_not_onednn(self):
+        return "" if "onednn" in self.backends else "refused float32 (test)"
+
+    def forward(self, *args):
+        self.passes.append(self.backend)
+        clock.now += self.cost[self.backend]
+        return (torch.zeros(1),) * 6
+
+    def backward(self, *args):
+        return None
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+clock = Clock()
+
+
+def inputs(batch=4):
+    x, w = torch.zeros(3 * batch, 5), torch.zeros(4 * 6 + 2 * 3, 6)
+    h = torch.zeros(batch, 6)
+    bs = torch.full((3,), batch, dtype=torch.long)
+    return KernelInputs(x, torch.zeros(w.shape[0], 5), w, None, h, h, bs, 2, False)
+
+
+def test_the_fastest_backend_is_chosen_and_cached(tmp_path, monkeypatch):
+    monkeypatch.delenv(cpp_gemm.ENV, raising=False)
+    module = FakeModule(["onednn", "linear", "mkl"], {"onednn": 3.0, "linear": 1.0, "mkl": 2.0})
+    choice = cpp_gemm.choose(module, inputs(), tmp_path, clock)
+    assert (choice.backend, choice.how, module.backend) == ("linear", "measured", "linear")
+    assert choice.seconds == {"onednn": 3.0, "linear": 1.0, "mkl": 2.0}
+    assert module.passes.count("mkl") == cpp_gemm.ROUNDS + 1  # one untimed pass, then the timed rounds
+    assert "fastest of 3" in choice.describe() and "linear 1000.0 ms" in choice.describe()
+    again = FakeModule(["onednn", "linear", "mkl"], {"onednn": 0.0, "linear": 9.0, "mkl": 9.0})
+    cached = cpp_gemm.choose(again, inputs(), tmp_path, clock)
+    assert (cached.backend, cached.how, again.passes) == ("linear", "cached", [])  # read, not timed again
+    other = cpp_gemm.choose(again, inputs(batch=7), tmp_path, clock)  # other sizes: timed for them
+    assert (other.backend, other.how) == ("onednn", "measured")
+    assert len(json.loads((tmp_path / cpp_gemm.CACHE_NAME).read_text())) == 2
+
+
+def test_ties_go_to_the_first_backend_and_a_single_one_is_not_timed(tmp_path, monkeypatch):
+    monkeypatch.delenv(cpp_gemm.ENV, raising=False)
+    tie = FakeModule(["linear", "mkl"], {"linear": 1.0, "mkl": 1.0})
+    assert cpp_gemm.choose(tie, inputs(), None, clock).backend == "linear"
+    alone = FakeModule(["mkl"], {"mkl": 1.0})
+    choice = cpp_gemm.choose(alone, inputs(), tmp_path, clock)
+    assert (choice.backend, choice.how, alone.passes) == ("mkl", "only", [])
+    assert "the only backend" in choice.describe()
+
+
+def test_a_damaged_cache_or_a_cached_backend_that_no_longer_runs_is_timed_again(tmp_path, monkeypatch):
+    monkeypatch.delenv(cpp_gemm.ENV, raising=False)
+    (tmp_path / cpp_gemm.CACHE_NAME).write_text("{not json")
+    module = FakeModule(["linear", "mkl"], {"linear": 2.0, "mkl": 1.0})
+    assert cpp_gemm.choose(module, inputs(), tmp_path, clock).how == "measured"
+    key = next(iter(json.loads((tmp_path / cpp_gemm.CACHE_NAME).read_text())))
+    (tmp_path / cpp_gemm.CACHE_NAME).write_text(json.dumps({key: {"backend": "onednn", "seconds": {}}}))
+    assert cpp_gemm.choose(module, inputs(), tmp_path, clock).backend == "mkl"
+
+
+@pytest.mark.parametrize("name", ["mkl", "linear", "onednn"])
+def test_the_environment_forces_a_backend_that_runs_and_is_said_otherwise(name, monkeypatch, capsys):
+    monkeypatch.setenv(cpp_gemm.ENV, name)
+    module = FakeModule(["linear", "mkl"], {"linear": 1.0, "mkl": 1.0})
+    choice = cpp_gemm.forced(module)
+    if name == "onednn":  # refused here: one line, and the timing decides
+        assert choice is None and "does not run here" in capsys.readouterr().err
+    else:
+        assert (choice.backend, choice.how, module.backend) == (name, "forced", name)
+        assert f"{cpp_gemm.ENV}={name}" in choice.describe()
+    monkeypatch.setenv(cpp_gemm.ENV, "fastest")
+    assert cpp_gemm.forced(module) is None and "ignored" in capsys.readouterr().err
+
+
+def test_timing_the_real_module_leaves_torchs_random_state_alone(tmp_path, monkeypatch):
+    from onlstm.nn.cpp_kernel import extension_error, load_extension
+
+    ext = load_extension()
+    if ext is None:
+        pytest.skip(f"the C++ kernel is not available: {extension_error()}")
+    monkeypatch.delenv(cpp_gemm.ENV, raising=False)
+    before, state = ext.gemm_backend(), torch.get_rng_state()
+    try:
+        choice = cpp_gemm.choose(ext, inputs(), tmp_path, cpp_gemm.time.perf_counter)
+    finally:
+        ext.set_gemm_backend(before)
+    assert torch.equal(torch.get_rng_state(), state)  # a resumed run draws what an uninterrupted one does
+    assert set(choice.seconds) == set(ext.gemm_backends()) and choice.backend in ext.gemm_backends()
+    assert all(0 < s < float("inf") for s in choice.seconds.values())
