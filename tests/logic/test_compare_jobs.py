@@ -120,12 +120,13 @@ def test_a_run_killed_by_a_signal_is_named_with_it_and_the_status_is_130(data, t
     """Issue #48: a run's process killed by a signal (Popen's status -9) made the comparison exit 247 (-9 modulo
     256), which no command documents; it is an interrupted run (status 130), named with its signal."""
     from onlstm.logic import compare as compare_module
-    from onlstm.logic import parallel
     from onlstm.logic.config import LogicTrainConfig
     from onlstm.logic.model import LogicModelConfig
+    from onlstm.logic.parallel import logic_job
+    from onlstm.runs import parallel
 
     said: list[str] = []
-    job = parallel.Job(tmp_path / "lstm-seed0", LogicModelConfig(cell="lstm"), LogicTrainConfig(seed=0), False)
+    job = logic_job(tmp_path / "lstm-seed0", LogicModelConfig(cell="lstm"), LogicTrainConfig(seed=0), "data", False)
     ended = parallel._ended(job, -signal.SIGKILL, said.append)
     assert (ended.code, ended.signal) == (130, "SIGKILL") and "killed by SIGKILL" in ended.why and said
     monkeypatch.setattr(compare_module, "train_in_processes", lambda *args: [ended])

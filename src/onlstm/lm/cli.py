@@ -56,6 +56,23 @@ class SurprisalArgs:
     weights: str = option("best", "which weights of a run", choices=WEIGHTS)
 
 
+@dataclass(kw_only=True)
+class CompareArgs:
+    """``lm compare``'s own arguments (the settings every run shares: :func:`add_config_flags`)."""
+
+    config: Path | None = option(None, "YAML file or preset name (e.g. ptb-cpu) every run is trained with")
+    data_dir: Path = option(help="folder with ptb.{train,valid,test}.txt")
+    out: Path = option(help="folder of the study: one run folder per cell and seed, evals/, compare.json, tables.md")
+    cells: list[str] = option(["onlstm", "lstm"], "recurrent layers to compare (the first against each other)")
+    seeds: list[int] = option([141, 142, 143], "seeds, the same for every cell")
+    jobs: int = option(1, "runs trained at once, each a process of its own", bounds=(1, None))
+    finished_only: bool = option(False, "train nothing: measure the finished runs, list the others")
+    treebank: Path | None = option(None, "Penn Treebank .mrg folder for the trees' F1 (e.g. NLTK's WSJ sample)")
+    syneval_data: Path | None = option(None, "Marvin & Linzen pairs (syneval --data) to score every run on")
+    suites: Path | None = option(None, "a folder of SyntaxGym suites (syneval --suite) to score every run on")
+    eval_threads: int = option(1, "CPU threads of each measuring command", bounds=(1, None))
+
+
 def register(subparsers) -> None:
     """Add ``onlstm lm {train,eval}`` to the top-level ``subparsers``."""
     about = "AWD-style word-level language model with ON-LSTM (or LSTM/GRU) layers."
@@ -63,6 +80,7 @@ def register(subparsers) -> None:
     add_config_flags(add_command(sub, "train", _cmd_train, TrainArgs))
     add_runtime_flags(add_command(sub, "eval", _cmd_eval, EvalArgs), EvalRuntime)
     add_runtime_flags(add_command(sub, "surprisal", _cmd_surprisal, SurprisalArgs), EvalRuntime)
+    add_config_flags(add_command(sub, "compare", _cmd_compare, CompareArgs))
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -86,6 +104,32 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except ValueError as e:  # the settings' checks raise plain ValueErrors: bad input all the same
         raise command_error(e) from None
     return EXIT_INTERRUPTED if result.interrupted else 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    """train every cell with every seed under the same settings, then measure and tabulate them
+
+    The language-model half of the paper as one command: OUT/<cell>-seed<seed> trained --jobs at a time (each a
+    process of its own; a finished run is reused, an unfinished one resumed, Ctrl-C stops them with their resume
+    files saved), then every finished run measured: PTB test perplexity, the trees' sentence F1 on --treebank,
+    Marvin & Linzen on --syneval-data, SyntaxGym on --suites. Tables: each cell's mean ± std over its seeds and
+    the first cell against each other (ahead/behind beyond two standard errors). Details: docs/lm.md.
+    """
+    from .compare import Yardsticks, compare
+    from .config import explicit_settings
+
+    try:
+        explicit = explicit_settings(args.config, args)
+        yardsticks = Yardsticks(args.treebank, args.syneval_data, args.suites, args.eval_threads)
+        res = compare(explicit, args.data_dir, args.out, args.cells, args.seeds, yardsticks, args.jobs,
+                      args.finished_only)  # fmt: skip
+    except ValueError as e:
+        raise command_error(e) from None
+    print(res.tables)
+    print(f"wrote {args.out / 'compare.json'} and {args.out / 'tables.md'}")
+    if res.failed:
+        return max(e.code for e in res.failed)
+    return EXIT_INTERRUPTED if res.interrupted else 0
 
 
 def run_threads(config: dict) -> int:

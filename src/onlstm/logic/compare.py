@@ -16,6 +16,8 @@ from ..errors import EXIT_INTERRUPTED
 from ..files import write_json, write_text
 from ..runs import RunDir, resolve_device
 from ..runs.engine import BUDGETS
+from ..runs.parallel import Ended, Job, threads_per_job, train_in_processes
+from ..runs.stats import seed_difference
 from .evaluate import (
     DEFAULT_BUCKETS,
     LengthAccuracy,
@@ -25,7 +27,7 @@ from .evaluate import (
     read_test_examples,
 )
 from .model import LogicModelConfig, load_classifier
-from .parallel import Ended, Job, threads_per_job, train_in_processes
+from .parallel import logic_job
 from .train import (
     LogicTrainConfig,
     read_history,
@@ -71,7 +73,7 @@ def compare(
     (``split='valid'``: on each run's own validation hold-out of the training files, by length; ``test_data``:
     on another folder's test files). ``finished_only``: train nothing, score the finished runs and list the
     others in ``unfinished``. ``jobs`` > 1: train the runs that need it that many at a time, each in a process of
-    its own (:mod:`onlstm.logic.parallel`), then score them."""
+    its own (:mod:`onlstm.runs.parallel`), then score them."""
     log = log or (lambda _m: None)
     out, cells, seeds, buckets = Path(out), list(cells), list(seeds), list(buckets)
 
@@ -91,7 +93,7 @@ def compare(
     runs = list(itertools.product(seeds, cells))
     if jobs > 1 and not finished_only:
         todo = [_job(out, replace(model_cfg, cell=c), replace(train_cfg, seed=s), data, jobs) for s, c in runs]
-        _train_in_processes(res, [j for j in todo if j is not None], data, jobs, log)
+        _train_in_processes(res, [j for j in todo if j is not None], jobs, log)
         finished_only = True  # every run is now scored if it finished, else listed with how far it got
     for seed, cell in runs:
         mcfg, tcfg = replace(model_cfg, cell=cell), replace(train_cfg, seed=seed)
@@ -128,11 +130,11 @@ def _scored_pairs(
     return dict.fromkeys(seeds, read_test_examples(test_data or data, "test", buckets))
 
 
-def _train_in_processes(res: CompareResult, todo: list[Job], data: str | Path, jobs: int, log) -> None:
-    """Train ``todo`` ``jobs`` at a time (:func:`~onlstm.logic.parallel.train_in_processes`); an interruption and
+def _train_in_processes(res: CompareResult, todo: list[Job], jobs: int, log) -> None:
+    """Train ``todo`` ``jobs`` at a time (:func:`~onlstm.runs.parallel.train_in_processes`); an interruption and
     the runs that failed go to ``res``."""
     res.out_dir.mkdir(parents=True, exist_ok=True)  # the runs' logs go beside them
-    ended = train_in_processes(todo, data, jobs, log)
+    ended = train_in_processes(todo, jobs, log)
     res.interrupted = any(e.code == EXIT_INTERRUPTED for e in ended)
     res.failed = [e for e in ended if e.code != EXIT_INTERRUPTED or e.signal]  # a killed run is named
 
@@ -200,7 +202,8 @@ def _job(out: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | 
     held = _Held.read(out / f"{mcfg.cell}-seed{tcfg.seed}", mcfg, tcfg)
     if _finished_run(held, tcfg, data)[0] is not None:
         return None
-    return Job(held.run_dir, mcfg, threads_per_job(tcfg, jobs), _resumable(held, tcfg, data)[0])
+    tcfg = replace(tcfg, threads=threads_per_job(tcfg.threads, jobs))
+    return logic_job(held.run_dir, mcfg, tcfg, data, _resumable(held, tcfg, data)[0])
 
 
 @dataclass(frozen=True)
@@ -289,15 +292,7 @@ def difference(first: list[LengthAccuracy], other: list[LengthAccuracy], pool: s
     (``sqrt(s1²/n1 + s2²/n2)``, sample variances) and the verdict: ``ahead`` or ``behind`` when the difference
     exceeds twice that error, else ``level``; ``None`` figures with fewer than 2 seeds on a side."""
     a, b = ([r.summary()[pool] for r in rs] for rs in (first, other))
-    a, b = [x for x in a if x == x], [x for x in b if x == x]  # NaN: no pairs of those lengths
-    out: dict = {"pool": pool, "seeds": [len(a), len(b)], "difference": None, "se": None, "verdict": None}
-    if len(a) < 2 or len(b) < 2:
-        out["verdict"] = "not decided: fewer than 2 scored seeds on a side"
-        return out
-    var = lambda xs: sum((x - sum(xs) / len(xs)) ** 2 for x in xs) / (len(xs) - 1)
-    diff, se = sum(a) / len(a) - sum(b) / len(b), math.sqrt(var(a) / len(a) + var(b) / len(b))
-    verdict = "ahead" if diff > 2 * se else "behind" if diff < -2 * se else "level"
-    return out | {"difference": diff, "se": se, "verdict": verdict}
+    return {"pool": pool} | seed_difference(a, b)
 
 
 def verdict_pool(scored: LengthAccuracy | None) -> str:

@@ -1,201 +1,27 @@
-"""``logic compare --jobs N``: the comparison's runs trained as N processes at once (docs/logic.md, "Comparison").
-
-Each run is a process of its own (``python -c`` calling :func:`onlstm.logic.train.train`, its output in
-``OUT/<cell>-seed<seed>.log``), started in a session of its own so that a Ctrl-C at the terminal reaches only
-this process, which passes one stop request on to every running run: each then stops after its step and saves
-its resume file, as a run alone does. A second Ctrl-C passes a second one on, which aborts them without saving.
-SIGTERM and SIGHUP (the terminal closed) are a Ctrl-C here too. A comparison that ends without passing anything
-on (SIGKILL) still stops its runs: each asked the kernel for a SIGTERM when its parent dies (:func:`_stop_with`),
-so none goes on as an orphan holding its run's lock.
-"""
+"""``logic compare --jobs N``'s part of :mod:`onlstm.runs.parallel`: a logic run as a job, and what its process runs."""
 
 from __future__ import annotations
 
-import ctypes
-import json
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import EXIT_INTERRUPTED, OnlstmError, first_line
-from ..runs.device import StopRequest
+from ..errors import EXIT_INTERRUPTED
+from ..runs.parallel import Job
 from .config import LogicTrainConfig
 from .model import LogicModelConfig
 
 
-@dataclass
-class Job:
-    """One run to train: its folder and settings, and whether it goes on from its resume file."""
-
-    run_dir: Path
-    model: LogicModelConfig
-    train: LogicTrainConfig
-    resume: bool
-
-    @property
-    def name(self) -> str:
-        return f"{self.model.cell}, seed {self.train.seed}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.run_dir.with_name(self.run_dir.name + ".log")
+def logic_job(run_dir: Path, model: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, resume: bool) -> Job:
+    """The job that trains (or resumes) one logic run in a process of its own."""
+    payload = {"run_dir": str(run_dir), "data": str(data), "resume": resume}
+    payload.update(model=model.to_dict(), train=cfg.to_dict())
+    entry, name = "onlstm.logic.parallel:train_job", f"{model.cell}, seed {cfg.seed}"
+    return Job(name, run_dir, resume, entry, payload, "onlstm logic train")
 
 
-def threads_per_job(cfg: LogicTrainConfig, jobs: int) -> LogicTrainConfig:
-    """``cfg`` with its CPU threads shared out between ``jobs`` processes when it leaves them to torch (0): each
-    process would otherwise take every core."""
-    if cfg.threads:
-        return cfg
-    return replace(cfg, threads=max(1, (os.cpu_count() or 1) // jobs))
-
-
-def train_in_processes(todo: list[Job], data: str | Path, jobs: int, log: Callable[[str], None]) -> list[Ended]:
-    """Train every job, ``jobs`` at a time; returns the runs that did not finish (interrupted, failed or, after
-    a stop request, not started). A stop request starts no further run."""
-    waiting, running, ended = list(todo), {}, []
-    with StopRequest() as stop:
-        forwarded = False
-        try:
-            while waiting or running:
-                while waiting and len(running) < jobs and not stop.requested:
-                    job = waiting.pop(0)
-                    running[job.name] = (job, _start(job, data))
-                    log(f"== {job.name}: {'resuming' if job.resume else 'training'} in a process of its own "
-                        f"(log: {job.log_path})")  # fmt: skip
-                if stop.requested and not forwarded:
-                    _signal_all(running)
-                    forwarded = True
-                for name, (job, proc) in list(running.items()):
-                    if proc.poll() is not None:
-                        del running[name]
-                        ended.append(_ended(job, proc.returncode, log))
-                if stop.requested and waiting:
-                    ended += [Ended(job.name, EXIT_INTERRUPTED, "not started") for job in waiting]
-                    waiting.clear()
-                time.sleep(0.2)
-        except KeyboardInterrupt:  # a second Ctrl-C: the runs abort without saving, as one alone does
-            _signal_all(running)
-            raise
-    return [e for e in ended if e.code != 0]
-
-
-@dataclass
-class Ended:
-    """How a run's process ended: its exit status (0: its budget ended it) and, if not 0, why in words; ``signal``:
-    the signal that killed it (its status is then 130, as for an interrupted run: its last checkpoint is kept)."""
-
-    name: str
-    code: int
-    why: str = ""
-    signal: str = ""
-
-
-def _start(job: Job, data: str | Path) -> subprocess.Popen:
-    spec = {"run_dir": str(job.run_dir), "data": str(data), "resume": job.resume, "parent": os.getpid()}
-    spec.update(model=job.model.to_dict(), train=job.train.to_dict())
-    log = open(job.log_path, "a", encoding="utf-8")  # the child holds it open; closed here at once
-    try:
-        code = "from onlstm.logic.parallel import child; child()"
-        # the same onlstm as this process's, installed or not
-        here = str(Path(__file__).resolve().parents[2])
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
-        }
-        cmd = [sys.executable, "-c", code, json.dumps(spec)]
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    finally:
-        log.close()
-
-
-def _signal_all(running: dict) -> None:
-    """One stop request (SIGINT) to every run's process still going."""
-    for _, proc in running.values():
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-
-
-def _ended(job: Job, rc: int, log: Callable[[str], None]) -> Ended:
-    if rc == 0:
-        log(f"== {job.name}: finished")
-        return Ended(job.name, 0)
-    if rc < 0:  # killed by a signal (Popen's -N): not an exit status a command documents
-        name = _signal_name(-rc)
-        why = f"killed by {name}; its last checkpoint is kept, --resume goes on from it"
-        log(f"== {job.name}: {why}; log: {job.log_path}")
-        return Ended(job.name, EXIT_INTERRUPTED, why, name)
-    why = "interrupted (its resume file saved)" if rc == EXIT_INTERRUPTED else f"failed (exit {rc}): {_last_line(job)}"
-    log(f"== {job.name}: {why}; log: {job.log_path}")
-    return Ended(job.name, rc, why)
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def _last_line(job: Job) -> str:
-    try:
-        lines = [line for line in job.log_path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return "no log"
-    return lines[-1] if lines else "no output"
-
-
-def child() -> None:
-    """A run's process: train it, exit 0 when its budget ended it, 130 when interrupted (resume file saved)."""
+def train_job(spec: dict) -> int:
+    """A logic run's process: train it; 0 when its budget ended it, 130 when interrupted (resume file saved)."""
     from .train import train
 
-    spec = json.loads(sys.argv[1])
-    signal.signal(signal.SIGTERM, _interrupt)  # until the training's own handler: a stop before it began
-    try:
-        _stop_with(spec["parent"])
-        model = LogicModelConfig.from_dict(spec["model"])
-        cfg = LogicTrainConfig.from_dict(spec["train"])
-        result = train(model, cfg, spec["data"], spec["run_dir"], resume=spec["resume"], replace=not spec["resume"])
-    except KeyboardInterrupt:  # a second stop request, or one before the training began: nothing saved
-        sys.exit(EXIT_INTERRUPTED)
-    except OnlstmError as exc:  # one line, as the command prints it, for the comparison to quote
-        print(f"onlstm logic train: {first_line(exc)}", flush=True)
-        sys.exit(exc.exit_code)
-    sys.exit(EXIT_INTERRUPTED if result.interrupted else 0)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-#: prctl's option: the signal this process gets when the thread that started it ends (linux/prctl.h).
-PR_SET_PDEATHSIG = 1
-
-
-def _stop_with(parent: int) -> None:
-    """SIGTERM to this run's process (a stop request: it saves its resume file and releases its lock) as soon as the
-    comparison ``parent`` is gone, however it ended. On Linux the kernel sends it (prctl's PR_SET_PDEATHSIG: no
-    delay, nothing to poll; it follows the thread that started the process, which waits in
-    :func:`train_in_processes` for every run); elsewhere a thread looks once a second whether the parent has changed."""
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0:
-                if os.getppid() != parent:  # it was gone before the request was made
-                    os.kill(os.getpid(), signal.SIGTERM)
-                return
-        except (OSError, AttributeError):  # no prctl in this C library: the thread below
-            pass
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-
-
-def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os.kill(os.getpid(), signal.SIGTERM)
+    model, cfg = LogicModelConfig.from_dict(spec["model"]), LogicTrainConfig.from_dict(spec["train"])
+    result = train(model, cfg, spec["data"], spec["run_dir"], resume=spec["resume"], replace=not spec["resume"])
+    return EXIT_INTERRUPTED if result.interrupted else 0

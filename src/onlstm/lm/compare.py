@@ -1,0 +1,247 @@
+"""``onlstm lm compare``: the language-model half of the paper as one command (docs/lm.md, "A study with seeds").
+
+Every cell is trained with every seed under the same settings (``OUT/<cell>-seed<seed>``, N runs at a time, each a
+process of its own: :mod:`onlstm.runs.parallel`; a finished run is reused, an unfinished one resumed), then every
+finished run is measured by the project's own commands, run as a user runs them (``parsing eval-parse --json``,
+``syneval --json``), their outputs kept in ``OUT/evals/<cell>-seed<seed>/`` and reused: PTB test perplexity (the
+run's final test), the trees' sentence F1 on a treebank (sentences of up to 10 words, and all), Marvin & Linzen on
+the pairs the vocabulary covers, and SyntaxGym's suites. The tables give each cell's mean ± sample std over its
+finished seeds and the first cell against each other (:func:`~onlstm.runs.stats.seed_difference`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import encoders
+from ..errors import EXIT_INTERRUPTED, InputError, first_line
+from ..files import write_json, write_text
+from ..runs.parallel import Ended, Job, threads_per_job, train_in_processes
+from ..runs.stats import mean_std, seed_difference
+
+
+@dataclass
+class Yardsticks:
+    """What every finished run is measured on (None: not measured)."""
+
+    treebank: Path | None = None
+    syneval_data: Path | None = None
+    suites: Path | None = None
+    threads: int = 1
+
+
+@dataclass
+class StudyResult:
+    out_dir: Path
+    runs: list[dict] = field(default_factory=list)  # per finished run: cell, seed, run_dir, its figures
+    unfinished: list[dict] = field(default_factory=list)  # cell, seed, run_dir, how far it got
+    failed: list[Ended] = field(default_factory=list)
+    tables: str = ""
+    interrupted: bool = False
+
+
+def run_dir(out: Path, cell: str, seed: int) -> Path:
+    return out / f"{cell}-seed{seed}"
+
+
+def compare(
+    explicit: dict,
+    data_dir: Path,
+    out: Path,
+    cells: list[str],
+    seeds: list[int],
+    yardsticks: Yardsticks,
+    jobs: int = 1,
+    finished_only: bool = False,
+    log: Callable[[str], None] = print,
+) -> StudyResult:
+    """Train (unless ``finished_only``) and measure the grid ``cells`` x ``seeds``; ``explicit``: the settings every
+    run shares (``{"model": ..., "train": ...}``, the cell and seed set per run)."""
+    res = StudyResult(Path(out))
+    res.out_dir.mkdir(parents=True, exist_ok=True)
+    grid = [(cell, seed) for seed in seeds for cell in cells]
+    if not finished_only:
+        todo = [_job(res.out_dir, cell, seed, explicit, data_dir, jobs) for cell, seed in grid]
+        ended = train_in_processes([j for j in todo if j is not None], jobs, log)
+        res.interrupted = any(e.code == EXIT_INTERRUPTED for e in ended)
+        res.failed = [e for e in ended if e.code != EXIT_INTERRUPTED]
+    for cell, seed in grid:
+        where, status = run_dir(res.out_dir, cell, seed), _status(run_dir(res.out_dir, cell, seed))
+        if status != "finished":
+            res.unfinished.append({"cell": cell, "seed": seed, "run_dir": str(where), "status": status})
+            log(f"== {cell}, seed {seed}: not measured, {status}")
+            continue
+        figures = measure(where, res.out_dir / "evals" / where.name, yardsticks, log)
+        res.runs.append({"cell": cell, "seed": seed, "run_dir": str(where), "figures": figures})
+    res.tables = tables(res, cells)
+    write_json(res.out_dir / "compare.json", _record(res, explicit, cells, seeds))
+    write_text(res.out_dir / "tables.md", res.tables + "\n")
+    return res
+
+
+def _job(out: Path, cell: str, seed: int, explicit: dict, data_dir: Path, jobs: int) -> Job | None:
+    """The job that trains one run (None when it is finished); a run folder already there is resumed."""
+    where = run_dir(out, cell, seed)
+    if _status(where) == "finished":
+        return None
+    train = {**explicit.get("train", {}), "seed": seed}
+    train["threads"] = threads_per_job(train.get("threads"), jobs)
+    payload = {"run_dir": str(where), "data_dir": str(data_dir), "resume": where.exists()}
+    payload["explicit"] = {"model": {**explicit.get("model", {}), "cell": cell}, "train": train}
+    return Job(f"{cell}, seed {seed}", where, where.exists(), "onlstm.lm.compare:train_job", payload, "onlstm lm train")
+
+
+def train_job(spec: dict) -> int:
+    """A run's process: train (or resume) it; 0 when it ended, 130 when interrupted (resume file saved)."""
+    from .train import train
+
+    explicit = spec["explicit"] if not spec["resume"] else {"train": {"threads": spec["explicit"]["train"]["threads"]}}
+    result = train(Path(spec["run_dir"]), Path(spec["data_dir"]), explicit, resume=spec["resume"])
+    return EXIT_INTERRUPTED if result.interrupted else 0
+
+
+def _status(where: Path) -> str:
+    """``finished`` (its budget or its patience ended it, final test done), or how far it got in words."""
+    if not where.is_dir():
+        return "not started"
+    try:
+        result = json.loads((where / "results.json").read_text())
+    except (OSError, ValueError):
+        return "started, no result yet (training, or stopped before its first save)"
+    if not isinstance(result, dict):
+        return "its results.json is damaged"
+    if result.get("status") == "finished":
+        return "finished"
+    return f"{result.get('status')} after {result.get('epochs', 0):.2f} epochs (by {result.get('stopped_by')})"
+
+
+def measure(where: Path, evals: Path, yardsticks: Yardsticks, log: Callable[[str], None]) -> dict:
+    """A finished run's figures: its final test's perplexity, and each yardstick's command output (kept)."""
+    result = json.loads((where / "results.json").read_text())
+    figures: dict = {"test_ppl": (result.get("test") or {}).get("ppl"), "epochs": result.get("epochs")}
+    figures["stopped_by"] = result.get("stopped_by")
+    threads = ["--threads", str(yardsticks.threads)]
+    cell = json.loads((where / "config.json").read_text())["model"]["cell"]
+    if yardsticks.treebank is not None and encoders.has_distances(cell):  # trees need master gates
+        for name, extra in (("wsj10", ["--wsj10"]), ("wsj", [])):
+            args = ["parsing", "eval-parse", "--checkpoint", str(where), "--treebank", str(yardsticks.treebank)]
+            figures[name] = _parsing(_command(evals / f"{name}.json", [*args, *extra, "--json", *threads], log))
+    if yardsticks.syneval_data is not None:
+        args = [
+            "syneval",
+            "--checkpoint",
+            str(where),
+            "--data",
+            str(yardsticks.syneval_data),
+            "--json",
+            "--no-progress",
+        ]
+        figures["marvin_linzen"] = _cases(_command(evals / "marvin_linzen.json", [*args, *threads], log))
+    if yardsticks.suites is not None:
+        args = ["syneval", "--checkpoint", str(where), "--suite", str(yardsticks.suites), "--json", "--no-progress"]
+        figures["syntaxgym"] = _suites(_command(evals / "syntaxgym.json", [*args, *threads], log))
+    return figures
+
+
+def _command(path: Path, args: list[str], log: Callable[[str], None]) -> dict:
+    """The JSON a command printed, kept in ``path`` (read back instead of running it again)."""
+    if path.is_file():
+        return json.loads(path.read_text())
+    log(f"   onlstm {' '.join(args)}")
+    done = subprocess.run([sys.executable, "-m", "onlstm", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        why = first_line(RuntimeError(done.stderr.strip() or done.stdout.strip() or "no output"))
+        raise InputError(f"onlstm {' '.join(args[:2])} failed (exit {done.returncode}): {why}")
+    report = json.loads(done.stdout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, report)
+    return report
+
+
+def _parsing(report: dict) -> dict:
+    """Sentence F1 per layer and of the baselines (the paper's convention)."""
+    layers = {k: v["sentence_f1"]["f1"] for k, v in report["layers"].items()}
+    baselines = {k: v["sentence_f1"] for k, v in report["baselines"].items()}
+    return {"sentences": report["sentences"], "layers": layers, "baselines": baselines}
+
+
+def _cases(report: dict) -> dict:
+    """Marvin & Linzen: accuracy per case on the covered pairs, and the coverage."""
+    cases = report["models"][0]["cases"]
+    out = {}
+    for case, rows in cases.items():
+        row = rows["comparisons"]["g>u"]
+        out[case] = {"accuracy": row["covered_accuracy"], "coverage": row["covered"] / max(row["pairs"], 1)}
+    return out
+
+
+def _suites(report: dict) -> dict:
+    """SyntaxGym: accuracy per suite (items the model reads), and the items it could not read."""
+    return {
+        s["suite"]: {"accuracy": s["accuracy"], "not_scorable": s.get("not_scorable_items", 0), "items": s["items"]}
+        for s in report["models"][0]["suites"]
+    }
+
+
+def measures(figures: dict) -> dict[str, tuple[float | None, bool]]:
+    """Every figure of a run the tables compare: name -> (value, higher is better)."""
+    out: dict[str, tuple[float | None, bool]] = {"PTB test perplexity": (figures.get("test_ppl"), False)}
+    for name, label in (("wsj10", "WSJ10"), ("wsj", "WSJ all lengths")):
+        parsed = figures.get(name) or {}
+        for layer, f1 in {**parsed.get("layers", {}), **parsed.get("baselines", {})}.items():
+            out[f"{label} sentence F1, {layer}"] = (100 * f1, True)  # the baselines: the same trees every run
+    cases = figures.get("marvin_linzen") or {}
+    if cases:
+        out["Marvin & Linzen, mean over cases"] = (100 * sum(c["accuracy"] for c in cases.values()) / len(cases), True)
+    suites = figures.get("syntaxgym") or {}
+    if suites:
+        out["SyntaxGym, mean over suites"] = (100 * sum(s["accuracy"] for s in suites.values()) / len(suites), True)
+    for case, c in cases.items():
+        out[f"M&L {case}"] = (100 * c["accuracy"], True)
+    for suite, s in suites.items():
+        out[f"SyntaxGym {suite}"] = (100 * s["accuracy"], True)
+    return out
+
+
+def tables(res: StudyResult, cells: list[str]) -> str:
+    """One row per measure: each cell's mean ± std (n), the first cell minus each other with its SE and verdict."""
+    per_cell = {c: [measures(r["figures"]) for r in res.runs if r["cell"] == c] for c in cells}
+    names = list(dict.fromkeys(n for rows in per_cell.values() for row in rows for n in row))
+    first, *others = cells
+    head = "| measure | " + " | ".join(cells) + " | " + " | ".join(f"{first} - {o} (SE): verdict" for o in others)
+    lines = [head + " |", "|---" * (1 + len(cells) + len(others)) + "|"]
+    for name in names:
+        values = {c: [row[name][0] for row in rows if name in row and row[name][0] is not None]
+                  for c, rows in per_cell.items()}  # fmt: skip
+        higher = next(row[name][1] for rows in per_cell.values() for row in rows if name in row)
+        cols = [_mean_cell(values[c]) for c in cells]
+        cols += [_difference_cell(seed_difference(values[first], values[o], higher)) for o in others]
+        lines.append(f"| {name} | " + " | ".join(cols) + " |")
+    notes = [f"- not measured: {u['cell']}, seed {u['seed']}: {u['status']}" for u in res.unfinished]
+    notes += [f"- failed: {e.name}: {e.why}" for e in res.failed]
+    rule = "ahead/behind: the difference of the means beyond twice its standard error over seeds, else level"
+    return "\n".join([*lines, "", f"Verdicts for {first}; {rule}.", *notes])
+
+
+def _mean_cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean, std = mean_std(values)
+    return f"{mean:.2f} ± {std:.2f} ({len(values)})" if std == std else f"{mean:.2f} (1)"
+
+
+def _difference_cell(d: dict) -> str:
+    if d["difference"] is None:
+        return "not decided (< 2 seeds a side)"
+    return f"{d['difference']:+.2f} ({d['se']:.2f}): {d['verdict']}"
+
+
+def _record(res: StudyResult, explicit: dict, cells: list[str], seeds: list[int]) -> dict:
+    record = {"kind": "lm-compare", "settings": explicit, "cells": cells, "seeds": seeds, "runs": res.runs}
+    record.update(unfinished=res.unfinished, failed=[vars(e) for e in res.failed], interrupted=res.interrupted)
+    return record
