@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, WriteError
+from .errors import InputError, OnlstmError, WriteError
 
 
 def _current_umask() -> int:
@@ -46,6 +47,40 @@ def atomic_write(path: Path, write) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket or other special file"
+
+
+def read_regular(path: str | Path, limit: int | None = None, error: type[OnlstmError] = InputError) -> bytes:
+    """The bytes of ``path``, which must be a regular file (a link to one is followed) of at most ``limit`` bytes:
+    the one way to read a file a user names. A FIFO, a device (``/dev/zero``) or a folder is refused at once: it is
+    opened without blocking and checked on the open file, so nothing swapped in after a check is read. ``error``
+    (one line naming the path) for all of these and for a file that cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{path} is {_kind_of(info.st_mode)}, not a regular file; give a file")
+        if limit is not None and info.st_size > limit:
+            raise error(f"{path} is {info.st_size:,} bytes, more than the {limit:,} that can be read")
+        try:
+            data = f.read() if limit is None else f.read(limit + 1)
+        except OSError as exc:
+            raise error(f"cannot read {path}: {exc.strerror or exc}") from None
+    if limit is not None and len(data) > limit:  # it grew while read
+        raise error(f"{path} is more than the {limit:,} bytes that can be read")
+    return data
 
 
 def write_json(path: Path, obj: Any, indent: int = 2) -> None:
