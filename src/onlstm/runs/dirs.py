@@ -238,12 +238,10 @@ class RunDir:
             return False
         return self.SHARED_WEIGHTS in held and held <= names and "kind" in self.header()
 
-    def save_pretrained(
-        self, model, config: dict, card: str, vocab: list[str] | None = None, overwrite: bool = False
-    ) -> Path:
-        """Write a model to share here, all files at once (:func:`onlstm.files.publish_folder`): into a new or empty
-        directory or over an earlier export, anything else only with ``overwrite``; never over a training run (its
-        best weights would be lost)."""
+    def check_share_target(self, overwrite: bool = False) -> Path:
+        """Whether a shared model may be written here (:meth:`save_pretrained`'s rule, for a writer to check before
+        its work): a new or empty directory or an earlier export, anything else only with ``overwrite``, and never
+        a training run, the root, the home folder or one that holds the working folder."""
         directory = self.path
         if directory.exists() and not directory.is_dir():
             raise InputError(f"{directory} is a file; save_pretrained needs a directory (new or an earlier export)")
@@ -252,9 +250,17 @@ class RunDir:
         ]  # only a training writes them
         if held:
             raise InputError(f"{directory} holds a training run ({held[0]}); save the shared model elsewhere")
-        check_output_owner(
+        return check_output_owner(
             directory, self.EXPORT, overwrite=overwrite, flag="--to", legacy=lambda path: RunDir(path).is_export()
         )
+
+    def save_pretrained(
+        self, model, config: dict, card: str, vocab: list[str] | None = None, overwrite: bool = False
+    ) -> Path:
+        """Write a model to share here, all files at once (:func:`onlstm.files.publish_folder`): into a new or empty
+        directory or over an earlier export, anything else only with ``overwrite``; never over a training run (its
+        best weights would be lost)."""
+        directory = self.check_share_target(overwrite)
 
         def write(tmp: Path) -> None:
             into = RunDir(tmp)
