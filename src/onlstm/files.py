@@ -68,18 +68,19 @@ def read_regular(path: str | Path, limit: int | None = None, error: type[OnlstmE
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise error(f"cannot read {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
+        os.close(fd)
         if not stat.S_ISREG(info.st_mode):
             raise error(f"{path} is {_kind_of(info.st_mode)}, not a regular file; give a file")
-        if limit is not None and info.st_size > limit:
-            raise error(f"{path} is {info.st_size:,} bytes, more than the {limit:,} that can be read")
+        raise error(f"{path} is {info.st_size:,} bytes, more than the {limit:,} that can be read")
+    with os.fdopen(fd, "rb") as f:
         try:
-            data = f.read() if limit is None else f.read(limit + 1)
+            data = f.read(info.st_size + 1)  # read(n) reserves n bytes: the size, not the limit
         except OSError as exc:
             raise error(f"cannot read {path}: {exc.strerror or exc}") from None
-    if limit is not None and len(data) > limit:  # it grew while read
-        raise error(f"{path} is more than the {limit:,} bytes that can be read")
+    if len(data) > info.st_size:
+        raise error(f"{path} grew while it was read; read it again once it is written")
     return data
 
 

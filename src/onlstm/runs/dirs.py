@@ -130,7 +130,10 @@ class RunDir:
         """``config.json``, else a :class:`CheckpointError`: missing, corrupt or not of ``kind`` (``what``: the kind
         for people, ``hint``: what to do)."""
         config = read_json(self.config_path)
-        found = config.get("kind") if isinstance(config, dict) else None
+        if not isinstance(config, dict):  # every reader asks it for its sections
+            raise CheckpointError(f"{self.config_path} holds a JSON {type(config).__name__}, not a run's header (an "
+                                  "object): the file is damaged or was edited")  # fmt: skip
+        found = config.get("kind")
         if kind is not None and found != kind:
             raise CheckpointError(
                 f"{self.path} holds a run of kind {found!r}, not {what or kind} ({kind!r})"
@@ -171,7 +174,7 @@ class RunDir:
             header = self.header()
             old, where = header.get("result"), f"{self.config_path} (result)"
             record = None if old is None else {"status": header.get("status"), **old} if isinstance(old, dict) else old
-        if record is not None and not isinstance(record, dict):
+        if (record is not None or self.results_path.exists()) and not isinstance(record, dict):
             raise CheckpointError(f"{where} is not a JSON object of results: the file is damaged or was edited")
         return record
 
