@@ -174,7 +174,11 @@ def torch_cases(folder: Path, position: str, fmt: str) -> list[tuple[str, list[s
 
 def plain_cases(folder: Path) -> list[tuple[str, list[str], str | None]]:
     cases = []
-    for case, (body, _, words) in {**BODIES, "BUILD on a list": (b"]N}\x86b", None, "sets the state")}.items():
+    plain = {
+        "BUILD on a list": (b"]N}\x86b", None, "sets the state"),
+        "an item nested 200,000 deep": (b"}" + text("cond") + b"(" + deep(200_000) + b"ls", None, "is not a tuple"),
+    }
+    for case, (body, _, words) in {**BODIES, **plain}.items():
         path = folder / f"case{len(cases)}.pickle"
         path.write_bytes(b"\x80\x02" + body + b".")
         argv = ["syneval", "--data", str(path), "--checkpoint", str(folder / "missing"), "--out", str(folder / "out")]
