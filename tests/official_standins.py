@@ -193,9 +193,9 @@ with torch.no_grad():
         p.uniform_(-0.6, 0.6)
 optimizer = torch.optim.SGD(list(m.parameters()) + list(criterion.parameters()), lr=30, weight_decay=1.2e-6)
 m.eval()
-odd = len(sys.argv) > 4 and sys.argv[4] == "odd"
-if odd:  # right classes, wrong contents (and no reference: the model cannot run)
-    m.rnn.cells[0].hidden_size = "twelve"
+odd = sys.argv[4] if len(sys.argv) > 4 else ""
+if odd:  # right classes, wrong contents (a statement run here: no reference, the model may not run)
+    exec(odd)
 legacy = dict(_use_new_zipfile_serialization=False) if fmt == "legacy" else {}
 torch.save([m, criterion, optimizer], out + "/model.pt", **legacy)
 torch.save(corpus, out + "/corpus.data", **legacy)
@@ -213,14 +213,15 @@ save_file(ref, out + "/reference.safetensors")
 """
 
 
-def make_checkpoint(folder: Path, fmt: str = "zip", splits: str = "", odd: bool = False) -> Path:
+def make_checkpoint(folder: Path, fmt: str = "zip", splits: str = "", odd: str = "") -> Path:
     """Write the stand-in modules and the checkpoint files into ``folder`` (a child process does the pickling,
-    so the test process never imports the stand-ins); returns ``folder``."""
+    so the test process never imports the stand-ins); returns ``folder``. ``odd``: a statement run before saving
+    (on ``m``, the model, and ``corpus``) to make the contents wrong; then no reference is written."""
     src = folder / "authors"
     src.mkdir(parents=True, exist_ok=True)
     for name, text in SOURCES.items():
         (src / name).write_text(text)
     (src / "make.py").write_text(MAKE)
-    args = [sys.executable, str(src / "make.py"), str(folder), fmt, splits] + (["odd"] if odd else [])
+    args = [sys.executable, str(src / "make.py"), str(folder), fmt, splits] + ([odd] if odd else [])
     subprocess.run(args, check=True, cwd=src)
     return folder

@@ -1,5 +1,5 @@
 """The dependency rules of the package (docs/design.md §4.2): an experiment package never imports another, the
-shared layers (nn, data, errors, files, config, checkpoint, runs, encoders, models, zoo) never import an experiment, and
+shared layers (nn, data, errors, files, pickles, config, checkpoint, runs, encoders, models, zoo) never import an experiment, and
 no module reaches itself through imports. Also: every module is named in design.md's layout (§4.1), and no
 function is over 60 lines.
 
@@ -35,7 +35,7 @@ def registered_experiments() -> tuple[str, ...]:
 #: Experiment packages.
 EXPERIMENTS = registered_experiments()
 #: Shared modules and packages below the experiments.
-SHARED = ("nn", "data", "errors", "files", "config", "checkpoint", "runs", "encoders", "models", "zoo")
+SHARED = ("nn", "data", "errors", "files", "pickles", "config", "checkpoint", "runs", "encoders", "models", "zoo")
 #: The commands, above the experiments: they may import them, and nothing below imports them (``demo`` trains
 #: a language model and parses with it).
 COMMANDS = ("cli", "__main__", "entry", "demo", "demo_config")

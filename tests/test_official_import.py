@@ -8,6 +8,7 @@ import importlib.util
 import math
 import os
 import pickle
+import shutil
 import sys
 
 import pytest
@@ -19,7 +20,13 @@ from onlstm.checkpoint import read_json
 from onlstm.cli import main
 from onlstm.data.reader import TextReader
 from onlstm.models import LanguageModel
-from onlstm.models.official import OfficialImportError, load_official
+from onlstm.models.official import (
+    OfficialImportError,
+    convert,
+    load_official,
+    read_corpus_words,
+    unpack_checkpoint,
+)
 from onlstm.models.torchfile import Record, TorchFileError, read_torch_file
 
 AUTHORS_MODULES = ("model", "ON_LSTM", "splitcross", "data", "locked_dropout")
@@ -211,8 +218,106 @@ def test_a_model_saved_on_a_gpu_in_the_legacy_format_reads_on_the_cpu(authors, t
 
 def test_a_model_with_odd_contents_is_one_error(tmp_path, capsys):
     # the right class names with a hidden size that is not a number: one line naming the file, exit 2
-    folder = make_checkpoint(tmp_path, "zip", odd=True)
+    folder = make_checkpoint(tmp_path, "zip", odd="m.rnn.cells[0].hidden_size = 'twelve'")
     args = ["--checkpoint", str(folder / "model.pt"), "--corpus", str(folder / "corpus.data")]
     assert main(["import", "official", *args, "--to", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model.pt: not a model of the authors' code" in err and "twelve" in err
+
+
+# -- issue 48: --to checked as export checks it, before any work; odd values one line; shapes before the model ---
+
+
+def _never_read(*args, **kwargs):
+    raise AssertionError("the checkpoint was read before --to was checked")
+
+
+def _snapshot(folder) -> dict:
+    return {str(p): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("where", ["home", "working folder", "above the working folder", "inputs' folder", "."])
+def test_overwrite_never_replaces_a_folder_that_holds_more_than_an_output(
+    authors, tmp_path, monkeypatch, capsys, where
+):
+    home = tmp_path / "home"
+    work, inputs = home / "projects" / "work", tmp_path / "inputs"
+    work.mkdir(parents=True)
+    inputs.mkdir()
+    for name in ("model.pt", "corpus.data"):
+        shutil.copy(authors / name, inputs / name)
+    (home / "notes.txt").write_text("keep me")
+    monkeypatch.setenv("HOME", str(home))  # never the real home
+    monkeypatch.chdir(work)
+    monkeypatch.setattr("onlstm.models.official.read_torch_file", _never_read)
+    to = {"home": home, "working folder": work, "above the working folder": work.parent, "inputs' folder": inputs}
+    before = _snapshot(tmp_path)
+    code = main(["import", "official", "--checkpoint", str(inputs / "model.pt"), "--corpus",
+                 str(inputs / "corpus.data"), "--to", str(to.get(where, where)), "--overwrite"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert _snapshot(tmp_path) == before  # nothing deleted, nothing left beside
+
+
+@pytest.mark.parametrize("where", ["a dangling link", "inside a file", "an unwritable place"])
+def test_a_to_that_cannot_be_written_is_refused_before_the_work(authors, tmp_path, monkeypatch, capsys, where):
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    # /proc refuses new files even to root (a chmod'ed folder would not stop root)
+    to = {"a dangling link": tmp_path / "link", "inside a file": tmp_path / "file.txt" / "out"}.get(
+        where, "/proc/onlstm-import-test"
+    )
+    monkeypatch.setattr("onlstm.models.official.read_torch_file", _never_read)
+    code = main(["import", "official", "--checkpoint", str(authors / "model.pt"), "--corpus",
+                 str(authors / "corpus.data"), "--to", str(to)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--to" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "link"]
+
+
+ODD_VALUES = {
+    "a 400-digit dropout": ("m.dropout = 10**400", "dropout"),
+    "an infinite chunk size": ("for c in m.rnn.cells: c.chunk_size = float('inf')", "chunk_size"),
+    "a NaN DropConnect": ("for c in m.rnn.cells: c.hh.dropout = float('nan')", "DropConnect"),
+    "a corpus with a word twice": ("corpus.dictionary.idx2word[1] = corpus.dictionary.idx2word[0]", "duplicate"),
+}
+
+
+@pytest.mark.parametrize("case", ODD_VALUES)
+def test_odd_values_in_the_files_are_one_line(tmp_path, capsys, case):
+    statement, word = ODD_VALUES[case]
+    folder = make_checkpoint(tmp_path, "zip", odd=statement)
+    to = tmp_path / "out"
+    code = main(["import", "official", "--checkpoint", str(folder / "model.pt"), "--corpus",
+                 str(folder / "corpus.data"), "--to", str(to)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and word in err and "Traceback" not in err, err
+    assert not to.exists()
+
+
+def test_a_small_file_declaring_a_large_model_is_refused_before_the_model_exists(tmp_path, monkeypatch):
+    """The file's settings say 600 units, its tensors hold 12: the shapes are compared on a model of the meta device
+    (nothing allocated) and no model is built on the CPU."""
+    import onlstm.models.official as official
+
+    folder = make_checkpoint(tmp_path, "zip", odd="for c in m.rnn.cells[:-1]: c.hidden_size = 600")
+    built = []
+    real = official.LanguageModel
+
+    def spy(config):
+        built.append(torch.empty(0).device.type)  # the default device the model is built on
+        return real(config)
+
+    monkeypatch.setattr(official, "LanguageModel", spy)
+    with pytest.raises(OfficialImportError, match="unexpected shapes"):
+        load_official(folder / "model.pt", folder / "corpus.data")
+    assert built == ["meta"]
+
+
+def test_a_model_larger_than_its_file_allows_is_refused(authors):
+    # the budget comes from the file's size: a model that would take more than that is refused before it is built
+    model, criterion = unpack_checkpoint(read_torch_file(authors / "model.pt"), "model.pt")
+    words = read_corpus_words(authors / "corpus.data")
+    with pytest.raises(OfficialImportError, match="more than the 1,000 a file of this size may take"):
+        convert(model, criterion, len(words), "model.pt", budget=1000)
+    assert convert(model, criterion, len(words), "model.pt", budget=10**9).config.hidden_sizes[0] == 12

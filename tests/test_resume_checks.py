@@ -143,6 +143,7 @@ HISTORY_EDITS = {
     "huge number": lambda h: [{**h[0], "step": 1e308}, *h[1:]],
     "infinite": lambda h: [{**h[0], "train_loss": float("inf")}, *h[1:]],
     "strings": lambda h: ["a"] * len(h),
+    "numbers and a string": lambda h: [1, 2, "x"],
     "shorter than the checks": lambda h: [],
     "scores by a word": lambda h: [{**h[0], "valid_by_ops": {"x": 1.0}}, *h[1:]],
 }

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from . import __version__
 from .errors import OnlstmError, first_line
-from .files import atomic_write
+from .files import atomic_write, read_regular
 
 
 class CheckpointError(OnlstmError, ValueError):
@@ -55,7 +55,7 @@ def read_json(path: Path) -> Any:
     if path.stat().st_size > MAX_JSON_BYTES:
         raise CheckpointError(f"{path} is {path.stat().st_size:,} bytes, too large for a run's JSON file")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_regular(path, MAX_JSON_BYTES, CheckpointError).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise CheckpointError(f"{path} is not valid JSON ({first_line(e)}); the checkpoint is corrupt") from None
 

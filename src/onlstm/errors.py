@@ -151,7 +151,14 @@ def quote(value: object, limit: int = 200) -> str:
     alias bomb's repr would not fit in memory)."""
     import reprlib
 
-    shorter = reprlib.Repr()
+    class Shorter(reprlib.Repr):
+        def repr_int(self, x: int, level: int) -> str:
+            # repr() of an integer of thousands of digits raises (Python's limit on digits) or takes long
+            return (
+                super().repr_int(x, level) if x.bit_length() < 4 * limit else f"<an integer of {x.bit_length()} bits>"
+            )
+
+    shorter = Shorter()
     shorter.maxlevel, shorter.maxstring, shorter.maxother, shorter.maxlong = 3, limit, limit, limit
     shorter.maxlist = shorter.maxtuple = shorter.maxdict = shorter.maxset = 8
     text = shorter.repr(value)

@@ -8,11 +8,12 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, WriteError
+from .errors import InputError, OnlstmError, WriteError
 
 
 def _current_umask() -> int:
@@ -68,6 +69,41 @@ def remove_leftovers(folder: str | Path) -> list[str]:
                     continue
                 removed.append(entry.name)
     return sorted(removed)
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket or other special file"
+
+
+def read_regular(path: str | Path, limit: int | None = None, error: type[OnlstmError] = InputError) -> bytes:
+    """The bytes of ``path``, which must be a regular file (a link to one is followed) of at most ``limit`` bytes:
+    the one way to read a file a user names. A FIFO, a device (``/dev/zero``) or a folder is refused at once: it is
+    opened without blocking and checked on the open file, so nothing swapped in after a check is read. ``error``
+    (one line naming the path) for all of these and for a file that cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
+        os.close(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{path} is {_kind_of(info.st_mode)}, not a regular file; give a file")
+        raise error(f"{path} is {info.st_size:,} bytes, more than the {limit:,} that can be read")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(info.st_size + 1)  # read(n) reserves n bytes: the size, not the limit
+        except OSError as exc:
+            raise error(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > info.st_size:
+        raise error(f"{path} grew while it was read; read it again once it is written")
+    return data
 
 
 def write_json(path: Path, obj: Any, indent: int = 2) -> None:

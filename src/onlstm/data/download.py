@@ -137,7 +137,7 @@ def _present(dest: Path, known: str | None, recorded: dict | None) -> str | None
     sha = sha256_file(dest)
     if known is not None:
         return "checksum ok" if sha == known else None
-    if recorded and recorded.get("sha256") == sha:
+    if isinstance(recorded, dict) and recorded.get("sha256") == sha:
         return "checksum as recorded in download.json (no published checksum)"
     return None
 
@@ -149,6 +149,11 @@ def download(corpus: str, to: Path, url: str | None = None, timeout: float = 30.
     source, to = CORPORA[corpus], check_output_folder(to, "--to")
     base = url or source.url
     manifest = read_json(to / MANIFEST) if (to / MANIFEST).is_file() else {}
+    if not isinstance(manifest, dict):
+        raise InputError(
+            f"{to / MANIFEST} holds a JSON {type(manifest).__name__}, not the record of a download (an object); "
+            "remove it and download again"
+        )
     paths = []
     for name, known in source.files.items():
         dest = to / name

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..checkpoint import CheckpointError, read_json
+from ..errors import quote
 from ..files import write_json
 
 EOS, UNK = "<eos>", "<unk>"
@@ -18,7 +19,7 @@ class Vocab:
         self.index = {w: i for i, w in enumerate(self.words)}
         if len(self.index) != len(self.words):
             dup = [w for w, n in Counter(self.words).items() if n > 1][:5]
-            raise ValueError(f"vocabulary has duplicate words: {dup}")
+            raise ValueError(f"vocabulary has duplicate words: {quote(dup)}")
 
     @classmethod
     def build(cls, sentences: Iterable[Iterable[str]], specials=(EOS, UNK)) -> Vocab:
@@ -51,4 +52,7 @@ class Vocab:
         words = read_json(Path(path))
         if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
             raise CheckpointError(f"{path} must hold a JSON list of words")
-        return cls(words)
+        try:
+            return cls(words)
+        except ValueError as exc:  # a word twice: the file was edited or damaged
+            raise CheckpointError(f"{path}: {exc}; the run's vocabulary is damaged") from None

@@ -16,10 +16,14 @@ import torch
 
 from ..checkpoint import CheckpointError
 from ..data.reader import TextReader
+from ..errors import first_line, quote
 from .language_model import LanguageModel, LMConfig
-from .torchfile import Record, read_torch_file
+from .torchfile import Record, memory_budget, read_torch_file
 
 SOURCE_REPO = "https://github.com/yikangshen/Ordered-Neurons"
+#: What a layer takes besides its weights (modules, the kernel's buffers), charged to the checkpoint's budget
+#: (:func:`onlstm.models.torchfile.memory_budget`): a small file may not ask for thousands of layers sharing a tensor.
+LAYER_OVERHEAD = 64 << 10
 
 
 class OfficialImportError(CheckpointError):
@@ -48,9 +52,22 @@ def _path(rec, dotted: str, source: str):
 
 
 def _tensor(value, what: str, source: str) -> torch.Tensor:
+    # the file's own view, nothing copied: the model copies it in once its size is known to fit (convert)
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         raise OfficialImportError(f"{source}: {what} is not a floating-point tensor")
-    return value.detach().float().contiguous().clone()
+    return value.detach()
+
+
+def _number(value, what: str, source: str, kind: type = float):
+    """A setting of the file as ``kind`` (int or float): a finite number below 2**31 (an int for ints); anything
+    else, a 400-digit integer or an infinite chunk size among them, is named, shortened."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (kind is float or isinstance(value, int))
+    if not (ok and abs(value) < 2**31):  # False for NaN and infinities too; no float() of a huge int
+        raise OfficialImportError(
+            f"{source}: not a model of the authors' code as this importer knows ({what} is {quote(value, 60)}, not a "
+            f"{'whole ' if kind is int else ''}number in range)"
+        )
+    return kind(value)
 
 
 def _cells(rnn: Record, source: str) -> list[Record]:
@@ -76,7 +93,7 @@ def _criterion_splits(criterion, source: str) -> None:
         return
     nsplits = criterion.state.get("nsplits", 1)
     if nsplits != 1:
-        splits = criterion.state.get("splits")
+        splits = quote(criterion.state.get("splits"), 80)
         raise OfficialImportError(
             f"{source}: the model uses the authors' split softmax (splits {splits}, their setting for vocabularies "
             "over 75,000 words), which onlstm's language model does not have; only single-softmax models "
@@ -97,57 +114,80 @@ def unpack_checkpoint(obj, source: str) -> tuple[Record, Record | None]:
     return model, criterion
 
 
-def convert(model: Record, criterion: Record | None, vocab_size: int, source: str) -> LanguageModel:
+def convert(
+    model: Record, criterion: Record | None, vocab_size: int, source: str, budget: int | None = None
+) -> LanguageModel:
     """A :class:`LanguageModel` (eval mode) with the record's weights and the authors' eval-time behaviour: the
-    ``paper`` master input gate and DropConnect's ``1 - p`` scaling of the hidden-to-hidden weights."""
+    ``paper`` master input gate and DropConnect's ``1 - p`` scaling of the hidden-to-hidden weights. The model is
+    built only once its size fits ``budget`` bytes (the checkpoint's, :func:`~onlstm.models.torchfile.memory_budget`)
+    and the shapes its settings imply are the file's tensors' (:func:`_check_shapes`)."""
     _criterion_splits(criterion, source)
-    if _attr(model, "rnn_type", source) != "LSTM":
-        raise OfficialImportError(f"{source}: rnn_type is {_attr(model, 'rnn_type', source)!r}, not 'LSTM'")
+    if (rnn_type := _attr(model, "rnn_type", source)) != "LSTM":
+        raise OfficialImportError(f"{source}: rnn_type is {quote(rnn_type, 60)}, not 'LSTM'")
     cells = _cells(_attr(model, "rnn", source), source)
-    emb = _tensor(_path(model, "encoder.weight", source), "encoder.weight", source)
-    dec_w = _tensor(_path(model, "decoder.weight", source), "decoder.weight", source)
-    dec_b = _tensor(_path(model, "decoder.bias", source), "decoder.bias", source)
-    tied = _path(model, "decoder.weight", source) is _path(model, "encoder.weight", source)
-    drops = {float(_path(c, "hh.dropout", source)) for c in cells}
-    chunks = {int(_attr(c, "chunk_size", source)) for c in cells}
-    if len(drops) != 1 or len(chunks) != 1:
-        raise OfficialImportError(f"{source}: the layers differ in DropConnect {drops} or chunk size {chunks}")
-    if emb.shape[0] != vocab_size or dec_w.shape[0] != vocab_size:
-        raise OfficialImportError(
-            f"{source} has {emb.shape[0]} words but the corpus has {vocab_size}; is it the corpus of this model?"
-        )
-    config = LMConfig(
-        vocab_size=vocab_size,
-        emb_size=emb.shape[1],
-        hidden_sizes=[int(_attr(c, "hidden_size", source)) for c in cells],
-        cell="onlstm",
-        chunk_size=chunks.pop(),
-        master_input="paper",
-        dropout_emb=float(_attr(model, "dropoute", source)),
-        dropout_in=float(_attr(model, "dropouti", source)),
-        dropout_hidden=float(_attr(model, "dropouth", source)),
-        dropout_out=float(_attr(model, "dropout", source)),
-        dropconnect=drops.pop(),
-        tie_weights=tied,
-    )
-    config.validate()
-    lm = LanguageModel(config)
-    tensors = {"embedding.weight": emb, "decoder.weight": dec_w, "decoder.bias": dec_b}
+    tensors = {
+        "embedding.weight": _tensor(_path(model, "encoder.weight", source), "encoder.weight", source),
+        "decoder.weight": _tensor(_path(model, "decoder.weight", source), "decoder.weight", source),
+        "decoder.bias": _tensor(_path(model, "decoder.bias", source), "decoder.bias", source),
+    }
     for i, cell in enumerate(cells):
         for part in ("ih", "hh"):
             weight, bias = _linear(_attr(cell, part, source), source, f"cell {i} {part}")
             tensors[f"layers.{i}.rnn.weight_{part}_l0"], tensors[f"layers.{i}.rnn.bias_{part}_l0"] = weight, bias
-    _load(lm, tensors, source)
+    need = sum(t.numel() for t in tensors.values()) * 4 + len(cells) * LAYER_OVERHEAD  # as float32
+    if budget is not None and need > budget:
+        raise OfficialImportError(
+            f"{source}: the model would take {need:,} bytes, more than the {budget:,} a file of this size may "
+            "take; the file is corrupt or hostile"
+        )
+    config = _config(model, cells, tensors, vocab_size, source)
+    _check_shapes(config, tensors, source)
+    lm = LanguageModel(config)
+    lm.load_state_dict(tensors, strict=True)
     return lm.eval()
 
 
-def _load(lm: LanguageModel, tensors: dict[str, torch.Tensor], source: str) -> None:
-    expected = lm.state_dict()
+def _config(model: Record, cells: list[Record], tensors: dict[str, torch.Tensor], vocab_size: int, source: str):
+    emb, dec_w = tensors["embedding.weight"], tensors["decoder.weight"]
+    if emb.dim() != 2 or emb.shape[0] != vocab_size or dec_w.shape[0] != vocab_size:
+        raise OfficialImportError(
+            f"{source} has {emb.shape[0]} words but the corpus has {vocab_size}; is it the corpus of this model?"
+        )
+    drops = {_number(_path(c, "hh.dropout", source), "DropConnect", source) for c in cells}
+    chunks = {_number(_attr(c, "chunk_size", source), "chunk_size", source, int) for c in cells}
+    if len(drops) != 1 or len(chunks) != 1:
+        raise OfficialImportError(f"{source}: the layers differ in DropConnect {drops} or chunk size {chunks}")
+    number = lambda name: _number(_attr(model, name, source), name, source)
+    config = LMConfig(
+        vocab_size=vocab_size,
+        emb_size=emb.shape[1],
+        hidden_sizes=[_number(_attr(c, "hidden_size", source), "hidden_size", source, int) for c in cells],
+        cell="onlstm",
+        chunk_size=chunks.pop(),
+        master_input="paper",
+        dropout_emb=number("dropoute"),
+        dropout_in=number("dropouti"),
+        dropout_hidden=number("dropouth"),
+        dropout_out=number("dropout"),
+        dropconnect=drops.pop(),
+        tie_weights=_path(model, "decoder.weight", source) is _path(model, "encoder.weight", source),
+    )
+    config.validate()
+    return config
+
+
+def _check_shapes(config: LMConfig, tensors: dict[str, torch.Tensor], source: str) -> None:
+    """The file's tensors against the shapes ``config`` implies, read from a model on the meta device (nothing
+    allocated): a small file whose settings declare a large model is refused before that model exists."""
+    with torch.device("meta"):
+        expected = LanguageModel(config).state_dict()
     wrong = [f"{k} {tuple(v.shape)} (expected {tuple(expected[k].shape)})" for k, v in tensors.items()
-             if tuple(v.shape) != tuple(expected[k].shape)]  # fmt: skip
+             if k in expected and tuple(v.shape) != tuple(expected[k].shape)]  # fmt: skip
+    wrong += [f"{k} missing" for k in expected if k not in tensors] + [
+        f"{k} unexpected" for k in tensors if k not in expected
+    ]
     if wrong:
         raise OfficialImportError(f"{source}: weights of unexpected shapes: {'; '.join(wrong[:3])}")
-    lm.load_state_dict(tensors, strict=True)
 
 
 def read_corpus_words(path: str | Path) -> list[str]:
@@ -168,16 +208,21 @@ def load_official(checkpoint: str | Path, corpus: str | Path) -> tuple[LanguageM
     from ..data.vocab import Vocab
 
     words = read_corpus_words(corpus)
-    model, criterion = unpack_checkpoint(read_torch_file(checkpoint), str(checkpoint))
     try:
-        lm = convert(model, criterion, len(words), str(checkpoint))
+        vocab = Vocab(words)
+    except ValueError as exc:  # a word twice
+        raise OfficialImportError(f"{corpus}: {exc}; the corpus file is corrupt") from None
+    model, criterion = unpack_checkpoint(read_torch_file(checkpoint), str(checkpoint))
+    budget = memory_budget(os.stat(checkpoint).st_size)
+    try:
+        lm = convert(model, criterion, len(words), str(checkpoint), budget)
     except OfficialImportError:
         raise
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a record of an unexpected shape or type
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as exc:  # an odd record
         raise OfficialImportError(
-            f"{checkpoint}: not a model of the authors' code as this importer knows ({exc})"
+            f"{checkpoint}: not a model of the authors' code as this importer knows ({first_line(exc)})"
         ) from None
-    lm.vocab = Vocab(words)
+    lm.vocab = vocab
     return lm, words
 
 
@@ -191,16 +236,14 @@ def _sha256(path: Path) -> str:
 
 def import_official(checkpoint: str | Path, corpus: str | Path, to: str | Path, overwrite: bool = False) -> Path:
     """Read the authors' files and write the shared-model folder ``to`` all at once: written in a temporary
-    sibling, then renamed into place. ``to`` must be new or empty unless ``overwrite``."""
-    from ..errors import InputError
+    sibling, then renamed into place. ``to`` is checked before any work, as ``export`` checks it: new, empty or an
+    earlier export unless ``overwrite``, and never a folder that holds more than an output or the files read."""
     from ..files import write_text
     from ..runs import RunDir
 
     checkpoint, corpus, to = Path(checkpoint), Path(corpus), Path(to)
-    if to.exists() and not to.is_dir():
-        raise InputError(f"{to} is a file; --to needs a folder (new or empty)")
-    if to.is_dir() and any(to.iterdir()) and not overwrite:
-        raise InputError(f"{to} is not empty; choose a new folder or pass --overwrite to replace it")
+    RunDir(to).check_share_target(overwrite)
+    _check_inputs_outside(to, checkpoint, corpus)
     lm, words = load_official(checkpoint, corpus)
     source = {"repository": SOURCE_REPO, "checkpoint": checkpoint.name, "checkpoint_sha256": _sha256(checkpoint),
               "corpus": corpus.name, "corpus_sha256": _sha256(corpus)}  # fmt: skip
@@ -215,6 +258,18 @@ def import_official(checkpoint: str | Path, corpus: str | Path, to: str | Path, 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return to
+
+
+def _check_inputs_outside(to: Path, *inputs: Path) -> None:
+    # --overwrite replaces ``to`` as a whole: it would delete a checkpoint or corpus read from inside it
+    from ..errors import InputError
+
+    if not to.exists():
+        return
+    folder = to.resolve()
+    for path in inputs:
+        if path.resolve().is_relative_to(folder):
+            raise InputError(f"--to {to} holds {path}, which the import reads; choose a --to outside it")
 
 
 def _card_source(source: dict) -> str:

@@ -2,7 +2,12 @@
 that builds tensors, plain containers and inert :class:`Record` stand-ins for the classes a file names, and
 refuses every other global before anything is looked up or called (docs/sharing.md, "Importing a checkpoint of
 the authors' code"). Both of torch's formats: the zip archive (``data.pkl`` plus one file per storage, the
-default since torch 1.6) and the legacy stream (pickles followed by the raw storages, torch 0.4 to 1.5)."""
+default since torch 1.6) and the legacy stream (pickles followed by the raw storages, torch 0.4 to 1.5).
+
+A file is hostile until read: what it may make this process hold is bounded by its size (:func:`memory_budget`),
+checked before anything is decompressed or allocated; the pickles are read by Python's own unpickler with the
+opcodes that could run a class's ``__setstate__``, hash a key nested without end or spell out a value guarded
+(:class:`onlstm.pickles.PlainUnpickler`)."""
 
 from __future__ import annotations
 
@@ -10,16 +15,20 @@ import _compat_pickle
 import builtins
 import collections
 import io
+import math
 import pickle
 import struct
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..checkpoint import CheckpointError
+from ..errors import first_line, quote
+from ..files import read_regular
+from ..pickles import PlainUnpickler, RefusedPickle, check_key
 
 #: Modules of the authors' repository (yikangshen/Ordered-Neurons) and of torch whose classes become records;
 #: their names are never imported.
@@ -48,10 +57,27 @@ _DTYPE_NAMES = {
     "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
     "double", "float", "half", "long", "int", "short",
 }  # fmt: skip
-#: Builtins that build plain values (a pickle of protocol 2 names set and frozenset, for instance).
-_PLAIN_BUILTINS = ("set", "frozenset", "list", "dict", "tuple", "int", "float", "str", "bool", "complex", "slice")
+#: Builtins that build plain values and hash nothing (a pickle of protocol 2 names set and frozenset, for
+#: instance; those, and str, are given below with their checks).
+_PLAIN_BUILTINS = ("list", "tuple", "int", "float", "bool", "complex", "slice")
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL = 1001
+
+#: What reading a file may make this process hold (entries decompressed, storages, the model built from them), per
+#: byte of the file: torch.save stores tensors uncompressed, so a real file's storages fit in its own size; the
+#: factor leaves room for half-precision weights read as float32. The floor lets a tiny file read.
+BYTES_PER_FILE_BYTE = 4
+BUDGET_FLOOR = 1 << 20
+#: Whatever the size: no read holds more, and no larger file is read (the authors' models are a few hundred MB).
+HARD_CAP = 8 << 30
+#: The largest tensor dimension, stride or element count a file may state (torch's are int64; a larger one is a
+#: tampered file, and its digits are never spelled out).
+MAX_EXTENT = 2**62
+
+
+def memory_budget(file_size: int) -> int:
+    """The most bytes that reading (and building from) a file of ``file_size`` bytes may hold."""
+    return min(BYTES_PER_FILE_BYTE * file_size + BUDGET_FLOOR, HARD_CAP)
 
 
 class TorchFileError(CheckpointError):
@@ -113,26 +139,55 @@ def record_class(module: str, name: str) -> type[Record]:
 class _Storage:
     """A storage of the file: a flat tensor of ``numel`` elements (filled after the pickle in the legacy format)."""
 
-    def __init__(self, dtype: torch.dtype, numel: int):
+    __slots__ = ("dtype", "flat", "numel")
+
+    def __init__(self, dtype: torch.dtype, numel: int, flat: torch.Tensor | None = None):
         self.dtype, self.numel = dtype, numel
-        self.flat = torch.zeros(numel, dtype=dtype)
+        self.flat = torch.zeros(numel, dtype=dtype) if flat is None else flat
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+class _Budget:
+    """The bytes a read may still take (:func:`memory_budget`), taken before each allocation."""
+
+    def __init__(self, limit: int, source: str, what: str = "a file of this size may take"):
+        self.limit, self.left, self.source, self.what = limit, limit, source, what
+
+    def check(self, nbytes: int, what: str) -> None:
+        if nbytes > self.left:  # nbytes itself is not written out: a hostile one may have thousands of digits
+            raise TorchFileError(
+                f"{self.source}: {what} would take more than the {self.limit:,} bytes {self.what}; the file is "
+                "corrupt or hostile"
+            )
+
+    def take(self, nbytes: int, what: str) -> None:
+        self.check(nbytes, what)
+        self.left -= nbytes
 
 
 class _TensorType:
     """What ``torch.Tensor`` stands for (the type argument of ``_rebuild_from_type_v2``)."""
 
 
+def _extent(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_EXTENT
+
+
 def _int_tuple(value, what: str) -> tuple[int, ...]:
-    if isinstance(value, int):
+    if _extent(value):
         return (value,)
-    if not isinstance(value, (tuple, list)) or not all(isinstance(v, int) and v >= 0 for v in value):
-        raise TorchFileError(f"a tensor's {what} is {value!r}, not a tuple of non-negative integers")
+    if not isinstance(value, (tuple, list)) or len(value) > 64 or not all(map(_extent, value)):
+        raise TorchFileError(f"a tensor's {what} is {quote(value)}, not a short tuple of non-negative integers")
     return tuple(value)
 
 
 def _rebuild_tensor(storage, offset, size, stride, *_ignored) -> torch.Tensor:
-    """A view of ``storage``; the extent is checked first (a hostile file cannot read past a storage)."""
-    if not isinstance(storage, _Storage) or not isinstance(offset, int) or offset < 0:
+    """A view of ``storage``; the extent is checked first (a hostile file cannot read past a storage), and the view
+    may not hold more elements than the storage (a broadcast view would multiply it when copied)."""
+    if not isinstance(storage, _Storage) or not _extent(offset):
         raise TorchFileError("a tensor refers to something that is not a storage of the file")
     size, stride = _int_tuple(size, "size"), _int_tuple(stride, "stride")
     if len(size) != len(stride):
@@ -140,6 +195,11 @@ def _rebuild_tensor(storage, offset, size, stride, *_ignored) -> torch.Tensor:
     last = offset + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else offset - 1
     if last >= storage.numel:
         raise TorchFileError(f"a tensor of size {size} reaches past its storage of {storage.numel} elements")
+    if math.prod(size) > storage.numel:
+        raise TorchFileError(
+            f"a tensor of size {size} repeats the {storage.numel} elements of its storage (a broadcast view); "
+            "re-save it with .contiguous()"
+        )
     return storage.flat.as_strided(size, stride, offset)
 
 
@@ -171,6 +231,34 @@ def _latin1(text, encoding="latin1") -> bytes:
     return text.encode("latin1")
 
 
+def _keyed(kind: type, pairs: bool) -> Callable:
+    """``kind`` (a dict or set type) as the file may call it: its keys checked (:func:`onlstm.pickles.check_key`) first."""
+
+    def build(items: Any = (), *rest):
+        if rest or not isinstance(items, (dict, list, tuple, set, frozenset)):
+            raise TorchFileError(f"{kind.__name__} is built here only from a container")
+        keys: Iterable = items
+        if pairs and not isinstance(items, dict):
+            keys = [p[0] for p in items if isinstance(p, (tuple, list)) and p]
+        for key in keys if not isinstance(items, (set, frozenset)) else ():  # a set's were hashed already
+            check_key(key)
+        return kind(items)
+
+    return build
+
+
+def _str(value: Any = "", *rest) -> str:
+    # str() of an object from the file would spell out all of it (shared lists: exponentially many characters);
+    # a pickle needs it to copy a string, decode bytes or write a number (whose digits Python limits)
+    if isinstance(value, str) and not rest:
+        return str(value)
+    if isinstance(value, (bytes, bytearray)) and rest and all(isinstance(r, str) for r in rest):
+        return str(value, *rest)
+    if isinstance(value, (int, float)) and not rest:
+        return str(value)
+    raise TorchFileError("builtins.str may only copy a string, decode bytes or write a number here")
+
+
 def _reconstructor(cls, base, state=None):
     # protocol 0/1's way to build an object: only records may be built this way
     if not (isinstance(cls, type) and issubclass(cls, Record)):
@@ -189,23 +277,30 @@ ALLOWED: dict[tuple[str, str], Any] = {
     ("torch._tensor", "Tensor"): _TensorType,
     ("torch.nn.parameter", "Parameter"): _parameter,
     ("torch", "Size"): tuple,
-    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("collections", "OrderedDict"): _keyed(collections.OrderedDict, pairs=True),
     ("collections", "defaultdict"): _defaultdict,
-    ("collections", "Counter"): collections.Counter,
+    ("collections", "Counter"): _keyed(collections.Counter, pairs=False),
     ("_codecs", "encode"): _latin1,
     ("copyreg", "_reconstructor"): _reconstructor,
     **{("builtins", n): getattr(builtins, n) for n in _PLAIN_BUILTINS},
-    ("torch", "device"): str,
+    ("builtins", "set"): _keyed(set, pairs=False),
+    ("builtins", "frozenset"): _keyed(frozenset, pairs=False),
+    ("builtins", "dict"): _keyed(dict, pairs=True),
+    ("builtins", "str"): _str,
+    ("torch", "device"): _str,
 }
 
 
-class RestrictedTorchUnpickler(pickle.Unpickler):
-    """Builds only what :data:`ALLOWED`, the storage types and the record classes give; ``storage(dtype, key,
-    numel)`` turns a persistent id into a :class:`_Storage`."""
+class RestrictedTorchUnpickler(PlainUnpickler):
+    """Builds only what :data:`ALLOWED`, the storage types and the record classes give, and sets the state of
+    records alone; ``storage(dtype, key, numel)`` turns a persistent id into a :class:`_Storage`."""
 
     def __init__(self, file, storage: Callable[[torch.dtype, str, int], _Storage], source: str):
         super().__init__(file)
         self.storage, self.source = storage, source
+
+    def may_build(self, obj: Any) -> bool:
+        return isinstance(obj, Record)
 
     def find_class(self, module: str, name: str):
         # a pickle of protocol 2 names Python 2's modules (__builtin__.set); pickle's own find_class renames them
@@ -222,8 +317,8 @@ class RestrictedTorchUnpickler(pickle.Unpickler):
         if (module in RECORD_MODULES or module.startswith(RECORD_PREFIXES)) and name.isidentifier():
             return record_class(module, name)
         raise TorchFileError(
-            f"{self.source}: refused: it asks for {module}.{name}, which a checkpoint of the authors' code never "
-            "holds; nothing in it was run"
+            f"{self.source}: refused: it asks for {f'{module}.{name}'[:200]}, which a checkpoint of the authors' "
+            "code never holds; nothing in it was run"
         )
 
     def persistent_load(self, pid):
@@ -233,10 +328,12 @@ class RestrictedTorchUnpickler(pickle.Unpickler):
         if kind == "module" and len(pid) >= 2:  # the legacy format names each module class with its source
             return pid[1]
         if kind != "storage" or len(pid) < 5:
-            raise TorchFileError(f"{self.source}: a reference to external data of an unknown kind ({kind!r})")
+            raise TorchFileError(f"{self.source}: a reference to external data of an unknown kind ({quote(kind)})")
         dtype, key, numel = pid[1], pid[2], pid[4]
-        if not isinstance(dtype, torch.dtype) or not isinstance(numel, int) or numel < 0:
+        if not isinstance(dtype, torch.dtype) or not _extent(numel):
             raise TorchFileError(f"{self.source}: a storage of an unknown type or size")
+        if not (_extent(key) or (isinstance(key, str) and len(key) <= 200)):
+            raise TorchFileError(f"{self.source}: a storage named by something other than a short string")
         if len(pid) > 5 and pid[5] is not None:
             raise TorchFileError(f"{self.source}: storage views (torch < 0.4) are not supported; re-save it")
         return self.storage(dtype, str(key), numel)
@@ -244,12 +341,10 @@ class RestrictedTorchUnpickler(pickle.Unpickler):
 
 def read_torch_file(path: str | Path) -> Any:
     """The object a ``torch.save`` file holds, with tensors as tensors and every class as a :class:`Record`;
-    :class:`TorchFileError` (one line naming the file) for a refused global, a truncated or foreign file."""
+    :class:`TorchFileError` (one line naming the file) for a refused global, a truncated or foreign file, or one
+    that would take more memory than its size allows (:func:`memory_budget`). Only a regular file is read."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TorchFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    data = read_regular(path, HARD_CAP, TorchFileError)
     try:
         if zipfile.is_zipfile(io.BytesIO(data)):
             return _read_zip(data, str(path))
@@ -258,36 +353,67 @@ def read_torch_file(path: str | Path) -> Any:
         return _read_legacy(data, str(path))
     except TorchFileError:
         raise
+    except RefusedPickle as exc:
+        raise TorchFileError(f"{path}: refused: {exc}; nothing in it was run") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
             RuntimeError, struct.error, zipfile.BadZipFile, MemoryError, OverflowError) as exc:  # fmt: skip
         raise TorchFileError(
-            f"{path} cannot be read as a torch.save file ({type(exc).__name__}: {exc}); is it truncated?"
+            f"{path} cannot be read as a torch.save file ({type(exc).__name__}: {first_line(exc)}); is it truncated?"
         ) from None
 
 
-def _read_zip(data: bytes, source: str) -> Any:
+#: How torch.save writes its entries (stored), and what else this reader decompresses in bounded steps; bzip2 and
+#: lzma expand a whole block at once (a few KB to gigabytes) whatever is asked for, so they are refused.
+_ZIP_METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}
+
+
+def _open_zip(data: bytes, source: str) -> tuple[zipfile.ZipFile, _Budget]:
+    """The archive, its entries' declared sizes and methods checked before any is decompressed."""
     archive = zipfile.ZipFile(io.BytesIO(data))
+    budget = _Budget(memory_budget(len(data)), source)
+    for info in archive.infolist():
+        if info.compress_type not in _ZIP_METHODS:
+            raise TorchFileError(
+                f"{source}: entry {quote(info.filename)} is compressed with zip method {info.compress_type}, which "
+                "torch.save never uses; it is not read"
+            )
+    budget.check(sum(info.file_size for info in archive.infolist()), "its entries (by their declared sizes)")
+    return archive, budget
+
+
+def _entry(archive: zipfile.ZipFile, name: str, budget: _Budget) -> bytearray:
+    """An entry's bytes, decompressed a MiB at a time, never past its declared size (zipfile stops there)."""
+    info = archive.getinfo(name)
+    budget.take(info.file_size, f"entry {quote(name)}")
+    out = bytearray()
+    with archive.open(info) as f:
+        while chunk := f.read(1 << 20):
+            out += chunk
+    return out
+
+
+def _read_zip(data: bytes, source: str) -> Any:
+    archive, budget = _open_zip(data, source)
     pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
     if len(pickles) != 1:
         raise TorchFileError(f"{source} is a zip archive without one data.pkl; is it a torch.save file?")
     prefix = pickles[0][: -len("data.pkl")]
-    if archive.namelist().count(prefix + "byteorder") and archive.read(prefix + "byteorder") != b"little":
+    if archive.namelist().count(prefix + "byteorder") and _entry(archive, prefix + "byteorder", budget) != b"little":
         raise TorchFileError(f"{source} was written on a big-endian machine; re-save it on a little-endian one")
     storages: dict[str, _Storage] = {}
 
     def storage(dtype: torch.dtype, key: str, numel: int) -> _Storage:
         if key not in storages:
-            name, itemsize = f"{prefix}data/{key}", torch.empty(0, dtype=dtype).element_size()
+            name, itemsize = f"{prefix}data/{key}", _itemsize(dtype)
             size = archive.getinfo(name).file_size  # KeyError for a missing entry: reported as truncated
             if size != numel * itemsize:  # checked before reading: a storage cannot claim more than it holds
                 raise TorchFileError(f"{source}: storage {key} holds {size} bytes, not {numel * itemsize}")
-            raw = archive.read(name)
-            storages[key] = _Storage(dtype, numel)
-            if numel:
-                storages[key].flat.copy_(torch.frombuffer(bytearray(raw), dtype=dtype))
+            raw = _entry(archive, name, budget)
+            flat = torch.frombuffer(raw, dtype=dtype) if numel else torch.empty(0, dtype=dtype)
+            storages[key] = _Storage(dtype, numel, flat)
         return storages[key]
 
-    return RestrictedTorchUnpickler(io.BytesIO(archive.read(pickles[0])), storage, source).load()
+    return RestrictedTorchUnpickler(io.BytesIO(_entry(archive, pickles[0], budget)), storage, source).load()
 
 
 def _read_legacy(data: bytes, source: str) -> Any:
@@ -301,17 +427,20 @@ def _read_legacy(data: bytes, source: str) -> Any:
     if isinstance(info, dict) and info.get("little_endian") is False:
         raise TorchFileError(f"{source} was written on a big-endian machine; re-save it on a little-endian one")
     storages: dict[str, _Storage] = {}
+    # the storages' bytes follow the pickle in the file: together they cannot claim more than the file holds
+    budget = _Budget(len(data), source, "the file holds")
 
     def storage(dtype: torch.dtype, key: str, numel: int) -> _Storage:
         if key not in storages:
-            if numel * torch.empty(0, dtype=dtype).element_size() > len(data):
-                raise TorchFileError(f"{source}: storage {key} claims {numel} elements, more than the file holds")
+            budget.take(numel * _itemsize(dtype), f"storage {key}")
             storages[key] = _Storage(dtype, numel)
         return storages[key]
 
     result = RestrictedTorchUnpickler(stream, storage, source).load()
     keys = header()
-    if not isinstance(keys, list) or set(map(str, keys)) != set(storages):
+    if not isinstance(keys, list) or not all(_extent(k) or isinstance(k, str) for k in keys):
+        raise TorchFileError(f"{source}: the list of storages is not a list of names; the file is corrupt")
+    if set(map(str, keys)) != set(storages):
         raise TorchFileError(f"{source}: the list of storages does not match the pickle; the file is corrupt")
     for key in map(str, keys):
         _fill_legacy_storage(stream, storages[key], source)

@@ -135,7 +135,10 @@ class RunDir:
         """``config.json``, else a :class:`CheckpointError`: missing, corrupt or not of ``kind`` (``what``: the kind
         for people, ``hint``: what to do)."""
         config = read_json(self.config_path)
-        found = config.get("kind") if isinstance(config, dict) else None
+        if not isinstance(config, dict):  # every reader asks it for its sections
+            raise CheckpointError(f"{self.config_path} holds a JSON {type(config).__name__}, not a run's header (an "
+                                  "object): the file is damaged or was edited")  # fmt: skip
+        found = config.get("kind")
         if kind is not None and found != kind:
             raise CheckpointError(
                 f"{self.path} holds a run of kind {found!r}, not {what or kind} ({kind!r})"
@@ -176,7 +179,7 @@ class RunDir:
             header = self.header()
             old, where = header.get("result"), f"{self.config_path} (result)"
             record = None if old is None else {"status": header.get("status"), **old} if isinstance(old, dict) else old
-        if record is not None and not isinstance(record, dict):
+        if (record is not None or self.results_path.exists()) and not isinstance(record, dict):
             raise CheckpointError(f"{where} is not a JSON object of results: the file is damaged or was edited")
         return record
 
@@ -243,12 +246,10 @@ class RunDir:
             return False
         return self.SHARED_WEIGHTS in held and held <= names and "kind" in self.header()
 
-    def save_pretrained(
-        self, model, config: dict, card: str, vocab: list[str] | None = None, overwrite: bool = False
-    ) -> Path:
-        """Write a model to share here, all files at once (:func:`onlstm.files.publish_folder`): into a new or empty
-        directory or over an earlier export, anything else only with ``overwrite``; never over a training run (its
-        best weights would be lost)."""
+    def check_share_target(self, overwrite: bool = False) -> Path:
+        """Whether a shared model may be written here (:meth:`save_pretrained`'s rule, for a writer to check before
+        its work): a new or empty directory or an earlier export, anything else only with ``overwrite``, and never
+        a training run, the root, the home folder or one that holds the working folder."""
         directory = self.path
         if directory.exists() and not directory.is_dir():
             raise InputError(f"{directory} is a file; save_pretrained needs a directory (new or an earlier export)")
@@ -257,9 +258,17 @@ class RunDir:
         ]  # only a training writes them
         if held:
             raise InputError(f"{directory} holds a training run ({held[0]}); save the shared model elsewhere")
-        check_output_owner(
+        return check_output_owner(
             directory, self.EXPORT, overwrite=overwrite, flag="--to", legacy=lambda path: RunDir(path).is_export()
         )
+
+    def save_pretrained(
+        self, model, config: dict, card: str, vocab: list[str] | None = None, overwrite: bool = False
+    ) -> Path:
+        """Write a model to share here, all files at once (:func:`onlstm.files.publish_folder`): into a new or empty
+        directory or over an earlier export, anything else only with ``overwrite``; never over a training run (its
+        best weights would be lost)."""
+        directory = self.check_share_target(overwrite)
 
         def write(tmp: Path) -> None:
             into = RunDir(tmp)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..checkpoint import CheckpointError, assign_weights, read_safetensors, save_safetensors, state_dict_for_saving
+from ..errors import first_line, quote
 from ..files import atomic_write
 from .dirs import RunDir
 from .records import PROGRESS_FIELDS, check_fields
@@ -100,6 +101,9 @@ def read_training(
         raise CheckpointError(f"{path}: metadata is incomplete or corrupt ({exc}); {fix}") from None
     if meta["kind"] != kind:
         raise CheckpointError(f"{path} is the resume file of a {meta['kind']!r} run, not of a {kind!r} one; {fix}")
+    groups = meta["optimizer"].get("param_groups") if isinstance(meta["optimizer"], dict) else None
+    if not isinstance(groups, list) or not all(isinstance(group, dict) for group in groups):
+        raise CheckpointError(f"{path} is damaged or was edited: the optimizer state has no param_groups; {fix}")
     # every field of its kind; older files may lack the later ones (their defaults apply)
     check_fields(meta["progress"], PROGRESS_FIELDS, path, "progress", fix, required=("step", "epoch", "pos"))
     prog = Progress.from_dict(meta["progress"])
@@ -120,21 +124,60 @@ def restore_training(
     of :func:`save_training`'s ``tensors`` back in place."""
     if "rng.torch" not in tensors:
         raise CheckpointError(f"{path}: the random state (rng.torch) is missing; the file is incomplete")
+    if why := _optimizer_problem(opt_meta, opt) or _rng_problem(tensors["rng.torch"]):
+        raise CheckpointError(f"{path} is damaged or was edited: {why}; {RESUME_FIX}")
     assign_weights(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, f"{path} (model)")
     state: dict = {}
     for key, t in tensors.items():
         if key.startswith("optim."):
-            _, idx, name = key.split(".", 2)
+            _, idx, name = (key.split(".", 2) + ["", ""])[:3]
+            if not idx.isdigit():
+                raise CheckpointError(f"{path} is damaged or was edited: a tensor named {key[:80]!r}; {RESUME_FIX}")
             state.setdefault(int(idx), {})[name] = t
     for idx, values in opt_meta.get("scalars", {}).items():
         state.setdefault(int(idx), {}).update(values)
-    groups = opt_meta["param_groups"]
-    if [len(g["params"]) for g in groups] != [len(g["params"]) for g in opt.param_groups]:
-        raise CheckpointError("the optimizer state in the resume file does not fit this model")
-    opt.load_state_dict({"state": state, "param_groups": groups})
-    torch.set_rng_state(tensors["rng.torch"])
+    opt.load_state_dict({"state": state, "param_groups": opt_meta["param_groups"]})
+    try:
+        torch.set_rng_state(tensors["rng.torch"])
+    except RuntimeError as exc:  # of the right size but not a generator's state
+        raise CheckpointError(f"{path} is damaged or was edited: rng.torch ({first_line(exc)}); {RESUME_FIX}") from None
     if device.type == "cuda" and "rng.cuda" in tensors:
         torch.cuda.set_rng_state(tensors["rng.cuda"], device)
+
+
+def _kind(value: Any) -> str:
+    # JSON gives a tuple back as a list, an integer-valued float maybe as an int: compared by kind, not type
+    if isinstance(value, bool) or value is None:
+        return type(value).__name__
+    return {int: "number", float: "number", tuple: "list"}.get(type(value), type(value).__name__)
+
+
+def _optimizer_problem(opt_meta: Any, opt: torch.optim.Optimizer) -> str:
+    """Why the file's ``optimizer`` value cannot be loaded into ``opt`` ("" when it can): as many groups of as many
+    parameters, each setting both have of the same kind (another torch may add or drop settings, or leave one None,
+    which the optimizer fills in); ``scalars`` an object of objects by parameter."""
+    groups = opt_meta.get("param_groups") if isinstance(opt_meta, dict) else None
+    if not isinstance(groups, list) or len(groups) != len(opt.param_groups):
+        return "the optimizer state has no param_groups of this optimizer's"
+    for saved, own in zip(groups, opt.param_groups):
+        if not isinstance(saved, dict) or not isinstance(saved.get("params"), list):
+            return "an optimizer parameter group is not an object with its params"
+        if len(saved["params"]) != len(own["params"]):
+            return "the optimizer state does not fit this model"
+        shared = [k for k in own if k in saved and None not in (saved[k], own[k])]
+        if wrong := [k for k in shared if _kind(saved[k]) != _kind(own[k])]:
+            return f"the optimizer setting {wrong[0]} is {quote(saved[wrong[0]], 60)}, not of the kind of {own[wrong[0]]!r}"
+    scalars = opt_meta.get("scalars", {})
+    if not isinstance(scalars, dict) or not all(k.isdigit() and isinstance(v, dict) for k, v in scalars.items()):
+        return "the optimizer's scalars are not an object of objects by parameter"
+    return ""
+
+
+def _rng_problem(state: torch.Tensor) -> str:
+    own = torch.get_rng_state()
+    if state.dtype != own.dtype or state.shape != own.shape:
+        return f"the random state rng.torch is {state.dtype} {tuple(state.shape)}, not {own.dtype} {tuple(own.shape)}"
+    return ""
 
 
 def resume_settings(

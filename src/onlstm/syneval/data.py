@@ -5,13 +5,13 @@ a TSV dump and the authors' pickles (read by :class:`RestrictedUnpickler`) all g
 from __future__ import annotations
 
 import io
-import pickle
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import OnlstmError
-from ..files import write_text
+from ..errors import OnlstmError, first_line, quote
+from ..files import read_regular, write_text
+from ..pickles import PlainUnpickler, RefusedPickle
 
 HEADER = ("case", "condition", "grammatical", "ungrammatical", "intrusive")
 INTRUSIVE_SUFFIX = ":intrusive"
@@ -176,33 +176,22 @@ def _read_dump(path: Path, lines: list[str]) -> list[Item]:
     return items
 
 
-class RefusedPickle(pickle.UnpicklingError):
-    """The pickle names a global (class or function) or a persistent id: refused, nothing run."""
-
-
-class RestrictedUnpickler(pickle.Unpickler):
+class RestrictedUnpickler(PlainUnpickler):
     """Unpickles only what pickle opcodes build by themselves (dict, list, tuple, str, bytes, numbers, None):
-    every global (class or function: how a pickle runs code) is refused before it is looked up."""
-
-    def find_class(self, module: str, name: str):
-        raise RefusedPickle(f"it refers to {module}.{name}; only plain data (dict, list, tuple, str) is accepted")
-
-    def persistent_load(self, pid):
-        raise RefusedPickle("it uses persistent ids; only plain data is accepted")
+    every global (class or function: how a pickle runs code) is refused before it is looked up, the state of nothing
+    is set, and no nesting crashes it (:class:`onlstm.pickles.PlainUnpickler`)."""
 
 
 def load_plain_pickle(path: Path) -> object:
-    """The plain data in ``path``; protocol-0 Python 2 pickles hold byte strings, decoded as latin-1."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SynevalDataError(f"{path}: cannot be read ({exc})") from None
+    """The plain data in ``path`` (a regular file); protocol-0 Python 2 pickles hold byte strings, decoded as
+    latin-1."""
+    data = read_regular(path, error=SynevalDataError)
     try:
         return RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
     except RefusedPickle as exc:
         raise SynevalDataError(f"{path}: refused ({exc}); this reader accepts only plain data") from None
     except Exception as exc:  # truncated or garbled files raise EOFError, ValueError, KeyError, ...
-        raise SynevalDataError(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
+        raise SynevalDataError(f"{path}: not a readable pickle ({type(exc).__name__}: {first_line(exc)})") from None
 
 
 def read_pickle(path: Path) -> list[Item]:
@@ -216,13 +205,13 @@ def read_pickle(path: Path) -> list[Item]:
     items = []
     for condition, rows in data.items():
         if not isinstance(condition, str) or not isinstance(rows, (list, tuple)):
-            raise SynevalDataError(f"{path}: condition {condition!r} must be a string mapped to a list of items")
+            raise SynevalDataError(f"{path}: condition {quote(condition)} must be a string mapped to a list of items")
         for index, row in enumerate(rows):
             where = f"{path}: case {case}, condition {condition}, item {index}"
             texts = row if isinstance(row, (list, tuple)) else ()
             sentences = [s.decode("latin1") if isinstance(s, bytes) else s for s in texts]
             if len(sentences) != size or not all(isinstance(s, str) and s.strip() for s in sentences):
-                raise SynevalDataError(f"{where}: {row!r} is not a tuple {shape} of non-empty strings")
+                raise SynevalDataError(f"{where}: {quote(row)} is not a tuple {shape} of non-empty strings")
             good, *intrusive, bad = (s.strip() for s in sentences)
             items.append(Item(case, condition, good, bad, intrusive[0] if intrusive else None, where))
     return items

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.reader import PTB, TextReader, is_sentence_end
+from ..files import read_regular
 from .data import SynevalDataError
 
 #: How a region's token surprisals become one number (the suite's ``meta.metric``; SyntaxGym's suites use sum).
@@ -265,7 +266,7 @@ def read_suite(path: str | Path) -> Suite:
     and the problem."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(path, error=SynevalDataError).decode("utf-8"))  # a FIFO would never end
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SynevalDataError(f"cannot read the suite {path}: {exc}") from None
     where = str(path)
