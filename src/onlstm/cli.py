@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import functools
 import importlib
-import json
 import os
 import signal
 import sys
@@ -24,6 +23,7 @@ from .errors import (
     first_line,
     missing_extra,
 )
+from .files import json_text
 
 
 def _cmd_demo(args) -> int:
@@ -50,7 +50,7 @@ def _cmd_info(args) -> int:
     # kernel_selfcheck: the Triton kernel against the reference loop (nn/selfcheck.py)
     info.update(kernels=kernels, cuda=torch.cuda.is_available(), kernel_selfcheck=selfcheck.info())
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(json_text(info))
         return 0
     checks = info.pop("kernel_selfcheck")
     lines = [f"{k}: {v}" for k, v in info.items()]
@@ -71,7 +71,7 @@ def _cmd_presets(args) -> int:
         return 0
     table = {name: {"file": str(path), "description": preset_description(path)} for name, path in presets().items()}
     if args.json:
-        print(json.dumps(table, indent=2))
+        print(json_text(table))
         return 0
     width = max(map(len, table))
     for name, entry in table.items():

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import OnlstmError
-from ..files import atomic_write
+from ..files import atomic_write, iter_lines
 from .formulas import Formula, FormulaSyntaxError, count_operators, parse, to_text
 from .relations import RELATIONS, relation
 
@@ -128,8 +128,7 @@ def read_file(path: str | Path) -> list[Example]:
     if not path.is_file():
         raise LogicDataError(f"{path}: no such file; give a train{{k}}/test{{k}} file or a directory of them")
     split, number = parse_file_name(path) or (None, None)
-    with open(path, encoding="utf-8") as fh:
-        return [parse_line(line, str(path), i, split, number) for i, line in enumerate(fh, start=1)]
+    return [parse_line(line, str(path), i, split, number) for i, line in enumerate(iter_lines(path), start=1)]
 
 
 def _check_split(split: str | None) -> None:
