@@ -114,7 +114,7 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
     sentences = _read_lines(args.file)
     runtime = runtime_settings(args, EvalRuntime)
     device = resolve_device(runtime.device)
-    run = load_language_model_run(args.checkpoint, args.weights, device)
+    run = load_language_model_run(args.checkpoint, args.weights, device, reads_sentences=True)
     setup_torch(run_threads(run.config) if runtime.threads is None else runtime.threads)
     run.model.vocab = run.vocab
     try:
@@ -155,7 +155,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     try:
         runtime = runtime_settings(args, EvalRuntime)
         device = resolve_device(runtime.device)
-        run = load_language_model_run(args.checkpoint, args.weights, device)
+        run = load_language_model_run(args.checkpoint, args.weights, device, reads_sentences=True)
         setup_torch(run_threads(run.config) if runtime.threads is None else runtime.threads)
         data = run.config.get("data", {})
         if not (data_dir := args.data_dir or data.get("data_dir")):

@@ -235,8 +235,9 @@ def _cmd_holdout(args: argparse.Namespace) -> int:
         raise ConfigError("give --split A|B|C or --pattern REGEX (one of the two)")
     try:
         regex = re.compile(systematicity_regex(args.split) if args.split else args.pattern)
-    except re.error as exc:
-        raise ConfigError(f"--pattern {args.pattern[:80]!r} is not a regular expression: {exc}") from None
+    except (re.error, OverflowError, RecursionError, MemoryError) as exc:  # a{99999999999}: OverflowError
+        why = f"not a regular expression: {exc}" if isinstance(exc, re.error) else "too large or nested too deep"
+        raise ConfigError(f"--pattern {args.pattern[:80]!r} is {why} for Python's re; simplify it") from None
     examples = read_examples(args.data, split="train")
     check_output_owner(args.out, DATA_KIND, overwrite=args.overwrite)
     files: dict[str, list] = {}

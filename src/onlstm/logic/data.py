@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,7 +211,9 @@ def read_examples(
 
 def _read_directory(directory: Path, split: str | None, buckets: set[int] | None) -> list[Example]:
     """Examples of the directory's files of ``split`` whose number is in ``buckets``."""
-    found = [(*named, p) for p in directory.iterdir() if (named := parse_file_name(p)) and p.is_file()]
+    found = [(*named, p) for p in directory.iterdir() if (named := parse_file_name(p))]
+    for _, _, p in found:
+        _check_regular(p)  # never left out without a word: training would go on without that bucket
     files = sorted(found, key=lambda t: (SPLITS.index(t[0]), t[1], t[2].name))  # by split, then k
     if not files:
         # never suggest writing into a folder that holds something else (a PTB folder given by mistake)
@@ -230,6 +234,17 @@ def _read_directory(directory: Path, split: str | None, buckets: set[int] | None
             f"{directory}: no file matches split={split!r}, buckets={_show(buckets)} (files present: {names}){hint}"
         )
     return [ex for _, _, p in wanted for ex in read_file(p)]
+
+
+def _check_regular(path: Path) -> None:
+    """A data file that is a dangling link, a FIFO, a device or a folder is refused by name (a FIFO would hang)."""
+    if path.is_symlink() and not path.exists():
+        raise LogicDataError(f"{path} is a symbolic link to nothing ({os.readlink(path)}); fix or remove the link")
+    if not path.is_file():
+        what = "a folder" if path.is_dir() else "a FIFO" if stat.S_ISFIFO(path.stat().st_mode) else "not a regular file"
+        raise LogicDataError(
+            f"{path} is {what}, not a data file; remove it or give a folder of train{{k}}/test{{k}} files"
+        )
 
 
 def has_split(directory: str | Path, split: str) -> bool:

@@ -97,7 +97,7 @@ def run_suites(args: argparse.Namespace, cfg: SynevalConfig) -> int:
     device = runtime_device(cfg)
     models = []
     for path in args.checkpoint:
-        run = load_language_model_run(path, cfg.weights, device)
+        run = load_language_model_run(path, cfg.weights, device, reads_sentences=True)
         run.model.vocab = run.vocab
         models.append(_score_suites(run, str(path), suites, cfg.batch_size))
     report = {"suites": [s.path for s in suites], "models": models}
@@ -157,7 +157,7 @@ def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
     from ..models.language_model import load_language_model_run
     from ..runs import progress_bar
 
-    run = load_language_model_run(path, cfg.weights, device)
+    run = load_language_model_run(path, cfg.weights, device, reads_sentences=True)
     start = time.perf_counter()
     unique = len({s for it in items for s in it.sentences})
     with progress_bar(cfg.progress, total=unique, desc=f"syneval {path}", unit="sent", leave=False) as bar:
