@@ -45,3 +45,13 @@ def test_a_closed_stdin_is_one_input_error(monkeypatch):
         read_stdin_text()
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"a\rb\n"), encoding="utf-8"))
     assert read_stdin_text() == "a\rb\n"  # read as bytes: no newline translated
+
+
+def test_a_nan_written_as_null_reads_back_where_a_history_allows_any_number(tmp_path):
+    # lm train's history rows hold NaN until a finite validation comes (best_valid_ppl); JSON now says null, and a
+    # resumed run must still read its own history
+    from onlstm.runs.records import NUMBER, REAL, read_history
+
+    write_json(tmp_path / "history.json", [{"best_valid_ppl": math.nan, "epoch_seconds": 1.5}])
+    rows = read_history(tmp_path / "history.json", {"best_valid_ppl": REAL, "epoch_seconds": NUMBER}, (), "fix it")
+    assert rows == [{"best_valid_ppl": None, "epoch_seconds": 1.5}]
