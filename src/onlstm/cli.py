@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import functools
 import importlib
-import json
 import os
 import signal
 import sys
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 
 from .config import add_command, add_flags, add_group, option
 from .errors import (
+    EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     INSTALL_EXPERIMENTS,
     InputError,
@@ -28,6 +28,7 @@ from .errors import (
     missing_extra,
     stop_signals,
 )
+from .files import json_text
 
 
 def _cmd_demo(args) -> int:
@@ -54,7 +55,7 @@ def _cmd_info(args) -> int:
     # kernel_selfcheck: the Triton kernel against the reference loop (nn/selfcheck.py)
     info.update(kernels=kernels, cuda=torch.cuda.is_available(), kernel_selfcheck=selfcheck.info())
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(json_text(info))
         return 0
     checks = info.pop("kernel_selfcheck")
     lines = [f"{k}: {v}" for k, v in info.items()]
@@ -75,7 +76,7 @@ def _cmd_presets(args) -> int:
         return 0
     table = {name: {"file": str(path), "description": preset_description(path)} for name, path in presets().items()}
     if args.json:
-        print(json.dumps(table, indent=2))
+        print(json_text(table))
         return 0
     width = max(map(len, table))
     for name, entry in table.items():
@@ -163,7 +164,7 @@ class PresetsArgs:
 class ExportArgs:
     checkpoint: str = option(help="the run directory (lm, demo or logic)")
     to: str = option(help="the directory to write (Hugging Face's layout)")
-    weights: str = option("best", "which weights of the run: best or last")
+    weights: str = option("best", "which weights of the run", choices=("best", "last"))
     overwrite: bool = option(False, "replace --to even when it holds files of another kind")
 
 
@@ -172,10 +173,19 @@ class InfoArgs:
     json: bool = option(False, "print one JSON object")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with the commands' rule for a refusal: one line, exit 2 (docs/cli.md), the usage left to --help
+    (argparse prints it first, two to twenty lines above the one that says what is wrong). Sub-commands' parsers
+    are made by this class too (``add_subparsers`` uses the parent's)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    ap = argparse.ArgumentParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
+    ap = OneLineParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
     ap.add_argument("--version", action="version", version=f"onlstm {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     _register_or_stand_in(sub, _register_demo, ("demo",))
@@ -231,6 +241,7 @@ def main(argv=None) -> int:
             parser = build_parser()
             name = command_path(parser, argv)
             args = parser.parse_args(argv)  # in the try: a flag's parser may import an optional dependency
+            _closed_streams()
             _line_buffered()
             with _notes_as_lines(name):
                 return args.func(args)
@@ -295,6 +306,26 @@ def _closed_pipe() -> int:
     return 0
 
 
+class _ClosedOutput:
+    """``sys.stdout`` when the shell closed it (``>&-``; Python sets it to None, and print() to None drops the
+    output without a word): the first write is one line, exit 2; a flush (torch's kernel build) is harmless."""
+
+    def write(self, text: str) -> int:
+        raise InputError(
+            "standard output is closed (>&-), so the output would be lost; redirect it to a file (or give --out)"
+        )
+
+    def flush(self) -> None:
+        pass
+
+
+def _closed_streams() -> None:
+    if sys.stdout is None:
+        sys.stdout = _ClosedOutput()  # type: ignore[assignment]
+    if sys.stderr is None:  # 2>&-: messages are dropped, as the shell asked; writes and flushes must not fail
+        sys.stderr = open(os.devnull, "w")  # the process's stderr from now on: never closed
+
+
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
     """SIGTERM and SIGHUP (a closed terminal) end a command as Ctrl-C does (a message, exit 130, temporary files
@@ -319,10 +350,14 @@ def _raise_interrupt(signum, frame):
 def _line_buffered() -> None:
     # Long jobs are often run as `onlstm … > log &`: print each progress line when it happens, not when a
     # block buffer fills (pytest's capture objects have no reconfigure; leave those alone).
+    # A terminal or pipe that cannot encode a character (LANG=C with PYTHONIOENCODING=ascii; the tables' dashes,
+    # a word in the user's text) gets an escape (\u2013) for it, as stderr already does, not a traceback.
     for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure") and not stream.isatty():
+        if hasattr(stream, "reconfigure"):
             with contextlib.suppress(ValueError, OSError):  # a stream that cannot change its buffering
-                stream.reconfigure(line_buffering=True)
+                stream.reconfigure(errors="backslashreplace")
+                if not stream.isatty():
+                    stream.reconfigure(line_buffering=True)
 
 
 def command_path(parser: argparse.ArgumentParser, argv: list[str]) -> str:

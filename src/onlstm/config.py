@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import OnlstmError, quote
+from .files import read_lines
 
 #: The presets, shipped as package data (so they exist in an installed wheel, not only in a checkout).
 PRESET_DIR = Path(__file__).parent / "configs"
@@ -287,7 +288,7 @@ def presets(experiment: str | None = None) -> dict[str, Path]:
 
 
 def preset_description(path: Path) -> str:
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    lines = read_lines(path)
     return next((line.lstrip("#").strip() for line in lines if line.startswith("#")), "")
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -18,7 +17,7 @@ from .data.grammar import Grammar
 from .data.vocab import Vocab
 from .demo_config import DemoConfig as DemoConfig
 from .demo_config import demo_command as demo_command
-from .files import owned_by, publish_folder, write_text
+from .files import json_text, owned_by, publish_folder, write_text
 from .models.language_model import LanguageModel, load_language_model_run
 from .parsing.baselines import score_baselines
 from .parsing.induce import sentence_distances, trees_from_distances
@@ -159,7 +158,7 @@ def _report(cfg: DemoConfig, out_dir: Path, trained: TrainResult, dev, test, as_
     speed = (len(dev) + len(test)) / scores["parse_seconds"]
     result.update(test_sentences=len(test), parse_sentences_per_second=speed, run_dir=str(out_dir), plots=plots)
     if as_json:
-        print(json.dumps(result))
+        print(json_text(result, indent=None))
     else:
         _print_report(info, scores, dev, test, out_dir)
     return result

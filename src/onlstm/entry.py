@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signum, _interrupt)
     try:
         if own:
+            _fill_closed_fds()
             _start_up()
         from .cli import main as run
 
@@ -47,6 +48,20 @@ def main(argv: list[str] | None = None) -> int:
     if own:
         _leave(rc)
     return rc
+
+
+def _fill_closed_fds() -> None:
+    """Put /dev/null on a standard descriptor the shell closed (``<&-``, ``>&-``): else the next file opened takes
+    its number, and a child (the C++ kernel's build) or a library writing to "standard output" would write into
+    that file. ``sys.stdin``/``sys.stdout`` stay None, as Python set them: onlstm.cli tells the user."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def _start_up() -> None:

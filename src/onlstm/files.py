@@ -5,11 +5,14 @@ stays whole), and JSON, text and figures through it; a refused write is one :cla
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,12 +109,71 @@ def read_regular(path: str | Path, limit: int | None = None, error: type[OnlstmE
     return data
 
 
+def without_nonfinite(obj: Any) -> Any:
+    """``obj`` with every NaN and infinity (in dicts, lists and tuples) as None: JSON has no such numbers, and
+    ``json.dumps`` would write ``NaN``, which JSON readers refuse. null says "no value" (an empty region's mean)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: without_nonfinite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [without_nonfinite(v) for v in obj]
+    return obj
+
+
+def json_text(obj: Any, indent: int | None = 2, **options: Any) -> str:
+    """The one JSON writer of the commands (files and standard output): strict JSON, NaN and infinity as null."""
+    return json.dumps(without_nonfinite(obj), indent=indent, allow_nan=False, **options)
+
+
 def write_json(path: Path, obj: Any, indent: int = 2) -> None:
-    write_text(path, json.dumps(obj, indent=indent) + "\n")
+    write_text(path, json_text(obj, indent=indent) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+# -- a user's text, line by line -----------------------------------------------------------------------------------
+# A line ends at "\n" (or "\r\n") only: str.splitlines and universal newlines also end one at a form feed, \v,
+# \x1c-\x1e, NEL, U+2028/U+2029 or a lone \r, characters that sit inside lines of real text and must not add
+# sentences or shift the line numbers that results are keyed by.
+
+
+def split_lines(text: str) -> list[str]:
+    """``text``'s lines without their ends; a last line without ``"\\n"`` counts, a final ``"\\n"`` adds none."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def read_text(path: str | Path) -> str:
+    """A UTF-8 text file as it is: no newline translated (``Path.read_text`` turns a lone ``\\r`` into ``\\n``)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file (as :func:`split_lines`); the OS and decoding errors are the caller's."""
+    return split_lines(read_text(path))
+
+
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file as :func:`read_lines` gives them, streamed (newline="\\n": no other ends)."""
+    with open(path, encoding="utf-8", newline="\n") as f:
+        for line in f:
+            yield line.removesuffix("\n").removesuffix("\r")
+
+
+def read_stdin_text() -> str:
+    """Standard input as UTF-8 text, its newlines untranslated (read as bytes where it can be); a closed standard
+    input is an :class:`InputError` (Python sets ``sys.stdin`` to None when the shell closed it, ``<&-``)."""
+    stream = sys.stdin
+    if stream is None or getattr(stream, "closed", False):
+        raise InputError("standard input is closed; give the input as a file, or pipe it in")
+    buffer = getattr(stream, "buffer", None)
+    return buffer.read().decode("utf-8") if buffer is not None else stream.read()
 
 
 def save_figure(fig, path: Path, **savefig_options) -> Path:

@@ -135,6 +135,7 @@ def test_every_number_option_refuses_what_is_not_a_number(harness, words, flag):
         assert "Traceback" not in err, err[-3000:]
         assert rc == EXIT_BAD_INPUT, (value, rc, err[-2000:])
         line = _one_line(err)
+        assert err.strip() == line.strip(), f"{flag} {value!r}: more than one line (argparse's usage?): {err[:300]}"
         field = flag.lstrip("-").replace("-", "_")
         assert flag in line or field in line, f"{flag} {value!r}: the message does not name the option: {line}"
         assert len(line) < 1000, line[:300]

@@ -594,6 +594,54 @@ def test_a_float64_input_into_a_float32_layer_says_what_to_convert():
     assert onlstm.ONLSTM(4, 10, chunk_size=5).double()(x)[0].dtype == torch.float64  # the suggested fix works
 
 
+@pytest.mark.parametrize("cell", [False, True], ids=["ONLSTM", "ONLSTMCell"])
+def test_a_float64_state_into_a_float32_layer_says_what_to_convert(cell):
+    # issue 48: the state was not checked, and the kernel's matmul raised a bare RuntimeError
+    layer = onlstm.ONLSTMCell(4, 10, chunk_size=5) if cell else onlstm.ONLSTM(4, 10, chunk_size=5)
+    x = torch.randn(2, 4) if cell else torch.randn(5, 2, 4)
+    shape = (2, 10) if cell else (1, 2, 10)
+    hx = (torch.zeros(shape, dtype=torch.float64), torch.zeros(shape))
+    with pytest.raises(ValueError, match=r"dtype \(torch.float64\) does not match the layer's weight dtype") as err:
+        layer(x, hx)
+    assert "to(torch.float32)" in str(err.value) and "model.to(torch.float64)" in str(err.value)
+    assert layer(x, tuple(t.float() for t in hx))[0].dtype == torch.float32  # the suggested conversion works
+
+
+def _tiny_layer_and_input():
+    torch.manual_seed(0)
+    return onlstm.ONLSTM(3, 4, chunk_size=2).eval(), torch.randn(3, 2, 3)  # impl 'auto': the fastest kernel
+
+
+@pytest.mark.slow  # compiling takes tens of seconds
+def test_torch_export_traces_the_layer_and_matches_eager():
+    # issue 48: the batch sizes of a padded input were read back from a tensor (a data-dependent guard)
+    layer, x = _tiny_layer_and_input()
+    out, (h, c), dist = layer(x, return_distances=True)
+    exported = torch.export.export(layer, (x,), {"return_distances": True}).module()
+    e_out, (e_h, e_c), e_dist = exported(x, return_distances=True)
+    for got, want in ((e_out, out), (e_h, h), (e_c, c), (e_dist.forget, dist.forget), (e_dist.input, dist.input)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow  # compiling takes tens of seconds
+def test_torch_compile_fullgraph_matches_eager():
+    layer, x = _tiny_layer_and_input()
+    out, (h, c) = layer(x)
+    c_out, (c_h, c_c) = torch.compile(layer, fullgraph=True)(x)
+    for got, want in ((c_out, out), (c_h, h), (c_c, c)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_batch_sizes_of_a_padded_input_come_from_its_shape(monkeypatch):
+    # the fast, always-run part of the two tests above: the layer never reads a padded input's batch sizes back
+    # from a tensor (what tracing cannot do), and the checks of a list of sizes use no tensor
+    layer, x = _tiny_layer_and_input()
+    layer.impl = "reference"
+    want = layer(x)[0]
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: pytest.fail("a tensor was read back"))
+    torch.testing.assert_close(layer(x)[0], want)
+
+
 @pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")  # torch deprecates TorchScript itself
 def test_torchscript_is_refused_naming_torch_compile():
     m = onlstm.ONLSTM(4, 10, chunk_size=5, impl="reference")

@@ -380,3 +380,68 @@ def test_the_command_refuses_a_malformed_suite_in_one_line(tmp_path, capsys):
     data.write_text("simple_agrmt\tthe dog runs\tthe dog run\n")
     assert main(["syneval", "--checkpoint", str(model), "--suite", str(bad), "--data", str(data)]) == 2
     assert "either --data" in capsys.readouterr().err
+
+
+def _with_list_at(where: str) -> dict:
+    """The hand-made suite with a list where ``where`` (a scalar field) should be."""
+    s = suite_dict()
+    if where == "metric":
+        s["meta"]["metric"] = ["sum"]
+    elif where == "item_number":
+        s["items"][0]["item_number"] = [1]
+    elif where == "region_number":
+        s["items"][0]["conditions"][0]["regions"][0]["region_number"] = [1]
+    else:
+        s["predictions"] = [{"relation": ["greaterthan"], "region_number": 2, "l_operand": "a", "r_operand": "b"}]
+    return s
+
+
+def _hostile_suite(tmp_path, case: str):
+    path = tmp_path / f"{case}.json"
+    if case == "nested":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+        return path
+    if case == "long formula":
+        formula = " + ".join(["(2;%match%)"] * 1000) + " > 0"
+        return write(tmp_path, suite_dict(predictions=[{"type": "formula", "formula": formula}]), path.name)
+    if case == "deep formula":
+        formula = "(" * 5000 + "(2;%match%)" + ")" * 5000 + " > 0"
+        return write(tmp_path, suite_dict(predictions=[{"type": "formula", "formula": formula}]), path.name)
+    if case == "surrogate":  # json.dumps writes the lone surrogate as the escape \ud800, as a hostile file would
+        return write(tmp_path, suite_dict(meta={"name": "bad \ud800 name", "metric": "sum"}), path.name)
+    return write(tmp_path, _with_list_at(case), path.name)
+
+
+HOSTILE_SUITES = ["metric", "item_number", "region_number", "relation", "nested", "long formula", "deep formula"]
+
+
+@pytest.mark.parametrize("case", [*HOSTILE_SUITES, "surrogate"])
+def test_hostile_suites_are_refused_in_one_line_before_scoring(tmp_path, capsys, monkeypatch, case):
+    model = tiny_model(tmp_path)
+    path, out = _hostile_suite(tmp_path, case), tmp_path / "out"
+
+    def never(*args, **kwargs):
+        raise AssertionError("a malformed suite was scored")
+
+    monkeypatch.setattr("onlstm.syneval.syntaxgym.evaluate_suite", never)
+    assert main(["syneval", "--checkpoint", str(model), "--suite", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1 and str(path) in err, err[-2000:]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("metric", ["mean", "median", "max", "min", "range"])
+def test_an_empty_region_is_null_in_the_json_never_nan(tmp_path, capsys, metric):
+    model = tiny_model(tmp_path)
+    s = suite_dict(meta={"name": "m", "metric": metric})
+    for item in s["items"]:  # region 3 holds only punctuation, which the model's vocabulary lacks: no token
+        for cond in item["conditions"]:
+            cond["regions"][2]["content"] = "."
+    path, out = write(tmp_path, s), tmp_path / "out"
+    assert main(["syneval", "--checkpoint", str(model), "--suite", str(path), "--out", str(out), "--json"]) == 0
+    printed = capsys.readouterr().out
+    for text in (printed, (out / "results.json").read_text()):
+        json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))  # strict JSON
+    regions = json.loads(printed)["models"][0]["suites"][0]["regions"]
+    assert {r["metric_value"] is None for r in regions} == {True, False}
+    assert all(r["metric_value"] is None for r in regions if r["region_number"] == 3)

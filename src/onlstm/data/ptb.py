@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ..errors import OnlstmError
+from ..files import iter_lines as iter_text_lines
 from .vocab import EOS, UNK, Vocab
 
 SPLITS = ("train", "valid", "test")
@@ -51,12 +52,11 @@ def iter_lines(path: Path) -> Iterator[list[str]]:
     path = Path(path)
     lineno = 0
     try:
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):  # noqa: B007 (lineno is read in the except clause)
-                words = line.split()
-                if not words or words[-1] != EOS:
-                    words.append(EOS)
-                yield words
+        for lineno, line in enumerate(iter_text_lines(path), 1):  # noqa: B007 (lineno is read in the except clause)
+            words = line.split()
+            if not words or words[-1] != EOS:
+                words.append(EOS)
+            yield words
     except UnicodeDecodeError as e:
         raise CorpusError(f"{path}: not UTF-8 text near line {lineno + 1} ({e}); convert it, e.g. with iconv") from None
     except OSError as e:

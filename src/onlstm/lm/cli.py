@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import add_command, add_group, add_runtime_flags, flags_given, option, runtime_settings
 from ..errors import EXIT_INTERRUPTED, command_error
+from ..files import json_text, read_stdin_text, read_text, split_lines
 from .config import EvalRuntime, add_config_flags
 
 WEIGHTS = ("best", "last")
@@ -162,7 +162,7 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
     sentences = _read_lines(args.file)
     runtime = runtime_settings(args, EvalRuntime)
     device = resolve_device(runtime.device)
-    run = load_language_model_run(args.checkpoint, args.weights, device)
+    run = load_language_model_run(args.checkpoint, args.weights, device, reads_sentences=True)
     setup_torch(run_threads(run.config) if runtime.threads is None else runtime.threads)
     try:
         words = [s.split() for s in sentences] if args.pretokenized else run.model.words(sentences, allow_empty=True)
@@ -180,13 +180,11 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
 
 
 def _read_lines(path: Path) -> list[str]:
-    import sys
-
     try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+        text = read_stdin_text() if str(path) == "-" else read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise command_error(ValueError(f"cannot read {path}: {exc}")) from None
-    return [line.strip() for line in text.splitlines()]
+    return [line.strip() for line in split_lines(text)]
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -205,7 +203,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     try:
         runtime = runtime_settings(args, EvalRuntime)
         device = resolve_device(runtime.device)
-        run = load_language_model_run(args.checkpoint, args.weights, device)
+        run = load_language_model_run(args.checkpoint, args.weights, device, reads_sentences=True)
         setup_torch(run_threads(run.config) if runtime.threads is None else runtime.threads)
         data = run.config.get("data", {})
         if not (data_dir := args.data_dir or data.get("data_dir")):
@@ -223,7 +221,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise command_error(e) from None
     if args.json:
         facts = dict(weights=str(run.weights), split=args.split, file=str(split.path), unknown_words=split.n_unknown)
-        print(json.dumps({**facts, **{k: v.to_dict() for k, v in results.items()}}, indent=2))
+        print(json_text({**facts, **{k: v.to_dict() for k, v in results.items()}}))
         return 0
     unknown = f", {split.n_unknown} mapped to <unk>" if split.n_unknown else ""
     print(f"{run.weights} on {split.path} ({split.n_tokens:,} tokens{unknown})")

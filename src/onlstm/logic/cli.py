@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 from .. import encoders
 from ..config import ConfigError, Settings, add_command, add_flags, add_group, command_line, flags_given, option
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, command_error
-from ..files import add_files, check_output_owner, publish_folder
+from ..files import add_files, check_output_owner, json_text, publish_folder
 from ..nn import Distances
 from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
@@ -225,8 +224,9 @@ def _holdout_rule(split: str | None, pattern: str | None) -> Callable[[Example],
         return lambda ex: held_out(split, ex.a, ex.b)
     try:
         regex = re.compile(pattern or "")
-    except re.error as exc:
-        raise ConfigError(f"--pattern {str(pattern)[:80]!r} is not a regular expression: {exc}") from None
+    except (re.error, OverflowError, RecursionError, MemoryError) as exc:  # a{99999999999}: OverflowError
+        why = f"not a regular expression: {exc}" if isinstance(exc, re.error) else "too large or nested too deep"
+        raise ConfigError(f"--pattern {str(pattern)[:80]!r} is {why} for Python's re; simplify it") from None
     return lambda ex: bool(regex.search(ex.text_a) or regex.search(ex.text_b))
 
 
@@ -371,7 +371,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     cell = header["model"]["cell"]
     if args.json:
         facts = {"checkpoint": str(args.checkpoint), "cell": cell, "data": str(args.data), "split": opts.split}
-        print(json.dumps({**facts, **result.to_dict(), "majority_baseline": baseline.to_dict()}, indent=2))
+        print(json_text({**facts, **result.to_dict(), "majority_baseline": baseline.to_dict()}))
     else:
         print(format_table([(cell, [result]), ("majority label", [baseline])], lengths, counts=baseline))
     return 0

@@ -4,13 +4,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import OnlstmError
-from ..files import atomic_write
+from ..files import atomic_write, iter_lines
 from .formulas import Formula, FormulaSyntaxError, count_operators, parse, to_text
 from .relations import RELATIONS, relation
 
@@ -128,8 +130,7 @@ def read_file(path: str | Path) -> list[Example]:
     if not path.is_file():
         raise LogicDataError(f"{path}: no such file; give a train{{k}}/test{{k}} file or a directory of them")
     split, number = parse_file_name(path) or (None, None)
-    with open(path, encoding="utf-8") as fh:
-        return [parse_line(line, str(path), i, split, number) for i, line in enumerate(fh, start=1)]
+    return [parse_line(line, str(path), i, split, number) for i, line in enumerate(iter_lines(path), start=1)]
 
 
 def _check_split(split: str | None) -> None:
@@ -210,7 +211,9 @@ def read_examples(
 
 def _read_directory(directory: Path, split: str | None, buckets: set[int] | None) -> list[Example]:
     """Examples of the directory's files of ``split`` whose number is in ``buckets``."""
-    found = [(*named, p) for p in directory.iterdir() if (named := parse_file_name(p)) and p.is_file()]
+    found = [(*named, p) for p in directory.iterdir() if (named := parse_file_name(p))]
+    for _, _, p in found:
+        _check_regular(p)  # never left out without a word: training would go on without that bucket
     files = sorted(found, key=lambda t: (SPLITS.index(t[0]), t[1], t[2].name))  # by split, then k
     if not files:
         # never suggest writing into a folder that holds something else (a PTB folder given by mistake)
@@ -231,6 +234,17 @@ def _read_directory(directory: Path, split: str | None, buckets: set[int] | None
             f"{directory}: no file matches split={split!r}, buckets={_show(buckets)} (files present: {names}){hint}"
         )
     return [ex for _, _, p in wanted for ex in read_file(p)]
+
+
+def _check_regular(path: Path) -> None:
+    """A data file that is a dangling link, a FIFO, a device or a folder is refused by name (a FIFO would hang)."""
+    if path.is_symlink() and not path.exists():
+        raise LogicDataError(f"{path} is a symbolic link to nothing ({os.readlink(path)}); fix or remove the link")
+    if not path.is_file():
+        what = "a folder" if path.is_dir() else "a FIFO" if stat.S_ISFIFO(path.stat().st_mode) else "not a regular file"
+        raise LogicDataError(
+            f"{path} is {what}, not a data file; remove it or give a folder of train{{k}}/test{{k}} files"
+        )
 
 
 def has_split(directory: str | Path, split: str) -> bool:

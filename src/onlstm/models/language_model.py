@@ -417,11 +417,17 @@ def sentence_distances(
 
 
 def load_language_model_run(
-    checkpoint, tag: str = "best", device="cpu", hint: str = "train one with `onlstm lm train` or `onlstm demo`"
+    checkpoint,
+    tag: str = "best",
+    device="cpu",
+    hint: str = "train one with `onlstm lm train` or `onlstm demo`",
+    reads_sentences: bool = False,
 ):
     """A language-model run directory (or a ``.safetensors`` file in one) as a
     :class:`~onlstm.runs.LoadedRun`: the model in eval mode on ``device``, its :class:`~onlstm.data.vocab.Vocab`
-    and header. Every problem is a :class:`~onlstm.checkpoint.CheckpointError` naming the file."""
+    and header. Every problem is a :class:`~onlstm.checkpoint.CheckpointError` naming the file.
+    ``reads_sentences``: the caller frames sentences with ``<eos>`` (parsing, surprisal, syneval, perplexity), so a
+    vocabulary without it is refused (every sentence end would be read as ``<unk>``, or fail)."""
     from ..checkpoint import CheckpointError
     from ..data.vocab import Vocab
     from ..runs import RunDir, load_run
@@ -431,6 +437,11 @@ def load_language_model_run(
             raise CheckpointError(
                 f"{RunDir(run.run_dir).vocab_path} has {len(run.vocab)} words but the model expects "
                 f"{run.model.config.vocab_size}; the run directory is inconsistent"
+            )
+        if reads_sentences and EOS not in run.vocab:
+            raise CheckpointError(
+                f"{RunDir(run.run_dir).vocab_path} has no {EOS}, which the model reads around every sentence "
+                f"(its end would be read as <unk>); use a model whose vocabulary holds {EOS}"
             )
 
     build = lambda section: LanguageModel(LMConfig.from_dict(section))

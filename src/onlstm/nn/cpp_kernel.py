@@ -110,7 +110,7 @@ def _build_and_load() -> Any:
     if compiling:
         print(f"onlstm: compiling the C++ kernel ({COMPILE_TIME}) ...", file=sys.stderr, flush=True)
     # PATH extended while the kernel builds; patch.dict restores it (or its absence) afterwards
-    with mock.patch.dict(os.environ, {"PATH": build_path(os.environ.get("PATH") or os.defpath)}):
+    with mock.patch.dict(os.environ, {"PATH": build_path(os.environ.get("PATH") or os.defpath)}), _build_streams():
         module = cpp_extension.load(
             name=name, sources=[str(copy)], extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], verbose=False
         )
@@ -118,6 +118,20 @@ def _build_and_load() -> Any:
         print(f"onlstm: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     _record_loaded(library, verified)
     return module
+
+
+@contextlib.contextmanager
+def _build_streams():
+    """torch's build flushes ``sys.stdout`` and ``sys.stderr`` before it runs ninja, and Python sets them to None
+    when the shell closed them (``>&-``, ``2>&-``): the kernel then failed to load. A sink stands in meanwhile."""
+    missing = [name for name in ("stdout", "stderr") if getattr(sys, name) is None]
+    if not missing:
+        yield
+        return
+    with open(os.devnull, "w") as sink, contextlib.ExitStack() as stack:
+        for name in missing:
+            stack.enter_context(mock.patch.object(sys, name, sink))
+        yield
 
 
 def _record_loaded(library: Path, verified: tuple[int, ...] | None = None) -> None:

@@ -93,20 +93,19 @@ def check_batch_sizes(batch_sizes: Tensor | Sequence[int], rows: int, where: str
                 f"{where}: batch_sizes must be a 1-D integer tensor, got {batch_sizes.dtype} of shape "
                 f"{tuple(batch_sizes.shape)}"
             )
-        sizes = batch_sizes.to(torch.int64)
-    else:
-        sizes = torch.as_tensor(list(batch_sizes), dtype=torch.int64)
-    if sizes.numel() == 0:
+        sizes = [int(n) for n in batch_sizes.tolist()]
+    else:  # checked as Python ints, not as a tensor: torch.export and torch.compile trace a list of ints as it is
+        sizes = [int(n) for n in batch_sizes]
+    if not sizes:
         raise ValueError(f"{where}: batch_sizes is empty (a packed sequence has at least one step)")
-    if bool((sizes <= 0).any()):
-        raise ValueError(f"{where}: batch_sizes must be positive, got {int(sizes.min())} at step {int(sizes.argmin())}")
-    if sizes.numel() > 1 and bool((sizes[1:] > sizes[:-1]).any()):
-        step = int((sizes[1:] > sizes[:-1]).nonzero()[0, 0]) + 1
+    if min(sizes) <= 0:
+        raise ValueError(f"{where}: batch_sizes must be positive, got {min(sizes)} at step {sizes.index(min(sizes))}")
+    step = next((k for k in range(1, len(sizes)) if sizes[k] > sizes[k - 1]), None)
+    if step is not None:
         raise ValueError(
-            f"{where}: batch_sizes must be non-increasing, got {int(sizes[step - 1])} then {int(sizes[step])} "
-            f"at step {step}"
+            f"{where}: batch_sizes must be non-increasing, got {sizes[step - 1]} then {sizes[step]} at step {step}"
         )
-    total = int(sizes.sum())
+    total = sum(sizes)
     if total != rows:
         raise ValueError(f"{where}: batch_sizes sum to {total} but the packed data has {rows} rows")
 

@@ -34,6 +34,11 @@ class _Flat(NamedTuple):
     steps: int
     batch: int
 
+    def size_list(self) -> list[int]:
+        """The batch sizes as ints: a padded input's from its shape, never read back from the tensor, which
+        ``torch.export`` and ``torch.compile(fullgraph=True)`` cannot do while tracing (a data-dependent value)."""
+        return self.batch_sizes.tolist() if self.packed else [self.batch] * self.steps
+
 
 def _check_args(sizes: dict[str, int], probs: dict[str, float], master_input: str) -> None:
     """The constructor arguments of both modules: positive sizes, probabilities in [0, 1), a known mode."""
@@ -169,7 +174,9 @@ class ONLSTMCell(nn.Module):
             h = c = x.new_zeros(x.shape[0], self.hidden_size)
         else:
             want = (self.hidden_size,) if unbatched else (x.shape[0], self.hidden_size)
-            h, c = _check_hx(hx, want, who="ONLSTMCell", names=("h", "c"), shape="", unbatched=unbatched, dim=0)
+            h, c = _check_hx(
+                hx, want, who="ONLSTMCell", names=("h", "c"), shape="", unbatched=unbatched, dim=0, dtype=x.dtype
+            )
         pre = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self._w_hh(), self.bias_hh)
         h1, c1, d_f, d_i = Fn.cell_update(pre, c, self.chunk_size, self.master_input)
         if unbatched:
@@ -206,15 +213,20 @@ def _reset(module: nn.Module, flat_names: list[list[str]]) -> None:
                 nn.init.uniform_(bias, -1.0 / math.sqrt(weight.shape[1]), 1.0 / math.sqrt(weight.shape[1]))
 
 
-def _check_hx(hx, want: tuple, *, who: str, names: tuple[str, str], shape: str, unbatched: bool, dim: int):
-    """``hx``, a pair of tensors of shape ``want`` (the messages name ``who``, ``names`` and ``shape``); unbatched
-    ones get their batch dimension ``dim`` back."""
+def _check_hx(hx, want: tuple, *, who: str, names: tuple[str, str], shape: str, unbatched: bool, dim: int, dtype):
+    """``hx``, a pair of tensors of shape ``want`` and the weights' ``dtype`` (the messages name ``who``, ``names``
+    and ``shape``); unbatched ones get their batch dimension ``dim`` back."""
     if not isinstance(hx, (tuple, list)) or len(hx) != 2:
         raise ValueError("hx must be a pair (h, c) of tensors")
     for name, t in zip(names, hx):
         if not isinstance(t, Tensor) or tuple(t.shape) != want:
             got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
             raise ValueError(f"{who}: expected {name} of shape {want}{shape}, got {got}")
+        if t.dtype != dtype:  # else a bare matmul RuntimeError inside the kernel
+            raise ValueError(
+                f"{who}: hx's {name} dtype ({t.dtype}) does not match the layer's weight dtype ({dtype}). Convert "
+                f"the state: {name}.to({dtype}), or the model: model.to({t.dtype})"
+            )
     return tuple(t.unsqueeze(dim) for t in hx) if unbatched else tuple(hx)
 
 
@@ -308,6 +320,9 @@ class ONLSTM(nn.Module):
         first checks itself against the reference loop here, and where it fails that is the reference
         (:mod:`onlstm.nn.selfcheck`).
         """
+        if torch.compiler.is_compiling():
+            # torch.compile and torch.export trace PyTorch operations; the kernels are opaque to them
+            return "reference"
         impl = kernels.resolve_impl(self.impl, device, dtype)
         return selfcheck.verified(impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
 
@@ -360,16 +375,14 @@ class ONLSTM(nn.Module):
         """Every layer and direction: last layer's rows ``(N, D*dirs)``, ``h_n, c_n``, ``dist (N, 2, L*dirs)``."""
         layer_input, results = flat.data, []
         rev = (
-            kernels.index_on(kernels.reversed_rows(flat.batch_sizes.tolist()), flat.data.device)
-            if self.bidirectional
-            else None
+            kernels.index_on(kernels.reversed_rows(flat.size_list()), flat.data.device) if self.bidirectional else None
         )
         for layer in range(self.num_layers):
             outs = []
             for d in range(self.num_directions):  # d = 1: the reverse direction, each sequence read backwards
                 k = layer * self.num_directions + d
                 x_l = layer_input.index_select(0, rev) if d and rev is not None else layer_input
-                out, hk, ck, dist = self._run(k, x_l, flat.batch_sizes, h0[k], c0[k], impl)
+                out, hk, ck, dist = self._run(k, x_l, flat, h0[k], c0[k], impl)
                 if d and rev is not None:
                     out, dist = out.index_select(0, rev), dist.index_select(0, rev)
                 outs.append(out)
@@ -416,26 +429,28 @@ class ONLSTM(nn.Module):
             return z, z
         want = (layers, self.hidden_size) if unbatched else (layers, batch, self.hidden_size)
         shape = f" (num_layers * num_directions, {'' if unbatched else 'batch, '}hidden_size)"
-        h0, c0 = _check_hx(hx, want, who="ONLSTM", names=("h_0", "c_0"), shape=shape, unbatched=unbatched, dim=1)
+        h0, c0 = _check_hx(
+            hx, want, who="ONLSTM", names=("h_0", "c_0"), shape=shape, unbatched=unbatched, dim=1, dtype=data.dtype
+        )
         if sorted_idx is not None:
             h0, c0 = h0.index_select(1, sorted_idx), c0.index_select(1, sorted_idx)
         return h0, c0
 
     def _run(
-        self, k: int, x: Tensor, batch_sizes: Tensor, h0: Tensor, c0: Tensor, impl: str
+        self, k: int, x: Tensor, flat: _Flat, h0: Tensor, c0: Tensor, impl: str
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """One layer/direction over packed rows ``x`` (N, in): ``out (N, D), h_n, c_n, dist (N, 2)``."""
         w_ih, weight_hh, *biases = (getattr(self, name) for name in self._flat_names[k])
         w_hh, (b_ih, b_hh) = dropconnect_weight(weight_hh, self.dropconnect, self.training), biases or (None, None)
         if impl == "reference":
             return Fn.reference_layer(
-                x, w_ih, w_hh, b_ih, b_hh, h0, c0, batch_sizes.tolist(), self.chunk_size, self.master_input
+                x, w_ih, w_hh, b_ih, b_hh, h0, c0, flat.size_list(), self.chunk_size, self.master_input
             )
         kernel = kernels.load_kernel(impl)
         assert kernel is not None, impl  # resolve_impl only returns kernels that loaded
         bias = None if b_ih is None or b_hh is None else b_ih + b_hh
         return kernels.fused_layer(
-            x, w_ih, w_hh, bias, h0, c0, batch_sizes, self.chunk_size, self.master_input == "reverse", kernel
+            x, w_ih, w_hh, bias, h0, c0, flat.batch_sizes, self.chunk_size, self.master_input == "reverse", kernel
         )
 
 

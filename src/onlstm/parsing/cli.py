@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import add_command, add_group, add_runtime_flags, option, runtime_settings
 from ..errors import InputError, command_error
-from ..files import write_text
+from ..files import json_text, read_lines, read_stdin_text, read_text, split_lines, write_text
 from ..models.language_model import default_parse_layer
 from ..runs import check_output_file, runtime_device
 from .evaluate import PAPER_F1, PAPER_SOURCE, paper_set, score_treebank
@@ -110,7 +109,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _read_trees(path: Path, fmt: str, what: str) -> list:
     try:
-        trees = parse_tree_lines(path.read_text(encoding="utf-8").splitlines(), fmt, f"{what} file {path}")
+        trees = parse_tree_lines(read_lines(path), fmt, f"{what} file {path}")
     except FileNotFoundError:
         raise InputError(f"{what} file {path} does not exist") from None
     except TreeFormatError as err:
@@ -189,7 +188,7 @@ def _cmd_compare_trees(args: argparse.Namespace) -> int:
     on bad input. --gold-format and --pred-format apply to the whole file.
     """
     result = compare_tree_files(args.gold, args.pred, args.gold_format, args.pred_format, args.normalise_gold)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else result.format_table())
+    print(json_text(result.to_dict()) if args.json else result.format_table())
     return 0
 
 
@@ -226,10 +225,10 @@ def _cmd_parse(args) -> int:
     try:
         lm = load_language_model(args.checkpoint, device=runtime_device(runtime_settings(args)))
         layer = choose_layer(args.layer, lm)
-        text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
+        text = read_text(args.input) if args.input else read_stdin_text()
     except (ValueError, OSError) as err:
         raise command_error(err) from None
-    sentences, numbers, dropped, empty = _prepare(text.splitlines(), lm.model.reader, lm.vocab)
+    sentences, numbers, dropped, empty = _prepare(split_lines(text), lm.model.reader, lm.vocab)
     if not sentences:
         raise InputError("no sentence to parse in the input")
     forget, _, unknown = sentence_distances(lm.model, lm.vocab, sentences, args.batch_size)
@@ -255,7 +254,7 @@ def _print_parse(fmt: str, line: int, item, vocab) -> None:
         unknown = [w for w in words if w not in vocab]
         distances = [] if dist is None else [[round(v, 5) for v in r] for r in dist.tolist()]
         tree = None if tree is None else to_brackets(tree)
-        print(json.dumps({"line": line, "words": words, "tree": tree, "unknown": unknown, "distances": distances}))
+        print(json_text({"line": line, "words": words, "tree": tree, "unknown": unknown, "distances": distances}, None))
     elif fmt == "pretty" and item is None:
         print(f"(line {line}: nothing to parse)")
     elif fmt == "pretty":
@@ -315,7 +314,7 @@ def _cmd_eval_parse(args) -> int:
         "paper": {"source": PAPER_SOURCE, "set": paper_set(args.wsj10, args.sections), "sentence_f1": PAPER_F1},
     }
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result))
     else:
         _print_eval_parse(bank.summary(), scores, args.random_draws, written)
         print(_paper_line(paper_set(args.wsj10, args.sections)))

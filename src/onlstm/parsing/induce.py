@@ -25,6 +25,7 @@ def load_language_model(checkpoint: str | Path, tag: str = "best", device: str =
         tag,
         device,
         hint="parsing needs a language model: train one with `onlstm lm train` or `onlstm demo`",
+        reads_sentences=True,
     )
     if not run.model.has_distances:
         raise CheckpointError(

@@ -51,7 +51,7 @@ _VALID = {
         "a whole number from 0 to 2**53",
     ),
     NUMBER: (_finite, "a finite number"),
-    REAL: (_is_number, "a number"),
+    REAL: (lambda v: v is None or _is_number(v), "a number or null"),  # null: NaN as JSON writes it (files.json_text)
     FLAG: (lambda v: isinstance(v, bool), "true or false"),
     SCORES: (
         lambda v: isinstance(v, dict) and all(k.isdigit() and _finite(x) for k, x in v.items()),

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Settings, add_command, add_flags, option
 from ..errors import command_error
-from ..files import check_output_owner, publish_folder, write_json
+from ..files import check_output_owner, json_text, publish_folder, write_json
 from .config import SynevalConfig
 from .data import PAPER_SOURCE, SynevalDataError, read_items, write_dump
 from .evaluate import COMPARISON_NAMES, outcome_record, score_items, summarize
@@ -81,7 +80,7 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
     }
     if args.out:
         write_out(args.out, report, models, items)
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    print(json_text(report) if args.json else format_report(report))
     return 0
 
 
@@ -98,12 +97,12 @@ def run_suites(args: argparse.Namespace, cfg: SynevalConfig) -> int:
     device = runtime_device(cfg)
     models = []
     for path in args.checkpoint:
-        run = load_language_model_run(path, cfg.weights, device)
+        run = load_language_model_run(path, cfg.weights, device, reads_sentences=True)
         models.append(_score_suites(run, str(path), suites, cfg.batch_size))
     report = {"suites": [s.path for s in suites], "models": models}
     if args.out:
         _write_suites_out(args.out, report)
-    print(json.dumps(report, indent=2, default=str) if args.json else format_suites(report))
+    print(json_text(report, default=str) if args.json else format_suites(report))
     return 0
 
 
@@ -174,7 +173,7 @@ def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
     from ..models.language_model import load_language_model_run
     from ..runs import progress_bar
 
-    run = load_language_model_run(path, cfg.weights, device)
+    run = load_language_model_run(path, cfg.weights, device, reads_sentences=True)
     start = time.perf_counter()
     unique = len({s for it in items for s in it.sentences})
     with progress_bar(cfg.progress, total=unique, desc=f"syneval {path}", unit="sent", leave=False) as bar:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import OnlstmError, first_line, quote
-from ..files import read_regular, write_text
+from ..files import read_lines, read_regular, write_text
 from ..pickles import PlainUnpickler, RefusedPickle
 
 HEADER = ("case", "condition", "grammatical", "ungrammatical", "intrusive")
@@ -98,7 +98,7 @@ def read_items(path: str | Path) -> list[Item]:
 
 def read_tsv(path: Path) -> list[Item]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_lines(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise SynevalDataError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
     if lines and tuple(c.strip().lower() for c in lines[0].split("\t")) == HEADER:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.reader import PTB, TextReader, is_sentence_end
+from ..errors import quote
 from ..files import read_regular
 from .data import SynevalDataError
 
@@ -26,6 +27,10 @@ METRICS: dict[str, Callable[[list[float]], float]] = {
     "min": lambda xs: min(xs) if xs else math.nan,
     "range": lambda xs: max(xs) - min(xs) if xs else math.nan,
 }
+#: The largest formula read: tokens, and brackets open at once. The published suites' formulas have a few dozen
+#: tokens and nest 3 deep; the parser and the evaluation recurse over the formula, so a longer or deeper one (a
+#: hostile file) is refused before it can exhaust the stack.
+MAX_FORMULA_TOKENS, MAX_FORMULA_DEPTH = 400, 40
 #: ``=`` in a formula: approximately equal, |a - b| <= ATOL + RTOL * |b| (SyntaxGym's tolerances).
 RTOL, ATOL = 1e-5, 1e-3
 
@@ -76,7 +81,19 @@ def _tokens(text: str) -> list[tuple[str, object]]:
         else:
             out.append(("op", m.group("op")))
         pos = m.end()
+        if len(out) > MAX_FORMULA_TOKENS:
+            raise FormulaError(f"the formula {text[:60]!r}... has over {MAX_FORMULA_TOKENS} tokens; split it up")
+    _check_depth(out, text)
     return out
+
+
+def _check_depth(tokens: list[tuple[str, object]], text: str) -> None:
+    depth = 0
+    for kind, value in tokens:
+        if kind == "op":
+            depth += 1 if value in _CLOSE else -1 if value in _CLOSE.values() else 0
+        if depth > MAX_FORMULA_DEPTH:
+            raise FormulaError(f"the formula {text[:60]!r}... nests over {MAX_FORMULA_DEPTH} brackets deep")
 
 
 class _Parser:
@@ -230,7 +247,11 @@ def _prediction(entry, where: str) -> Prediction:
         text = entry["formula"]
     else:
         ops = {"greaterthan": ">", "lessthan": "<", "equal": "="}
-        _need(entry.get("relation") in ops, where, "a prediction has neither a formula nor a known relation")
+        _need(
+            isinstance(entry.get("relation"), str) and entry["relation"] in ops,
+            where,
+            "a prediction has neither a formula nor a known relation",
+        )
         r, op = entry.get("region_number"), ops[entry["relation"]]
         text = f"({r};%{entry.get('l_operand')}%) {op} ({r};%{entry.get('r_operand')}%)"
     try:
@@ -242,6 +263,8 @@ def _prediction(entry, where: str) -> Prediction:
 def _item(entry, where: str, regions: dict[int, str]) -> tuple[int, dict[str, list[tuple[int, str]]]]:
     _need(isinstance(entry, dict) and isinstance(entry.get("conditions"), list), where, "an item without conditions")
     number, conditions = entry.get("item_number"), {}
+    _need(isinstance(number, (int, str)) and not isinstance(number, bool), where,
+          f"item_number {quote(number, 40)} is not a number")  # fmt: skip
     for cond in entry["conditions"]:
         _need(
             isinstance(cond, dict) and isinstance(cond.get("condition_name"), str), where, "a condition without a name"
@@ -253,7 +276,8 @@ def _item(entry, where: str, regions: dict[int, str]) -> tuple[int, dict[str, li
         parsed = []
         for r in rows:
             _need(isinstance(r, dict) and isinstance(r.get("content", ""), str), at, "a region is not an object")
-            _need(r.get("region_number") in regions, at, f"region {r.get('region_number')!r} is not in region_meta")
+            n = r.get("region_number")
+            _need(isinstance(n, int) and n in regions, at, f"region {quote(n, 40)} is not in region_meta")
             parsed.append((int(r["region_number"]), r.get("content", "")))
         _need(len({n for n, _ in parsed}) == len(parsed), at, "a region number appears twice")
         conditions[name] = sorted(parsed)
@@ -269,12 +293,17 @@ def read_suite(path: str | Path) -> Suite:
         data = json.loads(read_regular(path, error=SynevalDataError).decode("utf-8"))  # a FIFO would never end
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SynevalDataError(f"cannot read the suite {path}: {exc}") from None
+    except RecursionError:
+        raise SynevalDataError(f"cannot read the suite {path}: its JSON nests too deep for a test suite") from None
     where = str(path)
+    _check_text(data, where)
     _need(isinstance(data, dict), where, "not a JSON object")
     meta = data.get("meta") or {}
     _need(isinstance(meta, dict), where, "meta is not an object")
     metric = meta.get("metric", "sum")
-    _need(metric in METRICS, where, f"unknown metric {metric!r} (one of {', '.join(METRICS)})")
+    _need(
+        isinstance(metric, str) and metric in METRICS, where, f"unknown metric {metric!r} (one of {', '.join(METRICS)})"
+    )
     raw_regions = data.get("region_meta")
     _need(isinstance(raw_regions, dict) and bool(raw_regions), where, "no region_meta")
     try:
@@ -290,6 +319,28 @@ def read_suite(path: str | Path) -> Suite:
     suite = Suite(str(meta.get("name") or path.stem), metric, regions, predictions, items, where)
     _check_references(suite)
     return suite
+
+
+def _check_text(data: object, where: str) -> None:
+    """Every string of the suite can be written as UTF-8: JSON's ``\\ud800`` escapes give lone surrogates, which the
+    results would only fail on once the scoring is done. Walked without recursion (the nesting is the file's)."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad = f"U+{ord(value[exc.start]):04X}"
+                raise SynevalDataError(
+                    f"{where}: the text {quote(value, 60)} holds a lone surrogate ({bad}, an unpaired \\u escape), "
+                    "which is not a character; fix the suite's JSON"
+                ) from None
 
 
 def _check_references(suite: Suite) -> None:

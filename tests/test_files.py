@@ -1,0 +1,57 @@
+"""onlstm.files' readers and JSON writer (issue 48): lines end at "\\n" only, and no JSON the project writes holds
+NaN or Infinity (not JSON: strict readers refuse the file)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import pytest
+
+from onlstm.errors import InputError
+from onlstm.files import json_text, read_lines, read_stdin_text, split_lines, write_json
+
+
+@pytest.mark.parametrize(
+    "text, lines",
+    [
+        ("a\nb\n", ["a", "b"]),
+        ("a\nb", ["a", "b"]),  # a last line without its end
+        ("a\r\nb\r\n", ["a", "b"]),
+        ("a\rb\x0cc\x85d\u2028e\n", ["a\rb\x0cc\x85d\u2028e"]),  # none of these ends a line
+        ("\n\n", ["", ""]),
+        ("", []),
+    ],
+)
+def test_split_lines(tmp_path, text, lines):
+    assert split_lines(text) == lines
+    (tmp_path / "f.txt").write_bytes(text.encode("utf-8"))
+    assert read_lines(tmp_path / "f.txt") == lines
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_json_never_holds_a_non_finite_number(tmp_path, value):
+    obj = {"x": value, "row": [1.5, value, {"y": (value, 2)}], "ok": 0.25}
+    write_json(tmp_path / "a.json", obj)
+    for text in ((tmp_path / "a.json").read_text(), json_text(obj)):
+        back = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} written"))
+        assert back == {"x": None, "row": [1.5, None, {"y": [None, 2]}], "ok": 0.25}
+
+
+def test_a_closed_stdin_is_one_input_error(monkeypatch):
+    monkeypatch.setattr("sys.stdin", None)  # what Python sets when the shell closed it (<&-)
+    with pytest.raises(InputError, match="standard input is closed"):
+        read_stdin_text()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"a\rb\n"), encoding="utf-8"))
+    assert read_stdin_text() == "a\rb\n"  # read as bytes: no newline translated
+
+
+def test_a_nan_written_as_null_reads_back_where_a_history_allows_any_number(tmp_path):
+    # lm train's history rows hold NaN until a finite validation comes (best_valid_ppl); JSON now says null, and a
+    # resumed run must still read its own history
+    from onlstm.runs.records import NUMBER, REAL, read_history
+
+    write_json(tmp_path / "history.json", [{"best_valid_ppl": math.nan, "epoch_seconds": 1.5}])
+    rows = read_history(tmp_path / "history.json", {"best_valid_ppl": REAL, "epoch_seconds": NUMBER}, (), "fix it")
+    assert rows == [{"best_valid_ppl": None, "epoch_seconds": 1.5}]
