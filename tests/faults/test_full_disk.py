@@ -181,6 +181,7 @@ NOT_COVERED = {
     "parsing plot": "figures through save_figure (tests/test_faults.py: plot)",
     "logic holdout": "data files through publish_folder, as logic generate",
     "logic compare": "the logic train runs above and table.md through write_text; minutes long",
+    "lm compare": "the lm train runs above, then compare.json and tables.md through write_json / write_text",
     "syneval": "results through publish_folder, as export; needs a trained model and test items",
     "demo": "lm train's run and a data folder through publish_folder; needs nltk and minutes",
     "import official": "needs the authors' checkpoint (tests/test_official_import.py builds one)",
