@@ -19,10 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import encoders
+from ..data.ptb import split_file
 from ..errors import EXIT_INTERRUPTED, InputError, first_line
 from ..files import write_json, write_text
+from ..runs import check_output_folder
+from ..runs.dirs import RunLock
 from ..runs.parallel import Ended, Job, threads_per_job, train_in_processes
 from ..runs.stats import mean_std, seed_difference
+from .config import run_config
 
 
 @dataclass
@@ -62,8 +66,27 @@ def compare(
 ) -> StudyResult:
     """Train (unless ``finished_only``) and measure the grid ``cells`` x ``seeds``; ``explicit``: the settings every
     run shares (``{"model": ..., "train": ...}``, the cell and seed set per run)."""
+    check_study(explicit, cells, data_dir, yardsticks)  # every problem found before anything is written
+    check_output_folder(out)
+    with RunLock(out, "onlstm lm compare", log=log):  # one study at a time in a folder
+        return _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_only, log)
+
+
+def check_study(explicit: dict, cells: list[str], data_dir: Path, yardsticks: Yardsticks) -> None:
+    """Every cell's settings, the training text and the yardsticks' paths, checked before any run starts."""
+    for cell in cells:
+        model = {**explicit.get("model", {}), "cell": cell}
+        run_config({"model": model, "train": explicit.get("train", {})}).model_config(vocab_size=1)
+    for split in ("train", "valid", "test"):
+        split_file(Path(data_dir), split)
+    for flag, path in (("--treebank", yardsticks.treebank), ("--syneval-data", yardsticks.syneval_data),
+                       ("--suites", yardsticks.suites)):  # fmt: skip
+        if path is not None and not Path(path).exists():
+            raise InputError(f"{flag} {path} does not exist; give the folder or file to measure every run on")
+
+
+def _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_only, log) -> StudyResult:
     res = StudyResult(Path(out))
-    res.out_dir.mkdir(parents=True, exist_ok=True)
     grid = [(cell, seed) for seed in seeds for cell in cells]
     if not finished_only:
         todo = [_job(res.out_dir, cell, seed, explicit, data_dir, jobs) for cell, seed in grid]
