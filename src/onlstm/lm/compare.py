@@ -20,10 +20,10 @@ from pathlib import Path
 
 from .. import encoders
 from ..data.ptb import split_file
-from ..errors import EXIT_INTERRUPTED, InputError, first_line
+from ..errors import EXIT_INTERRUPTED, InputError, OnlstmError, first_line
 from ..files import write_json, write_text
 from ..runs import check_output_folder
-from ..runs.dirs import RunLock
+from ..runs.dirs import RunDir, RunLock
 from ..runs.parallel import Ended, Job, threads_per_job, train_in_processes
 from ..runs.stats import mean_std, seed_difference
 from .config import run_config
@@ -133,11 +133,11 @@ def _status(where: Path) -> str:
     if not where.is_dir():
         return "not started"
     try:
-        result = json.loads((where / "results.json").read_text())
-    except (OSError, ValueError):
+        result = RunDir(where).results()
+    except OnlstmError as exc:
+        return f"its result cannot be read ({first_line(exc)})"
+    if result is None:
         return "started, no result yet (training, or stopped before its first save)"
-    if not isinstance(result, dict):
-        return "its results.json is damaged"
     if result.get("status") == "finished":
         return "finished"
     return f"{result.get('status')} after {result.get('epochs', 0):.2f} epochs (by {result.get('stopped_by')})"
@@ -145,12 +145,14 @@ def _status(where: Path) -> str:
 
 def measure(where: Path, evals: Path, yardsticks: Yardsticks, log: Callable[[str], None]) -> dict:
     """A finished run's figures: its final test's perplexity, and each yardstick's command output (kept)."""
-    result = json.loads((where / "results.json").read_text())
+    run = RunDir(where)
+    result = run.results() or {}
     figures: dict = {"test_ppl": (result.get("test") or {}).get("ppl"), "epochs": result.get("epochs")}
     figures["stopped_by"] = result.get("stopped_by")
     threads = ["--threads", str(yardsticks.threads)]
-    cell = json.loads((where / "config.json").read_text())["model"]["cell"]
-    if yardsticks.treebank is not None and encoders.has_distances(cell):  # trees need master gates
+    cell = (run.header().get("model") or {}).get("cell")
+    trees = cell in encoders.names() and encoders.has_distances(cell)  # trees need master gates
+    if yardsticks.treebank is not None and trees:
         for name, extra in (("wsj10", ["--wsj10"]), ("wsj", [])):
             args = ["parsing", "eval-parse", "--checkpoint", str(where), "--treebank", str(yardsticks.treebank)]
             figures[name] = _parsing(_command(evals / f"{name}.json", [*args, *extra, "--json", *threads], log))
