@@ -14,10 +14,10 @@ from onlstm.nn.kernels import KernelInputs
 
 
 class FakeModule:
-    """The compiled module's backend interface; a pass 'takes' the seconds ``cost`` gives its backend."""
+    """The compiled module's backend interface, with the seconds each backend 'takes' (``cost``)."""
 
     def __init__(self, backends, cost):
-        self.backends, self.cost, self.backend, self.passes = list(backends), cost, backends[-1], []
+        self.backends, self.cost, self.backend = list(backends), cost, backends[-1]
 
     def gemm_backends(self):
         return self.backends
@@ -31,60 +31,62 @@ class FakeModule:
     def gemm_why_not_onednn(self):
         return "" if "onednn" in self.backends else "refused float32 (test)"
 
-    def forward(self, *args):
-        self.passes.append(self.backend)
-        clock.now += self.cost[self.backend]
-        return (torch.zeros(1),) * 6
 
-    def backward(self, *args):
-        return None
+@pytest.fixture
+def timings(monkeypatch):
+    """Injected timings (the fake module's costs); records the sizes each timing was asked for."""
+    asked: list = []
 
+    def fake(module, backends, sizes, timer):
+        asked.append(sizes)
+        return {b: module.cost[b] for b in backends}
 
-class Clock:
-    now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
-clock = Clock()
+    monkeypatch.setattr(cpp_gemm, "time_backends", fake)
+    monkeypatch.delenv(cpp_gemm.ENV, raising=False)
+    return asked
 
 
-def inputs(batch=4):
-    x, w = torch.zeros(3 * batch, 5), torch.zeros(4 * 6 + 2 * 3, 6)
+def clock():
+    return 0.0
+
+
+def inputs(batch=4, steps=3):
+    x, w = torch.zeros(steps * batch, 5), torch.zeros(4 * 6 + 2 * 3, 6)
     h = torch.zeros(batch, 6)
-    bs = torch.full((3,), batch, dtype=torch.long)
+    bs = torch.full((steps,), batch, dtype=torch.long)
     return KernelInputs(x, torch.zeros(w.shape[0], 5), w, None, h, h, bs, 2, False)
 
 
-def test_the_fastest_backend_is_chosen_and_cached(tmp_path, monkeypatch):
-    monkeypatch.delenv(cpp_gemm.ENV, raising=False)
+def test_the_fastest_backend_is_chosen_and_cached(tmp_path, timings):
     module = FakeModule(["onednn", "linear", "mkl"], {"onednn": 3.0, "linear": 1.0, "mkl": 2.0})
     choice = cpp_gemm.choose(module, inputs(), tmp_path, clock)
     assert (choice.backend, choice.how, module.backend) == ("linear", "measured", "linear")
     assert choice.seconds == {"onednn": 3.0, "linear": 1.0, "mkl": 2.0}
-    assert module.passes.count("mkl") == cpp_gemm.ROUNDS + 1  # one untimed pass, then the timed rounds
+    assert timings == [(5, 6, 2, 4, 3)]  # the call's own sizes: input, hidden, chunk, batch, steps
     assert "fastest of 3" in choice.describe() and "linear 1000.0 ms" in choice.describe()
     again = FakeModule(["onednn", "linear", "mkl"], {"onednn": 0.0, "linear": 9.0, "mkl": 9.0})
     cached = cpp_gemm.choose(again, inputs(), tmp_path, clock)
-    assert (cached.backend, cached.how, again.passes) == ("linear", "cached", [])  # read, not timed again
+    assert (cached.backend, cached.how, len(timings)) == ("linear", "cached", 1)  # read, not timed again
     other = cpp_gemm.choose(again, inputs(batch=7), tmp_path, clock)  # other sizes: timed for them
     assert (other.backend, other.how) == ("onednn", "measured")
     assert len(json.loads((tmp_path / cpp_gemm.CACHE_NAME).read_text())) == 2
 
 
-def test_ties_go_to_the_first_backend_and_a_single_one_is_not_timed(tmp_path, monkeypatch):
-    monkeypatch.delenv(cpp_gemm.ENV, raising=False)
+def test_a_long_call_is_timed_with_its_steps_capped(timings):
+    cpp_gemm.choose(FakeModule(["linear", "mkl"], {"linear": 1.0, "mkl": 2.0}), inputs(2, 500), None, clock)
+    assert timings == [(5, 6, 2, 2, cpp_gemm.MAX_TIMED_STEPS)]
+
+
+def test_ties_go_to_the_first_backend_and_a_single_one_is_not_timed(tmp_path, timings):
     tie = FakeModule(["linear", "mkl"], {"linear": 1.0, "mkl": 1.0})
     assert cpp_gemm.choose(tie, inputs(), None, clock).backend == "linear"
     alone = FakeModule(["mkl"], {"mkl": 1.0})
     choice = cpp_gemm.choose(alone, inputs(), tmp_path, clock)
-    assert (choice.backend, choice.how, alone.passes) == ("mkl", "only", [])
+    assert (choice.backend, choice.how, len(timings)) == ("mkl", "only", 1)
     assert "the only backend" in choice.describe()
 
 
-def test_a_damaged_cache_or_a_cached_backend_that_no_longer_runs_is_timed_again(tmp_path, monkeypatch):
-    monkeypatch.delenv(cpp_gemm.ENV, raising=False)
+def test_a_damaged_cache_or_a_cached_backend_that_no_longer_runs_is_timed_again(tmp_path, timings):
     (tmp_path / cpp_gemm.CACHE_NAME).write_text("{not json")
     module = FakeModule(["linear", "mkl"], {"linear": 2.0, "mkl": 1.0})
     assert cpp_gemm.choose(module, inputs(), tmp_path, clock).how == "measured"

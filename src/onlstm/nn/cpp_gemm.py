@@ -5,7 +5,8 @@ oneDNN accepts float32 matmul: AVX-512 or AVX-NE-CONVERT), oneDNN's linear on we
 (``linear``), and ATen's GEMM (``mkl``, always). Which is fastest depends on the CPU and its load, not on its
 instruction set's name: on an AVX2-only AMD EPYC the packed linear beat MKL, on an AVX-512 one the matmul did
 (docs/layer.md, "Every CPU"). So at the first float32 call the kernel times every backend that runs here on that
-layer's own products (a few forward and backward passes of 8 steps, interleaved; tens of milliseconds), keeps the
+layer's own product shapes (each product timed alone, weighted by how often a call of that layer runs it: 0.4 s
+for the paper's PTB layer, 1.4 s for its largest, on one thread of an AMD EPYC), keeps the
 fastest, and records the choice in ``gemm_choice.json`` beside the compiled library, keyed by the CPU, torch, the
 thread count and the layer's sizes: later processes read it instead of timing again (delete the file to measure
 again). ``ONLSTM_CPU_GEMM=mkl|onednn|linear`` forces one backend and skips the timing (tests force each one)."""
@@ -34,7 +35,7 @@ LABELS = {
     "linear": "oneDNN linear on packed weights",
     "mkl": "MKL (ATen's GEMM)",
 }
-TIMED_STEPS, ROUNDS = 8, 3
+MAX_TIMED_STEPS, ROUNDS = 70, 2
 
 
 @dataclass
@@ -94,7 +95,10 @@ def choose(module: Any, inputs: Any, cache_dir: Path | None, timer: Callable[[],
     if len(candidates) == 1:
         module.set_gemm_backend(candidates[0])
         return Choice(candidates[0], "only")
-    sizes = (inputs.x.shape[1], inputs.w_hh.shape[1], int(inputs.chunk), int(inputs.batch_sizes[0]))
+    # the call's own sizes (steps capped): packing a weight costs once per call and saves at every step, so the
+    # steps weigh the products (timing whole passes of 8 steps chose MKL where 70 ran 1.14x faster packed)
+    steps = min(len(inputs.batch_sizes), MAX_TIMED_STEPS)
+    sizes = (inputs.x.shape[1], inputs.w_hh.shape[1], int(inputs.chunk), int(inputs.batch_sizes[0]), steps)
     key, path = cache_key(sizes), None if cache_dir is None else cache_dir / CACHE_NAME
     cached = _read(path).get(key)
     if isinstance(cached, dict) and cached.get("backend") in candidates:
@@ -109,33 +113,61 @@ def choose(module: Any, inputs: Any, cache_dir: Path | None, timer: Callable[[],
 
 
 def time_backends(module: Any, backends: list[str], sizes: tuple[int, ...], timer) -> dict[str, float]:
-    """The best of :data:`ROUNDS` interleaved timings of a forward and backward pass of :data:`TIMED_STEPS` steps
-    per backend, after one untimed pass each (oneDNN builds its primitives then). Random values from a generator
-    of its own: torch's would shift every later random number (a resumed run would differ from one not stopped)."""
-    args, grads = _timing_case(*sizes)
-    best = dict.fromkeys(backends, float("inf"))
+    """Each backend's time for the products of one layer call of ``sizes`` (input, hidden, chunk, batch, steps),
+    from timings of its product shapes: per step, ``h @ w_hh^T`` and ``dG @ w_hh`` (packed weights for the oneDNN
+    routes: their packing is paid once per call, and counted once); per block of up to 256 rows (the rate of the
+    kernel's 1,024-row blocks), the input projection and ``d_x`` (the weight gradient is MKL's on every route: left out). Each product is timed alone, the
+    best of :data:`ROUNDS` rounds after one untimed call (oneDNN builds its primitives then), the backends
+    interleaved. Random values from a generator of its own: torch's would shift every later random number."""
+    n_in, hidden, chunk, batch, steps = sizes
+    case = _product_case(n_in, hidden, chunk, batch, steps)
+    rows = batch * steps
+    blocks = rows / case["x"].shape[0]
+    best: dict[str, dict[str, float]] = {b: {} for b in backends}
     for rnd in range(ROUNDS + 1):
         for b in backends:
-            module.set_gemm_backend(b)
-            start = timer()
-            out, _, _, _, act, cells = module.forward(*args)
-            x, w_ih, w_hh, _, h0, c0, bs, chunk, inclusive = args
-            module.backward(*grads, x, w_ih, w_hh, h0, c0, bs, act, cells, out, chunk, inclusive)
-            if rnd:
-                best[b] = min(best[b], timer() - start)
-    return best
+            for name, (product, times) in _products(module, b, case).items():
+                start = timer()
+                for _ in range(times):
+                    product()
+                if rnd:
+                    t = (timer() - start) / times
+                    best[b][name] = min(best[b].get(name, float("inf")), t)
+    weights = {"step": 2 * steps, "block": 2 * blocks, "pack": 1}
+    return {b: sum(weights[name.split()[0]] * t for name, t in best[b].items()) for b in backends}
 
 
-def _timing_case(n_in: int, hidden: int, chunk: int, batch: int) -> tuple[tuple, tuple]:
+def _product_case(n_in: int, hidden: int, chunk: int, batch: int, steps: int) -> dict:
     gen = torch.Generator().manual_seed(0)
     rnd = lambda *shape: torch.randn(*shape, generator=gen) * 0.1
     gates = 4 * hidden + 2 * (hidden // chunk)
-    bs = torch.full((TIMED_STEPS,), batch, dtype=torch.long)
-    zeros = torch.zeros(batch, hidden)
-    args = (rnd(TIMED_STEPS * batch, n_in), rnd(gates, n_in), rnd(gates, hidden), rnd(gates), zeros, zeros, bs,
-            chunk, False)  # fmt: skip
-    grads = (rnd(TIMED_STEPS * batch, hidden), zeros, zeros, None)
-    return args, grads
+    rows = min(batch * steps, 256)  # a block of the sequence-wide products: their rate, not all their rows
+    w_ih, w_hh = rnd(gates, n_in), rnd(gates, hidden)
+    return {"h": rnd(batch, hidden), "dg": rnd(batch, gates), "x": rnd(rows, n_in), "dG": rnd(rows, gates),
+            "w_ih": w_ih, "w_hh": w_hh, "w_hh_t": w_hh.t().contiguous(), "w_ih_t": w_ih.t().contiguous()}  # fmt: skip
+
+
+def _products(module: Any, backend: str, c: dict) -> dict[str, tuple[Callable[[], Any], int]]:
+    """The products of a layer call on ``backend``, as callables with how many times to run each in a timing."""
+    if backend == "mkl":
+        mm = lambda a, b: torch.mm(a, b)
+        return {"step fwd": (lambda: mm(c["h"], c["w_hh_t"]), 4), "step bwd": (lambda: mm(c["dg"], c["w_hh"]), 4),
+                "block in": (lambda: mm(c["x"], c["w_ih_t"]), 1), "block dx": (lambda: mm(c["dG"], c["w_ih"]), 1)}  # fmt: skip
+    reorder, linear = torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
+    lin = lambda a, w: linear(a, w, None, "none", [], "")
+    packed = {k: reorder(c[k], None) for k in ("w_hh", "w_hh_t", "w_ih", "w_ih_t")}
+    out = {"pack": (lambda: [reorder(c[k], None) for k in ("w_hh", "w_hh_t")], 1)}
+    out["step fwd"] = (lambda: lin(c["h"], packed["w_hh"]), 4)
+    out["step bwd"] = (lambda: lin(c["dg"], packed["w_hh_t"]), 4)
+    if backend == "linear":
+        out["pack"] = (lambda: [reorder(c[k], None) for k in ("w_hh", "w_hh_t", "w_ih", "w_ih_t")], 1)
+        out["block in"] = (lambda: lin(c["x"], packed["w_ih"]), 1)
+        out["block dx"] = (lambda: lin(c["dG"], packed["w_ih_t"]), 1)
+    else:  # oneDNN's matmul on the weights as stored
+        y, dx = torch.empty(c["x"].shape[0], c["w_ih"].shape[0]), torch.empty(c["dG"].shape[0], c["w_ih"].shape[1])
+        out["block in"] = (lambda: module.matmul(c["x"], c["w_ih_t"], y, "onednn"), 1)
+        out["block dx"] = (lambda: module.matmul(c["dG"], c["w_ih"], dx, "onednn"), 1)
+    return out
 
 
 def _read(path: Path | None) -> dict:
