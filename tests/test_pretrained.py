@@ -163,3 +163,17 @@ def test_exporting_a_logic_run_does_not_import_the_demo(tmp_path, monkeypatch, c
     assert "saved" in capsys.readouterr().out
     back = LogicClassifier.from_pretrained(tmp_path / "out").state_dict()
     assert all(torch.equal(back[k], v) for k, v in model.state_dict().items())
+
+
+def test_save_pretrained_names_its_arguments_not_the_commands_flags(tmp_path):
+    """#48: a refusal raised from Python names save_pretrained's argument (overwrite=True), never --to/--overwrite."""
+    from onlstm.errors import InputError
+    from onlstm.models.language_model import LanguageModel, LMConfig
+
+    model = LanguageModel(LMConfig(vocab_size=5, emb_size=4, hidden_sizes=[8, 4], chunk_size=4))
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's")
+    with pytest.raises(InputError) as refused:
+        model.save_pretrained(tmp_path / "mine", ["<unk>", "<eos>", "a", "b", "c"])
+    assert "overwrite=True" in str(refused.value) and "--" not in str(refused.value)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "the user's"

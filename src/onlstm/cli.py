@@ -95,6 +95,7 @@ def _cmd_export(args) -> int:
     from .runs import RunDir, find_kind
 
     run, weights = RunDir.find(args.checkpoint, args.weights)
+    RunDir(args.to).check_share_target(args.overwrite)  # before any work, in the command's own words (--to)
     kind = find_kind(run.read_config().get("kind"), "export", run.path)  # no header: read_config says so
     model = kind.model.from_pretrained(weights)
     if isinstance(model.run_config.get("demo"), dict):  # a demo's run also holds lm train's settings, but only

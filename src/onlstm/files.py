@@ -256,6 +256,7 @@ def check_output_owner(
     overwrite: bool = False,
     flag: str = "--out",
     legacy: Any = None,
+    overwrite_flag: str = "--overwrite",
 ) -> Path:
     """The ownership rule, checked before any work: ``path`` may receive a ``kind`` output when it does not exist,
     is an empty folder, holds an earlier ``kind`` output and nothing else (its marker, or ``legacy(path)`` for one
@@ -267,7 +268,7 @@ def check_output_owner(
     check_writable(path.parent if path.exists() else path, flag)  # the new folder is made beside it
     if not path.exists() or overwrite:
         if overwrite and path.exists():
-            _check_replaceable(path, flag)
+            _check_replaceable(path, flag, overwrite_flag)
         return path
     try:
         names = os.listdir(path)
@@ -277,15 +278,15 @@ def check_output_owner(
         return path
     raise InputError(
         f"{flag} {path} is not empty and was not written by this command (it holds {_listing(names)}); "
-        f"choose a new or empty {flag}, or pass --overwrite to replace the whole folder"
+        f"choose a new or empty {flag}, or pass {overwrite_flag} to replace the whole folder"
     )
 
 
-def _check_replaceable(path: Path, flag: str) -> None:
-    # --overwrite replaces the folder as a whole: never the root, the home folder or one holding the working folder
+def _check_replaceable(path: Path, flag: str, overwrite_flag: str = "--overwrite") -> None:
+    # overwriting replaces the folder as a whole: never the root, the home folder or one holding the working folder
     real, cwd = path.resolve(), Path.cwd().resolve()
     if real == Path(real.anchor) or real == Path.home().resolve() or real == cwd or real in cwd.parents:
-        raise InputError(f"{flag} {path}: --overwrite would replace {real}, which holds more than an output")
+        raise InputError(f"{flag} {path}: {overwrite_flag} would replace {real}, which holds more than an output")
 
 
 def publish_folder(path: str | Path, kind: str, write) -> Path:

@@ -246,7 +246,9 @@ class RunDir:
             return False
         return self.SHARED_WEIGHTS in held and held <= names and "kind" in self.header()
 
-    def check_share_target(self, overwrite: bool = False) -> Path:
+    def check_share_target(
+        self, overwrite: bool = False, flag: str = "--to", overwrite_flag: str = "--overwrite"
+    ) -> Path:
         """Whether a shared model may be written here (:meth:`save_pretrained`'s rule, for a writer to check before
         its work): a new or empty directory or an earlier export, anything else only with ``overwrite``, and never
         a training run, the root, the home folder or one that holds the working folder."""
@@ -258,9 +260,9 @@ class RunDir:
         ]  # only a training writes them
         if held:
             raise InputError(f"{directory} holds a training run ({held[0]}); save the shared model elsewhere")
-        return check_output_owner(
-            directory, self.EXPORT, overwrite=overwrite, flag="--to", legacy=lambda path: RunDir(path).is_export()
-        )
+        legacy = lambda path: RunDir(path).is_export()
+        return check_output_owner(directory, self.EXPORT, overwrite=overwrite, flag=flag, legacy=legacy,
+                                  overwrite_flag=overwrite_flag)  # fmt: skip
 
     def save_pretrained(
         self, model, config: dict, card: str, vocab: list[str] | None = None, overwrite: bool = False
@@ -268,7 +270,8 @@ class RunDir:
         """Write a model to share here, all files at once (:func:`onlstm.files.publish_folder`): into a new or empty
         directory or over an earlier export, anything else only with ``overwrite``; never over a training run (its
         best weights would be lost)."""
-        directory = self.check_share_target(overwrite)
+        # called from Python: the message names the argument, not the command's flags
+        directory = self.check_share_target(overwrite, "save_pretrained: the directory", "overwrite=True")
 
         def write(tmp: Path) -> None:
             into = RunDir(tmp)
