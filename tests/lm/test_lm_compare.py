@@ -45,11 +45,11 @@ def test_the_grid_is_trained_measured_and_reused(tmp_path, capsys):
     (tmp_path / "pairs.tsv").write_text(PAIRS)
     out = tmp_path / "study"
     argv = ["lm", "compare", "--config", str(TINY_LM), "--data-dir", str(data), "--out", str(out), "--epochs", "1"]
-    argv += ["--seeds", "1", "2", "--jobs", "2", "--treebank", str(tmp_path / "bank")]
+    argv += ["--seeds", "1", "--jobs", "2", "--treebank", str(tmp_path / "bank")]  # the statistics: tested above
     argv += ["--syneval-data", str(tmp_path / "pairs.tsv"), "--no-progress"]
     assert main(argv) == 0, capsys.readouterr()
     record = json.loads((out / "compare.json").read_text())
-    assert [(r["cell"], r["seed"]) for r in record["runs"]] == [("onlstm", 1), ("lstm", 1), ("onlstm", 2), ("lstm", 2)]
+    assert [(r["cell"], r["seed"]) for r in record["runs"]] == [("onlstm", 1), ("lstm", 1)]
     for run in record["runs"]:
         figures = run["figures"]
         got = json.loads((out / f"{run['cell']}-seed{run['seed']}" / "results.json").read_text())
@@ -63,7 +63,7 @@ def test_the_grid_is_trained_measured_and_reused(tmp_path, capsys):
             assert "wsj10" not in figures
         assert set(figures["marvin_linzen"]) == {"simple_agrmt", "sent_comp"}
     tables = (out / "tables.md").read_text()
-    assert "| PTB test perplexity | " in tables and "(2)" in tables and "onlstm - lstm" in tables
+    assert "| PTB test perplexity | " in tables and "(1)" in tables and "not decided (< 2 seeds a side)" in tables
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")}
     assert main(argv + ["--finished-only"]) == 0  # nothing trained or measured again: the same files
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")} == stamps
