@@ -334,3 +334,19 @@ def test_weights_saved_with_another_kind_of_dtype_are_refused(tmp_path):
         load_weights(tmp_path / "w.st", layer)
     save_file({k: v.detach().double().contiguous() for k, v in layer.state_dict().items()}, str(tmp_path / "d.st"))
     load_weights(tmp_path / "d.st", layer)  # another float precision is converted, as load_state_dict does
+
+
+def test_a_folder_holding_only_a_killed_writers_temporary_files_takes_a_new_run(tmp_path):
+    """#48 leftover: a writer killed before config.json existed left only its temporary files; they are not the
+    user's (the lock removes them), so a new training there is allowed, while any other file still refuses it."""
+    from onlstm.files import LEFTOVER
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".log.csv.abcd1234.tmp").write_text("half")
+    (run / ".tmpAb12Cd").write_bytes(b"\0" * 8)
+    assert all(LEFTOVER.fullmatch(p.name) for p in run.iterdir())
+    assert RunDir(run).check_output().path == run
+    (run / "notes.txt").write_text("the user's")
+    with pytest.raises(RunDirError, match="not empty and holds no run"):
+        RunDir(run).check_output()

@@ -22,6 +22,7 @@ from torch import nn
 from ..checkpoint import MAX_JSON_BYTES, CheckpointError, load_weights, read_json, save_weights
 from ..errors import InputError, OnlstmError, WriteError, quote
 from ..files import (
+    LEFTOVER,
     check_output_folder,
     check_output_owner,
     check_writable,
@@ -222,7 +223,8 @@ class RunDir:
                 + f", or choose another {flag}, or delete the directory to start over (found: {held})"
             )
         if not held and not resume and self.path.is_dir():
-            others = [n for n in os.listdir(self.path) if n not in (self.LOCK, *keep)]
+            # a writer killed mid-write leaves its temporary files: the lock removes them, they are not the user's
+            others = [n for n in os.listdir(self.path) if n not in (self.LOCK, *keep) and not LEFTOVER.fullmatch(n)]
             if others:
                 shown = ", ".join(repr(n[:60]) for n in sorted(others)[:3]) + (" ..." if len(others) > 3 else "")
                 raise RunDirError(
