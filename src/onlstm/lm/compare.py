@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import encoders
+from ..checkpoint import read_json
 from ..data.ptb import split_file
 from ..errors import EXIT_INTERRUPTED, InputError, OnlstmError, first_line
 from ..files import write_json, write_text
@@ -176,7 +177,7 @@ def measure(where: Path, evals: Path, yardsticks: Yardsticks, log: Callable[[str
 def _command(path: Path, args: list[str], log: Callable[[str], None]) -> dict:
     """The JSON a command printed, kept in ``path`` (read back instead of running it again)."""
     if path.is_file():
-        return json.loads(path.read_text())
+        return read_json(path)
     log(f"   onlstm {' '.join(args)}")
     done = subprocess.run([sys.executable, "-m", "onlstm", *args], capture_output=True, text=True)
     if done.returncode != 0:

@@ -150,17 +150,18 @@ def _product_case(n_in: int, hidden: int, chunk: int, batch: int, steps: int) ->
 def _products(module: Any, backend: str, c: dict) -> dict[str, tuple[Callable[[], Any], int]]:
     """The products of a layer call on ``backend``, as callables with how many times to run each in a timing."""
     if backend == "mkl":
-        mm = lambda a, b: torch.mm(a, b)
+        mm = torch.mm
         return {"step fwd": (lambda: mm(c["h"], c["w_hh_t"]), 4), "step bwd": (lambda: mm(c["dg"], c["w_hh"]), 4),
                 "block in": (lambda: mm(c["x"], c["w_ih_t"]), 1), "block dx": (lambda: mm(c["dG"], c["w_ih"]), 1)}  # fmt: skip
     reorder, linear = torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
     lin = lambda a, w: linear(a, w, None, "none", [], "")
-    packed = {k: reorder(c[k], None) for k in ("w_hh", "w_hh_t", "w_ih", "w_ih_t")}
-    out = {"pack": (lambda: [reorder(c[k], None) for k in ("w_hh", "w_hh_t")], 1)}
+    # the weights each route packs per call: the recurrent one both ways; the linear route the input one too
+    keys = ("w_hh", "w_hh_t", "w_ih", "w_ih_t") if backend == "linear" else ("w_hh", "w_hh_t")
+    packed = {k: reorder(c[k], None) for k in keys}
+    out = {"pack": (lambda: [reorder(c[k], None) for k in keys], 1)}
     out["step fwd"] = (lambda: lin(c["h"], packed["w_hh"]), 4)
     out["step bwd"] = (lambda: lin(c["dg"], packed["w_hh_t"]), 4)
     if backend == "linear":
-        out["pack"] = (lambda: [reorder(c[k], None) for k in ("w_hh", "w_hh_t", "w_ih", "w_ih_t")], 1)
         out["block in"] = (lambda: lin(c["x"], packed["w_ih"]), 1)
         out["block dx"] = (lambda: lin(c["dG"], packed["w_ih_t"]), 1)
     else:  # oneDNN's matmul on the weights as stored
