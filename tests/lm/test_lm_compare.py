@@ -68,6 +68,7 @@ def test_the_grid_is_trained_measured_and_reused(tmp_path, capsys):
     assert main(argv + ["--finished-only"]) == 0  # nothing trained or measured again: the same files
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")} == stamps
     assert (out / "tables.md").read_text() == tables
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_finished_only_lists_runs_not_started(tmp_path, capsys):
@@ -76,3 +77,18 @@ def test_finished_only_lists_runs_not_started(tmp_path, capsys):
     assert main([*argv, "--seeds", "1", "--finished-only"]) == 0
     out = capsys.readouterr().out
     assert "not measured: onlstm, seed 1: not started" in out and "not measured: lstm, seed 1: not started" in out
+
+
+def test_curve_band_is_over_the_runs_that_reached_each_epoch(tmp_path):
+    from onlstm.lm.plots import band, plot_validation_curves, read_curve
+
+    log = tmp_path / "log.csv"
+    log.write_text("epoch,steps,valid_ppl,train_ppl\n1,10,200.0,300.0\n2,20,150.0,220.0\n")
+    first = read_curve(log)
+    assert first == [(1, 200.0), (2, 150.0)] and read_curve(tmp_path / "none.csv") == []
+    rows = band([first, [(1, 180.0)]])  # the second run is still in its second epoch: nothing projected
+    assert rows[0][:2] == (1, 190.0) and rows[0][2] == pytest.approx(math.sqrt(200.0)) and rows[0][3] == 2
+    assert rows[1][:2] == (2, 150.0) and math.isnan(rows[1][2]) and rows[1][3] == 1
+    path = plot_validation_curves({"onlstm": [(first, True), ([(1, 180.0)], False)], "lstm": [([], False)]},
+                                  tmp_path / "c.png")  # fmt: skip
+    assert path.read_bytes()[:4] == b"\x89PNG"

@@ -126,7 +126,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise command_error(e) from None
     print(res.tables)
-    print(f"wrote {args.out / 'compare.json'} and {args.out / 'tables.md'}")
+    curves = " and curves.png" if (args.out / "curves.png").is_file() else ""
+    print(f"wrote {args.out / 'compare.json'}, {args.out / 'tables.md'}{curves}")
     if res.failed:
         return max(e.code for e in res.failed)
     return EXIT_INTERRUPTED if res.interrupted else 0

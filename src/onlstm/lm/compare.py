@@ -105,7 +105,22 @@ def _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_o
     res.tables = tables(res, cells)
     write_json(res.out_dir / "compare.json", _record(res, explicit, cells, seeds))
     write_text(res.out_dir / "tables.md", res.tables + "\n")
+    _draw_curves(res.out_dir, cells, seeds, log)
     return res
+
+
+def _draw_curves(out: Path, cells: list[str], seeds: list[int], log: Callable[[str], None]) -> None:
+    """``curves.png``: every run's validation curve so far, finished or not (a run still training is drawn up to
+    its last epoch and said so in the legend)."""
+    try:
+        from .plots import plot_validation_curves, read_curve
+    except ImportError as exc:  # matplotlib is an extra: the tables stand without the figure
+        log(f"curves.png not drawn: {exc}; pip install 'onlstm[experiments]' to draw it")
+        return
+    runs = {c: [(read_curve(RunDir(run_dir(out, c, s)).log_path), _status(run_dir(out, c, s)) == "finished")
+                for s in seeds] for c in cells}  # fmt: skip
+    if any(curve for rows in runs.values() for curve, _ in rows):
+        plot_validation_curves(runs, out / "curves.png")
 
 
 def _job(out: Path, cell: str, seed: int, explicit: dict, data_dir: Path, jobs: int) -> Job | None:
