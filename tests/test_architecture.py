@@ -35,7 +35,8 @@ def registered_experiments() -> tuple[str, ...]:
 #: Experiment packages.
 EXPERIMENTS = registered_experiments()
 #: Shared modules and packages below the experiments.
-SHARED = ("nn", "data", "errors", "files", "pickles", "config", "checkpoint", "runs", "encoders", "models", "zoo")
+SHARED = ("nn", "data", "errors", "files", "pickles", "config", "checkpoint", "saved", "sharing", "progress", "runs")
+SHARED += ("encoders", "models", "zoo")
 #: The commands, above the experiments: they may import them, and nothing below imports them (``demo`` trains
 #: a language model and parses with it).
 COMMANDS = ("cli", "__main__", "entry", "demo", "demo_config")
@@ -234,17 +235,20 @@ def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
     return graph
 
 
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules ``start`` imports, directly or through others."""
+    seen, todo = set(), list(graph[start])
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph.get(module, ()))
+    return seen
+
+
 def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Every circle of ``graph``: the largest groups of modules that each reach all the others, sorted."""
-    reach = {}
-    for start in graph:
-        seen, todo = set(), list(graph[start])
-        while todo:
-            module = todo.pop()
-            if module not in seen:
-                seen.add(module)
-                todo.extend(graph.get(module, ()))
-        reach[start] = seen
+    reach = {start: reachable(graph, start) for start in graph}
     groups = {frozenset({m} | {n for n in reach[m] if m in reach[n]}) for m in graph if m in reach[m]}
     return sorted(sorted(group) for group in groups)
 
@@ -314,6 +318,34 @@ def test_the_circle_checker_catches_a_circle_injected_into_the_package():
     sources["onlstm.nn.functional"] += "\n\ndef _late():\n    from .modules import ONLSTM\n"
     circles = import_circles(import_graph(sources))
     assert any({"onlstm.nn.functional", "onlstm.nn.modules"} <= set(c) for c in circles), circles
+
+
+# --------------------------------------------------------------------------- below the training runtime
+
+#: What opens, shares and reads a model works without the training runtime (docs/design.md §4.2): these parts
+#: never reach ``onlstm.runs``, directly or through another module.
+BELOW_RUNS = ("models", "data")
+
+
+def runtime_reached(graph: dict[str, set[str]]) -> list[str]:
+    """The modules of :data:`BELOW_RUNS` that reach ``onlstm.runs``, each with the runs modules it reaches."""
+    found = []
+    for module in sorted(graph):
+        if top_part(module) in BELOW_RUNS:
+            reached = sorted(m for m in reachable(graph, module) if top_part(m) == "runs")
+            found += [f"{module} reaches {', '.join(reached)}"] if reached else []
+    return found
+
+
+def test_models_and_data_never_reach_the_training_runtime():
+    assert runtime_reached(import_graph(package_sources())) == []
+
+
+def test_the_runtime_check_sees_an_import_through_another_module():
+    sources = package_sources()
+    sources["onlstm.saved"] += "\n\ndef _late():\n    from .runs import RunDir\n"  # models/ opens runs through it
+    found = runtime_reached(import_graph(sources))
+    assert any(line.startswith("onlstm.models.language_model reaches onlstm.runs") for line in found), found
 
 
 # --------------------------------------------------------------------------- the documented layout

@@ -128,7 +128,7 @@ def test_an_export_that_fails_half_way_leaves_the_earlier_export_whole(tmp_path,
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real(path, text)
 
-    monkeypatch.setattr("onlstm.runs.dirs.write_text", full_disk)
+    monkeypatch.setattr("onlstm.sharing.write_text", full_disk)
     rc, err = run_main(["export", "--checkpoint", tmp_path / "run2", "--to", to], capsys)
     assert rc == 4 and f"cannot write {to / 'README.md'}" in err
     assert snapshot(to) == before and siblings(to) == []

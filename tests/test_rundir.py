@@ -62,14 +62,14 @@ def _path_literals(tree: ast.AST) -> list[tuple[int, str]]:
 
 def test_no_module_but_the_run_directorys_spells_a_run_file_name():
     # syneval writes its own results.json into its --out folder, which is not a run directory
-    allowed = {"runs/dirs.py", "syneval/cli.py"}
+    allowed = {"saved.py", "syneval/cli.py"}
     package = REPO / "src" / "onlstm"
     found = []
     for path in sorted(package.rglob("*.py")):
         module = path.relative_to(package).as_posix()
         if module not in allowed:
             found += [f"{module}:{line}: {name!r}" for line, name in _path_literals(ast.parse(path.read_text()))]
-    assert not found, "name run files through onlstm.runs.RunDir:\n" + "\n".join(found)
+    assert not found, "name run files through onlstm.saved.RunFiles (onlstm.runs.RunDir):\n" + "\n".join(found)
 
 
 def test_the_scan_sees_a_literal_path():
@@ -230,22 +230,27 @@ def test_a_lock_naming_a_live_process_that_does_not_hold_it_is_stale(whose, tmp_
     assert "no longer running" in said[0] and not run.lock_path.exists()
 
 
-def test_without_flock_the_pid_decides(tmp_path, monkeypatch):
-    """Where there is no flock (Windows, some network file systems) a lock is stale when its pid no longer runs;
-    this process's own pid counts as stale unless this process holds the lock."""
+def test_without_flock_the_lock_file_is_the_lock(tmp_path, monkeypatch):
+    """Where there is no flock (Windows, a file system that refuses it) no pid is trusted: the lock file's presence
+    is the lock, and one left behind is refused in one line that names the file to delete, whatever pid it names."""
     import os
 
     monkeypatch.setattr(dirs_module, "_flock", lambda fd: None)
-    run, said = RunDir(tmp_path / "run"), []
-    _stale_lock(run, os.getppid())  # a live process: its lock cannot be told from a held one
-    with pytest.raises(RunDirError, match=f"in use by another training: pid {os.getppid()}"):
-        run.lock("onlstm test").acquire()
+    run = RunDir(tmp_path / "run")
+    with run.lock("onlstm test"):
+        with pytest.raises(RunDirError, match=f"locked by pid {os.getpid()} on host "):
+            run.lock("second").acquire()
+    assert not run.path.exists()  # released: the file and the directory it made are gone
     for pid in (10**20, os.getpid()):
         _stale_lock(run, pid)
-        with run.lock("onlstm test", log=said.append):
-            with pytest.raises(RunDirError, match="in use by another training"):
-                run.lock("second").acquire()
-        assert f"stale lock of pid {pid}" in said.pop()
+        with pytest.raises(RunDirError) as refused:
+            run.lock("onlstm test").acquire()
+        message = str(refused.value)
+        assert f"locked by pid {pid}" in message and "without flock" in message and "\n" not in message
+        assert f"delete {run.lock_path} and run again" in message
+        run.lock_path.unlink()  # the fix the message names
+        with run.lock("onlstm test"):
+            pass
 
 
 def test_the_next_lock_removes_the_temporary_files_of_a_killed_writer(tmp_path):
@@ -302,7 +307,7 @@ def test_an_export_never_lands_in_a_training_run(tmp_path):
 
 def test_the_model_cards_yaml_reads_back_as_written():
     yaml = pytest.importorskip("yaml")
-    from onlstm.runs.dirs import simple_yaml
+    from onlstm.sharing import simple_yaml
 
     data = {
         "model": {"hidden_sizes": [12, 8], "cell": "onlstm", "dropout": 0.25, "tie": True, "note": None},

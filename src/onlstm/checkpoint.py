@@ -1,6 +1,6 @@
 """Checkpoints as data, never pickled code: one file of weights (safetensors) or JSON read, or written atomically
-through :mod:`onlstm.files` (the one front door for writing). A run directory's files are
-:class:`onlstm.runs.RunDir`'s."""
+through :mod:`onlstm.files` (the one front door for writing). The files of a run directory are
+named by :class:`onlstm.saved.RunFiles`."""
 
 from __future__ import annotations
 

@@ -93,9 +93,10 @@ def _cmd_export(args) -> int:
     # Hugging Face's layout, with a model card (docs/sharing.md). The run's kind (registered by its
     # experiment) opens the model and writes the command that reproduces its settings.
     from .runs import RunDir, find_kind
+    from .sharing import check_share_target
 
     run, weights = RunDir.find(args.checkpoint, args.weights)
-    RunDir(args.to).check_share_target(args.overwrite)  # before any work, in the command's own words (--to)
+    check_share_target(args.to, args.overwrite)  # before any work, in the command's own words (--to)
     kind = find_kind(run.read_config().get("kind"), "export", run.path)  # no header: read_config says so
     model = kind.model.from_pretrained(weights)
     if isinstance(model.run_config.get("demo"), dict):  # a demo's run also holds lm train's settings, but only

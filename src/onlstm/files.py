@@ -230,6 +230,47 @@ def check_output_folder(path: str | Path, flag: str = "--out") -> Path:
     return path
 
 
+def check_output_file(path: str | Path, flag: str = "--out") -> Path:
+    """An output file (or file prefix) ``path``: not a directory, and its folder writable. Nothing is created."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{flag} {path} is a directory; give a file name (e.g. {path / 'out.txt'})")
+    check_writable(path.parent if str(path.parent) else Path("."), flag)
+    return path
+
+
+def check_work_folder(
+    path: str | Path,
+    held: str | None,
+    *,
+    resume: bool = False,
+    command: str = "",
+    flag: str = "--out",
+    ignore: tuple[str, ...] = (),
+    error: type[OnlstmError] = InputError,
+) -> Path:
+    """A folder that a piece of work (a training) fills and may continue, checked before any work: a folder (new or
+    not), writable; holding earlier work (``held``: it in words, else None) only to ``resume`` it (``command``: how);
+    else new or empty but for the names in ``ignore`` and a killed writer's temporary files. Nothing is created;
+    a refusal is an ``error``."""
+    path = check_output_folder(path, flag)
+    if held and not resume:
+        raise error(
+            f"{path} already holds a run; pass --resume to continue it"
+            + (f" ({command} ... --resume)" if command else "")
+            + f", or choose another {flag}, or delete the directory to start over (found: {held})"
+        )
+    if not held and not resume and path.is_dir():
+        # a writer killed mid-write leaves its temporary files: the next one removes them, they are not the user's
+        others = [n for n in os.listdir(path) if n not in ignore and not LEFTOVER.fullmatch(n)]
+        if others:
+            raise error(
+                f"{flag} {path} is not empty and holds no run (it holds {_listing(others)}); a training writes its "
+                f"files only into a new or empty directory: choose another {flag}"
+            )
+    return path
+
+
 def check_writable(path: Path, flag: str) -> None:
     """``path`` (which may not exist yet) can be created: a file is created for real in its nearest existing
     ancestor (``os.access`` says yes to root on read-only mounts)."""

@@ -85,7 +85,7 @@ def sha256_file(path: Path) -> str:
 def _stream(url: str, tmp: Path, h: hashlib._Hash, known: str | None, timeout: float, source: Source) -> None:
     """Copy ``url`` into ``tmp`` block by block (with a progress bar), feeding the hash ``h``; the file must
     match ``known`` when there is one."""
-    from ..runs import progress_bar
+    from ..progress import progress_bar
 
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:

@@ -14,7 +14,8 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_sequenc
 
 from ..checkpoint import CheckpointError, config_header, read_json
 from ..encoders import make_encoder
-from ..runs import LoadedRun, RunDir, load_run, model_card, pretrained_path
+from ..saved import LoadedRun, RunFiles, load_run
+from ..sharing import model_card, pretrained_path, save_pretrained
 from .config import MLP_ACTIVATIONS, LogicModelConfig
 from .formulas import VOCABULARY, Formula, to_tokens
 
@@ -118,12 +119,12 @@ class LogicClassifier(nn.Module):
         results: dict | None = None,
         overwrite: bool = False,
     ):
-        """Save in Hugging Face's layout (:meth:`onlstm.runs.RunDir.save_pretrained`); ``run_config`` (the run's
+        """Save in Hugging Face's layout (:func:`onlstm.sharing.save_pretrained`); ``run_config`` (the run's
         header), ``command`` and ``results`` as for :meth:`onlstm.models.LanguageModel.save_pretrained`."""
         config = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}
         title = f"{self.config.cell} logical-inference classifier ({self.config.hidden_size} units)"
         card = model_card(title, config, LOGIC_USAGE, command, results)
-        return RunDir(directory).save_pretrained(self, config, card, list(TOKENS), overwrite=overwrite)
+        return save_pretrained(directory, self, config, card, list(TOKENS), overwrite=overwrite)
 
     @classmethod
     def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LogicClassifier:
@@ -163,4 +164,6 @@ def _read_tokens(path: Path) -> list | None:
 
 def _check_tokens(run: LoadedRun) -> None:
     if run.vocab is not None and tuple(run.vocab) != TOKENS:
-        raise CheckpointError(f"{RunDir(run.run_dir).vocab_path} differs from this version's token list {list(TOKENS)}")
+        raise CheckpointError(
+            f"{RunFiles(run.run_dir).vocab_path} differs from this version's token list {list(TOKENS)}"
+        )

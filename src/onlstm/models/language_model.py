@@ -289,7 +289,7 @@ class LanguageModel(nn.Module):
         training recipe, ...); ``command`` (a string) and ``results`` (a dict) go into the model card. ``directory``: new,
         empty or an earlier export (replaced as a whole); anything else only with ``overwrite=True``."""
         from ..checkpoint import config_header
-        from ..runs import RunDir, model_card
+        from ..sharing import model_card, save_pretrained
 
         vocab = getattr(self, "vocab", None) if vocab is None else vocab
         if vocab is None:
@@ -300,14 +300,14 @@ class LanguageModel(nn.Module):
         config, c = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}, self.config
         title = f"{c.cell} language model ({len(c.hidden_sizes)} layers, {c.vocab_size:,} words)"
         card = model_card(title, config, LM_USAGE, command, results)
-        return RunDir(directory).save_pretrained(self, config, card, words, overwrite=overwrite)
+        return save_pretrained(directory, self, config, card, words, overwrite=overwrite)
 
     @classmethod
     def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LanguageModel:
         """A model saved by :meth:`save_pretrained` (a local directory, or a Hugging Face Hub id when
         ``huggingface_hub`` is installed) or a training run directory, in eval mode on ``device``. Its
         vocabulary is ``model.vocab``, the saved header ``model.run_config``."""
-        from ..runs import pretrained_path
+        from ..sharing import pretrained_path
 
         return load_language_model_run(pretrained_path(name_or_path), device=device).model
 
@@ -424,23 +424,23 @@ def load_language_model_run(
     reads_sentences: bool = False,
 ):
     """A language-model run directory (or a ``.safetensors`` file in one) as a
-    :class:`~onlstm.runs.LoadedRun`: the model in eval mode on ``device``, its :class:`~onlstm.data.vocab.Vocab`
+    :class:`~onlstm.saved.LoadedRun`: the model in eval mode on ``device``, its :class:`~onlstm.data.vocab.Vocab`
     and header. Every problem is a :class:`~onlstm.checkpoint.CheckpointError` naming the file.
     ``reads_sentences``: the caller frames sentences with ``<eos>`` (parsing, surprisal, syneval, perplexity), so a
     vocabulary without it is refused (every sentence end would be read as ``<unk>``, or fail)."""
     from ..checkpoint import CheckpointError
     from ..data.vocab import Vocab
-    from ..runs import RunDir, load_run
+    from ..saved import RunFiles, load_run
 
     def check(run) -> None:
         if len(run.vocab) != run.model.config.vocab_size:
             raise CheckpointError(
-                f"{RunDir(run.run_dir).vocab_path} has {len(run.vocab)} words but the model expects "
+                f"{RunFiles(run.run_dir).vocab_path} has {len(run.vocab)} words but the model expects "
                 f"{run.model.config.vocab_size}; the run directory is inconsistent"
             )
         if reads_sentences and EOS not in run.vocab:
             raise CheckpointError(
-                f"{RunDir(run.run_dir).vocab_path} has no {EOS}, which the model reads around every sentence "
+                f"{RunFiles(run.run_dir).vocab_path} has no {EOS}, which the model reads around every sentence "
                 f"(its end would be read as <unk>); use a model whose vocabulary holds {EOS}"
             )
 

@@ -239,10 +239,11 @@ def import_official(checkpoint: str | Path, corpus: str | Path, to: str | Path, 
     sibling, then renamed into place. ``to`` is checked before any work, as ``export`` checks it: new, empty or an
     earlier export unless ``overwrite``, and never a folder that holds more than an output or the files read."""
     from ..files import write_text
-    from ..runs import RunDir
+    from ..saved import RunFiles
+    from ..sharing import check_share_target
 
     checkpoint, corpus, to = Path(checkpoint), Path(corpus), Path(to)
-    RunDir(to).check_share_target(overwrite)
+    check_share_target(to, overwrite)
     _check_inputs_outside(to, checkpoint, corpus)
     lm, words = load_official(checkpoint, corpus)
     source = {"repository": SOURCE_REPO, "checkpoint": checkpoint.name, "checkpoint_sha256": _sha256(checkpoint),
@@ -252,7 +253,7 @@ def import_official(checkpoint: str | Path, corpus: str | Path, to: str | Path, 
     try:
         text = TextReader.detect(words).to_dict()  # the authors' PTB models: Mikolov's convention
         lm.save_pretrained(tmp, words, run_config={"imported_from": source, "text": text})
-        card = RunDir(tmp).card_path
+        card = RunFiles(tmp).card_path
         write_text(card, card.read_text(encoding="utf-8") + _card_source(source))
         _replace(tmp, to)
     finally:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from ..config import add_command, add_group, add_runtime_flags, option, runtime_settings
 from ..errors import InputError, command_error
-from ..files import json_text, read_lines, read_stdin_text, read_text, split_lines, write_text
+from ..files import check_output_file, json_text, read_lines, read_stdin_text, read_text, split_lines, write_text
 from ..models.language_model import default_parse_layer
-from ..runs import check_output_file, runtime_device
+from ..runs import runtime_device
 from .evaluate import PAPER_F1, PAPER_SOURCE, paper_set, score_treebank
 from .induce import (
     check_layer,

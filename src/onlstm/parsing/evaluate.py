@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..runs import LoadedRun
+from ..saved import LoadedRun
 from .baselines import score_baselines
 from .induce import sentence_distances, trees_from_distances
 from .metrics import ParseEvaluation, evaluate

@@ -13,7 +13,7 @@ from ..checkpoint import CheckpointError
 from ..models.language_model import check_layer as check_layer
 from ..models.language_model import load_language_model_run
 from ..models.language_model import sentence_distances as sentence_distances
-from ..runs import LoadedRun
+from ..saved import LoadedRun
 from .trees import Tree, build_tree
 
 

@@ -1,27 +1,28 @@
-"""The runtime every experiment shares, re-exported here (docs/design.md §4.6): run directories, loading and
-export (``dirs``), the resume file (``resume``), the training loop (``engine``), device set-up, Ctrl-C and the
-progress bar (``device``), several processes (``dist``). Every trainer's resume file has one format
-(``resume.RESUME_FORMAT``)."""
+"""The runtime every experiment shares, re-exported here (docs/design.md §4.6): run directories and their lock
+(``dirs``), the resume file (``resume``), the training loop (``engine``), device set-up and Ctrl-C (``device``),
+several processes (``dist``). Every trainer's resume file has one format (``resume.RESUME_FORMAT``). Also here, from
+the modules below: opening a run (``onlstm.saved``), sharing a model (``onlstm.sharing``), the output checks
+(``onlstm.files``) and the progress bar (``onlstm.progress``)."""
 
 # each name imported `as` itself: re-exported (the project's way)
+from ..files import check_output_file as check_output_file
+from ..files import check_output_folder as check_output_folder
+from ..progress import progress_bar as progress_bar
+from ..saved import LoadedRun as LoadedRun
+from ..saved import load_run as load_run
+from ..sharing import model_card as model_card
+from ..sharing import pretrained_path as pretrained_path
 from .device import StopRequest as StopRequest
-from .device import progress_bar as progress_bar
 from .device import resolve_device as resolve_device
 from .device import runtime_device as runtime_device
 from .device import setup_torch as setup_torch
-from .dirs import LoadedRun as LoadedRun
 from .dirs import RunDir as RunDir
 from .dirs import RunDirError as RunDirError
 from .dirs import RunKind as RunKind
 from .dirs import RunLock as RunLock
 from .dirs import check_output_dir as check_output_dir
-from .dirs import check_output_file as check_output_file
-from .dirs import check_output_folder as check_output_folder
 from .dirs import find_kind as find_kind
 from .dirs import kind_names as kind_names
-from .dirs import load_run as load_run
-from .dirs import model_card as model_card
-from .dirs import pretrained_path as pretrained_path
 from .dirs import register_kind as register_kind
 from .engine import TrainResult as TrainResult
 from .resume import RESUME_FORMAT as RESUME_FORMAT

@@ -1,5 +1,4 @@
-"""Device, threads and denormals; Ctrl-C, SIGTERM and SIGHUP as a request to stop after the current step; the
-progress bar."""
+"""Device, threads and denormals; Ctrl-C, SIGTERM and SIGHUP as a request to stop after the current step."""
 
 from __future__ import annotations
 
@@ -39,14 +38,6 @@ def runtime_device(runtime: Any) -> torch.device:
     :func:`setup_torch`'s other settings), then the device it names."""
     setup_torch(runtime.threads)
     return resolve_device(runtime.device)
-
-
-def progress_bar(enabled: bool = True, **kwargs: Any):
-    """A ``tqdm`` bar (keywords go to ``tqdm``), shown only when ``enabled`` and its stream is a terminal: in a
-    log file its carriage-return updates would pile up as one endless line. A hidden bar's methods still work."""
-    from tqdm import tqdm
-
-    return tqdm(disable=None if enabled else True, **kwargs)
 
 
 class StopRequest:

@@ -19,7 +19,8 @@ import torch
 from ..checkpoint import read_json
 from ..errors import InputError, TrainingDiverged, WriteError
 from ..files import write_json, write_text
-from .device import StopRequest, progress_bar
+from ..progress import progress_bar
+from .device import StopRequest
 from .dirs import RunDir, find_kind
 from .records import check_history
 from .resume import RESUME_FIX, Progress, read_training, restart_refusal, restore_training, save_training

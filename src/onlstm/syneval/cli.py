@@ -171,7 +171,7 @@ def _not_scorable(result: dict) -> list[str]:
 def evaluate_checkpoint(path: Path, items, cfg: SynevalConfig, device) -> dict:
     """Load one run, score every item; the summary plus the per-comparison ``outcomes``."""
     from ..models.language_model import load_language_model_run
-    from ..runs import progress_bar
+    from ..progress import progress_bar
 
     run = load_language_model_run(path, cfg.weights, device, reads_sentences=True)
     start = time.perf_counter()

@@ -1,0 +1,142 @@
+"""What a training run or a shared model leaves on disk, and opening it again (docs/design.md §4.6): the names of
+its files (:class:`RunFiles`, the one place that spells them), finding its weights, reading its header, and the
+model it holds (:func:`load_run`). Below ``runs/``: a model is opened without the training runtime."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from .checkpoint import MAX_JSON_BYTES, CheckpointError, load_weights, read_json
+from .files import write_json
+
+
+def _file(name: str) -> property:
+    return property(lambda self: self.path / name, doc=f"``{name}`` in this directory")
+
+
+_Files = TypeVar("_Files", bound="RunFiles")
+
+
+class RunFiles:
+    """The files of a run directory, or of a model shared with :func:`onlstm.sharing.save_pretrained` (Hugging
+    Face's layout: header, vocabulary, shared weights, card). :class:`onlstm.runs.RunDir` adds what a training does
+    with them."""
+
+    CONFIG, VOCAB, HISTORY, LOG, RESULTS = "config.json", "vocab.json", "history.json", "log.csv", "results.json"
+    RESUME, LOCK, TENSORBOARD = "resume.safetensors", "onlstm.lock", "tensorboard"
+    STEPS = "steps.csv"  # training figures every few updates (onlstm.runs.engine.StepLog)
+    WEIGHTS = "model.{tag}.safetensors"  # tags: best, last
+    SHARED_WEIGHTS, CARD = "model.safetensors", "README.md"  # a shared model's (save_pretrained)
+
+    config_path, vocab_path, history_path = _file(CONFIG), _file(VOCAB), _file(HISTORY)
+    log_path, results_path, resume_path = _file(LOG), _file(RESULTS), _file(RESUME)
+    lock_path, tensorboard_path, steps_path = _file(LOCK), _file(TENSORBOARD), _file(STEPS)
+    shared_weights_path, card_path = _file(SHARED_WEIGHTS), _file(CARD)
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def weights(self, tag: str) -> Path:
+        return self.path / self.WEIGHTS.format(tag=tag)
+
+    @classmethod
+    def find(cls: type[_Files], path: str | Path, tag: str = "best") -> tuple[_Files, Path]:
+        """``(run, weights file)`` of ``path``: a run directory (``model.<tag>``, falling back to ``model.last``), a
+        shared model (``model.safetensors``) or a ``.safetensors`` file in either."""
+        path = Path(path)
+        if path.suffix == ".safetensors" and not path.is_dir():
+            if not path.exists():
+                raise CheckpointError(f"{path} does not exist")
+            return cls(path.parent), path
+        if not path.is_dir():
+            raise CheckpointError(f"{path} is neither a run directory nor a .safetensors file")
+        run = cls(path)
+        names = [run.weights(tag), run.weights("last"), run.shared_weights_path]
+        for weights in names:
+            if weights.exists():
+                return run, weights
+        raise CheckpointError(
+            f"{path} holds no {names[0].name}, {names[1].name} or {names[2].name}; "
+            "is it a run directory or a model saved with save_pretrained?"
+        )
+
+    def read_config(self, kind: str | None = None, what: str | None = None, hint: str = "") -> Any:
+        """``config.json``, else a :class:`CheckpointError`: missing, corrupt or not of ``kind`` (``what``: the kind
+        for people, ``hint``: what to do)."""
+        config = read_json(self.config_path)
+        if not isinstance(config, dict):  # every reader asks it for its sections
+            raise CheckpointError(f"{self.config_path} holds a JSON {type(config).__name__}, not a run's header (an "
+                                  "object): the file is damaged or was edited")  # fmt: skip
+        found = config.get("kind")
+        if kind is not None and found != kind:
+            raise CheckpointError(
+                f"{self.path} holds a run of kind {found!r}, not {what or kind} ({kind!r})"
+                + (f"; {hint}" if hint else "")
+            )
+        return config
+
+    def write_config(self, header: dict) -> None:
+        write_json(self.config_path, header)
+
+    def header(self) -> dict:
+        """``config.json``, {} when it cannot be read."""
+        return json_dict(self.config_path) or {}
+
+
+def json_dict(path: Path) -> dict | None:
+    """``path``'s JSON object: None when the file is missing, {} when it cannot be read or holds no object."""
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_JSON_BYTES:  # a FIFO, a device, a huge file: not ours
+            return None if not path.exists() and not path.is_symlink() else {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+@dataclass
+class LoadedRun:
+    model: nn.Module  # on the asked device, in eval mode
+    config: dict  # the header (RunFiles.read_config)
+    vocab: Any  # what the ``vocab`` reader returned (None without one)
+    run_dir: Path
+    weights: Path
+
+
+def load_run(
+    path: str | Path,
+    kind: str,
+    build: Callable[[dict], nn.Module],
+    *,
+    tag: str = "best",
+    device: str | torch.device = "cpu",
+    vocab: Callable[[Path], Any] | None = None,
+    check: Callable[[LoadedRun], None] | None = None,
+    what: str | None = None,
+    hint: str = "",
+) -> LoadedRun:
+    """Open the run of ``kind`` at ``path`` (:meth:`RunFiles.find`). ``build(config["model"])`` makes the model (its
+    ``TypeError``/``ValueError``/``KeyError``: a bad model config); ``vocab(run.vocab_path)`` reads the vocabulary;
+    ``check(run)`` may refuse the run before the weights are read; ``what``/``hint`` as in
+    :meth:`RunFiles.read_config`. Every failure is a :class:`CheckpointError` naming the file."""
+    saved, weights = RunFiles.find(path, tag)
+    config = saved.read_config(kind, what, hint)
+    try:
+        model = build(config["model"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{saved.config_path}: bad model config ({exc})") from None
+    run = LoadedRun(model, config, vocab(saved.vocab_path) if vocab else None, saved.path, weights)
+    if check is not None:
+        check(run)
+    load_weights(weights, model)
+    run.model = model.to(device).eval()
+    return run

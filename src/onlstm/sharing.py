@@ -1,0 +1,136 @@
+"""Sharing a model (docs/sharing.md): the folder written in Hugging Face's layout (:func:`save_pretrained`, whose
+rule :func:`check_share_target` a command checks before its work), its card (:func:`model_card`) and a Hub id or a
+folder as a local path (:func:`pretrained_path`). Below ``runs/``: the models share themselves without it."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import CheckpointError, save_weights
+from .errors import InputError
+from .files import check_output_owner, publish_folder, write_json, write_text
+from .saved import RunFiles
+
+#: The marker kind of a shared model's folder (:func:`onlstm.files.check_output_owner`).
+EXPORT = "export"
+
+
+def is_export(path: str | Path) -> bool:
+    """An earlier export, marked or (written before markers) of a shared model's files alone."""
+    files = RunFiles(path)
+    try:
+        held = set(os.listdir(files.path))
+    except OSError:
+        return False
+    names = {files.CONFIG, files.SHARED_WEIGHTS, files.VOCAB, files.CARD}
+    return files.SHARED_WEIGHTS in held and held <= names and "kind" in files.header()
+
+
+def check_share_target(
+    directory: str | Path, overwrite: bool = False, flag: str = "--to", overwrite_flag: str = "--overwrite"
+) -> Path:
+    """Whether a shared model may be written into ``directory`` (:func:`save_pretrained`'s rule, for a writer to
+    check before its work): a new or empty directory or an earlier export, anything else only with ``overwrite``,
+    and never a training run, the root, the home folder or one that holds the working folder."""
+    files = RunFiles(directory)
+    if files.path.exists() and not files.path.is_dir():
+        raise InputError(f"{files.path} is a file; save_pretrained needs a directory (new or an earlier export)")
+    held = [
+        p.name for p in (files.resume_path, files.weights("best"), files.weights("last")) if p.exists()
+    ]  # only a training writes them
+    if held:
+        raise InputError(f"{files.path} holds a training run ({held[0]}); save the shared model elsewhere")
+    return check_output_owner(files.path, EXPORT, overwrite=overwrite, flag=flag, legacy=is_export,
+                              overwrite_flag=overwrite_flag)  # fmt: skip
+
+
+def save_pretrained(
+    directory: str | Path, model, config: dict, card: str, vocab: list[str] | None = None, overwrite: bool = False
+) -> Path:
+    """Write a model to share into ``directory``, all files at once (:func:`onlstm.files.publish_folder`): a new or
+    empty directory or an earlier export, anything else only with ``overwrite``; never over a training run (its
+    best weights would be lost)."""
+    # called from Python: the message names the argument, not the command's flags
+    directory = check_share_target(directory, overwrite, "save_pretrained: the directory", "overwrite=True")
+
+    def write(tmp: Path) -> None:
+        into = RunFiles(tmp)
+        save_weights(into.shared_weights_path, model)
+        if vocab is not None:
+            write_json(into.vocab_path, list(vocab))
+        into.write_config(config)
+        write_text(into.card_path, card)
+
+    return publish_folder(directory, EXPORT, write)
+
+
+def pretrained_path(name_or_path: str | Path) -> Path:
+    """A local directory as it is; ``owner/name`` is downloaded from the Hugging Face Hub (``huggingface_hub``)."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    text = str(name_or_path)
+    if text.count("/") != 1 or text.startswith((".", "/", "~")):
+        raise CheckpointError(f"{text} does not exist (a local directory or an owner/name Hub id was expected)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise CheckpointError(
+            f"{text} is not a local directory; to download it from the Hugging Face Hub install huggingface_hub "
+            "(pip install huggingface_hub), or download the model yourself and pass its local directory"
+        ) from None
+    try:
+        return Path(snapshot_download(repo_id=text, allow_patterns=["*.json", "*.safetensors", "*.md"]))
+    except Exception as exc:  # the Hub client's errors (not found, offline, ...) become one line
+        raise CheckpointError(
+            f"{text}: cannot download from the Hugging Face Hub ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def model_card(title: str, config: dict, usage: str, command: str | None, results: dict | None) -> str:
+    """A shared model's card: Hub metadata, what it is, how to load it, the command that reproduces its
+    settings and its results, when known."""
+    kind = config.get("kind", "?")
+    yaml_block = lambda data: f"```yaml\n{simple_yaml(data)}\n```\n"
+    if command:
+        training = f"The command that reproduces its settings:\n\n```\n{command}\n```\n"
+    else:
+        training = f"The training command is not known; `{RunFiles.CONFIG}` holds every setting.\n"
+    return (
+        f"---\nlibrary_name: onlstm\ntags: [onlstm, ordered-neurons, {kind}]\n---\n\n# {title}\n\n"
+        f"An onlstm (Ordered Neurons LSTM) model of kind `{kind}`, saved by onlstm {config.get('onlstm_version', '?')} "
+        f"(`save_pretrained`): `{RunFiles.CONFIG}`, `{RunFiles.SHARED_WEIGHTS}` (weights, no pickled code) and "
+        f"`{RunFiles.VOCAB}`.\n\n## Use\n\n{usage.strip()}\n\n## Training\n\n{training}\n"
+        + (f"## Results\n\n{yaml_block(results)}\n" if results else "")
+        + f"## Configuration\n\n{yaml_block({'model': config.get('model')})}"
+    )
+
+
+def simple_yaml(data: Any, indent: int = 0) -> str:
+    """JSON-like data (dicts, lists, strings, numbers, booleans, None) as block YAML, with JSON's notation for
+    scalars and lists of scalars (valid YAML): the card is written without pyyaml, which is not a core package."""
+    pad = " " * indent
+    if isinstance(data, dict) and data:
+        lines = []
+        for key, value in data.items():
+            nested = bool(value) if isinstance(value, dict) else isinstance(value, list) and not _flat(value)
+            head = f"{pad}{json.dumps(str(key)) if _needs_quotes(str(key)) else key}:"
+            lines.append(f"{head}\n{simple_yaml(value, indent + 2)}" if nested else f"{head} {simple_yaml(value)}")
+        return "\n".join(lines)
+    if isinstance(data, list) and not _flat(data):
+        return "\n".join(f"{pad}- " + simple_yaml(item, indent + 2).lstrip() for item in data)
+    if isinstance(data, float) and not math.isfinite(data):  # JSON's NaN and Infinity are not YAML's
+        return pad + {"nan": ".nan", "inf": ".inf", "-inf": "-.inf"}[str(data)]
+    return pad + json.dumps(data)
+
+
+def _flat(items: list) -> bool:
+    return not any(isinstance(item, (dict, list)) for item in items)
+
+
+def _needs_quotes(key: str) -> bool:
+    return not key or not all(c.isalnum() or c in "_-." for c in key)
