@@ -335,9 +335,7 @@ register(
         EncoderOption("ff_multiplier", float, 4.0, "feed-forward width as a multiple of the hidden size", gt=0),
         EncoderOption("positions", str, "sinusoidal", "position encoding: sinusoidal or learned", POSITIONS),
         EncoderOption("max_length", int, 512, "longest sequence with learned positions (their table's size)", ge=1),
-        EncoderOption(
-            "block_dropout", float, 0.1, "dropout on attention weights and on both residual branches", ge=0, lt=1
-        ),
+        EncoderOption("block_dropout", float, 0.1, "dropout on attention weights and residual branches", ge=0, lt=1),
         EncoderOption("pooling", str, "last", "sentence encoding (state): last real step's output or mean", POOLINGS),
     ),
 )
@@ -349,9 +347,7 @@ register(
     description="Sliced RNN: an RNN over slices of the sequence, one over their summaries (not causal)",
     options=(
         EncoderOption("slice_length", int, 8, "steps per slice at every level below the top", ge=1),
-        EncoderOption(
-            "levels", int, 2, "RNN levels (at least 2): the slices' RNN, ..., the top RNN over the summaries", ge=2
-        ),
+        EncoderOption("levels", int, 2, "RNN levels: the slices' RNN, ..., the top RNN over the summaries", ge=2),
         EncoderOption("rnn", str, "gru", "RNN of every level: gru or lstm", RNN_TYPES),
         _DROPCONNECT,
     ),

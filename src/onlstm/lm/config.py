@@ -155,9 +155,8 @@ SECTIONS = {"model": LMConfig, "train": TrainConfig}
 
 @dataclass
 class RunConfig:
-    """What ``onlstm lm train`` runs: the model section (without vocab_size) and the recipe. The model section is
-    checked whole here (each field, then across fields: the encoder, its options, tied widths), before the
-    training text gives the vocabulary size; :meth:`model_config` builds the model's one :class:`LMConfig`."""
+    """What ``onlstm lm train`` runs: the model section (without vocab_size), checked whole here before the text
+    gives the vocabulary size, and the recipe; :meth:`model_config` builds the run's one :class:`LMConfig`."""
 
     model: dict
     train: TrainConfig
@@ -174,9 +173,8 @@ def explicit_settings(
     path: Path | str | None = None, overrides: argparse.Namespace | dict | None = None, cells: list[str] | None = None
 ) -> dict:
     """What the user set: the config file's (or preset's) fields, then the flags' (``{"model": {...}, "train":
-    {...}}``); ``overrides``: the parsed command line or such a dict. ``cells``: the encoders these settings train
-    (default: the model's cell): an encoder field typed in ``overrides`` that none of them declares, or an option
-    set both as a field and in ``encoder_options``, is refused (:mod:`onlstm.encoders`)."""
+    {...}}``); ``overrides``: the parsed command line or such a dict. The encoder checks (:mod:`onlstm.encoders`)
+    run here, for ``cells`` (default: the model's cell)."""
     settings = Settings.resolve(SECTIONS, path, overrides, experiment="lm")
     model = settings.given["model"]
     encoders.check_typed_options(cells or [model.get("cell", LMConfig.cell)], settings.typed["model"])

@@ -227,12 +227,9 @@ CONFIG_KEYS = ("data", "out")
 def resolve(
     path: str | Path | None, flags: argparse.Namespace | dict | None, compare: bool = False
 ) -> tuple[Settings, LogicModelConfig, LogicTrainConfig, CompareSettings | None]:
-    """The one resolution of ``logic train`` and ``logic compare`` (``compare``) settings: defaults < the YAML file
-    or preset ``path`` < ``flags`` (the parsed command line, or ``{section: {field: value}}``). The encoders are
-    checked here, for Python callers as for the commands: a typed encoder field that no trained cell declares, an
-    option set both as a field and in ``encoder_options``; with ``compare`` every compared cell must work with the
-    model settings, and the model config takes the first (the default cell, onlstm, may not be compared: its chunk
-    size must not reject the widths)."""
+    """``logic train``'s (``logic compare``'s) settings: defaults < the file or preset ``path`` < ``flags`` (the
+    command line or ``{section: {field: value}}``), with the encoder checks (:mod:`onlstm.encoders`) for Python as
+    for the commands. With ``compare`` the model takes the first compared cell (onlstm may not be one)."""
     settings = Settings.resolve(SECTIONS, path, flags or {}, experiment="logic", keys=CONFIG_KEYS)
     what = settings.build("compare") if compare else None
     cells = what.cells if what else [settings.given["model"].get("cell", LogicModelConfig.cell)]

@@ -66,9 +66,8 @@ class LMConfig(Config):
 
 
 def check_architecture(model: Mapping[str, Any]) -> None:
-    """The checks across an :class:`LMConfig`'s fields (``model``: their checked values, vocab_size not needed):
-    a causal encoder accepting its options and widths, tied widths. :class:`~onlstm.lm.config.RunConfig` runs
-    them before the training text gives the vocabulary size."""
+    """The checks across an :class:`LMConfig`'s checked fields ``model`` (a causal encoder taking its options and
+    widths, tied widths); vocab_size plays no part, so they run before the text gives it (``lm.config.RunConfig``)."""
     cell, sizes = model["cell"], model["hidden_sizes"]
     spec = encoders.check_cell(cell, "cell")
     if not spec.causal:
