@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from onlstm.config import (
 )
 from onlstm.errors import OnlstmError
 from onlstm.lm import LMConfig
-from onlstm.lm.config import TrainConfig, load_config
+from onlstm.lm.config import TrainConfig, explicit_settings, load_config, run_config
 from onlstm.logic.cli import resolve_settings
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 
@@ -89,6 +90,78 @@ def test_to_dict_from_dict_round_trip_and_unknown_fields():
     with pytest.raises(ConfigError, match=r"unknown train fields \['learning_rate', 'zz'\]"):
         Recipe.from_dict({"learning_rate": 1, "zz": 2})
     assert Recipe().sizes is not Recipe().sizes  # a list default is copied
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+@dataclass
+class Bounded(Config):
+    """One field per kind of bound, one with both ends, a list."""
+
+    section = "train"
+
+    rate: float = option(1.0, "a rate", gt=0)
+    warmup: int = option(0, "steps", ge=0)
+    share: float = option(0.5, "a share", lt=1)
+    cap: float = option(1.0, "a cap", le=1)
+    keep: float = option(0.5, "a probability", ge=0, lt=1)
+    decay: float = option(0.5, "a factor", gt=0, le=1)
+    sizes: list[int] = option([4], "widths", ge=1)
+
+
+@pytest.mark.parametrize(
+    "field, inside, outside, message",
+    [
+        ("rate", 1e-9, 0, "train.rate must be > 0, got 0.0"),  # gt: the bound itself is out
+        ("warmup", 0, -1, "train.warmup must be >= 0, got -1"),  # ge: the bound itself is in
+        ("share", 0.999, 1, "train.share must be < 1, got 1.0"),
+        ("cap", 1, 1.001, "train.cap must be <= 1, got 1.001"),
+        ("keep", 0, 1, "train.keep must be in [0, 1), got 1.0"),
+        ("keep", 0.999, -0.001, "train.keep must be in [0, 1), got -0.001"),
+        ("decay", 1, 0, "train.decay must be in (0, 1], got 0.0"),
+        ("decay", 1e-9, 1.001, "train.decay must be in (0, 1], got 1.001"),
+        ("sizes", [1, 8], [8, 0], "train.sizes must be >= 1, got 0"),  # every item of a list
+    ],
+)
+def test_each_bound_admits_its_side_and_refuses_the_other_in_one_line(field, inside, outside, message):
+    assert getattr(Bounded(**{field: inside}), field) == inside
+    with pytest.raises(ConfigError) as info:
+        Bounded(**{field: outside})
+    assert str(info.value) == message
+    with pytest.raises(ConfigError, match=re.escape(message)):  # a file's or a flag's value: the same check
+        check_section(Bounded, {field: outside}, "train")
+
+
+def test_an_option_takes_one_bound_at_each_end_and_help_shows_them():
+    with pytest.raises(TypeError, match="one lower bound"):
+        option(1.0, gt=0, ge=0)
+    with pytest.raises(TypeError, match="one upper bound"):
+        option(1.0, lt=1, le=1)
+    p = argparse.ArgumentParser()
+    add_flags(p, Bounded, "train")
+    text = " ".join(p.format_help().split())
+    assert "--rate X a rate (default: 1.0; > 0)" in text and "--keep X a probability (default: 0.5; in [0, 1))" in text
+    assert "--decay X a factor (default: 0.5; in (0, 1])" in text and "(default: 4; >= 1)" in text
+
+
+@pytest.mark.parametrize(
+    "flag, inside, outside, message",
+    [
+        ("--lr", "1e-9", "0", "train.lr must be > 0, got 0.0"),  # gt
+        ("--asgd-start-epoch", "0", "-1", "train.asgd_start_epoch must be >= 0, got -1"),  # ge
+        ("--momentum", "0", "1", "train.momentum must be in [0, 1), got 1.0"),  # lt
+        ("--bptt-short-prob", "1", "1.5", "train.bptt_short_prob must be in [0, 1], got 1.5"),  # le
+        ("--chunk-size", "1", "0", "model.chunk_size must be >= 1, got 0"),
+        ("--hidden-sizes", "10", "0", "model.hidden_sizes must be >= 1, got 0"),
+    ],
+)
+def test_a_bound_on_the_command_line_is_one_line_and_exit_2(tmp_path, capsys, flag, inside, outside, message):
+    argv = ["lm", "train", "--data-dir", str(tmp_path), "--out", str(tmp_path / "run"), "--no-tie-weights"]
+    assert main([*argv, flag, outside]) == 2
+    err = capsys.readouterr().err
+    assert err == f"onlstm lm train: {message}\n" and not (tmp_path / "run").exists()
+    load_config(None, build_parser().parse_args([*argv, flag, inside]))  # the bound's own side is taken
 
 
 # --------------------------------------------------------------------------- files
@@ -203,8 +276,7 @@ def test_logic_yaml_errors_name_the_field(tmp_path, capsys):
 
 
 def test_logic_compare_section_is_typed(tmp_path):
-    from onlstm.logic.cli import SECTIONS
-    from onlstm.logic.config import CompareSettings
+    from onlstm.logic.config import SECTIONS, CompareSettings
 
     def load_yaml(path):
         return Settings.resolve(SECTIONS, path, experiment="logic").given
@@ -331,12 +403,49 @@ def test_lm_runs_saved_before_the_change_still_load():
         LMConfig.from_dict({**old, "dropout": 0.1})
 
 
+def test_the_lm_model_section_is_checked_whole_when_resolved_without_a_vocabulary():
+    """chunk_size has its bound on LMConfig, and the model section's checks across fields (the encoder's divisibility,
+    tied widths) run when the settings are resolved, with no vocabulary size yet and no LMConfig built for it."""
+    with pytest.raises(ConfigError, match=re.escape("model.chunk_size must be >= 1, got 0")):
+        LMConfig(vocab_size=5, chunk_size=0)
+    with pytest.raises(ConfigError, match=re.escape("model.vocab_size must be >= 1, got 0")):
+        LMConfig(vocab_size=0)
+    with pytest.raises(ConfigError, match="model.hidden_sizes must name at least one layer's width"):
+        run_config({"model": {"hidden_sizes": []}})
+    with pytest.raises(ConfigError, match=re.escape("not divisible by chunk_size=7")):
+        run_config({"model": {"chunk_size": 7}})  # 1150 and 400 units
+    with pytest.raises(ConfigError, match="tie_weights needs the last layer's width"):
+        run_config({"model": {"emb_size": 300}})
+    cfg = run_config({"model": {"hidden_sizes": [14, 7], "emb_size": 7, "chunk_size": 7}})
+    assert cfg.model_config(5) == LMConfig(vocab_size=5, hidden_sizes=[14, 7], emb_size=7, chunk_size=7)
+
+
+@pytest.mark.parametrize("experiment", ["lm", "logic"])
+def test_the_encoder_checks_run_when_settings_are_resolved_from_python(experiment):
+    """A typed encoder field that the cell does not declare, and an option set both as a field and in
+    encoder_options, are refused by load_config as by the commands (they were checked in the CLI only)."""
+    from onlstm.logic.config import load_config as logic_config
+
+    load = load_config if experiment == "lm" else logic_config
+    with pytest.raises(ConfigError, match="--dropconnect does not apply to encoder 'sru'"):
+        load(None, {"model": {"cell": "sru", "dropconnect": 0.3}})
+    with pytest.raises(ConfigError, match="chunk_size is set twice"):
+        load(None, {"model": {"chunk_size": 4, "encoder_options": {"chunk_size": 8}}})
+    load(None, {"model": {"cell": "lstm", "dropconnect": 0.3}})  # lstm declares dropconnect
+
+
+def test_lm_compare_checks_a_typed_encoder_field_against_the_compared_cells():
+    with pytest.raises(ConfigError, match="--chunk-size does not apply to encoder 'sru', 'lstm'"):
+        explicit_settings(None, {"model": {"chunk_size": 5}}, cells=["sru", "lstm"])
+    assert explicit_settings(None, {"model": {"chunk_size": 5}}, cells=["lstm", "onlstm"])["model"] == {"chunk_size": 5}
+
+
 def test_lm_flags_are_generated_with_defaults(capsys):
     with pytest.raises(SystemExit):
         main(["lm", "train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--averaging, --no-averaging" in text and "--hidden-sizes N [N ...]" in text
-    assert "(default: 1150 1150 400)" in text and "--optimizer {sgd,adam}" in text and "--vocab-size" not in text
+    assert "(default: 1150 1150 400; >= 1)" in text and "--optimizer {sgd,adam}" in text and "--vocab-size" not in text
 
 
 def test_demo_settings_from_flags_and_file(tmp_path, capsys):

@@ -10,6 +10,7 @@ import errno
 import functools
 import importlib
 import os
+import re
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -365,13 +366,16 @@ def test_every_seed_and_thread_count_is_declared_in_one_place():
         for f in dataclasses.fields(cls):
             if f.name in ("seed", "seeds"):
                 seeds.append(cls.__name__)
-                assert f.metadata["bounds"] == SEED_RANGE, (cls, f.name)
+                assert f.metadata["bounds"] == dict(ge=SEED_RANGE[0], le=SEED_RANGE[1]), (cls, f.name)
             if f.name == "threads":
                 threads.append(cls.__name__)
-                assert f.metadata["bounds"] == (0, None) and THREADS_ZERO_TEXT in field_help(f), cls
-                with pytest.raises(ConfigError, match=f"{cls.section}.threads must be <= {MAX_THREADS}"):
+                assert f.metadata["bounds"] == dict(ge=0, le=MAX_THREADS) and THREADS_ZERO_TEXT in field_help(f), cls
+                with pytest.raises(
+                    ConfigError,
+                    match=re.escape(f"threads must be in [0, {MAX_THREADS}], got {MAX_THREADS + 1}"),
+                ):
                     cls.from_dict({"threads": MAX_THREADS + 1})  # 1e9 aborted inside the OpenMP runtime
-                with pytest.raises(ConfigError, match=f"{cls.section}.threads must be >= 0, got -1"):
+                with pytest.raises(ConfigError, match=re.escape(f"threads must be in [0, {MAX_THREADS}], got -1")):
                     cls.from_dict({"threads": -1})
     assert {"TrainConfig", "LogicTrainConfig", "CompareSettings", "GenerateConfig", "DemoConfig"} <= set(seeds)
     assert {"TrainConfig", "LogicTrainConfig", "DemoConfig", "SynevalConfig"} <= set(threads)
@@ -386,5 +390,5 @@ def test_threads_zero_means_pytorchs_default_and_negative_is_refused(logic_data,
     if threads == "0":
         assert rc == 0 and torch.get_num_threads() == before  # PyTorch's own count, untouched
     else:
-        assert rc == 2 and err.strip() == "onlstm logic train: train.threads must be >= 0, got -1"
+        assert rc == 2 and err.strip() == f"onlstm logic train: train.threads must be in [0, {MAX_THREADS}], got -1"
         assert not (tmp_path / "r").exists()

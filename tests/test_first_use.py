@@ -15,6 +15,7 @@ import torch
 import onlstm
 from onlstm.checkpoint import read_json, save_weights
 from onlstm.cli import main
+from onlstm.config import MAX_THREADS
 from onlstm.files import write_json
 from support import REPO, write_corpus
 
@@ -106,7 +107,7 @@ def test_lm_eval_uses_the_runs_thread_count_unless_told(relative_run, capsys):
     assert torch.get_num_threads() == 2
     capsys.readouterr()
     assert main(["lm", "eval", "--checkpoint", str(run), "--threads", "-1"]) == 2
-    assert "--threads must be >= 0" in capsys.readouterr().err
+    assert f"--threads must be in [0, {MAX_THREADS}], got -1" in capsys.readouterr().err
 
 
 def test_the_demos_hint_names_a_command_that_runs_without_activating_the_venv(monkeypatch, tmp_path):

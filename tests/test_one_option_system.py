@@ -60,7 +60,7 @@ def test_an_encoder_option_is_checked_as_every_setting_is():
 
     from onlstm import encoders as E
 
-    width = E.EncoderOption("width", int, 8, "units per slice", bounds=(1, 64))
+    width = E.EncoderOption("width", int, 8, "units per slice", ge=1, le=64)
     spec = E.register("option-probe", lambda i, h, width=8: None, options=(width,))
     try:
         assert spec.resolve({}) == {"width": 8} and spec.resolve({"width": "16"}) == {"width": 16}

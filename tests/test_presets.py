@@ -55,7 +55,7 @@ def test_a_file_wins_over_a_preset_and_bad_names_list_the_presets(tmp_path, monk
 def test_every_command_taking_config_accepts_a_preset_name(tmp_path, monkeypatch, capsys):
     from onlstm.config import Settings
     from onlstm.lm.config import load_config
-    from onlstm.logic.cli import CONFIG_KEYS, SECTIONS
+    from onlstm.logic.config import CONFIG_KEYS, SECTIONS
 
     def load_yaml(name):
         return Settings.resolve(SECTIONS, name, experiment="logic", keys=CONFIG_KEYS)

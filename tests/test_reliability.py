@@ -269,9 +269,9 @@ def test_a_diverged_logic_run_stops_with_its_status(logic_data, tmp_path, capsys
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["demo", "--seconds", "-5"], "demo.seconds must be positive"),
+        (["demo", "--seconds", "-5"], "demo.seconds must be > 0, got -5.0"),
         (["demo", "--seconds", "nan"], "demo.seconds must be a finite number, got nan"),
-        (["demo", "--train-sentences", "0"], "demo.train_sentences must be positive"),
+        (["demo", "--train-sentences", "0"], "demo.train_sentences must be >= 1, got 0"),
         (["demo", "--dropout", "1.5"], "demo.dropout must be in [0, 1), got 1.5"),
     ],
 )

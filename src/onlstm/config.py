@@ -12,6 +12,7 @@ import difflib
 import functools
 import inspect
 import math
+import operator
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -39,7 +40,10 @@ def option(
     fixed: str | None = None,
     default_text: str | None = None,
     omit_default: bool = False,
-    bounds: tuple[int | None, int | None] | None = None,
+    gt: float | None = None,
+    ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
     check: Callable[[Any, str], None] | None = None,
     runtime: bool = False,
     positional: bool = False,
@@ -48,14 +52,18 @@ def option(
 ) -> Any:
     """A dataclass field with its help text (a string, or a function called when the parser is built).
 
-    ``choices``, ``bounds`` (``(low, high)`` inclusive, None open; every item of a list) and ``check(value,
-    where)`` are checked whenever the config is built. ``flag=False``: settable in a file only. ``fixed``:
-    neither in a file nor a flag, the text says why. ``default_text``: the default as ``--help`` shows it.
+    ``choices``, the bounds ``gt``, ``ge``, ``lt``, ``le`` (>, >=, <, <=; at most one of each end; every item of a
+    list; ``--help`` shows them) and ``check(value, where)`` are checked wherever a value is read
+    (:func:`check_value`). ``flag=False``: settable in a file only. ``fixed``: neither in a file nor a flag, the
+    text says why. ``default_text``: the default as ``--help`` shows it.
     ``omit_default``: left out of ``to_dict`` while it has its default. ``runtime``: says how a run goes, not what
     it learns (the device, a budget, reporting): a resumed run may change it (:func:`runtime_fields`). A list or
     dict default is copied. For a command's own arguments (:func:`add_command`): ``positional`` (optional when
     the default is None, one or more for a list), ``repeat`` (a list given by repeating the flag), ``metavar``;
     no default means a required flag."""
+    if (gt is not None and ge is not None) or (lt is not None and le is not None):
+        raise TypeError("option() takes one lower bound (gt or ge) and one upper bound (lt or le)")
+    bounds = {k: v for k, v in (("gt", gt), ("ge", ge), ("lt", lt), ("le", le)) if v is not None}
     meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag and fixed is None}
     meta.update(fixed=fixed, default_text=default_text, omit_default=omit_default, bounds=bounds, check=check)
     meta.update(runtime=runtime, positional=positional, repeat=repeat, metavar=metavar)
@@ -153,6 +161,19 @@ def _check_value(cls, f: dataclasses.Field, value: Any, section: str) -> Any:
     return check_value(f, _types(cls)[f.name], value, where)
 
 
+#: Each bound of :func:`option`: how a message writes it and the test a value passes.
+_BOUNDS = {"gt": (">", operator.gt), "ge": (">=", operator.ge), "lt": ("<", operator.lt), "le": ("<=", operator.le)}
+
+
+def bounds_text(bounds: Mapping[str, float]) -> str:
+    """An :func:`option`'s bounds in words: ``>= 1``, ``< 1``, with both ends an interval (``in [0, 1)``)."""
+    if len(bounds) == 1:
+        ((kind, value),) = bounds.items()
+        return f"{_BOUNDS[kind][0]} {value}"
+    low, high = (next((k, bounds[k]) for k in pair if k in bounds) for pair in (("gt", "ge"), ("lt", "le")))
+    return f"in {'(' if low[0] == 'gt' else '['}{low[1]}, {high[1]}{')' if high[0] == 'lt' else ']'}"
+
+
 def check_value(f: dataclasses.Field, tp: Any, value: Any, where: str) -> Any:
     """``value`` of the field ``f`` (declared with :func:`option`) as type ``tp``, with its choices, bounds and
     check; else a :class:`ConfigError` naming ``where``. Every setting's value goes through here: a file's, a
@@ -161,12 +182,11 @@ def check_value(f: dataclasses.Field, tp: Any, value: Any, where: str) -> Any:
     choices = f.metadata.get("choices")
     if choices and value not in choices:
         raise ConfigError(f"{where} must be one of {', '.join(map(str, choices))}, got {quote(value)}")
-    low, high = f.metadata.get("bounds") or (None, None)
+    bounds = f.metadata.get("bounds") or {}
     items = value if isinstance(value, list) else [] if value is None else [value]  # a list's every item
     for item in items:
-        if (low is not None and item < low) or (high is not None and item > high):
-            rule = f">= {low}" if high is None else f"<= {high}" if low is None else f"in [{low}, {high}]"
-            raise ConfigError(f"{where} must be {rule}, got {quote(item)}")
+        if not all(_BOUNDS[k][1](item, v) for k, v in bounds.items()):
+            raise ConfigError(f"{where} must be {bounds_text(bounds)}, got {quote(item)}")
     if f.metadata.get("check"):
         f.metadata["check"](value, where)
     return value
@@ -182,16 +202,11 @@ THREADS_ZERO_TEXT = "0: PyTorch's default, OMP_NUM_THREADS or one per core"
 
 
 def seed_option(default: int | list[int], help: str) -> Any:
-    return option(default, f"{help} (0 to 2**64 - 1)", bounds=SEED_RANGE)
+    return option(default, help, ge=SEED_RANGE[0], le=SEED_RANGE[1])
 
 
 def threads_option(default: int | None, help: str = "CPU threads for the whole process", **kw) -> Any:
-    return option(default, f"{help} ({THREADS_ZERO_TEXT})", bounds=(0, None), check=_not_too_many_threads, **kw)
-
-
-def _not_too_many_threads(value: int | None, where: str) -> None:
-    if value is not None and value > MAX_THREADS:
-        raise ConfigError(f"{where} must be <= {MAX_THREADS} (more threads than any machine has cores), got {value}")
+    return option(default, f"{help} ({THREADS_ZERO_TEXT})", ge=0, le=MAX_THREADS, **kw)
 
 
 def check_device(value: str, name: str = "device") -> None:
@@ -250,15 +265,6 @@ class Runtime(Config):
     )
     threads: int | None = threads_option(0, "CPU threads per process", runtime=True)
     progress: bool = runtime_option(True, "show a progress bar on stderr (on a terminal only)")
-
-
-def check_probabilities(cfg: Config, names: Iterable[str], *, one: bool = False) -> None:
-    """Each field in ``names`` is in ``[0, 1)`` (a dropout of 1 divides by zero), or ``[0, 1]`` with
-    ``one=True``; NaN is refused. For a config's ``validate``."""
-    for name in names:
-        v = getattr(cfg, name)
-        if not (0.0 <= v < 1.0 or (one and v == 1.0)):
-            raise ConfigError(f"{cfg.section}.{name} must be in [0, {'1]' if one else '1)'}, got {v}")
 
 
 def _check_names(data: Any, names: list[str], label: str, what: str) -> None:
@@ -371,11 +377,13 @@ def yaml_problem(exc: Exception) -> str:
 @dataclass
 class Settings:
     """The one resolver of every command's settings: dataclass defaults < the ``--config`` file < flags.
-    ``given``: per section, what the user set (checked); ``keys``: the file's other top-level values."""
+    ``given``: per section, what the user set (checked); ``keys``: the file's other top-level values; ``typed``:
+    per section, what the flags set (a flag may be refused where the same value in a preset is passed over)."""
 
     classes: dict[str, type]
     given: dict[str, dict]
     keys: dict
+    typed: dict[str, dict]
 
     @classmethod
     def resolve(
@@ -391,21 +399,16 @@ class Settings:
         :func:`add_flags`) or ``{section: {field: value}}``."""
         keys = tuple(keys)
         doc = read_yaml(config, classes, keys, preset=experiment) if config is not None else {}
-        given = {}
+        given, typed = {}, {}
         for name, section_cls in classes.items():
-            typed = flags_given(flags, name) if isinstance(flags, argparse.Namespace) else (flags or {}).get(name)
-            given[name] = {**doc.get(name, {}), **check_section(section_cls, typed or {}, section_cls.section)}
-        return cls(dict(classes), given, {k: doc[k] for k in keys if k in doc})
+            raw = flags_given(flags, name) if isinstance(flags, argparse.Namespace) else (flags or {}).get(name)
+            typed[name] = check_section(section_cls, raw or {}, section_cls.section)
+            given[name] = {**doc.get(name, {}), **typed[name]}
+        return cls(dict(classes), given, {k: doc[k] for k in keys if k in doc}, typed)
 
     def build(self, section: str, **values: Any) -> Any:
         """The config of ``section``: its defaults < what was given < ``values``."""
         return self.classes[section].from_dict({**self.given[section], **values})
-
-
-def check_positive(value: float | None, where: str) -> None:
-    """An :func:`option` ``check``: a number > 0 (seconds, a factor), or None."""
-    if value is not None and value <= 0:
-        raise ConfigError(f"{where} must be > 0, got {value}")
 
 
 def _flag(name: str) -> str:
@@ -448,9 +451,11 @@ def _add_flag(group, f: dataclasses.Field, tp: Any, dest: str, plain: bool = Fal
     returns only what was typed) and is checked with the file's values; a command's own argument (``plain``)
     holds its default and is checked as it is read, by :func:`check_value` too."""
     meta, default = f.metadata, _default(f)
-    text = field_help(f)
-    if default is not MISSING and not (plain and (default is None or default is False)):
-        text = f"{text} (default: {_shown_default(f)})" if text else f"default: {_shown_default(f)}"
+    text, shown = field_help(f), default is not MISSING and not (plain and (default is None or default is False))
+    notes = [f"default: {_shown_default(f)}"] if shown else []
+    notes += [bounds_text(meta["bounds"])] if meta.get("bounds") else []  # what a value may be, as errors say it
+    if notes:
+        text = f"{text} ({'; '.join(notes)})" if text else "; ".join(notes)
     kw: dict = {"help": text.replace("%", "%%")}  # argparse %-formats help strings
     if plain:
         kw.update(default=None if default is MISSING else default)

@@ -110,7 +110,7 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
     from .lm.train import train
 
     settings = lm_settings(cfg, quiet=as_json)
-    load_config(None, settings).model_config(vocab_size=1)  # every setting checked before anything is written
+    load_config(None, settings)  # every setting checked before anything is written
     out_dir = check_demo_dir(cfg.out)
     log = (lambda msg: None) if as_json else print  # with --json stdout holds the one JSON object only
     run_dir, sizes = RunDir(out_dir), (cfg.train_sentences, cfg.dev_sentences, cfg.test_sentences)

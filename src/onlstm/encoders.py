@@ -28,19 +28,22 @@ class EncoderError(ConfigError):
 @dataclass(frozen=True)
 class EncoderOption:
     """One option an encoder accepts: ``name``, its type (int, float, str, bool), default, help text, choices and
-    ``bounds`` (``(low, high)`` inclusive, None open), declared as every setting is (:attr:`field`)."""
+    bounds (``gt``, ``ge``, ``lt``, ``le``), declared as every setting is (:attr:`field`)."""
 
     name: str
     type: type
     default: Any
     help: str = ""
     choices: tuple | None = None
-    bounds: tuple[int | None, int | None] | None = None
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
 
     @property
     def field(self) -> Any:
         """The option as a config field (:func:`onlstm.config.option`): one code path checks its values."""
-        return option(self.default, self.help, choices=self.choices, bounds=self.bounds)
+        return option(self.default, self.help, choices=self.choices, gt=self.gt, ge=self.ge, lt=self.lt, le=self.le)
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,6 @@ class EncoderSpec:
         """Check that layers of ``hidden_sizes`` units can be built with ``options``; returns the resolved options."""
         sizes = [hidden_sizes] if isinstance(hidden_sizes, int) else list(hidden_sizes)
         opts = self.resolve(options or {})
-        if "dropconnect" in opts and not 0.0 <= opts["dropconnect"] < 1.0:
-            raise EncoderError(f"dropconnect must be in [0, 1), got {opts['dropconnect']}")
         if self.check is not None:
             try:
                 self.check(sizes, opts)
@@ -256,10 +257,8 @@ class ONLSTMLayer(nn.Module):
         return self.rnn(x, hx, return_distances=True) if return_distances else (*self.rnn(x, hx), None)
 
 
-def _check_divides(sizes: list[int], label: str, option: str, value: int, why: str) -> None:
-    """``value`` (option ``option``, called ``label`` in messages) is positive and divides every hidden size."""
-    if value <= 0:
-        raise EncoderError(f"{label} must be positive, got {value}")
+def _check_divides(sizes: list[int], option: str, value: int, why: str) -> None:
+    """``value`` (option ``option``, >= 1 by its declaration) divides every hidden size."""
     bad = [h for h in sizes if h % value]
     if bad:
         raise EncoderError(f"hidden sizes {bad} are not divisible by {option}={value}: {why}")
@@ -267,10 +266,10 @@ def _check_divides(sizes: list[int], label: str, option: str, value: int, why: s
 
 def _check_onlstm(sizes: list[int], opts: dict) -> None:
     why = "an ON-LSTM layer is cut into chunks of chunk_size units; change the hidden size(s) or chunk_size"
-    _check_divides(sizes, "chunk_size", "chunk_size", opts["chunk_size"], why)
+    _check_divides(sizes, "chunk_size", opts["chunk_size"], why)
 
 
-_DROPCONNECT = EncoderOption("dropconnect", float, 0.0, "DropConnect on hidden-to-hidden weights")
+_DROPCONNECT = EncoderOption("dropconnect", float, 0.0, "DropConnect on hidden-to-hidden weights", ge=0, lt=1)
 
 register(
     "onlstm",
@@ -279,7 +278,7 @@ register(
     check=_check_onlstm,
     description="Ordered Neurons LSTM (master gates; yields distances for tree induction)",
     options=(
-        EncoderOption("chunk_size", int, 1, "units per master-gate level"),
+        EncoderOption("chunk_size", int, 1, "units per master-gate level", ge=1),
         EncoderOption("master_input", str, "paper", "master input gate: paper or reverse", MASTER_INPUT_MODES),
         _DROPCONNECT,
     ),
@@ -322,21 +321,7 @@ def _check_transformer(sizes: list[int], opts: dict) -> None:
         "attention splits a layer's width into heads of equal size; change the hidden size(s) or heads "
         "(--encoder-options heads=N)"
     )
-    _check_divides(sizes, "transformer option heads", "heads", opts["heads"], why)
-    if opts["ff_multiplier"] <= 0 or opts["max_length"] <= 0:
-        raise EncoderError("transformer options ff_multiplier and max_length must be positive")
-    if not 0.0 <= opts["block_dropout"] < 1.0:
-        raise EncoderError(f"transformer option block_dropout must be in [0, 1), got {opts['block_dropout']}")
-
-
-def _check_sliced(sizes: list[int], opts: dict) -> None:
-    if opts["slice_length"] < 1:
-        raise EncoderError(f"sliced option slice_length must be at least 1, got {opts['slice_length']}")
-    if opts["levels"] < 2:
-        raise EncoderError(
-            f"sliced option levels must be at least 2 (the slices' RNN and the RNN over their summaries), "
-            f"got {opts['levels']}"
-        )
+    _check_divides(sizes, "heads", opts["heads"], why)
 
 
 register(
@@ -346,11 +331,11 @@ register(
     check=_check_transformer,
     description="one causal pre-norm Transformer block per layer (no state across BPTT segments)",
     options=(
-        EncoderOption("heads", int, 4, "attention heads (must divide every hidden size)"),
-        EncoderOption("ff_multiplier", float, 4.0, "feed-forward width as a multiple of the hidden size"),
+        EncoderOption("heads", int, 4, "attention heads (must divide every hidden size)", ge=1),
+        EncoderOption("ff_multiplier", float, 4.0, "feed-forward width as a multiple of the hidden size", gt=0),
         EncoderOption("positions", str, "sinusoidal", "position encoding: sinusoidal or learned", POSITIONS),
-        EncoderOption("max_length", int, 512, "longest sequence with learned positions (their table's size)"),
-        EncoderOption("block_dropout", float, 0.1, "dropout on attention weights and on both residual branches"),
+        EncoderOption("max_length", int, 512, "longest sequence with learned positions (their table's size)", ge=1),
+        EncoderOption("block_dropout", float, 0.1, "dropout on attention weights and residual branches", ge=0, lt=1),
         EncoderOption("pooling", str, "last", "sentence encoding (state): last real step's output or mean", POOLINGS),
     ),
 )
@@ -359,11 +344,10 @@ register(
     SlicedRNN,
     causal=False,
     stateful=False,
-    check=_check_sliced,
     description="Sliced RNN: an RNN over slices of the sequence, one over their summaries (not causal)",
     options=(
-        EncoderOption("slice_length", int, 8, "steps per slice at every level below the top"),
-        EncoderOption("levels", int, 2, "RNN levels: the slices' RNN, ..., the top RNN over the summaries"),
+        EncoderOption("slice_length", int, 8, "steps per slice at every level below the top", ge=1),
+        EncoderOption("levels", int, 2, "RNN levels: the slices' RNN, ..., the top RNN over the summaries", ge=2),
         EncoderOption("rnn", str, "gru", "RNN of every level: gru or lstm", RNN_TYPES),
         _DROPCONNECT,
     ),

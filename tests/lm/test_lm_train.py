@@ -188,9 +188,9 @@ def test_time_limit_stops_with_a_resume_file_counts_every_session_and_resumes_ex
     for name in ("model.last", "model.best", "resume"):
         assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / "part", name))
     argv = ["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(tmp_path / "bad")]
-    for bad in ("0", "-1", "nan"):
+    for bad, why in (("0", "> 0, got 0.0"), ("-1", "> 0, got -1.0"), ("nan", "a finite number, got nan")):
         assert main([*argv, "--time-limit", bad]) == 2
-        assert "train.time_limit must be a finite number" in capsys.readouterr().err
+        assert f"train.time_limit must be {why}" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
 
 

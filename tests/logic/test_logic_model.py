@@ -509,7 +509,7 @@ def test_yaml_config_and_flag_priority(tiny_data, tmp_path, capsys):
 @pytest.mark.parametrize("name", sorted(p.name for p in (CONFIGS / "logic").glob("*.yaml")))
 def test_shipped_configs_are_valid(name, tmp_path):
     from onlstm.config import Settings
-    from onlstm.logic.cli import CONFIG_KEYS, SECTIONS
+    from onlstm.logic.config import CONFIG_KEYS, SECTIONS
 
     doc = Settings.resolve(SECTIONS, CONFIGS / "logic" / name, experiment="logic", keys=CONFIG_KEYS).given
     LogicModelConfig.from_dict(doc.get("model") or {})

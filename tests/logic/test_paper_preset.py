@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from onlstm.config import Settings
-from onlstm.logic.cli import SECTIONS
+from onlstm.logic.config import SECTIONS
 from onlstm.logic.data import read_examples, write_file
 from onlstm.logic.generate import random_formula_text
 from onlstm.logic.model import TOKEN_IDS

@@ -124,9 +124,9 @@ def test_registry_entry_and_option_checks():
     spec = E.get("sliced")
     assert not spec.causal and not spec.stateful and not spec.yields_distances
     assert set(spec.option_names) == {"slice_length", "levels", "rnn", "dropconnect"}
-    with pytest.raises(E.EncoderError, match="levels must be at least 2"):
+    with pytest.raises(E.EncoderError, match="sliced option levels must be >= 2, got 1"):
         E.make_encoder("sliced", 3, 4, levels=1)
-    with pytest.raises(E.EncoderError, match="slice_length must be at least 1"):
+    with pytest.raises(E.EncoderError, match="sliced option slice_length must be >= 1, got 0"):
         E.make_encoder("sliced", 3, 4, slice_length=0)
     with pytest.raises(E.EncoderError, match="rnn must be one of gru, lstm"):
         E.make_encoder("sliced", 3, 4, rnn="rnn")

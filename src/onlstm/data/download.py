@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..checkpoint import read_json
-from ..config import add_command, add_group, check_positive, option
+from ..config import add_command, add_group, option
 from ..errors import DISK_FULL_ERRNOS, EXIT_FINDING, InputError, OnlstmError
 from ..files import atomic_write, check_output_folder, write_json
 
@@ -204,7 +204,7 @@ class DownloadArgs:
     )
     to: Path = option(help="folder to write the files into (created if missing)")
     url: str | None = option(None, "base URL of the files, or the zip's URL (default: the corpus's own)")
-    timeout: float = option(30.0, "seconds per request", check=check_positive)
+    timeout: float = option(30.0, "seconds per request", gt=0)
     force: bool = option(False, "download even when a file with the right checksum is there")
 
 

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import add_command, add_group, add_runtime_flags, flags_given, option, runtime_settings
+from ..config import add_command, add_group, add_runtime_flags, option, runtime_settings, seed_option
 from ..errors import EXIT_INTERRUPTED, command_error
 from ..files import json_text, read_stdin_text, read_text, split_lines
 from .config import EvalRuntime, add_config_flags
@@ -34,8 +34,8 @@ class EvalArgs:
     data_dir: Path | None = option(None, "corpus folder (default: the one the run was trained on)")
     split: str = option("test", choices=("train", "valid", "test"))
     protocol: str = option("paper", choices=("paper", "batched", "both"))
-    batch_size: int = option(10, "columns of the batched protocol", bounds=(1, None))
-    bptt: int = option(70, "segment length", bounds=(1, None))
+    batch_size: int = option(10, "columns of the batched protocol", ge=1)
+    bptt: int = option(70, "segment length", ge=1)
     weights: str = option("best", "which weights of the run", choices=WEIGHTS)
     oov: str | None = option(
         None, "words outside the vocabulary (default: the run's own)", choices=("auto", "error", "unk")
@@ -52,7 +52,7 @@ class SurprisalArgs:
     )
     out: Path | None = option(None, "the TSV to write (default: standard output); an existing file needs --overwrite")
     overwrite: bool = option(False, "replace an existing --out file")
-    batch_size: int = option(2048, "sentences per prefix tree", bounds=(1, None))
+    batch_size: int = option(2048, "sentences per prefix tree", ge=1)
     weights: str = option("best", "which weights of a run", choices=WEIGHTS)
 
 
@@ -64,13 +64,13 @@ class CompareArgs:
     data_dir: Path = option(help="folder with ptb.{train,valid,test}.txt")
     out: Path = option(help="folder of the study: one run folder per cell and seed, evals/, compare.json, tables.md")
     cells: list[str] = option(["onlstm", "lstm"], "recurrent layers to compare (the first against each other)")
-    seeds: list[int] = option([141, 142, 143], "seeds, the same for every cell")
-    jobs: int = option(1, "runs trained at once, each a process of its own", bounds=(1, None))
+    seeds: list[int] = seed_option([141, 142, 143], "seeds, the same for every cell")
+    jobs: int = option(1, "runs trained at once, each a process of its own", ge=1)
     finished_only: bool = option(False, "train nothing: measure the finished runs, list the others")
     treebank: Path | None = option(None, "Penn Treebank .mrg folder for the trees' F1 (e.g. NLTK's WSJ sample)")
     syneval_data: Path | None = option(None, "Marvin & Linzen pairs (syneval --data) to score every run on")
     suites: Path | None = option(None, "a folder of SyntaxGym suites (syneval --suite) to score every run on")
-    eval_threads: int = option(1, "CPU threads of each measuring command", bounds=(1, None))
+    eval_threads: int = option(1, "CPU threads of each measuring command", ge=1)
 
 
 def register(subparsers) -> None:
@@ -92,14 +92,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     """
     from tqdm import tqdm
 
-    from ..encoders import check_option_clash, check_typed_options
     from .config import explicit_settings
     from .train import train
 
     try:
         explicit = explicit_settings(args.config, args)
-        check_typed_options([explicit["model"].get("cell", "onlstm")], flags_given(args, "model"))
-        check_option_clash(explicit["model"])
         result = train(args.out, args.data_dir, explicit, resume=args.resume, log=tqdm.write)
     except ValueError as e:  # the settings' checks raise plain ValueErrors: bad input all the same
         raise command_error(e) from None
@@ -119,7 +116,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from .config import explicit_settings
 
     try:
-        explicit = explicit_settings(args.config, args)
+        explicit = explicit_settings(args.config, args, cells=args.cells)
         yardsticks = Yardsticks(args.treebank, args.syneval_data, args.suites, args.eval_threads)
         res = compare(explicit, args.data_dir, args.out, args.cells, args.seeds, yardsticks, args.jobs,
                       args.finished_only)  # fmt: skip

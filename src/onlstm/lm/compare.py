@@ -77,7 +77,7 @@ def check_study(explicit: dict, cells: list[str], data_dir: Path, yardsticks: Ya
     """Every cell's settings, the training text and the yardsticks' paths, checked before any run starts."""
     for cell in cells:
         model = {**explicit.get("model", {}), "cell": cell}
-        run_config({"model": model, "train": explicit.get("train", {})}).model_config(vocab_size=1)
+        run_config({"model": model, "train": explicit.get("train", {})})
     for split in ("train", "valid", "test"):
         split_file(Path(data_dir), split)
     for flag, path in (("--treebank", yardsticks.treebank), ("--syneval-data", yardsticks.syneval_data),

@@ -5,16 +5,15 @@ a flag of ``onlstm lm train``. The machinery is :mod:`onlstm.config`."""
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import encoders
 from ..config import (
     ConfigError,
     Runtime,
     Settings,
     add_flags,
-    check_probabilities,
     check_section,
     command_line,
     field_defaults,
@@ -24,7 +23,7 @@ from ..config import (
     seed_option,
     threads_option,
 )
-from ..models.language_model import LMConfig
+from ..models.language_model import LMConfig, check_architecture
 from ..nn import kernels
 
 
@@ -36,7 +35,7 @@ class TrainConfig(Runtime):
     section = "train"
 
     seed: int = seed_option(141, "random seed (weights, dropout masks, BPTT lengths)")
-    epochs: int = runtime_option(1000, "number of passes over the training text", bounds=(1, None))
+    epochs: int = runtime_option(1000, "number of passes over the training text", ge=1)
     # Minutes, as logic's time_limit and the engine's Budget. Like max_steps it stops without validating:
     # a check in the middle of an epoch would add a row to the epoch log and could move NT-ASGD's switch.
     time_limit: float | None = runtime_option(
@@ -44,43 +43,46 @@ class TrainConfig(Runtime):
         "stop after this many minutes of training (every session of the run counted; checked after every "
         "step; the resume file is written, validation stays at the epochs' ends)",
         default_text="no limit",
+        gt=0,
     )
     max_steps: int | None = runtime_option(
         None,
         "stop after this many optimizer steps in all (with epochs and time_limit, whichever comes first); the "
         "resume file is written, validation stays at the epochs' ends",
         default_text="no limit",
-        bounds=(1, None),
+        ge=1,
     )
-    batch_size: int = option(20, "columns the training stream is cut into (split among processes)", bounds=(1, None))
-    eval_batch_size: int = option(10, "columns of the validation stream in training (reference: 10)", bounds=(1, None))
-    test_batch_size: int = option(1, "columns of the test stream for the final test (the paper: 1)", bounds=(1, None))
-    bptt: int = option(70, "mean segment length (truncated back-propagation through time)", bounds=(1, None))
+    batch_size: int = option(20, "columns the training stream is cut into (split among processes)", ge=1)
+    eval_batch_size: int = option(10, "columns of the validation stream in training (reference: 10)", ge=1)
+    test_batch_size: int = option(1, "columns of the test stream for the final test (the paper: 1)", ge=1)
+    bptt: int = option(70, "mean segment length (truncated back-propagation through time)", ge=1)
     variable_bptt: bool = option(True, "draw segment lengths: bptt (or bptt/2 with bptt_short_prob) + N(0, bptt_std)")
-    bptt_short_prob: float = option(0.05, "probability of a segment centred on bptt/2", bounds=(0, 1))
-    bptt_std: float = option(5.0, "standard deviation of the segment length")
-    min_seq_len: int = option(5, "shortest drawn segment", bounds=(1, None))
+    bptt_short_prob: float = option(0.05, "probability of a segment centred on bptt/2", ge=0, le=1)
+    bptt_std: float = option(5.0, "standard deviation of the segment length", ge=0)
+    min_seq_len: int = option(5, "shortest drawn segment", ge=1)
     optimizer: str = option("sgd", "sgd (the paper; switches to averaging, NT-ASGD) or adam", choices=("sgd", "adam"))
-    lr: float = option(30.0, "learning rate, scaled per segment by seq_len / bptt")
-    momentum: float = option(0.0, "SGD momentum (the paper: 0); the averaging phase (torch's ASGD) has none")
-    weight_decay: float = option(1.2e-6, "L2 weight decay")
-    clip: float = option(0.25, "gradient-norm clipping (0: none)")
-    alpha: float = option(2.0, "AR: alpha * mean(last layer's output ^ 2), the output ar_target names")
+    lr: float = option(30.0, "learning rate, scaled per segment by seq_len / bptt", gt=0)
+    momentum: float = option(
+        0.0, "SGD momentum (the paper: 0); the averaging phase (torch's ASGD) has none", ge=0, lt=1
+    )
+    weight_decay: float = option(1.2e-6, "L2 weight decay", ge=0)
+    clip: float = option(0.25, "gradient-norm clipping (0: none)", ge=0)
+    alpha: float = option(2.0, "AR: alpha * mean(last layer's output ^ 2), the output ar_target names", ge=0)
     ar_target: str = option(
         "raw",
         "the tensor AR penalises: raw (the last layer's output before its locked dropout, as the authors' "
         "ON-LSTM code does) or dropped (after it, as the original AWD-LSTM code does); docs/lm.md",
         choices=("raw", "dropped"),
     )
-    beta: float = option(1.0, "TAR: beta * mean((h_t - h_{t-1}) ^ 2) of the last layer's raw output")
+    beta: float = option(1.0, "TAR: beta * mean((h_t - h_{t-1}) ^ 2) of the last layer's raw output", ge=0)
     averaging: bool = option(True, "with sgd: once validation stalls, average weights (torch's ASGD, t0=0, lambd=0)")
     nonmono: int = option(
         5,
         "switch to averaging when validation is worse than the best of all but the last nonmono epochs",
-        bounds=(1, None),
+        ge=1,
     )
     asgd_start_epoch: int = option(
-        0, "with averaging: start averaging at this epoch at the latest (0: only the nonmono rule)", bounds=(0, None)
+        0, "with averaging: start averaging at this epoch at the latest (0: only the nonmono rule)", ge=0
     )
     # The paper's stopping rule with a cap: its runs train a fixed number of epochs, long after averaging began;
     # a run on a budget needs to know when the averaged model stopped gaining. Counted only once averaging
@@ -89,7 +91,7 @@ class TrainConfig(Runtime):
         0,
         "with averaging: stop when the averaged weights have not improved validation for this many epochs in a "
         "row (0: never; the run trains its epochs)",
-        bounds=(0, None),
+        ge=0,
     )
     oov: str = option(
         "auto",
@@ -118,27 +120,18 @@ class TrainConfig(Runtime):
         choices=("fp32", "bf16"),
     )
     log_every: int = runtime_option(
-        100, "batches between reports: the progress bar's figures, a log line, a row of steps.csv", bounds=(1, None)
+        100, "batches between reports: the progress bar's figures, a log line, a row of steps.csv", ge=1
     )
     checkpoint_every: int = runtime_option(
-        1000, "batches between resumable checkpoints (also at every epoch end and on Ctrl-C)", bounds=(1, None)
+        1000, "batches between resumable checkpoints (also at every epoch end and on Ctrl-C)", ge=1
     )
     tensorboard: bool = runtime_option(
         False, "also write the reports to RUN_DIR/tensorboard (needs the tensorboard package)"
     )
 
     def validate(self) -> None:
-        for name in ("lr", "bptt_std", "weight_decay", "clip", "alpha", "beta"):
-            v = getattr(self, name)
-            if v < 0 or not math.isfinite(v):
-                raise ConfigError(f"train.{name} must be a finite number >= 0, got {v}")
-        if self.lr == 0:
-            raise ConfigError("train.lr must be positive")
-        check_probabilities(self, ["momentum"])
         if self.max_vocab != 0 and self.max_vocab < 3:
             raise ConfigError(f"train.max_vocab must be 0 (every word) or at least 3, got {self.max_vocab}")
-        if self.time_limit is not None and not (self.time_limit > 0 and math.isfinite(self.time_limit)):
-            raise ConfigError(f"train.time_limit must be a finite number of minutes > 0, got {self.time_limit}")
         if self.onlstm_impl not in kernels.impl_choices():  # checked here: kernels may be registered at run time
             raise ConfigError(
                 f"train.onlstm_impl must be one of {', '.join(kernels.impl_choices())}, got {self.onlstm_impl!r}"
@@ -162,19 +155,31 @@ SECTIONS = {"model": LMConfig, "train": TrainConfig}
 
 @dataclass
 class RunConfig:
-    """What ``onlstm lm train`` runs: the model section (without vocab_size) and the recipe."""
+    """What ``onlstm lm train`` runs: the model section (without vocab_size), checked whole here before the text
+    gives the vocabulary size, and the recipe; :meth:`model_config` builds the run's one :class:`LMConfig`."""
 
     model: dict
     train: TrainConfig
+
+    def __post_init__(self):
+        self.model = {**field_defaults(LMConfig), **check_section(LMConfig, self.model, "model")}
+        check_architecture(self.model)
 
     def model_config(self, vocab_size: int) -> LMConfig:
         return LMConfig(vocab_size=vocab_size, **self.model)
 
 
-def explicit_settings(path: Path | str | None = None, overrides: argparse.Namespace | dict | None = None) -> dict:
+def explicit_settings(
+    path: Path | str | None = None, overrides: argparse.Namespace | dict | None = None, cells: list[str] | None = None
+) -> dict:
     """What the user set: the config file's (or preset's) fields, then the flags' (``{"model": {...}, "train":
-    {...}}``); ``overrides``: the parsed command line or such a dict."""
-    return Settings.resolve(SECTIONS, path, overrides, experiment="lm").given
+    {...}}``); ``overrides``: the parsed command line or such a dict. The encoder checks (:mod:`onlstm.encoders`)
+    run here, for ``cells`` (default: the model's cell)."""
+    settings = Settings.resolve(SECTIONS, path, overrides, experiment="lm")
+    model = settings.given["model"]
+    encoders.check_typed_options(cells or [model.get("cell", LMConfig.cell)], settings.typed["model"])
+    encoders.check_option_clash(model)
+    return settings.given
 
 
 def load_config(path: Path | str | None = None, overrides: argparse.Namespace | dict | None = None) -> RunConfig:
@@ -185,9 +190,10 @@ def load_config(path: Path | str | None = None, overrides: argparse.Namespace | 
 def run_config(given: dict, source: Path | str | None = None) -> RunConfig:
     """The settings ``given`` (:func:`explicit_settings`' result, read from ``source``) over the defaults."""
     try:
-        model, train = check_section(LMConfig, given.get("model", {}), "model"), given.get("train", {})
-        return RunConfig({**field_defaults(LMConfig), **model}, TrainConfig.from_dict(train))
+        return RunConfig(given.get("model", {}), TrainConfig.from_dict(given.get("train", {})))
     except (TypeError, ValueError) as e:
+        if source is None and isinstance(e, ConfigError):
+            raise  # it names the setting; "configuration:" would say nothing more
         raise ConfigError(f"{source or 'configuration'}: {e}") from None
 
 

@@ -145,7 +145,6 @@ def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
         cfg = config.train  # the one rule of every trainer, before the lock and the data: nothing done yet
         if refusal := engine_refusal(run, "lm", Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit)):
             raise RunDirError(refusal)
-    config.model_config(vocab_size=1)
     return config
 
 

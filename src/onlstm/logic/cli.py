@@ -13,13 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import encoders
-from ..config import ConfigError, Settings, add_command, add_flags, add_group, command_line, flags_given, option
+from ..config import ConfigError, Settings, add_command, add_flags, add_group, command_line, option
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, command_error
 from ..files import add_files, check_output_owner, json_text, publish_folder
 from ..nn import Distances
 from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
-from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig
+from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig, resolve
 from .data import Example, has_split, read_examples, relabel_mismatches, write_file
 from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
 from .generate import GenerateConfig, format_label_counts, generate_dataset
@@ -27,9 +26,6 @@ from .model import KIND, load_classifier
 from .systematicity import SPLITS, held_out
 from .train import read_history, train, validation_examples
 
-#: A config file's sections (checked against their dataclasses: names and value types) and its other keys.
-SECTIONS = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
-CONFIG_KEYS = ("data", "out")
 DATA_KIND = "logic-data"  # the marker of a folder logic generate wrote (onlstm.files.publish_folder)
 TREES_KIND = "logic-trees"  # the marker of a folder logic trees wrote
 
@@ -54,7 +50,7 @@ class GenerateArgs:
 @dataclass(kw_only=True)
 class CheckArgs:
     path: Path = option(help=PATH_HELP, positional=True)
-    show: int = option(5, "how many disagreements to print", bounds=(0, None))
+    show: int = option(5, "how many disagreements to print", ge=0)
 
 
 @dataclass(kw_only=True)
@@ -283,17 +279,9 @@ def _add_settings(p: argparse.ArgumentParser, cell: bool) -> None:
 
 
 def resolve_settings(args: argparse.Namespace, compare: bool = False):
-    """``(model config, train config, data, out, compare settings or None)`` from defaults < YAML < flags.
-
-    ``compare``: the model config takes the first compared cell, so that it is validated for a cell that
-    trains (the default cell, onlstm, may not be compared: its chunk size must not reject the widths)."""
-    settings = Settings.resolve(SECTIONS, args.config, args, experiment="logic", keys=CONFIG_KEYS)
-    what = settings.build("compare") if compare else None
-    cells = what.cells if what else [settings.given["model"].get("cell", LogicModelConfig.cell)]
-    encoders.check_typed_options(cells, flags_given(args, "model"))  # a typed --chunk-size no trained cell uses
-    encoders.check_option_clash(settings.given["model"])
-    model_cfg = settings.build("model", cell=cells[0])
-    train_cfg = settings.build("train")
+    """``(model config, train config, data, out, compare settings or None)`` from defaults < YAML < flags
+    (:func:`onlstm.logic.config.resolve`)."""
+    settings, model_cfg, train_cfg, what = resolve(args.config, args, compare)
     resolve_device(train_cfg.device)  # cuda asked for on a machine without it: an InputError before any work
     data = args.data or settings.keys.get("data")
     out = args.out or settings.keys.get("out")
@@ -474,8 +462,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare
 
     model_cfg, train_cfg, data, out, what = resolve_settings(args, compare=True)
-    for cell in what.cells:  # every cell must work with these settings before the first one trains
-        encoders.get(cell).validate(model_cfg.hidden_size, model_cfg.layer_options(cell))
     lengths = parse_buckets(what.lengths)
     res = compare(
         model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths, split=what.split,

@@ -4,12 +4,13 @@ the YAML presets ``logic/<name>`` (``onlstm presets``; see :mod:`onlstm.config`)
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import encoders
-from ..config import Config, ConfigError, Runtime, Settings, check_probabilities, option, runtime_option, seed_option
+from ..config import Config, ConfigError, Runtime, Settings, option, runtime_option, seed_option
 from ..nn.functional import MASTER_INPUT_MODES
 from .formulas import VOCABULARY
 from .relations import RELATIONS
@@ -29,14 +30,14 @@ class LogicModelConfig(Config):
     config_kind = "logic model config"
 
     cell: str = option("onlstm", lambda: encoders.cell_help())
-    emb_size: int = option(128, "embedding size (paper: 128)", bounds=(1, None))
-    hidden_size: int = option(400, "encoder units (paper: 400)", bounds=(1, None))
+    emb_size: int = option(128, "embedding size (paper: 128)", ge=1)
+    hidden_size: int = option(400, "encoder units (paper: 400)", ge=1)
     chunk_size: int = option(
         10,
         encoders.option_help(
             "chunk_size", "ON-LSTM chunk size (10: 40 chunks of 10 units, the paper's language-model chunk size)"
         ),
-        bounds=(1, None),
+        ge=1,
     )
     master_input: str = option(
         "paper",
@@ -45,19 +46,20 @@ class LogicModelConfig(Config):
         ),
         choices=MASTER_INPUT_MODES,
     )
-    dropout: float = option(0.2, "dropout on embeddings, features and MLP hidden layer (paper: 0.2)")
-    dropconnect: float = option(0.0, encoders.option_help("dropconnect", "DropConnect on hidden-to-hidden weights"))
-    mlp_hidden: int = option(400, "MLP hidden width; 0 = a single linear layer over the features", bounds=(0, None))
+    dropout: float = option(0.2, "dropout on embeddings, features and MLP hidden layer (paper: 0.2)", ge=0, lt=1)
+    dropconnect: float = option(
+        0.0, encoders.option_help("dropconnect", "DropConnect on hidden-to-hidden weights"), ge=0, lt=1
+    )
+    mlp_hidden: int = option(400, "MLP hidden width; 0 = a single linear layer over the features", ge=0)
     mlp_activation: str = option(
         "relu", "activation of the MLP's hidden layer: relu or elu (the authors' script)", choices=MLP_ACTIVATIONS
     )
     encoder_options: dict[str, Any] = option({}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
-    n_classes: int = option(len(RELATIONS), "number of relations", flag=False, bounds=(1, None))
-    vocab_size: int = option(len(VOCABULARY) + 1, "token vocabulary size (with padding)", flag=False, bounds=(1, None))
+    n_classes: int = option(len(RELATIONS), "number of relations", flag=False, ge=1)
+    vocab_size: int = option(len(VOCABULARY) + 1, "token vocabulary size (with padding)", flag=False, ge=1)
 
     def validate(self) -> None:
         spec = encoders.check_cell(self.cell, "cell")
-        check_probabilities(self, ["dropout", "dropconnect"])
         spec.validate(self.hidden_size, self.layer_options())
 
     def layer_options(self, cell: str | None = None) -> dict:
@@ -74,9 +76,9 @@ class LogicTrainConfig(Runtime):
     config_kind = "logic train config"
 
     max_train_ops: int = option(
-        6, "train on pairs whose larger operator count is <= this (files train0…train{max_train_ops})", bounds=(0, None)
+        6, "train on pairs whose larger operator count is <= this (files train0…train{max_train_ops})", ge=0
     )
-    valid_fraction: float = option(0.1, "share of those pairs held out for validation (early stopping)")
+    valid_fraction: float = option(0.1, "share of those pairs held out for validation (early stopping)", gt=0, lt=1)
     valid_split: str = option(
         "random",
         "how the validation pairs are chosen: random (a seeded random valid_fraction) or ordered (every "
@@ -89,7 +91,7 @@ class LogicTrainConfig(Runtime):
         "authors' script prints its test accuracy every epoch); the run's result is still its best-validation check",
     )
     max_train_examples: int | None = option(
-        None, "use a random subset of N pairs (before the validation split)", default_text="all", bounds=(2, None)
+        None, "use a random subset of N pairs (before the validation split)", default_text="all", ge=2
     )
     # On the original data both models sit near the majority label for thousands of updates when every length is
     # mixed from the start, while pairs of <= 2 operators are learned within ~2,000 (docs/results.md, issue #15).
@@ -98,40 +100,43 @@ class LogicTrainConfig(Runtime):
         "train first on pairs with at most this many operators, one more every curriculum_steps updates up to "
         "max_train_ops (validation always on every length)",
         default_text="off: every length from the first update",
+        ge=0,
     )
-    curriculum_steps: int = option(
-        2000, "updates per curriculum stage (0: none, overriding a preset)", bounds=(0, None)
-    )
+    curriculum_steps: int = option(2000, "updates per curriculum stage (0: none, overriding a preset)", ge=0)
     seed: int = seed_option(0, "seed of subset, split, init, dropout and batch order")
     epochs: int = runtime_option(
-        30, "maximum epochs (passes over all training pairs; a curriculum's short passes don't count)", bounds=(1, None)
+        30, "maximum epochs (passes over all training pairs; a curriculum's short passes don't count)", ge=1
     )
-    batch_size: int = option(128, "pairs per step", bounds=(1, None))
-    lr: float = option(1e-3, "Adam learning rate")
-    lr_decay: float = option(0.5, "lr factor after lr_patience checks in a row without improvement; 1 = constant")
+    batch_size: int = option(128, "pairs per step", ge=1)
+    lr: float = option(1e-3, "Adam learning rate", gt=0)
+    lr_decay: float = option(
+        0.5, "lr factor after lr_patience checks in a row without improvement; 1 = constant", gt=0, le=1
+    )
     # Both models sit on a ~65% plateau for thousands of steps before they learn the operators; decaying after
     # every such check (lr_patience 1) kept the LSTM there for good.
     lr_patience: int = option(
-        3, "validation checks in a row without improvement before each decay (then counted anew)", bounds=(1, None)
+        3, "validation checks in a row without improvement before each decay (then counted anew)", ge=1
     )
-    min_lr: float = option(1e-5, "never decay the learning rate below this")
-    weight_decay: float = option(0.0, "Adam's (L2) weight decay; the authors' script: 1.2e-6", bounds=(0, None))
-    adam_eps: float = option(1e-8, "Adam's epsilon (torch's default; the authors' script: 1e-9)")
+    min_lr: float = option(1e-5, "never decay the learning rate below this (at most lr)", ge=0)
+    weight_decay: float = option(0.0, "Adam's (L2) weight decay; the authors' script: 1.2e-6", ge=0)
+    adam_eps: float = option(1e-8, "Adam's epsilon (torch's default; the authors' script: 1e-9)", gt=0)
     adam_beta1: float = option(
         0.9,
         "Adam's first-moment decay (torch's default, and the authors' logic script's: its betas=(0, 0.999) line is commented out)",
+        ge=0,
+        lt=1,
     )
-    clip: float = option(1.0, "gradient norm clipping; 0 = none", bounds=(0, None))
-    patience: int = option(8, "stop after this many validation checks in a row without improvement", bounds=(1, None))
-    valid_every: int = option(0, "steps between validation checks; 0 = once per epoch", bounds=(0, None))
+    clip: float = option(1.0, "gradient norm clipping; 0 = none", ge=0)
+    patience: int = option(8, "stop after this many validation checks in a row without improvement", ge=1)
+    valid_every: int = option(0, "steps between validation checks; 0 = once per epoch", ge=0)
     log_every: int = runtime_option(
-        50, "steps between reports: the progress bar's figures, a log line, a row of steps.csv", bounds=(1, None)
+        50, "steps between reports: the progress bar's figures, a log line, a row of steps.csv", ge=1
     )
     tensorboard: bool = runtime_option(
         False, "also write the reports to RUN_DIR/tensorboard (needs the tensorboard package)"
     )
     time_limit: float | None = runtime_option(
-        None, "stop after this many minutes of training (checked after every step)", default_text="no limit"
+        None, "stop after this many minutes of training (checked after every step)", default_text="no limit", gt=0
     )
     # Wall time and epochs give encoders of different speeds different numbers of updates (21-25% apart on the
     # original data); comparisons at equal updates need an exact step budget.
@@ -140,27 +145,18 @@ class LogicTrainConfig(Runtime):
         "stop after exactly this many updates (a validation check is made at the last one); with epochs and "
         "time_limit, whichever comes first",
         default_text="no limit",
-        bounds=(1, None),
+        ge=1,
     )
-    eval_batch_size: int = runtime_option(512, "pairs per evaluation batch", bounds=(1, None))
+    eval_batch_size: int = runtime_option(512, "pairs per evaluation batch", ge=1)
 
     def validate(self) -> None:
-        if not 0.0 < self.valid_fraction < 1.0:
-            raise ConfigError(f"valid_fraction must be in (0, 1), got {self.valid_fraction}")
-        if self.curriculum_start is not None and not 0 <= self.curriculum_start <= self.max_train_ops:
+        if self.curriculum_start is not None and self.curriculum_start > self.max_train_ops:
             raise ConfigError(
                 f"curriculum_start must be in [0, max_train_ops={self.max_train_ops}] or None (no curriculum), "
                 f"got {self.curriculum_start}"
             )
-        if self.lr <= 0 or not 0.0 < self.lr_decay <= 1.0:
-            raise ConfigError(f"lr must be > 0 and lr_decay in (0, 1], got {self.lr}, {self.lr_decay}")
-        if not 0.0 <= self.min_lr <= self.lr:
+        if self.min_lr > self.lr:
             raise ConfigError(f"min_lr must be in [0, lr={self.lr}], got {self.min_lr}")
-        if self.adam_eps <= 0:
-            raise ConfigError(f"adam_eps must be > 0, got {self.adam_eps}")
-        check_probabilities(self, ["adam_beta1"])
-        if self.time_limit is not None and self.time_limit <= 0:
-            raise ConfigError(f"time_limit must be > 0 minutes or None, got {self.time_limit}")
 
 
 @dataclass
@@ -195,7 +191,7 @@ class CompareSettings(Config):
         "train this many runs at once, each in a process of its own with its log in OUT/<cell>-seed<seed>.log "
         "(several processes use one GPU or many CPU cores better than one; a train.threads of 0 is then shared "
         "out between them)",
-        bounds=(1, None),
+        ge=1,
     )
 
     def validate(self) -> None:
@@ -220,15 +216,36 @@ class EvalSettings(Runtime):
     )
     lengths: str = option("1-12", "file numbers to evaluate, e.g. 1-12 or 0-12")
     tag: str = option("best", "weights file model.<tag>.safetensors")
-    batch_size: int = option(512, "pairs per batch (`logic trees`: formulas per batch)")
+    batch_size: int = option(512, "pairs per batch (`logic trees`: formulas per batch)", ge=1)
+
+
+#: A config file's sections (checked against their dataclasses: names and value types) and its other keys.
+SECTIONS = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
+CONFIG_KEYS = ("data", "out")
+
+
+def resolve(
+    path: str | Path | None, flags: argparse.Namespace | dict | None, compare: bool = False
+) -> tuple[Settings, LogicModelConfig, LogicTrainConfig, CompareSettings | None]:
+    """``logic train``'s (``logic compare``'s) settings: defaults < the file or preset ``path`` < ``flags`` (the
+    command line or ``{section: {field: value}}``), with the encoder checks (:mod:`onlstm.encoders`) for Python as
+    for the commands. With ``compare`` the model takes the first compared cell (onlstm may not be one)."""
+    settings = Settings.resolve(SECTIONS, path, flags or {}, experiment="logic", keys=CONFIG_KEYS)
+    what = settings.build("compare") if compare else None
+    cells = what.cells if what else [settings.given["model"].get("cell", LogicModelConfig.cell)]
+    encoders.check_typed_options(cells, settings.typed["model"])  # a typed --chunk-size no trained cell uses
+    encoders.check_option_clash(settings.given["model"])
+    model = settings.build("model", cell=cells[0])
+    for cell in cells[1:]:  # every cell must work with these settings before the first one trains
+        encoders.get(cell).validate(model.hidden_size, model.layer_options(cell))
+    return settings, model, settings.build("train"), what
 
 
 def load_config(
     path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None
 ) -> tuple[LogicModelConfig, LogicTrainConfig]:
     """The model and training configs ``onlstm logic train --config PATH`` would use: defaults < the YAML file or
-    preset ``path`` (``"smoke"``, ``"original"``, ...) < ``overrides`` (``{"model": {...}, "train": {...}}``), for
-    :func:`onlstm.logic.train_classifier`."""
-    sections = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
-    settings = Settings.resolve(sections, path, overrides or {}, experiment="logic", keys=("data", "out"))
-    return settings.build("model"), settings.build("train")
+    preset ``path`` (``"smoke"``, ``"original"``, ...) < ``overrides`` (``{"model": {...}, "train": {...}}``, checked
+    as flags are: :func:`resolve`), for :func:`onlstm.logic.train_classifier`."""
+    _, model, train, _ = resolve(path, overrides)
+    return model, train

@@ -80,16 +80,16 @@ class GenerateConfig(Config):
     section = "generate"
 
     per_length: int = option(  # bounded: a larger count ran for ever (distinct pairs run out long before)
-        1000, "pairs per length bucket k, train and test together", bounds=(1, MAX_PER_LENGTH)
+        1000, "pairs per length bucket k, train and test together", ge=1, le=MAX_PER_LENGTH
     )
     seed: int = seed_option(0, "random seed; same seed, same files")
     max_ops: int = option(
         12,
         "largest operator count of a formula; buckets 0 ... min(max_ops, 12) are written (above 12 all go to file 12)",
-        bounds=(0, None),
+        ge=0,
     )
     test_fraction: float = option(
-        0.2, "share of each bucket written to test{k} (ignored when test_count is set)", bounds=(0, 1)
+        0.2, "share of each bucket written to test{k} (ignored when test_count is set)", ge=0, le=1
     )
     test_count: int | None = option(
         None, "pairs per bucket written to test{k} instead of test_fraction (the rest goes to train{k})"
@@ -97,7 +97,7 @@ class GenerateConfig(Config):
     balance_labels: bool = option(
         False, "draw pool_factor times more distinct pairs and keep label counts as equal as possible"
     )
-    pool_factor: int = option(10, "with balance_labels: candidates drawn per requested pair", bounds=(1, None))
+    pool_factor: int = option(10, "with balance_labels: candidates drawn per requested pair", ge=1)
     mix: str = option(
         "uniform",
         "bowman: Bowman et al.'s own generator (4 variables per pair, trees grown by halving a length budget; "
@@ -111,7 +111,8 @@ class GenerateConfig(Config):
         "with mix bowman: stop after this many draws even if buckets are not full (Bowman et al. drew 500,000; "
         "with a large --per-length this reproduces their files' sizes)",
         default_text="max_tries_factor x pairs wanted",
-        bounds=(1, 10**9),
+        ge=1,
+        le=10**9,
     )
     exclude: str | None = option(
         None,
@@ -119,7 +120,7 @@ class GenerateConfig(Config):
         "files, so that generated test pairs are all unseen",
     )
     not_prob: float | None = option(
-        None, "probability that an operator node is 'not'", default_text="0.5; with mix original 0.43", bounds=(0, 1)
+        None, "probability that an operator node is 'not'", default_text="0.5; with mix original 0.43", ge=0, le=1
     )
     allow_degenerate: bool = option(
         False, "keep formulas that are always true or always false (the original data has none)"
@@ -129,7 +130,7 @@ class GenerateConfig(Config):
         20,
         "give up on a bucket after max_tries_factor x pairs wanted draws (small buckets run out)",
         flag=False,
-        bounds=(1, None),
+        ge=1,
     )
 
     def validate(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,11 +14,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import encoders
-from ..config import Config, ConfigError, check_probabilities, option
+from ..config import Config, ConfigError, option
 from ..data.reader import TextConventionNote, TextReader, reader_of
 from ..data.vocab import EOS, Vocab
 from ..encoders import make_encoder
 from ..errors import InputError
+from ..nn.functional import MASTER_INPUT_MODES
 
 
 @dataclass
@@ -30,11 +31,13 @@ class LMConfig(Config):
     section = "model"
     config_kind = "language-model config"
 
-    vocab_size: int = option(help="vocabulary size", fixed="is taken from the training text")
-    emb_size: int = option(400, "embedding width (= last layer's width when tied)")
-    hidden_sizes: list[int] = option([1150, 1150, 400], "width of every recurrent layer, e.g. 1150 1150 400")
+    vocab_size: int = option(help="vocabulary size", fixed="is taken from the training text", ge=1)
+    emb_size: int = option(400, "embedding width (= last layer's width when tied)", ge=1)
+    hidden_sizes: list[int] = option([1150, 1150, 400], "width of every recurrent layer, e.g. 1150 1150 400", ge=1)
     cell: str = option("onlstm", lambda: encoders.cell_help("recurrent layer"))
-    chunk_size: int = option(10, encoders.option_help("chunk_size", "ON-LSTM chunk size (units per master-gate level)"))
+    chunk_size: int = option(
+        10, encoders.option_help("chunk_size", "ON-LSTM chunk size (units per master-gate level)"), ge=1
+    )
     master_input: str = option(
         "paper",
         encoders.option_help(
@@ -42,38 +45,45 @@ class LMConfig(Config):
             "ON-LSTM master input gate: paper (as published; its top chunk is never written) or "
             "reverse (no dead chunk)",
         ),
+        choices=MASTER_INPUT_MODES,
     )
-    dropout_emb: float = option(0.1, "embedding row dropout (AWD dropoute)")
-    dropout_in: float = option(0.5, "locked dropout on the embedding output (dropouti)")
-    dropout_hidden: float = option(0.3, "locked dropout between layers (dropouth)")
-    dropout_out: float = option(0.45, "locked dropout on the last layer's output (dropout)")
+    dropout_emb: float = option(0.1, "embedding row dropout (AWD dropoute)", ge=0, lt=1)
+    dropout_in: float = option(0.5, "locked dropout on the embedding output (dropouti)", ge=0, lt=1)
+    dropout_hidden: float = option(0.3, "locked dropout between layers (dropouth)", ge=0, lt=1)
+    dropout_out: float = option(0.45, "locked dropout on the last layer's output (dropout)", ge=0, lt=1)
     dropconnect: float = option(
-        0.45, encoders.option_help("dropconnect", "DropConnect on hidden-to-hidden weights (wdrop)")
+        0.45, encoders.option_help("dropconnect", "DropConnect on hidden-to-hidden weights (wdrop)"), ge=0, lt=1
     )
     tie_weights: bool = option(True, "tie the decoder to the embedding")
     encoder_options: dict[str, Any] = option({}, encoders.ENCODER_OPTIONS_HELP, omit_default=True)
 
     def validate(self) -> None:
-        spec = encoders.check_cell(self.cell, "cell")
-        if not spec.causal:
-            causal = ", ".join(n for n in encoders.names() if encoders.get(n).causal)
-            raise ConfigError(
-                f"encoder {self.cell!r} is not causal per step (its output at a step depends on later "
-                f"tokens), so it cannot be a language model; choose a causal one: {causal}"
-            )
-        if self.vocab_size <= 0 or self.emb_size <= 0 or not self.hidden_sizes or min(self.hidden_sizes) <= 0:
-            raise ConfigError("vocab_size, emb_size and every hidden size must be positive and hidden_sizes non-empty")
-        check_probabilities(self, ("dropout_emb", "dropout_in", "dropout_hidden", "dropout_out"))
-        if self.tie_weights and self.hidden_sizes[-1] != self.emb_size:
-            raise ConfigError(
-                f"tie_weights needs the last layer's width ({self.hidden_sizes[-1]}) to equal "
-                f"emb_size ({self.emb_size}); change one of them or set tie_weights: false"
-            )
-        spec.validate(self.hidden_sizes, self.layer_options())
+        check_architecture(vars(self))
 
     def layer_options(self, cell: str | None = None) -> dict:
         """The fields encoder ``cell`` (default: its own) declares, and ``encoder_options``."""
         return encoders.options_for(cell or self.cell, self, self.encoder_options)
+
+
+def check_architecture(model: Mapping[str, Any]) -> None:
+    """The checks across an :class:`LMConfig`'s checked fields ``model`` (a causal encoder taking its options and
+    widths, tied widths); vocab_size plays no part, so they run before the text gives it (``lm.config.RunConfig``)."""
+    cell, sizes = model["cell"], model["hidden_sizes"]
+    spec = encoders.check_cell(cell, "cell")
+    if not spec.causal:
+        causal = ", ".join(n for n in encoders.names() if encoders.get(n).causal)
+        raise ConfigError(
+            f"encoder {cell!r} is not causal per step (its output at a step depends on later "
+            f"tokens), so it cannot be a language model; choose a causal one: {causal}"
+        )
+    if not sizes:
+        raise ConfigError("model.hidden_sizes must name at least one layer's width")
+    if model["tie_weights"] and sizes[-1] != model["emb_size"]:
+        raise ConfigError(
+            f"tie_weights needs the last layer's width ({sizes[-1]}) to equal "
+            f"emb_size ({model['emb_size']}); change one of them or set tie_weights: false"
+        )
+    spec.validate(sizes, encoders.options_for(cell, model, model["encoder_options"]))
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool, shard: tuple[int, int] | None = None) -> torch.Tensor:

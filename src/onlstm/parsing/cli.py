@@ -53,7 +53,7 @@ class ParseArgs(ModelArgs):
         "punctuation); json: one object per input line (tree null for those); pretty: drawn trees",
         choices=("brackets", "pretty", "json"),
     )
-    batch_size: int = option(128, "sentences per batch", bounds=(1, None))
+    batch_size: int = option(128, "sentences per batch", ge=1)
 
 
 @dataclass(kw_only=True)
@@ -63,8 +63,8 @@ class EvalParseArgs(ModelArgs):
     sections: list[str] | None = option(None, "WSJ sections to use, e.g. 23 (default: all found)")
     layers: str = option("all", "'all' or comma-separated 1-based layers")
     out_trees: Path | None = option(None, "write predicted trees here, one per line (PATH.layerN.txt per layer)")
-    random_draws: int = option(5, "random-baseline draws", bounds=(1, None))
-    batch_size: int = option(128, "sentences per batch", bounds=(1, None))
+    random_draws: int = option(5, "random-baseline draws", ge=1)
+    batch_size: int = option(128, "sentences per batch", ge=1)
     json: bool = option(False, "print one JSON object with every number")
 
 

@@ -14,7 +14,7 @@ class SynevalConfig(Runtime):
 
     word_only: bool = option(False, "compare only the log-probability of the first word where the two sentences differ")
     batch_size: int = option(
-        2048, "sentences scored together (one prefix tree, or one padded batch; no effect on scores)", bounds=(1, None)
+        2048, "sentences scored together (one prefix tree, or one padded batch; no effect on scores)", ge=1
     )
     share_prefixes: bool = option(
         True, "run each distinct sentence prefix once (a prefix tree); --no-share-prefixes: right-padded batches"
