@@ -1,8 +1,9 @@
-"""The proof of the CUDA path in one command (issue #22): the Triton kernel against the reference loop,
-``pytest -m cuda``, forward+backward speed against the reference loop and cuDNN, and the experiments' training
-timed, written to DIR/report.md and DIR/report.json (docs/layer.md, "The GPU report"):
+"""The proof of the CUDA path in one command (issues #22, #49): the Triton kernel against the reference loop (its
+split and fused steps), the step timed every way it can run (split, fused, each eager and as a CUDA graph, TF32 off
+and on) against cuDNN, ``pytest -m cuda``, forward+backward speed against the reference loop and cuDNN, and the
+experiments' training timed, written to DIR/report.md and DIR/report.json (docs/layer.md, "The GPU report"):
 
-    python benchmarks/gpu_report.py --out DIR            # on a CUDA GPU: about 10 minutes on one H100, no network
+    python benchmarks/gpu_report.py --out DIR            # on a CUDA GPU: planned to take under 8 minutes, no network
     python benchmarks/gpu_report.py --out DIR --smoke    # the same code on CPU tensors in Triton's interpreter
 
 Exit status 0, or 1 when a check failed, or 2 (one line) when it cannot run here. :func:`run` measures the
@@ -27,7 +28,7 @@ from unittest import mock
 
 import torch
 
-from gpu_bench import environment, layer, report, training
+from gpu_bench import environment, layer, report, step, training
 from gpu_bench.layer import Shape
 from onlstm.errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, OnlstmError
 from onlstm.nn import kernels, selfcheck
@@ -47,6 +48,7 @@ class Profile:
     small: Shape  # the correctness cases
     large: Shape  # the paper's layer (a stand-in under --smoke)
     speed_shapes: tuple[Shape, ...]
+    step_shapes: tuple[Shape, ...]  # the step section's (the last one: its goals)
     repeats: int
     lm_vocab: int
     lm_step_tokens: int  # tokens of one training step (batch x bptt), to size a synthetic corpus
@@ -64,6 +66,7 @@ GPU = Profile(
     small=(7, 5, 16, 40, 4),  # 10 chunks: not a power of two, so the kernels' masks are exercised
     large=PAPER_LAYER,
     speed_shapes=(*CPU_TABLE, PAPER_LAYER),
+    step_shapes=((70, 80, 400, 1150, 10), PAPER_LAYER),
     repeats=10,
     lm_vocab=training.PTB_VOCAB,
     lm_step_tokens=20 * 70,
@@ -78,6 +81,7 @@ SMOKE = Profile(
     small=(4, 3, 3, 6, 2),
     large=(5, 2, 4, 8, 2),
     speed_shapes=((3, 2, 3, 4, 2), (5, 2, 4, 8, 2)),
+    step_shapes=((5, 2, 4, 8, 2),),
     repeats=1,
     lm_vocab=30,
     lm_step_tokens=2 * 5,
@@ -107,9 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="keep the runs and data in a new folder in here (default: a temporary folder, removed at the end)",
     )
-    ap.add_argument(
-        "--skip", nargs="+", default=[], metavar="SECTION", help="leave out: correctness, pytest, speed, training"
-    )
+    ap.add_argument("--skip", nargs="+", default=[], metavar="SECTION", help="leave out: " + ", ".join(report.SECTIONS))
     ap.add_argument("--lm-steps", type=int, help="lm train steps per implementation (default 200; --smoke 3)")
     ap.add_argument("--logic-steps", type=int, help="logic train updates (default 500; --smoke 3)")
     ap.add_argument("--pytest-timeout", type=float, default=900.0, help="seconds for pytest -m cuda (default 900)")
@@ -182,12 +184,13 @@ def _section(name: str, prof: Profile, args: argparse.Namespace, work: Path, ker
     half = torch.bfloat16 if prof.device.type != "cuda" or torch.cuda.is_bf16_supported() else None
     measure = {
         "correctness": lambda: {"checks": layer.correctness(prof.kernel, prof.device, prof.small, prof.large, half)},
+        "step": lambda: step.step_section(prof.step_shapes, prof.kernel, prof.device, 2 * prof.repeats),
         "pytest": lambda: environment.pytest_cuda(prof.smoke, work / "pytest-cuda.xml", args.pytest_timeout),
         "speed": lambda: layer.speed(prof.speed_shapes, prof.kernel, prof.device, prof.repeats, half),
         "training": lambda: training.training_runs(prof, args, work),
     }[name]
     # correctness and speed measure the kernel itself; its self-check is reported on its own
-    with mock.patch.dict(os.environ, {selfcheck.ENV: "0"} if name in ("correctness", "speed") else {}):
+    with mock.patch.dict(os.environ, {selfcheck.ENV: "0"} if name in ("correctness", "step", "speed") else {}):
         return measure() | {"seconds": round(time.perf_counter() - start, 1)}
 
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
@@ -19,6 +22,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 import onlstm
 from onlstm.errors import exception_line
 from onlstm.nn import capabilities, kernels, selfcheck
+from onlstm.nn.triton_kernel import STEP_ENV
 
 FP32_TOLERANCE, HALF_TOLERANCE = selfcheck.TOLERANCE["full"], selfcheck.TOLERANCE["reduced"]
 OUTPUTS = ("output", "h_n", "c_n", "forget distance", "input distance")
@@ -50,6 +54,20 @@ class Case:
     train: bool = False
     autocast: torch.dtype | None = None
     compare: str = "all"  # "outputs", "gradients" or "all"
+    step: str = "split"  # the Triton kernel's step (ONLSTM_TRITON_STEP)
+    tf32: bool = False  # TF32 allowed in float32 products (torch.backends.cuda.matmul, cudnn)
+
+
+@contextlib.contextmanager
+def conditions(step: str | None, tf32: bool) -> Iterator[None]:
+    """The Triton kernel's step (None: as the environment says) and both TF32 flags, restored afterwards."""
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        with mock.patch.dict(os.environ, {STEP_ENV: step} if step else {}):
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
 
 
 def cases(small: Shape, large: Shape, half: torch.dtype | None, smoke: bool) -> list[Case]:
@@ -57,6 +75,25 @@ def cases(small: Shape, large: Shape, half: torch.dtype | None, smoke: bool) -> 
     ``half`` bf16 unless the GPU lacks it."""
     paper = "larger layer (the paper's on a GPU)" if smoke else "paper's layer"
     autocasts = {"bf16": torch.bfloat16} if half == torch.bfloat16 else {}
+    fused = [  # issue #49's fused step: the product inside the step kernel
+        Case("fused step: every gradient fp32", small, step="fused"),
+        Case("fused step: packed, unsorted lengths", small, packed=True, hx=True, step="fused"),
+        Case(
+            "fused step: bidirectional, DropConnect",
+            small,
+            {"bidirectional": True, "dropconnect": 0.4},
+            train=True,
+            step="fused",
+        ),
+        Case(f"fused step: {paper}, fp32", large, step="fused"),
+        Case(f"fused step: {paper}, TF32 products", large, step="fused", tf32=True),
+        Case(
+            f"fused step: {'bf16' if autocasts else 'fp16'} autocast, {paper}",
+            large,
+            autocast=half or torch.float16,
+            step="fused",
+        ),
+    ]
     return [
         Case("forward fp32", small, compare="outputs"),
         Case("every gradient fp32", small, compare="gradients"),
@@ -72,6 +109,8 @@ def cases(small: Shape, large: Shape, half: torch.dtype | None, smoke: bool) -> 
             for name, dtype in (autocasts | {"fp16": torch.float16}).items()
             for at, shape in (("", small), (f", {paper}", large))
         ),
+        Case(f"{paper}, TF32 products", large, tf32=True),
+        *fused,
     ]
 
 
@@ -86,18 +125,21 @@ def correctness(kernel: str, device: torch.device, small: Shape, large: Shape, h
             passed = all(math.isfinite(errors[k]) and errors[k] <= allowed[k] for k in errors)
             result = {"passed": passed, "error": errors[worst], "worst": worst, "tolerance": allowed[worst]}
         except Exception as exc:  # a crash is a failed check, with its reason in the report
-            tol = FP32_TOLERANCE if case.autocast is None else HALF_TOLERANCE
+            tol = FP32_TOLERANCE if case.autocast is None and not case.tf32 else HALF_TOLERANCE
             result = {"passed": False, "error": None, "worst": exception_line(exc, 300), "tolerance": tol}
         records.append({"name": case.name, "detail": _detail(case), **result})
-    for products in (torch.float32, half or torch.float16):
-        r = selfcheck.run_check(kernel, device, torch.float32, products, large[3], large[4], "paper")
+    for step, products in (("split", torch.float32), ("split", half or torch.float16), ("fused", torch.float32)):
+        with conditions(step, False):
+            r = selfcheck.run_check(kernel, device, torch.float32, products, large[3], large[4], "paper")
         result = {"passed": r.passed, "error": r.error, "worst": r.worst, "tolerance": r.tolerance}
-        records.append({"name": f"self-check, products {r.products}", **result, "detail": r.sizes})
+        name = f"self-check, products {r.products}" + (", fused step" if step == "fused" else "")
+        records.append({"name": name, **result, "detail": r.sizes})
     return records
 
 
 def _detail(case: Case) -> str:
-    flags = (("packed", case.packed), ("hx", case.hx), ("train mode", case.train))
+    flags = (("packed", case.packed), ("hx", case.hx), ("train mode", case.train), ("TF32 products", case.tf32))
+    flags += (("fused step", case.step == "fused"),)
     parts = [label(case.shape), *(f"{k}={v}" for k, v in case.layer.items()), *(w for w, on in flags if on)]
     if case.autocast is not None:
         parts.append(f"autocast {str(case.autocast).replace('torch.', '')}")
@@ -119,13 +161,16 @@ def _errors(case: Case, kernel: str, device: torch.device) -> tuple[dict[str, fl
         lengths = torch.randint(1, T + 1, (B,), generator=g)
         lengths[0] = T  # the longest row sets T; the others leave the batch at their own lengths
         x = pack_padded_sequence(x, lengths[torch.randperm(B, generator=g)], enforce_sorted=False)
-    got = _forward_backward(model, kernel, x, hx, case.autocast, device)
-    want = _forward_backward(model, "reference", x, hx, None, device)
+    with conditions(case.step, case.tf32):
+        got = _forward_backward(model, kernel, x, hx, case.autocast, device)
+    with conditions(None, False):
+        want = _forward_backward(model, "reference", x, hx, None, device)
     keep = [n for n in want if case.compare == "all" or (n in OUTPUTS) == (case.compare == "outputs")]
     errors = {n: selfcheck.relative_error(got[n], want[n]) for n in keep}
-    if case.autocast is None:
+    if case.autocast is None and not case.tf32:
         return errors, dict.fromkeys(errors, FP32_TOLERANCE)
-    own = _forward_backward(model, "reference", x, hx, case.autocast, device)
+    with conditions(None, case.tf32):
+        own = _forward_backward(model, "reference", x, hx, case.autocast, device)
     return errors, {n: max(HALF_TOLERANCE, 2 * selfcheck.relative_error(own[n], want[n])) for n in errors}
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from .layer import FP32_TOLERANCE, HALF_TOLERANCE
 
-SECTIONS = ("correctness", "pytest", "speed", "training")
+SECTIONS = ("correctness", "step", "pytest", "speed", "training")  # in the order they run
 
 SMOKE_NOTE = (
     "> **Smoke run**: CPU tensors, the Triton kernel in Triton's CPU interpreter, tiny sizes. It checks that "
@@ -29,7 +29,9 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         "not_run": len(not_run),
         "failed_checks": failed,
         "not_run_checks": not_run,
-        "goals_not_met": [g["goal"] for g in result.get("speed", {}).get("goals", []) if g["status"] == "not met"],
+        "goals_not_met": [
+            g["goal"] for n in SECTIONS for g in result.get(n, {}).get("goals", []) if g["status"] == "not met"
+        ],
         "sections_not_run": [n for n in SECTIONS if "not_run" in result.get(n, {})],
     }
 
@@ -140,8 +142,35 @@ def _speed(sec: dict[str, Any]) -> list[str]:
             continue
         ratios = " | ".join(_num(row.get(key), ".2f") for key in ("x nn.LSTM", "x nn.LSTM no TF32", "x reference"))
         lines.append(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {_num(row['tokens_per_s'])} | {ratios} |")
-    lines += ["", "| goal (issue #10) | value | status |", "| --- | ---: | --- |"]
-    lines += [f"| {g['goal']} | {_num(g['value'], '.2f')} | {g['status']} |" for g in sec["goals"]]
+    return lines + _goals(sec["goals"], "#10") + ["", f"{sec['seconds']:.0f} s.", ""]
+
+
+def _goals(goals: list[dict[str, Any]], issue: str) -> list[str]:
+    lines = ["", f"| goal (issue {issue}) | value | status |", "| --- | ---: | --- |"]
+    return lines + [f"| {g['goal']} | {_num(g['value'], '.2f')} | {g['status']} |" for g in goals]
+
+
+def _step(sec: dict[str, Any]) -> list[str]:
+    lines = [
+        "One forward+backward (`out.sum().backward()`, fp32) per row, the median of the timed rounds after a",
+        "warm-up, every row of a shape timed in alternation. TF32: both `torch.backends.cuda.matmul.allow_tf32`",
+        "(the ON-LSTM's products, cuBLAS or the fused kernel's `tl.dot`) and `torch.backends.cudnn.allow_tf32`",
+        "(nn.LSTM) set as the row says; PyTorch's defaults are matmul off, cuDNN on. `split`: a torch product and",
+        "a Triton kernel per step; `fused`: one Triton launch per step (ONLSTM_TRITON_STEP=fused). Ratios are",
+        "against eager cuDNN `nn.LSTM` of the same size: with the same TF32 setting, and with TF32 on.",
+        "",
+        "| shape | model | TF32 | run | ms | tokens/s | x cuDNN same TF32 | x cuDNN TF32 on |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for row in sec["rows"]:
+        head = f"| {row['shape']} | {row['model']} | {'on' if row['tf32'] else 'off'} | "
+        head += "CUDA graph" if row["graph"] else "eager"
+        if "ms" not in row:
+            lines.append(f"{head} | {row.get('not_run') or row.get('error')} | | | |")
+            continue
+        ratios = " | ".join(_num(row.get(k), ".2f") for k in ("x cuDNN same TF32", "x cuDNN TF32 on"))
+        lines.append(f"{head} | {row['ms']:.2f} | {_num(row['tokens_per_s'])} | {ratios} |")
+    lines += _goals(sec["goals"], "#49") + ["", "Checks:", "", *(f"- {_check(c)}" for c in sec["checks"])]
     return lines + ["", f"{sec['seconds']:.0f} s.", ""]
 
 
@@ -180,6 +209,7 @@ def _figures(run: dict[str, Any]) -> list[str]:
 
 _SECTION_MARKDOWN = (
     ("correctness", "Correctness: the Triton kernel against the reference loop", _correctness),
+    ("step", "The step: split, fused and CUDA graphs against cuDNN", _step),
     ("pytest", "CUDA-only tests (`pytest -m cuda`)", _pytest),
     ("speed", "Speed: forward+backward of one layer", _speed),
     ("training", "Training: the experiments' commands", _training),

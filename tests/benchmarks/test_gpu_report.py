@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from gpu_bench import environment, layer, report, training
+from gpu_bench import environment, layer, report, step, training
 from gpu_report import main
-from onlstm.nn import capabilities, kernels
+from onlstm.nn import capabilities, kernels, selfcheck
 
 needs_triton = pytest.mark.skipif(
     __import__("importlib").util.find_spec("triton") is None, reason="needs Triton (its CPU interpreter)"
@@ -42,9 +42,19 @@ def test_smoke_run_writes_every_section_and_passes(tmp_path, capsys):
         "bf16 autocast",
         "fp16 autocast",
         "self-check",
+        "fused step: every gradient fp32",
+        "fused step: packed, unsorted lengths",
+        "self-check, products float32, fused step",
     ):
         assert any(n.startswith(wanted) for n in names), wanted
     assert all(c["passed"] for c in r["correctness"]["checks"])
+    # the step section: eager split and fused (interpreter) and CPU nn.LSTM measured; TF32 and graphs need CUDA
+    measured = {(row["model"], row["tf32"], row["graph"]) for row in r["step"]["rows"] if "ms" in row}
+    assert measured == {("nn.LSTM", False, False), ("split", False, False), ("fused", False, False)}
+    assert all(row["not_run"].startswith("needs CUDA") for row in r["step"]["rows"] if "ms" not in row)
+    graphs = [c for c in r["step"]["checks"] if "CUDA graph" in c["name"]]
+    assert len(graphs) == 4 and all(c["passed"] is None for c in graphs)
+    assert {g["status"] for g in r["step"]["goals"]} == {"n/a (smoke: the interpreter is no speed)"}
     assert r["pytest"]["checks"][0]["passed"] is None  # no CUDA: recorded as not run, not as passed
     rows = {(row["dtype"], row["impl"]) for row in r["speed"]["rows"] if "tokens_per_s" in row}
     # torch's CPU LSTM under bf16 autocast needs bfloat16 instructions (oneDNN): asked, never failed
@@ -73,7 +83,7 @@ def test_a_wrong_kernel_fails_the_correctness_checks_and_the_exit_status(tmp_pat
 
     monkeypatch.setattr(TritonKernel, "backward", wrong)
     out = tmp_path / "report"
-    argv = ["--smoke", "--out", str(out), "--skip", "pytest", "speed", "training"]
+    argv = ["--smoke", "--out", str(out), "--skip", "step", "pytest", "speed", "training"]
     assert main(argv) == 1
     checks = {c["name"]: c for c in read(out)["correctness"]["checks"]}
     assert checks["forward fp32"]["passed"] and not checks["every gradient fp32"]["passed"]
@@ -176,3 +186,59 @@ def test_the_bf16_lstm_probe_answers_without_raising():
     """The probe runs the primitive and answers None or a reason beginning with NOT_AVAILABLE, on any CPU."""
     why = capabilities.lstm_autocast_error("cpu", torch.bfloat16)
     assert why is None or why.startswith(capabilities.NOT_AVAILABLE)
+
+
+def test_step_rows_say_what_needs_cuda_and_compare_with_cudnn_of_the_same_tf32():
+    """The step section's plumbing on the CPU (the reference loop stands in for the kernel: no interpreter):
+    the eager rows are timed, cuDNN's own row is 1.00x itself, TF32 and graph rows need CUDA, and so do the
+    graphs' checks."""
+    rows, checks = step.measure((3, 2, 4, 6, 3), "reference", torch.device("cpu"), 1)
+    by = {(r["model"], r["tf32"], r["graph"]): r for r in rows}
+    assert len(rows) == len(step.VARIANTS) == 10
+    assert by[("nn.LSTM", False, False)]["x cuDNN same TF32"] == 1.0
+    assert all(by[(m, False, False)]["ms"] > 0 for m in ("nn.LSTM", "split", "fused"))
+    assert by[("fused", True, False)]["not_run"] == "needs CUDA (TF32)"
+    assert by[("split", False, True)]["not_run"] == "needs CUDA (CUDA graphs)"
+    assert [c["passed"] for c in checks] == [None] * 4
+
+
+def test_step_goals_compare_like_with_like():
+    paper = "T=70 B=20 in=400 H=1150 C=10"
+    rows = [
+        {"shape": paper, "model": "fused", "tf32": False, "graph": False, "x cuDNN same TF32": 0.8},
+        {"shape": paper, "model": "split", "tf32": True, "graph": True, "x cuDNN same TF32": 0.9},
+        {"shape": "T=1 B=1 in=1 H=1 C=1", "model": "split", "tf32": False, "graph": False, "x cuDNN same TF32": 9},
+    ]
+    status = {g["goal"]: g["status"] for g in step.goals(rows, paper, smoke=False)}
+    assert status["fused eager x cuDNN >= 0.7 (fp32, TF32 off both sides, paper layer)"] == "met"
+    assert status["split graph x cuDNN >= 1 (fp32, TF32 on both sides, paper layer)"] == "not met"
+    assert status["split eager x cuDNN >= 0.7 (fp32, TF32 off both sides, paper layer)"] == "not measured"
+    assert len(status) == 8
+
+
+@needs_triton
+def test_the_fused_cases_run_the_fused_step(monkeypatch):
+    """A fused step with wrong gradients fails the report's fused cases and leaves the split ones passing."""
+    from onlstm.nn import kernels as registry
+    from onlstm.nn.triton_kernel import TritonKernel, register_interpreter_kernel
+
+    fused_grads = TritonKernel._fused_grads
+
+    def wrong(self, *args):
+        dG, dG_mm, dh, dc = fused_grads(self, *args)
+        return dG * 1.01, dG_mm * 1.01, dh, dc
+
+    monkeypatch.setattr(TritonKernel, "_fused_grads", wrong)
+    monkeypatch.setenv(selfcheck.ENV, "0")  # as the report runs its cases: the kernel itself, not its fallback
+    name = register_interpreter_kernel()
+    if registry.load_kernel(name) is None:
+        pytest.skip(f"Triton interpreter not usable here: {registry.kernel_error(name)}")
+    small = (3, 2, 3, 4, 2)
+    try:
+        split = layer.Case("split", small, compare="gradients")
+        fused = dataclasses.replace(split, step="fused")
+        for case, fails in ((split, False), (fused, True)):
+            errors, allowed = layer._errors(case, name, torch.device("cpu"))
+            assert any(errors[k] > allowed[k] for k in errors) == fails, case
+    finally:
+        registry.unregister_kernel(name)

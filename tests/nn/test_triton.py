@@ -143,10 +143,16 @@ def test_gradcheck_float64(target):
         assert torch.autograd.gradcheck(f, inputs, fast_mode=True)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_autocast_runs_products_in_low_precision_and_state_in_float32(target, dtype):
+@pytest.mark.parametrize(
+    "dtype, step", [(torch.bfloat16, "split"), (torch.float16, "split"), (torch.bfloat16, "fused")]
+)
+def test_autocast_runs_products_in_low_precision_and_state_in_float32(target, dtype, step, monkeypatch):
     """Under autocast: float32 outputs and gradients close to the float32 reference (half-precision products
-    make them differ by ~1e-3), and measurably not the float32 path (the products did run in half)."""
+    make them differ by ~1e-3), and measurably not the float32 path (the products did run in half); both steps
+    (the fused one reads half-precision copies of ``h`` and the weights in its own products)."""
+    from onlstm.nn.triton_kernel import STEP_ENV
+
+    monkeypatch.setenv(STEP_ENV, step)
     impl, device = target
     m = layer(device, 5, 8, chunk_size=2)
     x = torch.randn(6, 3, 5, device=device, requires_grad=True)
@@ -269,3 +275,146 @@ def test_speed_benchmark_leaves_out_a_kernel_that_failed_its_self_check(interpre
     assert "note: triton would run reference" in out and "left out" in out
     rows = [line.split()[6] for line in out.splitlines() if line.startswith("T=2 ")]  # shape (5 words), dtype, impl
     assert rows == ["nn.LSTM", "reference"]
+
+
+# --------------------------------------------------------------------------- the fused step (ONLSTM_TRITON_STEP)
+
+
+def _fused_kernel(impl):
+    """The Triton kernel of ``impl`` (interpreted or compiled) with its step forced to ``fused``."""
+    from onlstm.nn.triton_kernel import TritonKernel
+
+    return TritonKernel(kernels.load_kernel(impl)._steps, step="fused")
+
+
+def _layer_outputs_and_grads(kernel, inputs, bs, chunk, inclusive, use_distances):
+    """``out, h_n, c_n, dist`` of one packed layer and the gradient of every input, under a random linear loss."""
+    from onlstm.nn.kernels import fused_layer
+
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    outs = fused_layer(*leaves, bs, chunk, inclusive, kernel)
+    gen = torch.Generator().manual_seed(3)
+    loss = sum((torch.randn(t.shape, generator=gen, dtype=t.dtype).to(t.device) * t).sum()
+               for t in (outs if use_distances else outs[:3]))  # fmt: skip
+    return [t.detach() for t in outs] + list(torch.autograd.grad(loss, leaves))
+
+
+# (chunks, chunk size, batch sizes, master_input 'reverse', loss on the distances): a program holds 16 rows and
+# 64 / next_pow2(chunk) chunks, so the first case spans two row blocks and two chunk blocks (a row's master gates
+# and their gradients cross programs); chunk sizes 3 (padded to 4) and 1; rows leave the packed batch
+FUSED_CASES = [(33, 2, [17, 2], False, True), (5, 3, [3, 3, 1], True, False), (4, 1, [2, 1, 1], False, True)]
+
+
+@pytest.mark.parametrize("case", FUSED_CASES, ids=["2x2-programs", "C3-reverse-no-dist", "C1"])
+def test_fused_step_equals_the_pytorch_kernel_in_float64(target, case):
+    """The fused step (the product inside the step kernel) against the pure-PyTorch ``fused`` kernel, float64:
+    outputs, final states, distances and the gradient of every input, to rounding."""
+    impl, device = target
+    n, C, bs, inclusive, use_distances = case
+    D, G, I = n * C, 4 * n * C + 2 * n, 3
+    gen = torch.Generator().manual_seed(0)
+    draw = lambda *shape, s=1.0: (s * torch.randn(*shape, generator=gen, dtype=torch.float64)).to(device)
+    inputs = (draw(sum(bs), I), draw(G, I, s=0.5), draw(G, D, s=0.3), draw(G, s=0.5), draw(bs[0], D), draw(bs[0], D))
+    args = (torch.tensor(bs), C, inclusive, use_distances)
+    want = _layer_outputs_and_grads(kernels.load_kernel("fused"), inputs, *args)
+    got = _layer_outputs_and_grads(_fused_kernel(impl), inputs, *args)
+    names = ["out", "h_n", "c_n", "dist", "dx", "dw_ih", "dw_hh", "dbias", "dh0", "dc0"]
+    for name, a, b in zip(names, want, got):
+        torch.testing.assert_close(b, a, atol=1e-12, rtol=1e-10, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_the_environment_variable_routes_the_layer_through_the_fused_step(target, monkeypatch):
+    """``ONLSTM_TRITON_STEP=fused``: the layer (packed, unsorted, bidirectional, DropConnect, ``hx``)
+    runs the fused step only (the split loops would raise) and equals the reference loop; its self-check ran
+    for the fused step."""
+    from onlstm.nn import selfcheck
+    from onlstm.nn.triton_kernel import STEP_ENV, TritonKernel
+
+    impl, device = target
+
+    def split(*args, **kwargs):
+        raise AssertionError("the split step ran")
+
+    monkeypatch.setenv(STEP_ENV, "fused")
+    monkeypatch.setattr(TritonKernel, "_split_steps", split)
+    monkeypatch.setattr(TritonKernel, "_step_grads", split)
+    m = layer(device, 3, 6, chunk_size=2, bidirectional=True, dropconnect=0.4)
+    m.train()
+    padded = torch.randn(4, 3, 3, device=device)
+    packed = pack_padded_sequence(padded, torch.tensor([2, 4, 3]), enforce_sorted=False)
+    packed.data.requires_grad_()
+    hx = tuple(torch.randn(2, 3, 6, device=device, requires_grad=True) for _ in range(2))
+    selfcheck.reset()
+    try:
+        assert_equal_to_reference(m, impl, packed, hx)
+        assert any(r.sizes.endswith("fused step") and r.passed for r in selfcheck.results())
+    finally:
+        selfcheck.reset()
+
+
+def test_the_step_is_chosen_by_the_variable_and_the_shape(monkeypatch, capsys):
+    """``split`` by default; ``fused`` when asked and the layer fits (at most FUSED_MAX_CHUNKS chunks of at most
+    FUSED_MAX_CHUNK units); a bad value is said once on stderr and ignored."""
+    from onlstm.nn import triton_kernel as tk
+
+    kernel = tk.TritonKernel(steps=None)
+    monkeypatch.delenv(tk.STEP_ENV, raising=False)
+    assert kernel.route(1150, 10) == "split" and "split step" in kernel.describe()
+    monkeypatch.setenv(tk.STEP_ENV, "fused")
+    assert kernel.route(1150, 10) == "fused" and "not yet measured" in kernel.describe()
+    assert kernel.route(tk.FUSED_MAX_CHUNKS + 1, 1) == "split"
+    assert kernel.route(2 * (tk.FUSED_MAX_CHUNK + 1), tk.FUSED_MAX_CHUNK + 1) == "split"
+    assert tk.TritonKernel(steps=None, step="split").route(1150, 10) == "split"
+    monkeypatch.setenv(tk.STEP_ENV, "fast")
+    assert kernel.route(1150, 10) == "split" and kernel.route(1150, 10) == "split"
+    assert capsys.readouterr().err.count(f"{tk.STEP_ENV}='fast' ignored; use split or fused") == 1
+    with pytest.raises(ValueError, match="step must be one of"):
+        tk.TritonKernel(steps=None, step="fast")
+
+
+COMPILE_FOR_HOPPER = """
+import json, sys, torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from onlstm.nn import _triton_fused as F
+from onlstm.nn.triton_kernel import _fused_blocks
+names = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float64: "fp64"}
+ints = {"ROW0", "PREV0", "B", "NEXT0", "C_ROW0", "B_NEXT"}
+low = {"H_PREV", "W", "H_MM", "DG_MM"}  # the buffers in the products' dtype
+out = {}
+for dtype, mm in ((torch.float32, torch.float32), (torch.float32, torch.bfloat16), (torch.float64, torch.float64)):
+    blocks = _fused_blocks(115, 10, dtype, mm, cuda=True)  # the paper's layer: 1150 units, chunks of 10
+    options = {k: blocks.pop(k) for k in ("num_warps", "num_stages")}
+    flags = {"INCLUSIVE": False, "HAS_HMM": mm != dtype, "HAS_GDIST": True, "HAS_MM": mm != dtype}
+    for fn in (F.forward_step, F.backward_step, F.backward_masters):
+        consts = {a: v for a, v in (blocks | flags).items() if a in fn.arg_names}
+        sig = {a: "constexpr" if a in consts else "i32" if a in ints else "*" + names[mm if a in low else dtype]
+               for a in fn.arg_names}
+        kernel = triton.compile(ASTSource(fn, sig, consts), target=GPUTarget("cuda", 90, 32), options=options)
+        out[f"{fn.__name__} {names[dtype]}/{names[mm]}"] = kernel.metadata.shared
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_fused_step_compiles_for_a_hopper_gpu_within_its_shared_memory():
+    """Without a GPU: Triton compiles the fused step's three kernels for sm_90 (H100/H200) at the paper's layer,
+    fp32, bf16 products and fp64, each within the 227 KiB of shared memory a Hopper block may use (a subprocess:
+    this one runs Triton's interpreter, which compiles nothing)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from support import REPO
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # the default; set, so Triton 3.9 does not warn about it
+    r = subprocess.run([sys.executable, "-c", COMPILE_FOR_HOPPER], env=env, capture_output=True, text=True,
+                       timeout=1200)  # fmt: skip
+    if r.returncode != 0 and ("ptxas" in r.stderr or "GPUTarget" in r.stderr or "No module named" in r.stderr):
+        pytest.skip(f"this Triton cannot compile for sm_90 here: {r.stderr.strip().splitlines()[-1]}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    shared = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(shared) == 9 and all(0 <= v <= 227 * 1024 for v in shared.values()), shared

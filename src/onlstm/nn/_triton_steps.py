@@ -26,20 +26,36 @@ def _sigmoid(x):
 
 
 @triton.jit
-def _softmax(logits, mask):
-    e = tl.exp(logits - tl.max(logits, 0))
+def _softmax(logits, mask, AXIS: tl.constexpr):
+    e = tl.exp(logits - tl.max(logits, AXIS, keep_dims=True))
     e = tl.where(mask, e, 0.0)
-    return e / tl.sum(e, 0)
+    return e / tl.sum(e, AXIS, keep_dims=True)
 
 
 @triton.jit
-def _master_gates(p_in, p_forget, INCLUSIVE: tl.constexpr):
-    """Master forget = prefix sum of its softmax; master input = (in/ex)clusive suffix sum of its own."""
-    m_forget = tl.cumsum(p_forget, 0)
-    m_input = tl.cumsum(p_in, 0, reverse=True)
+def _master_gates(p_in, p_forget, INCLUSIVE: tl.constexpr, AXIS: tl.constexpr):
+    """Master forget = prefix sum of its softmax; master input = (in/ex)clusive suffix sum of its own (along the
+    chunks, ``AXIS``)."""
+    m_forget = tl.cumsum(p_forget, AXIS)
+    m_input = tl.cumsum(p_in, AXIS, reverse=True)
     if not INCLUSIVE:
         m_input = m_input - p_in  # the exclusive sum this way makes the top chunk exactly 0
     return m_input, m_forget
+
+
+@triton.jit
+def _cell_forward(o_pre, c_pre, i_pre, f_pre, m_in, m_forget, c_prev):
+    """The four gates and the overlap update of the cell: ``o, c^, i, f, c_t, h_t`` (the master gates broadcast
+    to the units; shared by the split and the fused step)."""
+    o = _sigmoid(o_pre)
+    ch = _tanh(c_pre)
+    ig = _sigmoid(i_pre)
+    fg = _sigmoid(f_pre)
+    w = m_forget * m_in  # overlap of the two master gates
+    f_hat = fg * w + (m_forget - w)
+    i_hat = ig * w + (m_in - w)
+    c_new = f_hat * c_prev + i_hat * ch
+    return o, ch, ig, fg, c_new, o * _tanh(c_new)
 
 
 @triton.jit(do_not_specialize=["ROW0", "C_ROW0"])
@@ -69,31 +85,31 @@ def forward_step(
     ty = ACT.dtype.element_ty
     k = tl.arange(0, BLOCK_N)
     km = k < NCH
-    p_in = _softmax(tl.load(xp + k, mask=km, other=-float("inf")) + tl.load(hu + k, mask=km, other=0).to(ty), km)
+    p_in = _softmax(tl.load(xp + k, mask=km, other=-float("inf")) + tl.load(hu + k, mask=km, other=0).to(ty), km, 0)
     lf = tl.load(xp + NCH + k, mask=km, other=-float("inf")) + tl.load(hu + NCH + k, mask=km, other=0).to(ty)
-    p_forget = _softmax(lf, km)
+    p_forget = _softmax(lf, km, 0)
     tl.store(act + k, p_in, mask=km)
     tl.store(act + NCH + k, p_forget, mask=km)
-    m_in, m_forget = _master_gates(p_in, p_forget, INCLUSIVE)
+    m_in, m_forget = _master_gates(p_in, p_forget, INCLUSIVE, 0)
     tl.store(DIST + row * 2, 1.0 - tl.sum(tl.where(km, m_forget, 0.0), 0) / NCH)
     tl.store(DIST + row * 2 + 1, tl.sum(tl.where(km, m_in, 0.0), 0) / NCH)
     c = tl.arange(0, BLOCK_C)
     u = k[:, None] * CHUNK + c[None, :]  # (BLOCK_N, BLOCK_C) unit index: chunk-major, as in the gate rows
     um = km[:, None] & (c < CHUNK)[None, :]
     g = 2 * NCH + u
-    o = _sigmoid(tl.load(xp + g, mask=um, other=0) + tl.load(hu + g, mask=um, other=0).to(ty))
-    ch = _tanh(tl.load(xp + D + g, mask=um, other=0) + tl.load(hu + D + g, mask=um, other=0).to(ty))
-    ig = _sigmoid(tl.load(xp + 2 * D + g, mask=um, other=0) + tl.load(hu + 2 * D + g, mask=um, other=0).to(ty))
-    fg = _sigmoid(tl.load(xp + 3 * D + g, mask=um, other=0) + tl.load(hu + 3 * D + g, mask=um, other=0).to(ty))
+    o, ch, ig, fg, c_new, h = _cell_forward(
+        tl.load(xp + g, mask=um, other=0) + tl.load(hu + g, mask=um, other=0).to(ty),
+        tl.load(xp + D + g, mask=um, other=0) + tl.load(hu + D + g, mask=um, other=0).to(ty),
+        tl.load(xp + 2 * D + g, mask=um, other=0) + tl.load(hu + 2 * D + g, mask=um, other=0).to(ty),
+        tl.load(xp + 3 * D + g, mask=um, other=0) + tl.load(hu + 3 * D + g, mask=um, other=0).to(ty),
+        m_in[:, None],
+        m_forget[:, None],
+        tl.load(C_PREV + (pid + C_ROW0) * D + u, mask=um, other=0),
+    )
     tl.store(act + g, o, mask=um)
     tl.store(act + D + g, ch, mask=um)
     tl.store(act + 2 * D + g, ig, mask=um)
     tl.store(act + 3 * D + g, fg, mask=um)
-    w = (m_forget * m_in)[:, None]  # overlap of the two master gates
-    f_hat = fg * w + (m_forget[:, None] - w)
-    i_hat = ig * w + (m_in[:, None] - w)
-    c_new = f_hat * tl.load(C_PREV + (pid + C_ROW0) * D + u, mask=um, other=0) + i_hat * ch
-    h = o * _tanh(c_new)
     tl.store(CELL + row * D + u, c_new, mask=um)
     tl.store(OUT + row * D + u, h, mask=um)
     if HAS_HMM:
@@ -101,8 +117,27 @@ def forward_step(
 
 
 @triton.jit
-def _softmax_vjp(p, grad):
-    return p * (grad - tl.sum(grad * p, 0))
+def _softmax_vjp(p, grad, AXIS: tl.constexpr):
+    return p * (grad - tl.sum(grad * p, AXIS, keep_dims=True))
+
+
+@triton.jit
+def _cell_backward(o, ch, ig, fg, tc, dh, dc_in, c_prev, m_in, m_forget):
+    """Per unit, from the gradients reaching ``h_t`` (``dh``) and ``c_t`` (``dc_in``): the gradient to ``c_{t-1}``,
+    the unit's shares of the master-forget and master-input gradients, and those of the four gate
+    pre-activations ``o, c^, i, f`` (``tc = tanh(c_t)``; shared by the split and the fused step)."""
+    dcu = dc_in + dh * o * (1.0 - tc * tc)
+    w = m_forget * m_in
+    f_hat = fg * w + (m_forget - w)
+    i_hat = ig * w + (m_in - w)
+    dfh = dcu * c_prev
+    dih = dcu * ch
+    dw = dfh * (fg - 1.0) + dih * (ig - 1.0)
+    d_o = dh * tc * o * (1.0 - o)
+    d_c = dcu * i_hat * (1.0 - ch * ch)
+    d_i = dih * w * ig * (1.0 - ig)
+    d_f = dfh * w * fg * (1.0 - fg)
+    return dcu * f_hat, dfh + dw * m_in, dih + dw * m_forget, d_o, d_c, d_i, d_f
 
 
 @triton.jit(do_not_specialize=["ROW0", "C_ROW0"])
@@ -139,45 +174,39 @@ def backward_step(
     um = km[:, None] & (c < CHUNK)[None, :]
     p_in = tl.load(act + k, mask=km, other=0)
     p_forget = tl.load(act + NCH + k, mask=km, other=0)
-    m_in, m_forget = _master_gates(p_in, p_forget, INCLUSIVE)
+    m_in, m_forget = _master_gates(p_in, p_forget, INCLUSIVE, 0)
     g = 2 * NCH + u
     o = tl.load(act + g, mask=um, other=0)
-    ch = tl.load(act + D + g, mask=um, other=0)
-    ig = tl.load(act + 2 * D + g, mask=um, other=0)
-    fg = tl.load(act + 3 * D + g, mask=um, other=0)
-    tc = _tanh(tl.load(CELL + row * D + u, mask=um, other=0))
     dh = tl.load(GOUT + row * D + u, mask=um, other=0) + tl.load(DH + pid * D + u, mask=um, other=0)
-    dcu = tl.load(DC_IN + pid * D + u, mask=um, other=0) + dh * o * (1.0 - tc * tc)
-    w = (m_forget * m_in)[:, None]
-    f_hat = fg * w + (m_forget[:, None] - w)
-    i_hat = ig * w + (m_in[:, None] - w)
-    dfh = dcu * tl.load(C_PREV + (pid + C_ROW0) * D + u, mask=um, other=0)
-    dih = dcu * ch
-    tl.store(DC_OUT + pid * D + u, dcu * f_hat, mask=um)
-    dw = dfh * (fg - 1.0) + dih * (ig - 1.0)
-    d_mforget = tl.sum(dfh + dw * m_in[:, None], 1)
-    d_min = tl.sum(dih + dw * m_forget[:, None], 1)
+    dc_out, d_mf, d_mi, d_o, d_c, d_i, d_f = _cell_backward(
+        o, tl.load(act + D + g, mask=um, other=0), tl.load(act + 2 * D + g, mask=um, other=0),
+        tl.load(act + 3 * D + g, mask=um, other=0), _tanh(tl.load(CELL + row * D + u, mask=um, other=0)), dh,
+        tl.load(DC_IN + pid * D + u, mask=um, other=0), tl.load(C_PREV + (pid + C_ROW0) * D + u, mask=um, other=0),
+        m_in[:, None], m_forget[:, None],
+    )  # fmt: skip
+    tl.store(DC_OUT + pid * D + u, dc_out, mask=um)
+    d_mforget = tl.sum(d_mf, 1)
+    d_min = tl.sum(d_mi, 1)
     if HAS_GDIST:
         d_mforget = d_mforget - tl.load(GDIST + row * 2) / NCH
         d_min = d_min + tl.load(GDIST + row * 2 + 1) / NCH
-    d_chunks = _master_logit_grads(p_in, p_forget, d_min, d_mforget, km, INCLUSIVE)
-    d_gates = (dh * tc * o * (1.0 - o), dcu * i_hat * (1.0 - ch * ch),
-               dih * w * ig * (1.0 - ig), dfh * w * fg * (1.0 - fg))  # fmt: skip
+    d_chunks = _master_logit_grads(p_in, p_forget, d_min, d_mforget, km, INCLUSIVE, 0)
+    d_gates = (d_o, d_c, d_i, d_f)
     _store_gate_grads(dg, d_chunks, d_gates, k, km, g, um, NCH, D)
     if HAS_MM:
         _store_gate_grads(DG_MM + row * G, d_chunks, d_gates, k, km, g, um, NCH, D)
 
 
 @triton.jit
-def _master_logit_grads(p_in, p_forget, d_min, d_mforget, km, INCLUSIVE: tl.constexpr):
+def _master_logit_grads(p_in, p_forget, d_min, d_mforget, km, INCLUSIVE: tl.constexpr, AXIS: tl.constexpr):
     """Gradients of both master-gate logits from those of the gates: the cumax vector-Jacobian products."""
     d_mforget = tl.where(km, d_mforget, 0.0)
     d_min = tl.where(km, d_min, 0.0)
-    d_pforget = tl.cumsum(d_mforget, 0, reverse=True)  # adjoint of the prefix sum
-    d_pin = tl.cumsum(d_min, 0)  # adjoint of the suffix sum
+    d_pforget = tl.cumsum(d_mforget, AXIS, reverse=True)  # adjoint of the prefix sum
+    d_pin = tl.cumsum(d_min, AXIS)  # adjoint of the suffix sum
     if not INCLUSIVE:
         d_pin = d_pin - d_min
-    return _softmax_vjp(p_in, d_pin), _softmax_vjp(p_forget, d_pforget)
+    return _softmax_vjp(p_in, d_pin, AXIS), _softmax_vjp(p_forget, d_pforget, AXIS)
 
 
 @triton.jit

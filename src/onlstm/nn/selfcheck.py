@@ -25,7 +25,7 @@ CHECKED = ("triton", "triton_interpret")
 TOLERANCE = {"full": 1e-4, "double": 1e-9, "reduced": 3e-2}
 STEPS, ROWS, INPUT = 4, 3, 5  # the check's sizes: packed lengths 4, 3, 1 (a row leaves the batch early)
 
-FailKey = tuple[str, str, torch.dtype, torch.dtype]
+FailKey = tuple[str, str, torch.dtype, torch.dtype, str]
 
 
 @dataclass(frozen=True)
@@ -98,12 +98,13 @@ def product_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
 
 def verified(impl: str, device: torch.device, dtype: torch.dtype, hidden: int, chunk: int, mode: str) -> str:
     """``impl``, or ``'reference'`` when ``impl`` is a self-checked kernel that failed its check here; the check
-    runs on the first call for a configuration (kernel, device, dtypes, hidden and chunk size, mode)."""
+    runs on the first call for a configuration (kernel, device, dtypes, hidden and chunk size, mode, and the
+    kernel's step: split or fused, each checked on its own)."""
     if impl not in CHECKED or getattr(_running, "active", False) or not enabled():
         return impl
     device = torch.device(device)
     products = product_dtype(device, dtype)
-    fail_key: FailKey = (impl, str(device), dtype, products)
+    fail_key: FailKey = (impl, str(device), dtype, products, step_of(impl, hidden, chunk))
     key = (*fail_key, hidden, chunk, mode)
     with _lock:
         if fail_key in _failed:
@@ -118,6 +119,15 @@ def verified(impl: str, device: torch.device, dtype: torch.dtype, hidden: int, c
     if first_failure:
         warnings.warn(_failure_message(result), RuntimeWarning, stacklevel=3)
     return "reference" if fail_key in _failed else impl
+
+
+def step_of(impl: str, hidden: int, chunk: int) -> str:
+    """The step the kernel ``impl`` runs now at this layer size (``split`` or ``fused``; ``''`` for a kernel
+    without steps)."""
+    from . import kernels
+
+    route = getattr(kernels.load_kernel(impl), "route", None)
+    return route(hidden, chunk) if callable(route) else ""
 
 
 def _failure_message(r: CheckResult) -> str:
@@ -148,6 +158,8 @@ def run_check(
 ) -> CheckResult:
     """Run one check now (whatever was checked before) and return its result; records nothing."""
     sizes = f"T={STEPS} B={ROWS} input={INPUT} hidden={hidden} chunk={chunk} master_input={mode}"
+    if step_of(impl, hidden, chunk) == "fused":  # the opt-in step (ONLSTM_TRITON_STEP=fused) is named
+        sizes += ", fused step"
     tol = tolerance(device, dtype, products)
     start = time.perf_counter()
     _running.active = True

@@ -30,6 +30,12 @@ from .kernels import (
 from .selfcheck import product_dtype
 
 INTERPRETER_NAME = "triton_interpret"
+STEP_ENV = "ONLSTM_TRITON_STEP"
+STEP_ROUTES = ("split", "fused")
+#: The fused step keeps a row's master logits (chunks, padded to a power of two) and a chunk's units in
+#: registers; beyond these sizes the split step runs.
+FUSED_MAX_CHUNKS, FUSED_MAX_CHUNK = 256, 128
+_said: set[str] = set()  # bad values of STEP_ENV already reported
 
 
 def _blocks(n: int, chunk: int) -> dict[str, int]:
@@ -40,11 +46,49 @@ def _blocks(n: int, chunk: int) -> dict[str, int]:
     return b | {"num_warps": 8 if b["BLOCK_N"] * b["BLOCK_C"] >= 2048 else 4}
 
 
-class TritonKernel:
-    """The Triton kernel; ``saved = (out, act, cells, mm)``, ``mm`` an empty tensor of the matmul dtype."""
+def requested_step() -> str:
+    """The step ``ONLSTM_TRITON_STEP`` asks for (read at every call): ``split`` (default) or ``fused``."""
+    name = os.environ.get(STEP_ENV, "").strip().lower() or "split"
+    if name not in STEP_ROUTES:
+        if name not in _said:
+            _said.add(name)
+            print(f"onlstm: {STEP_ENV}={name!r} ignored; use {' or '.join(STEP_ROUTES)}", file=sys.stderr)
+        return "split"
+    return name
 
-    def __init__(self, steps: Any) -> None:
+
+def fused_fits(n: int, chunk: int) -> bool:
+    """Whether the fused step runs at ``n`` chunks of ``chunk`` units (else the split step does)."""
+    return n <= FUSED_MAX_CHUNKS and chunk <= FUSED_MAX_CHUNK
+
+
+class TritonKernel:
+    """The Triton kernel; ``saved = (out, act, cells, mm)``, ``mm`` an empty tensor of the matmul dtype.
+
+    Each time step runs either *split* (a torch product ``h @ w_hh^T``, then one Triton kernel for the
+    element-wise step) or *fused* (one Triton kernel that computes the product too): ``step`` forces one, else
+    ``ONLSTM_TRITON_STEP`` chooses at every call (docs/layer.md, "The Triton path")."""
+
+    def __init__(self, steps: Any, step: str | None = None) -> None:
+        if step not in (None, *STEP_ROUTES):
+            raise ValueError(f"step must be one of {STEP_ROUTES} or None, got {step!r}")
         self._steps = steps  # the module of @triton.jit kernels (compiled, or interpreted on the CPU)
+        self._step = step
+
+    def route(self, hidden: int, chunk: int) -> str:
+        """``'fused'`` or ``'split'``: the step a call of a layer of this size runs now."""
+        wanted = self._step or requested_step()
+        return "fused" if wanted == "fused" and fused_fits(hidden // chunk, chunk) else "split"
+
+    def describe(self) -> str:
+        """For ``onlstm info``: which step runs."""
+        step = self._step or requested_step()
+        if step == "split":
+            return f"split step: per step a torch product and one Triton kernel ({STEP_ENV}=fused: one launch)"
+        return (
+            f"fused step: one Triton launch per step each way, up to {FUSED_MAX_CHUNKS} chunks of up to "
+            f"{FUSED_MAX_CHUNK} units (else split); not yet measured on a GPU"
+        )
 
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
         mm = product_dtype(inputs.x.device, inputs.x.dtype)  # read before autocast is turned off below
@@ -56,25 +100,42 @@ class TritonKernel:
         xp = _input_projection(x, w_ih, bias, mm)  # (N, G) in x's dtype
         act, cells, out, dist = x.new_empty(N, G), x.new_empty(N, D), x.new_empty(N, D), x.new_empty(N, 2)
         h_mm = x.new_empty(N, D, dtype=mm) if low else out  # h_t as the next product reads it
-        hu, w_hh_t, h0_mm = x.new_empty(bs[0], G, dtype=mm), w_hh.to(mm).t(), h0.to(mm)
+        buffers = (xp, act, cells, out, h_mm, dist)
+        steps = self._fused_steps if self.route(D, chunk) == "fused" else self._split_steps
+        steps(buffers, w_hh.to(mm), h0.to(mm), c0, bs, chunk, {"INCLUSIVE": inclusive, "HAS_HMM": low})
+        last = last_rows(bs, out.device)  # h_n, c_n: each row's state after its own last step
+        return KernelOutputs(out, out[last], cells[last], dist, saved=(out, act, cells, x.new_empty(0, dtype=mm)))
+
+    def _split_steps(self, buffers, w_mm, h0_mm, c0, bs, chunk, flags) -> None:
+        """The forward loop of the split step: per step a torch product, then the element-wise kernel."""
+        xp, act, cells, out, h_mm, dist = buffers
+        hu, w_hh_t, D = xp.new_empty(bs[0], xp.shape[1], dtype=w_mm.dtype), w_mm.t(), cells.shape[1]
         blocks, launch, off, prev = _blocks(D // chunk, chunk), self._steps.forward_step, 0, 0
         for t, b in enumerate(bs):
             h_prev = h0_mm[:b] if t == 0 else h_mm[prev : prev + b]
             torch.mm(h_prev, w_hh_t, out=hu[:b])
             c_prev, c_row0 = (c0, 0) if t == 0 else (cells, prev)
-            launch[(b,)](
-                xp, hu, c_prev, act, cells, out, h_mm, dist, off, c_row0, INCLUSIVE=inclusive, HAS_HMM=low, **blocks
-            )
+            launch[(b,)](xp, hu, c_prev, act, cells, out, h_mm, dist, off, c_row0, **flags, **blocks)
             prev, off = off, off + b
-        last = last_rows(bs, out.device)  # h_n, c_n: each row's state after its own last step
-        return KernelOutputs(out, out[last], cells[last], dist, saved=(out, act, cells, x.new_empty(0, dtype=mm)))
+
+    def _fused_steps(self, buffers, w_mm, h0_mm, c0, bs, chunk, flags) -> None:
+        """The forward loop of the fused step: one launch per step, the product inside it."""
+        xp, act, cells, out, h_mm, dist = buffers
+        blocks = _fused_blocks(cells.shape[1] // chunk, chunk, act.dtype, w_mm.dtype, act.is_cuda)
+        w_mm, launch, off, prev = w_mm.contiguous(), _fused_module().forward_step, 0, 0
+        for t, b in enumerate(bs):
+            h_prev, c_prev, prev0 = (h0_mm, c0, 0) if t == 0 else (h_mm, cells, prev)
+            launch[_grid(b, blocks)](xp, h_prev, w_mm, c_prev, act, cells, out, h_mm, dist, off, prev0, b,
+                                     **flags, **blocks)  # fmt: skip
+            prev, off = off, off + b
 
     def backward(self, inputs: KernelInputs, saved: tuple[Tensor, ...], grads: OutputGrads) -> KernelGrads:
         x, w_ih, w_hh, _, h0, c0, batch_sizes, chunk, inclusive = inputs
         out, act, cells, marker = saved
         bs, mm = batch_sizes.tolist(), marker.dtype
+        step_grads = self._fused_grads if self.route(w_hh.shape[1], chunk) == "fused" else self._step_grads
         with torch.autocast(x.device.type, enabled=False):
-            dG, dG_mm, dh, dc = self._step_grads(w_hh, c0, act, cells, bs, mm, chunk, inclusive, *grads)
+            dG, dG_mm, dh, dc = step_grads(w_hh, c0, act, cells, bs, mm, chunk, inclusive, *grads)
             return KernelGrads(*_weight_grads(dG, dG_mm, x, w_ih, w_hh, h0, out, bs, mm), dh, dc)
 
     def _step_grads(self, w_hh, c0, act, cells, bs, mm, chunk, inclusive, grad_out, grad_hn, grad_cn, grad_dist):
@@ -97,6 +158,55 @@ class TritonKernel:
             else:
                 torch.mm(dG[rows], w_hh_mm, out=dh[:b])
         return dG, dG_mm, dh, dcs[1]
+
+    def _fused_grads(self, w_hh, c0, act, cells, bs, mm, chunk, inclusive, grad_out, grad_hn, grad_cn, grad_dist):
+        """The reversed loop of the fused step: one launch per step (it completes the step after it: module
+        ``_triton_fused``), one for the first step's master gates, one product for ``dh0``."""
+        N, (G, D), offs, T = act.shape[0], w_hh.shape, step_offsets(bs), len(bs)
+        w_mm, dG, dm, dc = (
+            w_hh.to(mm).contiguous(),
+            act.new_empty(N, G),
+            act.new_empty(N, 2 * (D // chunk)),
+            grad_cn.clone(),
+        )
+        dG_mm = act.new_empty(N, G, dtype=mm) if mm != act.dtype else dG
+        flags = {"INCLUSIVE": inclusive, "HAS_GDIST": grad_dist is not None, "HAS_MM": mm != act.dtype}
+        gd, blocks, fused = (
+            grad_dist if grad_dist is not None else dG,
+            _fused_blocks(D // chunk, chunk, act.dtype, mm, act.is_cuda),
+            _fused_module(),
+        )
+        for t in range(T - 1, -1, -1):
+            c_prev, prev0 = (c0, 0) if t == 0 else (cells, offs[t - 1])
+            fused.backward_step[_grid(bs[t], blocks)](
+                act, c_prev, cells, grad_out, grad_hn, dc, gd, dG, dG_mm, dm, w_mm, offs[t], offs[t + 1], prev0,
+                bs[t], bs[t + 1] if t + 1 < T else 0, **flags, **blocks
+            )  # fmt: skip
+        masters = {k: blocks[k] for k in ("NCH", "CHUNK", "BLOCK_B", "BLOCK_N")}
+        fused.backward_masters[_grid(bs[0], blocks)[:1]](act, dm, gd, dG, dG_mm, 0, bs[0], **flags, **masters)
+        return dG, dG_mm, torch.mm(dG_mm[: bs[0]], w_mm).to(act.dtype), dc
+
+
+def _fused_blocks(n: int, chunk: int, dtype: torch.dtype, mm: torch.dtype, cuda: bool) -> dict[str, Any]:
+    """The fused step's tile constants (not yet tuned on a GPU): 16 rows and about 64 unit columns a program, the
+    products over blocks of 32; every ``tl.dot`` block at least 16, the GPU's smallest."""
+    import triton
+
+    width = triton.next_power_of_2(chunk)
+    tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+    tf32 = tf32 and mm == torch.float32 and cuda
+    return {
+        "NCH": n, "CHUNK": chunk, "BLOCK_B": 16, "BLOCK_N": max(16, triton.next_power_of_2(n)),
+        "BLOCK_CH": max(1, 64 // width), "BLOCK_C": width, "BLOCK_K": 32,
+        "PRECISION": "tf32" if tf32 else "ieee",  # as torch's own float32 products (torch.backends.cuda.matmul)
+        "UPCAST": interpreter_requested(), "IS64": dtype == torch.float64,
+        "num_warps": 4, "num_stages": 2,  # two stages of the products' tiles: fp64 within 227 KiB of shared memory
+    }  # fmt: skip
+
+
+def _grid(rows: int, blocks: dict[str, Any]) -> tuple[int, int]:
+    """Programs of a fused step: blocks of rows, blocks of chunks."""
+    return -(-rows // blocks["BLOCK_B"]), -(-blocks["NCH"] // blocks["BLOCK_CH"])
 
 
 def _input_projection(x: Tensor, w_ih: Tensor, bias: Tensor | None, mm: torch.dtype) -> Tensor:
@@ -130,6 +240,12 @@ def _steps_module() -> Any:
     from . import _triton_steps  # imports triton: only once a kernel is built
 
     return _triton_steps
+
+
+def _fused_module() -> Any:
+    from . import _triton_fused  # the fused step's kernels: only once one runs
+
+    return _triton_fused
 
 
 def load_cuda_kernel() -> TritonKernel:
