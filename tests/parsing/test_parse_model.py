@@ -275,7 +275,10 @@ def test_demo_goes_on_after_ctrl_c_and_replaces_an_earlier_demo(tmp_path, capsys
     from onlstm.lm import train as lm_train
 
     out = tmp_path / "demo"
-    assert main(["demo", "--seconds", "2", "--out", str(out), *DEMO_SMALL]) == 0
+    for seconds in ("2", "8", "32"):  # a loaded machine may end 2 s before the first epoch's check (no best yet)
+        assert main(["demo", "--seconds", seconds, "--out", str(out), *DEMO_SMALL]) == 0
+        if (out / "model.best.safetensors").exists():
+            break
     assert (out / "model.best.safetensors").exists() and (out / "resume.safetensors").exists()
     capsys.readouterr()
     real = lm_train.Trainer.train_step
