@@ -235,7 +235,7 @@ def test_training_steps_equal_the_authors_step_with_dropout(tmp_path, small_corp
         on_step=lambda tr: after.append(
             {
                 "params": [p.detach().clone() for p in trainer_params],
-                "avg": [a.detach().clone() for a in tr.averaged_weights()] if tr.prog.task["averaging"] else None,
+                "avg": [a.detach().clone() for a in tr.averaged_weights()] if tr.prog.task.averaging else None,
             }
         )
     )

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import copy
 import csv
 import io
 import math
@@ -11,6 +10,7 @@ import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint import CheckpointError, config_header, load_weights, save_weights
-from ..config import ConfigError, check_section
+from ..config import ConfigError, Real, check_section, count_option, option
 from ..data.ptb import Corpus, load_corpus, split_file
 from ..data.reader import TextReader
 from ..data.vocab import Vocab
@@ -31,24 +31,55 @@ from ..runs.device import prepare_kernel
 from ..runs.dist import DistContext, setup, teardown
 from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, diverged, update
 from ..runs.engine import resume_refusal as engine_refusal
-from ..runs.records import COUNT, COUNTS, FLAG, MAYBE_OBJECT, NUMBER, OBJECT, REAL, REALS, check_fields
-from ..runs.resume import RESUME_FIX
+from ..runs.resume import checked
 from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, run_config
 from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment, too_short
 from .evaluate import Interrupted, perplexity
 
-LOG_COLUMNS = tuple(
-    "epoch steps train_loss train_ppl valid_loss valid_ppl best_valid_ppl averaging tokens epoch_seconds "
-    "tokens_per_s elapsed_s".split()
-)
-# What Progress.task carries for a language model (JSON values), as a fresh run starts.
-_TASK = dict(averaging=False, avg_count=0, sgd_valid_history=[], epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
-_TASK.update(finished=False, results=None)
-# What a resume file's values must be (onlstm.runs.records): the task's, a row of the history, the rest.
-_TASK_FIELDS = dict(averaging=FLAG, avg_count=COUNT, sgd_valid_history=REALS, epoch_loss_sum=NUMBER)
-_TASK_FIELDS.update(epoch_tokens=COUNT, epoch_seconds=NUMBER, finished=FLAG, results=MAYBE_OBJECT)
-_ROW_FIELDS = {k: REAL if "valid" in k else NUMBER for k in LOG_COLUMNS} | dict(epoch=COUNT, steps=COUNT, best=FLAG)
-_META_FIELDS = {"hidden_layout": COUNTS, "model_config": OBJECT}
+
+@dataclass
+class LMState:
+    """What ``Progress.task`` carries for a language model: NT-ASGD's phase and the epoch's running figures."""
+
+    averaging: bool = False
+    avg_count: int = count_option()
+    sgd_valid_history: list[Real] = option([])  # the SGD epochs' validation losses, oldest first
+    epoch_loss_sum: float = 0.0
+    epoch_tokens: int = count_option()
+    epoch_seconds: float = 0.0
+    finished: bool = False
+    results: dict | None = None  # the final test's
+
+
+@dataclass
+class LMRow:
+    """An epoch's row of the history (``log.csv``'s columns, in order, and whether it was the best)."""
+
+    epoch: int = count_option(MISSING)
+    steps: int = count_option(MISSING)
+    train_loss: float | None = None
+    train_ppl: float | None = None
+    valid_loss: Real | None = None  # a validation that was not finite is recorded as such
+    valid_ppl: Real | None = None
+    best_valid_ppl: Real | None = None
+    averaging: int | None = count_option(None)
+    tokens: int | None = count_option(None)
+    epoch_seconds: float | None = None
+    tokens_per_s: float | None = None
+    elapsed_s: float | None = None
+    best: bool = False
+
+
+@dataclass
+class LMResumeMeta:
+    """The language model's own values in its resume file: the carried state's layout and the model's settings."""
+
+    hidden_layout: list[int] = count_option(MISSING)
+    model_config: dict = option(MISSING)
+    world: int = count_option(1)
+
+
+LOG_COLUMNS = tuple(f.name for f in fields(LMRow))[:-1]
 
 
 class _Objective(nn.Module):
@@ -160,7 +191,7 @@ class Trainer:
     """The language model's :class:`~onlstm.runs.engine.Task`: passes are epochs of BPTT segments, the state carried;
     validation scores the weights evaluation uses (the score is minus the loss); NT-ASGD, resume, the final test."""
 
-    task_fields, history_fields, history_required = _TASK_FIELDS, _ROW_FIELDS, ("epoch", "steps")
+    state, row = LMState, LMRow
 
     def __init__(
         self,
@@ -289,7 +320,7 @@ class Trainer:
     def averaged_weights(self) -> list[torch.Tensor] | None:
         """ASGD's running average (``ax``) once averaging started; a parameter ASGD has not stepped yet
         (just after the switch) counts with its current value, as ``ax`` would equal it after one step."""
-        if self.prog.task["averaging"]:
+        if self.prog.task.averaging:
             return [self.optimizer.state.get(p, {}).get("ax", p) for p in self.params]
         return None
 
@@ -309,7 +340,7 @@ class Trainer:
 
     def _start_averaging(self) -> str:
         # the authors replace the optimizer by a fresh torch ASGD at the switch: so do we (no state carried)
-        self.prog.task.update(averaging=True, avg_count=0)
+        self.prog.task.averaging, self.prog.task.avg_count = True, 0
         self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
         return f"epoch {self.prog.epoch + 1}: switching to averaged SGD (NT-ASGD)"
 
@@ -317,7 +348,7 @@ class Trainer:
         """The epoch's segments; at its start the state is reset and averaging may begin (``asgd_start_epoch``)."""
         if prog.pos == 0:
             self.hidden, start = None, self.cfg.asgd_start_epoch
-            if self.may_average and not prog.task["averaging"] and start and prog.epoch + 1 >= start:
+            if self.may_average and not prog.task.averaging and start and prog.epoch + 1 >= start:
                 self.log(self._start_averaging())
         self._clock = time.perf_counter()
         self._since = {"tokens": 0, "loss": self._zero(), "clock": self._clock}
@@ -340,7 +371,7 @@ class Trainer:
         # later fp32 session read it as they would without autocast
         self.hidden = hidden if cfg.precision == "fp32" else float32_state(hidden)
         update(self.optimizer, loss, self.params, cfg.clip)
-        prog.task["avg_count"] += int(prog.task["averaging"])
+        prog.task.avg_count += int(prog.task.averaging)
         n, since = y.numel(), self._since
         weighted = raw.double() * n
         self._acc_loss += weighted
@@ -376,29 +407,29 @@ class Trainer:
         """The epoch's row of the log (its best is filled in by :meth:`after_check`)."""
         self._flush()
         valid, t = self.validate(), prog.task
-        loss, tokens, seconds = t["epoch_loss_sum"] / max(t["epoch_tokens"], 1), t["epoch_tokens"], t["epoch_seconds"]
+        loss, tokens, seconds = t.epoch_loss_sum / max(t.epoch_tokens, 1), t.epoch_tokens, t.epoch_seconds
         row = dict(epoch=prog.epoch, steps=prog.step, train_loss=round(loss, 6))
         row.update(train_ppl=round(math.exp(min(loss, 50)), 3), valid_loss=round(valid.loss, 6))
-        row.update(valid_ppl=round(valid.ppl, 3), averaging=int(t["averaging"]), tokens=tokens)
+        row.update(valid_ppl=round(valid.ppl, 3), averaging=int(t.averaging), tokens=tokens)
         row.update(epoch_seconds=round(seconds, 2), tokens_per_s=round(tokens / max(seconds, 1e-9), 1))
         row.update(elapsed_s=round(self.engine.elapsed(), 1))
-        t.update(epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
+        t.epoch_loss_sum, t.epoch_tokens, t.epoch_seconds = 0.0, 0, 0.0
         return Check(-valid.loss, row)
 
     def after_check(self, prog: Progress, check: Check, improved: bool) -> str:
         """The best perplexity so far in the row, tensorboard and NT-ASGD's switch; returns the log line."""
         row, t = check.record, prog.task
-        if not t["averaging"]:  # patience counts the averaged weights' checks only
+        if not t.averaging:  # patience counts the averaged weights' checks only
             prog.bad_checks = 0
         row["best_valid_ppl"] = round(math.exp(-prog.best), 3) if prog.best is not None else float("nan")
         line = (
             f"epoch {row['epoch']:3d} | train ppl {row['train_ppl']:8.2f} | valid ppl {row['valid_ppl']:8.2f}"
-            f"{' *' if improved else '  '} | {'ASGD' if t['averaging'] else self.cfg.optimizer.upper():4} | "
+            f"{' *' if improved else '  '} | {'ASGD' if t.averaging else self.cfg.optimizer.upper():4} | "
             f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s"
         )
-        if self.may_average and not t["averaging"]:
-            switch = nonmono_switch(t["sgd_valid_history"], -check.score, self.cfg.nonmono)
-            t["sgd_valid_history"].append(-check.score)
+        if self.may_average and not t.averaging:
+            switch = nonmono_switch(t.sgd_valid_history, -check.score, self.cfg.nonmono)
+            t.sgd_valid_history.append(-check.score)
             if switch:
                 line += "\n" + self._start_averaging()
         return line
@@ -413,7 +444,7 @@ class Trainer:
             save_weights(self.rundir.weights(tag), self.model)
 
     def fresh_progress(self) -> Progress:
-        return Progress(task=copy.deepcopy(_TASK))
+        return Progress(task=LMState())
 
     def resume_state(self, prog: Progress) -> Saved:
         """The model, the optimizer and the carried state (all processes take part: the state is gathered)."""
@@ -432,17 +463,17 @@ class Trainer:
         write_log_csv(self.rundir.log_path, history)
 
     def restore(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> Saved:
-        check_fields(meta, _META_FIELDS, path, "metadata", RESUME_FIX)
-        if meta["model_config"] != self.model_config.to_dict():
+        own = checked(LMResumeMeta, meta, path, "metadata", strict=False)
+        if own.model_config != self.model_config.to_dict():
             raise CheckpointError(
-                f"{path} was written for another model ({meta['model_config']}) than {RunDir.CONFIG} "
+                f"{path} was written for another model ({own.model_config}) than {RunDir.CONFIG} "
                 f"describes ({self.model_config.to_dict()}); the run directory is inconsistent"
             )
         if "t0" in (meta["optimizer"].get("param_groups") or [{}])[0]:  # saved in the averaging phase (torch's ASGD)
             self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
-        if meta["hidden_layout"]:
-            self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
-        averaging = " (averaging)" if prog.task["averaging"] else ""
+        if own.hidden_layout:
+            self.hidden = self._restore_hidden(path, tensors, own.hidden_layout)
+        averaging = " (averaging)" if prog.task.averaging else ""
         self.log(f"resumed {self.rundir.path} at epoch {prog.epoch + 1}, batch {prog.pos}, step {prog.step}{averaging}")
         return Saved(self.model, self.optimizer, self.ctx.device)
 
@@ -465,16 +496,16 @@ class Trainer:
         so diverged weights never reach a file."""
         t = self.ctx.all_reduce_sum(torch.stack([self._acc_loss, self._acc_tok]).cpu())
         prog, now = self.prog, time.perf_counter()
-        prog.task["epoch_loss_sum"] += float(t[0])
-        prog.task["epoch_tokens"] += int(round(float(t[1])))
-        prog.task["epoch_seconds"], self._clock = prog.task["epoch_seconds"] + now - self._clock, now
+        prog.task.epoch_loss_sum += float(t[0])
+        prog.task.epoch_tokens += int(round(float(t[1])))
+        prog.task.epoch_seconds, self._clock = prog.task.epoch_seconds + now - self._clock, now
         self._acc_loss, self._acc_tok = self._zero(), self._zero()
-        if not self.ctx.any(not math.isfinite(prog.task["epoch_loss_sum"])):
+        if not self.ctx.any(not math.isfinite(prog.task.epoch_loss_sum)):
             return
         best = self.rundir.weights("best").name
         kept = [f"{best} (valid ppl {math.exp(-prog.best):.2f})"] if prog.best is not None else []
         kept += [RunDir.RESUME] if self.rundir.resume_path.exists() else []
-        loss = prog.task["epoch_loss_sum"] / max(prog.task["epoch_tokens"], 1)
+        loss = prog.task.epoch_loss_sum / max(prog.task.epoch_tokens, 1)
         when = f"in epoch {prog.epoch + 1} (by step {prog.step})"
         raise diverged(loss, when, f"{', '.join(kept)} in {self.rundir.path}" if kept else "", clip=0.25)
 
@@ -498,10 +529,10 @@ class Trainer:
         """At the end of the epochs, the final test (``final_test``), once: its figures are the result's."""
         tested, task = "finished", prog.task
         if why in ("epochs", "patience"):
-            task["finished"] = True
-            if task["results"] is None and self.cfg.final_test:
+            task.finished = True
+            if task.results is None and self.cfg.final_test:
                 tested = self._final_test()
-        return task["results"], "interrupted" if tested == "interrupted" else None
+        return task.results, "interrupted" if tested == "interrupted" else None
 
     def epochs(self, prog: Progress) -> float:
         return prog.epoch + prog.pos / max(len(self.schedule(prog.epoch + 1)), 1)
@@ -531,7 +562,7 @@ class Trainer:
         except Interrupted:
             self.log("final test interrupted; score the run later with onlstm lm eval")
             return "interrupted"
-        prog.task["results"] = {"weights": best.name, "valid": valid.to_dict(), "test": test.to_dict()}
+        prog.task.results = {"weights": best.name, "valid": valid.to_dict(), "test": test.to_dict()}
         self.log(f"best weights: valid {valid.describe()}")
         self.log(f"best weights: test  {test.describe()}")
         return "finished"

@@ -8,21 +8,21 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from ..checkpoint import CheckpointError, config_header, save_weights
-from ..config import runtime_fields
+from ..config import ConfigError, count_option, option, runtime_fields
+from ..errors import quote
 from ..files import write_json
 from ..runs import RunDir, not_a_run
 from ..runs.device import prepare_kernel, runtime_device
 from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, update
 from ..runs.engine import resume_refusal as engine_refusal
-from ..runs.records import COUNT, FLAG, NUMBER, RNG_STATE, SCORES
-from ..runs.records import read_history as read_records
+from ..runs.resume import read_history as read_records
 from ..runs.resume import resume_settings
 from .config import LogicTrainConfig
 from .data import Example, LogicDataError, read_examples
@@ -179,18 +179,54 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
 #: Training settings that do not change what is learned (declared ``runtime``: display, evaluation batching,
 #: threads, device, the budgets); a resumed run may change them.
 RUNTIME_FIELDS = runtime_fields(LogicTrainConfig)
-#: A validation check's record in history.json, and the task's values in the resume file (onlstm.runs.records);
-#: older runs recorded fewer fields, so only the first three must be there.
-HISTORY_FIELDS = dict(step=COUNT, valid_accuracy=NUMBER, train_accuracy=NUMBER, epoch=NUMBER, seconds=NUMBER)
-HISTORY_FIELDS.update(train_loss=NUMBER, valid_by_ops=SCORES, train_ops=COUNT, lr=NUMBER, best=FLAG)
-HISTORY_FIELDS.update(test_by_length=SCORES)
-_TASK_FIELDS = dict(pass_ops=COUNT, epoch_rng=RNG_STATE, schedule_bad=COUNT, loss_sum=NUMBER, correct_sum=COUNT)
-_TASK_FIELDS.update(seen=COUNT)
+
+
+def _by_count(value: dict | None, where: str) -> None:
+    if value is not None and not all(k.isdigit() for k in value):
+        raise ConfigError(f"{where} must be an object of numbers by count, got keys {quote(list(value)[:3])}")
+
+
+def _rng_state(value: list, where: str) -> None:
+    try:
+        version, internal, gauss = value
+        random.Random().setstate((version, tuple(internal), gauss))
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{where} is {quote(value, 60)}, not a random generator's state") from None
+
+
+@dataclass
+class LogicRow:
+    """A validation check's record in history.json (older runs recorded only the first three fields)."""
+
+    step: int = count_option(MISSING)
+    valid_accuracy: float = option(MISSING)
+    train_accuracy: float = option(MISSING)
+    epoch: float | None = None
+    seconds: float | None = None
+    train_loss: float | None = None
+    valid_by_ops: dict[str, float] | None = option(None, check=_by_count)
+    train_ops: int | None = count_option(None)
+    lr: float | None = None
+    best: bool = False
+    test_by_length: dict[str, float] | None = option(None, check=_by_count)
+
+
+@dataclass
+class LogicState:
+    """What ``Progress.task`` carries: the pass's operator bound and batch order (the generator's state at its
+    start: a resumed run replays its shuffle), the plateau schedule's count, the running figures since the check."""
+
+    pass_ops: int = count_option(MISSING)
+    epoch_rng: list = option(MISSING, check=_rng_state)
+    schedule_bad: int = count_option()
+    loss_sum: float = 0.0
+    correct_sum: int = count_option()
+    seen: int = count_option()
 
 
 def read_history(run: Path, fix: str, at_least: int = 0) -> list[dict]:
     """The checked ``history.json`` of the logic run in ``run`` (at least ``at_least`` records)."""
-    return read_records(RunDir(run).history_path, HISTORY_FIELDS, tuple(HISTORY_FIELDS)[:3], fix, at_least)
+    return read_records(RunDir(run).history_path, LogicRow, fix, at_least)
 
 
 def _sections(header: dict) -> dict[str, dict]:
@@ -260,7 +296,7 @@ class LogicTask:
     """The classifier's part of a training run (run by :class:`~onlstm.runs.engine.Engine`); ``Progress.task``
     carries the schedule's count, the running training figures, the pass's operator bound and batch-order state."""
 
-    task_fields, history_fields, history_required = _TASK_FIELDS, HISTORY_FIELDS, tuple(HISTORY_FIELDS)[:3]
+    state, row = LogicState, LogicRow
 
     def __init__(
         self,
@@ -300,8 +336,7 @@ class LogicTask:
     def fresh_progress(self) -> Progress:
         # Each pass's shuffle is drawn from the batch-order generator's state at the pass's start (JSON: a list),
         # so a resumed run replays the shuffle of the pass it stopped in.
-        task = {"pass_ops": curriculum_bound(self.cfg, 0), "epoch_rng": list(self.order_rng.getstate())}
-        return Progress(task={**task, "schedule_bad": 0, "loss_sum": 0.0, "correct_sum": 0, "seen": 0})
+        return Progress(task=LogicState(curriculum_bound(self.cfg, 0), list(self.order_rng.getstate())))
 
     def summary(self) -> str:
         cfg, curriculum = self.cfg, ""
@@ -322,9 +357,9 @@ class LogicTask:
     def pass_batches(self, prog: Progress) -> list[list[int]]:
         """The pass over the pairs with at most ``pass_ops`` operators (all of them once a curriculum is over),
         shuffled, in batches of pair indices."""
-        version, internal, gauss = prog.task["epoch_rng"]
+        version, internal, gauss = prog.task.epoch_rng
         self.order_rng.setstate((version, tuple(internal), gauss))
-        bound = prog.task["pass_ops"]
+        bound = prog.task.pass_ops
         order = [i for i, k in enumerate(self.train_ops) if k <= bound]
         if not order:
             raise LogicDataError(f"no training pair has at most {bound} operators: raise curriculum_start")
@@ -335,33 +370,33 @@ class LogicTask:
     def end_pass(self, prog: Progress, complete: bool) -> bool | None:
         """A pass ends with its last batch, or early when the curriculum moves on (the next pass is over the
         longer pairs too); only whole passes over every length are epochs."""
-        bound, nxt = prog.task["pass_ops"], curriculum_bound(self.cfg, prog.step)
+        bound, nxt = prog.task.pass_ops, curriculum_bound(self.cfg, prog.step)
         if not complete and nxt == bound:
             return None
-        prog.task["pass_ops"], prog.task["epoch_rng"] = nxt, list(self.order_rng.getstate())
+        prog.task.pass_ops, prog.task.epoch_rng = nxt, list(self.order_rng.getstate())
         return complete and bound == self.cfg.max_train_ops
 
     def train_step(self, idx: list[int], prog: Progress) -> float:
         batch = [t.to(self.device) for t in collate([self.train_data[j] for j in idx])]
         loss_t, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
         loss, y, t = float(loss_t), batch[-1], prog.task
-        t["loss_sum"] += loss * len(y)
-        t["correct_sum"] += int((logits.argmax(-1) == y).sum())
-        t["seen"] += len(y)
+        t.loss_sum += loss * len(y)
+        t.correct_sum += int((logits.argmax(-1) == y).sum())
+        t.seen += len(y)
         return loss
 
     def metrics(self, prog: Progress) -> dict[str, float]:
         """Training loss, accuracy (with dropout) and speed since the last report."""
         t, now = prog.task, self.clock()
         last = self._reported or (0.0, 0, 0, prog.seconds)  # the session's first report: from its start
-        if t["seen"] < last[2]:  # a validation check began the running figures anew
+        if t.seen < last[2]:  # a validation check began the running figures anew
             last = (0.0, 0, 0, last[3])
-        seen = max(t["seen"] - last[2], 1)
-        self._reported = (t["loss_sum"], t["correct_sum"], t["seen"], now)
+        seen = max(t.seen - last[2], 1)
+        self._reported = (t.loss_sum, t.correct_sum, t.seen, now)
         return {
-            "loss": (t["loss_sum"] - last[0]) / seen,
-            "accuracy": (t["correct_sum"] - last[1]) / seen,
-            "pairs_per_s": (t["seen"] - last[2]) / max(now - last[3], 1e-9),
+            "loss": (t.loss_sum - last[0]) / seen,
+            "accuracy": (t.correct_sum - last[1]) / seen,
+            "pairs_per_s": (t.seen - last[2]) / max(now - last[3], 1e-9),
         }
 
     def validation(self, prog: Progress) -> Check:
@@ -371,8 +406,8 @@ class LogicTask:
             "step": prog.step,
             "epoch": round(prog.step / self.steps_per_epoch, 3),
             "seconds": round(self.clock(), 1),
-            "train_loss": t["loss_sum"] / max(t["seen"], 1),
-            "train_accuracy": t["correct_sum"] / max(t["seen"], 1),
+            "train_loss": t.loss_sum / max(t.seen, 1),
+            "train_accuracy": t.correct_sum / max(t.seen, 1),
             "valid_accuracy": acc,
             "valid_by_ops": accuracy_by_ops(flags, self.valid_ops),
             "train_ops": curriculum_bound(self.cfg, max(prog.step - 1, 0)),  # the bound of the last update
@@ -381,13 +416,13 @@ class LogicTask:
         if self.test_data:
             flags = correct_flags(self.model, self.test_data, self.cfg.eval_batch_size)
             rec["test_by_length"] = accuracy_by_ops(flags, self.test_lengths)
-        t["loss_sum"], t["correct_sum"], t["seen"] = 0.0, 0, 0
+        t.loss_sum, t.correct_sum, t.seen = 0.0, 0, 0
         return Check(acc, rec)
 
     def after_check(self, prog: Progress, check: Check, improved: bool) -> str:
         """The plateau schedule; returns the check's log line."""
         decayed = self.schedule.step(improved)
-        prog.task["schedule_bad"] = self.schedule.bad
+        prog.task.schedule_bad = self.schedule.bad
         rec, lr = check.record, self.opt.param_groups[0]["lr"]
         best = " (best)" if improved else f" (best {100 * (prog.best or 0.0):.2f}% at step {prog.best_step})"
         return (
@@ -410,7 +445,7 @@ class LogicTask:
         write_json(self.rundir.history_path, history)
 
     def restore(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> Saved:
-        self.schedule.bad = prog.task["schedule_bad"]
+        self.schedule.bad = prog.task.schedule_bad
         self.log(
             f"resuming {self.rundir.path} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
             f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"

@@ -21,8 +21,7 @@ from ..errors import InputError, TrainingDiverged, WriteError
 from ..files import write_json, write_text
 from .device import StopRequest, progress_bar
 from .dirs import RunDir, find_kind
-from .records import check_history
-from .resume import RESUME_FIX, Progress, read_training, restart_refusal, restore_training, save_training
+from .resume import RESUME_FIX, Progress, check_history, read_training, restart_refusal, restore_training, save_training
 
 
 @dataclass(frozen=True)
@@ -98,13 +97,11 @@ class Saved:
 
 
 class Task(Protocol):
-    """What an experiment plugs into :class:`Engine`; ``task_fields``: the kinds of the values it carries in
-    ``Progress.task``, ``history_fields`` those of a validation record (:mod:`~onlstm.runs.records`), of which
-    ``history_required`` must be there."""
+    """What an experiment plugs into :class:`Engine`; ``state``: the dataclass it carries in ``Progress.task``,
+    ``row``: that of a validation record (both checked when read back: :func:`~onlstm.config.read_record`)."""
 
-    task_fields: dict[str, str]
-    history_fields: dict[str, str]
-    history_required: tuple[str, ...]
+    state: type
+    row: type
 
     def pass_batches(self, prog: Progress) -> Sequence:
         """The batches of the pass in progress, the same list again when resumed in the middle of it."""
@@ -292,10 +289,12 @@ class Engine:
             self.log(f"{run.path} has no {run.RESUME} yet; starting from the beginning")
         if not (resume and path.exists()):
             return False
-        prog, tensors, meta = read_training(path, self.kind, task=task.task_fields)
+        prog, tensors, meta = read_training(path, self.kind, task=task.state)
         old = "history" not in meta  # a logic resume file written before it held the history: its history.json
-        where, fields = run.history_path if old else path, (task.history_fields, task.history_required)
-        history = check_history(read_json(where) if old else meta["history"], *fields, where, RESUME_FIX, prog.n_checks)
+        where = run.history_path if old else path
+        history = check_history(
+            read_json(where) if old else meta["history"], task.row, where, RESUME_FIX, prog.n_checks
+        )
         saved = task.restore(prog, tensors, meta, path)
         restore_training(path, tensors, meta["optimizer"], saved.model, saved.optimizer, saved.device)
         self.progress, self.history = prog, history[: prog.n_checks]
