@@ -20,10 +20,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from onlstm.lm.config import explicit_settings
+from onlstm.lm.config import explicit_settings, run_config
 from onlstm.lm.data import batchify, bptt_schedule, segment
-from onlstm.lm.train import Trainer, resolve_settings
-from onlstm.runs import RunDir
+from onlstm.lm.train import Trainer
 from support import TINY_LM, quiet, write_corpus
 
 MODEL = {"emb_size": 6, "hidden_sizes": [8, 6], "chunk_size": 2, "master_input": "paper"}  # tied weights
@@ -44,7 +43,7 @@ def small_corpus(tmp_path_factory) -> Path:
 
 def make_trainer(run: Path, corpus: Path, model: dict, **train_opts) -> Trainer:
     explicit = explicit_settings(TINY_LM, {"model": {**MODEL, **model}, "train": train_opts})
-    return Trainer(run, corpus, resolve_settings(RunDir(run), explicit, resume=False), log=quiet)
+    return Trainer(run, corpus, run_config(explicit), log=quiet)
 
 
 def schedules(trainer: Trainer) -> list[list]:

@@ -33,7 +33,7 @@ from onlstm.logic.model import (
     token_ids,
 )
 from onlstm.logic.relations import RELATIONS
-from onlstm.runs import RunDir
+from onlstm.runs import RunDir, RunDirError
 from support import CONFIGS, SHARED_DATA
 
 TINY = dict(emb_size=8, hidden_size=16, chunk_size=4, mlp_hidden=16)
@@ -681,7 +681,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tiny_data, tmp_path, monk
     logs = []
     second = T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=logs.append, resume=True)
     assert second.stopped_by == "epochs" and second.steps == whole.steps
-    assert "resuming" in logs[0]
+    assert "resuming" in logs[1]  # after the run's summary
     strip = lambda h: [{k: v for k, v in x.items() if k != "seconds"} for x in h]
     assert strip(second.history) == strip(whole.history)
     for tag in ("best", "last"):
@@ -709,13 +709,13 @@ def test_resume_at_an_epoch_boundary(tiny_data, tmp_path, monkeypatch):
 def test_resume_errors_and_cli(tiny_data, tmp_path, monkeypatch, capsys):
     cfg = T.LogicTrainConfig(**RESUME_CFG)
     run = tmp_path / "run"
-    with pytest.raises(CheckpointError, match="holds no config.json; it is not a run directory"):  # lm's words
+    with pytest.raises(RunDirError, match="holds no config.json; it is not a run directory"):  # lm's, one resolver
         T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None, resume=True)
     restore = _interrupt_at(monkeypatch, 9, "signal")
     assert main(_train_args(tiny_data, run, "--seed", "4")) == 130  # Ctrl-C: exit status 130
     restore()
     assert (run / RunDir.RESUME).exists()
-    with pytest.raises(CheckpointError, match=r"cannot change .*train\.lr \(run: 0\.001, given: 0\.01\)"):
+    with pytest.raises(RunDirError, match=r"cannot change .*train\.lr \(run: 0\.001, given: 0\.01\)"):
         T.train(LogicModelConfig(**TINY), replace(cfg, lr=0.01), tiny_data, run, log=None, resume=True)
     assert main(_train_args(tiny_data, run, "--seed", "4", "--resume")) == 0
     assert "resuming" in capsys.readouterr().out
@@ -963,7 +963,7 @@ def test_a_run_stopped_by_its_budget_extends_to_the_run_a_larger_budget_trains(
     assert T.train(LogicModelConfig(**TINY), cfg(first), tiny_data, cut, log=None).stopped_by == budget
     logs = []
     more = T.train(LogicModelConfig(**TINY), cfg(then), tiny_data, cut, log=logs.append, resume=True)
-    assert "resuming" in logs[0] and more.stopped_by == whole.stopped_by == budget and more.steps == whole.steps
+    assert "resuming" in logs[1] and more.stopped_by == whole.stopped_by == budget and more.steps == whole.steps
     strip = lambda h: [{k: v for k, v in x.items() if k != "seconds"} for x in h]
     assert strip(more.history) == strip(whole.history)
     for tag in ("best", "last"):
@@ -1005,18 +1005,18 @@ def test_a_used_up_budget_or_patience_is_not_resumed(tiny_data, tmp_path):
     run = tmp_path / "run"
     T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None)
     for smaller in (10, 7):  # resuming would train past the budget asked for
-        with pytest.raises(CheckpointError, match=rf"its 10 updates reach max_steps {smaller}; pass a larger"):
+        with pytest.raises(RunDirError, match=rf"its 10 updates reach max_steps {smaller}; pass a larger"):
             T.train(LogicModelConfig(**TINY), replace(cfg, max_steps=smaller), tiny_data, run, log=None, resume=True)
-    with pytest.raises(CheckpointError, match="cannot change train.lr"):  # the budget only
+    with pytest.raises(RunDirError, match="cannot change train.lr"):  # the budget only
         T.train(LogicModelConfig(**TINY), replace(cfg, max_steps=20, lr=0.01), tiny_data, run, log=None, resume=True)
     # Adam steps of 1e-12 are below float32 resolution: the weights and the accuracy stay, patience ends the run
     stale = T.LogicTrainConfig(**{**RESUME_CFG, "patience": 1, "lr": 1e-12, "min_lr": 0.0})
     done = T.train(LogicModelConfig(**TINY), stale, tiny_data, tmp_path / "p", log=None)
     assert done.stopped_by == "patience" and not (tmp_path / "p" / RunDir.RESUME).exists()
-    with pytest.raises(CheckpointError, match="ended by patience, which is final; train into a new --out"):
+    with pytest.raises(RunDirError, match="ended by patience, which is final; train into a new --out"):
         T.train(LogicModelConfig(**TINY), replace(stale, epochs=9), tiny_data, tmp_path / "p", log=None, resume=True)
     (run / RunDir.RESUME).unlink()  # as a run finished before runs kept the file
-    with pytest.raises(CheckpointError, match="has no resume.safetensors .* but holds results"):
+    with pytest.raises(RunDirError, match="has no resume.safetensors .* but holds results"):
         T.train(LogicModelConfig(**TINY), replace(cfg, max_steps=20), tiny_data, run, log=None, resume=True)
 
 

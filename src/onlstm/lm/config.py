@@ -26,32 +26,22 @@ from ..config import (
 )
 from ..models.language_model import LMConfig
 from ..nn import kernels
+from ..runs.budget import BudgetOptions
 
 
 @dataclass
-class TrainConfig(Runtime):
+class TrainConfig(BudgetOptions):
     """The training recipe. Defaults are the paper's PTB command (docs/design.md §2.1). The runtime fields
-    (device, threads, progress) come from :class:`~onlstm.config.Runtime`."""
+    (device, threads, progress) come from :class:`~onlstm.config.Runtime`, the budget (time_limit, max_steps) and
+    reporting from :class:`~onlstm.runs.budget.BudgetOptions`."""
 
     section = "train"
+    # max_steps and time_limit stop without validating: a check in the middle of an epoch would add a row to the
+    # epoch log and could move NT-ASGD's switch
+    check_at_stop = False
 
     seed: int = seed_option(141, "random seed (weights, dropout masks, BPTT lengths)")
     epochs: int = runtime_option(1000, "number of passes over the training text", bounds=(1, None))
-    # Minutes, as logic's time_limit and the engine's Budget. Like max_steps it stops without validating:
-    # a check in the middle of an epoch would add a row to the epoch log and could move NT-ASGD's switch.
-    time_limit: float | None = runtime_option(
-        None,
-        "stop after this many minutes of training (every session of the run counted; checked after every "
-        "step; the resume file is written, validation stays at the epochs' ends)",
-        default_text="no limit",
-    )
-    max_steps: int | None = runtime_option(
-        None,
-        "stop after this many optimizer steps in all (with epochs and time_limit, whichever comes first); the "
-        "resume file is written, validation stays at the epochs' ends",
-        default_text="no limit",
-        bounds=(1, None),
-    )
     batch_size: int = option(20, "columns the training stream is cut into (split among processes)", bounds=(1, None))
     eval_batch_size: int = option(10, "columns of the validation stream in training (reference: 10)", bounds=(1, None))
     test_batch_size: int = option(1, "columns of the test stream for the final test (the paper: 1)", bounds=(1, None))
@@ -123,9 +113,6 @@ class TrainConfig(Runtime):
     checkpoint_every: int = runtime_option(
         1000, "batches between resumable checkpoints (also at every epoch end and on Ctrl-C)", bounds=(1, None)
     )
-    tensorboard: bool = runtime_option(
-        False, "also write the reports to RUN_DIR/tensorboard (needs the tensorboard package)"
-    )
 
     def validate(self) -> None:
         for name in ("lr", "bptt_std", "weight_decay", "clip", "alpha", "beta"):
@@ -137,8 +124,6 @@ class TrainConfig(Runtime):
         check_probabilities(self, ["momentum"])
         if self.max_vocab != 0 and self.max_vocab < 3:
             raise ConfigError(f"train.max_vocab must be 0 (every word) or at least 3, got {self.max_vocab}")
-        if self.time_limit is not None and not (self.time_limit > 0 and math.isfinite(self.time_limit)):
-            raise ConfigError(f"train.time_limit must be a finite number of minutes > 0, got {self.time_limit}")
         if self.onlstm_impl not in kernels.impl_choices():  # checked here: kernels may be registered at run time
             raise ConfigError(
                 f"train.onlstm_impl must be one of {', '.join(kernels.impl_choices())}, got {self.onlstm_impl!r}"

@@ -11,6 +11,7 @@ from typing import Any
 from .. import encoders
 from ..config import Config, ConfigError, Runtime, Settings, check_probabilities, option, runtime_option, seed_option
 from ..nn.functional import MASTER_INPUT_MODES
+from ..runs.budget import BudgetOptions
 from .formulas import VOCABULARY
 from .relations import RELATIONS
 
@@ -67,8 +68,9 @@ class LogicModelConfig(Config):
 
 
 @dataclass
-class LogicTrainConfig(Runtime):
-    """Options of :func:`train` (saved in ``config.json``); device, threads and progress from :class:`Runtime`."""
+class LogicTrainConfig(BudgetOptions):
+    """Options of :func:`train` (saved in ``config.json``); device, threads and progress from :class:`Runtime`, the
+    budget (epochs, time_limit, max_steps) and reporting from :class:`~onlstm.runs.budget.BudgetOptions`."""
 
     section = "train"
     config_kind = "logic train config"
@@ -103,9 +105,6 @@ class LogicTrainConfig(Runtime):
         2000, "updates per curriculum stage (0: none, overriding a preset)", bounds=(0, None)
     )
     seed: int = seed_option(0, "seed of subset, split, init, dropout and batch order")
-    epochs: int = runtime_option(
-        30, "maximum epochs (passes over all training pairs; a curriculum's short passes don't count)", bounds=(1, None)
-    )
     batch_size: int = option(128, "pairs per step", bounds=(1, None))
     lr: float = option(1e-3, "Adam learning rate")
     lr_decay: float = option(0.5, "lr factor after lr_patience checks in a row without improvement; 1 = constant")
@@ -124,24 +123,6 @@ class LogicTrainConfig(Runtime):
     clip: float = option(1.0, "gradient norm clipping; 0 = none", bounds=(0, None))
     patience: int = option(8, "stop after this many validation checks in a row without improvement", bounds=(1, None))
     valid_every: int = option(0, "steps between validation checks; 0 = once per epoch", bounds=(0, None))
-    log_every: int = runtime_option(
-        50, "steps between reports: the progress bar's figures, a log line, a row of steps.csv", bounds=(1, None)
-    )
-    tensorboard: bool = runtime_option(
-        False, "also write the reports to RUN_DIR/tensorboard (needs the tensorboard package)"
-    )
-    time_limit: float | None = runtime_option(
-        None, "stop after this many minutes of training (checked after every step)", default_text="no limit"
-    )
-    # Wall time and epochs give encoders of different speeds different numbers of updates (21-25% apart on the
-    # original data); comparisons at equal updates need an exact step budget.
-    max_steps: int | None = runtime_option(
-        None,
-        "stop after exactly this many updates (a validation check is made at the last one); with epochs and "
-        "time_limit, whichever comes first",
-        default_text="no limit",
-        bounds=(1, None),
-    )
     eval_batch_size: int = runtime_option(512, "pairs per evaluation batch", bounds=(1, None))
 
     def validate(self) -> None:
@@ -159,8 +140,6 @@ class LogicTrainConfig(Runtime):
         if self.adam_eps <= 0:
             raise ConfigError(f"adam_eps must be > 0, got {self.adam_eps}")
         check_probabilities(self, ["adam_beta1"])
-        if self.time_limit is not None and self.time_limit <= 0:
-            raise ConfigError(f"time_limit must be > 0 minutes or None, got {self.time_limit}")
 
 
 @dataclass

@@ -10,17 +10,18 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import CheckpointError, config_header, save_weights
+from ..checkpoint import config_header
 from ..config import ConfigError, count_option, option, runtime_fields
 from ..errors import quote
 from ..files import write_json
-from ..runs import RunDir, not_a_run
+from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, update
+from ..runs.engine import Budget, Check, Plan, Progress, Saved, TrainResult, train_run, update
 from ..runs.engine import resume_refusal as engine_refusal
 from ..runs.resume import read_history as read_records
 from ..runs.resume import resume_settings
@@ -214,14 +215,11 @@ class LogicRow:
 @dataclass
 class LogicState:
     """What ``Progress.task`` carries: the pass's operator bound and batch order (the generator's state at its
-    start: a resumed run replays its shuffle), the plateau schedule's count, the running figures since the check."""
+    start: a resumed run replays its shuffle), the plateau schedule's count."""
 
     pass_ops: int = count_option(MISSING)
     epoch_rng: list = option(MISSING, check=_rng_state)
     schedule_bad: int = count_option()
-    loss_sum: float = 0.0
-    correct_sum: int = count_option()
-    seen: int = count_option()
 
 
 def read_history(run: Path, fix: str, at_least: int = 0) -> list[dict]:
@@ -247,7 +245,7 @@ def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) ->
 def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
     """Why the run in ``out`` cannot be resumed with ``cfg``: its settings clash (:func:`run_header`), or the one
     rule of every trainer (:func:`~onlstm.runs.engine.resume_refusal`); "" when it can."""
-    return clash or engine_refusal(RunDir(out), KIND, Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit))
+    return clash or engine_refusal(RunDir(out), KIND, Budget.of(cfg))
 
 
 def train(
@@ -265,38 +263,37 @@ def train(
     logic run. On Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last weights and the
     resume file (the best checkpoint is kept)."""
     log = log or (lambda _msg: None)
-    run = RunDir(out).check_output(resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
-    if resume and (refusal := not_a_run(run) or resume_refusal(run.path, run_header(run.path, model_cfg, cfg)[1], cfg)):
-        raise CheckpointError(refusal)
-    with run.lock("onlstm logic train", log=log):
-        examples = load_training_examples(data, cfg)
-        train_ex, valid_ex = split_train_valid(examples, cfg)
-        task = LogicTask(model_cfg, cfg, run.path, encode_examples(train_ex), encode_examples(valid_ex), log)
-        if cfg.score_test:
-            task.set_test(load_test_examples(data))
-        max_ops = max(ex.max_ops for ex in examples)
-        data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
-        header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
-        report = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard)
-        engine = Engine(task, task.budget(), log, cfg.progress, model_cfg.cell, report=report, run=run, kind=KIND)
-        task.clock = engine.elapsed
-        # a resume without a resume file: killed or a full disk before its first save (resume_refusal allowed it)
-        go_on = engine.begin(resume, header, lambda path: write_json(path, list(TOKENS)))
-        if resume:  # what a full disk may have kept from being written when the run stopped
-            run.write_config(header)
-            write_json(run.vocab_path, list(TOKENS))
-            if go_on:  # (a run started again has none: it saved nothing)
-                write_json(run.history_path, engine.history)
-        log(task.summary())
-        resume = "onlstm logic train --resume (with the run's --config, --data and --out)"
-        return engine.train(resume, lambda best: f"valid acc {100 * best:.2f}%")  # diverged: resume file kept
+    given = {"model": asdict(model_cfg), "train": asdict(cfg)}
+    build = lambda sections: {"model": model_cfg, "train": cfg}  # on resume, sections are these: a clash is refused
+    plan = Plan(KIND, "onlstm logic train", Path(out), given, _sections, build, RUNTIME_FIELDS, resume, replace=replace)
+    plan.log = log
+    return train_run(plan, lambda run, settings, ctx: _start(run, model_cfg, cfg, data, ctx, log))
+
+
+def _start(run: RunDir, model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data, ctx, log) -> LogicTask:
+    """The task of a run, its data read (in the lock: nothing is read before the settings are checked)."""
+    examples = load_training_examples(data, cfg)
+    train_ex, valid_ex = split_train_valid(examples, cfg)
+    task = LogicTask(model_cfg, cfg, run.path, encode_examples(train_ex), encode_examples(valid_ex), log, ctx.device)
+    if cfg.score_test:
+        task.set_test(load_test_examples(data))
+    max_ops = max(ex.max_ops for ex in examples)
+    data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
+    task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
+    log(task.summary())
+    return task
 
 
 class LogicTask:
     """The classifier's part of a training run (run by :class:`~onlstm.runs.engine.Engine`); ``Progress.task``
     carries the schedule's count, the running training figures, the pass's operator bound and batch-order state."""
 
-    state, row = LogicState, LogicRow
+    row, unit, perplexity = LogicRow, "pairs", False
+    resume_command = "onlstm logic train --resume (with the run's --config, --data and --out)"
+    # a resume file of an earlier version kept the running figures in the task's state
+    old_sums: ClassVar = {"loss_sum": "loss", "correct_sum": "accuracy", "seen": "n"}
+    engine: Any
+    header: dict
 
     def __init__(
         self,
@@ -306,12 +303,13 @@ class LogicTask:
         train_data: list[Encoded],
         valid_data: list[Encoded],
         log: Callable[[str], None],
+        device: torch.device | None = None,
     ):
-        self.model_cfg, self.cfg, self.rundir, self.log = model_cfg, cfg, RunDir(out), log
+        self.model_cfg, self.cfg, self.rundir, self.log, self.desc = model_cfg, cfg, RunDir(out), log, model_cfg.cell
         self.train_data, self.valid_data = train_data, valid_data
         self.train_ops = [operator_count(e) for e in train_data]
         self.valid_ops = [operator_count(e) for e in valid_data]
-        self.device = runtime_device(cfg)
+        self.device = device or runtime_device(cfg)
         torch.manual_seed(cfg.seed)
         self.model = LogicClassifier(model_cfg).to(self.device)
         prepare_kernel(self.model, self.device)  # a first use's compile before the clock starts, not in it
@@ -319,24 +317,23 @@ class LogicTask:
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, **adam)
         self.schedule = PlateauSchedule(self.opt, cfg.lr_decay, cfg.lr_patience, cfg.min_lr)
         self.steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
+        self.valid_every = cfg.valid_every or self.steps_per_epoch
         self.order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
-        self.clock: Callable[[], float] = lambda: 0.0
+        # each pass's shuffle is drawn from the batch-order generator's state at the pass's start (JSON: a list),
+        # so a resumed run replays the shuffle of the pass it stopped in
+        self.state = LogicState(curriculum_bound(cfg, 0), list(self.order_rng.getstate()))
         self.test_data: list[Encoded] = []
         self.test_lengths: list[int] = []
-        self._reported: tuple[float, int, int, float] | None = None  # running sums and clock at the last report
 
     def set_test(self, examples: list[Example]) -> None:
         """Pairs scored at every validation check besides the validation pairs (``score_test``), by file number."""
         self.test_data, self.test_lengths = encode_examples(examples), [ex.length for ex in examples]
 
-    def budget(self) -> Budget:
-        cfg = self.cfg
-        return Budget(cfg.epochs, cfg.valid_every or self.steps_per_epoch, cfg.max_steps, cfg.time_limit, cfg.patience)
+    def vocab(self, path: Path) -> None:
+        write_json(path, list(TOKENS))
 
-    def fresh_progress(self) -> Progress:
-        # Each pass's shuffle is drawn from the batch-order generator's state at the pass's start (JSON: a list),
-        # so a resumed run replays the shuffle of the pass it stopped in.
-        return Progress(task=LogicState(curriculum_bound(self.cfg, 0), list(self.order_rng.getstate())))
+    def score_words(self, best: float) -> str:
+        return f"valid acc {100 * best:.2f}%"
 
     def summary(self) -> str:
         cfg, curriculum = self.cfg, ""
@@ -347,12 +344,9 @@ class LogicTask:
         return (
             f"{self.model_cfg.cell} on {self.device}: {sum(p.numel() for p in self.model.parameters()):,} parameters; "
             f"{len(self.train_data)} training pairs, {len(self.valid_data)} validation pairs (<= {cfg.max_train_ops} "
-            f"operators); {self.steps_per_epoch} steps/epoch, validation every {self.budget().valid_every} steps; "
+            f"operators); {self.steps_per_epoch} steps/epoch, validation every {self.valid_every} steps; "
             f"run dir {self.rundir.path}{curriculum}"
         )
-
-    def epochs(self, prog: Progress) -> float:
-        return round(prog.step / self.steps_per_epoch, 3)
 
     def pass_batches(self, prog: Progress) -> list[list[int]]:
         """The pass over the pairs with at most ``pass_ops`` operators (all of them once a curriculum is over),
@@ -376,38 +370,21 @@ class LogicTask:
         prog.task.pass_ops, prog.task.epoch_rng = nxt, list(self.order_rng.getstate())
         return complete and bound == self.cfg.max_train_ops
 
-    def train_step(self, idx: list[int], prog: Progress) -> float:
+    def train_step(self, idx: list[int], prog: Progress) -> dict:
         batch = [t.to(self.device) for t in collate([self.train_data[j] for j in idx])]
-        loss_t, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
-        loss, y, t = float(loss_t), batch[-1], prog.task
-        t.loss_sum += loss * len(y)
-        t.correct_sum += int((logits.argmax(-1) == y).sum())
-        t.seen += len(y)
-        return loss
-
-    def metrics(self, prog: Progress) -> dict[str, float]:
-        """Training loss, accuracy (with dropout) and speed since the last report."""
-        t, now = prog.task, self.clock()
-        last = self._reported or (0.0, 0, 0, prog.seconds)  # the session's first report: from its start
-        if t.seen < last[2]:  # a validation check began the running figures anew
-            last = (0.0, 0, 0, last[3])
-        seen = max(t.seen - last[2], 1)
-        self._reported = (t.loss_sum, t.correct_sum, t.seen, now)
-        return {
-            "loss": (t.loss_sum - last[0]) / seen,
-            "accuracy": (t.correct_sum - last[1]) / seen,
-            "pairs_per_s": (t.seen - last[2]) / max(now - last[3], 1e-9),
-        }
+        loss, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
+        y = batch[-1]
+        return {"loss": float(loss) * len(y), "accuracy": int((logits.argmax(-1) == y).sum()), "n": len(y)}
 
     def validation(self, prog: Progress) -> Check:
         flags = correct_flags(self.model, self.valid_data, self.cfg.eval_batch_size)
-        acc, t = sum(flags) / len(flags), prog.task
+        acc, sums, seen = sum(flags) / len(flags), prog.sums, max(prog.sums.get("n", 0.0), 1)
         rec = {
             "step": prog.step,
             "epoch": round(prog.step / self.steps_per_epoch, 3),
-            "seconds": round(self.clock(), 1),
-            "train_loss": t.loss_sum / max(t.seen, 1),
-            "train_accuracy": t.correct_sum / max(t.seen, 1),
+            "seconds": round(self.engine.elapsed(), 1),
+            "train_loss": sums.get("loss", 0.0) / seen,
+            "train_accuracy": sums.get("accuracy", 0.0) / seen,
             "valid_accuracy": acc,
             "valid_by_ops": accuracy_by_ops(flags, self.valid_ops),
             "train_ops": curriculum_bound(self.cfg, max(prog.step - 1, 0)),  # the bound of the last update
@@ -416,7 +393,6 @@ class LogicTask:
         if self.test_data:
             flags = correct_flags(self.model, self.test_data, self.cfg.eval_batch_size)
             rec["test_by_length"] = accuracy_by_ops(flags, self.test_lengths)
-        t.loss_sum, t.correct_sum, t.seen = 0.0, 0, 0
         return Check(acc, rec)
 
     def after_check(self, prog: Progress, check: Check, improved: bool) -> str:
@@ -435,26 +411,18 @@ class LogicTask:
             + (f" (training on <= {rec['train_ops']})" if rec["train_ops"] < self.cfg.max_train_ops else "")
         )
 
-    def save_weights(self, tag: str) -> None:
-        save_weights(self.rundir.weights(tag), self.model)
-
-    def resume_state(self, prog: Progress) -> Saved:
+    def resume(self, prog: Progress, read: tuple | None = None) -> Saved:
+        if read is not None:
+            self.schedule.bad = prog.task.schedule_bad
+            self.log(
+                f"resuming {self.rundir.path} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
+                f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"
+            )
         return Saved(self.model, self.opt, self.device)
-
-    def write_files(self, prog: Progress, history: list[dict]) -> None:
-        write_json(self.rundir.history_path, history)
-
-    def restore(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> Saved:
-        self.schedule.bad = prog.task.schedule_bad
-        self.log(
-            f"resuming {self.rundir.path} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
-            f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"
-        )
-        return self.resume_state(prog)
 
     def finish(self, why: str, prog: Progress) -> tuple[dict, None]:
         """The last weights of an interrupted run; the data sizes and best accuracy for the result."""
-        if why in ("interrupted", "aborted"):
-            self.save_weights("last")
+        if why == "aborted":  # an interrupted run's were saved with its resume file
+            self.engine.save_weights("last", self.resume(prog))
         figures = {"best_valid_accuracy": prog.best or 0.0, "n_train": len(self.train_data)}
         return {**figures, "n_valid": len(self.valid_data)}, None

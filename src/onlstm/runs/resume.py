@@ -20,7 +20,7 @@ from ..checkpoint import (
     save_safetensors,
     state_dict_for_saving,
 )
-from ..config import ConfigError, checked_fields, count_option, read_record
+from ..config import ConfigError, checked_fields, count_option, option, read_record
 from ..errors import first_line, quote
 from ..files import atomic_write
 from .dirs import RunDir
@@ -39,6 +39,8 @@ class Progress:
     seconds: float = 0.0  # training time of the sessions before this one
     n_checks: int = count_option(0, "validation checks recorded in the history")
     check_due: bool = False  # a validation was interrupted: it is done first on resume
+    pass_len: int = count_option(0, "batches of the pass in progress (0: not known yet)")
+    sums: dict[str, float] = option({}, "the running training figures since the last check (sums: loss, n, ...)")
     task: Any = field(default_factory=dict)  # the experiment's state: its dataclass (Task.state), JSON in the file
 
 
