@@ -18,6 +18,7 @@ from onlstm.config import ConfigError
 from onlstm.files import write_json
 from onlstm.logic import data as D
 from onlstm.logic import evaluate as E
+from onlstm.logic import model as M
 from onlstm.logic import train as T
 from onlstm.logic.cli import parse_buckets
 from onlstm.logic.formulas import parse
@@ -342,8 +343,8 @@ def test_train_then_eval_smoke(tiny_data, tmp_path, capsys):
     # the best checkpoint reproduces the recorded validation accuracy
     model, _ = load_classifier(run)
     tcfg = T.LogicTrainConfig.from_dict(cfg["train"])
-    _, valid = T.split_train_valid(T.load_training_examples(tiny_data, tcfg), tcfg)
-    flags = T.correct_flags(model, T.encode_examples(valid))
+    _, valid = D.split_train_valid(D.load_training_examples(tiny_data, tcfg), tcfg)
+    flags = M.correct_flags(model, M.encode_examples(valid))
     assert sum(flags) / len(flags) == pytest.approx(best["valid_accuracy"])
 
     capsys.readouterr()
@@ -385,7 +386,7 @@ def test_same_seed_same_training(tiny_data, tmp_path):
 
 
 def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
-    real_collate, calls = T.collate, {"n": 0}
+    real_collate, calls = M.collate, {"n": 0}
 
     def interrupting_collate(batch):
         calls["n"] += 1
@@ -393,7 +394,7 @@ def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real_collate(batch)
 
-    monkeypatch.setattr(T, "collate", interrupting_collate)
+    monkeypatch.setattr(M, "collate", interrupting_collate)
     run = tmp_path / "run"
     logs = []
     cfg = T.LogicTrainConfig(epochs=5, batch_size=16, valid_every=3, eval_batch_size=1000, progress=False)
@@ -407,7 +408,7 @@ def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
     load_weights(run / "model.best.safetensors", best)
     load_weights(run / "model.last.safetensors", last)
     assert not torch.equal(best.mlp[-1].weight, last.mlp[-1].weight)  # last = after step 4, best = step 3
-    monkeypatch.setattr(T, "collate", real_collate)
+    monkeypatch.setattr(M, "collate", real_collate)
     model, _ = load_classifier(run)
     assert torch.equal(model.mlp[-1].weight, best.mlp[-1].weight)
 
@@ -645,7 +646,7 @@ def _interrupt_at(monkeypatch, n_collate_calls, how):
     handled, the step completes) or raise KeyboardInterrupt (``abort``: as a second Ctrl-C)."""
     import signal
 
-    real, calls = T.collate, {"n": 0}
+    real, calls = M.collate, {"n": 0}
 
     def patched(batch):
         calls["n"] += 1
@@ -656,8 +657,8 @@ def _interrupt_at(monkeypatch, n_collate_calls, how):
                 raise KeyboardInterrupt
         return real(batch)
 
-    monkeypatch.setattr(T, "collate", patched)
-    return lambda: monkeypatch.setattr(T, "collate", real)
+    monkeypatch.setattr(M, "collate", patched)
+    return lambda: monkeypatch.setattr(M, "collate", real)
 
 
 # 24 pairs per length x 7 files (0-6), 6 of each in test, fewer for tiny buckets; batch 16, checks every 5 steps.
@@ -768,13 +769,13 @@ def test_compare_resumes_an_interrupted_run(tiny_data, tmp_path, monkeypatch, ca
 
 def test_each_epoch_draws_a_new_batch_order(tiny_data, tmp_path, monkeypatch):
     """Epochs are reshuffled (the resume file replays an epoch's order; it must not freeze it)."""
-    real, seen = T.collate, []
+    real, seen = M.collate, []
 
     def recording(batch):
         seen.append([(tuple(e[0]), tuple(e[1]), e[2]) for e in batch])
         return real(batch)
 
-    monkeypatch.setattr(T, "collate", recording)
+    monkeypatch.setattr(M, "collate", recording)
     cfg = T.LogicTrainConfig(**{**RESUME_CFG, "valid_every": 10_000, "eval_batch_size": 10_000})
     res = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "r", log=None)
     per_epoch = res.steps // cfg.epochs
@@ -791,7 +792,7 @@ def test_each_epoch_draws_a_new_batch_order(tiny_data, tmp_path, monkeypatch):
 def test_operator_count_of_an_encoded_pair_is_the_file_number_rule(tiny_data):
     exs = D.read_examples(tiny_data, split="train")
     assert {ex.max_ops for ex in exs} == set(range(10))
-    assert [T.operator_count(e) for e in T.encode_examples(exs)] == [ex.max_ops for ex in exs]
+    assert [M.operator_count(e) for e in M.encode_examples(exs)] == [ex.max_ops for ex in exs]
 
 
 def test_curriculum_bound_schedule():
@@ -813,13 +814,13 @@ CURRICULUM_CFG = dict(
 
 def _recorded_batches(monkeypatch) -> list[list[int]]:
     """Record the operator counts of every collated batch (training and validation)."""
-    real, seen = T.collate, []
+    real, seen = M.collate, []
 
     def recording(batch):
-        seen.append([T.operator_count(e) for e in batch])
+        seen.append([M.operator_count(e) for e in batch])
         return real(batch)
 
-    monkeypatch.setattr(T, "collate", recording)
+    monkeypatch.setattr(M, "collate", recording)
     return seen
 
 
@@ -843,7 +844,7 @@ def test_validation_is_recorded_by_operator_count(tiny_data, tmp_path):
     cfg = T.LogicTrainConfig(**CURRICULUM_CFG)
     res = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "r", log=None)
     run = T.LogicTask(LogicModelConfig(**TINY), cfg, tmp_path / "x", [], [], log=print)
-    _, valid = T.split_train_valid(T.load_training_examples(tiny_data, cfg), cfg)
+    _, valid = D.split_train_valid(D.load_training_examples(tiny_data, cfg), cfg)
     counts = {str(k): sum(ex.max_ops == k for ex in valid) for k in range(7)}
     for rec in res.history:
         by_ops = rec["valid_by_ops"]
@@ -853,7 +854,7 @@ def test_validation_is_recorded_by_operator_count(tiny_data, tmp_path):
         assert rec["train_ops"] == T.curriculum_bound(cfg, rec["step"] - 1)
     # and the per-length numbers are those of the saved weights, pair by pair
     load_weights(tmp_path / "r" / "model.last.safetensors", run.model)
-    flags = T.correct_flags(run.model, T.encode_examples(valid), batch_size=5)
+    flags = M.correct_flags(run.model, M.encode_examples(valid), batch_size=5)
     by_hand = {
         str(k): sum(f for f, ex in zip(flags, valid) if ex.max_ops == k) / counts[str(k)]
         for k in range(7)

@@ -23,10 +23,8 @@ from ..data.reader import TextReader
 from ..data.vocab import Vocab
 from ..encoders import detach_state
 from ..files import write_text
-from ..models.language_model import LanguageModel, LMConfig
-from ..nn import ONLSTM, kernels
+from ..models.language_model import LanguageModel, LMConfig, use_onlstm_impl
 from ..runs import RunDir, RunDirError, StopRequest, resolve_device
-from ..runs.device import prepare_kernel
 from ..runs.dist import DistContext
 from ..runs.engine import Check, Plan, Progress, Saved, TrainResult, train_run, update
 from ..runs.resume import checked
@@ -97,25 +95,6 @@ class _Objective(nn.Module):
 
 # Devices where train.precision=bf16 is accepted (a module constant so that a test can add the CPU).
 AUTOCAST_DEVICES = ("cuda",)
-
-
-def use_onlstm_impl(model: nn.Module, impl: str, device: torch.device) -> None:
-    """Make every ON-LSTM layer of ``model`` run ``impl`` (a runtime choice, never saved with the weights);
-    a kernel that cannot run on ``device`` is an error here, before the first step, not a silent fallback.
-    The kernel is loaded here (:func:`~onlstm.runs.device.prepare_kernel`), before the training clock starts."""
-    if impl == "auto":
-        prepare_kernel(model, device)
-    if impl not in ("auto", "reference"):
-        try:
-            chosen = kernels.resolve_impl(impl, device, torch.float32)
-        except RuntimeError as exc:
-            raise ConfigError(f"train.onlstm_impl={impl}: {exc}; use auto or reference") from None
-        if chosen != impl:
-            why = f"that kernel does not run on {device.type} float32 tensors; use auto (the fastest one that does)"
-            raise ConfigError(f"train.onlstm_impl={impl}: {why} or reference")
-    for m in model.modules():
-        if isinstance(m, ONLSTM):
-            m.impl = impl
 
 
 def float32_state(state):

@@ -18,6 +18,7 @@ from ..runs import RunDir, resolve_device
 from ..runs.engine import BUDGETS
 from ..runs.parallel import Ended, Job, threads_per_job, train_in_processes
 from ..runs.stats import seed_difference
+from .data import validation_examples
 from .evaluate import (
     DEFAULT_BUCKETS,
     LengthAccuracy,
@@ -34,7 +35,6 @@ from .train import (
     resume_refusal,
     run_header,
     train,
-    validation_examples,
 )
 
 

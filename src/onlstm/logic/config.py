@@ -15,7 +15,7 @@ from ..runs.budget import BudgetOptions
 from .formulas import VOCABULARY
 from .relations import RELATIONS
 
-#: How ``valid_split`` picks the validation pairs (:func:`onlstm.logic.train.split_train_valid`).
+#: How ``valid_split`` picks the validation pairs (:func:`onlstm.logic.data.split_train_valid`).
 VALID_SPLITS = ("random", "ordered")
 #: Activations of the MLP's hidden layer (built in :mod:`onlstm.logic.model`).
 MLP_ACTIVATIONS = ("relu", "elu")

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,10 +24,20 @@ from ..runs.engine import Budget, Check, Plan, Progress, Saved, TrainResult, tra
 from ..runs.engine import resume_refusal as engine_refusal
 from ..runs.resume import read_history as read_records
 from ..runs.resume import resume_settings
+from . import model as classifier
 from .config import LogicTrainConfig
-from .data import Example, LogicDataError, read_examples
-from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, pad_batch, token_ids
-from .relations import RELATIONS
+from .data import Example, LogicDataError, load_test_examples, load_training_examples, split_train_valid
+from .model import (
+    KIND,
+    TOKENS,
+    Encoded,
+    LogicClassifier,
+    LogicModelConfig,
+    accuracy_by_ops,
+    correct_flags,
+    encode_examples,
+    operator_count,
+)
 
 
 class PlateauSchedule:
@@ -53,118 +62,12 @@ class PlateauSchedule:
         return changed
 
 
-Encoded = tuple[list[int], list[int], int]
-
-
-def encode_examples(examples: list[Example]) -> list[Encoded]:
-    """``(ids of A, ids of B, class index)`` per example."""
-    return [(token_ids(ex.a), token_ids(ex.b), RELATIONS.index(ex.label)) for ex in examples]
-
-
-def collate(batch: list[Encoded]):
-    """``(a_tokens, a_lengths, b_tokens, b_lengths, labels)`` tensors for a list of encoded pairs."""
-    a, al = pad_batch([e[0] for e in batch])
-    b, bl = pad_batch([e[1] for e in batch])
-    return a, al, b, bl, torch.tensor([e[2] for e in batch], dtype=torch.int64)
-
-
-def split_train_valid(examples: list[Example], cfg: LogicTrainConfig) -> tuple[list[Example], list[Example]]:
-    """Subset (``max_train_examples``) and validation hold-out (``valid_fraction``): seeded random, or with
-    ``valid_split='ordered'`` every ``round(1 / valid_fraction)``-th pair in file order (the authors' script:
-    the 10th, 20th, ... pair of train0, train1, ... read in turn)."""
-    if cfg.valid_split == "ordered":
-        pool = list(examples)[: cfg.max_train_examples]  # None: all
-        nth = max(2, round(1 / cfg.valid_fraction))
-        train = [ex for i, ex in enumerate(pool, start=1) if i % nth]
-        valid = [ex for i, ex in enumerate(pool, start=1) if not i % nth]
-    else:
-        rng = random.Random(f"onlstm-logic-split/{cfg.seed}")
-        pool = list(examples)
-        rng.shuffle(pool)
-        pool = pool[: cfg.max_train_examples]  # None: all
-        n_valid = max(1, round(cfg.valid_fraction * len(pool)))
-        train, valid = pool[n_valid:], pool[:n_valid]
-    if not valid or not train:
-        raise LogicDataError(
-            f"only {len(pool)} training pairs: too few to hold out {cfg.valid_fraction:.0%} "
-            "for validation and train on the rest"
-        )
-    return train, valid
-
-
-def validation_examples(data: str | Path, cfg: LogicTrainConfig, buckets: Iterable[int]) -> list[Example]:
-    """The validation hold-out of a run trained with ``cfg`` on ``data``, rebuilt as training drew it, in the
-    given length buckets (for data whose test files are kept back)."""
-    keep = set(buckets)
-    _, valid = split_train_valid(load_training_examples(data, cfg), cfg)
-    return [ex for ex in valid if ex.file_number in keep]
-
-
-def load_training_examples(data: str | Path, cfg: LogicTrainConfig) -> list[Example]:
-    """The pairs of the ``train{k}`` files with ``k <= max_train_ops`` whose larger count is <= max_train_ops."""
-    path = Path(data)
-    if not path.exists():
-        raise LogicDataError(
-            f"data directory {path} does not exist; create one with `onlstm logic generate "
-            f"--out {path}` or pass the directory of the original train{{k}}/test{{k}} files"
-        )
-    buckets = range(cfg.max_train_ops + 1) if path.is_dir() else None
-    return read_examples(path, split="train", buckets=buckets, max_ops=cfg.max_train_ops)
-
-
-def load_test_examples(data: str | Path) -> list[Example]:
-    """The pairs of the ``test{k}`` files of ``data`` (for ``score_test``), with a fix when there are none."""
-    try:
-        return read_examples(data, split="test")
-    except LogicDataError as exc:
-        raise LogicDataError(
-            f"score_test: {exc}; drop --score-test or point --data at a directory with test files"
-        ) from None
-
-
-_OPERATOR_IDS = frozenset(TOKEN_IDS[t] for t in ("not", "and", "or"))
-
-
-def operator_count(pair: Encoded) -> int:
-    """The larger operator count of an encoded pair (each operator is one token), as in the file numbers."""
-    return max(sum(t in _OPERATOR_IDS for t in pair[0]), sum(t in _OPERATOR_IDS for t in pair[1]))
-
-
 def curriculum_bound(cfg: LogicTrainConfig, step: int) -> int:
     """The largest operator count trained on at update ``step`` (0-based): ``curriculum_start``, one more every
     ``curriculum_steps`` updates, up to ``max_train_ops``; ``max_train_ops`` throughout without a curriculum."""
     if cfg.curriculum_start is None or cfg.curriculum_steps == 0:
         return cfg.max_train_ops
     return min(cfg.curriculum_start + step // cfg.curriculum_steps, cfg.max_train_ops)
-
-
-@torch.no_grad()
-def predict_encoded(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[int]:
-    """Class index (into :data:`RELATIONS`) predicted for each encoded pair, in eval mode (mode restored)."""
-    was_training = model.training
-    model.eval()
-    # Sort by length so that a batch's formulas are similar in length (faster; results do not change).
-    order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
-    out = [0] * len(data)
-    device = next(model.parameters()).device
-    for i in range(0, len(order), batch_size):
-        idx = order[i : i + batch_size]
-        a, al, b, bl, _ = (t.to(device) for t in collate([data[j] for j in idx]))
-        for j, p in zip(idx, model(a, al, b, bl).argmax(-1).tolist()):
-            out[j] = p
-    model.train(was_training)
-    return out
-
-
-def correct_flags(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[bool]:
-    """Per pair, whether its predicted class is the label."""
-    return [p == e[2] for p, e in zip(predict_encoded(model, data, batch_size), data, strict=True)]
-
-
-def accuracy_by_ops(flags: list[bool], ops: list[int]) -> dict[str, float]:
-    """Accuracy per larger operator count (keys are the counts as strings, for JSON)."""
-    total, right = Counter(ops), Counter(k for ok, k in zip(flags, ops, strict=True) if ok)
-    return {str(k): right[k] / total[k] for k in sorted(total)}
 
 
 def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: float):
@@ -371,7 +274,7 @@ class LogicTask:
         return complete and bound == self.cfg.max_train_ops
 
     def train_step(self, idx: list[int], prog: Progress) -> dict:
-        batch = [t.to(self.device) for t in collate([self.train_data[j] for j in idx])]
+        batch = [t.to(self.device) for t in classifier.collate([self.train_data[j] for j in idx])]
         loss, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
         y = batch[-1]
         return {"loss": float(loss) * len(y), "accuracy": int((logits.argmax(-1) == y).sum()), "n": len(y)}
