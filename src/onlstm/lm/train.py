@@ -69,7 +69,6 @@ class LMResumeMeta:
 
     hidden_layout: list[int] = count_option(MISSING)
     model_config: dict = option(MISSING)
-    world: int = count_option(1)
 
 
 LOG_COLUMNS = tuple(f.name for f in fields(LMRow))[:-1]
@@ -138,15 +137,6 @@ def _build(sections: dict[str, dict]) -> dict[str, Any]:
     config = RunConfig({**field_defaults(LMConfig), **sections["model"]}, TrainConfig.from_dict(sections["train"]))
     config.model_config(vocab_size=1)
     return {"model": config, "train": config.train}
-
-
-def plan(run_dir: Path, explicit: dict, resume: bool = False, on_step=None, log=print, keep=()) -> Plan:
-    """What :func:`~onlstm.runs.engine.train_run` needs of a language-model training besides its task."""
-    given, parts = (
-        {name: explicit.get(name, {}) for name in SECTIONS},
-        (_sections, _build, RUNTIME_FIELDS, resume, keep),
-    )
-    return Plan("lm", "onlstm lm train", Path(run_dir), given, *parts, distributed=True, log=log, on_step=on_step)
 
 
 def write_log_csv(path: Path, history: list[dict]) -> None:
@@ -425,11 +415,6 @@ class Trainer:
         cut = lambda i, j: tensors[f"hidden.{i}.{j}"][:, start:stop].contiguous().to(self.ctx.device)
         return [cut(i, 0) if n == 0 else tuple(cut(i, j) for j in range(n)) for i, n in enumerate(layout)]
 
-    def run(self, on_step: Callable[[Trainer], None] | None = None) -> TrainResult:
-        """Train this trainer's (new) run through :func:`~onlstm.runs.engine.train_run` (hooks on its model kept)."""
-        given = {"model": dict(self.config.model), "train": self.cfg.to_dict()}
-        return train_run(plan(self.rundir.path, given, on_step=on_step, log=self._log), lambda *_: self)
-
     def finish(self, why: str, prog: Progress) -> tuple[dict | None, str | None]:
         """At the end of the epochs, the final test (``final_test``), once: its figures are the result's."""
         tested, task = "finished", prog.task
@@ -498,10 +483,14 @@ def train(
     on_step=None,
     log: Callable[[str], None] = print,
     keep: tuple[str, ...] = (),
+    trainer: Trainer | None = None,
 ) -> TrainResult:
     """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the user (config
-    file and flags); ``on_step(trainer)`` after each update; ``log(message)``; ``keep``:
-    names a new run's directory may already hold (the demo's corpus). Returns
-    the run's :class:`~onlstm.runs.engine.TrainResult` (also in ``results.json``); joins the process group under torchrun."""
-    start = lambda run, settings, ctx: Trainer(run.path, data_dir, settings["model"], resume, ctx, log)
-    return train_run(plan(run_dir, explicit or {}, resume, on_step, log, keep), start)
+    file and flags); ``on_step(trainer)`` after each update; ``log(message)``; ``keep``: names a new run's directory
+    may already hold (the demo's corpus); ``trainer``: one made beforehand for these settings (hooks on its model).
+    Returns the run's :class:`~onlstm.runs.engine.TrainResult` (also in ``results.json``); joins the process group
+    under torchrun."""
+    given, parts = {name: (explicit or {}).get(name, {}) for name in SECTIONS}, (_sections, _build, RUNTIME_FIELDS)
+    plan = Plan("lm", "onlstm lm train", Path(run_dir), given, *parts, resume, keep, False, True, log, on_step)
+    start = lambda run, settings, ctx: trainer or Trainer(run.path, data_dir, settings["model"], resume, ctx, log)
+    return train_run(plan, start)

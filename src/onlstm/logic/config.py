@@ -4,12 +4,23 @@ the YAML presets ``logic/<name>`` (``onlstm presets``; see :mod:`onlstm.config`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import encoders
-from ..config import Config, ConfigError, Runtime, Settings, check_probabilities, option, runtime_option, seed_option
+from ..config import (
+    Config,
+    ConfigError,
+    Runtime,
+    Settings,
+    check_probabilities,
+    option,
+    runtime_fields,
+    runtime_option,
+    seed_option,
+)
 from ..nn.functional import MASTER_INPUT_MODES
 from ..runs.budget import BudgetOptions
 from .formulas import VOCABULARY
@@ -211,3 +222,14 @@ def load_config(
     sections = {"model": LogicModelConfig, "train": LogicTrainConfig, "compare": CompareSettings}
     settings = Settings.resolve(sections, path, overrides or {}, experiment="logic", keys=("data", "out"))
     return settings.build("model"), settings.build("train")
+
+
+#: Training settings that do not change what is learned (declared ``runtime``: display, evaluation batching,
+#: threads, device, the budgets); a resumed run may change them.
+RUNTIME_FIELDS = runtime_fields(LogicTrainConfig)
+
+
+def read_sections(header: Mapping) -> dict[str, dict]:
+    """A run's (or the given) settings read through the dataclasses, so that a field added later has its default."""
+    model = asdict(LogicModelConfig.from_dict(header.get("model") or {}))
+    return {"model": model, "train": asdict(LogicTrainConfig.from_dict(header.get("train") or {}))}

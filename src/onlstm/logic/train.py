@@ -15,17 +15,15 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import config_header
-from ..config import ConfigError, count_option, option, runtime_fields
+from ..config import ConfigError, count_option, option
 from ..errors import quote
 from ..files import write_json
 from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
-from ..runs.engine import Budget, Check, Plan, Progress, Saved, TrainResult, train_run, update
-from ..runs.engine import resume_refusal as engine_refusal
+from ..runs.engine import Check, Plan, Progress, Saved, TrainResult, train_run, update
 from ..runs.resume import read_history as read_records
-from ..runs.resume import resume_settings
 from . import model as classifier
-from .config import LogicTrainConfig
+from .config import RUNTIME_FIELDS, LogicTrainConfig, read_sections
 from .data import Example, LogicDataError, load_test_examples, load_training_examples, split_train_valid
 from .model import (
     KIND,
@@ -80,11 +78,6 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
     return loss.detach(), logits.detach()
 
 
-#: Training settings that do not change what is learned (declared ``runtime``: display, evaluation batching,
-#: threads, device, the budgets); a resumed run may change them.
-RUNTIME_FIELDS = runtime_fields(LogicTrainConfig)
-
-
 def _by_count(value: dict | None, where: str) -> None:
     if value is not None and not all(k.isdigit() for k in value):
         raise ConfigError(f"{where} must be an object of numbers by count, got keys {quote(list(value)[:3])}")
@@ -130,27 +123,6 @@ def read_history(run: Path, fix: str, at_least: int = 0) -> list[dict]:
     return read_records(RunDir(run).history_path, LogicRow, fix, at_least)
 
 
-def _sections(header: dict) -> dict[str, dict]:
-    """A run's settings read through the dataclasses, so that a field added later has its default."""
-    model = asdict(LogicModelConfig.from_dict(header.get("model") or {}))
-    return {"model": model, "train": asdict(LogicTrainConfig.from_dict(header.get("train") or {}))}
-
-
-def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, str]:
-    """The header of the logic run in ``out`` and why it cannot be resumed with these settings ("": it was trained
-    with them; :func:`~onlstm.runs.resume_settings`). Raises :class:`CheckpointError` when the file is missing,
-    corrupt, of another kind or does not parse."""
-    header = RunDir(out).read_config(KIND, "a logic classifier")
-    given = {"model": asdict(model_cfg), "train": asdict(cfg)}
-    return header, resume_settings(header, _sections, given, RUNTIME_FIELDS, Path(out))[1]
-
-
-def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
-    """Why the run in ``out`` cannot be resumed with ``cfg``: its settings clash (:func:`run_header`), or the one
-    rule of every trainer (:func:`~onlstm.runs.engine.resume_refusal`); "" when it can."""
-    return clash or engine_refusal(RunDir(out), KIND, Budget.of(cfg))
-
-
 def train(
     model_cfg: LogicModelConfig,
     cfg: LogicTrainConfig,
@@ -165,11 +137,10 @@ def train(
     holding a run is refused, unless ``replace=True`` (``logic compare`` retraining its own run) and it is a
     logic run. On Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last weights and the
     resume file (the best checkpoint is kept)."""
-    log = log or (lambda _msg: None)
-    given = {"model": asdict(model_cfg), "train": asdict(cfg)}
+    log, given = log or (lambda _msg: None), {"model": asdict(model_cfg), "train": asdict(cfg)}
     build = lambda sections: {"model": model_cfg, "train": cfg}  # on resume, sections are these: a clash is refused
-    plan = Plan(KIND, "onlstm logic train", Path(out), given, _sections, build, RUNTIME_FIELDS, resume, replace=replace)
-    plan.log = log
+    parts = (read_sections, build, RUNTIME_FIELDS, resume, (), replace)
+    plan = Plan(KIND, "onlstm logic train", Path(out), given, *parts, log=log)
     return train_run(plan, lambda run, settings, ctx: _start(run, model_cfg, cfg, data, ctx, log))
 
 

@@ -271,6 +271,7 @@ class Engine:
         self.since: dict[str, float] = {}  # the figures since the last report
         self.clock = 0.0  # when the training time was last added to prog.sums
         self.why = ""  # why the run stopped (:meth:`run`)
+        self.rewrite = False  # write the header again (a resumed run, at its first save)
         task.engine = self
 
     def elapsed(self) -> float:
@@ -279,16 +280,17 @@ class Engine:
     def begin(self) -> None:
         """A new run writes its header and vocabulary (:meth:`RunDir.write_header`, by the first process); a
         resumed one takes back its progress, history, weights, optimizer and random state from its resume file, or
-        without one (it stopped before its first save: :func:`resolve` allowed it) starts from step 0, and writes
-        again what a full disk may have kept from being written when it stopped."""
+        without one (it stopped before its first save: :func:`resolve` allowed it) starts from step 0; the files a
+        full disk may have kept from being written are written again (the header with the first save)."""
         run, task, path = self.run_dir, self.task, self.run_dir.resume_path
         if not self.plan.resume:
             return self.writes(lambda: run.write_header(task.header, task.vocab))
         if not path.exists():
             self.log(f"{run.path} has no {run.RESUME} yet; starting from the beginning")
-        else:
+        else:  # the history as the resume file has it (a full disk may have kept it from being written)
             self._read(path)
-        self.writes(lambda: (run.write_config(task.header), task.vocab(run.vocab_path), self._write_history()))
+            self.writes(self._write_history)
+        self.rewrite = True  # the header (its new budget) and vocabulary with the first save
         if self.progress.epoch >= self.budget.epochs and not self.progress.check_due:
             self.log(f"the run has already done its {self.budget.epochs} epochs (pass --epochs N to train longer)")
 
@@ -569,7 +571,12 @@ class Engine:
     def _write_history(self) -> None:
         """The run's one history file, ``history.json`` (the copy of the resume file's history for people, plots and
         ``logic compare``), and what the task derives from it (lm: ``log.csv``)."""
-        write_json(self.run_dir.history_path, self.history)
+        run, task = self.run_dir, self.task
+        if self.rewrite:
+            run.write_config(task.header)
+            task.vocab(run.vocab_path)
+            self.rewrite = False
+        write_json(run.history_path, self.history)
         if (derive := getattr(self.task, "write_history", None)) is not None:
             derive(self.history)
 
