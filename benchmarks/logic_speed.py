@@ -25,9 +25,10 @@ from pathlib import Path
 import torch
 
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
+from onlstm.logic.data import load_training_examples
 from onlstm.logic.generate import GenerateConfig, generate_dataset
-from onlstm.logic.model import LogicClassifier
-from onlstm.logic.train import collate, encode_examples, load_training_examples, train_step
+from onlstm.logic.model import LogicClassifier, collate, encode_examples
+from onlstm.logic.train import train_step
 
 
 def batches(data_dir: Path | None, batch_size: int, n: int, seed: int = 0):

@@ -18,11 +18,10 @@ from pathlib import Path
 import torch
 
 from onlstm.logic.config import LogicTrainConfig
-from onlstm.logic.data import read_examples
+from onlstm.logic.data import load_training_examples, read_examples, split_train_valid
 from onlstm.logic.evaluate import evaluate_examples
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import load_classifier
-from onlstm.logic.train import load_training_examples, split_train_valid
 
 
 def generated(mix: str, draws: int, seed: int, out: Path):

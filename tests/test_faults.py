@@ -195,7 +195,7 @@ def test_lm_train_resume_under_ulimit_f_is_one_line_and_keeps_the_checkpoint(tmp
     cmd = [sys.executable, "-m", "onlstm", *lm_train(corpus, run, "--resume", "--max-steps", "4")]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, preexec_fn=limited)
     assert proc.returncode == EXIT_WRITE_FAILED, proc.stderr
-    line = one_line(proc.stderr, run / "resume.safetensors")
+    line = one_line(proc.stderr, run / "model.last.safetensors")  # written first: the resume file follows it
     assert line.startswith("onlstm lm train: ") and "File too large (EFBIG" in line
     assert snapshot(run) == before  # the previous checkpoint, weights and log as they were; no lock, no temp file
     assert main(lm_train(corpus, run, "--resume", "--max-steps", "4")) == 0  # with room, --resume goes on

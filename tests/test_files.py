@@ -50,8 +50,9 @@ def test_a_closed_stdin_is_one_input_error(monkeypatch):
 def test_a_nan_written_as_null_reads_back_where_a_history_allows_any_number(tmp_path):
     # lm train's history rows hold NaN until a finite validation comes (best_valid_ppl); JSON now says null, and a
     # resumed run must still read its own history
-    from onlstm.runs.records import NUMBER, REAL, read_history
+    from onlstm.lm.train import LMRow
+    from onlstm.runs.resume import read_history
 
-    write_json(tmp_path / "history.json", [{"best_valid_ppl": math.nan, "epoch_seconds": 1.5}])
-    rows = read_history(tmp_path / "history.json", {"best_valid_ppl": REAL, "epoch_seconds": NUMBER}, (), "fix it")
-    assert rows == [{"best_valid_ppl": None, "epoch_seconds": 1.5}]
+    write_json(tmp_path / "history.json", [{"epoch": 1, "steps": 3, "best_valid_ppl": math.nan, "epoch_seconds": 1.5}])
+    rows = read_history(tmp_path / "history.json", LMRow, "fix it")
+    assert rows == [{"epoch": 1, "steps": 3, "best_valid_ppl": None, "epoch_seconds": 1.5}]

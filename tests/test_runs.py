@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -23,20 +24,26 @@ from onlstm.runs import (
     setup_torch,
 )
 from onlstm.runs.engine import Progress
-from onlstm.runs.records import REALS
+
+
+@dataclass
+class Toy:
+    """A task's state as the resume file carries it (checked when read back)."""
+
+    order: list[float] = field(default_factory=list)
 
 
 def test_resume_file_round_trip_and_its_layout(tmp_path):
     path, model = tmp_path / "resume.safetensors", nn.Linear(3, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    prog = Progress(step=7, epoch=1, pos=2, best=0.5, task={"order": [3, 1, 2]})
+    prog = Progress(step=7, epoch=1, pos=2, best=0.5, task=Toy([3, 1, 2]))
     save_training(path, "toy", prog, model, opt, torch.device("cpu"), {"a": torch.arange(6.0).view(2, 3)}, world=2)
     # the format as is, every other value as JSON text
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata()
         assert meta["format"] == RESUME_FORMAT and meta["world"] == "2" and meta["kind"] == '"toy"'
         assert set(f.keys()) == {"a", "model.weight", "model.bias", "rng.torch"}
-    got_prog, got, meta = read_training(path, "toy", task={"order": REALS})
+    got_prog, got, meta = read_training(path, "toy", task=Toy)
     assert got_prog == prog and meta["world"] == 2 and torch.equal(got["a"], torch.arange(6.0).view(2, 3))
     assert read_training(path, "toy", tensors=False)[1] == {}  # the metadata alone
 

@@ -14,10 +14,10 @@ import types
 
 import pytest
 
-import onlstm.runs.engine as engine
+import onlstm.runs.report as report
 from onlstm.cli import main
 from onlstm.runs import RunDir
-from onlstm.runs.engine import Reporting, StepLog
+from onlstm.runs.report import Reporting, StepLog
 from support import TINY_LM, quiet, write_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -44,7 +44,7 @@ def rows(path) -> list[dict]:
 
 
 def test_logic_train_reports_every_n_steps_in_the_log_and_steps_csv(logic_data, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(engine, "LINE_SECONDS", 0.0)  # a line at every report (a real run: at most one in 30 s)
+    monkeypatch.setattr(report, "LINE_SECONDS", 0.0)  # a line at every report (a real run: at most one in 30 s)
     run = tmp_path / "run"
     argv = ["logic", "train", "--data", str(logic_data), "--out", str(run), *LOGIC, "--epochs", "2", "--progress"]
     assert main([*argv, "--log-every", "5", "--threads", "1"]) == 0
@@ -71,7 +71,7 @@ def test_logic_train_reports_every_n_steps_in_the_log_and_steps_csv(logic_data, 
 
 
 def test_lm_train_reports_loss_perplexity_and_speed(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(engine, "LINE_SECONDS", 0.0)
+    monkeypatch.setattr(report, "LINE_SECONDS", 0.0)
     corpus, run = write_corpus(tmp_path / "corpus"), tmp_path / "run"
     argv = ["lm", "train", "--config", str(TINY_LM), "--data-dir", str(corpus), "--out", str(run)]
     assert main([*argv, "--epochs", "1", "--progress", "--log-every", "3"]) == 0
@@ -95,7 +95,7 @@ def test_no_progress_means_no_lines_but_steps_csv_still(logic_data, tmp_path, ca
 def test_lines_only_when_the_bar_is_not_beside_the_log(monkeypatch, tmp_path):
     run = RunDir(tmp_path)
     for stderr, stdout, lines in ((True, True, False), (False, True, True), (True, False, True)):
-        monkeypatch.setattr(engine, "_is_terminal", lambda s, e=stderr, o=stdout: e if s is sys.stderr else o)
+        monkeypatch.setattr(report, "_is_terminal", lambda s, e=stderr, o=stdout: e if s is sys.stderr else o)
         assert Reporting.for_run(run, 10, progress=True, tensorboard=False).lines is lines
         assert Reporting.for_run(run, 10, progress=False, tensorboard=False).lines is False
     assert Reporting.for_run(run, 10, True, True, main=False) == Reporting(10, False, None, None, 30.0)

@@ -122,8 +122,13 @@ def _number(value, where: str, integer: bool):
     raise ConfigError(f"{where} must be {'an integer' if integer else 'a number'}, got {quote(value)}")
 
 
+#: A number that may be NaN or infinite: what a run records of a validation that was not finite (a setting is never
+#: one; ``float`` refuses them).
+Real = typing.NewType("Real", float)
+
+
 def coerce(value: Any, tp: Any, where: str) -> Any:
-    """``value`` as type ``tp`` (int, float, bool, str, list[X], dict[str, X], X | None), else a
+    """``value`` as type ``tp`` (int, float, :data:`Real`, bool, str, list[X], dict[str, X], X | None), else a
     :class:`ConfigError` naming ``where``."""
     if _is_union(tp):
         args = typing.get_args(tp)
@@ -149,6 +154,10 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         return [coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if tp is int or tp is float:
         return _number(value, where, tp is int)
+    if tp is Real:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where} must be a number, got {quote(value)}")
     if tp is Path and isinstance(value, str):
         return Path(value)
     if tp in (bool, str) and not isinstance(value, tp):
@@ -190,6 +199,35 @@ def check_value(f: dataclasses.Field, tp: Any, value: Any, where: str) -> Any:
     if f.metadata.get("check"):
         f.metadata["check"](value, where)
     return value
+
+
+#: No count a run keeps (steps, epochs, tokens) comes near this; a larger one is a tampered file, not a long run.
+MAX_COUNT = 2**53
+
+
+def count_option(default: Any = 0, help: str = "") -> Any:
+    """:func:`option` of a count a run writes and reads back: a whole number from 0 to :data:`MAX_COUNT`."""
+    return option(default, help, ge=0, le=MAX_COUNT)
+
+
+def checked_fields(cls: type, data: Any, where: str, strict: bool = True) -> dict:
+    """The values of ``data`` (JSON read back from a file: a resume file's metadata, a history row) as fields of the
+    dataclass ``cls`` (declared with :func:`option`, or plainly), each checked as a setting is (:func:`check_value`):
+    an object holding every field without a default (older files may lack the later fields) and, ``strict``, no
+    other; else a :class:`ConfigError` naming ``where`` and the field. The one check of settings and run files."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} is {type(data).__name__}, not an object")
+    by_name, hints = {f.name: f for f in fields(cls)}, _types(cls)
+    if missing := [name for name, f in by_name.items() if _default(f) is MISSING and name not in data]:
+        raise ConfigError(f"{where} lacks {', '.join(missing[:3])}")
+    if strict and (extra := sorted(map(str, set(data) - set(by_name)))):
+        raise ConfigError(f"{where} has unknown fields ({', '.join(extra[:3])})")
+    return {k: check_value(f, hints[k], data[k], f"{where}.{k}") for k, f in by_name.items() if k in data}
+
+
+def read_record(cls: type, data: Any, where: str, strict: bool = True) -> Any:
+    """``cls`` built from the values :func:`checked_fields` accepts (the others take their defaults)."""
+    return cls(**checked_fields(cls, data, where, strict))
 
 
 #: ``torch.manual_seed``'s range: a larger seed overflows in torch; a negative one would seed torch like its

@@ -76,7 +76,7 @@ def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path):
 
     s = explicit_settings(TINY, {"train": {"asgd_start_epoch": 2, "momentum": 0.5}})
     one = train(tmp_path / "one", data, with_train(s, max_steps=stop), log=quiet)
-    assert one.progress.epoch == 1 and one.progress.pos > 0 and one.progress.task["averaging"]  # in epoch 2
+    assert one.progress.epoch == 1 and one.progress.pos > 0 and one.progress.task.averaging  # in epoch 2
 
     # the checkpoints at step 40: weights, averaged weights, momentum buffers, the carried state of
     # all 4 columns (gathered from both processes) and the random state

@@ -20,10 +20,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from onlstm.lm.config import explicit_settings
+from onlstm.lm.config import explicit_settings, run_config
 from onlstm.lm.data import batchify, bptt_schedule, segment
-from onlstm.lm.train import Trainer, resolve_settings
-from onlstm.runs import RunDir
+from onlstm.lm.train import Trainer, train
 from support import TINY_LM, quiet, write_corpus
 
 MODEL = {"emb_size": 6, "hidden_sizes": [8, 6], "chunk_size": 2, "master_input": "paper"}  # tied weights
@@ -44,7 +43,13 @@ def small_corpus(tmp_path_factory) -> Path:
 
 def make_trainer(run: Path, corpus: Path, model: dict, **train_opts) -> Trainer:
     explicit = explicit_settings(TINY_LM, {"model": {**MODEL, **model}, "train": train_opts})
-    return Trainer(run, corpus, resolve_settings(RunDir(run), explicit, resume=False), log=quiet)
+    return Trainer(run, corpus, run_config(explicit), log=quiet)
+
+
+def run_trainer(trainer: Trainer, on_step) -> None:
+    """Train ``trainer``'s run (made by :func:`make_trainer`, hooks on its model) as ``lm train`` does."""
+    given = {"model": dict(trainer.config.model), "train": trainer.cfg.to_dict()}
+    train(trainer.rundir.path, trainer.data_dir, given, on_step=on_step, log=quiet, trainer=trainer)
 
 
 def schedules(trainer: Trainer) -> list[list]:
@@ -231,13 +236,14 @@ def test_training_steps_equal_the_authors_step_with_dropout(tmp_path, small_corp
     after: list[dict] = []
     trainer_params = trainer.params
     feed.install(monkeypatch)
-    trainer.run(
-        on_step=lambda tr: after.append(
+    run_trainer(
+        trainer,
+        lambda tr: after.append(
             {
                 "params": [p.detach().clone() for p in trainer_params],
-                "avg": [a.detach().clone() for a in tr.averaged_weights()] if tr.prog.task["averaging"] else None,
+                "avg": [a.detach().clone() for a in tr.averaged_weights()] if tr.prog.task.averaging else None,
             }
-        )
+        ),
     )
     monkeypatch.undo()
     assert feed.left() == 0 and feed.served == n_steps * 6, "every step drew exactly its six masks"
@@ -273,7 +279,7 @@ def test_averaging_equals_torch_asgd_driven_as_the_authors_do(tmp_path, small_co
     c, scheds = trainer.cfg, schedules(trainer)
     model = copy.deepcopy(trainer.model)
     ours: list = []
-    trainer.run(on_step=lambda tr: ours.append(tr.averaged_weights() and [a.clone() for a in tr.averaged_weights()]))
+    run_trainer(trainer, lambda tr: ours.append(tr.averaged_weights() and [a.clone() for a in tr.averaged_weights()]))
     params = list(model.parameters())
     opt: torch.optim.Optimizer = torch.optim.SGD(params, lr=c.lr, weight_decay=c.weight_decay)
     data = batchify(trainer.corpus["train"].ids, c.batch_size)

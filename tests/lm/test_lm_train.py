@@ -92,7 +92,7 @@ def test_resume_mid_epoch_equals_uninterrupted(tmp_path, corpus, variant):
     p = part.progress  # one epoch done, 3 batches into the second
     assert (p.epoch, p.pos, p.step, part.steps) == (1, 3, stop_at, stop_at)
     if variant.startswith("onlstm"):
-        assert p.task["averaging"] and p.task["avg_count"] == 3
+        assert p.task.averaging and p.task.avg_count == 3
     saved = tensors(tmp_path / "part", "resume")
     assert any(k.startswith("hidden.") for k in saved)  # the carried state is part of the checkpoint
     resumed = train(tmp_path / "part", corpus, with_train(s, max_steps=None), resume=True, log=quiet)
@@ -215,7 +215,7 @@ def test_averaging_lr_scaling_and_evaluation_weights(tmp_path, corpus):
         )
         assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.lr * sched[prog.pos - 1].lr_scale)
         seen["lr_checked"] += 1
-        if prog.task["averaging"]:
+        if prog.task.averaging:
             seen["iterates"].append([p.detach().clone() for p in trainer.params])
             # ASGD(t0=0, lambd=0)'s ax: the first iterate after one step, then the mean from the second on
             iterates = seen["iterates"][1:] or seen["iterates"]
@@ -226,7 +226,7 @@ def test_averaging_lr_scaling_and_evaluation_weights(tmp_path, corpus):
 
     out = train(tmp_path / "run", corpus, s, on_step=check, log=quiet)
     assert seen["lr_checked"] == out.steps
-    assert len(seen["iterates"]) == steps_in_epoch(corpus, s, 2) == out.progress.task["avg_count"]
+    assert len(seen["iterates"]) == steps_in_epoch(corpus, s, 2) == out.progress.task.avg_count
     res = tensors(tmp_path / "run", "resume")
     last = tensors(tmp_path / "run", "model.last")
     for i, n in enumerate(seen["names"]):  # evaluation (and model.last) use the averaged weights, ASGD's ax
@@ -279,7 +279,7 @@ def test_nonmono_switch_in_training(tmp_path, corpus, monkeypatch):
     assert expect_switch == 2  # worked by hand: 6 > min(5) with one check held back
     assert [h["averaging"] for h in out.history] == [0, 0, 0, 1, 1]
     assert seen["calls"] == [False, False, False, True, True]
-    assert p["averaging"] and p["avg_count"] > 0
+    assert p.averaging and p.avg_count > 0
     tr, last = seen["trainer"], tensors(tmp_path / "run", "model.last")
     current = {k: v.clone() for k, v in state_dict_for_saving(tr.model).items()}
     with tr.eval_weights():
@@ -384,6 +384,7 @@ def test_run_directory_layout_is_data_only(finished_run):
     names = sorted(p.name for p in finished_run.iterdir())
     assert names == [
         "config.json",
+        "history.json",
         "log.csv",
         "model.best.safetensors",
         "model.last.safetensors",

@@ -18,6 +18,7 @@ from onlstm.config import ConfigError
 from onlstm.files import write_json
 from onlstm.logic import data as D
 from onlstm.logic import evaluate as E
+from onlstm.logic import model as M
 from onlstm.logic import train as T
 from onlstm.logic.cli import parse_buckets
 from onlstm.logic.formulas import parse
@@ -33,7 +34,7 @@ from onlstm.logic.model import (
     token_ids,
 )
 from onlstm.logic.relations import RELATIONS
-from onlstm.runs import RunDir
+from onlstm.runs import RunDir, RunDirError
 from support import CONFIGS, SHARED_DATA
 
 TINY = dict(emb_size=8, hidden_size=16, chunk_size=4, mlp_hidden=16)
@@ -342,8 +343,8 @@ def test_train_then_eval_smoke(tiny_data, tmp_path, capsys):
     # the best checkpoint reproduces the recorded validation accuracy
     model, _ = load_classifier(run)
     tcfg = T.LogicTrainConfig.from_dict(cfg["train"])
-    _, valid = T.split_train_valid(T.load_training_examples(tiny_data, tcfg), tcfg)
-    flags = T.correct_flags(model, T.encode_examples(valid))
+    _, valid = D.split_train_valid(D.load_training_examples(tiny_data, tcfg), tcfg)
+    flags = M.correct_flags(model, M.encode_examples(valid))
     assert sum(flags) / len(flags) == pytest.approx(best["valid_accuracy"])
 
     capsys.readouterr()
@@ -385,7 +386,7 @@ def test_same_seed_same_training(tiny_data, tmp_path):
 
 
 def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
-    real_collate, calls = T.collate, {"n": 0}
+    real_collate, calls = M.collate, {"n": 0}
 
     def interrupting_collate(batch):
         calls["n"] += 1
@@ -393,7 +394,7 @@ def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real_collate(batch)
 
-    monkeypatch.setattr(T, "collate", interrupting_collate)
+    monkeypatch.setattr(M, "collate", interrupting_collate)
     run = tmp_path / "run"
     logs = []
     cfg = T.LogicTrainConfig(epochs=5, batch_size=16, valid_every=3, eval_batch_size=1000, progress=False)
@@ -407,7 +408,7 @@ def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
     load_weights(run / "model.best.safetensors", best)
     load_weights(run / "model.last.safetensors", last)
     assert not torch.equal(best.mlp[-1].weight, last.mlp[-1].weight)  # last = after step 4, best = step 3
-    monkeypatch.setattr(T, "collate", real_collate)
+    monkeypatch.setattr(M, "collate", real_collate)
     model, _ = load_classifier(run)
     assert torch.equal(model.mlp[-1].weight, best.mlp[-1].weight)
 
@@ -645,7 +646,7 @@ def _interrupt_at(monkeypatch, n_collate_calls, how):
     handled, the step completes) or raise KeyboardInterrupt (``abort``: as a second Ctrl-C)."""
     import signal
 
-    real, calls = T.collate, {"n": 0}
+    real, calls = M.collate, {"n": 0}
 
     def patched(batch):
         calls["n"] += 1
@@ -656,8 +657,8 @@ def _interrupt_at(monkeypatch, n_collate_calls, how):
                 raise KeyboardInterrupt
         return real(batch)
 
-    monkeypatch.setattr(T, "collate", patched)
-    return lambda: monkeypatch.setattr(T, "collate", real)
+    monkeypatch.setattr(M, "collate", patched)
+    return lambda: monkeypatch.setattr(M, "collate", real)
 
 
 # 24 pairs per length x 7 files (0-6), 6 of each in test, fewer for tiny buckets; batch 16, checks every 5 steps.
@@ -681,7 +682,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tiny_data, tmp_path, monk
     logs = []
     second = T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=logs.append, resume=True)
     assert second.stopped_by == "epochs" and second.steps == whole.steps
-    assert "resuming" in logs[0]
+    assert "resuming" in logs[1]  # after the run's summary
     strip = lambda h: [{k: v for k, v in x.items() if k != "seconds"} for x in h]
     assert strip(second.history) == strip(whole.history)
     for tag in ("best", "last"):
@@ -709,13 +710,13 @@ def test_resume_at_an_epoch_boundary(tiny_data, tmp_path, monkeypatch):
 def test_resume_errors_and_cli(tiny_data, tmp_path, monkeypatch, capsys):
     cfg = T.LogicTrainConfig(**RESUME_CFG)
     run = tmp_path / "run"
-    with pytest.raises(CheckpointError, match="holds no config.json; it is not a run directory"):  # lm's words
+    with pytest.raises(RunDirError, match="holds no config.json; it is not a run directory"):  # lm's, one resolver
         T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None, resume=True)
     restore = _interrupt_at(monkeypatch, 9, "signal")
     assert main(_train_args(tiny_data, run, "--seed", "4")) == 130  # Ctrl-C: exit status 130
     restore()
     assert (run / RunDir.RESUME).exists()
-    with pytest.raises(CheckpointError, match=r"cannot change .*train\.lr \(run: 0\.001, given: 0\.01\)"):
+    with pytest.raises(RunDirError, match=r"cannot change .*train\.lr \(run: 0\.001, given: 0\.01\)"):
         T.train(LogicModelConfig(**TINY), replace(cfg, lr=0.01), tiny_data, run, log=None, resume=True)
     assert main(_train_args(tiny_data, run, "--seed", "4", "--resume")) == 0
     assert "resuming" in capsys.readouterr().out
@@ -768,13 +769,13 @@ def test_compare_resumes_an_interrupted_run(tiny_data, tmp_path, monkeypatch, ca
 
 def test_each_epoch_draws_a_new_batch_order(tiny_data, tmp_path, monkeypatch):
     """Epochs are reshuffled (the resume file replays an epoch's order; it must not freeze it)."""
-    real, seen = T.collate, []
+    real, seen = M.collate, []
 
     def recording(batch):
         seen.append([(tuple(e[0]), tuple(e[1]), e[2]) for e in batch])
         return real(batch)
 
-    monkeypatch.setattr(T, "collate", recording)
+    monkeypatch.setattr(M, "collate", recording)
     cfg = T.LogicTrainConfig(**{**RESUME_CFG, "valid_every": 10_000, "eval_batch_size": 10_000})
     res = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "r", log=None)
     per_epoch = res.steps // cfg.epochs
@@ -791,7 +792,7 @@ def test_each_epoch_draws_a_new_batch_order(tiny_data, tmp_path, monkeypatch):
 def test_operator_count_of_an_encoded_pair_is_the_file_number_rule(tiny_data):
     exs = D.read_examples(tiny_data, split="train")
     assert {ex.max_ops for ex in exs} == set(range(10))
-    assert [T.operator_count(e) for e in T.encode_examples(exs)] == [ex.max_ops for ex in exs]
+    assert [M.operator_count(e) for e in M.encode_examples(exs)] == [ex.max_ops for ex in exs]
 
 
 def test_curriculum_bound_schedule():
@@ -813,13 +814,13 @@ CURRICULUM_CFG = dict(
 
 def _recorded_batches(monkeypatch) -> list[list[int]]:
     """Record the operator counts of every collated batch (training and validation)."""
-    real, seen = T.collate, []
+    real, seen = M.collate, []
 
     def recording(batch):
-        seen.append([T.operator_count(e) for e in batch])
+        seen.append([M.operator_count(e) for e in batch])
         return real(batch)
 
-    monkeypatch.setattr(T, "collate", recording)
+    monkeypatch.setattr(M, "collate", recording)
     return seen
 
 
@@ -843,7 +844,7 @@ def test_validation_is_recorded_by_operator_count(tiny_data, tmp_path):
     cfg = T.LogicTrainConfig(**CURRICULUM_CFG)
     res = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "r", log=None)
     run = T.LogicTask(LogicModelConfig(**TINY), cfg, tmp_path / "x", [], [], log=print)
-    _, valid = T.split_train_valid(T.load_training_examples(tiny_data, cfg), cfg)
+    _, valid = D.split_train_valid(D.load_training_examples(tiny_data, cfg), cfg)
     counts = {str(k): sum(ex.max_ops == k for ex in valid) for k in range(7)}
     for rec in res.history:
         by_ops = rec["valid_by_ops"]
@@ -853,7 +854,7 @@ def test_validation_is_recorded_by_operator_count(tiny_data, tmp_path):
         assert rec["train_ops"] == T.curriculum_bound(cfg, rec["step"] - 1)
     # and the per-length numbers are those of the saved weights, pair by pair
     load_weights(tmp_path / "r" / "model.last.safetensors", run.model)
-    flags = T.correct_flags(run.model, T.encode_examples(valid), batch_size=5)
+    flags = M.correct_flags(run.model, M.encode_examples(valid), batch_size=5)
     by_hand = {
         str(k): sum(f for f, ex in zip(flags, valid) if ex.max_ops == k) / counts[str(k)]
         for k in range(7)
@@ -963,7 +964,7 @@ def test_a_run_stopped_by_its_budget_extends_to_the_run_a_larger_budget_trains(
     assert T.train(LogicModelConfig(**TINY), cfg(first), tiny_data, cut, log=None).stopped_by == budget
     logs = []
     more = T.train(LogicModelConfig(**TINY), cfg(then), tiny_data, cut, log=logs.append, resume=True)
-    assert "resuming" in logs[0] and more.stopped_by == whole.stopped_by == budget and more.steps == whole.steps
+    assert "resuming" in logs[1] and more.stopped_by == whole.stopped_by == budget and more.steps == whole.steps
     strip = lambda h: [{k: v for k, v in x.items() if k != "seconds"} for x in h]
     assert strip(more.history) == strip(whole.history)
     for tag in ("best", "last"):
@@ -1005,18 +1006,18 @@ def test_a_used_up_budget_or_patience_is_not_resumed(tiny_data, tmp_path):
     run = tmp_path / "run"
     T.train(LogicModelConfig(**TINY), cfg, tiny_data, run, log=None)
     for smaller in (10, 7):  # resuming would train past the budget asked for
-        with pytest.raises(CheckpointError, match=rf"its 10 updates reach max_steps {smaller}; pass a larger"):
+        with pytest.raises(RunDirError, match=rf"its 10 updates reach max_steps {smaller}; pass a larger"):
             T.train(LogicModelConfig(**TINY), replace(cfg, max_steps=smaller), tiny_data, run, log=None, resume=True)
-    with pytest.raises(CheckpointError, match="cannot change train.lr"):  # the budget only
+    with pytest.raises(RunDirError, match="cannot change train.lr"):  # the budget only
         T.train(LogicModelConfig(**TINY), replace(cfg, max_steps=20, lr=0.01), tiny_data, run, log=None, resume=True)
     # Adam steps of 1e-12 are below float32 resolution: the weights and the accuracy stay, patience ends the run
     stale = T.LogicTrainConfig(**{**RESUME_CFG, "patience": 1, "lr": 1e-12, "min_lr": 0.0})
     done = T.train(LogicModelConfig(**TINY), stale, tiny_data, tmp_path / "p", log=None)
     assert done.stopped_by == "patience" and not (tmp_path / "p" / RunDir.RESUME).exists()
-    with pytest.raises(CheckpointError, match="ended by patience, which is final; train into a new --out"):
+    with pytest.raises(RunDirError, match="ended by patience, which is final; train into a new --out"):
         T.train(LogicModelConfig(**TINY), replace(stale, epochs=9), tiny_data, tmp_path / "p", log=None, resume=True)
     (run / RunDir.RESUME).unlink()  # as a run finished before runs kept the file
-    with pytest.raises(CheckpointError, match="has no resume.safetensors .* but holds results"):
+    with pytest.raises(RunDirError, match="has no resume.safetensors .* but holds results"):
         T.train(LogicModelConfig(**TINY), replace(cfg, max_steps=20), tiny_data, run, log=None, resume=True)
 
 

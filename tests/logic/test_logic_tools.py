@@ -78,8 +78,8 @@ def test_resume_advice_for_a_run_stopped_before_its_first_check_is_one_that_work
     """A run stopped before its first save has nothing to lose: --resume starts it again from step 0, whether it
     was interrupted (its stop recorded) or killed (none recorded); a finished run without a resume file is refused."""
     from onlstm.files import write_json
+    from onlstm.logic.compare import resume_refusal
     from onlstm.logic.config import LogicTrainConfig
-    from onlstm.logic.train import resume_refusal
     from onlstm.runs import RunDir
 
     assert resume_refusal(tmp_path, "", LogicTrainConfig()) == ""  # killed, or a full disk at its first check

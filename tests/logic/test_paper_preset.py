@@ -13,11 +13,11 @@ from torch import nn
 
 from onlstm.config import Settings
 from onlstm.logic.config import SECTIONS
-from onlstm.logic.data import read_examples, write_file
+from onlstm.logic.data import read_examples, split_train_valid, write_file
 from onlstm.logic.generate import random_formula_text
-from onlstm.logic.model import TOKEN_IDS
+from onlstm.logic.model import TOKEN_IDS, collate
 from onlstm.logic.relations import RELATIONS
-from onlstm.logic.train import LogicTask, PlateauSchedule, collate, split_train_valid, train_step
+from onlstm.logic.train import LogicTask, PlateauSchedule, train_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

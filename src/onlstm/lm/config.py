@@ -25,33 +25,22 @@ from ..config import (
 )
 from ..models.language_model import LMConfig, check_architecture
 from ..nn import kernels
+from ..runs.budget import BudgetOptions
 
 
 @dataclass
-class TrainConfig(Runtime):
+class TrainConfig(BudgetOptions):
     """The training recipe. Defaults are the paper's PTB command (docs/design.md §2.1). The runtime fields
-    (device, threads, progress) come from :class:`~onlstm.config.Runtime`."""
+    (device, threads, progress) come from :class:`~onlstm.config.Runtime`, the budget (time_limit, max_steps) and
+    reporting from :class:`~onlstm.runs.budget.BudgetOptions`."""
 
     section = "train"
+    # max_steps and time_limit stop without validating: a check in the middle of an epoch would add a row to the
+    # epoch log and could move NT-ASGD's switch
+    check_at_stop = False
 
     seed: int = seed_option(141, "random seed (weights, dropout masks, BPTT lengths)")
     epochs: int = runtime_option(1000, "number of passes over the training text", ge=1)
-    # Minutes, as logic's time_limit and the engine's Budget. Like max_steps it stops without validating:
-    # a check in the middle of an epoch would add a row to the epoch log and could move NT-ASGD's switch.
-    time_limit: float | None = runtime_option(
-        None,
-        "stop after this many minutes of training (every session of the run counted; checked after every "
-        "step; the resume file is written, validation stays at the epochs' ends)",
-        default_text="no limit",
-        gt=0,
-    )
-    max_steps: int | None = runtime_option(
-        None,
-        "stop after this many optimizer steps in all (with epochs and time_limit, whichever comes first); the "
-        "resume file is written, validation stays at the epochs' ends",
-        default_text="no limit",
-        ge=1,
-    )
     batch_size: int = option(20, "columns the training stream is cut into (split among processes)", ge=1)
     eval_batch_size: int = option(10, "columns of the validation stream in training (reference: 10)", ge=1)
     test_batch_size: int = option(1, "columns of the test stream for the final test (the paper: 1)", ge=1)
@@ -124,9 +113,6 @@ class TrainConfig(Runtime):
     )
     checkpoint_every: int = runtime_option(
         1000, "batches between resumable checkpoints (also at every epoch end and on Ctrl-C)", ge=1
-    )
-    tensorboard: bool = runtime_option(
-        False, "also write the reports to RUN_DIR/tensorboard (needs the tensorboard package)"
     )
 
     def validate(self) -> None:

@@ -3,52 +3,75 @@
 
 from __future__ import annotations
 
-import copy
 import csv
 import io
 import math
-import os
-import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checkpoint import CheckpointError, config_header, load_weights, save_weights
-from ..config import ConfigError, check_section
+from ..checkpoint import CheckpointError, config_header, load_weights
+from ..config import ConfigError, Real, check_section, count_option, field_defaults, option
 from ..data.ptb import Corpus, load_corpus, split_file
 from ..data.reader import TextReader
 from ..data.vocab import Vocab
 from ..encoders import detach_state
 from ..files import write_text
-from ..models.language_model import LanguageModel, LMConfig
-from ..nn import ONLSTM, kernels
-from ..runs import RunDir, RunDirError, StopRequest, not_a_run, resume_settings, setup_torch
-from ..runs.device import prepare_kernel
-from ..runs.dist import DistContext, setup, teardown
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, diverged, update
-from ..runs.engine import resume_refusal as engine_refusal
-from ..runs.records import COUNT, COUNTS, FLAG, MAYBE_OBJECT, NUMBER, OBJECT, REAL, REALS, check_fields
-from ..runs.resume import RESUME_FIX
-from .config import RUNTIME_FIELDS, RunConfig, TrainConfig, explicit_settings, run_config
+from ..models.language_model import LanguageModel, LMConfig, use_onlstm_impl
+from ..runs import RunDir, RunDirError, StopRequest, resolve_device
+from ..runs.dist import DistContext
+from ..runs.engine import Check, Plan, Progress, Saved, TrainResult, train_run, update
+from ..runs.resume import checked
+from .config import RUNTIME_FIELDS, SECTIONS, RunConfig, TrainConfig, explicit_settings
 from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment, too_short
 from .evaluate import Interrupted, perplexity
 
-LOG_COLUMNS = tuple(
-    "epoch steps train_loss train_ppl valid_loss valid_ppl best_valid_ppl averaging tokens epoch_seconds "
-    "tokens_per_s elapsed_s".split()
-)
-# What Progress.task carries for a language model (JSON values), as a fresh run starts.
-_TASK = dict(averaging=False, avg_count=0, sgd_valid_history=[], epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
-_TASK.update(finished=False, results=None)
-# What a resume file's values must be (onlstm.runs.records): the task's, a row of the history, the rest.
-_TASK_FIELDS = dict(averaging=FLAG, avg_count=COUNT, sgd_valid_history=REALS, epoch_loss_sum=NUMBER)
-_TASK_FIELDS.update(epoch_tokens=COUNT, epoch_seconds=NUMBER, finished=FLAG, results=MAYBE_OBJECT)
-_ROW_FIELDS = {k: REAL if "valid" in k else NUMBER for k in LOG_COLUMNS} | dict(epoch=COUNT, steps=COUNT, best=FLAG)
-_META_FIELDS = {"hidden_layout": COUNTS, "model_config": OBJECT}
+
+@dataclass
+class LMState:
+    """What ``Progress.task`` carries for a language model: NT-ASGD's phase and the final test."""
+
+    averaging: bool = False
+    avg_count: int = count_option()
+    sgd_valid_history: list[Real] = option([])  # the SGD epochs' validation losses, oldest first
+    finished: bool = False
+    results: dict | None = None  # the final test's
+
+
+@dataclass
+class LMRow:
+    """An epoch's row of the history (``log.csv``'s columns, in order, and whether it was the best)."""
+
+    epoch: int = count_option(MISSING)
+    steps: int = count_option(MISSING)
+    train_loss: float | None = None
+    train_ppl: float | None = None
+    valid_loss: Real | None = None  # a validation that was not finite is recorded as such
+    valid_ppl: Real | None = None
+    best_valid_ppl: Real | None = None
+    averaging: int | None = count_option(None)
+    tokens: int | None = count_option(None)
+    epoch_seconds: float | None = None
+    tokens_per_s: float | None = None
+    elapsed_s: float | None = None
+    best: bool = False
+
+
+@dataclass
+class LMResumeMeta:
+    """The language model's own values in its resume file: the carried state's layout and the model's settings."""
+
+    hidden_layout: list[int] = count_option(MISSING)
+    model_config: dict = option(MISSING)
+
+
+LOG_COLUMNS = tuple(f.name for f in fields(LMRow))[:-1]
 
 
 class _Objective(nn.Module):
@@ -71,25 +94,6 @@ class _Objective(nn.Module):
 
 # Devices where train.precision=bf16 is accepted (a module constant so that a test can add the CPU).
 AUTOCAST_DEVICES = ("cuda",)
-
-
-def use_onlstm_impl(model: nn.Module, impl: str, device: torch.device) -> None:
-    """Make every ON-LSTM layer of ``model`` run ``impl`` (a runtime choice, never saved with the weights);
-    a kernel that cannot run on ``device`` is an error here, before the first step, not a silent fallback.
-    The kernel is loaded here (:func:`~onlstm.runs.device.prepare_kernel`), before the training clock starts."""
-    if impl == "auto":
-        prepare_kernel(model, device)
-    if impl not in ("auto", "reference"):
-        try:
-            chosen = kernels.resolve_impl(impl, device, torch.float32)
-        except RuntimeError as exc:
-            raise ConfigError(f"train.onlstm_impl={impl}: {exc}; use auto or reference") from None
-        if chosen != impl:
-            why = f"that kernel does not run on {device.type} float32 tensors; use auto (the fastest one that does)"
-            raise ConfigError(f"train.onlstm_impl={impl}: {why} or reference")
-    for m in model.modules():
-        if isinstance(m, ONLSTM):
-            m.impl = impl
 
 
 def float32_state(state):
@@ -128,24 +132,10 @@ def _sections(header: dict) -> dict[str, dict]:
     return {"model": check_section(LMConfig, model, "model"), "train": TrainConfig.from_dict(header["train"]).to_dict()}
 
 
-def resolve_settings(run: RunDir, explicit: dict, resume: bool) -> RunConfig:
-    """The run's settings, resolved once: defaults < ``explicit``; on resume the saved settings, of which only the
-    runtime fields may change, and the run must be resumable (``runs.engine.resume_refusal``: a budget left, or no
-    resume file and nothing to lose). Every setting is checked (the model's too) before anything is created or read."""
-    if not resume:
-        config = run_config(explicit)
-    elif refusal := not_a_run(run):
-        raise RunDirError(refusal)
-    else:
-        header = run.read_config("lm", "a language-model run", f"{run.CONFIG} is damaged, or it is another kind of run")
-        settings, clash = resume_settings(header, _sections, explicit, RUNTIME_FIELDS, run.path)
-        if clash:
-            raise RunDirError(clash)
-        config = RunConfig(settings["model"], TrainConfig.from_dict(settings["train"]))
-        cfg = config.train  # the one rule of every trainer, before the lock and the data: nothing done yet
-        if refusal := engine_refusal(run, "lm", Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit)):
-            raise RunDirError(refusal)
-    return config
+def _build(sections: dict[str, dict]) -> dict[str, Any]:
+    """The configs of checked sections (:func:`_sections`): the run's :class:`RunConfig` and its recipe."""
+    config = RunConfig({**field_defaults(LMConfig), **sections["model"]}, TrainConfig.from_dict(sections["train"]))
+    return {"model": config, "train": config.train}
 
 
 def write_log_csv(path: Path, history: list[dict]) -> None:
@@ -159,7 +149,10 @@ class Trainer:
     """The language model's :class:`~onlstm.runs.engine.Task`: passes are epochs of BPTT segments, the state carried;
     validation scores the weights evaluation uses (the score is minus the loss); NT-ASGD, resume, the final test."""
 
-    task_fields, history_fields, history_required = _TASK_FIELDS, _ROW_FIELDS, ("epoch", "steps")
+    row, unit, perplexity, desc, valid_every, steps_per_epoch = LMRow, "tokens", True, "", 0, 0
+    # a resume file of an earlier version kept the epoch's running figures in the task's state
+    old_sums: ClassVar = {"epoch_loss_sum": "loss", "epoch_tokens": "n", "epoch_seconds": "seconds"}
+    engine: Any
 
     def __init__(
         self,
@@ -170,12 +163,10 @@ class Trainer:
         ctx: DistContext | None = None,
         log: Callable[[str], None] = print,
     ):
-        """``settings``: the run's, resolved (:func:`resolve_settings`, as :func:`train` does)."""
-        self.rundir, self.data_dir, self.resume = RunDir(run_dir), Path(data_dir), resume
-        self.config = settings
+        """``settings``: the run's, resolved (:func:`~onlstm.runs.engine.resolve`, as :func:`train` does)."""
+        self.rundir, self.data_dir, self.resuming, self.config = RunDir(run_dir), Path(data_dir), resume, settings
         cfg = self.cfg = self.config.train
-        setup_torch(cfg.threads)
-        self.ctx, self._log = ctx or setup(cfg.device), log
+        self.ctx, self._log = ctx or DistContext(device=resolve_device(cfg.device)), log
         if cfg.precision != "fp32" and self.ctx.device.type not in AUTOCAST_DEVICES:
             raise ConfigError(
                 f"train.precision={cfg.precision} is for CUDA; on {self.ctx.device.type} train in fp32 "
@@ -189,15 +180,11 @@ class Trainer:
             )
         self._load_data()
         self._build_model()
-        patience = cfg.patience or None  # counted from the switch to averaging (after_check)
-        budget = Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit, patience, False, cfg.checkpoint_every)
-        bar, main = cfg.progress and self.ctx.is_main, self.ctx.is_main
-        report = Reporting.for_run(self.rundir, cfg.log_every, cfg.progress, cfg.tensorboard, main)
-        self.engine = Engine(
-            self, budget, self.log, bar, agree=self.ctx.any, report=report, run=self.rundir, kind="lm",
-            writes=self.ctx.main_writes,
-        )  # fmt: skip
-        self.engine.begin(resume, self._config_json(), self.corpus.vocab.save)
+        self.state, self.header, self.vocab = LMState(), self._config_json(), self.corpus.vocab.save
+        self.resume_command = f"onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume"
+
+    def score_words(self, best: float) -> str:
+        return f"valid ppl {math.exp(-best):.2f}"
 
     @property
     def prog(self) -> Progress:
@@ -205,10 +192,10 @@ class Trainer:
 
     def _load_data(self) -> None:
         """The corpus (with the run's vocabulary checked on resume) and this process's training columns."""
-        cfg, saved = self.cfg, self.rundir.header().get("data", {}) if self.resume else None
+        cfg, saved = self.cfg, self.rundir.header().get("data", {}) if self.resuming else None
         self.text_sha256 = same_training_text(split_file(self.data_dir, "train"), saved, self.rundir.path, self.log)
         self.corpus: Corpus = load_corpus(self.data_dir, oov=cfg.oov, max_vocab=cfg.max_vocab)
-        if self.resume:
+        if self.resuming:
             saved_vocab = Vocab.load(self.rundir.vocab_path)
             if saved_vocab.words != self.corpus.vocab.words:
                 raise RunDirError(
@@ -288,7 +275,7 @@ class Trainer:
     def averaged_weights(self) -> list[torch.Tensor] | None:
         """ASGD's running average (``ax``) once averaging started; a parameter ASGD has not stepped yet
         (just after the switch) counts with its current value, as ``ax`` would equal it after one step."""
-        if self.prog.task["averaging"]:
+        if self.prog.task.averaging:
             return [self.optimizer.state.get(p, {}).get("ax", p) for p in self.params]
         return None
 
@@ -308,7 +295,7 @@ class Trainer:
 
     def _start_averaging(self) -> str:
         # the authors replace the optimizer by a fresh torch ASGD at the switch: so do we (no state carried)
-        self.prog.task.update(averaging=True, avg_count=0)
+        self.prog.task.averaging, self.prog.task.avg_count = True, 0
         self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
         return f"epoch {self.prog.epoch + 1}: switching to averaged SGD (NT-ASGD)"
 
@@ -316,18 +303,13 @@ class Trainer:
         """The epoch's segments; at its start the state is reset and averaging may begin (``asgd_start_epoch``)."""
         if prog.pos == 0:
             self.hidden, start = None, self.cfg.asgd_start_epoch
-            if self.may_average and not prog.task["averaging"] and start and prog.epoch + 1 >= start:
+            if self.may_average and not prog.task.averaging and start and prog.epoch + 1 >= start:
                 self.log(self._start_averaging())
-        self._clock = time.perf_counter()
-        self._since = {"tokens": 0, "loss": self._zero(), "clock": self._clock}
         return self.schedule(prog.epoch + 1)
 
-    def _zero(self) -> torch.Tensor:
-        return torch.zeros((), dtype=torch.float64, device=self.ctx.device)
-
-    def train_step(self, seg, prog: Progress) -> None:
-        """One optimizer step on one segment (+ the running average once averaging started). The loss is
-        summed on the device and checked when it is read (:meth:`_flush`): no wait for the device per step."""
+    def train_step(self, seg, prog: Progress) -> dict:
+        """One optimizer step on one segment (+ the running average once averaging started); its loss summed over
+        its tokens stays on the device (the engine reads it when it reports)."""
         cfg = self.cfg
         x, y = segment(self.train_data, seg.start, seg.length)
         self.hidden = detach_state(self.hidden)
@@ -339,25 +321,11 @@ class Trainer:
         # later fp32 session read it as they would without autocast
         self.hidden = hidden if cfg.precision == "fp32" else float32_state(hidden)
         update(self.optimizer, loss, self.params, cfg.clip)
-        prog.task["avg_count"] += int(prog.task["averaging"])
-        n, since = y.numel(), self._since
-        weighted = raw.double() * n
-        self._acc_loss += weighted
-        self._acc_tok += n
-        since["loss"] += weighted
-        since["tokens"] += n
+        prog.task.avg_count += int(prog.task.averaging)
+        return {"loss": raw.double() * y.numel(), "n": y.numel()}
 
     def end_pass(self, prog: Progress, complete: bool) -> bool | None:
         return complete or None
-
-    def metrics(self, prog: Progress) -> dict[str, float]:
-        """Loss, perplexity and speed (all processes' tokens) since the last report."""
-        since, now = self._since, time.perf_counter()
-        cur = float(since["loss"]) / max(since["tokens"], 1)
-        tok_s = since["tokens"] * self.ctx.world / max(now - since["clock"], 1e-9)
-        since["tokens"], since["clock"] = 0, now
-        since["loss"].zero_()
-        return {"loss": cur, "ppl": math.exp(min(cur, 50)), "tokens_per_s": tok_s}
 
     def _perplexity(self, model, split: str, protocol: str, batch_size: int, stop: StopRequest | None, **kw):
         """``model``'s perplexity on ``split``, stopped (Interrupted) when ``stop`` is requested."""
@@ -373,50 +341,39 @@ class Trainer:
 
     def validation(self, prog: Progress) -> Check:
         """The epoch's row of the log (its best is filled in by :meth:`after_check`)."""
-        self._flush()
-        valid, t = self.validate(), prog.task
-        loss, tokens, seconds = t["epoch_loss_sum"] / max(t["epoch_tokens"], 1), t["epoch_tokens"], t["epoch_seconds"]
+        valid, sums = self.validate(), prog.sums
+        tokens, seconds = int(round(sums.get("n", 0.0))), sums.get("seconds", 0.0)
+        loss = sums.get("loss", 0.0) / max(tokens, 1)
         row = dict(epoch=prog.epoch, steps=prog.step, train_loss=round(loss, 6))
         row.update(train_ppl=round(math.exp(min(loss, 50)), 3), valid_loss=round(valid.loss, 6))
-        row.update(valid_ppl=round(valid.ppl, 3), averaging=int(t["averaging"]), tokens=tokens)
+        row.update(valid_ppl=round(valid.ppl, 3), averaging=int(prog.task.averaging), tokens=tokens)
         row.update(epoch_seconds=round(seconds, 2), tokens_per_s=round(tokens / max(seconds, 1e-9), 1))
         row.update(elapsed_s=round(self.engine.elapsed(), 1))
-        t.update(epoch_loss_sum=0.0, epoch_tokens=0, epoch_seconds=0.0)
         return Check(-valid.loss, row)
 
     def after_check(self, prog: Progress, check: Check, improved: bool) -> str:
         """The best perplexity so far in the row, tensorboard and NT-ASGD's switch; returns the log line."""
         row, t = check.record, prog.task
-        if not t["averaging"]:  # patience counts the averaged weights' checks only
+        if not t.averaging:  # patience counts the averaged weights' checks only
             prog.bad_checks = 0
         row["best_valid_ppl"] = round(math.exp(-prog.best), 3) if prog.best is not None else float("nan")
         line = (
             f"epoch {row['epoch']:3d} | train ppl {row['train_ppl']:8.2f} | valid ppl {row['valid_ppl']:8.2f}"
-            f"{' *' if improved else '  '} | {'ASGD' if t['averaging'] else self.cfg.optimizer.upper():4} | "
+            f"{' *' if improved else '  '} | {'ASGD' if t.averaging else self.cfg.optimizer.upper():4} | "
             f"{row['epoch_seconds']:.0f} s | {row['tokens_per_s']:,.0f} tok/s"
         )
-        if self.may_average and not t["averaging"]:
-            switch = nonmono_switch(t["sgd_valid_history"], -check.score, self.cfg.nonmono)
-            t["sgd_valid_history"].append(-check.score)
+        if self.may_average and not t.averaging:
+            switch = nonmono_switch(t.sgd_valid_history, -check.score, self.cfg.nonmono)
+            t.sgd_valid_history.append(-check.score)
             if switch:
                 line += "\n" + self._start_averaging()
         return line
 
-    def save_weights(self, tag: str) -> None:
-        """The best weights (as evaluation uses them); the last ones go with every resume file."""
-        if tag == "best":
-            self.ctx.main_writes(lambda: self._save_eval_weights("best"))
-
-    def _save_eval_weights(self, tag: str) -> None:
-        with self.eval_weights():
-            save_weights(self.rundir.weights(tag), self.model)
-
-    def fresh_progress(self) -> Progress:
-        return Progress(task=copy.deepcopy(_TASK))
-
-    def resume_state(self, prog: Progress) -> Saved:
-        """The model, the optimizer and the carried state (all processes take part: the state is gathered)."""
-        self._flush()
+    def resume(self, prog: Progress, read: tuple | None = None) -> Saved:
+        """The model, the optimizer and the carried state (all processes take part: the state is gathered); with
+        ``read``, the resume file's, taken back first."""
+        if read is not None:
+            self._take_back(prog, *read)
         # the carried state as hidden.<layer>.<part>, the layout saying how many parts each layer has (0: one tensor)
         tensors, layout = {}, []
         for i, s in enumerate(self.hidden if self.hidden is not None and prog.pos > 0 else []):
@@ -424,26 +381,25 @@ class Trainer:
             for j, t in enumerate([s] if torch.is_tensor(s) else s):
                 tensors[f"hidden.{i}.{j}"] = self.ctx.gather_columns(t.detach(), dim=1).cpu().contiguous()
         meta = dict(hidden_layout=layout, model_config=self.model_config.to_dict(), world=self.ctx.world)
-        return Saved(self.model, self.optimizer, self.ctx.device, tensors, meta)
+        return Saved(self.model, self.optimizer, self.ctx.device, tensors, meta, self.eval_weights)
 
-    def write_files(self, prog: Progress, history: list[dict]) -> None:
-        self._save_eval_weights("last")
+    def write_history(self, history: list[dict]) -> None:
+        """``log.csv``: the history as a table (docs/lm.md)."""
         write_log_csv(self.rundir.log_path, history)
 
-    def restore(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> Saved:
-        check_fields(meta, _META_FIELDS, path, "metadata", RESUME_FIX)
-        if meta["model_config"] != self.model_config.to_dict():
+    def _take_back(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> None:
+        own = checked(LMResumeMeta, meta, path, "metadata", strict=False)
+        if own.model_config != self.model_config.to_dict():
             raise CheckpointError(
-                f"{path} was written for another model ({meta['model_config']}) than {RunDir.CONFIG} "
+                f"{path} was written for another model ({own.model_config}) than {RunDir.CONFIG} "
                 f"describes ({self.model_config.to_dict()}); the run directory is inconsistent"
             )
         if "t0" in (meta["optimizer"].get("param_groups") or [{}])[0]:  # saved in the averaging phase (torch's ASGD)
             self.optimizer = make_optimizer(self.params, self.cfg, averaging=True)
-        if meta["hidden_layout"]:
-            self.hidden = self._restore_hidden(path, tensors, meta["hidden_layout"])
-        averaging = " (averaging)" if prog.task["averaging"] else ""
+        if own.hidden_layout:
+            self.hidden = self._restore_hidden(path, tensors, own.hidden_layout)
+        averaging = " (averaging)" if prog.task.averaging else ""
         self.log(f"resumed {self.rundir.path} at epoch {prog.epoch + 1}, batch {prog.pos}, step {prog.step}{averaging}")
-        return Saved(self.model, self.optimizer, self.ctx.device)
 
     def _restore_hidden(self, path: Path, tensors: dict[str, torch.Tensor], layout: list[int]) -> list:
         """The saved recurrent state (all columns, as :meth:`save_state` wrote it), cut to this process's columns."""
@@ -458,52 +414,14 @@ class Trainer:
         cut = lambda i, j: tensors[f"hidden.{i}.{j}"][:, start:stop].contiguous().to(self.ctx.device)
         return [cut(i, 0) if n == 0 else tuple(cut(i, j) for j in range(n)) for i, n in enumerate(layout)]
 
-    def _flush(self) -> None:
-        """Add the device's loss sums to the epoch's (all processes) and the training time; then stop if the loss
-        is NaN or infinite (no file written: the last good ones are kept). Done before every save and validation,
-        so diverged weights never reach a file."""
-        t = self.ctx.all_reduce_sum(torch.stack([self._acc_loss, self._acc_tok]).cpu())
-        prog, now = self.prog, time.perf_counter()
-        prog.task["epoch_loss_sum"] += float(t[0])
-        prog.task["epoch_tokens"] += int(round(float(t[1])))
-        prog.task["epoch_seconds"], self._clock = prog.task["epoch_seconds"] + now - self._clock, now
-        self._acc_loss, self._acc_tok = self._zero(), self._zero()
-        if not self.ctx.any(not math.isfinite(prog.task["epoch_loss_sum"])):
-            return
-        best = self.rundir.weights("best").name
-        kept = [f"{best} (valid ppl {math.exp(-prog.best):.2f})"] if prog.best is not None else []
-        kept += [RunDir.RESUME] if self.rundir.resume_path.exists() else []
-        loss = prog.task["epoch_loss_sum"] / max(prog.task["epoch_tokens"], 1)
-        when = f"in epoch {prog.epoch + 1} (by step {prog.step})"
-        raise diverged(loss, when, f"{', '.join(kept)} in {self.rundir.path}" if kept else "", clip=0.25)
-
-    def run(self, on_step: Callable[[Trainer], None] | None = None) -> TrainResult:
-        """Train to ``cfg.epochs`` (or until ``cfg.max_steps`` optimizer steps in all, ``cfg.time_limit`` minutes of
-        training, or a stop request), then (``final_test``) score the best weights; its result is written and returned
-        (``status``: ``finished``, ``stopped`` by max_steps or time_limit, or ``interrupted``)."""
-        cfg, prog = self.cfg, self.prog
-        self._acc_loss, self._acc_tok, self._clock = self._zero(), self._zero(), time.perf_counter()
-        self.model.train()
-        if prog.epoch >= cfg.epochs and not prog.check_due:
-            self.log(f"the run has already done its {cfg.epochs} epochs (pass --epochs N to train longer)")
-        self.engine.on_step = (lambda: on_step(self)) if on_step is not None else None
-        resume = f"onlstm lm train --out {self.rundir.path} --data-dir {self.data_dir} --resume"
-        result = self.engine.train(resume, lambda best: f"valid ppl {math.exp(-best):.2f}")
-        if self.engine.why == "aborted":
-            raise KeyboardInterrupt
-        return result
-
     def finish(self, why: str, prog: Progress) -> tuple[dict | None, str | None]:
         """At the end of the epochs, the final test (``final_test``), once: its figures are the result's."""
         tested, task = "finished", prog.task
         if why in ("epochs", "patience"):
-            task["finished"] = True
-            if task["results"] is None and self.cfg.final_test:
+            task.finished = True
+            if task.results is None and self.cfg.final_test:
                 tested = self._final_test()
-        return task["results"], "interrupted" if tested == "interrupted" else None
-
-    def epochs(self, prog: Progress) -> float:
-        return prog.epoch + prog.pos / max(len(self.schedule(prog.epoch + 1)), 1)
+        return task.results, "interrupted" if tested == "interrupted" else None
 
     def _final_test(self) -> str:
         """Score the best weights on the first process; every process learns whether that was interrupted."""
@@ -530,7 +448,7 @@ class Trainer:
         except Interrupted:
             self.log("final test interrupted; score the run later with onlstm lm eval")
             return "interrupted"
-        prog.task["results"] = {"weights": best.name, "valid": valid.to_dict(), "test": test.to_dict()}
+        prog.task.results = {"weights": best.name, "valid": valid.to_dict(), "test": test.to_dict()}
         self.log(f"best weights: valid {valid.describe()}")
         self.log(f"best weights: test  {test.describe()}")
         return "finished"
@@ -564,21 +482,14 @@ def train(
     on_step=None,
     log: Callable[[str], None] = print,
     keep: tuple[str, ...] = (),
+    trainer: Trainer | None = None,
 ) -> TrainResult:
     """Train (or resume) a run; ``explicit`` = ``{"model": {...}, "train": {...}}`` settings given by the user (config
-    file and flags); ``on_step(trainer)`` after each update; ``log(message)``; ``keep``:
-    names a new run's directory may already hold (the demo's corpus). Returns
-    the run's :class:`~onlstm.runs.engine.TrainResult` (also in ``results.json``); joins the process group under torchrun."""
-    run = RunDir(run_dir).check_output(resume=resume, command="onlstm lm train", keep=keep)
-    config = resolve_settings(run, explicit or {}, resume)
-    main = int(os.environ.get("RANK", "0")) == 0  # under torchrun the first process holds the lock
-    try:
-        with run.lock("onlstm lm train", log=log, enabled=main):
-            trainer = Trainer(run_dir, data_dir, config, resume=resume, log=log)
-            result = trainer.run(on_step=on_step)
-            # every process done with its collectives before any leaves the group: once, under load, a process
-            # that left first took the other down at exit ("terminate called without an active exception")
-            trainer.ctx.barrier()
-            return result
-    finally:
-        teardown()
+    file and flags); ``on_step(trainer)`` after each update; ``log(message)``; ``keep``: names a new run's directory
+    may already hold (the demo's corpus); ``trainer``: one made beforehand for these settings (hooks on its model).
+    Returns the run's :class:`~onlstm.runs.engine.TrainResult` (also in ``results.json``); joins the process group
+    under torchrun."""
+    given, parts = {name: (explicit or {}).get(name, {}) for name in SECTIONS}, (_sections, _build, RUNTIME_FIELDS)
+    plan = Plan("lm", "onlstm lm train", Path(run_dir), given, *parts, resume, keep, False, True, log, on_step)
+    start = lambda run, settings, ctx: trainer or Trainer(run.path, data_dir, settings["model"], resume, ctx, log)
+    return train_run(plan, start)

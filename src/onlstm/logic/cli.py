@@ -19,12 +19,12 @@ from ..files import add_files, check_output_owner, json_text, publish_folder
 from ..nn import Distances
 from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig, resolve
-from .data import Example, has_split, read_examples, relabel_mismatches, write_file
+from .data import Example, has_split, read_examples, relabel_mismatches, validation_examples, write_file
 from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 from .model import KIND, load_classifier
 from .systematicity import SPLITS, held_out
-from .train import read_history, train, validation_examples
+from .train import read_history, train
 
 DATA_KIND = "logic-data"  # the marker of a folder logic generate wrote (onlstm.files.publish_folder)
 TREES_KIND = "logic-trees"  # the marker of a folder logic trees wrote

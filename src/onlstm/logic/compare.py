@@ -15,9 +15,13 @@ from ..checkpoint import CheckpointError
 from ..errors import EXIT_INTERRUPTED
 from ..files import write_json, write_text
 from ..runs import RunDir, resolve_device
-from ..runs.engine import BUDGETS
+from ..runs.engine import BUDGETS, Budget
+from ..runs.engine import resume_refusal as engine_refusal
 from ..runs.parallel import Ended, Job, threads_per_job, train_in_processes
+from ..runs.resume import resume_settings
 from ..runs.stats import seed_difference
+from .config import RUNTIME_FIELDS, read_sections
+from .data import validation_examples
 from .evaluate import (
     DEFAULT_BUCKETS,
     LengthAccuracy,
@@ -26,15 +30,12 @@ from .evaluate import (
     majority_baseline,
     read_test_examples,
 )
-from .model import LogicModelConfig, load_classifier
+from .model import KIND, LogicModelConfig, load_classifier
 from .parallel import logic_job
 from .train import (
     LogicTrainConfig,
     read_history,
-    resume_refusal,
-    run_header,
     train,
-    validation_examples,
 )
 
 
@@ -204,6 +205,21 @@ def _job(out: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | 
         return None
     tcfg = replace(tcfg, threads=threads_per_job(tcfg.threads, jobs))
     return logic_job(held.run_dir, mcfg, tcfg, data, _resumable(held, tcfg, data)[0])
+
+
+def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, str]:
+    """The header of the logic run in ``out`` and why it cannot be resumed with these settings ("": it was trained
+    with them; :func:`~onlstm.runs.resume_settings`). Raises :class:`CheckpointError` when the file is missing,
+    corrupt, of another kind or does not parse."""
+    header = RunDir(out).read_config(KIND, "a logic classifier")
+    given = {"model": asdict(model_cfg), "train": asdict(cfg)}
+    return header, resume_settings(header, read_sections, given, RUNTIME_FIELDS, Path(out))[1]
+
+
+def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
+    """Why the run in ``out`` cannot be resumed with ``cfg``: its settings clash (:func:`run_header`), or the one
+    rule of every trainer (:func:`~onlstm.runs.engine.resume_refusal`); "" when it can."""
+    return clash or engine_refusal(RunDir(out), KIND, Budget.of(cfg))
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,19 @@ the YAML presets ``logic/<name>`` (``onlstm presets``; see :mod:`onlstm.config`)
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import encoders
-from ..config import Config, ConfigError, Runtime, Settings, option, runtime_option, seed_option
+from ..config import Config, ConfigError, Runtime, Settings, option, runtime_fields, runtime_option, seed_option
 from ..nn.functional import MASTER_INPUT_MODES
+from ..runs.budget import BudgetOptions
 from .formulas import VOCABULARY
 from .relations import RELATIONS
 
-#: How ``valid_split`` picks the validation pairs (:func:`onlstm.logic.train.split_train_valid`).
+#: How ``valid_split`` picks the validation pairs (:func:`onlstm.logic.data.split_train_valid`).
 VALID_SPLITS = ("random", "ordered")
 #: Activations of the MLP's hidden layer (built in :mod:`onlstm.logic.model`).
 MLP_ACTIVATIONS = ("relu", "elu")
@@ -69,8 +71,9 @@ class LogicModelConfig(Config):
 
 
 @dataclass
-class LogicTrainConfig(Runtime):
-    """Options of :func:`train` (saved in ``config.json``); device, threads and progress from :class:`Runtime`."""
+class LogicTrainConfig(BudgetOptions):
+    """Options of :func:`train` (saved in ``config.json``); device, threads and progress from :class:`Runtime`, the
+    budget (epochs, time_limit, max_steps) and reporting from :class:`~onlstm.runs.budget.BudgetOptions`."""
 
     section = "train"
     config_kind = "logic train config"
@@ -104,9 +107,6 @@ class LogicTrainConfig(Runtime):
     )
     curriculum_steps: int = option(2000, "updates per curriculum stage (0: none, overriding a preset)", ge=0)
     seed: int = seed_option(0, "seed of subset, split, init, dropout and batch order")
-    epochs: int = runtime_option(
-        30, "maximum epochs (passes over all training pairs; a curriculum's short passes don't count)", ge=1
-    )
     batch_size: int = option(128, "pairs per step", ge=1)
     lr: float = option(1e-3, "Adam learning rate", gt=0)
     lr_decay: float = option(
@@ -129,24 +129,6 @@ class LogicTrainConfig(Runtime):
     clip: float = option(1.0, "gradient norm clipping; 0 = none", ge=0)
     patience: int = option(8, "stop after this many validation checks in a row without improvement", ge=1)
     valid_every: int = option(0, "steps between validation checks; 0 = once per epoch", ge=0)
-    log_every: int = runtime_option(
-        50, "steps between reports: the progress bar's figures, a log line, a row of steps.csv", ge=1
-    )
-    tensorboard: bool = runtime_option(
-        False, "also write the reports to RUN_DIR/tensorboard (needs the tensorboard package)"
-    )
-    time_limit: float | None = runtime_option(
-        None, "stop after this many minutes of training (checked after every step)", default_text="no limit", gt=0
-    )
-    # Wall time and epochs give encoders of different speeds different numbers of updates (21-25% apart on the
-    # original data); comparisons at equal updates need an exact step budget.
-    max_steps: int | None = runtime_option(
-        None,
-        "stop after exactly this many updates (a validation check is made at the last one); with epochs and "
-        "time_limit, whichever comes first",
-        default_text="no limit",
-        ge=1,
-    )
     eval_batch_size: int = runtime_option(512, "pairs per evaluation batch", ge=1)
 
     def validate(self) -> None:
@@ -249,3 +231,14 @@ def load_config(
     as flags are: :func:`resolve`), for :func:`onlstm.logic.train_classifier`."""
     _, model, train, _ = resolve(path, overrides)
     return model, train
+
+
+#: Training settings that do not change what is learned (declared ``runtime``: display, evaluation batching,
+#: threads, device, the budgets); a resumed run may change them.
+RUNTIME_FIELDS = runtime_fields(LogicTrainConfig)
+
+
+def read_sections(header: Mapping) -> dict[str, dict]:
+    """A run's (or the given) settings read through the dataclasses, so that a field added later has its default."""
+    model = asdict(LogicModelConfig.from_dict(header.get("model") or {}))
+    return {"model": model, "train": asdict(LogicTrainConfig.from_dict(header.get("train") or {}))}

@@ -5,16 +5,21 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import OnlstmError
 from ..files import atomic_write, iter_lines
 from .formulas import Formula, FormulaSyntaxError, count_operators, parse, to_text
 from .relations import RELATIONS, relation
+
+if TYPE_CHECKING:
+    from .config import LogicTrainConfig
 
 #: The last file number; it holds every pair with this many operators or more.
 LAST_BUCKET = 12
@@ -255,3 +260,57 @@ def has_split(directory: str | Path, split: str) -> bool:
 
 def _show(buckets: set[int] | None) -> str:
     return "None" if buckets is None else "{" + ", ".join(map(str, sorted(buckets))) + "}"
+
+
+def split_train_valid(examples: list[Example], cfg: LogicTrainConfig) -> tuple[list[Example], list[Example]]:
+    """Subset (``max_train_examples``) and validation hold-out (``valid_fraction``): seeded random, or with
+    ``valid_split='ordered'`` every ``round(1 / valid_fraction)``-th pair in file order (the authors' script:
+    the 10th, 20th, ... pair of train0, train1, ... read in turn)."""
+    if cfg.valid_split == "ordered":
+        pool = list(examples)[: cfg.max_train_examples]  # None: all
+        nth = max(2, round(1 / cfg.valid_fraction))
+        train = [ex for i, ex in enumerate(pool, start=1) if i % nth]
+        valid = [ex for i, ex in enumerate(pool, start=1) if not i % nth]
+    else:
+        rng = random.Random(f"onlstm-logic-split/{cfg.seed}")
+        pool = list(examples)
+        rng.shuffle(pool)
+        pool = pool[: cfg.max_train_examples]  # None: all
+        n_valid = max(1, round(cfg.valid_fraction * len(pool)))
+        train, valid = pool[n_valid:], pool[:n_valid]
+    if not valid or not train:
+        raise LogicDataError(
+            f"only {len(pool)} training pairs: too few to hold out {cfg.valid_fraction:.0%} "
+            "for validation and train on the rest"
+        )
+    return train, valid
+
+
+def validation_examples(data: str | Path, cfg: LogicTrainConfig, buckets: Iterable[int]) -> list[Example]:
+    """The validation hold-out of a run trained with ``cfg`` on ``data``, rebuilt as training drew it, in the
+    given length buckets (for data whose test files are kept back)."""
+    keep = set(buckets)
+    _, valid = split_train_valid(load_training_examples(data, cfg), cfg)
+    return [ex for ex in valid if ex.file_number in keep]
+
+
+def load_training_examples(data: str | Path, cfg: LogicTrainConfig) -> list[Example]:
+    """The pairs of the ``train{k}`` files with ``k <= max_train_ops`` whose larger count is <= max_train_ops."""
+    path = Path(data)
+    if not path.exists():
+        raise LogicDataError(
+            f"data directory {path} does not exist; create one with `onlstm logic generate "
+            f"--out {path}` or pass the directory of the original train{{k}}/test{{k}} files"
+        )
+    buckets = range(cfg.max_train_ops + 1) if path.is_dir() else None
+    return read_examples(path, split="train", buckets=buckets, max_ops=cfg.max_train_ops)
+
+
+def load_test_examples(data: str | Path) -> list[Example]:
+    """The pairs of the ``test{k}`` files of ``data`` (for ``score_test``), with a fix when there are none."""
+    try:
+        return read_examples(data, split="test")
+    except LogicDataError as exc:
+        raise LogicDataError(
+            f"score_test: {exc}; drop --score-test or point --data at a directory with test files"
+        ) from None

@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .data import Example, LogicDataError, read_examples
-from .model import LogicClassifier  # load_classifier, once defined here, is in .model (and the package)
+from .model import (
+    LogicClassifier,  # load_classifier, once defined here, is in .model (and the package)
+    encode_examples,
+    predict_encoded,
+)
 from .relations import RELATIONS
-from .train import encode_examples, predict_encoded
 
 #: The lengths of the paper's figure.
 DEFAULT_BUCKETS: tuple[int, ...] = tuple(range(1, 13))

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from ..encoders import make_encoder
 from ..saved import LoadedRun, RunFiles, load_run
 from ..sharing import model_card, pretrained_path, save_pretrained
 from .config import MLP_ACTIVATIONS, LogicModelConfig
+from .data import Example
 from .formulas import VOCABULARY, Formula, to_tokens
+from .relations import RELATIONS
 
 #: The ``kind`` of a logic run (registered by :mod:`onlstm.logic`).
 KIND = "logic-classifier"
@@ -167,3 +170,55 @@ def _check_tokens(run: LoadedRun) -> None:
         raise CheckpointError(
             f"{RunFiles(run.run_dir).vocab_path} differs from this version's token list {list(TOKENS)}"
         )
+
+
+Encoded = tuple[list[int], list[int], int]
+
+
+def encode_examples(examples: list[Example]) -> list[Encoded]:
+    """``(ids of A, ids of B, class index)`` per example."""
+    return [(token_ids(ex.a), token_ids(ex.b), RELATIONS.index(ex.label)) for ex in examples]
+
+
+def collate(batch: list[Encoded]):
+    """``(a_tokens, a_lengths, b_tokens, b_lengths, labels)`` tensors for a list of encoded pairs."""
+    a, al = pad_batch([e[0] for e in batch])
+    b, bl = pad_batch([e[1] for e in batch])
+    return a, al, b, bl, torch.tensor([e[2] for e in batch], dtype=torch.int64)
+
+
+_OPERATOR_IDS = frozenset(TOKEN_IDS[t] for t in ("not", "and", "or"))
+
+
+def operator_count(pair: Encoded) -> int:
+    """The larger operator count of an encoded pair (each operator is one token), as in the file numbers."""
+    return max(sum(t in _OPERATOR_IDS for t in pair[0]), sum(t in _OPERATOR_IDS for t in pair[1]))
+
+
+@torch.no_grad()
+def predict_encoded(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[int]:
+    """Class index (into :data:`RELATIONS`) predicted for each encoded pair, in eval mode (mode restored)."""
+    was_training = model.training
+    model.eval()
+    # Sort by length so that a batch's formulas are similar in length (faster; results do not change).
+    order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
+    out = [0] * len(data)
+    device = next(model.parameters()).device
+    for i in range(0, len(order), batch_size):
+        idx = order[i : i + batch_size]
+        a, al, b, bl, _ = (t.to(device) for t in collate([data[j] for j in idx]))
+        for j, p in zip(idx, model(a, al, b, bl).argmax(-1).tolist()):
+            out[j] = p
+    model.train(was_training)
+    return out
+
+
+def correct_flags(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[bool]:
+    """Per pair, whether its predicted class is the label."""
+    return [p == e[2] for p, e in zip(predict_encoded(model, data, batch_size), data, strict=True)]
+
+
+def accuracy_by_ops(flags: list[bool], ops: list[int]) -> dict[str, float]:
+    """Accuracy per larger operator count (keys are the counts as strings, for JSON)."""
+    total, right = Counter(ops), Counter(k for ok, k in zip(flags, ops, strict=True) if ok)
+    return {str(k): right[k] / total[k] for k in sorted(total)}

@@ -6,28 +6,36 @@ from __future__ import annotations
 
 import math
 import random
-from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import CheckpointError, config_header, save_weights
-from ..config import runtime_fields
+from ..checkpoint import config_header
+from ..config import ConfigError, count_option, option
+from ..errors import quote
 from ..files import write_json
-from ..runs import RunDir, not_a_run
+from ..runs import RunDir
 from ..runs.device import prepare_kernel, runtime_device
-from ..runs.engine import Budget, Check, Engine, Progress, Reporting, Saved, TrainResult, update
-from ..runs.engine import resume_refusal as engine_refusal
-from ..runs.records import COUNT, FLAG, NUMBER, RNG_STATE, SCORES
-from ..runs.records import read_history as read_records
-from ..runs.resume import resume_settings
-from .config import LogicTrainConfig
-from .data import Example, LogicDataError, read_examples
-from .model import KIND, TOKEN_IDS, TOKENS, LogicClassifier, LogicModelConfig, pad_batch, token_ids
-from .relations import RELATIONS
+from ..runs.engine import Check, Plan, Progress, Saved, TrainResult, train_run, update
+from ..runs.resume import read_history as read_records
+from . import model as classifier
+from .config import RUNTIME_FIELDS, LogicTrainConfig, read_sections
+from .data import Example, LogicDataError, load_test_examples, load_training_examples, split_train_valid
+from .model import (
+    KIND,
+    TOKENS,
+    Encoded,
+    LogicClassifier,
+    LogicModelConfig,
+    accuracy_by_ops,
+    correct_flags,
+    encode_examples,
+    operator_count,
+)
 
 
 class PlateauSchedule:
@@ -52,118 +60,12 @@ class PlateauSchedule:
         return changed
 
 
-Encoded = tuple[list[int], list[int], int]
-
-
-def encode_examples(examples: list[Example]) -> list[Encoded]:
-    """``(ids of A, ids of B, class index)`` per example."""
-    return [(token_ids(ex.a), token_ids(ex.b), RELATIONS.index(ex.label)) for ex in examples]
-
-
-def collate(batch: list[Encoded]):
-    """``(a_tokens, a_lengths, b_tokens, b_lengths, labels)`` tensors for a list of encoded pairs."""
-    a, al = pad_batch([e[0] for e in batch])
-    b, bl = pad_batch([e[1] for e in batch])
-    return a, al, b, bl, torch.tensor([e[2] for e in batch], dtype=torch.int64)
-
-
-def split_train_valid(examples: list[Example], cfg: LogicTrainConfig) -> tuple[list[Example], list[Example]]:
-    """Subset (``max_train_examples``) and validation hold-out (``valid_fraction``): seeded random, or with
-    ``valid_split='ordered'`` every ``round(1 / valid_fraction)``-th pair in file order (the authors' script:
-    the 10th, 20th, ... pair of train0, train1, ... read in turn)."""
-    if cfg.valid_split == "ordered":
-        pool = list(examples)[: cfg.max_train_examples]  # None: all
-        nth = max(2, round(1 / cfg.valid_fraction))
-        train = [ex for i, ex in enumerate(pool, start=1) if i % nth]
-        valid = [ex for i, ex in enumerate(pool, start=1) if not i % nth]
-    else:
-        rng = random.Random(f"onlstm-logic-split/{cfg.seed}")
-        pool = list(examples)
-        rng.shuffle(pool)
-        pool = pool[: cfg.max_train_examples]  # None: all
-        n_valid = max(1, round(cfg.valid_fraction * len(pool)))
-        train, valid = pool[n_valid:], pool[:n_valid]
-    if not valid or not train:
-        raise LogicDataError(
-            f"only {len(pool)} training pairs: too few to hold out {cfg.valid_fraction:.0%} "
-            "for validation and train on the rest"
-        )
-    return train, valid
-
-
-def validation_examples(data: str | Path, cfg: LogicTrainConfig, buckets: Iterable[int]) -> list[Example]:
-    """The validation hold-out of a run trained with ``cfg`` on ``data``, rebuilt as training drew it, in the
-    given length buckets (for data whose test files are kept back)."""
-    keep = set(buckets)
-    _, valid = split_train_valid(load_training_examples(data, cfg), cfg)
-    return [ex for ex in valid if ex.file_number in keep]
-
-
-def load_training_examples(data: str | Path, cfg: LogicTrainConfig) -> list[Example]:
-    """The pairs of the ``train{k}`` files with ``k <= max_train_ops`` whose larger count is <= max_train_ops."""
-    path = Path(data)
-    if not path.exists():
-        raise LogicDataError(
-            f"data directory {path} does not exist; create one with `onlstm logic generate "
-            f"--out {path}` or pass the directory of the original train{{k}}/test{{k}} files"
-        )
-    buckets = range(cfg.max_train_ops + 1) if path.is_dir() else None
-    return read_examples(path, split="train", buckets=buckets, max_ops=cfg.max_train_ops)
-
-
-def load_test_examples(data: str | Path) -> list[Example]:
-    """The pairs of the ``test{k}`` files of ``data`` (for ``score_test``), with a fix when there are none."""
-    try:
-        return read_examples(data, split="test")
-    except LogicDataError as exc:
-        raise LogicDataError(
-            f"score_test: {exc}; drop --score-test or point --data at a directory with test files"
-        ) from None
-
-
-_OPERATOR_IDS = frozenset(TOKEN_IDS[t] for t in ("not", "and", "or"))
-
-
-def operator_count(pair: Encoded) -> int:
-    """The larger operator count of an encoded pair (each operator is one token), as in the file numbers."""
-    return max(sum(t in _OPERATOR_IDS for t in pair[0]), sum(t in _OPERATOR_IDS for t in pair[1]))
-
-
 def curriculum_bound(cfg: LogicTrainConfig, step: int) -> int:
     """The largest operator count trained on at update ``step`` (0-based): ``curriculum_start``, one more every
     ``curriculum_steps`` updates, up to ``max_train_ops``; ``max_train_ops`` throughout without a curriculum."""
     if cfg.curriculum_start is None or cfg.curriculum_steps == 0:
         return cfg.max_train_ops
     return min(cfg.curriculum_start + step // cfg.curriculum_steps, cfg.max_train_ops)
-
-
-@torch.no_grad()
-def predict_encoded(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[int]:
-    """Class index (into :data:`RELATIONS`) predicted for each encoded pair, in eval mode (mode restored)."""
-    was_training = model.training
-    model.eval()
-    # Sort by length so that a batch's formulas are similar in length (faster; results do not change).
-    order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
-    out = [0] * len(data)
-    device = next(model.parameters()).device
-    for i in range(0, len(order), batch_size):
-        idx = order[i : i + batch_size]
-        a, al, b, bl, _ = (t.to(device) for t in collate([data[j] for j in idx]))
-        for j, p in zip(idx, model(a, al, b, bl).argmax(-1).tolist()):
-            out[j] = p
-    model.train(was_training)
-    return out
-
-
-def correct_flags(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[bool]:
-    """Per pair, whether its predicted class is the label."""
-    return [p == e[2] for p, e in zip(predict_encoded(model, data, batch_size), data, strict=True)]
-
-
-def accuracy_by_ops(flags: list[bool], ops: list[int]) -> dict[str, float]:
-    """Accuracy per larger operator count (keys are the counts as strings, for JSON)."""
-    total, right = Counter(ops), Counter(k for ok, k in zip(flags, ops, strict=True) if ok)
-    return {str(k): right[k] / total[k] for k in sorted(total)}
 
 
 def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: float):
@@ -176,42 +78,49 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
     return loss.detach(), logits.detach()
 
 
-#: Training settings that do not change what is learned (declared ``runtime``: display, evaluation batching,
-#: threads, device, the budgets); a resumed run may change them.
-RUNTIME_FIELDS = runtime_fields(LogicTrainConfig)
-#: A validation check's record in history.json, and the task's values in the resume file (onlstm.runs.records);
-#: older runs recorded fewer fields, so only the first three must be there.
-HISTORY_FIELDS = dict(step=COUNT, valid_accuracy=NUMBER, train_accuracy=NUMBER, epoch=NUMBER, seconds=NUMBER)
-HISTORY_FIELDS.update(train_loss=NUMBER, valid_by_ops=SCORES, train_ops=COUNT, lr=NUMBER, best=FLAG)
-HISTORY_FIELDS.update(test_by_length=SCORES)
-_TASK_FIELDS = dict(pass_ops=COUNT, epoch_rng=RNG_STATE, schedule_bad=COUNT, loss_sum=NUMBER, correct_sum=COUNT)
-_TASK_FIELDS.update(seen=COUNT)
+def _by_count(value: dict | None, where: str) -> None:
+    if value is not None and not all(k.isdigit() for k in value):
+        raise ConfigError(f"{where} must be an object of numbers by count, got keys {quote(list(value)[:3])}")
+
+
+def _rng_state(value: list, where: str) -> None:
+    try:
+        version, internal, gauss = value
+        random.Random().setstate((version, tuple(internal), gauss))
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{where} is {quote(value, 60)}, not a random generator's state") from None
+
+
+@dataclass
+class LogicRow:
+    """A validation check's record in history.json (older runs recorded only the first three fields)."""
+
+    step: int = count_option(MISSING)
+    valid_accuracy: float = option(MISSING)
+    train_accuracy: float = option(MISSING)
+    epoch: float | None = None
+    seconds: float | None = None
+    train_loss: float | None = None
+    valid_by_ops: dict[str, float] | None = option(None, check=_by_count)
+    train_ops: int | None = count_option(None)
+    lr: float | None = None
+    best: bool = False
+    test_by_length: dict[str, float] | None = option(None, check=_by_count)
+
+
+@dataclass
+class LogicState:
+    """What ``Progress.task`` carries: the pass's operator bound and batch order (the generator's state at its
+    start: a resumed run replays its shuffle), the plateau schedule's count."""
+
+    pass_ops: int = count_option(MISSING)
+    epoch_rng: list = option(MISSING, check=_rng_state)
+    schedule_bad: int = count_option()
 
 
 def read_history(run: Path, fix: str, at_least: int = 0) -> list[dict]:
     """The checked ``history.json`` of the logic run in ``run`` (at least ``at_least`` records)."""
-    return read_records(RunDir(run).history_path, HISTORY_FIELDS, tuple(HISTORY_FIELDS)[:3], fix, at_least)
-
-
-def _sections(header: dict) -> dict[str, dict]:
-    """A run's settings read through the dataclasses, so that a field added later has its default."""
-    model = asdict(LogicModelConfig.from_dict(header.get("model") or {}))
-    return {"model": model, "train": asdict(LogicTrainConfig.from_dict(header.get("train") or {}))}
-
-
-def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, str]:
-    """The header of the logic run in ``out`` and why it cannot be resumed with these settings ("": it was trained
-    with them; :func:`~onlstm.runs.resume_settings`). Raises :class:`CheckpointError` when the file is missing,
-    corrupt, of another kind or does not parse."""
-    header = RunDir(out).read_config(KIND, "a logic classifier")
-    given = {"model": asdict(model_cfg), "train": asdict(cfg)}
-    return header, resume_settings(header, _sections, given, RUNTIME_FIELDS, Path(out))[1]
-
-
-def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
-    """Why the run in ``out`` cannot be resumed with ``cfg``: its settings clash (:func:`run_header`), or the one
-    rule of every trainer (:func:`~onlstm.runs.engine.resume_refusal`); "" when it can."""
-    return clash or engine_refusal(RunDir(out), KIND, Budget(cfg.epochs, 0, cfg.max_steps, cfg.time_limit))
+    return read_records(RunDir(run).history_path, LogicRow, fix, at_least)
 
 
 def train(
@@ -228,39 +137,37 @@ def train(
     holding a run is refused, unless ``replace=True`` (``logic compare`` retraining its own run) and it is a
     logic run. On Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last weights and the
     resume file (the best checkpoint is kept)."""
-    log = log or (lambda _msg: None)
-    run = RunDir(out).check_output(resume=resume, command="onlstm logic train", replace_kind=KIND if replace else None)
-    if resume and (refusal := not_a_run(run) or resume_refusal(run.path, run_header(run.path, model_cfg, cfg)[1], cfg)):
-        raise CheckpointError(refusal)
-    with run.lock("onlstm logic train", log=log):
-        examples = load_training_examples(data, cfg)
-        train_ex, valid_ex = split_train_valid(examples, cfg)
-        task = LogicTask(model_cfg, cfg, run.path, encode_examples(train_ex), encode_examples(valid_ex), log)
-        if cfg.score_test:
-            task.set_test(load_test_examples(data))
-        max_ops = max(ex.max_ops for ex in examples)
-        data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
-        header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
-        report = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard)
-        engine = Engine(task, task.budget(), log, cfg.progress, model_cfg.cell, report=report, run=run, kind=KIND)
-        task.clock = engine.elapsed
-        # a resume without a resume file: killed or a full disk before its first save (resume_refusal allowed it)
-        go_on = engine.begin(resume, header, lambda path: write_json(path, list(TOKENS)))
-        if resume:  # what a full disk may have kept from being written when the run stopped
-            run.write_config(header)
-            write_json(run.vocab_path, list(TOKENS))
-            if go_on:  # (a run started again has none: it saved nothing)
-                write_json(run.history_path, engine.history)
-        log(task.summary())
-        resume = "onlstm logic train --resume (with the run's --config, --data and --out)"
-        return engine.train(resume, lambda best: f"valid acc {100 * best:.2f}%")  # diverged: resume file kept
+    log, given = log or (lambda _msg: None), {"model": asdict(model_cfg), "train": asdict(cfg)}
+    build = lambda sections: {"model": model_cfg, "train": cfg}  # on resume, sections are these: a clash is refused
+    parts = (read_sections, build, RUNTIME_FIELDS, resume, (), replace)
+    plan = Plan(KIND, "onlstm logic train", Path(out), given, *parts, log=log)
+    return train_run(plan, lambda run, settings, ctx: _start(run, model_cfg, cfg, data, ctx, log))
+
+
+def _start(run: RunDir, model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data, ctx, log) -> LogicTask:
+    """The task of a run, its data read (in the lock: nothing is read before the settings are checked)."""
+    examples = load_training_examples(data, cfg)
+    train_ex, valid_ex = split_train_valid(examples, cfg)
+    task = LogicTask(model_cfg, cfg, run.path, encode_examples(train_ex), encode_examples(valid_ex), log, ctx.device)
+    if cfg.score_test:
+        task.set_test(load_test_examples(data))
+    max_ops = max(ex.max_ops for ex in examples)
+    data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
+    task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
+    log(task.summary())
+    return task
 
 
 class LogicTask:
     """The classifier's part of a training run (run by :class:`~onlstm.runs.engine.Engine`); ``Progress.task``
     carries the schedule's count, the running training figures, the pass's operator bound and batch-order state."""
 
-    task_fields, history_fields, history_required = _TASK_FIELDS, HISTORY_FIELDS, tuple(HISTORY_FIELDS)[:3]
+    row, unit, perplexity = LogicRow, "pairs", False
+    resume_command = "onlstm logic train --resume (with the run's --config, --data and --out)"
+    # a resume file of an earlier version kept the running figures in the task's state
+    old_sums: ClassVar = {"loss_sum": "loss", "correct_sum": "accuracy", "seen": "n"}
+    engine: Any
+    header: dict
 
     def __init__(
         self,
@@ -270,12 +177,13 @@ class LogicTask:
         train_data: list[Encoded],
         valid_data: list[Encoded],
         log: Callable[[str], None],
+        device: torch.device | None = None,
     ):
-        self.model_cfg, self.cfg, self.rundir, self.log = model_cfg, cfg, RunDir(out), log
+        self.model_cfg, self.cfg, self.rundir, self.log, self.desc = model_cfg, cfg, RunDir(out), log, model_cfg.cell
         self.train_data, self.valid_data = train_data, valid_data
         self.train_ops = [operator_count(e) for e in train_data]
         self.valid_ops = [operator_count(e) for e in valid_data]
-        self.device = runtime_device(cfg)
+        self.device = device or runtime_device(cfg)
         torch.manual_seed(cfg.seed)
         self.model = LogicClassifier(model_cfg).to(self.device)
         prepare_kernel(self.model, self.device)  # a first use's compile before the clock starts, not in it
@@ -283,25 +191,23 @@ class LogicTask:
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, **adam)
         self.schedule = PlateauSchedule(self.opt, cfg.lr_decay, cfg.lr_patience, cfg.min_lr)
         self.steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
+        self.valid_every = cfg.valid_every or self.steps_per_epoch
         self.order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
-        self.clock: Callable[[], float] = lambda: 0.0
+        # each pass's shuffle is drawn from the batch-order generator's state at the pass's start (JSON: a list),
+        # so a resumed run replays the shuffle of the pass it stopped in
+        self.state = LogicState(curriculum_bound(cfg, 0), list(self.order_rng.getstate()))
         self.test_data: list[Encoded] = []
         self.test_lengths: list[int] = []
-        self._reported: tuple[float, int, int, float] | None = None  # running sums and clock at the last report
 
     def set_test(self, examples: list[Example]) -> None:
         """Pairs scored at every validation check besides the validation pairs (``score_test``), by file number."""
         self.test_data, self.test_lengths = encode_examples(examples), [ex.length for ex in examples]
 
-    def budget(self) -> Budget:
-        cfg = self.cfg
-        return Budget(cfg.epochs, cfg.valid_every or self.steps_per_epoch, cfg.max_steps, cfg.time_limit, cfg.patience)
+    def vocab(self, path: Path) -> None:
+        write_json(path, list(TOKENS))
 
-    def fresh_progress(self) -> Progress:
-        # Each pass's shuffle is drawn from the batch-order generator's state at the pass's start (JSON: a list),
-        # so a resumed run replays the shuffle of the pass it stopped in.
-        task = {"pass_ops": curriculum_bound(self.cfg, 0), "epoch_rng": list(self.order_rng.getstate())}
-        return Progress(task={**task, "schedule_bad": 0, "loss_sum": 0.0, "correct_sum": 0, "seen": 0})
+    def score_words(self, best: float) -> str:
+        return f"valid acc {100 * best:.2f}%"
 
     def summary(self) -> str:
         cfg, curriculum = self.cfg, ""
@@ -312,19 +218,16 @@ class LogicTask:
         return (
             f"{self.model_cfg.cell} on {self.device}: {sum(p.numel() for p in self.model.parameters()):,} parameters; "
             f"{len(self.train_data)} training pairs, {len(self.valid_data)} validation pairs (<= {cfg.max_train_ops} "
-            f"operators); {self.steps_per_epoch} steps/epoch, validation every {self.budget().valid_every} steps; "
+            f"operators); {self.steps_per_epoch} steps/epoch, validation every {self.valid_every} steps; "
             f"run dir {self.rundir.path}{curriculum}"
         )
-
-    def epochs(self, prog: Progress) -> float:
-        return round(prog.step / self.steps_per_epoch, 3)
 
     def pass_batches(self, prog: Progress) -> list[list[int]]:
         """The pass over the pairs with at most ``pass_ops`` operators (all of them once a curriculum is over),
         shuffled, in batches of pair indices."""
-        version, internal, gauss = prog.task["epoch_rng"]
+        version, internal, gauss = prog.task.epoch_rng
         self.order_rng.setstate((version, tuple(internal), gauss))
-        bound = prog.task["pass_ops"]
+        bound = prog.task.pass_ops
         order = [i for i, k in enumerate(self.train_ops) if k <= bound]
         if not order:
             raise LogicDataError(f"no training pair has at most {bound} operators: raise curriculum_start")
@@ -335,44 +238,27 @@ class LogicTask:
     def end_pass(self, prog: Progress, complete: bool) -> bool | None:
         """A pass ends with its last batch, or early when the curriculum moves on (the next pass is over the
         longer pairs too); only whole passes over every length are epochs."""
-        bound, nxt = prog.task["pass_ops"], curriculum_bound(self.cfg, prog.step)
+        bound, nxt = prog.task.pass_ops, curriculum_bound(self.cfg, prog.step)
         if not complete and nxt == bound:
             return None
-        prog.task["pass_ops"], prog.task["epoch_rng"] = nxt, list(self.order_rng.getstate())
+        prog.task.pass_ops, prog.task.epoch_rng = nxt, list(self.order_rng.getstate())
         return complete and bound == self.cfg.max_train_ops
 
-    def train_step(self, idx: list[int], prog: Progress) -> float:
-        batch = [t.to(self.device) for t in collate([self.train_data[j] for j in idx])]
-        loss_t, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
-        loss, y, t = float(loss_t), batch[-1], prog.task
-        t["loss_sum"] += loss * len(y)
-        t["correct_sum"] += int((logits.argmax(-1) == y).sum())
-        t["seen"] += len(y)
-        return loss
-
-    def metrics(self, prog: Progress) -> dict[str, float]:
-        """Training loss, accuracy (with dropout) and speed since the last report."""
-        t, now = prog.task, self.clock()
-        last = self._reported or (0.0, 0, 0, prog.seconds)  # the session's first report: from its start
-        if t["seen"] < last[2]:  # a validation check began the running figures anew
-            last = (0.0, 0, 0, last[3])
-        seen = max(t["seen"] - last[2], 1)
-        self._reported = (t["loss_sum"], t["correct_sum"], t["seen"], now)
-        return {
-            "loss": (t["loss_sum"] - last[0]) / seen,
-            "accuracy": (t["correct_sum"] - last[1]) / seen,
-            "pairs_per_s": (t["seen"] - last[2]) / max(now - last[3], 1e-9),
-        }
+    def train_step(self, idx: list[int], prog: Progress) -> dict:
+        batch = [t.to(self.device) for t in classifier.collate([self.train_data[j] for j in idx])]
+        loss, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
+        y = batch[-1]
+        return {"loss": float(loss) * len(y), "accuracy": int((logits.argmax(-1) == y).sum()), "n": len(y)}
 
     def validation(self, prog: Progress) -> Check:
         flags = correct_flags(self.model, self.valid_data, self.cfg.eval_batch_size)
-        acc, t = sum(flags) / len(flags), prog.task
+        acc, sums, seen = sum(flags) / len(flags), prog.sums, max(prog.sums.get("n", 0.0), 1)
         rec = {
             "step": prog.step,
             "epoch": round(prog.step / self.steps_per_epoch, 3),
-            "seconds": round(self.clock(), 1),
-            "train_loss": t["loss_sum"] / max(t["seen"], 1),
-            "train_accuracy": t["correct_sum"] / max(t["seen"], 1),
+            "seconds": round(self.engine.elapsed(), 1),
+            "train_loss": sums.get("loss", 0.0) / seen,
+            "train_accuracy": sums.get("accuracy", 0.0) / seen,
             "valid_accuracy": acc,
             "valid_by_ops": accuracy_by_ops(flags, self.valid_ops),
             "train_ops": curriculum_bound(self.cfg, max(prog.step - 1, 0)),  # the bound of the last update
@@ -381,13 +267,12 @@ class LogicTask:
         if self.test_data:
             flags = correct_flags(self.model, self.test_data, self.cfg.eval_batch_size)
             rec["test_by_length"] = accuracy_by_ops(flags, self.test_lengths)
-        t["loss_sum"], t["correct_sum"], t["seen"] = 0.0, 0, 0
         return Check(acc, rec)
 
     def after_check(self, prog: Progress, check: Check, improved: bool) -> str:
         """The plateau schedule; returns the check's log line."""
         decayed = self.schedule.step(improved)
-        prog.task["schedule_bad"] = self.schedule.bad
+        prog.task.schedule_bad = self.schedule.bad
         rec, lr = check.record, self.opt.param_groups[0]["lr"]
         best = " (best)" if improved else f" (best {100 * (prog.best or 0.0):.2f}% at step {prog.best_step})"
         return (
@@ -400,26 +285,18 @@ class LogicTask:
             + (f" (training on <= {rec['train_ops']})" if rec["train_ops"] < self.cfg.max_train_ops else "")
         )
 
-    def save_weights(self, tag: str) -> None:
-        save_weights(self.rundir.weights(tag), self.model)
-
-    def resume_state(self, prog: Progress) -> Saved:
+    def resume(self, prog: Progress, read: tuple | None = None) -> Saved:
+        if read is not None:
+            self.schedule.bad = prog.task.schedule_bad
+            self.log(
+                f"resuming {self.rundir.path} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
+                f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"
+            )
         return Saved(self.model, self.opt, self.device)
-
-    def write_files(self, prog: Progress, history: list[dict]) -> None:
-        write_json(self.rundir.history_path, history)
-
-    def restore(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> Saved:
-        self.schedule.bad = prog.task["schedule_bad"]
-        self.log(
-            f"resuming {self.rundir.path} at step {prog.step} (epoch {prog.epoch + 1}, batch {prog.pos + 1}); best "
-            f"valid acc {100 * (prog.best or 0.0):.2f}% at step {prog.best_step}"
-        )
-        return self.resume_state(prog)
 
     def finish(self, why: str, prog: Progress) -> tuple[dict, None]:
         """The last weights of an interrupted run; the data sizes and best accuracy for the result."""
-        if why in ("interrupted", "aborted"):
-            self.save_weights("last")
+        if why == "aborted":  # an interrupted run's were saved with its resume file
+            self.engine.save_weights("last", self.resume(prog))
         figures = {"best_valid_accuracy": prog.best or 0.0, "n_train": len(self.train_data)}
         return {**figures, "n_valid": len(self.valid_data)}, None

@@ -19,6 +19,7 @@ from ..data.reader import TextConventionNote, TextReader, reader_of
 from ..data.vocab import EOS, Vocab
 from ..encoders import make_encoder
 from ..errors import InputError
+from ..nn import ONLSTM, kernels
 from ..nn.functional import MASTER_INPUT_MODES
 
 
@@ -459,3 +460,21 @@ def load_language_model_run(
     run = load_run(checkpoint, KIND, build, tag=tag, device=device, **opts)
     run.model.vocab, run.model.run_config = run.vocab, run.config  # what the Python API reads text with
     return run
+
+
+def use_onlstm_impl(model: nn.Module, impl: str, device: torch.device) -> None:
+    """Make every ON-LSTM layer of ``model`` run ``impl`` (a runtime choice, never saved with the weights); a
+    kernel that cannot run on ``device`` is an error here, before the first step, not a silent fallback. The kernel
+    is loaded now (a first use builds it), before a training's clock starts."""
+    layers = [m for m in model.modules() if isinstance(m, ONLSTM)]
+    chosen = impl
+    if impl != "reference" and (layers or impl != "auto"):
+        try:
+            chosen = kernels.resolve_impl(impl, device, torch.float32)
+        except RuntimeError as exc:
+            raise ConfigError(f"train.onlstm_impl={impl}: {exc}; use auto or reference") from None
+    if impl not in ("auto", chosen):
+        why = f"that kernel does not run on {device.type} float32 tensors; use auto (the fastest one that does)"
+        raise ConfigError(f"train.onlstm_impl={impl}: {why} or reference")
+    for m in layers:
+        m.impl = impl

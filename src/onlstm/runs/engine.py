@@ -1,76 +1,44 @@
-"""The training loop every experiment shares: an experiment plugs in a :class:`Task`, :class:`Engine` runs it
-under a :class:`Budget` carrying a :class:`Progress` record; budgets, validation, best/last weights, the
-divergence stop, Ctrl-C/SIGTERM and an exact resume (the stopping rules: docs/design.md §4.6)."""
+"""The training engine every experiment shares (docs/design.md §4.6). :func:`train_run` is a training's one entry:
+the output check, the settings on resume, the budget, the lock, several processes; :class:`Engine` runs the
+experiment's :class:`Task` under a :class:`~onlstm.runs.budget.Budget`, carrying a :class:`Progress` record and the
+running training figures: validation, best/last weights, the one history file, the divergence stop, Ctrl-C/SIGTERM,
+an exact resume and the reports (:class:`~onlstm.runs.report.Report`)."""
 
 from __future__ import annotations
 
-import csv
-import io
+import contextlib
 import math
-import sys
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
-from ..checkpoint import read_json
-from ..errors import InputError, TrainingDiverged, WriteError
-from ..files import write_json, write_text
-from ..progress import progress_bar
-from .device import StopRequest
-from .dirs import RunDir, find_kind
-from .records import check_history
-from .resume import RESUME_FIX, Progress, read_training, restart_refusal, restore_training, save_training
+from ..checkpoint import read_json, save_weights
+from ..errors import InputError, TrainingDiverged
+from ..files import write_json
+from .budget import BUDGETS, Budget, BudgetOptions, budget_refusal, budget_spent
+from .device import StopRequest, resolve_device, setup_torch
+from .dirs import RunDir, RunDirError, find_kind
+from .dist import DistContext, setup, teardown
+from .report import Report, Reporting
+from .resume import (
+    RESUME_FIX,
+    Progress,
+    check_history,
+    checked,
+    not_a_run,
+    read_training,
+    restart_refusal,
+    restore_training,
+    resume_settings,
+    save_training,
+)
 
-
-@dataclass(frozen=True)
-class Budget:
-    """When a run stops: whichever of these comes first."""
-
-    epochs: int
-    valid_every: int  # updates between validation checks; 0: at the end of every pass
-    max_steps: int | None = None
-    time_limit: float | None = None  # minutes
-    patience: int | None = None  # checks in a row without a new best
-    check_at_stop: bool = True  # max_steps / time_limit validate the last update (else: the resume file only)
-    save_every: int | None = None  # updates between resume files written between checks
-
-
-#: The least time between two log lines of a run (its ``steps.csv`` has every report).
-LINE_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class Reporting:
-    """What a run reports between validation checks, every ``every`` updates: the progress bar's figures, a
-    plain log line instead when the bar is not on a terminal (``lines``), a row of ``csv`` and, with
-    ``tensorboard`` (a folder), TensorBoard scalars. Off (``every=0``): the bar only. Log lines are kept at
-    least ``line_seconds`` apart, so that a fast run's log stays readable (``steps.csv`` has every report)."""
-
-    every: int = 0
-    lines: bool = False
-    csv: Path | None = None
-    tensorboard: Path | None = None
-    line_seconds: float = 30.0  # at least this long between two log lines (a pass's end always has one)
-
-    @classmethod
-    def for_run(cls, run: RunDir, every: int, progress: bool, tensorboard: bool, main: bool = True) -> Reporting:
-        """A run's reporting: its ``steps.csv`` (and ``tensorboard/``) written by the main process only; log
-        lines when ``progress`` is asked for and the bar would not be seen beside the log (stderr is not a
-        terminal, or the log, stdout, goes elsewhere)."""
-        lines = progress and main and not (_is_terminal(sys.stderr) and _is_terminal(sys.stdout))
-        board = run.tensorboard_path if main and tensorboard else None
-        return cls(every, lines, run.steps_path if main else None, board, LINE_SECONDS)
-
-
-def _is_terminal(stream) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # replaced or closed streams
-        return False
+__all__ = ["BUDGETS", "Budget", "BudgetOptions", "budget_refusal", "budget_spent"]
 
 
 class Interrupted(Exception):
@@ -88,110 +56,67 @@ class Check:
 
 @dataclass
 class Saved:
-    """A task's part of its resume file: the ``model`` and ``optimizer`` it trains on ``device`` (their state and the
-    random state are saved: :func:`~onlstm.runs.resume.save_training`), its own ``tensors`` and JSON ``meta``."""
+    """What the engine saves of a task: the ``model`` and ``optimizer`` it trains on ``device`` (in the resume file
+    with the random state, :func:`~onlstm.runs.resume.save_training`), its own ``tensors`` and JSON ``meta``;
+    ``evaluated()``: the context in which the model holds the weights evaluation uses (lm: the running average),
+    those of the ``best`` and ``last`` weights files."""
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     device: torch.device
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    evaluated: Callable[[], Any] = contextlib.nullcontext
 
 
 class Task(Protocol):
-    """What an experiment plugs into :class:`Engine`; ``task_fields``: the kinds of the values it carries in
-    ``Progress.task``, ``history_fields`` those of a validation record (:mod:`~onlstm.runs.records`), of which
-    ``history_required`` must be there."""
+    """What differs between experiments. Its attributes: ``state``, a new run's state (a dataclass: carried in
+    ``Progress.task``, checked when read back), ``row``, the dataclass of a history row, ``header`` and ``vocab(path)``, a new run's ``config.json`` and vocabulary writer,
+    ``valid_every`` (updates between checks; 0: at every pass's end), ``steps_per_epoch`` (0: a pass is an epoch),
+    ``unit`` (what a step's ``n`` counts: ``tokens``, ``pairs``), ``perplexity`` (report ``exp(loss)``), ``desc``
+    (the words before its log lines),
+    ``resume_command`` and ``score_words(score)`` (the best score in words). The engine sets ``engine``."""
 
-    task_fields: dict[str, str]
-    history_fields: dict[str, str]
-    history_required: tuple[str, ...]
+    state: Any
+    row: type
+    header: dict
+    vocab: Callable[[Path], None]
+    valid_every: int
+    steps_per_epoch: int
+    unit: str
+    perplexity: bool
+    desc: str
+    resume_command: str
+    score_words: Callable[[float], str]
+    engine: Engine
 
     def pass_batches(self, prog: Progress) -> Sequence:
         """The batches of the pass in progress, the same list again when resumed in the middle of it."""
 
-    def train_step(self, batch, prog: Progress) -> float | None:
-        """One update; returns the training loss (a non-finite one stops the run), or None when the task
-        checks it itself (e.g. without waiting for the device at every step)."""
+    def train_step(self, batch, prog: Progress) -> dict[str, Any]:
+        """One update; returns its running figures as sums: ``loss`` (summed over the step's items), ``n`` (its
+        items) and others (``accuracy``: the items right), numbers or tensors on the device (read and checked when
+        the engine reports or validates: no wait for the device per step); a non-finite loss stops the run."""
 
     def end_pass(self, prog: Progress, complete: bool) -> bool | None:
         """After every update (``complete``: the pass's last batch was used): None to go on with the pass, else
         whether the pass that ends counts as an epoch (the task prepares the next pass in ``prog.task``)."""
 
     def validation(self, prog: Progress) -> Check:
-        """Score the current weights on the validation data (may raise :class:`Interrupted`)."""
+        """Score the current weights on the validation data (may raise :class:`Interrupted`); ``prog.sums`` holds
+        the training figures since the last check."""
 
     def after_check(self, prog: Progress, check: Check, improved: bool) -> str:
-        """Schedules that follow a check (e.g. decay the learning rate); returns a note for the log line."""
+        """Schedules that follow a check (e.g. decay the learning rate); returns the check's log line."""
 
-    def save_weights(self, tag: str) -> None:
-        """Write the weights of ``tag``, ``best`` or ``last``."""
-
-    def fresh_progress(self) -> Progress:
-        """A new run's progress record, with what ``Progress.task`` carries as it starts."""
-
-    def resume_state(self, prog: Progress) -> Saved:
-        """What the resume file holds of the task at ``prog`` (every process is asked: a task may gather it)."""
-
-    def write_files(self, prog: Progress, history: list[dict]) -> None:
-        """The task's files written after each resume file (its history for people and plots, its last weights)."""
-
-    def restore(self, prog: Progress, tensors: dict, meta: dict, path: Path) -> Saved:
-        """Take back the task's own part of the resume file ``path`` (its tensors and metadata values, checked);
-        returns the model and optimizer whose saved state the engine then puts back."""
-
-    def epochs(self, prog: Progress) -> float:
-        """The passes done at ``prog`` (a fraction for a part), for the stop line and the result."""
+    def resume(self, prog: Progress, read: tuple[dict, Any, Path] | None = None) -> Saved:
+        """What the engine saves of the task at ``prog`` (every process is asked: a task may gather it); with
+        ``read`` (the resume file's tensors, its metadata, the file's path), the task takes back its part
+        first."""
 
     def finish(self, why: str, prog: Progress) -> tuple[dict[str, Any], str | None]:
         """After the loop stopped for ``why``: the experiment's figures for the result, and its status when it is
         not :data:`STATUS`'s (lm: a final test that was interrupted), else None."""
-
-    def metrics(self, prog: Progress) -> dict[str, float]:
-        """The training figures since the previous call (the loss, a perplexity or an accuracy, a speed named
-        ``..._per_s``), for the progress bar, the log lines, ``steps.csv`` and TensorBoard."""
-
-
-def budget_spent(budget: Budget, prog: Progress, seconds: float, epochs: bool = False) -> str:
-    """The budget that a run at ``prog`` after ``seconds`` of training has used up, checked in the engine's order:
-    ``max_steps``, ``time_limit``, then (``epochs=True``; the engine's loop checks them itself) ``epochs``; ""
-    when none (training goes on). The one check for the engine's stops and a resume's refusal."""
-    if budget.max_steps is not None and prog.step >= budget.max_steps:
-        return "max_steps"
-    if budget.time_limit is not None and seconds > 60 * budget.time_limit:
-        return "time_limit"
-    return "epochs" if epochs and prog.epoch >= budget.epochs else ""
-
-
-def budget_refusal(budget: Budget, prog: Progress) -> str:
-    """Why a resumed run at ``prog`` cannot train further under ``budget`` (:func:`budget_spent`), with the flag that
-    raises the budget; "" when it can."""
-    why = budget_spent(budget, prog, prog.seconds, epochs=True)
-    if not why:
-        return ""
-    used = dict(max_steps=f"{prog.step} updates", time_limit=f"{prog.seconds / 60:.1f} min")
-    used.update(epochs=f"{prog.epoch} epochs")
-    spent = f"its {used[why]} reach {why} {getattr(budget, why):g}"
-    return f"the run has used up its budget ({spent}; pass a larger --{why.replace('_', '-')} to train further)"
-
-
-#: The stops a larger budget undoes (a run ended by patience is final).
-BUDGETS = ("epochs", "max_steps", "time_limit")
-
-
-def resume_refusal(run: RunDir, kind: str, budget: Budget) -> str:
-    """Why ``--resume`` cannot train ``run`` further under ``budget``; "" when it can: a resume file and a budget
-    not used up yet (an interrupted run, or one stopped by a budget that ``budget`` raises), or no resume file and
-    nothing to lose (:func:`~onlstm.runs.restart_refusal`). The one rule of every trainer."""
-    result = run.results() or {}
-    finished = result.get("status") in ("finished", "stopped")
-    if finished and result.get("stopped_by") not in BUDGETS:
-        return f"{run.path} holds a run ended by {result.get('stopped_by')}, which is final; train into a new --out"
-    if refusal := restart_refusal(run):
-        return refusal
-    if not finished:  # resumed whatever its budget: the engine ends it without an update past the budget
-        return ""
-    return budget_refusal(budget, read_training(run.resume_path, kind, tensors=False)[0])
 
 
 #: A run's ``status`` for each reason :meth:`Engine.run` stops: ``finished`` (its epochs or patience ended it),
@@ -244,69 +169,175 @@ def update(optimizer, loss, params, clip: float) -> None:
     optimizer.step()
 
 
-class Engine:
-    """Runs a :class:`Task` under a :class:`Budget`; :meth:`run` returns why it stopped: ``epochs``, ``patience``,
-    ``max_steps``, ``time_limit``, ``interrupted`` or ``aborted``. ``on_step``: called after every update;
-    ``agree``: a process's wish to stop -> the decision every process takes; ``run``, ``kind``: the run directory
-    and its kind, where :meth:`record` writes the result (``writes``: how; several processes: by the first)."""
+def resume_refusal(run: RunDir, kind: str, budget: Budget) -> str:
+    """Why ``--resume`` cannot train ``run`` further under ``budget``; "" when it can: a resume file and a budget
+    not used up yet (an interrupted run, or one stopped by a budget that ``budget`` raises), or no resume file and
+    nothing to lose (:func:`~onlstm.runs.restart_refusal`). The one rule of every trainer."""
+    result = run.results() or {}
+    finished = result.get("status") in ("finished", "stopped")
+    if finished and result.get("stopped_by") not in BUDGETS:
+        return f"{run.path} holds a run ended by {result.get('stopped_by')}, which is final; train into a new --out"
+    if refusal := restart_refusal(run):
+        return refusal
+    if not finished:  # resumed whatever its budget: the engine ends it without an update past the budget
+        return ""
+    return budget_refusal(budget, read_training(run.resume_path, kind, tensors=False)[0])
 
-    def __init__(
-        self,
-        task: Task,
-        budget: Budget,
-        log: Callable[[str], None],
-        bar: bool = False,
-        desc: str = "",
-        on_step: Callable[[], None] | None = None,
-        agree: Callable[[bool], bool] = bool,
-        report: Reporting | None = None,
-        run: RunDir | None = None,
-        kind: str = "",
-        writes: Callable[[Callable[[], object]], object] = lambda write: write(),
-    ):
-        self.task, self.budget, self.progress, self.history = task, budget, task.fresh_progress(), []
-        self.run_dir, self.kind, self.writes = run, kind, writes
-        self.log, self.show_bar, self.desc, self.on_step, self.agree = log, bar, desc, on_step, agree
-        self.report = report or Reporting()
-        self.bar: Any = None
+
+@dataclass
+class Plan:
+    """What a training asks of :func:`train_run` besides its task: its ``kind`` and ``command`` (``onlstm lm
+    train``), the run directory ``out``; the settings ``given`` by the user (``{section: {field: value}}``), which
+    ``parse`` checks (sections in, every setting out, defaults filled) and ``build`` turns into the configs
+    (``{"train": BudgetOptions, ...}``); ``runtime``: the fields a resumed run may change. ``keep``: names a new
+    run's folder may hold; ``replace``: a run of this kind may be trained over (``logic compare``);
+    ``distributed``: joins the process group under torchrun; ``on_step(task)``: after every update."""
+
+    kind: str
+    command: str
+    out: Path
+    given: Mapping[str, Mapping]
+    parse: Callable[[Mapping], dict[str, dict]]
+    build: Callable[[dict[str, dict]], dict[str, Any]]
+    runtime: tuple[str, ...]
+    resume: bool = False
+    keep: tuple[str, ...] = ()
+    replace: bool = False
+    distributed: bool = False
+    log: Callable[[str], None] = print
+    on_step: Callable[[Any], None] | None = None
+
+
+def resolve(plan: Plan, run: RunDir) -> dict[str, Any]:
+    """A run's settings, resolved once (the one resolver of every trainer): defaults < ``plan.given``; on resume the
+    run's saved settings with the given ones over them, of which only the runtime fields may change, and the run
+    must be resumable (:func:`resume_refusal`: a budget left, or no resume file and nothing to lose). Every setting
+    is checked before anything is created or read."""
+    if not plan.resume:
+        return plan.build(plan.parse(plan.given))
+    if refusal := not_a_run(run):
+        raise RunDirError(refusal)
+    header = run.read_config(plan.kind, f"a {find_kind(plan.kind).title} run", "train into a new --out")
+    sections, clash = resume_settings(header, plan.parse, plan.given, plan.runtime, run.path)
+    if clash:
+        raise RunDirError(clash)
+    settings = plan.build(sections)
+    if refusal := resume_refusal(run, plan.kind, Budget.of(settings["train"])):
+        raise RunDirError(refusal)
+    return settings
+
+
+def train_run(plan: Plan, start: Callable[[RunDir, dict[str, Any], DistContext], Task]) -> TrainResult:
+    """Train (or resume) the run ``plan`` describes, its task made by ``start(run, settings, ctx)`` once the
+    settings are resolved (:func:`resolve`) and the run locked (by the first process under torchrun); returns
+    its :class:`TrainResult`, also in ``results.json``."""
+    run = RunDir(plan.out).check_output(
+        resume=plan.resume, command=plan.command, keep=plan.keep, replace_kind=plan.kind if plan.replace else None
+    )
+    settings = resolve(plan, run)
+    cfg: BudgetOptions = settings["train"]
+    main = int(os.environ.get("RANK", "0")) == 0
+    try:
+        with run.lock(plan.command, log=plan.log, enabled=main):
+            setup_torch(cfg.threads)
+            ctx = setup(cfg.device) if plan.distributed else DistContext(device=resolve_device(cfg.device))
+            engine = Engine(start(run, settings, ctx), plan, cfg, ctx, run)
+            result = engine.train()
+            # every process done with its collectives before any leaves the group: once, under load, a process
+            # that left first took the other down at exit ("terminate called without an active exception")
+            ctx.barrier()
+            return result
+    finally:
+        if plan.distributed:
+            teardown()
+
+
+class Engine:
+    """Runs a :class:`Task` (made for the run ``run`` of ``plan``, trained with ``cfg`` by the processes of
+    ``ctx``) under the budget of ``cfg``; :meth:`run` returns why it stopped: ``epochs``, ``patience``,
+    ``max_steps``, ``time_limit``, ``interrupted`` or ``aborted``; :meth:`train` writes and returns the result."""
+
+    def __init__(self, task: Task, plan: Plan, cfg: BudgetOptions, ctx: DistContext, run: RunDir):
+        self.task, self.plan, self.ctx, self.run_dir, self.kind = task, plan, ctx, run, plan.kind
+        self.budget = Budget.of(cfg, task.valid_every)
+        self.progress, self.history = Progress(task=task.state), []
+        self.log = plan.log if ctx.is_main else lambda msg: None
+        reporting = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard, ctx.is_main)
+        self.report = Report(reporting, task.desc, cfg.progress and ctx.is_main, self.log)
         self.start = 0.0
         self.session = (0, 0.0)  # step and clock at this session's start: the speed behind the time left
-        self.last_line = 0.0  # clock of the last log line
         self.stop = StopRequest()
-        self.steps: StepLog | None = None
+        self.sums: dict[str, Any] = {}  # the step's figures not yet read from the device
+        self.since: dict[str, float] = {}  # the figures since the last report
+        self.clock = 0.0  # when the training time was last added to prog.sums
         self.why = ""  # why the run stopped (:meth:`run`)
+        self.rewrite = False  # write the header again (a resumed run, at its first save)
+        task.engine = self
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
-    def begin(self, resume: bool, header: dict, vocab: Callable[[Path], None]) -> bool:
-        """A new run writes its ``header`` and vocabulary (:meth:`RunDir.write_header`, by the first process); a
+    def begin(self) -> None:
+        """A new run writes its header and vocabulary (:meth:`RunDir.write_header`, by the first process); a
         resumed one takes back its progress, history, weights, optimizer and random state from its resume file, or
-        without one (it stopped before its first save: the trainer's pre-check allowed it) starts from step 0.
-        True when it goes on from a resume file."""
-        run, task = self.run_dir, self.task
-        assert run is not None, "Engine(run=...) says where the run is"
-        path = run.resume_path
-        if not resume:
-            self.writes(lambda: run.write_header(header, vocab))
-        elif not path.exists():
+        without one (it stopped before its first save: :func:`resolve` allowed it) starts from step 0; the files a
+        full disk may have kept from being written are written again (the header with the first save)."""
+        run, task, path = self.run_dir, self.task, self.run_dir.resume_path
+        if not self.plan.resume:
+            return self.writes(lambda: run.write_header(task.header, task.vocab))
+        if not path.exists():
             self.log(f"{run.path} has no {run.RESUME} yet; starting from the beginning")
-        if not (resume and path.exists()):
-            return False
-        prog, tensors, meta = read_training(path, self.kind, task=task.task_fields)
-        old = "history" not in meta  # a logic resume file written before it held the history: its history.json
-        where, fields = run.history_path if old else path, (task.history_fields, task.history_required)
-        history = check_history(read_json(where) if old else meta["history"], *fields, where, RESUME_FIX, prog.n_checks)
-        saved = task.restore(prog, tensors, meta, path)
+        else:  # the history as the resume file has it (a full disk may have kept it from being written)
+            self._read(path)
+            self.writes(self._write_history)
+        self.rewrite = True  # the header (its new budget) and vocabulary with the first save
+        if self.progress.epoch >= self.budget.epochs and not self.progress.check_due:
+            self.log(f"the run has already done its {self.budget.epochs} epochs (pass --epochs N to train longer)")
+
+    def _read(self, path: Path) -> None:
+        """The run's progress, history and state from its resume file ``path``, checked."""
+        task = self.task
+        prog, tensors, meta = read_training(path, self.kind)
+        raw = dict(prog.task) if isinstance(prog.task, dict) else {}
+        # a resume file of an earlier version kept the running figures in the task's state
+        old = {new: raw.pop(name) for name, new in getattr(task, "old_sums", {}).items() if name in raw}
+        prog.task = checked(type(task.state), raw, path, "progress.task")
+        old = checked(Progress, {"sums": old}, path, "progress.task").sums
+        prog.sums = prog.sums or old
+        old_history = "history" not in meta  # a logic resume file written before it held the history
+        where = self.run_dir.history_path if old_history else path
+        rows = read_json(where) if old_history else meta["history"]
+        history = check_history(rows, task.row, where, RESUME_FIX, prog.n_checks)
+        saved = task.resume(prog, (tensors, meta, path))
         restore_training(path, tensors, meta["optimizer"], saved.model, saved.optimizer, saved.device)
         self.progress, self.history = prog, history[: prog.n_checks]
-        return True
+
+    def writes(self, write: Callable[[], object]) -> None:
+        """``write()`` by the first process (:meth:`DistContext.main_writes`)."""
+        self.ctx.main_writes(write)
+
+    def train(self) -> TrainResult:
+        """:meth:`begin`, :meth:`run`, the stop's line in the log (:meth:`stop_line`), what the task does then
+        (``Task.finish``) and the result, written (:meth:`record`) and returned. A divergence's result (status
+        ``diverged``) is written before the error goes on; a run ended by patience is final (its resume file goes)."""
+        self.begin()
+        try:
+            self.why = self.run()
+        except TrainingDiverged:
+            self.record("diverged")
+            raise
+        line = self.stop_line(self.why)
+        self.log(f"{self.task.desc}: {line}" if self.task.desc else line)
+        result = self.record(self.why, *self.task.finish(self.why, self.progress))
+        if self.why == "patience":
+            self.writes(lambda: self.run_dir.resume_path.unlink(missing_ok=True))
+        return result
 
     def run(self) -> str:
         prog, budget = self.progress, self.budget
         self.start = time.perf_counter() - prog.seconds
-        self.session, self.last_line = (prog.step, prog.seconds), prog.seconds
-        self.steps = StepLog(self.report, prog.step, self._write)
+        self.session, self.clock = (prog.step, prog.seconds), time.perf_counter()
+        self.report.open(prog.step, prog.seconds)
         why = "epochs"
         try:
             with self.stop as stop:
@@ -314,22 +345,19 @@ class Engine:
                     return "patience"
                 # resumed with a budget already used up: no update past it
                 spent = budget_spent(budget, prog, self.elapsed())
-                if self.agree(bool(spent)):
+                if self.ctx.any(bool(spent)):
                     return spent or "time_limit"  # another process's clock: the one budget that can differ
-                while prog.epoch < budget.epochs:
-                    why = self._pass(stop)
-                    if why != "epochs":
-                        break
-                else:
-                    if budget.valid_every and prog.step and (not self.history or self.history[-1]["step"] != prog.step):
+                while prog.epoch < budget.epochs and (why := self._pass(stop)) == "epochs":
+                    pass
+                if why == "epochs" and budget.valid_every and prog.step:
+                    if not self.history or self.history[-1]["step"] != prog.step:
                         self.check()  # the updates after the last check count too
         except Interrupted:  # during a validation: the resume file says that it is due
             why = "interrupted"
         except KeyboardInterrupt:  # a second Ctrl-C (or one outside the signal handler): no resume file written
             why = "aborted"
         finally:
-            self._close_bar()
-            self.steps.close()
+            self.report.close()
         if why == "interrupted":
             self.save_state()
         return why
@@ -345,22 +373,17 @@ class Engine:
                 else f"the saved position (batch {prog.pos} of the pass) is past its {len(batches)} batches: "
                 "the resume file was changed or belongs to other data; train again without --resume"
             )
-        desc = f"{self.desc} epoch {prog.epoch + 1}/{self.budget.epochs}".strip()
-        bar = {"total": len(batches), "initial": prog.pos, "desc": desc, "leave": False, "dynamic_ncols": True}
-        self.bar = progress_bar(self.show_bar, **bar)
+        prog.pass_len, self.clock = len(batches), time.perf_counter()
+        self.report.start_pass(len(batches), prog.pos, f"epoch {prog.epoch + 1}/{self.budget.epochs}")
+        why = "epochs"
         for k in range(prog.pos, len(batches)):
-            loss = self.task.train_step(batches[k], prog)
-            if loss is not None and not math.isfinite(loss):  # the weights are broken: nothing more is saved
-                self._close_bar()
-                best = RunDir.WEIGHTS.format(tag="best")
-                kept = "" if prog.best is None else f"{best} (validation {prog.best:.4g} at step {prog.best_step})"
-                raise diverged(loss, f"at step {prog.step + 1}", kept)
+            self._add(self.task.train_step(batches[k], prog))
             prog.step += 1
             prog.pos += 1
-            if self.on_step is not None:
-                self.on_step()
-            self.bar.update(1)
-            every = self.report.every
+            if self.plan.on_step is not None:
+                self.plan.on_step(self.task)
+            self.report.advance()
+            every = self.report.reporting.every
             if every and (prog.step % every == 0 or prog.pos == len(batches)):
                 self._report(len(batches))
             counts = self.task.end_pass(prog, prog.pos == len(batches))
@@ -370,7 +393,7 @@ class Engine:
             why = self._after_step(stop, counts is not None)
             if why != "epochs" or prog.pos == 0:
                 break
-        self._close_bar()
+        self.report.end_pass()
         return why
 
     def _after_step(self, stop: StopRequest, pass_ended: bool) -> str:
@@ -380,7 +403,7 @@ class Engine:
         if checked and self.check():
             return "patience"
         why = budget_spent(budget, prog, self.elapsed()) or ("interrupted" if stop.requested else "epochs")
-        if not self.agree(why != "epochs"):
+        if not self.ctx.any(why != "epochs"):
             if budget.save_every and prog.step % budget.save_every == 0 and not checked:
                 self.save_state()
             return "epochs"
@@ -389,27 +412,60 @@ class Engine:
             self.check() if budget.check_at_stop else self.save_state()
         return "interrupted" if why == "epochs" else why  # "epochs": another process was asked to stop
 
-    def train(self, resume: str, best: Callable[[float], str]) -> TrainResult:
-        """:meth:`run`, the stop's line in the log (:meth:`stop_line`), what the task does then (``Task.finish``) and
-        the result, written (:meth:`record`) and returned; ``why``: the reason :meth:`run` gave. A divergence's
-        result (status ``diverged``) is written before the error goes on; a run ended by patience is final (its
-        resume file goes)."""
-        try:
-            self.why = self.run()
-        except TrainingDiverged:
-            self.record("diverged")
-            raise
-        line = self.stop_line(self.why, resume, best)
-        self.log(f"{self.desc}: {line}" if self.desc else line)
-        result = self.record(self.why, *self.task.finish(self.why, self.progress))
-        if self.why == "patience" and (run := self.run_dir) is not None:
-            self.writes(lambda: run.resume_path.unlink(missing_ok=True))
-        return result
+    def _add(self, figures: dict[str, Any]) -> None:
+        """A step's running figures added up (on the device, when they are tensors); a loss known to be non-finite
+        stops the run at once."""
+        loss = figures.get("loss")
+        if isinstance(loss, float) and not math.isfinite(loss):
+            self._diverged(loss, f"at step {self.progress.step + 1}")
+        for name, value in figures.items():
+            self.sums[name] = self.sums.get(name, 0) + value
 
-    def stop_line(self, why: str, resume: str, best: Callable[[float], str]) -> str:
-        """Where the run stopped (:meth:`run` returned ``why``), what is kept and how to go on: ``resume``, the
-        command that continues it; ``best(score)``, the best check's score in words (``valid acc 97.10%``)."""
-        prog, budget, epochs = self.progress, self.budget, self.task.epochs(self.progress)
+    def flush(self) -> None:
+        """The figures since the last flush read from the device, added up over the processes, into the figures
+        since the last report and since the last check (``prog.sums``, with the training time); a loss that is not
+        finite stops the run here, before anything is saved or validated, so diverged weights never reach a file."""
+        prog, now, names = self.progress, time.perf_counter(), sorted(self.sums)
+        values = torch.tensor([float(self.sums[k]) for k in names], dtype=torch.float64) if names else None
+        added = dict(zip(names, self.ctx.all_reduce_sum(values).tolist())) if values is not None else {}
+        self.sums = {}
+        for name, value in {**added, "seconds": now - self.clock}.items():
+            prog.sums[name] = prog.sums.get(name, 0.0) + value
+            self.since[name] = self.since.get(name, 0.0) + value
+        self.clock = now
+        if not self.ctx.any(not math.isfinite(prog.sums.get("loss", 0.0))):
+            return
+        self._diverged(prog.sums["loss"] / max(prog.sums.get("n", 1), 1), f"by step {prog.step}")
+
+    def _diverged(self, loss: float, when: str) -> None:
+        self.report.end_pass()
+        prog, kept = self.progress, []
+        if prog.best is not None:
+            kept.append(
+                f"{RunDir.WEIGHTS.format(tag='best')} ({self.task.score_words(prog.best)} at step {prog.best_step})"
+            )
+        kept += [RunDir.RESUME] if self.run_dir.resume_path.exists() else []
+        raise diverged(loss, when, f"{', '.join(kept)} in {self.run_dir.path}" if kept else "")
+
+    def _report(self, n_batches: int) -> None:
+        """The figures since the last report (loss, a perplexity, the task's rates, the speed of all processes)."""
+        self.flush()
+        prog, since, self.since = self.progress, self.since, {}
+        n = max(since.get("n", 0.0), 1.0)
+        figures = {"loss": since.get("loss", 0.0) / n}
+        figures.update({"ppl": math.exp(min(figures["loss"], 50))} if self.task.perplexity else {})
+        figures.update({k: v / n for k, v in since.items() if k not in ("loss", "n", "seconds")})
+        figures[f"{self.task.unit}_per_s"] = since.get("n", 0.0) / max(since.get("seconds", 0.0), 1e-9)
+        epoch, end = prog.epoch + prog.pos / max(n_batches, 1), prog.pos == n_batches
+        self.report.log(
+            prog.step, figures, epoch=epoch, elapsed=self.elapsed(), left=self.time_left(n_batches), end=end
+        )
+
+    def stop_line(self, why: str) -> str:
+        """Where the run stopped (:meth:`run` returned ``why``), what is kept and how to go on (the task's
+        ``resume_command``; its ``score_words(score)``: the best check's score in words, ``valid acc 97.10%``)."""
+        prog, budget, epochs = self.progress, self.budget, self.epochs()
+        resume, best = self.task.resume_command, self.task.score_words
         kept = "no best checkpoint yet (no validation check done)"
         if prog.best is not None:
             kept = f"best checkpoint kept ({best(prog.best)} at step {prog.best_step})"
@@ -433,7 +489,7 @@ class Engine:
         stopped_by = "interrupted" if why == "aborted" else why
         result = TrainResult(
             run.path, self.kind, status or STATUS[why], stopped_by, prog.best, prog.best_step, prog.step,
-            self.task.epochs(prog), self.elapsed(), dict(figures or {}), self.history, prog,
+            self.epochs(), self.elapsed(), dict(figures or {}), self.history, prog,
         )  # fmt: skip
         self.writes(lambda: write_json(run.results_path, result.record()))
         return result
@@ -441,42 +497,43 @@ class Engine:
     def check(self) -> bool:
         """Validate, keep the best and last weights, record, write the resume file; True when patience ran out."""
         prog = self.progress
+        self.flush()
         try:
             result = self.task.validation(prog)
         except Interrupted:
             prog.check_due = True
             raise
-        prog.check_due = False
+        prog.check_due, prog.sums, self.since = False, {}, {}
         improved = math.isfinite(result.score) and (prog.best is None or result.score > prog.best)
         if improved:
             prog.best, prog.best_step, prog.bad_checks = result.score, prog.step, 0
-            self.task.save_weights("best")
+            self.save_weights("best", self.task.resume(prog))
         else:
             prog.bad_checks += 1
         note = self.task.after_check(prog, result, improved)
-        self.task.save_weights("last")
         self.history.append({**result.record, "best": improved})
-        if self.steps is not None:
-            self.steps.scalars("check", prog.step, result.record)
+        self.report.check(prog.step, result.record)
         self.save_state()
-        self._write(note)
+        self.report.write(note)
+        self.clock = time.perf_counter()  # the training time leaves the validation out
         return self.budget.patience is not None and prog.bad_checks >= self.budget.patience
 
-    def _report(self, n_batches: int) -> None:
-        """The task's figures since the last report on the bar, in a log line (when the bar is not seen) and in
-        the run's ``steps.csv`` and TensorBoard; ``n_batches``: the pass in progress's length."""
-        prog, figures = self.progress, self.task.metrics(self.progress)
-        left, epoch = self.time_left(n_batches), prog.epoch + prog.pos / max(n_batches, 1)
-        shown = {name.replace("_per_s", "/s"): _figure(name, value) for name, value in figures.items()}
-        self.bar.set_postfix({**shown, "left": _duration(left)})
-        now, end = self.elapsed(), prog.pos == n_batches
-        if self.report.lines and (end or now - self.last_line >= self.report.line_seconds):
-            self.last_line = now
-            parts = [f"step {prog.step}", f"epoch {epoch:.2f}", *(f"{k} {v}" for k, v in shown.items())]
-            parts += [f"elapsed {_duration(now)}", f"left {_duration(left)}"]
-            self._write(" | ".join([f"{self.desc} {parts[0]}".strip(), *parts[1:]]))
-        if self.steps is not None:
-            self.steps.add(prog.step, epoch, self.elapsed(), figures)
+    def save_weights(self, tag: str, saved: Saved) -> None:
+        """The weights evaluation uses of the task's ``saved`` model, as ``model.<tag>.safetensors`` (by the first
+        process)."""
+
+        def write() -> None:
+            with saved.evaluated():
+                save_weights(self.run_dir.weights(tag), saved.model)
+
+        self.writes(write)
+
+    def epochs(self) -> float:
+        """The passes done (a fraction for a part): by updates when the task counts ``steps_per_epoch``."""
+        prog, per_epoch = self.progress, self.task.steps_per_epoch
+        if per_epoch:
+            return round(prog.step / per_epoch, 3)
+        return prog.epoch + (prog.pos / prog.pass_len if prog.pass_len else 0.0)
 
     def time_left(self, n_batches: int) -> float | None:
         """Seconds until the budget ends at this session's speed (validation included), None before any step:
@@ -495,131 +552,33 @@ class Engine:
         return max(left, 0.0)
 
     def save_state(self) -> None:
-        """Write the resume file (:data:`~onlstm.runs.resume.RESUME_FORMAT`), then the task's files that go with it."""
+        """Write the last weights, the resume file (:data:`~onlstm.runs.resume.RESUME_FORMAT`), then the history."""
+        self.flush()
         prog, history, run = self.progress, self.history, self.run_dir
-        assert run is not None, "Engine(run=...) says where the resume file goes"
         prog.seconds, prog.n_checks = self.elapsed(), len(history)
-        saved = self.task.resume_state(prog)
+        saved = self.task.resume(prog)
 
         def write() -> None:
             model, optimizer, device = saved.model, saved.optimizer, saved.device
             save_training(
                 run.resume_path, self.kind, prog, model, optimizer, device, saved.tensors, history=history, **saved.meta
             )
-            self.task.write_files(prog, history)
 
+        self.save_weights("last", saved)  # before the resume file: a resumed run may not come back to it
         self.writes(write)
+        self.writes(self._write_history)  # after it: written again when the run resumes
 
-    def _write(self, msg: str) -> None:
-        if self.bar is not None and self.log is print:
-            self.bar.write(msg)  # keeps a progress bar intact
-        else:
-            self.log(msg)
-
-    def _close_bar(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
-def _figure(name: str, value: float) -> str:
-    if name.endswith("_per_s"):
-        return f"{value:,.0f}"
-    if name == "accuracy":
-        return f"{100 * value:.1f}%"
-    return f"{value:.4g}"
-
-
-def _duration(seconds: float | None) -> str:
-    """``1:02:03`` or ``2:03``; ``?`` when not known."""
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-class StepLog:
-    """A run's figures between validation checks: rows of ``steps.csv`` (step, epoch, elapsed_s, the task's
-    figures) and, when asked for and installed, TensorBoard scalars (``train/...`` and each check's ``check/...``).
-    A resumed run keeps the rows up to the step it resumes from; a new one starts the file anew. A file that
-    cannot be written is reported once and left alone: these figures are a view of the training, which goes on."""
-
-    def __init__(self, report: Reporting, from_step: int, log: Callable[[str], None]):
-        self.path, self.log, self.columns = report.csv, log, None
-        self.tensorboard: Any = None
-        if self.path is not None:
-            self._keep_until(from_step)
-        if report.tensorboard is not None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                log(
-                    "no TensorBoard logs: the tensorboard package is not installed (pip install tensorboard); "
-                    f"the training figures are in {report.csv or RunDir.STEPS}"
-                )
-            else:
-                self.tensorboard = SummaryWriter(str(report.tensorboard))
-
-    def _keep_until(self, step: int) -> None:
-        if self.path is None:
-            return
-        path = self.path
-        try:
-            rows = list(csv.reader(io.StringIO(path.read_text()))) if path.exists() else []
-            kept = [r for r in rows[1:] if r and int(r[0]) <= step] if step else []
-        except (OSError, ValueError):  # unreadable or not ours: begun anew
-            rows, kept = [], []
-        if rows and kept:
-            self.columns = rows[0]
-            self._guard(lambda: write_text(path, _csv_text([rows[0], *kept])))
-        else:
-            self._guard(lambda: path.unlink(missing_ok=True))
-
-    def add(self, step: int, epoch: float, elapsed: float, figures: dict[str, float]) -> None:
-        path = self.path
-        if path is not None:
-            row = {"step": step, "epoch": round(epoch, 4), "elapsed_s": round(elapsed, 1)}
-            row.update({k: round(v, 6) for k, v in figures.items()})
-            lines = [list(row.values())]
-            if self.columns != list(row):  # a new file (or other figures than an earlier session's): a header
-                lines.insert(0, list(row))
-                self.columns = list(row)
-                self._guard(lambda: path.unlink(missing_ok=True))
-            self._guard(lambda: self._append(_csv_text(lines)))
-        self.scalars("train", step, figures)
-
-    def _append(self, text: str) -> None:
-        if self.path is None:  # given up after a failed write
-            return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(text)
-
-    def _guard(self, write: Callable[[], None]) -> None:
-        try:
-            write()
-        except OSError as exc:
-            if self.path is not None:
-                self.log(f"{WriteError(self.path, exc, atomic=False)}; the training figures are no longer written")
-            self.path = None
-
-    def scalars(self, prefix: str, step: int, values: dict[str, Any]) -> None:
-        """The numbers among ``values`` (finite ints and floats) as TensorBoard scalars ``prefix/name``."""
-        if self.tensorboard is not None:
-            for name, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                    self.tensorboard.add_scalar(f"{prefix}/{name}", value, step)
-
-    def close(self) -> None:
-        if self.tensorboard is not None:
-            self.tensorboard.close()
-            self.tensorboard = None
-
-
-def _csv_text(rows: list[list]) -> str:
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows(rows)
-    return out.getvalue()
+    def _write_history(self) -> None:
+        """The run's one history file, ``history.json`` (the copy of the resume file's history for people, plots and
+        ``logic compare``), and what the task derives from it (lm: ``log.csv``)."""
+        run, task = self.run_dir, self.task
+        if self.rewrite:
+            run.write_config(task.header)
+            task.vocab(run.vocab_path)
+            self.rewrite = False
+        write_json(run.history_path, self.history)
+        if (derive := getattr(self.task, "write_history", None)) is not None:
+            derive(self.history)
 
 
 def diverged(loss: float, when: str, kept: str = "", clip: float = 1.0) -> TrainingDiverged:

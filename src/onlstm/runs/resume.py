@@ -12,31 +12,36 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import CheckpointError, assign_weights, read_safetensors, save_safetensors, state_dict_for_saving
+from ..checkpoint import (
+    CheckpointError,
+    assign_weights,
+    read_json,
+    read_safetensors,
+    save_safetensors,
+    state_dict_for_saving,
+)
+from ..config import ConfigError, checked_fields, count_option, option, read_record
 from ..errors import first_line, quote
 from ..files import atomic_write
 from .dirs import RunDir
-from .records import PROGRESS_FIELDS, check_fields
 
 
 @dataclass
 class Progress:
-    """Where a run stands; everything here is saved in the resume file (JSON)."""
+    """Where a run stands; everything here is saved in the resume file (JSON) and checked when read back."""
 
-    step: int = 0  # updates done
-    epoch: int = 0  # whole passes over the training data done
-    pos: int = 0  # batches done in the pass in progress
+    step: int = count_option(0, "updates done")
+    epoch: int = count_option(0, "whole passes over the training data done")
+    pos: int = count_option(0, "batches done in the pass in progress")
     best: float | None = None  # best validation score so far (higher is better)
-    best_step: int = 0
-    bad_checks: int = 0  # validation checks in a row without a new best
+    best_step: int = count_option()
+    bad_checks: int = count_option(0, "validation checks in a row without a new best")
     seconds: float = 0.0  # training time of the sessions before this one
-    n_checks: int = 0  # validation checks recorded in the history
+    n_checks: int = count_option(0, "validation checks recorded in the history")
     check_due: bool = False  # a validation was interrupted: it is done first on resume
-    task: dict[str, Any] = field(default_factory=dict)  # what the experiment carries (JSON values)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Progress:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+    pass_len: int = count_option(0, "batches of the pass in progress (0: not known yet)")
+    sums: dict[str, float] = option({}, "the running training figures since the last check (sums: loss, n, ...)")
+    task: Any = field(default_factory=dict)  # the experiment's state: its dataclass (Task.state), JSON in the file
 
 
 #: The one resume format (its version after the slash): the weights ``model.*``, the optimizer ``optim.*``, the
@@ -81,11 +86,11 @@ def read_training(
     kind: str,
     fix: str = RESUME_FIX,
     tensors: bool = True,
-    task: Mapping[str, str] | None = None,
+    task: type | None = None,
 ) -> tuple[Progress, dict[str, torch.Tensor], dict[str, Any]]:
     """``(progress, tensors, metadata)`` of :func:`save_training`'s file for a ``kind`` run (``tensors=False``: none
-    read), checked: its format, its kind, the progress record and, when ``task`` is given, exactly those fields in
-    ``progress.task`` (:mod:`~onlstm.runs.records`); ``fix`` says how to go on when it cannot be used. Give the
+    read), checked: its format, its kind, the progress record and, when ``task`` (a dataclass) is given,
+    ``progress.task`` as one (:func:`checked`); ``fix`` says how to go on when it cannot be used. Give the
     tensors back with :func:`restore_training`."""
     found, raw = read_safetensors(path, tensors)
     if raw.get("format") != RESUME_FORMAT:
@@ -104,12 +109,40 @@ def read_training(
     groups = meta["optimizer"].get("param_groups") if isinstance(meta["optimizer"], dict) else None
     if not isinstance(groups, list) or not all(isinstance(group, dict) for group in groups):
         raise CheckpointError(f"{path} is damaged or was edited: the optimizer state has no param_groups; {fix}")
-    # every field of its kind; older files may lack the later ones (their defaults apply)
-    check_fields(meta["progress"], PROGRESS_FIELDS, path, "progress", fix, required=("step", "epoch", "pos"))
-    prog = Progress.from_dict(meta["progress"])
+    prog = checked(Progress, meta["progress"], path, "progress", fix, strict=False)
     if task is not None:
-        check_fields(prog.task, task, path, "progress.task", fix, exact=True)
+        prog.task = checked(task, prog.task, path, "progress.task", fix)
     return prog, found, meta
+
+
+def checked(cls: type, data: Any, path: Path, what: str, fix: str = RESUME_FIX, strict: bool = True) -> Any:
+    """``data``, read back from the run file ``path``, as the dataclass ``cls`` (:func:`~onlstm.config.read_record`,
+    ``what`` names it); a bad value is a :class:`CheckpointError` naming the file and ``fix``."""
+    try:
+        return read_record(cls, data, what, strict)
+    except ConfigError as exc:
+        raise CheckpointError(f"{path} is damaged or was edited: {exc}; {fix}") from None
+
+
+def check_history(rows: Any, row: type, path: Path, fix: str = RESUME_FIX, at_least: int = 0) -> list[dict]:
+    """``rows``, a run's validation history read back from ``path``: a list of at least ``at_least`` records, each
+    one of the dataclass ``row`` (older runs recorded fewer of its fields; those present are kept, checked)."""
+    if not isinstance(rows, list):
+        raise CheckpointError(f"{path} is damaged or was edited: the history is not a list; {fix}")
+    if len(rows) < at_least:
+        raise CheckpointError(
+            f"{path} is damaged or was edited: it holds {len(rows)} validation checks, the resume file counts "
+            f"{at_least}; {fix}"
+        )
+    try:
+        return [checked_fields(row, r, f"history record {k + 1}", strict=False) for k, r in enumerate(rows)]
+    except ConfigError as exc:
+        raise CheckpointError(f"{path} is damaged or was edited: {exc}; {fix}") from None
+
+
+def read_history(path: Path, row: type, fix: str, at_least: int = 0) -> list[dict]:
+    """The history file at ``path`` (``history.json``), checked by :func:`check_history`."""
+    return check_history(read_json(path), row, path, fix, at_least)
 
 
 def restore_training(
