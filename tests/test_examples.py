@@ -1,4 +1,5 @@
-"""The examples outside the package (``examples/``): they run as scripts and use the public layer only.
+"""The examples outside the package (``examples/``): they run as scripts; the layer demo uses the public layer only,
+the copy task is a third trainer on the shared engine (issue #47).
 
 ``examples/layer_demo.py`` was ``onlstm layer-demo``; its checks moved here with it."""
 
@@ -11,21 +12,34 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
+from onlstm.checkpoint import read_safetensors
 from onlstm.errors import EXPERIMENT_PACKAGES
 from support import REPO
 from test_light_core import BLOCKER
 
 LAYER_DEMO = REPO / "examples" / "layer_demo.py"
+COPY_TASK = REPO / "examples" / "copy_task.py"
+
+
+def load_example(path):
+    """An example imported by path (it is no module of the package)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it runs
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
 def layer_demo():
-    """The example imported by path (it is no module of the package)."""
-    spec = importlib.util.spec_from_file_location("layer_demo", LAYER_DEMO)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example(LAYER_DEMO)
+
+
+@pytest.fixture(scope="module")
+def copy_task():
+    return load_example(COPY_TASK)
 
 
 @pytest.mark.parametrize("seconds", ["nan", "-5", "inf", "0"])
@@ -55,11 +69,58 @@ def test_layer_demo_runs_as_a_script_with_the_layer_only(tmp_path):
 
 def test_logic_mix_counts_a_file_written_by_hand(tmp_path):
     """``examples/logic_mix.py`` on a file whose shares are known: 3 pairs, 2 of them '#', 1 'not' of 3 operators."""
-    spec = importlib.util.spec_from_file_location("logic_mix", REPO / "examples" / "logic_mix.py")
-    mix = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mix)
+    mix = load_example(REPO / "examples" / "logic_mix.py")
     lines = ["#\t( a ( and b ) )\tc", "#\t( not d )\te", ">\t( a ( or b ) )\ta"]
     (tmp_path / "train1").write_text("\n".join(lines) + "\n")
     (row,) = mix.describe(str(tmp_path), "train", 1, 1)
     assert row.startswith("train1: n=3 '#'=0.667 '<'+'>'=0.333 ")
     assert "not-share=0.333" in row and "smaller-side 0/1=1.00/0.00" in row
+
+
+def test_copy_task_fits_in_150_lines():
+    """Issue #47's claim: a third trainer on the engine takes at most 150 lines, its docstring included."""
+    assert len(COPY_TASK.read_text(encoding="utf-8").splitlines()) <= 150
+
+
+def test_copy_task_trains_as_a_script(tmp_path):
+    """`python examples/copy_task.py` trains 2 epochs of 3 updates: a check after each epoch in history.json (its
+    loss and accuracy), the run's result and its weights."""
+    argv = [sys.executable, str(COPY_TASK), "--out", str(tmp_path / "run"), "--epochs", "2", "--batches", "3"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([*argv, "--threads", "1"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert [row["step"] for row in history] == [3, 6]
+    assert all(0 <= row["valid_accuracy"] <= 1 and row["train_loss"] > 0 and row["valid_loss"] > 0 for row in history)
+    result = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert (result["status"], result["stopped_by"], result["steps"]) == ("finished", "epochs", 6)
+    assert (tmp_path / "run" / "model.best.safetensors").is_file() and (
+        tmp_path / "run" / "model.last.safetensors"
+    ).is_file()
+
+
+def test_copy_task_resumes_exactly(copy_task, tmp_path, one_thread):
+    """A run stopped by --max-steps 5 in the middle of its second pass and resumed with --max-steps 10 ends with the
+    weights of a run that trained its 10 updates at one go, and the same validation figures after the stop."""
+    quiet, small = (lambda _msg: None), {"batches": 4, "epochs": 3, "progress": False}
+    copy_task.train(tmp_path / "straight", {**small, "max_steps": 10}, log=quiet)
+    first = copy_task.train(tmp_path / "resumed", {**small, "max_steps": 5}, log=quiet)
+    assert (first.status, first.steps) == ("stopped", 5)
+    at_stop, _ = read_safetensors(tmp_path / "resumed" / "model.last.safetensors")
+    assert copy_task.main(["--out", str(tmp_path / "resumed"), "--resume", "--max-steps", "10"]) == 0
+    straight, _ = read_safetensors(tmp_path / "straight" / "model.last.safetensors")
+    resumed, _ = read_safetensors(tmp_path / "resumed" / "model.last.safetensors")
+    assert straight.keys() == resumed.keys() and all(torch.equal(straight[k], resumed[k]) for k in straight)
+    assert not all(torch.equal(at_stop[k], resumed[k]) for k in at_stop)  # the resumed run did train further
+    rows = [json.loads((tmp_path / run / "history.json").read_text()) for run in ("straight", "resumed")]
+    assert [r["step"] for r in rows[0]] == [4, 8, 10] and [r["step"] for r in rows[1]] == [4, 5, 8, 10]
+    same = ("step", "valid_loss", "valid_accuracy")
+    assert [{k: r[k] for k in same} for r in rows[0][1:]] == [{k: r[k] for k in same} for r in rows[1][2:]]
+    model = copy_task.CopyModel.from_pretrained(tmp_path / "resumed")  # the run kind opens its best weights
+    assert model(torch.zeros(2, 10, dtype=torch.long)).shape == (2, 10, 7)
+
+
+def test_copy_task_refuses_a_bad_setting_in_one_line(copy_task, tmp_path, capsys):
+    assert copy_task.main(["--out", str(tmp_path / "run"), "--symbols", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == "copy_task: --symbols must be >= 2, got 1\n" and not (tmp_path / "run").exists()
