@@ -284,9 +284,10 @@ def test_demo_goes_on_after_ctrl_c_and_replaces_an_earlier_demo(tmp_path, capsys
     real = lm_train.Trainer.train_step
 
     def step_then_ctrl_c(self, seg, prog):
-        real(self, seg, prog)
+        figures = real(self, seg, prog)  # the step's running figures, which the engine adds up
         if prog.step == 0:  # once: a second Ctrl-C aborts
             signal.raise_signal(signal.SIGINT)  # what Ctrl-C sends; the handler only sets a flag
+        return figures
 
     monkeypatch.setattr(lm_train.Trainer, "train_step", step_then_ctrl_c)
     assert main(["demo", "--seconds", "600", "--out", str(out), *DEMO_SMALL]) == 0

@@ -415,6 +415,9 @@ class Engine:
     def _add(self, figures: dict[str, Any]) -> None:
         """A step's running figures added up (on the device, when they are tensors); a loss known to be non-finite
         stops the run at once."""
+        if not isinstance(figures, dict):  # a task's mistake, named as such (Task.train_step's contract)
+            raise TypeError(f"{type(self.task).__name__}.train_step returned {type(figures).__name__}, not a dict of "
+                            "its running figures (onlstm.runs.engine.Task)")  # fmt: skip
         loss = figures.get("loss")
         if isinstance(loss, float) and not math.isfinite(loss):
             self._diverged(loss, f"at step {self.progress.step + 1}")
