@@ -124,3 +124,11 @@ def test_copy_task_refuses_a_bad_setting_in_one_line(copy_task, tmp_path, capsys
     assert copy_task.main(["--out", str(tmp_path / "run"), "--symbols", "1"]) == 2
     err = capsys.readouterr().err
     assert err == "copy_task: --symbols must be >= 2, got 1\n" and not (tmp_path / "run").exists()
+
+
+def test_a_task_whose_step_returns_no_figures_is_named(copy_task, tmp_path, monkeypatch, one_thread):
+    """Task.train_step returns its running figures (a dict): a third-party task that returns anything else is told
+    which method broke the contract, not an AttributeError from inside the engine."""
+    monkeypatch.setattr(copy_task.CopyTask, "train_step", lambda self, batch, prog: None)
+    with pytest.raises(TypeError, match=r"CopyTask\.train_step returned NoneType, not a dict of its running figures"):
+        copy_task.train(tmp_path / "run", {"batches": 2, "epochs": 1, "progress": False}, log=lambda _msg: None)
