@@ -95,7 +95,8 @@ def _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_o
         res.interrupted = any(e.code == EXIT_INTERRUPTED for e in ended)
         res.failed = [e for e in ended if e.code != EXIT_INTERRUPTED]
     for cell, seed in grid:
-        where, status = run_dir(res.out_dir, cell, seed), _status(run_dir(res.out_dir, cell, seed))
+        where = run_dir(res.out_dir, cell, seed)
+        status = _status(where)
         if status != "finished":
             res.unfinished.append({"cell": cell, "seed": seed, "run_dir": str(where), "status": status})
             log(f"== {cell}, seed {seed}: not measured, {status}")
@@ -105,22 +106,23 @@ def _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_o
     res.tables = tables(res, cells)
     write_json(res.out_dir / "compare.json", _record(res, explicit, cells, seeds))
     write_text(res.out_dir / "tables.md", res.tables + "\n")
-    _draw_curves(res.out_dir, cells, seeds, log)
+    _draw_curves(res, cells, seeds, log)
     return res
 
 
-def _draw_curves(out: Path, cells: list[str], seeds: list[int], log: Callable[[str], None]) -> None:
+def _draw_curves(res: StudyResult, cells: list[str], seeds: list[int], log: Callable[[str], None]) -> None:
     """``curves.png``: every run's validation curve so far, finished or not (a run still training is drawn up to
-    its last epoch and said so in the legend)."""
+    its last epoch and said so in the legend); which runs finished is the study's own count (``res.runs``)."""
     try:
         from .plots import plot_validation_curves, read_curve
     except ImportError as exc:  # matplotlib is an extra: the tables stand without the figure
         log(f"curves.png not drawn: {exc}; pip install 'onlstm[experiments]' to draw it")
         return
-    runs = {c: [(read_curve(RunDir(run_dir(out, c, s)).log_path), _status(run_dir(out, c, s)) == "finished")
-                for s in seeds] for c in cells}  # fmt: skip
+    finished = {(r["cell"], r["seed"]) for r in res.runs}
+    runs = {c: [(read_curve(RunDir(run_dir(res.out_dir, c, s)).log_path), (c, s) in finished) for s in seeds]
+            for c in cells}  # fmt: skip
     if any(curve for rows in runs.values() for curve, _ in rows):
-        plot_validation_curves(runs, out / "curves.png")
+        plot_validation_curves(runs, res.out_dir / "curves.png")
 
 
 def _job(out: Path, cell: str, seed: int, explicit: dict, data_dir: Path, jobs: int) -> Job | None:
