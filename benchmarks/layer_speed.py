@@ -245,6 +245,9 @@ def main(argv=None) -> int:
     for _, line in results:
         if line:
             print(line)
+    cpp = kernels.load_kernel("cpp") if not cuda and {"cpp", "auto"} & set(impls) else None
+    if cpp is not None and getattr(cpp, "choice", None) is not None:  # chosen at the first float32 call, once
+        print(f"C++ kernel {cpp.describe()} (the first shape's choice, kept for the process)")
     return 0
 
 

@@ -1,0 +1,34 @@
+"""``benchmarks/gemm_routes.py``: every product of a layer call on every route, checked against the plain product
+(a route that computed something else would make its rate meaningless), and the script's table on a tiny shape."""
+
+import pytest
+import torch
+
+import gemm_routes
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+def test_each_route_of_a_product_computes_the_same_product():
+    torch.manual_seed(0)
+    results: dict[str, list] = {}
+    for product, route, flops, fn in gemm_routes.product_routes(3, 4, 5, 6, 3):
+        assert flops > 0
+        out = fn()
+        if product == "weight gradient" and route == "mm blocks":
+            continue  # writes its result in place (compared through "mm" and "oneDNN ip")
+        if isinstance(out, tuple):  # oneDNN's backward: (weight gradient, bias gradient), oneDNN tensors
+            out = out[0].to_dense() if out[0].is_mkldnn else out[0]
+        if isinstance(out, list):  # per step (the same product T times) or per block of rows
+            out = out[0] if product.startswith("step") else torch.cat(out)
+        results.setdefault(product, []).append(out)
+    assert set(results) == {"step forward", "step backward", "input projection", "d_x", "weight gradient"}
+    for product, outs in results.items():
+        for other in outs[1:]:
+            torch.testing.assert_close(other, outs[0], rtol=1e-4, atol=1e-5, msg=product)
+
+
+def test_the_table_names_every_product_and_both_layers(capsys):
+    assert gemm_routes.main(["--shapes", "3x4x5x6x3", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    for word in ("step forward", "weight gradient", "nn.LSTM forward+backward", "ON-LSTM forward"):
+        assert word in out
