@@ -24,7 +24,7 @@ from .budget import BUDGETS, Budget, BudgetOptions, budget_refusal, budget_spent
 from .device import StopRequest, resolve_device, setup_torch
 from .dirs import RunDir, RunDirError, find_kind
 from .dist import DistContext, setup, teardown
-from .report import Report, Reporting
+from .report import Report
 from .resume import (
     RESUME_FIX,
     Progress,
@@ -262,8 +262,7 @@ class Engine:
         self.budget = Budget.of(cfg, task.valid_every)
         self.progress, self.history = Progress(task=task.state), []
         self.log = plan.log if ctx.is_main else lambda msg: None
-        reporting = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard, ctx.is_main)
-        self.report = Report(reporting, task.desc, cfg.progress and ctx.is_main, self.log)
+        self.report = Report(run, cfg.log_every, cfg.progress, cfg.tensorboard, ctx.is_main, task.desc, self.log)
         self.start = 0.0
         self.session = (0, 0.0)  # step and clock at this session's start: the speed behind the time left
         self.stop = StopRequest()
@@ -284,12 +283,12 @@ class Engine:
         full disk may have kept from being written are written again (the header with the first save)."""
         run, task, path = self.run_dir, self.task, self.run_dir.resume_path
         if not self.plan.resume:
-            return self.writes(lambda: run.write_header(task.header, task.vocab))
+            return self.ctx.main_writes(lambda: run.write_header(task.header, task.vocab))
         if not path.exists():
             self.log(f"{run.path} has no {run.RESUME} yet; starting from the beginning")
         else:  # the history as the resume file has it (a full disk may have kept it from being written)
             self._read(path)
-            self.writes(self._write_history)
+            self.ctx.main_writes(self._write_history)
         self.rewrite = True  # the header (its new budget) and vocabulary with the first save
         if self.progress.epoch >= self.budget.epochs and not self.progress.check_due:
             self.log(f"the run has already done its {self.budget.epochs} epochs (pass --epochs N to train longer)")
@@ -312,10 +311,6 @@ class Engine:
         restore_training(path, tensors, meta["optimizer"], saved.model, saved.optimizer, saved.device)
         self.progress, self.history = prog, history[: prog.n_checks]
 
-    def writes(self, write: Callable[[], object]) -> None:
-        """``write()`` by the first process (:meth:`DistContext.main_writes`)."""
-        self.ctx.main_writes(write)
-
     def train(self) -> TrainResult:
         """:meth:`begin`, :meth:`run`, the stop's line in the log (:meth:`stop_line`), what the task does then
         (``Task.finish``) and the result, written (:meth:`record`) and returned. A divergence's result (status
@@ -330,7 +325,7 @@ class Engine:
         self.log(f"{self.task.desc}: {line}" if self.task.desc else line)
         result = self.record(self.why, *self.task.finish(self.why, self.progress))
         if self.why == "patience":
-            self.writes(lambda: self.run_dir.resume_path.unlink(missing_ok=True))
+            self.ctx.main_writes(lambda: self.run_dir.resume_path.unlink(missing_ok=True))
         return result
 
     def run(self) -> str:
@@ -383,7 +378,7 @@ class Engine:
             if self.plan.on_step is not None:
                 self.plan.on_step(self.task)
             self.report.advance()
-            every = self.report.reporting.every
+            every = self.report.every
             if every and (prog.step % every == 0 or prog.pos == len(batches)):
                 self._report(len(batches))
             counts = self.task.end_pass(prog, prog.pos == len(batches))
@@ -441,6 +436,8 @@ class Engine:
         self._diverged(prog.sums["loss"] / max(prog.sums.get("n", 1), 1), f"by step {prog.step}")
 
     def _diverged(self, loss: float, when: str) -> None:
+        """Every trainer's error for a NaN or infinite training loss ``when`` (``at step 7``), naming the files kept
+        from before and how to train again."""
         self.report.end_pass()
         prog, kept = self.progress, []
         if prog.best is not None:
@@ -448,7 +445,11 @@ class Engine:
                 f"{RunDir.WEIGHTS.format(tag='best')} ({self.task.score_words(prog.best)} at step {prog.best_step})"
             )
         kept += [RunDir.RESUME] if self.run_dir.resume_path.exists() else []
-        raise diverged(loss, when, f"{', '.join(kept)} in {self.run_dir.path}" if kept else "")
+        kept_text = f"; kept from before: {', '.join(kept)} in {self.run_dir.path}" if kept else ""
+        raise TrainingDiverged(
+            f"training diverged: the training loss is {loss} {when}; the diverged weights were not saved{kept_text}; "
+            "lower --lr or set --clip (e.g. 1.0) and train into a new --out"
+        )
 
     def _report(self, n_batches: int) -> None:
         """The figures since the last report (loss, a perplexity, the task's rates, the speed of all processes)."""
@@ -494,7 +495,7 @@ class Engine:
             run.path, self.kind, status or STATUS[why], stopped_by, prog.best, prog.best_step, prog.step,
             self.epochs(), self.elapsed(), dict(figures or {}), self.history, prog,
         )  # fmt: skip
-        self.writes(lambda: write_json(run.results_path, result.record()))
+        self.ctx.main_writes(lambda: write_json(run.results_path, result.record()))
         return result
 
     def check(self) -> bool:
@@ -529,7 +530,7 @@ class Engine:
             with saved.evaluated():
                 save_weights(self.run_dir.weights(tag), saved.model)
 
-        self.writes(write)
+        self.ctx.main_writes(write)
 
     def epochs(self) -> float:
         """The passes done (a fraction for a part): by updates when the task counts ``steps_per_epoch``."""
@@ -568,8 +569,8 @@ class Engine:
             )
 
         self.save_weights("last", saved)  # before the resume file: a resumed run may not come back to it
-        self.writes(write)
-        self.writes(self._write_history)  # after it: written again when the run resumes
+        self.ctx.main_writes(write)
+        self.ctx.main_writes(self._write_history)  # after it: written again when the run resumes
 
     def _write_history(self) -> None:
         """The run's one history file, ``history.json`` (the copy of the resume file's history for people, plots and
@@ -582,13 +583,3 @@ class Engine:
         write_json(run.history_path, self.history)
         if (derive := getattr(self.task, "write_history", None)) is not None:
             derive(self.history)
-
-
-def diverged(loss: float, when: str, kept: str = "", clip: float = 1.0) -> TrainingDiverged:
-    """Every trainer's error for a NaN or infinite training loss ``when`` (``at step 7``), naming the files
-    ``kept`` from before and how to train again."""
-    kept = f"; kept from before: {kept}" if kept else ""
-    return TrainingDiverged(
-        f"training diverged: the training loss is {loss} {when}; the diverged weights were not saved{kept}; "
-        f"lower --lr or set --clip (e.g. {clip}) and train into a new --out"
-    )
