@@ -1,8 +1,5 @@
-"""The training engine every experiment shares (docs/design.md §4.6). :func:`train_run` is a training's one entry:
-the output check, the settings on resume, the budget, the lock, several processes; :class:`Engine` runs the
-experiment's :class:`Task` under a :class:`~onlstm.runs.budget.Budget`, carrying a :class:`Progress` record and the
-running training figures: validation, best/last weights, the one history file, the divergence stop, Ctrl-C/SIGTERM,
-an exact resume and the reports (:class:`~onlstm.runs.report.Report`)."""
+"""The training engine every experiment shares (docs/design.md §4.6): :func:`train_run`, a training's one entry, and
+:class:`Engine`, the one loop, which runs the experiment's :class:`Task`."""
 
 from __future__ import annotations
 
@@ -18,10 +15,10 @@ from typing import Any, Protocol
 import torch
 
 from ..checkpoint import read_json, save_weights
+from ..device import StopRequest, resolve_device, setup_torch
 from ..errors import InputError, TrainingDiverged
 from ..files import write_json
 from .budget import BUDGETS, Budget, BudgetOptions, budget_refusal, budget_spent
-from .device import StopRequest, resolve_device, setup_torch
 from .dirs import RunDir, RunDirError, find_kind
 from .dist import DistContext, setup, teardown
 from .report import Report
@@ -269,7 +266,6 @@ class Engine:
         self.sums: dict[str, Any] = {}  # the step's figures not yet read from the device
         self.since: dict[str, float] = {}  # the figures since the last report
         self.clock = 0.0  # when the training time was last added to prog.sums
-        self.why = ""  # why the run stopped (:meth:`run`)
         self.rewrite = False  # write the header again (a resumed run, at its first save)
         task.engine = self
 
@@ -317,14 +313,14 @@ class Engine:
         ``diverged``) is written before the error goes on; a run ended by patience is final (its resume file goes)."""
         self.begin()
         try:
-            self.why = self.run()
+            why = self.run()
         except TrainingDiverged:
             self.record("diverged")
             raise
-        line = self.stop_line(self.why)
+        line = self.stop_line(why)
         self.log(f"{self.task.desc}: {line}" if self.task.desc else line)
-        result = self.record(self.why, *self.task.finish(self.why, self.progress))
-        if self.why == "patience":
+        result = self.record(why, *self.task.finish(why, self.progress))
+        if why == "patience":
             self.ctx.main_writes(lambda: self.run_dir.resume_path.unlink(missing_ok=True))
         return result
 
@@ -476,7 +472,7 @@ class Engine:
         if why in ("interrupted", "aborted"):
             during = " during validation" if prog.check_due else ""
             what = "resume file saved" if why == "interrupted" else "not saved since the last resume file"
-            saved = self.run_dir is not None and self.run_dir.resume_path.exists()
+            saved = self.run_dir.resume_path.exists()
             go_on = f"continue with: {resume}" if saved else f"nothing saved yet: {resume} starts it again from step 0"
             return f"{why}{during} at step {prog.step} ({epochs:.2f} epochs): {what}; {kept}; {go_on}"
         line = f"stopped by {why} after {prog.step} steps ({epochs:.2f} epochs, {prog.seconds / 60:.1f} min); {kept}"
@@ -489,7 +485,6 @@ class Engine:
         """The run's :class:`TrainResult` after :meth:`train` returned ``why`` (or ``diverged``), written to its
         ``results.json``: ``figures``, the experiment's own; ``status``, when not :data:`STATUS`'s."""
         prog, run = self.progress, self.run_dir
-        assert run is not None, "Engine(run=...) says where the result goes"
         stopped_by = "interrupted" if why == "aborted" else why
         result = TrainResult(
             run.path, self.kind, status or STATUS[why], stopped_by, prog.best, prog.best_step, prog.step,
@@ -523,8 +518,7 @@ class Engine:
         return self.budget.patience is not None and prog.bad_checks >= self.budget.patience
 
     def save_weights(self, tag: str, saved: Saved) -> None:
-        """The weights evaluation uses of the task's ``saved`` model, as ``model.<tag>.safetensors`` (by the first
-        process)."""
+        """The weights evaluation uses of the task's ``saved`` model, as ``model.<tag>.safetensors``."""
 
         def write() -> None:
             with saved.evaluated():
@@ -561,15 +555,11 @@ class Engine:
         prog, history, run = self.progress, self.history, self.run_dir
         prog.seconds, prog.n_checks = self.elapsed(), len(history)
         saved = self.task.resume(prog)
-
-        def write() -> None:
-            model, optimizer, device = saved.model, saved.optimizer, saved.device
-            save_training(
-                run.resume_path, self.kind, prog, model, optimizer, device, saved.tensors, history=history, **saved.meta
-            )
-
+        state = (saved.model, saved.optimizer, saved.device, saved.tensors)
         self.save_weights("last", saved)  # before the resume file: a resumed run may not come back to it
-        self.ctx.main_writes(write)
+        self.ctx.main_writes(
+            lambda: save_training(run.resume_path, self.kind, prog, *state, history=history, **saved.meta)
+        )
         self.ctx.main_writes(self._write_history)  # after it: written again when the run resumes
 
     def _write_history(self) -> None:

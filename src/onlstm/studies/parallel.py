@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..device import StopRequest
 from ..errors import EXIT_INTERRUPTED, OnlstmError, first_line
-from ..runs.device import StopRequest
 
 
 @dataclass
