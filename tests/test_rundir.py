@@ -289,12 +289,14 @@ def test_the_header_is_written_atomically(tmp_path, monkeypatch):
 
 
 def test_an_export_never_lands_in_a_training_run(tmp_path):
+    from onlstm.sharing import save_pretrained
+
     run = RunDir(tmp_path / "run")
     save_weights(run.weights("best"), torch.nn.Linear(1, 1))
     with pytest.raises(Exception, match=r"holds a training run \(model.best.safetensors\)"):
-        run.save_pretrained(torch.nn.Linear(1, 1), {"kind": "x"}, "card")
+        save_pretrained(run.path, torch.nn.Linear(1, 1), {"kind": "x"}, "card")
     shared = RunDir(tmp_path / "shared")
-    shared.save_pretrained(torch.nn.Linear(1, 1), {"kind": "x"}, "card", ["a"])
+    save_pretrained(shared.path, torch.nn.Linear(1, 1), {"kind": "x"}, "card", ["a"])
     assert {p.name for p in shared.path.iterdir()} == {
         RunDir.CONFIG,
         RunDir.VOCAB,

@@ -17,7 +17,7 @@ import pytest
 import onlstm.runs.report as report
 from onlstm.cli import main
 from onlstm.runs import RunDir
-from onlstm.runs.report import Reporting, StepLog
+from onlstm.runs.report import Report
 from support import TINY_LM, quiet, write_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -96,21 +96,29 @@ def test_lines_only_when_the_bar_is_not_beside_the_log(monkeypatch, tmp_path):
     run = RunDir(tmp_path)
     for stderr, stdout, lines in ((True, True, False), (False, True, True), (True, False, True)):
         monkeypatch.setattr(report, "_is_terminal", lambda s, e=stderr, o=stdout: e if s is sys.stderr else o)
-        assert Reporting.for_run(run, 10, progress=True, tensorboard=False).lines is lines
-        assert Reporting.for_run(run, 10, progress=False, tensorboard=False).lines is False
-    assert Reporting.for_run(run, 10, True, True, main=False) == Reporting(10, False, None, None, 30.0)
+        assert Report(run, 10, progress=True, tensorboard=False).lines is lines
+        assert Report(run, 10, progress=False, tensorboard=False).lines is False
+    other = Report(run, 10, True, True, main=False)  # another process: no line, no file
+    assert (other.lines, other.show_bar, other.csv, other.board) == (False, False, None, None)
 
 
 def test_a_resumed_run_keeps_its_rows_up_to_where_it_resumes(tmp_path):
-    report = Reporting(5, csv=tmp_path / "steps.csv")
-    log = StepLog(report, 0, quiet)
-    for step in (5, 10, 15):
-        log.add(step, step / 10, step / 2, {"loss": 1.0 / step})
-    assert [r["step"] for r in rows(report.csv)] == ["5", "10", "15"]
-    StepLog(report, 10, quiet).add(15, 1.5, 8.0, {"loss": 0.5})  # resumed at step 10: step 15 again
-    assert [(r["step"], r["loss"]) for r in rows(report.csv)] == [("5", "0.2"), ("10", "0.1"), ("15", "0.5")]
-    StepLog(report, 0, quiet)  # a new run in the directory: the file begins anew
-    assert not report.csv.exists()
+    run = RunDir(tmp_path)
+
+    def session(from_step: int, reports: dict[int, float]) -> None:
+        steps = Report(run, 5, progress=False, tensorboard=False, log=quiet)
+        steps.open(from_step, 0.0)
+        steps.start_pass(20, from_step, "epoch 1/1")
+        for step, loss in reports.items():
+            steps.log(step, {"loss": loss}, epoch=step / 10, elapsed=step / 2, left=None, end=False)
+        steps.close()
+
+    session(0, {5: 0.2, 10: 0.1, 15: 1 / 15})
+    assert [r["step"] for r in rows(run.steps_path)] == ["5", "10", "15"]
+    session(10, {15: 0.5})  # resumed at step 10: step 15 again
+    assert [(r["step"], r["loss"]) for r in rows(run.steps_path)] == [("5", "0.2"), ("10", "0.1"), ("15", "0.5")]
+    session(0, {})  # a new run in the directory: the file begins anew
+    assert not run.steps_path.exists()
 
 
 def test_board_when_installed_and_one_line_when_not(logic_data, tmp_path, monkeypatch, capsys):

@@ -10,7 +10,7 @@ import pytest
 
 from onlstm.cli import main
 from onlstm.lm import compare as study
-from onlstm.runs.stats import mean_std, seed_difference
+from onlstm.studies.stats import mean_std, seed_difference
 from support import TINY_LM, write_corpus
 
 MRG = "( (S (NP (DT the) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat))))) )\n"

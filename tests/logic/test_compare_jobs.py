@@ -123,7 +123,7 @@ def test_a_run_killed_by_a_signal_is_named_with_it_and_the_status_is_130(data, t
     from onlstm.logic.config import LogicTrainConfig
     from onlstm.logic.model import LogicModelConfig
     from onlstm.logic.parallel import logic_job
-    from onlstm.runs import parallel
+    from onlstm.studies import parallel
 
     said: list[str] = []
     job = logic_job(tmp_path / "lstm-seed0", LogicModelConfig(cell="lstm"), LogicTrainConfig(seed=0), "data", False)

@@ -1,12 +1,12 @@
 """``onlstm lm compare``: the language-model half of the paper as one command (docs/lm.md, "A study with seeds").
 
 Every cell is trained with every seed under the same settings (``OUT/<cell>-seed<seed>``, N runs at a time, each a
-process of its own: :mod:`onlstm.runs.parallel`; a finished run is reused, an unfinished one resumed), then every
+process of its own: :mod:`onlstm.studies.parallel`; a finished run is reused, an unfinished one resumed), then every
 finished run is measured by the project's own commands, run as a user runs them (``parsing eval-parse --json``,
 ``syneval --json``), their outputs kept in ``OUT/evals/<cell>-seed<seed>/`` and reused: PTB test perplexity (the
 run's final test), the trees' sentence F1 on a treebank (sentences of up to 10 words, and all), Marvin & Linzen on
 the pairs the vocabulary covers, and SyntaxGym's suites. The tables give each cell's mean ± sample std over its
-finished seeds and the first cell against each other (:func:`~onlstm.runs.stats.seed_difference`).
+finished seeds and the first cell against each other (:func:`~onlstm.studies.stats.seed_difference`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from ..errors import EXIT_INTERRUPTED, InputError, OnlstmError, first_line
 from ..files import write_json, write_text
 from ..runs import check_output_folder
 from ..runs.dirs import RunDir, RunLock
-from ..runs.parallel import Ended, Job, threads_per_job, train_in_processes
-from ..runs.stats import mean_std, seed_difference
+from ..studies.parallel import Ended, Job, threads_per_job, train_in_processes
+from ..studies.stats import mean_std, seed_difference
 from .config import run_config
 
 

@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from ..files import save_figure
-from ..runs.stats import mean_std
+from ..studies.stats import mean_std
 
 
 def read_curve(log_csv: Path) -> list[tuple[int, float]]:

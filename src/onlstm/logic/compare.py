@@ -17,9 +17,9 @@ from ..files import write_json, write_text
 from ..runs import RunDir, resolve_device
 from ..runs.engine import BUDGETS, Budget
 from ..runs.engine import resume_refusal as engine_refusal
-from ..runs.parallel import Ended, Job, threads_per_job, train_in_processes
 from ..runs.resume import resume_settings
-from ..runs.stats import seed_difference
+from ..studies.parallel import Ended, Job, threads_per_job, train_in_processes
+from ..studies.stats import seed_difference
 from .config import RUNTIME_FIELDS, read_sections
 from .data import validation_examples
 from .evaluate import (
@@ -74,7 +74,7 @@ def compare(
     (``split='valid'``: on each run's own validation hold-out of the training files, by length; ``test_data``:
     on another folder's test files). ``finished_only``: train nothing, score the finished runs and list the
     others in ``unfinished``. ``jobs`` > 1: train the runs that need it that many at a time, each in a process of
-    its own (:mod:`onlstm.runs.parallel`), then score them."""
+    its own (:mod:`onlstm.studies.parallel`), then score them."""
     log = log or (lambda _m: None)
     out, cells, seeds, buckets = Path(out), list(cells), list(seeds), list(buckets)
 
@@ -132,7 +132,7 @@ def _scored_pairs(
 
 
 def _train_in_processes(res: CompareResult, todo: list[Job], jobs: int, log) -> None:
-    """Train ``todo`` ``jobs`` at a time (:func:`~onlstm.runs.parallel.train_in_processes`); an interruption and
+    """Train ``todo`` ``jobs`` at a time (:func:`~onlstm.studies.parallel.train_in_processes`); an interruption and
     the runs that failed go to ``res``."""
     res.out_dir.mkdir(parents=True, exist_ok=True)  # the runs' logs go beside them
     ended = train_in_processes(todo, jobs, log)

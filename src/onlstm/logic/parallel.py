@@ -1,11 +1,11 @@
-"""``logic compare --jobs N``'s part of :mod:`onlstm.runs.parallel`: a logic run as a job, and what its process runs."""
+"""``logic compare --jobs N``'s part of :mod:`onlstm.studies.parallel`: a logic run as a job, and what its process runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import EXIT_INTERRUPTED
-from ..runs.parallel import Job
+from ..studies.parallel import Job
 from .config import LogicTrainConfig
 from .model import LogicModelConfig
 

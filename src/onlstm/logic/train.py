@@ -16,10 +16,10 @@ import torch.nn.functional as F
 
 from ..checkpoint import config_header
 from ..config import ConfigError, count_option, option
+from ..device import prepare_kernel, runtime_device
 from ..errors import quote
 from ..files import write_json
 from ..runs import RunDir
-from ..runs.device import prepare_kernel, runtime_device
 from ..runs.engine import Check, Plan, Progress, Saved, TrainResult, train_run, update
 from ..runs.resume import read_history as read_records
 from . import model as classifier

@@ -19,7 +19,6 @@ from ..checkpoint import CheckpointError, read_json
 from ..errors import OnlstmError, WriteError, quote
 from ..files import check_work_folder, remove_leftovers
 from ..saved import RunFiles, json_dict
-from ..sharing import save_pretrained
 
 try:
     import fcntl
@@ -137,12 +136,6 @@ class RunDir(RunFiles):
     def lock(self, command: str, log: Callable[[str], None] | None = None, enabled: bool = True) -> RunLock:
         return RunLock(self.path, command, log, enabled)
 
-    def save_pretrained(
-        self, model, config: dict, card: str, vocab: list[str] | None = None, overwrite: bool = False
-    ) -> Path:
-        """:func:`onlstm.sharing.save_pretrained` into this directory."""
-        return save_pretrained(self.path, model, config, card, vocab, overwrite)
-
 
 def check_output_dir(path: str | Path, **options) -> Path:
     return RunDir(path).check_output(**options).path
@@ -173,25 +166,18 @@ def _read_owner(fd: int) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        there = os.stat(path)
-    except FileNotFoundError:
-        return False
-    here = os.fstat(fd)
-    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
-
-
 def _shown(value: object) -> str:
     """A value of a lock file in a message: a text as it is, anything else (a tampered file) quoted, both short."""
     return value[:80] if isinstance(value, str) else quote(value, 40)
 
 
-def _since(started: object) -> str:
+def _who(owner: dict) -> str:
     try:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))  # type: ignore[arg-type]
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner.get("started")))  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError, OSError):
-        return "?"
+        since = "?"
+    who = f"pid {_shown(owner.get('pid'))} on host {_shown(owner.get('host'))}"
+    return f"{who} ({_shown(owner.get('command', '?'))}, since {since})"
 
 
 class RunLock:
@@ -204,7 +190,8 @@ class RunLock:
     it is still empty."""
 
     def __init__(self, run_dir: str | Path, command: str, log: Callable[[str], None] | None = None, enabled=True):
-        self.run_dir, self.command, self.log, self.enabled = Path(run_dir), command, log, enabled
+        self.run_dir, self.command, self.enabled = Path(run_dir), command, enabled
+        self.log: Callable[[str], None] = log or (lambda msg: None)
         self.path = RunDir(run_dir).lock_path
         self._created_dir = self.held = False
         self._fd: int | None = None
@@ -215,16 +202,18 @@ class RunLock:
         self._created_dir = not self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
-            for _ in range(3):  # a lock file removed by its holder at the same moment: look again
-                if self._try_take():
-                    self.held = True
-                    self._remove_leftovers()
-                    return self
+            if not any(self._try_take() for _ in range(3)):  # a lock file removed by its holder meanwhile: again
+                raise RunDirError(f"could not take the lock {self.path}; try again")
+            self.held = True
+            if removed := remove_leftovers(self.run_dir):
+                shown = ", ".join(removed[:3]) + (f" and {len(removed) - 3} more" if len(removed) > 3 else "")
+                self.log(
+                    f"{self.run_dir}: removed {len(removed)} temporary file(s) of a writer that was killed ({shown})"
+                )
         except BaseException:
             self._release_dir()
             raise
-        self._release_dir()
-        raise RunDirError(f"could not take the lock {self.path}; try again")
+        return self
 
     def _try_take(self) -> bool:
         """One try: True when the lock is now this process's, False to look again; raises when it is in use."""
@@ -232,17 +221,31 @@ class RunLock:
         if fd is None:
             return False
         try:
-            taken, owner = _flock(fd), _read_owner(fd)
+            taken, owner, host = _flock(fd), _read_owner(fd), socket.gethostname()
             if not taken and (taken is False or not created):  # held, or without flock a file already there
                 raise RunDirError(self._busy_message(owner, live=taken is False))
-            if not _same_file(fd, self.path):  # released (removed) by its holder while this process looked
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if not same:  # released (removed) by its holder while this process looked
                 os.close(fd)
                 return False
-            if owner.get("host", socket.gethostname()) != socket.gethostname():
+            if owner.get("host", host) != host:
                 raise RunDirError(self._busy_message(owner))  # its flock may not reach this host: not stale
             if not created:
-                self._note_stale(owner)
-            self._write_record(fd)
+                self.log(
+                    f"{self.path}: stale lock of pid {_shown(owner.get('pid', '?'))} on this host "
+                    f"({_shown(owner.get('command', '?'))}): the process that wrote it is no longer running (it "
+                    "crashed or was killed); taking it over"
+                )
+            record = {"pid": os.getpid(), "host": host, "command": self.command, "started": time.time()}
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(record).encode("utf-8"), 0)
+            except OSError as exc:  # a full disk: an empty lock file, unlocked, would be taken for a stale one
+                self.path.unlink(missing_ok=True)
+                raise WriteError(self.path, exc) from None
         except BaseException:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -264,35 +267,9 @@ class RunLock:
         except OSError as exc:
             raise WriteError(self.path, exc) from None
 
-    def _record(self) -> bytes:
-        record = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command, "started": time.time()}
-        return json.dumps(record).encode("utf-8")
-
-    def _write_record(self, fd: int) -> None:
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, self._record(), 0)
-        except OSError as exc:  # a full disk: an empty lock file, unlocked, would be taken for a stale one
-            self.path.unlink(missing_ok=True)
-            raise WriteError(self.path, exc) from None
-
-    def _note_stale(self, owner: dict) -> None:
-        if self.log:
-            self.log(
-                f"{self.path}: stale lock of pid {_shown(owner.get('pid', '?'))} on this host "
-                f"({_shown(owner.get('command', '?'))}): the process that wrote it is no longer running (it crashed or "
-                "was killed); taking it over"
-            )
-
-    def _remove_leftovers(self) -> None:
-        removed = remove_leftovers(self.run_dir)
-        if removed and self.log:
-            shown = ", ".join(removed[:3]) + (f" and {len(removed) - 3} more" if len(removed) > 3 else "")
-            self.log(f"{self.run_dir}: removed {len(removed)} temporary file(s) of a writer that was killed ({shown})")
-
     def _busy_message(self, owner: dict, live: bool = False) -> str:
         if live:  # no record yet: its holder has only just taken it
-            who = f": {self._who(owner)}" if owner else f" (a running process holds {self.path})"
+            who = f": {_who(owner)}" if owner else f" (a running process holds {self.path})"
             return (
                 f"{self.run_dir} is in use by another training{who}; wait for it to finish or stop it (Ctrl-C saves "
                 "a resumable checkpoint), or choose another --out"
@@ -307,14 +284,9 @@ class RunLock:
         else:
             why = "which cannot be checked from this host"
         return (
-            f"{self.run_dir} is locked by {self._who(owner)}, {why}; if no training runs there any more, delete "
+            f"{self.run_dir} is locked by {_who(owner)}, {why}; if no training runs there any more, delete "
             f"{self.path} and run again, else choose another --out"
         )
-
-    @staticmethod
-    def _who(owner: dict) -> str:
-        who = f"pid {_shown(owner.get('pid'))} on host {_shown(owner.get('host'))} "
-        return who + f"({_shown(owner.get('command', '?'))}, since {_since(owner.get('started'))})"
 
     def release(self) -> None:
         if self.held:

@@ -12,8 +12,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ..device import resolve_device
 from ..errors import WriteError
-from .device import resolve_device
 
 
 @dataclass

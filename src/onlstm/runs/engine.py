@@ -1,8 +1,5 @@
-"""The training engine every experiment shares (docs/design.md §4.6). :func:`train_run` is a training's one entry:
-the output check, the settings on resume, the budget, the lock, several processes; :class:`Engine` runs the
-experiment's :class:`Task` under a :class:`~onlstm.runs.budget.Budget`, carrying a :class:`Progress` record and the
-running training figures: validation, best/last weights, the one history file, the divergence stop, Ctrl-C/SIGTERM,
-an exact resume and the reports (:class:`~onlstm.runs.report.Report`)."""
+"""The training engine every experiment shares (docs/design.md §4.6): :func:`train_run`, a training's one entry, and
+:class:`Engine`, the one loop, which runs the experiment's :class:`Task`."""
 
 from __future__ import annotations
 
@@ -18,13 +15,13 @@ from typing import Any, Protocol
 import torch
 
 from ..checkpoint import read_json, save_weights
+from ..device import StopRequest, resolve_device, setup_torch
 from ..errors import InputError, TrainingDiverged
 from ..files import write_json
 from .budget import BUDGETS, Budget, BudgetOptions, budget_refusal, budget_spent
-from .device import StopRequest, resolve_device, setup_torch
 from .dirs import RunDir, RunDirError, find_kind
 from .dist import DistContext, setup, teardown
-from .report import Report, Reporting
+from .report import Report
 from .resume import (
     RESUME_FIX,
     Progress,
@@ -262,15 +259,13 @@ class Engine:
         self.budget = Budget.of(cfg, task.valid_every)
         self.progress, self.history = Progress(task=task.state), []
         self.log = plan.log if ctx.is_main else lambda msg: None
-        reporting = Reporting.for_run(run, cfg.log_every, cfg.progress, cfg.tensorboard, ctx.is_main)
-        self.report = Report(reporting, task.desc, cfg.progress and ctx.is_main, self.log)
+        self.report = Report(run, cfg.log_every, cfg.progress, cfg.tensorboard, ctx.is_main, task.desc, self.log)
         self.start = 0.0
         self.session = (0, 0.0)  # step and clock at this session's start: the speed behind the time left
         self.stop = StopRequest()
         self.sums: dict[str, Any] = {}  # the step's figures not yet read from the device
         self.since: dict[str, float] = {}  # the figures since the last report
         self.clock = 0.0  # when the training time was last added to prog.sums
-        self.why = ""  # why the run stopped (:meth:`run`)
         self.rewrite = False  # write the header again (a resumed run, at its first save)
         task.engine = self
 
@@ -284,12 +279,12 @@ class Engine:
         full disk may have kept from being written are written again (the header with the first save)."""
         run, task, path = self.run_dir, self.task, self.run_dir.resume_path
         if not self.plan.resume:
-            return self.writes(lambda: run.write_header(task.header, task.vocab))
+            return self.ctx.main_writes(lambda: run.write_header(task.header, task.vocab))
         if not path.exists():
             self.log(f"{run.path} has no {run.RESUME} yet; starting from the beginning")
         else:  # the history as the resume file has it (a full disk may have kept it from being written)
             self._read(path)
-            self.writes(self._write_history)
+            self.ctx.main_writes(self._write_history)
         self.rewrite = True  # the header (its new budget) and vocabulary with the first save
         if self.progress.epoch >= self.budget.epochs and not self.progress.check_due:
             self.log(f"the run has already done its {self.budget.epochs} epochs (pass --epochs N to train longer)")
@@ -312,25 +307,21 @@ class Engine:
         restore_training(path, tensors, meta["optimizer"], saved.model, saved.optimizer, saved.device)
         self.progress, self.history = prog, history[: prog.n_checks]
 
-    def writes(self, write: Callable[[], object]) -> None:
-        """``write()`` by the first process (:meth:`DistContext.main_writes`)."""
-        self.ctx.main_writes(write)
-
     def train(self) -> TrainResult:
         """:meth:`begin`, :meth:`run`, the stop's line in the log (:meth:`stop_line`), what the task does then
         (``Task.finish``) and the result, written (:meth:`record`) and returned. A divergence's result (status
         ``diverged``) is written before the error goes on; a run ended by patience is final (its resume file goes)."""
         self.begin()
         try:
-            self.why = self.run()
+            why = self.run()
         except TrainingDiverged:
             self.record("diverged")
             raise
-        line = self.stop_line(self.why)
+        line = self.stop_line(why)
         self.log(f"{self.task.desc}: {line}" if self.task.desc else line)
-        result = self.record(self.why, *self.task.finish(self.why, self.progress))
-        if self.why == "patience":
-            self.writes(lambda: self.run_dir.resume_path.unlink(missing_ok=True))
+        result = self.record(why, *self.task.finish(why, self.progress))
+        if why == "patience":
+            self.ctx.main_writes(lambda: self.run_dir.resume_path.unlink(missing_ok=True))
         return result
 
     def run(self) -> str:
@@ -383,7 +374,7 @@ class Engine:
             if self.plan.on_step is not None:
                 self.plan.on_step(self.task)
             self.report.advance()
-            every = self.report.reporting.every
+            every = self.report.every
             if every and (prog.step % every == 0 or prog.pos == len(batches)):
                 self._report(len(batches))
             counts = self.task.end_pass(prog, prog.pos == len(batches))
@@ -441,6 +432,8 @@ class Engine:
         self._diverged(prog.sums["loss"] / max(prog.sums.get("n", 1), 1), f"by step {prog.step}")
 
     def _diverged(self, loss: float, when: str) -> None:
+        """Every trainer's error for a NaN or infinite training loss ``when`` (``at step 7``), naming the files kept
+        from before and how to train again."""
         self.report.end_pass()
         prog, kept = self.progress, []
         if prog.best is not None:
@@ -448,7 +441,11 @@ class Engine:
                 f"{RunDir.WEIGHTS.format(tag='best')} ({self.task.score_words(prog.best)} at step {prog.best_step})"
             )
         kept += [RunDir.RESUME] if self.run_dir.resume_path.exists() else []
-        raise diverged(loss, when, f"{', '.join(kept)} in {self.run_dir.path}" if kept else "")
+        kept_text = f"; kept from before: {', '.join(kept)} in {self.run_dir.path}" if kept else ""
+        raise TrainingDiverged(
+            f"training diverged: the training loss is {loss} {when}; the diverged weights were not saved{kept_text}; "
+            "lower --lr or set --clip (e.g. 1.0) and train into a new --out"
+        )
 
     def _report(self, n_batches: int) -> None:
         """The figures since the last report (loss, a perplexity, the task's rates, the speed of all processes)."""
@@ -475,7 +472,7 @@ class Engine:
         if why in ("interrupted", "aborted"):
             during = " during validation" if prog.check_due else ""
             what = "resume file saved" if why == "interrupted" else "not saved since the last resume file"
-            saved = self.run_dir is not None and self.run_dir.resume_path.exists()
+            saved = self.run_dir.resume_path.exists()
             go_on = f"continue with: {resume}" if saved else f"nothing saved yet: {resume} starts it again from step 0"
             return f"{why}{during} at step {prog.step} ({epochs:.2f} epochs): {what}; {kept}; {go_on}"
         line = f"stopped by {why} after {prog.step} steps ({epochs:.2f} epochs, {prog.seconds / 60:.1f} min); {kept}"
@@ -488,13 +485,12 @@ class Engine:
         """The run's :class:`TrainResult` after :meth:`train` returned ``why`` (or ``diverged``), written to its
         ``results.json``: ``figures``, the experiment's own; ``status``, when not :data:`STATUS`'s."""
         prog, run = self.progress, self.run_dir
-        assert run is not None, "Engine(run=...) says where the result goes"
         stopped_by = "interrupted" if why == "aborted" else why
         result = TrainResult(
             run.path, self.kind, status or STATUS[why], stopped_by, prog.best, prog.best_step, prog.step,
             self.epochs(), self.elapsed(), dict(figures or {}), self.history, prog,
         )  # fmt: skip
-        self.writes(lambda: write_json(run.results_path, result.record()))
+        self.ctx.main_writes(lambda: write_json(run.results_path, result.record()))
         return result
 
     def check(self) -> bool:
@@ -522,14 +518,13 @@ class Engine:
         return self.budget.patience is not None and prog.bad_checks >= self.budget.patience
 
     def save_weights(self, tag: str, saved: Saved) -> None:
-        """The weights evaluation uses of the task's ``saved`` model, as ``model.<tag>.safetensors`` (by the first
-        process)."""
+        """The weights evaluation uses of the task's ``saved`` model, as ``model.<tag>.safetensors``."""
 
         def write() -> None:
             with saved.evaluated():
                 save_weights(self.run_dir.weights(tag), saved.model)
 
-        self.writes(write)
+        self.ctx.main_writes(write)
 
     def epochs(self) -> float:
         """The passes done (a fraction for a part): by updates when the task counts ``steps_per_epoch``."""
@@ -560,16 +555,12 @@ class Engine:
         prog, history, run = self.progress, self.history, self.run_dir
         prog.seconds, prog.n_checks = self.elapsed(), len(history)
         saved = self.task.resume(prog)
-
-        def write() -> None:
-            model, optimizer, device = saved.model, saved.optimizer, saved.device
-            save_training(
-                run.resume_path, self.kind, prog, model, optimizer, device, saved.tensors, history=history, **saved.meta
-            )
-
+        state = (saved.model, saved.optimizer, saved.device, saved.tensors)
         self.save_weights("last", saved)  # before the resume file: a resumed run may not come back to it
-        self.writes(write)
-        self.writes(self._write_history)  # after it: written again when the run resumes
+        self.ctx.main_writes(
+            lambda: save_training(run.resume_path, self.kind, prog, *state, history=history, **saved.meta)
+        )
+        self.ctx.main_writes(self._write_history)  # after it: written again when the run resumes
 
     def _write_history(self) -> None:
         """The run's one history file, ``history.json`` (the copy of the resume file's history for people, plots and
@@ -582,13 +573,3 @@ class Engine:
         write_json(run.history_path, self.history)
         if (derive := getattr(self.task, "write_history", None)) is not None:
             derive(self.history)
-
-
-def diverged(loss: float, when: str, kept: str = "", clip: float = 1.0) -> TrainingDiverged:
-    """Every trainer's error for a NaN or infinite training loss ``when`` (``at step 7``), naming the files
-    ``kept`` from before and how to train again."""
-    kept = f"; kept from before: {kept}" if kept else ""
-    return TrainingDiverged(
-        f"training diverged: the training loss is {loss} {when}; the diverged weights were not saved{kept}; "
-        f"lower --lr or set --clip (e.g. {clip}) and train into a new --out"
-    )

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..device import StopRequest
 from ..errors import EXIT_INTERRUPTED, OnlstmError, first_line
-from .device import StopRequest
 
 
 @dataclass
@@ -97,7 +97,7 @@ def _start(job: Job) -> subprocess.Popen:
     spec = {"entry": job.entry, "payload": job.payload, "parent": os.getpid(), "command": job.command}
     log = open(job.log_path, "a", encoding="utf-8")  # the child holds it open; closed here at once
     try:
-        code = "from onlstm.runs.parallel import child; child()"
+        code = "from onlstm.studies.parallel import child; child()"
         # the same onlstm as this process's, installed or not
         here = str(Path(__file__).resolve().parents[2])
         env = {

@@ -1,4 +1,5 @@
-"""Device, threads and denormals; Ctrl-C, SIGTERM and SIGHUP as a request to stop after the current step."""
+"""Device, threads and denormals for every command that runs a model; Ctrl-C, SIGTERM and SIGHUP as a request to stop
+after the current step (docs/design.md §4.6)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError, leave_closed_terminal, stop_signals
+from .errors import InputError, leave_closed_terminal, stop_signals
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -76,7 +77,7 @@ def prepare_kernel(model: torch.nn.Module, device: torch.device) -> None:
     """Load now the kernel that ``model``'s ON-LSTM layers (``impl='auto'``) will run on ``device``: a first use
     builds the C++ kernel (tens of seconds), which must happen before a training's clock starts (``time_limit``,
     the demo's seconds), not inside it. Without ON-LSTM layers, nothing."""
-    from ..nn import ONLSTM, kernels
+    from .nn import ONLSTM, kernels
 
     if any(isinstance(m, ONLSTM) for m in model.modules()):
         kernels.resolve_impl("auto", device, torch.float32)  # builds, or fails with its one warning, now
