@@ -180,28 +180,16 @@ class LanguageModel(nn.Module):
         forget, _, _ = sentence_distances(self, self._vocab(), words, batch_size)
         return [ParsedSentence(w, build_tree(w, d[index].tolist()), d, index + 1) for w, d in zip(words, forget)]
 
-    @torch.no_grad()
     def score(self, sentences, batch_size: int = 64) -> list[float]:
         """The log-probability (natural log) of each sentence: of its words and the end of sentence after them,
         read from a fresh state after an end-of-sentence token (as parsing reads sentences). ``sentences``: as
         :meth:`words` reads them; unknown words count as ``<unk>``."""
+        from .prefix_tree import padded_token_logprobs
+
         check_batch_size(batch_size)
         vocab, words = self._vocab(), self.words(sentences)
-        self.eval()
-        eos, device, out = vocab.index[EOS], self.embedding.weight.device, [0.0] * len(words)
-        order = sorted(range(len(words)), key=lambda k: -len(words[k]))  # similar lengths batched together
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            ids = [vocab.encode(words[k])[0] for k in idx]
-            tokens = torch.full((len(ids[0]) + 2, len(idx)), eos, dtype=torch.long)
-            for b, row in enumerate(ids):
-                tokens[1 : len(row) + 1, b] = torch.tensor(row, dtype=torch.long)
-            output, _, _ = self(tokens[:-1].to(device))
-            logp = torch.log_softmax(self.logits(output).float(), -1)
-            picked = logp.gather(-1, tokens[1:].to(device).unsqueeze(-1)).squeeze(-1).cpu()  # (T, B)
-            for b, (k, row) in enumerate(zip(idx, ids)):
-                out[k] = float(picked[: len(row) + 1, b].double().sum())  # the words and the closing <eos>
-        return out
+        ids = [vocab.encode([EOS, *w, EOS])[0] for w in words]
+        return [float(lp.sum()) for lp in padded_token_logprobs(self, ids, batch_size)]
 
     def perplexity(self, sentences, batch_size: int = 64) -> float:
         """exp of the mean negative log-probability per token (each sentence's words and its end) of
