@@ -287,8 +287,15 @@ class LanguageModel(nn.Module):
         ``run_config`` (a dict): the training run's header (its settings travel with the model: text normalisation,
         training recipe, ...); ``command`` (a string) and ``results`` (a dict) go into the model card. ``directory``: new,
         empty or an earlier export (replaced as a whole); anything else only with ``overwrite=True``."""
+        from ..sharing import save_pretrained
+
+        config, card, words = self._shared_files(vocab, run_config, command, results)
+        return save_pretrained(directory, self, config, card, words, overwrite=overwrite)
+
+    def _shared_files(self, vocab, run_config: dict | None, command: str | None, results: dict | None):
+        """:meth:`save_pretrained`'s header, card and words (the import of the authors' models adds to the card)."""
         from ..checkpoint import config_header
-        from ..sharing import model_card, save_pretrained
+        from ..sharing import model_card
 
         vocab = getattr(self, "vocab", None) if vocab is None else vocab
         if vocab is None:
@@ -298,8 +305,7 @@ class LanguageModel(nn.Module):
             raise ValueError(f"the vocabulary has {len(words)} words but the model expects {self.config.vocab_size}")
         config, c = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}, self.config
         title = f"{c.cell} language model ({len(c.hidden_sizes)} layers, {c.vocab_size:,} words)"
-        card = model_card(title, config, LM_USAGE, command, results)
-        return save_pretrained(directory, self, config, card, words, overwrite=overwrite)
+        return config, model_card(title, config, LM_USAGE, command, results), words
 
     @classmethod
     def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LanguageModel:
