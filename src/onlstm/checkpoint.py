@@ -50,11 +50,7 @@ def read_json(path: Path) -> Any:
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path} is missing; is this a run directory written by onlstm?")
-    if not path.is_file():  # a FIFO would block for ever, /dev/zero never end
-        raise CheckpointError(f"{path} is not a regular file; is this a run directory written by onlstm?")
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise CheckpointError(f"{path} is {path.stat().st_size:,} bytes, too large for a run's JSON file")
-    try:
+    try:  # read_regular refuses a FIFO (it would block for ever), a device and a file over the limit
         return json.loads(read_regular(path, MAX_JSON_BYTES, CheckpointError).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise CheckpointError(f"{path} is not valid JSON ({first_line(e)}); the checkpoint is corrupt") from None
