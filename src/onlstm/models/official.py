@@ -6,7 +6,6 @@ docs/sharing.md, "Importing a checkpoint of the authors' code")."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import torch
 from ..checkpoint import CheckpointError
 from ..data.reader import TextReader
 from ..errors import first_line, quote
+from ..files import sha256_file
 from .language_model import LanguageModel, LMConfig
 from .torchfile import Record, memory_budget, read_torch_file
 
@@ -224,14 +224,6 @@ def load_official(checkpoint: str | Path, corpus: str | Path) -> tuple[LanguageM
     return lm, words
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def import_official(checkpoint: str | Path, corpus: str | Path, to: str | Path, overwrite: bool = False) -> Path:
     """Read the authors' files and write the shared-model folder ``to`` all at once
     (:func:`onlstm.sharing.save_pretrained`). ``to`` is checked before any work, as ``export`` checks it: new, empty
@@ -242,8 +234,8 @@ def import_official(checkpoint: str | Path, corpus: str | Path, to: str | Path, 
     check_share_target(to, overwrite)
     _check_inputs_outside(to, checkpoint, corpus)
     lm, words = load_official(checkpoint, corpus)
-    source = {"repository": SOURCE_REPO, "checkpoint": checkpoint.name, "checkpoint_sha256": _sha256(checkpoint),
-              "corpus": corpus.name, "corpus_sha256": _sha256(corpus)}  # fmt: skip
+    source = {"repository": SOURCE_REPO, "checkpoint": checkpoint.name, "checkpoint_sha256": sha256_file(checkpoint),
+              "corpus": corpus.name, "corpus_sha256": sha256_file(corpus)}  # fmt: skip
     text = TextReader.detect(words).to_dict()  # the authors' PTB models: Mikolov's convention
     config, card, words = lm._shared_files(words, {"imported_from": source, "text": text}, None, None)
     return save_pretrained(to, lm, config, card + _card_source(source), words, overwrite=overwrite)
