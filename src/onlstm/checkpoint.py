@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from . import __version__
 from .errors import OnlstmError, first_line
-from .files import atomic_write, read_regular
+from .files import MAX_JSON_BYTES, atomic_write, read_regular
 
 
 class CheckpointError(OnlstmError, ValueError):
@@ -40,10 +40,6 @@ def save_safetensors(
             raise
         code = int(found.group(1))
         raise OSError(code, os.strerror(code), str(path)) from exc
-
-
-#: The largest JSON file a run holds is its history (kilobytes); a larger one is not a run's.
-MAX_JSON_BYTES = 256 << 20
 
 
 def read_json(path: Path) -> Any:

@@ -201,18 +201,28 @@ MARKER = ".onlstm-output.json"
 _SHOWN = 3
 
 
+#: The largest JSON file a run holds is its history (kilobytes); a larger one is not a run's.
+MAX_JSON_BYTES = 256 << 20
+
+
+def json_dict(path: Path, limit: int = MAX_JSON_BYTES) -> dict | None:
+    """``path``'s JSON object: None when the file is missing, {} when it cannot be read, holds no object or is
+    larger than ``limit`` bytes (a FIFO, a device or a huge file is none of ours)."""
+    try:
+        if not path.is_file() or path.stat().st_size > limit:
+            return None if not path.exists() and not path.is_symlink() else {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def read_marker(folder: Path) -> dict | None:
     """The marker in ``folder`` (``{"kind": ..., "files": [...]}``), None when there is none or it is not one."""
-    path = Path(folder) / MARKER
-    try:
-        if not path.is_file() or path.stat().st_size > 1 << 20:  # a FIFO or a huge file is no marker of ours
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("kind"), str) or not isinstance(data.get("files"), list):
-        return None
-    return data
+    data = json_dict(Path(folder) / MARKER, 1 << 20) or {}
+    return data if isinstance(data.get("kind"), str) and isinstance(data.get("files"), list) else None
 
 
 def owned_by(folder: Path, kind: str) -> bool:
