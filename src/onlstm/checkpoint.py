@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from . import __version__
 from .errors import OnlstmError, first_line
-from .files import atomic_write, read_regular
+from .files import MAX_JSON_BYTES, atomic_write, read_regular
 
 
 class CheckpointError(OnlstmError, ValueError):
@@ -42,19 +42,11 @@ def save_safetensors(
         raise OSError(code, os.strerror(code), str(path)) from exc
 
 
-#: The largest JSON file a run holds is its history (kilobytes); a larger one is not a run's.
-MAX_JSON_BYTES = 256 << 20
-
-
 def read_json(path: Path) -> Any:
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path} is missing; is this a run directory written by onlstm?")
-    if not path.is_file():  # a FIFO would block for ever, /dev/zero never end
-        raise CheckpointError(f"{path} is not a regular file; is this a run directory written by onlstm?")
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise CheckpointError(f"{path} is {path.stat().st_size:,} bytes, too large for a run's JSON file")
-    try:
+    try:  # read_regular refuses a FIFO (it would block for ever), a device and a file over the limit
         return json.loads(read_regular(path, MAX_JSON_BYTES, CheckpointError).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise CheckpointError(f"{path} is not valid JSON ({first_line(e)}); the checkpoint is corrupt") from None

@@ -4,6 +4,7 @@ stays whole), and JSON, text and figures through it; a refused write is one :cla
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -82,6 +83,15 @@ def _kind_of(mode: int) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
     return "a socket or other special file"
+
+
+def sha256_file(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read a MiB at a time: a second or so for a 500 MB corpus."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_regular(path: str | Path, limit: int | None = None, error: type[OnlstmError] = InputError) -> bytes:
@@ -191,18 +201,28 @@ MARKER = ".onlstm-output.json"
 _SHOWN = 3
 
 
+#: The largest JSON file a run holds is its history (kilobytes); a larger one is not a run's.
+MAX_JSON_BYTES = 256 << 20
+
+
+def json_dict(path: Path, limit: int = MAX_JSON_BYTES) -> dict | None:
+    """``path``'s JSON object: None when the file is missing, {} when it cannot be read, holds no object or is
+    larger than ``limit`` bytes (a FIFO, a device or a huge file is none of ours)."""
+    try:
+        if not path.is_file() or path.stat().st_size > limit:
+            return None if not path.exists() and not path.is_symlink() else {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def read_marker(folder: Path) -> dict | None:
     """The marker in ``folder`` (``{"kind": ..., "files": [...]}``), None when there is none or it is not one."""
-    path = Path(folder) / MARKER
-    try:
-        if not path.is_file() or path.stat().st_size > 1 << 20:  # a FIFO or a huge file is no marker of ours
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("kind"), str) or not isinstance(data.get("files"), list):
-        return None
-    return data
+    data = json_dict(Path(folder) / MARKER, 1 << 20) or {}
+    return data if isinstance(data.get("kind"), str) and isinstance(data.get("files"), list) else None
 
 
 def owned_by(folder: Path, kind: str) -> bool:

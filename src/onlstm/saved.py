@@ -4,7 +4,6 @@ model it holds (:func:`load_run`). Below ``runs/``: a model is opened without th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +12,8 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from .checkpoint import MAX_JSON_BYTES, CheckpointError, load_weights, read_json
-from .files import write_json
+from .checkpoint import CheckpointError, load_weights, read_json
+from .files import json_dict, write_json
 
 
 def _file(name: str) -> property:
@@ -31,7 +30,7 @@ class RunFiles:
 
     CONFIG, VOCAB, HISTORY, LOG, RESULTS = "config.json", "vocab.json", "history.json", "log.csv", "results.json"
     RESUME, LOCK, TENSORBOARD = "resume.safetensors", "onlstm.lock", "tensorboard"
-    STEPS = "steps.csv"  # training figures every few updates (onlstm.runs.engine.StepLog)
+    STEPS = "steps.csv"  # training figures every few updates (onlstm.runs.report.Report)
     WEIGHTS = "model.{tag}.safetensors"  # tags: best, last
     SHARED_WEIGHTS, CARD = "model.safetensors", "README.md"  # a shared model's (save_pretrained)
 
@@ -88,19 +87,6 @@ class RunFiles:
     def header(self) -> dict:
         """``config.json``, {} when it cannot be read."""
         return json_dict(self.config_path) or {}
-
-
-def json_dict(path: Path) -> dict | None:
-    """``path``'s JSON object: None when the file is missing, {} when it cannot be read or holds no object."""
-    try:
-        if not path.is_file() or path.stat().st_size > MAX_JSON_BYTES:  # a FIFO, a device, a huge file: not ours
-            return None if not path.exists() and not path.is_symlink() else {}
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 @dataclass

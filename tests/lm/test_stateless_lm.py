@@ -18,6 +18,7 @@ from onlstm.lm.config import explicit_settings
 from onlstm.lm.data import batchify
 from onlstm.lm.evaluate import perplexity, stream_loss
 from onlstm.lm.train import train
+from onlstm.models.prefix_tree import prefix_token_logprobs
 from onlstm.syneval.evaluate import token_logprobs
 from support import TINY_LM, quiet, with_train, write_corpus
 
@@ -86,6 +87,15 @@ def test_syneval_scoring_batched_equals_alone():
     seqs = [[0, 3, 4, 5], [0, 2], [0, 7, 1, 9, 9, 4, 2], [0, 5, 5]]
     batched = token_logprobs(m, seqs, batch_size=4)
     for s, lp in zip(seqs, batched):
+        torch.testing.assert_close(lp, token_logprobs(m, [s], batch_size=1)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_prefix_tree_scoring_of_a_stateless_model_reads_each_prefix_whole():
+    # the prefix tree continues each prefix from its parent's state; a Transformer carries none, so it is read
+    # padded instead (before, each token was read without the words before it)
+    m = tiny_transformer()
+    seqs = [[0, 3, 4, 5], [0, 3, 4, 2], [0, 7, 1, 9, 9, 4, 2]]
+    for s, lp in zip(seqs, prefix_token_logprobs(m, seqs)):
         torch.testing.assert_close(lp, token_logprobs(m, [s], batch_size=1)[0], rtol=1e-6, atol=1e-6)
 
 

@@ -13,7 +13,7 @@ from onlstm.logic.data import read_examples
 from onlstm.logic.formulas import EMPTY_SET, FULL_SET, Not, count_operators_text, parse, to_text, truth_set
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.relations import relation_of_sets
-from onlstm.logic.stats import binary_depth, file_statistics, variables_of
+from onlstm.logic.stats import file_statistics, shape_of
 from support import SHARED_DATA
 
 ORIGINAL = SHARED_DATA / "logic-train"
@@ -24,8 +24,9 @@ def test_every_pair_is_one_the_generator_can_make():
     for _ in range(3000):
         label, a, b, ops_a, ops_b = draw_bowman_pair(rng)
         fa, fb = parse(a), parse(b)
-        assert len(variables_of(fa) | variables_of(fb)) <= 4  # both sides over the same 4 variables
-        assert binary_depth(fa) <= 3 and binary_depth(fb) <= 3  # budget 12 -> 6 -> 3 -> 1: three levels
+        (used_a, depth_a, _, _), (used_b, depth_b, _, _) = shape_of(fa), shape_of(fb)
+        assert len(used_a | used_b) <= 4  # both sides over the same 4 variables
+        assert depth_a <= 3 and depth_b <= 3  # budget 12 -> 6 -> 3 -> 1: three levels
         assert "( not ( not" not in a and "( not ( not" not in b  # one 'not' per node at most
         sa, sb = truth_set(fa), truth_set(fb)
         assert EMPTY_SET not in (sa, sb) and FULL_SET not in (sa, sb)
@@ -95,3 +96,9 @@ def test_the_other_shape_mix_breaks_the_four_variable_rule(tmp_path):
     variables in many long pairs, which Bowman et al.'s data never does."""
     generate_dataset(tmp_path, GenerateConfig(mix="original", per_length=300, seed=0, max_ops=9))
     assert file_statistics(read_examples(tmp_path, split="train", buckets=[9]))["train9"]["over4"] > 20
+
+
+def test_shape_of_a_formula_by_hand():
+    text = "( ( not a ) ( and ( b ( or a ) ) ) )"  # and over (not a) and (b or a): and/or nested 2 deep
+    assert shape_of(parse(text)) == ({"a", "b"}, 2, 1, len(text.split()))
+    assert shape_of(parse("c")) == ({"c"}, 0, 0, 1)

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..checkpoint import read_json
 from ..config import add_command, add_group, option
 from ..errors import DISK_FULL_ERRNOS, EXIT_FINDING, InputError, OnlstmError
-from ..files import atomic_write, check_output_folder, write_json
+from ..files import atomic_write, check_output_folder, sha256_file, write_json
 
 MANIFEST = "download.json"
 CHUNK = 1 << 20
@@ -72,14 +72,6 @@ class DownloadError(OnlstmError, RuntimeError):
     """The download failed; the message says why and what to do instead."""
 
     exit_code = EXIT_FINDING  # the input was fine; the network or the server was not (see onlstm.errors)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _stream(url: str, tmp: Path, h: hashlib._Hash, known: str | None, timeout: float, source: Source) -> None:

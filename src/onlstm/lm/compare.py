@@ -174,20 +174,13 @@ def measure(where: Path, evals: Path, yardsticks: Yardsticks, log: Callable[[str
         for name, extra in (("wsj10", ["--wsj10"]), ("wsj", [])):
             args = ["parsing", "eval-parse", "--checkpoint", str(where), "--treebank", str(yardsticks.treebank)]
             figures[name] = _parsing(_command(evals / f"{name}.json", [*args, *extra, "--json", *threads], log))
+    syneval = ["syneval", "--checkpoint", str(where), "--json", "--no-progress", *threads]
     if yardsticks.syneval_data is not None:
-        args = [
-            "syneval",
-            "--checkpoint",
-            str(where),
-            "--data",
-            str(yardsticks.syneval_data),
-            "--json",
-            "--no-progress",
-        ]
-        figures["marvin_linzen"] = _cases(_command(evals / "marvin_linzen.json", [*args, *threads], log))
+        args = [*syneval, "--data", str(yardsticks.syneval_data)]
+        figures["marvin_linzen"] = _cases(_command(evals / "marvin_linzen.json", args, log))
     if yardsticks.suites is not None:
-        args = ["syneval", "--checkpoint", str(where), "--suite", str(yardsticks.suites), "--json", "--no-progress"]
-        figures["syntaxgym"] = _suites(_command(evals / "syntaxgym.json", [*args, *threads], log))
+        args = [*syneval, "--suite", str(yardsticks.suites)]
+        figures["syntaxgym"] = _suites(_command(evals / "syntaxgym.json", args, log))
     return figures
 
 

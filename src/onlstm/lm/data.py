@@ -3,7 +3,6 @@ variable-length BPTT schedule and its segments (docs/lm.md, "The recipe")."""
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import NamedTuple
 import torch
 
 from ..errors import InputError
+from ..files import sha256_file
 
 
 def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -78,20 +78,11 @@ def segment(data: torch.Tensor, start: int, length: int) -> tuple[torch.Tensor, 
 TEXT_FINGERPRINT = "train_sha256"
 
 
-def text_fingerprint(path: Path) -> str:
-    """The SHA-256 of the file's bytes (hex), read in blocks: a second or so for a 500 MB corpus."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def same_training_text(train_file: Path, saved: dict | None, run: Path, warn: Callable[[str], None]) -> str:
     """The fingerprint of ``train_file``; on resume (``saved``: the run's ``data`` header) the text must be the one
     the run was started on: another text with the same vocabulary would go on silently with other batches. A run
     written before fingerprints were recorded is resumed with a warning (there is nothing to compare)."""
-    found = text_fingerprint(train_file)
+    found = sha256_file(train_file)
     if saved is None:
         return found
     recorded = saved.get(TEXT_FINGERPRINT) if isinstance(saved, dict) else None

@@ -15,7 +15,7 @@ Their generator, in words (this is our own code, written from that description):
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from .formulas import EMPTY_SET, FULL_SET, VARIABLE_TRUTH_SETS, VARIABLES
 from .relations import relation_of_sets
@@ -84,8 +84,3 @@ def generate_bowman(
         out[bucket].append(pair)
         missing -= 1
     return out, draws
-
-
-def pair_keys(rows: Iterable[tuple]) -> set[tuple[str, str]]:
-    """``(a, b)`` texts of rows ``(label, a, b, ...)``, for :func:`generate_bowman`'s ``exclude``."""
-    return {(r[1], r[2]) for r in rows}

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..studies.stats import mean_std
 from .data import Example, LogicDataError, read_examples
 from .model import (
     LogicClassifier,  # load_classifier, once defined here, is in .model (and the package)
@@ -102,15 +103,9 @@ def read_test_examples(
     return read_examples(path, split=split, buckets=list(buckets))
 
 
-def mean_std(xs: list[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation of the numbers that are not NaN (NaN mean for none, no std below two)."""
-    xs = [x for x in xs if not math.isnan(x)]
-    return (statistics.fmean(xs) if xs else math.nan), (statistics.stdev(xs) if len(xs) > 1 else None)
-
-
 def _pct_std(xs: list[float]) -> str:
-    mean, std = mean_std(xs)
-    return "–" if math.isnan(mean) else f"{100 * mean:.1f}" + ("" if std is None else f" ± {100 * std:.1f}")
+    mean, std = mean_std([x for x in xs if x == x])  # NaN: no pairs of that length
+    return "–" if math.isnan(mean) else f"{100 * mean:.1f}" + ("" if math.isnan(std) else f" ± {100 * std:.1f}")
 
 
 SUMMARY_COLUMNS = ("<=6", "7-12", "all")

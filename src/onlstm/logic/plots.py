@@ -12,7 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from ..files import save_figure
-from .evaluate import LengthAccuracy, mean_std
+from ..studies.stats import mean_std
+from .evaluate import LengthAccuracy
 
 
 def plot_accuracy_by_length(
@@ -25,10 +26,11 @@ def plot_accuracy_by_length(
     for name, results in rows:
         lengths = sorted({k for r in results for k in r.lengths})
         per_run = [[100 * r.accuracy(k) for k in lengths] for r in results]
-        mean, std = zip(*(mean_std(list(at_length)) for at_length in zip(*per_run)))
+        mean, std = zip(*(mean_std([x for x in at_length if x == x]) for at_length in zip(*per_run)))
         (line,) = ax.plot(lengths, mean, marker="o", label=f"{name} (n={len(results)})")
         if len(results) > 1:
-            low, high = [m - (s or 0.0) for m, s in zip(mean, std)], [m + (s or 0.0) for m, s in zip(mean, std)]
+            std = [0.0 if math.isnan(s) else s for s in std]  # fewer than two runs with pairs of that length
+            low, high = [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)]
             ax.fill_between(lengths, low, high, color=line.get_color(), alpha=0.2)
             for run in per_run:
                 ax.plot(lengths, run, color=line.get_color(), alpha=0.25, linewidth=0.8)

@@ -14,40 +14,17 @@ from .formulas import Binary, Formula, Not, Var
 from .relations import RELATIONS
 
 
-def variables_of(f: Formula) -> set[str]:
-    """The variables a formula uses."""
+def shape_of(f: Formula) -> tuple[set[str], int, int, int]:
+    """In one walk: the variables ``f`` uses, how deeply its ``and``/``or`` nodes nest (a variable or negated
+    variable: 0), its ``not`` count and its tokens in the notation (``( not X )``: 3 more, ``( X ( op Y ) )``: 5)."""
     if isinstance(f, Var):
-        return {f.name}
+        return {f.name}, 0, 0, 1
     if isinstance(f, Not):
-        return variables_of(f.arg)
-    return variables_of(f.left) | variables_of(f.right)
-
-
-def binary_depth(f: Formula) -> int:
-    """How deeply ``and``/``or`` nodes nest (a variable or negated variable: 0)."""
-    if isinstance(f, Var):
-        return 0
-    if isinstance(f, Not):
-        return binary_depth(f.arg)
-    return 1 + max(binary_depth(f.left), binary_depth(f.right))
-
-
-def count_nots(f: Formula) -> int:
-    if isinstance(f, Var):
-        return 0
-    if isinstance(f, Not):
-        return 1 + count_nots(f.arg)
-    return count_nots(f.left) + count_nots(f.right)
-
-
-def n_tokens(f: Formula) -> int:
-    """Tokens of ``f`` in the notation: a variable 1, ``( not X )`` 3 more, ``( X ( op Y ) )`` 5 more."""
-    if isinstance(f, Var):
-        return 1
-    if isinstance(f, Not):
-        return 3 + n_tokens(f.arg)
+        used, depth, nots, tokens = shape_of(f.arg)
+        return used, depth, nots + 1, tokens + 3
     assert isinstance(f, Binary)
-    return 5 + n_tokens(f.left) + n_tokens(f.right)
+    (lu, ld, ln, lt), (ru, rd, rn, rt) = shape_of(f.left), shape_of(f.right)
+    return lu | ru, 1 + max(ld, rd), ln + rn, 5 + lt + rt
 
 
 #: The statistics :func:`file_statistics` returns, with how each is printed (all are means or shares in %).
@@ -78,14 +55,15 @@ class FileStats:
     labels: Counter | None = None
 
     def add(self, ex: Example) -> None:
-        used = variables_of(ex.a) | variables_of(ex.b)
+        (used_a, depth_a, nots_a, tokens_a), (used_b, depth_b, nots_b, tokens_b) = shape_of(ex.a), shape_of(ex.b)
+        used = used_a | used_b
         self.pairs += 1
         self.vars += len(used)
         self.over4 += len(used) > 4
-        self.depth += binary_depth(ex.a) + binary_depth(ex.b)
-        self.nots += count_nots(ex.a) + count_nots(ex.b)
+        self.depth += depth_a + depth_b
+        self.nots += nots_a + nots_b
         self.ops += ex.ops_a + ex.ops_b
-        self.tokens += n_tokens(ex.a) + n_tokens(ex.b)
+        self.tokens += tokens_a + tokens_b
         self.smaller += min(ex.ops_a, ex.ops_b)
         self.labels = (self.labels or Counter()) + Counter([ex.label])
 

@@ -18,7 +18,7 @@ import torch
 from torch.nn.utils.rnn import pad_packed_sequence
 
 from ..checkpoint import CheckpointError
-from ..data.trees import Tree, build_tree, leaves, to_brackets
+from ..data.trees import Tree, build_tree, leaves, parse_brackets, to_brackets
 from ..encoders import has_distances
 from ..files import write_text
 from ..nn import Distances
@@ -38,25 +38,10 @@ def _group(parts: list[Tree]) -> Tree | None:
 
 
 def formula_tree(tokens: Sequence[str]) -> Tree:
-    """The tree that a formula's brackets give, over its other tokens: ``( a ( and b ) )`` ->
-    ``('a', ('and', 'b'))``, ``( not a )`` -> ``('not', 'a')``; unbalanced brackets or no token are a
-    ``ValueError``."""
-    stack: list[list[Tree]] = [[]]
-    for token in tokens:
-        if token == "(":
-            stack.append([])
-        elif token == ")":
-            if len(stack) == 1:
-                raise ValueError(f"unbalanced brackets in {' '.join(tokens)!r}: a ')' closes nothing")
-            inner = _group(stack.pop())
-            if inner is not None:
-                stack[-1].append(inner)
-        else:
-            stack[-1].append(token)
-    tree = _group(stack[0]) if len(stack) == 1 else None
-    if tree is None:
-        raise ValueError(f"{' '.join(tokens)!r} is not a formula with balanced brackets and at least one token")
-    return tree
+    """The tree that a formula's brackets give, over its other tokens (unlabelled bracket notation,
+    :func:`onlstm.data.trees.parse_brackets`): ``( a ( and b ) )`` -> ``('a', ('and', 'b'))``, ``( not a )`` ->
+    ``('not', 'a')``; unbalanced brackets or no token are a ``ValueError``."""
+    return parse_brackets(" ".join(tokens), labelled=False)  # type: ignore[return-value]
 
 
 def without_brackets(tree: Tree) -> Tree | None:

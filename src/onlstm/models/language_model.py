@@ -180,28 +180,16 @@ class LanguageModel(nn.Module):
         forget, _, _ = sentence_distances(self, self._vocab(), words, batch_size)
         return [ParsedSentence(w, build_tree(w, d[index].tolist()), d, index + 1) for w, d in zip(words, forget)]
 
-    @torch.no_grad()
     def score(self, sentences, batch_size: int = 64) -> list[float]:
         """The log-probability (natural log) of each sentence: of its words and the end of sentence after them,
         read from a fresh state after an end-of-sentence token (as parsing reads sentences). ``sentences``: as
         :meth:`words` reads them; unknown words count as ``<unk>``."""
+        from .prefix_tree import padded_token_logprobs
+
         check_batch_size(batch_size)
         vocab, words = self._vocab(), self.words(sentences)
-        self.eval()
-        eos, device, out = vocab.index[EOS], self.embedding.weight.device, [0.0] * len(words)
-        order = sorted(range(len(words)), key=lambda k: -len(words[k]))  # similar lengths batched together
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            ids = [vocab.encode(words[k])[0] for k in idx]
-            tokens = torch.full((len(ids[0]) + 2, len(idx)), eos, dtype=torch.long)
-            for b, row in enumerate(ids):
-                tokens[1 : len(row) + 1, b] = torch.tensor(row, dtype=torch.long)
-            output, _, _ = self(tokens[:-1].to(device))
-            logp = torch.log_softmax(self.logits(output).float(), -1)
-            picked = logp.gather(-1, tokens[1:].to(device).unsqueeze(-1)).squeeze(-1).cpu()  # (T, B)
-            for b, (k, row) in enumerate(zip(idx, ids)):
-                out[k] = float(picked[: len(row) + 1, b].double().sum())  # the words and the closing <eos>
-        return out
+        ids = [vocab.encode([EOS, *w, EOS])[0] for w in words]
+        return [float(lp.sum()) for lp in padded_token_logprobs(self, ids, batch_size)]
 
     def perplexity(self, sentences, batch_size: int = 64) -> float:
         """exp of the mean negative log-probability per token (each sentence's words and its end) of
@@ -299,8 +287,15 @@ class LanguageModel(nn.Module):
         ``run_config`` (a dict): the training run's header (its settings travel with the model: text normalisation,
         training recipe, ...); ``command`` (a string) and ``results`` (a dict) go into the model card. ``directory``: new,
         empty or an earlier export (replaced as a whole); anything else only with ``overwrite=True``."""
+        from ..sharing import save_pretrained
+
+        config, card, words = self._shared_files(vocab, run_config, command, results)
+        return save_pretrained(directory, self, config, card, words, overwrite=overwrite)
+
+    def _shared_files(self, vocab, run_config: dict | None, command: str | None, results: dict | None):
+        """:meth:`save_pretrained`'s header, card and words (the import of the authors' models adds to the card)."""
         from ..checkpoint import config_header
-        from ..sharing import model_card, save_pretrained
+        from ..sharing import model_card
 
         vocab = getattr(self, "vocab", None) if vocab is None else vocab
         if vocab is None:
@@ -310,8 +305,7 @@ class LanguageModel(nn.Module):
             raise ValueError(f"the vocabulary has {len(words)} words but the model expects {self.config.vocab_size}")
         config, c = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}, self.config
         title = f"{c.cell} language model ({len(c.hidden_sizes)} layers, {c.vocab_size:,} words)"
-        card = model_card(title, config, LM_USAGE, command, results)
-        return save_pretrained(directory, self, config, card, words, overwrite=overwrite)
+        return config, model_card(title, config, LM_USAGE, command, results), words
 
     @classmethod
     def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LanguageModel:

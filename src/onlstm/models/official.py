@@ -6,10 +6,7 @@ docs/sharing.md, "Importing a checkpoint of the authors' code")."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import secrets
-import shutil
 from pathlib import Path
 
 import torch
@@ -17,6 +14,7 @@ import torch
 from ..checkpoint import CheckpointError
 from ..data.reader import TextReader
 from ..errors import first_line, quote
+from ..files import sha256_file
 from .language_model import LanguageModel, LMConfig
 from .torchfile import Record, memory_budget, read_torch_file
 
@@ -226,39 +224,21 @@ def load_official(checkpoint: str | Path, corpus: str | Path) -> tuple[LanguageM
     return lm, words
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def import_official(checkpoint: str | Path, corpus: str | Path, to: str | Path, overwrite: bool = False) -> Path:
-    """Read the authors' files and write the shared-model folder ``to`` all at once: written in a temporary
-    sibling, then renamed into place. ``to`` is checked before any work, as ``export`` checks it: new, empty or an
-    earlier export unless ``overwrite``, and never a folder that holds more than an output or the files read."""
-    from ..files import write_text
-    from ..saved import RunFiles
-    from ..sharing import check_share_target
+    """Read the authors' files and write the shared-model folder ``to`` all at once
+    (:func:`onlstm.sharing.save_pretrained`). ``to`` is checked before any work, as ``export`` checks it: new, empty
+    or an earlier export unless ``overwrite``, and never a folder that holds more than an output or the files read."""
+    from ..sharing import check_share_target, save_pretrained
 
     checkpoint, corpus, to = Path(checkpoint), Path(corpus), Path(to)
     check_share_target(to, overwrite)
     _check_inputs_outside(to, checkpoint, corpus)
     lm, words = load_official(checkpoint, corpus)
-    source = {"repository": SOURCE_REPO, "checkpoint": checkpoint.name, "checkpoint_sha256": _sha256(checkpoint),
-              "corpus": corpus.name, "corpus_sha256": _sha256(corpus)}  # fmt: skip
-    to.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_sibling(to, "new")
-    try:
-        text = TextReader.detect(words).to_dict()  # the authors' PTB models: Mikolov's convention
-        lm.save_pretrained(tmp, words, run_config={"imported_from": source, "text": text})
-        card = RunFiles(tmp).card_path
-        write_text(card, card.read_text(encoding="utf-8") + _card_source(source))
-        _replace(tmp, to)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return to
+    source = {"repository": SOURCE_REPO, "checkpoint": checkpoint.name, "checkpoint_sha256": sha256_file(checkpoint),
+              "corpus": corpus.name, "corpus_sha256": sha256_file(corpus)}  # fmt: skip
+    text = TextReader.detect(words).to_dict()  # the authors' PTB models: Mikolov's convention
+    config, card, words = lm._shared_files(words, {"imported_from": source, "text": text}, None, None)
+    return save_pretrained(to, lm, config, card + _card_source(source), words, overwrite=overwrite)
 
 
 def _check_inputs_outside(to: Path, *inputs: Path) -> None:
@@ -280,32 +260,3 @@ def _card_source(source: dict) -> str:
         f"vocabulary `{source['corpus']}` (sha256 {source['corpus_sha256']}). It gives the same next-word "
         "probabilities as the authors' model (their master input gate, DropConnect scaled by 1 - p at eval).\n"
     )
-
-
-def _fresh_sibling(to: Path, what: str) -> Path:
-    """A new hidden folder beside ``to`` (same file system, so renames are atomic), made with the umask's mode."""
-    for _ in range(100):
-        path = to.parent / f".{to.name}.{what}-{os.getpid()}-{secrets.token_hex(4)}"
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"cannot make a temporary folder beside {to}")
-
-
-def _replace(tmp: Path, to: Path) -> None:
-    """Move the finished folder ``tmp`` to ``to``; an existing ``to`` (empty, or replaced with --overwrite) is
-    moved aside first and removed only once the new one is in place."""
-    old = None
-    if to.exists():
-        old = _fresh_sibling(to, "old")
-        os.rename(to, old / to.name)
-    try:
-        os.rename(tmp, to)
-    except OSError:
-        if old is not None:
-            os.rename(old / to.name, to)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

@@ -181,11 +181,14 @@ def tree_logprobs(model, tree: PrefixTree, device, decoder: Decoder) -> torch.Te
 def prefix_token_logprobs(
     model, sequences: Sequence[Sequence[int]], chunk_size: int = 4096, progress: Callable[[int], None] | None = None
 ) -> list[torch.Tensor]:
-    """The same result as :func:`onlstm.syneval.evaluate.token_logprobs` (per sequence, the float64
-    log-probabilities of ``s[1:]`` from a zero state), computed through prefix trees of ``chunk_size``
-    sequences; sequences are sorted so that those sharing a prefix fall in the same chunk."""
+    """The same result as :func:`padded_token_logprobs` (per sequence, the float64 log-probabilities of ``s[1:]``
+    from a zero state), computed through prefix trees of ``chunk_size`` sequences; sequences are sorted so that
+    those sharing a prefix fall in the same chunk. A model that carries no state from one call to the next
+    (``model.stateful`` False: the Transformer) has no prefix state to continue from: it is scored padded."""
     if chunk_size <= 0:
         raise PrefixTreeError(f"chunk size must be positive, got {chunk_size}")
+    if not getattr(model, "stateful", True):
+        return padded_token_logprobs(model, sequences, chunk_size, progress)
     device = next(model.parameters()).device
     decoder = Decoder(model)
 
@@ -195,6 +198,38 @@ def prefix_token_logprobs(
         return [flat[path] for path in tree.paths]
 
     return scored_in_chunks(model, sequences, chunk_size, lambda i: list(sequences[i]), score, progress)
+
+
+@torch.no_grad()
+def padded_token_logprobs(
+    model, sequences: Sequence[Sequence[int]], batch_size: int = 512, progress: Callable[[int], None] | None = None
+) -> list[torch.Tensor]:
+    """For each id sequence ``s`` (starting with ``<eos>``), the float64 log-probabilities of ``s[1:]`` from a zero
+    state, read ``batch_size`` at a time sorted by length and right-padded; ``progress(n)`` after each batch."""
+    if batch_size <= 0:
+        raise PrefixTreeError(f"batch size must be positive, got {batch_size}")
+    device = next(model.parameters()).device
+
+    def score(chunk: list[int]) -> list[torch.Tensor]:
+        lengths = [len(sequences[i]) for i in chunk]
+        batch = torch.full((max(lengths), len(chunk)), int(sequences[chunk[0]][0]), dtype=torch.long)  # (T, B)
+        for j, i in enumerate(chunk):
+            batch[: lengths[j], j] = torch.as_tensor(sequences[i], dtype=torch.long)
+        lp = _next_token_logprobs(model, batch.to(device)).double().cpu()  # (T-1, B)
+        return [lp[: n - 1, j].clone() for j, n in enumerate(lengths)]
+
+    return scored_in_chunks(model, sequences, batch_size, lambda i: len(sequences[i]), score, progress)
+
+
+def _next_token_logprobs(model, batch: torch.Tensor) -> torch.Tensor:
+    """(T, B) ids -> (T-1, B): log p(batch[t+1] | batch[:t+1]); the decoder runs a step at a time (memory holds
+    (B, V) logits, not (T, B, V))."""
+    output, _, _ = model(batch[:-1])  # (T-1, B, H)
+    out = torch.empty(output.shape[:2], device=output.device)  # (T-1, B)
+    for t in range(output.shape[0]):
+        logits = model.logits(output[t]).float()  # (B, V)
+        out[t] = logits.gather(1, batch[t + 1].unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=1)
+    return out
 
 
 def scored_in_chunks(

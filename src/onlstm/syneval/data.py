@@ -1,6 +1,6 @@
 """Minimal pairs of the targeted syntactic evaluation (Marvin & Linzen 2018) and the paper's table: the sample TSV,
-a TSV dump and the authors' pickles (read by :class:`RestrictedUnpickler`) all give :class:`Item` lists
-(:func:`read_items`; formats: docs/syneval.md, "Data")."""
+a TSV dump and the authors' pickles (read as plain data by :class:`onlstm.pickles.PlainUnpickler`) all give
+:class:`Item` lists (:func:`read_items`; formats: docs/syneval.md, "Data")."""
 
 from __future__ import annotations
 
@@ -176,18 +176,12 @@ def _read_dump(path: Path, lines: list[str]) -> list[Item]:
     return items
 
 
-class RestrictedUnpickler(PlainUnpickler):
-    """Unpickles only what pickle opcodes build by themselves (dict, list, tuple, str, bytes, numbers, None):
-    every global (class or function: how a pickle runs code) is refused before it is looked up, the state of nothing
-    is set, and no nesting crashes it (:class:`onlstm.pickles.PlainUnpickler`)."""
-
-
 def load_plain_pickle(path: Path) -> object:
     """The plain data in ``path`` (a regular file); protocol-0 Python 2 pickles hold byte strings, decoded as
     latin-1."""
     data = read_regular(path, error=SynevalDataError)
     try:
-        return RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
+        return PlainUnpickler(io.BytesIO(data), encoding="latin1").load()
     except RefusedPickle as exc:
         raise SynevalDataError(f"{path}: refused ({exc}); this reader accepts only plain data") from None
     except Exception as exc:  # truncated or garbled files raise EOFError, ValueError, KeyError, ...

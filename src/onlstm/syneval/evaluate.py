@@ -7,12 +7,11 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-import torch
-
 from ..data.reader import PTB, TextReader
 from ..data.vocab import EOS, UNK
 from ..errors import OnlstmError
-from ..models.prefix_tree import prefix_token_logprobs, scored_in_chunks
+from ..models.prefix_tree import padded_token_logprobs as token_logprobs
+from ..models.prefix_tree import prefix_token_logprobs
 from .data import PAPER_ROWS, Item
 
 
@@ -56,38 +55,6 @@ class Encoder:
                 "use a model trained with <unk> (any PTB model has one)"
             )
         return self.vocab.encode(tokens)[0]
-
-
-@torch.no_grad()
-def token_logprobs(
-    model, sequences: Sequence[Sequence[int]], batch_size: int = 512, progress: Callable[[int], None] | None = None
-) -> list[torch.Tensor]:
-    """For each id sequence ``s`` (starting with ``<eos>``), the float64 log-probabilities of ``s[1:]`` from a zero
-    state, read ``batch_size`` at a time sorted by length and right-padded; ``progress(n)`` after each batch."""
-    if batch_size <= 0:
-        raise SynevalError(f"batch size must be positive, got {batch_size}")
-    device = next(model.parameters()).device
-
-    def score(chunk: list[int]) -> list[torch.Tensor]:
-        lengths = [len(sequences[i]) for i in chunk]
-        batch = torch.full((max(lengths), len(chunk)), int(sequences[chunk[0]][0]), dtype=torch.long)  # (T, B)
-        for j, i in enumerate(chunk):
-            batch[: lengths[j], j] = torch.as_tensor(sequences[i], dtype=torch.long)
-        lp = _next_token_logprobs(model, batch.to(device)).double().cpu()  # (T-1, B)
-        return [lp[: n - 1, j].clone() for j, n in enumerate(lengths)]
-
-    return scored_in_chunks(model, sequences, batch_size, lambda i: len(sequences[i]), score, progress)
-
-
-def _next_token_logprobs(model, batch: torch.Tensor) -> torch.Tensor:
-    """(T, B) ids -> (T-1, B): log p(batch[t+1] | batch[:t+1]); the decoder runs a step at a time (memory holds
-    (B, V) logits, not (T, B, V))."""
-    output, _, _ = model(batch[:-1])  # (T-1, B, H)
-    out = torch.empty(output.shape[:2], device=output.device)  # (T-1, B)
-    for t in range(output.shape[0]):
-        logits = model.logits(output[t]).float()  # (B, V)
-        out[t] = logits.gather(1, batch[t + 1].unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=1)
-    return out
 
 
 @dataclass
