@@ -7,12 +7,12 @@ instruction set's name: on an AVX2-only AMD EPYC the packed linear beat MKL, on 
 (docs/layer.md, "Every CPU"). So at the first float32 call the kernel times every backend that runs here on that
 layer's own product shapes (each product timed alone, weighted by how often a call of that layer runs it: 0.4 s
 for the paper's PTB layer, 1.4 s for its largest, on one thread of an AMD EPYC), keeps the
-fastest for the forward products and, apart, for the backward ones (on an AVX2-only AMD EPYC the packed linear ran
-the forward step products faster than MKL and the backward ones slower: docs/layer.md), and records the choice in
-``gemm_choice.json`` beside the compiled library, keyed by the CPU, torch, the thread count and the layer's sizes:
-later processes read it instead of timing again (delete the file to measure again). ``ONLSTM_CPU_GEMM=mkl|onednn|
-linear`` forces one backend for both directions, ``ONLSTM_CPU_GEMM=linear/mkl`` one for each (forward/backward),
-and skips the timing (tests force each one)."""
+fastest, and records the choice in ``gemm_choice.json`` beside the compiled library, keyed by the CPU, torch, the
+thread count and the layer's sizes: later processes read it instead of timing again (delete the file to measure
+again). A timing made while the machine is busy (its one-minute load average above its CPU count) measures the
+contention of that moment: on a 2-core AMD EPYC running three other processes it chose MKL for the H=1150 layer,
+which ran 0.77x ``nn.LSTM`` on the quiet machine where the packed linear ran 0.85-0.88x. Such a choice serves its
+own process and is not cached, so a later process times again. ``ONLSTM_CPU_GEMM=mkl|onednn|linear`` forces one backend and skips the timing (tests force each one)."""
 
 from __future__ import annotations
 
@@ -43,31 +43,21 @@ MAX_TIMED_STEPS, ROUNDS = 70, 2
 
 @dataclass
 class Choice:
-    """The backends in use, of the forward products (``backend``) and of the backward ones (``backward``), and how
-    they were chosen: ``forced`` (the environment), ``only`` (the one that runs), ``measured`` (timed now) or
-    ``cached`` (timed by an earlier process); ``seconds``: each backend's (forward, backward) timings."""
+    """The backend in use and how it was chosen: ``forced`` (the environment), ``only`` (the one that runs),
+    ``measured`` (timed now) or ``cached`` (timed by an earlier process); ``seconds``: the timings."""
 
     backend: str
     how: str
-    seconds: dict[str, tuple[float, float]] = field(default_factory=dict)
-    backward: str = ""
-
-    def __post_init__(self) -> None:
-        self.backward = self.backward or self.backend
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def describe(self) -> str:
         label = LABELS.get(self.backend, self.backend)
-        if self.backward != self.backend:
-            label = f"{label} forward, {LABELS.get(self.backward, self.backward)} backward"
         if self.how == "forced":
-            return f"{label} ({ENV}={self.backend}/{self.backward})"
+            return f"{label} ({ENV}={self.backend})"
         if not self.seconds:
             return f"{label} (the only backend that runs here)"
-        times = ", ".join(f"{b} {1e3 * f:.1f}/{1e3 * w:.1f} ms" for b, (f, w) in sorted(self.seconds.items()))
-        return (
-            f"{label} (the fastest of {len(self.seconds)} timed on this layer's products, forward/backward: {times}; "
-            f"{self.how})"
-        )
+        times = ", ".join(f"{b} {1e3 * s:.1f} ms" for b, s in sorted(self.seconds.items(), key=lambda kv: kv[1]))
+        return f"{label} (the fastest of {len(self.seconds)} timed on this layer's products: {times}; {self.how})"
 
 
 def cpu_name() -> str:
@@ -87,27 +77,18 @@ def cache_key(sizes: tuple[int, ...]) -> str:
 
 
 def forced(module: Any) -> Choice | None:
-    """The backends ``ONLSTM_CPU_GEMM`` names (``linear``: both directions; ``linear/mkl``: forward/backward), set;
-    None when it is unset (a bad value is said once, ignored)."""
-    value = os.environ.get(ENV, "").strip().lower()
-    if not value:
+    """The backend ``ONLSTM_CPU_GEMM`` names, set; None when it is unset (a bad value is said once, ignored)."""
+    name = os.environ.get(ENV, "").strip().lower()
+    if not name:
         return None
-    names = value.split("/") if value.count("/") == 1 else [value, value]
-    if not all(name in BACKENDS for name in names):
-        print(f"onlstm: {ENV}={value!r} ignored; use one of {', '.join(BACKENDS)}, or two as forward/backward",
+    if name not in BACKENDS:
+        print(f"onlstm: {ENV}={name!r} ignored; use {', '.join(BACKENDS)}", file=sys.stderr)
+        return None
+    if not module.set_gemm_backend(name):
+        print(f"onlstm: {ENV}={name} does not run here ({module.gemm_why_not_onednn()}); timing the others",
               file=sys.stderr)  # fmt: skip
         return None
-    if not all(module.gemm_backends().count(name) for name in names):
-        print(f"onlstm: {ENV}={value} does not run here ({module.gemm_why_not_onednn()}); timing the others",
-              file=sys.stderr)  # fmt: skip
-        return None
-    _set(module, *names)
-    return Choice(names[0], "forced", backward=names[1])
-
-
-def _set(module: Any, forward: str, backward: str) -> None:
-    module.set_gemm_backend(forward, "forward")
-    module.set_gemm_backend(backward, "backward")
+    return Choice(name, "forced")
 
 
 def choose(module: Any, inputs: Any, cache_dir: Path | None, timer: Callable[[], float] = time.perf_counter) -> Choice:
@@ -115,41 +96,46 @@ def choose(module: Any, inputs: Any, cache_dir: Path | None, timer: Callable[[],
     the cache in ``cache_dir`` when it has these conditions, else by timing every backend that runs here."""
     candidates = [b for b in module.gemm_backends() if b in BACKENDS]
     if len(candidates) == 1:
-        _set(module, candidates[0], candidates[0])
+        module.set_gemm_backend(candidates[0])
         return Choice(candidates[0], "only")
     # the call's own sizes (steps capped): packing a weight costs once per call and saves at every step, so the
     # steps weigh the products (timing whole passes of 8 steps chose MKL where 70 ran 1.14x faster packed)
     steps = min(len(inputs.batch_sizes), MAX_TIMED_STEPS)
     sizes = (inputs.x.shape[1], inputs.w_hh.shape[1], int(inputs.chunk), int(inputs.batch_sizes[0]), steps)
     key, path = cache_key(sizes), None if cache_dir is None else cache_dir / CACHE_NAME
-    if (choice := _cached(_read(path).get(key), candidates)) is not None:
-        _set(module, choice.backend, choice.backward)
-        return choice
+    cached = _read(path).get(key)
+    # a record without the load it was timed under is of a version that cached busy timings too: timed again
+    if isinstance(cached, dict) and cached.get("backend") in candidates and "load" in cached:
+        module.set_gemm_backend(cached["backend"])
+        return Choice(cached["backend"], "cached", {k: float(v) for k, v in cached.get("seconds", {}).items()})
     seconds = time_backends(module, candidates, sizes, timer)
-    best = [min(candidates, key=lambda b: (seconds[b][d], BACKENDS.index(b))) for d in (0, 1)]
-    _set(module, *best)
+    best = min(candidates, key=lambda b: (seconds[b], BACKENDS.index(b)))
+    module.set_gemm_backend(best)
+    load, cpus = load_average()
+    if load is not None and load > cpus:
+        return Choice(best, f"measured on a busy machine (load {load:.1f} on {cpus} CPUs), not cached", seconds)
     if path is not None:
-        _write(path, key, {"backend": best[0], "backward": best[1], "seconds": seconds})
-    return Choice(best[0], "measured", seconds, best[1])
+        _write(path, key, {"backend": best, "seconds": seconds, "load": load})
+    return Choice(best, "measured", seconds)
 
 
-def _cached(record: Any, candidates: list[str]) -> Choice | None:
-    """The choice a cache record holds, None when it is not one of this version's (before the backward products
-    were timed apart a record had one backend) or names a backend that does not run here."""
+def load_average() -> tuple[float | None, int]:
+    """The one-minute load average (None where the system gives none) and the CPUs this process may use."""
     try:
-        forward, backward = record["backend"], record["backward"]
-        seconds = {b: (float(f), float(w)) for b, (f, w) in record["seconds"].items()}
-    except (TypeError, KeyError, ValueError, AttributeError):
-        return None
-    return Choice(forward, "cached", seconds, backward) if {forward, backward} <= set(candidates) else None
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        return os.getloadavg()[0], cpus
+    except (AttributeError, OSError):
+        return None, cpus
 
 
-def time_backends(module: Any, backends: list[str], sizes: tuple[int, ...], timer) -> dict[str, tuple[float, float]]:
-    """Each backend's (forward, backward) time for the products of one layer call of ``sizes`` (input, hidden,
-    chunk, batch, steps), from timings of its product shapes: per step, ``h @ w_hh^T`` (forward) and ``dG @ w_hh``
-    (backward), on packed weights for the oneDNN routes (their packing is paid once per call, and counted once);
-    per block of up to 256 rows (the rate of the kernel's 1,024-row blocks), the input projection (forward) and
-    ``d_x`` (backward); the weight gradient is MKL's on every route: left out. Each product is timed alone, the
+def time_backends(module: Any, backends: list[str], sizes: tuple[int, ...], timer) -> dict[str, float]:
+    """Each backend's time for the products of one layer call of ``sizes`` (input, hidden, chunk, batch, steps),
+    from timings of its product shapes: per step, ``h @ w_hh^T`` and ``dG @ w_hh`` (packed weights for the oneDNN
+    routes: their packing is paid once per call, and counted once); per block of up to 256 rows (the rate of the
+    kernel's 1,024-row blocks), the input projection and ``d_x`` (the weight gradient is MKL's on every route: left out). Each product is timed alone, the
     best of :data:`ROUNDS` rounds after one untimed call (oneDNN builds its primitives then), the backends
     interleaved. Random values from a generator of its own: torch's would shift every later random number."""
     n_in, hidden, chunk, batch, steps = sizes
@@ -167,15 +153,7 @@ def time_backends(module: Any, backends: list[str], sizes: tuple[int, ...], time
                     t = (timer() - start) / times
                     best[b][name] = min(best[b].get(name, float("inf")), t)
     weights = {"step": 2 * steps, "block": 2 * blocks, "pack": 1}
-    direction = {"fwd": 0, "in": 0, "bwd": 1, "dx": 1}
-    out = {}
-    for b in backends:
-        total = [0.0, 0.0]
-        for name, t in best[b].items():
-            kind, which = name.split()
-            total[direction[which]] += weights[kind] * t
-        out[b] = (total[0], total[1])
-    return out
+    return {b: sum(weights[name.split()[0]] * t for name, t in best[b].items()) for b in backends}
 
 
 def _product_case(n_in: int, hidden: int, chunk: int, batch: int, steps: int) -> dict:
@@ -197,10 +175,9 @@ def _products(module: Any, backend: str, c: dict) -> dict[str, tuple[Callable[[]
     reorder, linear = torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
     lin = lambda a, w: linear(a, w, None, "none", [], "")
     # the weights each route packs per call: the recurrent one both ways; the linear route the input one too
-    fwd, bwd = (("w_hh", "w_ih"), ("w_hh_t", "w_ih_t")) if backend == "linear" else (("w_hh",), ("w_hh_t",))
-    packed = {k: reorder(c[k], None) for k in fwd + bwd}
-    out = {"pack fwd": (lambda: [reorder(c[k], None) for k in fwd], 1)}
-    out["pack bwd"] = (lambda: [reorder(c[k], None) for k in bwd], 1)
+    keys = ("w_hh", "w_hh_t", "w_ih", "w_ih_t") if backend == "linear" else ("w_hh", "w_hh_t")
+    packed = {k: reorder(c[k], None) for k in keys}
+    out = {"pack": (lambda: [reorder(c[k], None) for k in keys], 1)}
     out["step fwd"] = (lambda: lin(c["h"], packed["w_hh"]), 4)
     out["step bwd"] = (lambda: lin(c["dg"], packed["w_hh_t"]), 4)
     if backend == "linear":

@@ -94,7 +94,7 @@ enum class Backend { kMkl, kOnednn, kLinear };
 struct GemmState {
   DnnlMatmul dnnl = nullptr;  // null: oneDNN's matmul is not usable here (why_not says why)
   std::string why_not;
-  Backend backend[2] = {Backend::kMkl, Backend::kMkl};  // [forward, backward]: each direction timed apart
+  Backend backend = Backend::kMkl;
 };
 
 // Find oneDNN's matmul and check it once on a small product against ATen's GEMM.
@@ -126,7 +126,7 @@ GemmState probe_gemm() {
     return st;
   }
   st.dnnl = fn;
-  st.backend[0] = st.backend[1] = Backend::kOnednn;
+  st.backend = Backend::kOnednn;
   return st;
 }
 
@@ -136,16 +136,12 @@ GemmState& gemm_state() {
 }
 
 // Whether a float32 call takes a oneDNN route (matmul or linear): rows bucketed, weights packed.
-// The backend of a direction's float32 products (forward: the step products and the input projection;
-// backward: the step products, d_x and the weight gradients); float64 always runs MKL.
-Backend route(const Tensor& x, bool backward) {
-  return x.scalar_type() == at::kFloat ? gemm_state().backend[backward] : Backend::kMkl;
-}
+bool use_dnnl(const Tensor& x) { return x.scalar_type() == at::kFloat && gemm_state().backend != Backend::kMkl; }
 
-// c = a @ b, or c += a @ b; c is a contiguous block of rows. `via`: the product's route, of which only
-// oneDNN's matmul computes plain products (the linear route leaves them to ATen's GEMM).
-void gemm(const Tensor& a, const Tensor& b, Tensor c, bool accumulate, Backend via) {
-  if (via == Backend::kOnednn) {
+// c = a @ b, or c += a @ b; c is a contiguous block of rows. `dnnl`: the call's oneDNN route, whose
+// plain products are the matmul's (the linear route leaves them to ATen's GEMM).
+void gemm(const Tensor& a, const Tensor& b, Tensor c, bool accumulate, bool dnnl) {
+  if (dnnl && gemm_state().backend == Backend::kOnednn) {
     gemm_state().dnnl(a, b, c, accumulate ? 1.0f : 0.0f, 1.0f);
   } else if (accumulate) {
     c.addmm_(a, b);
@@ -253,7 +249,7 @@ void matmul(const Tensor& a, const Tensor& b, Tensor c, const std::string& backe
   TORCH_CHECK(backend == "mkl" || backend == "onednn", "backend must be mkl or onednn, got ", backend);
   const bool dnnl = backend == "onednn";
   TORCH_CHECK(!dnnl || gemm_state().dnnl != nullptr, gemm_state().why_not);
-  gemm(a, b, c, false, dnnl ? Backend::kOnednn : Backend::kMkl);
+  gemm(a, b, c, false, dnnl);
 }
 
 // The per-step products (h @ w_hh^T forward, dG @ w_hh backward) read the same weight T times. oneDNN's
@@ -318,7 +314,7 @@ Tensor packed_product(const Tensor& x, const Tensor& packed, const std::optional
 bool packed_steps() { return packed_state().use; }
 
 // The linear route: the products over all rows that read a weight (input projection, d_x) packed too.
-bool linear_route(Backend via) { return via == Backend::kLinear && packed_state().use; }
+bool linear_route(bool dnnl) { return dnnl && gemm_state().backend == Backend::kLinear && packed_state().use; }
 
 // rows x @ w^T (+ bias) into out, block by block, w packed once (the linear route).
 void packed_blocks(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Tensor out,
@@ -335,8 +331,8 @@ bool set_packed_steps(bool on) {
   return true;
 }
 
-std::string gemm_backend(bool backward) {
-  switch (gemm_state().backend[backward]) {
+std::string gemm_backend() {
+  switch (gemm_state().backend) {
     case Backend::kOnednn: return "onednn";
     case Backend::kLinear: return "linear";
     default: return "mkl";
@@ -354,20 +350,15 @@ std::vector<std::string> gemm_backends() {
   return out;
 }
 
-// "onednn", "linear" or "mkl" for the forward or the backward products, or both (the default); returns
-// false (and changes nothing) when that backend does not run here. The linear route needs its packed
-// products, so choosing it turns them on.
-bool set_gemm_backend(const std::string& backend, const std::string& direction) {
-  TORCH_CHECK(direction == "both" || direction == "forward" || direction == "backward",
-              "direction must be both, forward or backward, got ", direction);
+// "onednn", "linear" or "mkl"; returns false (and changes nothing) when that backend does not run here.
+// The linear route needs its packed products, so choosing it turns them on.
+bool set_gemm_backend(const std::string& backend) {
   TORCH_CHECK(backend == "mkl" || backend == "onednn" || backend == "linear",
               "backend must be mkl, onednn or linear, got ", backend);
   GemmState& st = gemm_state();
   if (backend == "onednn" && st.dnnl == nullptr) return false;
   if (backend == "linear" && !packed_state().ok) return false;
-  const Backend b = backend == "onednn" ? Backend::kOnednn : backend == "linear" ? Backend::kLinear : Backend::kMkl;
-  if (direction != "backward") st.backend[0] = b;
-  if (direction != "forward") st.backend[1] = b;
+  st.backend = backend == "onednn" ? Backend::kOnednn : backend == "linear" ? Backend::kLinear : Backend::kMkl;
   if (backend == "linear") packed_state().use = true;
   return true;
 }
@@ -557,8 +548,7 @@ int64_t grain_rows(int64_t D) { return std::max<int64_t>(1, 4096 / std::max<int6
 
 // act = x @ w_ih^T + bias, (N, G); with oneDNN in row blocks over a buffer of padded rows (the
 // returned tensor is its first N rows).
-Tensor input_projection(const Tensor& x, const Tensor& w_ih, const c10::optional<Tensor>& bias, Backend via) {
-  const bool dnnl = via != Backend::kMkl;
+Tensor input_projection(const Tensor& x, const Tensor& w_ih, const c10::optional<Tensor>& bias, bool dnnl) {
   if (!dnnl) return bias.has_value() ? at::addmm(*bias, x, w_ih.t()) : at::mm(x, w_ih.t());
   const int64_t N = x.size(0), G = w_ih.size(0);
   const auto blocks = row_blocks(N, true);
@@ -566,7 +556,7 @@ Tensor input_projection(const Tensor& x, const Tensor& w_ih, const c10::optional
   Tensor xs = pad_rows(x, Np);
   // always accumulating onto the bias (or zeros): one primitive per block shape, not two
   Tensor act = pooled(kAct, {Np, G}, x.options());
-  if (linear_route(via)) {
+  if (linear_route(dnnl)) {
     packed_blocks(xs, w_ih, bias, act, blocks);
     return act.narrow(0, 0, N);
   }
@@ -575,7 +565,7 @@ Tensor input_projection(const Tensor& x, const Tensor& w_ih, const c10::optional
   } else {
     act.zero_();
   }
-  for (const auto& [s, r] : blocks) gemm(xs.narrow(0, s, r), w_ih.t(), act.narrow(0, s, r), true, via);
+  for (const auto& [s, r] : blocks) gemm(xs.narrow(0, s, r), w_ih.t(), act.narrow(0, s, r), true, true);
   return act.narrow(0, 0, N);
 }
 
@@ -601,13 +591,12 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
                                    bool inclusive) {
   NoAutocast no_autocast(c10::autocast_dispatch_keyset);
   const auto bs = to_vector(batch_sizes);
-  const Backend via = route(x, false);
-  const bool dnnl = via != Backend::kMkl;
+  const bool dnnl = use_dnnl(x);
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0], Bp = dnnl ? bucket_rows(B) : B;
   // The input projection for all steps at once; each row is then overwritten in place by its
   // activations (forward_row reads a value before it writes the same position).
-  Tensor act = input_projection(x, w_ih, bias, via);
+  Tensor act = input_projection(x, w_ih, bias, dnnl);
   // h @ whh_t with whh_t (D, G) contiguous is the fastest layout for the per-step products; the
   // transpose pays off over many steps, not for a single one (the prefix-tree scorer of syneval
   // feeds one step per call), which reads w_hh transposed in place.
@@ -631,7 +620,7 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
       if (t > 0 && prev + bp > off) out_buf.narrow(0, off, prev + bp - off).zero_();
       Tensor h_prev = t == 0 ? h0c.narrow(0, 0, bp) : out_buf.narrow(0, prev, bp);
       Tensor rec = whh_p.defined() ? packed_product(h_prev, whh_p) : rec_buf;
-      if (!whh_p.defined()) gemm(h_prev, whh_t, rec.narrow(0, 0, bp), false, via);
+      if (!whh_p.defined()) gemm(h_prev, whh_t, rec.narrow(0, 0, bp), false, dnnl);
       const scalar_t* c_prev = (t == 0 ? c0c.data_ptr<scalar_t>() : cells.data_ptr<scalar_t>() + prev * D);
       const scalar_t* xp_p = act.data_ptr<scalar_t>() + off * G;
       const scalar_t* rec_p = rec.data_ptr<scalar_t>();
@@ -658,8 +647,7 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
 // d_x = dG @ w_ih. dG has at least padded_rows(row_blocks(N)) rows, zeros past N.
 std::pair<Tensor, Tensor> weight_and_input_grads(const Tensor& dG, const Tensor& x, const Tensor& w_ih,
                                                  const Tensor& h0, const Tensor& out,
-                                                 const std::vector<int64_t>& bs, Backend via) {
-  const bool dnnl = via != Backend::kMkl;
+                                                 const std::vector<int64_t>& bs, bool dnnl) {
   const int64_t N = x.size(0), I = x.size(1), D = out.size(1), G = w_ih.size(0);
   const auto blocks = row_blocks(N, dnnl);
   const int64_t Np = std::max(padded_rows(blocks), N);
@@ -676,11 +664,11 @@ std::pair<Tensor, Tensor> weight_and_input_grads(const Tensor& dG, const Tensor&
   if (!dnnl) return {at::mm(dG.t(), hx), at::mm(dG, w_ih_c)};
   Tensor d_w = pooled(kDw, {G, D + I}, x.options()).zero_();
   Tensor d_x = pooled(kDx, {Np, I}, x.options());
-  const bool linear = linear_route(via);
+  const bool linear = linear_route(dnnl);
   if (linear) packed_blocks(dG, w_ih_c.t(), std::nullopt, d_x, blocks);  // d_x = dG @ w_ih
   for (const auto& [s, r] : blocks) {
-    gemm(dG.narrow(0, s, r).t(), hx.narrow(0, s, r), d_w, true, via);
-    if (!linear) gemm(dG.narrow(0, s, r), w_ih_c, d_x.narrow(0, s, r), false, via);
+    gemm(dG.narrow(0, s, r).t(), hx.narrow(0, s, r), d_w, true, true);
+    if (!linear) gemm(dG.narrow(0, s, r), w_ih_c, d_x.narrow(0, s, r), false, true);
   }
   return {d_w, d_x.narrow(0, 0, N)};
 }
@@ -693,8 +681,7 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
                                     const Tensor& out, int64_t chunk, bool inclusive) {
   NoAutocast no_autocast(c10::autocast_dispatch_keyset);
   const auto bs = to_vector(batch_sizes);
-  const Backend via = route(x, true);
-  const bool dnnl = via != Backend::kMkl;
+  const bool dnnl = use_dnnl(x);
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0], Bp = dnnl ? bucket_rows(B) : B;
   const int64_t T = bs.size();
@@ -742,15 +729,15 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
         if (whh_p.defined()) {
           dh.narrow(0, 0, b).copy_(packed_product(dG_buf.narrow(0, off, bp), whh_p).narrow(0, 0, b));
         } else {
-          gemm(dG_buf.narrow(0, off, bp), whh, dh_step.narrow(0, 0, bp), false, via);
+          gemm(dG_buf.narrow(0, off, bp), whh, dh_step.narrow(0, 0, bp), false, true);
           dh.narrow(0, 0, b).copy_(dh_step.narrow(0, 0, b));
         }
       } else {
-        gemm(dG.narrow(0, off, b), whh, dh.narrow(0, 0, b), false, Backend::kMkl);
+        gemm(dG.narrow(0, off, b), whh, dh.narrow(0, 0, b), false, false);
       }
     }
   });
-  auto [d_w, d_x] = weight_and_input_grads(dnnl ? dG_buf : dG, x, w_ih, h0, out, bs, via);
+  auto [d_w, d_x] = weight_and_input_grads(dnnl ? dG_buf : dG, x, w_ih, h0, out, bs, dnnl);
   const int64_t I = x.size(1);
   return {d_x, d_w.narrow(1, D, I), d_w.narrow(1, 0, D), dG.sum(0), dh, dc};
 }
@@ -760,11 +747,9 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &onlstm_forward, "ON-LSTM layer forward over a packed sequence");
   m.def("backward", &onlstm_backward, "ON-LSTM layer backward over a packed sequence");
-  m.def("gemm_backend", &gemm_backend, "the backend of the forward (or, backward=True, the backward) products",
-        py::arg("backward") = false);
+  m.def("gemm_backend", &gemm_backend, "the matrix-product backend in use: onednn or mkl");
   m.def("gemm_why_not_onednn", &gemm_why_not_onednn, "why oneDNN's matmul is not usable here (empty if it is)");
-  m.def("set_gemm_backend", &set_gemm_backend, "use onednn, linear or mkl for both, forward or backward; false if "
-        "that one does not run here", py::arg("backend"), py::arg("direction") = "both");
+  m.def("set_gemm_backend", &set_gemm_backend, "use onednn, linear or mkl; false if that one does not run here");
   m.def("gemm_backends", &gemm_backends, "the backends that run here (mkl always)");
   m.def("matmul", &matmul, "c = a @ b through the named backend (for benchmarks)");
   m.def("packed_steps", &packed_steps, "whether the per-step products read a packed (oneDNN-blocked) weight");
