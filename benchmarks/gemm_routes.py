@@ -3,6 +3,7 @@ on every route PyTorch offers for float32, beside the overall rate of ``nn.LSTM`
 the ON-LSTM layer, all in one process.
 
     python benchmarks/gemm_routes.py [--shapes 70x20x400x650x10 70x80x400x1150x10] [--threads 1] [--repeats 3]
+    python benchmarks/gemm_routes.py --in-situ      # where one layer call's time goes, inside the C++ kernel
 
 The products of a call of T steps, batch B, input I, hidden H, chunk C (G = 4H + 2H/C gate columns, N = T*B rows):
 per step ``h @ w_hh^T`` (B x H by H x G, forward) and ``dG @ w_hh`` (B x G by G x H, backward); over all rows the
@@ -13,6 +14,12 @@ MKL in blocks of 1,024 rows and oneDNN's inner-product backward (``aten::mkldnn_
 operands converted to oneDNN tensors first, not timed). Each time is the best of ``--repeats`` after one untimed
 call, for the products of one layer call (a step product times T). Read the rates against the ``nn.LSTM`` rows:
 a layer built from separate products reaches ``nn.LSTM``'s speed only where its products run at that rate.
+
+``--in-situ`` answers the other half of the question: how much of a layer call is products at all. It runs the
+ON-LSTM layer's forward+backward (``impl="cpp"``) under ``torch.profiler`` and sums the operators' own time by
+kind: the packed-linear products, ATen's GEMM (MKL), weight packing, copies and fills, the kernel's own code
+(its element-wise work; also oneDNN matmul calls, which it makes without the dispatcher, on a CPU whose backend
+is ``onednn``) and the rest (autograd, Python). The profiler adds a little time of its own to every operator.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from collections.abc import Callable
 import torch
 
 import onlstm
+from onlstm.nn import kernels
 
 BLOCK = 1024
 
@@ -97,19 +105,67 @@ def layer_rows(T: int, B: int, I: int, H: int, C: int, repeats: int) -> list[tup
     return out
 
 
+#: ``--in-situ``: the profiler's operator names, by kind (the first kind whose test a name passes).
+IN_SITU_KINDS = (
+    ("products: packed linear (oneDNN)", lambda op: op == "mkldnn::_linear_pointwise"),
+    ("products: ATen GEMM (MKL)", lambda op: op in ("aten::mm", "aten::addmm", "aten::addmm_")),
+    ("weight packing", lambda op: op == "mkldnn::_reorder_linear_weight"),
+    ("copies, fills, sums", lambda op: op in ("aten::copy_", "aten::fill_", "aten::zero_", "aten::clone", "aten::sum", "aten::add_")),
+    ("the kernel's own code", lambda op: op.startswith("_KernelFunction")),
+    ("the rest (autograd, Python, views)", lambda op: True),
+)  # fmt: skip
+
+
+def in_situ(T: int, B: int, I: int, H: int, C: int, repeats: int) -> list[tuple[str, float]]:
+    """(kind, seconds per call) of one ON-LSTM forward+backward through the C++ kernel, by operators' own time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    module, x = onlstm.ONLSTM(I, H, chunk_size=C, impl="cpp"), torch.randn(T, B, I, requires_grad=True)
+
+    def call() -> None:
+        module.zero_grad(set_to_none=True)
+        module(x)[0].sum().backward()
+
+    call()  # builds the kernel, packs nothing twice: the profile sees calls as a run makes them
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(repeats):
+            call()
+    totals = dict.fromkeys((kind for kind, _ in IN_SITU_KINDS), 0.0)
+    for event in prof.key_averages():
+        kind = next(kind for kind, test in IN_SITU_KINDS if test(event.key))
+        totals[kind] += event.self_cpu_time_total / 1e6 / repeats
+    return list(totals.items())
+
+
+def print_in_situ(T: int, B: int, I: int, H: int, C: int, repeats: int) -> None:
+    rows = in_situ(T, B, I, H, C, repeats)
+    total = sum(s for _, s in rows)
+    cpp = kernels.load_kernel("cpp")
+    print(f"\nT={T} B={B} in={I} H={H} C={C}: one ON-LSTM forward+backward, C++ kernel {cpp.describe()}")
+    print(f"{'kind':<36} {'ms':>8} {'share':>6}")
+    for kind, s in rows:
+        print(f"{kind:<36} {1e3 * s:>8.1f} {100 * s / total:>5.1f}%")
+    print(f"{'all (profiled)':<36} {1e3 * total:>8.1f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", nargs="+", default=["70x20x400x650x10", "70x80x400x1150x10"])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--in-situ", action="store_true", help="profile the layer's calls instead of timing products")
     args = ap.parse_args(argv)
     if not hasattr(torch.ops.mkldnn, "_linear_pointwise") or not torch.backends.mkldnn.is_available():
         print("gemm_routes.py: this torch has no oneDNN linear ops; only MKL runs here", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads, best of {args.repeats}")
+    how = f"the mean of {args.repeats} profiled calls" if args.in_situ else f"best of {args.repeats}"
+    print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads, {how}")
     for shape in args.shapes:
         T, B, I, H, C = (int(v) for v in shape.split("x"))
+        if args.in_situ:
+            print_in_situ(T, B, I, H, C, args.repeats)
+            continue
         print(f"\nT={T} B={B} in={I} H={H} C={C}: one layer call's products")
         print(f"{'product':<18} {'route':<11} {'ms':>8} {'GFLOP/s':>8}")
         for product, route, flops, fn in product_routes(T, B, I, H, C):
