@@ -1,6 +1,6 @@
 """Where a CPU layer call's time goes: the rate (GFLOP/s) of each matrix product of one ON-LSTM forward+backward
-on every route PyTorch offers for float32, beside the overall rate of ``nn.LSTM`` (oneDNN's fused LSTM) and of
-the ON-LSTM layer, all in one process.
+on every route PyTorch offers for float32 and on the C++ kernel's own AVX2 step products, beside the overall
+rate of ``nn.LSTM`` (oneDNN's fused LSTM) and of the ON-LSTM layer, all in one process.
 
     python benchmarks/gemm_routes.py [--shapes 70x20x400x650x10 70x80x400x1150x10] [--threads 1] [--repeats 3]
     python benchmarks/gemm_routes.py --in-situ      # where one layer call's time goes, inside the C++ kernel
@@ -9,7 +9,8 @@ The products of a call of T steps, batch B, input I, hidden H, chunk C (G = 4H +
 per step ``h @ w_hh^T`` (B x H by H x G, forward) and ``dG @ w_hh`` (B x G by G x H, backward); over all rows the
 input projection ``x @ w_ih^T``, ``d_x = dG @ w_ih`` and the weight gradient ``dG^T @ [h | x]``. Routes: ``mm``
 (ATen's GEMM: MKL), ``linear`` (oneDNN's inner product on a weight packed once, ``mkldnn::_linear_pointwise``;
-the products over all rows in blocks of 1,024 rows, as the C++ kernel runs them), for the weight gradient also
+the products over all rows in blocks of 1,024 rows, as the C++ kernel runs them), ``avx2`` for the step products
+(the kernel's own code, on a weight packed once: the ``avx2`` backend, where the CPU has AVX2), for the weight gradient also
 MKL in blocks of 1,024 rows and oneDNN's inner-product backward (``aten::mkldnn_linear_backward_weights``, its
 operands converted to oneDNN tensors first, not timed). Each time is the best of ``--repeats`` after one untimed
 call, for the products of one layer call (a step product times T). Read the rates against the ``nn.LSTM`` rows:
@@ -18,8 +19,8 @@ a layer built from separate products reaches ``nn.LSTM``'s speed only where its 
 ``--in-situ`` answers the other half of the question: how much of a layer call is products at all. It runs the
 ON-LSTM layer's forward+backward (``impl="cpp"``) under ``torch.profiler`` and sums the operators' own time by
 kind: the packed-linear products, ATen's GEMM (MKL), weight packing, copies and fills, the kernel's own code
-(its element-wise work; also oneDNN matmul calls, which it makes without the dispatcher, on a CPU whose backend
-is ``onednn``) and the rest (autograd, Python). The profiler adds a little time of its own to every operator.
+(its element-wise work; also what it computes without the dispatcher: the step products of the ``avx2`` backend,
+oneDNN's matmul on the ``onednn`` one) and the rest (autograd, Python). The profiler adds a little time of its own to every operator.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import torch
 
 import onlstm
 from onlstm.nn import kernels
+from onlstm.nn.cpp_kernel import load_extension
 
 BLOCK = 1024
 
@@ -70,7 +72,8 @@ def product_routes(T: int, B: int, I: int, H: int, C: int) -> list[tuple[str, st
 
     dG_m, hx_m = dG.to_mkldnn(), hx.to_mkldnn()
     step, rows, grad = 2 * T * B * H * G, 2 * N * I * G, 2 * N * G * (H + I)
-    return [
+    own = own_step_routes(T, h, dg, w_hh, step)
+    return own + [
         ("step forward", "mm", step, lambda: [torch.mm(h, w_hh_t) for _ in range(T)]),
         ("step forward", "linear", step, lambda: [lin(h, p_hh) for _ in range(T)]),
         ("step backward", "mm", step, lambda: [torch.mm(dg, w_hh) for _ in range(T)]),
@@ -83,6 +86,19 @@ def product_routes(T: int, B: int, I: int, H: int, C: int) -> list[tuple[str, st
         ("weight gradient", "mm blocks", grad, blocked_dw),
         ("weight gradient", "oneDNN ip", grad, lambda: torch.ops.aten.mkldnn_linear_backward_weights(dG_m, hx_m, d_w, False)),
     ]  # fmt: skip
+
+
+def own_step_routes(T: int, h, dg, w_hh, flops: float) -> list[tuple[str, str, float, Callable[[], object]]]:
+    """The step products on the C++ kernel's own AVX2 code (the ``avx2`` backend), where it runs here."""
+    ext = load_extension()
+    if ext is None or "avx2" not in ext.gemm_backends():
+        return []
+    G, H = w_hh.shape
+    fwd, bwd = ext.avx2_pack(w_hh, False), ext.avx2_pack(w_hh, True)
+    return [
+        ("step forward", "avx2", flops, lambda: [ext.avx2_matmul(h, fwd, G) for _ in range(T)]),
+        ("step backward", "avx2", flops, lambda: [ext.avx2_matmul(dg, bwd, H) for _ in range(T)]),
+    ]
 
 
 def layer_rows(T: int, B: int, I: int, H: int, C: int, repeats: int) -> list[tuple[str, str, float, float]]:
@@ -111,7 +127,7 @@ IN_SITU_KINDS = (
     ("products: ATen GEMM (MKL)", lambda op: op in ("aten::mm", "aten::addmm", "aten::addmm_")),
     ("weight packing", lambda op: op == "mkldnn::_reorder_linear_weight"),
     ("copies, fills, sums", lambda op: op in ("aten::copy_", "aten::fill_", "aten::zero_", "aten::clone", "aten::sum", "aten::add_")),
-    ("the kernel's own code", lambda op: op.startswith("_KernelFunction")),
+    ("the kernel's own code (avx2: its step products too)", lambda op: op.startswith("_KernelFunction")),
     ("the rest (autograd, Python, views)", lambda op: True),
 )  # fmt: skip
 
@@ -142,10 +158,10 @@ def print_in_situ(T: int, B: int, I: int, H: int, C: int, repeats: int) -> None:
     total = sum(s for _, s in rows)
     cpp = kernels.load_kernel("cpp")
     print(f"\nT={T} B={B} in={I} H={H} C={C}: one ON-LSTM forward+backward, C++ kernel {cpp.describe()}")
-    print(f"{'kind':<36} {'ms':>8} {'share':>6}")
+    print(f"{'kind':<52} {'ms':>8} {'share':>6}")
     for kind, s in rows:
-        print(f"{kind:<36} {1e3 * s:>8.1f} {100 * s / total:>5.1f}%")
-    print(f"{'all (profiled)':<36} {1e3 * total:>8.1f}")
+        print(f"{kind:<52} {1e3 * s:>8.1f} {100 * s / total:>5.1f}%")
+    print(f"{'all (profiled)':<52} {1e3 * total:>8.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:

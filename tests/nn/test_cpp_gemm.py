@@ -126,10 +126,20 @@ def test_a_damaged_cache_or_a_cached_backend_that_no_longer_runs_is_timed_again(
     assert cpp_gemm.choose(module, inputs(), tmp_path, clock).how == "measured"
 
 
-@pytest.mark.parametrize("name", ["mkl", "linear", "onednn"])
+def test_a_record_timed_before_a_backend_was_added_is_timed_again(tmp_path, timings):
+    """A kernel that gained a backend (avx2) must not keep a choice made without timing it."""
+    old = FakeModule(["linear", "mkl"], {"linear": 1.0, "mkl": 2.0})
+    assert cpp_gemm.choose(old, inputs(), tmp_path, clock).backend == "linear"
+    new = FakeModule(["linear", "avx2", "mkl"], {"linear": 1.0, "avx2": 0.5, "mkl": 2.0})
+    choice = cpp_gemm.choose(new, inputs(), tmp_path, clock)
+    assert (choice.backend, choice.how) == ("avx2", "measured")
+    assert cpp_gemm.choose(new, inputs(), tmp_path, clock).how == "cached"  # the new record serves from now on
+
+
+@pytest.mark.parametrize("name", ["mkl", "linear", "avx2", "onednn"])
 def test_the_environment_forces_a_backend_that_runs_and_is_said_otherwise(name, monkeypatch, capsys):
     monkeypatch.setenv(cpp_gemm.ENV, name)
-    module = FakeModule(["linear", "mkl"], {"linear": 1.0, "mkl": 1.0})
+    module = FakeModule(["linear", "avx2", "mkl"], {"linear": 1.0, "avx2": 1.0, "mkl": 1.0})
     choice = cpp_gemm.forced(module)
     if name == "onednn":  # refused here: one line, and the timing decides
         assert choice is None and "does not run here" in capsys.readouterr().err
@@ -155,3 +165,45 @@ def test_timing_the_real_module_leaves_torchs_random_state_alone(tmp_path, monke
     assert torch.equal(torch.get_rng_state(), state)  # a resumed run draws what an uninterrupted one does
     assert set(choice.seconds) == set(ext.gemm_backends()) and choice.backend in ext.gemm_backends()
     assert all(0 < s < float("inf") for s in choice.seconds.values())
+
+
+def _ext_with(backend: str):
+    from onlstm.nn.cpp_kernel import extension_error, load_extension
+
+    ext = load_extension()
+    if ext is None:
+        pytest.skip(f"the C++ kernel is not available: {extension_error()}")
+    if backend not in ext.gemm_backends():
+        pytest.skip(f"the {backend} backend does not run on this CPU (runs here: {', '.join(ext.gemm_backends())})")
+    return ext
+
+
+@pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 20, 24, 33])  # row panels: partial, of at most 8, full, mixed
+@pytest.mark.parametrize("outputs,depth", [(6, 4), (7, 3), (13, 11), (61, 40)])  # weight panels: one, a pair, odd
+def test_the_own_avx2_step_product_is_the_plain_product(rows, outputs, depth):
+    """The avx2 backend's own step products (``csrc``, "Own step products") against ATen's, both ways the kernel
+    uses them: ``h @ w_hh^T`` (forward) and ``dG @ w_hh`` (backward, the weight packed transposed)."""
+    ext = _ext_with("avx2")
+    gen = torch.Generator().manual_seed(rows * 100 + outputs)
+    w, a = torch.randn(outputs, depth, generator=gen), torch.randn(rows, depth, generator=gen)
+    torch.testing.assert_close(ext.avx2_matmul(a, ext.avx2_pack(w, False), outputs), a @ w.t())
+    g = torch.randn(rows, outputs, generator=gen)
+    torch.testing.assert_close(ext.avx2_matmul(g, ext.avx2_pack(w, True), depth), g @ w)
+
+
+def test_the_own_avx2_step_product_carries_nan_and_inf_to_their_rows_only():
+    ext = _ext_with("avx2")
+    w, a = torch.ones(13, 5), torch.ones(20, 5)
+    a[3, 2], a[17, 0] = float("nan"), float("inf")
+    out = ext.avx2_matmul(a, ext.avx2_pack(w, False), 13)
+    assert out[3].isnan().all() and out[17].isposinf().all()
+    assert torch.equal(out[[r for r in range(20) if r not in (3, 17)]], torch.full((18, 13), 5.0))
+
+
+def test_the_timed_avx2_products_are_the_products_of_the_other_routes():
+    """cpp_gemm times the avx2 route on its own callables: they must compute what the mkl route's compute."""
+    ext = _ext_with("avx2")
+    case = cpp_gemm._product_case(5, 12, 3, 20, 2)
+    own, plain = cpp_gemm._products(ext, "avx2", case), cpp_gemm._products(ext, "mkl", case)
+    for name in ("step fwd", "step bwd", "block in", "block dx"):
+        torch.testing.assert_close(own[name][0](), plain[name][0](), msg=name)

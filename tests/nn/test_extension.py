@@ -230,7 +230,7 @@ def _backend_chosen() -> None:
     onlstm.ONLSTM(3, 4, chunk_size=2, impl="cpp")(torch.zeros(2, 1, 3))
 
 
-@pytest.mark.parametrize("backend", ["onednn", "onednn-plain", "linear", "mkl"])
+@pytest.mark.parametrize("backend", ["onednn", "onednn-plain", "linear", "avx2", "mkl"])
 @pytest.mark.parametrize(
     "size,lengths",
     [
@@ -244,8 +244,10 @@ def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, si
     """Issue #34: float32 products run through oneDNN's matmul with padded row counts (or MKL); every padded
     product must leave the real rows as the reference computes them (float64, same weights). ``onednn``: the
     per-step products on a packed weight (where torch has the ops), ``onednn-plain``: on the weight as stored;
-    ``linear``: oneDNN's linear on packed weights without the matmul (the route of CPUs without AVX-512). Each is
-    forced here, so a machine with every instruction runs the routes of machines without them."""
+    ``linear``: oneDNN's linear on packed weights without the matmul (the route of CPUs without AVX-512);
+    ``avx2``: that route with the kernel's own AVX2 step products (ragged batches: row panels of 16, of at most 8,
+    and partial ones). Each is forced here, so a machine with every instruction runs the routes of machines
+    without them."""
     ext = load_extension()
     assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
     _backend_chosen()  # the kernel's own choice (cpp_gemm) made first, so that it does not replace the test's

@@ -1,8 +1,9 @@
 """Which library computes the C++ kernel's float32 matrix products: chosen by timing, never by the CPU's name.
 
-The kernel has up to three backends (``csrc/onlstm_cpu.cpp``, "Matrix products"): oneDNN's matmul (runs only where
+The kernel has up to four backends (``csrc/onlstm_cpu.cpp``, "Matrix products"): oneDNN's matmul (runs only where
 oneDNN accepts float32 matmul: AVX-512 or AVX-NE-CONVERT), oneDNN's linear on weights packed once per call
-(``linear``), and ATen's GEMM (``mkl``, always). Which is fastest depends on the CPU and its load, not on its
+(``linear``), that route with the per-step products by the kernel's own AVX2 code (``avx2``, where the CPU has AVX2
+and FMA), and ATen's GEMM (``mkl``, always). Which is fastest depends on the CPU and its load, not on its
 instruction set's name: on an AVX2-only AMD EPYC the packed linear beat MKL, on an AVX-512 one the matmul did
 (docs/layer.md, "Every CPU"). So at the first float32 call the kernel times every backend that runs here on that
 layer's own product shapes (each product timed alone, weighted by how often a call of that layer runs it: 0.4 s
@@ -12,7 +13,7 @@ thread count and the layer's sizes: later processes read it instead of timing ag
 again). A timing made while the machine is busy (its one-minute load average above its CPU count) measures the
 contention of that moment: on a 2-core AMD EPYC running three other processes it chose MKL for the H=1150 layer,
 which ran 0.77x ``nn.LSTM`` on the quiet machine where the packed linear ran 0.85-0.88x. Such a choice serves its
-own process and is not cached, so a later process times again. ``ONLSTM_CPU_GEMM=mkl|onednn|linear`` forces one backend and skips the timing (tests force each one)."""
+own process and is not cached, so a later process times again. ``ONLSTM_CPU_GEMM=mkl|onednn|linear|avx2`` forces one backend and skips the timing (tests force each one)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,12 @@ import torch
 from ..files import write_json
 
 ENV = "ONLSTM_CPU_GEMM"
-BACKENDS = ("onednn", "linear", "mkl")  # also the order of preference between equal timings
+BACKENDS = ("onednn", "linear", "avx2", "mkl")  # also the order of preference between equal timings
 CACHE_NAME = "gemm_choice.json"
 LABELS = {
     "onednn": "oneDNN matmul",
     "linear": "oneDNN linear on packed weights",
+    "avx2": "own AVX2 step products, oneDNN linear for the rest",
     "mkl": "MKL (ATen's GEMM)",
 }
 MAX_TIMED_STEPS, ROUNDS = 70, 2
@@ -104,10 +106,13 @@ def choose(module: Any, inputs: Any, cache_dir: Path | None, timer: Callable[[],
     sizes = (inputs.x.shape[1], inputs.w_hh.shape[1], int(inputs.chunk), int(inputs.batch_sizes[0]), steps)
     key, path = cache_key(sizes), None if cache_dir is None else cache_dir / CACHE_NAME
     cached = _read(path).get(key)
-    # a record without the load it was timed under is of a version that cached busy timings too: timed again
-    if isinstance(cached, dict) and cached.get("backend") in candidates and "load" in cached:
-        module.set_gemm_backend(cached["backend"])
-        return Choice(cached["backend"], "cached", {k: float(v) for k, v in cached.get("seconds", {}).items()})
+    # a record without the load it was timed under is of a version that cached busy timings too, and one timed
+    # over other backends than run here now (a backend added by a newer kernel, or one gone) did not weigh them
+    # all: both are timed again
+    record = cached if isinstance(cached, dict) else {}
+    if set(record.get("seconds") or {}) == set(candidates) and record.get("backend") in candidates and "load" in record:
+        module.set_gemm_backend(record["backend"])
+        return Choice(record["backend"], "cached", {k: float(v) for k, v in record["seconds"].items()})
     seconds = time_backends(module, candidates, sizes, timer)
     best = min(candidates, key=lambda b: (seconds[b], BACKENDS.index(b)))
     module.set_gemm_backend(best)
@@ -174,13 +179,27 @@ def _products(module: Any, backend: str, c: dict) -> dict[str, tuple[Callable[[]
                 "block in": (lambda: mm(c["x"], c["w_ih_t"]), 1), "block dx": (lambda: mm(c["dG"], c["w_ih"]), 1)}  # fmt: skip
     reorder, linear = torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
     lin = lambda a, w: linear(a, w, None, "none", [], "")
-    # the weights each route packs per call: the recurrent one both ways; the linear route the input one too
-    keys = ("w_hh", "w_hh_t", "w_ih", "w_ih_t") if backend == "linear" else ("w_hh", "w_hh_t")
+    # the weights each route packs per call: the recurrent one both ways; the linear routes the input one too
+    own = backend == "avx2"  # its own packing of the recurrent weight, for its own step products
+    keys = (
+        ("w_ih", "w_ih_t")
+        if own
+        else ("w_hh", "w_hh_t", "w_ih", "w_ih_t")
+        if backend == "linear"
+        else ("w_hh", "w_hh_t")
+    )
     packed = {k: reorder(c[k], None) for k in keys}
     out = {"pack": (lambda: [reorder(c[k], None) for k in keys], 1)}
-    out["step fwd"] = (lambda: lin(c["h"], packed["w_hh"]), 4)
-    out["step bwd"] = (lambda: lin(c["dg"], packed["w_hh_t"]), 4)
-    if backend == "linear":
+    if own:
+        gates, hidden = c["w_hh"].shape
+        fwd, bwd = module.avx2_pack(c["w_hh"], False), module.avx2_pack(c["w_hh"], True)
+        out["pack own"] = (lambda: [module.avx2_pack(c["w_hh"], flip) for flip in (False, True)], 1)
+        out["step fwd"] = (lambda: module.avx2_matmul(c["h"], fwd, gates), 4)
+        out["step bwd"] = (lambda: module.avx2_matmul(c["dg"], bwd, hidden), 4)
+    else:
+        out["step fwd"] = (lambda: lin(c["h"], packed["w_hh"]), 4)
+        out["step bwd"] = (lambda: lin(c["dg"], packed["w_hh_t"]), 4)
+    if backend in ("linear", "avx2"):
         out["block in"] = (lambda: lin(c["x"], packed["w_ih"]), 1)
         out["block dx"] = (lambda: lin(c["dG"], packed["w_ih_t"]), 1)
     else:  # oneDNN's matmul on the weights as stored

@@ -7,13 +7,17 @@
 // Saved activations use the same columns: [p_i | p_f | sigm(o) | tanh(c^) | sigm(i) | sigm(f)],
 // where p_* are the softmax outputs of the master-gate logits.
 //
-// Matrix products: three backends (oneDNN's matmul, oneDNN's linear on packed weights, ATen's GEMM,
-// i.e. MKL in PyTorch's standard build), the one in use chosen by timing them (cpp_kernel.py); see
-// "Matrix products" below for why several and how oneDNN's per-shape caches are kept bounded.
+// Matrix products: four backends (oneDNN's matmul, oneDNN's linear on packed weights, the kernel's own AVX2
+// step products beside that linear, ATen's GEMM, i.e. MKL in PyTorch's standard build), the one in use chosen
+// by timing them (cpp_kernel.py); see "Matrix products" below for why several and how oneDNN's per-shape
+// caches are kept bounded.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <dlfcn.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -60,9 +64,18 @@ namespace {
 //   products, the input projection, d_x), ATen's GEMM for the weight gradients. It needs no matmul:
 //   on an AVX2-only CPU, where oneDNN's matmul refuses float32 (it needs AVX-512 or AVX-NE-CONVERT),
 //   its blocked weights ran the step products 1.2-1.3x faster than MKL (issue #46).
+// * "avx2": the linear route, but the per-step products by this file's own AVX2 code ("Own step products"
+//   below), where the build has AVX2 and FMA.
 // * ATen's GEMM (MKL), which keeps nothing per shape: float64 always, and the fallback.
 
 constexpr int64_t kBlockRows = 1024;  // a bucket value, so full blocks are one shape
+// Whether this build has the own AVX2 step products (the "avx2" backend): the kernel is built for the CPU it
+// runs on (-march=native), so this says whether that CPU has AVX2 and FMA.
+#if defined(__AVX2__) && defined(__FMA__)
+constexpr bool kOwnSteps = true;
+#else
+constexpr bool kOwnSteps = false;
+#endif
 
 // The padded row count: m itself up to 8, then rounded up to 8 steps per doubling.
 int64_t bucket_rows(int64_t m) {
@@ -89,7 +102,7 @@ int64_t padded_rows(const std::vector<std::pair<int64_t, int64_t>>& blocks) {
 
 using DnnlMatmul = void (*)(const Tensor&, const Tensor&, const Tensor&, float, float);
 
-enum class Backend { kMkl, kOnednn, kLinear };
+enum class Backend { kMkl, kOnednn, kLinear, kAvx2 };
 
 struct GemmState {
   DnnlMatmul dnnl = nullptr;  // null: oneDNN's matmul is not usable here (why_not says why)
@@ -314,7 +327,10 @@ Tensor packed_product(const Tensor& x, const Tensor& packed, const std::optional
 bool packed_steps() { return packed_state().use; }
 
 // The linear route: the products over all rows that read a weight (input projection, d_x) packed too.
-bool linear_route(bool dnnl) { return dnnl && gemm_state().backend == Backend::kLinear && packed_state().use; }
+bool linear_route(bool dnnl) {
+  const Backend b = gemm_state().backend;
+  return dnnl && (b == Backend::kLinear || b == Backend::kAvx2) && packed_state().use;
+}
 
 // rows x @ w^T (+ bias) into out, block by block, w packed once (the linear route).
 void packed_blocks(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Tensor out,
@@ -335,32 +351,234 @@ std::string gemm_backend() {
   switch (gemm_state().backend) {
     case Backend::kOnednn: return "onednn";
     case Backend::kLinear: return "linear";
+    case Backend::kAvx2: return "avx2";
     default: return "mkl";
   }
 }
 
 std::string gemm_why_not_onednn() { return gemm_state().why_not; }
 
-// The backends that run here, in the order "onednn", "linear", "mkl" (mkl always).
+// The backends that run here, in the order "onednn", "linear", "avx2", "mkl" (mkl always).
 std::vector<std::string> gemm_backends() {
   std::vector<std::string> out;
   if (gemm_state().dnnl != nullptr) out.push_back("onednn");
   if (packed_state().ok) out.push_back("linear");
+  if (packed_state().ok && kOwnSteps) out.push_back("avx2");
   out.push_back("mkl");
   return out;
 }
 
-// "onednn", "linear" or "mkl"; returns false (and changes nothing) when that backend does not run here.
-// The linear route needs its packed products, so choosing it turns them on.
+// "onednn", "linear", "avx2" or "mkl"; returns false (and changes nothing) when that backend does not run
+// here. The linear and avx2 routes need the packed products, so choosing one turns them on.
 bool set_gemm_backend(const std::string& backend) {
-  TORCH_CHECK(backend == "mkl" || backend == "onednn" || backend == "linear",
-              "backend must be mkl, onednn or linear, got ", backend);
+  TORCH_CHECK(backend == "mkl" || backend == "onednn" || backend == "linear" || backend == "avx2",
+              "backend must be mkl, onednn, linear or avx2, got ", backend);
   GemmState& st = gemm_state();
   if (backend == "onednn" && st.dnnl == nullptr) return false;
-  if (backend == "linear" && !packed_state().ok) return false;
-  st.backend = backend == "onednn" ? Backend::kOnednn : backend == "linear" ? Backend::kLinear : Backend::kMkl;
-  if (backend == "linear") packed_state().use = true;
+  if ((backend == "linear" || backend == "avx2") && !packed_state().ok) return false;
+  if (backend == "avx2" && !kOwnSteps) return false;
+  st.backend = backend == "onednn" ? Backend::kOnednn
+               : backend == "linear" ? Backend::kLinear
+               : backend == "avx2"   ? Backend::kAvx2
+                                     : Backend::kMkl;
+  if (backend == "linear" || backend == "avx2") packed_state().use = true;
   return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Own step products (the "avx2" backend)
+// ---------------------------------------------------------------------------------------------
+//
+// The per-step products are small in one dimension (the batch: B rows) and read a large weight (G x D) once
+// per step. On an AVX2-only AMD EPYC no library route ran them near the machine's rate: 49 GFLOP/s through MKL,
+// 59 through oneDNN's linear on a packed weight, where MKL reaches 81 on large square products and oneDNN's
+// fused LSTM 68 (benchmarks/gemm_routes.py, issue #46). This code computes out = a @ w^T (or a @ w) with the
+// weight packed once per layer call into panels of kMr output columns, k-major, and each step's rows of `a`
+// packed into panels of kNr rows, k-major: the 6 x 16 register tile (12 accumulators of 8 floats) then reads
+// one weight panel (kMr x K floats, from L1) and streams the row panels (from L2), 12 FMAs per 2 loads and
+// 6 broadcasts. Row panels of at most 8 rows (a batch's last rows) take a 12 x 8 tile. Padded values are zeros
+// and their results are never written; a NaN or infinity in a real row reaches its outputs as in any GEMM.
+constexpr int64_t kMr = 6, kNr = 16;
+
+#if defined(__AVX2__) && defined(__FMA__)
+// out[b0 + c][m0 + r] for c < cols, r < rows of a kMr x kNr tile held transposed (t[r][c]).
+inline void store_tile(const float (*t)[kNr], float* out, int64_t ldc, int64_t m0, int64_t b0, int64_t rows,
+                       int64_t cols) {
+  for (int64_t c = 0; c < cols; ++c) {
+    float* o = out + (b0 + c) * ldc + m0;
+    for (int64_t r = 0; r < rows; ++r) o[r] = t[r][c];
+  }
+}
+
+// The tile of one weight panel `w` (K x kMr) and one row panel `a` (K x kNr): 16 rows.
+void tile_6x16(const float* w, const float* a, int64_t K, float* out, int64_t ldc, int64_t m0, int64_t b0,
+               int64_t rows, int64_t cols) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  // named accumulators, not an array: an array of __m256 was kept in memory by GCC (2.6x slower)
+  for (int64_t k = 0; k < K; ++k) {
+    const __m256 x0 = _mm256_loadu_ps(a + k * kNr), x1 = _mm256_loadu_ps(a + k * kNr + 8);
+    const float* wk = w + k * kMr;
+    __m256 v = _mm256_broadcast_ss(wk);
+    c00 = _mm256_fmadd_ps(v, x0, c00), c01 = _mm256_fmadd_ps(v, x1, c01);
+    v = _mm256_broadcast_ss(wk + 1);
+    c10 = _mm256_fmadd_ps(v, x0, c10), c11 = _mm256_fmadd_ps(v, x1, c11);
+    v = _mm256_broadcast_ss(wk + 2);
+    c20 = _mm256_fmadd_ps(v, x0, c20), c21 = _mm256_fmadd_ps(v, x1, c21);
+    v = _mm256_broadcast_ss(wk + 3);
+    c30 = _mm256_fmadd_ps(v, x0, c30), c31 = _mm256_fmadd_ps(v, x1, c31);
+    v = _mm256_broadcast_ss(wk + 4);
+    c40 = _mm256_fmadd_ps(v, x0, c40), c41 = _mm256_fmadd_ps(v, x1, c41);
+    v = _mm256_broadcast_ss(wk + 5);
+    c50 = _mm256_fmadd_ps(v, x0, c50), c51 = _mm256_fmadd_ps(v, x1, c51);
+  }
+  alignas(32) float t[kMr][kNr];
+  const __m256 lo[kMr] = {c00, c10, c20, c30, c40, c50}, hi[kMr] = {c01, c11, c21, c31, c41, c51};
+  for (int64_t r = 0; r < kMr; ++r) _mm256_store_ps(t[r], lo[r]), _mm256_store_ps(t[r] + 8, hi[r]);
+  store_tile(t, out, ldc, m0, b0, rows, cols);
+}
+
+// Two weight panels (w and w2, 12 outputs) against a row panel of at most 8 rows, packed 8 wide: a batch's last
+// rows. 12 accumulators keep both FMA pipes busy, where one panel's 6 would wait on the FMAs'
+// latency.
+void tile_12x8(const float* w, const float* w2, const float* a, int64_t K, float* out, int64_t ldc, int64_t m0,
+               int64_t b0, int64_t rows, int64_t cols) {
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+  __m256 d0 = c0, d1 = c0, d2 = c0, d3 = c0, d4 = c0, d5 = c0;
+  for (int64_t k = 0; k < K; ++k) {
+    const __m256 x = _mm256_loadu_ps(a + k * 8);
+    const float* wk = w + k * kMr;
+    const float* vk = w2 + k * kMr;
+    c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk), x, c0);
+    c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 1), x, c1);
+    c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 2), x, c2);
+    c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 3), x, c3);
+    c4 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 4), x, c4);
+    c5 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 5), x, c5);
+    d0 = _mm256_fmadd_ps(_mm256_broadcast_ss(vk), x, d0);
+    d1 = _mm256_fmadd_ps(_mm256_broadcast_ss(vk + 1), x, d1);
+    d2 = _mm256_fmadd_ps(_mm256_broadcast_ss(vk + 2), x, d2);
+    d3 = _mm256_fmadd_ps(_mm256_broadcast_ss(vk + 3), x, d3);
+    d4 = _mm256_fmadd_ps(_mm256_broadcast_ss(vk + 4), x, d4);
+    d5 = _mm256_fmadd_ps(_mm256_broadcast_ss(vk + 5), x, d5);
+  }
+  alignas(32) float t[kMr][kNr];
+  const __m256 v[kMr] = {c0, c1, c2, c3, c4, c5}, u[kMr] = {d0, d1, d2, d3, d4, d5};
+  for (int64_t r = 0; r < kMr; ++r) _mm256_store_ps(t[r], v[r]);
+  store_tile(t, out, ldc, m0, b0, kMr, cols);
+  for (int64_t r = 0; r < kMr; ++r) _mm256_store_ps(t[r], u[r]);
+  store_tile(t, out, ldc, m0 + kMr, b0, rows - kMr, cols);
+}
+
+// One weight panel against a row panel of at most 8 rows, packed 8 wide.
+void tile_6x8(const float* w, const float* a, int64_t K, float* out, int64_t ldc, int64_t m0, int64_t b0,
+              int64_t rows, int64_t cols) {
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+  for (int64_t k = 0; k < K; ++k) {
+    const __m256 x = _mm256_loadu_ps(a + k * 8);
+    const float* wk = w + k * kMr;
+    c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk), x, c0);
+    c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 1), x, c1);
+    c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 2), x, c2);
+    c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 3), x, c3);
+    c4 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 4), x, c4);
+    c5 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 5), x, c5);
+  }
+  alignas(32) float t[kMr][kNr];
+  const __m256 v[kMr] = {c0, c1, c2, c3, c4, c5};
+  for (int64_t r = 0; r < kMr; ++r) _mm256_store_ps(t[r], v[r]);
+  store_tile(t, out, ldc, m0, b0, rows, cols);
+}
+#endif
+
+// w packed for out = a @ w^T (w: M x K) or, `transposed`, for out = a @ w (w: K x M): (panels, K, kMr),
+// panel p holding outputs p * kMr ... p * kMr + kMr - 1 (zeros past M).
+Tensor own_pack(const Tensor& w, bool transposed) {
+  const Tensor wc = w.contiguous();
+  const int64_t M = transposed ? wc.size(1) : wc.size(0), K = transposed ? wc.size(0) : wc.size(1);
+  const int64_t P = (M + kMr - 1) / kMr, sm = transposed ? 1 : K, sk = transposed ? M : 1;
+  Tensor out = at::empty({P, K, kMr}, wc.options());
+  const float* src = wc.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, P, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p) {
+      for (int64_t k = 0; k < K; ++k) {
+        for (int64_t r = 0; r < kMr; ++r) {
+          const int64_t m = p * kMr + r;
+          dst[(p * K + k) * kMr + r] = m < M ? src[m * sm + k * sk] : 0.0f;
+        }
+      }
+    }
+  });
+  return out;
+}
+
+// out (rows b, leading dimension ldc) = a (b x K, leading dimension lda) @ the packed weight (M outputs);
+// `scratch` holds at least ceil(b / kNr) * kNr * K floats.
+void own_product(const float* a, int64_t b, int64_t lda, const Tensor& packed, float* out, int64_t ldc,
+                 int64_t M, float* scratch) {
+#if defined(__AVX2__) && defined(__FMA__)
+  const int64_t P = packed.size(0), K = packed.size(1), Q = (b + kNr - 1) / kNr;
+  // a's rows into panels of kNr, k-major, zeros past b; a last panel of at most 8 rows is packed 8 wide (half
+  // the cache lines of a 16-wide one: with two weight panels it then fits L1 at the PTB layer's sizes)
+  const int64_t tail = b % kNr != 0 && b % kNr <= 8 ? 1 : 0, full = Q - tail;
+  for (int64_t q = 0; q < Q; ++q) {
+    float* dst = scratch + q * K * kNr;
+    const int64_t n = std::min(kNr, b - q * kNr), width = q < full ? kNr : 8;
+    for (int64_t c = 0; c < width; ++c) {
+      if (c >= n) {
+        for (int64_t k = 0; k < K; ++k) dst[k * width + c] = 0.0f;
+        continue;
+      }
+      const float* src = a + (q * kNr + c) * lda;
+      for (int64_t k = 0; k < K; ++k) dst[k * width + c] = src[k];
+    }
+  }
+  const float* w = packed.data_ptr<float>();
+  // pairs of weight panels: each panel runs over the full row panels while it sits in L1, then a last row
+  // panel of at most 8 rows takes both panels at once (tile_12x8)
+  at::parallel_for(0, (P + 1) / 2, 4, [&](int64_t lo, int64_t hi) {
+    for (int64_t p = 2 * lo; p < std::min(2 * hi, P); p += 2) {
+      const int64_t end = std::min(p + 2, P);
+      for (int64_t pp = p; pp < end; ++pp) {
+        for (int64_t q = 0; q < full; ++q) {
+          tile_6x16(w + pp * K * kMr, scratch + q * K * kNr, K, out, ldc, pp * kMr, q * kNr,
+                    std::min(kMr, M - pp * kMr), std::min(kNr, b - q * kNr));
+        }
+      }
+      if (!tail) continue;
+      const float* aq = scratch + full * K * kNr;
+      if (end == p + 2) {
+        tile_12x8(w + p * K * kMr, w + (p + 1) * K * kMr, aq, K, out, ldc, p * kMr, full * kNr,
+                  std::min(2 * kMr, M - p * kMr), b % kNr);
+      } else {
+        tile_6x8(w + p * K * kMr, aq, K, out, ldc, p * kMr, full * kNr, std::min(kMr, M - p * kMr), b % kNr);
+      }
+    }
+  });
+#else
+  TORCH_CHECK(false, "the avx2 backend was not built (no AVX2 and FMA)");
+#endif
+}
+
+// Whether a float32 call's per-step products are this file's own.
+bool own_steps(bool dnnl) { return dnnl && gemm_state().backend == Backend::kAvx2; }
+
+// For benchmarks and the backend's timing: pack (own_pack) and one product (a: b x K) -> (b, M).
+Tensor own_pack_weight(const Tensor& w, bool transposed) {
+  TORCH_CHECK(kOwnSteps && w.scalar_type() == at::kFloat && w.dim() == 2, "avx2: a 2-D float32 weight");
+  return own_pack(w, transposed);
+}
+
+Tensor own_matmul(const Tensor& a, const Tensor& packed, int64_t M) {
+  TORCH_CHECK(kOwnSteps && a.scalar_type() == at::kFloat && a.dim() == 2 && a.size(1) == packed.size(1),
+              "avx2: a float32 (b, K) input for a weight packed with K = ", packed.size(1));
+  const Tensor ac = a.contiguous();
+  const int64_t b = ac.size(0), K = ac.size(1);
+  Tensor out = at::empty({b, M}, ac.options());
+  std::vector<float> scratch((b + kNr - 1) / kNr * kNr * K);
+  own_product(ac.data_ptr<float>(), b, K, packed, out.data_ptr<float>(), M, M, scratch.data());
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -600,9 +818,12 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
   // h @ whh_t with whh_t (D, G) contiguous is the fastest layout for the per-step products; the
   // transpose pays off over many steps, not for a single one (the prefix-tree scorer of syneval
   // feeds one step per call), which reads w_hh transposed in place.
-  Tensor whh_p = pack_weight(w_hh, dnnl, bs.size());
-  Tensor whh_t = whh_p.defined() ? Tensor() : bs.size() > 1 ? w_hh.t().contiguous() : w_hh.t();
+  const bool own = own_steps(dnnl);  // float32 only (dnnl is)
+  Tensor whh_own = own ? own_pack(w_hh, false) : Tensor();
+  Tensor whh_p = own ? Tensor() : pack_weight(w_hh, dnnl, bs.size());
+  Tensor whh_t = own || whh_p.defined() ? Tensor() : bs.size() > 1 ? w_hh.t().contiguous() : w_hh.t();
   auto opts = x.options();
+  std::vector<float> scratch_own(own ? (B + kNr - 1) / kNr * kNr * D : 0);
   Tensor rec_buf = at::empty({Bp, G}, opts);  // one buffer for every step's recurrent product (plain)
   // With oneDNN a step's product reads bucket_rows(b) rows of h: the rows past b (the next step's,
   // then Bp spare rows) are zeros or finite values, and their products are thrown away.
@@ -620,7 +841,11 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
       if (t > 0 && prev + bp > off) out_buf.narrow(0, off, prev + bp - off).zero_();
       Tensor h_prev = t == 0 ? h0c.narrow(0, 0, bp) : out_buf.narrow(0, prev, bp);
       Tensor rec = whh_p.defined() ? packed_product(h_prev, whh_p) : rec_buf;
-      if (!whh_p.defined()) gemm(h_prev, whh_t, rec.narrow(0, 0, bp), false, dnnl);
+      if (own) {
+        own_product(h_prev.data_ptr<float>(), b, D, whh_own, rec.data_ptr<float>(), G, G, scratch_own.data());
+      } else if (!whh_p.defined()) {
+        gemm(h_prev, whh_t, rec.narrow(0, 0, bp), false, dnnl);
+      }
       const scalar_t* c_prev = (t == 0 ? c0c.data_ptr<scalar_t>() : cells.data_ptr<scalar_t>() + prev * D);
       const scalar_t* xp_p = act.data_ptr<scalar_t>() + off * G;
       const scalar_t* rec_p = rec.data_ptr<scalar_t>();
@@ -686,8 +911,11 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
   const int64_t B = bs.empty() ? 0 : bs[0], Bp = dnnl ? bucket_rows(B) : B;
   const int64_t T = bs.size();
   // dh = dg @ w_hh: packed as the linear weight w_hh^T, or read (G, D) as it is stored
-  Tensor whh_p = pack_weight(w_hh.t(), dnnl, T);
+  const bool own = own_steps(dnnl);
+  Tensor whh_own = own ? own_pack(w_hh, true) : Tensor();
+  Tensor whh_p = own ? Tensor() : pack_weight(w_hh.t(), dnnl, T);
   Tensor whh = whh_p.defined() ? Tensor() : w_hh.contiguous();
+  std::vector<float> scratch_own(own ? (B + kNr - 1) / kNr * kNr * G : 0);
   auto opts = x.options();
   // With oneDNN, spare zero rows: a step's product reads bucket_rows(b) rows (the ones past b are
   // the next step's or these), and the blocked products over the sequence read padded blocks.
@@ -724,7 +952,9 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
         }
       });
       // The rows of the sequences that end before step t keep the gradient from h_n.
-      if (dnnl) {
+      if (own) {
+        own_product(dG.data_ptr<float>() + off * G, b, G, whh_own, dh.data_ptr<float>(), D, D, scratch_own.data());
+      } else if (dnnl) {
         const int64_t bp = bucket_rows(b);
         if (whh_p.defined()) {
           dh.narrow(0, 0, b).copy_(packed_product(dG_buf.narrow(0, off, bp), whh_p).narrow(0, 0, b));
@@ -757,4 +987,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_buffer_pool", &set_buffer_pool, "keep large buffers from call to call (on by default)");
   m.def("buffer_pool_stats", &buffer_pool_stats, "the buffer pool: [buffers held, of which free, bytes held]");
   m.def("bucket_rows", &bucket_rows, "the padded row count oneDNN's products use for m rows");
+  m.def("avx2_pack", &own_pack_weight, "a float32 weight packed for avx2_matmul (transposed: for a @ w)");
+  m.def("avx2_matmul", &own_matmul, "a @ w^T (or a @ w) by the avx2 backend's own step product, M outputs");
 }
