@@ -1,5 +1,5 @@
 """Where a CPU layer call's time goes: the rate (GFLOP/s) of each matrix product of one ON-LSTM forward+backward
-on every route PyTorch offers for float32 and on the C++ kernel's own AVX2 step products, beside the overall
+on every route PyTorch offers for float32 and on the C++ kernel's own AVX2 products, beside the overall
 rate of ``nn.LSTM`` (oneDNN's fused LSTM) and of the ON-LSTM layer, all in one process.
 
     python benchmarks/gemm_routes.py [--shapes 70x20x400x650x10 70x80x400x1150x10] [--threads 1] [--repeats 3]
@@ -10,7 +10,7 @@ per step ``h @ w_hh^T`` (B x H by H x G, forward) and ``dG @ w_hh`` (B x G by G 
 input projection ``x @ w_ih^T``, ``d_x = dG @ w_ih`` and the weight gradient ``dG^T @ [h | x]``. Routes: ``mm``
 (ATen's GEMM: MKL), ``linear`` (oneDNN's inner product on a weight packed once, ``mkldnn::_linear_pointwise``;
 the products over all rows in blocks of 1,024 rows, as the C++ kernel runs them), ``avx2`` for the step products
-(the kernel's own code, on a weight packed once: the ``avx2`` backend, where the CPU has AVX2), for the weight gradient also
+and the weight gradient (the kernel's own code: the ``avx2`` backend, where the CPU has AVX2), for the weight gradient also
 MKL in blocks of 1,024 rows and oneDNN's inner-product backward (``aten::mkldnn_linear_backward_weights``, its
 operands converted to oneDNN tensors first, not timed). Each time is the best of ``--repeats`` after one untimed
 call, for the products of one layer call (a step product times T). Read the rates against the ``nn.LSTM`` rows:
@@ -72,7 +72,7 @@ def product_routes(T: int, B: int, I: int, H: int, C: int) -> list[tuple[str, st
 
     dG_m, hx_m = dG.to_mkldnn(), hx.to_mkldnn()
     step, rows, grad = 2 * T * B * H * G, 2 * N * I * G, 2 * N * G * (H + I)
-    own = own_step_routes(T, h, dg, w_hh, step)
+    own = own_routes(T, h, dg, w_hh, step) + own_grad_route(dG, hx, grad)
     return own + [
         ("step forward", "mm", step, lambda: [torch.mm(h, w_hh_t) for _ in range(T)]),
         ("step forward", "linear", step, lambda: [lin(h, p_hh) for _ in range(T)]),
@@ -88,10 +88,22 @@ def product_routes(T: int, B: int, I: int, H: int, C: int) -> list[tuple[str, st
     ]  # fmt: skip
 
 
-def own_step_routes(T: int, h, dg, w_hh, flops: float) -> list[tuple[str, str, float, Callable[[], object]]]:
-    """The step products on the C++ kernel's own AVX2 code (the ``avx2`` backend), where it runs here."""
+def own_kernel():
+    """The compiled kernel where its own AVX2 products (the ``avx2`` backend) run here, else None."""
     ext = load_extension()
-    if ext is None or "avx2" not in ext.gemm_backends():
+    return ext if ext is not None and "avx2" in ext.gemm_backends() else None
+
+
+def own_grad_route(dG, hx, flops: float) -> list[tuple[str, str, float, Callable[[], object]]]:
+    """The weight gradient on the C++ kernel's own blocked AVX2 product, where it runs here."""
+    ext = own_kernel()
+    return [] if ext is None else [("weight gradient", "avx2", flops, lambda: ext.avx2_weight_grad(dG, hx))]
+
+
+def own_routes(T: int, h, dg, w_hh, flops: float) -> list[tuple[str, str, float, Callable[[], object]]]:
+    """The step products on the C++ kernel's own AVX2 code, where it runs here."""
+    ext = own_kernel()
+    if ext is None:
         return []
     G, H = w_hh.shape
     fwd, bwd = ext.avx2_pack(w_hh, False), ext.avx2_pack(w_hh, True)

@@ -191,6 +191,16 @@ def test_the_own_avx2_step_product_is_the_plain_product(rows, outputs, depth):
     torch.testing.assert_close(ext.avx2_matmul(g, ext.avx2_pack(w, True), depth), g @ w)
 
 
+@pytest.mark.parametrize("rows,gates,width", [(3, 5, 7), (600, 20, 13), (1100, 150, 37), (1030, 140, 6)])
+def test_the_own_avx2_weight_gradient_is_the_plain_product(rows, gates, width):
+    """``dG^T @ hx`` in blocks of 512 rows (k) and 8 row panels of 16 gate columns: one block or several of each,
+    with partial panels, a last panel of at most 8 gate columns and weight panels of fewer than 6 columns."""
+    ext = _ext_with("avx2")
+    gen = torch.Generator().manual_seed(rows + gates)
+    dG, hx = torch.randn(rows, gates, generator=gen), torch.randn(rows, width, generator=gen)
+    torch.testing.assert_close(ext.avx2_weight_grad(dG, hx), dG.t() @ hx, rtol=1e-4, atol=1e-4)
+
+
 def test_the_own_avx2_step_product_carries_nan_and_inf_to_their_rows_only():
     ext = _ext_with("avx2")
     w, a = torch.ones(13, 5), torch.ones(20, 5)
@@ -205,5 +215,5 @@ def test_the_timed_avx2_products_are_the_products_of_the_other_routes():
     ext = _ext_with("avx2")
     case = cpp_gemm._product_case(5, 12, 3, 20, 2)
     own, plain = cpp_gemm._products(ext, "avx2", case), cpp_gemm._products(ext, "mkl", case)
-    for name in ("step fwd", "step bwd", "block in", "block dx"):
+    for name in ("step fwd", "step bwd", "block in", "block dx", "grad dw"):
         torch.testing.assert_close(own[name][0](), plain[name][0](), msg=name)

@@ -245,8 +245,8 @@ def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, si
     product must leave the real rows as the reference computes them (float64, same weights). ``onednn``: the
     per-step products on a packed weight (where torch has the ops), ``onednn-plain``: on the weight as stored;
     ``linear``: oneDNN's linear on packed weights without the matmul (the route of CPUs without AVX-512);
-    ``avx2``: that route with the kernel's own AVX2 step products (ragged batches: row panels of 16, of at most 8,
-    and partial ones). Each is forced here, so a machine with every instruction runs the routes of machines
+    ``avx2``: that route with the kernel's own AVX2 step products and weight gradient (ragged batches: row panels
+    of 16, of at most 8, and partial ones; 1,300 rows: several blocks of the weight gradient). Each is forced here, so a machine with every instruction runs the routes of machines
     without them."""
     ext = load_extension()
     assert ext is not None, f"C++ kernel failed to build: {extension_error()}"

@@ -2,9 +2,9 @@
 
 The kernel has up to four backends (``csrc/onlstm_cpu.cpp``, "Matrix products"): oneDNN's matmul (runs only where
 oneDNN accepts float32 matmul: AVX-512 or AVX-NE-CONVERT), oneDNN's linear on weights packed once per call
-(``linear``), that route with the per-step products by the kernel's own AVX2 code (``avx2``, where the CPU has AVX2
-and FMA), and ATen's GEMM (``mkl``, always). Which is fastest depends on the CPU and its load, not on its
-instruction set's name: on an AVX2-only AMD EPYC the packed linear beat MKL, on an AVX-512 one the matmul did
+(``linear``), that route with the per-step products and the weight gradient by the kernel's own AVX2 code
+(``avx2``, where the CPU has AVX2 and FMA), and ATen's GEMM (``mkl``, always). Which is fastest depends on the CPU
+and its load, not on its instruction set's name: on an AVX2-only AMD EPYC the packed linear beat MKL, on an AVX-512 one the matmul did
 (docs/layer.md, "Every CPU"). So at the first float32 call the kernel times every backend that runs here on that
 layer's own product shapes (each product timed alone, weighted by how often a call of that layer runs it: 0.4 s
 for the paper's PTB layer, 1.4 s for its largest, on one thread of an AMD EPYC), keeps the
@@ -37,7 +37,7 @@ CACHE_NAME = "gemm_choice.json"
 LABELS = {
     "onednn": "oneDNN matmul",
     "linear": "oneDNN linear on packed weights",
-    "avx2": "own AVX2 step products, oneDNN linear for the rest",
+    "avx2": "own AVX2 step products and weight gradient, oneDNN linear for the rest",
     "mkl": "MKL (ATen's GEMM)",
 }
 MAX_TIMED_STEPS, ROUNDS = 70, 2
@@ -140,7 +140,7 @@ def time_backends(module: Any, backends: list[str], sizes: tuple[int, ...], time
     """Each backend's time for the products of one layer call of ``sizes`` (input, hidden, chunk, batch, steps),
     from timings of its product shapes: per step, ``h @ w_hh^T`` and ``dG @ w_hh`` (packed weights for the oneDNN
     routes: their packing is paid once per call, and counted once); per block of up to 256 rows (the rate of the
-    kernel's 1,024-row blocks), the input projection and ``d_x`` (the weight gradient is MKL's on every route: left out). Each product is timed alone, the
+    kernel's 1,024-row blocks), the input projection, ``d_x`` and the weight gradient. Each product is timed alone, the
     best of :data:`ROUNDS` rounds after one untimed call (oneDNN builds its primitives then), the backends
     interleaved. Random values from a generator of its own: torch's would shift every later random number."""
     n_in, hidden, chunk, batch, steps = sizes
@@ -157,7 +157,7 @@ def time_backends(module: Any, backends: list[str], sizes: tuple[int, ...], time
                 if rnd:
                     t = (timer() - start) / times
                     best[b][name] = min(best[b].get(name, float("inf")), t)
-    weights = {"step": 2 * steps, "block": 2 * blocks, "pack": 1}
+    weights = {"step": 2 * steps, "block": 2 * blocks, "grad": 2 * blocks, "pack": 1}
     return {b: sum(weights[name.split()[0]] * t for name, t in best[b].items()) for b in backends}
 
 
@@ -167,7 +167,7 @@ def _product_case(n_in: int, hidden: int, chunk: int, batch: int, steps: int) ->
     gates = 4 * hidden + 2 * (hidden // chunk)
     rows = min(batch * steps, 256)  # a block of the sequence-wide products: their rate, not all their rows
     w_ih, w_hh = rnd(gates, n_in), rnd(gates, hidden)
-    return {"h": rnd(batch, hidden), "dg": rnd(batch, gates), "x": rnd(rows, n_in), "dG": rnd(rows, gates),
+    return {"h": rnd(batch, hidden), "dg": rnd(batch, gates), "x": rnd(rows, n_in), "dG": rnd(rows, gates), "hx": rnd(rows, hidden + n_in),
             "w_ih": w_ih, "w_hh": w_hh, "w_hh_t": w_hh.t().contiguous(), "w_ih_t": w_ih.t().contiguous()}  # fmt: skip
 
 
@@ -176,7 +176,8 @@ def _products(module: Any, backend: str, c: dict) -> dict[str, tuple[Callable[[]
     if backend == "mkl":
         mm = torch.mm
         return {"step fwd": (lambda: mm(c["h"], c["w_hh_t"]), 4), "step bwd": (lambda: mm(c["dg"], c["w_hh"]), 4),
-                "block in": (lambda: mm(c["x"], c["w_ih_t"]), 1), "block dx": (lambda: mm(c["dG"], c["w_ih"]), 1)}  # fmt: skip
+                "block in": (lambda: mm(c["x"], c["w_ih_t"]), 1), "block dx": (lambda: mm(c["dG"], c["w_ih"]), 1),
+                "grad dw": (lambda: mm(c["dG"].t(), c["hx"]), 1)}  # fmt: skip
     reorder, linear = torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
     lin = lambda a, w: linear(a, w, None, "none", [], "")
     # the weights each route packs per call: the recurrent one both ways; the linear routes the input one too
@@ -189,7 +190,7 @@ def _products(module: Any, backend: str, c: dict) -> dict[str, tuple[Callable[[]
         else ("w_hh", "w_hh_t")
     )
     packed = {k: reorder(c[k], None) for k in keys}
-    out = {"pack": (lambda: [reorder(c[k], None) for k in keys], 1)}
+    out: dict[str, tuple[Callable[[], Any], int]] = {"pack": (lambda: [reorder(c[k], None) for k in keys], 1)}
     if own:
         gates, hidden = c["w_hh"].shape
         fwd, bwd = module.avx2_pack(c["w_hh"], False), module.avx2_pack(c["w_hh"], True)
@@ -199,6 +200,10 @@ def _products(module: Any, backend: str, c: dict) -> dict[str, tuple[Callable[[]
     else:
         out["step fwd"] = (lambda: lin(c["h"], packed["w_hh"]), 4)
         out["step bwd"] = (lambda: lin(c["dg"], packed["w_hh_t"]), 4)
+    if own:
+        out["grad dw"] = (lambda: module.avx2_weight_grad(c["dG"], c["hx"]), 1)
+    elif backend == "linear":  # ATen's GEMM for the weight gradient
+        out["grad dw"] = (lambda: torch.mm(c["dG"].t(), c["hx"]), 1)
     if backend in ("linear", "avx2"):
         out["block in"] = (lambda: lin(c["x"], packed["w_ih"]), 1)
         out["block dx"] = (lambda: lin(c["dG"], packed["w_ih_t"]), 1)
@@ -206,6 +211,8 @@ def _products(module: Any, backend: str, c: dict) -> dict[str, tuple[Callable[[]
         y, dx = torch.empty(c["x"].shape[0], c["w_ih"].shape[0]), torch.empty(c["dG"].shape[0], c["w_ih"].shape[1])
         out["block in"] = (lambda: module.matmul(c["x"], c["w_ih_t"], y, "onednn"), 1)
         out["block dx"] = (lambda: module.matmul(c["dG"], c["w_ih"], dx, "onednn"), 1)
+        dw = torch.empty(c["dG"].shape[1], c["hx"].shape[1])
+        out["grad dw"] = (lambda: module.matmul(c["dG"].t(), c["hx"], dw, "onednn"), 1)
     return out
 
 

@@ -8,7 +8,7 @@
 // where p_* are the softmax outputs of the master-gate logits.
 //
 // Matrix products: four backends (oneDNN's matmul, oneDNN's linear on packed weights, the kernel's own AVX2
-// step products beside that linear, ATen's GEMM, i.e. MKL in PyTorch's standard build), the one in use chosen
+// step products and weight gradient beside that linear, ATen's GEMM, i.e. MKL in PyTorch's standard build), the one in use chosen
 // by timing them (cpp_kernel.py); see "Matrix products" below for why several and how oneDNN's per-shape
 // caches are kept bounded.
 #include <torch/extension.h>
@@ -64,8 +64,8 @@ namespace {
 //   products, the input projection, d_x), ATen's GEMM for the weight gradients. It needs no matmul:
 //   on an AVX2-only CPU, where oneDNN's matmul refuses float32 (it needs AVX-512 or AVX-NE-CONVERT),
 //   its blocked weights ran the step products 1.2-1.3x faster than MKL (issue #46).
-// * "avx2": the linear route, but the per-step products by this file's own AVX2 code ("Own step products"
-//   below), where the build has AVX2 and FMA.
+// * "avx2": the linear route, but the per-step products and the weight gradient by this file's own AVX2 code
+//   ("Own products" below), where the build has AVX2 and FMA.
 // * ATen's GEMM (MKL), which keeps nothing per shape: float64 always, and the fallback.
 
 constexpr int64_t kBlockRows = 1024;  // a bucket value, so full blocks are one shape
@@ -386,7 +386,7 @@ bool set_gemm_backend(const std::string& backend) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Own step products (the "avx2" backend)
+// Own products (the "avx2" backend)
 // ---------------------------------------------------------------------------------------------
 //
 // The per-step products are small in one dimension (the batch: B rows) and read a large weight (G x D) once
@@ -400,19 +400,51 @@ bool set_gemm_backend(const std::string& backend) {
 // and their results are never written; a NaN or infinity in a real row reaches its outputs as in any GEMM.
 constexpr int64_t kMr = 6, kNr = 16;
 
+// Where a product's results go: row i, output m at p[i * ldc + m] (or, `by_output`, at p[m * ldc + i]), added
+// to what is there when `acc`.
+struct TileOut {
+  float* p;
+  int64_t ldc;
+  bool acc;
+  bool by_output = false;
+};
+
+// The rows operand of a product: b rows, element (i, k) at a[i * rs + k * ks] (a row-major matrix: rs = its
+// leading dimension, ks = 1; the transpose of one: rs = 1, ks = its leading dimension).
+struct Rows {
+  const float* a;
+  int64_t b, rs, ks;
+};
+
 #if defined(__AVX2__) && defined(__FMA__)
-// out[b0 + c][m0 + r] for c < cols, r < rows of a kMr x kNr tile held transposed (t[r][c]).
-inline void store_tile(const float (*t)[kNr], float* out, int64_t ldc, int64_t m0, int64_t b0, int64_t rows,
+// out[b0 + c][m0 + r] for c < cols, r < rows of a kMr x kNr tile held transposed (t[r][c]); by output: a
+// row of the tile is a run of the output's row (whole cache lines, where by row each is 6 values of a line).
+inline void store_tile(const float (*t)[kNr], const TileOut& o, int64_t m0, int64_t b0, int64_t rows,
                        int64_t cols) {
+  if (o.by_output) {
+    for (int64_t r = 0; r < rows; ++r) {
+      float* d = o.p + (m0 + r) * o.ldc + b0;
+      if (o.acc) {
+        for (int64_t c = 0; c < cols; ++c) d[c] += t[r][c];
+      } else {
+        for (int64_t c = 0; c < cols; ++c) d[c] = t[r][c];
+      }
+    }
+    return;
+  }
   for (int64_t c = 0; c < cols; ++c) {
-    float* o = out + (b0 + c) * ldc + m0;
-    for (int64_t r = 0; r < rows; ++r) o[r] = t[r][c];
+    float* d = o.p + (b0 + c) * o.ldc + m0;
+    if (o.acc) {
+      for (int64_t r = 0; r < rows; ++r) d[r] += t[r][c];
+    } else {
+      for (int64_t r = 0; r < rows; ++r) d[r] = t[r][c];
+    }
   }
 }
 
 // The tile of one weight panel `w` (K x kMr) and one row panel `a` (K x kNr): 16 rows.
-void tile_6x16(const float* w, const float* a, int64_t K, float* out, int64_t ldc, int64_t m0, int64_t b0,
-               int64_t rows, int64_t cols) {
+void tile_6x16(const float* w, const float* a, int64_t K, const TileOut& o, int64_t m0, int64_t b0, int64_t rows,
+               int64_t cols) {
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   // named accumulators, not an array: an array of __m256 was kept in memory by GCC (2.6x slower)
@@ -435,14 +467,14 @@ void tile_6x16(const float* w, const float* a, int64_t K, float* out, int64_t ld
   alignas(32) float t[kMr][kNr];
   const __m256 lo[kMr] = {c00, c10, c20, c30, c40, c50}, hi[kMr] = {c01, c11, c21, c31, c41, c51};
   for (int64_t r = 0; r < kMr; ++r) _mm256_store_ps(t[r], lo[r]), _mm256_store_ps(t[r] + 8, hi[r]);
-  store_tile(t, out, ldc, m0, b0, rows, cols);
+  store_tile(t, o, m0, b0, rows, cols);
 }
 
 // Two weight panels (w and w2, 12 outputs) against a row panel of at most 8 rows, packed 8 wide: a batch's last
 // rows. 12 accumulators keep both FMA pipes busy, where one panel's 6 would wait on the FMAs'
 // latency.
-void tile_12x8(const float* w, const float* w2, const float* a, int64_t K, float* out, int64_t ldc, int64_t m0,
-               int64_t b0, int64_t rows, int64_t cols) {
+void tile_12x8(const float* w, const float* w2, const float* a, int64_t K, const TileOut& o, int64_t m0, int64_t b0,
+               int64_t rows, int64_t cols) {
   __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
   __m256 d0 = c0, d1 = c0, d2 = c0, d3 = c0, d4 = c0, d5 = c0;
   for (int64_t k = 0; k < K; ++k) {
@@ -465,14 +497,14 @@ void tile_12x8(const float* w, const float* w2, const float* a, int64_t K, float
   alignas(32) float t[kMr][kNr];
   const __m256 v[kMr] = {c0, c1, c2, c3, c4, c5}, u[kMr] = {d0, d1, d2, d3, d4, d5};
   for (int64_t r = 0; r < kMr; ++r) _mm256_store_ps(t[r], v[r]);
-  store_tile(t, out, ldc, m0, b0, kMr, cols);
+  store_tile(t, o, m0, b0, kMr, cols);
   for (int64_t r = 0; r < kMr; ++r) _mm256_store_ps(t[r], u[r]);
-  store_tile(t, out, ldc, m0 + kMr, b0, rows - kMr, cols);
+  store_tile(t, o, m0 + kMr, b0, rows - kMr, cols);
 }
 
 // One weight panel against a row panel of at most 8 rows, packed 8 wide.
-void tile_6x8(const float* w, const float* a, int64_t K, float* out, int64_t ldc, int64_t m0, int64_t b0,
-              int64_t rows, int64_t cols) {
+void tile_6x8(const float* w, const float* a, int64_t K, const TileOut& o, int64_t m0, int64_t b0, int64_t rows,
+              int64_t cols) {
   __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
   for (int64_t k = 0; k < K; ++k) {
     const __m256 x = _mm256_loadu_ps(a + k * 8);
@@ -487,7 +519,7 @@ void tile_6x8(const float* w, const float* a, int64_t K, float* out, int64_t ldc
   alignas(32) float t[kMr][kNr];
   const __m256 v[kMr] = {c0, c1, c2, c3, c4, c5};
   for (int64_t r = 0; r < kMr; ++r) _mm256_store_ps(t[r], v[r]);
-  store_tile(t, out, ldc, m0, b0, rows, cols);
+  store_tile(t, o, m0, b0, rows, cols);
 }
 #endif
 
@@ -513,52 +545,88 @@ Tensor own_pack(const Tensor& w, bool transposed) {
   return out;
 }
 
-// out (rows b, leading dimension ldc) = a (b x K, leading dimension lda) @ the packed weight (M outputs);
-// `scratch` holds at least ceil(b / kNr) * kNr * K floats.
-void own_product(const float* a, int64_t b, int64_t lda, const Tensor& packed, float* out, int64_t ldc,
-                 int64_t M, float* scratch) {
-#if defined(__AVX2__) && defined(__FMA__)
-  const int64_t P = packed.size(0), K = packed.size(1), Q = (b + kNr - 1) / kNr;
-  // a's rows into panels of kNr, k-major, zeros past b; a last panel of at most 8 rows is packed 8 wide (half
-  // the cache lines of a 16-wide one: with two weight panels it then fits L1 at the PTB layer's sizes)
-  const int64_t tail = b % kNr != 0 && b % kNr <= 8 ? 1 : 0, full = Q - tail;
-  for (int64_t q = 0; q < Q; ++q) {
-    float* dst = scratch + q * K * kNr;
-    const int64_t n = std::min(kNr, b - q * kNr), width = q < full ? kNr : 8;
-    for (int64_t c = 0; c < width; ++c) {
-      if (c >= n) {
-        for (int64_t k = 0; k < K; ++k) dst[k * width + c] = 0.0f;
-        continue;
+// Row panels q0 .. q1 - 1 of `a` over k0 .. k0 + kl - 1, k-major, into `scratch` (panel q at (q - q0) * kl * kNr):
+// 16 wide, the last one 8 wide when it holds at most 8 rows (q >= full); zeros past a.b.
+void pack_rows(const Rows& a, int64_t q0, int64_t q1, int64_t full, int64_t k0, int64_t kl, float* scratch) {
+  for (int64_t q = q0; q < q1; ++q) {
+    float* dst = scratch + (q - q0) * kl * kNr;
+    const int64_t n = std::min(kNr, a.b - q * kNr), width = q < full ? kNr : 8;
+    const float* src = a.a + q * kNr * a.rs + k0 * a.ks;
+    if (a.ks == 1) {  // rows contiguous: read along k
+      for (int64_t c = 0; c < width; ++c) {
+        for (int64_t k = 0; k < kl; ++k) dst[k * width + c] = c < n ? src[c * a.rs + k] : 0.0f;
       }
-      const float* src = a + (q * kNr + c) * lda;
-      for (int64_t k = 0; k < K; ++k) dst[k * width + c] = src[k];
+    } else {  // a transposed matrix: read along the rows
+      for (int64_t k = 0; k < kl; ++k) {
+        for (int64_t c = 0; c < width; ++c) dst[k * width + c] = c < n ? src[c * a.rs + k * a.ks] : 0.0f;
+      }
     }
   }
+}
+
+// o = a (a.b x K) @ the packed weight (M outputs, K = packed.size(1)). The products over a whole sequence (the
+// weight gradient: its K is every row of the sequence) run in blocks: `kc` values of k (0: all) and `qb` row
+// panels (0: all) at a time, so that a block of row panels stays in L2 while every weight panel passes by;
+// `scratch` holds qb * kNr * kc floats (all: ceil(b / kNr) * kNr * K).
+void own_product(const Rows& a, const Tensor& packed, const TileOut& o, int64_t M, float* scratch, int64_t kc = 0,
+                 int64_t qb = 0) {
+#if defined(__AVX2__) && defined(__FMA__)
+  const int64_t P = packed.size(0), K = packed.size(1), b = a.b, Q = (b + kNr - 1) / kNr;
+  // a last row panel of at most 8 rows is packed 8 wide (half the cache lines of a 16-wide one: with two weight
+  // panels it then fits L1 at the PTB layer's sizes) and takes two weight panels at once (tile_12x8)
+  const int64_t tail = b % kNr != 0 && b % kNr <= 8 ? 1 : 0, full = Q - tail;
+  kc = kc > 0 ? kc : std::max<int64_t>(K, 1);
+  qb = qb > 0 ? qb : std::max<int64_t>(Q, 1);
   const float* w = packed.data_ptr<float>();
-  // pairs of weight panels: each panel runs over the full row panels while it sits in L1, then a last row
-  // panel of at most 8 rows takes both panels at once (tile_12x8)
-  at::parallel_for(0, (P + 1) / 2, 4, [&](int64_t lo, int64_t hi) {
-    for (int64_t p = 2 * lo; p < std::min(2 * hi, P); p += 2) {
-      const int64_t end = std::min(p + 2, P);
-      for (int64_t pp = p; pp < end; ++pp) {
-        for (int64_t q = 0; q < full; ++q) {
-          tile_6x16(w + pp * K * kMr, scratch + q * K * kNr, K, out, ldc, pp * kMr, q * kNr,
-                    std::min(kMr, M - pp * kMr), std::min(kNr, b - q * kNr));
+  for (int64_t k0 = 0; k0 < K; k0 += kc) {
+    const int64_t kl = std::min(kc, K - k0);
+    const TileOut ok{o.p, o.ldc, o.acc || k0 > 0, o.by_output};
+    for (int64_t q0 = 0; q0 < Q; q0 += qb) {
+      const int64_t q1 = std::min(q0 + qb, Q), fend = std::min(q1, full);
+      pack_rows(a, q0, q1, full, k0, kl, scratch);
+      // pairs of weight panels: each runs over the block's full row panels while it sits in L1
+      at::parallel_for(0, (P + 1) / 2, 4, [&](int64_t lo, int64_t hi) {
+        for (int64_t p = 2 * lo; p < std::min(2 * hi, P); p += 2) {
+          const int64_t end = std::min(p + 2, P);
+          for (int64_t pp = p; pp < end; ++pp) {
+            for (int64_t q = q0; q < fend; ++q) {
+              tile_6x16(w + (pp * K + k0) * kMr, scratch + (q - q0) * kl * kNr, kl, ok, pp * kMr, q * kNr,
+                        std::min(kMr, M - pp * kMr), std::min(kNr, b - q * kNr));
+            }
+          }
+          if (!tail || q1 != Q) continue;
+          const float* aq = scratch + (full - q0) * kl * kNr;
+          if (end == p + 2) {
+            tile_12x8(w + (p * K + k0) * kMr, w + ((p + 1) * K + k0) * kMr, aq, kl, ok, p * kMr, full * kNr,
+                      std::min(2 * kMr, M - p * kMr), b % kNr);
+          } else {
+            tile_6x8(w + (p * K + k0) * kMr, aq, kl, ok, p * kMr, full * kNr, std::min(kMr, M - p * kMr), b % kNr);
+          }
         }
-      }
-      if (!tail) continue;
-      const float* aq = scratch + full * K * kNr;
-      if (end == p + 2) {
-        tile_12x8(w + p * K * kMr, w + (p + 1) * K * kMr, aq, K, out, ldc, p * kMr, full * kNr,
-                  std::min(2 * kMr, M - p * kMr), b % kNr);
-      } else {
-        tile_6x8(w + p * K * kMr, aq, K, out, ldc, p * kMr, full * kNr, std::min(kMr, M - p * kMr), b % kNr);
-      }
+      });
     }
-  });
+  }
 #else
   TORCH_CHECK(false, "the avx2 backend was not built (no AVX2 and FMA)");
 #endif
+}
+
+// The weight gradient's blocks: 512 rows of the sequence (k) and 8 row panels of 16 (16 KiB + 256 KiB).
+constexpr int64_t kGradK = 512, kGradPanels = 8;
+
+// d_w (G x C, row-major) = dG^T @ hx for dG (N x G) and hx (N x C), both row-major, by own_product: the rows
+// operand is hx^T (C rows), the weight dG packed 512 rows at a time (G outputs), so that a tile's rows are runs
+// of d_w's rows (by_output) and the packed copy stays small (G x 512 values).
+void own_weight_grad(const Tensor& dG, const Tensor& hx, Tensor d_w) {
+  const int64_t N = hx.size(0), G = dG.size(1), C = hx.size(1);
+  if (N == 0) d_w.zero_();
+  std::vector<float> scratch(kGradPanels * kNr * std::min(kGradK, std::max<int64_t>(N, 1)));
+  for (int64_t k0 = 0; k0 < N; k0 += kGradK) {
+    const int64_t kl = std::min(kGradK, N - k0);
+    const Tensor packed = own_pack(dG.narrow(0, k0, kl), true);
+    own_product(Rows{hx.data_ptr<float>() + k0 * C, C, 1, C}, packed, TileOut{d_w.data_ptr<float>(), C, k0 > 0, true},
+                G, scratch.data(), 0, kGradPanels);
+  }
 }
 
 // Whether a float32 call's per-step products are this file's own.
@@ -577,8 +645,18 @@ Tensor own_matmul(const Tensor& a, const Tensor& packed, int64_t M) {
   const int64_t b = ac.size(0), K = ac.size(1);
   Tensor out = at::empty({b, M}, ac.options());
   std::vector<float> scratch((b + kNr - 1) / kNr * kNr * K);
-  own_product(ac.data_ptr<float>(), b, K, packed, out.data_ptr<float>(), M, M, scratch.data());
+  own_product(Rows{ac.data_ptr<float>(), b, K, 1}, packed, TileOut{out.data_ptr<float>(), M, false}, M,
+              scratch.data());
   return out;
+}
+
+Tensor own_weight_gradient(const Tensor& dG, const Tensor& hx) {
+  TORCH_CHECK(kOwnSteps && dG.scalar_type() == at::kFloat && hx.scalar_type() == at::kFloat && dG.dim() == 2 &&
+                  hx.dim() == 2 && dG.size(0) == hx.size(0),
+              "avx2: float32 (N, G) and (N, C) inputs");
+  Tensor d_w = at::empty({dG.size(1), hx.size(1)}, dG.options());
+  own_weight_grad(dG.contiguous(), hx.contiguous(), d_w);
+  return d_w;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -842,7 +920,8 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
       Tensor h_prev = t == 0 ? h0c.narrow(0, 0, bp) : out_buf.narrow(0, prev, bp);
       Tensor rec = whh_p.defined() ? packed_product(h_prev, whh_p) : rec_buf;
       if (own) {
-        own_product(h_prev.data_ptr<float>(), b, D, whh_own, rec.data_ptr<float>(), G, G, scratch_own.data());
+        own_product(Rows{h_prev.data_ptr<float>(), b, D, 1}, whh_own, TileOut{rec.data_ptr<float>(), G, false}, G,
+                    scratch_own.data());
       } else if (!whh_p.defined()) {
         gemm(h_prev, whh_t, rec.narrow(0, 0, bp), false, dnnl);
       }
@@ -887,12 +966,18 @@ std::pair<Tensor, Tensor> weight_and_input_grads(const Tensor& dG, const Tensor&
   hx.narrow(1, D, I).narrow(0, 0, N).copy_(x);
   Tensor w_ih_c = w_ih.contiguous();
   if (!dnnl) return {at::mm(dG.t(), hx), at::mm(dG, w_ih_c)};
-  Tensor d_w = pooled(kDw, {G, D + I}, x.options()).zero_();
+  const bool own = own_steps(dnnl);  // the weight gradient by own_product too
+  Tensor d_w = pooled(kDw, {G, D + I}, x.options());
+  if (own) {
+    own_weight_grad(dG.narrow(0, 0, N), hx.narrow(0, 0, N), d_w);
+  } else {
+    d_w.zero_();
+  }
   Tensor d_x = pooled(kDx, {Np, I}, x.options());
   const bool linear = linear_route(dnnl);
   if (linear) packed_blocks(dG, w_ih_c.t(), std::nullopt, d_x, blocks);  // d_x = dG @ w_ih
   for (const auto& [s, r] : blocks) {
-    gemm(dG.narrow(0, s, r).t(), hx.narrow(0, s, r), d_w, true, true);
+    if (!own) gemm(dG.narrow(0, s, r).t(), hx.narrow(0, s, r), d_w, true, true);
     if (!linear) gemm(dG.narrow(0, s, r), w_ih_c, d_x.narrow(0, s, r), false, true);
   }
   return {d_w, d_x.narrow(0, 0, N)};
@@ -953,7 +1038,8 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
       });
       // The rows of the sequences that end before step t keep the gradient from h_n.
       if (own) {
-        own_product(dG.data_ptr<float>() + off * G, b, G, whh_own, dh.data_ptr<float>(), D, D, scratch_own.data());
+        own_product(Rows{dG.data_ptr<float>() + off * G, b, G, 1}, whh_own, TileOut{dh.data_ptr<float>(), D, false},
+                    D, scratch_own.data());
       } else if (dnnl) {
         const int64_t bp = bucket_rows(b);
         if (whh_p.defined()) {
@@ -989,4 +1075,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("bucket_rows", &bucket_rows, "the padded row count oneDNN's products use for m rows");
   m.def("avx2_pack", &own_pack_weight, "a float32 weight packed for avx2_matmul (transposed: for a @ w)");
   m.def("avx2_matmul", &own_matmul, "a @ w^T (or a @ w) by the avx2 backend's own step product, M outputs");
+  m.def("avx2_weight_grad", &own_weight_gradient, "dG^T @ hx by the avx2 backend's own blocked product");
 }
