@@ -417,27 +417,16 @@ struct Rows {
 };
 
 #if defined(__AVX2__) && defined(__FMA__)
-// out[b0 + c][m0 + r] for c < cols, r < rows of a kMr x kNr tile held transposed (t[r][c]); by output: a
+// Element (r, c) of a kMr x kNr tile (output m0 + r of row b0 + c) for r < rows, c < cols into o; by output, a
 // row of the tile is a run of the output's row (whole cache lines, where by row each is 6 values of a line).
 inline void store_tile(const float (*t)[kNr], const TileOut& o, int64_t m0, int64_t b0, int64_t rows,
                        int64_t cols) {
-  if (o.by_output) {
-    for (int64_t r = 0; r < rows; ++r) {
-      float* d = o.p + (m0 + r) * o.ldc + b0;
-      if (o.acc) {
-        for (int64_t c = 0; c < cols; ++c) d[c] += t[r][c];
-      } else {
-        for (int64_t c = 0; c < cols; ++c) d[c] = t[r][c];
-      }
-    }
-    return;
-  }
-  for (int64_t c = 0; c < cols; ++c) {
-    float* d = o.p + (b0 + c) * o.ldc + m0;
-    if (o.acc) {
-      for (int64_t r = 0; r < rows; ++r) d[r] += t[r][c];
-    } else {
-      for (int64_t r = 0; r < rows; ++r) d[r] = t[r][c];
+  const int64_t sr = o.by_output ? o.ldc : 1, sc = o.by_output ? 1 : o.ldc;
+  float* base = o.p + (o.by_output ? m0 * o.ldc + b0 : b0 * o.ldc + m0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      float& d = base[r * sr + c * sc];
+      d = o.acc ? d + t[r][c] : t[r][c];
     }
   }
 }
@@ -471,8 +460,8 @@ void tile_6x16(const float* w, const float* a, int64_t K, const TileOut& o, int6
 }
 
 // Two weight panels (w and w2, 12 outputs) against a row panel of at most 8 rows, packed 8 wide: a batch's last
-// rows. 12 accumulators keep both FMA pipes busy, where one panel's 6 would wait on the FMAs'
-// latency.
+// rows. 12 accumulators keep both FMA pipes busy, where one panel's 6 would wait on the FMAs' latency. A last
+// weight panel without a partner is given as both (rows <= kMr: the second half is computed, not stored).
 void tile_12x8(const float* w, const float* w2, const float* a, int64_t K, const TileOut& o, int64_t m0, int64_t b0,
                int64_t rows, int64_t cols) {
   __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
@@ -497,30 +486,12 @@ void tile_12x8(const float* w, const float* w2, const float* a, int64_t K, const
   alignas(32) float t[kMr][kNr];
   const __m256 v[kMr] = {c0, c1, c2, c3, c4, c5}, u[kMr] = {d0, d1, d2, d3, d4, d5};
   for (int64_t r = 0; r < kMr; ++r) _mm256_store_ps(t[r], v[r]);
-  store_tile(t, o, m0, b0, kMr, cols);
+  store_tile(t, o, m0, b0, std::min(rows, kMr), cols);
+  if (rows <= kMr) return;
   for (int64_t r = 0; r < kMr; ++r) _mm256_store_ps(t[r], u[r]);
   store_tile(t, o, m0 + kMr, b0, rows - kMr, cols);
 }
 
-// One weight panel against a row panel of at most 8 rows, packed 8 wide.
-void tile_6x8(const float* w, const float* a, int64_t K, const TileOut& o, int64_t m0, int64_t b0, int64_t rows,
-              int64_t cols) {
-  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
-  for (int64_t k = 0; k < K; ++k) {
-    const __m256 x = _mm256_loadu_ps(a + k * 8);
-    const float* wk = w + k * kMr;
-    c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk), x, c0);
-    c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 1), x, c1);
-    c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 2), x, c2);
-    c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 3), x, c3);
-    c4 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 4), x, c4);
-    c5 = _mm256_fmadd_ps(_mm256_broadcast_ss(wk + 5), x, c5);
-  }
-  alignas(32) float t[kMr][kNr];
-  const __m256 v[kMr] = {c0, c1, c2, c3, c4, c5};
-  for (int64_t r = 0; r < kMr; ++r) _mm256_store_ps(t[r], v[r]);
-  store_tile(t, o, m0, b0, rows, cols);
-}
 #endif
 
 // w packed for out = a @ w^T (w: M x K) or, `transposed`, for out = a @ w (w: K x M): (panels, K, kMr),
@@ -595,13 +566,9 @@ void own_product(const Rows& a, const Tensor& packed, const TileOut& o, int64_t 
             }
           }
           if (!tail || q1 != Q) continue;
-          const float* aq = scratch + (full - q0) * kl * kNr;
-          if (end == p + 2) {
-            tile_12x8(w + (p * K + k0) * kMr, w + ((p + 1) * K + k0) * kMr, aq, kl, ok, p * kMr, full * kNr,
-                      std::min(2 * kMr, M - p * kMr), b % kNr);
-          } else {
-            tile_6x8(w + (p * K + k0) * kMr, aq, kl, ok, p * kMr, full * kNr, std::min(kMr, M - p * kMr), b % kNr);
-          }
+          const float* wp = w + (p * K + k0) * kMr;
+          tile_12x8(wp, end == p + 2 ? wp + K * kMr : wp, scratch + (full - q0) * kl * kNr, kl, ok, p * kMr,
+                    full * kNr, std::min((end - p) * kMr, M - p * kMr), b % kNr);
         }
       });
     }
