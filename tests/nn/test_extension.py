@@ -297,3 +297,16 @@ def test_cpp_kernel_reuses_a_buffer_only_once_nothing_views_it():
         m(x)[0].data.sum().backward()
     held, free, _ = ext.buffer_pool_stats()
     assert free <= held <= 8 * 4, (held, free)
+
+
+def test_each_cpu_kind_builds_its_own_kernel(monkeypatch):
+    """The kernel is built with -march=native: a build made on a CPU with AVX-512 must not be loaded on one
+    without (a home directory shared by a cluster's nodes), so the module's name names the CPU's features."""
+    from onlstm.nn import cpp_kernel
+
+    here, features = cpp_kernel.module_name(), cpp_kernel.cpu_features()
+    assert features and cpp_kernel.module_name() == here  # the real reader answers; the name is stable
+    monkeypatch.setattr(cpp_kernel, "cpu_features", lambda: "Some CPU | fpu sse2 avx2 fma avx512f")
+    other = cpp_kernel.module_name()
+    monkeypatch.setattr(cpp_kernel, "cpu_features", lambda: "Some CPU | fpu sse2 avx2 fma")
+    assert len({here, other, cpp_kernel.module_name()}) == 3

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -87,16 +88,32 @@ def load_extension() -> Any:
     return _state["module"]
 
 
+def cpu_features() -> str:
+    """What ``-march=native`` compiles for: the CPU's model and instruction-set flags (``/proc/cpuinfo``, else the
+    platform's processor name)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    found = [line.split(":", 1)[1].strip() for line in lines if line.startswith(("model name", "flags"))][:2]
+    return " | ".join(found) or platform.processor() or platform.machine()
+
+
+def module_name() -> str:
+    """The compiled module's name. It changes with the source, the flags, the torch version, the torch installation
+    (the build's command line names the installation's headers: two environments sharing one build directory would
+    rebuild it for each other) and the CPU: the kernel is built with ``-march=native``, so a build made on one CPU
+    may use instructions another lacks (a home directory shared by the nodes of a cluster); each CPU kind builds
+    its own."""
+    where = str(Path(torch.__file__).resolve().parent)
+    parts = [" ".join(_CFLAGS), torch.__version__, where, cpu_features()]
+    return f"onlstm_cpu_{hashlib.sha1(_SOURCE.read_bytes() + ' | '.join(parts).encode()).hexdigest()[:12]}"
+
+
 def _build_and_load() -> Any:
     from torch.utils import cpp_extension
 
-    # the module's name changes with the source, the flags, the torch version and the torch installation: the
-    # build's command line names the installation's headers, so two environments sharing one build directory
-    # would rebuild it for each other (and leave each other's checksum stale)
-    source = _SOURCE.read_bytes()
-    where = str(Path(torch.__file__).resolve().parent)
-    h = hashlib.sha1(source + " ".join(_CFLAGS).encode() + torch.__version__.encode() + where.encode())
-    name = f"onlstm_cpu_{h.hexdigest()[:12]}"
+    name, source = module_name(), _SOURCE.read_bytes()
     build_dir = _state["build_dir"] = Path(cpp_extension._get_build_directory(name, verbose=False))
     clear_stale_lock(build_dir)
     # compiled from a copy inside the build directory: PyTorch rebuilds when the source's path changes, so two
