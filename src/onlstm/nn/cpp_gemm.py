@@ -62,15 +62,23 @@ class Choice:
         return f"{label} (the fastest of {len(self.seconds)} timed on this layer's products: {times}; {self.how})"
 
 
+def cpuinfo(*fields: str) -> list[str]:
+    """The values of the first line of each of ``fields`` in ``/proc/cpuinfo`` that it has (none elsewhere)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found = {}
+    for line in lines:
+        key = line.split(":", 1)[0].strip()
+        if key in fields and key not in found and ":" in line:
+            found[key] = line.split(":", 1)[1].strip()
+    return [found[f] for f in fields if f in found]
+
+
 def cpu_name() -> str:
     """The CPU's model name as the kernel reports it (``/proc/cpuinfo``), for the cache's key only."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return next(iter(cpuinfo("model name")), "") or platform.processor() or platform.machine()
 
 
 def cache_key(sizes: tuple[int, ...]) -> str:
@@ -197,12 +205,11 @@ def _products(module: Any, backend: str, c: dict) -> dict[str, tuple[Callable[[]
         out["pack own"] = (lambda: [module.avx2_pack(c["w_hh"], flip) for flip in (False, True)], 1)
         out["step fwd"] = (lambda: module.avx2_matmul(c["h"], fwd, gates), 4)
         out["step bwd"] = (lambda: module.avx2_matmul(c["dg"], bwd, hidden), 4)
+        out["grad dw"] = (lambda: module.avx2_weight_grad(c["dG"], c["hx"]), 1)
     else:
         out["step fwd"] = (lambda: lin(c["h"], packed["w_hh"]), 4)
         out["step bwd"] = (lambda: lin(c["dg"], packed["w_hh_t"]), 4)
-    if own:
-        out["grad dw"] = (lambda: module.avx2_weight_grad(c["dG"], c["hx"]), 1)
-    elif backend == "linear":  # ATen's GEMM for the weight gradient
+    if backend == "linear":  # ATen's GEMM for the weight gradient
         out["grad dw"] = (lambda: torch.mm(c["dG"].t(), c["hx"]), 1)
     if backend in ("linear", "avx2"):
         out["block in"] = (lambda: lin(c["x"], packed["w_ih"]), 1)

@@ -91,12 +91,7 @@ def load_extension() -> Any:
 def cpu_features() -> str:
     """What ``-march=native`` compiles for: the CPU's model and instruction-set flags (``/proc/cpuinfo``, else the
     platform's processor name)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
-    except OSError:
-        lines = []
-    found = [line.split(":", 1)[1].strip() for line in lines if line.startswith(("model name", "flags"))][:2]
-    return " | ".join(found) or platform.processor() or platform.machine()
+    return " | ".join(cpp_gemm.cpuinfo("model name", "flags")) or platform.processor() or platform.machine()
 
 
 def module_name() -> str:
