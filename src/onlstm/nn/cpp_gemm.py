@@ -6,8 +6,9 @@ oneDNN accepts float32 matmul: AVX-512 or AVX-NE-CONVERT), oneDNN's linear on we
 (``avx2``, where the CPU has AVX2 and FMA), and ATen's GEMM (``mkl``, always). Which is fastest depends on the CPU
 and its load, not on its instruction set's name: on an AVX2-only AMD EPYC the packed linear beat MKL, on an AVX-512 one the matmul did
 (docs/layer.md, "Every CPU"). So at the first float32 call the kernel times every backend that runs here on that
-layer's own product shapes (each product timed alone, weighted by how often a call of that layer runs it: 0.4 s
-for the paper's PTB layer, 1.4 s for its largest, on one thread of an AMD EPYC), keeps the
+layer's own product shapes (each product timed alone, weighted by how often a call of that layer runs it; the
+backends interleaved product by product, so that a slowdown of a shared host falls on every backend alike: 1.8-2.4 s
+for the paper's PTB layer, 3.9-4.4 s for 1150 -> 1150 at batch 80, on one thread of an AMD EPYC), keeps the
 fastest, and records the choice in ``gemm_choice.json`` beside the compiled library, keyed by the CPU, torch, the
 thread count and the layer's sizes: later processes read it instead of timing again (delete the file to measure
 again). A timing made while the machine is busy (its one-minute load average above its CPU count) measures the
@@ -40,7 +41,7 @@ LABELS = {
     "avx2": "own AVX2 step products and weight gradient, oneDNN linear for the rest",
     "mkl": "MKL (ATen's GEMM)",
 }
-MAX_TIMED_STEPS, ROUNDS = 70, 2
+MAX_TIMED_STEPS, ROUNDS = 70, 3
 
 
 @dataclass
@@ -150,21 +151,27 @@ def time_backends(module: Any, backends: list[str], sizes: tuple[int, ...], time
     routes: their packing is paid once per call, and counted once); per block of up to 256 rows (the rate of the
     kernel's 1,024-row blocks), the input projection, ``d_x`` and the weight gradient. Each product is timed alone, the
     best of :data:`ROUNDS` rounds after one untimed call (oneDNN builds its primitives then), the backends
-    interleaved. Random values from a generator of its own: torch's would shift every later random number."""
+    interleaved product by product. Random values from a generator of its own: torch's would shift every later
+    random number."""
     n_in, hidden, chunk, batch, steps = sizes
     case = _product_case(n_in, hidden, chunk, batch, steps)
     rows = batch * steps
     blocks = rows / case["x"].shape[0]
+    products = {b: _products(module, b, case) for b in backends}
+    names = list(dict.fromkeys(name for b in backends for name in products[b]))
     best: dict[str, dict[str, float]] = {b: {} for b in backends}
     for rnd in range(ROUNDS + 1):
-        for b in backends:
-            for name, (product, times) in _products(module, b, case).items():
+        # product by product, each backend in turn first: a slowdown of the machine (a neighbour's burst on a
+        # shared host) falls on the same product of every backend, not on one backend's whole timing
+        order = backends[rnd % len(backends) :] + backends[: rnd % len(backends)]
+        for name in names:
+            for b in (b for b in order if name in products[b]):
+                product, times = products[b][name]
                 start = timer()
                 for _ in range(times):
                     product()
                 if rnd:
-                    t = (timer() - start) / times
-                    best[b][name] = min(best[b].get(name, float("inf")), t)
+                    best[b][name] = min(best[b].get(name, float("inf")), (timer() - start) / times)
     weights = {"step": 2 * steps, "block": 2 * blocks, "grad": 2 * blocks, "pack": 1}
     return {b: sum(weights[name.split()[0]] * t for name, t in best[b].items()) for b in backends}
 

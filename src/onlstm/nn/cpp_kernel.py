@@ -222,7 +222,8 @@ class CppKernel:
         if self.choice is not None:
             return "products: " + self.choice.describe()
         runs = ", ".join(self._module.gemm_backends())
-        return f"products: the fastest of {runs}, timed at the first float32 call (float64: MKL)"
+        where = "" if self._cache_dir is None else f"; the timings kept in {self._cache_dir / cpp_gemm.CACHE_NAME}"
+        return f"products: the fastest of {runs}, timed at the first float32 call (float64: MKL){where}"
 
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
         if self.choice is None and inputs.x.dtype == torch.float32 and inputs.batch_sizes.numel():
