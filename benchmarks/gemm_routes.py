@@ -176,9 +176,20 @@ def print_in_situ(T: int, B: int, I: int, H: int, C: int, repeats: int) -> None:
     print(f"{'all (profiled)':<52} {1e3 * total:>8.1f}")
 
 
+def shape(text: str) -> tuple[int, ...]:
+    """``TxBxINxHxC`` as five positive integers (argparse says what is wrong otherwise, in one line)."""
+    try:
+        values = tuple(int(v) for v in text.split("x"))
+    except ValueError:
+        values = ()
+    if len(values) != 5 or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"a shape is TxBxINxHxC, five positive integers: got {text!r}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", nargs="+", default=["70x20x400x650x10", "70x80x400x1150x10"])
+    ap.add_argument("--shapes", nargs="+", type=shape, default=[(70, 20, 400, 650, 10), (70, 80, 400, 1150, 10)])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--in-situ", action="store_true", help="profile the layer's calls instead of timing products")
@@ -189,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     how = f"the mean of {args.repeats} profiled calls" if args.in_situ else f"best of {args.repeats}"
     print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads, {how}")
-    for shape in args.shapes:
-        T, B, I, H, C = (int(v) for v in shape.split("x"))
+    for T, B, I, H, C in args.shapes:
         if args.in_situ:
             print_in_situ(T, B, I, H, C, args.repeats)
             continue

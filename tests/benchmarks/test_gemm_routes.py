@@ -48,3 +48,10 @@ def test_in_situ_kinds_read_the_operator_names_the_kernel_calls():
     assert kind("aten::addmm_") == kind("aten::mm") == "products: ATen GEMM (MKL)"
     assert kind("_KernelFunctionBackward") == "the kernel's own code (avx2: its step products too)"
     assert kind("aten::view") == "the rest (autograd, Python, views)"
+
+
+@pytest.mark.parametrize("bad", ["70,20,400,650,10", "70x20x400", "70x0x400x650x10"])
+def test_a_bad_shape_is_one_line_and_exit_2(bad, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        gemm_routes.main(["--shapes", bad])
+    assert exit_.value.code == 2 and "TxBxINxHxC" in capsys.readouterr().err
