@@ -174,6 +174,16 @@ def test_a_bursty_host_seldom_changes_which_backend_is_timed_fastest(monkeypatch
     assert found >= 98
 
 
+def test_each_timed_product_counts_as_often_as_a_call_runs_it(monkeypatch):
+    """A call of T steps runs each step product T times, each product over the sequence once per block and packs
+    its weights once: with every product taking one unit, 3 steps and one block cost 3 + 3 + 1 + 1 + 1 + 1."""
+    host = BurstyHost(1.0, 0)
+    host.edges = [(float("inf"), False)]  # never slowed
+    names = ["pack", "step fwd", "step bwd", "block in", "block dx", "grad dw"]
+    monkeypatch.setattr(cpp_gemm, "_products", lambda m, b, case: {n: (lambda: host.run(1.0), 4) for n in names})
+    assert cpp_gemm.time_backends(None, ["linear"], (5, 6, 2, 4, 3), host) == {"linear": pytest.approx(10.0)}
+
+
 @pytest.mark.parametrize("name", ["mkl", "linear", "avx2", "onednn"])
 def test_the_environment_forces_a_backend_that_runs_and_is_said_otherwise(name, monkeypatch, capsys):
     monkeypatch.setenv(cpp_gemm.ENV, name)

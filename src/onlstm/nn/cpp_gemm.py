@@ -172,7 +172,9 @@ def time_backends(module: Any, backends: list[str], sizes: tuple[int, ...], time
                     product()
                 if rnd:
                     best[b][name] = min(best[b].get(name, float("inf")), (timer() - start) / times)
-    weights = {"step": 2 * steps, "block": 2 * blocks, "grad": 2 * blocks, "pack": 1}
+    # how often a call runs each: a step product once a step, a block product once a block (each was weighted
+    # twice, so a call's packing counted half what it costs against its products)
+    weights = {"step": steps, "block": blocks, "grad": blocks, "pack": 1}
     return {b: sum(weights[name.split()[0]] * t for name, t in best[b].items()) for b in backends}
 
 
