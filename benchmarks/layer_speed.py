@@ -2,6 +2,7 @@
 
     python benchmarks/layer_speed.py [--repeats 5] [--impls cpp,fused,reference] [--shapes ...]
     python benchmarks/layer_speed.py --device cuda          # triton, fused, reference vs cuDNN; fp32 and bf16
+    python benchmarks/layer_speed.py --impls cpp,cpp:avx2,cpp:linear,cpp:mkl   # the C++ kernel's backends, one run
 
 For each shape (T, B, input, hidden, chunk) it times ``out.sum().backward()`` of a one-layer
 ``nn.LSTM`` and of each ON-LSTM implementation, interleaved round by round so that drifts in the
@@ -15,6 +16,11 @@ measured in the same run: MKL (torch.mm with oneDNN disabled) and oneDNN (the ma
 ``% roof`` is the row's GFLOP/s against the better backend's. On CUDA every timing ends with ``torch.cuda.synchronize()``; one
 warm-up round (kernel compilation included) is not timed. ``--dtypes bf16`` (or ``fp16``) runs every
 model, ``nn.LSTM`` too, under ``torch.autocast``.
+
+``cpp:BACKEND`` (``avx2``, ``linear``, ``mkl``, ``onednn``): the C++ kernel with its float32 products on that
+backend, set before each of the row's calls (a ``cpp`` or ``auto`` row gets the backend the kernel chose), so the
+backends are compared in one process, interleaved like every row; a backend that does not run here is left out
+with a note.
 
 ``fused`` on CUDA: the fused kernel is registered for the CPU only; this script registers it for CUDA as
 well, under the name ``fused_cuda``, to measure it there. ``triton`` on the CPU runs Triton's
@@ -32,7 +38,7 @@ import time
 import torch
 
 import onlstm
-from onlstm.nn import capabilities, kernels
+from onlstm.nn import capabilities, cpp_gemm, kernels
 from onlstm.nn.fused import FusedKernel
 
 SHAPES = [(70, 20, 400, 650, 10), (70, 80, 400, 1150, 10), (35, 20, 200, 200, 10)]
@@ -45,6 +51,27 @@ def parse_shape(s: str):
     if len(vals) != 5:
         raise argparse.ArgumentTypeError(f"shape must be TxBxINxHxC, got {s!r}")
     return vals
+
+
+def backend_of(impl: str) -> str | None:
+    """The C++ backend a ``cpp:BACKEND`` row names (None for any other row)."""
+    return impl.split(":", 1)[1] if impl.startswith("cpp:") else None
+
+
+def on_backend(run, backend: str | None):
+    """``run`` with the C++ kernel's products on ``backend``, or for None on the one the kernel chose (timed at its
+    first float32 call), set before each call: the rows of one process alternate, each on its own backend."""
+    from onlstm.nn.cpp_kernel import load_extension
+
+    ext, kernel = load_extension(), kernels.load_kernel("cpp")
+
+    def go():
+        name = backend or (kernel.choice.backend if kernel.choice is not None else None)
+        if name is not None:
+            ext.set_gemm_backend(name)
+        run()
+
+    return go
 
 
 def step_fn(module, x, device: torch.device, autocast_dtype):
@@ -76,6 +103,21 @@ def impl_name(impl: str, device: torch.device) -> str:
             )
         return register_interpreter_kernel()
     return impl
+
+
+def runs_here(impl: str, cuda: bool) -> bool:
+    """False, with a note, for a ``cpp:BACKEND`` row whose backend does not run here (or on CUDA)."""
+    backend = backend_of(impl)
+    if backend is None:
+        return True
+    from onlstm.nn.cpp_kernel import extension_error, load_extension
+
+    ext = None if cuda else load_extension()
+    runs = ext.gemm_backends() if ext is not None else []
+    if backend not in runs:
+        why = "the C++ kernel is a CPU kernel" if cuda else extension_error() or f"runs here: {', '.join(runs)}"
+        print(f"note: {impl} left out: {backend} does not run here ({why})")
+    return backend in runs
 
 
 def sync(device: torch.device) -> None:
@@ -147,9 +189,11 @@ def measure(shape, impls, dtype_name, device, args):
     x = torch.randn(T, B, I, device=device, requires_grad=True)
     mods = {"nn.LSTM": torch.nn.LSTM(I, H).to(device)}
     for impl in impls:
-        m = onlstm.ONLSTM(I, H, chunk_size=C, impl=impl_name(impl, device), master_input=args.master_input)
-        mods[impl] = m.to(device)
+        name = "cpp" if backend_of(impl) else impl_name(impl, device)
+        mods[impl] = onlstm.ONLSTM(I, H, chunk_size=C, impl=name, master_input=args.master_input).to(device)
     fns = {k: step_fn(m, x, device, DTYPES[dtype_name]) for k, m in mods.items()}
+    if device.type == "cpu" and any(k in ("cpp", "auto") or backend_of(k) for k in fns):  # a backend per row
+        fns = {k: on_backend(f, backend_of(k)) if k in ("cpp", "auto") or backend_of(k) else f for k, f in fns.items()}
     for k, f in list(fns.items()):  # warm-up (kernel build and compilation); a failure skips that row only
         try:
             f()
@@ -199,7 +243,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--impls",
         default=None,
-        help="comma-separated ON-LSTM implementations (impl= values: cpp, fused, reference, triton, auto, ...); "
+        help="comma-separated ON-LSTM implementations (impl= values: cpp, fused, reference, triton, auto, ...; "
+        "cpp:BACKEND for the C++ kernel on one backend: avx2, linear, mkl, onednn); "
         "default cpp,fused,reference on the CPU and triton,fused,reference on CUDA",
     )
     ap.add_argument("--dtypes", default=None, help="comma-separated from fp32,bf16,fp16 (default: fp32 on the CPU, "
@@ -216,6 +261,8 @@ def main(argv=None) -> int:
         return 2
     cuda = device.type == "cuda"
     impls = [s for s in (args.impls or ("triton,fused,reference" if cuda else "cpp,fused,reference")).split(",") if s]
+    if bad := [i for i in impls if backend_of(i) is not None and backend_of(i) not in cpp_gemm.BACKENDS]:
+        ap.error(f"--impls: {', '.join(bad)}: cpp:BACKEND takes one of {', '.join(cpp_gemm.BACKENDS)}")
     dtypes = [s for s in (args.dtypes or ("fp32,bf16" if cuda else "fp32")).split(",") if s]
     if bad := [d for d in dtypes if d not in DTYPES]:
         ap.error(f"--dtypes: unknown {bad}; choose from {sorted(DTYPES)}")
@@ -233,6 +280,7 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, {where}, forward+backward, median of {args.repeats}")
     if not cuda and "triton" in impls:
         print("note: triton on the CPU runs Triton's interpreter: a check that it runs, not a speed")
+    impls = [i for i in impls if runs_here(i, cuda)]
     results = [measure(shape, impls, dt, device, args) for shape in shapes for dt in dtypes]
     rows = [row for part, _ in results for row in part]
     w = max(len(r[0]) for r in rows)

@@ -2,6 +2,7 @@
 
     python benchmarks/logic_speed.py [--data runs/logic/data] [--batch-size 64] [--steps 20] [--repeats 5] [--threads 1]
     python benchmarks/logic_speed.py --bucketing [--cells onlstm lstm] ...   # random vs length-bucketed batches
+    python benchmarks/logic_speed.py --cells onlstm onlstm:avx2 onlstm:mkl lstm   # the C++ kernel's backends
 
 Times the full training step of ``onlstm logic train`` (embedding dropout, both formulas through the
 shared encoder in one packed call, features, MLP, cross-entropy, backward, clipping, Adam) with the
@@ -9,7 +10,9 @@ paper's model (400 units, embedding 128). Batches are real pairs with <= 6 opera
 ``--data`` when it has train files (e.g. from ``onlstm logic generate``), otherwise generated in
 memory with a fixed seed. Every model sees the same batches. The models are timed in alternation
 (ON-LSTM, LSTM, ON-LSTM, ...) after warm-up steps, so that load from other processes affects all
-alike; the median over ``repeats`` is printed with the ratio to the LSTM.
+alike; the median over ``repeats`` is printed with the ratio to the LSTM. ``CELL:BACKEND`` (``onlstm:avx2``,
+``lstm-std:mkl``, ...) is that encoder with the C++ kernel's products on one backend (``layer_speed.py``'s
+``cpp:BACKEND``), so the backends are compared in one process.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from pathlib import Path
 
 import torch
 
+import layer_speed
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.data import load_training_examples
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import LogicClassifier, collate, encode_examples
 from onlstm.logic.train import train_step
+from onlstm.nn import cpp_gemm
 
 
 def batches(data_dir: Path | None, batch_size: int, n: int, seed: int = 0):
@@ -37,14 +42,13 @@ def batches(data_dir: Path | None, batch_size: int, n: int, seed: int = 0):
         examples = load_training_examples(data_dir, cfg)
         source = str(data_dir)
     else:
-        tmp = Path(tempfile.mkdtemp(prefix="onlstm-logic-bench-"))
-        generate_dataset(
-            tmp,
-            GenerateConfig(per_length=max(200, batch_size * n // 6), seed=seed, max_ops=6, balance_labels=True),
-            log=None,
-        )
-        examples = load_training_examples(tmp, cfg)
-        source = f"generated in memory ({tmp})"
+        with tempfile.TemporaryDirectory(prefix="onlstm-logic-bench-") as tmp:  # removed once read
+            per_length = max(200, batch_size * n // 6)
+            generate_dataset(
+                Path(tmp), GenerateConfig(per_length=per_length, seed=seed, max_ops=6, balance_labels=True), log=None
+            )
+            examples = load_training_examples(Path(tmp), cfg)
+        source = f"generated with seed {seed}"
     data = encode_examples(examples)
     rng = random.Random(seed)
     rng.shuffle(data)
@@ -104,6 +108,9 @@ def main(argv=None) -> int:
         "--bucketing", action="store_true", help="time random against length-bucketed batches (needs --data)"
     )
     args = ap.parse_args(argv)
+    if bad := [c for c in args.cells if ":" in c and c.split(":", 1)[1] not in cpp_gemm.BACKENDS]:
+        ap.error(f"--cells: {', '.join(bad)}: CELL:BACKEND takes one of {', '.join(cpp_gemm.BACKENDS)}")
+    args.cells = [c for c in args.cells if ":" not in c or layer_speed.runs_here("cpp:" + c.split(":", 1)[1], False)]
     if "lstm" not in args.cells:
         ap.error("--cells must include lstm (the reference of the ratio)")
     torch.set_num_threads(args.threads)
@@ -113,15 +120,19 @@ def main(argv=None) -> int:
     models = {}
     for cell in args.cells:
         torch.manual_seed(0)
-        m = LogicClassifier(LogicModelConfig(cell=cell, hidden_size=args.hidden_size, chunk_size=args.chunk_size))
+        encoder, _, backend = cell.partition(":")
+        m = LogicClassifier(LogicModelConfig(cell=encoder, hidden_size=args.hidden_size, chunk_size=args.chunk_size))
         m.train()
-        models[cell] = (m, torch.optim.Adam(m.parameters(), lr=1e-3))
+        models[cell] = (m, torch.optim.Adam(m.parameters(), lr=1e-3), backend or None)
 
     def run(cell: str, n: int) -> float:
-        m, opt = models[cell]
+        m, opt, backend = models[cell]
+        steps = [lambda batch=batch: train_step(m, opt, batch, clip=1.0) for batch in data[:n]]
+        if backend is not None or any(":" in c for c in models):  # each row on its own backend
+            steps = [layer_speed.on_backend(step, backend) for step in steps]
         t0 = time.perf_counter()
-        for batch in data[:n]:
-            train_step(m, opt, batch, clip=1.0)
+        for step in steps:
+            step()
         return time.perf_counter() - t0
 
     for cell in args.cells:

@@ -21,3 +21,39 @@ def test_fp32_rows_are_kept_beside_a_dtype_left_out(monkeypatch, capsys):
     assert layer_speed.main(argv) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("T=3")]
     assert [r.split()[5:7] for r in rows] == [["fp32", "nn.LSTM"], ["fp32", "reference"]]
+
+
+def test_each_cpp_backend_row_runs_on_its_backend_in_one_process(monkeypatch, capsys):
+    """``cpp:BACKEND`` rows set their backend before each call and a ``cpp`` row the kernel's own choice, so the
+    backends alternate in one process; a backend that does not run here is left out with a note."""
+    import pytest
+
+    from onlstm.nn.cpp_kernel import extension_error, load_extension
+
+    ext = load_extension()
+    if ext is None:
+        pytest.skip(f"the C++ kernel is not available: {extension_error()}")
+    runs = ext.gemm_backends()
+    asked: list[str] = []
+    real = ext.set_gemm_backend
+    monkeypatch.setattr(ext, "set_gemm_backend", lambda name: asked.append(name) or real(name))
+    impls = ["cpp", "cpp:mkl", "cpp:onednn"]
+    argv = ["--impls", ",".join(impls), "--shapes", "3x2x4x6x3", "--repeats", "2"]
+    try:
+        assert layer_speed.main(argv) == 0
+    finally:
+        real(runs[0])  # leave the process on a backend that runs here
+    out = capsys.readouterr().out
+    rows = [line.split()[6] for line in out.splitlines() if line.startswith("T=3")]
+    assert rows == ["nn.LSTM", *(i for i in impls if i == "cpp" or i.split(":")[1] in runs)]
+    assert asked.count("mkl") >= 3  # warm-up and two timed calls
+    if "onednn" not in runs:
+        assert "note: cpp:onednn left out: onednn does not run here" in out
+
+
+def test_an_unknown_cpp_backend_is_one_line_and_exit_2(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_:
+        layer_speed.main(["--impls", "cpp:fast", "--shapes", "3x2x4x6x3"])
+    assert exit_.value.code == 2 and "cpp:BACKEND takes one of" in capsys.readouterr().err
