@@ -33,6 +33,7 @@ from collections.abc import Callable
 import torch
 
 import onlstm
+from layer_speed import parse_shape  # one reading of TxBxINxHxC for both scripts
 from onlstm.nn import kernels
 from onlstm.nn.cpp_kernel import load_extension
 
@@ -176,20 +177,9 @@ def print_in_situ(T: int, B: int, I: int, H: int, C: int, repeats: int) -> None:
     print(f"{'all (profiled)':<52} {1e3 * total:>8.1f}")
 
 
-def shape(text: str) -> tuple[int, ...]:
-    """``TxBxINxHxC`` as five positive integers (argparse says what is wrong otherwise, in one line)."""
-    try:
-        values = tuple(int(v) for v in text.split("x"))
-    except ValueError:
-        values = ()
-    if len(values) != 5 or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"a shape is TxBxINxHxC, five positive integers: got {text!r}")
-    return values
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", nargs="+", type=shape, default=[(70, 20, 400, 650, 10), (70, 80, 400, 1150, 10)])
+    ap.add_argument("--shapes", nargs="+", type=parse_shape, default=[(70, 20, 400, 650, 10), (70, 80, 400, 1150, 10)])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--in-situ", action="store_true", help="profile the layer's calls instead of timing products")

@@ -46,16 +46,25 @@ PAPER_LAYER = (70, 20, 400, 1150, 10)  # the paper's language-model layer (docs/
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # autocast dtype (None: off)
 
 
-def parse_shape(s: str):
-    vals = tuple(int(v) for v in s.split("x"))
-    if len(vals) != 5:
-        raise argparse.ArgumentTypeError(f"shape must be TxBxINxHxC, got {s!r}")
-    return vals
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``TxBxINxHxC`` as five positive integers (argparse says what is wrong otherwise, in one line)."""
+    try:
+        values = tuple(int(v) for v in text.split("x"))
+    except ValueError:
+        values = ()
+    if len(values) != 5 or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"a shape is TxBxINxHxC, five positive integers: got {text!r}")
+    return values
 
 
 def backend_of(impl: str) -> str | None:
     """The C++ backend a ``cpp:BACKEND`` row names (None for any other row)."""
     return impl.split(":", 1)[1] if impl.startswith("cpp:") else None
+
+
+def runs_cpp(impl: str) -> bool:
+    """Whether a row runs the C++ kernel (``auto`` does on the CPU), so that its backend is set before each call."""
+    return impl in ("cpp", "auto") or backend_of(impl) is not None
 
 
 def on_backend(run, backend: str | None):
@@ -192,8 +201,8 @@ def measure(shape, impls, dtype_name, device, args):
         name = "cpp" if backend_of(impl) else impl_name(impl, device)
         mods[impl] = onlstm.ONLSTM(I, H, chunk_size=C, impl=name, master_input=args.master_input).to(device)
     fns = {k: step_fn(m, x, device, DTYPES[dtype_name]) for k, m in mods.items()}
-    if device.type == "cpu" and any(k in ("cpp", "auto") or backend_of(k) for k in fns):  # a backend per row
-        fns = {k: on_backend(f, backend_of(k)) if k in ("cpp", "auto") or backend_of(k) else f for k, f in fns.items()}
+    if device.type == "cpu" and any(map(runs_cpp, fns)):  # a backend per row
+        fns = {k: on_backend(f, backend_of(k)) if runs_cpp(k) else f for k, f in fns.items()}
     for k, f in list(fns.items()):  # warm-up (kernel build and compilation); a failure skips that row only
         try:
             f()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import layer_speed
 from onlstm.nn import capabilities
 
@@ -57,3 +59,14 @@ def test_an_unknown_cpp_backend_is_one_line_and_exit_2(capsys):
     with pytest.raises(SystemExit) as exit_:
         layer_speed.main(["--impls", "cpp:fast", "--shapes", "3x2x4x6x3"])
     assert exit_.value.code == 2 and "cpp:BACKEND takes one of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["70,20,400,650,10", "70x20x400", "70x0x400x650x10"])
+def test_a_bad_shape_is_one_line_and_exit_2(bad, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        layer_speed.main(["--shapes", bad])
+    assert exit_.value.code == 2 and "TxBxINxHxC" in capsys.readouterr().err
+
+
+def test_the_rows_that_run_the_cpp_kernel_get_a_backend():
+    assert [layer_speed.runs_cpp(k) for k in ("cpp", "auto", "cpp:avx2", "fused", "reference")] == [1, 1, 1, 0, 0]
