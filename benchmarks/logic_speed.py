@@ -10,7 +10,9 @@ paper's model (400 units, embedding 128). Batches are real pairs with <= 6 opera
 ``--data`` when it has train files (e.g. from ``onlstm logic generate``), otherwise generated in
 memory with a fixed seed. Every model sees the same batches. The models are timed in alternation
 (ON-LSTM, LSTM, ON-LSTM, ...) after warm-up steps, so that load from other processes affects all
-alike; the median over ``repeats`` is printed with the ratio to the LSTM. ``CELL:BACKEND`` (``onlstm:avx2``,
+alike; the median over ``repeats`` is printed with the ratio to the LSTM, and the rate of the encoder's matrix
+products (6 FLOPs per token and weight: forward, input and weight gradients) against the GEMM roof, MKL's (and
+oneDNN's where it runs) on the products of one ON-LSTM layer of the step's mean length and batch. ``CELL:BACKEND`` (``onlstm:avx2``,
 ``lstm-std:mkl``, ...) is that encoder with the C++ kernel's products on one backend (``layer_speed.py``'s
 ``cpp:BACKEND``), so the backends are compared in one process.
 """
@@ -93,6 +95,23 @@ def compare_bucketing(models, data, sorted_data, args) -> None:
             print(f"{cell:8s} {name:>9s} {mean_t:6.1f} {statistics.median(times[name]):9.1f}")
 
 
+def encoder_flops(model: LogicClassifier, n_tokens: int) -> float:
+    """FLOPs of the encoder's matrix products over ``n_tokens`` tokens, forward and backward: each weight matrix
+    meets each token once forward and twice backward (the input's and the weight's gradients), 2 FLOPs a time."""
+    return 6.0 * n_tokens * sum(p.numel() for p in model.encoder.parameters() if p.dim() == 2)
+
+
+def roof_line(data, args) -> tuple[str, float]:
+    """The GEMM roof on an ON-LSTM layer of the steps' mean formula length and batch (both formulas of a pair),
+    and the best rate (NaN where no backend ran)."""
+    T = max(1, round(tokens(data) / (2 * sum(b[1].numel() for b in data))))
+    shape = (T, 2 * args.batch_size, 128, args.hidden_size, args.chunk_size)
+    roofs = {b: layer_speed.gemm_roof(shape, b) for b in ("mkl", "onednn")}
+    text = ", ".join(f"{b} {r:.0f}" for b, r in roofs.items() if r == r)
+    best = max((r for r in roofs.values() if r == r), default=float("nan"))
+    return f"# GEMM roof on a layer of T={T} B={shape[1]} {shape[2]}->{shape[3]}: {text} GFLOP/s", best
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=Path("runs/logic/data"))
@@ -156,11 +175,14 @@ def main(argv=None) -> int:
         f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}; "
         f"{args.steps} steps x {args.repeats} repeats, alternating; median"
     )
+    roof_text, roof = roof_line(data, args)
+    print(roof_text)
     ref = args.steps / statistics.median(times["lstm"])
-    print(f"{'encoder':8s} {'steps/s':>9s} {'x lstm':>7s}")
+    print(f"{'encoder':8s} {'steps/s':>9s} {'x lstm':>7s} {'GFLOP/s':>8s} {'% roof':>7s}")
     for cell in args.cells:
         sps = args.steps / statistics.median(times[cell])
-        print(f"{cell:8s} {sps:9.2f} {sps / ref:7.2f}")
+        gflops = encoder_flops(models[cell][0], tokens(data) // len(data)) * sps / 1e9
+        print(f"{cell:8s} {sps:9.2f} {sps / ref:7.2f} {gflops:8.1f} {100 * gflops / roof:7.0f}")
     return 0
 
 

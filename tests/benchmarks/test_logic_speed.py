@@ -23,11 +23,24 @@ def test_backend_rows_train_on_their_backend_beside_the_others(tmp_path, monkeyp
         assert logic_speed.main([*argv, "--hidden-size", "20", "--batch-size", "4"]) == 0
     finally:
         real(ext.gemm_backends()[0])
-    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[-len(cells) :]]
-    assert rows == cells and asked.count("mkl") >= 3  # one warm-up step and two timed ones
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines()[-len(cells) :]]
+    assert [r[0] for r in rows] == cells and asked.count("mkl") >= 3  # one warm-up step and two timed ones
+    assert "GEMM roof on a layer of" in out and all(float(r[3]) > 0 for r in rows)  # the products' GFLOP/s
 
 
 def test_an_unknown_backend_is_one_line_and_exit_2(capsys):
     with pytest.raises(SystemExit) as exit_:
         logic_speed.main(["--cells", "onlstm:fast", "lstm"])
     assert exit_.value.code == 2 and "CELL:BACKEND takes one of" in capsys.readouterr().err
+
+
+def test_the_encoder_flops_count_each_weight_once_forward_and_twice_backward():
+    from onlstm.logic.config import LogicModelConfig
+    from onlstm.logic.model import LogicClassifier
+
+    onlstm = LogicClassifier(LogicModelConfig(cell="onlstm", hidden_size=20, chunk_size=10))
+    lstm = LogicClassifier(LogicModelConfig(cell="lstm", hidden_size=20))
+    gates = 4 * 20 + 2 * (20 // 10)  # four gates and the two master gates, one unit per chunk
+    assert logic_speed.encoder_flops(onlstm, 7) == 6 * 7 * gates * (128 + 20)
+    assert logic_speed.encoder_flops(lstm, 7) == 6 * 7 * 4 * 20 * (128 + 20)
