@@ -107,7 +107,7 @@ def own_routes(T: int, h, dg, w_hh, flops: float) -> list[tuple[str, str, float,
     if ext is None:
         return []
     G, H = w_hh.shape
-    fwd, bwd = ext.avx2_pack(w_hh, False), ext.avx2_pack(w_hh, True)
+    fwd, bwd = ext.avx2_pack(w_hh, False, h.shape[0]), ext.avx2_pack(w_hh, True, h.shape[0])
     return [
         ("step forward", "avx2", flops, lambda: [ext.avx2_matmul(h, fwd, G) for _ in range(T)]),
         ("step backward", "avx2", flops, lambda: [ext.avx2_matmul(dg, bwd, H) for _ in range(T)]),

@@ -226,17 +226,38 @@ def _ext_with(backend: str):
     return ext
 
 
-@pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 20, 24, 33])  # row panels: partial, of at most 8, full, mixed
-@pytest.mark.parametrize("outputs,depth", [(6, 4), (7, 3), (13, 11), (61, 40)])  # weight panels: one, a pair, odd
-def test_the_own_avx2_step_product_is_the_plain_product(rows, outputs, depth):
-    """The avx2 backend's own step products (``csrc``, "Own step products") against ATen's, both ways the kernel
-    uses them: ``h @ w_hh^T`` (forward) and ``dG @ w_hh`` (backward, the weight packed transposed)."""
+@pytest.fixture
+def avx2_tiles():
+    """Sets the avx2 step products' orientation for one test, then puts back the kernel's own choice."""
     ext = _ext_with("avx2")
+    yield ext.set_avx2_tiles
+    ext.set_avx2_tiles("auto")
+
+
+@pytest.mark.parametrize("tiles", ["rows", "outputs", "auto"])  # rows or outputs along the vector lanes
+@pytest.mark.parametrize("rows", [1, 5, 8, 9, 13, 16, 20, 24, 33])  # row panels: partial, of at most 8, full, mixed
+@pytest.mark.parametrize("outputs,depth", [(6, 4), (7, 3), (13, 11), (61, 40)])  # weight panels: one, a pair, odd
+def test_the_own_avx2_step_product_is_the_plain_product(rows, outputs, depth, tiles, avx2_tiles):
+    """The avx2 backend's own step products (``csrc``, "Own step products") against ATen's, both ways the kernel
+    uses them: ``h @ w_hh^T`` (forward) and ``dG @ w_hh`` (backward, the weight packed transposed), in both
+    orientations of its tiles."""
+    ext = _ext_with("avx2")
+    avx2_tiles(tiles)
     gen = torch.Generator().manual_seed(rows * 100 + outputs)
     w, a = torch.randn(outputs, depth, generator=gen), torch.randn(rows, depth, generator=gen)
-    torch.testing.assert_close(ext.avx2_matmul(a, ext.avx2_pack(w, False), outputs), a @ w.t())
+    torch.testing.assert_close(ext.avx2_matmul(a, ext.avx2_pack(w, False, rows), outputs), a @ w.t())
     g = torch.randn(rows, outputs, generator=gen)
-    torch.testing.assert_close(ext.avx2_matmul(g, ext.avx2_pack(w, True), depth), g @ w)
+    torch.testing.assert_close(ext.avx2_matmul(g, ext.avx2_pack(w, True, rows), depth), g @ w)
+
+
+@pytest.mark.parametrize("rows,outputs_on_lanes", [(16, False), (20, True), (24, False), (13, True), (80, False)])
+def test_the_avx2_tiles_put_the_outputs_on_the_lanes_where_the_rows_would_leave_them_empty(rows, outputs_on_lanes):
+    """16, 24 and 80 rows fill 8-wide vectors; 20 take 24 lanes and 13 take 16 (more than a seventh empty): those
+    get the weight packed 16 outputs wide for the other tiles."""
+    ext = _ext_with("avx2")
+    assert ext.avx2_tiles() == "auto"
+    packed = ext.avx2_pack(torch.randn(30, 7), False, rows)
+    assert packed.shape[2] == (16 if outputs_on_lanes else 6)
 
 
 @pytest.mark.parametrize("rows,gates,width", [(3, 5, 7), (600, 20, 13), (1100, 150, 37), (1030, 140, 6)])
@@ -249,11 +270,13 @@ def test_the_own_avx2_weight_gradient_is_the_plain_product(rows, gates, width):
     torch.testing.assert_close(ext.avx2_weight_grad(dG, hx), dG.t() @ hx, rtol=1e-4, atol=1e-4)
 
 
-def test_the_own_avx2_step_product_carries_nan_and_inf_to_their_rows_only():
+@pytest.mark.parametrize("tiles", ["rows", "outputs"])
+def test_the_own_avx2_step_product_carries_nan_and_inf_to_their_rows_only(tiles, avx2_tiles):
     ext = _ext_with("avx2")
+    avx2_tiles(tiles)
     w, a = torch.ones(13, 5), torch.ones(20, 5)
     a[3, 2], a[17, 0] = float("nan"), float("inf")
-    out = ext.avx2_matmul(a, ext.avx2_pack(w, False), 13)
+    out = ext.avx2_matmul(a, ext.avx2_pack(w, False, 20), 13)
     assert out[3].isnan().all() and out[17].isposinf().all()
     assert torch.equal(out[[r for r in range(20) if r not in (3, 17)]], torch.full((18, 13), 5.0))
 

@@ -230,7 +230,7 @@ def _backend_chosen() -> None:
     onlstm.ONLSTM(3, 4, chunk_size=2, impl="cpp")(torch.zeros(2, 1, 3))
 
 
-@pytest.mark.parametrize("backend", ["onednn", "onednn-plain", "linear", "avx2", "mkl"])
+@pytest.mark.parametrize("backend", ["onednn", "onednn-plain", "linear", "avx2", "avx2-rows", "avx2-outputs", "mkl"])
 @pytest.mark.parametrize(
     "size,lengths",
     [
@@ -246,8 +246,10 @@ def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, si
     per-step products on a packed weight (where torch has the ops), ``onednn-plain``: on the weight as stored;
     ``linear``: oneDNN's linear on packed weights without the matmul (the route of CPUs without AVX-512);
     ``avx2``: that route with the kernel's own AVX2 step products and weight gradient (ragged batches: row panels
-    of 16, of at most 8, and partial ones; 1,300 rows: several blocks of the weight gradient). Each is forced here, so a machine with every instruction runs the routes of machines
-    without them."""
+    of 16, of at most 8, and partial ones; 1,300 rows: several blocks of the weight gradient), its step products'
+    tiles chosen by the batch or forced to one orientation (``-rows``, ``-outputs``: rows or outputs along the
+    vector lanes). Each is forced here, so a machine with every instruction runs the routes of machines without
+    them."""
     ext = load_extension()
     assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
     _backend_chosen()  # the kernel's own choice (cpp_gemm) made first, so that it does not replace the test's
@@ -255,6 +257,8 @@ def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, si
     if not ext.set_gemm_backend(backend.split("-")[0]):
         pytest.skip(f"{backend} does not run here: {ext.gemm_why_not_onednn()}")
     ext.set_packed_steps(not backend.endswith("-plain"))
+    if backend.startswith("avx2-"):
+        ext.set_avx2_tiles(backend.split("-")[1])
     try:
         I, H, C, mode = size
         rng = random.Random(0)
@@ -270,6 +274,7 @@ def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, si
     finally:
         ext.set_gemm_backend(before)
         ext.set_packed_steps(packed_before)
+        ext.set_avx2_tiles("auto")
     for i, (a, b) in enumerate(zip(want, got)):
         err = ((a - b).abs().max() / (1 + a.abs().max())).item()
         assert err < 1e-4, f"item {i}: relative error {err:.1e}"

@@ -209,9 +209,9 @@ def _products(module: Any, backend: str, c: dict) -> dict[str, tuple[Callable[[]
     packed = {k: reorder(c[k], None) for k in keys}
     out: dict[str, tuple[Callable[[], Any], int]] = {"pack": (lambda: [reorder(c[k], None) for k in keys], 1)}
     if own:
-        gates, hidden = c["w_hh"].shape
-        fwd, bwd = module.avx2_pack(c["w_hh"], False), module.avx2_pack(c["w_hh"], True)
-        out["pack own"] = (lambda: [module.avx2_pack(c["w_hh"], flip) for flip in (False, True)], 1)
+        (gates, hidden), rows = c["w_hh"].shape, c["h"].shape[0]  # the batch sets the tiles, as in the layer
+        fwd, bwd = module.avx2_pack(c["w_hh"], False, rows), module.avx2_pack(c["w_hh"], True, rows)
+        out["pack own"] = (lambda: [module.avx2_pack(c["w_hh"], flip, rows) for flip in (False, True)], 1)
         out["step fwd"] = (lambda: module.avx2_matmul(c["h"], fwd, gates), 4)
         out["step bwd"] = (lambda: module.avx2_matmul(c["dg"], bwd, hidden), 4)
         out["grad dw"] = (lambda: module.avx2_weight_grad(c["dG"], c["hx"]), 1)

@@ -399,6 +399,7 @@ bool set_gemm_backend(const std::string& backend) {
 // 6 broadcasts. Row panels of at most 8 rows (a batch's last rows) take a 12 x 8 tile. Padded values are zeros
 // and their results are never written; a NaN or infinity in a real row reaches its outputs as in any GEMM.
 constexpr int64_t kMr = 6, kNr = 16;
+constexpr int64_t kLanes = 16;  // the outputs of a weight panel for lanes_tile (the other orientation, below)
 
 // Where a product's results go: row i, output m at p[i * ldc + m] (or, `by_output`, at p[m * ldc + i]), added
 // to what is there when `acc`.
@@ -492,23 +493,72 @@ void tile_12x8(const float* w, const float* w2, const float* a, int64_t K, const
   store_tile(t, o, m0 + kMr, b0, rows - kMr, cols);
 }
 
+// The other orientation, for batches whose rows fill 8-wide vectors badly (20 rows take 24 lanes above): the
+// outputs along the vector (a weight panel of kLanes outputs, k-major) and R <= 6 rows of `a` broadcast from their
+// own rows, so any batch splits into groups of 5 and 6 rows without a lane to spare. 2R accumulators; R = 5 or 6
+// keep both FMA pipes busy (4 rows, 8 accumulators, sit at the FMAs' latency: lanes_groups avoids them).
+#define ONLSTM_ROW(i, x, c0, c1)                    \
+  if constexpr (R > i) {                           \
+    x = _mm256_broadcast_ss(a + i * lda + k);      \
+    c0 = _mm256_fmadd_ps(x, w0, c0);               \
+    c1 = _mm256_fmadd_ps(x, w1, c1);               \
+  }
+template <int R>
+void lanes_tile(const float* w, const float* a, int64_t lda, int64_t K, const TileOut& o, int64_t m0, int64_t b0,
+                int64_t cols) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  for (int64_t k = 0; k < K; ++k) {  // named accumulators (see tile_6x16); the rows past R compile away
+    const __m256 w0 = _mm256_loadu_ps(w + k * kLanes), w1 = _mm256_loadu_ps(w + k * kLanes + 8);
+    __m256 x;
+    ONLSTM_ROW(0, x, c00, c01)
+    ONLSTM_ROW(1, x, c10, c11)
+    ONLSTM_ROW(2, x, c20, c21)
+    ONLSTM_ROW(3, x, c30, c31)
+    ONLSTM_ROW(4, x, c40, c41)
+    ONLSTM_ROW(5, x, c50, c51)
+  }
+  const __m256 lo[6] = {c00, c10, c20, c30, c40, c50}, hi[6] = {c01, c11, c21, c31, c41, c51};
+  alignas(32) float t[kLanes];
+  const int64_t sr = o.by_output ? 1 : o.ldc, sc = o.by_output ? o.ldc : 1;
+  for (int64_t r = 0; r < R; ++r) {
+    _mm256_store_ps(t, lo[r]), _mm256_store_ps(t + 8, hi[r]);
+    float* d = o.p + (b0 + r) * sr + m0 * sc;
+    for (int64_t c = 0; c < cols; ++c) d[c * sc] = o.acc ? d[c * sc] + t[c] : t[c];
+  }
+}
+#undef ONLSTM_ROW
+
+void lanes_tile_rows(int64_t R, const float* w, const float* a, int64_t lda, int64_t K, const TileOut& o,
+                     int64_t m0, int64_t b0, int64_t cols) {
+  switch (R) {
+    case 6: return lanes_tile<6>(w, a, lda, K, o, m0, b0, cols);
+    case 5: return lanes_tile<5>(w, a, lda, K, o, m0, b0, cols);
+    case 4: return lanes_tile<4>(w, a, lda, K, o, m0, b0, cols);
+    case 3: return lanes_tile<3>(w, a, lda, K, o, m0, b0, cols);
+    case 2: return lanes_tile<2>(w, a, lda, K, o, m0, b0, cols);
+    default: return lanes_tile<1>(w, a, lda, K, o, m0, b0, cols);
+  }
+}
+
 #endif
 
-// w packed for out = a @ w^T (w: M x K) or, `transposed`, for out = a @ w (w: K x M): (panels, K, kMr),
-// panel p holding outputs p * kMr ... p * kMr + kMr - 1 (zeros past M).
-Tensor own_pack(const Tensor& w, bool transposed) {
+// w packed for out = a @ w^T (w: M x K) or, `transposed`, for out = a @ w (w: K x M): (panels, K, width),
+// panel p holding outputs p * width ... p * width + width - 1 (zeros past M); width kMr for tile_6x16 and
+// tile_12x8, kLanes for lanes_tile.
+Tensor own_pack(const Tensor& w, bool transposed, int64_t width = kMr) {
   const Tensor wc = w.contiguous();
   const int64_t M = transposed ? wc.size(1) : wc.size(0), K = transposed ? wc.size(0) : wc.size(1);
-  const int64_t P = (M + kMr - 1) / kMr, sm = transposed ? 1 : K, sk = transposed ? M : 1;
-  Tensor out = at::empty({P, K, kMr}, wc.options());
+  const int64_t P = (M + width - 1) / width, sm = transposed ? 1 : K, sk = transposed ? M : 1;
+  Tensor out = at::empty({P, K, width}, wc.options());
   const float* src = wc.data_ptr<float>();
   float* dst = out.data_ptr<float>();
   at::parallel_for(0, P, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t p = lo; p < hi; ++p) {
       for (int64_t k = 0; k < K; ++k) {
-        for (int64_t r = 0; r < kMr; ++r) {
-          const int64_t m = p * kMr + r;
-          dst[(p * K + k) * kMr + r] = m < M ? src[m * sm + k * sk] : 0.0f;
+        for (int64_t r = 0; r < width; ++r) {
+          const int64_t m = p * width + r;
+          dst[(p * K + k) * width + r] = m < M ? src[m * sm + k * sk] : 0.0f;
         }
       }
     }
@@ -535,12 +585,50 @@ void pack_rows(const Rows& a, int64_t q0, int64_t q1, int64_t full, int64_t k0, 
   }
 }
 
+// Row groups for lanes_tile: as many 5s and 6s as sum to b (every b >= 20 is such a sum), else 6s and one smaller
+// group for the rest.
+std::vector<int64_t> lanes_groups(int64_t b) {
+  for (int64_t sixes = b / 6; sixes >= 0; --sixes) {
+    if ((b - 6 * sixes) % 5 == 0) {
+      std::vector<int64_t> g(sixes, 6);
+      g.insert(g.end(), (b - 6 * sixes) / 5, 5);
+      return g;
+    }
+  }
+  std::vector<int64_t> g(b / 6, 6);
+  if (b % 6) g.push_back(b % 6);
+  return g;
+}
+
+// o = a (a.b x K, its rows contiguous) @ a weight packed kLanes outputs wide (own_pack(w, t, kLanes)).
+void lanes_product(const Rows& a, const Tensor& packed, const TileOut& o, int64_t M) {
+#if defined(__AVX2__) && defined(__FMA__)
+  TORCH_CHECK(a.ks == 1, "avx2: the outputs-on-lanes product reads rows with contiguous values");
+  const int64_t P = packed.size(0), K = packed.size(1);
+  const float* w = packed.data_ptr<float>();
+  const std::vector<int64_t> groups = lanes_groups(a.b);
+  at::parallel_for(0, P, 4, [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p) {  // a weight panel (K x 16: L1 at K <= 400, L2 above) meets every row
+      const int64_t cols = std::min(kLanes, M - p * kLanes);
+      int64_t b0 = 0;
+      for (const int64_t R : groups) {
+        lanes_tile_rows(R, w + p * K * kLanes, a.a + b0 * a.rs, a.rs, K, o, p * kLanes, b0, cols);
+        b0 += R;
+      }
+    }
+  });
+#else
+  TORCH_CHECK(false, "the avx2 backend was not built (no AVX2 and FMA)");
+#endif
+}
+
 // o = a (a.b x K) @ the packed weight (M outputs, K = packed.size(1)). The products over a whole sequence (the
 // weight gradient: its K is every row of the sequence) run in blocks: `kc` values of k (0: all) and `qb` row
 // panels (0: all) at a time, so that a block of row panels stays in L2 while every weight panel passes by;
 // `scratch` holds qb * kNr * kc floats (all: ceil(b / kNr) * kNr * K).
 void own_product(const Rows& a, const Tensor& packed, const TileOut& o, int64_t M, float* scratch, int64_t kc = 0,
                  int64_t qb = 0) {
+  if (packed.size(2) == kLanes) return lanes_product(a, packed, o, M);  // the layout says which tiles
 #if defined(__AVX2__) && defined(__FMA__)
   const int64_t P = packed.size(0), K = packed.size(1), b = a.b, Q = (b + kNr - 1) / kNr;
   // a last row panel of at most 8 rows is packed 8 wide (half the cache lines of a 16-wide one: with two weight
@@ -599,10 +687,35 @@ void own_weight_grad(const Tensor& dG, const Tensor& hx, Tensor d_w) {
 // Whether a float32 call's per-step products are this file's own.
 bool own_steps(bool dnnl) { return dnnl && gemm_state().backend == Backend::kAvx2; }
 
+// Which orientation the step products of a batch of b rows take: "rows" on the lanes (tile_6x16, tile_12x8), or
+// "outputs" (lanes_tile). Rows on the lanes run fastest where they fill the lanes; a batch that leaves more than
+// a seventh of them empty (20 rows in 24 lanes: 64-70 GFLOP/s against 82-90 for outputs on the lanes at H=650 on
+// one core of an AVX2 AMD, issue #46) takes the other. "auto" decides per batch; the others force one (tests,
+// benchmarks).
+std::string& avx2_tiles_mode() {
+  static std::string mode = "auto";
+  return mode;
+}
+
+bool outputs_on_lanes(int64_t b) {
+  const std::string& mode = avx2_tiles_mode();
+  if (mode != "auto") return mode == "outputs";
+  const int64_t tail = b % kNr, lanes = b / kNr * kNr + (tail == 0 ? 0 : tail <= 8 ? 8 : kNr);
+  return b > 0 && 7 * b < 6 * lanes;
+}
+
+int64_t step_width(int64_t b) { return outputs_on_lanes(b) ? kLanes : kMr; }
+
+bool set_avx2_tiles(const std::string& mode) {
+  TORCH_CHECK(mode == "auto" || mode == "rows" || mode == "outputs", "avx2 tiles: auto, rows or outputs, got ", mode);
+  avx2_tiles_mode() = mode;
+  return true;
+}
+
 // For benchmarks and the backend's timing: pack (own_pack) and one product (a: b x K) -> (b, M).
-Tensor own_pack_weight(const Tensor& w, bool transposed) {
+Tensor own_pack_weight(const Tensor& w, bool transposed, int64_t rows) {
   TORCH_CHECK(kOwnSteps && w.scalar_type() == at::kFloat && w.dim() == 2, "avx2: a 2-D float32 weight");
-  return own_pack(w, transposed);
+  return own_pack(w, transposed, step_width(rows));
 }
 
 Tensor own_matmul(const Tensor& a, const Tensor& packed, int64_t M) {
@@ -864,7 +977,7 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
   // transpose pays off over many steps, not for a single one (the prefix-tree scorer of syneval
   // feeds one step per call), which reads w_hh transposed in place.
   const bool own = own_steps(dnnl);  // float32 only (dnnl is)
-  Tensor whh_own = own ? own_pack(w_hh, false) : Tensor();
+  Tensor whh_own = own ? own_pack(w_hh, false, step_width(B)) : Tensor();
   Tensor whh_p = own ? Tensor() : pack_weight(w_hh, dnnl, bs.size());
   Tensor whh_t = own || whh_p.defined() ? Tensor() : bs.size() > 1 ? w_hh.t().contiguous() : w_hh.t();
   auto opts = x.options();
@@ -964,7 +1077,7 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
   const int64_t T = bs.size();
   // dh = dg @ w_hh: packed as the linear weight w_hh^T, or read (G, D) as it is stored
   const bool own = own_steps(dnnl);
-  Tensor whh_own = own ? own_pack(w_hh, true) : Tensor();
+  Tensor whh_own = own ? own_pack(w_hh, true, step_width(bs.empty() ? 0 : bs[0])) : Tensor();
   Tensor whh_p = own ? Tensor() : pack_weight(w_hh.t(), dnnl, T);
   Tensor whh = whh_p.defined() ? Tensor() : w_hh.contiguous();
   std::vector<float> scratch_own(own ? (B + kNr - 1) / kNr * kNr * G : 0);
@@ -1040,7 +1153,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_buffer_pool", &set_buffer_pool, "keep large buffers from call to call (on by default)");
   m.def("buffer_pool_stats", &buffer_pool_stats, "the buffer pool: [buffers held, of which free, bytes held]");
   m.def("bucket_rows", &bucket_rows, "the padded row count oneDNN's products use for m rows");
-  m.def("avx2_pack", &own_pack_weight, "a float32 weight packed for avx2_matmul (transposed: for a @ w)");
+  m.def("avx2_pack", &own_pack_weight, "a float32 weight packed for avx2_matmul (transposed: for a @ w) on batches of "
+        "`rows` rows (the orientation of the tiles follows from it, as in the layer)", py::arg("w"),
+        py::arg("transposed"), py::arg("rows"));
+  m.def("set_avx2_tiles", &set_avx2_tiles, "the avx2 step products' orientation: auto (by the batch), rows or outputs");
+  m.def("avx2_tiles", [] { return avx2_tiles_mode(); }, "the avx2 step products' orientation setting");
   m.def("avx2_matmul", &own_matmul, "a @ w^T (or a @ w) by the avx2 backend's own step product, M outputs");
   m.def("avx2_weight_grad", &own_weight_gradient, "dG^T @ hx by the avx2 backend's own blocked product");
 }
