@@ -35,7 +35,7 @@ from onlstm.logic.data import load_training_examples
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import LogicClassifier, collate, encode_examples
 from onlstm.logic.train import train_step
-from onlstm.nn import cpp_gemm
+from onlstm.nn import cpp_gemm, kernels
 
 
 def batches(data_dir: Path | None, batch_size: int, n: int, seed: int = 0):
@@ -183,6 +183,9 @@ def main(argv=None) -> int:
         sps = args.steps / statistics.median(times[cell])
         gflops = encoder_flops(models[cell][0], tokens(data) // len(data)) * sps / 1e9
         print(f"{cell:8s} {sps:9.2f} {sps / ref:7.2f} {gflops:8.1f} {100 * gflops / roof:7.0f}")
+    cpp = kernels.load_kernel("cpp") if any(":" not in c for c in args.cells) else None
+    if cpp is not None and getattr(cpp, "choice", None) is not None:  # what the rows without :BACKEND ran on
+        print(f"# C++ kernel {cpp.describe()}")
     return 0
 
 
