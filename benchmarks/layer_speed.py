@@ -3,6 +3,7 @@
     python benchmarks/layer_speed.py [--repeats 5] [--impls cpp,fused,reference] [--shapes ...]
     python benchmarks/layer_speed.py --device cuda          # triton, fused, reference vs cuDNN; fp32 and bf16
     python benchmarks/layer_speed.py --impls cpp,cpp:avx2,cpp:linear,cpp:mkl   # the C++ kernel's backends, one run
+    python benchmarks/layer_speed.py --impls cpp:avx2-rows,cpp:avx2-outputs --shapes 70x20x400x650x10   # its tiles
 
 For each shape (T, B, input, hidden, chunk) it times ``out.sum().backward()`` of a one-layer
 ``nn.LSTM`` and of each ON-LSTM implementation, interleaved round by round so that drifts in the
@@ -20,7 +21,8 @@ model, ``nn.LSTM`` too, under ``torch.autocast``.
 ``cpp:BACKEND`` (``avx2``, ``linear``, ``mkl``, ``onednn``): the C++ kernel with its float32 products on that
 backend, set before each of the row's calls (a ``cpp`` or ``auto`` row gets the backend the kernel chose), so the
 backends are compared in one process, interleaved like every row; a backend that does not run here is left out
-with a note.
+with a note. ``cpp:avx2-rows`` and ``cpp:avx2-outputs`` force the orientation of the avx2 step products' tiles
+(the batch's rows or the outputs along the vector lanes; ``cpp:avx2`` lets the batch decide, as the layer does).
 
 ``fused`` on CUDA: the fused kernel is registered for the CPU only; this script registers it for CUDA as
 well, under the name ``fused_cuda``, to measure it there. ``triton`` on the CPU runs Triton's
@@ -57,9 +59,22 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return values
 
 
+#: ``cpp:avx2-rows`` and ``cpp:avx2-outputs``: the avx2 backend with its step products' tiles forced to one
+#: orientation (the batch's rows, or the outputs, along the vector lanes; ``cpp:avx2`` lets the batch decide)
+TILES = ("rows", "outputs")
+
+
 def backend_of(impl: str) -> str | None:
     """The C++ backend a ``cpp:BACKEND`` row names (None for any other row)."""
-    return impl.split(":", 1)[1] if impl.startswith("cpp:") else None
+    if not impl.startswith("cpp:"):
+        return None
+    backend = impl.split(":", 1)[1]
+    return "avx2" if backend in (f"avx2-{t}" for t in TILES) else backend
+
+
+def tiles_of(impl: str) -> str:
+    """The orientation a ``cpp:avx2-TILES`` row forces, else ``auto`` (the kernel's rule)."""
+    return impl.rsplit("-", 1)[1] if impl.startswith("cpp:avx2-") else "auto"
 
 
 def runs_cpp(impl: str) -> bool:
@@ -67,9 +82,10 @@ def runs_cpp(impl: str) -> bool:
     return impl in ("cpp", "auto") or backend_of(impl) is not None
 
 
-def on_backend(run, backend: str | None):
+def on_backend(run, backend: str | None, tiles: str = "auto"):
     """``run`` with the C++ kernel's products on ``backend``, or for None on the one the kernel chose (timed at its
-    first float32 call), set before each call: the rows of one process alternate, each on its own backend."""
+    first float32 call), and the avx2 tiles' orientation ``tiles``, set before each call: the rows of one process
+    alternate, each on its own backend."""
     from onlstm.nn.cpp_kernel import load_extension
 
     ext, kernel = load_extension(), kernels.load_kernel("cpp")
@@ -78,6 +94,8 @@ def on_backend(run, backend: str | None):
         name = backend or (kernel.choice.backend if kernel.choice is not None else None)
         if name is not None:
             ext.set_gemm_backend(name)
+        if hasattr(ext, "set_avx2_tiles"):
+            ext.set_avx2_tiles(tiles)
         run()
 
     return go
@@ -202,7 +220,7 @@ def measure(shape, impls, dtype_name, device, args):
         mods[impl] = onlstm.ONLSTM(I, H, chunk_size=C, impl=name, master_input=args.master_input).to(device)
     fns = {k: step_fn(m, x, device, DTYPES[dtype_name]) for k, m in mods.items()}
     if device.type == "cpu" and any(map(runs_cpp, fns)):  # a backend per row
-        fns = {k: on_backend(f, backend_of(k)) if runs_cpp(k) else f for k, f in fns.items()}
+        fns = {k: on_backend(f, backend_of(k), tiles_of(k)) if runs_cpp(k) else f for k, f in fns.items()}
     for k, f in list(fns.items()):  # warm-up (kernel build and compilation); a failure skips that row only
         try:
             f()
@@ -253,7 +271,8 @@ def main(argv=None) -> int:
         "--impls",
         default=None,
         help="comma-separated ON-LSTM implementations (impl= values: cpp, fused, reference, triton, auto, ...; "
-        "cpp:BACKEND for the C++ kernel on one backend: avx2, linear, mkl, onednn); "
+        "cpp:BACKEND for the C++ kernel on one backend: avx2, linear, mkl, onednn; cpp:avx2-rows and "
+        "cpp:avx2-outputs: avx2 with its step tiles forced to the rows or the outputs along the vector lanes); "
         "default cpp,fused,reference on the CPU and triton,fused,reference on CUDA",
     )
     ap.add_argument("--dtypes", default=None, help="comma-separated from fp32,bf16,fp16 (default: fp32 on the CPU, "

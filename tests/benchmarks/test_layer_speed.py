@@ -70,3 +70,35 @@ def test_a_bad_shape_is_one_line_and_exit_2(bad, capsys):
 
 def test_the_rows_that_run_the_cpp_kernel_get_a_backend():
     assert [layer_speed.runs_cpp(k) for k in ("cpp", "auto", "cpp:avx2", "fused", "reference")] == [1, 1, 1, 0, 0]
+
+
+def test_avx2_tile_rows_run_the_avx2_backend_with_their_orientation_forced():
+    assert [layer_speed.backend_of(k) for k in ("cpp:avx2-rows", "cpp:avx2-outputs", "cpp:avx2", "cpp:mkl")] == [
+        "avx2",
+        "avx2",
+        "avx2",
+        "mkl",
+    ]
+    assert [layer_speed.tiles_of(k) for k in ("cpp:avx2-rows", "cpp:avx2-outputs", "cpp:avx2", "cpp")] == [
+        "rows",
+        "outputs",
+        "auto",
+        "auto",
+    ]
+
+
+def test_each_tile_row_is_timed_with_its_orientation(monkeypatch):
+    from onlstm.nn.cpp_kernel import extension_error, load_extension
+
+    ext = load_extension()
+    if ext is None or "avx2" not in ext.gemm_backends():
+        pytest.skip(f"the avx2 backend does not run here: {extension_error() or ext.gemm_backends()}")
+    asked: list[str] = []
+    real = ext.set_avx2_tiles
+    monkeypatch.setattr(ext, "set_avx2_tiles", lambda mode: asked.append(mode) or real(mode))
+    argv = ["--impls", "cpp:avx2-rows,cpp:avx2-outputs", "--shapes", "3x20x4x6x3", "--repeats", "1"]
+    try:
+        assert layer_speed.main(argv) == 0
+    finally:
+        real("auto")
+    assert {"rows", "outputs"} <= set(asked) and ext.avx2_tiles() == "auto"
