@@ -235,7 +235,7 @@ def avx2_tiles():
 
 
 @pytest.mark.parametrize("tiles", ["rows", "outputs", "auto"])  # rows or outputs along the vector lanes
-@pytest.mark.parametrize("rows", [1, 5, 8, 9, 13, 16, 20, 24, 33])  # row panels: partial, of at most 8, full, mixed
+@pytest.mark.parametrize("rows", [1, 5, 7, 8, 9, 13, 16, 19, 20, 24, 33])  # row panels and row groups of each kind
 @pytest.mark.parametrize("outputs,depth", [(6, 4), (7, 3), (13, 11), (61, 40)])  # weight panels: one, a pair, odd
 def test_the_own_avx2_step_product_is_the_plain_product(rows, outputs, depth, tiles, avx2_tiles):
     """The avx2 backend's own step products (``csrc``, "Own step products") against ATen's, both ways the kernel

@@ -11,6 +11,7 @@
 // step products and weight gradient beside that linear, ATen's GEMM, i.e. MKL in PyTorch's standard build), the one in use chosen
 // by timing them (cpp_kernel.py); see "Matrix products" below for why several and how oneDNN's per-shape
 // caches are kept bounded.
+#include <atomic>
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -585,18 +586,22 @@ void pack_rows(const Rows& a, int64_t q0, int64_t q1, int64_t full, int64_t k0, 
   }
 }
 
-// Row groups for lanes_tile: as many 5s and 6s as sum to b (every b >= 20 is such a sum), else 6s and one smaller
-// group for the rest.
+// Row groups for lanes_tile that cost least: a group of R rows costs what kCost[R] says, per row in full tiles
+// (5 and 6 rows keep both FMA pipes busy; fewer wait on the FMAs' latency: 2R accumulators for 8 in flight), so
+// 20 rows are four 5s, 19 three 5s and a 4, 7 a 4 and a 3 (every b >= 20 is a sum of 5s and 6s alone).
 std::vector<int64_t> lanes_groups(int64_t b) {
-  for (int64_t sixes = b / 6; sixes >= 0; --sixes) {
-    if ((b - 6 * sixes) % 5 == 0) {
-      std::vector<int64_t> g(sixes, 6);
-      g.insert(g.end(), (b - 6 * sixes) / 5, 5);
-      return g;
+  static constexpr double kCost[7] = {0, 4.0, 2.2, 1.5, 1.2, 1.0, 1.0};  // per row, relative to a full tile
+  std::vector<double> best(b + 1, 0.0);
+  std::vector<int64_t> last(b + 1, 0);
+  for (int64_t n = 1; n <= b; ++n) {
+    best[n] = -1;
+    for (int64_t r = 1; r <= std::min<int64_t>(6, n); ++r) {
+      const double c = best[n - r] + r * kCost[r];
+      if (best[n] < 0 || c < best[n]) best[n] = c, last[n] = r;
     }
   }
-  std::vector<int64_t> g(b / 6, 6);
-  if (b % 6) g.push_back(b % 6);
+  std::vector<int64_t> g;
+  for (int64_t n = b; n > 0; n -= last[n]) g.push_back(last[n]);
   return g;
 }
 
@@ -692,14 +697,15 @@ bool own_steps(bool dnnl) { return dnnl && gemm_state().backend == Backend::kAvx
 // a seventh of them empty (20 rows in 24 lanes: 64-70 GFLOP/s against 82-90 for outputs on the lanes at H=650 on
 // one core of an AVX2 AMD, issue #46) takes the other. "auto" decides per batch; the others force one (tests,
 // benchmarks).
-std::string& avx2_tiles_mode() {
-  static std::string mode = "auto";
+enum TilesMode : int { kTilesAuto, kTilesRows, kTilesOutputs };
+std::atomic<int>& avx2_tiles_mode() {  // atomic: set by a test or benchmark while another thread may run the layer
+  static std::atomic<int> mode{kTilesAuto};
   return mode;
 }
 
 bool outputs_on_lanes(int64_t b) {
-  const std::string& mode = avx2_tiles_mode();
-  if (mode != "auto") return mode == "outputs";
+  const int mode = avx2_tiles_mode().load();
+  if (mode != kTilesAuto) return mode == kTilesOutputs;
   const int64_t tail = b % kNr, lanes = b / kNr * kNr + (tail == 0 ? 0 : tail <= 8 ? 8 : kNr);
   return b > 0 && 7 * b < 6 * lanes;
 }
@@ -708,8 +714,13 @@ int64_t step_width(int64_t b) { return outputs_on_lanes(b) ? kLanes : kMr; }
 
 bool set_avx2_tiles(const std::string& mode) {
   TORCH_CHECK(mode == "auto" || mode == "rows" || mode == "outputs", "avx2 tiles: auto, rows or outputs, got ", mode);
-  avx2_tiles_mode() = mode;
+  avx2_tiles_mode() = mode == "rows" ? kTilesRows : mode == "outputs" ? kTilesOutputs : kTilesAuto;
   return true;
+}
+
+std::string avx2_tiles() {
+  const int mode = avx2_tiles_mode().load();
+  return mode == kTilesRows ? "rows" : mode == kTilesOutputs ? "outputs" : "auto";
 }
 
 // For benchmarks and the backend's timing: pack (own_pack) and one product (a: b x K) -> (b, M).
@@ -1157,7 +1168,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "`rows` rows (the orientation of the tiles follows from it, as in the layer)", py::arg("w"),
         py::arg("transposed"), py::arg("rows"));
   m.def("set_avx2_tiles", &set_avx2_tiles, "the avx2 step products' orientation: auto (by the batch), rows or outputs");
-  m.def("avx2_tiles", [] { return avx2_tiles_mode(); }, "the avx2 step products' orientation setting");
+  m.def("avx2_tiles", &avx2_tiles, "the avx2 step products' orientation setting");
   m.def("avx2_matmul", &own_matmul, "a @ w^T (or a @ w) by the avx2 backend's own step product, M outputs");
   m.def("avx2_weight_grad", &own_weight_gradient, "dG^T @ hx by the avx2 backend's own blocked product");
 }
