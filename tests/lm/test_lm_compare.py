@@ -37,6 +37,23 @@ def test_tables_compare_the_first_cell_with_lower_perplexity_as_better():
     assert "not measured: lstm, seed 9: interrupted after 2.00 epochs" in text
 
 
+def test_a_suite_the_model_cannot_score_is_named_apart_not_averaged():
+    """npz_ambig's comma conditions hold a region of a lone comma, which a PTB model reads nothing of: the suite
+    has no accuracy (issue #45: never scored as 0); the mean runs over the suites scored, and a note names it."""
+    suites = {"a": {"accuracy": 0.5}, "b": {"accuracy": 1.0}, "npz_ambig": {"accuracy": None}}
+    figures = {"test_ppl": 80.0, "syntaxgym": suites, "marvin_linzen": {"x": {"accuracy": None}}}
+    got = study.measures(figures)
+    assert got["SyntaxGym, mean over the suites scored"] == (75.0, True)
+    assert got["SyntaxGym npz_ambig"] == (None, True) and got["Marvin & Linzen, mean over cases"] == (None, True)
+    res = study.StudyResult(out_dir=None)  # type: ignore[arg-type]
+    res.runs += [{"cell": c, "seed": 1, "figures": figures} for c in ("onlstm", "lstm")]
+    text = study.tables(res, ["onlstm", "lstm"])
+    assert "- SyntaxGym suites not scored by onlstm, seed 1 (no item it can read): npz_ambig" in text
+    assert "- Marvin & Linzen cases not scored by lstm, seed 1 (no item it can read): x" in text
+    row = next(line for line in text.splitlines() if line.startswith("| SyntaxGym npz_ambig"))
+    assert row.startswith("| SyntaxGym npz_ambig | - | - |")
+
+
 @pytest.mark.slow
 def test_the_grid_is_trained_measured_and_reused(tmp_path, capsys):
     data = write_corpus(tmp_path / "corpus")

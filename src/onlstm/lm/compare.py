@@ -233,15 +233,37 @@ def measures(figures: dict) -> dict[str, tuple[float | None, bool]]:
             out[f"{label} sentence F1, {layer}"] = (100 * f1, True)  # the baselines: the same trees every run
     cases = figures.get("marvin_linzen") or {}
     if cases:
-        out["Marvin & Linzen, mean over cases"] = (100 * sum(c["accuracy"] for c in cases.values()) / len(cases), True)
+        out["Marvin & Linzen, mean over cases"] = (_mean_percent(cases), True)
     suites = figures.get("syntaxgym") or {}
-    if suites:
-        out["SyntaxGym, mean over suites"] = (100 * sum(s["accuracy"] for s in suites.values()) / len(suites), True)
+    if suites:  # over the suites the model can score: the others are named in the tables' notes (not_scored)
+        out["SyntaxGym, mean over the suites scored"] = (_mean_percent(suites), True)
     for case, c in cases.items():
-        out[f"M&L {case}"] = (100 * c["accuracy"], True)
+        out[f"M&L {case}"] = (_percent(c["accuracy"]), True)
     for suite, s in suites.items():
-        out[f"SyntaxGym {suite}"] = (100 * s["accuracy"], True)
+        out[f"SyntaxGym {suite}"] = (_percent(s["accuracy"]), True)
     return out
+
+
+def _percent(accuracy: float | None) -> float | None:
+    return None if accuracy is None else 100 * accuracy
+
+
+def _mean_percent(parts: dict) -> float | None:
+    """The mean accuracy (%) over the parts (cases, suites) that have one: a part with no scorable item (a SyntaxGym
+    suite whose every item has a region the model reads nothing of, e.g. a lone comma for a PTB model) has none."""
+    scored = [p["accuracy"] for p in parts.values() if p["accuracy"] is not None]
+    return 100 * sum(scored) / len(scored) if scored else None
+
+
+def not_scored(res: StudyResult) -> list[str]:
+    """One note per run with SyntaxGym suites or Marvin & Linzen cases it could not score, named."""
+    notes = []
+    for r in res.runs:
+        for label, key in (("SyntaxGym suites", "syntaxgym"), ("Marvin & Linzen cases", "marvin_linzen")):
+            if missing := [name for name, p in (r["figures"].get(key) or {}).items() if p["accuracy"] is None]:
+                notes.append(f"- {label} not scored by {r['cell']}, seed {r['seed']} (no item it can read): "
+                             + ", ".join(missing))  # fmt: skip
+    return notes
 
 
 def tables(res: StudyResult, cells: list[str]) -> str:
@@ -259,6 +281,7 @@ def tables(res: StudyResult, cells: list[str]) -> str:
         cols += [_difference_cell(seed_difference(values[first], values[o], higher)) for o in others]
         lines.append(f"| {name} | " + " | ".join(cols) + " |")
     notes = [f"- not measured: {u['cell']}, seed {u['seed']}: {u['status']}" for u in res.unfinished]
+    notes += not_scored(res)
     notes += [f"- failed: {e.name}: {e.why}" for e in res.failed]
     rule = "ahead/behind: the difference of the means beyond twice its standard error over seeds, else level"
     return "\n".join([*lines, "", f"Verdicts for {first}; {rule}.", *notes])
