@@ -179,9 +179,10 @@ def main(argv=None) -> int:
     print(roof_text)
     ref = args.steps / statistics.median(times["lstm"])
     print(f"{'encoder':8s} {'steps/s':>9s} {'x lstm':>7s} {'GFLOP/s':>8s} {'% roof':>7s}")
+    per_step = tokens(data) // len(data)
     for cell in args.cells:
         sps = args.steps / statistics.median(times[cell])
-        gflops = encoder_flops(models[cell][0], tokens(data) // len(data)) * sps / 1e9
+        gflops = encoder_flops(models[cell][0], per_step) * sps / 1e9
         print(f"{cell:8s} {sps:9.2f} {sps / ref:7.2f} {gflops:8.1f} {100 * gflops / roof:7.0f}")
     cpp = kernels.load_kernel("cpp") if any(":" not in c for c in args.cells) else None
     if cpp is not None and getattr(cpp, "choice", None) is not None:  # what the rows without :BACKEND ran on

@@ -400,7 +400,10 @@ bool set_gemm_backend(const std::string& backend) {
 // 6 broadcasts. Row panels of at most 8 rows (a batch's last rows) take a 12 x 8 tile. Padded values are zeros
 // and their results are never written; a NaN or infinity in a real row reaches its outputs as in any GEMM.
 constexpr int64_t kMr = 6, kNr = 16;
-constexpr int64_t kLanes = 16;  // the outputs of a weight panel for lanes_tile (the other orientation, below)
+constexpr int64_t kLanes = kNr;  // the outputs of a weight panel for lanes_tile (the other orientation, below)
+
+// Whether a batch of b rows ends in a row panel of at most 8 rows, packed 8 wide (tile_12x8).
+inline bool half_tail(int64_t b) { return b % kNr != 0 && b % kNr <= 8; }
 
 // Where a product's results go: row i, output m at p[i * ldc + m] (or, `by_output`, at p[m * ldc + i]), added
 // to what is there when `acc`.
@@ -519,14 +522,10 @@ void lanes_tile(const float* w, const float* a, int64_t lda, int64_t K, const Ti
     ONLSTM_ROW(4, x, c40, c41)
     ONLSTM_ROW(5, x, c50, c51)
   }
-  const __m256 lo[6] = {c00, c10, c20, c30, c40, c50}, hi[6] = {c01, c11, c21, c31, c41, c51};
-  alignas(32) float t[kLanes];
-  const int64_t sr = o.by_output ? 1 : o.ldc, sc = o.by_output ? o.ldc : 1;
-  for (int64_t r = 0; r < R; ++r) {
-    _mm256_store_ps(t, lo[r]), _mm256_store_ps(t + 8, hi[r]);
-    float* d = o.p + (b0 + r) * sr + m0 * sc;
-    for (int64_t c = 0; c < cols; ++c) d[c * sc] = o.acc ? d[c * sc] + t[c] : t[c];
-  }
+  const __m256 lo[kMr] = {c00, c10, c20, c30, c40, c50}, hi[kMr] = {c01, c11, c21, c31, c41, c51};
+  alignas(32) float t[kMr][kNr];  // row b0 + r, output m0 + c: store_tile's tile with its two roles swapped
+  for (int64_t r = 0; r < R; ++r) _mm256_store_ps(t[r], lo[r]), _mm256_store_ps(t[r] + 8, hi[r]);
+  store_tile(t, TileOut{o.p, o.ldc, o.acc, !o.by_output}, b0, m0, R, cols);
 }
 #undef ONLSTM_ROW
 
@@ -589,8 +588,11 @@ void pack_rows(const Rows& a, int64_t q0, int64_t q1, int64_t full, int64_t k0, 
 // Row groups for lanes_tile that cost least: a group of R rows costs what kCost[R] says, per row in full tiles
 // (5 and 6 rows keep both FMA pipes busy; fewer wait on the FMAs' latency: 2R accumulators for 8 in flight), so
 // 20 rows are four 5s, 19 three 5s and a 4, 7 a 4 and a 3 (every b >= 20 is a sum of 5s and 6s alone).
-std::vector<int64_t> lanes_groups(int64_t b) {
+const std::vector<int64_t>& lanes_groups(int64_t b) {
   static constexpr double kCost[7] = {0, 4.0, 2.2, 1.5, 1.2, 1.0, 1.0};  // per row, relative to a full tile
+  thread_local int64_t last_b = -1;  // a layer asks for the same batch at every step: worked out once
+  thread_local std::vector<int64_t> g;
+  if (b == last_b) return g;
   std::vector<double> best(b + 1, 0.0);
   std::vector<int64_t> last(b + 1, 0);
   for (int64_t n = 1; n <= b; ++n) {
@@ -600,8 +602,9 @@ std::vector<int64_t> lanes_groups(int64_t b) {
       if (best[n] < 0 || c < best[n]) best[n] = c, last[n] = r;
     }
   }
-  std::vector<int64_t> g;
+  g.clear();
   for (int64_t n = b; n > 0; n -= last[n]) g.push_back(last[n]);
+  last_b = b;
   return g;
 }
 
@@ -611,7 +614,7 @@ void lanes_product(const Rows& a, const Tensor& packed, const TileOut& o, int64_
   TORCH_CHECK(a.ks == 1, "avx2: the outputs-on-lanes product reads rows with contiguous values");
   const int64_t P = packed.size(0), K = packed.size(1);
   const float* w = packed.data_ptr<float>();
-  const std::vector<int64_t> groups = lanes_groups(a.b);
+  const std::vector<int64_t> groups = lanes_groups(a.b);  // a copy: the workers' threads ask for their own
   at::parallel_for(0, P, 4, [&](int64_t lo, int64_t hi) {
     for (int64_t p = lo; p < hi; ++p) {  // a weight panel (K x 16: L1 at K <= 400, L2 above) meets every row
       const int64_t cols = std::min(kLanes, M - p * kLanes);
@@ -638,7 +641,7 @@ void own_product(const Rows& a, const Tensor& packed, const TileOut& o, int64_t 
   const int64_t P = packed.size(0), K = packed.size(1), b = a.b, Q = (b + kNr - 1) / kNr;
   // a last row panel of at most 8 rows is packed 8 wide (half the cache lines of a 16-wide one: with two weight
   // panels it then fits L1 at the PTB layer's sizes) and takes two weight panels at once (tile_12x8)
-  const int64_t tail = b % kNr != 0 && b % kNr <= 8 ? 1 : 0, full = Q - tail;
+  const int64_t tail = half_tail(b) ? 1 : 0, full = Q - tail;
   kc = kc > 0 ? kc : std::max<int64_t>(K, 1);
   qb = qb > 0 ? qb : std::max<int64_t>(Q, 1);
   const float* w = packed.data_ptr<float>();
@@ -706,7 +709,7 @@ std::atomic<int>& avx2_tiles_mode() {  // atomic: set by a test or benchmark whi
 bool outputs_on_lanes(int64_t b) {
   const int mode = avx2_tiles_mode().load();
   if (mode != kTilesAuto) return mode == kTilesOutputs;
-  const int64_t tail = b % kNr, lanes = b / kNr * kNr + (tail == 0 ? 0 : tail <= 8 ? 8 : kNr);
+  const int64_t lanes = (b + kNr - 1) / kNr * kNr - (half_tail(b) ? 8 : 0);  // those the rows take on the lanes
   return b > 0 && 7 * b < 6 * lanes;
 }
 
@@ -992,7 +995,8 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
   Tensor whh_p = own ? Tensor() : pack_weight(w_hh, dnnl, bs.size());
   Tensor whh_t = own || whh_p.defined() ? Tensor() : bs.size() > 1 ? w_hh.t().contiguous() : w_hh.t();
   auto opts = x.options();
-  std::vector<float> scratch_own(own ? (B + kNr - 1) / kNr * kNr * D : 0);
+  // the row panels' scratch, for the rows-on-lanes tiles only (the packed width says which run)
+  std::vector<float> scratch_own(own && whh_own.size(2) == kMr ? (B + kNr - 1) / kNr * kNr * D : 0);
   Tensor rec_buf = at::empty({Bp, G}, opts);  // one buffer for every step's recurrent product (plain)
   // With oneDNN a step's product reads bucket_rows(b) rows of h: the rows past b (the next step's,
   // then Bp spare rows) are zeros or finite values, and their products are thrown away.
@@ -1088,10 +1092,10 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
   const int64_t T = bs.size();
   // dh = dg @ w_hh: packed as the linear weight w_hh^T, or read (G, D) as it is stored
   const bool own = own_steps(dnnl);
-  Tensor whh_own = own ? own_pack(w_hh, true, step_width(bs.empty() ? 0 : bs[0])) : Tensor();
+  Tensor whh_own = own ? own_pack(w_hh, true, step_width(B)) : Tensor();
   Tensor whh_p = own ? Tensor() : pack_weight(w_hh.t(), dnnl, T);
   Tensor whh = whh_p.defined() ? Tensor() : w_hh.contiguous();
-  std::vector<float> scratch_own(own ? (B + kNr - 1) / kNr * kNr * G : 0);
+  std::vector<float> scratch_own(own && whh_own.size(2) == kMr ? (B + kNr - 1) / kNr * kNr * G : 0);
   auto opts = x.options();
   // With oneDNN, spare zero rows: a step's product reads bucket_rows(b) rows (the ones past b are
   // the next step's or these), and the blocked products over the sequence read padded blocks.
