@@ -9,6 +9,7 @@ import math
 import pytest
 
 from onlstm.cli import main
+from onlstm.files import sha256_file
 from onlstm.lm import compare as study
 from onlstm.studies.stats import mean_std, seed_difference
 from support import TINY_LM, write_corpus
@@ -86,6 +87,19 @@ def test_the_grid_is_trained_measured_and_reused(tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")} == stamps
     assert (out / "tables.md").read_text() == tables
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a run trained otherwise is neither counted nor trained over: refused, nothing changed
+    assert main([*argv, "--lr", "3"]) == 2
+    assert "cannot change train.lr (run: 10.0, given: 3.0)" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")} == stamps
+    # a larger budget trains the runs further; what is measured is the best weights they hold then
+    assert main([*argv, "--epochs", "2"]) == 0  # the last --epochs given wins
+    for run in json.loads((out / "compare.json").read_text())["runs"]:
+        assert run["figures"]["epochs"] == 2
+        best = sha256_file(out / f"{run['cell']}-seed1" / "model.best.safetensors")
+        assert (
+            json.loads((out / "evals" / f"{run['cell']}-seed1" / "marvin_linzen.json").read_text())["inputs"]["weights"]
+            == best
+        )
 
 
 def test_finished_only_lists_runs_not_started(tmp_path, capsys):
@@ -109,3 +123,83 @@ def test_curve_band_is_over_the_runs_that_reached_each_epoch(tmp_path):
     path = plot_validation_curves({"onlstm": [(first, True), ([(1, 180.0)], False)], "lstm": [([], False)]},
                                   tmp_path / "c.png")  # fmt: skip
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def _compare_argv(tmp_path, out, *extra):
+    data = write_corpus(tmp_path / "corpus")
+    return ["lm", "compare", "--config", str(TINY_LM), "--data-dir", str(data), "--out", str(out), *extra]
+
+
+def test_a_seed_or_cell_given_twice_is_refused(tmp_path, capsys):
+    """One run per cell and seed: a seed named twice would count one run as two seeds (a false verdict)."""
+    assert main(_compare_argv(tmp_path, tmp_path / "s", "--seeds", "1", "1", "--finished-only")) == 2
+    assert "--seeds gives 1 more than once; name each once" in capsys.readouterr().err
+    assert main(_compare_argv(tmp_path, tmp_path / "s", "--cells", "lstm", "lstm", "--finished-only")) == 2
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_grid_sets_each_run_cell_and_seed(tmp_path, capsys):
+    """The study has no one-run --cell and --seed (they were taken and ignored): both now read as the grid's
+    --cells and --seeds, as argparse reads a flag's prefix; a config file's cell and seed are the grid's to set."""
+    assert main(_compare_argv(tmp_path, tmp_path / "s", "--cell", "lstm", "--seed", "5", "--finished-only")) == 0
+    record = json.loads((tmp_path / "s" / "compare.json").read_text())
+    assert record["cells"] == ["lstm"] and record["seeds"] == [5]
+    assert "cell" not in record["settings"]["model"] and "seed" not in record["settings"]["train"]
+
+
+def test_a_folder_holding_the_users_files_is_refused(tmp_path, capsys):
+    """The study writes compare.json and tables.md into --out: a folder holding anything else is not its own."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "tables.md").write_text("MY NOTES\n")
+    (out / "compare.json").write_text('{"mine": true}\n')
+    assert main(_compare_argv(tmp_path, out, "--seeds", "1", "--finished-only")) == 2
+    assert "holds files lm compare did not write (compare.json, tables.md)" in capsys.readouterr().err
+    assert (out / "tables.md").read_text() == "MY NOTES\n"
+    (out / "compare.json").write_text('{"kind": "lm-compare"}\n')  # the study's own: read again, written again
+    (out / "onlstm-seed1.log").write_text("")
+    assert main(_compare_argv(tmp_path, out, "--seeds", "1", "--finished-only")) == 0
+    assert "not measured: onlstm, seed 1" in (out / "tables.md").read_text()
+
+
+def test_finished_only_reads_a_study_while_it_trains(tmp_path, capsys):
+    """The lock keeps a second training study out; reading the finished runs (--finished-only) needs none."""
+    from onlstm.runs.dirs import RunLock
+
+    out = tmp_path / "s"
+    with RunLock(out, "onlstm lm compare"):
+        assert main(_compare_argv(tmp_path, out, "--seeds", "1", "--finished-only")) == 0
+        assert main(_compare_argv(tmp_path, out, "--seeds", "1", "--epochs", "1")) == 2
+    assert "in use by another training" in capsys.readouterr().err
+
+
+def test_one_cell_table_is_well_formed():
+    res = study.StudyResult(out_dir=None)  # type: ignore[arg-type]
+    res.runs.append({"cell": "onlstm", "seed": 1, "figures": {"test_ppl": 90.0}})
+    head, rule, row = study.tables(res, ["onlstm"]).splitlines()[:3]
+    assert head == "| measure | onlstm |" and rule == "|---|---|" and row == "| PTB test perplexity | 90.00 (1) |"
+
+
+def test_a_kept_measurement_is_reused_only_for_the_same_inputs(tmp_path, monkeypatch):
+    """evals/ keeps each command's output with what it read (the measure, the weights, the data's bytes): another
+    suite folder or other weights measure again; the same inputs read the kept file."""
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "a.json").write_text("{}")
+    calls = []
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        return type("Done", (), {"returncode": 0, "stdout": json.dumps({"n": len(calls)}), "stderr": ""})()
+
+    monkeypatch.setattr(study.subprocess, "run", run)
+    path, key = tmp_path / "evals" / "sg.json", study._inputs("sg", [], "w1", suites)
+    assert study._command(path, ["syneval"], key, print) == {"n": 1}
+    assert study._command(path, ["syneval"], study._inputs("sg", [], "w1", suites), print) == {"n": 1}
+    (suites / "b.json").write_text("{}")  # another suite in the folder
+    assert study._command(path, ["syneval"], study._inputs("sg", [], "w1", suites), print) == {"n": 2}
+    assert study._command(path, ["syneval"], study._inputs("sg", [], "w2", suites), print) == {"n": 3}
+    (suites / "b.json").write_text('{"x": 1}')  # the same names, other bytes
+    assert study._command(path, ["syneval"], study._inputs("sg", [], "w2", suites), print) == {"n": 4}
+    path.write_text(json.dumps({"n": 0}))  # an earlier version's file: the bare report, inputs unknown
+    assert study._command(path, ["syneval"], study._inputs("sg", [], "w2", suites), print) == {"n": 5}

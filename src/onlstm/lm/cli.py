@@ -80,7 +80,7 @@ def register(subparsers) -> None:
     add_config_flags(add_command(sub, "train", _cmd_train, TrainArgs))
     add_runtime_flags(add_command(sub, "eval", _cmd_eval, EvalArgs), EvalRuntime)
     add_runtime_flags(add_command(sub, "surprisal", _cmd_surprisal, SurprisalArgs), EvalRuntime)
-    add_config_flags(add_command(sub, "compare", _cmd_compare, CompareArgs))
+    add_config_flags(add_command(sub, "compare", _cmd_compare, CompareArgs), grid=True)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

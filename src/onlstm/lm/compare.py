@@ -11,7 +11,11 @@ finished seeds and the first cell against each other (:func:`~onlstm.studies.sta
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,15 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import encoders
-from ..checkpoint import read_json
+from ..checkpoint import CheckpointError
 from ..data.ptb import split_file
 from ..errors import EXIT_INTERRUPTED, InputError, OnlstmError, first_line
-from ..files import write_json, write_text
+from ..files import LEFTOVER, json_dict, sha256_file, write_json, write_text
 from ..runs import check_output_folder
+from ..runs.budget import BUDGETS
 from ..runs.dirs import RunDir, RunLock
+from ..runs.resume import resume_settings
 from ..studies.parallel import Ended, Job, threads_per_job, train_in_processes
 from ..studies.stats import mean_std, seed_difference
-from .config import run_config
+from .config import RUNTIME_FIELDS, run_config, run_sections
 
 
 @dataclass
@@ -66,24 +72,91 @@ def compare(
     log: Callable[[str], None] = print,
 ) -> StudyResult:
     """Train (unless ``finished_only``) and measure the grid ``cells`` x ``seeds``; ``explicit``: the settings every
-    run shares (``{"model": ..., "train": ...}``, the cell and seed set per run)."""
-    check_study(explicit, cells, data_dir, yardsticks)  # every problem found before anything is written
-    check_output_folder(out)
-    with RunLock(out, "onlstm lm compare", log=log):  # one study at a time in a folder
+    run shares (``{"model": ..., "train": ...}``; a cell or seed in them is the grid's to set, and dropped)."""
+    explicit = shared_settings(explicit)
+    check_study(explicit, cells, seeds, data_dir, yardsticks)  # every problem found before anything is written
+    check_study_folder(Path(out))
+    check_runs(Path(out), explicit, cells, seeds, Path(data_dir))
+    # one training study at a time in a folder; reading the finished runs needs no lock (a study may be training)
+    lock = contextlib.nullcontext() if finished_only else RunLock(out, "onlstm lm compare", log=log)
+    with lock:
         return _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_only, log)
 
 
-def check_study(explicit: dict, cells: list[str], data_dir: Path, yardsticks: Yardsticks) -> None:
-    """Every cell's settings, the training text and the yardsticks' paths, checked before any run starts."""
+def shared_settings(explicit: dict) -> dict:
+    """The settings every run of the grid shares: ``explicit`` less the cell and the seed, which the grid sets."""
+    model = {k: v for k, v in explicit.get("model", {}).items() if k != "cell"}
+    return {**explicit, "model": model, "train": {k: v for k, v in explicit.get("train", {}).items() if k != "seed"}}
+
+
+def run_settings(explicit: dict, cell: str, seed: int) -> dict:
+    """The settings of the grid's run of ``cell`` and ``seed``."""
+    return {"model": {**explicit.get("model", {}), "cell": cell}, "train": {**explicit.get("train", {}), "seed": seed}}
+
+
+def check_study(explicit: dict, cells: list[str], seeds: list[int], data_dir: Path, yardsticks: Yardsticks) -> None:
+    """Every cell's settings, the grid, the training text and the yardsticks' paths, checked before any run starts."""
+    for flag, values in (("--cells", cells), ("--seeds", seeds)):
+        if twice := sorted({str(v) for v in values if values.count(v) > 1}):  # one run would count as two
+            raise InputError(f"{flag} gives {', '.join(twice)} more than once; name each once")
     for cell in cells:
-        model = {**explicit.get("model", {}), "cell": cell}
-        run_config({"model": model, "train": explicit.get("train", {})})
+        run_config(run_settings(explicit, cell, seeds[0] if seeds else 0))
     for split in ("train", "valid", "test"):
         split_file(Path(data_dir), split)
     for flag, path in (("--treebank", yardsticks.treebank), ("--syneval-data", yardsticks.syneval_data),
                        ("--suites", yardsticks.suites)):  # fmt: skip
         if path is not None and not Path(path).exists():
             raise InputError(f"{flag} {path} does not exist; give the folder or file to measure every run on")
+
+
+#: What a study's folder holds besides its runs (``<cell>-seed<seed>``) and their logs: refused when anything else
+#: is there, since the folder would not be the study's to write into (docs/cli.md, "Outputs").
+STUDY_FILES = ("compare.json", "tables.md", "curves.png")
+_RUN_NAME = re.compile(r"[\w.+-]+-seed\d+(\.log)?")
+
+
+def check_study_folder(out: Path) -> None:
+    """``--out``: new, empty, or a study's (its runs, their logs, ``evals/`` and, with a ``compare.json`` of this
+    command, its tables and curves); a folder holding anything else is the user's, refused before any work."""
+    check_output_folder(out)
+    if not out.is_dir():
+        return
+    study = (json_dict(out / "compare.json") or {}).get("kind") == "lm-compare"
+    names = [n for n in os.listdir(out) if n != RunDir.LOCK and not LEFTOVER.fullmatch(n)]
+    ours = [n for n in names if n == "evals" or _RUN_NAME.fullmatch(n) or (study and n in STUDY_FILES)]
+    if others := sorted(set(names) - set(ours)):
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise InputError(
+            f"--out {out} holds files lm compare did not write ({shown}); choose a new or empty --out (a study's "
+            "folder holds its runs <cell>-seed<seed>, their logs, evals/, compare.json, tables.md and curves.png)"
+        )
+
+
+def check_runs(out: Path, explicit: dict, cells: list[str], seeds: list[int], data_dir: Path) -> None:
+    """Every run already in the study trained with its settings and text (else refused, naming the run and what
+    differs): a study neither counts a run trained otherwise nor trains over one. The budget and how a run runs
+    (``RUNTIME_FIELDS``) may differ: a larger budget trains a run further."""
+    text = None
+    for cell, seed in ((c, s) for s in seeds for c in cells):
+        run = RunDir(run_dir(out, cell, seed))
+        if not run.config_path.exists():  # not started, or stopped before its header: trained from step 0
+            continue
+        try:
+            header = run.read_config("lm", "a language-model run", "choose another --out")
+            _, clash = resume_settings(
+                header, run_sections, run_settings(explicit, cell, seed), RUNTIME_FIELDS, run.path
+            )
+        except CheckpointError as exc:
+            raise InputError(f"{first_line(exc)}") from None
+        if clash:
+            raise InputError(clash)
+        saved = (header.get("data") or {}).get("train_sha256")
+        text = text or sha256_file(split_file(data_dir, "train"))
+        if saved is not None and saved != text:
+            raise InputError(
+                f"{run.path} was trained on another training text than {data_dir}'s; give the study's --data-dir, "
+                "or choose another --out"
+            )
 
 
 def _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_only, log) -> StudyResult:
@@ -126,23 +199,43 @@ def _draw_curves(res: StudyResult, cells: list[str], seeds: list[int], log: Call
 
 
 def _job(out: Path, cell: str, seed: int, explicit: dict, data_dir: Path, jobs: int) -> Job | None:
-    """The job that trains one run (None when it is finished); a run folder already there is resumed."""
+    """The job that trains one run (None when it has ended under the study's budget); a run folder already there is
+    resumed with the study's settings (:func:`check_runs`: the same but for the budget and runtime fields)."""
     where = run_dir(out, cell, seed)
-    if _status(where) == "finished":
+    settings = run_settings(explicit, cell, seed)
+    if not _to_train(where, settings["train"]):
         return None
-    train = {**explicit.get("train", {}), "seed": seed}
-    train["threads"] = threads_per_job(train.get("threads"), jobs)
-    payload = {"run_dir": str(where), "data_dir": str(data_dir), "resume": where.exists()}
-    payload["explicit"] = {"model": {**explicit.get("model", {}), "cell": cell}, "train": train}
+    settings["train"]["threads"] = threads_per_job(settings["train"].get("threads"), jobs)
+    payload = {"run_dir": str(where), "data_dir": str(data_dir), "resume": where.exists(), "explicit": settings}
     return Job(f"{cell}, seed {seed}", where, where.exists(), "onlstm.lm.compare:train_job", payload, "onlstm lm train")
+
+
+def _to_train(where: Path, train: dict) -> bool:
+    """Whether the run in ``where`` trains under the study's ``train`` settings: not started or not ended yet, or
+    ended by a budget (epochs, max_steps, time_limit) that the study raises; a run ended by patience is final."""
+    result = _result(where)
+    if not isinstance(result, dict) or result.get("status") not in ("finished", "stopped"):
+        return True
+    why = result.get("stopped_by")
+    if why not in BUDGETS:
+        return False
+    saved = (RunDir(where).header().get("train") or {}).get(why)
+    new = train.get(why, saved)
+    return new is None or (saved is not None and new > saved)
+
+
+def _result(where: Path) -> dict | None:
+    try:
+        return RunDir(where).results()
+    except OnlstmError:  # damaged: its resumed training names the problem (a failed run in the tables)
+        return None
 
 
 def train_job(spec: dict) -> int:
     """A run's process: train (or resume) it; 0 when it ended, 130 when interrupted (resume file saved)."""
     from .train import train
 
-    explicit = spec["explicit"] if not spec["resume"] else {"train": {"threads": spec["explicit"]["train"]["threads"]}}
-    result = train(Path(spec["run_dir"]), Path(spec["data_dir"]), explicit, resume=spec["resume"])
+    result = train(Path(spec["run_dir"]), Path(spec["data_dir"]), spec["explicit"], resume=spec["resume"])
     return EXIT_INTERRUPTED if result.interrupted else 0
 
 
@@ -170,24 +263,42 @@ def measure(where: Path, evals: Path, yardsticks: Yardsticks, log: Callable[[str
     threads = ["--threads", str(yardsticks.threads)]
     cell = (run.header().get("model") or {}).get("cell")
     trees = cell in encoders.names() and encoders.has_distances(cell)  # trees need master gates
+    weights = sha256_file(run.weights("best"))  # the weights every command reads (--weights best)
     if yardsticks.treebank is not None and trees:
         for name, extra in (("wsj10", ["--wsj10"]), ("wsj", [])):
             args = ["parsing", "eval-parse", "--checkpoint", str(where), "--treebank", str(yardsticks.treebank)]
-            figures[name] = _parsing(_command(evals / f"{name}.json", [*args, *extra, "--json", *threads], log))
+            key = _inputs(name, extra, weights, yardsticks.treebank)
+            figures[name] = _parsing(_command(evals / f"{name}.json", [*args, *extra, "--json", *threads], key, log))
     syneval = ["syneval", "--checkpoint", str(where), "--json", "--no-progress", *threads]
     if yardsticks.syneval_data is not None:
-        args = [*syneval, "--data", str(yardsticks.syneval_data)]
-        figures["marvin_linzen"] = _cases(_command(evals / "marvin_linzen.json", args, log))
+        args, key = (
+            [*syneval, "--data", str(yardsticks.syneval_data)],
+            _inputs("ml", [], weights, yardsticks.syneval_data),
+        )
+        figures["marvin_linzen"] = _cases(_command(evals / "marvin_linzen.json", args, key, log))
     if yardsticks.suites is not None:
-        args = [*syneval, "--suite", str(yardsticks.suites)]
-        figures["syntaxgym"] = _suites(_command(evals / "syntaxgym.json", args, log))
+        args, key = [*syneval, "--suite", str(yardsticks.suites)], _inputs("sg", [], weights, yardsticks.suites)
+        figures["syntaxgym"] = _suites(_command(evals / "syntaxgym.json", args, key, log))
     return figures
 
 
-def _command(path: Path, args: list[str], log: Callable[[str], None]) -> dict:
-    """The JSON a command printed, kept in ``path`` (read back instead of running it again)."""
-    if path.is_file():
-        return read_json(path)
+def _inputs(name: str, flags: list[str], weights: str, data: Path) -> dict:
+    """What a measurement depends on: the measure, its flags, the run's weights and the bytes of the data it reads
+    (every file of a folder, by name), so that a kept measurement is reused only for the same inputs."""
+    root, digest = Path(data), hashlib.sha256()
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    for path in files:
+        digest.update(f"{path.relative_to(root) if root.is_dir() else path.name}\0{sha256_file(path)}\n".encode())
+    return {"measure": name, "flags": flags, "weights": weights, "data": digest.hexdigest()}
+
+
+def _command(path: Path, args: list[str], inputs: dict, log: Callable[[str], None]) -> dict:
+    """The JSON a command printed, kept in ``path`` with its ``inputs`` (:func:`_inputs`): read back instead of
+    running the command again while the inputs are the same, run again when they changed (another suite folder,
+    other weights) or the kept file is not such a record (an earlier version's)."""
+    kept = json_dict(path) or {}
+    if kept.get("inputs") == inputs and isinstance(kept.get("report"), dict):
+        return kept["report"]
     log(f"   onlstm {' '.join(args)}")
     done = subprocess.run([sys.executable, "-m", "onlstm", *args], capture_output=True, text=True)
     if done.returncode != 0:
@@ -195,7 +306,7 @@ def _command(path: Path, args: list[str], log: Callable[[str], None]) -> dict:
         raise InputError(f"onlstm {' '.join(args[:2])} failed (exit {done.returncode}): {why}")
     report = json.loads(done.stdout)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, report)
+    write_json(path, {"inputs": inputs, "report": report})
     return report
 
 
@@ -271,8 +382,8 @@ def tables(res: StudyResult, cells: list[str]) -> str:
     per_cell = {c: [measures(r["figures"]) for r in res.runs if r["cell"] == c] for c in cells}
     names = list(dict.fromkeys(n for rows in per_cell.values() for row in rows for n in row))
     first, *others = cells
-    head = "| measure | " + " | ".join(cells) + " | " + " | ".join(f"{first} - {o} (SE): verdict" for o in others)
-    lines = [head + " |", "|---" * (1 + len(cells) + len(others)) + "|"]
+    columns = ["measure", *cells, *(f"{first} - {o} (SE): verdict" for o in others)]
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for name in names:
         values = {c: [row[name][0] for row in rows if name in row and row[name][0] is not None]
                   for c, rows in per_cell.items()}  # fmt: skip

@@ -183,10 +183,20 @@ def run_config(given: dict, source: Path | str | None = None) -> RunConfig:
         raise ConfigError(f"{source or 'configuration'}: {e}") from None
 
 
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per model and training field (the value given overrides the config file)."""
-    add_flags(parser, LMConfig, "model", "model (override the config's model section)")
-    add_flags(parser, TrainConfig, "train", "training (override the config's train section)")
+def run_sections(header: dict) -> dict[str, dict]:
+    """A run's settings (its ``config.json``) as sections of checked values (the model's without vocab_size: the
+    text gives it)."""
+    model = {k: v for k, v in header["model"].items() if k != "vocab_size"}
+    return {"model": check_section(LMConfig, model, "model"), "train": TrainConfig.from_dict(header["train"]).to_dict()}
+
+
+def add_config_flags(parser: argparse.ArgumentParser, grid: bool = False) -> None:
+    """One flag per model and training field (the value given overrides the config file); ``grid``: less ``--cell``
+    and ``--seed``, which a grid of runs sets per run (``lm compare``'s ``--cells``, ``--seeds``)."""
+    add_flags(parser, LMConfig, "model", "model (override the config's model section)", skip=("cell",) if grid else ())
+    add_flags(
+        parser, TrainConfig, "train", "training (override the config's train section)", skip=("seed",) if grid else ()
+    )
 
 
 def train_command(config: dict) -> str | None:

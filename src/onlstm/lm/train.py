@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint import CheckpointError, config_header, load_weights
-from ..config import ConfigError, Real, check_section, count_option, field_defaults, option
+from ..config import ConfigError, Real, count_option, field_defaults, option
 from ..data.ptb import Corpus, load_corpus, split_file
 from ..data.reader import TextReader
 from ..data.vocab import Vocab
@@ -28,7 +28,7 @@ from ..runs import RunDir, RunDirError, StopRequest, resolve_device
 from ..runs.dist import DistContext
 from ..runs.engine import Check, Plan, Progress, Saved, TrainResult, train_run, update
 from ..runs.resume import checked
-from .config import RUNTIME_FIELDS, SECTIONS, RunConfig, TrainConfig, explicit_settings
+from .config import RUNTIME_FIELDS, SECTIONS, RunConfig, TrainConfig, explicit_settings, run_sections
 from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment, too_short
 from .evaluate import Interrupted, perplexity
 
@@ -126,14 +126,8 @@ def _assign(params: list[torch.Tensor], values: list[torch.Tensor]) -> None:
         p.copy_(v)
 
 
-def _sections(header: dict) -> dict[str, dict]:
-    """A run's settings as sections of checked values (the model's without vocab_size: the text gives it)."""
-    model = {k: v for k, v in header["model"].items() if k != "vocab_size"}
-    return {"model": check_section(LMConfig, model, "model"), "train": TrainConfig.from_dict(header["train"]).to_dict()}
-
-
 def _build(sections: dict[str, dict]) -> dict[str, Any]:
-    """The configs of checked sections (:func:`_sections`): the run's :class:`RunConfig` and its recipe."""
+    """The configs of checked sections (:func:`~onlstm.lm.config.run_sections`): the run's :class:`RunConfig` and its recipe."""
     config = RunConfig({**field_defaults(LMConfig), **sections["model"]}, TrainConfig.from_dict(sections["train"]))
     return {"model": config, "train": config.train}
 
@@ -489,7 +483,7 @@ def train(
     may already hold (the demo's corpus); ``trainer``: one made beforehand for these settings (hooks on its model).
     Returns the run's :class:`~onlstm.runs.engine.TrainResult` (also in ``results.json``); joins the process group
     under torchrun."""
-    given, parts = {name: (explicit or {}).get(name, {}) for name in SECTIONS}, (_sections, _build, RUNTIME_FIELDS)
+    given, parts = {name: (explicit or {}).get(name, {}) for name in SECTIONS}, (run_sections, _build, RUNTIME_FIELDS)
     plan = Plan("lm", "onlstm lm train", Path(run_dir), given, *parts, resume, keep, False, True, log, on_step)
     start = lambda run, settings, ctx: trainer or Trainer(run.path, data_dir, settings["model"], resume, ctx, log)
     return train_run(plan, start)
