@@ -263,7 +263,8 @@ def measure(where: Path, evals: Path, yardsticks: Yardsticks, log: Callable[[str
     threads = ["--threads", str(yardsticks.threads)]
     cell = (run.header().get("model") or {}).get("cell")
     trees = cell in encoders.names() and encoders.has_distances(cell)  # trees need master gates
-    weights = sha256_file(run.weights("best"))  # the weights every command reads (--weights best)
+    # the weights every command reads (--weights best, else the last: a run whose best file was deleted)
+    weights = next((sha256_file(p) for p in (run.weights("best"), run.weights("last")) if p.is_file()), "none")
     if yardsticks.treebank is not None and trees:
         for name, extra in (("wsj10", ["--wsj10"]), ("wsj", [])):
             args = ["parsing", "eval-parse", "--checkpoint", str(where), "--treebank", str(yardsticks.treebank)]
