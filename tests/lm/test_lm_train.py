@@ -158,6 +158,19 @@ def test_ctrl_c_during_validation_resumes_with_that_validation(tmp_path, corpus,
             assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / run, name))
 
 
+def test_a_finished_run_extended_by_an_epoch_equals_a_longer_run(tmp_path, corpus):
+    """A finished run resumed with more epochs (--resume --epochs 3) ends as a run given those epochs at the
+    start: the final test scores the best weights with a model of its own, whose building must leave the random
+    state the resume file keeps (dropout's draws in the next epoch) as training left it."""
+    s = settings(epochs=3)
+    train(tmp_path / "full", corpus, s, log=quiet)
+    assert train(tmp_path / "part", corpus, with_train(s, epochs=2), log=quiet).status == "finished"
+    assert train(tmp_path / "part", corpus, s, resume=True, log=quiet).status == "finished"
+    assert log_rows(tmp_path / "full") == log_rows(tmp_path / "part")
+    for name in ("model.last", "model.best", "resume"):
+        assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / "part", name))
+
+
 def test_time_limit_stops_with_a_resume_file_counts_every_session_and_resumes_exactly(
     tmp_path, corpus, monkeypatch, capsys
 ):
