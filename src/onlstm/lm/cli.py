@@ -150,13 +150,15 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
     import sys
 
     from ..data.vocab import EOS
-    from ..files import write_text
+    from ..files import check_output_file, write_text
     from ..models.language_model import load_language_model_run
     from ..runs import resolve_device, setup_torch
     from .evaluate import surprisal_table
 
-    if args.out is not None and args.out.exists() and not args.overwrite:
-        raise command_error(ValueError(f"{args.out} exists; choose another --out or pass --overwrite"))
+    if args.out is not None:  # checked before the scoring: a folder or an unwritable place would fail only after it
+        check_output_file(args.out, "--out")
+        if args.out.exists() and not args.overwrite:
+            raise command_error(ValueError(f"{args.out} exists; choose another --out or pass --overwrite"))
     sentences = _read_lines(args.file)
     runtime = runtime_settings(args, EvalRuntime)
     device = resolve_device(runtime.device)
