@@ -59,7 +59,9 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
     from ..runs import runtime_device
 
     cfg = Settings.resolve({"syneval": SynevalConfig}, args.config, args, experiment="syneval").build("syneval")
-    if (args.data is None) == (args.suite is None):
+    if args.data is None and args.suite is None:
+        raise SynevalDataError("nothing to evaluate on: give --data (minimal pairs) or --suite (SyntaxGym test suites)")
+    if args.data is not None and args.suite is not None:
         raise SynevalDataError("give either --data (minimal pairs) or --suite (SyntaxGym test suites), not both")
     if args.out:  # before any work: syneval writes only into a new or empty folder, or its own earlier output
         check_output_owner(args.out, OUTPUT_KIND, overwrite=args.overwrite)
