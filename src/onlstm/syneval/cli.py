@@ -57,8 +57,12 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
     per condition and in the paper's rows, with vocabulary coverage. Convention and formats: docs/syneval.md.
     """
     from ..runs import runtime_device
+    from ..saved import check_weights_choice
 
-    cfg = Settings.resolve({"syneval": SynevalConfig}, args.config, args, experiment="syneval").build("syneval")
+    settings = Settings.resolve({"syneval": SynevalConfig}, args.config, args, experiment="syneval")
+    cfg = settings.build("syneval")
+    for path in args.checkpoint:  # weights chosen (flag or file) for a --checkpoint that names one file: refused
+        check_weights_choice(path, settings.given["syneval"].get("weights"))
     if args.data is None and args.suite is None:
         raise SynevalDataError("nothing to evaluate on: give --data (minimal pairs) or --suite (SyntaxGym test suites)")
     if args.data is not None and args.suite is not None:
