@@ -93,9 +93,11 @@ def _cmd_export(args) -> int:
     # Hugging Face's layout, with a model card (docs/sharing.md). The run's kind (registered by its
     # experiment) opens the model and writes the command that reproduces its settings.
     from .runs import RunDir, find_kind
+    from .saved import check_weights_choice
     from .sharing import check_share_target
 
-    run, weights = RunDir.find(args.checkpoint, args.weights)
+    check_weights_choice(args.checkpoint, args.weights)
+    run, weights = RunDir.find(args.checkpoint, args.weights or "best")
     check_share_target(args.to, args.overwrite)  # before any work, in the command's own words (--to)
     kind = find_kind(run.read_config().get("kind"), "export", run.path)  # no header: read_config says so
     model = kind.model.from_pretrained(weights)
@@ -166,7 +168,10 @@ class PresetsArgs:
 class ExportArgs:
     checkpoint: str = option(help="the run directory (lm, demo or logic)")
     to: str = option(help="the directory to write (Hugging Face's layout)")
-    weights: str = option("best", "which weights of the run", choices=("best", "last"))
+    # no default value: a choice given explicitly is refused with a --checkpoint that names another weights file
+    weights: str | None = option(
+        None, "which weights of the run (default: best, or last while the run has no best)", choices=("best", "last")
+    )
     overwrite: bool = option(False, "replace --to even when it holds files of another kind")
 
 

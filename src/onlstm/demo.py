@@ -10,6 +10,7 @@ import shlex
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from .config import find_preset
@@ -24,6 +25,7 @@ from .parsing.induce import sentence_distances, trees_from_distances
 from .parsing.metrics import evaluate
 from .parsing.trees import to_brackets, unlabel
 from .runs import RunDir, RunDirError, TrainResult, check_output_folder
+from .saved import WeightsNote
 
 #: The corpus folder inside the demo's run directory (read by ``onlstm lm train --data-dir``).
 DATA = "data"
@@ -133,7 +135,9 @@ def run(cfg: DemoConfig, as_json: bool = False) -> dict:
 
 def _report(cfg: DemoConfig, out_dir: Path, trained: TrainResult, dev, test, as_json: bool) -> dict:
     """Parse with the run's weights, score, mark the run as the demo's and print the report."""
-    lm = load_language_model_run(out_dir)  # the best weights, or the last ones when no epoch ended
+    with warnings.catch_warnings():  # its report says itself when no epoch ended: the note would say it twice
+        warnings.simplefilter("ignore", WeightsNote)
+        lm = load_language_model_run(out_dir)  # the best weights, or the last ones when no epoch ended
     model, vocab = lm.model, lm.vocab
     scores = _score(cfg, model, vocab, dev, test, out_dir)
     # the demo's part of the header: parse_layer (1-based), the layer chosen on the development sentences, which

@@ -4,6 +4,7 @@ model it holds (:func:`load_run`). Below ``runs/``: a model is opened without th
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ import torch
 from torch import nn
 
 from .checkpoint import CheckpointError, load_weights, read_json
+from .errors import InputError, UserNote
 from .files import json_dict, write_json
 
 
@@ -47,8 +49,9 @@ class RunFiles:
 
     @classmethod
     def find(cls: type[_Files], path: str | Path, tag: str = "best") -> tuple[_Files, Path]:
-        """``(run, weights file)`` of ``path``: a run directory (``model.<tag>``, falling back to ``model.last``), a
-        shared model (``model.safetensors``) or a ``.safetensors`` file in either."""
+        """``(run, weights file)`` of ``path``: a run directory (``model.<tag>``, falling back to ``model.last`` with
+        a :class:`WeightsNote`), a shared model (``model.safetensors``) or a ``.safetensors`` file in either (used
+        whatever ``tag`` says: :func:`check_weights_choice` refuses a command's explicit choice for one)."""
         path = Path(path)
         if path.suffix == ".safetensors" and not path.is_dir():
             if not path.exists():
@@ -60,6 +63,8 @@ class RunFiles:
         names = [run.weights(tag), run.weights("last"), run.shared_weights_path]
         for weights in names:
             if weights.exists():
+                if weights == names[1] and tag != "last":
+                    _note_fallback(path, tag, weights)
                 return run, weights
         raise CheckpointError(
             f"{path} holds no {names[0].name}, {names[1].name} or {names[2].name}; "
@@ -87,6 +92,29 @@ class RunFiles:
     def header(self) -> dict:
         """``config.json``, {} when it cannot be read."""
         return json_dict(self.config_path) or {}
+
+
+class WeightsNote(UserNote):
+    """A run opened with other weights than asked: the best ones (the default) where the run has none yet."""
+
+
+def _note_fallback(path: Path, tag: str, used: Path) -> None:
+    # the scores a command prints are then the last weights', not the best ones it was asked for (by default)
+    why = " (no validation check yet)" if tag == "best" else ""
+    warnings.warn(WeightsNote(f"no {tag} weights in {path}{why}: using {used.name}"), stacklevel=3)
+
+
+def check_weights_choice(checkpoint: str | Path, tag: str | None, flag: str = "--weights") -> None:
+    """A command's ``flag tag`` (None: not given) with a ``--checkpoint`` that names one weights file of other
+    weights is refused: the flag chooses among a run directory's files, and the file given would be used without a
+    word. Called before any work; a file the choice names itself (``model.last.safetensors`` with ``last``) passes."""
+    path = Path(checkpoint)
+    if tag is None or path.suffix != ".safetensors" or path.is_dir() or path.name == RunFiles.WEIGHTS.format(tag=tag):
+        return
+    raise InputError(
+        f"{flag} {tag} chooses among a run directory's weights, but --checkpoint {path} is one weights file; give "
+        f"the run directory ({path.parent}) with {flag} {tag}, or the file without {flag}"
+    )
 
 
 @dataclass

@@ -158,6 +158,19 @@ def test_ctrl_c_during_validation_resumes_with_that_validation(tmp_path, corpus,
             assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / run, name))
 
 
+def test_a_finished_run_extended_by_an_epoch_equals_a_longer_run(tmp_path, corpus):
+    """A finished run resumed with more epochs (--resume --epochs 3) ends as a run given those epochs at the
+    start: the final test scores the best weights with a model of its own, whose building must leave the random
+    state the resume file keeps (dropout's draws in the next epoch) as training left it."""
+    s = settings(epochs=3)
+    train(tmp_path / "full", corpus, s, log=quiet)
+    assert train(tmp_path / "part", corpus, with_train(s, epochs=2), log=quiet).status == "finished"
+    assert train(tmp_path / "part", corpus, s, resume=True, log=quiet).status == "finished"
+    assert log_rows(tmp_path / "full") == log_rows(tmp_path / "part")
+    for name in ("model.last", "model.best", "resume"):
+        assert_same_tensors(tensors(tmp_path / "full", name), tensors(tmp_path / "part", name))
+
+
 def test_time_limit_stops_with_a_resume_file_counts_every_session_and_resumes_exactly(
     tmp_path, corpus, monkeypatch, capsys
 ):
@@ -452,6 +465,62 @@ def test_eval_command_matches_the_final_test(finished_run, corpus, capsys):
     )  # data dir recorded in the run
     text = capsys.readouterr().out
     assert f"{results['valid']['ppl']:.2f}" in text
+
+
+@pytest.fixture(scope="module")
+def run_without_best(tmp_path_factory, corpus) -> Path:
+    """A run stopped before its first validation: model.last, no model.best."""
+    run = tmp_path_factory.mktemp("stopped") / "run"
+    assert train(run, corpus, with_train(settings(), max_steps=3), log=quiet).status == "stopped"
+    assert (run / "model.last.safetensors").exists() and not (run / "model.best.safetensors").exists()
+    (run.parent / "s.txt").write_text("the cat sat\n")
+    return run
+
+
+OPENING = {  # the commands that open a run by its best weights by default, as argv for a run and a sentence file
+    "lm eval": lambda run, text: ["lm", "eval", "--checkpoint", str(run), "--bptt", "8"],
+    "lm surprisal": lambda run, text: ["lm", "surprisal", "--checkpoint", str(run), str(text)],
+    "parsing parse": lambda run, text: ["parsing", "parse", "--checkpoint", str(run), str(text)],
+    "syneval": lambda run, text: ["syneval", "--checkpoint", str(run), "--data", str(text.parent / "pairs.tsv")],
+}
+
+
+@pytest.mark.parametrize("command", list(OPENING))
+def test_a_run_without_best_weights_is_opened_with_its_last_ones_and_says_so(run_without_best, capsys, command):
+    """Asked (by default) for the best weights of a run that has none yet, a command uses model.last and says so
+    in one line of stderr: its scores are not the best weights'. Asked for the last ones, nothing to say."""
+    text = run_without_best.parent / "s.txt"
+    (text.parent / "pairs.tsv").write_text("simple_agrmt\tthe cat sat\tthe cat sat on\n")
+    argv = OPENING[command](run_without_best, text)
+    assert main(argv) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
+    why = "(no validation check yet): using model.last.safetensors"
+    assert notes == [f"onlstm {command}: note: no best weights in {run_without_best} {why}"]
+    if command != "parsing parse":  # it has no --weights
+        assert main([*argv, "--weights", "last"]) == 0
+        assert "note:" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["lm eval", "lm surprisal", "syneval", "export"])
+def test_weights_chosen_for_a_checkpoint_naming_other_weights_are_refused(finished_run, tmp_path, capsys, command):
+    """--weights chooses among a run directory's weights: with a --checkpoint that names one file of other weights
+    it was ignored without a word; it is refused in one line before any work. The file it names itself passes."""
+    best, text = finished_run / "model.best.safetensors", tmp_path / "s.txt"
+    text.write_text("the cat sat\n")
+    (tmp_path / "pairs.tsv").write_text("simple_agrmt\tthe cat sat\tthe cat sat on\n")
+    argv = {"export": lambda run, _: ["export", "--checkpoint", str(run), "--to", str(tmp_path / "shared")]}.get(
+        command, OPENING.get(command)
+    )(best, text)
+    assert main([*argv, "--weights", "last"]) == 2
+    err = capsys.readouterr().err
+    expected = (
+        f"--weights last chooses among a run directory's weights, but --checkpoint {best} is one weights file; "
+        f"give the run directory ({finished_run}) with --weights last, or the file without --weights"
+    )
+    assert err.count("\n") == 1 and expected in err
+    assert not (tmp_path / "shared").exists()
+    assert main([*argv, "--weights", "best"]) == 0
+    assert main(argv) == 0
 
 
 def test_existing_run_needs_resume(finished_run, corpus, capsys):

@@ -86,6 +86,23 @@ def test_an_existing_output_is_kept_without_overwrite(tmp_path, capsys):
     assert main([*args, "--overwrite"]) == 0 and out.read_text().startswith("sentence_id\t")
 
 
+def test_a_folder_as_output_is_refused_before_any_scoring(tmp_path, capsys, monkeypatch):
+    """--out naming a folder: exit 2 with one line naming it, with or without --overwrite, before the model is
+    loaded (it once failed only after scoring everything, with exit 4, meant for a disk that refuses a write)."""
+    import onlstm.models.language_model as language_model
+
+    tiny().save_pretrained(tmp_path / "model")
+    (tmp_path / "s.txt").write_text("the cat\n")
+    (tmp_path / "folder").mkdir()
+    monkeypatch.setattr(language_model, "load_language_model_run", lambda *a, **k: pytest.fail("the model was read"))
+    args = ["lm", "surprisal", "--checkpoint", str(tmp_path / "model"), str(tmp_path / "s.txt")]
+    for overwrite in ([], ["--overwrite"]):
+        assert main([*args, "--out", str(tmp_path / "folder"), *overwrite]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and f"--out {tmp_path / 'folder'} is a directory; give a file name" in err
+    assert list((tmp_path / "folder").iterdir()) == []
+
+
 def test_a_string_is_one_sentence():
     model = tiny()
     (one,) = model.surprisals("the cat sat on a mat")

@@ -90,3 +90,18 @@ def test_the_no_data_hint_never_suggests_writing_into_a_folder_of_other_files(tm
     (tmp_path / "empty").mkdir()
     assert main(["logic", "train", "--data", str(tmp_path / "empty"), "--out", str(tmp_path / "run"), *RUN]) == 2
     assert f"onlstm logic generate --out {tmp_path / 'empty'}`" in capsys.readouterr().err
+
+
+def test_a_tag_chosen_for_a_checkpoint_naming_other_weights_is_refused(train_files_only, tmp_path, capsys):
+    """logic eval's --tag, as lm eval's --weights, chooses among a run directory's weights: with a --checkpoint
+    that names one file of other weights it is refused in one line, not ignored; the file it names itself passes."""
+    out = tmp_path / "run"
+    assert main(["logic", "train", "--data", str(train_files_only), "--out", str(out), *RUN]) == 0
+    best = out / "model.best.safetensors"
+    argv = ["logic", "eval", "--checkpoint", str(best), "--data", str(train_files_only), "--split", "valid"]
+    capsys.readouterr()
+    assert main([*argv, "--tag", "last"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"--tag last chooses among a run directory's weights, but --checkpoint {best} is one weights file" in err
+    assert main([*argv, "--tag", "best"]) == 0 and main(argv) == 0

@@ -291,8 +291,10 @@ def test_demo_goes_on_after_ctrl_c_and_replaces_an_earlier_demo(tmp_path, capsys
 
     monkeypatch.setattr(lm_train.Trainer, "train_step", step_then_ctrl_c)
     assert main(["demo", "--seconds", "600", "--out", str(out), *DEMO_SMALL]) == 0
-    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    printed = capsys.readouterr()
+    res = json.loads(printed.out.strip().splitlines()[-1])
     assert (res["train"]["stopped_by"], res["train"]["steps"]) == ("interrupted", 1)
+    assert "no best weights" not in printed.err  # the report says which weights; no note says it again
     # no epoch ended in this run: the weights at the stop, not the earlier demo's best ones
     assert res["train"]["weights"] == "model.last.safetensors" and not (out / "model.best.safetensors").exists()
     assert len((out / "test_pred.txt").read_text().splitlines()) == res["test_sentences"]

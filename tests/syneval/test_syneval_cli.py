@@ -112,6 +112,21 @@ def test_bad_data_is_one_line_and_exit_2(runs, tmp_path, capsys, content, expect
     assert pytest.importorskip("re").search(expected, err)
 
 
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ([], "nothing to evaluate on: give --data (minimal pairs) or --suite (SyntaxGym test suites)"),
+        (["--data", "pairs.tsv", "--suite", "suite.json"], "give either --data (minimal pairs) or --suite"),
+    ],
+)
+def test_data_or_suite_is_asked_for_by_what_is_wrong(tmp_path, capsys, given, expected):
+    """Neither --data nor --suite is not "not both": each case has its own line, before any file is read."""
+    assert main(["syneval", "--checkpoint", str(tmp_path / "nothing"), *given]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err
+    assert ("not both" in err) == bool(given)
+
+
 def test_a_checkpoint_of_another_kind_is_refused(tmp_path, capsys):
     (tmp_path / "sample.tsv").write_text(SAMPLE)
     assert main(["syneval", "--checkpoint", str(tmp_path / "nothing"), "--data", str(tmp_path / "sample.tsv")]) == 2

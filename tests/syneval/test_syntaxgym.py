@@ -4,6 +4,7 @@ known answers under an injected surprisal function, malformed suites and formula
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -322,6 +323,38 @@ def test_the_published_suites_on_a_small_ptb_model(tmp_path, capsys):
 def test_malformed_suites_are_refused(tmp_path, change, message):
     with pytest.raises(SynevalDataError, match=message):
         read_suite(write(tmp_path, suite_dict(**change)))
+
+
+def _damaged(where: str) -> dict:
+    """The hand-made suite with one part missing or of the wrong kind."""
+    s = suite_dict()
+    if where == "no meta":
+        del s["meta"]
+    elif where == "item_number":
+        s["items"][0]["item_number"] = 1.5
+    else:  # a region's content that is no text
+        s["items"][0]["conditions"][0]["regions"][1]["content"] = {"content 5": 5, "content null": None}[where]
+    return s
+
+
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("no meta", "suite.json: no meta; is it a SyntaxGym test suite"),
+        ("item_number", "suite.json: item_number must be a whole number such as 3, got 1.5;"),
+        ("content 5", "suite.json item 1 condition 'match': region 2's content must be a string (its text), got 5;"),
+        ("content null", "condition 'match': region 2's content must be a string (its text), got None;"),
+    ],
+)
+def test_a_damaged_part_is_named_for_what_is_wrong_with_it(tmp_path, capsys, where, message):
+    """Not "is not a number" for 1.5 nor "a region is not an object" for a region whose text is no string; a
+    suite without meta is refused as docs/syneval.md says (the published suites all have it)."""
+    path = write(tmp_path, _damaged(where))
+    with pytest.raises(SynevalDataError, match=re.escape(message)):
+        read_suite(path)
+    assert main(["syneval", "--checkpoint", str(tmp_path / "never read"), "--suite", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
 
 
 def test_duplicate_items_and_broken_json_are_refused(tmp_path):

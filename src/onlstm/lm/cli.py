@@ -12,6 +12,8 @@ from ..files import json_text, read_stdin_text, read_text, split_lines
 from .config import EvalRuntime, add_config_flags
 
 WEIGHTS = ("best", "last")
+# no default value: a choice given explicitly is refused with a --checkpoint that names another weights file
+WEIGHTS_HELP = "which weights of a run directory (default: best, or last while the run has no best)"
 
 
 @dataclass(kw_only=True)
@@ -36,7 +38,7 @@ class EvalArgs:
     protocol: str = option("paper", choices=("paper", "batched", "both"))
     batch_size: int = option(10, "columns of the batched protocol", ge=1)
     bptt: int = option(70, "segment length", ge=1)
-    weights: str = option("best", "which weights of the run", choices=WEIGHTS)
+    weights: str | None = option(None, WEIGHTS_HELP, choices=WEIGHTS)
     oov: str | None = option(
         None, "words outside the vocabulary (default: the run's own)", choices=("auto", "error", "unk")
     )
@@ -53,7 +55,7 @@ class SurprisalArgs:
     out: Path | None = option(None, "the TSV to write (default: standard output); an existing file needs --overwrite")
     overwrite: bool = option(False, "replace an existing --out file")
     batch_size: int = option(2048, "sentences per prefix tree", ge=1)
-    weights: str = option("best", "which weights of a run", choices=WEIGHTS)
+    weights: str | None = option(None, WEIGHTS_HELP, choices=WEIGHTS)
 
 
 @dataclass(kw_only=True)
@@ -150,17 +152,21 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
     import sys
 
     from ..data.vocab import EOS
-    from ..files import write_text
+    from ..files import check_output_file, write_text
     from ..models.language_model import load_language_model_run
     from ..runs import resolve_device, setup_torch
+    from ..saved import check_weights_choice
     from .evaluate import surprisal_table
 
-    if args.out is not None and args.out.exists() and not args.overwrite:
-        raise command_error(ValueError(f"{args.out} exists; choose another --out or pass --overwrite"))
+    if args.out is not None:  # checked before the scoring: a folder or an unwritable place would fail only after it
+        check_output_file(args.out, "--out")
+        if args.out.exists() and not args.overwrite:
+            raise command_error(ValueError(f"{args.out} exists; choose another --out or pass --overwrite"))
+    check_weights_choice(args.checkpoint, args.weights)
     sentences = _read_lines(args.file)
     runtime = runtime_settings(args, EvalRuntime)
     device = resolve_device(runtime.device)
-    run = load_language_model_run(args.checkpoint, args.weights, device, reads_sentences=True)
+    run = load_language_model_run(args.checkpoint, args.weights or "best", device, reads_sentences=True)
     setup_torch(run_threads(run.config) if runtime.threads is None else runtime.threads)
     try:
         words = [s.split() for s in sentences] if args.pretokenized else run.model.words(sentences, allow_empty=True)
@@ -196,12 +202,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from ..data.ptb import encode_split, split_file
     from ..models.language_model import load_language_model_run
     from ..runs import resolve_device, setup_torch
+    from ..saved import check_weights_choice
     from .evaluate import perplexity
 
     try:
+        check_weights_choice(args.checkpoint, args.weights)
         runtime = runtime_settings(args, EvalRuntime)
         device = resolve_device(runtime.device)
-        run = load_language_model_run(args.checkpoint, args.weights, device, reads_sentences=True)
+        run = load_language_model_run(args.checkpoint, args.weights or "best", device, reads_sentences=True)
         setup_torch(run_threads(run.config) if runtime.threads is None else runtime.threads)
         data = run.config.get("data", {})
         if not (data_dir := args.data_dir or data.get("data_dir")):

@@ -419,8 +419,12 @@ class Trainer:
 
     def _final_test(self) -> str:
         """Score the best weights on the first process; every process learns whether that was interrupted."""
-        outcome = {"status": "finished"}
-        self.ctx.main_writes(lambda: outcome.update(status=self._score_best()))
+        outcome, dev = {"status": "finished"}, self.ctx.device
+        # the scoring model's random initialisation would advance the random state the resume file then keeps:
+        # a finished run extended by more epochs (--resume --epochs N) would draw other dropout masks than a run
+        # given those epochs from the start, so the scoring draws from a copy of the state
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+            self.ctx.main_writes(lambda: outcome.update(status=self._score_best()))
         status = "interrupted" if self.ctx.any(outcome["status"] == "interrupted") else "finished"
         if status == "finished":
             self.engine.save_state()

@@ -18,6 +18,7 @@ from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, command_error
 from ..files import add_files, check_output_owner, json_text, publish_folder
 from ..nn import Distances
 from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
+from ..saved import check_weights_choice
 from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig, resolve
 from .data import Example, has_split, read_examples, relabel_mismatches, validation_examples, write_file
 from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
@@ -368,8 +369,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _model_and_pairs(args: argparse.Namespace):
     """``eval``'s and ``trees``' settings, the lengths, the classifier and its header, and the pairs they read."""
     try:
-        opts = Settings.resolve({"eval": EvalSettings}, flags=args).build("eval")
+        settings = Settings.resolve({"eval": EvalSettings}, flags=args)
+        opts = settings.build("eval")
         lengths = parse_buckets(opts.lengths)
+        check_weights_choice(args.checkpoint, settings.given["eval"].get("tag"), "--tag")
         model, header = load_classifier(args.checkpoint, opts.tag, runtime_device(opts))
         if opts.split == "valid":
             if not isinstance(header.get("train"), dict):

@@ -57,9 +57,15 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
     per condition and in the paper's rows, with vocabulary coverage. Convention and formats: docs/syneval.md.
     """
     from ..runs import runtime_device
+    from ..saved import check_weights_choice
 
-    cfg = Settings.resolve({"syneval": SynevalConfig}, args.config, args, experiment="syneval").build("syneval")
-    if (args.data is None) == (args.suite is None):
+    settings = Settings.resolve({"syneval": SynevalConfig}, args.config, args, experiment="syneval")
+    cfg = settings.build("syneval")
+    for path in args.checkpoint:  # weights chosen (flag or file) for a --checkpoint that names one file: refused
+        check_weights_choice(path, settings.given["syneval"].get("weights"))
+    if args.data is None and args.suite is None:
+        raise SynevalDataError("nothing to evaluate on: give --data (minimal pairs) or --suite (SyntaxGym test suites)")
+    if args.data is not None and args.suite is not None:
         raise SynevalDataError("give either --data (minimal pairs) or --suite (SyntaxGym test suites), not both")
     if args.out:  # before any work: syneval writes only into a new or empty folder, or its own earlier output
         check_output_owner(args.out, OUTPUT_KIND, overwrite=args.overwrite)

@@ -263,8 +263,9 @@ def _prediction(entry, where: str) -> Prediction:
 def _item(entry, where: str, regions: dict[int, str]) -> tuple[int, dict[str, list[tuple[int, str]]]]:
     _need(isinstance(entry, dict) and isinstance(entry.get("conditions"), list), where, "an item without conditions")
     number, conditions = entry.get("item_number"), {}
+    # a float (1.5, or 2.0) is a number but names no item: said as such, not "not a number"
     _need(isinstance(number, (int, str)) and not isinstance(number, bool), where,
-          f"item_number {quote(number, 40)} is not a number")  # fmt: skip
+          f"item_number must be a whole number such as 3, got {quote(number, 40)}")  # fmt: skip
     for cond in entry["conditions"]:
         _need(
             isinstance(cond, dict) and isinstance(cond.get("condition_name"), str), where, "a condition without a name"
@@ -273,15 +274,21 @@ def _item(entry, where: str, regions: dict[int, str]) -> tuple[int, dict[str, li
         _need(name not in conditions, at, "the condition appears twice")
         rows = cond.get("regions")
         _need(isinstance(rows, list) and bool(rows), at, "no regions")
-        parsed = []
-        for r in rows:
-            _need(isinstance(r, dict) and isinstance(r.get("content", ""), str), at, "a region is not an object")
-            n = r.get("region_number")
-            _need(isinstance(n, int) and n in regions, at, f"region {quote(n, 40)} is not in region_meta")
-            parsed.append((int(r["region_number"]), r.get("content", "")))
+        parsed = [_region(r, at, regions) for r in rows]
         _need(len({n for n, _ in parsed}) == len(parsed), at, "a region number appears twice")
         conditions[name] = sorted(parsed)
     return number, conditions
+
+
+def _region(entry, where: str, regions: dict[int, str]) -> tuple[int, str]:
+    """A region's number and text; a region without ``content`` is empty, as SyntaxGym's own reader has it."""
+    _need(isinstance(entry, dict), where, "a region is not an object")
+    n, content = entry.get("region_number"), entry.get("content", "")
+    _need(isinstance(n, int) and n in regions, where, f"region {quote(n, 40)} is not in region_meta")
+    _need(
+        isinstance(content, str), where, f"region {n}'s content must be a string (its text), got {quote(content, 40)}"
+    )
+    return int(n), content
 
 
 def read_suite(path: str | Path) -> Suite:
@@ -298,7 +305,9 @@ def read_suite(path: str | Path) -> Suite:
     where = str(path)
     _check_text(data, where)
     _need(isinstance(data, dict), where, "not a JSON object")
-    meta = data.get("meta") or {}
+    # the published suites all have meta, and SyntaxGym's reader needs it; its name and metric have defaults
+    _need("meta" in data, where, "no meta")
+    meta = data["meta"]
     _need(isinstance(meta, dict), where, "meta is not an object")
     metric = meta.get("metric", "sum")
     _need(
