@@ -61,6 +61,11 @@ class RunFiles:
             raise CheckpointError(f"{path} is neither a run directory nor a .safetensors file")
         run = cls(path)
         names = [run.weights(tag), run.weights("last"), run.shared_weights_path]
+        if tag not in ("best", "last") and not names[0].exists():  # a name the user chose: never another's weights
+            held = sorted(p.name for p in path.glob("model*.safetensors"))
+            raise CheckpointError(
+                f"{path} holds no {names[0].name} (weights {tag!r}); it holds {', '.join(held) or 'no weights'}"
+            )
         for weights in names:
             if weights.exists():
                 if weights == names[1] and tag != "last":

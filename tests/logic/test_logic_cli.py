@@ -105,3 +105,16 @@ def test_a_tag_chosen_for_a_checkpoint_naming_other_weights_is_refused(train_fil
     assert err.count("\n") == 1
     assert f"--tag last chooses among a run directory's weights, but --checkpoint {best} is one weights file" in err
     assert main([*argv, "--tag", "best"]) == 0 and main(argv) == 0
+
+
+def test_a_tag_the_run_does_not_hold_is_refused(train_files_only, tmp_path, capsys):
+    """--tag NAME names one weights file of the run: a name it does not hold is refused, never scored with the last
+    weights (the audit found `--tag nonexist` print the last weights' accuracy); only the default best falls back."""
+    out = tmp_path / "run"
+    assert main(["logic", "train", "--data", str(train_files_only), "--out", str(out), *RUN]) == 0
+    argv = ["logic", "eval", "--checkpoint", str(out), "--data", str(train_files_only), "--split", "valid"]
+    capsys.readouterr()
+    assert main([*argv, "--tag", "nonexist"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no model.nonexist.safetensors (weights 'nonexist'); it holds" in err
+    assert "model.last.safetensors" in err
