@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -243,3 +244,169 @@ def test_a_logic_resume_file_without_the_history_goes_on_from_history_json(logic
     argv = ["logic", "train", "--data", str(data), "--out", str(run), *LOGIC, "--resume", "--max-steps", "8"]
     assert main(argv) == 0
     assert json.loads((run / "history.json").read_text())[: len(history)] == history
+
+
+# --------------------------------------------------------------------------- the optimizer's and the model's tensors
+
+
+def edit_tensors(path: Path, change) -> None:
+    """``change(tensors, optimizer)`` edits the file's tensors and its optimizer record (dicts, in place)."""
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata()
+    tensors, optimizer = load_file(str(path)), json.loads(meta["optimizer"])
+    change(tensors, optimizer)
+    save_file(tensors, str(path), metadata={**meta, "optimizer": json.dumps(optimizer)})
+
+
+def drop_state(of: int, record: bool = True):
+    """Every optimizer tensor of parameter ``of`` removed; without ``record`` the list of parameters with state
+    too (a file written before it was recorded)."""
+
+    def change(tensors, optimizer):
+        for key in [k for k in tensors if k.startswith(f"optim.{of}.")]:
+            del tensors[key]
+        if not record:
+            del optimizer["stateful"]
+
+    return change
+
+
+def damages(name: str) -> dict:
+    """The damages of a resume file that hold parameter 0's ``name`` (a tensor of the parameter's shape)."""
+    return {
+        "a missing tensor": (lambda t, o: t.pop(f"optim.0.{name}"), f"optim.0.{name} is missing"),
+        "a wrong shape": (lambda t, o: t.update({f"optim.0.{name}": torch.zeros(2)}), f"optim.0.{name} has shape (2,)"),
+        "all state of a parameter": (drop_state(0), "optim.0."),
+        "all state of a parameter, no record": (drop_state(0, record=False), "optim.0."),
+        "a tensor of no parameter": (lambda t, o: t.update({"optim.99.x": torch.zeros(1)}), "optim.99.x"),
+        "a tensor the optimizer does not keep": (lambda t, o: t.update({"optim.0.x": torch.zeros(1)}), "optim.0.x"),
+    }
+
+
+@pytest.fixture(scope="module")
+def lm_momentum_run(corpus, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("lm-momentum") / "run"
+    assert main(lm(corpus, run, "--momentum", "0.9", "--max-steps", "3")) == 0
+    return run
+
+
+@pytest.mark.parametrize("case", list(damages("x")))
+@pytest.mark.parametrize("trainer", ["logic", "lm"])
+def test_resume_refuses_damaged_optimizer_state(corpus, logic_run, lm_momentum_run, tmp_path, capsys, trainer, case):
+    """Adam (logic) and SGD with momentum (lm): a missing, misshapen or foreign optimizer tensor, or a parameter's
+    state gone whole, is one line naming the file, the tensor and the fix (it was a KeyError's or a RuntimeError's
+    traceback, or silently resumed without it), the run's files as they were."""
+    data, whole = logic_run
+    run = shutil.copytree(whole if trainer == "logic" else lm_momentum_run, tmp_path / "run")
+    change, words = damages("exp_avg" if trainer == "logic" else "momentum_buffer")[case]
+    edit_tensors(run / "resume.safetensors", change)
+    before = snapshot(run)
+    if trainer == "lm":
+        argv = lm(corpus, run, "--momentum", "0.9", "--resume", "--max-steps", "6")
+    else:
+        argv = ["logic", "train", "--data", str(data), "--out", str(run), *LOGIC, "--resume", "--max-steps", "8"]
+    refused(capsys, argv, "resume.safetensors is damaged or was edited", words, "train again without --resume")
+    assert snapshot(run) == before
+
+
+MODEL_DAMAGES = {
+    "a missing weight": lambda t, o: t.pop(next(k for k in t if k.startswith("model."))),
+    "a wrong shape": lambda t, o: t.update({k: v[:1] for k, v in t.items() if k.startswith("model.")}),
+}
+
+
+@pytest.mark.parametrize("case", MODEL_DAMAGES)
+def test_logic_resume_refuses_damaged_weights(logic_run, tmp_path, capsys, case):
+    """The weights (model.*) are checked before anything is loaded too (assign_weights): one line, exit 2."""
+    data, whole = logic_run
+    run = shutil.copytree(whole, tmp_path / "run")
+    edit_tensors(run / "resume.safetensors", MODEL_DAMAGES[case])
+    before = snapshot(run)
+    argv = ["logic", "train", "--data", str(data), "--out", str(run), *LOGIC, "--resume", "--max-steps", "8"]
+    refused(capsys, argv, "resume.safetensors (model) does not fit this model")
+    assert snapshot(run) == before
+
+
+def _optimizers() -> dict:
+    """The trainers' optimizers, each with the name of a state tensor of the parameter's shape (None: none kept)."""
+    from onlstm.lm.config import TrainConfig
+    from onlstm.lm.train import make_optimizer
+
+    lm_cfg = TrainConfig(lr=0.5, momentum=0.9)
+    return {
+        "lm sgd": (lambda p: make_optimizer(p, TrainConfig(lr=0.5)), None),
+        "lm sgd with momentum": (lambda p: make_optimizer(p, lm_cfg), "momentum_buffer"),
+        "lm asgd": (lambda p: make_optimizer(p, lm_cfg, averaging=True), "ax"),
+        "lm adam": (lambda p: make_optimizer(p, TrainConfig(lr=0.5, optimizer="adam")), "exp_avg"),
+        "adam with amsgrad": (lambda p: torch.optim.Adam(p, lr=0.1, amsgrad=True), "max_exp_avg_sq"),
+    }
+
+
+def _steps(model, opt, n: int) -> None:
+    for _ in range(n):
+        opt.zero_grad()
+        (model(torch.ones(4, 3)) + torch.randn(4, 2)).pow(2).mean().backward()
+        opt.step()
+
+
+def _saved(tmp_path: Path, make, steps: int = 2, then: int = 0):
+    """A model and its optimizer after ``steps`` steps (and ``then`` more, uninterrupted), the resume file written
+    between them read back, and a fresh model and optimizer (another process: other weights and random state)."""
+    from onlstm.runs import read_training, save_training
+    from onlstm.runs.engine import Progress
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    opt = make(model.parameters())
+    _steps(model, opt, steps)
+    path = tmp_path / "resume.safetensors"
+    save_training(path, "toy", Progress(step=steps), model, opt, torch.device("cpu"))
+    _, tensors, meta = read_training(path, "toy")
+    _steps(model, opt, then)
+    torch.manual_seed(1)
+    fresh = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    return path, model, opt, tensors, meta["optimizer"], fresh, make(fresh.parameters())
+
+
+@pytest.mark.parametrize("which", list(_optimizers()))
+def test_every_trainer_optimizer_resumes_exactly_and_from_before_its_first_step(tmp_path, which):
+    from onlstm.runs import restore_training
+
+    make, _ = _optimizers()[which]
+    path, model, _, tensors, optimizer, fresh, fresh_opt = _saved(tmp_path, make, then=2)
+    restore_training(path, tensors, optimizer, fresh, fresh_opt, torch.device("cpu"))
+    _steps(fresh, fresh_opt, 2)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
+    # a file of an optimizer without state yet, and one written before the parameters with state were recorded
+    path, _, _, tensors, optimizer, fresh, fresh_opt = _saved(tmp_path, make, steps=0)
+    assert optimizer["stateful"] == [] and not [k for k in tensors if k.startswith("optim.")]
+    restore_training(path, tensors, optimizer, fresh, fresh_opt, torch.device("cpu"))
+    path, _, _, tensors, optimizer, fresh, fresh_opt = _saved(tmp_path, make)
+    del optimizer["stateful"]
+    restore_training(path, tensors, optimizer, fresh, fresh_opt, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("case", list(damages("x")))
+@pytest.mark.parametrize("which", list(_optimizers()))
+def test_every_trainer_optimizer_refuses_damaged_state(tmp_path, which, case):
+    """The API's side of the CLI test above, for each optimizer the trainers use (the expected state is asked of
+    the optimizer itself): a CheckpointError naming the file, the tensor and the fix, nothing loaded."""
+    from onlstm.checkpoint import CheckpointError
+    from onlstm.runs import restore_training
+
+    make, name = _optimizers()[which]
+    path, _, _, tensors, optimizer, fresh, fresh_opt = _saved(tmp_path, make)
+    if name is None:  # plain SGD keeps no state: any optimizer tensor is foreign
+        change, words = (lambda t, o: t.update({"optim.0.momentum_buffer": torch.zeros(5, 3)}), "optim.0.")
+    else:
+        change, words = damages(name)[case]
+    change(tensors, optimizer)
+    weights = [p.detach().clone() for p in fresh.parameters()]
+    with pytest.raises(CheckpointError) as err:
+        restore_training(path, tensors, optimizer, fresh, fresh_opt, torch.device("cpu"))
+    message = str(err.value)
+    assert message.startswith(f"{path} is damaged or was edited: ") and "\n" not in message
+    assert words in message and message.endswith(
+        "train again without --resume (into a new --out, or after removing this one)"
+    )
+    assert all(torch.equal(a, b) for a, b in zip(weights, fresh.parameters())) and not fresh_opt.state
