@@ -77,6 +77,25 @@ def test_logic_mix_counts_a_file_written_by_hand(tmp_path):
     assert "not-share=0.333" in row and "smaller-side 0/1=1.00/0.00" in row
 
 
+def test_logic_mix_reads_file_0_and_one_length_and_refuses_bad_lengths_in_one_line(tmp_path, capsys):
+    """train0 holds pairs of bare variables (no operator: no 'not' share, it was a ZeroDivisionError); one file
+    number alone is a span of one (it was a ValueError's traceback); bad lengths are one line, status 2."""
+    mix = load_example(REPO / "examples" / "logic_mix.py")
+    (tmp_path / "train0").write_text("#\ta\tb\n=\tc\tc\n")
+    (tmp_path / "train5").write_text("#\t( not ( not ( not ( not ( not a ) ) ) ) )\tb\n")
+    assert mix.main([str(tmp_path), "train", "0-6"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].startswith("train0: n=2 ") and "not-share=n/a" in rows[0] and rows[1].startswith("train5: n=1 ")
+    assert mix.main([str(tmp_path), "train", "5"]) == 0
+    assert capsys.readouterr().out.startswith("train5: n=1 ") and "not-share=1.000" in rows[1]
+    for bad in ("x", "6-1", "-3", "1-"):
+        assert mix.main([str(tmp_path), "train", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "give first-last file numbers, e.g. 1-6, or one, e.g. 5" in err, err
+    assert mix.main([str(tmp_path), "test", "1-6"]) == 2  # no test files: the reader's one line
+    assert capsys.readouterr().err.startswith("logic_mix.py: ")
+
+
 def test_copy_task_fits_in_150_lines():
     """Issue #47's claim: a third trainer on the engine takes at most 150 lines, its docstring included."""
     assert len(COPY_TASK.read_text(encoding="utf-8").splitlines()) <= 150

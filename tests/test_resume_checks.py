@@ -85,6 +85,37 @@ def test_a_run_without_a_fingerprint_resumes_with_a_warning(corpus, lm_run, tmp_
     assert "records no fingerprint of its training text" in capsys.readouterr().out
 
 
+def logic(data: Path, run: Path, *extra: str) -> list[str]:
+    return ["logic", "train", "--data", str(data), "--out", str(run), *LOGIC, *extra]
+
+
+def test_logic_resume_on_other_training_files_of_the_same_names_is_refused(logic_run, tmp_path, capsys):
+    """The data folder generated again with another seed has the same file names and sizes of pairs: resumed, the
+    run would go on silently with other batches and another validation hold-out. Its files' fingerprint (in
+    config.json) refuses them; the same bytes in another folder are the same data."""
+    from onlstm.logic.generate import GenerateConfig, generate_dataset
+
+    data, whole = logic_run
+    other = tmp_path / "other"
+    generate_dataset(other, GenerateConfig(per_length=12, seed=4, max_ops=6, test_count=3))
+    run = shutil.copytree(whole, tmp_path / "run")
+    before = snapshot(run)
+    refused(capsys, logic(other, run, "--resume", "--max-steps", "5"), "is not the training data of the run", "--data")
+    assert snapshot(run) == before
+    assert main(logic(shutil.copytree(data, tmp_path / "moved"), run, "--resume", "--max-steps", "5")) == 0
+
+
+def test_a_logic_run_without_a_fingerprint_resumes_with_a_warning(logic_run, tmp_path, capsys):
+    data, whole = logic_run
+    run = shutil.copytree(whole, tmp_path / "run")
+    header = json.loads((run / "config.json").read_text())
+    assert len(header["data"].pop("train_sha256")) == 64
+    (run / "config.json").write_text(json.dumps(header))
+    assert main(logic(data, run, "--resume", "--max-steps", "5")) == 0
+    assert "records no fingerprint of its training data (an older run)" in capsys.readouterr().out
+    assert len(json.loads((run / "config.json").read_text())["data"]["train_sha256"]) == 64  # recorded from now on
+
+
 def edit_resume(path: Path, key: str, change) -> None:
     with safe_open(str(path), "pt") as f:
         meta = f.metadata()

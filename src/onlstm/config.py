@@ -585,14 +585,15 @@ def flags_given(args: argparse.Namespace, section: str) -> dict:
     return {k[len(prefix) :]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}
 
 
-def command_flags(cls, values: Mapping) -> list[str]:
+def command_flags(cls, values: Mapping, defaults: bool = False) -> list[str]:
     """The flags that set ``values`` over ``cls``'s defaults (the inverse of :func:`flags_given`); fields with no
-    flag and default values are left out."""
+    flag are left out, and so are default values unless ``defaults`` (a typed default overrides a --config file's
+    value: it is part of the command)."""
     out: list[str] = []
     for f in fields(cls):
         value = values.get(f.name)
-        if value is None or value == _default(f) or not f.metadata.get("flag", True):  # a fixed field has no flag
-            continue
+        if value is None or (value == _default(f) and not defaults) or not f.metadata.get("flag", True):
+            continue  # a fixed field has no flag
         if isinstance(value, bool):
             out.append(_flag(f.name) if value else _flag("no_" + f.name))
         elif isinstance(value, dict):

@@ -13,7 +13,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,49 @@ def sha256_file(path: str | Path) -> str:
         while block := f.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
+
+
+def sha256_files(paths: Iterable[Path], root: Path) -> str:
+    """One SHA-256 (hex) of several files' bytes: each file by its path relative to ``root`` (``root`` itself, one
+    file, by its name) and its :func:`sha256_file`, in path order. The same bytes under the same names give the same
+    digest wherever ``root`` is (another spelling of the path, a copy); another byte or name gives another."""
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        name = path.name if path == root else path.relative_to(root)
+        digest.update(f"{name}\0{sha256_file(path)}\n".encode())
+    return digest.hexdigest()
+
+
+def same_fingerprint(
+    found: str,
+    saved: object,
+    key: str,
+    *,
+    source: object,
+    run: object,
+    what: str,
+    fix: str,
+    warn: Callable[[str], None],
+) -> str:
+    """``found``, the fingerprint (SHA-256) of the data a run reads from ``source`` (``what``: its training text, its
+    training data); on resume (``saved``: the run's ``data`` header, None for a new run) it must be the one the run
+    recorded under ``key``: other data, read without a word, would go on with other batches (and, for a logic run,
+    another validation hold-out). Another fingerprint is an :class:`InputError` ending in ``fix``; a run written
+    before fingerprints were recorded goes on with a warning (there is nothing to compare)."""
+    if saved is None:
+        return found
+    recorded = saved.get(key) if isinstance(saved, dict) else None
+    if recorded is None:
+        warn(
+            f"warning: {run} records no fingerprint of its {what} (an older run); cannot check that {source} is the "
+            f"{what.removeprefix('training ')} it was trained on"
+        )
+    elif recorded != found:
+        raise InputError(
+            f"--resume: {source} is not the {what} of the run in {run} (sha256 {found[:12]}…, the run recorded "
+            f"{str(recorded)[:12]}…); {fix}"
+        )
+    return found
 
 
 def read_regular(path: str | Path, limit: int | None = None, error: type[OnlstmError] = InputError) -> bytes:

@@ -88,6 +88,10 @@ def test_ctrl_c_stops_every_run_with_its_resume_file(data, tmp_path):
     proc.send_signal(signal.SIGINT)
     text = proc.communicate(timeout=240)[0]
     assert proc.returncode == 130, text
+    # how to go on: the comparison again (it resumes every run), and the line every interrupted command ends with
+    assert "continue with: onlstm logic compare --data" in text
+    assert all("continue with: onlstm logic compare --data" in log.read_text() for log in logs)  # each run's own
+    assert text.strip().splitlines()[-1] == "onlstm logic compare: interrupted"
     for name in ("onlstm-seed0", "lstm-seed0"):
         run = out / name
         assert RunDir(run).results()["status"] == "interrupted"

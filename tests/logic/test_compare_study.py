@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shlex
+import shutil
+import signal
 from pathlib import Path
 
 import pytest
 
 from onlstm.cli import main
 from onlstm.logic.compare import difference, difference_line, verdict_pool
+from onlstm.logic.config import LogicTrainConfig
+from onlstm.logic.data import TRAIN_FINGERPRINT, training_fingerprint
 from onlstm.logic.evaluate import LengthAccuracy
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 
@@ -86,3 +92,102 @@ def test_finished_only_with_no_finished_run_says_so(data, tmp_path, capsys):
     assert main(argv) == 0
     assert "no run is finished yet" in capsys.readouterr().out
     assert json.loads((out / "compare.json").read_text())["unfinished"]
+
+
+# --------------------------------------------------------------------------- the audit of #50: what a run is, whose
+# folder --out is, one run per cell and seed, and how to go on after a Ctrl-C
+
+
+def _generate(folder: Path, seed: int) -> Path:
+    if folder.exists():
+        shutil.rmtree(folder)
+    generate_dataset(folder, GenerateConfig(per_length=24, seed=seed, max_ops=9, test_count=6))
+    return folder
+
+
+def test_a_run_counts_for_the_same_training_files_however_the_path_is_spelled(tmp_path, capsys, monkeypatch):
+    """The data a run was trained on is the bytes of its training files (their fingerprint in config.json), not the
+    text of the path: the folder generated again with another seed is other data (trained again, never scored as
+    the old run on the new test pairs), the same folder spelled relative is the same data (reused)."""
+    monkeypatch.chdir(tmp_path)
+    data, out = _generate(tmp_path / "data", seed=3), tmp_path / "study"
+    base = ["logic", "compare", "--out", str(out), *FLAGS, "--cells", "onlstm", "--seeds", "0"]
+    assert main([*base, "--data", str(data)]) == 0
+    header = json.loads((out / "onlstm-seed0" / "config.json").read_text())
+    assert header["data"][TRAIN_FINGERPRINT] == training_fingerprint(data, LogicTrainConfig())
+    capsys.readouterr()
+    assert main([*base, "--data", "data"]) == 0  # relative: the same files
+    assert "reusing the finished run" in capsys.readouterr().out
+    _generate(data, seed=4)  # the same path, other pairs
+    assert main([*base, "--data", "data"]) == 0
+    text = capsys.readouterr().out
+    assert "reusing" not in text and "training into" in text
+    header = json.loads((out / "onlstm-seed0" / "config.json").read_text())
+    assert header["data"][TRAIN_FINGERPRINT] == training_fingerprint(data, LogicTrainConfig())
+    # a run written before fingerprints were recorded: its path, resolved, is what there is to compare
+    del header["data"][TRAIN_FINGERPRINT]
+    (out / "onlstm-seed0" / "config.json").write_text(json.dumps(header))
+    assert main([*base, "--data", str(data), "--finished-only"]) == 0
+    assert json.loads((out / "compare.json").read_text())["runs"][0]["seed"] == 0
+    assert main([*base, "--data", str(_generate(tmp_path / "copy", seed=4)), "--finished-only"]) == 0
+    assert "not scored, trained on other data (data)" in capsys.readouterr().out
+
+
+def test_a_cell_or_seed_named_twice_is_refused(data, tmp_path, capsys):
+    """One run per cell and seed: a seed named twice would count one run as two seeds (a verdict on a fake one)."""
+    base = ["logic", "compare", "--data", str(data[0]), "--out", str(tmp_path / "s"), *FLAGS, "--finished-only"]
+    assert main([*base, "--seeds", "0", "0"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--seeds (compare.seeds) gives 0 more than once; name each" in err
+    assert main([*base, "--cells", "onlstm", "lstm", "onlstm"]) == 2
+    assert "--cells (compare.cells) gives onlstm more than once" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_folder_holding_the_users_files_is_refused(data, tmp_path, capsys):
+    """compare writes compare.json, table.md and its figures into --out: a folder holding anything but what a
+    comparison writes is the user's, refused before any work, whatever the files are called."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "table.md").write_text("MY NOTES\n")
+    (out / "compare.json").write_text('{"mine": true}\n')
+    base = ["logic", "compare", "--data", str(data[0]), "--out", str(out), *FLAGS, "--finished-only"]
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "holds files logic compare did not write (compare.json, table.md)" in err and len(err.splitlines()) == 1
+    assert (out / "table.md").read_text() == "MY NOTES\n" and (out / "compare.json").read_text() == '{"mine": true}\n'
+    # a comparison's own folder: its record, its table, its runs and their logs
+    (out / "compare.json").write_text('{"kind": "logic-compare"}\n')
+    (out / "onlstm-seed0.log").write_text("")
+    (out / "lstm-seed0").mkdir()
+    assert main(base) == 0
+    assert [u["status"] for u in json.loads((out / "compare.json").read_text())["unfinished"]] == ["not started"] * 2
+    (out / "notes.txt").write_text("mine")
+    assert main(base) == 2
+    assert "(notes.txt)" in capsys.readouterr().err and (out / "notes.txt").read_text() == "mine"
+
+
+def test_ctrl_c_says_to_go_on_with_the_comparison(data, tmp_path, monkeypatch, capsys):
+    """Ctrl-C in a run of a comparison: the run saves its resume file and the line says to run the comparison again
+    (which resumes it), not `logic train --resume`; the command ends as every command does (`: interrupted`, 130)."""
+    from onlstm.logic import model as M
+
+    real, calls = M.collate, {"n": 0}
+
+    def ctrl_c_in_the_ninth_batch(batch):
+        calls["n"] += 1
+        if calls["n"] == 9:
+            signal.raise_signal(signal.SIGINT)
+        return real(batch)
+
+    monkeypatch.setattr(M, "collate", ctrl_c_in_the_ninth_batch)
+    out = tmp_path / "s p a c e"
+    argv = ["logic", "compare", "--data", str(data[0]), "--out", str(out), *FLAGS, "--cells", "onlstm"]
+    assert main([*argv, "--epochs", "3", "--valid-every", "3", "--lr", "0.002"]) == 130
+    monkeypatch.setattr(M, "collate", real)
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines()[-1] == "onlstm logic compare: interrupted"
+    (go_on,) = re.findall(r"continue with: (onlstm logic compare .*)$", captured.out, re.MULTILINE)
+    assert "logic train --resume" not in captured.out
+    assert main(shlex.split(go_on)[1:]) == 0  # the line, as given, goes on
+    assert "resuming the interrupted run in" in capsys.readouterr().out

@@ -3,7 +3,9 @@ it trained on, and the error for data without test files says what to do instead
 
 from __future__ import annotations
 
+import json
 import shlex
+import shutil
 
 import pytest
 
@@ -118,3 +120,49 @@ def test_a_tag_the_run_does_not_hold_is_refused(train_files_only, tmp_path, caps
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds no model.nonexist.safetensors (weights 'nonexist'); it holds" in err
     assert "model.last.safetensors" in err
+
+
+@pytest.fixture(scope="module")
+def run_on(train_files_only, tmp_path_factory):
+    """A run trained on the original-like data (its validation hold-out: pairs of train0-6)."""
+    run = tmp_path_factory.mktemp("run") / "run"
+    assert main(["logic", "train", "--data", str(train_files_only), "--out", str(run), *RUN]) == 0
+    return run
+
+
+def test_eval_split_valid_refuses_data_the_run_was_not_trained_on(train_files_only, run_on, tmp_path, capsys):
+    """--split valid rebuilds the run's hold-out from --data's training files: other files (the folder generated
+    again with another seed) would score other pairs as its hold-out; the same files elsewhere are the same data."""
+    other = tmp_path / "other"
+    generate_dataset(other, GenerateConfig(per_length=10, seed=5, max_ops=6, test_count=2))
+    argv = ["logic", "eval", "--checkpoint", str(run_on), "--split", "valid", "--lengths", "0-6", "--json"]
+    capsys.readouterr()
+    assert main([*argv, "--data", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"does not hold the training files {run_on} was trained on ({train_files_only})" in err
+    assert f"give --data {train_files_only}" in err
+    moved = shutil.copytree(train_files_only, tmp_path / "moved")
+    assert main([*argv, "--data", str(moved)]) == 0
+    assert capsys.readouterr().err == ""
+    # a run written before fingerprints were recorded: checked by its path, a note when that differs
+    older = shutil.copytree(run_on, tmp_path / "older")
+    header = json.loads((older / "config.json").read_text())
+    del header["data"]["train_sha256"]
+    (older / "config.json").write_text(json.dumps(header))
+    assert main([*argv[:3], str(older), *argv[4:], "--data", str(moved)]) == 0
+    assert "records no fingerprint of its training files (an older run)" in capsys.readouterr().err
+
+
+def test_curves_say_why_a_test_table_is_empty(run_on, tmp_path, capsys):
+    """--table test reads the test scores --score-test records at each check: a run trained without it has none,
+    which is said (naming the flag) rather than printing a table of headers alone."""
+    capsys.readouterr()
+    argv = ["logic", "curves", str(run_on), "--out", str(tmp_path / "plots"), "--at-steps", "10"]
+    assert main([*argv, "--table", "test"]) == 0
+    out, err = capsys.readouterr()
+    assert "| run |" not in out and "recorded no test scores (--score-test records" in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("onlstm logic curves: --table test: ")
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("| run | step |") and err == ""

@@ -87,3 +87,34 @@ def test_resume_advice_for_a_run_stopped_before_its_first_check_is_one_that_work
     assert resume_refusal(tmp_path, "", LogicTrainConfig()) == ""
     write_json(RunDir(tmp_path).results_path, {"status": "finished", "steps": 9, "stopped_by": "epochs"})
     assert "new --out" in resume_refusal(tmp_path, "", LogicTrainConfig())
+
+
+def test_holdout_and_generate_never_replace_each_others_folder(tmp_path, capsys):
+    """Each command replaces only its own earlier output (its own marker kind): holdout never writes its split over
+    a generated set, nor over the folder it reads (--out is --data, or inside it), and generate never over a split."""
+    gen, split = tmp_path / "gen", tmp_path / "split"
+    make = ["logic", "generate", "--per-length", "6", "--max-ops", "3", "--test-count", "2", "--quiet"]
+    assert main([*make, "--out", str(gen)]) == 0
+    before = {p.name: p.read_bytes() for p in gen.iterdir()}
+    for out in (gen, gen / "sub"):
+        assert main(["logic", "holdout", "--data", str(gen), "--split", "C", "--out", str(out), "--overwrite"]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "choose an --out outside --data" in err
+    assert main(["logic", "holdout", "--data", str(gen), "--split", "C", "--out", str(tmp_path / "gen2")]) == 0
+    assert main([*make, "--out", str(tmp_path / "gen2")]) == 2  # a split is not generate's to replace
+    assert main(["logic", "holdout", "--data", str(gen), "--split", "C", "--out", str(split)]) == 0
+    assert main(["logic", "holdout", "--data", str(gen), "--split", "B", "--out", str(split)]) == 0  # its own: again
+    assert main([*make, "--out", str(gen), "--seed", "1"]) == 0  # generate's own: again
+    assert main(["logic", "holdout", "--data", str(split), "--split", "C", "--out", str(gen)]) == 2
+    assert "was not written by this command" in capsys.readouterr().err
+    assert {p.name for p in gen.iterdir()} == set(before)
+
+
+def test_the_stats_table_escapes_the_alternation_label(tmp_path, capsys):
+    """The label '|' in a cell ends the cell unless escaped: the row would have one column too many."""
+    data = _data(tmp_path)
+    assert main(["logic", "stats", str(data)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    columns = [len(re.split(r"(?<!\\)\|", row)) for row in rows]
+    assert set(columns) == {columns[0]}, rows
+    assert any(row.startswith("| % label \\| | ") for row in rows)

@@ -12,10 +12,7 @@ finished seeds and the first cell against each other (:func:`~onlstm.studies.sta
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import os
-import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,11 +23,12 @@ from .. import encoders
 from ..checkpoint import CheckpointError
 from ..data.ptb import split_file
 from ..errors import EXIT_INTERRUPTED, InputError, OnlstmError, first_line
-from ..files import LEFTOVER, json_dict, sha256_file, write_json, write_text
-from ..runs import check_output_folder
+from ..files import json_dict, sha256_file, sha256_files, write_json, write_text
 from ..runs.budget import BUDGETS
 from ..runs.dirs import RunDir, RunLock
 from ..runs.resume import resume_settings
+from ..studies.grid import check_named_once
+from ..studies.grid import check_study_folder as check_folder
 from ..studies.parallel import Ended, Job, threads_per_job, train_in_processes
 from ..studies.stats import mean_std, seed_difference
 from .config import RUNTIME_FIELDS, run_config, run_sections
@@ -97,8 +95,7 @@ def run_settings(explicit: dict, cell: str, seed: int) -> dict:
 def check_study(explicit: dict, cells: list[str], seeds: list[int], data_dir: Path, yardsticks: Yardsticks) -> None:
     """Every cell's settings, the grid, the training text and the yardsticks' paths, checked before any run starts."""
     for flag, values in (("--cells", cells), ("--seeds", seeds)):
-        if twice := sorted({str(v) for v in values if values.count(v) > 1}):  # one run would count as two
-            raise InputError(f"{flag} gives {', '.join(twice)} more than once; name each once")
+        check_named_once(flag, values)  # one run would count as two
     for cell in cells:
         run_config(run_settings(explicit, cell, seeds[0] if seeds else 0))
     for split in ("train", "valid", "test"):
@@ -112,24 +109,12 @@ def check_study(explicit: dict, cells: list[str], seeds: list[int], data_dir: Pa
 #: What a study's folder holds besides its runs (``<cell>-seed<seed>``) and their logs: refused when anything else
 #: is there, since the folder would not be the study's to write into (docs/cli.md, "Outputs").
 STUDY_FILES = ("compare.json", "tables.md", "curves.png")
-_RUN_NAME = re.compile(r"[\w.+-]+-seed\d+(\.log)?")
 
 
 def check_study_folder(out: Path) -> None:
     """``--out``: new, empty, or a study's (its runs, their logs, ``evals/`` and, with a ``compare.json`` of this
     command, its tables and curves); a folder holding anything else is the user's, refused before any work."""
-    check_output_folder(out)
-    if not out.is_dir():
-        return
-    study = (json_dict(out / "compare.json") or {}).get("kind") == "lm-compare"
-    names = [n for n in os.listdir(out) if n != RunDir.LOCK and not LEFTOVER.fullmatch(n)]
-    ours = [n for n in names if n == "evals" or _RUN_NAME.fullmatch(n) or (study and n in STUDY_FILES)]
-    if others := sorted(set(names) - set(ours)):
-        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-        raise InputError(
-            f"--out {out} holds files lm compare did not write ({shown}); choose a new or empty --out (a study's "
-            "folder holds its runs <cell>-seed<seed>, their logs, evals/, compare.json, tables.md and curves.png)"
-        )
+    check_folder(out, "lm compare", "lm-compare", STUDY_FILES, folders=("evals",))
 
 
 def check_runs(out: Path, explicit: dict, cells: list[str], seeds: list[int], data_dir: Path) -> None:
@@ -286,11 +271,9 @@ def measure(where: Path, evals: Path, yardsticks: Yardsticks, log: Callable[[str
 def _inputs(name: str, flags: list[str], weights: str, data: Path) -> dict:
     """What a measurement depends on: the measure, its flags, the run's weights and the bytes of the data it reads
     (every file of a folder, by name), so that a kept measurement is reused only for the same inputs."""
-    root, digest = Path(data), hashlib.sha256()
-    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
-    for path in files:
-        digest.update(f"{path.relative_to(root) if root.is_dir() else path.name}\0{sha256_file(path)}\n".encode())
-    return {"measure": name, "flags": flags, "weights": weights, "data": digest.hexdigest()}
+    root = Path(data)
+    files = [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else [root]
+    return {"measure": name, "flags": flags, "weights": weights, "data": sha256_files(files, root)}
 
 
 def _command(path: Path, args: list[str], inputs: dict, log: Callable[[str], None]) -> dict:

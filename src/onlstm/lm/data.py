@@ -10,8 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..errors import InputError
-from ..files import sha256_file
+from ..files import same_fingerprint, sha256_file
 
 
 def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -82,18 +81,6 @@ def same_training_text(train_file: Path, saved: dict | None, run: Path, warn: Ca
     """The fingerprint of ``train_file``; on resume (``saved``: the run's ``data`` header) the text must be the one
     the run was started on: another text with the same vocabulary would go on silently with other batches. A run
     written before fingerprints were recorded is resumed with a warning (there is nothing to compare)."""
-    found = sha256_file(train_file)
-    if saved is None:
-        return found
-    recorded = saved.get(TEXT_FINGERPRINT) if isinstance(saved, dict) else None
-    if recorded is None:
-        warn(
-            f"warning: {run} records no fingerprint of its training text (an older run); cannot check that "
-            f"{train_file} is the text it was trained on"
-        )
-    elif recorded != found:
-        raise InputError(
-            f"--resume: {train_file} is not the training text of the run in {run} (sha256 {found[:12]}…, the run "
-            f"recorded {str(recorded)[:12]}…); resume with the run's own --data-dir, or train into a new --out"
-        )
-    return found
+    fix = "resume with the run's own --data-dir, or train into a new --out"
+    options = {"source": train_file, "run": run, "what": "training text", "fix": fix, "warn": warn}
+    return same_fingerprint(sha256_file(train_file), saved, TEXT_FINGERPRINT, **options)

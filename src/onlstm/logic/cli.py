@@ -8,26 +8,56 @@ import re
 import shlex
 import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import ConfigError, Settings, add_command, add_flags, add_group, command_line, option
-from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, command_error
+from ..config import (
+    ConfigError,
+    Settings,
+    add_command,
+    add_flags,
+    add_group,
+    command_flags,
+    command_line,
+    flags_given,
+    option,
+)
+from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, UserNote, command_error
 from ..files import add_files, check_output_owner, json_text, publish_folder
 from ..nn import Distances
 from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
 from ..saved import check_weights_choice
-from .config import CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig, resolve
-from .data import Example, has_split, read_examples, relabel_mismatches, validation_examples, write_file
-from .evaluate import evaluate_examples, format_table, history_table, majority_baseline, read_test_examples
+from .config import SECTIONS, CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig, resolve
+from .data import (
+    Example,
+    has_split,
+    read_examples,
+    recorded_path,
+    relabel_mismatches,
+    same_path,
+    trained_on,
+    validation_examples,
+    write_file,
+)
+from .evaluate import (
+    HISTORY_KEYS,
+    evaluate_examples,
+    format_table,
+    history_table,
+    majority_baseline,
+    read_test_examples,
+)
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 from .model import KIND, load_classifier
 from .systematicity import SPLITS, held_out
 from .train import read_history, train
 
 DATA_KIND = "logic-data"  # the marker of a folder logic generate wrote (onlstm.files.publish_folder)
+# the marker of a folder logic holdout wrote: its own, so that neither command replaces the other's folder
+HOLDOUT_KIND = "logic-holdout"
 TREES_KIND = "logic-trees"  # the marker of a folder logic trees wrote
 
 
@@ -137,7 +167,10 @@ class HoldoutArgs:
     pattern: str | None = option(
         None, "hold out every pair where a side contains this regular expression (instead of --split)"
     )
-    out: Path = option(help="a new or empty directory for train{k} (kept) and test{k} (held out)")
+    out: Path = option(
+        help="a new or empty directory for train{k} (kept) and test{k} (held out), or an earlier `logic holdout` "
+        "output (replaced); not --data nor a folder inside it"
+    )
     overwrite: bool = option(False, REPLACE_HELP)
 
 
@@ -239,8 +272,9 @@ def _cmd_holdout(args: argparse.Namespace) -> int:
     if (args.split is None) == (args.pattern is None):
         raise ConfigError(f"give --split {'|'.join(SYSTEMATICITY_SPLITS)} or --pattern REGEX (one of the two)")
     held_out_by = _holdout_rule(args.split, args.pattern)
+    _check_outside(args.out, args.data)
     examples = read_examples(args.data, split="train")
-    check_output_owner(args.out, DATA_KIND, overwrite=args.overwrite)
+    check_output_owner(args.out, HOLDOUT_KIND, overwrite=args.overwrite)
     files: dict[str, list] = {}
     for ex in examples:
         held = held_out_by(ex)
@@ -250,10 +284,22 @@ def _cmd_holdout(args: argparse.Namespace) -> int:
         for name, rows in sorted(files.items()):
             write_file(tmp / name, rows)
 
-    publish_folder(args.out, DATA_KIND, write)  # all files at once, or none
+    publish_folder(args.out, HOLDOUT_KIND, write)  # all files at once, or none
     n_held = sum(len(r) for n, r in files.items() if n.startswith("test"))
     print(f"held out {n_held} of {len(examples)} pairs ({100 * n_held / len(examples):.1f}%) into {args.out}/test*")
     return 0
+
+
+def _check_outside(out: Path, data: Path) -> None:
+    """``holdout``'s ``--out`` is neither ``--data`` nor inside it: the folder it writes replaces ``--out`` whole,
+    the files it reads with it (``--overwrite`` included)."""
+    real_out, real_data = Path(out).resolve(), Path(data).resolve()
+    if real_out == real_data or real_data in real_out.parents:
+        where = "is --data itself" if real_out == real_data else f"is inside --data {data}"
+        raise InputError(
+            f"--out {out} {where}: holdout would write its split over the training files it reads; choose an --out "
+            "outside --data"
+        )
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
@@ -380,12 +426,34 @@ def _model_and_pairs(args: argparse.Namespace):
                     f"--split valid rebuilds the run's validation hold-out from its training settings, which "
                     f"{args.checkpoint} does not hold (a model saved without them); score test files instead"
                 )
-            examples = validation_examples(args.data, LogicTrainConfig.from_dict(header["train"]), lengths)
+            cfg = LogicTrainConfig.from_dict(header["train"])
+            _check_run_data(args.checkpoint, header, args.data, cfg)
+            examples = validation_examples(args.data, cfg, lengths)
         else:
             examples = read_test_examples(args.data, opts.split, lengths)
     except ValueError as exc:  # bad input reported by library code as a plain ValueError
         raise command_error(exc) from None
     return opts, lengths, model, header, examples
+
+
+def _check_run_data(run: Path, header: dict, data: Path, cfg: LogicTrainConfig) -> None:
+    """``--split valid`` rebuilds the run's validation hold-out from the training files of ``data``: they must be the
+    run's own (its recorded fingerprint), else other pairs would be scored as its hold-out. A run written before
+    fingerprints were recorded can only be checked by its path: a note when that differs."""
+    same, recorded = trained_on(header, data, cfg), recorded_path(header)
+    if same is False:
+        raise InputError(
+            f"--data {data} does not hold the training files {run} was trained on ({recorded or 'its own --data'}): "
+            f"--split valid rebuilds the run's validation hold-out from them; give --data {recorded or 'as in training'}"
+            ", or score test files instead"
+        )
+    if same is None and recorded is not None and not same_path(recorded, data):
+        warnings.warn(
+            f"{run} records no fingerprint of its training files (an older run) and was trained on {recorded}; "
+            f"cannot check that --data {data} holds the same files",
+            UserNote,
+            stacklevel=1,
+        )
 
 
 def _cmd_trees(args: argparse.Namespace) -> int:
@@ -449,18 +517,35 @@ def _cmd_curves(args: argparse.Namespace) -> int:
         names = [f"{cell} seed {seed}" for (cell, _), seed in zip(runs, seeds)]
         if len(set(names)) < len(names):  # runs of one cell and seed with other settings: name them by folder
             names = [run.name for run in args.runs]
-        print(history_table([(name, h) for name, (_, h) in zip(names, runs)], steps, args.table))
+        named = [(name, h) for name, (_, h) in zip(names, runs)]
+        if _without_figures(named, args.table) < len(named):  # a table of headers alone says nothing
+            print(history_table(named, steps, args.table))
     print("wrote " + " and ".join(map(str, paths)))
     return 0
+
+
+def _without_figures(runs: list[tuple[str, list[dict]]], table: str) -> int:
+    """How many of ``runs`` recorded none of the figures of the ``--table`` asked for, said on stderr, naming them
+    and why: a run has no row of its own in the table (no test scores: trained without --score-test)."""
+    key = HISTORY_KEYS[table]
+    missing = [name for name, history in runs if not any(r.get(key) for r in history)]
+    if missing:
+        why = (
+            "recorded no test scores (--score-test records the test accuracy by length at every check)"
+            if table == "test"
+            else "recorded no validation accuracy by operator count (a run of an earlier version)"
+        )
+        print(f"onlstm logic curves: --table {table}: {', '.join(missing)} {why}", file=sys.stderr)
+    return len(missing)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     """train ON-LSTM and LSTM with the same data, budget and seeds; table and plot by length
 
-    For each seed and each cell: train into OUT/<cell>-seed<seed> (a finished run with the same settings is
-    reused), evaluate its best checkpoint on the test files (or, with --split valid, on its own validation
-    hold-out), then print one row per cell (mean ± sample std over seeds) and write OUT/compare.json,
-    OUT/table.md, OUT/accuracy_by_length.png and OUT/training_curves.png.
+    For each seed and each cell: train into OUT/<cell>-seed<seed> (a finished run with the same settings and
+    training files is reused), evaluate its best checkpoint on the test files (or, with --split valid, on its own
+    validation hold-out), then print one row per cell (mean ± sample std over seeds) and write OUT/compare.json,
+    OUT/table.md, OUT/accuracy_by_length.png and OUT/training_curves.png. OUT is new, empty or a comparison's.
     """
     from .compare import compare
 
@@ -469,6 +554,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     res = compare(
         model_cfg, train_cfg, data, out, what.cells, what.seeds, lengths, split=what.split,
         finished_only=what.finished_only, test_data=what.test_data, jobs=what.jobs,
+        go_on=compare_command(args, data, out),
     )  # fmt: skip
     if res.table:
         print(res.table)
@@ -478,4 +564,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(f"no run is finished yet ({len(res.unfinished)} listed above); wrote {out / 'compare.json'}")
     for ended in res.failed:  # trained with --jobs: each run that failed, why, its log beside it
         print(f"onlstm logic compare: {ended.name}: {ended.why}", file=sys.stderr)
+    if res.interrupted:  # the runs caught the Ctrl-C and saved (the command to go on is in the log): as any command
+        print("onlstm logic compare: interrupted", file=sys.stderr)
     return EXIT_INTERRUPTED if res.interrupted else (res.failed[0].code if res.failed else 0)
+
+
+def compare_command(args: argparse.Namespace, data: Path, out: Path) -> str:
+    """The ``onlstm logic compare`` command that goes on after an interruption: the same ``--config``, ``--data``
+    and ``--out``, and every flag typed (a typed default too: it overrides the file's value). Rebuilt from what was
+    typed, not from the resolved settings, whose encoder fields a flag could not give for every cell."""
+    words = ["onlstm", "logic", "compare", *(["--config", str(args.config)] if args.config else [])]
+    words += ["--data", str(data), "--out", str(out)]
+    for name, cls in SECTIONS.items():
+        words += command_flags(cls, flags_given(args, name), defaults=True)
+    return shlex.join(words)

@@ -18,10 +18,11 @@ from ..runs import RunDir, resolve_device
 from ..runs.engine import BUDGETS, Budget
 from ..runs.engine import resume_refusal as engine_refusal
 from ..runs.resume import resume_settings
+from ..studies.grid import check_study_folder
 from ..studies.parallel import Ended, Job, threads_per_job, train_in_processes
 from ..studies.stats import seed_difference
 from .config import RUNTIME_FIELDS, read_sections
-from .data import validation_examples
+from .data import recorded_path, same_path, trained_on, validation_examples
 from .evaluate import (
     DEFAULT_BUCKETS,
     LengthAccuracy,
@@ -69,15 +70,16 @@ def compare(
     finished_only: bool = False,
     test_data: str | Path | None = None,
     jobs: int = 1,
+    go_on: str | None = None,
 ) -> CompareResult:
     """Train every cell with every seed (same data, same budget), evaluate on the test files of ``buckets``
-    (``split='valid'``: on each run's own validation hold-out of the training files, by length; ``test_data``:
-    on another folder's test files). ``finished_only``: train nothing, score the finished runs and list the
-    others in ``unfinished``. ``jobs`` > 1: train the runs that need it that many at a time, each in a process of
-    its own (:mod:`onlstm.studies.parallel`), then score them."""
-    log = log or (lambda _m: None)
-    out, cells, seeds, buckets = Path(out), list(cells), list(seeds), list(buckets)
-
+    (``split='valid'``: on each run's own validation hold-out of the training files, by length; ``test_data``: on
+    another folder's test files). ``finished_only``: train nothing, score the finished runs and list the others in
+    ``unfinished``. ``jobs`` > 1: train the runs that need it that many at a time, each in a process of its own
+    (:mod:`onlstm.studies.parallel`). ``go_on``: the command said to go on after a Ctrl-C (the comparison's own).
+    ``out``: new, empty or a comparison's (:func:`check_compare_folder`, checked first)."""
+    log, out, cells, seeds, buckets = log or (lambda _m: None), Path(out), list(cells), list(seeds), list(buckets)
+    check_compare_folder(out)
     scored = _scored_pairs(split, data, test_data, train_cfg, seeds, buckets)
     res = CompareResult(out, baseline=majority_baseline(scored[seeds[0]]), budget=budget_text(train_cfg))
     start = time.perf_counter()
@@ -93,8 +95,8 @@ def compare(
 
     runs = list(itertools.product(seeds, cells))
     if jobs > 1 and not finished_only:
-        todo = [_job(out, replace(model_cfg, cell=c), replace(train_cfg, seed=s), data, jobs) for s, c in runs]
-        _train_in_processes(res, [j for j in todo if j is not None], jobs, log)
+        job = lambda s, c: _job(out, replace(model_cfg, cell=c), replace(train_cfg, seed=s), data, jobs, go_on)
+        _train_in_processes(res, [job(s, c) for s, c in runs], jobs, log, go_on)
         finished_only = True  # every run is now scored if it finished, else listed with how far it got
     for seed, cell in runs:
         mcfg, tcfg = replace(model_cfg, cell=cell), replace(train_cfg, seed=seed)
@@ -104,7 +106,7 @@ def compare(
             if summary is None:
                 continue
         else:
-            summary = _train_or_reuse(run_dir, mcfg, tcfg, data, log)
+            summary = _train_or_reuse(run_dir, mcfg, tcfg, data, log, go_on)
             if summary is None:  # interrupted: keep what is done, say so
                 res.interrupted = True
                 break
@@ -115,6 +117,19 @@ def compare(
     res = _finish(res, cells, buckets, train_cfg.max_train_ops)
     save()  # again: with the differences
     return res
+
+
+#: What a comparison writes into its folder besides its runs (``<cell>-seed<seed>``) and their logs (``--jobs``):
+#: its record, its table and its figures (:func:`compare`, :func:`_finish`). Anything else there is the user's.
+COMPARE_FILES = ("compare.json", "table.md", "accuracy_by_length.png", "training_curves.png", "curves_by_ops.png")
+
+
+def check_compare_folder(out: Path) -> None:
+    """``--out``: new, empty, or a comparison's: its runs and their logs and, with a ``compare.json`` of kind
+    ``logic-compare`` there, its :data:`COMPARE_FILES`; a folder holding anything else is the user's (a
+    compare.json or a table.md of theirs would be written over), refused before any work. A run folder is the
+    comparison's by its name: what is inside is checked when it is trained (a run of another kind is refused)."""
+    check_study_folder(out, "logic compare", "logic-compare", COMPARE_FILES)
 
 
 def _scored_pairs(
@@ -131,13 +146,16 @@ def _scored_pairs(
     return dict.fromkeys(seeds, read_test_examples(test_data or data, "test", buckets))
 
 
-def _train_in_processes(res: CompareResult, todo: list[Job], jobs: int, log) -> None:
-    """Train ``todo`` ``jobs`` at a time (:func:`~onlstm.studies.parallel.train_in_processes`); an interruption and
-    the runs that failed go to ``res``."""
+def _train_in_processes(res: CompareResult, todo: list[Job | None], jobs: int, log, go_on: str | None) -> None:
+    """Train ``todo`` (None: a run with nothing to train) ``jobs`` at a time
+    (:func:`~onlstm.studies.parallel.train_in_processes`); an interruption and the runs that failed go to ``res``,
+    and an interruption's line says to go on with ``go_on``."""
     res.out_dir.mkdir(parents=True, exist_ok=True)  # the runs' logs go beside them
-    ended = train_in_processes(todo, jobs, log)
+    ended = train_in_processes([j for j in todo if j is not None], jobs, log)
     res.interrupted = any(e.code == EXIT_INTERRUPTED for e in ended)
     res.failed = [e for e in ended if e.code != EXIT_INTERRUPTED or e.signal]  # a killed run is named
+    if res.interrupted and go_on:
+        log(f"every run stopped with its resume file saved; continue with: {go_on}")
 
 
 def _finished_or_listed(
@@ -149,7 +167,7 @@ def _finished_or_listed(
     log: Callable[[str], None],
 ) -> dict | None:
     """The summary of a finished run, or None after noting in ``res.unfinished`` how far it got."""
-    summary, why = _finished_run(_Held.read(run_dir, mcfg, tcfg), tcfg, data)
+    summary, why = _finished_run(_Held.read(run_dir, mcfg, tcfg, data), tcfg)
     what = f"== {mcfg.cell}, seed {tcfg.seed}:"
     if summary is None:
         log(f"{what} not scored, {why}")
@@ -183,28 +201,36 @@ def _score_run(
 
 
 def _train_or_reuse(
-    run_dir: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path, log: Callable[[str], None]
+    run_dir: Path,
+    mcfg: LogicModelConfig,
+    tcfg: LogicTrainConfig,
+    data: str | Path,
+    log: Callable[[str], None],
+    go_on: str | None = None,
 ) -> dict | None:
     """The training summary of ``run_dir``: reused when finished with these settings and data, else trained
-    (resumed when an interrupted run with these settings is there); ``None`` when this training was interrupted."""
-    what, held = f"== {mcfg.cell}, seed {tcfg.seed}:", _Held.read(run_dir, mcfg, tcfg)
-    reused, _ = _finished_run(held, tcfg, data)
+    (resumed when an interrupted run with these settings is there); ``None`` when this training was interrupted
+    (its stop's line says to go on with ``go_on``)."""
+    what, held = f"== {mcfg.cell}, seed {tcfg.seed}:", _Held.read(run_dir, mcfg, tcfg, data)
+    reused, _ = _finished_run(held, tcfg)
     if reused is not None:
         log(f"{what} reusing the finished run in {run_dir}")
         return reused
-    go_on, doing = _resumable(held, tcfg, data)
+    resume, doing = _resumable(held, tcfg)
     log(f"{what} {doing} {run_dir}")
-    trained = train(mcfg, tcfg, data, run_dir, log=log, resume=go_on, replace=not go_on)
+    trained = train(mcfg, tcfg, data, run_dir, log=log, resume=resume, replace=not resume, resume_command=go_on)
     return None if trained.interrupted else trained.record()
 
 
-def _job(out: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path, jobs: int) -> Job | None:
-    """The training job of one run of a comparison, ``None`` when it is finished with these settings."""
-    held = _Held.read(out / f"{mcfg.cell}-seed{tcfg.seed}", mcfg, tcfg)
-    if _finished_run(held, tcfg, data)[0] is not None:
+def _job(
+    out: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path, jobs: int, go_on: str | None = None
+) -> Job | None:
+    """The training job of one run of a comparison, ``None`` when it is finished with these settings and data."""
+    held = _Held.read(out / f"{mcfg.cell}-seed{tcfg.seed}", mcfg, tcfg, data)
+    if _finished_run(held, tcfg)[0] is not None:
         return None
     tcfg = replace(tcfg, threads=threads_per_job(tcfg.threads, jobs))
-    return logic_job(held.run_dir, mcfg, tcfg, data, _resumable(held, tcfg, data)[0])
+    return logic_job(held.run_dir, mcfg, tcfg, data, _resumable(held, tcfg)[0], go_on)
 
 
 def run_header(out: Path, model_cfg: LogicModelConfig, cfg: LogicTrainConfig) -> tuple[dict, str]:
@@ -225,31 +251,41 @@ def resume_refusal(out: Path, clash: str, cfg: LogicTrainConfig) -> str:
 @dataclass(frozen=True)
 class _Held:
     """What a comparison finds in one run's directory, read once for both questions asked of it (is it finished
-    with these settings? can it go on?): its header, why its settings clash with the comparison's ("" when they do
-    not), its result record; ``header`` None when no readable logic run is there."""
+    with these settings and data? can it go on?): its header, why its settings clash with the comparison's (""
+    when they do not), its result record, whether it was trained on the comparison's training files
+    (:func:`_same_data`); ``header`` None when no readable logic run is there."""
 
     run_dir: Path
     header: dict | None
     clash: str
     result: dict
+    same_data: bool = False
 
     @classmethod
-    def read(cls, run_dir: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig) -> _Held:
+    def read(cls, run_dir: Path, mcfg: LogicModelConfig, tcfg: LogicTrainConfig, data: str | Path) -> _Held:
         try:
             header, clash = run_header(run_dir, mcfg, tcfg)
-            return cls(run_dir, header, clash, RunDir(run_dir).results() or {})
+            return cls(run_dir, header, clash, RunDir(run_dir).results() or {}, _same_data(header, data, tcfg))
         except CheckpointError:
             return cls(run_dir, None, "no run", {})
 
     @property
-    def data_path(self) -> object:
-        return ((self.header or {}).get("data") or {}).get("path")
+    def data_path(self) -> str | None:
+        return recorded_path(self.header or {})
 
 
-def _resumable(held: _Held, tcfg: LogicTrainConfig, data: str | Path) -> tuple[bool, str]:
+def _same_data(header: dict, data: str | Path, tcfg: LogicTrainConfig) -> bool:
+    """Whether the run of ``header`` was trained on the training files ``data`` holds now: by their contents (the
+    fingerprint it recorded; the same folder generated again with another seed is other data, another spelling of
+    its path is not); for a run written before fingerprints were recorded, by the path, resolved."""
+    same = trained_on(header, data, tcfg)
+    return same_path(recorded_path(header), data) if same is None else same
+
+
+def _resumable(held: _Held, tcfg: LogicTrainConfig) -> tuple[bool, str]:
     """Whether the unfinished run ``held`` goes on from its resume file (else it is trained again from step 0),
     and the words for it."""
-    same_data, clash, result = held.data_path == str(data), held.clash, held.result
+    same_data, clash, result = held.same_data, held.clash, held.result
     finished = not clash and result.get("status") in ("finished", "stopped")
     try:
         go_on = same_data and not resume_refusal(held.run_dir, clash, tcfg)
@@ -274,7 +310,7 @@ def _same_stop(header: dict, result: dict, tcfg: LogicTrainConfig) -> bool:
     return True
 
 
-def _finished_run(held: _Held, tcfg: LogicTrainConfig, data: str | Path) -> tuple[dict | None, str]:
+def _finished_run(held: _Held, tcfg: LogicTrainConfig) -> tuple[dict | None, str]:
     """``(result record, "")`` of a run finished with these settings, data and budget, else ``(None, how far it
     got or why it does not count)``."""
     header, result = held.header, held.result
@@ -282,7 +318,7 @@ def _finished_run(held: _Held, tcfg: LogicTrainConfig, data: str | Path) -> tupl
         return None, "not started"
     if held.clash:
         return None, f"trained with other settings ({held.clash})"
-    if held.data_path != str(data):
+    if not held.same_data:
         return None, f"trained on other data ({held.data_path})"
     done = result.get("status") in ("finished", "stopped") and _same_stop(header, result, tcfg)
     if done and RunDir(held.run_dir).weights("best").exists():

@@ -14,6 +14,7 @@ from .. import encoders
 from ..config import Config, ConfigError, Runtime, Settings, option, runtime_fields, runtime_option, seed_option
 from ..nn.functional import MASTER_INPUT_MODES
 from ..runs.budget import BudgetOptions
+from ..studies.grid import check_named_once
 from .formulas import VOCABULARY
 from .relations import RELATIONS
 
@@ -181,6 +182,8 @@ class CompareSettings(Config):
             raise ConfigError(f"unknown cells {bad}; choose from {encoders.names()}")
         if not self.cells or not self.seeds:
             raise ConfigError("compare.cells and compare.seeds must not be empty")
+        for flag, values in (("--cells (compare.cells)", self.cells), ("--seeds (compare.seeds)", self.seeds)):
+            check_named_once(flag, values, ConfigError)  # a run counted twice: a verdict from a fake second seed
 
 
 @dataclass

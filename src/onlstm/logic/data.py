@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import OnlstmError
-from ..files import atomic_write, iter_lines
+from ..files import atomic_write, iter_lines, sha256_files
 from .formulas import Formula, FormulaSyntaxError, count_operators, parse, to_text
 from .relations import RELATIONS, relation
 
@@ -296,14 +296,66 @@ def validation_examples(data: str | Path, cfg: LogicTrainConfig, buckets: Iterab
 
 def load_training_examples(data: str | Path, cfg: LogicTrainConfig) -> list[Example]:
     """The pairs of the ``train{k}`` files with ``k <= max_train_ops`` whose larger count is <= max_train_ops."""
+    path = _existing(data)
+    buckets = range(cfg.max_train_ops + 1) if path.is_dir() else None
+    return read_examples(path, split="train", buckets=buckets, max_ops=cfg.max_train_ops)
+
+
+def _existing(data: str | Path) -> Path:
     path = Path(data)
     if not path.exists():
         raise LogicDataError(
             f"data directory {path} does not exist; create one with `onlstm logic generate "
             f"--out {path}` or pass the directory of the original train{{k}}/test{{k}} files"
         )
-    buckets = range(cfg.max_train_ops + 1) if path.is_dir() else None
-    return read_examples(path, split="train", buckets=buckets, max_ops=cfg.max_train_ops)
+    return path
+
+
+#: Where a run records the fingerprint of its training files (:func:`training_fingerprint`): ``config.json``'s
+#: ``data`` section, under this key (the key a language-model run records its training text's under).
+TRAIN_FINGERPRINT = "train_sha256"
+
+
+def training_files(data: str | Path, cfg: LogicTrainConfig) -> list[Path]:
+    """The files training reads from ``data`` (:func:`load_training_examples`): its ``train{k}`` files with
+    ``k <= max_train_ops``, or ``data`` itself when it is one file. Each must be a regular file (a FIFO would hang)."""
+    path = _existing(data)
+    if not path.is_dir():
+        return [path]
+    named = [(parse_file_name(p), p) for p in path.iterdir()]
+    files = [p for n, p in named if n is not None and n[0] == "train" and n[1] <= cfg.max_train_ops]
+    for p in files:
+        _check_regular(p)
+    return files
+
+
+def training_fingerprint(data: str | Path, cfg: LogicTrainConfig) -> str:
+    """The SHA-256 of the files training reads from ``data`` (:func:`training_files`), each by its name: what a run
+    was trained on, wherever the folder is and however its path is spelled. Recorded in a run's ``config.json``
+    (:data:`TRAIN_FINGERPRINT`); the same data regenerated with another seed (the same path) has another."""
+    path = Path(data)
+    return sha256_files(training_files(path, cfg), path)
+
+
+def trained_on(header: dict, data: str | Path, cfg: LogicTrainConfig) -> bool | None:
+    """Whether the run of ``header`` (its ``config.json``) was trained on the training files ``data`` holds now, by
+    their fingerprint; None when the run records none (a run written before fingerprints were recorded)."""
+    summary = header.get("data")
+    saved = summary.get(TRAIN_FINGERPRINT) if isinstance(summary, dict) else None
+    return None if saved is None else saved == training_fingerprint(data, cfg)
+
+
+def recorded_path(header: dict) -> str | None:
+    """The data folder (or file) a run was trained on, as its ``config.json`` spells it; None when not recorded."""
+    summary = header.get("data")
+    path = summary.get("path") if isinstance(summary, dict) else None
+    return None if path is None else str(path)
+
+
+def same_path(recorded: str | None, data: str | Path) -> bool:
+    """Whether the path a run recorded (:func:`recorded_path`) is ``data``, however spelled: what is left to compare
+    for a run that records no fingerprint (relative paths resolved against the working folder)."""
+    return recorded is not None and Path(recorded).resolve() == Path(data).resolve()
 
 
 def load_test_examples(data: str | Path) -> list[Example]:

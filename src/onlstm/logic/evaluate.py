@@ -139,12 +139,17 @@ def format_table(
     return "\n".join([line(head), sep] + [line(r) for r in body])
 
 
+#: The figures :func:`history_table` reads of each check, by split: ``valid_by_ops`` (recorded at every check since
+#: a run of an earlier version) and ``test_by_length`` (recorded only by a run trained with ``--score-test``).
+HISTORY_KEYS = {"valid": "valid_by_ops", "test": "test_by_length"}
+
+
 def history_table(runs: list[tuple[str, list[dict]]], steps: Iterable[int], split: str = "valid") -> str:
     """Markdown table of accuracy (%) by operator count at given training steps: per run (its history records)
     and step, the last check at or before that step that has the split's figures: ``valid`` (``valid_by_ops``,
     then the whole validation accuracy) or ``test`` (``test_by_length``, recorded with ``score_test``, then the
     mean over 7-12 operators)."""
-    key = "valid_by_ops" if split == "valid" else "test_by_length"
+    key = HISTORY_KEYS[split]
     steps = sorted(set(steps))
     counts = sorted({int(k) for _, h in runs for r in h for k in r.get(key, {})})
     head = ["run", "step", "checked at"] + [str(k) for k in counts] + ["all" if split == "valid" else "mean 7-12"]

@@ -10,9 +10,17 @@ from .config import LogicTrainConfig
 from .model import LogicModelConfig
 
 
-def logic_job(run_dir: Path, model: LogicModelConfig, cfg: LogicTrainConfig, data: str | Path, resume: bool) -> Job:
-    """The job that trains (or resumes) one logic run in a process of its own."""
-    payload = {"run_dir": str(run_dir), "data": str(data), "resume": resume}
+def logic_job(
+    run_dir: Path,
+    model: LogicModelConfig,
+    cfg: LogicTrainConfig,
+    data: str | Path,
+    resume: bool,
+    go_on: str | None = None,
+) -> Job:
+    """The job that trains (or resumes) one logic run in a process of its own (``go_on``: the command its log gives
+    to go on after an interruption, the comparison's)."""
+    payload = {"run_dir": str(run_dir), "data": str(data), "resume": resume, "go_on": go_on}
     payload.update(model=model.to_dict(), train=cfg.to_dict())
     entry, name = "onlstm.logic.parallel:train_job", f"{model.cell}, seed {cfg.seed}"
     return Job(name, run_dir, resume, entry, payload, "onlstm logic train")
@@ -23,5 +31,6 @@ def train_job(spec: dict) -> int:
     from .train import train
 
     model, cfg = LogicModelConfig.from_dict(spec["model"]), LogicTrainConfig.from_dict(spec["train"])
-    result = train(model, cfg, spec["data"], spec["run_dir"], resume=spec["resume"], replace=not spec["resume"])
+    go_on, resume = spec.get("go_on"), spec["resume"]
+    result = train(model, cfg, spec["data"], spec["run_dir"], resume=resume, replace=not resume, resume_command=go_on)
     return EXIT_INTERRUPTED if result.interrupted else 0

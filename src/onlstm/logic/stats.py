@@ -88,12 +88,18 @@ def file_statistics(examples: Iterable[Example]) -> dict[str, dict[str, float]]:
 def stats_table(ours: dict[str, dict[str, float]], theirs: dict[str, dict[str, float]] | None = None) -> str:
     """A Markdown table of the :data:`STATISTICS` per file: ``ours``, or ``ours / theirs`` for the files of both."""
     files = [f for f in ours if theirs is None or f in theirs]
-    head = "| statistic | " + " | ".join(files) + " |\n|---|" + "---|" * len(files) + "\n"
+    head = "| statistic | " + " | ".join(map(_cell, files)) + " |\n|---|" + "---|" * len(files) + "\n"
     rows = []
     for key, label in STATISTICS.items():
         cells = [_fmt(key, ours[f][key]) + ("" if theirs is None else f" / {_fmt(key, theirs[f][key])}") for f in files]
-        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+        rows.append(f"| {_cell(label)} | " + " | ".join(cells) + " |")
     return head + "\n".join(rows)
+
+
+def _cell(text: str) -> str:
+    """``text`` as one Markdown table cell: a ``|`` in it (the label of alternation, a file name) escaped, which
+    would otherwise end the cell and shift the row's figures one column."""
+    return text.replace("|", "\\|")
 
 
 def _fmt(key: str, v: float) -> str:

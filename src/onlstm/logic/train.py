@@ -18,13 +18,21 @@ from ..checkpoint import config_header
 from ..config import ConfigError, count_option, option
 from ..device import prepare_kernel, runtime_device
 from ..errors import quote
-from ..files import write_json
+from ..files import same_fingerprint, write_json
 from ..runs import RunDir
 from ..runs.engine import Check, Plan, Progress, Saved, TrainResult, train_run, update
 from ..runs.resume import read_history as read_records
 from . import model as classifier
 from .config import RUNTIME_FIELDS, LogicTrainConfig, read_sections
-from .data import Example, LogicDataError, load_test_examples, load_training_examples, split_train_valid
+from .data import (
+    TRAIN_FINGERPRINT,
+    Example,
+    LogicDataError,
+    load_test_examples,
+    load_training_examples,
+    split_train_valid,
+    training_fingerprint,
+)
 from .model import (
     KIND,
     TOKENS,
@@ -131,31 +139,48 @@ def train(
     log: Callable[[str], None] | None = print,
     resume: bool = False,
     replace: bool = False,
+    resume_command: str | None = None,
 ) -> TrainResult:
     """Train a classifier on ``data`` (a directory of ``train{k}`` files, or one file) into run dir ``out``.
-    ``resume=True`` goes on from the resume file in ``out`` (same settings required); otherwise a directory
-    holding a run is refused, unless ``replace=True`` (``logic compare`` retraining its own run) and it is a
-    logic run. On Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last weights and the
-    resume file (the best checkpoint is kept)."""
+    ``resume=True`` goes on from the resume file in ``out`` (same settings and training files required); otherwise
+    a directory holding a run is refused, unless ``replace=True`` (``logic compare`` retraining its own run) and it
+    is a logic run. On Ctrl-C returns with ``stopped_by == 'interrupted'`` after saving the last weights and the
+    resume file (the best checkpoint is kept). ``resume_command``: the command the stop's line gives to go on
+    (``logic compare``'s own), instead of ``logic train --resume``."""
     log, given = log or (lambda _msg: None), {"model": asdict(model_cfg), "train": asdict(cfg)}
     build = lambda sections: {"model": model_cfg, "train": cfg}  # on resume, sections are these: a clash is refused
     parts = (read_sections, build, RUNTIME_FIELDS, resume, (), replace)
     plan = Plan(KIND, "onlstm logic train", Path(out), given, *parts, log=log)
-    return train_run(plan, lambda run, settings, ctx: _start(run, model_cfg, cfg, data, ctx, log))
+    start = lambda run, settings, ctx: _start(run, model_cfg, cfg, data, ctx, log, resume, resume_command)
+    return train_run(plan, start)
 
 
-def _start(run: RunDir, model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data, ctx, log) -> LogicTask:
-    """The task of a run, its data read (in the lock: nothing is read before the settings are checked)."""
+def _start(run: RunDir, model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data, ctx, log, resume, go_on) -> LogicTask:
+    """The task of a run, its data read (in the lock: nothing is read before the settings are checked); a resumed
+    run's training files checked against the fingerprint it recorded (:func:`_fingerprint`)."""
     examples = load_training_examples(data, cfg)
+    fingerprint = _fingerprint(run, data, cfg, resume, log)
     train_ex, valid_ex = split_train_valid(examples, cfg)
     task = LogicTask(model_cfg, cfg, run.path, encode_examples(train_ex), encode_examples(valid_ex), log, ctx.device)
+    task.resume_command = go_on or task.resume_command
     if cfg.score_test:
         task.set_test(load_test_examples(data))
     max_ops = max(ex.max_ops for ex in examples)
     data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
+    data_summary[TRAIN_FINGERPRINT] = fingerprint
     task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
     log(task.summary())
     return task
+
+
+def _fingerprint(run: RunDir, data, cfg: LogicTrainConfig, resume: bool, log: Callable[[str], None]) -> str:
+    """The fingerprint of the training files in ``data`` (:func:`~onlstm.logic.data.training_fingerprint`); on
+    resume it must be the run's own: other files of the same names (the folder generated again with another seed)
+    would go on silently with other batches and another validation hold-out."""
+    saved = run.header().get("data", {}) if resume else None
+    fix = "resume with the run's own --data, or train into a new --out"
+    options = {"source": data, "run": run.path, "what": "training data", "fix": fix, "warn": log}
+    return same_fingerprint(training_fingerprint(data, cfg), saved, TRAIN_FINGERPRINT, **options)
 
 
 class LogicTask:
