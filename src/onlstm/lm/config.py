@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import encoders
 from ..config import (
@@ -188,6 +189,12 @@ def run_sections(header: dict) -> dict[str, dict]:
     text gives it)."""
     model = {k: v for k, v in header["model"].items() if k != "vocab_size"}
     return {"model": check_section(LMConfig, model, "model"), "train": TrainConfig.from_dict(header["train"]).to_dict()}
+
+
+def run_configs(sections: dict[str, dict]) -> dict[str, Any]:
+    """The configs of checked sections (:func:`run_sections`): the run's :class:`RunConfig` and its recipe."""
+    config = RunConfig({**field_defaults(LMConfig), **sections["model"]}, TrainConfig.from_dict(sections["train"]))
+    return {"model": config, "train": config.train}
 
 
 def add_config_flags(parser: argparse.ArgumentParser, grid: bool = False) -> None:

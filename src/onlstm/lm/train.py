@@ -17,18 +17,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint import CheckpointError, config_header, load_weights
-from ..config import ConfigError, Real, count_option, field_defaults, option
+from ..config import ConfigError, Real, count_option, option
 from ..data.ptb import Corpus, load_corpus, split_file
 from ..data.reader import TextReader
 from ..data.vocab import Vocab
 from ..encoders import detach_state
 from ..files import write_text
-from ..models.language_model import LanguageModel, LMConfig, use_onlstm_impl
+from ..models.language_model import LanguageModel, use_onlstm_impl
 from ..runs import RunDir, RunDirError, StopRequest, resolve_device
 from ..runs.dist import DistContext
 from ..runs.engine import Check, Plan, Progress, Saved, TrainResult, train_run, update
 from ..runs.resume import checked
-from .config import RUNTIME_FIELDS, SECTIONS, RunConfig, TrainConfig, explicit_settings, run_sections
+from .config import RUNTIME_FIELDS, SECTIONS, RunConfig, TrainConfig, explicit_settings, run_configs, run_sections
 from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment, too_short
 from .evaluate import Interrupted, perplexity
 
@@ -124,12 +124,6 @@ def make_optimizer(params, cfg: TrainConfig, averaging: bool = False) -> torch.o
 def _assign(params: list[torch.Tensor], values: list[torch.Tensor]) -> None:
     for p, v in zip(params, values):
         p.copy_(v)
-
-
-def _build(sections: dict[str, dict]) -> dict[str, Any]:
-    """The configs of checked sections (:func:`~onlstm.lm.config.run_sections`): the run's :class:`RunConfig` and its recipe."""
-    config = RunConfig({**field_defaults(LMConfig), **sections["model"]}, TrainConfig.from_dict(sections["train"]))
-    return {"model": config, "train": config.train}
 
 
 def write_log_csv(path: Path, history: list[dict]) -> None:
@@ -420,9 +414,8 @@ class Trainer:
     def _final_test(self) -> str:
         """Score the best weights on the first process; every process learns whether that was interrupted."""
         outcome, dev = {"status": "finished"}, self.ctx.device
-        # the scoring model's random initialisation would advance the random state the resume file then keeps:
-        # a finished run extended by more epochs (--resume --epochs N) would draw other dropout masks than a run
-        # given those epochs from the start, so the scoring draws from a copy of the state
+        # the scoring model's initialisation must not move the random state the resume file keeps: a run extended
+        # by --resume --epochs N would draw other dropout masks than one given those epochs from the start
         with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
             self.ctx.main_writes(lambda: outcome.update(status=self._score_best()))
         status = "interrupted" if self.ctx.any(outcome["status"] == "interrupted") else "finished"
@@ -487,7 +480,10 @@ def train(
     may already hold (the demo's corpus); ``trainer``: one made beforehand for these settings (hooks on its model).
     Returns the run's :class:`~onlstm.runs.engine.TrainResult` (also in ``results.json``); joins the process group
     under torchrun."""
-    given, parts = {name: (explicit or {}).get(name, {}) for name in SECTIONS}, (run_sections, _build, RUNTIME_FIELDS)
+    given, parts = (
+        {name: (explicit or {}).get(name, {}) for name in SECTIONS},
+        (run_sections, run_configs, RUNTIME_FIELDS),
+    )
     plan = Plan("lm", "onlstm lm train", Path(run_dir), given, *parts, resume, keep, False, True, log, on_step)
     start = lambda run, settings, ctx: trainer or Trainer(run.path, data_dir, settings["model"], resume, ctx, log)
     return train_run(plan, start)

@@ -157,9 +157,12 @@ def train(
 
 def _start(run: RunDir, model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data, ctx, log, resume, go_on) -> LogicTask:
     """The task of a run, its data read (in the lock: nothing is read before the settings are checked); a resumed
-    run's training files checked against the fingerprint it recorded (:func:`_fingerprint`)."""
+    run's training files must be those it recorded: others of the same names (generated again with another seed)
+    would go on silently with other batches and another validation hold-out."""
     examples = load_training_examples(data, cfg)
-    fingerprint = _fingerprint(run, data, cfg, resume, log)
+    saved, fix = run.header().get("data", {}) if resume else None, "resume with the run's own --data, or a new --out"
+    fingerprint = same_fingerprint(training_fingerprint(data, cfg), saved, TRAIN_FINGERPRINT, source=data,
+                                   run=run.path, what="training data", fix=fix, warn=log)  # fmt: skip
     train_ex, valid_ex = split_train_valid(examples, cfg)
     task = LogicTask(model_cfg, cfg, run.path, encode_examples(train_ex), encode_examples(valid_ex), log, ctx.device)
     task.resume_command = go_on or task.resume_command
@@ -171,16 +174,6 @@ def _start(run: RunDir, model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data
     task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
     log(task.summary())
     return task
-
-
-def _fingerprint(run: RunDir, data, cfg: LogicTrainConfig, resume: bool, log: Callable[[str], None]) -> str:
-    """The fingerprint of the training files in ``data`` (:func:`~onlstm.logic.data.training_fingerprint`); on
-    resume it must be the run's own: other files of the same names (the folder generated again with another seed)
-    would go on silently with other batches and another validation hold-out."""
-    saved = run.header().get("data", {}) if resume else None
-    fix = "resume with the run's own --data, or train into a new --out"
-    options = {"source": data, "run": run.path, "what": "training data", "fix": fix, "warn": log}
-    return same_fingerprint(training_fingerprint(data, cfg), saved, TRAIN_FINGERPRINT, **options)
 
 
 class LogicTask:
