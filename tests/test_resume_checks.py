@@ -76,11 +76,17 @@ def test_resume_on_another_training_text_with_the_same_vocabulary_is_refused(cor
     assert main(lm(same, run, "--resume", "--max-steps", "5")) == 0
 
 
-def test_a_run_without_a_fingerprint_resumes_with_a_warning(corpus, lm_run, tmp_path, capsys):
-    run = shutil.copytree(lm_run, tmp_path / "run")
+def without_fingerprint(run: Path, tmp_path: Path) -> Path:
+    """A copy of ``run`` as a run written before its training data's fingerprint was recorded."""
+    run = shutil.copytree(run, tmp_path / "run")
     header = json.loads((run / "config.json").read_text())
     assert len(header["data"].pop("train_sha256")) == 64
     (run / "config.json").write_text(json.dumps(header))
+    return run
+
+
+def test_a_run_without_a_fingerprint_resumes_with_a_warning(corpus, lm_run, tmp_path, capsys):
+    run = without_fingerprint(lm_run, tmp_path)
     assert main(lm(corpus, run, "--resume", "--max-steps", "5")) == 0
     assert "records no fingerprint of its training text" in capsys.readouterr().out
 
@@ -107,10 +113,7 @@ def test_logic_resume_on_other_training_files_of_the_same_names_is_refused(logic
 
 def test_a_logic_run_without_a_fingerprint_resumes_with_a_warning(logic_run, tmp_path, capsys):
     data, whole = logic_run
-    run = shutil.copytree(whole, tmp_path / "run")
-    header = json.loads((run / "config.json").read_text())
-    assert len(header["data"].pop("train_sha256")) == 64
-    (run / "config.json").write_text(json.dumps(header))
+    run = without_fingerprint(whole, tmp_path)
     assert main(logic(data, run, "--resume", "--max-steps", "5")) == 0
     assert "records no fingerprint of its training data (an older run)" in capsys.readouterr().out
     assert len(json.loads((run / "config.json").read_text())["data"]["train_sha256"]) == 64  # recorded from now on
