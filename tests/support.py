@@ -32,3 +32,9 @@ def with_train(settings: dict, **train) -> dict:
     """``settings`` (``{"model": ..., "train": ...}``) with these train fields set, e.g. a budget: ``max_steps=4``
     (``None``: no limit, for a resumed run that had one)."""
     return {**settings, "train": {**settings.get("train", {}), **train}}
+
+
+def problem_lines(err: str) -> list[str]:
+    """The lines of a command's stderr that say a problem: a refusal is one of them. A note said on the way (which
+    weights were opened: ``onlstm export: note: no best weights ...``) is not one."""
+    return [line for line in err.strip().splitlines() if ": note: " not in line]

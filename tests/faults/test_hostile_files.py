@@ -24,7 +24,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from onlstm.cli import main
-from support import REPO, TINY_LM, write_corpus
+from support import REPO, TINY_LM, problem_lines, write_corpus
 
 # -- pickle opcodes (protocol 2), enough to write any body by hand ------------------------------------------------
 
@@ -226,7 +226,7 @@ def check(results, cases, folder: Path) -> None:
     failures = []
     for case, _, words in cases:
         code, err = results[case]
-        lines = err.strip().splitlines()
+        lines = problem_lines(err)
         if code != 2 or len(lines) != 1 or "Traceback" in err or len(err) > 2500:
             failures.append(f"{case}: exit {code}, {len(lines)} lines: {err[-600:]}")
         elif any(w in err for w in ("MemoryError", "allocate", "memory")):
@@ -285,7 +285,7 @@ def lm_run(tmp_path_factory) -> Path:
 def refused(capsys, argv: list[str]) -> str:
     code = main(argv)
     err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (code, err[-2000:])
+    assert code == 2 and len(problem_lines(err)) == 1 and "Traceback" not in err, (code, err[-2000:])
     return err
 
 
