@@ -69,7 +69,7 @@ class RunFiles:
         for weights in names:
             if weights.exists():
                 if weights == names[1] and tag != "last":
-                    _note_fallback(path, tag, weights)
+                    _note_fallback(path, weights)
                 return run, weights
         raise CheckpointError(
             f"{path} holds no {names[0].name}, {names[1].name} or {names[2].name}; "
@@ -103,10 +103,10 @@ class WeightsNote(UserNote):
     """A run opened with other weights than asked: the best ones (the default) where the run has none yet."""
 
 
-def _note_fallback(path: Path, tag: str, used: Path) -> None:
-    # the scores a command prints are then the last weights', not the best ones it was asked for (by default)
-    why = " (no validation check yet)" if tag == "best" else ""
-    warnings.warn(WeightsNote(f"no {tag} weights in {path}{why}: using {used.name}"), stacklevel=3)
+def _note_fallback(path: Path, used: Path) -> None:
+    # the scores a command prints are then the last weights', not the best ones it was asked for (by default); only
+    # best falls back (another name the run does not hold is refused in find)
+    warnings.warn(WeightsNote(f"no best weights in {path} (no validation check yet): using {used.name}"), stacklevel=3)
 
 
 def check_weights_choice(checkpoint: str | Path, tag: str | None, flag: str = "--weights") -> None:

@@ -32,6 +32,7 @@ from ..studies.grid import check_study_folder as check_folder
 from ..studies.parallel import Ended, Job, threads_per_job, train_in_processes
 from ..studies.stats import mean_std, seed_difference
 from .config import RUNTIME_FIELDS, run_config, run_sections
+from .data import TEXT_FINGERPRINT
 
 
 @dataclass
@@ -135,7 +136,7 @@ def check_runs(out: Path, explicit: dict, cells: list[str], seeds: list[int], da
             raise InputError(f"{first_line(exc)}") from None
         if clash:
             raise InputError(clash)
-        saved = (header.get("data") or {}).get("train_sha256")
+        saved = (header.get("data") or {}).get(TEXT_FINGERPRINT)
         text = text or sha256_file(split_file(data_dir, "train"))
         if saved is not None and saved != text:
             raise InputError(
