@@ -36,6 +36,7 @@ def registered_experiments() -> tuple[str, ...]:
 EXPERIMENTS = registered_experiments()
 #: Shared modules and packages below the experiments.
 SHARED = ("nn", "data", "errors", "files", "pickles", "config", "checkpoint", "saved", "sharing", "progress", "runs")
+SHARED += ("lock", "optim_state")
 SHARED += ("device", "studies", "encoders", "models", "zoo")
 #: The commands, above the experiments: they may import them, and nothing below imports them (``demo`` trains
 #: a language model and parses with it).

@@ -364,7 +364,7 @@ def test_logic_resume_refuses_damaged_weights(logic_run, tmp_path, capsys, case)
 def _optimizers() -> dict:
     """The trainers' optimizers, each with the name of a state tensor of the parameter's shape (None: none kept)."""
     from onlstm.lm.config import TrainConfig
-    from onlstm.lm.train import make_optimizer
+    from onlstm.lm.ntasgd import make_optimizer
 
     lm_cfg = TrainConfig(lr=0.5, momentum=0.9)
     return {

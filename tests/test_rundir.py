@@ -12,6 +12,7 @@ import torch
 
 import onlstm.lm
 import onlstm.logic  # noqa: F401  (registers the "logic-classifier" kind)
+from onlstm import lock as lock_module
 from onlstm.checkpoint import CheckpointError, config_header, save_weights
 from onlstm.errors import WriteError
 from onlstm.files import MARKER, write_json
@@ -235,7 +236,7 @@ def test_without_flock_the_lock_file_is_the_lock(tmp_path, monkeypatch):
     is the lock, and one left behind is refused in one line that names the file to delete, whatever pid it names."""
     import os
 
-    monkeypatch.setattr(dirs_module, "_flock", lambda fd: None)
+    monkeypatch.setattr(lock_module, "_flock", lambda fd: None)
     run = RunDir(tmp_path / "run")
     with run.lock("onlstm test"):
         with pytest.raises(RunDirError, match=f"locked by pid {os.getpid()} on host "):

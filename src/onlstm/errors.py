@@ -57,6 +57,11 @@ class UserNote(UserWarning):
     ``warnings.warn``; ``onlstm`` commands print it as one line, ``onlstm <command>: note: <message>``."""
 
 
+class RunDirError(OnlstmError, ValueError):
+    """The run directory cannot be used as asked: it holds another run (or an interrupted one) without
+    ``--resume``, it is locked by a training in progress, or its settings do not fit."""
+
+
 class TrainingDiverged(OnlstmError, RuntimeError):
     """A training loss became NaN or infinite; the run stopped without saving the diverged weights."""
 

@@ -115,12 +115,14 @@ def same_fingerprint(
     what: str,
     fix: str,
     warn: Callable[[str], None],
+    flag: str = "--resume",
 ) -> str:
     """``found``, the fingerprint (SHA-256) of the data a run reads from ``source`` (``what``: its training text, its
     training data); on resume (``saved``: the run's ``data`` header, None for a new run) it must be the one the run
     recorded under ``key``: other data, read without a word, would go on with other batches (and, for a logic run,
     another validation hold-out). Another fingerprint is an :class:`InputError` ending in ``fix``; a run written
-    before fingerprints were recorded goes on with a warning (there is nothing to compare)."""
+    before fingerprints were recorded goes on with a warning (there is nothing to compare). ``flag``: what the user
+    gave that led here, first in the message (a study checking its runs: ``--data-dir``)."""
     if saved is None:
         return found
     recorded = saved.get(key) if isinstance(saved, dict) else None
@@ -131,7 +133,7 @@ def same_fingerprint(
         )
     elif recorded != found:
         raise InputError(
-            f"--resume: {source} is not the {what} of the run in {run} (sha256 {found[:12]}…, the run recorded "
+            f"{flag}: {source} is not the {what} of the run in {run} (sha256 {found[:12]}…, the run recorded "
             f"{str(recorded)[:12]}…); {fix}"
         )
     return found

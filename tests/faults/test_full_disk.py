@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 import onlstm.files
 from onlstm.cli import build_parser, main
 from onlstm.errors import EXIT_WRITE_FAILED, WriteError
-from onlstm.runs.dirs import RunLock
+from onlstm.lock import RunLock
 from support import TINY_LM, write_corpus
 
 LOGIC = ["--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "16", "--no-progress"]

@@ -20,7 +20,7 @@ import pytest
 import onlstm.files
 from onlstm.cli import build_parser, main
 from onlstm.errors import EXIT_BAD_INPUT, EXIT_FINDING
-from onlstm.runs.dirs import RunLock
+from onlstm.lock import RunLock
 
 #: Values no number option accepts: each must be refused with exit 2, naming the option.
 NOT_A_NUMBER = ["nan", "inf", "-inf", "1e400", "x", ""]

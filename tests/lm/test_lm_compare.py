@@ -164,7 +164,7 @@ def test_a_folder_holding_the_users_files_is_refused(tmp_path, capsys):
 
 def test_finished_only_reads_a_study_while_it_trains(tmp_path, capsys):
     """The lock keeps a second training study out; reading the finished runs (--finished-only) needs none."""
-    from onlstm.runs.dirs import RunLock
+    from onlstm.lock import RunLock
 
     out = tmp_path / "s"
     with RunLock(out, "onlstm lm compare"):
@@ -203,3 +203,25 @@ def test_a_kept_measurement_is_reused_only_for_the_same_inputs(tmp_path, monkeyp
     assert study._command(path, ["syneval"], study._inputs("sg", [], "w2", suites), print) == {"n": 4}
     path.write_text(json.dumps({"n": 0}))  # an earlier version's file: the bare report, inputs unknown
     assert study._command(path, ["syneval"], study._inputs("sg", [], "w2", suites), print) == {"n": 5}
+
+
+def test_a_run_trained_on_another_text_is_refused_and_an_older_one_said(tmp_path, capsys):
+    """A study counts a run only when it was trained on the study's --data-dir text (its fingerprint); a run that
+    records none (written before fingerprints) is said, not refused: there is nothing to compare."""
+    out, argv = tmp_path / "s", _compare_argv(tmp_path, tmp_path / "s", "--cells", "lstm", "--seeds", "1")
+    data = tmp_path / "corpus"
+    train = ["lm", "train", "--config", str(TINY_LM), "--cell", "lstm", "--seed", "1", "--max-steps", "1"]
+    assert main([*train, "--data-dir", str(data), "--out", str(out / "lstm-seed1"), "--no-progress"]) == 0
+    assert main([*argv, "--finished-only"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    with (data / "ptb.train.txt").open("a") as f:
+        f.write("the cat sat\n")  # the same words: only the fingerprint tells the texts apart
+    assert main([*argv, "--finished-only"]) == 2
+    err = capsys.readouterr().err
+    assert "--data-dir: " in err and "is not the training text of the run in" in err and "give the study's" in err
+    config = out / "lstm-seed1" / "config.json"
+    header = json.loads(config.read_text())
+    del header["data"]["train_sha256"]
+    config.write_text(json.dumps(header))
+    assert main([*argv, "--finished-only"]) == 0
+    assert "records no fingerprint of its training text" in capsys.readouterr().out

@@ -22,7 +22,8 @@ from onlstm.lm import LanguageModel, LMConfig
 from onlstm.lm.config import explicit_settings
 from onlstm.lm.data import batchify, bptt_schedule
 from onlstm.lm.evaluate import perplexity, stream_loss
-from onlstm.lm.train import RunDirError, nonmono_switch, train
+from onlstm.lm.ntasgd import nonmono_switch
+from onlstm.lm.train import RunDirError, train
 from onlstm.runs import RunDir
 from support import TINY_LM, quiet, with_train, write_corpus
 

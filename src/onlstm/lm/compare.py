@@ -23,9 +23,10 @@ from .. import encoders
 from ..checkpoint import CheckpointError
 from ..data.ptb import split_file
 from ..errors import EXIT_INTERRUPTED, InputError, OnlstmError, first_line
-from ..files import json_dict, sha256_file, sha256_files, write_json, write_text
+from ..files import json_dict, same_fingerprint, sha256_file, sha256_files, write_json, write_text
+from ..lock import RunLock
 from ..runs.budget import BUDGETS
-from ..runs.dirs import RunDir, RunLock
+from ..runs.dirs import RunDir
 from ..runs.resume import resume_settings
 from ..studies.grid import check_named_once
 from ..studies.grid import check_study_folder as check_folder
@@ -75,7 +76,7 @@ def compare(
     explicit = shared_settings(explicit)
     check_study(explicit, cells, seeds, data_dir, yardsticks)  # every problem found before anything is written
     check_study_folder(Path(out))
-    check_runs(Path(out), explicit, cells, seeds, Path(data_dir))
+    check_runs(Path(out), explicit, cells, seeds, Path(data_dir), log)
     # one training study at a time in a folder; reading the finished runs needs no lock (a study may be training)
     lock = contextlib.nullcontext() if finished_only else RunLock(out, "onlstm lm compare", log=log)
     with lock:
@@ -118,11 +119,12 @@ def check_study_folder(out: Path) -> None:
     check_folder(out, "lm compare", "lm-compare", STUDY_FILES, folders=("evals",))
 
 
-def check_runs(out: Path, explicit: dict, cells: list[str], seeds: list[int], data_dir: Path) -> None:
+def check_runs(out: Path, explicit: dict, cells: list[str], seeds: list[int], data_dir: Path, log=print) -> None:
     """Every run already in the study trained with its settings and text (else refused, naming the run and what
     differs): a study neither counts a run trained otherwise nor trains over one. The budget and how a run runs
-    (``RUNTIME_FIELDS``) may differ: a larger budget trains a run further."""
-    text = None
+    (``RUNTIME_FIELDS``) may differ: a larger budget trains a run further; a run that records no fingerprint of its
+    text (an older one) is said, not refused."""
+    text, train = None, split_file(data_dir, "train")
     for cell, seed in ((c, s) for s in seeds for c in cells):
         run = RunDir(run_dir(out, cell, seed))
         if not run.config_path.exists():  # not started, or stopped before its header: trained from step 0
@@ -136,13 +138,10 @@ def check_runs(out: Path, explicit: dict, cells: list[str], seeds: list[int], da
             raise InputError(f"{first_line(exc)}") from None
         if clash:
             raise InputError(clash)
-        saved = (header.get("data") or {}).get(TEXT_FINGERPRINT)
-        text = text or sha256_file(split_file(data_dir, "train"))
-        if saved is not None and saved != text:
-            raise InputError(
-                f"{run.path} was trained on another training text than {data_dir}'s; give the study's --data-dir, "
-                "or choose another --out"
-            )
+        text = text or sha256_file(train)
+        fix = "give the study's --data-dir, or choose another --out"
+        same_fingerprint(text, header.get("data") or {}, TEXT_FINGERPRINT, source=train, run=run.path,
+                         what="training text", fix=fix, warn=log, flag="--data-dir")  # fmt: skip
 
 
 def _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_only, log) -> StudyResult:

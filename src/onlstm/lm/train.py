@@ -7,7 +7,6 @@ import csv
 import io
 import math
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,9 +27,10 @@ from ..runs import RunDir, RunDirError, StopRequest, resolve_device
 from ..runs.dist import DistContext
 from ..runs.engine import Check, Plan, Progress, Saved, TrainResult, train_run, update
 from ..runs.resume import checked
-from .config import RUNTIME_FIELDS, SECTIONS, RunConfig, TrainConfig, explicit_settings, run_configs, run_sections
+from .config import RUNTIME_FIELDS, SECTIONS, RunConfig, explicit_settings, run_configs, run_sections
 from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment, too_short
 from .evaluate import Interrupted, perplexity
+from .ntasgd import averaged_weights, make_optimizer, nonmono_switch, weights_in_place
 
 
 @dataclass
@@ -101,29 +101,6 @@ def float32_state(state):
     if isinstance(state, torch.Tensor):
         return state.float() if state.is_floating_point() else state
     return None if state is None else tuple(map(float32_state, state))
-
-
-def nonmono_switch(history: list[float], loss: float, nonmono: int) -> bool:
-    """NT-ASGD's trigger (the reference's condition): this epoch's validation ``loss`` is worse than the best of the
-    SGD epochs before the last ``nonmono`` ones (``history``: earlier SGD epochs' validation losses, oldest first)."""
-    return len(history) > nonmono and loss > min(history[:-nonmono])
-
-
-def make_optimizer(params, cfg: TrainConfig, averaging: bool = False) -> torch.optim.Optimizer:
-    """The run's optimizer; with ``averaging`` NT-ASGD's averaging phase as the authors run it: torch's own ASGD
-    with t0=0, lambd=0 (plain SGD steps plus the running average ``ax`` of the iterates). Its step size is fixed at
-    the end of the previous step and its average starts from the second iterate (docs/lm.md, "NT-ASGD")."""
-    if averaging:
-        return torch.optim.ASGD(params, lr=cfg.lr, t0=0, lambd=0.0, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-
-@torch.no_grad()
-def _assign(params: list[torch.Tensor], values: list[torch.Tensor]) -> None:
-    for p, v in zip(params, values):
-        p.copy_(v)
 
 
 def write_log_csv(path: Path, history: list[dict]) -> None:
@@ -261,25 +238,12 @@ class Trainer:
         )
 
     def averaged_weights(self) -> list[torch.Tensor] | None:
-        """ASGD's running average (``ax``) once averaging started; a parameter ASGD has not stepped yet
-        (just after the switch) counts with its current value, as ``ax`` would equal it after one step."""
-        if self.prog.task.averaging:
-            return [self.optimizer.state.get(p, {}).get("ax", p) for p in self.params]
-        return None
+        """ASGD's running average once averaging started (:func:`~onlstm.lm.ntasgd.averaged_weights`)."""
+        return averaged_weights(self.params, self.optimizer) if self.prog.task.averaging else None
 
-    @contextmanager
     def eval_weights(self):
         """The weights evaluation uses: the running average once averaging started, else the current ones."""
-        avg = self.averaged_weights()
-        if avg is None:
-            yield
-            return
-        saved = [p.detach().clone() for p in self.params]
-        _assign(self.params, avg)
-        try:
-            yield
-        finally:
-            _assign(self.params, saved)
+        return weights_in_place(self.params, self.averaged_weights())
 
     def _start_averaging(self) -> str:
         # the authors replace the optimizer by a fresh torch ASGD at the switch: so do we (no state carried)
