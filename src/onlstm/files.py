@@ -304,6 +304,15 @@ def check_output_file(path: str | Path, flag: str = "--out") -> Path:
     return path
 
 
+def check_new_files(paths: Iterable[Path], flag: str, overwrite: bool) -> None:
+    """The files a command is about to write, checked before any work: unless ``overwrite`` (``--overwrite``), none
+    may be there already: it is the user's, or an earlier output, and either is replaced only when asked."""
+    there = [str(p) for p in paths if p.exists() or p.is_symlink()]
+    if there and not overwrite:
+        verb = "exists" if len(there) == 1 else "exist"
+        raise InputError(f"{' and '.join(there[:2])} {verb}; choose another {flag} or pass --overwrite")
+
+
 def check_work_folder(
     path: str | Path,
     held: str | None,

@@ -225,3 +225,21 @@ def test_a_run_trained_on_another_text_is_refused_and_an_older_one_said(tmp_path
     config.write_text(json.dumps(header))
     assert main([*argv, "--finished-only"]) == 0
     assert "records no fingerprint of its training text" in capsys.readouterr().out
+
+
+def test_an_unfinished_run_says_how_far_it_got(tmp_path):
+    """A study in progress says of each run not measured yet how many epochs it has done and its best validation
+    perplexity so far, from its log.csv (a row cut short is left out), and whether it may be training now."""
+    run = tmp_path / "onlstm-seed1"
+    run.mkdir()
+    assert study._status(tmp_path / "none") == "not started"
+    (run / "config.json").write_text(json.dumps({"kind": "lm", "train": {"epochs": 30}}))
+    assert study._status(run) == "unfinished (training now, or killed): no validation yet"
+    (run / "log.csv").write_text("epoch,steps,valid_ppl\n1,10,150.5\n2,20,nan\n3,30,140.25\n4,40\n")
+    assert study._status(run) == (
+        "unfinished (training now, or killed): 3 of 30 epochs done, best validation perplexity 140.25"
+    )
+    (run / "results.json").write_text(json.dumps({"status": "interrupted", "epochs": 3.5}))
+    assert study._status(run).startswith("unfinished (interrupted, or training again): 3 of 30 epochs done")
+    (run / "results.json").write_text(json.dumps({"status": "stopped", "epochs": 3.5, "stopped_by": "max_steps"}))
+    assert study._status(run) == "stopped after 3.50 epochs (by max_steps)"

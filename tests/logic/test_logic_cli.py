@@ -163,6 +163,8 @@ def test_curves_say_why_a_test_table_is_empty(run_on, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "| run |" not in out and "recorded no test scores (--score-test records" in err
     assert len(err.strip().splitlines()) == 1 and err.startswith("onlstm logic curves: --table test: ")
-    assert main(argv) == 0
+    assert main(argv) == 2  # the figures of the first call are there: replaced only when asked
+    assert "curves_by_ops.png exist; choose another --out or pass --overwrite" in capsys.readouterr().err
+    assert main([*argv, "--overwrite"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("| run | step |") and err == ""

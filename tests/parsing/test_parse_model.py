@@ -230,6 +230,7 @@ def test_plot_command(tmp_path, capsys):
                 "((the dog) sat)",
                 "--out",
                 str(prefix),
+                "--overwrite",
             ]
         )
         == 2
@@ -431,3 +432,29 @@ def test_pretty_trees_have_unbroken_lines(tmp_path, capsys):
     assert main(["parsing", "parse", "--checkpoint", str(run), "--format", "pretty", str(tmp_path / "in.txt")]) == 0
     drawn = capsys.readouterr().out.splitlines()
     assert drawn[-1].split() == "the cat sat on the mat".split() and all(line.strip() for line in drawn)
+
+
+def test_output_files_already_there_are_replaced_only_with_overwrite(tmp_path, capsys):
+    """A file the command would write that is there already (the user's, or an earlier output) is refused before any
+    work, left as it was, and replaced with --overwrite; a plot's two files appear together."""
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    (bank / "wsj_0001.mrg").write_text(MRG)
+    run = make_run(tmp_path, "the cat sat on mat bob saw N dogs".split())
+    prefix, trees = tmp_path / "fig", tmp_path / "pred.txt"
+    plot = ["parsing", "plot", "--checkpoint", str(run), "the cat sat", "--out", str(prefix)]
+    assert main(plot) == 0 and sorted(p.name for p in tmp_path.glob("fig*")) == ["fig.png", "fig.svg"]
+    prefix.with_suffix(".svg").write_text("MINE")
+    assert main(plot) == 2
+    assert f"{prefix}.png and {prefix}.svg exist; choose another --out or pass --overwrite" in capsys.readouterr().err
+    assert prefix.with_suffix(".svg").read_text() == "MINE"
+    assert main([*plot, "--overwrite"]) == 0 and prefix.with_suffix(".svg").read_text().startswith("<?xml")
+    mine = trees.with_name("pred.layer2.txt")
+    mine.write_text("MINE")
+    evaluate = ["parsing", "eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--out-trees", str(trees)]
+    assert main(evaluate) == 2
+    assert f"{mine} exists; choose another --out-trees or pass --overwrite" in capsys.readouterr().err
+    assert mine.read_text() == "MINE" and not trees.with_name("pred.layer1.txt").exists()
+    assert main([*evaluate, "--overwrite"]) == 0 and len(mine.read_text().splitlines()) == 2
+    assert main([*evaluate, "--layers", "2"]) == 0  # one layer: the file named, not there yet
+    assert len(trees.read_text().splitlines()) == 2

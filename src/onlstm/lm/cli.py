@@ -152,7 +152,7 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
     import sys
 
     from ..data.vocab import EOS
-    from ..files import check_output_file, write_text
+    from ..files import check_new_files, check_output_file, write_text
     from ..models.language_model import load_language_model_run
     from ..runs import resolve_device, setup_torch
     from ..saved import check_weights_choice
@@ -160,8 +160,7 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
 
     if args.out is not None:  # checked before the scoring: a folder or an unwritable place would fail only after it
         check_output_file(args.out, "--out")
-        if args.out.exists() and not args.overwrite:
-            raise command_error(ValueError(f"{args.out} exists; choose another --out or pass --overwrite"))
+        check_new_files([args.out], "--out", args.overwrite)
     check_weights_choice(args.checkpoint, args.weights)
     sentences = _read_lines(args.file)
     runtime = runtime_settings(args, EvalRuntime)

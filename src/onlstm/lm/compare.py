@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Callable
@@ -232,11 +233,26 @@ def _status(where: Path) -> str:
         result = RunDir(where).results()
     except OnlstmError as exc:
         return f"its result cannot be read ({first_line(exc)})"
-    if result is None:
-        return "started, no result yet (training, or stopped before its first save)"
-    if result.get("status") == "finished":
+    status = (result or {}).get("status")
+    if status == "finished":
         return "finished"
-    return f"{result.get('status')} after {result.get('epochs', 0):.2f} epochs (by {result.get('stopped_by')})"
+    if status not in (None, "interrupted"):  # stopped by a budget, or diverged: its record says how far
+        return f"{status} after {result.get('epochs', 0):.2f} epochs (by {result.get('stopped_by')})"
+    # an interrupted run may be training again: its record is the last session's
+    when = "interrupted, or training again" if status else "training now, or killed"
+    return f"unfinished ({when}): {_progress(RunDir(where))}"
+
+
+def _progress(run: RunDir) -> str:
+    """How far a run got, from its ``log.csv``: ``E of N epochs done, best validation perplexity P``."""
+    from .plots import read_curve
+
+    curve = read_curve(run.log_path)
+    finite = [ppl for _, ppl in curve if math.isfinite(ppl)]
+    if not finite:
+        return "no validation yet"
+    epochs = (run.header().get("train") or {}).get("epochs", "?")
+    return f"{curve[-1][0]} of {epochs} epochs done, best validation perplexity {min(finite):.2f}"
 
 
 def measure(where: Path, evals: Path, yardsticks: Yardsticks, log: Callable[[str], None]) -> dict:

@@ -16,11 +16,19 @@ from ..studies.stats import mean_std
 
 
 def read_curve(log_csv: Path) -> list[tuple[int, float]]:
-    """``(epoch, validation perplexity)`` per epoch from a run's ``log.csv`` (empty when it has none yet)."""
+    """``(epoch, validation perplexity)`` per epoch from a run's ``log.csv`` (empty when it has none yet); a row
+    without both numbers (a file cut short by a full disk, or edited) is left out: the curve is a view."""
     if not log_csv.is_file():
         return []
-    with open(log_csv, newline="") as f:
-        return [(int(row["epoch"]), float(row["valid_ppl"])) for row in csv.DictReader(f)]
+    with open(log_csv, newline="", encoding="utf-8", errors="replace") as f:
+        rows = list(csv.DictReader(f))
+    curve = []
+    for row in rows:
+        try:
+            curve.append((int(row["epoch"]), float(row["valid_ppl"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return curve
 
 
 def band(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float, float, int]]:

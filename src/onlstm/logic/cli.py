@@ -26,7 +26,7 @@ from ..config import (
     option,
 )
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, UserNote, command_error
-from ..files import add_files, check_output_owner, json_text, publish_folder
+from ..files import add_files, check_new_files, check_output_owner, json_text, publish_folder
 from ..nn import Distances
 from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
 from ..saved import check_weights_choice
@@ -69,6 +69,8 @@ SYSTEMATICITY_SPLITS = {name: split.pattern for name, split in SPLITS.items()}
 OUT_HELP = "output directory (new, empty, or an earlier generated set)"
 REPLACE_HELP = "replace --out even when it holds other files"
 PATH_HELP = "a directory of train{k}/test{k} files, or one file"
+#: What `logic curves` writes into its --out.
+CURVE_FILES = ("training_curves.png", "curves_by_ops.png")
 
 
 @dataclass(kw_only=True)
@@ -134,6 +136,7 @@ class TreesArgs:
 class CurvesArgs:
     runs: list[Path] = option(help="run directories of `onlstm logic train`", positional=True)
     out: Path = option(help="directory for the two PNG files")
+    overwrite: bool = option(False, "replace the two PNG files when --out holds them already")
     at_steps: str | None = option(
         None,
         "also print a table of validation accuracy by operator count at these steps (e.g. 2000,8000,32000): "
@@ -494,6 +497,7 @@ def _cmd_curves(args: argparse.Namespace) -> int:
     from .plots import plot_curves_by_ops, plot_training_curves
 
     check_output_folder(args.out)  # a file there is bad input, found before any run is read
+    check_new_files([args.out / name for name in CURVE_FILES], "--out", args.overwrite)
     runs, seeds, max_ops = [], [], []
     try:
         example = "positive step numbers separated by commas, e.g. 2000,8000"
@@ -507,8 +511,8 @@ def _cmd_curves(args: argparse.Namespace) -> int:
         paths = add_files(
             args.out,
             lambda tmp: (
-                plot_training_curves(runs, tmp / "training_curves.png"),
-                plot_curves_by_ops(runs, tmp / "curves_by_ops.png", max_ops[0]),
+                plot_training_curves(runs, tmp / CURVE_FILES[0]),
+                plot_curves_by_ops(runs, tmp / CURVE_FILES[1], max_ops[0]),
             ),
         )
     except ValueError as exc:

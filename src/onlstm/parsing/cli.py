@@ -10,7 +10,17 @@ from pathlib import Path
 
 from ..config import add_command, add_group, add_runtime_flags, option, runtime_settings
 from ..errors import InputError, command_error
-from ..files import check_output_file, json_text, read_lines, read_stdin_text, read_text, split_lines, write_text
+from ..files import (
+    add_files,
+    check_new_files,
+    check_output_file,
+    json_text,
+    read_lines,
+    read_stdin_text,
+    read_text,
+    split_lines,
+    write_text,
+)
 from ..models.language_model import default_parse_layer
 from ..runs import runtime_device
 from .evaluate import PAPER_F1, PAPER_SOURCE, paper_set, score_treebank
@@ -63,6 +73,7 @@ class EvalParseArgs(ModelArgs):
     sections: list[str] | None = option(None, "WSJ sections to use, e.g. 23 (default: all found)")
     layers: str = option("all", "'all' or comma-separated 1-based layers")
     out_trees: Path | None = option(None, "write predicted trees here, one per line (PATH.layerN.txt per layer)")
+    overwrite: bool = option(False, "replace --out-trees files already there")
     random_draws: int = option(5, "random-baseline draws", ge=1)
     batch_size: int = option(128, "sentences per batch", ge=1)
     json: bool = option(False, "print one JSON object with every number")
@@ -74,6 +85,7 @@ class PlotArgs(ModelArgs):
     layer: int | None = option(None, "1-based layer for the tree (default as parse)")
     gold: str | None = option(None, "gold tree in bracket notation, drawn beside the induced one")
     out: Path = option(Path("parse_plot"), "output prefix (writes .png and .svg)")
+    overwrite: bool = option(False, "replace the .png and .svg already there")
 
 
 @dataclass(kw_only=True)
@@ -294,11 +306,13 @@ def _cmd_eval_parse(args) -> int:
             check_output_file(args.out_trees, "--out-trees")
         lm = load_language_model(args.checkpoint, device=runtime_device(runtime_settings(args)))
         layers = _parse_layers(args.layers, len(lm.model.layers))
+        if args.out_trees:  # before the scoring, which may take minutes
+            check_new_files(_tree_paths(args.out_trees, layers).values(), "--out-trees", args.overwrite)
         bank = load_treebank(args.treebank, max_length=10 if args.wsj10 else None, sections=args.sections)
     except (ValueError, OSError) as err:
         raise command_error(err) from None
     scores = score_treebank(lm, bank, layers, args.batch_size, args.random_draws)
-    written = _write_trees(args.out_trees, scores.trees, len(layers)) if args.out_trees else []
+    written = _write_trees(args.out_trees, scores.trees) if args.out_trees else []
     result = {
         "treebank": bank.name,
         "summary": bank.summary(),
@@ -333,11 +347,20 @@ def _paper_line(matched: str | None) -> str:
     )
 
 
-def _write_trees(out: Path, trees: dict, n_layers: int) -> list[str]:
-    """One file of bracketed trees per layer (``out`` itself when a single layer was scored)."""
-    paths = {l: out if n_layers == 1 else out.with_name(f"{out.stem}.layer{l + 1}.txt") for l in trees}
-    for l, path in paths.items():
-        write_text(path, "\n".join(to_brackets(t) for t in trees[l]) + "\n")
+def _tree_paths(out: Path, layers: list[int]) -> dict[int, Path]:
+    """The file of each layer's trees (0-based layers): ``out`` itself when a single layer is scored."""
+    return {l: out if len(layers) == 1 else out.with_name(f"{out.stem}.layer{l + 1}.txt") for l in layers}
+
+
+def _write_trees(out: Path, trees: dict) -> list[str]:
+    """One file of bracketed trees per layer, written together (all or none)."""
+    paths = _tree_paths(out, list(trees))
+
+    def write(tmp: Path) -> None:
+        for l, path in paths.items():
+            write_text(tmp / path.name, "\n".join(to_brackets(t) for t in trees[l]) + "\n")
+
+    add_files(out.parent, write)
     return [str(p) for p in paths.values()]
 
 
@@ -375,6 +398,7 @@ def _cmd_plot(args) -> int:
 
     try:
         check_output_file(args.out, "--out")
+        check_new_files([args.out.with_suffix(".png"), args.out.with_suffix(".svg")], "--out", args.overwrite)
         lm = load_language_model(args.checkpoint, device=runtime_device(runtime_settings(args)))
         layer = choose_layer(args.layer, lm)
         words, _dropped = lm.model.reader.read(args.sentence, lm.vocab)
@@ -385,6 +409,8 @@ def _cmd_plot(args) -> int:
             raise ValueError(f"the gold tree's words {leaves(gold)} differ from the sentence's {words}")
     except (ValueError, OSError) as err:
         raise command_error(err) from None
-    paths = plot_sentence(lm.model, lm.vocab, words, args.out, gold=gold, layer=layer)
+    # the two files appear together or not at all
+    write = lambda tmp: plot_sentence(lm.model, lm.vocab, words, tmp / args.out.name, gold=gold, layer=layer)
+    paths = add_files(args.out.parent, write)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
