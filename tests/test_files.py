@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +58,26 @@ def test_a_nan_written_as_null_reads_back_where_a_history_allows_any_number(tmp_
     write_json(tmp_path / "history.json", [{"epoch": 1, "steps": 3, "best_valid_ppl": math.nan, "epoch_seconds": 1.5}])
     rows = read_history(tmp_path / "history.json", LMRow, "fix it")
     assert rows == [{"epoch": 1, "steps": 3, "best_valid_ppl": None, "epoch_seconds": 1.5}]
+
+
+def test_read_text_refuses_what_is_not_a_text_file_naming_it(tmp_path):
+    """The reader of a text file a user names: a FIFO (which would never end), a device (which would fill the
+    memory), a folder and bytes that are not UTF-8 are one InputError naming the path; a missing file stays the
+    caller's OSError (each command words it); a lone \\r is kept as it is."""
+    import os
+
+    from onlstm.files import read_text
+
+    (tmp_path / "ok.txt").write_bytes(b"a\rb\n")
+    assert read_text(tmp_path / "ok.txt") == "a\rb\n"
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "bad.txt").write_bytes(b"ok\n\xff\xfe")
+    cases = {tmp_path / "fifo": "is a FIFO (named pipe), not a regular file", tmp_path: "is a folder, not a regular"}
+    cases[tmp_path / "bad.txt"] = "is not UTF-8 text (invalid start byte at byte 3)"
+    if os.path.exists("/dev/zero"):
+        cases[Path("/dev/zero")] = "is a device, not a regular file"
+    for path, words in cases.items():
+        with pytest.raises(InputError, match=re.escape(f"{path} {words}")):
+            read_text(path)
+    with pytest.raises(FileNotFoundError):
+        read_text(tmp_path / "nope.txt")

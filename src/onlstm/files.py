@@ -204,9 +204,21 @@ def split_lines(text: str) -> list[str]:
 
 
 def read_text(path: str | Path) -> str:
-    """A UTF-8 text file as it is: no newline translated (``Path.read_text`` turns a lone ``\\r`` into ``\\n``)."""
-    with open(path, encoding="utf-8", newline="") as f:
-        return f.read()
+    """A UTF-8 text file a user names, as it is: no newline translated (``Path.read_text`` turns a lone ``\\r`` into
+    ``\\n``). What is not a regular file (a FIFO would never end, ``/dev/zero`` would fill the memory, a folder) and
+    bytes that are not UTF-8 are an :class:`InputError` naming the file; a missing or unreadable one is the caller's
+    ``OSError``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opened without waiting for a writer
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise InputError(f"{path} is {_kind_of(mode)}, not a regular file; give a text file")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); give a text file") from None
 
 
 def read_lines(path: str | Path) -> list[str]:

@@ -237,9 +237,12 @@ def _cmd_parse(args) -> int:
     try:
         lm = load_language_model(args.checkpoint, device=runtime_device(runtime_settings(args)))
         layer = choose_layer(args.layer, lm)
-        text = read_text(args.input) if args.input else read_stdin_text()
     except (ValueError, OSError) as err:
         raise command_error(err) from None
+    try:
+        text = read_text(args.input) if args.input else read_stdin_text()
+    except OSError as err:
+        raise InputError(f"cannot read {args.input}: {err.strerror or err}") from None
     sentences, numbers, dropped, empty = _prepare(split_lines(text), lm.model.reader, lm.vocab)
     if not sentences:
         raise InputError("no sentence to parse in the input")
