@@ -38,6 +38,26 @@ def test_tables_compare_the_first_cell_with_lower_perplexity_as_better():
     assert "not measured: lstm, seed 9: interrupted after 2.00 epochs" in text
 
 
+def test_the_parsing_claim_is_each_layer_against_right_branching_and_an_lstm_row_has_no_verdict():
+    """The paper's parsing claim (its trees beat right-branching) is tested per layer over the ON-LSTM's seeds, by
+    hand: layer 2 at 60, 62, 64 against right-branching's 50 (the same trees every run): +12, SE 2/sqrt(3), ahead;
+    layer 1 at 49, 51, 50: level. The LSTM has no trees: its parsing rows compare nothing ("-"), and the Marvin &
+    Linzen coverage is stated once when every run covers the same share."""
+    res = study.StudyResult(out_dir=None)  # type: ignore[arg-type]
+    for seed, (one, two) in enumerate(((49.0, 60.0), (51.0, 62.0), (50.0, 64.0))):
+        wsj10 = {"layers": {"layer 1": one / 100, "layer 2": two / 100}, "baselines": {"right-branching": 0.5}}
+        ml = {"simple_agrmt": {"accuracy": 0.9, "coverage": 0.75}}
+        res.runs.append({"cell": "onlstm", "seed": seed, "figures": {"wsj10": wsj10, "marvin_linzen": ml}})
+        res.runs.append({"cell": "lstm", "seed": seed, "figures": {"marvin_linzen": ml}})
+    text = study.tables(res, ["onlstm", "lstm"])
+    lines = text.splitlines()
+    two = next(line for line in lines if line.startswith("| onlstm, WSJ10, layer 2 |"))
+    assert two == f"| onlstm, WSJ10, layer 2 | +12.00 ({2 / math.sqrt(3):.2f}): ahead |"
+    assert next(line for line in lines if line.startswith("| onlstm, WSJ10, layer 1 |")).endswith(": level |")
+    assert next(line for line in lines if line.startswith("| WSJ10 sentence F1, layer 2 |")).endswith("| - | - |")
+    assert "- Marvin & Linzen pairs covered by the vocabulary: simple_agrmt 75%" in lines
+
+
 def test_a_suite_the_model_cannot_score_is_named_apart_not_averaged():
     """npz_ambig's comma conditions hold a region of a lone comma, which a PTB model reads nothing of: the suite
     has no accuracy (issue #45: never scored as 0); the mean runs over the suites scored, and a note names it."""

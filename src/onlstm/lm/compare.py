@@ -389,13 +389,47 @@ def tables(res: StudyResult, cells: list[str]) -> str:
                   for c, rows in per_cell.items()}  # fmt: skip
         higher = next(row[name][1] for rows in per_cell.values() for row in rows if name in row)
         cols = [_mean_cell(values[c]) for c in cells]
-        cols += [_difference_cell(seed_difference(values[first], values[o], higher)) for o in others]
+        cols += [_difference_cell(seed_difference(values[first], values[o], higher), bool(values[first] and values[o]))
+                 for o in others]  # fmt: skip
         lines.append(f"| {name} | " + " | ".join(cols) + " |")
     notes = [f"- not measured: {u['cell']}, seed {u['seed']}: {u['status']}" for u in res.unfinished]
-    notes += not_scored(res)
+    notes += not_scored(res) + coverage(res)
     notes += [f"- failed: {e.name}: {e.why}" for e in res.failed]
     rule = "ahead/behind: the difference of the means beyond twice its standard error over seeds, else level"
-    return "\n".join([*lines, "", f"Verdicts for {first}; {rule}.", *notes])
+    return "\n".join([*lines, "", *parsing_claim(per_cell), f"Verdicts for {first}; {rule}.", *notes])
+
+
+def parsing_claim(per_cell: dict[str, list[dict]]) -> list[str]:
+    """The paper's parsing claim for each cell with trees: each layer's sentence F1 minus right-branching's on the
+    same sentences (the same trees in every run), over the cell's seeds, with the verdict rule; [] without trees."""
+    lines = []
+    for cell, rows in per_cell.items():
+        for label in ("WSJ10", "WSJ all lengths"):
+            base = f"{label} sentence F1, right-branching"
+            layers = sorted({n for row in rows for n in row if n.startswith(f"{label} sentence F1, layer ")})
+            for name in layers:
+                ours, theirs = ([row[n][0] for row in rows if n in row and row[n][0] is not None] for n in (name, base))
+                cell_text = _difference_cell(seed_difference(ours, theirs), bool(ours and theirs))
+                lines.append(f"| {cell}, {label}, {name.rsplit(', ', 1)[1]} | {cell_text} |")
+    head = [
+        "| the paper's parsing claim: sentence F1 minus right-branching's | difference (SE): verdict |",
+        "|---|---|",
+    ]
+    return [*head, *lines, ""] if lines else []
+
+
+def coverage(res: StudyResult) -> list[str]:
+    """The share of each Marvin & Linzen case's pairs the models' vocabulary covers (the accuracies are on those),
+    over the runs measured: one figure when every run covers the same, else the range."""
+    by_case: dict[str, list[float]] = {}
+    for r in res.runs:
+        for case, c in (r["figures"].get("marvin_linzen") or {}).items():
+            if c.get("coverage") is not None:
+                by_case.setdefault(case, []).append(100 * c["coverage"])
+    shown = [
+        f"{case} {min(v):.0f}%" + (f"-{max(v):.0f}%" if max(v) - min(v) >= 0.5 else "") for case, v in by_case.items()
+    ]
+    return [f"- Marvin & Linzen pairs covered by the vocabulary: {', '.join(shown)}"] if shown else []
 
 
 def _mean_cell(values: list[float]) -> str:
@@ -405,7 +439,9 @@ def _mean_cell(values: list[float]) -> str:
     return f"{mean:.2f} ± {std:.2f} ({len(values)})" if std == std else f"{mean:.2f} (1)"
 
 
-def _difference_cell(d: dict) -> str:
+def _difference_cell(d: dict, both: bool = True) -> str:
+    if not both:  # a side with no figure at all: nothing to compare (an LSTM's trees, a suite no model scores)
+        return "-"
     if d["difference"] is None:
         return "not decided (< 2 seeds a side)"
     return f"{d['difference']:+.2f} ({d['se']:.2f}): {d['verdict']}"
