@@ -141,6 +141,14 @@ def test_truncated_files_are_refused(authors, tmp_path):
             read_torch_file(cut)
 
 
+def test_a_file_that_is_not_a_torch_save_file_is_named_as_such(tmp_path):
+    """A text file (a corpus given as the checkpoint) is neither of torch.save's formats: said so, not "truncated"."""
+    wrong = tmp_path / "corpus.txt"
+    wrong.write_text("the cat sat on the mat\n")
+    with pytest.raises(TorchFileError, match=r"is not a torch\.save file \(it starts with b'the cat sat '"):
+        read_torch_file(wrong)
+
+
 def test_a_truncated_file_is_one_line_and_exit_2(authors, tmp_path, capsys):
     cut = tmp_path / "cut.pt"
     cut.write_bytes((authors / "model.pt").read_bytes()[:-50])

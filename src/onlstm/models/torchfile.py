@@ -350,6 +350,13 @@ def read_torch_file(path: str | Path) -> Any:
             return _read_zip(data, str(path))
         if data.startswith(b"PK\x03\x04"):
             raise TorchFileError(f"{path} is a zip archive cut short (no central directory); the file is truncated")
+        if not data:
+            raise TorchFileError(f"{path} is empty; give the .pt file the model was saved to")
+        if not data.startswith(b"\x80"):  # torch.save's two formats: a zip archive, or pickles (protocol 2 and up)
+            raise TorchFileError(
+                f"{path} is not a torch.save file (it starts with {data[:12]!r}, neither a zip archive nor a pickle); "
+                "give the .pt file the model was saved to"
+            )
         return _read_legacy(data, str(path))
     except TorchFileError:
         raise
