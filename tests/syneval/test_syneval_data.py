@@ -188,6 +188,10 @@ def test_pickle_content_errors_name_case_condition_item(tmp_path, data, expected
 def test_missing_and_empty_inputs(tmp_path):
     with pytest.raises(SynevalDataError, match="does not exist"):
         read_items(tmp_path / "nope.tsv")
+    os.mkfifo(tmp_path / "fifo.tsv")  # there, but not a file: said so (a FIFO would never end)
+    with pytest.raises(SynevalDataError, match="fifo.tsv is not a regular file; give a TSV file"):
+        read_items(tmp_path / "fifo.tsv")
+    (tmp_path / "fifo.tsv").unlink()
     with pytest.raises(SynevalDataError, match=r"holds no \*\.pickle or \*\.tsv files"):
         read_items(tmp_path)
 

@@ -90,7 +90,8 @@ def read_items(path: str | Path) -> list[Item]:
             )
         return [item for f in pickles + tsvs for item in read_items(f)]
     if not path.is_file():
-        raise SynevalDataError(f"{path} does not exist; give a TSV file, a .pickle file or a templates/ folder")
+        what = "is not a regular file" if path.exists() else "does not exist"  # a FIFO, a device
+        raise SynevalDataError(f"{path} {what}; give a TSV file, a .pickle file or a templates/ folder")
     if path.suffix == ".pickle":
         return read_pickle(path)
     return read_tsv(path)
