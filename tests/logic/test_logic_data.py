@@ -256,6 +256,16 @@ def test_reader_errors_for_missing_or_empty_input(tmp_path):
         D.read_examples(tmp_path)
     with pytest.raises(D.LogicDataError, match="no such file or directory"):
         D.read_examples(tmp_path / "missing")
+    import os
+
+    os.mkfifo(tmp_path / "fifo")  # there, but not a file: said so, never read (it would never end)
+    with pytest.raises(D.LogicDataError, match="fifo: not a regular file"):
+        D.read_examples(tmp_path / "fifo")
+    (tmp_path / "bytes").write_bytes(b"#\t( a )\t( b )\n\xff\xfe\n")
+    with pytest.raises(D.LogicDataError, match=r"bytes: not UTF-8 text"):
+        D.read_examples(tmp_path / "bytes")
+    (tmp_path / "fifo").unlink()
+    (tmp_path / "bytes").unlink()
     (tmp_path / "train2").write_text("", encoding="utf-8")
     with pytest.raises(D.LogicDataError, match="no examples match"):
         D.read_examples(tmp_path)

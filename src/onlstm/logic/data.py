@@ -133,9 +133,13 @@ def read_file(path: str | Path) -> list[Example]:
     """All examples of one file; split and file number come from its name when it has the pattern."""
     path = Path(path)
     if not path.is_file():
-        raise LogicDataError(f"{path}: no such file; give a train{{k}}/test{{k}} file or a directory of them")
+        what = "not a regular file" if path.exists() else "no such file"
+        raise LogicDataError(f"{path}: {what}; give a train{{k}}/test{{k}} file or a directory of them")
     split, number = parse_file_name(path) or (None, None)
-    return [parse_line(line, str(path), i, split, number) for i, line in enumerate(iter_lines(path), start=1)]
+    try:
+        return [parse_line(line, str(path), i, split, number) for i, line in enumerate(iter_lines(path), start=1)]
+    except UnicodeDecodeError as exc:  # decoded a block at a time: which line is not known
+        raise LogicDataError(f"{path}: not UTF-8 text ({exc.reason}); is it a data file?") from None
 
 
 def _check_split(split: str | None) -> None:
@@ -199,9 +203,9 @@ def read_examples(
     elif path.is_file():
         examples = read_file(path)
     else:
+        what = "not a regular file" if path.exists() else "no such file or directory"  # a FIFO, a device
         raise LogicDataError(
-            f"{path}: no such file or directory; give a directory of train{{k}}/test{{k}} "
-            f"files (k = 0 … 12) or one such file"
+            f"{path}: {what}; give a directory of train{{k}}/test{{k}} files (k = 0 … 12) or one such file"
         )
     if check_buckets:
         check_file_numbers(examples)
