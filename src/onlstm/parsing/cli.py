@@ -242,7 +242,7 @@ def _cmd_parse(args) -> int:
     try:
         text = read_text(args.input) if args.input else read_stdin_text()
     except OSError as err:
-        raise InputError(f"cannot read {args.input}: {err.strerror or err}") from None
+        raise InputError(f"cannot read {args.input or 'standard input'}: {err.strerror or err}") from None
     sentences, numbers, dropped, empty = _prepare(split_lines(text), lm.model.reader, lm.vocab)
     if not sentences:
         raise InputError("no sentence to parse in the input")
