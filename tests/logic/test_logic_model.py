@@ -891,7 +891,17 @@ def test_curves_command_plots_runs_and_refuses_what_is_not_a_run(tiny_data, tmp_
         main(["logic", "curves", str(tmp_path / "onlstm"), str(tmp_path / "lstm"), "--out", str(tmp_path / "p")]) == 0
     )
     assert "curves_by_ops.png" in capsys.readouterr().out
-    args = ["logic", "curves", str(tmp_path / "lstm"), "--out", str(tmp_path / "p"), "--at-steps", "7,1000"]
+    # again into the same folder: its figures are replaced only when asked
+    args = [
+        "logic",
+        "curves",
+        str(tmp_path / "lstm"),
+        "--out",
+        str(tmp_path / "p"),
+        "--overwrite",
+        "--at-steps",
+        "7,1000",
+    ]
     assert main(args) == 0
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| lstm seed 4")]
     history = json.loads((tmp_path / "lstm" / "history.json").read_text())
