@@ -37,6 +37,9 @@ def test_a_file_wins_over_a_preset_and_bad_names_list_the_presets(tmp_path, monk
     assert resolve_config("tiny", "lm") == Path("tiny")  # the user's file of that name, not the preset
     with pytest.raises(ConfigError, match=r"does not exist, and it is not a lm preset.*ptb-cpu, ptb-paper, tiny"):
         resolve_config("ptb-gpu", "lm")
+    Path("a-folder").mkdir()  # there, but not a file: said so, not "does not exist"
+    with pytest.raises(ConfigError, match=r"config file a-folder is not a regular file, and it is not a lm preset"):
+        resolve_config("a-folder", "lm")
     with pytest.raises(ConfigError, match=r"not a lm preset either; did you mean ptb-cpu\? \(lm presets"):
         resolve_config("ptb_cpu", "lm")  # the underscore of a Python name
     with pytest.raises(ConfigError, match=r"not a logic preset either; did you mean cpu-1h\?"):

@@ -356,8 +356,9 @@ def resolve_config(value: str | Path, experiment: str) -> Path:
     short = [n.split("/", 1)[1] for n in mine]
     near = difflib.get_close_matches(name.replace("_", "-").lower(), short, n=1, cutoff=0.6)
     guess = f"did you mean {near[0]}? " if near else ""
+    there = "is not a regular file" if path.exists() else "does not exist"  # a folder, a FIFO, a device
     raise ConfigError(
-        f"config file {value} does not exist, and it is not a {experiment} preset either; {guess}({experiment} "
+        f"config file {value} {there}, and it is not a {experiment} preset either; {guess}({experiment} "
         f"presets: {names}; `onlstm presets` describes them)"
     )
 

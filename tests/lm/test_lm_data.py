@@ -4,6 +4,7 @@ command's offline behaviour, and the config presets."""
 from __future__ import annotations
 
 import http.server
+import os
 import threading
 from pathlib import Path
 
@@ -56,6 +57,14 @@ def test_reader_accepts_plain_names(tmp_path):
 def test_missing_and_empty_files_are_named(tmp_path):
     with pytest.raises(CorpusError, match="does not exist"):
         load_corpus(tmp_path / "nowhere")
+    (tmp_path / "a-file").write_text("a b\n")  # there, but not what it should be: said so
+    with pytest.raises(CorpusError, match="data directory .*a-file is not a folder"):
+        load_corpus(tmp_path / "a-file")
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    os.mkfifo(odd / "ptb.train.txt")  # a FIFO would never end
+    with pytest.raises(CorpusError, match=r"ptb\.train\.txt is not a regular file"):
+        split_file(odd, "train")
     write(tmp_path, {"ptb.train.txt": "a b\n", "ptb.valid.txt": "a\n"})
     with pytest.raises(CorpusError, match=r"no test file \(looked for ptb.test.txt and test.txt\)"):
         load_corpus(tmp_path)

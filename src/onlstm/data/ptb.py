@@ -31,14 +31,17 @@ def split_file(data_dir: Path, split: str) -> Path:
         raise CorpusError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
+        there = "is not a folder" if data_dir.exists() else "does not exist"
         raise CorpusError(
-            f"data directory {data_dir} does not exist; pass --data-dir pointing at a folder "
+            f"data directory {data_dir} {there}; pass --data-dir pointing at a folder "
             "with ptb.train.txt, ptb.valid.txt and ptb.test.txt (`onlstm data download ptb "
             "--to DIR` fetches them)"
         )
     candidates = [data_dir / f"ptb.{split}.txt", data_dir / f"{split}.txt"]
     if found := next((c for c in candidates if c.is_file()), None):
         return found
+    if odd := next((c for c in candidates if c.exists()), None):  # a FIFO or a device would never end
+        raise CorpusError(f"{odd} is not a regular file; a corpus file must be a text file")
     raise CorpusError(
         f"{data_dir} has no {split} file (looked for {candidates[0].name} and {candidates[1].name}); "
         "a corpus directory needs ptb.train.txt, ptb.valid.txt and ptb.test.txt "
