@@ -169,3 +169,6 @@ def test_info_lists_every_registered_kernel(capsys):
     assert info["triton_kernel"] == info["kernels"]["triton"]["available"]
     if not info["cuda"]:  # the CUDA path says why it is off
         assert not info["triton_kernel"] and "no CUDA device" in info["triton_kernel_error"]
+    assert main(["info"]) == 0  # for people: one line a kernel, not the JSON's dict
+    text = capsys.readouterr().out
+    assert "kernel fused: available" in text.splitlines() and "kernels:" not in text and "{'" not in text

@@ -57,8 +57,11 @@ def _cmd_info(args) -> int:
     if args.json:
         print(json_text(info))
         return 0
-    checks = info.pop("kernel_selfcheck")
+    checks, kernels = info.pop("kernel_selfcheck"), info.pop("kernels")
     lines = [f"{k}: {v}" for k, v in info.items()]
+    for name, k in kernels.items():  # one line each, not the JSON's dict
+        state = "available" if k["available"] else k["reason"] or "not available"
+        lines.append(f"kernel {name}: {state}" + (f"; {k['detail']}" if k.get("detail") else ""))
     if isinstance(checks, str):
         lines.append(f"kernel_selfcheck: {checks}")
     else:

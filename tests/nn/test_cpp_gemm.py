@@ -298,3 +298,23 @@ def test_onlstm_info_names_the_file_that_keeps_the_timings(tmp_path, monkeypatch
     line = CppKernel(FakeModule(["linear", "mkl"], {}), tmp_path).describe()
     assert "fastest of linear, mkl" in line and str(tmp_path / cpp_gemm.CACHE_NAME) in line
     assert "kept in" not in CppKernel(FakeModule(["linear", "mkl"], {}), None).describe()
+
+
+def test_onlstm_info_lists_the_choices_earlier_processes_kept(tmp_path, timings, monkeypatch, capsys):
+    """A new process has made no call yet: `onlstm info` names what earlier ones chose on this CPU and torch, by
+    the layer's sizes and threads (docs/layer.md: "onlstm info names the backend"); a record of another CPU is not
+    this machine's choice and is left out."""
+    from onlstm.nn.cpp_kernel import CppKernel
+
+    monkeypatch.delenv(cpp_gemm.ENV, raising=False)
+    assert cpp_gemm.cached_choices(tmp_path) == "" and cpp_gemm.cached_choices(None) == ""
+    cpp_gemm.choose(FakeModule(["linear", "mkl"], {"linear": 2.0, "mkl": 1.0}), inputs(), tmp_path, clock)
+    cache = tmp_path / cpp_gemm.CACHE_NAME
+    records = json.loads(cache.read_text())
+    records["Another CPU | torch 0 | 1 threads | sizes (1, 2, 1, 1, 1)"] = {"backend": "linear"}
+    cache.write_text(json.dumps(records))
+    threads = torch.get_num_threads()
+    expected = f"mkl at 5->6 chunk 2 batch 4 ({threads} thread{'s' if threads != 1 else ''})"
+    assert cpp_gemm.cached_choices(tmp_path) == expected
+    line = CppKernel(FakeModule(["linear", "mkl"], {}), tmp_path).describe()
+    assert line.endswith(f"; chosen here before: {expected}")

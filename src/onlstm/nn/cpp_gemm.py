@@ -87,6 +87,22 @@ def cache_key(sizes: tuple[int, ...]) -> str:
     return f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads | sizes {sizes}"
 
 
+def cached_choices(cache_dir: Path | None, most: int = 6) -> str:
+    """The choices earlier processes kept for this CPU and torch (``gemm_choice.json``), in words: ``avx2 at
+    400->650 chunk 10 batch 20 (1 thread)``, at most ``most`` of them; "" when there are none."""
+    mine = f"{cpu_name()} | torch {torch.__version__} | "
+    found = []
+    for key, record in _read(None if cache_dir is None else cache_dir / CACHE_NAME).items():
+        sizes = key.rpartition("| sizes ")[2].strip("()").split(", ")
+        if not key.startswith(mine) or len(sizes) < 4 or not isinstance(record, dict) or "backend" not in record:
+            continue
+        threads = key[len(mine) :].split(" threads", 1)[0]
+        found.append(f"{record['backend']} at {sizes[0]}->{sizes[1]} chunk {sizes[2]} batch {sizes[3]} ({threads} "
+                     f"thread{'s' if threads != '1' else ''})")  # fmt: skip
+    more = f" and {len(found) - most} more" if len(found) > most else ""
+    return ", ".join(found[:most]) + more
+
+
 def forced(module: Any) -> Choice | None:
     """The backend ``ONLSTM_CPU_GEMM`` names, set; None when it is unset (a bad value is said once, ignored)."""
     name = os.environ.get(ENV, "").strip().lower()

@@ -223,7 +223,9 @@ class CppKernel:
             return "products: " + self.choice.describe()
         runs = ", ".join(self._module.gemm_backends())
         where = "" if self._cache_dir is None else f"; the timings kept in {self._cache_dir / cpp_gemm.CACHE_NAME}"
-        return f"products: the fastest of {runs}, timed at the first float32 call (float64: MKL){where}"
+        before = cpp_gemm.cached_choices(self._cache_dir)
+        before = f"; chosen here before: {before}" if before else ""
+        return f"products: the fastest of {runs}, timed at the first float32 call (float64: MKL){where}{before}"
 
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
         if self.choice is None and inputs.x.dtype == torch.float32 and inputs.batch_sizes.numel():
