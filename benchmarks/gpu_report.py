@@ -31,6 +31,7 @@ import torch
 from gpu_bench import environment, layer, report, step, training
 from gpu_bench.layer import Shape
 from onlstm.errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, OnlstmError
+from onlstm.lm import train as lm_train
 from onlstm.nn import kernels, selfcheck
 from onlstm.nn import triton_kernel as tk
 
@@ -90,7 +91,7 @@ SMOKE = Profile(
     steps=(3, 3),
     lm_flags=tuple(
         "--emb-size 8 --hidden-sizes 10 10 8 --chunk-size 2 --batch-size 2 --eval-batch-size 2 "
-        "--bptt 5 --min-seq-len 2".split()
+        "--bptt 5 --bptt-std 0 --min-seq-len 2".split()
     ),
     logic_flags=tuple(
         "--emb-size 8 --hidden-size 8 --chunk-size 2 --mlp-hidden 8 --batch-size 4 --eval-batch-size 8 "
@@ -228,13 +229,16 @@ def _preflight(args: argparse.Namespace) -> Profile:
 
 @contextlib.contextmanager
 def _kernel_setup(prof: Profile) -> Iterator[None]:
-    """Under --smoke: the interpreted kernel registered, and first for ``impl='auto'`` on the CPU (restored after)."""
-    registered = prof.kernel in kernels.kernel_names()
+    """Under --smoke: the interpreted kernel registered, and first for ``impl='auto'`` on the CPU, and lm train's
+    graphs on the CPU too, their recorder the eager stand-in (restored after)."""
+    registered, graph_devices = prof.kernel in kernels.kernel_names(), lm_train.GRAPH_DEVICES
     if prof.smoke:
         tk.register_interpreter_kernel(priority=1000)
+        lm_train.GRAPH_DEVICES = (*graph_devices, "cpu")
     try:
         yield
     finally:
+        lm_train.GRAPH_DEVICES = graph_devices
         if prof.smoke:
             kernels.unregister_kernel(prof.kernel)
             if registered:

@@ -182,6 +182,12 @@ def _training(sec: dict[str, Any]) -> list[str]:
             lines += [f"**FAILED**: {run['error']}", ""]
             continue
         lines += [f"`{run['command']}`", ""] + [f"- {line}" for line in _figures(run)] + [""]
+    lines += [
+        "Issue #49's goals for `lm train`: the mean seconds of the steps where the ON-LSTM run replayed a CUDA graph",
+        "(one seed, one schedule: the same segments in every run), the ON-LSTM graph run against each other run.",
+        *_goals(sec.get("goals", []), "#49"),
+        "",
+    ]
     lines += ["Checks:", "", *(f"- {_check(c)}" for c in sec["checks"])]
     lines += ["", "The kernel's self-checks during these runs:", ""]
     lines += [f"- {line}" for line in sec["selfchecks"]] or ["- none ran"]
@@ -192,10 +198,12 @@ def _figures(run: dict[str, Any]) -> list[str]:
     if "seconds_per_step" in run:
         memory = "-" if run["peak_memory_gib"] is None else f"{run['peak_memory_gib']:.2f} GiB"
         return [
-            f"layers ran `{run['impl_used']}`; {run['steps']} steps, the last {run['timed_steps']} timed",
+            f"layers ran `{run['impl_used'] or 'nn.LSTM'}`; {run['steps']} steps, the last {run['timed_steps']} timed",
             f"{run['seconds_per_step']:.4f} s/step; {_num(run['seconds_per_epoch'], ',.1f')} s/epoch "
             f"({run['steps_per_epoch']} steps: {run['epoch_of']})",
             f"peak GPU memory: {memory}",
+            f"CUDA graphs: {_graphs(run)}; TF32 for matrix products {_on(run.get('tf32_matmul'))}, "
+            f"for cuDNN {_on(run.get('tf32_cudnn'))}",
         ]
     if "updates_per_s" in run:
         return [
@@ -205,6 +213,19 @@ def _figures(run: dict[str, Any]) -> list[str]:
     return [
         f"{run['items']} pairs scored in {run['seconds']:.2f} s: {_num(run['sentences_per_s'], ',.1f')} sentences/s"
     ]
+
+
+def _graphs(run: dict[str, Any]) -> str:
+    g = run.get("graphs")
+    if g is None:
+        return "not used"
+    if g["off"]:
+        return f"turned off during the run ({g['off']})"
+    return f"{len(run['replayed_steps'])} of {run['steps']} steps replayed one, {g['lengths']} lengths recorded"
+
+
+def _on(flag: bool | None) -> str:
+    return "-" if flag is None else "on" if flag else "off"
 
 
 _SECTION_MARKDOWN = (

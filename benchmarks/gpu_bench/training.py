@@ -31,10 +31,12 @@ Record = dict[str, Any]
 def training_runs(prof, args, work: Path) -> Record:
     """Every timed command of the report (``prof``: the run's ``Profile`` in benchmarks/gpu_report.py)."""
     lm_steps, logic_steps = args.lm_steps or prof.steps[0], args.logic_steps or prof.steps[1]
-    pairs = [_lm(prof, args, work, impl, lm_steps) for impl in (prof.kernel, "reference")]
+    pairs = [_lm(prof, args, work, name, flags, lm_steps) for name, flags in LM_RUNS]
+    lm_records = [record for record, _ in pairs]
     pairs += [_logic(prof, args, work, logic_steps), _syneval(prof, args, work)]
     return {
         "runs": [record for record, _ in pairs],
+        "goals": lm_goals(lm_records, prof.smoke),
         "checks": [check for _, check in pairs],
         "selfchecks": [r.line() for r in selfcheck.results()],  # the kernel's own checks in the runs above
     }
@@ -58,30 +60,49 @@ def _parse(argv: list[str]):
     return build_parser().parse_args(argv)
 
 
-def _lm(prof, args, work: Path, impl: str, steps: int) -> tuple[Record, Record]:
-    """``lm train --config ptb-paper``, each step's end time taken: s/step after a warm-up, s/epoch, peak memory."""
+#: ``lm train --config ptb-paper`` as timed (issue #49): ON-LSTM on the Triton kernel with CUDA graphs (the default
+#: on CUDA) and without, then the same command with ``--cell lstm`` (cuDNN's LSTM), with graphs and without
+LM_RUNS = (
+    ("onlstm, graphs", ()),
+    ("onlstm, eager", ("--no-cuda-graphs",)),
+    ("lstm, graphs", ("--cell", "lstm")),
+    ("lstm, eager", ("--cell", "lstm", "--no-cuda-graphs")),
+)
+#: issue #49's goals: ON-LSTM with graphs at most 1.2x the LSTM's step time, at least 1.8x faster than eager ON-LSTM
+LM_GOALS = (("lstm, graphs", "at most", 1.2), ("lstm, eager", "at most", 1.2), ("onlstm, eager", "at least", 1.8))
+
+
+def _lm(prof, args, work: Path, name: str, flags: tuple[str, ...], steps: int) -> tuple[Record, Record]:
+    """``lm train --config ptb-paper``, each step's end time taken: s/step after a warm-up, s/epoch, peak memory,
+    every step's seconds and the steps that replayed a CUDA graph."""
     from onlstm.lm.config import explicit_settings
     from onlstm.lm.train import train
 
     data = args.lm_data or work / "lm-data"
     if args.lm_data is None and not data.exists():
         lm_corpus(data, int(1.5 * steps * prof.lm_step_tokens), prof.lm_vocab)
-    where = ["--data-dir", str(data), "--out", str(work / f"lm-{impl}"), "--device", prof.device.type]
+    out, impl = work / f"lm-{name.replace(', ', '-')}", prof.kernel
+    where = ["--data-dir", str(data), "--out", str(out), "--device", prof.device.type]
     argv = [*"lm train --config ptb-paper".split(), *where, "--max-steps", str(steps), "--onlstm-impl", impl]
-    argv += [*"--no-progress --no-tensorboard --no-final-test".split(), *prof.lm_flags]
-    device, stamps, facts = prof.device, [], {}
+    argv += [*"--no-progress --no-tensorboard --no-final-test".split(), *_model_flags(prof.lm_flags, flags), *flags]
+    device, stamps, facts, replayed = prof.device, [], {}, []
 
     def on_step(trainer) -> None:
         sync(device)
         stamps.append(time.perf_counter())
         if not facts:
             facts.update(_lm_facts(trainer, device, args.lm_data is None))
+        graphs = trainer.graphs
+        if graphs is not None and graphs.replayed > len(replayed):
+            replayed.append(len(stamps) - 1)
+        facts["graphs"] = None if graphs is None else {"lengths": len(graphs.lengths), "off": graphs.off}
 
     def go() -> Record:
         a = _parse(argv)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         explicit = explicit_settings(a.config, a)
+        start = time.perf_counter()
         result = train(a.out, a.data_dir, explicit, on_step=on_step, log=lambda _m: None)
         warm = max(1, min(10, len(stamps) // 10))  # the first steps compile kernels and plan cuDNN: not timed
         per_step = (stamps[-1] - stamps[warm - 1]) / (len(stamps) - warm)
@@ -92,15 +113,60 @@ def _lm(prof, args, work: Path, impl: str, steps: int) -> tuple[Record, Record]:
             "seconds_per_step": per_step,
             "seconds_per_epoch": per_step * facts["steps_per_epoch"],
             "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+            "step_seconds": [b - a for a, b in zip([start, *stamps], stamps)],
+            "replayed_steps": replayed,
             **facts,
+            **_tf32(),
         }
 
     def ok(r: Record) -> str | None:
         if r["steps"] != steps or r["status"] != "stopped":
             return f"{r['status']} after {r['steps']} steps"
-        return None if r["impl_used"] == impl else f"the layers ran {r['impl_used']!r}"
+        if name.startswith("onlstm") and r["impl_used"] != impl:
+            return f"the layers ran {r['impl_used']!r}"
+        want_graphs = "eager" not in name and (device.type == "cuda" or prof.smoke)
+        if want_graphs and not r["replayed_steps"]:
+            return f"no step replayed a CUDA graph ({r['graphs']})"
+        return None
 
-    return _guarded(f"lm train --config ptb-paper, impl {impl}", argv, go, ok)
+    return _guarded(f"lm train --config ptb-paper, {name}", argv, go, ok)
+
+
+def _model_flags(flags: tuple[str, ...], run: tuple[str, ...]) -> list[str]:
+    """The profile's lm flags, without ``--chunk-size N`` for an LSTM run (its encoder has no such option)."""
+    if "lstm" not in run:
+        return list(flags)
+    out = list(flags)
+    if "--chunk-size" in out:
+        i = out.index("--chunk-size")
+        del out[i : i + 2]
+    return out
+
+
+def _tf32() -> Record:
+    """The TF32 settings in force (PyTorch's defaults unless changed: off for matrix products, on for cuDNN)."""
+    return {"tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "tf32_cudnn": torch.backends.cudnn.allow_tf32}
+
+
+def lm_goals(records: list[Record], smoke: bool) -> list[Record]:
+    """Issue #49's goals for ``lm train``: mean seconds per step over the steps where the ON-LSTM run replayed a
+    graph (the same segments in every run: one seed, one schedule), the ON-LSTM graph run against each other run."""
+    by_name = {r["name"].split(", ", 1)[1]: r for r in records if "step_seconds" in r}
+    graphs = by_name.get("onlstm, graphs")
+    steps = graphs["replayed_steps"] if graphs else []
+    out = []
+    for other, how, target in LM_GOALS:
+        name = f"onlstm with graphs, {'time' if how == 'at most' else 'speed-up'} against {other}: {how} {target:g}x"
+        if not steps or other not in by_name:
+            out.append({"goal": name, "value": None, "status": "not measured"})
+            continue
+        mine = sum(graphs["step_seconds"][i] for i in steps)
+        theirs = sum(by_name[other]["step_seconds"][i] for i in steps)
+        value = mine / theirs if how == "at most" else theirs / mine
+        met = value <= target if how == "at most" else value >= target
+        status = "n/a (smoke: the interpreter is no speed)" if smoke else "met" if met else "not met"
+        out.append({"goal": name, "value": value, "status": status, "steps": len(steps)})
+    return out
 
 
 def _lm_facts(trainer, device: torch.device, synthetic: bool) -> Record:
@@ -148,7 +214,7 @@ def _logic(prof, args, work: Path, steps: int) -> tuple[Record, Record]:
 
 def _syneval(prof, args, work: Path) -> tuple[Record, Record]:
     """``syneval --json`` with the kernel's lm run's weights: sentences/s as the command reports it."""
-    run, items = work / f"lm-{prof.kernel}", args.syneval_data or work / "syneval.tsv"
+    run, items = work / "lm-onlstm-graphs", args.syneval_data or work / "syneval.tsv"
     where = ["--checkpoint", str(run), "--data", str(items), "--device", prof.device.type]
     argv = ["syneval", *where, *"--weights last --json --no-progress".split()]
 

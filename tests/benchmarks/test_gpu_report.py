@@ -62,9 +62,14 @@ def test_smoke_run_writes_every_section_and_passes(tmp_path, capsys):
     wanted = {(d, i) for d in ("fp32", "bf16") for i in ("nn.LSTM", "triton", "reference")}
     assert rows == wanted - ({("bf16", "nn.LSTM")} if lstm_bf16 else set())
     assert {g["status"] for g in r["speed"]["goals"]} == {"n/a (smoke: the interpreter is no speed)"}
-    lm_kernel, lm_ref, logic, syneval = r["training"]["runs"]
-    assert lm_kernel["impl_used"] == "triton_interpret" and lm_ref["impl_used"] == "reference"
-    assert lm_kernel["seconds_per_epoch"] > 0 and lm_kernel["peak_memory_gib"] is None
+    lm_graphs, lm_eager, lstm_graphs, lstm_eager, logic, syneval = r["training"]["runs"]
+    assert lm_graphs["impl_used"] == lm_eager["impl_used"] == "triton_interpret"
+    assert lstm_graphs["impl_used"] is None and lstm_eager["impl_used"] is None  # nn.LSTM
+    assert lm_graphs["seconds_per_epoch"] > 0 and lm_graphs["peak_memory_gib"] is None
+    # the graphs' bookkeeping ran (the eager stand-in replays on the CPU); the eager runs had none
+    assert lm_graphs["replayed_steps"] and lstm_graphs["replayed_steps"] and not lm_eager["replayed_steps"]
+    goals = r["training"]["goals"]
+    assert len(goals) == 3 and {g["status"] for g in goals} == {"n/a (smoke: the interpreter is no speed)"}
     assert logic["updates"] == 3 and logic["updates_per_s"] > 0 and syneval["sentences_per_s"] > 0
     assert "no number here is a GPU figure" in (out / "report.md").read_text()
     # the interpreted kernel was first for impl='auto' only during the command

@@ -109,6 +109,11 @@ class TrainConfig(BudgetOptions):
         "state and cumax and the loss in float32; meant for CUDA); evaluation always runs in float32",
         choices=("fp32", "bf16"),
     )
+    cuda_graphs: bool = runtime_option(
+        True,
+        "on CUDA, replay each segment length's step (forward, loss, backward, clipping) as a CUDA graph "
+        '(docs/lm.md, "Training on a GPU"); no effect elsewhere',
+    )
     log_every: int = runtime_option(
         100, "batches between reports: the progress bar's figures, a log line, a row of steps.csv", ge=1
     )

@@ -14,6 +14,7 @@ from ..progress import progress_bar
 from ..runs.dist import DistContext
 from ..runs.engine import Interrupted  # raised inside an evaluation when should_stop() turned true
 from .data import batchify, column_share
+from .graphs import ForwardGraph
 
 PROTOCOLS = ("paper", "batched")
 
@@ -64,20 +65,28 @@ def _exp(loss: float) -> float:
 
 @torch.no_grad()
 def stream_loss(
-    model, data: torch.Tensor, bptt: int, should_stop: Callable[[], bool] | None = None, progress=None
+    model, data: torch.Tensor, bptt: int, should_stop: Callable[[], bool] | None = None, progress=None, recorder=None
 ) -> tuple[float, int]:
     """Summed cross-entropy and the number of predictions over ``data`` (T, B), read in segments of
-    ``bptt`` from a zero state. ``model`` is a :class:`LanguageModel`; it is put in eval mode."""
+    ``bptt`` from a zero state. ``model`` is a :class:`LanguageModel`; it is put in eval mode. With a
+    ``recorder`` (:mod:`onlstm.lm.graphs`), the segments of ``bptt`` tokens replay one CUDA graph."""
     was_training, count, state, total = model.training, 0, None, data.new_zeros((), dtype=torch.float64)
+    graph = ForwardGraph(model, recorder) if recorder is not None else None
     model.eval()
     try:
         for i in range(0, data.shape[0] - 1, bptt):
             if should_stop is not None and should_stop():
                 raise Interrupted()
-            y = data[i + 1 : i + 1 + bptt]
-            out, state, _ = model(data[i : i + y.shape[0]], state)
-            logits = model.logits(out)
-            total += F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1), reduction="sum").double()
+            x, y = data[i : i + bptt], data[i + 1 : i + 1 + bptt]
+            x = x[: y.shape[0]]
+            done = graph(x, y, state) if graph is not None and y.shape[0] == bptt else None
+            if done is None:
+                out, state, _ = model(x, state)
+                logits = model.logits(out)
+                loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
+            else:
+                loss, state = done
+            total += loss.double()
             count += y.numel()
             if progress is not None:
                 progress.update(y.numel())
@@ -96,10 +105,12 @@ def perplexity(
     progress: bool = False,
     ctx: DistContext | None = None,
     should_stop=None,
+    recorder=None,
 ) -> Perplexity:
     """Perplexity of ``model`` on the stream ``ids`` (1-D) under ``protocol`` (``paper``: batch 1, ``batched``:
     ``batch_size`` columns). With ``ctx``, a :class:`~onlstm.runs.dist.DistContext` of several processes, each
-    scores its share of the columns and the sums are added up; ``should_stop()`` true raises Interrupted."""
+    scores its share of the columns and the sums are added up; ``should_stop()`` true raises Interrupted;
+    ``recorder``: see :func:`stream_loss`."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     if bptt <= 0:
@@ -111,7 +122,7 @@ def perplexity(
     opts = dict(total=(data.shape[0] - 1) * (stop - start), unit="tok", unit_scale=True, leave=False)
     with progress_bar(progress, desc=f"eval ({protocol})", **opts) as bar:
         if stop > start:
-            total, count = stream_loss(model, data[:, start:stop].to(device), bptt, should_stop, bar)
+            total, count = stream_loss(model, data[:, start:stop].to(device), bptt, should_stop, bar, recorder)
     if ctx is not None and ctx.distributed:
         t = ctx.all_reduce_sum(torch.tensor([total, float(count)], dtype=torch.float64))
         total, count = float(t[0]), int(round(float(t[1])))

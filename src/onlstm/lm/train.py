@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from ..runs.resume import checked
 from .config import RUNTIME_FIELDS, SECTIONS, RunConfig, explicit_settings, run_configs, run_sections
 from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment, too_short
 from .evaluate import Interrupted, perplexity
+from .graphs import StepGraphs, recorder_for
 from .ntasgd import averaged_weights, make_optimizer, nonmono_switch, weights_in_place
 
 
@@ -94,6 +96,9 @@ class _Objective(nn.Module):
 
 # Devices where train.precision=bf16 is accepted (a module constant so that a test can add the CPU).
 AUTOCAST_DEVICES = ("cuda",)
+# Devices where train.cuda_graphs records the step (a module constant so that a test can add the CPU, where
+# graphs.EagerRecorder stands in for CUDA's).
+GRAPH_DEVICES = ("cuda",)
 
 
 def float32_state(state):
@@ -201,6 +206,7 @@ class Trainer:
         self.hidden = None
         self.may_average = cfg.optimizer == "sgd" and cfg.averaging  # NT-ASGD
         self.objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
+        self.graphs = self._step_graphs()
         if self.ctx.distributed:
             ids = [dev.index] if dev.type == "cuda" else None
             self.objective = torch.nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
@@ -215,6 +221,19 @@ class Trainer:
                 f"(max_length); raise it (--encoder-options max_length={2 * longest}), lower --bptt, or (transformer) "
                 "use positions=sinusoidal, which has no limit"
             )
+
+    def _step_graphs(self) -> StepGraphs | None:
+        """The step as CUDA graphs (:mod:`onlstm.lm.graphs`) when asked for and possible, else None (eager)."""
+        cfg, dev = self.cfg, self.ctx.device
+        if not cfg.cuda_graphs or dev.type not in GRAPH_DEVICES:
+            return None
+        if self.ctx.distributed:
+            self.log("CUDA graphs off: not recorded across processes (torchrun); training eagerly")
+            return None
+        autocast = torch.bfloat16 if cfg.precision == "bf16" else None
+        objective = functools.partial(self.objective, shard=None)
+        stateful = self.model.stateful
+        return StepGraphs(objective, self.params, cfg.clip, autocast, recorder_for(dev), self.log, stateful)
 
     def log(self, msg: str) -> None:
         if self.ctx.is_main:
@@ -264,17 +283,26 @@ class Trainer:
         its tokens stays on the device (the engine reads it when it reports)."""
         cfg = self.cfg
         x, y = segment(self.train_data, seg.start, seg.length)
-        self.hidden = detach_state(self.hidden)
         for g in self.optimizer.param_groups:
             g["lr"] = cfg.lr * seg.lr_scale
+        if self.graphs is not None and (raw := self.graphs.step(x, y, self.hidden)) is not None:
+            self.hidden = self.graphs.state  # the graphs' buffers, read by the next step
+            self.optimizer.step()  # outside the graph: the learning rate is the segment's
+        else:
+            raw = self._eager_step(x, y)
+        prog.task.avg_count += int(prog.task.averaging)
+        return {"loss": raw.double() * y.numel(), "n": y.numel()}
+
+    def _eager_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        self.hidden = detach_state(self.hidden)
         with torch.autocast(self.ctx.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
             loss, raw, hidden = self.objective(x, y, self.hidden, self.shard)
         # the carried state stays float32 whatever autocast made of it, so that evaluation, resume and a
         # later fp32 session read it as they would without autocast
         self.hidden = hidden if cfg.precision == "fp32" else float32_state(hidden)
         update(self.optimizer, loss, self.params, cfg.clip)
-        prog.task.avg_count += int(prog.task.averaging)
-        return {"loss": raw.double() * y.numel(), "n": y.numel()}
+        return raw
 
     def end_pass(self, prog: Progress, complete: bool) -> bool | None:
         return complete or None
@@ -283,7 +311,9 @@ class Trainer:
         """``model``'s perplexity on ``split``, stopped (Interrupted) when ``stop`` is requested."""
         should_stop = (lambda: stop.requested) if stop is not None else None
         ids, bptt, device = self.corpus[split].ids, self.cfg.bptt, self.ctx.device
-        return perplexity(model, ids, protocol, batch_size, bptt, device, should_stop=should_stop, **kw)
+        recorder = self.graphs.recorder if self.graphs is not None else None  # segments replayed as graphs
+        return perplexity(model, ids, protocol, batch_size, bptt, device, should_stop=should_stop, recorder=recorder,
+                          **kw)  # fmt: skip
 
     def validate(self):
         """The validation perplexity of the weights evaluation uses (raises Interrupted on Ctrl-C)."""

@@ -1,0 +1,239 @@
+"""CUDA graphs for ``lm train``'s step (issue #49; docs/lm.md, "Training on a GPU").
+
+Eagerly, one step of the paper's model launches thousands of small kernels (each layer's time loop, forward and
+backward) and the GPU idles between them while Python prepares the next. On CUDA the trainer records the step as
+a CUDA graph, one per segment length, and replays it: forward, loss, backward and gradient clipping in one launch.
+What a graph reads and writes lives outside it, in buffers made once: its own token buffers, the carried state
+(shared by every graph), the gradients (each parameter's ``.grad``) and the loss. The optimizer's step stays
+outside, eager: its learning rate changes with each segment's length.
+
+A length's first step runs the same body eagerly on a side stream (the warm-up that lazy initialisation and
+Triton's compilation need before a capture); that step is a real training step, then the graph is recorded for
+the next segments of that length. Dropout and DropConnect masks are drawn inside the graph from the CUDA
+generator, which CUDA graphs advance at every replay as an eager step would advance it, so a run with graphs
+draws the masks the eager run draws. If recording fails, the run says so once and trains eagerly from then on.
+
+:class:`EagerRecorder` stands in for CUDA's recorder on any device: the "graph" is the body run again, so the
+buffers' bookkeeping is tested on the CPU (tests/lm/test_graphs.py); the capture itself is tested on a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+#: ``(x, y, state) -> (loss, raw loss, new state)``: the objective of one segment (the state: nested tuples/lists).
+Objective = Callable[[Tensor, Tensor, Any], tuple[Tensor, Tensor, Any]]
+
+
+class CudaRecorder:
+    """Records a body as a CUDA graph; every graph allocates from one memory pool (safe here: a graph's results
+    are copied into buffers made outside the pool before it ends, so no graph reads another's memory)."""
+
+    def __init__(self, device: torch.device):
+        self.pool = torch.cuda.graph_pool_handle()
+        self.stream = torch.cuda.Stream(device)
+
+    def warm(self, body: Callable[[], None]) -> None:
+        """Run ``body`` eagerly on the side stream that captures use (a real step)."""
+        current = torch.cuda.current_stream(self.stream.device)
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream):
+            body()
+        current.wait_stream(self.stream)
+
+    def record(self, body: Callable[[], None]) -> Callable[[], None]:
+        """Capture ``body`` (nothing runs) and return the replay."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+            body()
+        return graph.replay
+
+
+class EagerRecorder:
+    """The recorder's contract without CUDA: warming runs the body, a "replay" runs it again."""
+
+    def warm(self, body: Callable[[], None]) -> None:
+        body()
+
+    def record(self, body: Callable[[], None]) -> Callable[[], None]:
+        return body
+
+
+def recorder_for(device: torch.device) -> CudaRecorder | EagerRecorder:
+    return CudaRecorder(device) if device.type == "cuda" else EagerRecorder()
+
+
+class StepGraphs:
+    """The training step of :class:`~onlstm.lm.train.Trainer` as graphs, one per segment length.
+
+    :meth:`step` runs forward, loss, backward and clipping for one segment and leaves the clipped gradients in the
+    parameters' ``.grad`` (the caller steps the optimizer); it returns the raw loss (a fresh tensor), or None when
+    the step must run eagerly: the run's first step, whose state gives the carried state's layout, and every step
+    after a failed recording. :attr:`state` is the carried state after the step."""
+
+    def __init__(
+        self,
+        objective: Objective,
+        params: list[Tensor],
+        clip: float,
+        autocast: torch.dtype | None,
+        recorder: CudaRecorder | EagerRecorder,
+        log: Callable[[str], None],
+        stateful: bool = True,
+    ):
+        self.objective, self.params, self.clip, self.autocast = objective, params, clip, autocast
+        self.stateful = stateful  # False: the layers start afresh at every segment (no state to carry)
+        self.recorder, self.log = recorder, log
+        self.grads = [torch.zeros_like(p) for p in params]
+        self.raw = params[0].new_zeros((), dtype=torch.float32)
+        self.state: Any = None  # the carried state's buffers, made from the first eager step's state
+        self.tokens: dict[int, tuple[Tensor, Tensor]] = {}  # each length's token buffers (x, y)
+        self.replays: dict[int, Callable[[], None]] = {}
+        self.replayed = 0  # steps that replayed a graph
+        self.off: str | None = None  # why the graphs were turned off, once they were
+
+    @property
+    def lengths(self) -> list[int]:
+        """The segment lengths recorded so far."""
+        return sorted(self.replays)
+
+    def step(self, x: Tensor, y: Tensor, state: Any) -> Tensor | None:
+        if self.off is not None or (self.stateful and state is None and self.state is None):
+            return None
+        self._take_state(state)
+        for p, g in zip(self.params, self.grads):
+            p.grad = g  # the optimizer reads them; an eager step in between may have replaced them
+        length = x.shape[0]
+        if length in self.replays:
+            xs, ys = self.tokens[length]
+            xs.copy_(x, non_blocking=True)
+            ys.copy_(y, non_blocking=True)
+            self.replays[length]()
+            self.replayed += 1
+        else:
+            self._first(length, x, y)
+        return self.raw.clone()
+
+    def _first(self, length: int, x: Tensor, y: Tensor) -> None:
+        """A new length: its buffers, the step run eagerly (warm-up), then its graph recorded for the next time."""
+        self.tokens[length] = (x.clone(), y.clone())
+
+        def body() -> None:
+            self._body(length)
+
+        self.recorder.warm(body)
+        try:
+            self.replays[length] = self.recorder.record(body)
+        except Exception as exc:  # the warm-up already made this step; the next ones run eagerly
+            self.off = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+            self.replays.clear()
+            self.log(f"CUDA graphs off for the rest of this run: recording a {length}-token step failed "
+                     f"({self.off}); training eagerly (--no-cuda-graphs says so from the start)")  # fmt: skip
+
+    def _body(self, length: int) -> None:
+        """What a graph holds: forward and loss, the gradients into ``.grad``, clipping, the state and loss out."""
+        x, y = self.tokens[length]
+        device = x.device.type
+        with torch.autocast(device, dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None,
+                            cache_enabled=False):  # fmt: skip
+            loss, raw, new_state = self.objective(x, y, self.state)
+        grads = torch.autograd.grad(loss, self.params, allow_unused=True)
+        for buffer, g in zip(self.grads, grads):
+            buffer.copy_(g) if g is not None else buffer.zero_()
+        if self.clip:
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        with torch.no_grad():
+            _copy_state(self.state, new_state)
+            self.raw.copy_(raw)
+
+    def _take_state(self, state: Any) -> None:
+        if self.stateful:
+            self.state = take_state(self.state, state)
+
+
+class ForwardGraph:
+    """Evaluation's segment (forward, the summed cross-entropy, the new state) as one CUDA graph of one shape.
+
+    :meth:`__call__` returns ``(summed loss, state)``, or None when the segment must run eagerly: the stream's first
+    (its zero state gives the state's layout) and every one after a failed recording (which turns the graph off
+    silently: evaluation is correct either way). The first call with a state runs the body eagerly (the warm-up)
+    and records it; later calls replay it."""
+
+    def __init__(self, model: torch.nn.Module, recorder: CudaRecorder | EagerRecorder):
+        self.model, self.recorder = model, recorder
+        self.tokens: tuple[Tensor, Tensor] | None = None
+        self.state: Any = None
+        self.loss: Tensor | None = None
+        self.replay: Callable[[], None] | None = None
+        self.off = False
+        self.replayed = 0
+
+    def __call__(self, x: Tensor, y: Tensor, state: Any) -> tuple[Tensor, Any] | None:
+        stateful = self.model.stateful
+        if self.off or (stateful and state is None and self.state is None):
+            return None
+        if stateful:
+            self.state = take_state(self.state, state)
+        if self.replay is not None:
+            self.tokens[0].copy_(x, non_blocking=True)
+            self.tokens[1].copy_(y, non_blocking=True)
+            self.replay()
+            self.replayed += 1
+        else:
+            self.tokens, self.loss = (x.clone(), y.clone()), x.new_zeros((), dtype=torch.float32)
+            self.recorder.warm(self._body)
+            try:
+                self.replay = self.recorder.record(self._body)
+            except Exception:
+                self.off = True
+        return self.loss.clone(), self.state
+
+    @torch.no_grad()
+    def _body(self) -> None:
+        x, y = self.tokens
+        out, new_state, _ = self.model(x, self.state)
+        logits = self.model.logits(out)
+        self.loss.copy_(torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1),
+                                                          reduction="sum"))  # fmt: skip
+        _copy_state(self.state, new_state)
+
+
+def take_state(buffers: Any, state: Any) -> Any:
+    """The carried ``state`` put into ``buffers`` (made like it at the first call, zeroed for None: a new epoch or
+    stream; copied when it comes from elsewhere: an eager step, a resume); returns the buffers."""
+    if buffers is None:
+        buffers = _buffers_like(state)
+    if state is None:
+        _zero_state(buffers)
+    elif state is not buffers:
+        with torch.no_grad():
+            _copy_state(buffers, state)
+    return buffers
+
+
+def _buffers_like(state: Any) -> Any:
+    if isinstance(state, Tensor):
+        return torch.zeros_like(state, dtype=torch.float32 if state.is_floating_point() else state.dtype)
+    if state is None:
+        return None
+    return type(state)(_buffers_like(s) for s in state)
+
+
+def _zero_state(state: Any) -> None:
+    if isinstance(state, Tensor):
+        state.zero_()
+    elif state is not None:
+        for s in state:
+            _zero_state(s)
+
+
+def _copy_state(into: Any, values: Any) -> None:
+    if isinstance(into, Tensor):
+        into.copy_(values)
+    elif into is not None:
+        for a, b in zip(into, values, strict=True):
+            _copy_state(a, b)
