@@ -12,7 +12,6 @@ import torch
 from safetensors.torch import load_file
 
 from onlstm.lm import graphs
-from onlstm.lm import train as lm_train
 from onlstm.lm.config import explicit_settings
 from onlstm.lm.train import train
 from support import TINY_LM, quiet, write_corpus
@@ -46,7 +45,7 @@ def trained(tmp_path: Path, corpus: Path, name: str, seen: dict, log=quiet, **fi
 
 @pytest.mark.parametrize("model", [{}, {"cell": "lstm"}, TRANSFORMER], ids=["onlstm", "lstm", "transformer"])
 def test_the_graphs_bookkeeping_trains_what_the_eager_step_trains(tmp_path, corpus, monkeypatch, model):
-    monkeypatch.setattr(lm_train, "GRAPH_DEVICES", ("cuda", "cpu"))  # EagerRecorder replays by running the body
+    monkeypatch.setattr(graphs, "GRAPH_DEVICES", ("cuda", "cpu"))  # EagerRecorder replays by running the body
     eager, with_graphs = {}, {}
     want = trained(tmp_path, corpus, "eager", eager, model=model, cuda_graphs=False)
     got = trained(tmp_path, corpus, "graphs", with_graphs, model=model)
@@ -61,7 +60,7 @@ def test_the_graphs_bookkeeping_trains_what_the_eager_step_trains(tmp_path, corp
 
 
 def test_a_failed_recording_is_said_once_and_the_run_trains_eagerly(tmp_path, corpus, monkeypatch):
-    monkeypatch.setattr(lm_train, "GRAPH_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(graphs, "GRAPH_DEVICES", ("cuda", "cpu"))
 
     def refuse(self, body):
         raise RuntimeError("operation not permitted when stream is capturing\nmore detail")

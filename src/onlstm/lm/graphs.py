@@ -67,6 +67,23 @@ def recorder_for(device: torch.device) -> CudaRecorder | EagerRecorder:
     return CudaRecorder(device) if device.type == "cuda" else EagerRecorder()
 
 
+# Devices where train.cuda_graphs records the step (a module constant so that a test can add the CPU, where
+# EagerRecorder stands in for CUDA's).
+GRAPH_DEVICES = ("cuda",)
+
+
+def step_graphs(cfg, ctx, model: torch.nn.Module, objective: Objective, log: Callable[[str], None]):
+    """The trainer's step as graphs when ``cfg.cuda_graphs`` asks and the device allows, else None (eager)."""
+    if not cfg.cuda_graphs or ctx.device.type not in GRAPH_DEVICES:
+        return None
+    if ctx.distributed:
+        log("CUDA graphs off: not recorded across processes (torchrun); training eagerly")
+        return None
+    autocast = torch.bfloat16 if cfg.precision == "bf16" else None
+    params = list(model.parameters())
+    return StepGraphs(objective, params, cfg.clip, autocast, recorder_for(ctx.device), log, model.stateful)
+
+
 class StepGraphs:
     """The training step of :class:`~onlstm.lm.train.Trainer` as graphs, one per segment length.
 

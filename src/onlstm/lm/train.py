@@ -31,7 +31,7 @@ from ..runs.resume import checked
 from .config import RUNTIME_FIELDS, SECTIONS, RunConfig, explicit_settings, run_configs, run_sections
 from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment, too_short
 from .evaluate import Interrupted, perplexity
-from .graphs import StepGraphs, recorder_for
+from .graphs import step_graphs
 from .ntasgd import averaged_weights, make_optimizer, nonmono_switch, weights_in_place
 
 
@@ -96,9 +96,6 @@ class _Objective(nn.Module):
 
 # Devices where train.precision=bf16 is accepted (a module constant so that a test can add the CPU).
 AUTOCAST_DEVICES = ("cuda",)
-# Devices where train.cuda_graphs records the step (a module constant so that a test can add the CPU, where
-# graphs.EagerRecorder stands in for CUDA's).
-GRAPH_DEVICES = ("cuda",)
 
 
 def float32_state(state):
@@ -206,7 +203,7 @@ class Trainer:
         self.hidden = None
         self.may_average = cfg.optimizer == "sgd" and cfg.averaging  # NT-ASGD
         self.objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
-        self.graphs = self._step_graphs()
+        self.graphs = step_graphs(cfg, self.ctx, self.model, functools.partial(self.objective, shard=None), self.log)
         if self.ctx.distributed:
             ids = [dev.index] if dev.type == "cuda" else None
             self.objective = torch.nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
@@ -221,19 +218,6 @@ class Trainer:
                 f"(max_length); raise it (--encoder-options max_length={2 * longest}), lower --bptt, or (transformer) "
                 "use positions=sinusoidal, which has no limit"
             )
-
-    def _step_graphs(self) -> StepGraphs | None:
-        """The step as CUDA graphs (:mod:`onlstm.lm.graphs`) when asked for and possible, else None (eager)."""
-        cfg, dev = self.cfg, self.ctx.device
-        if not cfg.cuda_graphs or dev.type not in GRAPH_DEVICES:
-            return None
-        if self.ctx.distributed:
-            self.log("CUDA graphs off: not recorded across processes (torchrun); training eagerly")
-            return None
-        autocast = torch.bfloat16 if cfg.precision == "bf16" else None
-        objective = functools.partial(self.objective, shard=None)
-        stateful = self.model.stateful
-        return StepGraphs(objective, self.params, cfg.clip, autocast, recorder_for(dev), self.log, stateful)
 
     def log(self, msg: str) -> None:
         if self.ctx.is_main:

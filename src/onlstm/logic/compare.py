@@ -15,7 +15,7 @@ from ..checkpoint import CheckpointError
 from ..errors import EXIT_INTERRUPTED
 from ..files import write_json, write_text
 from ..runs import RunDir, resolve_device
-from ..runs.engine import BUDGETS, Budget
+from ..runs.budget import BUDGETS, Budget
 from ..runs.engine import resume_refusal as engine_refusal
 from ..runs.resume import resume_settings
 from ..studies.grid import check_study_folder

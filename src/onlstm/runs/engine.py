@@ -35,8 +35,6 @@ from .resume import (
     save_training,
 )
 
-__all__ = ["BUDGETS", "Budget", "BudgetOptions", "budget_refusal", "budget_spent"]
-
 
 class Interrupted(Exception):
     """Raised by a task's validation when a stop was requested during it."""
@@ -68,11 +66,11 @@ class Saved:
 
 class Task(Protocol):
     """What differs between experiments. Its attributes: ``state``, a new run's state (a dataclass: carried in
-    ``Progress.task``, checked when read back), ``row``, the dataclass of a history row, ``header`` and ``vocab(path)``, a new run's ``config.json`` and vocabulary writer,
-    ``valid_every`` (updates between checks; 0: at every pass's end), ``steps_per_epoch`` (0: a pass is an epoch),
-    ``unit`` (what a step's ``n`` counts: ``tokens``, ``pairs``), ``perplexity`` (report ``exp(loss)``), ``desc``
-    (the words before its log lines),
-    ``resume_command`` and ``score_words(score)`` (the best score in words). The engine sets ``engine``."""
+    ``Progress.task``, checked when read back), ``row``, the dataclass of a history row, ``header`` and
+    ``vocab(path)``, a new run's ``config.json`` and vocabulary writer, ``valid_every`` (updates between checks; 0:
+    at every pass's end), ``steps_per_epoch`` (0: a pass is an epoch), ``unit`` (what a step's ``n`` counts),
+    ``perplexity`` (report ``exp(loss)``), ``desc`` (the words before its log lines), ``resume_command`` and
+    ``score_words(score)`` (the best score in words). The engine sets ``engine``."""
 
     state: Any
     row: type
