@@ -30,8 +30,8 @@ import torch
 
 from gpu_bench import environment, layer, report, step, training
 from gpu_bench.layer import Shape
+from onlstm import graphs as shared_graphs
 from onlstm.errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, OnlstmError
-from onlstm.lm import graphs as lm_graphs
 from onlstm.nn import kernels, selfcheck
 from onlstm.nn import triton_kernel as tk
 
@@ -231,14 +231,14 @@ def _preflight(args: argparse.Namespace) -> Profile:
 def _kernel_setup(prof: Profile) -> Iterator[None]:
     """Under --smoke: the interpreted kernel registered, and first for ``impl='auto'`` on the CPU, and lm train's
     graphs on the CPU too, their recorder the eager stand-in (restored after)."""
-    registered, graph_devices = prof.kernel in kernels.kernel_names(), lm_graphs.GRAPH_DEVICES
+    registered, graph_devices = prof.kernel in kernels.kernel_names(), shared_graphs.GRAPH_DEVICES
     if prof.smoke:
         tk.register_interpreter_kernel(priority=1000)
-        lm_graphs.GRAPH_DEVICES = (*graph_devices, "cpu")
+        shared_graphs.GRAPH_DEVICES = (*graph_devices, "cpu")
     try:
         yield
     finally:
-        lm_graphs.GRAPH_DEVICES = graph_devices
+        shared_graphs.GRAPH_DEVICES = graph_devices
         if prof.smoke:
             kernels.unregister_kernel(prof.kernel)
             if registered:

@@ -37,7 +37,7 @@ EXPERIMENTS = registered_experiments()
 #: Shared modules and packages below the experiments.
 SHARED = ("nn", "data", "errors", "files", "pickles", "config", "checkpoint", "saved", "sharing", "progress", "runs")
 SHARED += ("lock", "optim_state")
-SHARED += ("device", "studies", "encoders", "models", "zoo")
+SHARED += ("device", "graphs", "studies", "encoders", "models", "zoo")
 #: The commands, above the experiments: they may import them, and nothing below imports them (``demo`` trains
 #: a language model and parses with it).
 COMMANDS = ("cli", "__main__", "entry", "demo", "demo_config")

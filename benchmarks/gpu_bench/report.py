@@ -206,9 +206,18 @@ def _figures(run: dict[str, Any]) -> list[str]:
             f"for cuDNN {_on(run.get('tf32_cudnn'))}",
         ]
     if "updates_per_s" in run:
+        g = run.get("graphs")
+        graphs = (
+            "not used"
+            if g is None
+            else f"turned off ({g['off']})"
+            if g["off"]
+            else (f"{g['replayed']} of {run['updates']} updates replayed one, {g['lengths']} padded lengths recorded")
+        )
         return [
             f"{run['updates']} updates in {run['seconds']:.2f} s: {_num(run['updates_per_s'], '.2f')} updates/s "
-            "(the command's clock: the updates and one validation)"
+            "(the command's clock: the updates and one validation)",
+            f"CUDA graphs: {graphs}",
         ]
     return [
         f"{run['items']} pairs scored in {run['seconds']:.2f} s: {_num(run['sentences_per_s'], ',.1f')} sentences/s"

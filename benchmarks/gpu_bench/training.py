@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -33,7 +34,8 @@ def training_runs(prof, args, work: Path) -> Record:
     lm_steps, logic_steps = args.lm_steps or prof.steps[0], args.logic_steps or prof.steps[1]
     pairs = [_lm(prof, args, work, name, flags, lm_steps) for name, flags in LM_RUNS]
     lm_records = [record for record, _ in pairs]
-    pairs += [_logic(prof, args, work, logic_steps), _syneval(prof, args, work)]
+    pairs += [_logic(prof, args, work, logic_steps, graphs) for graphs in (True, False)]
+    pairs += [_syneval(prof, args, work)]
     return {
         "runs": [record for record, _ in pairs],
         "goals": lm_goals(lm_records, prof.smoke),
@@ -187,29 +189,48 @@ def _lm_facts(trainer, device: torch.device, synthetic: bool) -> Record:
     }
 
 
-def _logic(prof, args, work: Path, steps: int) -> tuple[Record, Record]:
-    """``logic train --config paper``: updates/s by the command's own clock (the updates and one validation)."""
+def _logic(prof, args, work: Path, steps: int, graphs: bool) -> tuple[Record, Record]:
+    """``logic train --config paper``, with its CUDA graphs or ``--no-cuda-graphs``: updates/s by the command's own
+    clock (the updates and one validation), and how many updates replayed a graph."""
+    from onlstm.logic import train as logic_train
     from onlstm.logic.cli import resolve_settings
     from onlstm.logic.generate import GenerateConfig, generate_dataset
-    from onlstm.logic.train import train
 
     data = args.logic_data or work / "logic-data"
-    if args.logic_data is None:  # pairs of formulas with up to 6 operators, as `onlstm logic generate` writes
+    if args.logic_data is None and not data.exists():  # formulas of up to 6 operators, as `logic generate` writes
         generate_dataset(data, GenerateConfig(per_length=prof.logic_per_length, max_ops=6, test_count=2), log=None)
-    where = ["--data", str(data), "--out", str(work / "logic"), "--device", prof.device.type]
+    out = work / f"logic-{'graphs' if graphs else 'eager'}"
+    where = ["--data", str(data), "--out", str(out), "--device", prof.device.type]
     budget = ["--max-steps", str(steps), "--valid-every", str(steps)]  # one validation, after the last update
     argv = [*"logic train --config paper".split(), *where, *budget, "--no-progress", *prof.logic_flags]
+    argv += [] if graphs else ["--no-cuda-graphs"]
+    made: list = []
+
+    def spy(*a, **kw):
+        made.append(step_graphs(*a, **kw))
+        return made[-1]
 
     def go() -> Record:
         model_cfg, train_cfg, data, out, _ = resolve_settings(_parse(argv))
-        r = train(model_cfg, train_cfg, data, out, log=None)
+        with mock.patch.object(logic_train, "step_graphs", spy):
+            r = logic_train.train(model_cfg, train_cfg, data, out, log=None)
         per_s = r.steps / r.seconds if r.seconds > 0 else None
         figures = {"status": r.stopped_by, "updates": r.steps, "seconds": r.seconds, "updates_per_s": per_s}
-        return figures | {"valid_accuracy": r.best}
+        g = made[0] if made else None
+        used = None if g is None else {"replayed": g.replayed, "lengths": len(g.lengths), "off": g.off}
+        return figures | {"valid_accuracy": r.best, "graphs": used}
 
-    ok = lambda r: None if r["updates"] == steps else f"{r['status']} after {r['updates']} updates"
+    def ok(r: Record) -> str | None:
+        if r["updates"] != steps:
+            return f"{r['status']} after {r['updates']} updates"
+        if graphs and (prof.device.type == "cuda" or prof.smoke) and not (r["graphs"] or {}).get("replayed"):
+            return f"no update replayed a CUDA graph ({r['graphs']})"
+        return None
+
+    step_graphs = logic_train.step_graphs
     auto = kernels.resolve_impl("auto", prof.device, torch.float32)
-    return _guarded(f"logic train --config paper (impl auto: {auto})", argv, go, ok)
+    name = f"logic train --config paper (impl auto: {auto}), {'graphs' if graphs else 'eager'}"
+    return _guarded(name, argv, go, ok)
 
 
 def _syneval(prof, args, work: Path) -> tuple[Record, Record]:

@@ -62,7 +62,8 @@ def test_smoke_run_writes_every_section_and_passes(tmp_path, capsys):
     wanted = {(d, i) for d in ("fp32", "bf16") for i in ("nn.LSTM", "triton", "reference")}
     assert rows == wanted - ({("bf16", "nn.LSTM")} if lstm_bf16 else set())
     assert {g["status"] for g in r["speed"]["goals"]} == {"n/a (smoke: the interpreter is no speed)"}
-    lm_graphs, lm_eager, lstm_graphs, lstm_eager, logic, syneval = r["training"]["runs"]
+    lm_graphs, lm_eager, lstm_graphs, lstm_eager, logic, logic_eager, syneval = r["training"]["runs"]
+    assert logic["graphs"]["replayed"] and logic_eager["graphs"] is None
     assert lm_graphs["impl_used"] == lm_eager["impl_used"] == "triton_interpret"
     assert lstm_graphs["impl_used"] is None and lstm_eager["impl_used"] is None  # nn.LSTM
     assert lm_graphs["seconds_per_epoch"] > 0 and lm_graphs["peak_memory_gib"] is None

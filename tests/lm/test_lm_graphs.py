@@ -1,4 +1,4 @@
-"""`lm train`'s step as CUDA graphs (onlstm/lm/graphs.py, issue #49). On the CPU, graphs.EagerRecorder stands in
+"""`lm train`'s step as CUDA graphs (onlstm/lm/graphs.py, issue #49). On the CPU, onlstm.graphs.EagerRecorder stands in
 for CUDA's recorder, so everything but the capture is tested here: the buffers the graphs read and write, the
 first step of each length, the state across epochs, the fallback when recording fails. The `cuda` tests check
 the capture itself: a run with graphs trains what the eager run trains."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from onlstm.lm import graphs
+from onlstm import graphs as shared_graphs
 from onlstm.lm.config import explicit_settings
 from onlstm.lm.train import train
 from support import TINY_LM, quiet, write_corpus
@@ -45,7 +45,7 @@ def trained(tmp_path: Path, corpus: Path, name: str, seen: dict, log=quiet, **fi
 
 @pytest.mark.parametrize("model", [{}, {"cell": "lstm"}, TRANSFORMER], ids=["onlstm", "lstm", "transformer"])
 def test_the_graphs_bookkeeping_trains_what_the_eager_step_trains(tmp_path, corpus, monkeypatch, model):
-    monkeypatch.setattr(graphs, "GRAPH_DEVICES", ("cuda", "cpu"))  # EagerRecorder replays by running the body
+    monkeypatch.setattr(shared_graphs, "GRAPH_DEVICES", ("cuda", "cpu"))  # EagerRecorder replays by running the body
     eager, with_graphs = {}, {}
     want = trained(tmp_path, corpus, "eager", eager, model=model, cuda_graphs=False)
     got = trained(tmp_path, corpus, "graphs", with_graphs, model=model)
@@ -60,12 +60,12 @@ def test_the_graphs_bookkeeping_trains_what_the_eager_step_trains(tmp_path, corp
 
 
 def test_a_failed_recording_is_said_once_and_the_run_trains_eagerly(tmp_path, corpus, monkeypatch):
-    monkeypatch.setattr(graphs, "GRAPH_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(shared_graphs, "GRAPH_DEVICES", ("cuda", "cpu"))
 
     def refuse(self, body):
         raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
 
-    monkeypatch.setattr(graphs.EagerRecorder, "record", refuse)
+    monkeypatch.setattr(shared_graphs.EagerRecorder, "record", refuse)
     lines, seen = [], {}
     got = trained(tmp_path, corpus, "refused", seen, log=lines.append)
     want = trained(tmp_path, corpus, "eager", {}, cuda_graphs=False)
@@ -104,7 +104,7 @@ def test_cuda_graphs_train_what_the_eager_run_trains(tmp_path, corpus, precision
         torch.testing.assert_close(got[k], want[k], msg=k, **tol)
 
 
-class CountingRecorder(graphs.EagerRecorder):
+class CountingRecorder(shared_graphs.EagerRecorder):
     """The eager stand-in, counting the replays of what it recorded."""
 
     def __init__(self):

@@ -13,8 +13,8 @@ the next segments of that length. Dropout and DropConnect masks are drawn inside
 generator, which CUDA graphs advance at every replay as an eager step would advance it, so a run with graphs
 draws the masks the eager run draws. If recording fails, the run says so once and trains eagerly from then on.
 
-:class:`EagerRecorder` stands in for CUDA's recorder on any device: the "graph" is the body run again, so the
-buffers' bookkeeping is tested on the CPU (tests/lm/test_graphs.py); the capture itself is tested on a GPU.
+:class:`~onlstm.graphs.EagerRecorder` stands in for CUDA's recorder on any device: the "graph" is the body run
+again, so the buffers' bookkeeping is tested on the CPU (tests/lm/test_lm_graphs.py); the capture itself on a GPU.
 """
 
 from __future__ import annotations
@@ -25,63 +25,24 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import graphs as shared
+from ..graphs import CudaRecorder, EagerRecorder
+
 #: ``(x, y, state) -> (loss, raw loss, new state)``: the objective of one segment (the state: nested tuples/lists).
 Objective = Callable[[Tensor, Tensor, Any], tuple[Tensor, Tensor, Any]]
 
 
-class CudaRecorder:
-    """Records a body as a CUDA graph; every graph allocates from one memory pool (safe here: a graph's results
-    are copied into buffers made outside the pool before it ends, so no graph reads another's memory)."""
-
-    def __init__(self, device: torch.device):
-        self.pool = torch.cuda.graph_pool_handle()
-        self.stream = torch.cuda.Stream(device)
-
-    def warm(self, body: Callable[[], None]) -> None:
-        """Run ``body`` eagerly on the side stream that captures use (a real step)."""
-        current = torch.cuda.current_stream(self.stream.device)
-        self.stream.wait_stream(current)
-        with torch.cuda.stream(self.stream):
-            body()
-        current.wait_stream(self.stream)
-
-    def record(self, body: Callable[[], None]) -> Callable[[], None]:
-        """Capture ``body`` (nothing runs) and return the replay."""
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
-            body()
-        return graph.replay
-
-
-class EagerRecorder:
-    """The recorder's contract without CUDA: warming runs the body, a "replay" runs it again."""
-
-    def warm(self, body: Callable[[], None]) -> None:
-        body()
-
-    def record(self, body: Callable[[], None]) -> Callable[[], None]:
-        return body
-
-
-def recorder_for(device: torch.device) -> CudaRecorder | EagerRecorder:
-    return CudaRecorder(device) if device.type == "cuda" else EagerRecorder()
-
-
-# Devices where train.cuda_graphs records the step (a module constant so that a test can add the CPU, where
-# EagerRecorder stands in for CUDA's).
-GRAPH_DEVICES = ("cuda",)
-
-
 def step_graphs(cfg, ctx, model: torch.nn.Module, objective: Objective, log: Callable[[str], None]):
     """The trainer's step as graphs when ``cfg.cuda_graphs`` asks and the device allows, else None (eager)."""
-    if not cfg.cuda_graphs or ctx.device.type not in GRAPH_DEVICES:
+    if not cfg.cuda_graphs or ctx.device.type not in shared.GRAPH_DEVICES:
         return None
     if ctx.distributed:
         log("CUDA graphs off: not recorded across processes (torchrun); training eagerly")
         return None
     autocast = torch.bfloat16 if cfg.precision == "bf16" else None
     params = list(model.parameters())
-    return StepGraphs(objective, params, cfg.clip, autocast, recorder_for(ctx.device), log, model.stateful)
+    recorder = shared.recorder_for(ctx.device)
+    return StepGraphs(objective, params, cfg.clip, autocast, recorder, log, model.stateful)
 
 
 class StepGraphs:

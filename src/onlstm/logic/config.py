@@ -131,6 +131,9 @@ class LogicTrainConfig(BudgetOptions):
     patience: int = option(8, "stop after this many validation checks in a row without improvement", ge=1)
     valid_every: int = option(0, "steps between validation checks; 0 = once per epoch", ge=0)
     eval_batch_size: int = runtime_option(512, "pairs per evaluation batch", ge=1)
+    cuda_graphs: bool = runtime_option(
+        True, 'on CUDA, replay the step as CUDA graphs over padded batches (docs/logic.md, "Training on a GPU")'
+    )
 
     def validate(self) -> None:
         if self.curriculum_start is not None and self.curriculum_start > self.max_train_ops:

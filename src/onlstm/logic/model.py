@@ -102,6 +102,17 @@ class LogicClassifier(nn.Module):
         x = F.dropout(self.embedding(ids.data), self.config.dropout, self.training)  # (tokens, E)
         return PackedSequence(x, ids.batch_sizes, ids.sorted_indices, ids.unsorted_indices)
 
+    def padded_logits(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Logits (B, 7) for both formulas of ``B`` pairs as the columns of one padded block ``tokens`` (T, 2B), the
+        first formulas first, and their ``lengths`` (2B,): one shape for many batches (CUDA graphs,
+        ``logic/graphs.py``). Each formula's encoding is the output at its last token, which is the final state
+        for the recurrent encoders of ``logic.graphs.GRAPH_CELLS``."""
+        x = F.dropout(self.embedding(tokens), self.config.dropout, self.training)  # (T, 2B, E)
+        out, _, _ = self.encoder(x)
+        h = out[lengths - 1, torch.arange(tokens.shape[1], device=tokens.device)]  # (2B, H)
+        n = tokens.shape[1] // 2
+        return self.mlp(pair_features(h[:n], h[n:]))
+
     def features(self, a_tokens, a_lengths, b_tokens, b_lengths) -> torch.Tensor:
         """``[h1, h2, h1*h2, |h1-h2|]`` (B, 4H); both formulas go through the encoder in one call."""
         n, t = a_tokens.shape[1], max(a_tokens.shape[0], b_tokens.shape[0])

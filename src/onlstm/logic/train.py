@@ -33,6 +33,7 @@ from .data import (
     split_train_valid,
     training_fingerprint,
 )
+from .graphs import step_graphs
 from .model import (
     KIND,
     TOKENS,
@@ -208,6 +209,7 @@ class LogicTask:
         adam = {"betas": (cfg.adam_beta1, 0.999), "eps": cfg.adam_eps, "weight_decay": cfg.weight_decay}
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, **adam)
         self.schedule = PlateauSchedule(self.opt, cfg.lr_decay, cfg.lr_patience, cfg.min_lr)
+        self.graphs = step_graphs(cfg, self.model, self.device, log)
         self.steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
         self.valid_every = cfg.valid_every or self.steps_per_epoch
         self.order_rng = random.Random(f"onlstm-logic-order/{cfg.seed}")
@@ -263,10 +265,14 @@ class LogicTask:
         return complete and bound == self.cfg.max_train_ops
 
     def train_step(self, idx: list[int], prog: Progress) -> dict:
-        batch = [t.to(self.device) for t in classifier.collate([self.train_data[j] for j in idx])]
+        batch = classifier.collate([self.train_data[j] for j in idx])
+        n = len(batch[-1])
+        if self.graphs is not None and (done := self.graphs.step(batch)) is not None:
+            self.opt.step()  # outside the graph: the plateau schedule sets its learning rate
+            return {"loss": done[0] * n, "accuracy": done[1], "n": n}
+        batch = [t.to(self.device) for t in batch]
         loss, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
-        y = batch[-1]
-        return {"loss": float(loss) * len(y), "accuracy": int((logits.argmax(-1) == y).sum()), "n": len(y)}
+        return {"loss": float(loss) * n, "accuracy": int((logits.argmax(-1) == batch[-1]).sum()), "n": n}
 
     def validation(self, prog: Progress) -> Check:
         flags = correct_flags(self.model, self.valid_data, self.cfg.eval_batch_size)
