@@ -28,13 +28,13 @@ from pathlib import Path
 import torch
 
 import onlstm
+from onlstm.device import resolve_device
 from onlstm.errors import OnlstmError
 from onlstm.lm.config import add_config_flags, load_config
 from onlstm.lm.ntasgd import make_optimizer
 from onlstm.lm.train import _Objective
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.nn import kernels
-from onlstm.runs import resolve_device
 from onlstm.runs.engine import update
 
 

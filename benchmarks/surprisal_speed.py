@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 
 from onlstm.data.vocab import Vocab
+from onlstm.device import setup_torch
 from onlstm.lm.config import load_config
 from onlstm.models.language_model import LanguageModel, LMConfig
-from onlstm.runs import setup_torch
 from onlstm.syneval.data import read_items
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,11 +32,11 @@ from pathlib import Path
 import torch
 
 from onlstm.data.vocab import Vocab
+from onlstm.device import setup_torch
 from onlstm.lm.config import load_config
 from onlstm.models import prefix_tree
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.models.prefix_tree import build_tree
-from onlstm.runs import setup_torch
 from onlstm.syneval.data import Item, read_items
 from onlstm.syneval.evaluate import Encoder, frame, score_items
 

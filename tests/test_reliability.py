@@ -15,11 +15,12 @@ import torch
 
 from onlstm.checkpoint import config_header, read_json
 from onlstm.cli import main
-from onlstm.errors import EXIT_DIVERGED
+from onlstm.errors import EXIT_DIVERGED, RunDirError
 from onlstm.files import write_json
+from onlstm.lock import RunLock
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import KIND as LOGIC_KIND
-from onlstm.runs import RunDir, RunDirError, RunLock, check_output_dir
+from onlstm.runs import RunDir, check_output_dir
 from support import TINY_LM, write_corpus
 
 LOGIC_TINY = ["--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "16"]
@@ -181,7 +182,7 @@ def test_a_live_lock_refuses_a_second_training(corpus, logic_data, tmp_path, cap
 
 CHILD = """
 import sys, time
-from onlstm.runs import RunLock
+from onlstm.lock import RunLock
 with RunLock(sys.argv[1], "child training"):
     print("locked", flush=True)
     time.sleep(120)

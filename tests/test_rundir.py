@@ -14,10 +14,10 @@ import onlstm.lm
 import onlstm.logic  # noqa: F401  (registers the "logic-classifier" kind)
 from onlstm import lock as lock_module
 from onlstm.checkpoint import CheckpointError, config_header, save_weights
-from onlstm.errors import WriteError
+from onlstm.errors import RunDirError, WriteError
 from onlstm.files import MARKER, write_json
 from onlstm.models import LanguageModel
-from onlstm.runs import RunDir, RunDirError, RunKind, check_output_dir, find_kind, kind_names, register_kind
+from onlstm.runs import RunDir, RunKind, check_output_dir, find_kind, kind_names, register_kind
 from onlstm.runs import dirs as dirs_module
 from support import REPO
 

@@ -11,19 +11,12 @@ from safetensors import safe_open
 from torch import nn
 
 from onlstm.checkpoint import CheckpointError, config_header, save_safetensors, save_weights
+from onlstm.device import StopRequest, resolve_device, setup_torch
 from onlstm.errors import OnlstmError
 from onlstm.files import write_json
-from onlstm.runs import (
-    RESUME_FORMAT,
-    StopRequest,
-    load_run,
-    read_training,
-    resolve_device,
-    restore_training,
-    save_training,
-    setup_torch,
-)
+from onlstm.runs import RESUME_FORMAT, read_training, restore_training, save_training
 from onlstm.runs.engine import Progress
+from onlstm.saved import load_run
 
 
 @dataclass
@@ -202,7 +195,7 @@ def test_setup_torch_sets_threads_and_flushes_denormals():
 def test_the_progress_bar_shows_only_on_a_terminal_and_when_enabled():
     import io
 
-    from onlstm.runs import progress_bar
+    from onlstm.progress import progress_bar
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -339,7 +339,7 @@ def _closed_streams() -> None:
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
     """SIGTERM and SIGHUP (a closed terminal) end a command as Ctrl-C does (a message, exit 130, temporary files
-    removed); the trainers' own handler (onlstm.runs.StopRequest) replaces this one while they train."""
+    removed); the trainers' own handler (onlstm.device.StopRequest) replaces this one while they train."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

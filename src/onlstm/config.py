@@ -248,7 +248,7 @@ def threads_option(default: int | None, help: str = "CPU threads for the whole p
 
 
 def check_device(value: str, name: str = "device") -> None:
-    """A device name as :func:`onlstm.runs.resolve_device` reads it (CUDA itself is checked when it runs)."""
+    """A device name as :func:`onlstm.device.resolve_device` reads it (CUDA itself is checked when it runs)."""
     if not (value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())):
         raise ConfigError(f"{name} must be auto, cpu, cuda or cuda:N, got {quote(value)}")
 

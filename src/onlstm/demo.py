@@ -18,13 +18,14 @@ from .data.grammar import Grammar
 from .data.vocab import Vocab
 from .demo_config import DemoConfig as DemoConfig
 from .demo_config import demo_command as demo_command
-from .files import json_text, owned_by, publish_folder, write_text
+from .errors import RunDirError
+from .files import check_output_folder, json_text, owned_by, publish_folder, write_text
 from .models.language_model import LanguageModel, load_language_model_run
 from .parsing.baselines import score_baselines
 from .parsing.induce import sentence_distances, trees_from_distances
 from .parsing.metrics import evaluate
 from .parsing.trees import to_brackets, unlabel
-from .runs import RunDir, RunDirError, TrainResult, check_output_folder
+from .runs import RunDir, TrainResult
 from .saved import WeightsNote
 
 #: The corpus folder inside the demo's run directory (read by ``onlstm lm train --data-dir``).

@@ -139,25 +139,33 @@ def same_fingerprint(
     return found
 
 
-def read_regular(path: str | Path, limit: int | None = None, error: type[OnlstmError] = InputError) -> bytes:
+def read_regular(
+    path: str | Path, limit: int | None = None, error: type[OnlstmError] = InputError, give: str = "a file",
+    os_errors: bool = False,
+) -> bytes:  # fmt: skip
     """The bytes of ``path``, which must be a regular file (a link to one is followed) of at most ``limit`` bytes:
     the one way to read a file a user names. A FIFO, a device (``/dev/zero``) or a folder is refused at once: it is
     opened without blocking and checked on the open file, so nothing swapped in after a check is read. ``error``
-    (one line naming the path) for all of these and for a file that cannot be read."""
+    (one line naming the path and asking for ``give``) for all of these and for a file that cannot be read (with
+    ``os_errors``, that one is the caller's ``OSError``)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
+        if os_errors:
+            raise
         raise error(f"cannot read {path}: {exc.strerror or exc}") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
         os.close(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise error(f"{path} is {_kind_of(info.st_mode)}, not a regular file; give a file")
+            raise error(f"{path} is {_kind_of(info.st_mode)}, not a regular file; give {give}")
         raise error(f"{path} is {info.st_size:,} bytes, more than the {limit:,} that can be read")
     with os.fdopen(fd, "rb") as f:
         try:
             data = f.read(info.st_size + 1)  # read(n) reserves n bytes: the size, not the limit
         except OSError as exc:
+            if os_errors:
+                raise
             raise error(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(data) > info.st_size:
         raise error(f"{path} grew while it was read; read it again once it is written")
@@ -208,13 +216,7 @@ def read_text(path: str | Path) -> str:
     ``\\n``). What is not a regular file (a FIFO would never end, ``/dev/zero`` would fill the memory, a folder) and
     bytes that are not UTF-8 are an :class:`InputError` naming the file; a missing or unreadable one is the caller's
     ``OSError``."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opened without waiting for a writer
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise InputError(f"{path} is {_kind_of(mode)}, not a regular file; give a text file")
-    with os.fdopen(fd, "rb") as f:
-        data = f.read()
+    data = read_regular(path, give="a text file", os_errors=True)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -114,7 +114,7 @@ def test_a_lock_with_an_impossible_pid_is_stale(tmp_path):
     import json
     import socket
 
-    from onlstm.runs import RunLock
+    from onlstm.lock import RunLock
 
     run = tmp_path / "run"
     run.mkdir()

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from onlstm.files import LEFTOVER
-from onlstm.runs import RunDir, RunLock
+from onlstm.lock import RunLock
+from onlstm.runs import RunDir
 from support import REPO, TINY_LM, write_corpus
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl: Linux")

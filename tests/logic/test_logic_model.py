@@ -15,6 +15,7 @@ import torch
 from onlstm.checkpoint import CheckpointError, load_weights
 from onlstm.cli import main
 from onlstm.config import ConfigError
+from onlstm.errors import RunDirError
 from onlstm.files import write_json
 from onlstm.logic import data as D
 from onlstm.logic import evaluate as E
@@ -34,7 +35,7 @@ from onlstm.logic.model import (
     token_ids,
 )
 from onlstm.logic.relations import RELATIONS
-from onlstm.runs import RunDir, RunDirError
+from onlstm.runs import RunDir
 from support import CONFIGS, SHARED_DATA
 
 TINY = dict(emb_size=8, hidden_size=16, chunk_size=4, mlp_hidden=16)

@@ -152,9 +152,9 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
     import sys
 
     from ..data.vocab import EOS
+    from ..device import resolve_device, setup_torch
     from ..files import check_new_files, check_output_file, write_text
     from ..models.language_model import load_language_model_run
-    from ..runs import resolve_device, setup_torch
     from ..saved import check_weights_choice
     from .evaluate import surprisal_table
 
@@ -199,8 +199,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     protocol with B=10: faster, slightly higher perplexity.
     """
     from ..data.ptb import encode_split, split_file
+    from ..device import resolve_device, setup_torch
     from ..models.language_model import load_language_model_run
-    from ..runs import resolve_device, setup_torch
     from ..saved import check_weights_choice
     from .evaluate import perplexity
 

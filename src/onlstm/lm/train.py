@@ -21,10 +21,12 @@ from ..config import ConfigError, Real, count_option, option
 from ..data.ptb import Corpus, load_corpus, split_file
 from ..data.reader import TextReader
 from ..data.vocab import Vocab
+from ..device import StopRequest, resolve_device
 from ..encoders import detach_state
+from ..errors import RunDirError
 from ..files import write_text
 from ..models.language_model import LanguageModel, use_onlstm_impl
-from ..runs import RunDir, RunDirError, StopRequest, resolve_device
+from ..runs import RunDir
 from ..runs.dist import DistContext
 from ..runs.engine import Check, Plan, Progress, Saved, TrainResult, train_run, update
 from ..runs.resume import checked

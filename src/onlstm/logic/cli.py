@@ -25,10 +25,11 @@ from ..config import (
     flags_given,
     option,
 )
+from ..device import resolve_device, runtime_device
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, UserNote, command_error
-from ..files import add_files, check_new_files, check_output_owner, json_text, publish_folder
+from ..files import add_files, check_new_files, check_output_folder, check_output_owner, json_text, publish_folder
 from ..nn import Distances
-from ..runs import RunDir, check_output_folder, resolve_device, runtime_device
+from ..runs import RunDir
 from ..saved import check_weights_choice
 from .config import SECTIONS, CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig, resolve
 from .data import (

@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..checkpoint import CheckpointError
+from ..device import resolve_device
 from ..errors import EXIT_INTERRUPTED
 from ..files import write_json, write_text
-from ..runs import RunDir, resolve_device
+from ..runs import RunDir
 from ..runs.budget import BUDGETS, Budget
 from ..runs.engine import resume_refusal as engine_refusal
 from ..runs.resume import resume_settings

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import add_command, add_group, add_runtime_flags, option, runtime_settings
+from ..device import runtime_device
 from ..errors import InputError, command_error
 from ..files import (
     add_files,
@@ -22,7 +23,6 @@ from ..files import (
     write_text,
 )
 from ..models.language_model import default_parse_layer
-from ..runs import runtime_device
 from .evaluate import PAPER_F1, PAPER_SOURCE, paper_set, score_treebank
 from .induce import (
     check_layer,

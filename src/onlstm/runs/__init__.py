@@ -1,23 +1,9 @@
-"""The runtime every training shares, re-exported here (docs/design.md §4.6): run directories
-(``dirs``), the resume file (``resume``), the training loop (``engine``), several processes (``dist``). Every
-trainer's resume file has one format (``resume.RESUME_FORMAT``). Also here, from the modules below: device set-up and
-Ctrl-C (``onlstm.device``), opening a run (``onlstm.saved``), sharing a model (``onlstm.sharing``), the output checks
-(``onlstm.files``), the folder lock (``onlstm.lock``) and the progress bar (``onlstm.progress``)."""
+"""The runtime every training shares, re-exported here (docs/design.md §4.6): run directories (``dirs``), the resume
+file (``resume``), the training loop (``engine``), several processes (``dist``). Every trainer's resume file has one
+format (``resume.RESUME_FORMAT``). What a run needs from below lives in its own module: device set-up and Ctrl-C
+(``onlstm.device``), opening a run (``onlstm.saved``), the output checks (``onlstm.files``), the lock (``onlstm.lock``)."""
 
 # each name imported `as` itself: re-exported (the project's way)
-from ..device import StopRequest as StopRequest
-from ..device import resolve_device as resolve_device
-from ..device import runtime_device as runtime_device
-from ..device import setup_torch as setup_torch
-from ..errors import RunDirError as RunDirError
-from ..files import check_output_file as check_output_file
-from ..files import check_output_folder as check_output_folder
-from ..lock import RunLock as RunLock
-from ..progress import progress_bar as progress_bar
-from ..saved import LoadedRun as LoadedRun
-from ..saved import load_run as load_run
-from ..sharing import model_card as model_card
-from ..sharing import pretrained_path as pretrained_path
 from .dirs import RunDir as RunDir
 from .dirs import RunKind as RunKind
 from .dirs import check_output_dir as check_output_dir

@@ -56,7 +56,7 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
     Does the language model give the grammatical sentence of a minimal pair the higher probability? Per case,
     per condition and in the paper's rows, with vocabulary coverage. Convention and formats: docs/syneval.md.
     """
-    from ..runs import runtime_device
+    from ..device import runtime_device
     from ..saved import check_weights_choice
 
     settings = Settings.resolve({"syneval": SynevalConfig}, args.config, args, experiment="syneval")
@@ -92,8 +92,8 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
 
 def run_suites(args: argparse.Namespace, cfg: SynevalConfig) -> int:
     """``--suite``: every suite scored by every model; accuracy per prediction and suite (docs/syneval.md)."""
+    from ..device import runtime_device
     from ..models.language_model import load_language_model_run
-    from ..runs import runtime_device
     from .syntaxgym import read_suite
 
     paths = [p for given in args.suite for p in (sorted(given.glob("*.json")) if given.is_dir() else [given])]
