@@ -49,3 +49,46 @@ class EagerRecorder:
 
 def recorder_for(device: torch.device) -> CudaRecorder | EagerRecorder:
     return CudaRecorder(device) if device.type == "cuda" else EagerRecorder()
+
+
+class GraphedSteps:
+    """What every trainer's graphs share: the gradient buffers (each parameter's ``.grad``, which the optimizer
+    reads), one graph per shape key, recorded at the key's first step (the body run eagerly first: the warm-up,
+    a real step) and replayed after; a failed recording turns the graphs off, said once through ``log``."""
+
+    def __init__(self, params: list[torch.Tensor], clip: float, recorder: CudaRecorder | EagerRecorder, log):
+        self.params, self.clip, self.recorder, self.log = params, clip, recorder, log
+        self.grads = [torch.zeros_like(p) for p in params]
+        self.replays: dict[int, Callable[[], None]] = {}
+        self.replayed = 0  # steps that replayed a graph
+        self.off: str | None = None  # why the graphs were turned off, once they were
+
+    @property
+    def lengths(self) -> list[int]:
+        """The shape keys recorded so far (a segment's or a padded batch's length)."""
+        return sorted(self.replays)
+
+    def run(self, key: int, body: Callable[[], None], what: str) -> None:
+        """One step: ``key``'s graph replayed, or ``body`` run and recorded (``what``: the step, for the log)."""
+        for p, g in zip(self.params, self.grads):
+            p.grad = g  # an eager step in between may have replaced them
+        if key in self.replays:
+            self.replays[key]()
+            self.replayed += 1
+            return
+        self.recorder.warm(body)
+        try:
+            self.replays[key] = self.recorder.record(body)
+        except Exception as exc:  # the warm-up already made this step; the next ones run eagerly
+            self.off = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+            self.replays.clear()
+            self.log(f"CUDA graphs off for the rest of this run: recording {what} failed ({self.off}); training "
+                     "eagerly (--no-cuda-graphs says so from the start)")  # fmt: skip
+
+    def gradients(self, loss: torch.Tensor) -> None:
+        """Inside a body: the gradients of ``loss`` into the buffers, clipped at ``clip`` (0: not)."""
+        grads = torch.autograd.grad(loss, self.params, allow_unused=True)
+        for buffer, g in zip(self.grads, grads):
+            buffer.copy_(g) if g is not None else buffer.zero_()
+        if self.clip:
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip)

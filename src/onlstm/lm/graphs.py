@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from .. import graphs as shared
-from ..graphs import CudaRecorder, EagerRecorder
+from ..graphs import CudaRecorder, EagerRecorder, GraphedSteps
 
 #: ``(x, y, state) -> (loss, raw loss, new state)``: the objective of one segment (the state: nested tuples/lists).
 Objective = Callable[[Tensor, Tensor, Any], tuple[Tensor, Tensor, Any]]
@@ -45,7 +45,7 @@ def step_graphs(cfg, ctx, model: torch.nn.Module, objective: Objective, log: Cal
     return StepGraphs(objective, params, cfg.clip, autocast, recorder, log, model.stateful)
 
 
-class StepGraphs:
+class StepGraphs(GraphedSteps):
     """The training step of :class:`~onlstm.lm.train.Trainer` as graphs, one per segment length.
 
     :meth:`step` runs forward, loss, backward and clipping for one segment and leaves the clipped gradients in the
@@ -63,54 +63,25 @@ class StepGraphs:
         log: Callable[[str], None],
         stateful: bool = True,
     ):
-        self.objective, self.params, self.clip, self.autocast = objective, params, clip, autocast
+        super().__init__(params, clip, recorder, log)
+        self.objective, self.autocast = objective, autocast
         self.stateful = stateful  # False: the layers start afresh at every segment (no state to carry)
-        self.recorder, self.log = recorder, log
-        self.grads = [torch.zeros_like(p) for p in params]
         self.raw = params[0].new_zeros((), dtype=torch.float32)
         self.state: Any = None  # the carried state's buffers, made from the first eager step's state
         self.tokens: dict[int, tuple[Tensor, Tensor]] = {}  # each length's token buffers (x, y)
-        self.replays: dict[int, Callable[[], None]] = {}
-        self.replayed = 0  # steps that replayed a graph
-        self.off: str | None = None  # why the graphs were turned off, once they were
-
-    @property
-    def lengths(self) -> list[int]:
-        """The segment lengths recorded so far."""
-        return sorted(self.replays)
 
     def step(self, x: Tensor, y: Tensor, state: Any) -> Tensor | None:
         if self.off is not None or (self.stateful and state is None and self.state is None):
             return None
         self._take_state(state)
-        for p, g in zip(self.params, self.grads):
-            p.grad = g  # the optimizer reads them; an eager step in between may have replaced them
         length = x.shape[0]
-        if length in self.replays:
-            xs, ys = self.tokens[length]
-            xs.copy_(x, non_blocking=True)
-            ys.copy_(y, non_blocking=True)
-            self.replays[length]()
-            self.replayed += 1
+        if length in self.tokens:
+            for buffer, value in zip(self.tokens[length], (x, y)):
+                buffer.copy_(value, non_blocking=True)
         else:
-            self._first(length, x, y)
+            self.tokens[length] = (x.clone(), y.clone())
+        self.run(length, lambda: self._body(length), f"a {length}-token step")
         return self.raw.clone()
-
-    def _first(self, length: int, x: Tensor, y: Tensor) -> None:
-        """A new length: its buffers, the step run eagerly (warm-up), then its graph recorded for the next time."""
-        self.tokens[length] = (x.clone(), y.clone())
-
-        def body() -> None:
-            self._body(length)
-
-        self.recorder.warm(body)
-        try:
-            self.replays[length] = self.recorder.record(body)
-        except Exception as exc:  # the warm-up already made this step; the next ones run eagerly
-            self.off = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
-            self.replays.clear()
-            self.log(f"CUDA graphs off for the rest of this run: recording a {length}-token step failed "
-                     f"({self.off}); training eagerly (--no-cuda-graphs says so from the start)")  # fmt: skip
 
     def _body(self, length: int) -> None:
         """What a graph holds: forward and loss, the gradients into ``.grad``, clipping, the state and loss out."""
@@ -119,11 +90,7 @@ class StepGraphs:
         with torch.autocast(device, dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None,
                             cache_enabled=False):  # fmt: skip
             loss, raw, new_state = self.objective(x, y, self.state)
-        grads = torch.autograd.grad(loss, self.params, allow_unused=True)
-        for buffer, g in zip(self.grads, grads):
-            buffer.copy_(g) if g is not None else buffer.zero_()
-        if self.clip:
-            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        self.gradients(loss)
         with torch.no_grad():
             _copy_state(self.state, new_state)
             self.raw.copy_(raw)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import graphs as shared
-from ..graphs import CudaRecorder, EagerRecorder
+from ..graphs import CudaRecorder, EagerRecorder, GraphedSteps
 
 #: Formula lengths are rounded up to a multiple of this: the graphs' shapes.
 LENGTH_BUCKET = 8
@@ -39,7 +39,7 @@ def padded_pairs(a: Tensor, a_lengths: Tensor, b: Tensor, b_lengths: Tensor, buc
     return tokens, torch.cat([a_lengths, b_lengths])
 
 
-class LogicStepGraphs:
+class LogicStepGraphs(GraphedSteps):
     """``logic train``'s step as graphs, one per padded length; :meth:`step` leaves the clipped gradients in the
     parameters' ``.grad`` (the caller steps the optimizer) and returns the batch's mean loss and the pairs it got
     right (device tensors), or None when the step must run eagerly."""
@@ -47,19 +47,11 @@ class LogicStepGraphs:
     def __init__(
         self, model, clip: float, batch_size: int, recorder: CudaRecorder | EagerRecorder, log: Callable[[str], None]
     ):
-        self.model, self.clip, self.batch_size, self.recorder, self.log = model, clip, batch_size, recorder, log
-        self.params = list(model.parameters())
-        self.grads = [torch.zeros_like(p) for p in self.params]
+        super().__init__(list(model.parameters()), clip, recorder, log)
+        self.model, self.batch_size = model, batch_size
         self.loss = self.params[0].new_zeros((), dtype=torch.float32)
         self.correct = self.loss.new_zeros((), dtype=torch.int64)
-        self.inputs: dict[int, tuple[Tensor, Tensor, Tensor]] = {}  # each length's tokens, lengths, labels
-        self.replays: dict[int, Callable[[], None]] = {}
-        self.replayed = 0
-        self.off: str | None = None
-
-    @property
-    def lengths(self) -> list[int]:
-        return sorted(self.replays)
+        self.inputs: dict[int, tuple[Tensor, ...]] = {}  # each length's tokens, lengths, labels
 
     def step(self, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor] | None:
         """One batch as :func:`onlstm.logic.model.collate` makes it (on the CPU)."""
@@ -67,43 +59,20 @@ class LogicStepGraphs:
         if self.off is not None or len(y) != self.batch_size:
             return None
         tokens, lengths = padded_pairs(a, a_lengths, b, b_lengths, LENGTH_BUCKET)
-        for p, g in zip(self.params, self.grads):
-            p.grad = g  # the optimizer reads them; an eager step in between may have replaced them
         T = tokens.shape[0]
-        if T in self.replays:
+        if T in self.inputs:
             for buffer, value in zip(self.inputs[T], (tokens, lengths, y)):
                 buffer.copy_(value, non_blocking=True)
-            self.replays[T]()
-            self.replayed += 1
         else:
-            self._first(T, [t.to(self.loss.device) for t in (tokens, lengths, y)])
+            self.inputs[T] = tuple(t.to(self.loss.device) for t in (tokens, lengths, y))
+        self.run(T, lambda: self._body(T), f"a step of {T} tokens")
         return self.loss.clone(), self.correct.clone()
-
-    def _first(self, T: int, inputs: list[Tensor]) -> None:
-        """A new length: the step run eagerly (the warm-up), then its graph recorded for the next batches."""
-        self.inputs[T] = (inputs[0], inputs[1], inputs[2])
-
-        def body() -> None:
-            self._body(T)
-
-        self.recorder.warm(body)
-        try:
-            self.replays[T] = self.recorder.record(body)
-        except Exception as exc:  # the warm-up already made this step; the next ones run eagerly
-            self.off = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
-            self.replays.clear()
-            self.log(f"CUDA graphs off for the rest of this run: recording a step of {T} tokens failed "
-                     f"({self.off}); training eagerly (--no-cuda-graphs says so from the start)")  # fmt: skip
 
     def _body(self, T: int) -> None:
         tokens, lengths, y = self.inputs[T]
         logits = self.model.padded_logits(tokens, lengths)
         loss = F.cross_entropy(logits, y)
-        grads = torch.autograd.grad(loss, self.params, allow_unused=True)
-        for buffer, g in zip(self.grads, grads):
-            buffer.copy_(g) if g is not None else buffer.zero_()
-        if self.clip:
-            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        self.gradients(loss)
         with torch.no_grad():
             self.loss.copy_(loss)
             self.correct.copy_((logits.argmax(-1) == y).sum())
