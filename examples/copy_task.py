@@ -1,7 +1,6 @@
 """A third trainer in one file: a tiny ON-LSTM learns to copy symbols a few steps late. The engine (docs/design.md
-§4.6) does the run directory, settings, budget, reports, weights, history.json, Ctrl-C and an exact ``--resume``.
-
-    python examples/copy_task.py --out DIR [--epochs N] [--max-steps N] [--resume]   (--help: every setting)"""
+§4.6) does the run directory, settings, budget, reports, weights, history.json, Ctrl-C and an exact ``--resume``:
+``python examples/copy_task.py --out DIR [--epochs N] [--max-steps N] [--resume]`` (``--help``: every setting)."""
 
 from __future__ import annotations
 
@@ -15,9 +14,10 @@ from torch import nn
 
 from onlstm import ONLSTM
 from onlstm.checkpoint import config_header, load_weights
-from onlstm.config import add_flags, count_option, flags_given, option, runtime_fields, seed_option
+from onlstm.config import count_option, flags_given, option, runtime_fields, seed_option
 from onlstm.errors import EXIT_INTERRUPTED, OnlstmError
 from onlstm.files import write_json
+from onlstm.flags import add_flags
 from onlstm.runs import RunDir, RunKind, register_kind
 from onlstm.runs.engine import BudgetOptions, Check, Plan, Progress, Saved, TrainResult, train_run, update
 

@@ -35,7 +35,8 @@ def registered_experiments() -> tuple[str, ...]:
 #: Experiment packages.
 EXPERIMENTS = registered_experiments()
 #: Shared modules and packages below the experiments.
-SHARED = ("nn", "data", "errors", "files", "pickles", "config", "checkpoint", "saved", "sharing", "progress", "runs")
+SHARED = ("nn", "data", "errors", "files", "pickles", "config", "flags", "checkpoint", "saved", "sharing", "progress")
+SHARED += ("runs",)
 SHARED += ("lock", "optim_state")
 SHARED += ("device", "graphs", "studies", "encoders", "models", "zoo")
 #: The commands, above the experiments: they may import them, and nothing below imports them (``demo`` trains

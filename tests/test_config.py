@@ -12,18 +12,9 @@ from pathlib import Path
 import pytest
 
 from onlstm.cli import build_parser, main
-from onlstm.config import (
-    Config,
-    ConfigError,
-    Settings,
-    add_flags,
-    check_section,
-    coerce,
-    flags_given,
-    option,
-    read_yaml,
-)
+from onlstm.config import Config, ConfigError, Settings, check_section, coerce, flags_given, option, read_yaml
 from onlstm.errors import OnlstmError
+from onlstm.flags import add_flags
 from onlstm.lm import LMConfig
 from onlstm.lm.config import TrainConfig, explicit_settings, load_config, run_config
 from onlstm.logic.cli import resolve_settings

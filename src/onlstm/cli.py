@@ -13,7 +13,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 
-from .config import add_command, add_flags, add_group, option
+from .config import option
 from .errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
@@ -29,6 +29,7 @@ from .errors import (
     stop_signals,
 )
 from .files import json_text
+from .flags import add_command, add_flags, add_group
 
 
 def _cmd_demo(args) -> int:

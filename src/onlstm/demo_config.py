@@ -6,7 +6,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from .config import Config, command_flags, option, seed_option, threads_option
+from .config import Config, option, seed_option, threads_option
+from .flags import command_flags
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Issue 35's fault-injection harness: bad input for every option of every command, GENERATED from the parser
-(``onlstm.cli.build_parser``: the config fields' flags of ``onlstm.config.add_flags`` and the commands' own
+(``onlstm.cli.build_parser``: the config fields' flags of ``onlstm.flags.add_flags`` and the commands' own
 argument dataclasses), so that a new option is covered the day it is added. Each case must end as docs/cli.md promises:
 one line on stderr, a documented exit status, no traceback, and nothing written.
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..checkpoint import read_json
-from ..config import add_command, add_group, option
+from ..config import option
 from ..errors import DISK_FULL_ERRNOS, EXIT_FINDING, InputError, OnlstmError
 from ..files import atomic_write, check_output_folder, sha256_file, write_json
+from ..flags import add_command, add_group
 
 MANIFEST = "download.json"
 CHUNK = 1 << 20

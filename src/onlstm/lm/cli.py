@@ -6,9 +6,10 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import add_command, add_group, add_runtime_flags, option, runtime_settings, seed_option
+from ..config import option, seed_option
 from ..errors import EXIT_INTERRUPTED, command_error
 from ..files import json_text, read_stdin_text, read_text, split_lines
+from ..flags import add_command, add_group, add_runtime_flags, runtime_settings
 from .config import EvalRuntime, add_config_flags
 
 WEIGHTS = ("best", "last")

@@ -14,9 +14,7 @@ from ..config import (
     ConfigError,
     Runtime,
     Settings,
-    add_flags,
     check_section,
-    command_line,
     field_defaults,
     option,
     runtime_fields,
@@ -24,6 +22,7 @@ from ..config import (
     seed_option,
     threads_option,
 )
+from ..flags import add_flags, command_line
 from ..models.language_model import LMConfig, check_architecture
 from ..nn import kernels
 from ..runs.budget import BudgetOptions

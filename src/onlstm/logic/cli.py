@@ -14,20 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import (
-    ConfigError,
-    Settings,
-    add_command,
-    add_flags,
-    add_group,
-    command_flags,
-    command_line,
-    flags_given,
-    option,
-)
+from ..config import ConfigError, Settings, flags_given, option
 from ..device import resolve_device, runtime_device
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, UserNote, command_error
 from ..files import add_files, check_new_files, check_output_folder, check_output_owner, json_text, publish_folder
+from ..flags import add_command, add_flags, add_group, command_flags, command_line
 from ..nn import Distances
 from ..runs import RunDir
 from ..saved import check_weights_choice

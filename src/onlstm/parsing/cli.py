@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import add_command, add_group, add_runtime_flags, option, runtime_settings
+from ..config import option
 from ..device import runtime_device
 from ..errors import InputError, command_error
 from ..files import (
@@ -22,6 +22,7 @@ from ..files import (
     split_lines,
     write_text,
 )
+from ..flags import add_command, add_group, add_runtime_flags, runtime_settings
 from ..models.language_model import default_parse_layer
 from .evaluate import PAPER_F1, PAPER_SOURCE, paper_set, score_treebank
 from .induce import (

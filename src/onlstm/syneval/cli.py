@@ -7,9 +7,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Settings, add_command, add_flags, option
+from ..config import Settings, option
 from ..errors import command_error
 from ..files import check_output_owner, json_text, publish_folder, write_json
+from ..flags import add_command, add_flags
 from .config import SynevalConfig
 from .data import PAPER_SOURCE, SynevalDataError, read_items, write_dump
 from .evaluate import COMPARISON_NAMES, outcome_record, score_items, summarize
