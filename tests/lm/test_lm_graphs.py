@@ -136,3 +136,23 @@ def test_evaluation_replaying_its_segment_scores_what_the_eager_loop_scores(mode
     assert recorder.replays >= 3  # the full segments after the first two (the zero state, the warm-up)
     assert got.tokens == want.tokens
     assert got.loss == pytest.approx(want.loss, rel=1e-6)
+
+
+def test_lm_eval_replays_its_segments_and_scores_what_it_scores_eagerly(tmp_path, corpus, monkeypatch, capsys):
+    import json
+
+    from onlstm.cli import main
+
+    trained(tmp_path, corpus, "run", {}, cuda_graphs=False)
+    monkeypatch.setattr(shared_graphs, "GRAPH_DEVICES", ("cuda", "cpu"))
+    recorder = CountingRecorder()
+    monkeypatch.setattr(shared_graphs, "recorder_for", lambda device: recorder)
+    argv = ["lm", "eval", "--checkpoint", str(tmp_path / "run"), "--protocol", "both", "--bptt", "4", "--json"]
+    scores, replays = [], []
+    for flags in ([], ["--no-cuda-graphs"]):
+        assert main([*argv, *flags]) == 0
+        report = json.loads(capsys.readouterr().out)
+        scores.append([report[p]["loss"] for p in ("paper", "batched")])
+        replays.append(recorder.replays)
+    assert replays[0] >= 3 and replays[1] == replays[0]  # replayed with graphs; none with --no-cuda-graphs
+    assert scores[0] == pytest.approx(scores[1], rel=1e-6)

@@ -199,6 +199,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     columns read together (each from a zero state, the last N mod B tokens dropped), the reference's validation
     protocol with B=10: faster, slightly higher perplexity.
     """
+    from .. import graphs as shared_graphs
     from ..data.ptb import encode_split, split_file
     from ..device import resolve_device, setup_torch
     from ..models.language_model import load_language_model_run
@@ -220,8 +221,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         split = encode_split(args.split, path, run.vocab, closed, oov, limited=limited)
         protocols = ("paper", "batched") if args.protocol == "both" else (args.protocol,)
         bar = runtime.progress and not args.json
+        graphs = runtime.cuda_graphs and device.type in shared_graphs.GRAPH_DEVICES
+        opts = {"progress": bar, "recorder": shared_graphs.recorder_for(device) if graphs else None}
         results = {
-            p: perplexity(run.model, split.ids, p, args.batch_size, args.bptt, device, progress=bar) for p in protocols
+            p: perplexity(run.model, split.ids, p, args.batch_size, args.bptt, device, **opts) for p in protocols
         }
     except ValueError as e:
         raise command_error(e) from None

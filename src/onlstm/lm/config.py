@@ -138,6 +138,9 @@ class EvalRuntime(Runtime):
     """``onlstm lm eval``'s runtime flags: by default, the threads the run was trained with."""
 
     threads: int | None = threads_option(None, default_text="the run's own threads setting")
+    cuda_graphs: bool = runtime_option(
+        True, 'on CUDA, replay the segments of --bptt tokens as one CUDA graph (docs/lm.md, "Training on a GPU")'
+    )
 
 
 #: The sections of a preset and of ``onlstm lm train``'s flags (the model without vocab_size: the text gives it).
