@@ -88,9 +88,9 @@ SMOKE = Profile(
     lm_step_tokens=2 * 5,
     logic_per_length=30,
     syneval_items=4,
-    steps=(3, 3),
+    steps=(3, 2),  # logic: a recorded update and a replayed one
     lm_flags=tuple(
-        "--emb-size 8 --hidden-sizes 10 10 8 --chunk-size 2 --batch-size 2 --eval-batch-size 2 "
+        "--emb-size 8 --hidden-sizes 8 --chunk-size 2 --batch-size 2 --eval-batch-size 2 "
         "--bptt 5 --bptt-std 0 --min-seq-len 2".split()
     ),
     logic_flags=tuple(
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--skip", nargs="+", default=[], metavar="SECTION", help="leave out: " + ", ".join(report.SECTIONS))
     ap.add_argument("--lm-steps", type=int, help="lm train steps per implementation (default 200; --smoke 3)")
-    ap.add_argument("--logic-steps", type=int, help="logic train updates (default 500; --smoke 3)")
+    ap.add_argument("--logic-steps", type=int, help="logic train updates (default 500; --smoke 2)")
     ap.add_argument("--pytest-timeout", type=float, default=900.0, help="seconds for pytest -m cuda (default 900)")
     return ap
 
