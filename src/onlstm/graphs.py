@@ -51,16 +51,16 @@ def recorder_for(device: torch.device) -> CudaRecorder | EagerRecorder:
     return CudaRecorder(device) if device.type == "cuda" else EagerRecorder()
 
 
-class GraphedSteps:
-    """What every trainer's graphs share: the gradient buffers (each parameter's ``.grad``, which the optimizer
-    reads), one graph per shape key, recorded at the key's first step (the body run eagerly first: the warm-up,
-    a real step) and replayed after; a failed recording turns the graphs off, said once through ``log``."""
+class Graphs:
+    """One graph per shape key, recorded at the key's first call (the body run eagerly first: the warm-up, a real
+    call) and replayed after; a failed recording turns the graphs off for good (:attr:`off` says why) and
+    :meth:`failed` is told once. Evaluation's forward graph (``lm/graphs.py``) turns off quietly: it is correct
+    either way."""
 
-    def __init__(self, params: list[torch.Tensor], clip: float, recorder: CudaRecorder | EagerRecorder, log):
-        self.params, self.clip, self.recorder, self.log = params, clip, recorder, log
-        self.grads = [torch.zeros_like(p) for p in params]
+    def __init__(self, recorder: CudaRecorder | EagerRecorder):
+        self.recorder = recorder
         self.replays: dict[int, Callable[[], None]] = {}
-        self.replayed = 0  # steps that replayed a graph
+        self.replayed = 0  # calls that replayed a graph
         self.off: str | None = None  # why the graphs were turned off, once they were
 
     @property
@@ -69,9 +69,7 @@ class GraphedSteps:
         return sorted(self.replays)
 
     def run(self, key: int, body: Callable[[], None], what: str) -> None:
-        """One step: ``key``'s graph replayed, or ``body`` run and recorded (``what``: the step, for the log)."""
-        for p, g in zip(self.params, self.grads):
-            p.grad = g  # an eager step in between may have replaced them
+        """One call: ``key``'s graph replayed, or ``body`` run and recorded (``what``: the call, for the log)."""
         if key in self.replays:
             self.replays[key]()
             self.replayed += 1
@@ -79,11 +77,32 @@ class GraphedSteps:
         self.recorder.warm(body)
         try:
             self.replays[key] = self.recorder.record(body)
-        except Exception as exc:  # the warm-up already made this step; the next ones run eagerly
+        except Exception as exc:  # the warm-up already made this call; the next ones run eagerly
             self.off = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
             self.replays.clear()
-            self.log(f"CUDA graphs off for the rest of this run: recording {what} failed ({self.off}); training "
-                     "eagerly (--no-cuda-graphs says so from the start)")  # fmt: skip
+            self.failed(what)
+
+    def failed(self, what: str) -> None:
+        """Told once, when recording ``what`` failed and the graphs turned off."""
+
+
+class GraphedSteps(Graphs):
+    """What every trainer's graphs share: :class:`Graphs` for training steps, with the gradient buffers (each
+    parameter's ``.grad``, which the optimizer reads); a failed recording is said once through ``log``."""
+
+    def __init__(self, params: list[torch.Tensor], clip: float, recorder: CudaRecorder | EagerRecorder, log):
+        super().__init__(recorder)
+        self.params, self.clip, self.log = params, clip, log
+        self.grads = [torch.zeros_like(p) for p in params]
+
+    def run(self, key: int, body: Callable[[], None], what: str) -> None:
+        for p, g in zip(self.params, self.grads):
+            p.grad = g  # an eager step in between may have replaced them
+        super().run(key, body, what)
+
+    def failed(self, what: str) -> None:
+        self.log(f"CUDA graphs off for the rest of this run: recording {what} failed ({self.off}); training "
+                 "eagerly (--no-cuda-graphs says so from the start)")  # fmt: skip
 
     def gradients(self, loss: torch.Tensor) -> None:
         """Inside a body: the gradients of ``loss`` into the buffers, clipped at ``clip`` (0: not)."""

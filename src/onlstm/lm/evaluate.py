@@ -8,13 +8,12 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from ..progress import progress_bar
 from ..runs.dist import DistContext
 from ..runs.engine import Interrupted  # raised inside an evaluation when should_stop() turned true
 from .data import batchify, column_share
-from .graphs import ForwardGraph
+from .graphs import ForwardGraph, segment_loss
 
 PROTOCOLS = ("paper", "batched")
 
@@ -77,15 +76,10 @@ def stream_loss(
         for i in range(0, data.shape[0] - 1, bptt):
             if should_stop is not None and should_stop():
                 raise Interrupted()
-            x, y = data[i : i + bptt], data[i + 1 : i + 1 + bptt]
-            x = x[: y.shape[0]]
+            y = data[i + 1 : i + 1 + bptt]
+            x = data[i : i + y.shape[0]]
             done = graph(x, y, state) if graph is not None and y.shape[0] == bptt else None
-            if done is None:
-                out, state, _ = model(x, state)
-                logits = model.logits(out)
-                loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
-            else:
-                loss, state = done
+            loss, state = done if done is not None else segment_loss(model, x, y, state)
             total += loss.double()
             count += y.numel()
             if progress is not None:

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from .. import graphs as shared
-from ..graphs import CudaRecorder, EagerRecorder, GraphedSteps
+from ..graphs import CudaRecorder, EagerRecorder, GraphedSteps, Graphs
 
 #: ``(x, y, state) -> (loss, raw loss, new state)``: the objective of one segment (the state: nested tuples/lists).
 Objective = Callable[[Tensor, Tensor, Any], tuple[Tensor, Tensor, Any]]
@@ -100,51 +100,50 @@ class StepGraphs(GraphedSteps):
             self.state = take_state(self.state, state)
 
 
-class ForwardGraph:
+class ForwardGraph(Graphs):
     """Evaluation's segment (forward, the summed cross-entropy, the new state) as one CUDA graph of one shape.
 
     :meth:`__call__` returns ``(summed loss, state)``, or None when the segment must run eagerly: the stream's first
     (its zero state gives the state's layout) and every one after a failed recording (which turns the graph off
-    silently: evaluation is correct either way). The first call with a state runs the body eagerly (the warm-up)
+    quietly: evaluation is correct either way). The first call with a state runs the body eagerly (the warm-up)
     and records it; later calls replay it."""
 
     def __init__(self, model: torch.nn.Module, recorder: CudaRecorder | EagerRecorder):
-        self.model, self.recorder = model, recorder
+        super().__init__(recorder)
+        self.model = model
         self.tokens: tuple[Tensor, Tensor] | None = None
         self.state: Any = None
         self.loss: Tensor | None = None
-        self.replay: Callable[[], None] | None = None
-        self.off = False
-        self.replayed = 0
 
     def __call__(self, x: Tensor, y: Tensor, state: Any) -> tuple[Tensor, Any] | None:
         stateful = self.model.stateful
-        if self.off or (stateful and state is None and self.state is None):
+        if self.off is not None or (stateful and state is None and self.state is None):
             return None
         if stateful:
             self.state = take_state(self.state, state)
-        if self.replay is not None:
+        if self.tokens is None:
+            self.tokens, self.loss = (x.clone(), y.clone()), x.new_zeros((), dtype=torch.float32)
+        else:
             self.tokens[0].copy_(x, non_blocking=True)
             self.tokens[1].copy_(y, non_blocking=True)
-            self.replay()
-            self.replayed += 1
-        else:
-            self.tokens, self.loss = (x.clone(), y.clone()), x.new_zeros((), dtype=torch.float32)
-            self.recorder.warm(self._body)
-            try:
-                self.replay = self.recorder.record(self._body)
-            except Exception:
-                self.off = True
+        self.run(x.shape[0], self._body, "an evaluation segment")
         return self.loss.clone(), self.state
 
     @torch.no_grad()
     def _body(self) -> None:
         x, y = self.tokens
-        out, new_state, _ = self.model(x, self.state)
-        logits = self.model.logits(out)
-        self.loss.copy_(torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1),
-                                                          reduction="sum"))  # fmt: skip
+        loss, new_state = segment_loss(self.model, x, y, self.state)
+        self.loss.copy_(loss)
         _copy_state(self.state, new_state)
+
+
+def segment_loss(model: torch.nn.Module, x: Tensor, y: Tensor, state: Any) -> tuple[Tensor, Any]:
+    """The summed cross-entropy of one segment's predictions ``y`` from tokens ``x``, and the state after it:
+    evaluation's step, eager (``lm/evaluate.py``) or in :class:`ForwardGraph`."""
+    out, new_state, _ = model(x, state)
+    logits = model.logits(out)
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
+    return loss, new_state
 
 
 def take_state(buffers: Any, state: Any) -> Any:
