@@ -60,6 +60,7 @@ class Graphs:
     def __init__(self, recorder: CudaRecorder | EagerRecorder):
         self.recorder = recorder
         self.replays: dict[int, Callable[[], None]] = {}
+        self.inputs: dict[int, tuple[torch.Tensor, ...]] = {}  # each key's input buffers (see staged)
         self.replayed = 0  # calls that replayed a graph
         self.off: str | None = None  # why the graphs were turned off, once they were
 
@@ -67,6 +68,15 @@ class Graphs:
     def lengths(self) -> list[int]:
         """The shape keys recorded so far (a segment's or a padded batch's length)."""
         return sorted(self.replays)
+
+    def staged(self, key: int, values: tuple[torch.Tensor, ...], device: torch.device) -> None:
+        """``values`` copied into ``key``'s input buffers (on ``device``), which the key's first call makes: a graph
+        reads its inputs from the addresses it was recorded with."""
+        if key in self.inputs:
+            for buffer, value in zip(self.inputs[key], values):
+                buffer.copy_(value, non_blocking=True)
+        else:
+            self.inputs[key] = tuple(v.to(device, copy=True) for v in values)
 
     def run(self, key: int, body: Callable[[], None], what: str) -> None:
         """One call: ``key``'s graph replayed, or ``body`` run and recorded (``what``: the call, for the log)."""

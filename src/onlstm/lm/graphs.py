@@ -68,24 +68,19 @@ class StepGraphs(GraphedSteps):
         self.stateful = stateful  # False: the layers start afresh at every segment (no state to carry)
         self.raw = params[0].new_zeros((), dtype=torch.float32)
         self.state: Any = None  # the carried state's buffers, made from the first eager step's state
-        self.tokens: dict[int, tuple[Tensor, Tensor]] = {}  # each length's token buffers (x, y)
 
     def step(self, x: Tensor, y: Tensor, state: Any) -> Tensor | None:
         if self.off is not None or (self.stateful and state is None and self.state is None):
             return None
         self._take_state(state)
         length = x.shape[0]
-        if length in self.tokens:
-            for buffer, value in zip(self.tokens[length], (x, y)):
-                buffer.copy_(value, non_blocking=True)
-        else:
-            self.tokens[length] = (x.clone(), y.clone())
+        self.staged(length, (x, y), x.device)
         self.run(length, lambda: self._body(length), f"a {length}-token step")
         return self.raw.clone()
 
     def _body(self, length: int) -> None:
         """What a graph holds: forward and loss, the gradients into ``.grad``, clipping, the state and loss out."""
-        x, y = self.tokens[length]
+        x, y = self.inputs[length]
         device = x.device.type
         with torch.autocast(device, dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None,
                             cache_enabled=False):  # fmt: skip
@@ -111,9 +106,8 @@ class ForwardGraph(Graphs):
     def __init__(self, model: torch.nn.Module, recorder: CudaRecorder | EagerRecorder):
         super().__init__(recorder)
         self.model = model
-        self.tokens: tuple[Tensor, Tensor] | None = None
         self.state: Any = None
-        self.loss: Tensor | None = None
+        self.loss = next(model.parameters()).new_zeros((), dtype=torch.float32)  # the segment's summed loss, out
 
     def __call__(self, x: Tensor, y: Tensor, state: Any) -> tuple[Tensor, Any] | None:
         stateful = self.model.stateful
@@ -121,17 +115,14 @@ class ForwardGraph(Graphs):
             return None
         if stateful:
             self.state = take_state(self.state, state)
-        if self.tokens is None:
-            self.tokens, self.loss = (x.clone(), y.clone()), x.new_zeros((), dtype=torch.float32)
-        else:
-            self.tokens[0].copy_(x, non_blocking=True)
-            self.tokens[1].copy_(y, non_blocking=True)
-        self.run(x.shape[0], self._body, "an evaluation segment")
+        length = x.shape[0]
+        self.staged(length, (x, y), x.device)
+        self.run(length, lambda: self._body(length), "an evaluation segment")
         return self.loss.clone(), self.state
 
     @torch.no_grad()
-    def _body(self) -> None:
-        x, y = self.tokens
+    def _body(self, length: int) -> None:
+        x, y = self.inputs[length]
         loss, new_state = segment_loss(self.model, x, y, self.state)
         self.loss.copy_(loss)
         _copy_state(self.state, new_state)

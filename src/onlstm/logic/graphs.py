@@ -51,7 +51,6 @@ class LogicStepGraphs(GraphedSteps):
         self.model, self.batch_size = model, batch_size
         self.loss = self.params[0].new_zeros((), dtype=torch.float32)
         self.correct = self.loss.new_zeros((), dtype=torch.int64)
-        self.inputs: dict[int, tuple[Tensor, ...]] = {}  # each length's tokens, lengths, labels
 
     def step(self, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor] | None:
         """One batch as :func:`onlstm.logic.model.collate` makes it (on the CPU)."""
@@ -60,11 +59,7 @@ class LogicStepGraphs(GraphedSteps):
             return None
         tokens, lengths = padded_pairs(a, a_lengths, b, b_lengths, LENGTH_BUCKET)
         T = tokens.shape[0]
-        if T in self.inputs:
-            for buffer, value in zip(self.inputs[T], (tokens, lengths, y)):
-                buffer.copy_(value, non_blocking=True)
-        else:
-            self.inputs[T] = tuple(t.to(self.loss.device) for t in (tokens, lengths, y))
+        self.staged(T, (tokens, lengths, y), self.loss.device)  # each length's tokens, lengths, labels
         self.run(T, lambda: self._body(T), f"a step of {T} tokens")
         return self.loss.clone(), self.correct.clone()
 
