@@ -90,6 +90,22 @@ def test_a_timing_on_a_busy_machine_is_used_but_not_cached(tmp_path, timings, mo
     assert len(timings) == 2
 
 
+def test_a_timing_under_an_instruction_set_limit_holds_only_under_it(tmp_path, timings, monkeypatch):
+    """``ONEDNN_MAX_CPU_ISA=AVX2`` (and its kin) imitates an AVX2-only CPU on an AVX-512 one: what it times there is
+    that imitation's choice, not the machine's, so each keeps its own record and lists only its own."""
+    for name in cpp_gemm.ISA_LIMITS:
+        monkeypatch.delenv(name, raising=False)
+    cpp_gemm.choose(FakeModule(["linear", "mkl"], {"linear": 1.0, "mkl": 2.0}), inputs(), tmp_path, clock)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert cpp_gemm.cached_choices(tmp_path) == ""
+    limited = cpp_gemm.choose(FakeModule(["linear", "mkl"], {"linear": 2.0, "mkl": 1.0}), inputs(), tmp_path, clock)
+    assert (limited.backend, limited.how) == ("mkl", "measured") and cpp_gemm.cached_choices(tmp_path).startswith("mkl")
+    assert "ONEDNN_MAX_CPU_ISA=AVX2" in cpp_gemm.machine()
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    plain = cpp_gemm.choose(FakeModule(["linear", "mkl"], {}), inputs(), tmp_path, clock)
+    assert (plain.backend, plain.how, len(timings)) == ("linear", "cached", 2)
+
+
 def test_a_machine_without_a_load_average_caches_its_timing(tmp_path, timings, monkeypatch):
     monkeypatch.setattr(cpp_gemm, "load_average", lambda: (None, 1))
     cpp_gemm.choose(FakeModule(["linear", "mkl"], {"linear": 1.0, "mkl": 2.0}), inputs(), tmp_path, clock)

@@ -82,15 +82,26 @@ def cpu_name() -> str:
     return next(iter(cpuinfo("model name")), "") or platform.processor() or platform.machine()
 
 
+#: Variables that narrow the instruction sets torch's kernels, oneDNN and MKL use: a timing made under them (an
+#: AVX2-only CPU imitated on an AVX-512 one) says nothing of the CPU without them, nor the reverse.
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def machine() -> str:
+    """The CPU and torch a timing holds for, with the instruction-set limits set in the environment, if any."""
+    limits = ", ".join(f"{v}={os.environ[v]}" for v in ISA_LIMITS if os.environ.get(v, "").strip())
+    return f"{cpu_name()} | torch {torch.__version__}" + (f" | {limits}" if limits else "")
+
+
 def cache_key(sizes: tuple[int, ...]) -> str:
-    """The conditions a timing holds for: CPU, torch, threads, the layer's (input, hidden, chunk, batch)."""
-    return f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads | sizes {sizes}"
+    """The conditions a timing holds for: :func:`machine`, threads, the layer's (input, hidden, chunk, batch)."""
+    return f"{machine()} | {torch.get_num_threads()} threads | sizes {sizes}"
 
 
 def cached_choices(cache_dir: Path | None, most: int = 6) -> str:
     """The choices earlier processes kept for this CPU and torch (``gemm_choice.json``), in words: ``avx2 at
     400->650 chunk 10 batch 20 (1 thread)``, at most ``most`` of them; "" when there are none."""
-    mine = f"{cpu_name()} | torch {torch.__version__} | "
+    mine = f"{machine()} | "
     found = []
     for key, record in _read(None if cache_dir is None else cache_dir / CACHE_NAME).items():
         sizes = key.rpartition("| sizes ")[2].strip("()").split(", ")
