@@ -156,6 +156,21 @@ def test_parsing_evaluate_is_the_function_and_the_module_still_imports():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
+def test_info_names_the_cpu_and_the_instruction_set_limits_set(capsys, monkeypatch):
+    import json
+
+    from onlstm.nn import cpp_gemm
+
+    for name in cpp_gemm.ISA_LIMITS:
+        monkeypatch.delenv(name, raising=False)
+    assert main(["info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["isa_limits"] == "none" and info["cpu"].startswith(cpp_gemm.cpu_name())
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")  # read by MKL at its start; here only reported
+    assert main(["info"]) == 0
+    assert "isa_limits: MKL_ENABLE_INSTRUCTIONS=AVX2" in capsys.readouterr().out.splitlines()
+
+
 def test_info_lists_every_registered_kernel(capsys):
     import json
 

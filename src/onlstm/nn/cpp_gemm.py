@@ -87,9 +87,14 @@ def cpu_name() -> str:
 ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
+def isa_limits() -> str:
+    """The instruction-set limits set in the environment (``ONEDNN_MAX_CPU_ISA=AVX2, ...``); "" when none are."""
+    return ", ".join(f"{v}={os.environ[v]}" for v in ISA_LIMITS if os.environ.get(v, "").strip())
+
+
 def machine() -> str:
     """The CPU and torch a timing holds for, with the instruction-set limits set in the environment, if any."""
-    limits = ", ".join(f"{v}={os.environ[v]}" for v in ISA_LIMITS if os.environ.get(v, "").strip())
+    limits = isa_limits()
     return f"{cpu_name()} | torch {torch.__version__}" + (f" | {limits}" if limits else "")
 
 
