@@ -230,6 +230,40 @@ def _backend_chosen() -> None:
     onlstm.ONLSTM(3, 4, chunk_size=2, impl="cpp")(torch.zeros(2, 1, 3))
 
 
+HELD_TO_AVX2 = """
+import torch, onlstm
+from onlstm.nn.cpp_kernel import load_extension
+ext = load_extension()
+print('BACKENDS', ' '.join(ext.gemm_backends()))
+torch.manual_seed(0)
+ref = onlstm.ONLSTM(6, 20, chunk_size=5, impl='reference').double()
+cpp = onlstm.ONLSTM(6, 20, chunk_size=5, impl='cpp')
+cpp.load_state_dict(ref.state_dict())
+x = torch.randn(9, 3, 6)
+err = (cpp(x)[0].double() - ref(x.double())[0]).abs().max().item()
+print('CHOSEN', ext.gemm_backend(), 'ERR', err)
+print('DESCRIBE', onlstm.nn.kernel_status()['cpp']['detail'])
+"""
+
+
+def test_held_to_avx2_the_kernel_runs_the_routes_of_a_cpu_without_avx512():
+    """oneDNN told to use no more than AVX2 (``ONEDNN_MAX_CPU_ISA``, as a user imitates an AVX2-only CPU,
+    docs/layer.md) closes its float32 matmul as on such a CPU: the kernel chooses among the other routes by
+    timing, gives the reference's outputs, and says which limits it was timed under. On a CPU without AVX-512 this
+    is that CPU's own path."""
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2", MKL_ENABLE_INSTRUCTIONS="AVX2", OMP_NUM_THREADS="1")
+    env.pop("ONLSTM_CPU_GEMM", None)
+    r = subprocess.run([sys.executable, "-c", HELD_TO_AVX2], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
+    backends = lines["BACKENDS"].split()
+    if "onednn" in backends:
+        pytest.skip("this torch's oneDNN check does not read ONEDNN_MAX_CPU_ISA: nothing imitated here")
+    chosen, err = lines["CHOSEN"].split(" ERR ")
+    assert chosen in backends and "mkl" in backends and float(err) < 1e-4
+    assert "ONEDNN_MAX_CPU_ISA=AVX2" in lines["DESCRIBE"] or "the only backend" in lines["DESCRIBE"]
+
+
 @pytest.mark.parametrize("backend", ["onednn", "onednn-plain", "linear", "avx2", "avx2-rows", "avx2-outputs", "mkl"])
 @pytest.mark.parametrize(
     "size,lengths",
