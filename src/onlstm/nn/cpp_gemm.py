@@ -60,8 +60,8 @@ class Choice:
         if not self.seconds:
             return f"{label} (the only backend that runs here)"
         times = ", ".join(f"{b} {1e3 * s:.1f} ms" for b, s in sorted(self.seconds.items(), key=lambda kv: kv[1]))
-        limits = f", under {isa_limits()}" if isa_limits() else ""
-        return f"{label} (the fastest of {len(self.seconds)} timed on this layer's products: {times}; {self.how}{limits})"
+        how = f"{self.how}, under {isa_limits()}" if isa_limits() else self.how
+        return f"{label} (the fastest of {len(self.seconds)} timed on this layer's products: {times}; {how})"
 
 
 def cpuinfo(*fields: str) -> list[str]:
