@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from onlstm import encoders as E
+from onlstm.device import machine_line
 
 
 def param_count(module: nn.Module) -> int:
@@ -191,7 +192,7 @@ def main(argv=None) -> int:
     target = param_count(reference)
     clock = "wall clock" if args.wall or dev.type == "cuda" else "process CPU time"
     print(
-        f"torch {torch.__version__}, {args.device}, {clock}, {torch.get_num_threads()} threads, T={args.seq_len} "
+        f"{machine_line()}, {args.device}, {clock}, T={args.seq_len} "
         f"B={args.batch} in={I}, forward+backward, median of {args.repeats}"
     )
     memory = "peak allocated (CUDA)" if dev.type == "cuda" else "saved for backward (CPU)"

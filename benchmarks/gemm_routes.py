@@ -34,6 +34,7 @@ import torch
 
 import onlstm
 from layer_speed import parse_shape  # one reading of TxBxINxHxC for both scripts
+from onlstm.device import machine_line
 from onlstm.nn import kernels
 from onlstm.nn.cpp_kernel import load_extension
 
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch.set_num_threads(args.threads)
     how = f"the mean of {args.repeats} profiled calls" if args.in_situ else f"best of {args.repeats}"
-    print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads, {how}")
+    print(f"{machine_line()}; {how}")
     for T, B, I, H, C in args.shapes:
         if args.in_situ:
             print_in_situ(T, B, I, H, C, args.repeats)

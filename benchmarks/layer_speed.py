@@ -40,6 +40,7 @@ import time
 import torch
 
 import onlstm
+from onlstm.device import machine_line
 from onlstm.nn import capabilities, cpp_gemm, kernels
 from onlstm.nn.fused import FusedKernel
 
@@ -304,8 +305,8 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
-    where = torch.cuda.get_device_name() if cuda else f"CPU, {torch.get_num_threads()} threads"
-    print(f"torch {torch.__version__}, {where}, forward+backward, median of {args.repeats}")
+    where = f"torch {torch.__version__}, {torch.cuda.get_device_name()}" if cuda else machine_line()
+    print(f"{where}; forward+backward, median of {args.repeats}")
     if not cuda and "triton" in impls:
         print("note: triton on the CPU runs Triton's interpreter: a check that it runs, not a speed")
     impls = [i for i in impls if runs_here(i, cuda)]

@@ -19,7 +19,6 @@ measurement ends with ``torch.cuda.synchronize()`` and the peak GPU memory of ea
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 import torch
 
 import onlstm
-from onlstm.device import resolve_device
+from onlstm.device import machine_line, resolve_device
 from onlstm.errors import OnlstmError
 from onlstm.lm.config import add_config_flags, load_config
 from onlstm.lm.ntasgd import make_optimizer
@@ -117,8 +116,8 @@ def main(argv=None) -> int:
         f"batch {t.batch_size}, seq {seq}, vocab {args.vocab}; {args.steps} steps x {args.repeats} repeats, "
         f"alternating"
     )
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
-    print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {where}")
+    cuda = f"torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.cuda.get_device_name(device)}"
+    print(f"# {cuda if device.type == 'cuda' else machine_line()}")
     print("| cell | params | tokens/s (median) | min .. max | ms/step | peak GPU MiB |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     rate = {}

@@ -20,7 +20,6 @@ oneDNN's where it runs) on the products of one ON-LSTM layer of the step's mean 
 from __future__ import annotations
 
 import argparse
-import platform
 import random
 import statistics
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 import torch
 
 import layer_speed
+from onlstm.device import machine_line
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.data import load_training_examples
 from onlstm.logic.generate import GenerateConfig, generate_dataset
@@ -171,10 +171,7 @@ def main(argv=None) -> int:
         f"# logic classifier training step: {args.hidden_size} units, embedding 128, batch {args.batch_size} pairs "
         f"(<= 6 operators) from {source}"
     )
-    print(
-        f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}; "
-        f"{args.steps} steps x {args.repeats} repeats, alternating; median"
-    )
+    print(f"# {machine_line()}; {args.steps} steps x {args.repeats} repeats, alternating; median")
     roof_text, roof = roof_line(data, args)
     print(roof_text)
     ref = args.steps / statistics.median(times["lstm"])

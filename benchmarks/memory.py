@@ -237,9 +237,10 @@ def main(argv=None) -> int:
         impls.append("lstm")  # the reference of the ratio
     import torch
 
-    print(
-        f"# torch {torch.__version__}, {args.device}, {args.threads} thread(s); peak memory in MiB; each row is its own process"
-    )
+    from onlstm.device import machine_line
+
+    torch.set_num_threads(args.threads)  # as each row's process does: the header names the rows' threads
+    print(f"# {machine_line()}; {args.device}; peak memory in MiB; each row is its own process")
     keys = [("rss", "peak RSS")] + ([("cuda", "peak CUDA allocated")] if args.device == "cuda" else [])
     results = {}
     for scenario in scenarios:

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from onlstm.data.vocab import Vocab
+from onlstm.device import machine_line
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.parsing.induce import sentence_distances
 
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
     n_words = sum(len(s) for s in sentences)
     print(
         f"{len(sentences)} sentences ({n_words} words) from {source}; model {args.emb}-"
-        f"{'-'.join(map(str, args.hidden))}, chunk {args.chunk}; torch {torch.__version__}, {torch.get_num_threads()} threads"
+        f"{'-'.join(map(str, args.hidden))}, chunk {args.chunk}; {machine_line()}"
     )
     sentence_distances(model, vocab, sentences[:64], args.batch_size)  # warm-up / kernel build
     t0 = time.perf_counter()

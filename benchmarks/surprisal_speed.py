@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,7 +24,7 @@ from pathlib import Path
 import torch
 
 from onlstm.data.vocab import Vocab
-from onlstm.device import setup_torch
+from onlstm.device import machine_line, setup_torch
 from onlstm.lm.config import load_config
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.syneval.data import read_items
@@ -70,11 +68,6 @@ def one_by_one(model: LanguageModel, sentences: list[str]) -> None:
         model.surprisals([s], batch_size=1)
 
 
-def cpu_name() -> str:
-    out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "lm" / "ptb-cpu.yaml")
@@ -89,7 +82,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     model = LanguageModel(LMConfig(vocab_size=10000, **load_config(args.config, {}).model)).eval()
     model.vocab = vocabulary([s for ss in sets.values() for s in ss], 10000)
-    print(f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}")
+    print(machine_line())
     print(f"model: {model.config.cell} {model.config.emb_size}-{model.config.hidden_sizes}, vocab 10,000")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for name, sentences in sets.items():

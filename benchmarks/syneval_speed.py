@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import statistics
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 import torch
 
 from onlstm.data.vocab import Vocab
-from onlstm.device import setup_torch
+from onlstm.device import machine_line, setup_torch
 from onlstm.lm.config import load_config
 from onlstm.models import prefix_tree
 from onlstm.models.language_model import LanguageModel, LMConfig
@@ -142,9 +141,7 @@ def main(argv=None) -> int:
     print(f"model: {model.config.cell} {model.config.emb_size}-{model.config.hidden_sizes}, vocab {len(vocab)}, ")
     print(f"  {params / 1e6:.1f}M parameters; {source}: {workload(vocab, items)}")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, load average before: {load}"
-    )
+    print(f"{machine_line()}; load average before: {load}")
     if args.profile:
         profile(model, vocab, items, args.batch_size)
         return 0

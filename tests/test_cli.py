@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from onlstm import errors
 from onlstm.checkpoint import CheckpointError
@@ -169,6 +170,20 @@ def test_info_names_the_cpu_and_the_instruction_set_limits_set(capsys, monkeypat
     monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")  # read by MKL at its start; here only reported
     assert main(["info"]) == 0
     assert "isa_limits: MKL_ENABLE_INSTRUCTIONS=AVX2" in capsys.readouterr().out.splitlines()
+
+
+def test_the_benchmarks_machine_line_names_cpu_capability_limits_torch_and_threads(monkeypatch):
+    from onlstm.device import machine_line
+    from onlstm.nn import cpp_gemm
+
+    for name in cpp_gemm.ISA_LIMITS:
+        monkeypatch.delenv(name, raising=False)
+    plain = machine_line()
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert plain.startswith(f"CPU: {cpp_gemm.cpu_name()} (ATen capability {capability})")
+    assert f"torch {torch.__version__}, {torch.get_num_threads()} threads" in plain
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert f"(ATen capability {capability}, ONEDNN_MAX_CPU_ISA=AVX2)" in machine_line()
 
 
 def test_info_lists_every_registered_kernel(capsys):

@@ -34,6 +34,17 @@ def setup_torch(threads: int | None = None) -> None:
     torch.set_flush_denormal(True)
 
 
+def machine_line() -> str:
+    """The machine a figure is measured on, for the benchmarks' first line: the CPU's model, what torch's own
+    kernels use of it (ATen's capability), any instruction-set limit set in the environment (an imitation of
+    another CPU, docs/layer.md), torch and its threads. A speed figure means nothing without them."""
+    from .nn.cpp_gemm import cpu_name, isa_limits
+
+    limits = isa_limits()
+    cpu = f"{cpu_name()} (ATen capability {torch.backends.cpu.get_cpu_capability()}{', ' + limits if limits else ''})"
+    return f"CPU: {cpu}; torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
 def runtime_device(runtime: Any) -> torch.device:
     """A command's :class:`~onlstm.config.Runtime` settings applied: its threads set for the process (and
     :func:`setup_torch`'s other settings), then the device it names."""
