@@ -116,8 +116,10 @@ def main(argv=None) -> int:
         f"batch {t.batch_size}, seq {seq}, vocab {args.vocab}; {args.steps} steps x {args.repeats} repeats, "
         f"alternating"
     )
-    cuda = f"torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.cuda.get_device_name(device)}"
-    print(f"# {cuda if device.type == 'cuda' else machine_line()}")
+    if device.type == "cuda":
+        print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.cuda.get_device_name(device)}")
+    else:
+        print(f"# {machine_line()}")
     print("| cell | params | tokens/s (median) | min .. max | ms/step | peak GPU MiB |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     rate = {}
