@@ -104,6 +104,7 @@ def test_a_timing_under_an_instruction_set_limit_holds_only_under_it(tmp_path, t
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     plain = cpp_gemm.choose(FakeModule(["linear", "mkl"], {}), inputs(), tmp_path, clock)
     assert (plain.backend, plain.how, len(timings)) == ("linear", "cached", 2)
+    assert cpp_gemm.cached_choices(tmp_path).startswith("linear") and "mkl" not in cpp_gemm.cached_choices(tmp_path)
 
 
 def test_a_machine_without_a_load_average_caches_its_timing(tmp_path, timings, monkeypatch):

@@ -111,9 +111,12 @@ def cached_choices(cache_dir: Path | None, most: int = 6) -> str:
     found = []
     for key, record in _read(None if cache_dir is None else cache_dir / CACHE_NAME).items():
         sizes = key.rpartition("| sizes ")[2].strip("()").split(", ")
-        if not key.startswith(mine) or len(sizes) < 4 or not isinstance(record, dict) or "backend" not in record:
-            continue
         threads = key[len(mine) :].split(" threads", 1)[0]
+        # a record timed under limits this process does not have (or none) continues its key with them, not threads
+        if not key.startswith(mine) or not threads.isdigit() or len(sizes) < 4:
+            continue
+        if not isinstance(record, dict) or "backend" not in record:
+            continue
         found.append(f"{record['backend']} at {sizes[0]}->{sizes[1]} chunk {sizes[2]} batch {sizes[3]} ({threads} "
                      f"thread{'s' if threads != '1' else ''})")  # fmt: skip
     more = f" and {len(found) - most} more" if len(found) > most else ""
