@@ -10,7 +10,7 @@ layer's own product shapes (each product timed alone, weighted by how often a ca
 backends interleaved product by product, so that a slowdown of a shared host falls on every backend alike: 1.8-2.4 s
 for the paper's PTB layer, 3.9-4.4 s for 1150 -> 1150 at batch 80, on one thread of an AMD EPYC), keeps the
 fastest, and records the choice in ``gemm_choice.json`` beside the compiled library, keyed by the CPU, torch, the
-thread count and the layer's sizes: later processes read it instead of timing again (delete the file to measure
+instruction-set limits set in the environment (:data:`ISA_LIMITS`), the thread count and the layer's sizes: later processes read it instead of timing again (delete the file to measure
 again). A timing made while the machine is busy (its one-minute load average above its CPU count) measures the
 contention of that moment: on a 2-core AMD EPYC running three other processes it chose MKL for the H=1150 layer,
 which ran 0.77x ``nn.LSTM`` on the quiet machine where the packed linear ran 0.85-0.88x. Such a choice serves its
