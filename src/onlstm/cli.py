@@ -46,6 +46,7 @@ def _cmd_info(args) -> int:
     import torch
 
     from . import __version__
+    from .device import cpu_line
     from .nn import cpp_gemm, selfcheck
     from .nn.kernels import kernel_status
 
@@ -53,7 +54,7 @@ def _cmd_info(args) -> int:
     info = {"onlstm": __version__, "torch": torch.__version__, "threads": torch.get_num_threads()}
     # the CPU, and what torch's own kernels use of it: an instruction-set limit set in the environment (imitating
     # another CPU, docs/layer.md) changes every speed figure, so it is said
-    info["cpu"] = f"{cpp_gemm.cpu_name()} (ATen capability {torch.backends.cpu.get_cpu_capability()})"
+    info["cpu"] = cpu_line(limits=False)  # the limits have their own field
     info["isa_limits"] = cpp_gemm.isa_limits() or "none"
     for name in ("cpp", "triton"):  # triton: the CUDA path (docs/layer.md, "The Triton path")
         info[f"{name}_kernel"], info[f"{name}_kernel_error"] = kernels[name]["available"], kernels[name]["reason"]

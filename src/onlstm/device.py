@@ -34,15 +34,19 @@ def setup_torch(threads: int | None = None) -> None:
     torch.set_flush_denormal(True)
 
 
-def machine_line() -> str:
-    """The machine a figure is measured on, for the benchmarks' first line: the CPU's model, what torch's own
-    kernels use of it (ATen's capability), any instruction-set limit set in the environment (an imitation of
-    another CPU, docs/layer.md), torch and its threads. A speed figure means nothing without them."""
+def cpu_line(limits: bool = True) -> str:
+    """The CPU's model and what torch's own kernels use of it (ATen's capability), with any instruction-set limit
+    set in the environment (an imitation of another CPU, docs/layer.md) unless ``limits`` is false."""
     from .nn.cpp_gemm import cpu_name, isa_limits
 
-    limits = isa_limits()
-    cpu = f"{cpu_name()} (ATen capability {torch.backends.cpu.get_cpu_capability()}{', ' + limits if limits else ''})"
-    return f"CPU: {cpu}; torch {torch.__version__}, {torch.get_num_threads()} threads"
+    held = isa_limits() if limits else ""
+    return f"{cpu_name()} (ATen capability {torch.backends.cpu.get_cpu_capability()}{', ' + held if held else ''})"
+
+
+def machine_line() -> str:
+    """The machine a figure is measured on, for the benchmarks' first line: the CPU (:func:`cpu_line`), torch and
+    its threads. A speed figure means nothing without them."""
+    return f"CPU: {cpu_line()}; torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
 def runtime_device(runtime: Any) -> torch.device:
