@@ -3,6 +3,7 @@
     python benchmarks/logic_speed.py [--data runs/logic/data] [--batch-size 64] [--steps 20] [--repeats 5] [--threads 1]
     python benchmarks/logic_speed.py --bucketing [--cells onlstm lstm] ...   # random vs length-bucketed batches
     python benchmarks/logic_speed.py --cells onlstm onlstm:avx2 onlstm:mkl lstm   # the C++ kernel's backends
+    python benchmarks/logic_speed.py --cells onlstm onlstm@bf16 lstm-std lstm-std@bf16 lstm   # bfloat16 autocast
 
 Times the full training step of ``onlstm logic train`` (embedding dropout, both formulas through the
 shared encoder in one packed call, features, MLP, cross-entropy, backward, clipping, Adam) with the
@@ -14,7 +15,9 @@ alike; the median over ``repeats`` is printed with the ratio to the LSTM, and th
 products (6 FLOPs per token and weight: forward, input and weight gradients) against the GEMM roof, MKL's (and
 oneDNN's where it runs) on the products of one ON-LSTM layer of the step's mean length and batch. ``CELL:BACKEND`` (``onlstm:avx2``,
 ``lstm-std:mkl``, ...) is that encoder with the C++ kernel's products on one backend (``layer_speed.py``'s
-``cpp:BACKEND``), so the backends are compared in one process.
+``cpp:BACKEND``), so the backends are compared in one process. ``CELL@bf16`` is that encoder's step under
+bfloat16 autocast (``logic train --precision bf16``; left out with a note where the CPU has no bfloat16 products);
+its GFLOP/s count the same FLOPs, against the float32 roof.
 """
 
 from __future__ import annotations
@@ -29,12 +32,12 @@ from pathlib import Path
 import torch
 
 import layer_speed
-from onlstm.device import machine_line
+from onlstm.device import machine_line, precision_refusal
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.data import load_training_examples
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import LogicClassifier, collate, encode_examples
-from onlstm.logic.train import train_step
+from onlstm.logic.train import TORCH_RNNS, train_step
 from onlstm.nn import cpp_gemm, kernels
 
 
@@ -101,6 +104,17 @@ def encoder_flops(model: LogicClassifier, n_tokens: int) -> float:
     return 6.0 * n_tokens * sum(p.numel() for p in model.encoder.parameters() if p.dim() == 2)
 
 
+def bf16_runs_here(cell: str) -> bool:
+    """Whether ``cell``'s row runs here: a ``@bf16`` row needs the CPU's bfloat16 products (and, on one of torch's
+    recurrent layers, that layer under autocast); otherwise it is left out with a note."""
+    if not cell.endswith("@bf16"):
+        return True
+    why = precision_refusal("bf16", torch.device("cpu"), TORCH_RNNS.get(cell.partition("@")[0].partition(":")[0]))
+    if why:
+        print(f"# {cell} left out: {why}")
+    return why is None
+
+
 def roof_line(data, args) -> tuple[str, float]:
     """The GEMM roof on an ON-LSTM layer of the steps' mean formula length and batch (both formulas of a pair),
     and the best rate (NaN where no backend ran)."""
@@ -129,7 +143,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if bad := [c for c in args.cells if ":" in c and c.split(":", 1)[1] not in cpp_gemm.BACKENDS]:
         ap.error(f"--cells: {', '.join(bad)}: CELL:BACKEND takes one of {', '.join(cpp_gemm.BACKENDS)}")
-    args.cells = [c for c in args.cells if ":" not in c or layer_speed.runs_here("cpp:" + c.split(":", 1)[1], False)]
+    if bad := [c for c in args.cells if c.partition("@")[2] not in ("", "bf16")]:
+        ap.error(f"--cells: {', '.join(bad)}: CELL@bf16 is the only precision suffix")
+    args.cells = [c for c in args.cells if bf16_runs_here(c)]
+    bare = [c.partition("@")[0] for c in args.cells]
+    args.cells = [
+        c for c, b in zip(args.cells, bare) if ":" not in b or layer_speed.runs_here("cpp:" + b.split(":", 1)[1], False)
+    ]
     if "lstm" not in args.cells:
         ap.error("--cells must include lstm (the reference of the ratio)")
     torch.set_num_threads(args.threads)
@@ -139,14 +159,15 @@ def main(argv=None) -> int:
     models = {}
     for cell in args.cells:
         torch.manual_seed(0)
-        encoder, _, backend = cell.partition(":")
+        encoder, _, backend = cell.partition("@")[0].partition(":")
         m = LogicClassifier(LogicModelConfig(cell=encoder, hidden_size=args.hidden_size, chunk_size=args.chunk_size))
         m.train()
         models[cell] = (m, torch.optim.Adam(m.parameters(), lr=1e-3), backend or None)
 
     def run(cell: str, n: int) -> float:
         m, opt, backend = models[cell]
-        steps = [lambda batch=batch: train_step(m, opt, batch, clip=1.0) for batch in data[:n]]
+        bf16 = cell.endswith("@bf16")
+        steps = [lambda batch=batch: train_step(m, opt, batch, clip=1.0, bf16=bf16) for batch in data[:n]]
         if backend is not None or any(":" in c for c in models):  # each row on its own backend
             steps = [layer_speed.on_backend(step, backend) for step in steps]
         t0 = time.perf_counter()

@@ -45,3 +45,27 @@ def test_the_encoder_flops_count_each_weight_once_forward_and_twice_backward():
     gates = 4 * 20 + 2 * (20 // 10)  # four gates and the two master gates, one unit per chunk
     assert logic_speed.encoder_flops(onlstm, 7) == 6 * 7 * gates * (128 + 20)
     assert logic_speed.encoder_flops(lstm, 7) == 6 * 7 * 4 * 20 * (128 + 20)
+
+
+@pytest.mark.parametrize("bf16", ["runs", "absent"])
+def test_bf16_rows_train_under_autocast_or_are_left_out_with_the_reason(tmp_path, monkeypatch, capsys, bf16):
+    from onlstm.nn import capabilities
+
+    why = None if bf16 == "runs" else "not available on this CPU: (injected)"
+    monkeypatch.setattr(capabilities, "bf16_products_error", lambda: why)
+    monkeypatch.setenv("ONLSTM_CPU_BF16", "on")
+    cells = ["onlstm", "onlstm@bf16", "lstm"]
+    argv = ["--data", str(tmp_path / "none"), "--cells", *cells, "--steps", "2", "--repeats", "1", "--warmup", "1"]
+    assert logic_speed.main([*argv, "--hidden-size", "20", "--batch-size", "4"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split()[0] for line in out.splitlines() if line.split()[:1] and line.split()[0] in cells]
+    if why is None:
+        assert rows == cells
+    else:
+        assert rows == ["onlstm", "lstm"] and "# onlstm@bf16 left out: train.precision=bf16: not available" in out
+
+
+def test_an_unknown_precision_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        logic_speed.main(["--cells", "onlstm@fp8", "lstm"])
+    assert exit_.value.code == 2 and "CELL@bf16 is the only precision suffix" in capsys.readouterr().err

@@ -52,11 +52,40 @@ def test_reference_loop_trains_what_the_kernel_trains(tmp_path, corpus):
         torch.testing.assert_close(ref[k], auto[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
-def test_bf16_autocast_trains_close_to_fp32_and_keeps_a_float32_state(tmp_path, corpus, monkeypatch):
-    # refused on the CPU (torch's CPU LSTM fails under bfloat16 autocast here); the autocast path of the
-    # trainer is the same on every device, so it is tested on the CPU with an ON-LSTM
+@pytest.mark.parametrize("products", ["on", "off"])
+def test_bf16_autocast_trains_close_to_fp32_and_keeps_a_float32_state(tmp_path, corpus, monkeypatch, products):
+    # accepted on a CPU with bfloat16 products (AMX, AVX-512 BF16); the autocast path of the trainer is the same
+    # on every device, so it is tested on any CPU with the CPU accepted, the C++ kernel's bfloat16 products forced
+    # on and off (ONLSTM_CPU_BF16; on a CPU without them they are emulated: slow, but the same arithmetic)
     monkeypatch.setattr(lm_train, "AUTOCAST_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setenv("ONLSTM_CPU_BF16", products)
+    from onlstm.nn.kernels import load_kernel
+
+    kernel = load_kernel("cpp")
+    if kernel is not None:  # the decision is kept per process: made again under this setting
+        monkeypatch.setattr(kernel, "bf16", None)
     bf16_run(tmp_path, corpus, "onlstm")
+    if kernel is not None:
+        assert kernel.bf16 is not None and kernel.bf16[0] is (products == "on"), kernel.bf16
+
+
+def test_bf16_on_the_cpu_is_asked_of_the_cpu(monkeypatch):
+    """Accepted where the CPU has bfloat16 products (and, for an LSTM, torch's CPU LSTM runs under autocast);
+    refused with the reason where it has not: injected answers, so both hold on every machine."""
+    from onlstm.device import precision_refusal
+    from onlstm.nn import capabilities
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(capabilities, "bf16_products_error", lambda: None)
+    monkeypatch.setattr(capabilities, "lstm_autocast_error", lambda *_a: "not available on this CPU: no bf16 LSTM")
+    assert precision_refusal("bf16", cpu, torch_rnn=None) is None
+    assert precision_refusal("fp32", cpu, torch_rnn="LSTM") is None
+    why = precision_refusal("bf16", cpu, torch_rnn="LSTM")
+    assert why == "train.precision=bf16: not available on this CPU: no bf16 LSTM; train in fp32"
+    assert precision_refusal("bf16", torch.device("cuda"), torch_rnn="LSTM") is None  # CUDA: taken as it is
+    monkeypatch.setattr(capabilities, "bf16_products_error", lambda: "not available on this CPU: none here")
+    assert "none here; train in fp32" in precision_refusal("bf16", cpu, torch_rnn=None)
+    assert "not mps" in precision_refusal("bf16", torch.device("mps"), torch_rnn=None)
 
 
 @pytest.mark.cuda
@@ -99,10 +128,13 @@ def _tensors(state):
     [
         ("triton", "does not run on cpu"),
         ("nope", "train.onlstm_impl must be one of"),
-        ("--precision bf16", "train.precision=bf16 is for CUDA"),
+        ("--precision bf16", "train.precision=bf16: not available on this CPU"),
     ],
 )
-def test_an_impl_that_cannot_run_is_a_clear_error(tmp_path, corpus, capsys, flag, message):
+def test_an_impl_that_cannot_run_is_a_clear_error(tmp_path, corpus, capsys, monkeypatch, flag, message):
+    from onlstm.nn import capabilities
+
+    monkeypatch.setattr(capabilities, "bf16_products_error", lambda: "not available on this CPU: (injected)")
     extra = flag.split() if flag.startswith("--") else ["--onlstm-impl", flag]
     rc = main(
         ["lm", "train", "--config", str(TINY_LM), "--data-dir", str(corpus), "--out", str(tmp_path / "r"), *extra]

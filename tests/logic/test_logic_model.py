@@ -1038,3 +1038,38 @@ def test_max_steps_flag_and_its_errors(tiny_data, tmp_path, capsys):
     assert (result["steps"], result["status"], result["stopped_by"]) == (3, "stopped", "max_steps")
     assert main(_train_args(tiny_data, tmp_path / "bad", "--max-steps", "0")) == 2
     assert "max_steps must be >= 1" in capsys.readouterr().err
+
+
+def test_bf16_precision_trains_close_to_fp32_with_float32_evaluation(tiny_data, tmp_path, monkeypatch):
+    """``precision=bf16``: the steps under bfloat16 autocast (the classifier's logits seen in bfloat16 while
+    training, float32 while validating), the run ending near the float32 one. The CPU is accepted by injection (it
+    asks the CPU: tests/lm/test_lm_runtime.py), the kernel's bfloat16 products forced on."""
+    from onlstm.nn import capabilities
+
+    monkeypatch.setattr(capabilities, "bf16_products_error", lambda: None)
+    monkeypatch.setenv("ONLSTM_CPU_BF16", "on")
+    cfg = T.LogicTrainConfig(epochs=2, batch_size=32, progress=False, seed=4)
+    full = T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "fp32", log=None)
+    seen: set = set()
+    built = LogicClassifier.__init__
+
+    def watched(self, *args, **kwargs):  # every classifier the run builds reports its logits' dtype
+        built(self, *args, **kwargs)
+        self.mlp.register_forward_hook(lambda _m, _i, out: seen.add((torch.is_autocast_enabled("cpu"), out.dtype)))
+
+    monkeypatch.setattr(LogicClassifier, "__init__", watched)
+    half = T.train(LogicModelConfig(**TINY), replace(cfg, precision="bf16"), tiny_data, tmp_path / "bf16", log=None)
+    assert (True, torch.bfloat16) in seen and (False, torch.float32) in seen  # trained in bf16, validated in fp32
+    a, b = full.history[-1], half.history[-1]
+    # bfloat16 parts the trajectories at once; after 2 epochs of tiny data the losses stay within 10%
+    assert abs(a["train_loss"] - b["train_loss"]) < 0.1 * a["train_loss"], (a, b)
+
+
+def test_bf16_precision_is_refused_where_the_cpu_has_no_bfloat16_products(tiny_data, tmp_path, monkeypatch):
+    from onlstm.nn import capabilities
+
+    monkeypatch.setattr(capabilities, "bf16_products_error", lambda: "not available on this CPU: (injected)")
+    cfg = T.LogicTrainConfig(epochs=1, batch_size=32, progress=False, precision="bf16")
+    with pytest.raises(ConfigError, match=r"train.precision=bf16: not available on this CPU: \(injected\); train"):
+        T.train(LogicModelConfig(**TINY), cfg, tiny_data, tmp_path / "r", log=None)
+    assert not (tmp_path / "r" / "results.json").exists()

@@ -32,6 +32,9 @@ class FakeModule:
     def gemm_why_not_onednn(self):
         return "" if "onednn" in self.backends else "refused float32 (test)"
 
+    def bf16_why_not(self):
+        return "no bfloat16 (test)"
+
 
 @pytest.fixture
 def timings(monkeypatch):
@@ -334,4 +337,4 @@ def test_onlstm_info_lists_the_choices_earlier_processes_kept(tmp_path, timings,
     expected = f"mkl at 5->6 chunk 2 batch 4 ({threads} thread{'s' if threads != 1 else ''})"
     assert cpp_gemm.cached_choices(tmp_path) == expected
     line = CppKernel(FakeModule(["linear", "mkl"], {}), tmp_path).describe()
-    assert line.endswith(f"; chosen here before: {expected}")
+    assert line.endswith(f"; chosen here before: {expected}; under bfloat16 autocast: float32 (no bfloat16 (test))")

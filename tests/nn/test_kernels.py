@@ -188,6 +188,8 @@ def test_a_kernels_first_use_draws_no_random_numbers():
         "for impl in ('cpp', 'fused'):\n"
         "    m.impl = impl\n"
         "    with torch.no_grad(): m(torch.ones(3, 2, 4))\n"
+        "m.impl = 'cpp'\n"  # the first call under bfloat16 autocast times its products
+        "with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16): m(torch.ones(3, 2, 4))\n"
         "assert torch.equal(torch.get_rng_state(), before), 'a first use drew random numbers'\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)

@@ -21,7 +21,7 @@ from ..config import ConfigError, Real, count_option, option
 from ..data.ptb import Corpus, load_corpus, split_file
 from ..data.reader import TextReader
 from ..data.vocab import Vocab
-from ..device import StopRequest, resolve_device
+from ..device import StopRequest, precision_refusal, resolve_device
 from ..encoders import detach_state
 from ..errors import RunDirError
 from ..files import write_text
@@ -96,8 +96,9 @@ class _Objective(nn.Module):
         return loss, raw.detach(), state
 
 
-# Devices where train.precision=bf16 is accepted (a module constant so that a test can add the CPU).
+# Devices where train.precision=bf16 is accepted whatever they are; the CPU is asked (device.precision_refusal).
 AUTOCAST_DEVICES = ("cuda",)
+TORCH_RNNS = {"lstm": "LSTM"}  # the cells on one of torch's recurrent layers
 
 
 def float32_state(state):
@@ -136,12 +137,11 @@ class Trainer:
         self.rundir, self.data_dir, self.resuming, self.config = RunDir(run_dir), Path(data_dir), resume, settings
         cfg = self.cfg = self.config.train
         self.ctx, self._log = ctx or DistContext(device=resolve_device(cfg.device)), log
-        if cfg.precision != "fp32" and self.ctx.device.type not in AUTOCAST_DEVICES:
-            raise ConfigError(
-                f"train.precision={cfg.precision} is for CUDA; on {self.ctx.device.type} train in fp32 "
-                "(torch's CPU LSTM fails under bfloat16 autocast on CPUs without bfloat16 support, and it "
-                "would not be faster on them)"
-            )
+        why = precision_refusal(
+            cfg.precision, self.ctx.device, TORCH_RNNS.get(settings.model["cell"]), AUTOCAST_DEVICES
+        )
+        if why:
+            raise ConfigError(why)
         if self.ctx.distributed and cfg.batch_size % self.ctx.world:
             raise RunDirError(
                 f"batch_size {cfg.batch_size} is not divisible by the {self.ctx.world} processes; "

@@ -134,6 +134,12 @@ class LogicTrainConfig(BudgetOptions):
     cuda_graphs: bool = runtime_option(
         True, 'on CUDA, replay the step as CUDA graphs over padded batches (docs/logic.md, "Training on a GPU")'
     )
+    precision: str = runtime_option(
+        "fp32",
+        "fp32, or bf16: training steps under torch.autocast (matrix products in bfloat16, the ON-LSTM cell state and "
+        "the loss in float32; on CUDA, and on CPUs with bfloat16 products); evaluation always runs in float32",
+        choices=("fp32", "bf16"),
+    )
 
     def validate(self) -> None:
         if self.curriculum_start is not None and self.curriculum_start > self.max_train_ops:

@@ -77,6 +77,9 @@ def step_graphs(cfg, model, device: torch.device, log: Callable[[str], None]) ->
     """The step as graphs when ``cfg.cuda_graphs`` asks and the device and encoder allow, else None (eager)."""
     if not cfg.cuda_graphs or device.type not in shared.GRAPH_DEVICES:
         return None
+    if cfg.precision != "fp32":  # the graphs record float32 steps
+        log(f"CUDA graphs off: they record float32 steps, and precision is {cfg.precision}; training eagerly")
+        return None
     if model.config.cell not in GRAPH_CELLS:
         log(
             f"CUDA graphs off: the {model.config.cell!r} encoder is not among {', '.join(GRAPH_CELLS)}; training eagerly"

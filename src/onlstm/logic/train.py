@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..checkpoint import config_header
 from ..config import ConfigError, count_option, option
-from ..device import prepare_kernel, runtime_device
+from ..device import precision_refusal, prepare_kernel, runtime_device
 from ..errors import quote
 from ..files import same_fingerprint, write_json
 from ..runs import RunDir
@@ -69,6 +69,10 @@ class PlateauSchedule:
         return changed
 
 
+#: The encoders on one of torch's recurrent layers (asked whether they run under bfloat16 autocast on the CPU).
+TORCH_RNNS = {"lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}
+
+
 def curriculum_bound(cfg: LogicTrainConfig, step: int) -> int:
     """The largest operator count trained on at update ``step`` (0-based): ``curriculum_start``, one more every
     ``curriculum_steps`` updates, up to ``max_train_ops``; ``max_train_ops`` throughout without a curriculum."""
@@ -77,11 +81,12 @@ def curriculum_bound(cfg: LogicTrainConfig, step: int) -> int:
     return min(cfg.curriculum_start + step // cfg.curriculum_steps, cfg.max_train_ops)
 
 
-def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: float):
+def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: float, bf16: bool = False):
     """One update (cross-entropy, ``clip`` 0 = no clipping) on a collated batch on the model's device:
-    ``(loss, logits)``, detached."""
+    ``(loss, logits)``, detached. ``bf16``: the forward under bfloat16 autocast, the loss in float32."""
     a, a_lengths, b, b_lengths, y = batch
-    logits = model(a, a_lengths, b, b_lengths)  # (B, 7)
+    with torch.autocast(a.device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = model(a, a_lengths, b, b_lengths).float()  # (B, 7)
     loss = F.cross_entropy(logits, y)
     update(opt, loss, model.parameters(), clip)
     return loss.detach(), logits.detach()
@@ -203,6 +208,9 @@ class LogicTask:
         self.train_ops = [operator_count(e) for e in train_data]
         self.valid_ops = [operator_count(e) for e in valid_data]
         self.device = device or runtime_device(cfg)
+        why = precision_refusal(cfg.precision, self.device, TORCH_RNNS.get(model_cfg.cell))
+        if why:
+            raise ConfigError(why)
         torch.manual_seed(cfg.seed)
         self.model = LogicClassifier(model_cfg).to(self.device)
         prepare_kernel(self.model, self.device)  # a first use's compile before the clock starts, not in it
@@ -271,7 +279,7 @@ class LogicTask:
             self.opt.step()  # outside the graph: the plateau schedule sets its learning rate
             return {"loss": done[0] * n, "accuracy": done[1], "n": n}
         batch = [t.to(self.device) for t in batch]
-        loss, logits = train_step(self.model, self.opt, batch, self.cfg.clip)
+        loss, logits = train_step(self.model, self.opt, batch, self.cfg.clip, self.cfg.precision == "bf16")
         return {"loss": float(loss) * n, "accuracy": int((logits.argmax(-1) == batch[-1]).sum()), "n": n}
 
     def validation(self, prog: Progress) -> Check:

@@ -16,13 +16,13 @@ NOT_AVAILABLE = "not available on this CPU"
 
 
 @functools.cache
-def lstm_autocast_error(device_type: str, dtype: torch.dtype) -> str | None:
-    """Why ``torch.nn.LSTM`` cannot run forward and backward under ``torch.autocast(device_type, dtype)`` here
-    (oneDNN builds its bfloat16 LSTM only on CPUs with bfloat16 support: AVX-512 BF16, AMX or AVX-NE-CONVERT);
-    ``None`` when it can. Asked once per process, on a 2-step, 1-unit LSTM."""
+def lstm_autocast_error(device_type: str, dtype: torch.dtype, kind: str = "LSTM") -> str | None:
+    """Why ``torch.nn.LSTM`` (or ``kind``: ``GRU``, ``RNN``) cannot run forward and backward under
+    ``torch.autocast(device_type, dtype)`` here (oneDNN builds its bfloat16 LSTM only on CPUs with bfloat16 support:
+    AVX-512 BF16, AMX or AVX-NE-CONVERT); ``None`` when it can. Asked once per process, on a 2-step, 1-unit layer."""
     device = torch.device(device_type)
     try:
-        lstm = torch.nn.LSTM(2, 1).to(device)
+        lstm = getattr(torch.nn, kind)(2, 1).to(device)
         x = torch.ones(2, 1, 2, device=device, requires_grad=True)
         with torch.autocast(device_type, dtype=dtype):
             out = lstm(x)[0]
@@ -30,3 +30,13 @@ def lstm_autocast_error(device_type: str, dtype: torch.dtype) -> str | None:
     except RuntimeError as exc:
         return f"{NOT_AVAILABLE}: {exception_line(exc, 200)}"
     return None
+
+
+@functools.cache
+def bf16_products_error() -> str | None:
+    """Why this CPU has no bfloat16 matrix products of its own (torch's oneDNN answers: AMX, AVX-512 BF16 or
+    AVX-NE-CONVERT; elsewhere they are emulated, slower than float32); ``None`` when it has them."""
+    native = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    if torch.backends.mkldnn.is_available() and native is not None and native():
+        return None
+    return f"{NOT_AVAILABLE}: torch's oneDNN has no bfloat16 products here"

@@ -169,6 +169,60 @@ def choose(module: Any, inputs: Any, cache_dir: Path | None, timer: Callable[[],
     return Choice(best, "measured", seconds)
 
 
+#: ``on`` or ``off``: whether a float32 call under ``torch.autocast("cpu", torch.bfloat16)`` takes the bfloat16
+#: products, whatever the timing says (tests run both routes on every machine).
+BF16_ENV = "ONLSTM_CPU_BF16"
+
+
+def choose_bf16(module: Any, inputs: Any, timer: Callable[[], float] = time.perf_counter) -> tuple[bool, str]:
+    """Whether float32 calls under bfloat16 autocast take the kernel's bfloat16 products, and why, in words:
+    :data:`BF16_ENV` decides where set; else they are taken where they run here (the module's probe, and torch's
+    oneDNN has bfloat16 products on this CPU) and time faster than float32 on the call's product shapes. Elsewhere
+    autocast leaves the layer in float32: bfloat16 emulated would be slower, and no more exact."""
+    forced = os.environ.get(BF16_ENV, "").strip().lower()
+    if forced not in ("", "on", "off"):
+        print(f"onlstm: {BF16_ENV}={forced!r} ignored; use on or off", file=sys.stderr)
+        forced = ""
+    why = module.bf16_why_not()
+    if forced == "off" or why:
+        return False, f"float32 ({BF16_ENV}=off)" if forced == "off" else f"float32 ({why})"
+    if forced == "on":
+        return True, f"bfloat16 ({BF16_ENV}=on)"
+    from .capabilities import bf16_products_error
+
+    if bf16_products_error():
+        return False, "float32 (torch's oneDNN has no bfloat16 products on this CPU)"
+    ratio = bf16_speedup(inputs, timer)
+    if ratio > 1.0:
+        return True, f"bfloat16 (its products timed {ratio:.1f}x float32's on this layer's shapes)"
+    return False, f"float32 (bfloat16's products timed {ratio:.2f}x float32's on this layer's shapes)"
+
+
+def bf16_speedup(inputs: Any, timer: Callable[[], float] = time.perf_counter) -> float:
+    """How many times faster a layer call's products run in bfloat16 than in float32 here: a step's ``h @ w_hh^T``
+    (``h`` rounded at every step, as in the kernel) and a block's input projection, weighted as a call runs them
+    (best of :data:`ROUNDS` after one untimed call; random values from a generator of its own)."""
+    steps = min(len(inputs.batch_sizes), MAX_TIMED_STEPS)
+    sizes = (inputs.x.shape[1], inputs.w_hh.shape[1], int(inputs.chunk), int(inputs.batch_sizes[0]), steps)
+    c = _product_case(*sizes)
+    x16, w16, wi16 = c["x"].bfloat16(), c["w_hh_t"].bfloat16(), c["w_ih_t"].bfloat16()
+    runs = {
+        "float32": (lambda: torch.mm(c["h"], c["w_hh_t"]), lambda: torch.mm(c["x"], c["w_ih_t"])),
+        "bfloat16": (lambda: torch.mm(c["h"].bfloat16(), w16), lambda: torch.mm(x16, wi16)),
+    }
+    blocks = sizes[3] * steps / c["x"].shape[0]
+    best: dict[str, list[float]] = {k: [float("inf")] * 2 for k in runs}
+    for rnd in range(ROUNDS + 1):
+        for kind, products in runs.items():
+            for i, product in enumerate(products):
+                start = timer()
+                product()
+                if rnd:
+                    best[kind][i] = min(best[kind][i], timer() - start)
+    cost = {k: steps * t[0] + blocks * t[1] for k, t in best.items()}
+    return cost["float32"] / max(cost["bfloat16"], 1e-12)
+
+
 def load_average() -> tuple[float | None, int]:
     """The one-minute load average (None where the system gives none) and the CPUs this process may use."""
     try:

@@ -21,6 +21,7 @@ from ..errors import exception_line
 from ..files import atomic_write
 from . import cpp_gemm
 from .kernels import KernelGrads, KernelInputs, KernelOutputs, KernelUnavailable, OutputGrads
+from .selfcheck import product_dtype
 
 _SOURCE = Path(__file__).parent / "csrc" / "onlstm_cpu.cpp"
 _CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"]
@@ -216,9 +217,14 @@ class CppKernel:
     def __init__(self, module: Any, cache_dir: Path | None = None) -> None:
         self._module, self._cache_dir = module, cache_dir
         self.choice: cpp_gemm.Choice | None = cpp_gemm.forced(module)
+        self.bf16: tuple[bool, str] | None = None  # under bfloat16 autocast: products in bfloat16?, and why
 
     def describe(self) -> str:
-        """One line for ``onlstm info``: the matrix-product backend, and how it was chosen."""
+        """One line for ``onlstm info``: the matrix-product backend and how it was chosen; then what the products
+        run in under bfloat16 autocast."""
+        return f"{self._describe_float32()}; under bfloat16 autocast: {self.describe_bf16()}"
+
+    def _describe_float32(self) -> str:
         if self.choice is not None:
             return "products: " + self.choice.describe()
         runs = ", ".join(self._module.gemm_backends())
@@ -227,17 +233,37 @@ class CppKernel:
         before = f"; chosen here before: {before}" if before else ""
         return f"products: the fastest of {runs}, timed at the first float32 call (float64: MKL){where}{before}"
 
+    def describe_bf16(self) -> str:
+        """One line for ``onlstm info``: what the products run in under ``torch.autocast("cpu", torch.bfloat16)``."""
+        if self.bf16 is not None:
+            return self.bf16[1]
+        why = self._module.bf16_why_not()
+        return f"float32 ({why})" if why else "bfloat16 where its products time faster, at the first such call"
+
+    def _products_bf16(self, inputs: KernelInputs) -> bool:
+        """Whether this call's products run in bfloat16: a float32 call under bfloat16 autocast, where
+        :func:`~onlstm.nn.cpp_gemm.choose_bf16` (at the first such call) says so."""
+        if product_dtype(inputs.x.device, inputs.x.dtype) != torch.bfloat16 or inputs.x.dtype != torch.float32:
+            return False
+        if self.bf16 is None:
+            with torch.no_grad(), torch.autocast("cpu", enabled=False):
+                self.bf16 = cpp_gemm.choose_bf16(self._module, inputs)
+        return self.bf16[0]
+
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
         if self.choice is None and inputs.x.dtype == torch.float32 and inputs.batch_sizes.numel():
             with torch.no_grad():
                 self.choice = cpp_gemm.choose(self._module, inputs, self._cache_dir)
-        out, h_n, c_n, dist, act, cells = self._module.forward(*inputs)
-        return KernelOutputs(out, h_n, c_n, dist, saved=(out, act, cells))
+        bf16 = self._products_bf16(inputs)
+        out, h_n, c_n, dist, act, cells = self._module.forward(*inputs, bf16)
+        # the products' dtype travels with the saved tensors: backward runs outside the caller's autocast
+        marker = inputs.x.new_empty(0, dtype=torch.bfloat16 if bf16 else inputs.x.dtype)
+        return KernelOutputs(out, h_n, c_n, dist, saved=(out, act, cells, marker))
 
     def backward(self, inputs: KernelInputs, saved: tuple[Tensor, ...], grads: OutputGrads) -> KernelGrads:
-        i, (out, act, cells) = inputs, saved
+        i, (out, act, cells, marker) = inputs, saved
         rest = (i.x, i.w_ih, i.w_hh, i.h0, i.c0, i.batch_sizes, act, cells, out, i.chunk, i.inclusive)
-        return KernelGrads(*self._module.backward(*grads, *rest))
+        return KernelGrads(*self._module.backward(*grads, *rest, marker.dtype == torch.bfloat16))
 
 
 def load_cpp_kernel() -> CppKernel:

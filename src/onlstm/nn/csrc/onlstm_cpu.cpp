@@ -103,6 +103,22 @@ int64_t padded_rows(const std::vector<std::pair<int64_t, int64_t>>& blocks) {
 
 using DnnlMatmul = void (*)(const Tensor&, const Tensor&, const Tensor&, float, float);
 
+// bfloat16 products (a float32 call under torch.autocast(cpu, bfloat16), where cpp_kernel.py found them faster
+// than float32 here): every product reads its operands rounded to bfloat16 and accumulates in float32 (oneDNN's
+// bfloat16 routes: AMX or AVX-512 BF16), its result comes back as float32, and everything else (the gates, the
+// cumax, the cell state, the saved activations) stays float32, as under the Triton kernel's autocast. Set for the
+// duration of one forward or backward call on the calling thread (Bf16Scope).
+thread_local bool t_bf16 = false;
+
+struct Bf16Scope {
+  bool old;
+  explicit Bf16Scope(bool on) : old(t_bf16) { t_bf16 = on; }
+  ~Bf16Scope() { t_bf16 = old; }
+};
+
+// a as the products read it: bfloat16 under t_bf16 (a copy, unless it is already), else itself
+Tensor mm_operand(const Tensor& a) { return t_bf16 && a.scalar_type() != at::kBFloat16 ? a.to(at::kBFloat16) : a; }
+
 enum class Backend { kMkl, kOnednn, kLinear, kAvx2 };
 
 struct GemmState {
@@ -155,7 +171,10 @@ bool use_dnnl(const Tensor& x) { return x.scalar_type() == at::kFloat && gemm_st
 // c = a @ b, or c += a @ b; c is a contiguous block of rows. `dnnl`: the call's oneDNN route, whose
 // plain products are the matmul's (the linear route leaves them to ATen's GEMM).
 void gemm(const Tensor& a, const Tensor& b, Tensor c, bool accumulate, bool dnnl) {
-  if (dnnl && gemm_state().backend == Backend::kOnednn) {
+  if (t_bf16) {  // ATen's bfloat16 product (oneDNN's), float32 accumulation, its bfloat16 result widened
+    Tensor p = at::mm(mm_operand(a), mm_operand(b));
+    accumulate ? c.add_(p) : c.copy_(p);
+  } else if (dnnl && gemm_state().backend == Backend::kOnednn) {
     gemm_state().dnnl(a, b, c, accumulate ? 1.0f : 0.0f, 1.0f);
   } else if (accumulate) {
     c.addmm_(a, b);
@@ -311,18 +330,72 @@ PackedState& packed_state() {
   return st;
 }
 
+// Whether the bfloat16 products run here: ATen's bfloat16 product, and the packed one (the linear ops above on a
+// bfloat16 weight), each checked once on a small product against float32 (bfloat16 keeps 8 bits: 3e-2).
+struct Bf16State {
+  bool plain = false, packed_ok = false, packed = false;  // packed: in use (set_bf16_packed turns it off)
+  std::string why_not;  // empty: the plain product runs
+};
+
+Bf16State probe_bf16() {
+  Bf16State st;
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  at::NoGradGuard no_grad;
+  Tensor a = at::arange(19 * 37, at::kFloat).mul_(0.37).sin_().reshape({19, 37});
+  Tensor w = at::arange(23 * 37, at::kFloat).mul_(0.53).cos_().reshape({23, 37});
+  Tensor want = at::mm(a, w.t()), a16 = a.to(at::kBFloat16), w16 = w.to(at::kBFloat16);
+  try {
+    st.plain = at::allclose(at::mm(a16, w16.t()).to(at::kFloat), want, 3e-2, 3e-2);
+    if (!st.plain) st.why_not = "ATen's bfloat16 product disagreed with float32 on a test product";
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    st.why_not = "ATen refused a bfloat16 product: " + msg.substr(0, msg.find('\n'));
+  }
+  PackedState& pk = packed_state();
+  if (!st.plain || !pk.ok) return st;
+  try {
+    Tensor y = pk.linear->call(a16, pk.reorder->call(w16, std::nullopt), std::nullopt, "none",
+                               c10::List<std::optional<c10::Scalar>>(), std::nullopt);
+    st.packed = st.packed_ok = at::allclose(y.to(at::kFloat), want, 3e-2, 3e-2);
+  } catch (const std::exception&) {
+    st.packed = false;  // the plain bfloat16 product serves
+  }
+  return st;
+}
+
+Bf16State& bf16_state() {
+  static Bf16State st = probe_bf16();
+  return st;
+}
+
+std::string bf16_why_not() { return bf16_state().why_not; }
+bool bf16_packed() { return bf16_state().packed; }
+
+// The bfloat16 products on packed weights on or off (tests force the plain route); false if unavailable.
+bool set_bf16_packed(bool on) {
+  Bf16State& st = bf16_state();
+  if (on && !st.packed_ok) return false;
+  st.packed = on;
+  return true;
+}
+
 // w (out, in) packed for y = x @ w^T; undefined where packed products are off (the caller then uses gemm).
 Tensor pack_weight(const Tensor& w, bool dnnl, int64_t steps) {
   PackedState& st = packed_state();
-  if (!dnnl || !st.use || steps < 2) return Tensor();
+  if (!dnnl || !(t_bf16 ? bf16_state().packed : st.use) || steps < 2) return Tensor();
   at::NoGradGuard no_grad;  // the ops have no autograd formula; the kernel's own backward is by hand
-  return st.reorder->call(w.contiguous(), std::nullopt);
+  return st.reorder->call(mm_operand(w).contiguous(), std::nullopt);
 }
 
 // x @ w^T (+ bias) with w from pack_weight: a new (x.size(0), out) tensor.
 Tensor packed_product(const Tensor& x, const Tensor& packed, const std::optional<Tensor>& bias = std::nullopt) {
   at::NoGradGuard no_grad;
-  return packed_state().linear->call(x, packed, bias, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt);
+  auto& linear = *packed_state().linear;
+  if (!t_bf16) return linear.call(x, packed, bias, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt);
+  // the bias is added in float32, after the bfloat16 product is widened
+  Tensor y = linear.call(mm_operand(x), packed, std::nullopt, "none", c10::List<std::optional<c10::Scalar>>(),
+                         std::nullopt).to(at::kFloat);
+  return bias.has_value() ? y.add_(*bias) : y;
 }
 
 bool packed_steps() { return packed_state().use; }
@@ -330,6 +403,7 @@ bool packed_steps() { return packed_state().use; }
 // The linear route: the products over all rows that read a weight (input projection, d_x) packed too.
 bool linear_route(bool dnnl) {
   const Backend b = gemm_state().backend;
+  if (t_bf16) return dnnl && bf16_state().packed;
   return dnnl && (b == Backend::kLinear || b == Backend::kAvx2) && packed_state().use;
 }
 
@@ -693,7 +767,7 @@ void own_weight_grad(const Tensor& dG, const Tensor& hx, Tensor d_w) {
 }
 
 // Whether a float32 call's per-step products are this file's own.
-bool own_steps(bool dnnl) { return dnnl && gemm_state().backend == Backend::kAvx2; }
+bool own_steps(bool dnnl) { return dnnl && !t_bf16 && gemm_state().backend == Backend::kAvx2; }
 
 // Which orientation the step products of a batch of b rows take: "rows" on the lanes (tile_6x16, tile_12x8), or
 // "outputs" (lanes_tile). Rows on the lanes run fastest where they fill the lanes; a batch that leaves more than
@@ -978,10 +1052,11 @@ std::pair<Tensor, Tensor> final_states(const std::vector<int64_t>& bs, const Ten
 std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
                                    const c10::optional<Tensor>& bias, const Tensor& h0,
                                    const Tensor& c0, const Tensor& batch_sizes, int64_t chunk,
-                                   bool inclusive) {
+                                   bool inclusive, bool bf16) {
   NoAutocast no_autocast(c10::autocast_dispatch_keyset);
+  Bf16Scope products(bf16 && x.scalar_type() == at::kFloat);
   const auto bs = to_vector(batch_sizes);
-  const bool dnnl = use_dnnl(x);
+  const bool dnnl = use_dnnl(x) || t_bf16;  // bfloat16 products: rows bucketed as oneDNN's routes
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0], Bp = dnnl ? bucket_rows(B) : B;
   // The input projection for all steps at once; each row is then overwritten in place by its
@@ -994,6 +1069,7 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
   Tensor whh_own = own ? own_pack(w_hh, false, step_width(B)) : Tensor();
   Tensor whh_p = own ? Tensor() : pack_weight(w_hh, dnnl, bs.size());
   Tensor whh_t = own || whh_p.defined() ? Tensor() : bs.size() > 1 ? w_hh.t().contiguous() : w_hh.t();
+  if (whh_t.defined()) whh_t = mm_operand(whh_t);  // rounded once, not at every step
   auto opts = x.options();
   // the row panels' scratch, for the rows-on-lanes tiles only (the packed width says which run)
   std::vector<float> scratch_own(own && whh_own.size(2) == kMr ? (B + kNr - 1) / kNr * kNr * D : 0);
@@ -1083,10 +1159,11 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
                                     const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
                                     const Tensor& h0, const Tensor& c0, const Tensor& batch_sizes,
                                     const Tensor& act, const Tensor& cells,
-                                    const Tensor& out, int64_t chunk, bool inclusive) {
+                                    const Tensor& out, int64_t chunk, bool inclusive, bool bf16) {
   NoAutocast no_autocast(c10::autocast_dispatch_keyset);
+  Bf16Scope products(bf16 && x.scalar_type() == at::kFloat);
   const auto bs = to_vector(batch_sizes);
-  const bool dnnl = use_dnnl(x);
+  const bool dnnl = use_dnnl(x) || t_bf16;
   const int64_t N = x.size(0), G = w_hh.size(0), D = w_hh.size(1), n = D / chunk;
   const int64_t B = bs.empty() ? 0 : bs[0], Bp = dnnl ? bucket_rows(B) : B;
   const int64_t T = bs.size();
@@ -1094,7 +1171,7 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
   const bool own = own_steps(dnnl);
   Tensor whh_own = own ? own_pack(w_hh, true, step_width(B)) : Tensor();
   Tensor whh_p = own ? Tensor() : pack_weight(w_hh.t(), dnnl, T);
-  Tensor whh = whh_p.defined() ? Tensor() : w_hh.contiguous();
+  Tensor whh = whh_p.defined() ? Tensor() : mm_operand(w_hh.contiguous());
   std::vector<float> scratch_own(own && whh_own.size(2) == kMr ? (B + kNr - 1) / kNr * kNr * G : 0);
   auto opts = x.options();
   // With oneDNN, spare zero rows: a step's product reads bucket_rows(b) rows (the ones past b are
@@ -1160,6 +1237,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backward", &onlstm_backward, "ON-LSTM layer backward over a packed sequence");
   m.def("gemm_backend", &gemm_backend, "the matrix-product backend in use: onednn or mkl");
   m.def("gemm_why_not_onednn", &gemm_why_not_onednn, "why oneDNN's matmul is not usable here (empty if it is)");
+  m.def("bf16_why_not", &bf16_why_not, "why the bfloat16 products cannot run here (empty if they can)");
+  m.def("bf16_packed", &bf16_packed, "whether the bfloat16 products read packed (oneDNN-blocked) weights");
+  m.def("set_bf16_packed", &set_bf16_packed, "bfloat16 products on packed weights on or off; false if unavailable");
   m.def("set_gemm_backend", &set_gemm_backend, "use onednn, linear or mkl; false if that one does not run here");
   m.def("gemm_backends", &gemm_backends, "the backends that run here (mkl always)");
   m.def("matmul", &matmul, "c = a @ b through the named backend (for benchmarks)");
