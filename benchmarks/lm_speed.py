@@ -11,7 +11,8 @@ measurement is ``steps`` steps, and the median over ``repeats`` is reported, wit
 Any model or training field can be overridden like ``onlstm lm train`` flags, e.g. ``--hidden-sizes``.
 ``--device`` places the models and data (``auto``: CUDA when available; default of the preset);
 ``--onlstm-impls`` times the ON-LSTM model once per layer implementation (``impl=``: ``triton``,
-``reference``, ...); a kernel the device cannot run, or one that fails its self-check there (the layers
+``reference``, ...); ``--precision bf16`` runs the steps under bfloat16 autocast, as ``lm train`` does (refused
+where the trainer refuses it); a kernel the device cannot run, or one that fails its self-check there (the layers
 would run the reference loop under the kernel's label), is refused with exit status 2. On CUDA every
 measurement ends with ``torch.cuda.synchronize()`` and the peak GPU memory of each model's steps is printed.
 """
@@ -27,11 +28,11 @@ from pathlib import Path
 import torch
 
 import onlstm
-from onlstm.device import machine_line, resolve_device
+from onlstm.device import machine_line, precision_refusal, resolve_device
 from onlstm.errors import OnlstmError
 from onlstm.lm.config import add_config_flags, load_config
 from onlstm.lm.ntasgd import make_optimizer
-from onlstm.lm.train import _Objective
+from onlstm.lm.train import TORCH_RNNS, _Objective
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.nn import kernels
 from onlstm.runs.engine import update
@@ -48,9 +49,12 @@ def build(cfg, cell: str, vocab: int, device: torch.device, impl: str | None = N
     return model, obj, make_optimizer(list(model.parameters()), cfg.train)
 
 
-def step(model, obj, opt, x, y, clip):
-    """The trainer's step: its objective (AR/TAR included), then its backward pass, clipping and update."""
-    update(opt, obj(x, y, None, None)[0], model.parameters(), clip)
+def step(model, obj, opt, x, y, clip, precision="fp32"):
+    """The trainer's step: its objective (AR/TAR included; under bfloat16 autocast with ``precision=bf16``, as the
+    trainer runs it), then its backward pass, clipping and update."""
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        loss = obj(x, y, None, None)[0]
+    update(opt, loss, model.parameters(), clip)
 
 
 def main(argv=None) -> int:
@@ -78,6 +82,11 @@ def main(argv=None) -> int:
         print(f"lm_speed.py: {exc}", file=sys.stderr)
         return 2
     impls = [s for s in args.onlstm_impls.split(",") if s]
+    for cell in args.cells:
+        why = precision_refusal(t.precision, device, TORCH_RNNS.get(cell))
+        if why:
+            print(f"lm_speed.py: --cells {cell}: {why}", file=sys.stderr)
+            return 2
     for impl in impls:
         refusal = impl_refusal(impl, device)
         if refusal:
@@ -95,7 +104,7 @@ def main(argv=None) -> int:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(args.warmup):
-            step(*runs[name], x, y, t.clip)
+            step(*runs[name], x, y, t.clip, t.precision)
         sync(device)
         if device.type == "cuda":
             peak[name] = torch.cuda.max_memory_allocated(device) / 2**20
@@ -106,15 +115,15 @@ def main(argv=None) -> int:
             sync(device)
             t0 = time.perf_counter()
             for _ in range(args.steps):
-                step(*runs[name], x, y, t.clip)
+                step(*runs[name], x, y, t.clip, t.precision)
             sync(device)
             times[name].append(time.perf_counter() - t0)
     tokens = args.steps * seq * t.batch_size
     m = cfg.model
     print(
         f"# {args.config.name}: emb {m['emb_size']}, layers {m['hidden_sizes']}, chunk {m['chunk_size']}, "
-        f"batch {t.batch_size}, seq {seq}, vocab {args.vocab}; {args.steps} steps x {args.repeats} repeats, "
-        f"alternating"
+        f"batch {t.batch_size}, seq {seq}, vocab {args.vocab}, precision {t.precision}; {args.steps} steps x "
+        f"{args.repeats} repeats, alternating"
     )
     if device.type == "cuda":
         print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.cuda.get_device_name(device)}")

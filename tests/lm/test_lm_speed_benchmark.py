@@ -58,3 +58,22 @@ def test_a_kernel_that_fails_its_self_check_is_refused_not_timed_as_the_referenc
     finally:
         selfcheck.reset()
         kernels.unregister_kernel(name)
+
+
+@pytest.mark.parametrize("cpu_bf16", [None, "not available on this CPU: (injected)"])
+def test_precision_bf16_times_the_autocast_step_or_is_refused_as_the_trainer_refuses(monkeypatch, capsys, cpu_bf16):
+    from onlstm.nn import capabilities
+
+    monkeypatch.setattr(capabilities, "bf16_products_error", lambda: cpu_bf16)
+    monkeypatch.setattr(capabilities, "lstm_autocast_error", lambda *_a: None)
+    monkeypatch.setenv("ONLSTM_CPU_BF16", "on")
+    bench = _lm_speed()
+    seen = []
+    real = bench.update
+    monkeypatch.setattr(bench, "update", lambda opt, loss, *a: seen.append(loss.dtype) or real(opt, loss, *a))
+    small = ["--config", "tiny", "--steps", "1", "--repeats", "1", "--warmup", "0", "--vocab", "50", "--device", "cpu"]
+    rc = bench.main([*small, "--precision", "bf16"])
+    if cpu_bf16 is None:
+        assert rc == 0 and "precision bf16" in capsys.readouterr().out and seen
+    else:
+        assert rc == 2 and "train.precision=bf16: not available on this CPU" in capsys.readouterr().err
