@@ -92,7 +92,7 @@ def test_kernel_loads_without_ninja_on_path(tmp_path):
 
 # One process: ONEDNN_VERBOSE must be set before oneDNN starts, and the counts must be this run's only.
 PER_SHAPE_RUN = """
-import ctypes, random, torch, onlstm
+import contextlib, ctypes, os, random, torch, onlstm
 from torch.nn.utils.rnn import pack_sequence
 torch.set_num_threads(1)
 torch.manual_seed(0)
@@ -121,11 +121,16 @@ from onlstm.nn.cpp_kernel import load_extension
 ext = load_extension()
 print("BACKEND", ext.gemm_backend(), flush=True)
 
+def autocast():  # ONLSTM_CPU_BF16=on: every call under bfloat16 autocast, on the kernel's bfloat16 products
+    on = os.environ.get("ONLSTM_CPU_BF16") == "on"
+    return torch.autocast("cpu", dtype=torch.bfloat16) if on else contextlib.nullcontext()
+
 def step(lengths):
     x = pack_sequence([torch.randn(n, 8) for n in sorted(lengths, reverse=True)])
-    out, (h, c) = m(x)
+    with autocast():
+        out, (h, c) = m(x)
     (out.data.sum() + h.sum() + c.sum()).backward()
-    with torch.no_grad():
+    with torch.no_grad(), autocast():
         m(x)
 
 def batch(k):  # 10 + k sequences: every batch has new per-step batch sizes and a new row count
@@ -145,20 +150,24 @@ mark("END")
 """
 
 
-def test_cpp_kernel_asks_onednn_for_a_bounded_set_of_shapes():
+@pytest.mark.parametrize("products", ["float32", "bfloat16"])
+def test_cpp_kernel_asks_onednn_for_a_bounded_set_of_shapes(products):
     """Issue #25: every new product shape made oneDNN build and cache a primitive (~0.6 MiB with its
     descriptor, up to 1,024 of each), and packed batches bring new shapes all the time: memory grew by
     gigabytes. The kernel's oneDNN products (issue #34) pad row counts to buckets, so after a warm-up that
     reaches every bucket, 30 batches of new shapes must create no oneDNN primitive (counted from
     ONEDNN_VERBOSE=2; with unpadded row counts: 81; the kernel of f39d6c8: 144) and leave the heap in use
     where it was (f39d6c8: +80 MiB; where glibc cannot tell, the count alone is checked). Where the kernel
-    runs on MKL (no AVX-512), nothing is created at all."""
+    runs on MKL (no AVX-512), nothing is created at all. The same under bfloat16 autocast with the kernel's
+    bfloat16 products forced on (their row counts are bucketed alike)."""
     ext = load_extension()
     assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
     # the buckets: never fewer rows, at most 1/8 more, at most 8 row counts per doubling
     assert all(r <= ext.bucket_rows(r) <= r + r // 8 for r in range(1, 5000))
     assert len({ext.bucket_rows(r) for r in range(1, 4097)}) <= 8 * 13
-    env = dict(os.environ, ONEDNN_VERBOSE="2", OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ, ONEDNN_VERBOSE="2", OMP_NUM_THREADS="1", ONLSTM_CPU_BF16="on" if products == "bfloat16" else ""
+    )
     r = subprocess.run([sys.executable, "-c", PER_SHAPE_RUN], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     lines = r.stdout.splitlines()
@@ -171,9 +180,14 @@ def test_cpp_kernel_asks_onednn_for_a_bounded_set_of_shapes():
         assert heap_end - heap_warm < 4 * 2**20, f"heap in use grew by {(heap_end - heap_warm) / 2**20:.1f} MiB"
 
 
-def test_cpp_kernel_under_cpu_autocast_computes_in_float32():
+def test_cpp_kernel_under_cpu_autocast_computes_in_float32(monkeypatch):
     """The kernel's products go through ATen, which torch.autocast would turn to bfloat16 under the step
-    code that reads float32: the kernel excludes autocast and gives exactly its float32 results."""
+    code that reads float32: with its own bfloat16 products off (ONLSTM_CPU_BF16=off, or a CPU without them) the
+    kernel excludes autocast and gives exactly its float32 results (tests/nn/test_cpp_bf16.py: with them on)."""
+    from onlstm.nn.kernels import load_kernel
+
+    monkeypatch.setenv("ONLSTM_CPU_BF16", "off")
+    monkeypatch.setattr(load_kernel("cpp"), "bf16", None)  # decided again, under this setting
     torch.manual_seed(0)
     m = __import__("onlstm").ONLSTM(6, 8, chunk_size=4, impl="cpp")
     x = torch.randn(5, 3, 6)
