@@ -398,6 +398,26 @@ Tensor packed_product(const Tensor& x, const Tensor& packed, const std::optional
   return bias.has_value() ? y.add_(*bias) : y;
 }
 
+// x @ w^T under t_bf16, left in bfloat16: the per-step products, whose rows the element-wise loops widen
+// themselves (a separate conversion pass cost a fifth of a call at B=20 H=650); packed or plain.
+Tensor product_bf16(const Tensor& x, const Tensor& packed, const Tensor& w_t) {
+  at::NoGradGuard no_grad;
+  if (!packed.defined()) return at::mm(x, w_t);
+  return packed_state().linear->call(x, packed, std::nullopt, "none", c10::List<std::optional<c10::Scalar>>(),
+                                     std::nullopt);
+}
+
+// (templates only so that the float64 instantiation of the row loops compiles; bfloat16 runs float32 calls only)
+template <typename T>
+void widen_row(const at::BFloat16* src, T* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<float>(src[i]));
+}
+
+template <typename T>
+void round_row(const T* src, at::BFloat16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = at::BFloat16(static_cast<float>(src[i]));
+}
+
 bool packed_steps() { return packed_state().use; }
 
 // The linear route: the products over all rows that read a weight (input projection, d_x) packed too.
@@ -1082,6 +1102,11 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
   Tensor cells = pooled(kCells, {N, D}, opts);
   Tensor dist = at::empty({N, 2}, opts);
   Tensor h0c = pad_rows(h0, Bp), c0c = c0.contiguous();
+  // bfloat16 products: each h_t is also kept in bfloat16, rounded by the row loop, for the next step's product
+  // (fresh zeros: the padded rows a product reads past a step's own are zeros or finite)
+  const bool b16 = t_bf16;
+  Tensor h16 = b16 ? at::zeros({N + Bp, D}, opts.dtype(at::kBFloat16)) : Tensor();
+  Tensor h0c16 = b16 ? h0c.to(at::kBFloat16) : Tensor();
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "onlstm_forward", [&] {
     int64_t off = 0, prev = 0;
     for (size_t t = 0; t < bs.size(); ++t) {
@@ -1089,8 +1114,12 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
       // the padded rows it reads that no step has written yet (out_buf is reused): zeros
       if (t > 0 && prev + bp > off) out_buf.narrow(0, off, prev + bp - off).zero_();
       Tensor h_prev = t == 0 ? h0c.narrow(0, 0, bp) : out_buf.narrow(0, prev, bp);
-      Tensor rec = whh_p.defined() ? packed_product(h_prev, whh_p) : rec_buf;
-      if (own) {
+      Tensor rec16 = b16 ? product_bf16(t == 0 ? h0c16.narrow(0, 0, bp) : h16.narrow(0, prev, bp), whh_p, whh_t)
+                         : Tensor();
+      Tensor rec = whh_p.defined() && !b16 ? packed_product(h_prev, whh_p) : rec_buf;
+      if (b16) {
+        // rec16 holds the product; the row loop widens it
+      } else if (own) {
         own_product(Rows{h_prev.data_ptr<float>(), b, D, 1}, whh_own, TileOut{rec.data_ptr<float>(), G, false}, G,
                     scratch_own.data());
       } else if (!whh_p.defined()) {
@@ -1103,11 +1132,19 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
       scalar_t* c_p = cells.data_ptr<scalar_t>() + off * D;
       scalar_t* h_p = out.data_ptr<scalar_t>() + off * D;
       scalar_t* d_p = dist.data_ptr<scalar_t>() + off * 2;
+      const at::BFloat16* rec16_p = b16 ? rec16.data_ptr<at::BFloat16>() : nullptr;
+      at::BFloat16* h16_p = b16 ? h16.data_ptr<at::BFloat16>() + off * D : nullptr;
       at::parallel_for(0, b, grain_rows(D), [&](int64_t lo, int64_t hi) {
-        std::vector<scalar_t> scratch(2 * n);
+        std::vector<scalar_t> scratch(2 * n + (b16 ? G : 0));
         for (int64_t r = lo; r < hi; ++r) {
-          forward_row(xp_p + r * G, rec_p + r * G, c_prev + r * D, act_p + r * G, c_p + r * D,
+          const scalar_t* rec_r = rec_p + r * G;
+          if (b16) {  // this row of the step's product, widened here rather than in a pass of its own
+            widen_row(rec16_p + r * G, scratch.data() + 2 * n, G);
+            rec_r = scratch.data() + 2 * n;
+          }
+          forward_row(xp_p + r * G, rec_r, c_prev + r * D, act_p + r * G, c_p + r * D,
                       h_p + r * D, d_p + r * 2, scratch.data(), n, chunk, inclusive);
+          if (b16) round_row(h_p + r * D, h16_p + r * D, D);
         }
       });
       prev = off;
@@ -1180,6 +1217,11 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
   Tensor dG_buf = pooled(kGates, {rows, G}, opts);
   if (rows > N) dG_buf.narrow(0, N, rows - N).zero_();
   Tensor dG = dG_buf.narrow(0, 0, N);
+  // bfloat16 products: the gate gradients also in bfloat16, rounded by the row loop, for the step products and
+  // the sequence-wide ones (fresh zeros past the written rows, as dG_buf's)
+  const bool b16 = t_bf16;
+  Tensor dG16 = b16 ? at::zeros({rows, G}, opts.dtype(at::kBFloat16)) : Tensor();
+  at::BFloat16* dG16_p = b16 ? dG16.data_ptr<at::BFloat16>() : nullptr;
   Tensor dh = grad_hn.contiguous().clone();
   Tensor dh_step = dnnl ? at::empty({Bp, D}, opts) : Tensor();  // padded rows must not reach dh
   Tensor dc = grad_cn.contiguous().clone();
@@ -1206,10 +1248,14 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
           backward_row(go + r * D, dh_p + r * D, dc_p + r * D, gd ? gd + r * 2 : nullptr,
                        a + r * G, c_prev + r * D, c_cur + r * D, dg + r * G, scratch.data(), n,
                        chunk, inclusive);
+          if (b16) round_row(dg + r * G, dG16_p + (off + r) * G, G);
         }
       });
       // The rows of the sequences that end before step t keep the gradient from h_n.
-      if (own) {
+      if (b16) {
+        Tensor res = product_bf16(dG16.narrow(0, off, bucket_rows(b)), whh_p, whh);
+        dh.narrow(0, 0, b).copy_(res.narrow(0, 0, b));
+      } else if (own) {
         own_product(Rows{dG.data_ptr<float>() + off * G, b, G, 1}, whh_own, TileOut{dh.data_ptr<float>(), D, false},
                     D, scratch_own.data());
       } else if (dnnl) {
@@ -1225,7 +1271,7 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
       }
     }
   });
-  auto [d_w, d_x] = weight_and_input_grads(dnnl ? dG_buf : dG, x, w_ih, h0, out, bs, dnnl);
+  auto [d_w, d_x] = weight_and_input_grads(b16 ? dG16 : dnnl ? dG_buf : dG, x, w_ih, h0, out, bs, dnnl);
   const int64_t I = x.size(1);
   return {d_x, d_w.narrow(1, D, I), d_w.narrow(1, 0, D), dG.sum(0), dh, dc};
 }
