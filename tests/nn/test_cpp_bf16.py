@@ -139,8 +139,10 @@ def test_the_timing_weighs_both_dtypes_products():
     assert cpp_gemm.bf16_speedup(_inputs()) > 0
 
 
-def test_info_says_what_autocast_runs_in(kernel):
+def test_info_says_what_autocast_runs_in(kernel, monkeypatch):
     line = kernel.describe_bf16()
     assert line.startswith(("float32 (", "bfloat16 where")), line
+    monkeypatch.setattr(capabilities, "bf16_products_error", lambda: "not available on this CPU: (injected)")
+    assert kernel.describe_bf16() == "float32 (not available on this CPU: (injected))"
     kernel.bf16 = (True, "bfloat16 (timed)")
     assert kernel.describe_bf16() == "bfloat16 (timed)"

@@ -237,7 +237,9 @@ class CppKernel:
         """One line for ``onlstm info``: what the products run in under ``torch.autocast("cpu", torch.bfloat16)``."""
         if self.bf16 is not None:
             return self.bf16[1]
-        why = self._module.bf16_why_not()
+        from .capabilities import bf16_products_error
+
+        why = self._module.bf16_why_not() or bf16_products_error()
         return f"float32 ({why})" if why else "bfloat16 where its products time faster, at the first such call"
 
     def _products_bf16(self, inputs: KernelInputs) -> bool:
