@@ -431,7 +431,15 @@ bool linear_route(bool dnnl) {
 void packed_blocks(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Tensor out,
                    const std::vector<std::pair<int64_t, int64_t>>& blocks) {
   Tensor w_p = pack_weight(w, true, 2);
-  for (const auto& [s, r] : blocks) out.narrow(0, s, r).copy_(packed_product(x.narrow(0, s, r), w_p, bias));
+  for (const auto& [s, r] : blocks) {
+    Tensor o = out.narrow(0, s, r);
+    if (!t_bf16) {
+      o.copy_(packed_product(x.narrow(0, s, r), w_p, bias));
+      continue;
+    }
+    o.copy_(product_bf16(mm_operand(x.narrow(0, s, r)), w_p, Tensor()));  // widened by the copy itself
+    if (bias.has_value()) o.add_(*bias);
+  }
 }
 
 // Packed step products on or off (for benchmarks and tests); false if they are not available.
