@@ -62,11 +62,12 @@ def test_bf16_autocast_trains_close_to_fp32_and_keeps_a_float32_state(tmp_path, 
     from onlstm.nn.kernels import load_kernel
 
     kernel = load_kernel("cpp")
-    if kernel is not None:  # the decision is kept per process: made again under this setting
-        monkeypatch.setattr(kernel, "bf16", None)
+    if kernel is not None:  # the decisions are kept per process: made again under this setting
+        kernel.forget_bf16()
     bf16_run(tmp_path, corpus, "onlstm")
     if kernel is not None:
         assert kernel.bf16 is not None and kernel.bf16[0] is (products == "on"), kernel.bf16
+        kernel.forget_bf16()
 
 
 def test_bf16_on_the_cpu_is_asked_of_the_cpu(monkeypatch):

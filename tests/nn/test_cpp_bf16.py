@@ -20,10 +20,9 @@ AUTOCAST = dict(device_type="cpu", dtype=torch.bfloat16)
 def kernel():
     """The registry's C++ kernel with its bfloat16 decision forgotten before and after (it is kept per process)."""
     k = load_kernel("cpp")
-    old = k.bf16
-    k.bf16 = None
+    k.forget_bf16()
     yield k
-    k.bf16 = old
+    k.forget_bf16()
 
 
 def _run(model, x, impl, autocast, packed=False):
@@ -137,6 +136,21 @@ def test_the_timing_weighs_both_dtypes_products():
     ratio = cpp_gemm.bf16_speedup(_inputs(), timer=lambda: float(next(ticks)))
     assert ratio == pytest.approx(1.0)  # every product "took" one tick in either dtype
     assert cpp_gemm.bf16_speedup(_inputs()) > 0
+
+
+def test_the_decision_is_made_per_layer_size(monkeypatch, kernel):
+    """A small layer may time faster in float32 and a large one in bfloat16: each size decides for itself."""
+    monkeypatch.delenv(cpp_gemm.BF16_ENV, raising=False)
+    asked = []
+    monkeypatch.setattr(
+        cpp_gemm, "choose_bf16", lambda _m, i: asked.append(i.w_hh.shape[1]) or (i.w_hh.shape[1] > 8, "t")
+    )
+    small, large = onlstm.ONLSTM(4, 8, chunk_size=2, impl="cpp"), onlstm.ONLSTM(4, 16, chunk_size=2, impl="cpp")
+    with torch.autocast(**AUTOCAST), torch.no_grad():
+        for model in (small, large, small, large):
+            model(torch.ones(3, 5, 4))
+        small(torch.ones(3, 7, 4))  # the same batch bucket (8)
+    assert asked == [8, 16] and kernel.bf16 == (False, "t")
 
 
 def test_info_says_what_autocast_runs_in(kernel, monkeypatch):

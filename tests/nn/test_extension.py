@@ -187,7 +187,7 @@ def test_cpp_kernel_under_cpu_autocast_computes_in_float32(monkeypatch):
     from onlstm.nn.kernels import load_kernel
 
     monkeypatch.setenv("ONLSTM_CPU_BF16", "off")
-    monkeypatch.setattr(load_kernel("cpp"), "bf16", None)  # decided again, under this setting
+    load_kernel("cpp").forget_bf16()  # decided again, under this setting
     torch.manual_seed(0)
     m = __import__("onlstm").ONLSTM(6, 8, chunk_size=4, impl="cpp")
     x = torch.randn(5, 3, 6)
@@ -198,6 +198,7 @@ def test_cpp_kernel_under_cpu_autocast_computes_in_float32(monkeypatch):
     assert out_a.dtype == h_a.dtype == c_a.dtype == torch.float32
     assert torch.equal(out, out_a) and torch.equal(h, h_a) and torch.equal(c, c_a)
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in m.parameters())
+    load_kernel("cpp").forget_bf16()
 
 
 def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_young_one_waited_for(tmp_path, monkeypatch, capsys):

@@ -217,7 +217,15 @@ class CppKernel:
     def __init__(self, module: Any, cache_dir: Path | None = None) -> None:
         self._module, self._cache_dir = module, cache_dir
         self.choice: cpp_gemm.Choice | None = cpp_gemm.forced(module)
-        self.bf16: tuple[bool, str] | None = None  # under bfloat16 autocast: products in bfloat16?, and why
+        # under bfloat16 autocast, per layer size (input, hidden, chunk, batch rounded up to a power of two):
+        # products in bfloat16?, and why; bf16 is the last decision, for onlstm info
+        self._bf16: dict[tuple[int, ...], tuple[bool, str]] = {}
+        self.bf16: tuple[bool, str] | None = None
+
+    def forget_bf16(self) -> None:
+        """Forget the bfloat16 decisions (tests, or after changing ``ONLSTM_CPU_BF16``): made again at the next call."""
+        self._bf16.clear()
+        self.bf16 = None
 
     def describe(self) -> str:
         """One line for ``onlstm info``: the matrix-product backend and how it was chosen; then what the products
@@ -240,16 +248,25 @@ class CppKernel:
         from .capabilities import bf16_products_error
 
         why = self._module.bf16_why_not() or bf16_products_error()
-        return f"float32 ({why})" if why else "bfloat16 where its products time faster, at the first such call"
+        return (
+            f"float32 ({why})"
+            if why
+            else "bfloat16 where its products time faster, timed per layer size at its first such call"
+        )
 
     def _products_bf16(self, inputs: KernelInputs) -> bool:
         """Whether this call's products run in bfloat16: a float32 call under bfloat16 autocast, where
-        :func:`~onlstm.nn.cpp_gemm.choose_bf16` (at the first such call) says so."""
+        :func:`~onlstm.nn.cpp_gemm.choose_bf16` (at the first such call of the layer's size) says so."""
         if product_dtype(inputs.x.device, inputs.x.dtype) != torch.bfloat16 or inputs.x.dtype != torch.float32:
             return False
-        if self.bf16 is None:
+        if not inputs.batch_sizes.numel():  # nothing to time the products on
+            return False
+        batch = 1 << (int(inputs.batch_sizes[0]) - 1).bit_length()
+        size = (inputs.x.shape[1], inputs.w_hh.shape[1], int(inputs.chunk), batch)
+        if size not in self._bf16:  # a small layer may be faster in float32 and a large one in bfloat16
             with torch.no_grad(), torch.autocast("cpu", enabled=False):
-                self.bf16 = cpp_gemm.choose_bf16(self._module, inputs)
+                self._bf16[size] = cpp_gemm.choose_bf16(self._module, inputs)
+        self.bf16 = self._bf16[size]
         return self.bf16[0]
 
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
