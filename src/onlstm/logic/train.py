@@ -86,8 +86,8 @@ def train_step(model: LogicClassifier, opt: torch.optim.Optimizer, batch, clip: 
     ``(loss, logits)``, detached. ``bf16``: the forward under bfloat16 autocast, the loss in float32."""
     a, a_lengths, b, b_lengths, y = batch
     with torch.autocast(a.device.type, dtype=torch.bfloat16, enabled=bf16):
-        logits = model(a, a_lengths, b, b_lengths).float()  # (B, 7)
-    loss = F.cross_entropy(logits, y)
+        logits = model(a, a_lengths, b, b_lengths)  # (B, 7)
+    loss = F.cross_entropy(logits.float() if bf16 else logits, y)  # a float64 model stays float64
     update(opt, loss, model.parameters(), clip)
     return loss.detach(), logits.detach()
 
