@@ -71,7 +71,7 @@ GPU = Profile(
     repeats=10,
     lm_vocab=training.PTB_VOCAB,
     lm_step_tokens=20 * 70,
-    logic_per_length=1000,
+    logic_per_length=12,
     syneval_items=2000,
     steps=(200, 500),  # issue #22's budget
 )
@@ -86,7 +86,7 @@ SMOKE = Profile(
     repeats=1,
     lm_vocab=30,
     lm_step_tokens=2 * 5,
-    logic_per_length=30,
+    logic_per_length=12,
     syneval_items=4,
     steps=(3, 2),  # logic: a recorded update and a replayed one
     lm_flags=tuple(
