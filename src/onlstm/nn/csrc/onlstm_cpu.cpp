@@ -389,13 +389,8 @@ Tensor pack_weight(const Tensor& w, bool dnnl, int64_t steps) {
 
 // x @ w^T (+ bias) with w from pack_weight: a new (x.size(0), out) tensor.
 Tensor packed_product(const Tensor& x, const Tensor& packed, const std::optional<Tensor>& bias = std::nullopt) {
-  at::NoGradGuard no_grad;
-  auto& linear = *packed_state().linear;
-  if (!t_bf16) return linear.call(x, packed, bias, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt);
-  // the bias is added in float32, after the bfloat16 product is widened
-  Tensor y = linear.call(mm_operand(x), packed, std::nullopt, "none", c10::List<std::optional<c10::Scalar>>(),
-                         std::nullopt).to(at::kFloat);
-  return bias.has_value() ? y.add_(*bias) : y;
+  at::NoGradGuard no_grad;  // float32 only: the bfloat16 products go through product_bf16
+  return packed_state().linear->call(x, packed, bias, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt);
 }
 
 // x @ w^T under t_bf16, left in bfloat16: the per-step products, whose rows the element-wise loops widen
