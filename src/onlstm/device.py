@@ -49,21 +49,23 @@ def machine_line() -> str:
     return f"CPU: {cpu_line()}; torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
-def precision_refusal(
-    precision: str, device: torch.device, torch_rnn: str | None, accepted: tuple[str, ...] = ("cuda",)
-) -> str | None:
-    """Why ``train.precision`` cannot train on ``device`` here (None: it can; ``accepted``: the device types taken
-    whatever they are). bf16 on the CPU needs bfloat16 products (AMX or AVX-512 BF16, as torch's oneDNN answers;
-    elsewhere they are emulated, slower than float32) and, for a model on one of torch's recurrent layers
-    (``torch_rnn``: ``LSTM``, ``GRU`` or ``RNN``), that layer under bfloat16 autocast, asked by running it once."""
+#: The cells on one of torch's recurrent layers, whose bfloat16 autocast on the CPU is asked of torch.
+TORCH_RNNS = {"lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}
+
+
+def precision_refusal(precision: str, device: torch.device, cell: str) -> str | None:
+    """Why ``train.precision`` cannot train ``cell`` on ``device`` here (None: it can; CUDA is taken as it is).
+    bf16 on the CPU needs bfloat16 products (AMX or AVX-512 BF16, as torch's oneDNN answers; elsewhere they are
+    emulated, slower than float32) and, for a cell on one of torch's recurrent layers (``TORCH_RNNS``), that layer
+    under bfloat16 autocast, asked by running it once."""
     from .nn import capabilities
 
-    if precision == "fp32" or device.type in accepted:
+    if precision == "fp32" or device.type == "cuda":
         return None
     why = None if device.type == "cpu" else f"it runs on CUDA and on CPUs with bfloat16 products, not {device.type}"
     why = why or capabilities.bf16_products_error()
-    if why is None and torch_rnn:
-        why = capabilities.lstm_autocast_error("cpu", torch.bfloat16, torch_rnn)
+    if why is None and cell in TORCH_RNNS:
+        why = capabilities.lstm_autocast_error("cpu", torch.bfloat16, TORCH_RNNS[cell])
     return f"train.precision={precision}: {why}; train in fp32" if why else None
 
 

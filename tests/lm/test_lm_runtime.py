@@ -10,10 +10,9 @@ import torch
 from safetensors.torch import load_file
 
 from onlstm.cli import main
-from onlstm.lm import train as lm_train
 from onlstm.lm.config import explicit_settings
 from onlstm.lm.train import train
-from onlstm.nn import ONLSTM
+from onlstm.nn import ONLSTM, capabilities
 from support import TINY_LM, quiet, write_corpus
 
 
@@ -57,7 +56,7 @@ def test_bf16_autocast_trains_close_to_fp32_and_keeps_a_float32_state(tmp_path, 
     # accepted on a CPU with bfloat16 products (AMX, AVX-512 BF16); the autocast path of the trainer is the same
     # on every device, so it is tested on any CPU with the CPU accepted, the C++ kernel's bfloat16 products forced
     # on and off (ONLSTM_CPU_BF16; on a CPU without them they are emulated: slow, but the same arithmetic)
-    monkeypatch.setattr(lm_train, "AUTOCAST_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(capabilities, "bf16_products_error", lambda: None)
     monkeypatch.setenv("ONLSTM_CPU_BF16", products)
     from onlstm.nn.kernels import load_kernel
 
@@ -74,19 +73,18 @@ def test_bf16_on_the_cpu_is_asked_of_the_cpu(monkeypatch):
     """Accepted where the CPU has bfloat16 products (and, for an LSTM, torch's CPU LSTM runs under autocast);
     refused with the reason where it has not: injected answers, so both hold on every machine."""
     from onlstm.device import precision_refusal
-    from onlstm.nn import capabilities
 
     cpu = torch.device("cpu")
     monkeypatch.setattr(capabilities, "bf16_products_error", lambda: None)
     monkeypatch.setattr(capabilities, "lstm_autocast_error", lambda *_a: "not available on this CPU: no bf16 LSTM")
-    assert precision_refusal("bf16", cpu, torch_rnn=None) is None
-    assert precision_refusal("fp32", cpu, torch_rnn="LSTM") is None
-    why = precision_refusal("bf16", cpu, torch_rnn="LSTM")
+    assert precision_refusal("bf16", cpu, "onlstm") is None
+    assert precision_refusal("fp32", cpu, "lstm") is None
+    why = precision_refusal("bf16", cpu, "lstm")
     assert why == "train.precision=bf16: not available on this CPU: no bf16 LSTM; train in fp32"
-    assert precision_refusal("bf16", torch.device("cuda"), torch_rnn="LSTM") is None  # CUDA: taken as it is
+    assert precision_refusal("bf16", torch.device("cuda"), "lstm") is None  # CUDA: taken as it is
     monkeypatch.setattr(capabilities, "bf16_products_error", lambda: "not available on this CPU: none here")
-    assert "none here; train in fp32" in precision_refusal("bf16", cpu, torch_rnn=None)
-    assert "not mps" in precision_refusal("bf16", torch.device("mps"), torch_rnn=None)
+    assert "none here; train in fp32" in precision_refusal("bf16", cpu, "onlstm")
+    assert "not mps" in precision_refusal("bf16", torch.device("mps"), "onlstm")
 
 
 @pytest.mark.cuda
@@ -133,7 +131,6 @@ def _tensors(state):
     ],
 )
 def test_an_impl_that_cannot_run_is_a_clear_error(tmp_path, corpus, capsys, monkeypatch, flag, message):
-    from onlstm.nn import capabilities
 
     monkeypatch.setattr(capabilities, "bf16_products_error", lambda: "not available on this CPU: (injected)")
     extra = flag.split() if flag.startswith("--") else ["--onlstm-impl", flag]

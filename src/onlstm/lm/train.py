@@ -96,11 +96,6 @@ class _Objective(nn.Module):
         return loss, raw.detach(), state
 
 
-# Devices where train.precision=bf16 is accepted whatever they are; the CPU is asked (device.precision_refusal).
-AUTOCAST_DEVICES = ("cuda",)
-TORCH_RNNS = {"lstm": "LSTM"}  # the cells on one of torch's recurrent layers
-
-
 def float32_state(state):
     """A carried state (tensor or nested tuples) with every floating tensor in float32."""
     if isinstance(state, torch.Tensor):
@@ -137,10 +132,7 @@ class Trainer:
         self.rundir, self.data_dir, self.resuming, self.config = RunDir(run_dir), Path(data_dir), resume, settings
         cfg = self.cfg = self.config.train
         self.ctx, self._log = ctx or DistContext(device=resolve_device(cfg.device)), log
-        why = precision_refusal(
-            cfg.precision, self.ctx.device, TORCH_RNNS.get(settings.model["cell"]), AUTOCAST_DEVICES
-        )
-        if why:
+        if why := precision_refusal(cfg.precision, self.ctx.device, settings.model["cell"]):
             raise ConfigError(why)
         if self.ctx.distributed and cfg.batch_size % self.ctx.world:
             raise RunDirError(

@@ -69,10 +69,6 @@ class PlateauSchedule:
         return changed
 
 
-#: The encoders on one of torch's recurrent layers (asked whether they run under bfloat16 autocast on the CPU).
-TORCH_RNNS = {"lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}
-
-
 def curriculum_bound(cfg: LogicTrainConfig, step: int) -> int:
     """The largest operator count trained on at update ``step`` (0-based): ``curriculum_start``, one more every
     ``curriculum_steps`` updates, up to ``max_train_ops``; ``max_train_ops`` throughout without a curriculum."""
@@ -208,8 +204,7 @@ class LogicTask:
         self.train_ops = [operator_count(e) for e in train_data]
         self.valid_ops = [operator_count(e) for e in valid_data]
         self.device = device or runtime_device(cfg)
-        why = precision_refusal(cfg.precision, self.device, TORCH_RNNS.get(model_cfg.cell))
-        if why:
+        if why := precision_refusal(cfg.precision, self.device, model_cfg.cell):
             raise ConfigError(why)
         torch.manual_seed(cfg.seed)
         self.model = LogicClassifier(model_cfg).to(self.device)
