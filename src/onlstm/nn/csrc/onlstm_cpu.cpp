@@ -1120,12 +1120,10 @@ std::vector<Tensor> onlstm_forward(const Tensor& x, const Tensor& w_ih, const Te
       Tensor rec16 = b16 ? product_bf16(t == 0 ? h0c16.narrow(0, 0, bp) : h16.narrow(0, prev, bp), whh_p, whh_t)
                          : Tensor();
       Tensor rec = whh_p.defined() && !b16 ? packed_product(h_prev, whh_p) : rec_buf;
-      if (b16) {
-        // rec16 holds the product; the row loop widens it
-      } else if (own) {
+      if (own) {  // float32 only; under bfloat16 rec16 holds the product and the row loop widens it
         own_product(Rows{h_prev.data_ptr<float>(), b, D, 1}, whh_own, TileOut{rec.data_ptr<float>(), G, false}, G,
                     scratch_own.data());
-      } else if (!whh_p.defined()) {
+      } else if (!whh_p.defined() && !b16) {
         gemm(h_prev, whh_t, rec.narrow(0, 0, bp), false, dnnl);
       }
       const scalar_t* c_prev = (t == 0 ? c0c.data_ptr<scalar_t>() : cells.data_ptr<scalar_t>() + prev * D);
