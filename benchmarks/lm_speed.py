@@ -32,7 +32,7 @@ from onlstm.device import machine_line, precision_refusal, resolve_device
 from onlstm.errors import OnlstmError
 from onlstm.lm.config import add_config_flags, load_config
 from onlstm.lm.ntasgd import make_optimizer
-from onlstm.lm.train import TORCH_RNNS, _Objective
+from onlstm.lm.train import _Objective
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.nn import kernels
 from onlstm.runs.engine import update
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         return 2
     impls = [s for s in args.onlstm_impls.split(",") if s]
     for cell in args.cells:
-        why = precision_refusal(t.precision, device, TORCH_RNNS.get(cell))
+        why = precision_refusal(t.precision, device, cell)
         if why:
             print(f"lm_speed.py: --cells {cell}: {why}", file=sys.stderr)
             return 2

@@ -37,7 +37,7 @@ from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.data import load_training_examples
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.logic.model import LogicClassifier, collate, encode_examples
-from onlstm.logic.train import TORCH_RNNS, train_step
+from onlstm.logic.train import train_step
 from onlstm.nn import cpp_gemm, kernels
 
 
@@ -109,7 +109,7 @@ def bf16_runs_here(cell: str) -> bool:
     recurrent layers, that layer under autocast); otherwise it is left out with a note."""
     if not cell.endswith("@bf16"):
         return True
-    why = precision_refusal("bf16", torch.device("cpu"), TORCH_RNNS.get(cell.partition("@")[0].partition(":")[0]))
+    why = precision_refusal("bf16", torch.device("cpu"), cell.partition("@")[0].partition(":")[0])
     if why:
         print(f"# {cell} left out: {why}")
     return why is None
