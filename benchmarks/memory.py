@@ -4,6 +4,7 @@
     python benchmarks/memory.py --scenarios logic --steps 1000 --early 100 --eval-every 50   # the issue's run
     python benchmarks/memory.py --impls cpp,fused,reference,lstm               # reference too (slow)
     python benchmarks/memory.py --device cuda                     # triton, reference, nn.LSTM; + peak allocated
+    python benchmarks/memory.py --impls cpp,cpp@bf16,lstm,lstm@bf16   # bfloat16 autocast rows too
 
 Every (scenario, model) runs in a fresh process (this script, re-invoked), so that one model's memory never
 counts for another, and reports the process's peak resident memory (``ru_maxrss``) before the first step
@@ -29,7 +30,10 @@ smaller), and the longest BPTT segment, 50 (later ones are capped there). So a m
 peak at step 1, and growth after the early step is memory that accumulates, e.g. per new shape; RSS also
 moves by a few MiB with the allocator's state. Read differences of a few percent as noise. A model whose
 layers ran another implementation than the one asked (a kernel that does not fit the device, or the Triton
-kernel after a failed self-check) is left out, with what they ran.
+kernel after a failed self-check) is left out, with what they ran. ``MODEL@bf16`` runs the same steps under
+bfloat16 autocast (``--precision bf16`` of the trainers), its ratio taken against ``lstm@bf16`` when that row is
+asked too; on a CPU without bfloat16 products (or where torch's LSTM refuses the autocast) it is left out with
+the reason.
 """
 
 from __future__ import annotations
@@ -72,6 +76,27 @@ def packed_batch(rng: random.Random, n: int, t_range: tuple[int, int], width: in
     else:
         lengths = sorted((rng.randint(3, T) for _ in range(n)), reverse=True)
     return pack_sequence([torch.randn(length, width, device=device) for length in lengths])
+
+
+def split_model(model: str) -> tuple[str, bool]:
+    """``impl@bf16`` -> ``(impl, True)``; ``impl`` -> ``(impl, False)``."""
+    impl, _, precision = model.partition("@")
+    return impl, precision == "bf16"
+
+
+def bf16_refusal(model: str, device) -> str | None:
+    """Why a ``@bf16`` row cannot run on ``device`` here (None: it can, or the row is float32)."""
+    import torch
+
+    from onlstm.device import precision_refusal
+
+    impl, bf16 = split_model(model)
+    return precision_refusal("bf16", torch.device(device), impl) if bf16 else None
+
+
+def reference(model: str, impls: list[str]) -> str:
+    """The row a model's ratio is taken against: ``lstm@bf16`` for a bfloat16 row when it is asked, else ``lstm``."""
+    return "lstm@bf16" if split_model(model)[1] and "lstm@bf16" in impls else "lstm"
 
 
 def layer(model: str, input_size: int, hidden: int, device):
@@ -180,8 +205,10 @@ def child(args) -> int:
         if step in points:
             result[points[step]] = peaks(device)
 
+    impl, bf16 = split_model(args.model)
     start = time.perf_counter()
-    model = {"logic": logic_steps, "lm": lm_steps, "eval": eval_steps}[args.scenario](args.model, args, device, report)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        model = {"logic": logic_steps, "lm": lm_steps, "eval": eval_steps}[args.scenario](impl, args, device, report)
     result["seconds"] = time.perf_counter() - start
     # what the layers ran: another kernel than asked where it does not fit the device or failed its self-check
     result["ran"] = sorted({m.resolved_impl(device) for m in model.modules() if isinstance(m, onlstm.ONLSTM)})
@@ -203,7 +230,7 @@ def run_child(scenario: str, model: str, steps: int, early: int, args) -> dict:
 def row(scenario: str, model: str, r: dict, ref: dict | None, key: str) -> str:
     if "error" in r:
         return f"{scenario:<6} {model:<10} failed: {r['error']}"
-    if r["ran"] not in ([], [model]) and model != "auto":
+    if r["ran"] not in ([], [split_model(model)[0]]) and model != "auto":
         return f"{scenario:<6} {model:<10} left out: the layers ran {', '.join(r['ran'])} (onlstm info says why)"
     s, e, z = r["start"][key], r["early"][key], r["end"][key]
     vs = f"{z / ref['end'][key]:.2f}" if ref and "error" not in ref else "-"
@@ -235,6 +262,8 @@ def main(argv=None) -> int:
     impls = [s for s in (args.impls or (IMPLS_CUDA if args.device == "cuda" else IMPLS_CPU)).split(",") if s]
     if "lstm" not in impls:
         impls.append("lstm")  # the reference of the ratio
+    if bad := [m for m in impls if m.partition("@")[2] not in ("", "bf16")]:
+        ap.error(f"--impls: {', '.join(bad)}: MODEL@bf16 is the only precision suffix")
     import torch
 
     from onlstm.device import machine_line
@@ -242,6 +271,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)  # as each row's process does: the header names the rows' threads
     print(f"# {machine_line()}; {args.device}; peak memory in MiB; each row is its own process")
     keys = [("rss", "peak RSS")] + ([("cuda", "peak CUDA allocated")] if args.device == "cuda" else [])
+    for model in impls[:]:
+        if why := bf16_refusal(model, args.device):
+            print(f"# {model} left out: {why}")
+            impls.remove(model)
     results = {}
     for scenario in scenarios:
         steps = args.steps or DEFAULT_STEPS[scenario]
@@ -254,7 +287,8 @@ def main(argv=None) -> int:
                 f"{'scen.':<6} {'model':<10} {'start':>9} {'early':>9} {'end':>9} {'growth':>9} {'x nn.LSTM':>9} {'sec':>6}"
             )
             for model in impls:
-                print(row(scenario, model, results[scenario, model], results[scenario, "lstm"], key), flush=True)
+                ref = results[scenario, reference(model, impls)]
+                print(row(scenario, model, results[scenario, model], ref, key), flush=True)
     return 0
 
 

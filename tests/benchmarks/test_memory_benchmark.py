@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 import memory
 
 
-def test_a_child_records_what_its_layers_ran(capsys):
-    # the reference loop, one batch: what matters is the record, not the figures
+@pytest.mark.parametrize("model", ["reference", "reference@bf16"])
+def test_a_child_records_what_its_layers_ran(capsys, model):
+    # the reference loop, one batch (under bfloat16 autocast too: the same impl): the record, not the figures
     try:
-        assert memory.main(["--child", "eval", "reference", "--steps", "1", "--early", "1", "--device", "cpu"]) == 0
+        assert memory.main(["--child", "eval", model, "--steps", "1", "--early", "1", "--device", "cpu"]) == 0
     finally:
         torch.set_flush_denormal(False)  # the child sets it for its whole process; False is torch's default
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -29,3 +31,19 @@ def test_a_row_whose_layers_ran_another_kernel_is_left_out():
     kept = memory.row("eval", "triton", {**peaks, "ran": ["triton"]}, lstm, "rss")
     assert "left out" not in kept and "+5.0%" in kept
     assert "left out" not in memory.row("eval", "lstm", lstm, lstm, "rss")
+
+
+def test_a_bf16_row_is_measured_against_the_bf16_lstm_or_left_out_with_the_reason(capsys, monkeypatch):
+    assert memory.reference("cpp@bf16", ["cpp@bf16", "lstm", "lstm@bf16"]) == "lstm@bf16"
+    assert memory.reference("cpp@bf16", ["cpp@bf16", "lstm"]) == "lstm"
+    assert memory.reference("cpp", ["cpp", "lstm", "lstm@bf16"]) == "lstm"
+    from onlstm.nn import capabilities
+
+    monkeypatch.setattr(capabilities, "bf16_products_error", lambda: "not available on this CPU: (injected)")
+    monkeypatch.setattr(memory, "run_child", lambda *a: {"error": "not run in this test"})
+    assert memory.main(["--impls", "cpp@bf16,lstm", "--scenarios", "eval", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "# cpp@bf16 left out: train.precision=bf16: not available on this CPU: (injected)" in out
+    assert "cpp@bf16 " not in out.split("left out")[-1]  # no row for it
+    with pytest.raises(SystemExit):
+        memory.main(["--impls", "cpp@fp16"])
