@@ -29,7 +29,7 @@ demo: $(EXPERIMENTS)
 	$(BIN)/onlstm demo
 
 test: $(DEV)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses 4
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --durations=15  # the slowest 15: the suite must stay under 10 minutes
 
 # Lint: ruff (rules and format) over the whole tree, mypy over the layer (configured in pyproject.toml).
 lint: $(DEV)
