@@ -1,5 +1,6 @@
 """The compiled kernel: it builds here, and a machine without a compiler falls back with one warning."""
 
+import itertools
 import os
 import random
 import subprocess
@@ -162,9 +163,9 @@ def test_cpp_kernel_asks_onednn_for_a_bounded_set_of_shapes(products):
     bfloat16 products forced on (their row counts are bucketed alike)."""
     ext = load_extension()
     assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
-    # the buckets: never fewer rows, at most 1/8 more, at most 8 row counts per doubling
-    assert all(r <= ext.bucket_rows(r) <= r + r // 8 for r in range(1, 5000))
-    assert len({ext.bucket_rows(r) for r in range(1, 4097)}) <= 8 * 13
+    # the buckets: never fewer rows, under 1/4 more, at most 4 row counts per doubling
+    assert all(r <= ext.bucket_rows(r) < r + max(1, r / 4) for r in range(1, 5000))
+    assert len({ext.bucket_rows(r) for r in range(1, 4097)}) <= 4 * 13
     env = dict(
         os.environ, ONEDNN_VERBOSE="2", OMP_NUM_THREADS="1", ONLSTM_CPU_BF16="on" if products == "bfloat16" else ""
     )
@@ -178,6 +179,24 @@ def test_cpp_kernel_asks_onednn_for_a_bounded_set_of_shapes(products):
     heap_end = int(next(line for line in lines if line.startswith("END ")).split()[1])
     if heap_warm >= 0:
         assert heap_end - heap_warm < 4 * 2**20, f"heap in use grew by {(heap_end - heap_warm) / 2**20:.1f} MiB"
+
+
+def test_products_over_all_rows_run_in_seven_block_shapes():
+    """The input projection and the gradients over all rows of a sequence run in blocks: 1,024 rows, then the
+    rest padded to a multiple of 16 and split into powers of two. Every row count must be covered from row 0
+    without a gap, with fewer than 16 padded rows, in blocks of 7 sizes at most (each a oneDNN primitive)."""
+    ext = load_extension()
+    assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
+    sizes = set()
+    for n in [*range(1, 2100), 4095, 4096, 4097, 10_000]:
+        blocks = ext.row_blocks(n, True)
+        starts = [s for s, _ in blocks]
+        assert starts == [0] + list(itertools.accumulate(r for _, r in blocks))[:-1], n
+        padded = blocks[-1][0] + blocks[-1][1]
+        assert n <= padded < n + 16, (n, blocks)
+        sizes.update(r for _, r in blocks)
+    assert sizes == {16, 32, 64, 128, 256, 512, 1024}
+    assert ext.row_blocks(70, False) == [(0, 70)] and ext.row_blocks(0, True) == []
 
 
 def test_cpp_kernel_under_cpu_autocast_computes_in_float32(monkeypatch):

@@ -57,9 +57,11 @@ namespace {
 //   at 100-230 GFLOP/s where MKL ran them at 45-105 (issue #34). It builds and caches a primitive
 //   (~0.6 MiB) for every new product shape, and packed batches bring new shapes all the time: the
 //   memory grew by gigabytes when every shape was asked for (issue #25). So this kernel asks oneDNN
-//   for a bounded set of shapes only: a row count is padded up to a bucket (at most 8 per doubling,
-//   at most 1/8 more rows; padded rows are computed and thrown away), and products over all rows of
-//   a sequence run in blocks of kBlockRows rows and one bucketed tail.
+//   for a bounded set of shapes only: a step's row count is padded up to a bucket (at most 4 per
+//   doubling, under 1/4 more rows; padded rows are computed and thrown away), and products over all
+//   rows of a sequence run in blocks of kBlockRows rows, the tail in blocks of powers of two (under
+//   kTailRows rows padded): 7 shapes per product. With 8 buckets per doubling and one bucketed tail
+//   the logic classifier's training met 155 shapes in 100 steps (~0.6 MiB each), with these 75.
 // * "linear": oneDNN's inner product on weights packed once per layer call (the ops behind
 //   torch.compile's CPU linear, see pack_weight) for the products that read a weight (the per-step
 //   products, the input projection, d_x), ATen's GEMM for the weight gradients. It needs no matmul:
@@ -69,7 +71,8 @@ namespace {
 //   ("Own products" below), where the build has AVX2 and FMA.
 // * ATen's GEMM (MKL), which keeps nothing per shape: float64 always, and the fallback.
 
-constexpr int64_t kBlockRows = 1024;  // a bucket value, so full blocks are one shape
+constexpr int64_t kBlockRows = 1024;  // a power of two, so a tail splits into the shapes below it
+constexpr int64_t kTailRows = 16;     // the smallest tail block: products of fewer rows gain nothing
 // Whether this build has the own AVX2 step products (the "avx2" backend): the kernel is built for the CPU it
 // runs on (-march=native), so this says whether that CPU has AVX2 and FMA.
 #if defined(__AVX2__) && defined(__FMA__)
@@ -78,22 +81,31 @@ constexpr bool kOwnSteps = true;
 constexpr bool kOwnSteps = false;
 #endif
 
-// The padded row count: m itself up to 8, then rounded up to 8 steps per doubling.
+// The padded row count: m itself up to 4, then rounded up to 4 steps per doubling.
 int64_t bucket_rows(int64_t m) {
-  if (m <= 8) return m;
+  if (m <= 4) return m;
   const int64_t log2 = 63 - __builtin_clzll(static_cast<unsigned long long>(m - 1));
-  const int64_t step = int64_t(1) << (log2 - 3);
+  const int64_t step = int64_t(1) << (log2 - 2);
   return (m + step - 1) / step * step;
 }
 
-// (first row, padded rows) of the blocks over N rows; the last block's padded rows may pass N.
+// (first row, padded rows) of the blocks over N rows; the last block's padded rows may pass N. With oneDNN:
+// blocks of kBlockRows, then the rest padded to a multiple of kTailRows and split into powers of two.
 std::vector<std::pair<int64_t, int64_t>> row_blocks(int64_t N, bool dnnl) {
   std::vector<std::pair<int64_t, int64_t>> blocks;
   if (!dnnl) {
     if (N > 0) blocks.emplace_back(0, N);
     return blocks;
   }
-  for (int64_t s = 0; s < N; s += kBlockRows) blocks.emplace_back(s, bucket_rows(std::min(kBlockRows, N - s)));
+  int64_t s = 0;
+  for (; s + kBlockRows <= N; s += kBlockRows) blocks.emplace_back(s, kBlockRows);
+  int64_t rest = (N - s + kTailRows - 1) / kTailRows * kTailRows;  // at most kBlockRows
+  for (int64_t p = kBlockRows; rest > 0; p /= 2) {
+    if (rest < p) continue;
+    blocks.emplace_back(s, p);
+    s += p;
+    rest -= p;
+  }
   return blocks;
 }
 
@@ -1295,6 +1307,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_buffer_pool", &set_buffer_pool, "keep large buffers from call to call (on by default)");
   m.def("buffer_pool_stats", &buffer_pool_stats, "the buffer pool: [buffers held, of which free, bytes held]");
   m.def("bucket_rows", &bucket_rows, "the padded row count oneDNN's products use for m rows");
+  m.def("row_blocks", &row_blocks, "(first row, rows) of the blocks a product over n rows runs in");
   m.def("avx2_pack", &own_pack_weight, "a float32 weight packed for avx2_matmul (transposed: for a @ w) on batches of "
         "`rows` rows (the orientation of the tiles follows from it, as in the layer)", py::arg("w"),
         py::arg("transposed"), py::arg("rows"));
