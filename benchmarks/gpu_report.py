@@ -54,6 +54,7 @@ class Profile:
     lm_vocab: int
     lm_step_tokens: int  # tokens of one training step (batch x bptt), to size a synthetic corpus
     logic_per_length: int
+    logic_max_ops: int  # of the generated formulas (validation scores every length up to it)
     syneval_items: int
     steps: tuple[int, int]  # lm train steps, logic train updates (unless --lm-steps/--logic-steps)
     lm_flags: tuple[str, ...] = ()
@@ -72,6 +73,7 @@ GPU = Profile(
     lm_vocab=training.PTB_VOCAB,
     lm_step_tokens=20 * 70,
     logic_per_length=12,
+    logic_max_ops=6,
     syneval_items=2000,
     steps=(200, 500),  # issue #22's budget
 )
@@ -87,6 +89,7 @@ SMOKE = Profile(
     lm_vocab=30,
     lm_step_tokens=2 * 5,
     logic_per_length=12,
+    logic_max_ops=3,  # the interpreter runs every row of every step: long test formulas took half the smoke
     syneval_items=4,
     steps=(3, 2),  # logic: a recorded update and a replayed one
     lm_flags=tuple(

@@ -197,8 +197,9 @@ def _logic(prof, args, work: Path, steps: int, graphs: bool) -> tuple[Record, Re
     from onlstm.logic.generate import GenerateConfig, generate_dataset
 
     data = args.logic_data or work / "logic-data"
-    if args.logic_data is None and not data.exists():  # formulas of up to 6 operators, as `logic generate` writes
-        generate_dataset(data, GenerateConfig(per_length=prof.logic_per_length, max_ops=6, test_count=2), log=None)
+    if args.logic_data is None and not data.exists():  # as `logic generate` writes (the GPU's: up to 6 operators)
+        gen = GenerateConfig(per_length=prof.logic_per_length, max_ops=prof.logic_max_ops, test_count=2)
+        generate_dataset(data, gen, log=None)
     out = work / f"logic-{'graphs' if graphs else 'eager'}"
     where = ["--data", str(data), "--out", str(out), "--device", prof.device.type]
     budget = ["--max-steps", str(steps), "--valid-every", str(steps)]  # one validation, after the last update
