@@ -60,8 +60,8 @@ namespace {
 //   for a bounded set of shapes only: a step's row count is padded up to a bucket (at most 4 per
 //   doubling, under 1/4 more rows; padded rows are computed and thrown away), and products over all
 //   rows of a sequence run in blocks of kBlockRows rows, the tail in blocks of powers of two (under
-//   kTailRows rows padded): 7 shapes per product. With 8 buckets per doubling and one bucketed tail
-//   the logic classifier's training met 155 shapes in 100 steps (~0.6 MiB each), with these 75.
+//   kTailRows rows padded): 7 shapes per product. Fewer buckets would pad more rows; more would keep
+//   more primitives (the logic classifier's training meets about 75 in its first 100 steps).
 // * "linear": oneDNN's inner product on weights packed once per layer call (the ops behind
 //   torch.compile's CPU linear, see pack_weight) for the products that read a weight (the per-step
 //   products, the input projection, d_x), ATen's GEMM for the weight gradients. It needs no matmul:
