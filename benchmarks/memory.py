@@ -30,7 +30,10 @@ smaller), and the longest BPTT segment, 50 (later ones are capped there). So a m
 peak at step 1, and growth after the early step is memory that accumulates, e.g. per new shape; RSS also
 moves by a few MiB with the allocator's state. Read differences of a few percent as noise. A model whose
 layers ran another implementation than the one asked (a kernel that does not fit the device, or the Triton
-kernel after a failed self-check) is left out, with what they ran. ``MODEL@bf16`` runs the same steps under
+kernel after a failed self-check) is left out, with what they ran. A float32 ``cpp`` row names the backend its
+products ran (``linear``, ``onednn``, ``avx2``, ``mkl``): the oneDNN routes keep a primitive per product shape, so
+the backend moves the peak by 100 MiB or more, and each process times them again unless ``ONLSTM_CPU_GEMM`` is set
+(a busy machine may choose differently from one row to the next). ``MODEL@bf16`` runs the same steps under
 bfloat16 autocast (``--precision bf16`` of the trainers), its ratio taken against ``lstm@bf16`` when that row is
 asked too; on a CPU without bfloat16 products (or where torch's LSTM refuses the autocast) it is left out with
 the reason.
@@ -212,6 +215,10 @@ def child(args) -> int:
     result["seconds"] = time.perf_counter() - start
     # what the layers ran: another kernel than asked where it does not fit the device or failed its self-check
     result["ran"] = sorted({m.resolved_impl(device) for m in model.modules() if isinstance(m, onlstm.ONLSTM)})
+    if result["ran"] == ["cpp"] and not bf16:  # its float32 backend decides how many oneDNN primitives it keeps
+        from onlstm.nn.cpp_kernel import load_extension
+
+        result["products"] = load_extension().gemm_backend()
     print(json.dumps(result))
     return 0
 
@@ -234,7 +241,8 @@ def row(scenario: str, model: str, r: dict, ref: dict | None, key: str) -> str:
         return f"{scenario:<6} {model:<10} left out: the layers ran {', '.join(r['ran'])} (onlstm info says why)"
     s, e, z = r["start"][key], r["early"][key], r["end"][key]
     vs = f"{z / ref['end'][key]:.2f}" if ref and "error" not in ref else "-"
-    return f"{scenario:<6} {model:<10} {s:>9,.0f} {e:>9,.0f} {z:>9,.0f} {100 * (z - e) / e:>+8.1f}% {vs:>9} {r['seconds']:>6.0f}"
+    line = f"{scenario:<6} {model:<10} {s:>9,.0f} {e:>9,.0f} {z:>9,.0f} {100 * (z - e) / e:>+8.1f}% {vs:>9} {r['seconds']:>6.0f}"
+    return line + (f"  {r['products']}" if "products" in r else "")
 
 
 def main(argv=None) -> int:
@@ -285,6 +293,7 @@ def main(argv=None) -> int:
             print(f"\n## {scenario}: {title}, {steps} steps, growth from step {early} to {steps}")
             print(
                 f"{'scen.':<6} {'model':<10} {'start':>9} {'early':>9} {'end':>9} {'growth':>9} {'x nn.LSTM':>9} {'sec':>6}"
+                "  products (the C++ kernel's float32 backend: each process times them unless ONLSTM_CPU_GEMM is set)"
             )
             for model in impls:
                 ref = results[scenario, reference(model, impls)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -18,7 +19,16 @@ def test_a_child_records_what_its_layers_ran(capsys, model):
     finally:
         torch.set_flush_denormal(False)  # the child sets it for its whole process; False is torch's default
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["ran"] == ["reference"] and result["end"]["rss"] > 0
+    assert result["ran"] == ["reference"] and result["end"]["rss"] > 0 and "products" not in result
+
+
+def test_a_cpp_row_names_the_backend_its_products_ran(monkeypatch):
+    # in a process of its own, as every row runs: the backend is forced (read once per process), so the record
+    # must name it, whatever a timing would have chosen here
+    monkeypatch.setenv("ONLSTM_CPU_GEMM", "mkl")
+    args = argparse.Namespace(batch=256, eval_every=0, threads=1, device="cpu")
+    result = memory.run_child("eval", "cpp", 1, 1, args)
+    assert result.get("ran") == ["cpp"] and result["products"] == "mkl", result
 
 
 def test_a_row_whose_layers_ran_another_kernel_is_left_out():
@@ -30,6 +40,7 @@ def test_a_row_whose_layers_ran_another_kernel_is_left_out():
     )
     kept = memory.row("eval", "triton", {**peaks, "ran": ["triton"]}, lstm, "rss")
     assert "left out" not in kept and "+5.0%" in kept
+    assert memory.row("eval", "cpp", {**peaks, "ran": ["cpp"], "products": "linear"}, lstm, "rss").endswith("  linear")
     assert "left out" not in memory.row("eval", "lstm", lstm, lstm, "rss")
 
 
