@@ -72,7 +72,7 @@ namespace {
 // * ATen's GEMM (MKL), which keeps nothing per shape: float64 always, and the fallback.
 
 constexpr int64_t kBlockRows = 1024;  // a power of two, so a tail splits into the shapes below it
-constexpr int64_t kTailRows = 16;     // the smallest tail block: products of fewer rows gain nothing
+constexpr int64_t kTailRows = 16;     // the smallest tail block: smaller ones would add shapes to save < 16 rows
 // Whether this build has the own AVX2 step products (the "avx2" backend): the kernel is built for the CPU it
 // runs on (-march=native), so this says whether that CPU has AVX2 and FMA.
 #if defined(__AVX2__) && defined(__FMA__)
