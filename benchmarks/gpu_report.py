@@ -89,7 +89,7 @@ SMOKE = Profile(
     lm_vocab=30,
     lm_step_tokens=2 * 5,
     logic_per_length=12,
-    logic_max_ops=3,  # the interpreter runs every row of every step: long test formulas took half the smoke
+    logic_max_ops=2,  # the interpreter runs every row of every step (one program a row): long formulas cost most
     syneval_items=4,
     steps=(3, 2),  # logic: a recorded update and a replayed one
     lm_flags=tuple(
@@ -97,8 +97,8 @@ SMOKE = Profile(
         "--bptt 5 --bptt-std 0 --min-seq-len 2".split()
     ),
     logic_flags=tuple(
-        "--emb-size 8 --hidden-size 8 --chunk-size 2 --mlp-hidden 8 --batch-size 4 --eval-batch-size 8 "
-        "--max-train-ops 2".split()  # short formulas: the interpreter runs every row of every step in numpy
+        "--emb-size 8 --hidden-size 8 --chunk-size 2 --mlp-hidden 8 --batch-size 2 --eval-batch-size 8 "
+        "--max-train-ops 1".split()  # formulas of <= 7 tokens: the graphs' padded block is 8 x 4 rows
     ),
 )
 

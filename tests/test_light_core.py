@@ -145,12 +145,14 @@ def test_info_works_and_experiment_commands_name_the_extra(env_without_extras, t
     # One child runs the rest through main() (each start of Python and torch costs seconds on 2 cores);
     # the first command above went through the real entry point.
     # Each needs a package of the extra whatever it checks first: the presets are YAML, the demo's grammar
-    # is nltk's (today parsing and the demo cannot even be imported: a stand-in answers for them).
+    # and labelled gold trees are nltk's (imported when first needed, not with the commands).
+    (tmp_path / "gold.txt").write_text("(S (NP (DT the) (NN cat)) (VP (VBD sat)))\n")
+    (tmp_path / "pred.txt").write_text("((the cat) sat)\n")
     commands = [
         ["logic", "train", "--config", "smoke", "--data", "data", "--out", "run"],
         ["lm", "train", "--config", "tiny", "--data-dir", "corpus", "--out", "run"],
         ["demo", "--seconds", "1", "--out", "run"],
-        ["parsing", "parse", "--checkpoint", "nothing"],
+        ["parsing", "compare-trees", "gold.txt", "pred.txt"],
         ["export", "--checkpoint", "nothing", "--to", "out"],  # a core command keeps its own error
     ]
     code = textwrap.dedent(
@@ -175,10 +177,23 @@ def test_info_works_and_experiment_commands_name_the_extra(env_without_extras, t
     assert not (tmp_path / "run").exists()  # nothing was started
 
 
-def test_help_lists_the_unavailable_commands(env_without_extras, tmp_path):
+def test_commands_register_without_the_extra_and_run_as_far_as_the_core_allows(env_without_extras, tmp_path):
+    """Every command is listed with its own help (none imports a package of the extra when it registers: the
+    start-up of every command, the extra installed or not, is not charged nltk's import); comparing unlabelled
+    trees needs nothing of the extra and works."""
+    (tmp_path / "trees.txt").write_text("((the cat) sat)\n")
     r = run(["-m", "onlstm", "--help"], env_without_extras, tmp_path)
+    assert r.returncode == 0 and "not installed" not in r.stdout and "logical inference" in r.stdout, r.stderr
+    r = run(["-m", "onlstm", "parsing", "compare-trees", "trees.txt", "trees.txt"], env_without_extras, tmp_path)
+    assert r.returncode == 0 and "100.0" in r.stdout, r.stderr
+
+
+def test_registering_the_commands_imports_no_plotting_or_tree_package():
+    code = "import sys\nfrom onlstm.cli import build_parser\nbuild_parser()\nprint(sorted(sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "logic" in r.stdout and f"not installed: {INSTALL_EXPERIMENTS}" in r.stdout
+    loaded = {name.split(".")[0] for name in json.loads(r.stdout.replace("'", '"'))}
+    assert not loaded & {"nltk", "matplotlib", "yaml"}, loaded & {"nltk", "matplotlib", "yaml"}
 
 
 def test_the_extra_holds_exactly_the_packages_the_cli_names():

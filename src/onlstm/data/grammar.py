@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from nltk.tree import Tree
+from .trees import labelled_tree_class
+
+if TYPE_CHECKING:
+    from nltk.tree import Tree
 
 # Each rule: (weight, right-hand side). The first rule of every non-terminal must not recurse: it is
 # the only one used once the maximum depth is reached.
@@ -59,7 +63,7 @@ class Grammar:
 
     def _expand(self, sym: str, rng: random.Random, depth: int) -> Tree:
         if sym in self.lexicon:
-            return Tree(sym, [rng.choice(self.lexicon[sym])])
+            return labelled_tree_class()(sym, [rng.choice(self.lexicon[sym])])
         options = self.rules[sym]
         if depth >= self.max_depth:
             options = options[:1]
@@ -68,7 +72,7 @@ class Grammar:
             r -= weight
             if r <= 0:
                 break
-        return Tree(sym, [self._expand(s, rng, depth + 1) for s in rhs])
+        return labelled_tree_class()(sym, [self._expand(s, rng, depth + 1) for s in rhs])
 
     def sample(self, rng: random.Random, tries: int = 1000) -> Tree:
         """One tree whose sentence has between ``min_words`` and ``max_words`` words."""

@@ -9,11 +9,13 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from nltk.tree import Tree as LabelledTree
+from typing import TYPE_CHECKING
 
 from ..errors import OnlstmError
-from .trees import Tree, _is_preterminal, strip_function_tags, unlabel
+from .trees import Tree, _is_preterminal, is_labelled, labelled_tree_class, strip_function_tags, unlabel
+
+if TYPE_CHECKING:
+    from nltk.tree import Tree as LabelledTree
 
 WORD_TAGS = frozenset(
     "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH "
@@ -36,9 +38,9 @@ def normalise_word(word: str) -> str:
 def normalise_tree(tree: LabelledTree) -> LabelledTree | None:
     """The normalised copy of a raw PTB tree, or ``None`` when no word survives. Raises ``ValueError``
     for a word outside a ``(TAG word)`` pre-terminal (without a tag, whether to keep it is unknown)."""
-    if not isinstance(tree, LabelledTree):
+    if not is_labelled(tree):
         raise TypeError(f"normalise_tree needs an nltk.Tree, got {type(tree).__name__}")
-    node = _normalise(tree)
+    node = _normalise(tree, labelled_tree_class())
     if node is None:
         return None
     if node.label() == "":  # an unlabelled root with several children: give it a name
@@ -46,23 +48,23 @@ def normalise_tree(tree: LabelledTree) -> LabelledTree | None:
     return node
 
 
-def _normalise(node: LabelledTree) -> LabelledTree | None:
+def _normalise(node: LabelledTree, labelled: type[LabelledTree]) -> LabelledTree | None:
     if _is_preterminal(node):
         tag = node.label()
-        return LabelledTree(tag, [normalise_word(node[0])]) if tag in WORD_TAGS else None
+        return labelled(tag, [normalise_word(node[0])]) if tag in WORD_TAGS else None
     word = next((c for c in node if isinstance(c, str)), None)
     if word is not None:
         raise ValueError(
             f"the word {word!r} is directly under ({node.label()} ...), not inside a (TAG word) pre-terminal"
         )
-    kids = [k for k in map(_normalise, node) if k is not None]
+    kids = [k for k in (_normalise(child, labelled) for child in node) if k is not None]
     if not kids:
         return None
     label = strip_function_tags(node.label())
     if len(kids) == 1 and not _is_preterminal(kids[0]):  # a unary chain: one node, labels joined by "+"
         only = kids[0]
-        return LabelledTree(f"{label}+{only.label()}" if label else only.label(), list(only))
-    return LabelledTree(label, kids)
+        return labelled(f"{label}+{only.label()}" if label else only.label(), list(only))
+    return labelled(label, kids)
 
 
 def split_bracketings(text: str, source: str = "<text>") -> list[tuple[int, str]]:
@@ -107,10 +109,10 @@ def read_mrg_file(path: str | Path) -> list[LabelledTree]:
         raise TreebankError(f"{path}: not UTF-8/ASCII text ({err}); is this a treebank .mrg file?") from None
     except OSError as err:
         raise TreebankError(f"{path}: cannot read the file ({err.strerror or err})") from None
-    trees = []
+    trees, labelled = [], labelled_tree_class()
     for k, (line, chunk) in enumerate(split_bracketings(text, str(path))):
         try:
-            trees.append(LabelledTree.fromstring(chunk))
+            trees.append(labelled.fromstring(chunk))
         except ValueError as err:
             raise TreebankError(f"{path}: tree {k + 1} (line {line}) is not a valid bracketing: {err}") from None
     return trees

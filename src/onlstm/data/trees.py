@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Iterable, Sequence
-
-from nltk.tree import Tree as LabelledTree
+from typing import TYPE_CHECKING, Any
 
 from ..errors import OnlstmError
+
+if TYPE_CHECKING:
+    from nltk.tree import Tree as LabelledTree
 
 Tree = str | tuple
 """An unlabelled tree: a word (``str``) or a tuple of two or more sub-trees."""
@@ -19,6 +22,27 @@ Span = tuple[int, int]
 LabelledSpan = tuple[int, int, str]
 
 FORMATS = ("auto", "labelled", "unlabelled")
+
+
+def labelled_tree_class() -> type[LabelledTree]:
+    """``nltk.Tree``, imported at its first use: nltk takes most of a second to import, which every command
+    would pay at start-up though most never meet a labelled tree."""
+    from nltk.tree import Tree as Labelled
+
+    return Labelled
+
+
+def is_labelled(node: object) -> bool:
+    """Whether ``node`` is an ``nltk.Tree``, asked without importing nltk: there is none before nltk is imported."""
+    module = sys.modules.get("nltk.tree")
+    return module is not None and isinstance(node, module.Tree)
+
+
+def __getattr__(name: str) -> Any:
+    """``LabelledTree`` (``nltk.Tree``) stays a name of this module, imported when it is asked for."""
+    if name == "LabelledTree":
+        return labelled_tree_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class TreeFormatError(OnlstmError, ValueError):
@@ -96,13 +120,13 @@ def labelled_spans(tree: LabelledTree, *, include_root: bool = False, min_length
     """Set of ``(start, end, label)`` for the phrases (not pre-terminals) of a labelled tree, labels
     without function tags; a ``+``-joined label (a collapsed unary chain, ``SBAR+S``) gives one entry
     per part, an empty label none. ``include_root``/``min_length`` as in :func:`spans`."""
-    if not isinstance(tree, LabelledTree):
+    if not is_labelled(tree):
         raise TypeError(f"labelled_spans needs an nltk.Tree with labels, got {type(tree).__name__}")
     words, nodes = _nodes(tree)
     return {
         (s, e, strip_function_tags(part))
         for s, e, node in nodes
-        if isinstance(node, LabelledTree) and not _is_preterminal(node)
+        if is_labelled(node) and not _is_preterminal(node)
         if e - s >= min_length and (include_root or (s, e) != (0, len(words)))
         for part in node.label().split("+")
         if part
@@ -139,14 +163,14 @@ _WORD = re.compile(r"[^\s()]+")
 def to_nltk(tree: object) -> LabelledTree:
     """An unlabelled tree as an ``nltk.Tree`` with blank labels, every word under its own blank pre-terminal
     (nltk's pretty printer misplaces words that stand beside constituents). Built without recursion."""
-    top: list[LabelledTree] = []
+    labelled, top = labelled_tree_class(), []
     stack: list[tuple[object, list]] = [(tree, top)]
     while stack:  # depth first, left to right: each node is appended to its parent in order
         node, parent = stack.pop()
         if isinstance(node, str):
-            parent.append(LabelledTree("", [node]))
+            parent.append(labelled("", [node]))
             continue
-        made = LabelledTree("", [])
+        made = labelled("", [])
         parent.append(made)
         stack.extend((child, made) for child in reversed(list(node)))  # type: ignore[call-overload]
     return top[0]
@@ -188,7 +212,7 @@ def to_brackets(tree: object) -> str:
                 )
             pieces.append(node)
         elif isinstance(node, _NODE_TYPES):
-            pieces.append(f"({node.label()} " if isinstance(node, LabelledTree) else "(")
+            pieces.append(f"({node.label()} " if is_labelled(node) else "(")
             stack += [_CLOSE, *reversed(list(node))]
         else:
             raise _not_a_tree(node)
@@ -238,10 +262,10 @@ def _shape(node: object) -> tuple[bool, bool]:
     return all(shape for shape, _ in kids), len(node) > 2 or any(branches for _, branches in kids)
 
 
-def _as_labelled(node: object) -> LabelledTree:
+def _as_labelled(node: object, labelled: type[LabelledTree]) -> LabelledTree:
     if len(node) == 2 and isinstance(node[1], str):  # type: ignore[arg-type]
-        return LabelledTree(node[0], [node[1]])  # type: ignore[index]
-    return LabelledTree(node[0], [_as_labelled(c) for c in node[1:]])  # type: ignore[index]
+        return labelled(node[0], [node[1]])  # type: ignore[index]
+    return labelled(node[0], [_as_labelled(c, labelled) for c in node[1:]])  # type: ignore[index]
 
 
 def parse_brackets(text: str, labelled: bool | None = None) -> Tree | LabelledTree:
@@ -263,7 +287,7 @@ def parse_brackets(text: str, labelled: bool | None = None) -> Tree | LabelledTr
                 "not a labelled tree: each bracket must start with a label and each word must sit in a "
                 "pre-terminal '(TAG word)'; read it as unlabelled instead"
             )
-        return _as_labelled(node)
+        return _as_labelled(node, labelled_tree_class())
     return unlabel(node)
 
 

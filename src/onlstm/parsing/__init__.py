@@ -31,7 +31,6 @@ from .metrics import (  # noqa: F401
     sentence_prf,
 )
 from .trees import (  # noqa: F401
-    LabelledTree,
     Tree,
     TreeFormatError,
     build_tree,
@@ -47,3 +46,12 @@ from .trees import (  # noqa: F401
     unlabel,
     word_depths,
 )
+
+
+def __getattr__(name: str):
+    """``LabelledTree`` (``nltk.Tree``): imported when asked for, not with the package (nltk is slow to import)."""
+    if name == "LabelledTree":
+        from .trees import labelled_tree_class
+
+        return labelled_tree_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

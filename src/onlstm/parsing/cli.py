@@ -33,9 +33,9 @@ from .induce import (
 )
 from .trees import (
     FORMATS,
-    LabelledTree,
     TreeFormatError,
     draw_tree,
+    is_labelled,
     leaves,
     parse_brackets,
     parse_tree_lines,
@@ -139,7 +139,7 @@ def _normalise_gold(trees: list, path: Path) -> list:
 
     out = []
     for k, tree in enumerate(trees, 1):
-        if not isinstance(tree, LabelledTree):
+        if not is_labelled(tree):
             raise InputError(
                 f"--normalise-gold needs labelled gold trees, but line {k} of {path} reads as unlabelled; "
                 "pass --gold-format labelled if it is labelled"

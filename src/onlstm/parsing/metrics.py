@@ -7,8 +7,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-from .trees import LabelledTree, labelled_spans, span_info, word_depths
+from .trees import is_labelled, labelled_spans, span_info, word_depths
+
+if TYPE_CHECKING:
+    from .trees import LabelledTree
 
 
 @dataclass(frozen=True)
@@ -148,7 +152,7 @@ def _label_recall(gold: list, infos: list[_Info]) -> dict[str, LabelRecall]:
     found: Counter[str] = Counter()
     total: Counter[str] = Counter()
     for k, (g, (_, _, ps)) in enumerate(zip(gold, infos)):
-        if not isinstance(g, LabelledTree):
+        if not is_labelled(g):
             raise TypeError(f"label_recall needs labelled (nltk.Tree) gold trees; gold tree {k} is {type(g).__name__}")
         for s, e, lab in labelled_spans(g):  # whole sentence already excluded there, so `ps` may keep it
             total[lab] += 1
@@ -218,6 +222,6 @@ def evaluate(gold: Sequence[object], pred: Sequence[object]) -> ParseEvaluation:
     gold, pred = list(gold), list(pred)
     infos = _infos(gold, pred)
     scores = _f1_scores(infos).values()  # sentence, corpus, EVALB-style
-    recall = _label_recall(gold, infos) if all(isinstance(g, LabelledTree) for g in gold) else None
+    recall = _label_recall(gold, infos) if all(map(is_labelled, gold)) else None
     more = {name: float(metric(gold, pred)) for name, metric in METRICS.items()}
     return ParseEvaluation(*scores, average_depth(gold), average_depth(pred), recall, more)
