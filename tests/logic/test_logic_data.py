@@ -176,6 +176,45 @@ def test_parse_rejects_text_outside_the_notation(text, problem):
     assert problem in str(info.value)
 
 
+def _careful(text: str):
+    """What the careful recursive-descent parser alone makes of ``text`` (a formula or the error message)."""
+    tokens = F.tokenize(text)
+    p = F._Parser(tokens, text)
+    try:
+        f = p.formula()
+        if p.pos != len(tokens):
+            raise p.fail("unexpected token after a complete formula")
+        return f
+    except F.FormulaSyntaxError as exc:
+        return type(exc)
+
+
+def test_the_fast_reader_accepts_exactly_what_the_careful_parser_accepts():
+    """parse() reads with a quick reader and falls back to the careful parser for its message: on valid formulas
+    and on every one-token change of them (deleted, doubled, swapped, replaced), both must agree."""
+    rng, tokens = random.Random(5), list(F.VOCABULARY)
+    for n in range(0, 9):
+        for _ in range(4):
+            words = G.random_formula_text(n, rng)[0].split(" ")
+            variants = [words]
+            for k in range(len(words)):
+                variants += [words[:k] + words[k + 1 :], words[: k + 1] + words[k:]]
+                variants += [words[:k] + [rng.choice(tokens)] + words[k + 1 :]]
+                variants += [words[:k] + words[k + 1 : k + 2] + words[k : k + 1] + words[k + 2 :]]
+            for variant in variants:
+                text = " ".join(variant)
+                if not text:
+                    continue
+                want = _careful(text)
+                try:
+                    got = F.parse(text)
+                except F.FormulaSyntaxError as exc:
+                    got = type(exc)
+                assert got == want, text
+                if not isinstance(got, type):
+                    assert F.count_operators(got) == F.count_operators_text(text), text
+
+
 # --------------------------------------------------------------------------- the original files
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import OnlstmError
 from ..files import atomic_write, iter_lines, sha256_files
-from .formulas import Formula, FormulaSyntaxError, count_operators, parse, to_text
+from .formulas import Formula, FormulaSyntaxError, count_operators_text, parse, to_text
 from .relations import RELATIONS, relation
 
 if TYPE_CHECKING:
@@ -99,7 +99,8 @@ def parse_line(
         raise LogicDataError(f"{where}: unknown label {label!r}; the label must be one of {' '.join(RELATIONS)}")
     a = _parse_formula(text_a, where, "first")
     b = _parse_formula(text_b, where, "second")
-    return Example(label, a, b, count_operators(a), count_operators(b), source, lineno, split, file_number)
+    ops = count_operators_text(text_a), count_operators_text(text_b)  # the texts parsed: tokens of the notation
+    return Example(label, a, b, *ops, source, lineno, split, file_number)
 
 
 def _parse_formula(text: str, where: str, which: str) -> Formula:

@@ -129,25 +129,66 @@ class _Parser:
         return Binary(op, left, right)
 
 
+_KNOWN = frozenset(VOCABULARY)
+
+
 def tokenize(text: str) -> list[str]:
     """Split ``text`` on single spaces; reject empty text, double/leading/trailing spaces and tabs."""
     if not text:
         raise FormulaSyntaxError("empty formula")
     tokens = text.split(" ")
+    if _KNOWN.issuperset(tokens):  # the empty token (a double space) is not known either
+        return tokens
     if "" in tokens:
         raise FormulaSyntaxError(
             f"tokens must be separated by single spaces (found a double, leading or trailing space) in {text!r}"
         )
-    for tok in tokens:
-        if tok not in VOCABULARY:
-            raise FormulaSyntaxError(f"unknown token {tok!r} in {text!r} (vocabulary: {' '.join(VOCABULARY)})")
-    return tokens
+    unknown = next(tok for tok in tokens if tok not in _KNOWN)
+    raise FormulaSyntaxError(f"unknown token {unknown!r} in {text!r} (vocabulary: {' '.join(VOCABULARY)})")
+
+
+#: One instance per variable: a formula is immutable, so its leaves can be shared (and need no check).
+_VARS = {v: Var(v) for v in VARIABLES}
+
+
+class _Malformed(Exception):
+    """The fast reader met a token it does not expect here; :class:`_Parser` then reads the text again and names
+    the problem."""
+
+
+def _read(tokens: list[str], i: int) -> tuple[Formula, int]:
+    """The formula that starts at ``tokens[i]`` and the index after it: the fast path of :func:`parse`, for
+    well-formed text only (anything else ends in :class:`_Malformed`, ``IndexError`` or ``KeyError``). Reading a
+    data directory parses half a million formulas; this is about three times quicker than :class:`_Parser`."""
+    tok = tokens[i]
+    if tok != "(":
+        return _VARS[tok], i + 1
+    if tokens[i + 1] == "not":
+        arg, j = _read(tokens, i + 2)
+        if tokens[j] != ")":
+            raise _Malformed
+        return Not(arg), j + 1
+    left, j = _read(tokens, i + 1)
+    op = tokens[j + 1]
+    if tokens[j] != "(" or op not in BINARY_OPERATORS:
+        raise _Malformed
+    right, k = _read(tokens, j + 2)
+    if tokens[k] != ")" or tokens[k + 1] != ")":
+        raise _Malformed
+    return Binary(op, left, right), k + 2
 
 
 def parse(text: str) -> Formula:
     """Parse one formula written in the notation; ``to_text(parse(s)) == s`` for every valid ``s``. Raises
     :class:`FormulaSyntaxError` naming the problem (docs/logic.md, "Formulas and relations")."""
-    p = _Parser(tokenize(text), text)
+    tokens = tokenize(text)
+    try:
+        f, end = _read(tokens, 0)
+        if end == len(tokens):
+            return f
+    except (_Malformed, IndexError, KeyError):
+        pass
+    p = _Parser(tokens, text)  # not well formed: the careful reader finds the problem and names it
     f = p.formula()
     if p.pos != len(p.tokens):
         raise p.fail(f"unexpected {p.tokens[p.pos]!r} after a complete formula (unbalanced brackets?)")
@@ -168,8 +209,10 @@ def count_operators(f: Formula) -> int:
 
 
 def count_operators_text(text: str) -> int:
-    """Operator count of a formula string without parsing it (counts the operator tokens)."""
-    return sum(1 for tok in text.split(" ") if tok in OPERATORS)
+    """Operator count of a formula string without parsing it (its operator tokens). Counted as substrings: no
+    other token of the vocabulary holds ``not``, ``and`` or ``or``, and the search runs in C (reading a data
+    directory counts half a million formulas; walking their trees took a fifth of the time)."""
+    return text.count("not") + text.count("and") + text.count("or")
 
 
 def truth_set(f: Formula) -> int:
