@@ -10,6 +10,7 @@ and ``OUT/reference.safetensors`` (the authors'-style next-word log-probabilitie
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -175,41 +176,44 @@ class Corpus(object):
 #: The child's script: builds a model (random weights, non-zero biases), saves it and the corpus as the
 #: authors' main.py does, and the reference log-probabilities computed by the re-typed forward pass.
 MAKE = """
-import sys, torch
+import json, sys, torch
 from safetensors.torch import save_file
 import data, model, splitcross
 
-out, fmt = sys.argv[1], sys.argv[2]
-splits = [int(s) for s in sys.argv[3].split(",")] if len(sys.argv) > 3 and sys.argv[3] else []
-torch.manual_seed(0)
-text = ["the cat sat on the mat", "a dog ran <unk> fast", "the big red dog sat", "on a mat the cat ran slow"]
-corpus = data.Corpus(text)
-V = len(corpus.dictionary.idx2word)
-m = model.RNNModel("LSTM", V, 8, 12, 4, 3, dropout=0.4, dropouth=0.25, dropouti=0.3, dropoute=0.1,
-                   wdrop=0.45, tie_weights=True)
-criterion = splitcross.SplitCrossEntropyLoss(8, splits=splits)
-with torch.no_grad():
-    for p in list(m.parameters()) + list(criterion.parameters()):
-        p.uniform_(-0.6, 0.6)
-optimizer = torch.optim.SGD(list(m.parameters()) + list(criterion.parameters()), lr=30, weight_decay=1.2e-6)
-m.eval()
-odd = sys.argv[4] if len(sys.argv) > 4 else ""
-if odd:  # right classes, wrong contents (a statement run here: no reference, the model may not run)
-    exec(odd)
-legacy = dict(_use_new_zipfile_serialization=False) if fmt == "legacy" else {}
-torch.save([m, criterion, optimizer], out + "/model.pt", **legacy)
-torch.save(corpus, out + "/corpus.data", **legacy)
-if odd:
-    sys.exit(0)
-sents = [[corpus.dictionary.word2idx[w] for w in ["<eos>"] + s.split() + ["<eos>"]] for s in text]
-ref = {}
-with torch.no_grad():
-    for k, ids in enumerate(sents):
-        x = torch.tensor(ids[:-1]).unsqueeze(1)
-        lp = criterion.logprob(m.decoder.weight, m.decoder.bias, m(x))  # (T, V)
-        ref[f"logprobs{k}"] = lp.contiguous()
-        ref[f"ids{k}"] = torch.tensor(ids)
-save_file(ref, out + "/reference.safetensors")
+
+def make(out, fmt, splits, odd):
+    torch.manual_seed(0)
+    text = ["the cat sat on the mat", "a dog ran <unk> fast", "the big red dog sat", "on a mat the cat ran slow"]
+    corpus = data.Corpus(text)
+    V = len(corpus.dictionary.idx2word)
+    m = model.RNNModel("LSTM", V, 8, 12, 4, 3, dropout=0.4, dropouth=0.25, dropouti=0.3, dropoute=0.1,
+                       wdrop=0.45, tie_weights=True)
+    criterion = splitcross.SplitCrossEntropyLoss(8, splits=[int(s) for s in splits.split(",")] if splits else [])
+    with torch.no_grad():
+        for p in list(m.parameters()) + list(criterion.parameters()):
+            p.uniform_(-0.6, 0.6)
+    optimizer = torch.optim.SGD(list(m.parameters()) + list(criterion.parameters()), lr=30, weight_decay=1.2e-6)
+    m.eval()
+    if odd:  # right classes, wrong contents (a statement run here: no reference, the model may not run)
+        exec(odd)
+    legacy = dict(_use_new_zipfile_serialization=False) if fmt == "legacy" else {}
+    torch.save([m, criterion, optimizer], out + "/model.pt", **legacy)
+    torch.save(corpus, out + "/corpus.data", **legacy)
+    if odd:
+        return
+    sents = [[corpus.dictionary.word2idx[w] for w in ["<eos>"] + s.split() + ["<eos>"]] for s in text]
+    ref = {}
+    with torch.no_grad():
+        for k, ids in enumerate(sents):
+            x = torch.tensor(ids[:-1]).unsqueeze(1)
+            lp = criterion.logprob(m.decoder.weight, m.decoder.bias, m(x))  # (T, V)
+            ref[f"logprobs{k}"] = lp.contiguous()
+            ref[f"ids{k}"] = torch.tensor(ids)
+    save_file(ref, out + "/reference.safetensors")
+
+
+for case in json.loads(sys.argv[1]):  # [out, fmt, splits, odd] each
+    make(*case)
 """
 
 
@@ -217,11 +221,19 @@ def make_checkpoint(folder: Path, fmt: str = "zip", splits: str = "", odd: str =
     """Write the stand-in modules and the checkpoint files into ``folder`` (a child process does the pickling,
     so the test process never imports the stand-ins); returns ``folder``. ``odd``: a statement run before saving
     (on ``m``, the model, and ``corpus``) to make the contents wrong; then no reference is written."""
-    src = folder / "authors"
+    make_checkpoints(folder, {folder: (fmt, splits, odd)})
+    return folder
+
+
+def make_checkpoints(root: Path, cases: dict[Path, tuple[str, str, str]]) -> None:
+    """:func:`make_checkpoint` for each ``folder: (fmt, splits, odd)``, all in one child process (each start of
+    Python and torch costs seconds on two cores); the stand-in modules are written into ``root / "authors"``."""
+    src = root / "authors"
     src.mkdir(parents=True, exist_ok=True)
     for name, text in SOURCES.items():
         (src / name).write_text(text)
     (src / "make.py").write_text(MAKE)
-    args = [sys.executable, str(src / "make.py"), str(folder), fmt, splits] + ([odd] if odd else [])
-    subprocess.run(args, check=True, cwd=src)
-    return folder
+    for folder in cases:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    todo = [[str(folder), *case] for folder, case in cases.items()]
+    subprocess.run([sys.executable, str(src / "make.py"), json.dumps(todo)], check=True, cwd=src)

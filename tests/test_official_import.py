@@ -10,12 +10,13 @@ import os
 import pickle
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from official_standins import make_checkpoint
+from official_standins import make_checkpoint, make_checkpoints
 from onlstm.checkpoint import read_json
 from onlstm.cli import main
 from onlstm.data.reader import TextReader
@@ -43,6 +44,27 @@ def test_the_authors_modules_are_not_importable_here():
 @pytest.fixture(scope="module", params=["zip", "legacy"])
 def authors(request, tmp_path_factory):
     return make_checkpoint(tmp_path_factory.mktemp(request.param), request.param)
+
+
+#: Checkpoints whose contents are wrong in one way each (a statement run on the model ``m`` and ``corpus`` before
+#: saving, or a split softmax): made by one child process for the whole module.
+ODD_CHECKPOINTS = {
+    "split softmax": ("5", ""),
+    "a hidden size 'twelve'": ("", "m.rnn.cells[0].hidden_size = 'twelve'"),
+    "600 units declared": ("", "for c in m.rnn.cells[:-1]: c.hidden_size = 600"),
+    "a 400-digit dropout": ("", "m.dropout = 10**400"),
+    "an infinite chunk size": ("", "for c in m.rnn.cells: c.chunk_size = float('inf')"),
+    "a NaN DropConnect": ("", "for c in m.rnn.cells: c.hh.dropout = float('nan')"),
+    "a corpus with a word twice": ("", "corpus.dictionary.idx2word[1] = corpus.dictionary.idx2word[0]"),
+}
+
+
+@pytest.fixture(scope="module")
+def odd(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("odd")
+    folders = {name: root / f"case{k}" for k, name in enumerate(ODD_CHECKPOINTS)}
+    make_checkpoints(root, {folders[name]: ("zip", *case) for name, case in ODD_CHECKPOINTS.items()})
+    return folders
 
 
 def _our_logprobs(lm: LanguageModel, ids: torch.Tensor) -> torch.Tensor:
@@ -173,8 +195,8 @@ def test_the_output_folder_is_new_empty_or_overwritten(authors, tmp_path, capsys
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "mine"]
 
 
-def test_a_split_softmax_is_refused_with_its_reason(tmp_path):
-    folder = make_checkpoint(tmp_path, "zip", splits="5")
+def test_a_split_softmax_is_refused_with_its_reason(odd):
+    folder = odd["split softmax"]
     with pytest.raises(OfficialImportError, match="split softmax"):
         load_official(folder / "model.pt", folder / "corpus.data")
 
@@ -224,9 +246,9 @@ def test_a_model_saved_on_a_gpu_in_the_legacy_format_reads_on_the_cpu(authors, t
     assert torch.allclose(_our_logprobs(lm, ref["ids2"]), ref["logprobs2"], atol=1e-5, rtol=0)
 
 
-def test_a_model_with_odd_contents_is_one_error(tmp_path, capsys):
+def test_a_model_with_odd_contents_is_one_error(odd, tmp_path, capsys):
     # the right class names with a hidden size that is not a number: one line naming the file, exit 2
-    folder = make_checkpoint(tmp_path, "zip", odd="m.rnn.cells[0].hidden_size = 'twelve'")
+    folder = odd["a hidden size 'twelve'"]
     args = ["--checkpoint", str(folder / "model.pt"), "--corpus", str(folder / "corpus.data")]
     assert main(["import", "official", *args, "--to", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
@@ -283,18 +305,18 @@ def test_a_to_that_cannot_be_written_is_refused_before_the_work(authors, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "link"]
 
 
+#: The word each odd value's message must hold.
 ODD_VALUES = {
-    "a 400-digit dropout": ("m.dropout = 10**400", "dropout"),
-    "an infinite chunk size": ("for c in m.rnn.cells: c.chunk_size = float('inf')", "chunk_size"),
-    "a NaN DropConnect": ("for c in m.rnn.cells: c.hh.dropout = float('nan')", "DropConnect"),
-    "a corpus with a word twice": ("corpus.dictionary.idx2word[1] = corpus.dictionary.idx2word[0]", "duplicate"),
+    "a 400-digit dropout": "dropout",
+    "an infinite chunk size": "chunk_size",
+    "a NaN DropConnect": "DropConnect",
+    "a corpus with a word twice": "duplicate",
 }
 
 
 @pytest.mark.parametrize("case", ODD_VALUES)
-def test_odd_values_in_the_files_are_one_line(tmp_path, capsys, case):
-    statement, word = ODD_VALUES[case]
-    folder = make_checkpoint(tmp_path, "zip", odd=statement)
+def test_odd_values_in_the_files_are_one_line(odd, tmp_path, capsys, case):
+    folder, word = odd[case], ODD_VALUES[case]
     to = tmp_path / "out"
     code = main(["import", "official", "--checkpoint", str(folder / "model.pt"), "--corpus",
                  str(folder / "corpus.data"), "--to", str(to)])  # fmt: skip
@@ -303,12 +325,12 @@ def test_odd_values_in_the_files_are_one_line(tmp_path, capsys, case):
     assert not to.exists()
 
 
-def test_a_small_file_declaring_a_large_model_is_refused_before_the_model_exists(tmp_path, monkeypatch):
+def test_a_small_file_declaring_a_large_model_is_refused_before_the_model_exists(odd, monkeypatch):
     """The file's settings say 600 units, its tensors hold 12: the shapes are compared on a model of the meta device
     (nothing allocated) and no model is built on the CPU."""
     import onlstm.models.official as official
 
-    folder = make_checkpoint(tmp_path, "zip", odd="for c in m.rnn.cells[:-1]: c.hidden_size = 600")
+    folder = odd["600 units declared"]
     built = []
     real = official.LanguageModel
 
