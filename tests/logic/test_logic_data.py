@@ -215,6 +215,18 @@ def test_the_fast_reader_accepts_exactly_what_the_careful_parser_accepts():
                     assert F.count_operators(got) == F.count_operators_text(text), text
 
 
+def test_a_formula_nested_beyond_the_readers_depth_is_one_error_line(tmp_path):
+    """Both readers recurse once a level: a line nested thousands deep is a syntax error naming the file and the
+    line, not a RecursionError's traceback (and the next shallow formula still reads)."""
+    deep = "( not " * 5000 + "a" + " )" * 5000
+    with pytest.raises(F.FormulaSyntaxError, match="nested too deeply"):
+        F.parse(deep)
+    assert F.parse("( not a )") == F.Not(F.Var("a"))
+    (tmp_path / "train0").write_text(f"=\ta\ta\n#\t{deep}\tb\n")
+    with pytest.raises(D.LogicDataError, match=r"train0, line 2: first formula .* nested too deeply"):
+        D.read_examples(tmp_path)
+
+
 # --------------------------------------------------------------------------- the original files
 
 

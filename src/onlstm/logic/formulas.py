@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from ..errors import OnlstmError
@@ -182,6 +183,16 @@ def parse(text: str) -> Formula:
     """Parse one formula written in the notation; ``to_text(parse(s)) == s`` for every valid ``s``. Raises
     :class:`FormulaSyntaxError` naming the problem (docs/logic.md, "Formulas and relations")."""
     tokens = tokenize(text)
+    try:
+        return _parse_tokens(tokens, text)
+    except RecursionError:  # both readers recurse once a level: a file line must not end in a traceback
+        raise FormulaSyntaxError(
+            f"nested too deeply to read (about {sys.getrecursionlimit()} levels or more) in a formula of "
+            f"{len(tokens)} tokens"
+        ) from None
+
+
+def _parse_tokens(tokens: list[str], text: str) -> Formula:
     try:
         f, end = _read(tokens, 0)
         if end == len(tokens):
