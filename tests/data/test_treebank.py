@@ -207,3 +207,14 @@ def test_nltk_sample_wsj10(nltk_sample):
     right = sentence_f1(gold, baseline_trees("right-branching", wsj10.words)).f1
     left = sentence_f1(gold, baseline_trees("left-branching", wsj10.words)).f1
     assert right > left  # English is right-branching
+
+
+def test_a_tree_nested_deeper_than_the_readers_go_is_one_treebank_error(tmp_path):
+    from onlstm.data.trees import MAX_DEPTH
+
+    n = MAX_DEPTH - 2  # within: read and normalised (the file's outer bracket adds a level)
+    (tmp_path / "wsj_0001.mrg").write_text("( " + "(S " * n + "(DT a) (NN b)" + ")" * n + ")\n")
+    assert [s.words for s in load_treebank(tmp_path)] == [("a", "b")]
+    (tmp_path / "wsj_0001.mrg").write_text("( " + "(S " * (n + 2) + "(DT a) (NN b)" + ")" * (n + 2) + ")\n")
+    with pytest.raises(TreebankError, match=f"wsj_0001.mrg: brackets nested deeper than {MAX_DEPTH} levels at line 1"):
+        load_treebank(tmp_path)

@@ -392,3 +392,23 @@ def test_compare_trees_missing_file(tmp_path, capsys):
     gold = _write(tmp_path / "g.txt", ["(a b)"])
     assert main(["parsing", "compare-trees", gold, str(tmp_path / "nope.txt")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_trees_nested_deeper_than_the_readers_go_are_one_error_line(tmp_path, capsys):
+    """The readers and metrics recurse once or twice a level: a tree just within MAX_DEPTH is read and scored
+    (labelled and unlabelled), one level deeper is a one-line error naming the file and line, not a traceback."""
+    from onlstm.data.trees import MAX_DEPTH, TreeFormatError, parse_brackets
+
+    n = MAX_DEPTH - 1
+    labelled, unlabelled = "(S " * n + "(DT a) (NN b)" + ")" * n, "(" * n + "a b" + ")" * n
+    (tmp_path / "gold.txt").write_text(labelled + "\n")
+    (tmp_path / "pred.txt").write_text(unlabelled + "\n")
+    assert main(["parsing", "compare-trees", str(tmp_path / "gold.txt"), str(tmp_path / "pred.txt"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sentence_f1"]["f1"] == 1.0
+    for deeper in ("((" + unlabelled + "))", "(S (S " + labelled + "))", "(x " * (n + 2) + "b" + ")" * (n + 2)):
+        with pytest.raises(TreeFormatError, match=f"nested deeper than {MAX_DEPTH} levels"):
+            parse_brackets(deeper)
+        (tmp_path / "deep.txt").write_text(deeper + "\n")
+        assert main(["parsing", "compare-trees", str(tmp_path / "deep.txt"), str(tmp_path / "deep.txt")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "deep.txt line 1" in err and "nested deeper" in err, err

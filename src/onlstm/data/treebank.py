@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import OnlstmError
-from .trees import Tree, _is_preterminal, is_labelled, labelled_tree_class, strip_function_tags, unlabel
+from .trees import (
+    MAX_DEPTH,
+    Tree,
+    _is_preterminal,
+    is_labelled,
+    labelled_tree_class,
+    strip_function_tags,
+    too_deep,
+    unlabel,
+)
 
 if TYPE_CHECKING:
     from nltk.tree import Tree as LabelledTree
@@ -79,6 +88,8 @@ def split_bracketings(text: str, source: str = "<text>") -> list[tuple[int, str]
             if depth == 0:
                 start, start_line = pos, line
             depth += 1
+            if depth > MAX_DEPTH:
+                raise TreebankError(f"{source}: {too_deep(f'at line {line}')}; the file is malformed")
         elif ch == ")":
             if depth == 0:
                 raise TreebankError(

@@ -22,6 +22,14 @@ Span = tuple[int, int]
 LabelledSpan = tuple[int, int, str]
 
 FORMATS = ("auto", "labelled", "unlabelled")
+#: The deepest bracket nesting a tree may have. A sentence's tree nests far less (the Penn Treebank's deepest, a
+#: few dozen levels); the readers and metrics recurse once or twice a level, and Python stops at 1,000 frames.
+MAX_DEPTH = 200
+
+
+def too_deep(where: str) -> str:
+    """The message for a tree nested deeper than :data:`MAX_DEPTH` (``where``: e.g. ``at character 812``)."""
+    return f"brackets nested deeper than {MAX_DEPTH} levels {where}: no sentence's tree nests so deep"
 
 
 def labelled_tree_class() -> type[LabelledTree]:
@@ -229,6 +237,8 @@ def _generic(text: str) -> object:
         tok = m.group()
         if tok == "(":
             stack.append([])
+            if len(stack) > MAX_DEPTH + 1:
+                raise TreeFormatError(too_deep(f"at character {m.start()}"))
         elif tok == ")":
             if len(stack) == 1:
                 raise TreeFormatError(f"unbalanced brackets: ')' at character {m.start()} has no matching '('")
