@@ -169,6 +169,7 @@ def test_yaml_sections_are_checked_against_their_dataclass(tmp_path):
         ("trian: {}\n", r"unknown keys \['trian'\]; allowed: note, train"),
         ("train: [1]\n", "section 'train' must be a mapping"),
         ("train: {lr: [\n", "is not valid YAML"),
+        ("train: " + "[" * 5000 + "]" * 5000 + "\n", "nests too deep"),  # the parser recursed into a traceback
     ]:
         f.write_text(text)
         with pytest.raises(ConfigError, match=message) as info:
@@ -197,6 +198,8 @@ def test_mapping_fields_from_files_and_flags():
     }  # read as YAML scalars, coerced when built
     with pytest.raises(SystemExit):
         p.parse_args(["--extra", "novalue"])
+    deep = "[" * 5000 + "]" * 5000  # not a scalar YAML can read: kept as text (then refused as a number)
+    assert flags_given(p.parse_args(["--extra", f"a={deep}"]), "model") == {"extra": {"a": deep}}
 
 
 def test_fixed_fields_are_neither_in_files_nor_flags():

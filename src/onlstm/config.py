@@ -388,6 +388,8 @@ def read_yaml(path: str | Path, sections: Mapping[str, type], keys: Iterable[str
         raise ConfigError(f"config file {path} is not valid YAML: {yaml_problem(exc)}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:  # the parser recurses once a level: a hostile file, not a config
+        raise ConfigError(f"config file {path} nests too deep for a config (thousands of levels)") from None
     allowed = [*keys, *sections]
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {path}: expected a mapping with keys {', '.join(allowed)}")

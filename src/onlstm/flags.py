@@ -47,7 +47,7 @@ def _key_value(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     try:
         return key.strip(), yaml.safe_load(value)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):  # not a YAML scalar (or nested thousands deep): the text as given
         return key.strip(), value
 
 
