@@ -160,7 +160,7 @@ class _Malformed(Exception):
 def _read(tokens: list[str], i: int) -> tuple[Formula, int]:
     """The formula that starts at ``tokens[i]`` and the index after it: the fast path of :func:`parse`, for
     well-formed text only (anything else ends in :class:`_Malformed`, ``IndexError`` or ``KeyError``). Reading a
-    data directory parses half a million formulas; this is about three times quicker than :class:`_Parser`."""
+    data directory parses half a million formulas: with this reader train0-6 read in half the time (CHANGELOG)."""
     tok = tokens[i]
     if tok != "(":
         return _VARS[tok], i + 1
