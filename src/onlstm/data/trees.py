@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OnlstmError
@@ -46,11 +46,19 @@ def is_labelled(node: object) -> bool:
     return module is not None and isinstance(node, module.Tree)
 
 
-def __getattr__(name: str) -> Any:
-    """``LabelledTree`` (``nltk.Tree``) stays a name of this module, imported when it is asked for."""
-    if name == "LabelledTree":
-        return labelled_tree_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def lazy_labelled_tree(module: str) -> Callable[[str], Any]:
+    """A module ``__getattr__`` under which ``LabelledTree`` (``nltk.Tree``) stays a name of ``module``, imported
+    when it is asked for (this module and the parsing package that re-exports it use one)."""
+
+    def module_getattr(name: str) -> Any:
+        if name == "LabelledTree":
+            return labelled_tree_class()
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return module_getattr
+
+
+__getattr__ = lazy_labelled_tree(__name__)
 
 
 class TreeFormatError(OnlstmError, ValueError):

@@ -36,6 +36,7 @@ from .trees import (  # noqa: F401
     build_tree,
     detect_format,
     labelled_spans,
+    lazy_labelled_tree,
     leaves,
     parse_brackets,
     parse_tree_lines,
@@ -47,11 +48,4 @@ from .trees import (  # noqa: F401
     word_depths,
 )
 
-
-def __getattr__(name: str):
-    """``LabelledTree`` (``nltk.Tree``): imported when asked for, not with the package (nltk is slow to import)."""
-    if name == "LabelledTree":
-        from .trees import labelled_tree_class
-
-        return labelled_tree_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_labelled_tree(__name__)  # LabelledTree: nltk is slow to import, so not with the package

@@ -10,10 +10,6 @@ from ..data.trees import _check_words as _check_words
 from ..data.trees import build_tree as build_tree
 from ..data.trees import is_labelled as is_labelled
 from ..data.trees import labelled_tree_class as labelled_tree_class
+from ..data.trees import lazy_labelled_tree
 
-
-def __getattr__(name: str):
-    """``LabelledTree`` (``nltk.Tree``), imported when asked for, as in :mod:`onlstm.data.trees`."""
-    if name == "LabelledTree":
-        return labelled_tree_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_labelled_tree(__name__)
