@@ -467,14 +467,6 @@ def test_cell_step_loop_equals_layer():
     assert h1.shape == (6,) and c1.shape == (6,)
 
 
-def test_double_backward_is_refused_clearly():
-    m = make("cpp", 3, 4, chunk_size=2)
-    x = torch.randn(3, 2, 3, dtype=torch.float64, requires_grad=True)
-    (g,) = torch.autograd.grad(m(x)[0].sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError):
-        g.sum().backward()
-
-
 # ---------------------------------------------------------------------------------------------
 # Bad input
 # ---------------------------------------------------------------------------------------------

@@ -418,3 +418,23 @@ def test_fused_step_compiles_for_a_hopper_gpu_within_its_shared_memory():
     assert r.returncode == 0, r.stderr[-2000:]
     shared = json.loads(r.stdout.strip().splitlines()[-1])
     assert len(shared) == 9 and all(0 <= v <= 227 * 1024 for v in shared.values()), shared
+
+
+def test_second_derivatives_and_in_place_outputs(target):
+    """A Hessian through the kernel equals the reference loop's (its backward then runs that loop again, as a
+    graph), and its outputs, slices of the kernel's buffers, may be changed in place like nn.LSTM's."""
+    impl, device = target
+    torch.manual_seed(0)
+    model = onlstm.ONLSTM(2, 4, chunk_size=2).to(device)
+    x = torch.randn(3, 2, 2, device=device)
+    hessians = {}
+    for name in (impl, "reference"):
+        model.impl = name
+        hessians[name] = torch.autograd.functional.hessian(lambda z: model(z)[0].pow(2).sum(), x)
+    assert hessians[impl].abs().sum() > 0
+    torch.testing.assert_close(hessians[impl], hessians["reference"], rtol=1e-4, atol=1e-5)
+    model.impl = impl
+    out, (h, _) = model(x)
+    out[1:, 0] = 0
+    h.mul_(2)
+    assert not out[1:, 0].any()

@@ -148,13 +148,17 @@ class _KernelFunction(torch.autograd.Function):
         result = kernel.forward(KernelInputs(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive))
         ctx.save_for_backward(*tensors, *result.saved)
         ctx.config = (kernel, chunk, inclusive)
-        return result.out, result.h_n, result.c_n, result.dist
+        # a kernel's outputs may be slices of its buffers; returned as views, autograd would refuse any in-place
+        # change of them (several outputs of one node that are views), which nn.LSTM's outputs allow
+        outs = (result.out, result.h_n, result.c_n, result.dist)
+        return tuple(t.detach() if t._is_view() else t for t in outs)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(
         ctx: Any, g_out: Tensor | None, g_hn: Tensor | None, g_cn: Tensor | None, g_dist: Tensor | None
     ) -> tuple[Tensor | None, ...]:
+        if torch.is_grad_enabled():  # create_graph=True: these gradients will be differentiated again
+            return _differentiable_backward(ctx, (g_out, g_hn, g_cn, g_dist))
         x, w_ih, w_hh, bias, h0, c0, batch_sizes, *saved = ctx.saved_tensors
         kernel, chunk, inclusive = ctx.config
         inputs = KernelInputs(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive)
@@ -166,6 +170,30 @@ class _KernelFunction(torch.autograd.Function):
         )
         g = kernel.backward(inputs, tuple(saved), grads)
         return None, None, None, g.x, g.w_ih, g.w_hh, (g.bias if bias is not None else None), g.h0, g.c0, None
+
+
+def _differentiable_backward(ctx: Any, grads: tuple[Tensor | None, ...]) -> tuple[Tensor | None, ...]:
+    """The backward as a graph (a Hessian, a gradient penalty): the kernel's hand-written backward has no graph
+    of its own, so the layer is run again by the reference loop, the same maths as PyTorch operations, and
+    differentiated by autograd with ``create_graph`` (a second pass over the sequence, only when asked)."""
+    from .functional import reference_layer
+
+    x, w_ih, w_hh, bias, h0, c0, batch_sizes = ctx.saved_tensors[:7]
+    _, chunk, inclusive = ctx.config
+    inputs = (x, w_ih, w_hh, bias, h0, c0)
+    wanted = [i for i, t in enumerate(inputs) if ctx.needs_input_grad[3 + i] and t is not None]
+    with torch.enable_grad():
+        mode = "reverse" if inclusive else "paper"
+        outs = reference_layer(x, w_ih, w_hh, bias, None, h0, c0, batch_sizes.tolist(), chunk, mode)
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
+        found = torch.autograd.grad(
+            [o for o, _ in pairs], [inputs[i] for i in wanted], [g for _, g in pairs],
+            create_graph=True, allow_unused=True,
+        )  # fmt: skip
+    result: list[Tensor | None] = [None] * 10
+    for i, g in zip(wanted, found):
+        result[3 + i] = torch.zeros_like(inputs[i]) if g is None else g
+    return tuple(result)
 
 
 def fused_layer(

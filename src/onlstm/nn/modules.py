@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, NamedTuple
 
 import torch
@@ -40,11 +41,19 @@ class _Flat(NamedTuple):
         return self.batch_sizes.tolist() if self.packed else [self.batch] * self.steps
 
 
+def _functorch_active() -> bool:
+    """Whether a ``torch.func`` transform (vmap, grad, jacrev, ...) is running (a private torch function, so
+    asked for by name: a torch without it has no such transform running)."""
+    return bool(getattr(torch._C, "_are_functorch_transforms_active", lambda: False)())
+
+
 def _check_args(sizes: dict[str, int], probs: dict[str, float], master_input: str) -> None:
     """The constructor arguments of both modules: positive sizes, probabilities in [0, 1), a known mode."""
     for name, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            # ONLSTM(3, 4, 1, True) is nn.LSTM's bias=True in the place of chunk_size: say so
+            order = " (the 4th positional argument is chunk_size, not nn.LSTM's bias)" if name == "chunk_size" else ""
+            raise ValueError(f"{name} must be a positive integer, got {value!r}{order}")
     if sizes["hidden_size"] % sizes["chunk_size"]:
         raise ValueError(
             f"hidden_size ({sizes['hidden_size']}) must be divisible by chunk_size ({sizes['chunk_size']}); "
@@ -55,6 +64,13 @@ def _check_args(sizes: dict[str, int], probs: dict[str, float], master_input: st
             raise ValueError(f"{name} must be a probability in [0, 1), got {p!r}")
     if master_input not in Fn.MASTER_INPUT_MODES:
         raise ValueError(f"master_input must be one of {Fn.MASTER_INPUT_MODES}, got {master_input!r}")
+
+
+def _check_flags(**flags: object) -> None:
+    """``bias``, ``batch_first``, ``bidirectional``: bools, as ``nn.LSTM`` requires (a string would be truthy)."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} should be of type bool, got: {type(value).__name__}")
 
 
 _NO_TORCHSCRIPT = (
@@ -130,6 +146,7 @@ class ONLSTMCell(nn.Module):
         super().__init__()
         _check_args(dict(input_size=input_size, hidden_size=hidden_size, chunk_size=chunk_size),
                     dict(dropconnect=dropconnect), master_input)  # fmt: skip
+        _check_flags(bias=bias)
         self.input_size, self.hidden_size, self.chunk_size = input_size, hidden_size, chunk_size
         self.n_chunks = hidden_size // chunk_size
         self.bias, self.dropconnect, self.master_input = bias, float(dropconnect), master_input
@@ -192,6 +209,19 @@ class ONLSTMCell(nn.Module):
         if self.dropconnect:
             s += f", dropconnect={self.dropconnect}"
         return s + f", master_input={self.master_input!r}"
+
+
+def _check_dropout(p: object, num_layers: int) -> None:
+    """``dropout`` between layers: a probability in [0, 1] as ``nn.LSTM`` takes it, with its warning when there
+    is no layer after which to apply it."""
+    if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout must be a probability in [0, 1], got {p!r}")
+    if p and num_layers == 1:
+        warnings.warn(
+            f"ONLSTM: dropout={p} acts between layers, and num_layers=1 has none after which to apply it",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _add_weights(module: nn.Module, sfx: str, input_size: int, hidden: int, chunk: int, bias: bool, device, dtype):
@@ -266,10 +296,18 @@ class ONLSTM(nn.Module):
         impl: str = "auto",
         device=None,
         dtype=None,
+        proj_size: int = 0,
     ) -> None:
         super().__init__()
         sizes = dict(input_size=input_size, hidden_size=hidden_size, chunk_size=chunk_size, num_layers=num_layers)
-        _check_args(sizes, dict(dropout=dropout, dropconnect=dropconnect), master_input)
+        _check_args(sizes, dict(dropconnect=dropconnect), master_input)
+        _check_flags(bias=bias, batch_first=batch_first, bidirectional=bidirectional)
+        _check_dropout(dropout, num_layers)
+        if proj_size:  # nn.LSTM's keyword, accepted as 0 so that code passing it through still runs
+            raise ValueError(
+                f"proj_size={proj_size!r}: ONLSTM has no projection (its master gates act on the hidden state "
+                "itself); add an nn.Linear after the layer"
+            )
         self._impl = kernels.canonical_impl(impl)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.chunk_size, self.n_chunks = chunk_size, hidden_size // chunk_size
@@ -320,8 +358,9 @@ class ONLSTM(nn.Module):
         first checks itself against the reference loop here, and where it fails that is the reference
         (:mod:`onlstm.nn.selfcheck`).
         """
-        if torch.compiler.is_compiling():
-            # torch.compile and torch.export trace PyTorch operations; the kernels are opaque to them
+        if torch.compiler.is_compiling() or _functorch_active():
+            # torch.compile and torch.export trace PyTorch operations, and torch.func's transforms (vmap, grad,
+            # jacrev) wrap them; the kernels are opaque to both
             return "reference"
         impl = kernels.resolve_impl(self.impl, device, dtype)
         return selfcheck.verified(impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
@@ -337,9 +376,19 @@ class ONLSTM(nn.Module):
             raise NotImplementedError(_NO_TORCHSCRIPT.format(what="torch.jit.trace"))
         flat = self._flatten_input(input)
         h0, c0 = self._initial_state(hx, flat.batch, flat.data, flat.unbatched, flat.sorted_idx)
-        impl = self.resolved_impl(flat.data.device, flat.data.dtype)
-        out, h_n, c_n, dist = self._layers(flat, h0, c0, impl)
+        if flat.batch == 0:
+            out, h_n, c_n, dist = self._empty(flat, h0)
+        else:
+            out, h_n, c_n, dist = self._layers(flat, h0, c0, self.resolved_impl(flat.data.device, flat.data.dtype))
         return self._format_output(flat, out, h_n, c_n, dist, return_distances)
+
+    def _empty(self, flat: _Flat, h0: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """What an empty batch gives (as ``nn.LSTM``): outputs of no rows, in the graph of the weights and the
+        input (a sum over no elements is exactly 0), so that a loss over them still has a backward."""
+        anchor = flat.data.sum() + h0.sum() + sum(p[:0].sum() for p in self.parameters())
+        dirs, layers = self.num_directions, self.num_layers * self.num_directions
+        out = flat.data.new_zeros(0, self.hidden_size * dirs) + anchor
+        return out, h0 + anchor, h0 + anchor, flat.data.new_zeros(0, 2, layers) + anchor
 
     def _flatten_input(self, input: Tensor | PackedSequence) -> _Flat:
         """Any accepted input as packed rows ``(N, input_size)`` with its batch sizes."""
@@ -365,8 +414,8 @@ class ONLSTM(nn.Module):
         unbatched = input.dim() == 2
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
         steps, batch = x.shape[0], x.shape[1]
-        if steps == 0 or batch == 0:
-            raise ValueError(f"ONLSTM: input has an empty sequence or batch dimension: shape {tuple(input.shape)}")
+        if steps == 0:  # as nn.LSTM: a sequence has at least one step (an empty batch is answered with no rows)
+            raise ValueError(f"ONLSTM: input has an empty sequence dimension: shape {tuple(input.shape)}")
         data = x.reshape(steps * batch, self.input_size)
         batch_sizes = torch.full((steps,), batch, dtype=torch.int64)
         return _Flat(data, batch_sizes, None, None, False, unbatched, steps, batch)
@@ -404,7 +453,7 @@ class ONLSTM(nn.Module):
                 PackedSequence(t.contiguous(), flat.batch_sizes, flat.sorted_idx, flat.unsorted_idx) for t in parts
             ]
         else:
-            parts = [t.reshape(flat.steps, flat.batch, -1) for t in parts]
+            parts = [t.reshape(flat.steps, flat.batch, t.shape[-1]) for t in parts]  # -1 is ambiguous at batch 0
             if flat.unbatched:
                 parts, h_n, c_n = [t[:, 0] for t in parts], h_n[:, 0], c_n[:, 0]
             elif self.batch_first:
