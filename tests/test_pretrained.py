@@ -177,3 +177,83 @@ def test_save_pretrained_names_its_arguments_not_the_commands_flags(tmp_path):
         model.save_pretrained(tmp_path / "mine", ["<unk>", "<eos>", "a", "b", "c"])
     assert "overwrite=True" in str(refused.value) and "--" not in str(refused.value)
     assert (tmp_path / "mine" / "notes.txt").read_text() == "the user's"
+    assert str(refused.value).startswith("save_pretrained: directory ") and "new or empty directory," in str(
+        refused.value
+    )
+
+
+def test_the_scorers_give_the_model_back_in_its_mode():
+    """score, perplexity, surprisals and parse run in eval mode; called inside a training loop, they used to leave
+    the model in eval mode, its dropout off for the rest of the training."""
+    model = small_lm()
+    model.vocab, model.run_config = Vocab(WORDS), {"text_normalisation": "lower"}
+    for use in (
+        lambda: model.score("the cat sat"),
+        lambda: model.perplexity(["the cat", "a dog ran"]),
+        lambda: model.surprisals("the cat"),
+        lambda: model.parse("the cat sat on the mat"),
+    ):
+        model.train()
+        use()
+        assert model.training
+        model.eval()
+        use()
+        assert not model.training
+
+
+def test_the_python_api_refuses_what_it_would_misread(tmp_path):
+    from onlstm.errors import InputError
+
+    model = small_lm()
+    model.run_config = {"text_normalisation": "lower"}
+    model.vocab = Vocab(["x", *WORDS[1:]])  # no <eos>: every sentence's end would be read as <unk>
+    with pytest.raises(InputError, match="has no <eos>"):
+        model.score("the cat")
+    with pytest.raises(InputError, match="has no <eos>"):
+        model.surprisals("the cat")
+    model.vocab = Vocab(WORDS)
+    for words in (["the", "", "cat"], ["the", 3], ["the", "  "]):
+        with pytest.raises(InputError, match="sentence 0: each word of a list must be a non-empty string"):
+            model.score([words])
+    assert model.score([["the", "cat"]]) == model.score("the cat")
+
+
+def test_save_pretrained_refuses_what_from_pretrained_could_not_read(tmp_path):
+    from onlstm.errors import InputError
+
+    model = small_lm()
+    with pytest.raises(InputError, match="must be non-empty strings, got 0"):
+        model.save_pretrained(tmp_path / "ints", list(range(len(WORDS))))
+    with pytest.raises(InputError, match="duplicate words"):
+        model.save_pretrained(tmp_path / "dup", [*WORDS[:-1], "the"])
+    with pytest.raises(InputError, match="run_config must hold JSON values only"):
+        model.save_pretrained(tmp_path / "obj", WORDS, run_config={"x": object()})
+    with pytest.raises(InputError, match="run_config must be a dict"):
+        model.save_pretrained(tmp_path / "list", WORDS, run_config=[1, 2])
+    assert not any(tmp_path.iterdir())  # nothing written
+    model.save_pretrained(tmp_path / "first", WORDS, run_config={"text_normalisation": "lower", "note": 1})
+    back = LanguageModel.from_pretrained(tmp_path / "first")
+    back.save_pretrained(tmp_path / "second")  # its vocabulary and header by default
+    assert read_json(tmp_path / "second" / "config.json")["note"] == 1
+
+
+UNUSABLE = ["tpu9", "cuda:99"] + ([] if torch.cuda.is_available() else ["cuda"])
+
+
+@pytest.mark.parametrize("device", UNUSABLE, ids=[f"device{k}" for k in range(len(UNUSABLE))])  # not "cuda"
+def test_a_device_that_cannot_be_used_is_one_line(tmp_path, device):
+    from onlstm.errors import InputError
+
+    small_lm().save_pretrained(tmp_path / "m", WORDS)
+    with pytest.raises(InputError, match=f"device '{device}'"):
+        LanguageModel.from_pretrained(tmp_path / "m", device=device)
+    with pytest.raises(InputError, match=f"device '{device}'"):
+        LogicClassifier.from_pretrained(tmp_path / "m", device=device)
+
+
+def test_a_mistyped_local_path_is_not_only_taken_for_a_hub_id(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(CheckpointError, match=r"runs/nonexist is not a local directory \(though runs is: mistyped\?\)"):
+        LanguageModel.from_pretrained("runs/nonexist")

@@ -25,6 +25,20 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device(name)
 
 
+def as_device(device: str | torch.device) -> torch.device:
+    """``device`` of the Python API (``from_pretrained``) as a ``torch.device``, with one :class:`InputError`
+    where torch cannot read it or this machine cannot use it (not torch's assertion from deep inside a load)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise InputError(f"device {device!r} is not a device name torch reads (cpu, cuda, cuda:N, ...)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"device {device!r} was asked for but CUDA is not available; use device='cpu'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise InputError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return dev
+
+
 def setup_torch(threads: int | None = None) -> None:
     """Process-wide settings every command that runs a model uses: ``threads`` CPU threads (0/None: leave
     PyTorch's choice) and denormal numbers flushed to zero (tiny gate values otherwise slow the CPU down

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,19 @@ def check_share_target(
                               overwrite_flag=overwrite_flag)  # fmt: skip
 
 
+def check_run_config(run_config: object) -> dict:
+    """``run_config`` of ``save_pretrained``: a dict of JSON values (it is written to config.json)."""
+    if run_config is None:
+        return {}
+    if not isinstance(run_config, Mapping):
+        raise InputError(f"run_config must be a dict (the training run's header), got {type(run_config).__name__}")
+    try:
+        json.dumps(run_config)  # infinities are fine: the writer turns them into strings
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"run_config must hold JSON values only (numbers, strings, lists, dicts): {exc}") from None
+    return dict(run_config)
+
+
 def save_pretrained(
     directory: str | Path, model, config: dict, card: str, vocab: list[str] | None = None, overwrite: bool = False
 ) -> Path:
@@ -55,7 +69,10 @@ def save_pretrained(
     empty directory or an earlier export, anything else only with ``overwrite``; never over a training run (its
     best weights would be lost)."""
     # called from Python: the message names the argument, not the command's flags
-    directory = check_share_target(directory, overwrite, "save_pretrained: the directory", "overwrite=True")
+    try:
+        directory = check_share_target(directory, overwrite, "directory", "overwrite=True")
+    except InputError as exc:
+        raise InputError(f"save_pretrained: {exc}") from None
 
     def write(tmp: Path) -> None:
         into = RunFiles(tmp)
@@ -76,18 +93,21 @@ def pretrained_path(name_or_path: str | Path) -> Path:
     text = str(name_or_path)
     if text.count("/") != 1 or text.startswith((".", "/", "~")):
         raise CheckpointError(f"{text} does not exist (a local directory or an owner/name Hub id was expected)")
+    # runs/nonexist reads as a Hub id too; where its folder exists here, it is more likely a mistyped local path
+    mistyped = f" (though {path.parent} is: mistyped?)" if path.parent.is_dir() else ""
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
         raise CheckpointError(
-            f"{text} is not a local directory; to download it from the Hugging Face Hub install huggingface_hub "
-            "(pip install huggingface_hub), or download the model yourself and pass its local directory"
+            f"{text} is not a local directory{mistyped}; to download it from the Hugging Face Hub install "
+            "huggingface_hub (pip install huggingface_hub), or download the model yourself and pass its local directory"
         ) from None
     try:
         return Path(snapshot_download(repo_id=text, allow_patterns=["*.json", "*.safetensors", "*.md"]))
     except Exception as exc:  # the Hub client's errors (not found, offline, ...) become one line
         raise CheckpointError(
-            f"{text}: cannot download from the Hugging Face Hub ({type(exc).__name__}: {exc})"
+            f"{text} is not a local directory{mistyped} and cannot be downloaded from the Hugging Face Hub "
+            f"({type(exc).__name__}: {exc})"
         ) from None
 
 

@@ -137,3 +137,13 @@ def test_split_valid_of_a_model_saved_without_its_training_settings_is_one_line(
     assert main([*argv, *(["--out", str(tmp_path / "out")] if command == "trees" else [])]) == 2
     err = capsys.readouterr().err
     assert "does not hold" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("text", ["( and or not )", "( a and b )", "a and b", "( a b )", "( not a b )"])
+def test_formula_trees_refuses_a_text_that_is_no_formula(text):
+    from onlstm.logic.formulas import FormulaSyntaxError
+    from onlstm.logic.trees import formula_trees
+
+    with pytest.raises(FormulaSyntaxError, match=r"formula 1 \(.*\) is not in the notation"):
+        formula_trees(_model(), ["( a ( and b ) )", text])
+    assert formula_trees(_model(), ["( a ( and b ) )"]).operators == [1]

@@ -16,7 +16,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_sequenc
 from ..checkpoint import CheckpointError, config_header, read_json
 from ..encoders import make_encoder
 from ..saved import LoadedRun, RunFiles, load_run
-from ..sharing import model_card, pretrained_path, save_pretrained
+from ..sharing import check_run_config, model_card, pretrained_path, save_pretrained
 from .config import MLP_ACTIVATIONS, LogicModelConfig
 from .data import Example
 from .formulas import VOCABULARY, Formula, to_tokens
@@ -135,7 +135,8 @@ class LogicClassifier(nn.Module):
     ):
         """Save in Hugging Face's layout (:func:`onlstm.sharing.save_pretrained`); ``run_config`` (the run's
         header), ``command`` and ``results`` as for :meth:`onlstm.models.LanguageModel.save_pretrained`."""
-        config = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}
+        run_config = check_run_config(getattr(self, "run_config", None) if run_config is None else run_config)
+        config = {**run_config, **config_header(KIND, self.config.to_dict())}
         title = f"{self.config.cell} logical-inference classifier ({self.config.hidden_size} units)"
         card = model_card(title, config, LOGIC_USAGE, command, results)
         return save_pretrained(directory, self, config, card, list(TOKENS), overwrite=overwrite)
@@ -144,7 +145,9 @@ class LogicClassifier(nn.Module):
     def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LogicClassifier:
         """A classifier saved by :meth:`save_pretrained` (a local directory, or a Hub id with
         ``huggingface_hub`` installed) or a training run directory, in eval mode on ``device``."""
-        model, config = load_classifier(pretrained_path(name_or_path), device=device)
+        from ..device import as_device
+
+        model, config = load_classifier(pretrained_path(name_or_path), device=as_device(device))
         model.run_config = config
         return model
 

@@ -23,7 +23,7 @@ from ..encoders import has_distances
 from ..files import write_text
 from ..nn import Distances
 from .data import Example
-from .formulas import count_operators_text
+from .formulas import FormulaSyntaxError, count_operators_text, parse
 from .model import TOKENS, LogicClassifier, pad_batch, token_ids
 
 BRACKETS = ("(", ")")
@@ -133,7 +133,15 @@ def distinct_formulas(examples: Iterable[Example], min_words: int = 3) -> list[s
 def formula_trees(
     model: LogicClassifier, formulas: Sequence[str], batch_size: int = 512, gate: str = "forget"
 ) -> FormulaTrees:
-    """:class:`FormulaTrees` of ``formulas`` under ``model``, induced from its ``gate`` distances."""
+    """:class:`FormulaTrees` of ``formulas`` (written in the notation, docs/logic.md) under ``model``, induced from
+    its ``gate`` distances; a text that is no formula is a :class:`FormulaSyntaxError` naming it."""
+    for k, text in enumerate(formulas):
+        if not isinstance(text, str):
+            raise FormulaSyntaxError(f"formula {k} is a {type(text).__name__}, not a text in the notation")
+        try:
+            parse(text)
+        except FormulaSyntaxError as exc:
+            raise FormulaSyntaxError(f"formula {k} ({text!r}) is not in the notation: {exc}") from None
     gold = [formula_tree(f.split(" ")) for f in formulas]
     induced = induced_trees(model, formulas, batch_size, gate)
     for text, g, p in zip(formulas, gold, induced, strict=True):

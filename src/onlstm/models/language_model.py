@@ -3,6 +3,7 @@ of :mod:`onlstm.encoders`; :func:`load_language_model_run` (docs/lm.md, "The rec
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -177,7 +178,8 @@ class LanguageModel(nn.Module):
         check_batch_size(batch_size)
         words = self.words(sentences)
         index = default_parse_layer(getattr(self, "run_config", {}), len(self.layers), layer)
-        forget, _, _ = sentence_distances(self, self._vocab(), words, batch_size)
+        with keeping_mode(self):
+            forget, _, _ = sentence_distances(self, self._vocab(), words, batch_size)
         return [ParsedSentence(w, build_tree(w, d[index].tolist()), d, index + 1) for w, d in zip(words, forget)]
 
     def score(self, sentences, batch_size: int = 64) -> list[float]:
@@ -189,7 +191,8 @@ class LanguageModel(nn.Module):
         check_batch_size(batch_size)
         vocab, words = self._vocab(), self.words(sentences)
         ids = [vocab.encode([EOS, *w, EOS])[0] for w in words]
-        return [float(lp.sum()) for lp in padded_token_logprobs(self, ids, batch_size)]
+        with keeping_mode(self):
+            return [float(lp.sum()) for lp in padded_token_logprobs(self, ids, batch_size)]
 
     def perplexity(self, sentences, batch_size: int = 64) -> float:
         """exp of the mean negative log-probability per token (each sentence's words and its end) of
@@ -242,12 +245,22 @@ class LanguageModel(nn.Module):
         bad = [s for s in items if isinstance(s, bytes) or not isinstance(s, (str, Sequence))]
         if bad:
             raise InputError(f"each sentence must be a string or a list of words, got {type(bad[0]).__name__}")
+        for k, s in enumerate(items):  # a list's words are read as they are: an empty one would become <unk>
+            if not isinstance(s, str) and not all(isinstance(w, str) and w.strip() for w in s):
+                word = next(w for w in s if not (isinstance(w, str) and w.strip()))
+                raise InputError(f"sentence {k}: each word of a list must be a non-empty string, got {word!r}")
         return items
 
     def _vocab(self) -> Vocab:
+        """The vocabulary the scorers and the parser read with: they frame every sentence with ``<eos>``."""
         vocab = getattr(self, "vocab", None)
         if vocab is None:
             raise ValueError("the model has no vocabulary: load it with from_pretrained, or set model.vocab")
+        if EOS not in vocab:
+            raise InputError(
+                f"the model's vocabulary has no {EOS}, which scoring and parsing read around every sentence (its "
+                f"end would be read as <unk>); use a model whose vocabulary holds {EOS}"
+            )
         return vocab
 
     def surprisals(
@@ -269,7 +282,8 @@ class LanguageModel(nn.Module):
         else:
             words = self.words(sentences, allow_empty=True)
         ids = [vocab.encode([EOS, *w, EOS])[0] for w in words]
-        logprobs = prefix_token_logprobs(self, ids, batch_size, progress)
+        with keeping_mode(self):
+            logprobs = prefix_token_logprobs(self, ids, batch_size, progress)
         return [-lp / math.log(2) for lp in logprobs]
 
     def save_pretrained(
@@ -284,8 +298,8 @@ class LanguageModel(nn.Module):
     ):
         """Save this model and its vocabulary (a :class:`~onlstm.data.vocab.Vocab` or a list of words; by default
         ``model.vocab``, which :meth:`from_pretrained` sets) in Hugging Face's layout (docs/sharing.md).
-        ``run_config`` (a dict): the training run's header (its settings travel with the model: text normalisation,
-        training recipe, ...); ``command`` (a string) and ``results`` (a dict) go into the model card. ``directory``: new,
+        ``run_config`` (a dict; by default ``model.run_config``, which :meth:`from_pretrained` sets): the training
+        run's header (its settings travel with the model: text normalisation, training recipe, ...); ``command`` (a string) and ``results`` (a dict) go into the model card. ``directory``: new,
         empty or an earlier export (replaced as a whole); anything else only with ``overwrite=True``."""
         from ..sharing import save_pretrained
 
@@ -300,10 +314,13 @@ class LanguageModel(nn.Module):
         vocab = getattr(self, "vocab", None) if vocab is None else vocab
         if vocab is None:
             raise ValueError("no vocabulary: pass the model's vocabulary (a Vocab or a list of words)")
-        words = list(getattr(vocab, "words", vocab))
+        words = check_words(list(getattr(vocab, "words", vocab)))
         if len(words) != self.config.vocab_size:
             raise ValueError(f"the vocabulary has {len(words)} words but the model expects {self.config.vocab_size}")
-        config, c = {**(run_config or {}), **config_header(KIND, self.config.to_dict())}, self.config
+        from ..sharing import check_run_config
+
+        run_config = check_run_config(getattr(self, "run_config", None) if run_config is None else run_config)
+        config, c = {**run_config, **config_header(KIND, self.config.to_dict())}, self.config
         title = f"{c.cell} language model ({len(c.hidden_sizes)} layers, {c.vocab_size:,} words)"
         return config, model_card(title, config, LM_USAGE, command, results), words
 
@@ -312,9 +329,10 @@ class LanguageModel(nn.Module):
         """A model saved by :meth:`save_pretrained` (a local directory, or a Hugging Face Hub id when
         ``huggingface_hub`` is installed) or a training run directory, in eval mode on ``device``. Its
         vocabulary is ``model.vocab``, the saved header ``model.run_config``."""
+        from ..device import as_device
         from ..sharing import pretrained_path
 
-        return load_language_model_run(pretrained_path(name_or_path), device=device).model
+        return load_language_model_run(pretrained_path(name_or_path), device=as_device(device)).model
 
 
 LM_USAGE = """
@@ -360,6 +378,29 @@ class ParsedSentence:
         from ..data.trees import draw_tree
 
         return draw_tree(self.tree)
+
+
+@contextlib.contextmanager
+def keeping_mode(model: nn.Module):
+    """The scorers and the parser run the model in eval mode; the caller's mode (training, when they are called
+    inside a training loop) is restored after them, so that dropout is not left off."""
+    was_training = model.training
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def check_words(words: list) -> list[str]:
+    """A vocabulary to save: distinct non-empty strings (what :meth:`LanguageModel.from_pretrained` reads back)."""
+    bad = [w for w in words if not isinstance(w, str) or not w]
+    if bad:
+        raise InputError(f"the vocabulary's words must be non-empty strings, got {bad[0]!r}")
+    try:
+        Vocab(words)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    return words
 
 
 def default_parse_layer(run_config: dict, n_layers: int, given: int | None = None) -> int:
