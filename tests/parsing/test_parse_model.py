@@ -341,6 +341,10 @@ def test_layer_zero_is_refused_and_the_runs_layer_is_the_default(tmp_path, capsy
     assert row["tree"] == to_brackets(build_tree(row["words"], row["distances"][2]))
     assert main(["parsing", "parse", "--checkpoint", str(run), "--layer", "1", str(text)]) == 0  # a given layer wins
     assert capsys.readouterr().err.rstrip().endswith("layer 1")
+    write_json(run / "config.json", {**config, "parse_layer": 7})  # edited: no such layer, never silently another
+    assert main(["parsing", "parse", "--checkpoint", str(run), str(text)]) == 2
+    assert "config.json has parse_layer=7, not one of its 3 layers" in capsys.readouterr().err
+    assert main(["parsing", "parse", "--checkpoint", str(run), "--layer", "2", str(text)]) == 0
 
 
 def test_trees_of_5000_words_are_built_and_printed_without_recursion():

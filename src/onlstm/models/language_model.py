@@ -409,9 +409,14 @@ def default_parse_layer(run_config: dict, n_layers: int, given: int | None = Non
     if given is not None:
         return check_layer(given, n_layers)
     saved = run_config.get("parse_layer")
+    if saved is None:
+        return min(n_layers, 2) - 1
     if isinstance(saved, int) and not isinstance(saved, bool) and 1 <= saved <= n_layers:
         return saved - 1
-    return min(n_layers, 2) - 1
+    raise InputError(  # an edited or damaged header: the paper's layer instead would be a silent other result
+        f"the model's config.json has parse_layer={saved!r}, not one of its {n_layers} layers; choose the layer "
+        "(layer=, --layer) or mend the file"
+    )
 
 
 def check_layer(layer: int, n_layers: int) -> int:
