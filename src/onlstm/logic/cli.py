@@ -17,8 +17,18 @@ from pathlib import Path
 from ..config import ConfigError, Settings, flags_given, option
 from ..device import resolve_device, runtime_device
 from ..errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, UserNote, command_error
-from ..files import add_files, check_new_files, check_output_folder, check_output_owner, json_text, publish_folder
-from ..flags import add_command, add_flags, add_group, command_flags, command_line
+from ..files import (
+    add_files,
+    check_new_files,
+    check_output_folder,
+    check_output_owner,
+    json_text,
+    publish_folder,
+    read_stdin_text,
+    read_text,
+    split_lines,
+)
+from ..flags import add_command, add_flags, add_group, add_runtime_flags, command_flags, command_line, runtime_settings
 from ..nn import Distances
 from ..runs import RunDir
 from ..saved import check_weights_choice
@@ -42,8 +52,10 @@ from .evaluate import (
     majority_baseline,
     read_test_examples,
 )
+from .formulas import FormulaSyntaxError, parse
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 from .model import KIND, load_classifier
+from .relations import RELATIONS
 from .systematicity import SPLITS, held_out
 from .train import read_history, train
 
@@ -106,6 +118,15 @@ class EvalArgs:
     )
     data: Path = option(help="directory of test{k} files (or one file)")
     json: bool = option(False, "print one JSON object instead of a table")
+
+
+@dataclass(kw_only=True)
+class PredictArgs:
+    checkpoint: Path = option(help="run directory of `onlstm logic train`, a .safetensors file in one, or a model")
+    file: Path = option(help="pairs of formulas, A<TAB>B on each line ('-': stdin)", positional=True)
+    tag: str = option("best", "weights file model.<tag>.safetensors of a run directory")
+    batch_size: int = option(512, "pairs per batch", ge=1)
+    json: bool = option(False, "one JSON object per pair, with the probability of every relation")
 
 
 @dataclass(kw_only=True)
@@ -184,6 +205,7 @@ def register(subparsers) -> None:
     _add_settings(add_command(sub, "train", _cmd_train, TrainArgs), cell=True)
     evaluate = add_command(sub, "eval", _cmd_eval, EvalArgs)
     add_flags(evaluate, EvalSettings, "eval", "evaluation", skip=("progress",))  # scoring shows no bar
+    add_runtime_flags(add_command(sub, "predict", _cmd_predict, PredictArgs), skip=("progress",))
     trees = add_command(sub, "trees", _cmd_trees, TreesArgs)
     add_flags(trees, EvalSettings, "eval", "which pairs", skip=("progress",))
     add_command(sub, "curves", _cmd_curves, CurvesArgs)
@@ -405,6 +427,52 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     else:
         print(format_table([(cell, [result]), ("majority label", [baseline])], lengths, counts=baseline))
     return 0
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    """the relation a trained classifier predicts for pairs of formulas
+
+    Reads A<TAB>B on each line (formulas in the notation of the data files, docs/logic.md; blank lines are
+    skipped) and prints RELATION<TAB>A<TAB>B, the data files' own format, in the order read; --json prints one
+    object per pair with the probability of every relation (= < > ^ | v #). A labelled file is scored by
+    `onlstm logic eval` instead.
+    """
+    check_weights_choice(args.checkpoint, args.tag, "--tag")
+    pairs = [_pair(line, args.file, k) for k, line in _lines(args.file) if line.strip()]
+    if not pairs:
+        raise InputError(f"{args.file} holds no pair of formulas (A<TAB>B on each line)")
+    model, _ = load_classifier(args.checkpoint, args.tag, runtime_device(runtime_settings(args)))
+    probabilities = model.relation_probabilities(pairs, args.batch_size)
+    for (a, b), p in zip(pairs, probabilities.tolist()):
+        relation = RELATIONS[max(range(len(p)), key=p.__getitem__)]
+        if args.json:
+            print(json_text({"a": a, "b": b, "relation": relation, "probabilities": dict(zip(RELATIONS, p))}, None))
+        else:
+            print(f"{relation}\t{a}\t{b}")
+    return 0
+
+
+def _lines(path: Path) -> list[tuple[int, str]]:
+    """``(line number, text)`` of ``path`` ('-': stdin), one line a pair."""
+    try:
+        text = read_stdin_text() if str(path) == "-" else read_text(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+    return list(enumerate(split_lines(text), start=1))
+
+
+def _pair(line: str, path: Path, lineno: int) -> tuple[str, str]:
+    """One line's two formulas, each read by the notation's parser (a problem names the line)."""
+    fields = line.rstrip("\r").split("\t")
+    if len(fields) != 2:
+        more = "; a labelled line (LABEL<TAB>A<TAB>B) is scored by `onlstm logic eval`" if len(fields) == 3 else ""
+        raise InputError(f"{path}, line {lineno}: expected A<TAB>B, found {len(fields)} TAB-separated fields{more}")
+    for which, text in zip(("first", "second"), fields):
+        try:
+            parse(text)
+        except FormulaSyntaxError as exc:
+            raise InputError(f"{path}, line {lineno}: the {which} formula is not in the notation: {exc}") from None
+    return fields[0], fields[1]
 
 
 def _model_and_pairs(args: argparse.Namespace):

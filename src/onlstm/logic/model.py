@@ -19,7 +19,7 @@ from ..saved import LoadedRun, RunFiles, load_run
 from ..sharing import check_run_config, model_card, pretrained_path, save_pretrained
 from .config import MLP_ACTIVATIONS, LogicModelConfig
 from .data import Example
-from .formulas import VOCABULARY, Formula, to_tokens
+from .formulas import VOCABULARY, Binary, Formula, FormulaSyntaxError, Not, Var, parse, to_tokens
 from .relations import RELATIONS
 
 #: The ``kind`` of a logic run (registered by :mod:`onlstm.logic`).
@@ -124,6 +124,32 @@ class LogicClassifier(nn.Module):
         """Logits (B, 7) for pairs given as padded token batches (see :func:`pad_batch`)."""
         return self.mlp(self.features(a_tokens, a_lengths, b_tokens, b_lengths))
 
+    def predict(self, pairs, batch_size: int = 512) -> list[str]:
+        """The relation predicted for each pair ``(A, B)`` of formulas (texts in the notation, docs/logic.md, or
+        :class:`~onlstm.logic.formulas.Formula` objects): one of :data:`~onlstm.logic.relations.RELATIONS`
+        (``= < > ^ | v #``). A text that is no formula is a ``FormulaSyntaxError`` naming its pair."""
+        return [RELATIONS[k] for k in self.relation_probabilities(pairs, batch_size).argmax(-1).tolist()]
+
+    @torch.no_grad()
+    def relation_probabilities(self, pairs, batch_size: int = 512) -> torch.Tensor:
+        """``(N, 7)`` probabilities of the relations of ``pairs`` (as :meth:`predict` reads them), the columns in
+        the order of :data:`~onlstm.logic.relations.RELATIONS`; in eval mode, the model's mode given back."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
+        data = encode_pairs(pairs)
+        was_training, device = self.training, next(self.parameters()).device
+        self.eval()
+        try:
+            order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))  # similar lengths
+            out = torch.empty(len(data), len(RELATIONS))
+            for i in range(0, len(order), batch_size):
+                idx = order[i : i + batch_size]
+                a, al, b, bl, _ = (t.to(device) for t in collate([data[j] for j in idx]))
+                out[idx] = self(a, al, b, bl).float().softmax(-1).cpu()
+        finally:
+            self.train(was_training)
+        return out
+
     def save_pretrained(
         self,
         directory,
@@ -192,6 +218,31 @@ Encoded = tuple[list[int], list[int], int]
 def encode_examples(examples: list[Example]) -> list[Encoded]:
     """``(ids of A, ids of B, class index)`` per example."""
     return [(token_ids(ex.a), token_ids(ex.b), RELATIONS.index(ex.label)) for ex in examples]
+
+
+def encode_pairs(pairs) -> list[Encoded]:
+    """``(ids of A, ids of B, 0)`` for each pair ``(A, B)`` of formulas (texts or :class:`Formula` objects), each
+    text read by :func:`~onlstm.logic.formulas.parse` (a ``FormulaSyntaxError`` names the pair and the side)."""
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
+        raise ValueError(f"pairs must be a list of (A, B) formula pairs, got {type(pairs).__name__}")
+    if not pairs:
+        raise ValueError("pairs is empty: give at least one (A, B) pair of formulas")
+    out = []
+    for k, pair in enumerate(pairs):
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise ValueError(f"pair {k} must be two formulas (A, B), got {pair!r}")
+        sides = []
+        for which, f in zip(("first", "second"), pair):
+            if isinstance(f, str):
+                try:
+                    f = parse(f)
+                except FormulaSyntaxError as exc:
+                    raise FormulaSyntaxError(f"pair {k}, {which} formula: {exc}") from None
+            elif not isinstance(f, (Var, Not, Binary)):
+                raise ValueError(f"pair {k}, {which} formula: a text or a Formula, got {type(f).__name__}")
+            sides.append(token_ids(f))
+        out.append((sides[0], sides[1], 0))
+    return out
 
 
 def collate(batch: list[Encoded]):
