@@ -175,6 +175,7 @@ NOT_COVERED = {
     "logic check": "writes nothing",
     "logic stats": "writes nothing",
     "logic eval": "prints its table",
+    "logic predict": "prints its lines",
     "lm surprisal": "prints its table",
     "lm eval": "one file through write_text (a plain atomic_write, tests/test_faults.py)",
     "parsing parse": "one file per layer through write_text (tests/test_faults.py: text)",
