@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import OnlstmError, quote
-from .files import read_lines
+from .files import UTF8, read_lines
 
 #: The presets, shipped as package data (so they exist in an installed wheel, not only in a checkout).
 PRESET_DIR = Path(__file__).parent / "configs"
@@ -383,7 +383,7 @@ def read_yaml(path: str | Path, sections: Mapping[str, type], keys: Iterable[str
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        doc = yaml.safe_load(path.read_text(encoding=UTF8)) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {yaml_problem(exc)}") from None
     except UnicodeDecodeError as exc:

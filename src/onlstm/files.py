@@ -203,6 +203,11 @@ def write_text(path: Path, text: str) -> None:
 # sentences or shift the line numbers that results are keyed by.
 
 
+#: How the files users give are decoded: UTF-8, a leading byte-order mark (Windows editors write one) dropped, so
+#: that it does not become part of the first word, label or header.
+UTF8 = "utf-8-sig"
+
+
 def split_lines(text: str) -> list[str]:
     """``text``'s lines without their ends; a last line without ``"\\n"`` counts, a final ``"\\n"`` adds none."""
     lines = text.split("\n")
@@ -215,10 +220,10 @@ def read_text(path: str | Path) -> str:
     """A UTF-8 text file a user names, as it is: no newline translated (``Path.read_text`` turns a lone ``\\r`` into
     ``\\n``). What is not a regular file (a FIFO would never end, ``/dev/zero`` would fill the memory, a folder) and
     bytes that are not UTF-8 are an :class:`InputError` naming the file; a missing or unreadable one is the caller's
-    ``OSError``."""
+    ``OSError``. A byte-order mark that some editors write first is not text: it is dropped (:data:`UTF8`)."""
     data = read_regular(path, give="a text file", os_errors=True)
     try:
-        return data.decode("utf-8")
+        return data.decode(UTF8)
     except UnicodeDecodeError as exc:
         raise InputError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); give a text file") from None
 
@@ -230,7 +235,7 @@ def read_lines(path: str | Path) -> list[str]:
 
 def iter_lines(path: str | Path) -> Iterator[str]:
     """The lines of a UTF-8 text file as :func:`read_lines` gives them, streamed (newline="\\n": no other ends)."""
-    with open(path, encoding="utf-8", newline="\n") as f:
+    with open(path, encoding=UTF8, newline="\n") as f:
         for line in f:
             yield line.removesuffix("\n").removesuffix("\r")
 
@@ -242,7 +247,7 @@ def read_stdin_text() -> str:
     if stream is None or getattr(stream, "closed", False):
         raise InputError("standard input is closed; give the input as a file, or pipe it in")
     buffer = getattr(stream, "buffer", None)
-    return buffer.read().decode("utf-8") if buffer is not None else stream.read()
+    return buffer.read().decode(UTF8) if buffer is not None else stream.read().removeprefix("\ufeff")
 
 
 def save_figure(fig, path: Path, **savefig_options) -> Path:

@@ -132,3 +132,40 @@ def test_logic_data_names_the_line_that_holds_a_break_character(tmp_path, char):
 def test_the_generated_characters_are_the_known_ones():
     # a check of the generator against the documented list (Python's str.splitlines): it must not come out empty
     assert {"\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"} <= set(BREAKS)
+
+
+@pytest.mark.parametrize("reader", [r for r in READERS if r not in ("tree file", "syneval TSV")])  # those: below
+def test_a_byte_order_mark_is_not_read_as_text(tmp_path, model, reader):
+    """Some editors write U+FEFF first: it must not become part of the first word, label or header."""
+    read = READERS[reader]
+    assert read(tmp_path, model, "\ufeff" + _text(SENTENCES)) == read(tmp_path, model, _text(SENTENCES))
+
+
+def test_a_byte_order_mark_before_logic_data_a_suite_and_a_config(tmp_path):
+    import json
+
+    from onlstm.logic.config import SECTIONS
+    from onlstm.syneval.syntaxgym import read_suite
+
+    assert read_file(_file(tmp_path, "\ufeff" + _text(LOGIC_LINES), "train1"))[0].label == "<"
+    trees = "((the cat) (sat down))\n((a dog) ran)\n"
+    marked = _read_trees(_file(tmp_path, "\ufeff" + trees, "bom.txt"), "auto", "gold")
+    assert marked == _read_trees(_file(tmp_path, trees, "plain.txt"), "auto", "gold")
+    pairs = "simple_agrmt\tthe dog runs\tthe dog run\n"
+    items = read_items(_file(tmp_path, "\ufeff" + pairs, "bom.tsv"))
+    assert [(i.case, i.sentences) for i in items] == [
+        (i.case, i.sentences) for i in read_items(_file(tmp_path, pairs, "p.tsv"))
+    ]
+    suite = {
+        "meta": {"name": "s", "metric": "sum"},
+        "predictions": [{"type": "formula", "formula": "(1;%a%) < (1;%b%)"}],
+        "region_meta": {"1": "w"},
+        "items": [{"item_number": 1, "conditions": [
+            {"condition_name": n, "regions": [{"region_number": 1, "content": "the cat"}]} for n in "ab"
+        ]}],
+    }  # fmt: skip
+    assert read_suite(_file(tmp_path, "\ufeff" + json.dumps(suite), "s.json")).name == "s"
+    from onlstm.config import read_yaml
+
+    sections = read_yaml(_file(tmp_path, "\ufefftrain:\n  lr: 2.0\n", "c.yaml"), SECTIONS)
+    assert sections["train"]["lr"] == 2.0

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ..errors import OnlstmError
+from ..files import UTF8
 from ..files import iter_lines as iter_text_lines
 from .vocab import EOS, UNK, Vocab
 
@@ -97,7 +98,7 @@ def read_vocab_file(path: Path) -> Vocab:
     """A vocabulary file (whitespace-separated words, as Gulordava et al.'s ``vocab.txt``); ``<eos>`` and
     ``<unk>`` come first, added when the file lacks them."""
     try:
-        words = Path(path).read_text(encoding="utf-8").split()
+        words = Path(path).read_text(encoding=UTF8).split()
     except (OSError, UnicodeDecodeError) as e:
         raise CorpusError(f"cannot read the vocabulary file {path}: {e}") from None
     if not words:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import OnlstmError
+from ..files import UTF8
 from .trees import (
     MAX_DEPTH,
     Tree,
@@ -115,7 +116,7 @@ def read_mrg_file(path: str | Path) -> list[LabelledTree]:
     """The raw (not normalised) trees of one ``.mrg`` file, in order."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding=UTF8)
     except UnicodeDecodeError as err:
         raise TreebankError(f"{path}: not UTF-8/ASCII text ({err}); is this a treebank .mrg file?") from None
     except OSError as err:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..data.reader import PTB, TextReader, is_sentence_end
 from ..errors import quote
-from ..files import read_regular
+from ..files import UTF8, read_regular
 from .data import SynevalDataError
 
 #: How a region's token surprisals become one number (the suite's ``meta.metric``; SyntaxGym's suites use sum).
@@ -297,7 +297,7 @@ def read_suite(path: str | Path) -> Suite:
     and the problem."""
     path = Path(path)
     try:
-        data = json.loads(read_regular(path, error=SynevalDataError).decode("utf-8"))  # a FIFO would never end
+        data = json.loads(read_regular(path, error=SynevalDataError).decode(UTF8))  # a FIFO would never end
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SynevalDataError(f"cannot read the suite {path}: {exc}") from None
     except RecursionError:
