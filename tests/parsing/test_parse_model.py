@@ -318,6 +318,12 @@ def test_parse_keeps_one_output_line_per_input_line(tmp_path, capsys):
     assert main(["parsing", "parse", "--checkpoint", str(run), "--format", "json", str(text)]) == 0
     rows = [json.loads(l) for l in capsys.readouterr()[0].splitlines()]
     assert [r["line"] for r in rows] == [1, 2, 3, 4] and [r["tree"] is None for r in rows] == [0, 1, 1, 0]
+    text.write_text("\n ... !\n")  # nothing to parse on any line: still one output line each, not a refusal
+    assert main(["parsing", "parse", "--checkpoint", str(run), "--format", "json", str(text)]) == 0
+    assert [json.loads(line)["tree"] for line in capsys.readouterr()[0].splitlines()] == [None, None]
+    text.write_text("")
+    assert main(["parsing", "parse", "--checkpoint", str(run), str(text)]) == 2
+    assert "is empty: nothing to parse" in capsys.readouterr().err
 
 
 def test_layer_zero_is_refused_and_the_runs_layer_is_the_default(tmp_path, capsys):

@@ -362,6 +362,14 @@ def test_duplicate_items_and_broken_json_are_refused(tmp_path):
     s["items"][1]["item_number"] = 1
     with pytest.raises(SynevalDataError, match="same item_number"):
         read_suite(write(tmp_path, s))
+    s["items"][1]["item_number"] = "1"  # the same item written as text: its outcomes would share one JSON key
+    with pytest.raises(SynevalDataError, match="same item_number"):
+        read_suite(write(tmp_path, s))
+    s["items"][1]["item_number"] = "one"
+    with pytest.raises(SynevalDataError, match="item_number must be a whole number such as 3, got 'one'"):
+        read_suite(write(tmp_path, s))
+    s["items"][1]["item_number"] = " 7"
+    assert [number for number, _ in read_suite(write(tmp_path, s)).items] == [1, 7]
     bad = tmp_path / "broken.json"
     bad.write_text('{"meta": ')
     with pytest.raises(SynevalDataError, match="cannot read the suite"):
@@ -413,6 +421,9 @@ def test_the_command_refuses_a_malformed_suite_in_one_line(tmp_path, capsys):
     data.write_text("simple_agrmt\tthe dog runs\tthe dog run\n")
     assert main(["syneval", "--checkpoint", str(model), "--suite", str(bad), "--data", str(data)]) == 2
     assert "either --data" in capsys.readouterr().err
+    good = write(tmp_path, suite_dict(), "good.json")
+    assert main(["syneval", "--checkpoint", str(model), "--suite", str(good), "--word-only"]) == 2  # once ignored
+    assert "--word-only compares the first differing word" in capsys.readouterr().err
 
 
 def _with_list_at(where: str) -> dict:

@@ -245,9 +245,12 @@ def _cmd_parse(args) -> int:
     except OSError as err:
         raise InputError(f"cannot read {args.input or 'standard input'}: {err.strerror or err}") from None
     sentences, numbers, dropped, empty = _prepare(split_lines(text), lm.model.reader, lm.vocab)
-    if not sentences:
-        raise InputError("no sentence to parse in the input")
-    forget, _, unknown = sentence_distances(lm.model, lm.vocab, sentences, args.batch_size)
+    if not sentences and not empty:
+        raise InputError(f"{args.input or 'standard input'} is empty: nothing to parse")
+    # lines with nothing to parse still get their (empty) output line, so that outputs stay aligned with inputs
+    forget, _, unknown = (
+        sentence_distances(lm.model, lm.vocab, sentences, args.batch_size) if sentences else ([], [], 0)
+    )
     trees = trees_from_distances(sentences, forget, layer)
     parsed = {line: (words, dist, tree) for words, dist, tree, line in zip(sentences, forget, trees, numbers)}
     for line in range(1, max(numbers + empty) + 1):  # one output per input line, in order

@@ -68,6 +68,11 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
         raise SynevalDataError("nothing to evaluate on: give --data (minimal pairs) or --suite (SyntaxGym test suites)")
     if args.data is not None and args.suite is not None:
         raise SynevalDataError("give either --data (minimal pairs) or --suite (SyntaxGym test suites), not both")
+    if args.suite and cfg.word_only:  # a suite's predictions name their own regions: --word-only would be ignored
+        raise SynevalDataError(
+            "--word-only compares the first differing word of --data's minimal pairs; a --suite's predictions name "
+            "the regions they compare: leave --word-only out"
+        )
     if args.out:  # before any work: syneval writes only into a new or empty folder, or its own earlier output
         check_output_owner(args.out, OUTPUT_KIND, overwrite=args.overwrite)
     if args.suite:

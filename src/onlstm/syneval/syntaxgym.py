@@ -263,8 +263,11 @@ def _prediction(entry, where: str) -> Prediction:
 def _item(entry, where: str, regions: dict[int, str]) -> tuple[int, dict[str, list[tuple[int, str]]]]:
     _need(isinstance(entry, dict) and isinstance(entry.get("conditions"), list), where, "an item without conditions")
     number, conditions = entry.get("item_number"), {}
-    # a float (1.5, or 2.0) is a number but names no item: said as such, not "not a number"
-    _need(isinstance(number, (int, str)) and not isinstance(number, bool), where,
+    # a float (1.5, or 2.0) is a number but names no item: said as such, not "not a number"; a whole number written
+    # as text ("3") is read as that number, so that "3" and 3 are one item (the duplicate check below sees them)
+    if isinstance(number, str) and number.strip().isdecimal():
+        number = int(number)
+    _need(isinstance(number, int) and not isinstance(number, bool), where,
           f"item_number must be a whole number such as 3, got {quote(number, 40)}")  # fmt: skip
     for cond in entry["conditions"]:
         _need(
