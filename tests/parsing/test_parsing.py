@@ -395,9 +395,10 @@ def test_compare_trees_missing_file(tmp_path, capsys):
 
 
 def test_trees_nested_deeper_than_the_readers_go_are_one_error_line(tmp_path, capsys):
-    """The readers and metrics recurse once or twice a level: a tree just within MAX_DEPTH is read and scored
-    (labelled and unlabelled), one level deeper is a one-line error naming the file and line, not a traceback."""
-    from onlstm.data.trees import MAX_DEPTH, TreeFormatError, parse_brackets
+    """nltk's trees recurse once a level: a labelled tree just within MAX_DEPTH is read and scored, one level
+    deeper is a one-line error naming the file and line, not a traceback. Unlabelled trees are read and scored
+    without recursion, at any depth: `parsing parse` writes trees of long lines that nest hundreds deep."""
+    from onlstm.data.trees import MAX_DEPTH, TreeFormatError, build_tree, leaves, parse_brackets, spans, to_brackets
 
     n = MAX_DEPTH - 1
     labelled, unlabelled = "(S " * n + "(DT a) (NN b)" + ")" * n, "(" * n + "a b" + ")" * n
@@ -405,10 +406,17 @@ def test_trees_nested_deeper_than_the_readers_go_are_one_error_line(tmp_path, ca
     (tmp_path / "pred.txt").write_text(unlabelled + "\n")
     assert main(["parsing", "compare-trees", str(tmp_path / "gold.txt"), str(tmp_path / "pred.txt"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sentence_f1"]["f1"] == 1.0
-    for deeper in ("((" + unlabelled + "))", "(S (S " + labelled + "))", "(x " * (n + 2) + "b" + ")" * (n + 2)):
-        with pytest.raises(TreeFormatError, match=f"nested deeper than {MAX_DEPTH} levels"):
-            parse_brackets(deeper)
-        (tmp_path / "deep.txt").write_text(deeper + "\n")
-        assert main(["parsing", "compare-trees", str(tmp_path / "deep.txt"), str(tmp_path / "deep.txt")]) == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "deep.txt line 1" in err and "nested deeper" in err, err
+    deeper = "(S (S " + labelled + "))"
+    with pytest.raises(TreeFormatError, match=f"nested deeper than {MAX_DEPTH} levels"):
+        parse_brackets(deeper)
+    (tmp_path / "deep.txt").write_text(deeper + "\n")
+    assert main(["parsing", "compare-trees", str(tmp_path / "deep.txt"), str(tmp_path / "deep.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "deep.txt line 1" in err and "nested deeper" in err, err
+    words = [f"w{k}" for k in range(1500)]  # a 1,500-word line's tree: 1,499 levels deep
+    tree = build_tree(words, [float(-k) for k in range(1500)])
+    read = parse_brackets(to_brackets(tree))  # compared by spans: == on tuples this deep would recurse
+    assert to_brackets(tree).endswith(")" * 1499) and spans(read) == spans(tree) and leaves(read) == words
+    (tmp_path / "long.txt").write_text(to_brackets(tree) + "\n")
+    assert main(["parsing", "compare-trees", str(tmp_path / "long.txt"), str(tmp_path / "long.txt"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sentence_f1"]["f1"] == 1.0

@@ -22,8 +22,10 @@ Span = tuple[int, int]
 LabelledSpan = tuple[int, int, str]
 
 FORMATS = ("auto", "labelled", "unlabelled")
-#: The deepest bracket nesting a tree may have. A sentence's tree nests far less (the Penn Treebank's deepest, a
-#: few dozen levels); the readers and metrics recurse once or twice a level, and Python stops at 1,000 frames.
+#: The deepest bracket nesting a labelled tree may have. A sentence's tree nests far less (the Penn Treebank's
+#: deepest, a few dozen levels); nltk's trees recurse once or twice a level, and Python stops at 1,000 frames.
+#: Unlabelled trees are read and scored without recursion, to any depth: a model's tree of a long line (`parsing
+#: parse` of 250 words) nests deeper than this.
 MAX_DEPTH = 200
 
 
@@ -161,15 +163,29 @@ def word_depths(tree: object) -> list[int]:
 
 def unlabel(tree: object) -> Tree:
     """Nested tuples from an ``nltk.Tree`` or nested lists: labels dropped, a one-child node replaced
-    by its child (so pre-terminals become words and unary chains collapse)."""
+    by its child (so pre-terminals become words and unary chains collapse). Built without recursion."""
     if isinstance(tree, str):
         return tree
     if not isinstance(tree, _NODE_TYPES):
         raise _not_a_tree(tree)
-    kids = [unlabel(c) for c in tree]
-    if not kids:
-        raise TreeFormatError(f"a constituent without words: {tree!r}")
-    return kids[0] if len(kids) == 1 else tuple(kids)
+    stack, done = [(tree, iter(tree))], [[], []]  # the open nodes; the result, and the finished children of each
+    while stack:
+        node, children = stack[-1]
+        child = next(children, None)
+        if child is None:  # the node's children are done (no child of a tree is None)
+            stack.pop()
+            kids = done.pop()
+            if not kids:
+                raise TreeFormatError(f"a constituent without words: {node!r}")
+            done[-1].append(kids[0] if len(kids) == 1 else tuple(kids))
+        elif isinstance(child, str):
+            done[-1].append(child)
+        elif isinstance(child, _NODE_TYPES):
+            stack.append((child, iter(child)))
+            done.append([])
+        else:
+            raise _not_a_tree(child)
+    return done[0][0]
 
 
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
@@ -245,8 +261,6 @@ def _generic(text: str) -> object:
         tok = m.group()
         if tok == "(":
             stack.append([])
-            if len(stack) > MAX_DEPTH + 1:
-                raise TreeFormatError(too_deep(f"at character {m.start()}"))
         elif tok == ")":
             if len(stack) == 1:
                 raise TreeFormatError(f"unbalanced brackets: ')' at character {m.start()} has no matching '('")
@@ -271,13 +285,28 @@ def _generic(text: str) -> object:
 
 def _shape(node: object) -> tuple[bool, bool]:
     """(every bracket starts with a label and words appear only as ``(TAG word)``, and some phrase of
-    that reading has two or more children)."""
-    if not isinstance(node, list) or len(node) < 2 or not isinstance(node[0], str):
-        return False, False
-    if len(node) == 2 and isinstance(node[1], str):
-        return True, False
-    kids = [_shape(c) for c in node[1:]]
-    return all(shape for shape, _ in kids), len(node) > 2 or any(branches for _, branches in kids)
+    that reading has two or more children); the second is False where the first is. Without recursion."""
+    branches, stack = False, [node]
+    while stack:
+        n = stack.pop()
+        if not isinstance(n, list) or len(n) < 2 or not isinstance(n[0], str):
+            return False, False
+        if len(n) == 2 and isinstance(n[1], str):  # a pre-terminal (TAG word)
+            continue
+        branches = branches or len(n) > 2
+        stack.extend(n[1:])
+    return True, branches
+
+
+def _depth(node: object) -> int:
+    """How deep the brackets of ``node`` (nested lists) nest, counted without recursion."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        n, d = stack.pop()
+        if isinstance(n, list):
+            deepest = max(deepest, d)
+            stack.extend((c, d + 1) for c in n)
+    return deepest
 
 
 def _as_labelled(node: object, labelled: type[LabelledTree]) -> LabelledTree:
@@ -305,6 +334,8 @@ def parse_brackets(text: str, labelled: bool | None = None) -> Tree | LabelledTr
                 "not a labelled tree: each bracket must start with a label and each word must sit in a "
                 "pre-terminal '(TAG word)'; read it as unlabelled instead"
             )
+        if _depth(node) > MAX_DEPTH:  # an nltk tree recurses once a level
+            raise TreeFormatError(too_deep("in a labelled tree"))
         return _as_labelled(node, labelled_tree_class())
     return unlabel(node)
 
