@@ -388,6 +388,18 @@ def test_compare_trees_bad_input(tmp_path, capsys, pred_lines, message):
     assert message in captured.err and captured.out == ""
 
 
+def test_a_flat_unlabelled_gold_read_as_labelled_says_which_flag_reads_it(tmp_path, capsys):
+    """`(I (saw (the dog)) ...)` has the labelled shape (a label first in each bracket, `(the dog)` a pre-terminal):
+    detection reads it so, which the word counts then contradict; the error names the flag that reads it."""
+    gold = _write(tmp_path / "g.txt", ["(I (saw (the dog)) (in (the park)))"])
+    pred = _write(tmp_path / "p.txt", ["(I (saw (the (dog (in (the park))))))"])
+    assert main(["parsing", "compare-trees", gold, pred]) == 2
+    err = capsys.readouterr().err
+    assert "gold tree has 2 words" in err and "if they are unlabelled, pass --gold-format unlabelled" in err
+    assert main(["parsing", "compare-trees", gold, pred, "--gold-format", "unlabelled", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sentences"] == 1
+
+
 def test_compare_trees_missing_file(tmp_path, capsys):
     gold = _write(tmp_path / "g.txt", ["(a b)"])
     assert main(["parsing", "compare-trees", gold, str(tmp_path / "nope.txt")]) == 2

@@ -188,7 +188,18 @@ def compare_tree_files(
     pred = _read_trees(Path(pred_path), pred_format, "prediction")
     if normalise_gold:
         gold = _normalise_gold(gold, Path(gold_path))
-    check_pairs(gold, pred, gold_path, pred_path)
+    try:
+        check_pairs(gold, pred, gold_path, pred_path)
+    except InputError as exc:  # a file read as labelled by detection may be unlabelled trees of that shape
+        sides = (("gold", gold_format, gold), ("pred", pred_format, pred))
+        guessed = [name for name, fmt, trees in sides if fmt == "auto" and is_labelled(trees[0])]
+        if not guessed or "words" not in str(exc):
+            raise
+        flags = " ".join(f"--{name}-format unlabelled" for name in guessed)
+        raise InputError(
+            f"{exc}; {' and '.join(guessed)} read as labelled trees (the first word in each bracket taken as its "
+            f"label): if they are unlabelled, pass {flags}"
+        ) from None
     return evaluate(gold, pred)
 
 
