@@ -238,6 +238,25 @@ def test_plot_command(tmp_path, capsys):
     assert "differ" in capsys.readouterr().err
 
 
+def test_plot_reads_the_gold_words_as_it_reads_the_sentence(tmp_path, capsys):
+    """The gold tree of the raw sentence (capitals, punctuation) lines up with the sentence as the model reads it
+    (here PTB's convention: lower case, punctuation not read); it used to be compared as written."""
+    run = make_run(tmp_path, "the cat sat".split(), normalisation="ptb")
+    prefix = tmp_path / "fig"
+    gold = "(S (NP (DT The) (NN Cat)) (VP (VBD sat)) (. .))"
+    argv = ["parsing", "plot", "--checkpoint", str(run), "The Cat sat.", "--gold", gold, "--out", str(prefix)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert prefix.with_suffix(".png").exists()
+    argv[argv.index(gold)] = "(S (NP (DT The) (NN Dog)) (VP (VBD sat)) (. .))"
+    assert main([*argv, "--overwrite"]) == 2
+    assert "the gold tree's words ['the', 'dog', 'sat'] differ from the sentence's ['the', 'cat', 'sat']" in (
+        capsys.readouterr().err
+    )
+    argv[argv.index("(S (NP (DT The) (NN Dog)) (VP (VBD sat)) (. .))")] = "(S (. .) (. !))"
+    assert main([*argv, "--overwrite"]) == 2
+    assert "no word left after normalisation" in capsys.readouterr().err
+
+
 DEMO_SMALL = ["--json", "--seed", "1", "--train-sentences", "500", "--test-sentences", "60"]
 
 

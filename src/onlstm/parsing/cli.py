@@ -410,6 +410,27 @@ def _print_eval_parse(summary: str, scores, random_draws: int, written: list[str
         print(f"trees written to {w}")
 
 
+def _read_gold(text: str, reader, vocab) -> object:
+    """``--gold`` as an unlabelled tree whose words are read as the sentence is (the model's text convention: case,
+    numbers, punctuation not read), so that a gold tree of the raw sentence lines up with it."""
+    tree = unlabel(parse_brackets(text))  # a labelled tree loses its labels
+
+    def read(node):
+        if isinstance(node, str):
+            words, _ = reader.read([node], vocab)
+            return words[0] if words else None
+        kids = [k for k in map(read, node) if k is not None]
+        return None if not kids else kids[0] if len(kids) == 1 else tuple(kids)
+
+    try:
+        read_tree = read(tree)
+    except RecursionError:
+        raise ValueError("the gold tree nests too deep to draw (hundreds of levels)") from None
+    if read_tree is None:
+        raise ValueError(f"the gold tree has no word left after normalisation: {text!r}")
+    return read_tree
+
+
 def _cmd_plot(args) -> int:
     """per-layer distances of a sentence and its induced (and gold) tree, PNG+SVG"""
     from .plots import plot_sentence
@@ -422,8 +443,8 @@ def _cmd_plot(args) -> int:
         words, _dropped = lm.model.reader.read(args.sentence, lm.vocab)
         if not words:
             raise ValueError("the sentence has no word left after normalisation")
-        gold = unlabel(parse_brackets(args.gold)) if args.gold else None  # a labelled tree loses its labels
-        if gold is not None and [w.lower() for w in leaves(gold)] != words:
+        gold = _read_gold(args.gold, lm.model.reader, lm.vocab) if args.gold else None
+        if gold is not None and leaves(gold) != words:
             raise ValueError(f"the gold tree's words {leaves(gold)} differ from the sentence's {words}")
     except (ValueError, OSError) as err:
         raise command_error(err) from None
