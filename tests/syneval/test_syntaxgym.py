@@ -39,7 +39,8 @@ VALUES = {("mismatch", 2): 7.0, ("match", 2): 3.0, ("match", 1): 1.0, ("mismatch
         ("(*;%match%) = 4", True),
         # arithmetic is left to right; a missed third term would flip these
         ("5 - 4 - 3 < 0", True),
-        ("5+4=9-1+1", True),
+        ("5+4=9+1-1", True),
+        ("(5-1)+1=5", True),
         ("5-(3+2)=0", True),
         ("(5-3)+((2+1)-(2+2))=1", True),
         # the published suites group with brackets
@@ -72,6 +73,8 @@ def test_region_names_may_hold_hyphens_and_digits():
         "(2;%a%) >",
         "(2;%a%) + (2;%b%)",  # a number, not a comparison
         "1 < 2 < 3",
+        "5-1+1=5",  # SyntaxGym's reference reads + before -: 5-(1+1); read left to right, 5: ambiguous, refused
+        "(1;%a%) - (1;%b%) + (2;%a%) > 0",
         "[(2;%a%) > 1)",
         "((2;%a%) > 1",
         "(2;%a%) > 1 + (1 > 0)",

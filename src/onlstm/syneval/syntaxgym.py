@@ -137,9 +137,13 @@ class _Parser:
         return node
 
     def sum(self) -> Formula:
-        node = self.atom()
+        node, ops = self.atom(), ""
         while op := self.take_op("+-"):
+            ops += op
             node = Node(op, node, self.atom())
+        if "-" in ops and "+" in ops[ops.index("-") :]:
+            # SyntaxGym's reference reads + before -, a - b + c as a - (b + c); read left to right, it is (a - b) + c
+            raise self.error("a '+' after a '-' without brackets, which SyntaxGym reads as a - (b + c); bracket it")
         return node
 
     def atom(self) -> Formula:
