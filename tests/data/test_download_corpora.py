@@ -61,6 +61,30 @@ def test_gulordava_without_published_checksum_records_and_then_checks_it(tmp_pat
     assert sum("present" in line for line in logs) == 3
 
 
+def test_a_local_folder_is_a_url_and_the_users_files_are_never_replaced(tmp_path, capsys):
+    files = {"train.txt": b"the cat sat\n", "valid.txt": b"a cat\n", "test.txt": b"the dog\n", "vocab.txt": b"the\n"}
+    root = Path(served(tmp_path, files).removeprefix("file://"))
+    for given in (str(root), str(root) + "/"):  # a plain path, with or without its slash, as --url
+        to = tmp_path / f"to{len(given)}"
+        assert main(["data", "download", "wiki-gulordava", "--to", str(to), "--url", given]) == 0
+        assert all((to / name).read_bytes() == data for name, data in files.items())
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "valid.txt").write_bytes(b"my own notes\n")
+    assert main(["data", "download", "wiki-gulordava", "--to", str(mine), "--url", str(root)]) == 2
+    assert "valid.txt exists and is not wiki-gulordava's file" in capsys.readouterr().err
+    assert (mine / "valid.txt").read_bytes() == b"my own notes\n" and sorted(p.name for p in mine.iterdir()) == [
+        "valid.txt"
+    ]
+    assert main(["data", "download", "wiki-gulordava", "--to", str(mine), "--url", str(root), "--force"]) == 0
+    assert (mine / "valid.txt").read_bytes() == files["valid.txt"]
+    assert (
+        main(["data", "download", "wiki-gulordava", "--to", str(tmp_path / "new"), "--url", str(tmp_path / "none")])
+        == 2
+    )
+    assert not (tmp_path / "new").exists()  # the folder it made for a download that failed is not left behind
+
+
 def zipped(members: dict[str, bytes]) -> bytes:
     import io
 

@@ -136,22 +136,51 @@ def _present(dest: Path, known: str | None, recorded: dict | None) -> str | None
 
 
 def download(corpus: str, to: Path, url: str | None = None, timeout: float = 30.0, force: bool = False, log=print):
-    """Download ``corpus`` (a key of :data:`CORPORA`) into ``to``; returns the corpus files written or kept."""
+    """Download ``corpus`` (a key of :data:`CORPORA`) into ``to``; returns the corpus files written or kept. ``url``
+    may be a local folder (or zip) too. A file of ``to`` that is not the corpus's is replaced only with ``force``."""
     if corpus not in CORPORA:
         raise DownloadError(f"unknown corpus {corpus!r}; choose one of {', '.join(CORPORA)}")
+    made = not Path(to).exists()
     source, to = CORPORA[corpus], check_output_folder(to, "--to")
-    base = url or source.url
+    try:
+        return _download(source, to, _as_url(url) if url else source.url, timeout, force, log)
+    except BaseException:
+        if made and to.is_dir() and not any(to.iterdir()):  # a folder this command made, left empty: not left behind
+            to.rmdir()
+        raise
+
+
+def _as_url(url: str) -> str:
+    """``--url`` as a URL: a local path (no scheme, or a Windows drive letter) becomes a ``file://`` one."""
+    scheme = urllib.parse.urlparse(url).scheme
+    if scheme and len(scheme) > 1:
+        return url
+    return Path(url).expanduser().resolve().as_uri()
+
+
+def _download(source: Source, to: Path, base: str, timeout: float, force: bool, log) -> list[Path]:
     manifest = read_json(to / MANIFEST) if (to / MANIFEST).is_file() else {}
     if not isinstance(manifest, dict):
         raise InputError(
             f"{to / MANIFEST} holds a JSON {type(manifest).__name__}, not the record of a download (an object); "
             "remove it and download again"
         )
+    present = {
+        name: None if force else _present(to / name, known, manifest.get(name)) for name, known in source.files.items()
+    }
+    # a file of that name that an earlier download did not write (download.json records those) is the user's: never
+    # replaced, and nothing fetched; one it wrote that changed since is fetched again
+    theirs = [n for n, why in present.items() if why is None and (to / n).exists() and n not in manifest and not force]
+    if theirs:
+        raise InputError(
+            f"{to / theirs[0]} exists and is not {source.name}'s file (its checksum differs); move it away, or pass "
+            "--force to replace it"
+        )
     paths = []
     for name, known in source.files.items():
         dest = to / name
         file_url = base if source.members else (base if base.endswith("/") else base + "/") + name
-        why = None if force else _present(dest, known, manifest.get(name))
+        why = present[name]
         if why:
             log(f"{dest}: present, {why}")
         else:
@@ -198,7 +227,10 @@ class DownloadArgs:
     to: Path = option(help="folder to write the files into (created if missing)")
     url: str | None = option(None, "base URL of the files, or the zip's URL (default: the corpus's own)")
     timeout: float = option(30.0, "seconds per request", gt=0)
-    force: bool = option(False, "download even when a file with the right checksum is there")
+    force: bool = option(
+        False,
+        "download even when a file with the right checksum is there, and replace files of those names that differ",
+    )
 
 
 def register(subparsers) -> None:
