@@ -256,7 +256,7 @@ def main(argv=None) -> int:
         with _sigterm_as_interrupt():
             parser = build_parser()
             name = command_path(parser, argv)
-            args = parser.parse_args(argv)  # in the try: a flag's parser may import an optional dependency
+            args = _parse(parser, argv)  # in the try: a flag's parser may import an optional dependency
             _closed_streams()
             _line_buffered()
             with _notes_as_lines(name):
@@ -379,16 +379,31 @@ def _line_buffered() -> None:
 def command_path(parser: argparse.ArgumentParser, argv: list[str]) -> str:
     """``onlstm lm train`` for ``argv = ['lm', 'train', ...]``: the program name and the sub-commands named
     in ``argv``, as the user typed them (an alias stays an alias)."""
-    words = [parser.prog]
+    return " ".join([parser.prog, *(word for word, _ in _commands(parser, argv))])
+
+
+def _commands(parser: argparse.ArgumentParser, argv: list[str]) -> list[tuple[str, argparse.ArgumentParser]]:
+    """The sub-commands ``argv`` names, each with its parser."""
+    found = []
     for token in argv:
         sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
         if sub is None or token not in sub.choices:
             if token.startswith("-"):
                 continue  # an option of the command read so far
             break
-        words.append(token)
         parser = sub.choices[token]
-    return " ".join(words)
+        found.append((token, parser))
+    return found
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, an argument no command knows refused by the command it was given to (argparse
+    leaves it to the top parser: ``onlstm: unrecognized arguments``, pointing at the wrong --help)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        leaf = ([parser] + [p for _, p in _commands(parser, argv)])[-1]
+        leaf.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 if __name__ == "__main__":

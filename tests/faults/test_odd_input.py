@@ -130,6 +130,12 @@ def test_argparse_refusals_are_one_line(tmp_path, capsys):
         err = one_line(capsys)
         assert "usage:" not in err and "--help" in err
     assert list(tmp_path.iterdir()) == []
+    lm_train = ["lm", "train", "--data-dir", str(tmp_path), "--out", str(tmp_path / "o"), "--bogus", "1"]
+    for argv, command in ((lm_train, "onlstm lm train"), (["presets", "-z"], "onlstm presets")):
+        with pytest.raises(SystemExit):  # refused by the command it was given to, which names its own --help
+            main(argv)
+        err = one_line(capsys)
+        assert err.startswith(f"{command}: unrecognized arguments: ") and f"see {command} --help" in err
 
 
 def _onlstm(args: list[str], close: tuple[int, ...] = (), env: dict | None = None, **kw) -> subprocess.CompletedProcess:
