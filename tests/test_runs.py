@@ -209,3 +209,34 @@ def test_the_progress_bar_shows_only_on_a_terminal_and_when_enabled():
         with progress_bar(enabled, total=3, file=stream) as bar:
             bar.update(3)
         assert bool(stream.getvalue()) == shown, (type(stream).__name__, enabled)
+
+
+@pytest.mark.parametrize(
+    "why, done, budget, resume, want",
+    [
+        ("epochs", dict(epoch=14, pos=1), dict(epochs=3), "onlstm lm train --out r --resume", "--epochs N (N > 14)"),
+        ("epochs", dict(epoch=3), dict(epochs=3), "onlstm lm train --out r --resume", "--epochs N (N > 3)"),
+        ("max_steps", dict(step=40), dict(max_steps=20), "onlstm x --resume", "--max-steps N (N > 40)"),
+        (
+            "epochs",
+            dict(epoch=150),
+            dict(epochs=150),
+            "onlstm logic compare --epochs 150 --patience 9",
+            "--patience 9 --epochs N (N > 150)",
+        ),
+    ],
+)
+def test_the_line_at_a_budget_stop_names_a_budget_that_trains_further(why, done, budget, resume, want):
+    """N must pass what the run has done (a resume with a smaller budget ends a run at once, and a budget below the
+    steps done is refused), and a resume command that names the budget already says it once."""
+    from types import SimpleNamespace
+
+    from onlstm.runs.budget import Budget
+    from onlstm.runs.engine import Engine
+
+    engine = object.__new__(Engine)  # stop_line reads the progress, the budget and the task's words only
+    engine.progress = Progress(**{"step": 10, **done}, pass_len=4)
+    engine.budget = Budget(valid_every=0, **{"epochs": 30, **budget})
+    engine.task = SimpleNamespace(resume_command=resume, score_words=str, steps_per_epoch=0)
+    line = engine.stop_line(why)
+    assert line.endswith(want) and line.count(f"--{why.replace('_', '-')}") == 1, line

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -476,8 +477,14 @@ class Engine:
         line = f"stopped by {why} after {prog.step} steps ({epochs:.2f} epochs, {prog.seconds / 60:.1f} min); {kept}"
         if why == "patience":  # final
             return line
-        limit = {"epochs": budget.epochs, "max_steps": budget.max_steps, "time_limit": budget.time_limit}[why]
-        return f"{line}; to train further: {resume} --{why.replace('_', '-')} N (N > {limit:g})"
+        # N must pass what the run has done, not only its budget: a resume with a smaller budget ends it at once
+        done = {"epochs": math.floor(epochs), "max_steps": prog.step, "time_limit": prog.seconds / 60}[why]
+        limit = max(
+            done, {"epochs": budget.epochs, "max_steps": budget.max_steps, "time_limit": budget.time_limit}[why]
+        )
+        flag = f"--{why.replace('_', '-')}"
+        resume = re.sub(rf" {flag}(?:=| )\S+", "", resume)  # a command that names the budget already: said once
+        return f"{line}; to train further: {resume} {flag} N (N > {limit:g})"
 
     def record(self, why: str, figures: dict | None = None, status: str | None = None) -> TrainResult:
         """The run's :class:`TrainResult` after :meth:`train` returned ``why`` (or ``diverged``), written to its
