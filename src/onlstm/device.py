@@ -94,8 +94,10 @@ class StopRequest:
     """Ctrl-C (SIGINT), SIGTERM or SIGHUP asks the run to stop after the current step and save a resumable
     checkpoint; a second Ctrl-C aborts at once without saving."""
 
-    def __init__(self) -> None:
-        self.requested = False
+    NOTE = "stopping after this step and saving a resumable checkpoint (press Ctrl-C again to abort without saving)"
+
+    def __init__(self, note: str = NOTE) -> None:
+        self.requested, self.note = False, note
         self._old: dict = {}
 
     def __enter__(self):
@@ -110,9 +112,8 @@ class StopRequest:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
         if not self.requested:
-            msg = "stopping after this step and saving a resumable checkpoint (press Ctrl-C again to abort without saving)"
             with contextlib.suppress(OSError, ValueError):  # stderr closed: the stop goes on all the same
-                print(f"\n{msg}", file=sys.stderr, flush=True)
+                print(f"\n{self.note}", file=sys.stderr, flush=True)
         self.requested = True
 
     def __exit__(self, *exc):

@@ -263,3 +263,15 @@ def test_an_unfinished_run_says_how_far_it_got(tmp_path):
     assert study._status(run).startswith("unfinished (interrupted, or training again): 3 of 30 epochs done")
     (run / "results.json").write_text(json.dumps({"status": "stopped", "epochs": 3.5, "stopped_by": "max_steps"}))
     assert study._status(run) == "stopped after 3.50 epochs (by max_steps)"
+
+
+def test_an_interrupted_study_ends_with_the_commands_line(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C (the runs stop and save) ends `lm compare` as every command: `onlstm lm compare: interrupted`, 130."""
+    from onlstm.studies.parallel import Ended
+
+    data = write_corpus(tmp_path / "corpus")
+    stopped = lambda todo, jobs, log: [Ended(job.name, 130, "interrupted (its resume file saved)") for job in todo]
+    monkeypatch.setattr(study, "train_in_processes", stopped)
+    argv = ["lm", "compare", "--config", str(TINY_LM), "--data-dir", str(data), "--out", str(tmp_path / "s")]
+    assert main([*argv, "--seeds", "1"]) == 130
+    assert capsys.readouterr().err.strip().endswith("onlstm lm compare: interrupted")

@@ -641,3 +641,21 @@ def test_lm_train_resolves_its_settings_once_and_checks_its_output_once(tmp_path
     argv = ["lm", "train", "--config", str(TINY), "--data-dir", str(corpus), "--out", str(tmp_path / "run")]
     assert main([*argv, "--max-steps", "1", "--no-final-test", "--no-progress"]) == 0
     assert calls == {"resolve": 1, "check_output": 1}
+
+
+def test_a_ctrl_c_after_the_final_test_still_writes_the_result(tmp_path, corpus, monkeypatch):
+    """A Ctrl-C between the final test and the written result (the resume file, results.json) left a run that had
+    trained to its end without results.json; the result is now written first."""
+    from onlstm.lm import train as lm_train
+
+    real = lm_train.Trainer._final_test
+
+    def then_interrupted(self):
+        status = real(self)
+        signal.raise_signal(signal.SIGINT)  # what Ctrl-C sends, as the result is about to be written
+        return status
+
+    monkeypatch.setattr(lm_train.Trainer, "_final_test", then_interrupted)
+    result = train(tmp_path / "run", corpus, settings(), log=quiet)
+    assert result.status == "finished"
+    assert read_json(tmp_path / "run" / "results.json")["status"] == "finished"

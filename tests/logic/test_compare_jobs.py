@@ -137,3 +137,41 @@ def test_a_run_killed_by_a_signal_is_named_with_it_and_the_status_is_130(data, t
     assert _compare(data, tmp_path / "cmp", "--epochs", "1", "--seeds", "0", "--jobs", "2") == 130
     err = capsys.readouterr().err
     assert f"onlstm logic compare: {job.name}: killed by SIGKILL" in err and "Traceback" not in err
+
+
+def test_what_an_ended_run_kept_is_said_as_it_is(tmp_path):
+    """A run stopped or killed before its first save has no checkpoint to go on from: not said to have one."""
+    from onlstm.logic.config import LogicTrainConfig
+    from onlstm.logic.model import LogicModelConfig
+    from onlstm.logic.parallel import logic_job
+    from onlstm.saved import RunFiles
+    from onlstm.studies import parallel
+
+    job = logic_job(tmp_path / "lstm-seed0", LogicModelConfig(cell="lstm"), LogicTrainConfig(seed=0), "data", False)
+    said: list[str] = []
+    assert parallel._ended(job, 130, said.append).why == "stopped before it saved anything"
+    assert "nothing saved: it starts again" in parallel._ended(job, -signal.SIGKILL, said.append).why
+    job.run_dir.mkdir()
+    RunFiles(job.run_dir).resume_path.write_bytes(b"")
+    assert parallel._ended(job, 130, said.append).why == "interrupted (its resume file saved)"
+    assert "its last checkpoint is kept" in parallel._ended(job, -signal.SIGKILL, said.append).why
+
+
+def test_a_stop_while_a_runs_process_starts_is_one_line_in_its_log(tmp_path):
+    """The parent passes a Ctrl-C on to its runs at once; one that is still importing torch (seconds) ended in a
+    KeyboardInterrupt's traceback in its log, and was said to be killed with a checkpoint kept."""
+    import time
+
+    from onlstm.logic.config import LogicTrainConfig
+    from onlstm.logic.model import LogicModelConfig
+    from onlstm.logic.parallel import logic_job
+    from onlstm.studies import parallel
+
+    job = logic_job(tmp_path / "lstm-seed0", LogicModelConfig(cell="lstm"), LogicTrainConfig(seed=0), "data", False)
+    proc = parallel._start(job)
+    time.sleep(0.3)  # the interpreter is up and importing (torch takes seconds), the training not begun
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    text = job.log_path.read_text()
+    assert "Traceback" not in text and "nothing saved" in text, text
+    assert parallel._ended(job, proc.returncode, lambda line: None).why == "stopped before it saved anything"

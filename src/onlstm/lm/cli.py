@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,7 +131,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(f"wrote {args.out / 'compare.json'}, {args.out / 'tables.md'}{curves}")
     if res.failed:
         return max(e.code for e in res.failed)
-    return EXIT_INTERRUPTED if res.interrupted else 0
+    if res.interrupted:  # the runs caught the Ctrl-C and saved: said as any command says it
+        print("onlstm lm compare: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
 
 
 def run_threads(config: dict) -> int:
@@ -150,8 +154,6 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
     zero state; its rows are the words the model read and the final <eos>. A word outside the vocabulary is
     written as <unk> (what the model read). Details: docs/lm.md, "Surprisal".
     """
-    import sys
-
     from ..data.vocab import EOS
     from ..device import resolve_device, setup_torch
     from ..files import check_new_files, check_output_file, write_text

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..device import StopRequest
 from ..errors import EXIT_INTERRUPTED, OnlstmError, first_line
+from ..saved import RunFiles
 
 
 @dataclass
@@ -97,7 +98,12 @@ def _start(job: Job) -> subprocess.Popen:
     spec = {"entry": job.entry, "payload": job.payload, "parent": os.getpid(), "command": job.command}
     log = open(job.log_path, "a", encoding="utf-8")  # the child holds it open; closed here at once
     try:
-        code = "from onlstm.studies.parallel import child; child()"
+        # a stop request while the child imports torch (seconds) ends it in one line, not a traceback in its log
+        code = (
+            "import signal, sys\nsignal.signal(signal.SIGTERM, signal.default_int_handler)\n"
+            "try:\n    from onlstm.studies.parallel import child\nexcept KeyboardInterrupt:\n"
+            "    print('stopped before the run began: nothing saved', flush=True)\n    sys.exit(130)\nchild()"
+        )
         # the same onlstm as this process's, installed or not
         here = str(Path(__file__).resolve().parents[2])
         env = {
@@ -122,12 +128,15 @@ def _ended(job: Job, rc: int, log: Callable[[str], None]) -> Ended:
     if rc == 0:
         log(f"== {job.name}: finished")
         return Ended(job.name, 0)
+    saved = RunFiles(job.run_dir).resume_path.exists()  # a run stopped before its first save has nothing to go on from
     if rc < 0:  # killed by a signal (Popen's -N): not an exit status a command documents
         name = _signal_name(-rc)
-        why = f"killed by {name}; its last checkpoint is kept, --resume goes on from it"
+        kept = "its last checkpoint is kept, --resume goes on from it" if saved else "nothing saved: it starts again"
+        why = f"killed by {name}; {kept}"
         log(f"== {job.name}: {why}; log: {job.log_path}")
         return Ended(job.name, EXIT_INTERRUPTED, why, name)
-    why = "interrupted (its resume file saved)" if rc == EXIT_INTERRUPTED else f"failed (exit {rc}): {_last_line(job)}"
+    stopped = "interrupted (its resume file saved)" if saved else "stopped before it saved anything"
+    why = stopped if rc == EXIT_INTERRUPTED else f"failed (exit {rc}): {_last_line(job)}"
     log(f"== {job.name}: {why}; log: {job.log_path}")
     return Ended(job.name, rc, why)
 
