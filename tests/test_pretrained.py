@@ -92,6 +92,14 @@ def test_export_writes_a_card_with_a_command_that_reproduces_the_settings(tmp_pa
     # a run directory is never overwritten by an export
     assert main(["export", "--checkpoint", str(tmp_path / "out"), "--to", str(tmp_path / "run")]) == 2
     assert "holds a training run (model.best.safetensors)" in capsys.readouterr().err
+    # the last weights are not the ones the run's results were measured on: their card does not show those
+    save_weights(tmp_path / "run" / "model.last.safetensors", small_lm(seed=1))
+    for given in (["--weights", "last"], []):
+        checkpoint = str(tmp_path / "run") if given else str(tmp_path / "run" / "model.last.safetensors")
+        out = tmp_path / f"last{len(given)}"
+        assert main(["export", "--checkpoint", checkpoint, *given, "--to", str(out)]) == 0
+        card = (out / "README.md").read_text()
+        assert "ppl: 123.4" not in card and "the run's results are those of model.best.safetensors" in card
 
 
 def test_logic_classifier_round_trip_and_export(tmp_path):

@@ -12,6 +12,7 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 from .config import option
 from .errors import (
@@ -117,6 +118,9 @@ def _cmd_export(args) -> int:
     else:
         command = kind.command(model.run_config)
     results = run.results()
+    best = run.weights("best")
+    if results and Path(weights).name != best.name:  # the run's figures are its best weights': not these ones'
+        results = {"not shown": f"the run's results are those of {best.name}; these weights are {Path(weights).name}"}
     model.save_pretrained(
         args.to, run_config=model.run_config, command=command, results=results, overwrite=args.overwrite
     )
