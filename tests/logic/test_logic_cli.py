@@ -168,3 +168,22 @@ def test_curves_say_why_a_test_table_is_empty(run_on, tmp_path, capsys):
     assert main([*argv, "--overwrite"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("| run | step |") and err == ""
+
+
+def test_resume_takes_the_runs_own_settings_as_lm_train_does(train_files_only, tmp_path, capsys):
+    """`logic train --out RUN --resume` goes on with the run's model, training settings and data (the line at a stop
+    says so); it needed every flag again, and the defaults in their place were a clash. Given values over the run's:
+    a budget may change, what is learned may not."""
+    import json
+
+    run = tmp_path / "run"
+    argv = ["logic", "train", "--data", str(train_files_only), "--out", str(run), *TINY, "--batch-size", "8"]
+    assert main([*argv, "--max-steps", "2", "--threads", "1"]) == 0
+    assert f"to train further: onlstm logic train --out {run} --resume --max-steps N (N > 2)" in capsys.readouterr().out
+    assert main(["logic", "train", "--out", str(run), "--resume", "--max-steps", "4", "--no-progress"]) == 0
+    header = json.loads((run / "config.json").read_text())
+    assert header["model"]["hidden_size"] == 8 and header["train"]["max_steps"] == 4
+    assert json.loads((run / "results.json").read_text())["steps"] == 4
+    assert main(["logic", "train", "--out", str(run), "--resume", "--hidden-size", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot change model.hidden_size (run: 8, given: 16)" in err and "emb_size" not in err

@@ -404,7 +404,9 @@ def test_ctrl_c_keeps_the_best_checkpoint(tiny_data, tmp_path, monkeypatch):
     result = json.loads((run / "results.json").read_text())
     assert result["status"] == "interrupted" and result["stopped_by"] == "interrupted"
     assert "aborted at step 4" in logs[-1] and "best checkpoint kept" in logs[-1]  # a KeyboardInterrupt in a step
-    assert "continue with: onlstm logic train --resume" in logs[-1]  # from the check at step 3
+    assert (
+        f"continue with: onlstm logic train --out {tmp_path / 'run'} --resume" in logs[-1]
+    )  # from the check at step 3
     best, last = LogicClassifier(LogicModelConfig(**TINY)), LogicClassifier(LogicModelConfig(**TINY))
     load_weights(run / "model.best.safetensors", best)
     load_weights(run / "model.last.safetensors", last)

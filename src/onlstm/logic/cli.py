@@ -31,8 +31,19 @@ from ..files import (
 from ..flags import add_command, add_flags, add_group, add_runtime_flags, command_flags, command_line, runtime_settings
 from ..nn import Distances
 from ..runs import RunDir
+from ..runs.resume import resume_settings
 from ..saved import check_weights_choice
-from .config import SECTIONS, CompareSettings, EvalSettings, LogicModelConfig, LogicTrainConfig, resolve
+from .config import (
+    CONFIG_KEYS,
+    RUNTIME_FIELDS,
+    SECTIONS,
+    CompareSettings,
+    EvalSettings,
+    LogicModelConfig,
+    LogicTrainConfig,
+    read_sections,
+    resolve,
+)
 from .data import (
     Example,
     has_split,
@@ -359,6 +370,29 @@ def resolve_settings(args: argparse.Namespace, compare: bool = False):
     return model_cfg, train_cfg, Path(data), Path(out), what
 
 
+def resumed_settings(args: argparse.Namespace):
+    """``logic train --resume``'s ``(model config, train config, data, out)``: the run's own settings with what was
+    given (a --config file, flags) over them, as ``lm train`` resumes; a change of what is learned is refused (only
+    the runtime settings, the budget among them, may change). ``--data`` defaults to the run's recorded data."""
+    settings = Settings.resolve(SECTIONS, args.config, args, experiment="logic", keys=CONFIG_KEYS)
+    out = args.out or settings.keys.get("out")
+    if out is None:
+        raise ConfigError("--resume needs the run: pass --out RUN (or out: in the --config file)")
+    run = RunDir(Path(out))
+    if not run.config_path.exists():  # not a run: the training's own check says so
+        return (*resolve_settings(args)[:2], Path(args.data or settings.keys.get("data") or "."), Path(out))
+    header = run.header()
+    sections, clash = resume_settings(header, read_sections, settings.given, RUNTIME_FIELDS, Path(out))
+    if clash:
+        raise ConfigError(clash)
+    data = args.data or settings.keys.get("data") or recorded_path(header)
+    if data is None:
+        raise ConfigError(f"{out} records no data folder: pass --data DIR, the run's own training files")
+    train_cfg = LogicTrainConfig.from_dict(sections["train"])
+    resolve_device(train_cfg.device)
+    return LogicModelConfig.from_dict(sections["model"]), train_cfg, Path(data), Path(out)
+
+
 def train_command(config: dict) -> str | None:
     """The ``onlstm logic train`` command that reproduces a run's settings (its ``config.json``), else None."""
     if not isinstance(config.get("train"), dict):
@@ -396,10 +430,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     relations) on the train{k} files with k <= --max-train-ops, 10% held out for validation and early stopping.
     Writes config.json, vocab.json, history.json, model.best.safetensors and model.last.safetensors into
     --out. Ctrl-C stops after the current step, keeps the best checkpoint and writes resume.safetensors (exit
-    status 130); run the same command with --resume to go on exactly where it stopped, or with --resume and a
-    larger budget to train a run stopped by its budget further.
+    status 130); `onlstm logic train --out RUN --resume` goes on exactly where it stopped, with the run's own
+    settings and data (flags given with it go over them: a larger budget trains a run stopped by its budget further).
     """
-    model_cfg, train_cfg, data, out, _ = resolve_settings(args)
+    model_cfg, train_cfg, data, out = resumed_settings(args) if args.resume else resolve_settings(args)[:4]
     result = train(model_cfg, train_cfg, data, out, resume=args.resume)
     if result.interrupted:
         return EXIT_INTERRUPTED

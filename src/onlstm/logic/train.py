@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import shlex
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
@@ -167,7 +168,7 @@ def _start(run: RunDir, model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data
                                    run=run.path, what="training data", fix=fix, warn=log)  # fmt: skip
     train_ex, valid_ex = split_train_valid(examples, cfg)
     task = LogicTask(model_cfg, cfg, run.path, encode_examples(train_ex), encode_examples(valid_ex), log, ctx.device)
-    task.resume_command = go_on or task.resume_command
+    task.resume_command = go_on or f"onlstm logic train --out {shlex.quote(str(run.path))} --resume"
     if cfg.score_test:
         task.set_test(load_test_examples(data))
     max_ops = max(ex.max_ops for ex in examples)
@@ -183,7 +184,7 @@ class LogicTask:
     carries the schedule's count, the running training figures, the pass's operator bound and batch-order state."""
 
     row, unit, perplexity = LogicRow, "pairs", False
-    resume_command = "onlstm logic train --resume (with the run's --config, --data and --out)"
+    resume_command = "onlstm logic train --out RUN --resume"  # the run's own path, set when the task is made
     # a resume file of an earlier version kept the running figures in the task's state
     old_sums: ClassVar = {"loss_sum": "loss", "correct_sum": "accuracy", "seen": "n"}
     engine: Any
