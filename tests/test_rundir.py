@@ -358,3 +358,18 @@ def test_a_folder_holding_only_a_killed_writers_temporary_files_takes_a_new_run(
     (run / "notes.txt").write_text("the user's")
     with pytest.raises(RunDirError, match="not empty and holds no run"):
         RunDir(run).check_output()
+
+
+def test_a_run_that_a_live_process_trains_is_described_so(tmp_path):
+    """A new training into a folder where another is running was told "found: an interrupted ... run"; the run's
+    live lock says it is training now, and who holds it."""
+    import os
+
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    write_json(run.config_path, {"kind": "lm"})
+    run.resume_path.write_bytes(b"")
+    assert run.describe().startswith("an interrupted")
+    with run.lock("onlstm lm train"):
+        assert run.describe().startswith("a ") and f"run training now (pid {os.getpid()} on host" in run.describe()
+    assert run.describe().startswith("an interrupted")

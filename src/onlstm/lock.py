@@ -61,6 +61,22 @@ def _who(owner: dict) -> str:
     return f"{who} ({_shown(owner.get('command', '?'))}, since {since})"
 
 
+def live_holder(run_dir: str | Path) -> str | None:
+    """Who holds ``run_dir``'s lock now, in words, when a live process does (the kernel's lock is held); None when
+    none does, or where nothing can tell (no lock file, no ``flock``)."""
+    try:
+        fd = os.open(RunFiles(run_dir).lock_path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        if _flock(fd) is not False:
+            return None
+        owner = _read_owner(fd)
+        return _who(owner) if owner else "a running process"
+    finally:
+        os.close(fd)  # closing releases a lock this call took
+
+
 class RunLock:
     """The lock file held while a training writes into ``run_dir`` (docs/cli.md, "Locks"): the kernel's lock on it
     (``flock``), which the kernel releases however its holder ends (SIGKILL, a crash, a reboot), so a lock file no

@@ -12,7 +12,7 @@ from typing import Any
 from ..checkpoint import CheckpointError, read_json
 from ..errors import RunDirError
 from ..files import check_work_folder
-from ..lock import RunLock
+from ..lock import RunLock, live_holder
 from ..saved import RunFiles, json_dict
 
 
@@ -97,6 +97,9 @@ class RunDir(RunFiles):
             f"a {status}" if status in ("finished", "stopped", "diverged") else ("an interrupted" if resume else "a")
         )
         title = _KINDS[kind].title if kind in _KINDS else kind  # a kind not imported yet: by its name
+        holder = live_holder(self.path)
+        if holder is not None:  # an interrupted-looking run that a live process is training
+            return f"a {title} run training now ({holder})"
         return f"{state} {title} run" + (f" ({self.RESUME})" if resume else "")
 
     # -- as the output of a command -------------------------------------------------------------
