@@ -66,3 +66,12 @@ def test_the_command_prints_the_authors_figure_beside_ours(tmp_path, capsys):
     text = capsys.readouterr().out
     assert f"the authors' evaluate() prints {math.exp(summed / 11):.2f}" in text
     assert f"perplexity {math.exp(summed / 10):.2f}" in text
+
+
+def test_the_perplexity_of_a_diverging_loss_is_infinite_not_capped():
+    import math
+
+    from onlstm.lm.evaluate import exp_loss
+
+    assert exp_loss(2.0) == math.exp(2.0) and exp_loss(699.0) == math.exp(699.0)
+    assert exp_loss(1.95e16) == math.inf  # once written as exp(50) = 5.18e21, a finite number nobody measured

@@ -30,7 +30,7 @@ class Perplexity:
 
     @property
     def ppl(self) -> float:
-        return _exp(self.loss)
+        return exp_loss(self.loss)
 
     @property
     def authors_loss(self) -> float:
@@ -41,7 +41,7 @@ class Perplexity:
 
     @property
     def authors_ppl(self) -> float:
-        return _exp(self.authors_loss)
+        return exp_loss(self.authors_loss)
 
     def describe(self) -> str:
         what = "one stream, batch 1" if self.batch_size == 1 else f"{self.batch_size} columns, each from a zero state"
@@ -58,7 +58,8 @@ class Perplexity:
                 "authors_loss": self.authors_loss}  # fmt: skip
 
 
-def _exp(loss: float) -> float:
+def exp_loss(loss: float) -> float:
+    """The perplexity of a mean loss: infinite where ``exp`` overflows (a diverged run), never a capped number."""
     return math.exp(loss) if loss < 700 else float("inf")
 
 

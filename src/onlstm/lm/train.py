@@ -32,7 +32,7 @@ from ..runs.engine import Check, Plan, Progress, Saved, TrainResult, train_run, 
 from ..runs.resume import checked
 from .config import RUNTIME_FIELDS, SECTIONS, RunConfig, explicit_settings, run_configs, run_sections
 from .data import TEXT_FINGERPRINT, batchify, bptt_schedule, column_share, same_training_text, segment, too_short
-from .evaluate import Interrupted, perplexity
+from .evaluate import Interrupted, exp_loss, perplexity
 from .graphs import step_graphs
 from .ntasgd import averaged_weights, make_optimizer, nonmono_switch, weights_in_place
 
@@ -305,7 +305,7 @@ class Trainer:
         tokens, seconds = int(round(sums.get("n", 0.0))), sums.get("seconds", 0.0)
         loss = sums.get("loss", 0.0) / max(tokens, 1)
         row = dict(epoch=prog.epoch, steps=prog.step, train_loss=round(loss, 6))
-        row.update(train_ppl=round(math.exp(min(loss, 50)), 3), valid_loss=round(valid.loss, 6))
+        row.update(train_ppl=round(exp_loss(loss), 3), valid_loss=round(valid.loss, 6))
         row.update(valid_ppl=round(valid.ppl, 3), averaging=int(prog.task.averaging), tokens=tokens)
         row.update(epoch_seconds=round(seconds, 2), tokens_per_s=round(tokens / max(seconds, 1e-9), 1))
         row.update(elapsed_s=round(self.engine.elapsed(), 1))

@@ -458,7 +458,10 @@ class Engine:
         prog, since, self.since = self.progress, self.since, {}
         n = max(since.get("n", 0.0), 1.0)
         figures = {"loss": since.get("loss", 0.0) / n}
-        figures.update({"ppl": math.exp(min(figures["loss"], 50))} if self.task.perplexity else {})
+        # a diverging run's perplexity is infinite where exp overflows, not capped at a finite number
+        figures.update(
+            {"ppl": math.exp(figures["loss"]) if figures["loss"] < 700 else math.inf} if self.task.perplexity else {}
+        )
         figures.update({k: v / n for k, v in since.items() if k not in ("loss", "n", "seconds")})
         figures[f"{self.task.unit}_per_s"] = since.get("n", 0.0) / max(since.get("seconds", 0.0), 1e-9)
         epoch, end = prog.epoch + prog.pos / max(n_batches, 1), prog.pos == n_batches
