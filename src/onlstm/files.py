@@ -250,6 +250,18 @@ def read_stdin_text() -> str:
     return buffer.read().decode(UTF8) if buffer is not None else stream.read().removeprefix("\ufeff")
 
 
+def read_input(path: str | Path | None) -> str:
+    """The text a command reads: the file ``path`` names (:func:`read_text`), or standard input for ``-`` or None;
+    every problem one :class:`InputError` naming where it read."""
+    where = "standard input" if path is None or str(path) == "-" else str(path)
+    try:
+        return read_stdin_text() if where == "standard input" else read_text(path)  # type: ignore[arg-type]
+    except UnicodeDecodeError as exc:  # read_text says it for files: standard input's bytes
+        raise InputError(f"standard input is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {where}: {exc.strerror or exc}") from None
+
+
 def save_figure(fig, path: Path, **savefig_options) -> Path:
     """Save a matplotlib figure atomically, in the format of ``path``'s suffix (not the temporary file's)."""
     path = Path(path)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..config import option, seed_option
 from ..errors import EXIT_INTERRUPTED, command_error
-from ..files import json_text, read_stdin_text, read_text, split_lines
+from ..files import json_text, read_input, split_lines
 from ..flags import add_command, add_group, add_runtime_flags, runtime_settings
 from .config import EvalRuntime, add_config_flags
 
@@ -186,11 +186,7 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
 
 
 def _read_lines(path: Path) -> list[str]:
-    try:
-        text = read_stdin_text() if str(path) == "-" else read_text(path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise command_error(ValueError(f"cannot read {path}: {exc}")) from None
-    return [line.strip() for line in split_lines(text)]
+    return [line.strip() for line in split_lines(read_input(path))]
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:

@@ -24,8 +24,7 @@ from ..files import (
     check_output_owner,
     json_text,
     publish_folder,
-    read_stdin_text,
-    read_text,
+    read_input,
     split_lines,
 )
 from ..flags import add_command, add_flags, add_group, add_runtime_flags, command_flags, command_line, runtime_settings
@@ -488,11 +487,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 def _lines(path: Path) -> list[tuple[int, str]]:
     """``(line number, text)`` of ``path`` ('-': stdin), one line a pair."""
-    try:
-        text = read_stdin_text() if str(path) == "-" else read_text(path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    return list(enumerate(split_lines(text), start=1))
+    return list(enumerate(split_lines(read_input(path)), start=1))
 
 
 def _pair(line: str, path: Path, lineno: int) -> tuple[str, str]:

@@ -16,9 +16,8 @@ from ..files import (
     check_new_files,
     check_output_file,
     json_text,
+    read_input,
     read_lines,
-    read_stdin_text,
-    read_text,
     split_lines,
     write_text,
 )
@@ -251,10 +250,7 @@ def _cmd_parse(args) -> int:
         layer = choose_layer(args.layer, lm)
     except (ValueError, OSError) as err:
         raise command_error(err) from None
-    try:
-        text = read_text(args.input) if args.input else read_stdin_text()
-    except OSError as err:
-        raise InputError(f"cannot read {args.input or 'standard input'}: {err.strerror or err}") from None
+    text = read_input(args.input)
     sentences, numbers, dropped, empty = _prepare(split_lines(text), lm.model.reader, lm.vocab)
     if not sentences and not empty:
         raise InputError(f"{args.input or 'standard input'} is empty: nothing to parse")
