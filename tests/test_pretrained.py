@@ -265,3 +265,19 @@ def test_a_mistyped_local_path_is_not_only_taken_for_a_hub_id(monkeypatch, tmp_p
     (tmp_path / "runs").mkdir()
     with pytest.raises(CheckpointError, match=r"runs/nonexist is not a local directory \(though runs is: mistyped\?\)"):
         LanguageModel.from_pretrained("runs/nonexist")
+
+
+def test_an_evaluation_stopped_midway_gives_the_model_back_in_its_mode():
+    """The mode is given back on every way out of an evaluation, a stop request (Ctrl-C) included; inside it the
+    model reads without its dropouts (on by default: two reads in a training loop agree)."""
+    from onlstm.lm.evaluate import stream_loss
+    from onlstm.runs.engine import Interrupted
+
+    model = small_lm()
+    data = torch.randint(0, len(WORDS), (30, 2))
+    model.train()
+    first, second = stream_loss(model, data, 5), stream_loss(model, data, 5)
+    assert model.training and first == second
+    with pytest.raises(Interrupted):
+        stream_loss(model, data, 5, should_stop=lambda: True)
+    assert model.training

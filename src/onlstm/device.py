@@ -123,6 +123,18 @@ class StopRequest:
         return False
 
 
+@contextlib.contextmanager
+def evaluating(model: torch.nn.Module):
+    """``model`` in eval mode inside the block and in its caller's mode after it: a scorer or parser called inside
+    a training loop must not leave dropout off."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 def prepare_kernel(model: torch.nn.Module, device: torch.device) -> None:
     """Load now the kernel that ``model``'s ON-LSTM layers (``impl='auto'``) will run on ``device``: a first use
     builds the C++ kernel (tens of seconds), which must happen before a training's clock starts (``time_limit``,

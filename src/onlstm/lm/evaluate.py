@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..device import evaluating
 from ..progress import progress_bar
 from ..runs.dist import DistContext
 from ..runs.engine import Interrupted  # raised inside an evaluation when should_stop() turned true
@@ -68,12 +69,11 @@ def stream_loss(
     model, data: torch.Tensor, bptt: int, should_stop: Callable[[], bool] | None = None, progress=None, recorder=None
 ) -> tuple[float, int]:
     """Summed cross-entropy and the number of predictions over ``data`` (T, B), read in segments of
-    ``bptt`` from a zero state. ``model`` is a :class:`LanguageModel`; it is put in eval mode. With a
+    ``bptt`` from a zero state. ``model`` is a :class:`LanguageModel`, read in eval mode (its mode given back). With a
     ``recorder`` (:mod:`onlstm.lm.graphs`), the segments of ``bptt`` tokens replay one CUDA graph."""
-    was_training, count, state, total = model.training, 0, None, data.new_zeros((), dtype=torch.float64)
+    count, state, total = 0, None, data.new_zeros((), dtype=torch.float64)
     graph = ForwardGraph(model, recorder) if recorder is not None else None
-    model.eval()
-    try:
+    with evaluating(model):
         for i in range(0, data.shape[0] - 1, bptt):
             if should_stop is not None and should_stop():
                 raise Interrupted()
@@ -85,8 +85,6 @@ def stream_loss(
             count += y.numel()
             if progress is not None:
                 progress.update(y.numel())
-    finally:
-        model.train(was_training)
     return float(total), count
 
 

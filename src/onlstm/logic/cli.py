@@ -62,7 +62,7 @@ from .evaluate import (
     majority_baseline,
     read_test_examples,
 )
-from .formulas import FormulaSyntaxError, parse
+from .formulas import Formula, FormulaSyntaxError, parse
 from .generate import GenerateConfig, format_label_counts, generate_dataset
 from .model import KIND, load_classifier
 from .relations import RELATIONS
@@ -471,13 +471,13 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     `onlstm logic eval` instead.
     """
     check_weights_choice(args.checkpoint, args.tag, "--tag")
-    pairs = [_pair(line, args.file, k) for k, line in _lines(args.file) if line.strip()]
-    if not pairs:
+    read = [_pair(line, args.file, k) for k, line in _lines(args.file) if line.strip()]
+    if not read:
         raise InputError(f"{args.file} holds no pair of formulas (A<TAB>B on each line)")
     model, _ = load_classifier(args.checkpoint, args.tag, runtime_device(runtime_settings(args)))
-    probabilities = model.relation_probabilities(pairs, args.batch_size)
-    for (a, b), p in zip(pairs, probabilities.tolist()):
-        relation = RELATIONS[max(range(len(p)), key=p.__getitem__)]
+    probabilities = model.relation_probabilities([formulas for _, formulas in read], args.batch_size)
+    for ((a, b), _), p, k in zip(read, probabilities.tolist(), probabilities.argmax(-1).tolist()):
+        relation = RELATIONS[k]
         if args.json:
             print(json_text({"a": a, "b": b, "relation": relation, "probabilities": dict(zip(RELATIONS, p))}, None))
         else:
@@ -490,18 +490,19 @@ def _lines(path: Path) -> list[tuple[int, str]]:
     return list(enumerate(split_lines(read_input(path)), start=1))
 
 
-def _pair(line: str, path: Path, lineno: int) -> tuple[str, str]:
-    """One line's two formulas, each read by the notation's parser (a problem names the line)."""
+def _pair(line: str, path: Path, lineno: int) -> tuple[tuple[str, str], tuple[Formula, Formula]]:
+    """One line's two formulas, as written and as read by the notation's parser (a problem names the line)."""
     fields = line.rstrip("\r").split("\t")
     if len(fields) != 2:
         more = "; a labelled line (LABEL<TAB>A<TAB>B) is scored by `onlstm logic eval`" if len(fields) == 3 else ""
         raise InputError(f"{path}, line {lineno}: expected A<TAB>B, found {len(fields)} TAB-separated fields{more}")
+    formulas = []
     for which, text in zip(("first", "second"), fields):
         try:
-            parse(text)
+            formulas.append(parse(text))
         except FormulaSyntaxError as exc:
             raise InputError(f"{path}, line {lineno}: the {which} formula is not in the notation: {exc}") from None
-    return fields[0], fields[1]
+    return (fields[0], fields[1]), (formulas[0], formulas[1])
 
 
 def _model_and_pairs(args: argparse.Namespace):

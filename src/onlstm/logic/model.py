@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_sequence
 
 from ..checkpoint import CheckpointError, config_header, read_json
+from ..device import evaluating
 from ..encoders import make_encoder
 from ..saved import LoadedRun, RunFiles, load_run
 from ..sharing import check_run_config, model_card, pretrained_path, save_pretrained
@@ -130,25 +131,12 @@ class LogicClassifier(nn.Module):
         (``= < > ^ | v #``). A text that is no formula is a ``FormulaSyntaxError`` naming its pair."""
         return [RELATIONS[k] for k in self.relation_probabilities(pairs, batch_size).argmax(-1).tolist()]
 
-    @torch.no_grad()
     def relation_probabilities(self, pairs, batch_size: int = 512) -> torch.Tensor:
         """``(N, 7)`` probabilities of the relations of ``pairs`` (as :meth:`predict` reads them), the columns in
         the order of :data:`~onlstm.logic.relations.RELATIONS`; in eval mode, the model's mode given back."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
-        data = encode_pairs(pairs)
-        was_training, device = self.training, next(self.parameters()).device
-        self.eval()
-        try:
-            order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))  # similar lengths
-            out = torch.empty(len(data), len(RELATIONS))
-            for i in range(0, len(order), batch_size):
-                idx = order[i : i + batch_size]
-                a, al, b, bl, _ = (t.to(device) for t in collate([data[j] for j in idx]))
-                out[idx] = self(a, al, b, bl).float().softmax(-1).cpu()
-        finally:
-            self.train(was_training)
-        return out
+        return encoded_logits(self, encode_pairs(pairs), batch_size).softmax(-1)
 
     def save_pretrained(
         self,
@@ -261,21 +249,22 @@ def operator_count(pair: Encoded) -> int:
 
 
 @torch.no_grad()
+def encoded_logits(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> torch.Tensor:
+    """``(N, 7)`` float32 logits of the encoded pairs, on the CPU, in eval mode (the model's mode given back)."""
+    # Sorted by length, a batch's formulas are similar in length (faster; results do not change).
+    order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
+    out, device = torch.empty(len(data), len(RELATIONS)), next(model.parameters()).device
+    with evaluating(model):
+        for i in range(0, len(order), batch_size):
+            idx = order[i : i + batch_size]
+            a, al, b, bl, _ = (t.to(device) for t in collate([data[j] for j in idx]))
+            out[idx] = model(a, al, b, bl).float().cpu()
+    return out
+
+
 def predict_encoded(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[int]:
     """Class index (into :data:`RELATIONS`) predicted for each encoded pair, in eval mode (mode restored)."""
-    was_training = model.training
-    model.eval()
-    # Sort by length so that a batch's formulas are similar in length (faster; results do not change).
-    order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
-    out = [0] * len(data)
-    device = next(model.parameters()).device
-    for i in range(0, len(order), batch_size):
-        idx = order[i : i + batch_size]
-        a, al, b, bl, _ = (t.to(device) for t in collate([data[j] for j in idx]))
-        for j, p in zip(idx, model(a, al, b, bl).argmax(-1).tolist()):
-            out[j] = p
-    model.train(was_training)
-    return out
+    return encoded_logits(model, data, batch_size).argmax(-1).tolist()
 
 
 def correct_flags(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> list[bool]:

@@ -19,6 +19,7 @@ from torch.nn.utils.rnn import pad_packed_sequence
 
 from ..checkpoint import CheckpointError
 from ..data.trees import Tree, build_tree, leaves, parse_brackets, to_brackets
+from ..device import evaluating
 from ..encoders import has_distances
 from ..files import write_text
 from ..nn import Distances
@@ -69,15 +70,13 @@ def formula_distances(
     check_distances(model, "formula_distances")
     if gate not in GATES:
         raise ValueError(f"gate must be one of {', '.join(GATES)}, not {gate!r}")
-    was_training, device = model.training, next(model.parameters()).device
-    model.eval()
-    out: list[list[float]] = []
-    for i in range(0, len(formulas), batch_size):
-        tokens, lengths = pad_batch([token_ids(f) for f in formulas[i : i + batch_size]])
-        _, _, dist = model.encoder(model.embed(tokens.to(device), lengths), return_distances=True)
-        padded, _ = pad_packed_sequence(getattr(dist, gate))  # (T, N, layers * directions)
-        out += [padded[: int(n), k, -1].tolist() for k, n in enumerate(lengths)]
-    model.train(was_training)
+    device, out = next(model.parameters()).device, []
+    with evaluating(model):
+        for i in range(0, len(formulas), batch_size):
+            tokens, lengths = pad_batch([token_ids(f) for f in formulas[i : i + batch_size]])
+            _, _, dist = model.encoder(model.embed(tokens.to(device), lengths), return_distances=True)
+            padded, _ = pad_packed_sequence(getattr(dist, gate))  # (T, N, layers * directions)
+            out += [padded[: int(n), k, -1].tolist() for k, n in enumerate(lengths)]
     return out
 
 

@@ -3,7 +3,6 @@ of :mod:`onlstm.encoders`; :func:`load_language_model_run` (docs/lm.md, "The rec
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,6 +17,7 @@ from .. import encoders
 from ..config import Config, ConfigError, option
 from ..data.reader import TextConventionNote, TextReader, reader_of
 from ..data.vocab import EOS, Vocab
+from ..device import evaluating
 from ..encoders import make_encoder
 from ..errors import InputError
 from ..nn import ONLSTM, kernels
@@ -178,8 +178,7 @@ class LanguageModel(nn.Module):
         check_batch_size(batch_size)
         words = self.words(sentences)
         index = default_parse_layer(getattr(self, "run_config", {}), len(self.layers), layer)
-        with keeping_mode(self):
-            forget, _, _ = sentence_distances(self, self._vocab(), words, batch_size)
+        forget, _, _ = sentence_distances(self, self._vocab(), words, batch_size)
         return [ParsedSentence(w, build_tree(w, d[index].tolist()), d, index + 1) for w, d in zip(words, forget)]
 
     def score(self, sentences, batch_size: int = 64) -> list[float]:
@@ -191,8 +190,7 @@ class LanguageModel(nn.Module):
         check_batch_size(batch_size)
         vocab, words = self._vocab(), self.words(sentences)
         ids = [vocab.encode([EOS, *w, EOS])[0] for w in words]
-        with keeping_mode(self):
-            return [float(lp.sum()) for lp in padded_token_logprobs(self, ids, batch_size)]
+        return [float(lp.sum()) for lp in padded_token_logprobs(self, ids, batch_size)]
 
     def perplexity(self, sentences, batch_size: int = 64) -> float:
         """exp of the mean negative log-probability per token (each sentence's words and its end) of
@@ -282,8 +280,7 @@ class LanguageModel(nn.Module):
         else:
             words = self.words(sentences, allow_empty=True)
         ids = [vocab.encode([EOS, *w, EOS])[0] for w in words]
-        with keeping_mode(self):
-            logprobs = prefix_token_logprobs(self, ids, batch_size, progress)
+        logprobs = prefix_token_logprobs(self, ids, batch_size, progress)
         return [-lp / math.log(2) for lp in logprobs]
 
     def save_pretrained(
@@ -380,17 +377,6 @@ class ParsedSentence:
         return draw_tree(self.tree)
 
 
-@contextlib.contextmanager
-def keeping_mode(model: nn.Module):
-    """The scorers and the parser run the model in eval mode; the caller's mode (training, when they are called
-    inside a training loop) is restored after them, so that dropout is not left off."""
-    was_training = model.training
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
 def check_words(words: list) -> list[str]:
     """A vocabulary to save: distinct non-empty strings (what :meth:`LanguageModel.from_pretrained` reads back)."""
     bad = [w for w in words if not isinstance(w, str) or not w]
@@ -443,7 +429,6 @@ def sentence_distances(
     sentence ``k`` tensors of shape ``(layers, n_words)``, and how many words became ``<unk>``."""
     if EOS not in vocab:
         raise ValueError(f"the vocabulary has no {EOS} token, which the parsing protocol reads around each sentence")
-    model.eval()
     eos = vocab.index[EOS]
     device = model.embedding.weight.device
     if any(len(s) == 0 for s in sentences):
@@ -453,17 +438,18 @@ def sentence_distances(
     order = sorted(range(len(encoded)), key=lambda k: -len(encoded[k]))
     forget: list = [None] * len(encoded)
     inputs: list = [None] * len(encoded)
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        T = len(encoded[idx[0]]) + 2
-        tokens = torch.full((T, len(idx)), eos, dtype=torch.long)
-        for b, k in enumerate(idx):
-            tokens[1 : len(encoded[k]) + 1, b] = torch.tensor(encoded[k])
-        _, _, extras = model(tokens.to(device), return_distances=True)
-        df, di = (torch.stack([getattr(d, g) for d in extras["distances"]]).cpu() for g in ("forget", "input"))
-        for b, k in enumerate(idx):  # df, di: (layers, T, B)
-            n = len(encoded[k])
-            forget[k], inputs[k] = df[:, 1 : n + 1, b].clone(), di[:, 1 : n + 1, b].clone()
+    with evaluating(model):
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            T = len(encoded[idx[0]]) + 2
+            tokens = torch.full((T, len(idx)), eos, dtype=torch.long)
+            for b, k in enumerate(idx):
+                tokens[1 : len(encoded[k]) + 1, b] = torch.tensor(encoded[k])
+            _, _, extras = model(tokens.to(device), return_distances=True)
+            df, di = (torch.stack([getattr(d, g) for d in extras["distances"]]).cpu() for g in ("forget", "input"))
+            for b, k in enumerate(idx):  # df, di: (layers, T, B)
+                n = len(encoded[k])
+                forget[k], inputs[k] = df[:, 1 : n + 1, b].clone(), di[:, 1 : n + 1, b].clone()
     return forget, inputs, unknown
 
 

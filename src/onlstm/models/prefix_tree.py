@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..device import evaluating
 from ..errors import OnlstmError
 
 
@@ -236,14 +237,14 @@ def scored_in_chunks(
     model, sequences: Sequence, size: int, key: Callable, score: Callable, progress: Callable[[int], None] | None
 ) -> list[torch.Tensor]:
     """Both scorers' loop: indices sorted by ``key``, ``score(indices)`` (a tensor each) on ``size`` at a time in
-    eval mode, then ``progress(n)``; returns the tensors in the sequences' own order."""
-    model.eval()
+    eval mode (the caller's mode given back), then ``progress(n)``; returns the tensors in the sequences' own order."""
     order = sorted(range(len(sequences)), key=key)
     out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
-    for start in range(0, len(order), size):
-        chunk = order[start : start + size]
-        for i, logprobs in zip(chunk, score(chunk)):
-            out[i] = logprobs
-        if progress:
-            progress(len(chunk))
+    with evaluating(model):
+        for start in range(0, len(order), size):
+            chunk = order[start : start + size]
+            for i, logprobs in zip(chunk, score(chunk)):
+                out[i] = logprobs
+            if progress:
+                progress(len(chunk))
     return out
