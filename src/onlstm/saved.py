@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from .checkpoint import CheckpointError, load_weights, read_json
+from .checkpoint import CheckpointError, assign_weights, read_json, read_safetensors
 from .errors import InputError, UserNote
 from .files import json_dict, write_json
 
@@ -138,6 +138,7 @@ def load_run(
     *,
     tag: str = "best",
     device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
     vocab: Callable[[Path], Any] | None = None,
     check: Callable[[LoadedRun], None] | None = None,
     what: str | None = None,
@@ -146,7 +147,10 @@ def load_run(
     """Open the run of ``kind`` at ``path`` (:meth:`RunFiles.find`). ``build(config["model"])`` makes the model (its
     ``TypeError``/``ValueError``/``KeyError``: a bad model config); ``vocab(run.vocab_path)`` reads the vocabulary;
     ``check(run)`` may refuse the run before the weights are read; ``what``/``hint`` as in
-    :meth:`RunFiles.read_config`. Every failure is a :class:`CheckpointError` naming the file."""
+    :meth:`RunFiles.read_config`. The model comes back in ``dtype``, or (None) in the one its weights were saved in.
+    Every failure is a :class:`CheckpointError` naming the file."""
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype must be a floating-point torch.dtype such as torch.float64, got {dtype!r}")
     saved, weights = RunFiles.find(path, tag)
     config = saved.read_config(kind, what, hint)
     try:
@@ -156,6 +160,11 @@ def load_run(
     run = LoadedRun(model, config, vocab(saved.vocab_path) if vocab else None, saved.path, weights)
     if check is not None:
         check(run)
-    load_weights(weights, model)
+    tensors, _ = read_safetensors(weights)
+    floats = {t.dtype for t in tensors.values() if t.is_floating_point()}
+    if dtype is None and len(floats) == 1:
+        dtype = floats.pop()  # a model saved in float64 comes back in float64, not rounded to the built float32
+    model = model.to(dtype) if dtype is not None else model
+    assign_weights(model, tensors, str(weights))
     run.model = model.to(device).eval()
     return run

@@ -156,12 +156,15 @@ class LogicClassifier(nn.Module):
         return save_pretrained(directory, self, config, card, list(TOKENS), overwrite=overwrite)
 
     @classmethod
-    def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LogicClassifier:
+    def from_pretrained(
+        cls, name_or_path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+    ) -> LogicClassifier:
         """A classifier saved by :meth:`save_pretrained` (a local directory, or a Hub id with
-        ``huggingface_hub`` installed) or a training run directory, in eval mode on ``device``."""
+        ``huggingface_hub`` installed) or a training run directory, in eval mode on ``device``, in ``dtype`` (by
+        default the one it was saved in)."""
         from ..device import as_device
 
-        model, config = load_classifier(pretrained_path(name_or_path), device=as_device(device))
+        model, config = load_classifier(pretrained_path(name_or_path), device=as_device(device), dtype=dtype)
         model.run_config = config
         return model
 
@@ -178,14 +181,15 @@ Evaluate it: `onlstm logic eval --checkpoint THIS_DIRECTORY --data DIR`.
 
 
 def load_classifier(
-    checkpoint: str | Path, tag: str = "best", device: str | torch.device = "cpu"
+    checkpoint: str | Path, tag: str = "best", device: str | torch.device = "cpu", dtype: torch.dtype | None = None
 ) -> tuple[LogicClassifier, dict]:
     """Model (on ``device``, eval mode) and header from a run directory or a ``.safetensors`` file inside one.
     Raises :class:`~onlstm.checkpoint.CheckpointError` when the files are missing or corrupt, or when the
     checkpoint is of another kind (e.g. a language model)."""
     build = lambda section: LogicClassifier(LogicModelConfig.from_dict(section))
     opts = {"vocab": _read_tokens, "check": _check_tokens, "what": "a logic classifier"}
-    run = load_run(checkpoint, KIND, build, tag=tag, device=device, **opts, hint="train one with `onlstm logic train`")
+    hint = "train one with `onlstm logic train`"
+    run = load_run(checkpoint, KIND, build, tag=tag, device=device, dtype=dtype, **opts, hint=hint)
     return run.model, run.config
 
 

@@ -322,14 +322,18 @@ class LanguageModel(nn.Module):
         return config, model_card(title, config, LM_USAGE, command, results), words
 
     @classmethod
-    def from_pretrained(cls, name_or_path, device: str | torch.device = "cpu") -> LanguageModel:
+    def from_pretrained(
+        cls, name_or_path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+    ) -> LanguageModel:
         """A model saved by :meth:`save_pretrained` (a local directory, or a Hugging Face Hub id when
-        ``huggingface_hub`` is installed) or a training run directory, in eval mode on ``device``. Its
-        vocabulary is ``model.vocab``, the saved header ``model.run_config``."""
+        ``huggingface_hub`` is installed) or a training run directory, in eval mode on ``device``, in ``dtype``
+        (by default the one it was saved in). Its vocabulary is ``model.vocab``, the saved header
+        ``model.run_config``."""
         from ..device import as_device
         from ..sharing import pretrained_path
 
-        return load_language_model_run(pretrained_path(name_or_path), device=as_device(device)).model
+        path = pretrained_path(name_or_path)
+        return load_language_model_run(path, device=as_device(device), dtype=dtype).model
 
 
 LM_USAGE = """
@@ -459,6 +463,7 @@ def load_language_model_run(
     device="cpu",
     hint: str = "train one with `onlstm lm train` or `onlstm demo`",
     reads_sentences: bool = False,
+    dtype: torch.dtype | None = None,
 ):
     """A language-model run directory (or a ``.safetensors`` file in one) as a
     :class:`~onlstm.saved.LoadedRun`: the model in eval mode on ``device``, its :class:`~onlstm.data.vocab.Vocab`
@@ -483,7 +488,7 @@ def load_language_model_run(
 
     build = lambda section: LanguageModel(LMConfig.from_dict(section))
     opts = {"vocab": Vocab.load, "check": check, "what": "a language model", "hint": hint}
-    run = load_run(checkpoint, KIND, build, tag=tag, device=device, **opts)
+    run = load_run(checkpoint, KIND, build, tag=tag, device=device, dtype=dtype, **opts)
     run.model.vocab, run.model.run_config = run.vocab, run.config  # what the Python API reads text with
     return run
 
