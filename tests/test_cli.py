@@ -76,7 +76,7 @@ def test_ctrl_c_exits_130(monkeypatch, capsys):
         raise KeyboardInterrupt
 
     parser = cli.build_parser()
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda argv=None: parser)
     parser._subparsers._group_actions[0].choices["info"].set_defaults(func=interrupted)
     assert main(["info"]) == 130
     assert capsys.readouterr().err.strip() == "onlstm info: interrupted"

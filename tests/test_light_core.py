@@ -7,6 +7,7 @@ from every import finder (they are installed here, so nothing else could keep th
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -325,3 +326,21 @@ def test_save_pretrained_and_export_need_only_the_core(env_core_only, tmp_path):
     assert "onlstm demo --seconds 5" in cards["demo"]
     assert "onlstm logic train" in cards["logic"]
     assert "ppl: 9.5" in (tmp_path / "saved" / "README.md").read_text()
+
+
+def test_the_list_of_commands_imports_no_torch_and_shows_each_commands_own_line():
+    """``onlstm --help`` (and a misspelt command) list the commands without importing them: torch's import took
+    seconds before the list appeared. Each line listed is the one the command registers."""
+    code = (
+        "import sys\nfrom onlstm.cli import build_parser\n"
+        "top = build_parser(['--help'])._subparsers._group_actions[0]\n"
+        "print({a.dest: a.help for a in top._choices_actions}, 'torch' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    listed, torch_imported = r.stdout.rsplit(" ", 1)
+    assert torch_imported.strip() == "False"
+    from onlstm.cli import build_parser
+
+    full = build_parser()._subparsers._group_actions[0]
+    assert ast.literal_eval(listed) == {a.dest: a.help for a in full._choices_actions}

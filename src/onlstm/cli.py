@@ -202,19 +202,23 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line's parser; for an ``argv`` that names no command (``onlstm``, ``onlstm --help``,
+    ``--version``, a misspelt name), one that only lists the commands that import torch (``LISTED``), so that the
+    list comes in a fraction of a second instead of after torch's import (seconds)."""
     from . import __version__
 
     ap = OneLineParser(prog="onlstm", description="Ordered Neurons LSTM: layer, experiments and tools.")
     ap.add_argument("--version", action="version", version=f"onlstm {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
-    _register_or_stand_in(sub, _register_demo, ("demo",))
+    listing = argv is not None and named_command(argv) is None
+    _register_or_list(sub, _register_demo, ("demo",), listing)
     add_command(sub, "presets", _cmd_presets, PresetsArgs)
     add_command(sub, "export", _cmd_export, ExportArgs)
     add_command(sub, "info", _cmd_info, InfoArgs)
     _register_import(sub)
     for module, names in SUBCOMMAND_MODULES.items():
-        _register_or_stand_in(sub, lambda s, m=module: importlib.import_module(m).register(s), names)
+        _register_or_list(sub, lambda s, m=module: importlib.import_module(m).register(s), names, listing)
     return ap
 
 
@@ -228,6 +232,35 @@ SUBCOMMAND_MODULES = {
     "onlstm.syneval.cli": ("syneval",),
     "onlstm.data.download": ("data",),
 }
+
+#: The line ``onlstm --help`` shows for each command whose registration imports torch; the same as the one the
+#: command registers (a test holds them equal), written here so that the list needs no import.
+LISTED = {
+    "demo": "grammar corpus -> ON-LSTM LM -> induced trees vs gold and baselines",
+    "parsing": "unsupervised parsing: parse, eval-parse, compare-trees, plot",
+    "logic": "logical inference (Bowman et al. 2015): generate, check, train, eval, predict, trees, compare, ...",
+    "lm": "word-level language modelling (PTB): train, eval, surprisal, compare",
+    "syneval": "targeted syntactic evaluation (Marvin & Linzen 2018 minimal pairs) of language models",
+    "data": "fetch the public data sets",
+}
+_LIGHT = ("presets", "export", "info", "import")  # registered without torch
+
+
+def named_command(argv: list[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not an option) when it is one, else None."""
+    word = next((w for w in argv if not w.startswith("-")), None)
+    known = {"demo", *_LIGHT, *(name for names in SUBCOMMAND_MODULES.values() for name in names)}
+    return word if word in known else None
+
+
+def _register_or_list(sub, register, names: tuple[str, ...], listing: bool) -> None:
+    """:func:`_register_or_stand_in`, or (``listing``) ``names`` with their line of :data:`LISTED` only (an
+    experiment added without its lines there is imported for the list)."""
+    if not listing or any(name not in LISTED for name in names):
+        _register_or_stand_in(sub, register, names)
+        return
+    for name in names:
+        sub.add_parser(name, help=LISTED[name], add_help=False)
 
 
 def _register_or_stand_in(sub, register, names: tuple[str, ...]) -> None:
@@ -258,7 +291,7 @@ def main(argv=None) -> int:
     name = " ".join(["onlstm", *(w for w in argv[:2] if not w.startswith("-"))])  # until the parser knows better
     try:
         with _sigterm_as_interrupt():
-            parser = build_parser()
+            parser = build_parser(argv)
             name = command_path(parser, argv)
             args = _parse(parser, argv)  # in the try: a flag's parser may import an optional dependency
             _closed_streams()

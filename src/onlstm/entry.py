@@ -80,6 +80,8 @@ def _start_up() -> None:
 
         from . import cli
 
+        if cli.named_command(sys.argv[1:]) is None:
+            return  # the list of commands (--help) or a refusal: nothing heavy to import
         for name in cli.SUBCOMMAND_MODULES:
             try:
                 importlib.import_module(name)

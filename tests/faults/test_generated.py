@@ -107,7 +107,9 @@ def harness(tmp_path, monkeypatch):
         if getattr(module, "publish_folder", None) is original:
             monkeypatch.setattr(module, "publish_folder", stop)
     monkeypatch.setenv("ONLSTM_NO_EXTENSION", "1")  # no kernel build inside the harness
-    monkeypatch.setattr(onlstm.cli, "build_parser", _parser)  # built once: parsing leaves a parser as it was
+    monkeypatch.setattr(
+        onlstm.cli, "build_parser", lambda argv=None: _parser()
+    )  # built once: parsing leaves it as it was
     return work
 
 

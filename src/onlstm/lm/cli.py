@@ -80,7 +80,7 @@ class CompareArgs:
 def register(subparsers) -> None:
     """Add ``onlstm lm {train,eval}`` to the top-level ``subparsers``."""
     about = "AWD-style word-level language model with ON-LSTM (or LSTM/GRU) layers."
-    sub = add_group(subparsers, "lm", "word-level language modelling (PTB): train, eval", about)
+    sub = add_group(subparsers, "lm", "word-level language modelling (PTB): train, eval, surprisal, compare", about)
     add_config_flags(add_command(sub, "train", _cmd_train, TrainArgs))
     add_runtime_flags(add_command(sub, "eval", _cmd_eval, EvalArgs), EvalRuntime)
     add_runtime_flags(add_command(sub, "surprisal", _cmd_surprisal, SurprisalArgs), EvalRuntime)

@@ -205,7 +205,7 @@ def register(subparsers) -> None:
     sub = add_group(
         subparsers,
         "logic",
-        "logical inference (Bowman et al. 2015): data, train, eval, compare",
+        "logical inference (Bowman et al. 2015): generate, check, train, eval, predict, trees, compare, ...",
         "Propositional-logic relation classification: the data and the experiment.",
     )
     add_flags(add_command(sub, "generate", _cmd_generate, GenerateArgs), GenerateConfig, "generate", "data")
