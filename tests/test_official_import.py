@@ -351,3 +351,20 @@ def test_a_model_larger_than_its_file_allows_is_refused(authors):
     with pytest.raises(OfficialImportError, match="more than the 1,000 a file of this size may take"):
         convert(model, criterion, len(words), "model.pt", budget=1000)
     assert convert(model, criterion, len(words), "model.pt", budget=10**9).config.hidden_sizes[0] == 12
+
+
+def test_a_state_dict_and_a_wrong_corpus_are_named_for_what_they_are(authors, tmp_path, capsys):
+    """A state_dict used to be refused as a hostile file ("sets the state of a OrderedDict object"); a text given
+    as --corpus was told to "give the .pt file the model was saved to"."""
+    torch.save(torch.nn.Linear(2, 2).state_dict(), tmp_path / "sd.pt")
+    (tmp_path / "train.txt").write_text("the cat sat\n")
+    corpus = str(authors / "corpus.data")
+    assert main(["import", "official", "--checkpoint", str(tmp_path / "sd.pt"), "--corpus", corpus,
+                 "--to", str(tmp_path / "o")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "holds a state_dict" in err and "[model, criterion, optimizer]" in err and "hostile" not in err
+    assert main(["import", "official", "--checkpoint", str(authors / "model.pt"), "--corpus",
+                 str(tmp_path / "train.txt"), "--to", str(tmp_path / "o")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "give the corpus.<hash>.data file" in err and ".pt file" not in err
+    assert not (tmp_path / "o").exists()

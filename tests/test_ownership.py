@@ -195,7 +195,9 @@ def test_syneval_out_never_replaces_a_runs_results(tmp_path, capsys):
     (tmp_path / "pairs.tsv").write_text("simple_agrmt\tthe cat sat\tthe cat sat sat\n")
     argv = ["syneval", "--checkpoint", run, "--data", tmp_path / "pairs.tsv", "--no-progress"]
     rc, err = run_main([*argv, "--out", run], capsys)
-    assert rc == 2 and "not written by this command" in err and snapshot(run) == before
+    assert rc == 2 and "which the command reads" in err and snapshot(run) == before
+    rc, err = run_main([*argv, "--out", run, "--overwrite"], capsys)
+    assert rc == 2 and "which the command reads" in err and snapshot(run) == before
     rc, err = run_main([*argv, "--out", tmp_path / "ev"], capsys)
     assert rc == 0, err
     assert {"results.json", "items.tsv", MARKER} <= {p.name for p in (tmp_path / "ev").iterdir()}
@@ -208,3 +210,93 @@ def test_demo_refuses_an_ordinary_folder_and_foreign_files(tmp_path, capsys):
     before = snapshot(out)
     rc, err = run_main(["demo", "--out", out, "--seconds", "1"], capsys)
     assert rc == 2 and "holds no demo" in err and snapshot(out) == before
+
+
+# -- what --overwrite never deletes, and what counts as an earlier output ------------------------------------------
+def test_overwrite_never_deletes_a_training_run_or_what_the_command_reads(tmp_path, capsys):
+    """`export --to runs --overwrite` deleted every run kept below runs/, the exported one included; `logic holdout
+    --overwrite` deleted its --data folder when it lay inside --out."""
+    runs = tmp_path / "runs"
+    lm_run(runs / "r1")
+    lm_run(runs / "deeper" / "r2")
+    before = snapshot(runs)
+    rc, err = run_main(["export", "--checkpoint", runs / "r1", "--to", runs, "--overwrite"], capsys)
+    assert rc == 2 and "which the command reads" in err and snapshot(runs) == before
+    rc, err = run_main(["export", "--checkpoint", lm_run(tmp_path / "run"), "--to", runs, "--overwrite"], capsys)
+    assert rc == 2 and "would delete the training run in" in err and snapshot(runs) == before
+    shared = tmp_path / "box" / "model"  # a shared model (no training files) read from inside --to
+    assert run_main(["export", "--checkpoint", runs / "r1", "--to", shared], capsys)[0] == 0
+    rc, err = run_main(["export", "--checkpoint", shared, "--to", tmp_path / "box", "--overwrite"], capsys)
+    assert rc == 2 and "which the command reads" in err and (shared / "model.safetensors").exists()
+    data = tmp_path / "wrap" / "logic"
+    data.mkdir(parents=True)
+    (data / "train1").write_text("=\t( a ( and ( not b ) ) )\t( b ( or a ) )\n")
+    rc, err = run_main(["logic", "holdout", "--data", data, "--split", "B", "--out", tmp_path / "wrap",
+                        "--overwrite"], capsys)  # fmt: skip
+    assert rc == 2 and "which the command reads" in err and (data / "train1").exists()
+
+
+def test_every_command_that_may_overwrite_has_the_training_run_guard():
+    """The guard lives in onlstm.saved (files is below it): a command whose modules do not import it would lose it."""
+    import subprocess
+    import sys
+
+    code = "import sys; from onlstm.cli import build_parser; build_parser(); print('onlstm.saved' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.stdout.strip() == "True", r.stderr
+    from onlstm.saved import _training_run_below
+
+    assert _training_run_below in files.REPLACE_GUARDS
+
+
+def test_a_marked_output_whose_file_the_user_changed_is_theirs(tmp_path):
+    out = tmp_path / "out"
+    publish_folder(out, "k", lambda tmp: (tmp / "README.md").write_text("the card"))
+    assert check_output_owner(out, "k") == out  # untouched: replaced without --overwrite
+    (out / "README.md").write_text("the card, with my notes")
+    with pytest.raises(files.InputError, match="not written by this command"):
+        check_output_owner(out, "k")
+    assert check_output_owner(out, "k", overwrite=True) == out
+
+
+def test_only_an_onlstm_export_written_before_markers_is_replaced_without_overwrite(tmp_path, capsys):
+    run = lm_run(tmp_path / "run")
+    mine = tmp_path / "mine"  # the user's own folder that only looks like an export
+    mine.mkdir()
+    (mine / "config.json").write_text('{"kind": "whatever"}')
+    (mine / "model.safetensors").write_text("my model")
+    (mine / "README.md").write_text("my notes")
+    before = snapshot(mine)
+    rc, _ = run_main(["export", "--checkpoint", run, "--to", mine], capsys)
+    assert rc == 2 and snapshot(mine) == before
+    old = tmp_path / "old"  # a real export, its marker gone as before markers existed
+    assert run_main(["export", "--checkpoint", run, "--to", old], capsys)[0] == 0
+    (old / MARKER).unlink()
+    assert run_main(["export", "--checkpoint", run, "--to", old], capsys)[0] == 0
+
+
+def test_the_exported_kinds_are_the_registered_ones():
+    import onlstm.lm
+    import onlstm.logic  # noqa: F401
+    from onlstm.runs.dirs import kind_names
+    from onlstm.sharing import EXPORTED_KINDS
+
+    assert set(EXPORTED_KINDS) == set(kind_names())
+
+
+def test_a_write_killed_by_kill_9_is_cleared_by_the_next_one_and_a_live_ones_is_not(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # a pid that no longer runs
+    host = files._writer().rpartition("-")[0]
+    dead = tmp_path / f".out.{host}-{child.pid}.abcd1234.tmp"
+    alive = tmp_path / f".out.{host}-{os.getppid()}.abcd1234.tmp"
+    elsewhere = tmp_path / f".out.otherhost-{child.pid}.abcd1234.tmp"
+    for folder in (dead, alive, elsewhere):
+        folder.mkdir()
+        (folder / "model.safetensors").write_text("half")
+    publish_folder(out, "k", lambda tmp: (tmp / "a.txt").write_text("new"))
+    assert not dead.exists() and alive.exists() and elsewhere.exists()

@@ -108,7 +108,7 @@ def _cmd_export(args) -> int:
 
     check_weights_choice(args.checkpoint, args.weights)
     run, weights = RunDir.find(args.checkpoint, args.weights or "best")
-    check_share_target(args.to, args.overwrite)  # before any work, in the command's own words (--to)
+    check_share_target(args.to, args.overwrite, reads=(run.path,))  # before any work, in the command's words
     kind = find_kind(run.read_config().get("kind"), "export", run.path)  # no header: read_config says so
     model = kind.model.from_pretrained(weights)
     if isinstance(model.run_config.get("demo"), dict):  # a demo's run also holds lm train's settings, but only

@@ -4,12 +4,14 @@ stays whole), and JSON, text and figures through it; a refused write is one :cla
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import math
 import os
 import re
 import shutil
+import socket
 import stat
 import sys
 import tempfile
@@ -302,11 +304,26 @@ def read_marker(folder: Path) -> dict | None:
 
 
 def owned_by(folder: Path, kind: str) -> bool:
-    """``folder`` holds a ``kind`` output written by a command, and nothing else (no file added since)."""
+    """``folder`` holds a ``kind`` output written by a command, and nothing else: no file added since, and none
+    changed (its size and time as the marker wrote them: a card the user edited is theirs)."""
     marker = read_marker(folder)
     if marker is None or marker["kind"] != kind:
         return False
-    return set(os.listdir(folder)) <= {MARKER, *map(str, marker["files"])}
+    stamps = marker.get("stamps")
+    changed = isinstance(stamps, dict) and any(
+        _stamp(Path(folder) / str(n)) not in (None, s) for n, s in stamps.items()
+    )
+    return not changed and set(os.listdir(folder)) <= {MARKER, *map(str, marker["files"])}
+
+
+def _stamp(path: Path) -> list[int] | None:
+    """A regular file's size and modification time in nanoseconds (what a marker records); None for anything
+    else, or nothing."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns] if stat.S_ISREG(st.st_mode) else None
 
 
 def check_not_dangling(path: Path, flag: str) -> None:
@@ -403,12 +420,15 @@ def check_output_owner(
     flag: str = "--out",
     legacy: Any = None,
     overwrite_flag: str = "--overwrite",
+    reads: Iterable[str | Path] = (),
 ) -> Path:
     """The ownership rule, checked before any work: ``path`` may receive a ``kind`` output when it does not exist,
     is an empty folder, holds an earlier ``kind`` output and nothing else (its marker, or ``legacy(path)`` for one
-    written before markers), or ``overwrite`` says to replace it. Else an :class:`InputError` naming what is there."""
+    written before markers), or ``overwrite`` says to replace it, and holds none of the paths the command ``reads``.
+    Else an :class:`InputError` naming what is there."""
     path = Path(path)
     check_not_dangling(path, flag)
+    check_outside(path, reads, flag)
     if path.exists() and not path.is_dir():
         raise InputError(f"{flag} {path} is a file, not a directory; choose another {flag}")
     check_writable(path.parent if path.exists() else path, flag)  # the new folder is made beside it
@@ -428,11 +448,34 @@ def check_output_owner(
     )
 
 
+#: What an ``--overwrite`` (it replaces a folder as a whole) checks first: each guard gets the folder and answers
+#: why it must not be deleted (a line), or None. :mod:`onlstm.saved` adds the one that keeps a training run at any
+#: depth (hours of work; this module is below it, and cannot know a run's files).
+REPLACE_GUARDS: list[Callable[[Path], str | None]] = []
+
+
 def _check_replaceable(path: Path, flag: str, overwrite_flag: str = "--overwrite") -> None:
     # overwriting replaces the folder as a whole: never the root, the home folder or one holding the working folder
     real, cwd = path.resolve(), Path.cwd().resolve()
     if real == Path(real.anchor) or real == Path.home().resolve() or real == cwd or real in cwd.parents:
         raise InputError(f"{flag} {path}: {overwrite_flag} would replace {real}, which holds more than an output")
+    for guard in REPLACE_GUARDS:
+        if (why := guard(real)) is not None:
+            raise InputError(
+                f"{flag} {path}: {overwrite_flag} would delete {why}; move it out, or choose another {flag}"
+            )
+
+
+def check_outside(folder: str | Path, inputs, flag: str) -> None:
+    """None of ``inputs`` (paths the command reads) lies inside ``folder``, which an ``--overwrite`` replaces as a
+    whole: the command would delete what it read."""
+    folder = Path(folder)
+    if not folder.exists():
+        return
+    real = folder.resolve()
+    for path in map(Path, inputs):
+        if path.resolve().is_relative_to(real):
+            raise InputError(f"{flag} {folder} holds {path}, which the command reads; choose a {flag} outside it")
 
 
 def publish_folder(path: str | Path, kind: str, write) -> Path:
@@ -444,13 +487,15 @@ def publish_folder(path: str | Path, kind: str, write) -> Path:
     target = path.resolve() if path.is_symlink() else path  # a link to a folder: the folder is replaced, not it
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+        _remove_killed_writes(target)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.{_writer()}.", suffix=".tmp"))
     except OSError as exc:
         raise WriteError(path, exc) from None
     try:
         write(tmp)
         names = sorted(os.listdir(tmp))
-        write_json(tmp / MARKER, {"kind": kind, "files": names})
+        stamps = {n: s for n in names if (s := _stamp(tmp / n)) is not None}  # a rename keeps them
+        write_json(tmp / MARKER, {"kind": kind, "files": names, "stamps": stamps})
         os.chmod(tmp, 0o777 & ~_current_umask())  # mkdtemp's folder is private
         _swap_into_place(tmp, target)
     except OSError as exc:  # a WriteError too: named by the file it would have been, not the temporary one
@@ -492,6 +537,29 @@ def add_files(folder: str | Path, write) -> list[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         if made and folder.exists() and not os.listdir(folder):
             folder.rmdir()
+
+
+def _writer() -> str:
+    """This process as the writer of a new folder's name: host and pid (no dots: the name's fields)."""
+    return f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"
+
+
+def _remove_killed_writes(target: Path) -> None:
+    """Remove the half-written folders ``.NAME.HOST-PID.*.tmp`` beside ``target`` whose writer, on this host, no
+    longer runs: only a kill -9 or a power cut leaves one (every other end removes its own), and nothing else would
+    ever remove it. Another host's, or a live writer's, is left alone."""
+    if os.name != "posix":
+        return  # os.kill(pid, 0) would end the process elsewhere
+    for leftover in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        host, _, pid = leftover.name[len(target.name) + 2 :].split(".", 1)[0].rpartition("-")
+        if host != _writer().rpartition("-")[0] or not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(leftover, ignore_errors=True)
+        except OSError:
+            pass  # alive, another user's
 
 
 def _swap_into_place(new: Path, target: Path) -> None:

@@ -4,6 +4,7 @@ model it holds (:func:`load_run`). Below ``runs/``: a model is opened without th
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from . import files
 from .checkpoint import CheckpointError, assign_weights, read_json, read_safetensors
 from .errors import InputError, UserNote
 from .files import json_dict, write_json
@@ -97,6 +99,19 @@ class RunFiles:
     def header(self) -> dict:
         """``config.json``, {} when it cannot be read."""
         return json_dict(self.config_path) or {}
+
+
+def _training_run_below(folder: Path) -> str | None:
+    """The first training run at any depth of ``folder`` (its weights or resume file), as a guard of
+    :func:`onlstm.files.check_output_owner`'s ``--overwrite``."""
+    names = {RunFiles.RESUME, RunFiles.WEIGHTS.format(tag="best"), RunFiles.WEIGHTS.format(tag="last")}
+    for root, _, held in os.walk(folder):  # links are not followed: what they point to is not deleted
+        if found := names.intersection(held):
+            return f"the training run in {root} ({min(found)})"
+    return None
+
+
+files.REPLACE_GUARDS.append(_training_run_below)
 
 
 class WeightsNote(UserNote):

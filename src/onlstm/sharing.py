@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import CheckpointError, save_weights
-from .errors import InputError
+from .checkpoint import CheckpointError, read_safetensors, save_weights
+from .errors import InputError, first_line
 from .files import check_output_owner, publish_folder, write_json, write_text
 from .saved import RunFiles
 
@@ -20,23 +20,40 @@ from .saved import RunFiles
 EXPORT = "export"
 
 
+#: The kinds of model an export holds (``config.json``'s ``kind``): a language model's, a logic classifier's.
+EXPORTED_KINDS = ("lm", "logic-classifier")
+
+
 def is_export(path: str | Path) -> bool:
-    """An earlier export, marked or (written before markers) of a shared model's files alone."""
+    """An export written before markers: a shared model's files alone, ``config.json`` of one of
+    :data:`EXPORTED_KINDS` and weights that read as safetensors (a folder of the user's that only looks like one
+    is theirs)."""
     files = RunFiles(path)
     try:
         held = set(os.listdir(files.path))
     except OSError:
         return False
     names = {files.CONFIG, files.SHARED_WEIGHTS, files.VOCAB, files.CARD}
-    return files.SHARED_WEIGHTS in held and held <= names and "kind" in files.header()
+    if not (files.SHARED_WEIGHTS in held and held <= names and files.header().get("kind") in EXPORTED_KINDS):
+        return False
+    try:
+        read_safetensors(files.path / files.SHARED_WEIGHTS, tensors=False)
+    except CheckpointError:
+        return False
+    return True
 
 
 def check_share_target(
-    directory: str | Path, overwrite: bool = False, flag: str = "--to", overwrite_flag: str = "--overwrite"
+    directory: str | Path,
+    overwrite: bool = False,
+    flag: str = "--to",
+    overwrite_flag: str = "--overwrite",
+    reads: tuple = (),
 ) -> Path:
     """Whether a shared model may be written into ``directory`` (:func:`save_pretrained`'s rule, for a writer to
     check before its work): a new or empty directory or an earlier export, anything else only with ``overwrite``,
-    and never a training run, the root, the home folder or one that holds the working folder."""
+    and never a training run, the root, the home folder, one that holds the working folder or one that holds a
+    path the writer ``reads``."""
     files = RunFiles(directory)
     if files.path.exists() and not files.path.is_dir():
         raise InputError(f"{files.path} is a file; save_pretrained needs a directory (new or an earlier export)")
@@ -46,7 +63,7 @@ def check_share_target(
     if held:
         raise InputError(f"{files.path} holds a training run ({held[0]}); save the shared model elsewhere")
     return check_output_owner(files.path, EXPORT, overwrite=overwrite, flag=flag, legacy=is_export,
-                              overwrite_flag=overwrite_flag)  # fmt: skip
+                              overwrite_flag=overwrite_flag, reads=reads)  # fmt: skip
 
 
 def check_run_config(run_config: object) -> dict:
@@ -107,7 +124,7 @@ def pretrained_path(name_or_path: str | Path) -> Path:
     except Exception as exc:  # the Hub client's errors (not found, offline, ...) become one line
         raise CheckpointError(
             f"{text} is not a local directory{mistyped} and cannot be downloaded from the Hugging Face Hub "
-            f"({type(exc).__name__}: {exc})"
+            f"({type(exc).__name__}: {first_line(exc)})"
         ) from None
 
 

@@ -301,7 +301,7 @@ def _cmd_holdout(args: argparse.Namespace) -> int:
     held_out_by = _holdout_rule(args.split, args.pattern)
     _check_outside(args.out, args.data)
     examples = read_examples(args.data, split="train")
-    check_output_owner(args.out, HOLDOUT_KIND, overwrite=args.overwrite)
+    check_output_owner(args.out, HOLDOUT_KIND, overwrite=args.overwrite, reads=(args.data,))
     files: dict[str, list] = {}
     for ex in examples:
         held = held_out_by(ex)
@@ -562,7 +562,8 @@ def _cmd_trees(args: argparse.Namespace) -> int:
     """
     from .trees import check_distances, distinct_formulas, formula_trees  # here: its trees need nltk, an extra
 
-    check_output_owner(args.out, TREES_KIND, overwrite=args.overwrite)  # before any work
+    reads = (args.checkpoint, args.data)
+    check_output_owner(args.out, TREES_KIND, overwrite=args.overwrite, reads=reads)  # before any work
     opts, _, model, _, examples = _model_and_pairs(args)
     check_distances(model, args.checkpoint)
     formulas = distinct_formulas(examples)

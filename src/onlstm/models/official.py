@@ -103,6 +103,11 @@ def unpack_checkpoint(obj, source: str) -> tuple[Record, Record | None]:
     """(model, criterion) of what ``main.py``'s ``model_save`` wrote (a bare model is accepted too)."""
     items = list(obj) if isinstance(obj, (list, tuple)) else [obj]
     model = items[0] if items else None
+    if isinstance(obj, dict) and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise OfficialImportError(
+            f"{source} holds a state_dict (weights by name) without the model's settings; give the file the authors' "
+            "main.py saves with model_save ([model, criterion, optimizer])"
+        )
     if not (isinstance(model, Record) and model.class_name == "RNNModel"):
         found = getattr(model, "global_name", type(model).__name__)
         raise OfficialImportError(
@@ -190,7 +195,7 @@ def _check_shapes(config: LMConfig, tensors: dict[str, torch.Tensor], source: st
 
 def read_corpus_words(path: str | Path) -> list[str]:
     """The vocabulary (``corpus.dictionary.idx2word``) of the authors' cached ``data.Corpus``."""
-    corpus = read_torch_file(path)
+    corpus = read_torch_file(path, "the corpus.<hash>.data file the authors' code cached its vocabulary in")
     if not (isinstance(corpus, Record) and corpus.class_name == "Corpus"):
         found = getattr(corpus, "global_name", type(corpus).__name__)
         raise OfficialImportError(f"{path}: expected the authors' data.Corpus (corpus.<hash>.data), found {found}")
@@ -231,26 +236,13 @@ def import_official(checkpoint: str | Path, corpus: str | Path, to: str | Path, 
     from ..sharing import check_share_target, save_pretrained
 
     checkpoint, corpus, to = Path(checkpoint), Path(corpus), Path(to)
-    check_share_target(to, overwrite)
-    _check_inputs_outside(to, checkpoint, corpus)
+    check_share_target(to, overwrite, reads=(checkpoint, corpus))
     lm, words = load_official(checkpoint, corpus)
     source = {"repository": SOURCE_REPO, "checkpoint": checkpoint.name, "checkpoint_sha256": sha256_file(checkpoint),
               "corpus": corpus.name, "corpus_sha256": sha256_file(corpus)}  # fmt: skip
     text = TextReader.detect(words).to_dict()  # the authors' PTB models: Mikolov's convention
     config, card, words = lm._shared_files(words, {"imported_from": source, "text": text}, None, None)
     return save_pretrained(to, lm, config, card + _card_source(source), words, overwrite=overwrite)
-
-
-def _check_inputs_outside(to: Path, *inputs: Path) -> None:
-    # --overwrite replaces ``to`` as a whole: it would delete a checkpoint or corpus read from inside it
-    from ..errors import InputError
-
-    if not to.exists():
-        return
-    folder = to.resolve()
-    for path in inputs:
-        if path.resolve().is_relative_to(folder):
-            raise InputError(f"--to {to} holds {path}, which the import reads; choose a --to outside it")
 
 
 def _card_source(source: dict) -> str:

@@ -300,7 +300,11 @@ class RestrictedTorchUnpickler(PlainUnpickler):
         self.storage, self.source = storage, source
 
     def may_build(self, obj: Any) -> bool:
-        return isinstance(obj, Record)
+        # a record; or a state_dict's OrderedDict, whose state is its ``_metadata`` dict alone (read, so that the
+        # importer can say it is a state_dict instead of refusing the file as hostile)
+        state = self.stack[-1]
+        metadata = type(obj) is collections.OrderedDict and isinstance(state, dict) and set(state) <= {"_metadata"}
+        return isinstance(obj, Record) or metadata
 
     def find_class(self, module: str, name: str):
         # a pickle of protocol 2 names Python 2's modules (__builtin__.set); pickle's own find_class renames them
@@ -339,10 +343,11 @@ class RestrictedTorchUnpickler(PlainUnpickler):
         return self.storage(dtype, str(key), numel)
 
 
-def read_torch_file(path: str | Path) -> Any:
+def read_torch_file(path: str | Path, wanted: str = "the .pt file the model was saved to") -> Any:
     """The object a ``torch.save`` file holds, with tensors as tensors and every class as a :class:`Record`;
-    :class:`TorchFileError` (one line naming the file) for a refused global, a truncated or foreign file, or one
-    that would take more memory than its size allows (:func:`memory_budget`). Only a regular file is read."""
+    :class:`TorchFileError` (one line naming the file, and asking for the ``wanted`` file when it is none) for a
+    refused global, a truncated or foreign file, or one that would take more memory than its size allows
+    (:func:`memory_budget`). Only a regular file is read."""
     path = Path(path)
     data = read_regular(path, HARD_CAP, TorchFileError)
     try:
@@ -351,11 +356,11 @@ def read_torch_file(path: str | Path) -> Any:
         if data.startswith(b"PK\x03\x04"):
             raise TorchFileError(f"{path} is a zip archive cut short (no central directory); the file is truncated")
         if not data:
-            raise TorchFileError(f"{path} is empty; give the .pt file the model was saved to")
+            raise TorchFileError(f"{path} is empty; give {wanted}")
         if not data.startswith(b"\x80"):  # torch.save's two formats: a zip archive, or pickles (protocol 2 and up)
             raise TorchFileError(
                 f"{path} is not a torch.save file (it starts with {data[:12]!r}, neither a zip archive nor a pickle); "
-                "give the .pt file the model was saved to"
+                f"give {wanted}"
             )
         return _read_legacy(data, str(path))
     except TorchFileError:

@@ -74,7 +74,8 @@ def _cmd_syneval(args: argparse.Namespace) -> int:
             "the regions they compare: leave --word-only out"
         )
     if args.out:  # before any work: syneval writes only into a new or empty folder, or its own earlier output
-        check_output_owner(args.out, OUTPUT_KIND, overwrite=args.overwrite)
+        reads = [*args.checkpoint, *([args.data] if args.data else []), *(args.suite or [])]
+        check_output_owner(args.out, OUTPUT_KIND, overwrite=args.overwrite, reads=reads)
     if args.suite:
         return run_suites(args, cfg)
     items = read_items(args.data)
