@@ -107,8 +107,8 @@ def _generate(folder: Path, seed: int) -> Path:
 
 def test_a_run_counts_for_the_same_training_files_however_the_path_is_spelled(tmp_path, capsys, monkeypatch):
     """The data a run was trained on is the bytes of its training files (their fingerprint in config.json), not the
-    text of the path: the folder generated again with another seed is other data (trained again, never scored as
-    the old run on the new test pairs), the same folder spelled relative is the same data (reused)."""
+    text of the path: the folder generated again with another seed is other data (refused, never scored as the old
+    run on the new test pairs), the same folder spelled relative is the same data (reused)."""
     monkeypatch.chdir(tmp_path)
     data, out = _generate(tmp_path / "data", seed=3), tmp_path / "study"
     base = ["logic", "compare", "--out", str(out), *FLAGS, "--cells", "onlstm", "--seeds", "0"]
@@ -118,7 +118,11 @@ def test_a_run_counts_for_the_same_training_files_however_the_path_is_spelled(tm
     capsys.readouterr()
     assert main([*base, "--data", "data"]) == 0  # relative: the same files
     assert "reusing the finished run" in capsys.readouterr().out
-    _generate(data, seed=4)  # the same path, other pairs
+    _generate(data, seed=4)  # the same path, other pairs: the run is not this data's, and is never deleted
+    assert main([*base, "--data", "data"]) == 2
+    assert "holds a run trained on other data" in capsys.readouterr().err
+    assert (out / "onlstm-seed0" / "model.best.safetensors").exists()
+    shutil.rmtree(out / "onlstm-seed0")  # moved away by the user: trained again
     assert main([*base, "--data", "data"]) == 0
     text = capsys.readouterr().out
     assert "reusing" not in text and "training into" in text
@@ -191,3 +195,49 @@ def test_ctrl_c_says_to_go_on_with_the_comparison(data, tmp_path, monkeypatch, c
     assert "logic train --resume" not in captured.out
     assert main(shlex.split(go_on)[1:]) == 0  # the line, as given, goes on
     assert "resuming the interrupted run in" in capsys.readouterr().out
+
+
+def test_a_finished_run_is_never_deleted_to_train_it_again_with_other_settings(data, tmp_path, capsys):
+    """A rerun with another --lr, or a lower budget, deleted every finished run and trained it again, its only line
+    the one of a new run (forgetting --config paper wiped a study)."""
+    out = tmp_path / "study"
+    base = ["logic", "compare", "--data", str(data[0]), "--out", str(out), *FLAGS, "--cells", "onlstm", "--seeds", "0"]
+    assert main([*base, "--epochs", "2"]) == 0
+    before = (out / "onlstm-seed0" / "model.best.safetensors").read_bytes()
+    capsys.readouterr()
+    for change, why in (
+        (["--lr", "0.006"], "with other settings (cannot change"),
+        (["--epochs", "1"], "past this budget"),
+    ):
+        assert main([*base, "--epochs", "2", *change]) == 2
+        err = capsys.readouterr().err
+        assert why in err and "onlstm-seed0 holds a run trained" in err and len(err.strip().splitlines()) == 1
+    assert (out / "onlstm-seed0" / "model.best.safetensors").read_bytes() == before
+
+
+def test_an_interrupted_comparison_lists_every_run_it_did_not_score_and_its_table_says_so(
+    data, tmp_path, monkeypatch, capsys
+):
+    """After a Ctrl-C, compare.json said "unfinished": [] and table.md was left from an earlier call."""
+    from onlstm.logic import model as M
+
+    out = tmp_path / "study"
+    argv = ["logic", "compare", "--data", str(data[0]), "--out", str(out), *FLAGS, "--cells", "onlstm", "lstm"]
+    assert main([*argv, "--seeds", "0"]) == 0
+    assert (out / "accuracy_by_length.png").exists()
+    real, calls = M.collate, {"n": 0}
+
+    def ctrl_c_in_the_fifth_batch(batch):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            signal.raise_signal(signal.SIGINT)
+        return real(batch)
+
+    monkeypatch.setattr(M, "collate", ctrl_c_in_the_fifth_batch)
+    assert main([*argv, "--seeds", "1"]) == 130  # another grid in the same folder: nothing of it is scored
+    capsys.readouterr()
+    rep = json.loads((out / "compare.json").read_text())
+    assert {(u["cell"], u["seed"]) for u in rep["unfinished"]} == {("onlstm", 1), ("lstm", 1)} and rep["interrupted"]
+    table = (out / "table.md").read_text()
+    assert "No run of the comparison is scored" in table and "not scored: lstm, seed 1: not started" in table
+    assert not (out / "accuracy_by_length.png").exists()  # the seed-0 grid's figure is not this call's

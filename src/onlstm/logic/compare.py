@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..checkpoint import CheckpointError
 from ..device import resolve_device
-from ..errors import EXIT_INTERRUPTED
+from ..errors import EXIT_INTERRUPTED, InputError
 from ..files import write_json, write_text
 from ..runs import RunDir
 from ..runs.budget import BUDGETS, Budget
@@ -95,6 +95,10 @@ def compare(
         write_json(out / "compare.json", {**record, "seconds": round(time.perf_counter() - start, 1)})
 
     runs = list(itertools.product(seeds, cells))
+    if not finished_only:  # before any training: a run there is never deleted to be trained again
+        for seed, cell in runs:
+            mcfg, tcfg = replace(model_cfg, cell=cell), replace(train_cfg, seed=seed)
+            _check_kept(_Held.read(out / f"{cell}-seed{seed}", mcfg, tcfg, data), tcfg)
     if jobs > 1 and not finished_only:
         job = lambda s, c: _job(out, replace(model_cfg, cell=c), replace(train_cfg, seed=s), data, jobs, go_on)
         _train_in_processes(res, [job(s, c) for s, c in runs], jobs, log, go_on)
@@ -108,8 +112,9 @@ def compare(
                 continue
         else:
             summary = _train_or_reuse(run_dir, mcfg, tcfg, data, log, go_on)
-            if summary is None:  # interrupted: keep what is done, say so
+            if summary is None:  # interrupted: keep what is done, say so, and list what is not
                 res.interrupted = True
+                _list_the_rest(res, runs[runs.index((seed, cell)) :], model_cfg, train_cfg, data)
                 break
         acc = _score_run(run_dir, tcfg, scored[seed], f"{cell}, seed {seed}: {split}", log)
         res.results.setdefault(cell, []).append(acc)
@@ -157,6 +162,35 @@ def _train_in_processes(res: CompareResult, todo: list[Job | None], jobs: int, l
     res.failed = [e for e in ended if e.code != EXIT_INTERRUPTED or e.signal]  # a killed run is named
     if res.interrupted and go_on:
         log(f"every run stopped with its resume file saved; continue with: {go_on}")
+
+
+def _check_kept(held: _Held, tcfg: LogicTrainConfig) -> None:
+    """A run in the comparison's folder that these settings would not reuse or go on with (trained with other
+    settings or data, or past this budget) is refused in one line: training it again would delete it."""
+    if held.header is None or _finished_run(held, tcfg)[0] is not None or _resumable(held, tcfg)[0]:
+        return
+    finished = held.result.get("status") in ("finished", "stopped")
+    if held.clash:
+        why = f"with other settings ({held.clash})"
+    elif not held.same_data:
+        why = f"on other data ({held.data_path})"
+    elif finished:
+        why = f"past this budget ({held.result.get('epochs', 0):g} epochs, stopped by {held.result.get('stopped_by')})"
+    else:
+        return  # an unfinished run that cannot go on (no resume file yet): nothing finished is lost
+    raise InputError(
+        f"{held.run_dir} holds a run trained {why}; give the comparison's own settings, another --out, or move "
+        "that run away to train it again"
+    )
+
+
+def _list_the_rest(res: CompareResult, rest: list, model_cfg, train_cfg, data) -> None:
+    """After a Ctrl-C: the interrupted run and those not reached, in ``res.unfinished`` with how far each got."""
+    for seed, cell in rest:
+        run_dir = res.out_dir / f"{cell}-seed{seed}"
+        held = _Held.read(run_dir, replace(model_cfg, cell=cell), replace(train_cfg, seed=seed), data)
+        why = _finished_run(held, replace(train_cfg, seed=seed))[1] or "finished, not scored (interrupted before)"
+        res.unfinished.append({"cell": cell, "seed": seed, "run_dir": str(run_dir), "status": why})
 
 
 def _finished_or_listed(
@@ -367,7 +401,13 @@ def difference_line(first: str, other: str, d: dict) -> str:
 
 
 def _finish(res: CompareResult, cells: list[str], buckets: list[int], max_train_ops: int) -> CompareResult:
+    """The table, the differences and the figures of the runs scored; table.md always says what this call found
+    (the runs not scored included), and a figure it did not draw is removed (it showed an earlier call's runs)."""
+    for name in COMPARE_FILES[2:]:
+        (res.out_dir / name).unlink(missing_ok=True)
     if not res.results:
+        unscored = "".join(f"\n- not scored: {u['cell']}, seed {u['seed']}: {u['status']}" for u in res.unfinished)
+        write_text(res.out_dir / "table.md", f"No run of the comparison is scored.\n{unscored}\n")
         return res
     from .plots import plot_accuracy_by_length, plot_curves_by_ops, plot_training_curves
 
