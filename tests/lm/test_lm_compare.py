@@ -11,6 +11,7 @@ import pytest
 from onlstm.cli import main
 from onlstm.files import sha256_file
 from onlstm.lm import compare as study
+from onlstm.lm.config import TrainConfig
 from onlstm.studies.stats import mean_std, seed_difference
 from support import TINY_LM, write_corpus
 
@@ -113,7 +114,11 @@ def test_the_grid_is_trained_measured_and_reused(tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")} == stamps
     # a larger budget trains the runs further; what is measured is the best weights they hold then
     assert main([*argv, "--epochs", "2"]) == 0  # the last --epochs given wins
-    for run in json.loads((out / "compare.json").read_text())["runs"]:
+    record = json.loads((out / "compare.json").read_text())
+    (ppl,) = [row for row in record["summary"] if row["measure"] == "PTB test perplexity"]  # the tables' figures
+    assert ppl["values"]["lstm"] == [r["figures"]["test_ppl"] for r in record["runs"] if r["cell"] == "lstm"]
+    assert ppl["cells"]["lstm"]["n"] == 1 and ppl["differences"]["lstm"]["verdict"].startswith("not decided")
+    for run in record["runs"]:
         assert run["figures"]["epochs"] == 2
         best = sha256_file(out / f"{run['cell']}-seed1" / "model.best.safetensors")
         assert (
@@ -252,17 +257,19 @@ def test_an_unfinished_run_says_how_far_it_got(tmp_path):
     perplexity so far, from its log.csv (a row cut short is left out), and whether it may be training now."""
     run = tmp_path / "onlstm-seed1"
     run.mkdir()
-    assert study._status(tmp_path / "none") == "not started"
+    assert study._status(tmp_path / "none", TrainConfig()) == "not started"
     (run / "config.json").write_text(json.dumps({"kind": "lm", "train": {"epochs": 30}}))
-    assert study._status(run) == "unfinished (training now, or killed): no validation yet"
+    assert study._status(run, TrainConfig()) == "unfinished (training now, or killed): no validation yet"
     (run / "log.csv").write_text("epoch,steps,valid_ppl\n1,10,150.5\n2,20,nan\n3,30,140.25\n4,40\n")
-    assert study._status(run) == (
+    assert study._status(run, TrainConfig()) == (
         "unfinished (training now, or killed): 3 of 30 epochs done, best validation perplexity 140.25"
     )
     (run / "results.json").write_text(json.dumps({"status": "interrupted", "epochs": 3.5}))
-    assert study._status(run).startswith("unfinished (interrupted, or training again): 3 of 30 epochs done")
+    assert study._status(run, TrainConfig()).startswith(
+        "unfinished (interrupted, or training again): 3 of 30 epochs done"
+    )
     (run / "results.json").write_text(json.dumps({"status": "stopped", "epochs": 3.5, "stopped_by": "max_steps"}))
-    assert study._status(run) == "stopped after 3.50 epochs (by max_steps)"
+    assert study._status(run, TrainConfig()) == "stopped after 3.50 epochs (by max_steps)"
 
 
 def test_an_interrupted_study_ends_with_the_commands_line(tmp_path, monkeypatch, capsys):
@@ -275,3 +282,21 @@ def test_an_interrupted_study_ends_with_the_commands_line(tmp_path, monkeypatch,
     argv = ["lm", "compare", "--config", str(TINY_LM), "--data-dir", str(data), "--out", str(tmp_path / "s")]
     assert main([*argv, "--seeds", "1"]) == 130
     assert capsys.readouterr().err.strip().endswith("onlstm lm compare: interrupted")
+
+
+def test_a_run_past_the_studys_budget_is_neither_measured_nor_reused(tmp_path, capsys):
+    """A study of 1 epoch reused runs of 2 and showed their figures under "epochs: 1"; --max-steps or --time-limit
+    stopped every run without a final test, so the tables stayed empty and the command said 0."""
+    out = tmp_path / "s"
+    argv = _compare_argv(tmp_path, out, "--cells", "lstm", "--seeds", "1", "--no-progress")
+    assert main([*argv, "--epochs", "2"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a run trained past this study's budget (2 epochs, over its 1)" in err
+    assert main([*argv, "--epochs", "1", "--finished-only"]) == 0
+    record = json.loads((out / "compare.json").read_text())
+    assert record["runs"] == [] and "past this study's budget" in record["unfinished"][0]["status"]
+    for flag in ("--max-steps", "--time-limit"):
+        assert main([*argv, flag, "5"]) == 2
+        assert "has no final test" in capsys.readouterr().err

@@ -77,7 +77,7 @@ def compare(
     explicit = shared_settings(explicit)
     check_study(explicit, cells, seeds, data_dir, yardsticks)  # every problem found before anything is written
     check_study_folder(Path(out))
-    check_runs(Path(out), explicit, cells, seeds, Path(data_dir), log)
+    check_runs(Path(out), explicit, cells, seeds, Path(data_dir), log, training=not finished_only)
     # one training study at a time in a folder; reading the finished runs needs no lock (a study may be training)
     lock = contextlib.nullcontext() if finished_only else RunLock(out, "onlstm lm compare", log=log)
     with lock:
@@ -101,6 +101,12 @@ def check_study(explicit: dict, cells: list[str], seeds: list[int], data_dir: Pa
         check_named_once(flag, values)  # one run would count as two
     for cell in cells:
         run_config(run_settings(explicit, cell, seeds[0] if seeds else 0))
+    train = explicit.get("train", {})
+    if budget := [f"--{n.replace('_', '-')}" for n in ("max_steps", "time_limit") if train.get(n) is not None]:
+        raise InputError(
+            f"{' and '.join(budget)}: a run they stop has no final test (it may be trained further), so the study "
+            "could measure none; give the study's budget in --epochs (and --patience)"
+        )
     for split in ("train", "valid", "test"):
         split_file(Path(data_dir), split)
     for flag, path in (("--treebank", yardsticks.treebank), ("--syneval-data", yardsticks.syneval_data),
@@ -120,10 +126,13 @@ def check_study_folder(out: Path) -> None:
     check_folder(out, "lm compare", "lm-compare", STUDY_FILES, folders=("evals",))
 
 
-def check_runs(out: Path, explicit: dict, cells: list[str], seeds: list[int], data_dir: Path, log=print) -> None:
+def check_runs(
+    out: Path, explicit: dict, cells: list[str], seeds: list[int], data_dir: Path, log=print, training: bool = True
+) -> None:
     """Every run already in the study trained with its settings and text (else refused, naming the run and what
     differs): a study neither counts a run trained otherwise nor trains over one. The budget and how a run runs
-    (``RUNTIME_FIELDS``) may differ: a larger budget trains a run further; a run that records no fingerprint of its
+    (``RUNTIME_FIELDS``) may differ: a larger budget trains a run further, a smaller one is refused when
+    ``training`` (reading a study, such a run is listed as past its budget); a run that records no fingerprint of its
     text (an older one) is said, not refused."""
     text, train = None, split_file(data_dir, "train")
     for cell, seed in ((c, s) for s in seeds for c in cells):
@@ -139,6 +148,11 @@ def check_runs(out: Path, explicit: dict, cells: list[str], seeds: list[int], da
             raise InputError(f"{first_line(exc)}") from None
         if clash:
             raise InputError(clash)
+        past = past_budget(_result(run.path) or {}, run_config(run_settings(explicit, cell, seed)).train)
+        if past and training:
+            raise InputError(
+                f"{run.path} holds a run trained {past}; give the study's own --epochs, or choose another --out"
+            )
         text = text or sha256_file(train)
         fix = "give the study's --data-dir, or choose another --out"
         same_fingerprint(text, header.get("data") or {}, TEXT_FINGERPRINT, source=train, run=run.path,
@@ -155,7 +169,7 @@ def _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_o
         res.failed = [e for e in ended if e.code != EXIT_INTERRUPTED]
     for cell, seed in grid:
         where = run_dir(res.out_dir, cell, seed)
-        status = _status(where)
+        status = _status(where, run_config(run_settings(explicit, cell, seed)).train)
         if status != "finished":
             res.unfinished.append({"cell": cell, "seed": seed, "run_dir": str(where), "status": status})
             log(f"== {cell}, seed {seed}: not measured, {status}")
@@ -225,8 +239,22 @@ def train_job(spec: dict) -> int:
     return EXIT_INTERRUPTED if result.interrupted else 0
 
 
-def _status(where: Path) -> str:
-    """``finished`` (its budget or its patience ended it, final test done), or how far it got in words."""
+def past_budget(result: dict, train) -> str | None:
+    """How an ended run (``result``: its record) went past the study's budget (``train``: its settings), in words:
+    a run of 30 epochs is not one of a study of 20 (None: within it)."""
+    if result.get("status") not in ("finished", "stopped"):
+        return None
+    used = {"epochs": result.get("epochs"), "max_steps": result.get("steps")}
+    for name, value in used.items():
+        limit = getattr(train, name)
+        if limit is not None and isinstance(value, (int, float)) and value > limit + 1e-6:
+            return f"past this study's budget ({value:g} {name.replace('_', ' ')}, over its {limit:g})"
+    return None
+
+
+def _status(where: Path, train) -> str:
+    """``finished`` (its budget or its patience ended it within the study's, final test done), or how far it got
+    in words."""
     if not where.is_dir():
         return "not started"
     try:
@@ -235,7 +263,7 @@ def _status(where: Path) -> str:
         return f"its result cannot be read ({first_line(exc)})"
     status = (result or {}).get("status")
     if status == "finished":
-        return "finished"
+        return past_budget(result or {}, train) or "finished"
     if status not in (None, "interrupted"):  # stopped by a budget, or diverged: its record says how far
         return f"{status} after {result.get('epochs', 0):.2f} epochs (by {result.get('stopped_by')})"
     # an interrupted run may be training again: its record is the last session's
@@ -377,21 +405,35 @@ def not_scored(res: StudyResult) -> list[str]:
     return notes
 
 
-def tables(res: StudyResult, cells: list[str]) -> str:
-    """One row per measure: each cell's mean ± std (n), the first cell minus each other with its SE and verdict."""
+def summary(res: StudyResult, cells: list[str]) -> list[dict]:
+    """Per measure: each cell's values over its measured seeds and the first cell minus each other
+    (:func:`~onlstm.studies.stats.seed_difference`); what the tables show, for compare.json."""
     per_cell = {c: [measures(r["figures"]) for r in res.runs if r["cell"] == c] for c in cells}
     names = list(dict.fromkeys(n for rows in per_cell.values() for row in rows for n in row))
     first, *others = cells
-    columns = ["measure", *cells, *(f"{first} - {o} (SE): verdict" for o in others)]
-    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    out = []
     for name in names:
         values = {c: [row[name][0] for row in rows if name in row and row[name][0] is not None]
                   for c, rows in per_cell.items()}  # fmt: skip
         higher = next(row[name][1] for rows in per_cell.values() for row in rows if name in row)
+        means = {c: dict(zip(("mean", "std"), mean_std(v))) | {"n": len(v)} for c, v in values.items() if v}
+        differences = {o: seed_difference(values[first], values[o], higher) for o in others}
+        out.append({"measure": name, "higher_is_better": higher, "values": values, "cells": means,
+                    "differences": differences})  # fmt: skip
+    return out
+
+
+def tables(res: StudyResult, cells: list[str]) -> str:
+    """One row per measure: each cell's mean ± std (n), the first cell minus each other with its SE and verdict."""
+    per_cell = {c: [measures(r["figures"]) for r in res.runs if r["cell"] == c] for c in cells}
+    first, *others = cells
+    columns = ["measure", *cells, *(f"{first} - {o} (SE): verdict" for o in others)]
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    for row in summary(res, cells):
+        values = row["values"]
         cols = [_mean_cell(values[c]) for c in cells]
-        cols += [_difference_cell(seed_difference(values[first], values[o], higher), bool(values[first] and values[o]))
-                 for o in others]  # fmt: skip
-        lines.append(f"| {name} | " + " | ".join(cols) + " |")
+        cols += [_difference_cell(row["differences"][o], bool(values[first] and values[o])) for o in others]
+        lines.append(f"| {row['measure']} | " + " | ".join(cols) + " |")
     notes = [f"- not measured: {u['cell']}, seed {u['seed']}: {u['status']}" for u in res.unfinished]
     notes += not_scored(res) + coverage(res)
     notes += [f"- failed: {e.name}: {e.why}" for e in res.failed]
@@ -450,4 +492,5 @@ def _difference_cell(d: dict, both: bool = True) -> str:
 def _record(res: StudyResult, explicit: dict, cells: list[str], seeds: list[int]) -> dict:
     record = {"kind": "lm-compare", "settings": explicit, "cells": cells, "seeds": seeds, "runs": res.runs}
     record.update(unfinished=res.unfinished, failed=[vars(e) for e in res.failed], interrupted=res.interrupted)
+    record.update(summary=summary(res, cells))  # the tables' figures: each cell's values, the differences
     return record
