@@ -300,3 +300,17 @@ def test_a_run_past_the_studys_budget_is_neither_measured_nor_reused(tmp_path, c
     for flag in ("--max-steps", "--time-limit"):
         assert main([*argv, flag, "5"]) == 2
         assert "has no final test" in capsys.readouterr().err
+
+
+def test_a_word_outside_the_vocabulary_is_one_line_before_any_run_starts(tmp_path, capsys):
+    """Every run's process failed on the same word, a dozen lines, and the folder kept four logs and the tables."""
+    out = tmp_path / "s"
+    argv = _compare_argv(tmp_path, out, "--seeds", "1", "2", "--no-progress", "--jobs", "2")
+    with (tmp_path / "corpus" / "ptb.train.txt").open("a") as f:
+        f.write("the <unk> sat\n")  # <unk> in the training text: a closed vocabulary, as PTB's
+    with (tmp_path / "corpus" / "ptb.test.txt").open("a") as f:
+        f.write("the zyzzyva sat\n")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "'zyzzyva' is not in the training vocabulary" in err
+    assert not out.exists() or not any(out.iterdir())

@@ -78,6 +78,8 @@ def compare(
     check_study(explicit, cells, seeds, data_dir, yardsticks)  # every problem found before anything is written
     check_study_folder(Path(out))
     check_runs(Path(out), explicit, cells, seeds, Path(data_dir), log, training=not finished_only)
+    if not finished_only:
+        check_corpus(explicit, cells, seeds, Path(data_dir), Path(out))
     # one training study at a time in a folder; reading the finished runs needs no lock (a study may be training)
     lock = contextlib.nullcontext() if finished_only else RunLock(out, "onlstm lm compare", log=log)
     with lock:
@@ -113,6 +115,17 @@ def check_study(explicit: dict, cells: list[str], seeds: list[int], data_dir: Pa
                        ("--suites", yardsticks.suites)):  # fmt: skip
         if path is not None and not Path(path).exists():
             raise InputError(f"{flag} {path} does not exist; give the folder or file to measure every run on")
+
+
+def check_corpus(explicit: dict, cells: list[str], seeds: list[int], data_dir: Path, out: Path) -> None:
+    """The corpus read once as every run will read it, when a run is to train: a word of the validation or test
+    file outside the training vocabulary is one line here, not the same failure in every run's process."""
+    from ..data.ptb import load_corpus
+
+    grid = [(c, s) for s in seeds for c in cells]
+    if any(_to_train(run_dir(out, c, s), run_settings(explicit, c, s)["train"]) for c, s in grid):
+        train = run_config(run_settings(explicit, cells[0], seeds[0])).train
+        load_corpus(data_dir, oov=train.oov, max_vocab=train.max_vocab)
 
 
 #: What a study's folder holds besides its runs (``<cell>-seed<seed>``) and their logs: refused when anything else
