@@ -314,3 +314,18 @@ def test_a_word_outside_the_vocabulary_is_one_line_before_any_run_starts(tmp_pat
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "'zyzzyva' is not in the training vocabulary" in err
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_figure_of_another_test_file_is_not_measured(tmp_path, capsys):
+    """The tables showed a run's final test perplexity after --data-dir's test file had changed; the run now keeps
+    the fingerprint of the file its final test read."""
+    out = tmp_path / "s"
+    argv = _compare_argv(tmp_path, out, "--cells", "lstm", "--seeds", "1", "--no-progress", "--epochs", "1")
+    assert main(argv) == 0
+    test = tmp_path / "corpus" / "ptb.test.txt"
+    assert json.loads((out / "lstm-seed1" / "results.json").read_text())["test"]["sha256"] == sha256_file(test)
+    test.write_text("\n".join(test.read_text().splitlines()[:4]) + "\n")
+    capsys.readouterr()
+    assert main([*argv, "--finished-only"]) == 0
+    record = json.loads((out / "compare.json").read_text())
+    assert record["runs"] == [] and "read another test file" in record["unfinished"][0]["status"]

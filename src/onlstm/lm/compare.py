@@ -180,9 +180,10 @@ def _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_o
         ended = train_in_processes([j for j in todo if j is not None], jobs, log)
         res.interrupted = any(e.code == EXIT_INTERRUPTED for e in ended)
         res.failed = [e for e in ended if e.code != EXIT_INTERRUPTED]
+    test_sha256 = sha256_file(split_file(Path(data_dir), "test"))
     for cell, seed in grid:
         where = run_dir(res.out_dir, cell, seed)
-        status = _status(where, run_config(run_settings(explicit, cell, seed)).train)
+        status = _status(where, run_config(run_settings(explicit, cell, seed)).train, test_sha256)
         if status != "finished":
             res.unfinished.append({"cell": cell, "seed": seed, "run_dir": str(where), "status": status})
             log(f"== {cell}, seed {seed}: not measured, {status}")
@@ -265,9 +266,9 @@ def past_budget(result: dict, train) -> str | None:
     return None
 
 
-def _status(where: Path, train) -> str:
-    """``finished`` (its budget or its patience ended it within the study's, final test done), or how far it got
-    in words."""
+def _status(where: Path, train, test_sha256: str | None = None) -> str:
+    """``finished`` (its budget or its patience ended it within the study's, final test done on the study's test
+    file: ``test_sha256``, where the run recorded what it read), or how far it got in words."""
     if not where.is_dir():
         return "not started"
     try:
@@ -276,6 +277,9 @@ def _status(where: Path, train) -> str:
         return f"its result cannot be read ({first_line(exc)})"
     status = (result or {}).get("status")
     if status == "finished":
+        read = ((result or {}).get("test") or {}).get("sha256")
+        if test_sha256 is not None and read is not None and read != test_sha256:
+            return "its final test read another test file than --data-dir's (score it with `onlstm lm eval`)"
         return past_budget(result or {}, train) or "finished"
     if status not in (None, "interrupted"):  # stopped by a budget, or diverged: its record says how far
         return f"{status} after {result.get('epochs', 0):.2f} epochs (by {result.get('stopped_by')})"

@@ -24,7 +24,7 @@ from ..data.vocab import Vocab
 from ..device import StopRequest, precision_refusal, resolve_device
 from ..encoders import detach_state
 from ..errors import RunDirError
-from ..files import write_text
+from ..files import sha256_file, write_text
 from ..models.language_model import LanguageModel, use_onlstm_impl
 from ..runs import RunDir
 from ..runs.dist import DistContext
@@ -156,6 +156,8 @@ class Trainer:
         cfg, saved = self.cfg, self.rundir.header().get("data", {}) if self.resuming else None
         self.text_sha256 = same_training_text(split_file(self.data_dir, "train"), saved, self.rundir.path, self.log)
         self.corpus: Corpus = load_corpus(self.data_dir, oov=cfg.oov, max_vocab=cfg.max_vocab)
+        # the bytes the final test reads, kept with its figure: a study checks that its test file is this one
+        self.test_sha256 = sha256_file(self.corpus.splits["test"].path)
         if self.resuming:
             saved_vocab = Vocab.load(self.rundir.vocab_path)
             if saved_vocab.words != self.corpus.vocab.words:
@@ -411,7 +413,8 @@ class Trainer:
         except Interrupted:
             self.log("final test interrupted; score the run later with onlstm lm eval")
             return "interrupted"
-        prog.task.results = {"weights": best.name, "valid": valid.to_dict(), "test": test.to_dict()}
+        tested = {**test.to_dict(), "sha256": self.test_sha256}
+        prog.task.results = {"weights": best.name, "valid": valid.to_dict(), "test": tested}
         self.log(f"best weights: valid {valid.describe()}")
         self.log(f"best weights: test  {test.describe()}")
         return "finished"
