@@ -241,3 +241,18 @@ def test_an_interrupted_comparison_lists_every_run_it_did_not_score_and_its_tabl
     table = (out / "table.md").read_text()
     assert "No run of the comparison is scored" in table and "not scored: lstm, seed 1: not started" in table
     assert not (out / "accuracy_by_length.png").exists()  # the seed-0 grid's figure is not this call's
+
+
+def test_a_bad_training_file_is_one_line_before_any_run_starts(data, tmp_path, capsys):
+    """With --jobs 2 every run's process failed on the same line; with --jobs 1 an empty folder was left."""
+    bad = tmp_path / "bad"
+    shutil.copytree(data[0], bad)
+    with (bad / "train1").open("a") as f:
+        f.write("?\ta\tb\n")
+    out = tmp_path / "study"
+    for jobs in ("1", "2"):
+        argv = ["logic", "compare", "--data", str(bad), "--out", str(out), *FLAGS, "--seeds", "0", "--jobs", jobs]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "train1" in err, err
+        assert not out.exists()

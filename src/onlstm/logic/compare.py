@@ -23,7 +23,7 @@ from ..studies.grid import check_study_folder
 from ..studies.parallel import Ended, Job, threads_per_job, train_in_processes
 from ..studies.stats import seed_difference
 from .config import RUNTIME_FIELDS, read_sections
-from .data import recorded_path, same_path, trained_on, validation_examples
+from .data import load_training_examples, recorded_path, same_path, trained_on, validation_examples
 from .evaluate import (
     DEFAULT_BUCKETS,
     LengthAccuracy,
@@ -95,25 +95,20 @@ def compare(
         write_json(out / "compare.json", {**record, "seconds": round(time.perf_counter() - start, 1)})
 
     runs = list(itertools.product(seeds, cells))
-    if not finished_only:  # before any training: a run there is never deleted to be trained again
-        for seed, cell in runs:
-            mcfg, tcfg = replace(model_cfg, cell=cell), replace(train_cfg, seed=seed)
-            _check_kept(_Held.read(out / f"{cell}-seed{seed}", mcfg, tcfg, data), tcfg)
-    if jobs > 1 and not finished_only:
-        job = lambda s, c: _job(out, replace(model_cfg, cell=c), replace(train_cfg, seed=s), data, jobs, go_on)
-        _train_in_processes(res, [job(s, c) for s, c in runs], jobs, log, go_on)
-        finished_only = True  # every run is now scored if it finished, else listed with how far it got
+    if not finished_only:
+        _check_grid(out, runs, model_cfg, train_cfg, data)
+        if jobs > 1:
+            job = lambda s, c: _job(out, replace(model_cfg, cell=c), replace(train_cfg, seed=s), data, jobs, go_on)
+            _train_in_processes(res, [job(s, c) for s, c in runs], jobs, log, go_on)
+            finished_only = True  # every run is now scored if it finished, else listed with how far it got
     for seed, cell in runs:
-        mcfg, tcfg = replace(model_cfg, cell=cell), replace(train_cfg, seed=seed)
-        run_dir = out / f"{cell}-seed{seed}"
+        mcfg, tcfg, run_dir = replace(model_cfg, cell=cell), replace(train_cfg, seed=seed), out / f"{cell}-seed{seed}"
         if finished_only:
-            summary = _finished_or_listed(res, run_dir, mcfg, tcfg, data, log)
-            if summary is None:
+            if (summary := _finished_or_listed(res, run_dir, mcfg, tcfg, data, log)) is None:
                 continue
         else:
             summary = _train_or_reuse(run_dir, mcfg, tcfg, data, log, go_on)
             if summary is None:  # interrupted: keep what is done, say so, and list what is not
-                res.interrupted = True
                 _list_the_rest(res, runs[runs.index((seed, cell)) :], model_cfg, train_cfg, data)
                 break
         acc = _score_run(run_dir, tcfg, scored[seed], f"{cell}, seed {seed}: {split}", log)
@@ -164,6 +159,19 @@ def _train_in_processes(res: CompareResult, todo: list[Job | None], jobs: int, l
         log(f"every run stopped with its resume file saved; continue with: {go_on}")
 
 
+def _check_grid(out: Path, runs: list, model_cfg: LogicModelConfig, train_cfg: LogicTrainConfig, data) -> None:
+    """Before any training: no run there would be deleted to be trained again (:func:`_check_kept`), and, when a
+    run is to train, the training files read once (a bad one is one line here, not the same failure in every run)."""
+    to_train = False
+    for seed, cell in runs:
+        mcfg, tcfg = replace(model_cfg, cell=cell), replace(train_cfg, seed=seed)
+        held = _Held.read(out / f"{cell}-seed{seed}", mcfg, tcfg, data)
+        _check_kept(held, tcfg)
+        to_train = to_train or _finished_run(held, tcfg)[0] is None
+    if to_train:
+        load_training_examples(data, train_cfg)
+
+
 def _check_kept(held: _Held, tcfg: LogicTrainConfig) -> None:
     """A run in the comparison's folder that these settings would not reuse or go on with (trained with other
     settings or data, or past this budget) is refused in one line: training it again would delete it."""
@@ -186,6 +194,7 @@ def _check_kept(held: _Held, tcfg: LogicTrainConfig) -> None:
 
 def _list_the_rest(res: CompareResult, rest: list, model_cfg, train_cfg, data) -> None:
     """After a Ctrl-C: the interrupted run and those not reached, in ``res.unfinished`` with how far each got."""
+    res.interrupted = True
     for seed, cell in rest:
         run_dir = res.out_dir / f"{cell}-seed{seed}"
         held = _Held.read(run_dir, replace(model_cfg, cell=cell), replace(train_cfg, seed=seed), data)
