@@ -307,8 +307,31 @@ def test_user_encoder_in_a_logic_comparison(toy, tmp_path, capsys):
         == 0
     )
     assert json.loads((out / "compare.json").read_text())["cells"] == ["toy", "lstm"]
+    # --jobs trains each run in a new process, which does not run the code that registered the toy: refused first
+    other = tmp_path / "cmp-jobs"
+    assert (
+        main(["logic", "compare", "--data", str(data), "--out", str(other), "--cells", "lstm", "toy", "--jobs", "2"])
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("onlstm logic compare: encoder 'toy' is registered by your own code") and "\n" not in err
+    assert "--jobs 1" in err and not other.exists()
     assert main(["logic", "compare", "--data", str(data), "--out", str(out), "--cells", "toy", "nope"]) == 2
     assert "unknown cells ['nope']" in capsys.readouterr().err
+
+
+def test_lm_compare_refuses_an_encoder_of_the_users_code(toy, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "study"
+    argv = ["lm", "compare", "--config", str(TINY_LM), "--data-dir", str(_lm_corpus(tmp_path / "corpus"))]
+    assert main([*argv, "--out", str(out), "--cells", "lstm", "toy"]) == 2  # every run is a new process
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("onlstm lm compare: encoder 'toy' is registered by your own code") and "\n" not in err
+    assert "lm train" in err and not out.exists()
+    # a built-in name replaced by the user's code is theirs too: a new process would build the package's own
+    monkeypatch.setitem(E._REGISTRY, "lstm", E.EncoderSpec("lstm", ToyRNN))
+    assert not E.built_in("lstm") and E.built_in("gru") and not E.built_in("toy")
+    assert main([*argv, "--out", str(out), "--cells", "lstm"]) == 2
+    assert "encoder 'lstm' is registered by your own code" in capsys.readouterr().err
 
 
 def test_a_typed_flag_the_encoder_does_not_use_is_an_error(tmp_path, capsys):

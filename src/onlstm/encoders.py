@@ -353,6 +353,25 @@ register(
     ),
 )
 
+#: The package's own encoders, as registered on import: all that a new process (a run of ``compare``) knows.
+_BUILT_IN = dict(_REGISTRY)
+
+
+def built_in(name: str) -> bool:
+    """Whether ``name`` is the package's own encoder, known to any process that imports onlstm; one registered
+    (or replaced) by the user's code exists only in the process that registered it."""
+    return name in _BUILT_IN and _REGISTRY.get(name) is _BUILT_IN[name]
+
+
+def check_in_new_processes(cells: Iterable[str], how: str) -> None:
+    """Refuse encoders registered by the user's code for runs trained in new processes (``how`` says which and
+    what to do instead): each would stop at its start, not knowing the encoder."""
+    own = [c for c in cells if isinstance(c, str) and c in _REGISTRY and not built_in(c)]
+    if own:
+        raise EncoderError(
+            f"encoder {own[0]!r} is registered by your own code, which a new process does not run, but {how}"
+        )
+
 
 def detach_state(state):
     """Cut the autograd history of a carried state (tensor or nested tuples of tensors)."""

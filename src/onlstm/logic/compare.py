@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from .. import encoders
 from ..checkpoint import CheckpointError
 from ..device import resolve_device
 from ..errors import EXIT_INTERRUPTED
@@ -80,6 +81,9 @@ def compare(
     (:mod:`onlstm.studies.parallel`). ``go_on``: the command said to go on after a Ctrl-C (the comparison's own).
     ``out``: new, empty or a comparison's (:func:`check_compare_folder`, checked first)."""
     log, out, cells, seeds, buckets = log or (lambda _m: None), Path(out), list(cells), list(seeds), list(buckets)
+    if jobs > 1 and not finished_only:
+        how = f"--jobs {jobs} trains each run in a new process: train them in this one with --jobs 1 (the default)"
+        encoders.check_in_new_processes(cells, how)
     check_compare_folder(out)
     scored = _scored_pairs(split, data, test_data, train_cfg, seeds, buckets)
     res = CompareResult(out, baseline=majority_baseline(scored[seeds[0]]), budget=budget_text(train_cfg))
