@@ -99,6 +99,46 @@ def test_register_twice_is_an_error_unless_replaced():
     assert "twice" not in E.names()
 
 
+def test_register_refuses_an_entry_no_command_could_use():
+    build = lambda i, h: E.TorchRNN(nn.RNN(i, h))
+    refused = [
+        (("bad", build), {"options": ("width",)}, r"encoder 'bad': options must be EncoderOption entries, got 'width'"),
+        (("bad", 42), {}, r"encoder 'bad': build must be a class or function that returns the layer, got 42"),
+        (("bad", build), {"options": (E.EncoderOption("width", int, 0, ge=1),)},
+         r"encoder 'bad': the default of option width must be >= 1, got 0; change the default or the bounds"),
+        (("bad", build), {"options": (E.EncoderOption("mode", str, "x", choices=("a", "b")),)}, "must be one of a, b"),
+        (("-toy", build), {}, "not starting with -, got '-toy'"),
+    ]  # fmt: skip
+    for args, kw, message in refused:
+        with pytest.raises(E.EncoderError, match=message):
+            E.register(*args, **kw)
+    assert "bad" not in E.names() and "-toy" not in E.names()
+
+
+def test_a_build_refusing_its_settings_is_one_line_naming_the_encoder(tmp_path, capsys):
+    def build(i, h):
+        raise ValueError(f"widths must be even, got {h}")
+
+    E.register("odd", build)
+    try:
+        with pytest.raises(E.EncoderError, match=r"encoder 'odd' could not be built .*ValueError: widths must be even"):
+            E.make_encoder("odd", 4, 5)
+        E.register("odd", lambda i, h: E.TorchRNN(nn.RNN(i, h, nonlinearity="sigmoid")), replace=True)
+        with pytest.raises(E.EncoderError, match=r"encoder 'odd' could not be built .*ValueError: Unknown nonlin"):
+            E.make_encoder("odd", 4, 5)
+        E.register("odd", lambda i: None, replace=True)  # a build of the wrong call
+        with pytest.raises(E.EncoderError, match=r"encoder 'odd' could not be built .*TypeError: "):
+            E.make_encoder("odd", 4, 5)
+        argv = ["logic", "train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "--cell", "odd"]
+        generate_dataset(tmp_path / "data", GenerateConfig(per_length=4, seed=3, max_ops=2, test_count=1))
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("onlstm logic train: encoder 'odd' could not be built") and "\n" not in err
+        assert not (tmp_path / "run").exists()
+    finally:
+        E.unregister("odd")
+
+
 def test_a_user_check_runs_for_every_experiment_config():
     def even_only(sizes, opts):
         if any(h % 2 for h in sizes):
