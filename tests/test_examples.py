@@ -88,10 +88,11 @@ def test_logic_mix_reads_file_0_and_one_length_and_refuses_bad_lengths_in_one_li
     assert rows[0].startswith("train0: n=2 ") and "not-share=n/a" in rows[0] and rows[1].startswith("train5: n=1 ")
     assert mix.main([str(tmp_path), "train", "5"]) == 0
     assert capsys.readouterr().out.startswith("train5: n=1 ") and "not-share=1.000" in rows[1]
-    for bad in ("x", "6-1", "-3", "1-"):
+    for bad in ("x", "6-1", "-3", "1-", "13", "1-100000000000"):  # the last one was a MemoryError's traceback
         assert mix.main([str(tmp_path), "train", bad]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "give first-last file numbers, e.g. 1-6, or one, e.g. 5" in err, err
+        assert err.count("\n") == 1 and "give first-last file numbers from 0 to 12, e.g. 1-6, or one" in err, err
+    assert mix.main([str(tmp_path), "train", "0-12"]) == 0
     assert mix.main([str(tmp_path), "test", "1-6"]) == 2  # no test files: the reader's one line
     assert capsys.readouterr().err.startswith("logic_mix.py: ")
 
