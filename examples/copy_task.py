@@ -85,7 +85,7 @@ class CopyTask:
         self.score_words = lambda score: f"valid accuracy {100 * score:.1f}%"
 
     def sequences(self, salt: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:  # inputs and targets, by salt
-        cfg, g = self.cfg, torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + salt)
+        cfg, g = self.cfg, torch.Generator().manual_seed((self.cfg.seed * 1_000_003 + salt) % 2**64)  # its range
         x = torch.randint(1, cfg.symbols + 1, (n, cfg.length), generator=g)
         return x, torch.where(torch.arange(cfg.length) < cfg.delay, 0, x.roll(cfg.delay, 1))  # 0: a blank
 

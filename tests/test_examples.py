@@ -97,6 +97,25 @@ def test_logic_mix_reads_file_0_and_one_length_and_refuses_bad_lengths_in_one_li
     assert capsys.readouterr().err.startswith("logic_mix.py: ")
 
 
+@pytest.mark.parametrize("seed", [str(2**64), "-1", "x"])
+def test_layer_demo_refuses_a_seed_torch_cannot_take_in_one_line(layer_demo, capsys, seed):
+    with pytest.raises(SystemExit) as exc:
+        layer_demo.main(["--seed", seed])  # 2**64 was an overflow's traceback
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--seed: " in err and "Traceback" not in err
+
+
+def test_layer_demo_takes_the_largest_seed(layer_demo, one_thread, capsys):
+    assert layer_demo.run(seconds=0.01, seed=2**64 - 1, as_json=True)["steps"] >= 1
+
+
+def test_copy_task_takes_every_advertised_seed(copy_task, tmp_path, one_thread):
+    """``--help`` says the seed may be up to 2**64 - 1; the sequences' seed is derived from it (an overflow it was)."""
+    for seed in (18446744073709, 2**64 - 1):
+        done = copy_task.train(tmp_path / str(seed), {"seed": seed, "max_steps": 1, "batches": 1}, log=lambda _m: None)
+        assert (done.status, done.steps) == ("stopped", 1)
+
+
 def test_copy_task_fits_in_150_lines():
     """Issue #47's claim: a third trainer on the engine takes at most 150 lines, its docstring included."""
     assert len(COPY_TASK.read_text(encoding="utf-8").splitlines()) <= 150
