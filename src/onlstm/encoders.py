@@ -281,14 +281,18 @@ class TorchRNN(nn.Module):
 
 class ONLSTMLayer(nn.Module):
     """An :class:`~onlstm.nn.ONLSTM` with the encoder call; its DropConnect is its own, its distances are passed on
-    (the parameters are ``rnn.*``, as :class:`TorchRNN`'s)."""
+    unless ``distances=False`` (``lstm-std``: its master gates are constant, its distances would be zeros that
+    mean nothing; it gives None, as every encoder without master gates). The parameters are ``rnn.*``, as
+    :class:`TorchRNN`'s."""
 
-    def __init__(self, rnn: ONLSTM):
+    def __init__(self, rnn: ONLSTM, distances: bool = True):
         super().__init__()
-        self.rnn, self.hidden_size = rnn, rnn.hidden_size
+        self.rnn, self.hidden_size, self.distances = rnn, rnn.hidden_size, distances
 
     def forward(self, x, hx=None, return_distances: bool = False):
-        return self.rnn(x, hx, return_distances=True) if return_distances else (*self.rnn(x, hx), None)
+        if return_distances and self.distances:
+            return self.rnn(x, hx, return_distances=True)
+        return (*self.rnn(x, hx), None)
 
 
 def _check_divides(sizes: list[int], option: str, value: int, why: str) -> None:
@@ -329,7 +333,9 @@ for _cell in (nn.LSTM, nn.GRU):  # "lstm" and "gru"; the default argument binds 
 # gives exactly that (both master gates are then 1), through the layer's fast kernels (docs/encoders.md).
 register(
     "lstm-std",
-    lambda i, h, dropconnect: ONLSTMLayer(ONLSTM(i, h, chunk_size=h, master_input="reverse", dropconnect=dropconnect)),
+    lambda i, h, dropconnect: ONLSTMLayer(
+        ONLSTM(i, h, chunk_size=h, master_input="reverse", dropconnect=dropconnect), distances=False
+    ),
     options=(_DROPCONNECT,),
     description="the authors' LSTM baseline (their --std cell): an LSTM in ON-LSTM's layout and initialisation, "
     "through onlstm's kernels",
