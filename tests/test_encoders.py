@@ -19,7 +19,7 @@ from onlstm.cli import main
 from onlstm.lm import LMConfig
 from onlstm.logic.config import LogicModelConfig
 from onlstm.logic.generate import GenerateConfig, generate_dataset
-from support import TINY_LM
+from support import REPO, TINY_LM
 
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "a", "big", "small", "red", "ran", "fast", "slow"]
 
@@ -384,6 +384,9 @@ def test_a_typed_flag_the_encoder_does_not_use_is_an_error(tmp_path, capsys):
     assert err.startswith("onlstm lm train:") and "--dropconnect does not apply to encoder 'sru'" in err
     assert "used by" in err and "lstm" in err and "\n" not in err
     assert not (tmp_path / "a").exists()
+    # docs/encoders.md quotes the message whole: held equal to it (it left out lstm-std once)
+    docs = " ".join((REPO / "docs" / "encoders.md").read_text(encoding="utf-8").split())
+    assert f"`{err.removeprefix('onlstm lm train: ')}`" in docs
     # tiny.yaml sets dropconnect: not typed, so SRU trains
     assert main([*base, "--out", str(tmp_path / "b"), "--cell", "sru"]) == 0
     capsys.readouterr()
