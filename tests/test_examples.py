@@ -116,6 +116,22 @@ def test_copy_task_takes_every_advertised_seed(copy_task, tmp_path, one_thread):
         assert (done.status, done.steps) == ("stopped", 1)
 
 
+def test_copy_task_says_how_to_go_on_with_the_runs_own_folder(copy_task, tmp_path, one_thread):
+    lines: list[str] = []
+    out = tmp_path / "a run"  # a space: the folder is quoted for the shell
+    copy_task.train(out, {"max_steps": 1, "batches": 2, "progress": False}, log=lines.append)
+    stop = next(line for line in lines if "to train further" in line)
+    assert f"python examples/copy_task.py --resume --out '{out}' --max-steps N" in stop and "DIR" not in stop
+
+
+def test_copy_task_refuses_a_delay_that_leaves_every_target_blank(copy_task, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert copy_task.main(["--out", str(out), "--delay", "10", "--length", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err == "copy_task: --delay 10 leaves every target blank: give one below --length 10\n"
+    assert not out.exists()
+
+
 def test_copy_task_fits_in_150_lines():
     """Issue #47's claim: a third trainer on the engine takes at most 150 lines, its docstring included."""
     assert len(COPY_TASK.read_text(encoding="utf-8").splitlines()) <= 150
