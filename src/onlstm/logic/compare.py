@@ -81,9 +81,6 @@ def compare(
     (:mod:`onlstm.studies.parallel`). ``go_on``: the command said to go on after a Ctrl-C (the comparison's own).
     ``out``: new, empty or a comparison's (:func:`check_compare_folder`, checked first)."""
     log, out, cells, seeds, buckets = log or (lambda _m: None), Path(out), list(cells), list(seeds), list(buckets)
-    if jobs > 1 and not finished_only:
-        how = f"--jobs {jobs} trains each run in a new process: train them in this one with --jobs 1 (the default)"
-        encoders.check_in_new_processes(cells, how)
     check_compare_folder(out)
     scored = _scored_pairs(split, data, test_data, train_cfg, seeds, buckets)
     res = CompareResult(out, baseline=majority_baseline(scored[seeds[0]]), budget=budget_text(train_cfg))
@@ -234,6 +231,9 @@ def _job(
     held = _Held.read(out / f"{mcfg.cell}-seed{tcfg.seed}", mcfg, tcfg, data)
     if _finished_run(held, tcfg)[0] is not None:
         return None
+    # every job is made before any starts: a run of the user's own encoder is refused before anything is written
+    how = f"--jobs {jobs} trains each run in a new process: train them in this one with --jobs 1 (the default)"
+    encoders.check_in_new_processes([mcfg.cell], how)
     tcfg = replace(tcfg, threads=threads_per_job(tcfg.threads, jobs))
     return logic_job(held.run_dir, mcfg, tcfg, data, _resumable(held, tcfg)[0], go_on)
 
