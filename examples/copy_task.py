@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from dataclasses import MISSING, asdict, dataclass, make_dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from torch import nn
 
 from onlstm import ONLSTM
 from onlstm.checkpoint import config_header, load_weights
-from onlstm.config import count_option, flags_given, option, runtime_fields, seed_option
+from onlstm.config import ConfigError, count_option, flags_given, option, runtime_fields, seed_option
 from onlstm.errors import EXIT_INTERRUPTED, OnlstmError
 from onlstm.files import write_json
 from onlstm.flags import add_flags
@@ -71,11 +72,13 @@ class CopyTask:
     """The copy task's part of a run (``onlstm.runs.engine.Task``): one pass an epoch, a check after each."""
 
     row, unit, perplexity, desc, steps_per_epoch, valid_every = CopyRow, "symbols", False, "copy", 0, 0
-    resume_command = "python examples/copy_task.py --resume --out DIR"
     end_pass = staticmethod(lambda prog, complete: complete or None)  # a pass is an epoch
 
-    def __init__(self, cfg: CopySettings, device: torch.device):
+    def __init__(self, cfg: CopySettings, device: torch.device, out: Path):
         self.cfg, self.device, self.state = cfg, device, CopyState()
+        if cfg.delay >= cfg.length:  # a target is the input `delay` steps back, the blank before: all blank then
+            raise ConfigError(f"--delay {cfg.delay} leaves every target blank: give one below --length {cfg.length}")
+        self.resume_command = f"python examples/copy_task.py --resume --out {shlex.quote(str(out))}"  # the stop's
         torch.manual_seed(cfg.seed)
         self.model = CopyModel(cfg).to(device)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
@@ -83,9 +86,10 @@ class CopyTask:
         self.header = config_header(KIND, {}, train=cfg.to_dict())
         self.vocab = lambda path: write_json(path, list(range(cfg.symbols + 1)))
         self.score_words = lambda score: f"valid accuracy {100 * score:.1f}%"
+        self.resume = lambda prog, read=None: Saved(self.model, self.opt, device)  # what the engine saves, restores
 
     def sequences(self, salt: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:  # inputs and targets, by salt
-        cfg, g = self.cfg, torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + salt)
+        cfg, g = self.cfg, torch.Generator().manual_seed((self.cfg.seed * 1_000_003 + salt) % 2**64)  # its range
         x = torch.randint(1, cfg.symbols + 1, (n, cfg.length), generator=g)
         return x, torch.where(torch.arange(cfg.length) < cfg.delay, 0, x.roll(cfg.delay, 1))  # 0: a blank
 
@@ -113,11 +117,7 @@ class CopyTask:
     def after_check(self, prog: Progress, check: Check, improved: bool) -> str:
         return f"step {prog.step}: {self.score_words(check.score)}" + (" (best)" if improved else "")
 
-    def resume(self, prog: Progress, read: tuple | None = None) -> Saved:  # the engine saves and restores these
-        return Saved(self.model, self.opt, self.device)
-
-    def finish(self, why: str, prog: Progress) -> tuple[dict, None]:
-        return {"best_valid_accuracy": prog.best}, None
+    finish = staticmethod(lambda why, prog: ({"best_valid_accuracy": prog.best}, None))
 
 
 def train(out: str | Path, given: dict | None = None, resume: bool = False, log=print) -> TrainResult:
@@ -126,7 +126,7 @@ def train(out: str | Path, given: dict | None = None, resume: bool = False, log=
     build = lambda sections: {"train": CopySettings(**sections["train"])}
     plan = Plan(KIND, "python examples/copy_task.py", Path(out), {"train": given or {}}, parse, build,
                 runtime_fields(CopySettings), resume, log=log)  # fmt: skip
-    return train_run(plan, lambda run, settings, ctx: CopyTask(settings["train"], ctx.device))
+    return train_run(plan, lambda run, settings, ctx: CopyTask(settings["train"], ctx.device, run.path))
 
 
 register_kind(RunKind(KIND, "copy-task example", CopyModel, lambda header: None))

@@ -173,10 +173,21 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def seed(text: str) -> int:
+    """An argparse ``type``: a whole number torch can seed with, 0 to 2**64 - 1 (a larger one overflowed in torch)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 2**64 - 1 (torch's range), got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Train a tiny ON-LSTM on a bracket language and print its distances.")
     ap.add_argument("--seconds", type=positive_seconds, default=20.0, help="training time budget (default 20)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed, default=0, help="seed of the weights and the data, 0 to 2**64 - 1 (default 0)")
     ap.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     args = ap.parse_args(argv)
     run(seconds=args.seconds, seed=args.seed, as_json=args.json)

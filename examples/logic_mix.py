@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 
 from onlstm.errors import first_line
-from onlstm.logic.data import read_examples
+from onlstm.logic.data import LAST_BUCKET, read_examples
 from onlstm.logic.formulas import to_tokens
 
 
@@ -40,14 +40,17 @@ def describe(path: str, split: str, first: int, last: int) -> list[str]:
 
 
 def file_numbers(text: str) -> tuple[int, int]:
-    """``'1-6'`` -> (1, 6), ``'5'`` -> (5, 5); anything else is a ValueError saying what to give."""
+    """``'1-6'`` -> (1, 6), ``'5'`` -> (5, 5), within the file numbers 0 to 12 (a huge span was a MemoryError);
+    anything else is a ValueError saying what to give."""
     first, dash, last = text.partition("-")
     try:
         span = (int(first), int(last) if dash else int(first))
     except ValueError:
         span = (-1, -1)
-    if span[0] < 0 or span[1] < span[0]:
-        raise ValueError(f"lengths {text!r}: give first-last file numbers, e.g. 1-6, or one, e.g. 5")
+    if span[0] < 0 or span[1] < span[0] or span[1] > LAST_BUCKET:
+        raise ValueError(
+            f"lengths {text!r}: give first-last file numbers from 0 to {LAST_BUCKET}, e.g. 1-6, or one, e.g. 5"
+        )
     return span
 
 
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", help="a folder of train{k}/test{k} files")
     ap.add_argument("split", choices=("train", "test"))
-    ap.add_argument("lengths", help="first-last file numbers, e.g. 1-6, or one, e.g. 5")
+    ap.add_argument("lengths", help=f"first-last file numbers (0 to {LAST_BUCKET}), e.g. 1-6, or one, e.g. 5")
     args = ap.parse_args(argv)
     try:
         first, last = file_numbers(args.lengths)

@@ -19,7 +19,7 @@ from onlstm.cli import main
 from onlstm.lm import LMConfig
 from onlstm.logic.config import LogicModelConfig
 from onlstm.logic.generate import GenerateConfig, generate_dataset
-from support import TINY_LM
+from support import REPO, TINY_LM
 
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "a", "big", "small", "red", "ran", "fast", "slow"]
 
@@ -97,6 +97,46 @@ def test_register_twice_is_an_error_unless_replaced():
     finally:
         E.unregister("twice")
     assert "twice" not in E.names()
+
+
+def test_register_refuses_an_entry_no_command_could_use():
+    build = lambda i, h: E.TorchRNN(nn.RNN(i, h))
+    refused = [
+        (("bad", build), {"options": ("width",)}, r"encoder 'bad': options must be EncoderOption entries, got 'width'"),
+        (("bad", 42), {}, r"encoder 'bad': build must be a class or function that returns the layer, got 42"),
+        (("bad", build), {"options": (E.EncoderOption("width", int, 0, ge=1),)},
+         r"encoder 'bad': the default of option width must be >= 1, got 0; change the default or the bounds"),
+        (("bad", build), {"options": (E.EncoderOption("mode", str, "x", choices=("a", "b")),)}, "must be one of a, b"),
+        (("-toy", build), {}, "not starting with -, got '-toy'"),
+    ]  # fmt: skip
+    for args, kw, message in refused:
+        with pytest.raises(E.EncoderError, match=message):
+            E.register(*args, **kw)
+    assert "bad" not in E.names() and "-toy" not in E.names()
+
+
+def test_a_build_refusing_its_settings_is_one_line_naming_the_encoder(tmp_path, capsys):
+    def build(i, h):
+        raise ValueError(f"widths must be even, got {h}")
+
+    E.register("odd", build)
+    try:
+        with pytest.raises(E.EncoderError, match=r"encoder 'odd' could not be built .*ValueError: widths must be even"):
+            E.make_encoder("odd", 4, 5)
+        E.register("odd", lambda i, h: E.TorchRNN(nn.RNN(i, h, nonlinearity="sigmoid")), replace=True)
+        with pytest.raises(E.EncoderError, match=r"encoder 'odd' could not be built .*ValueError: Unknown nonlin"):
+            E.make_encoder("odd", 4, 5)
+        E.register("odd", lambda i: None, replace=True)  # a build of the wrong call
+        with pytest.raises(E.EncoderError, match=r"encoder 'odd' could not be built .*TypeError: "):
+            E.make_encoder("odd", 4, 5)
+        argv = ["logic", "train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "--cell", "odd"]
+        generate_dataset(tmp_path / "data", GenerateConfig(per_length=4, seed=3, max_ops=2, test_count=1))
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("onlstm logic train: encoder 'odd' could not be built") and "\n" not in err
+        assert not (tmp_path / "run").exists()
+    finally:
+        E.unregister("odd")
 
 
 def test_a_user_check_runs_for_every_experiment_config():
@@ -307,8 +347,31 @@ def test_user_encoder_in_a_logic_comparison(toy, tmp_path, capsys):
         == 0
     )
     assert json.loads((out / "compare.json").read_text())["cells"] == ["toy", "lstm"]
+    # --jobs trains each run in a new process, which does not run the code that registered the toy: refused first
+    other = tmp_path / "cmp-jobs"
+    assert (
+        main(["logic", "compare", "--data", str(data), "--out", str(other), "--cells", "lstm", "toy", "--jobs", "2"])
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("onlstm logic compare: encoder 'toy' is registered by your own code") and "\n" not in err
+    assert "--jobs 1" in err and not other.exists()
     assert main(["logic", "compare", "--data", str(data), "--out", str(out), "--cells", "toy", "nope"]) == 2
     assert "unknown cells ['nope']" in capsys.readouterr().err
+
+
+def test_lm_compare_refuses_an_encoder_of_the_users_code(toy, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "study"
+    argv = ["lm", "compare", "--config", str(TINY_LM), "--data-dir", str(_lm_corpus(tmp_path / "corpus"))]
+    assert main([*argv, "--out", str(out), "--cells", "lstm", "toy"]) == 2  # every run is a new process
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("onlstm lm compare: encoder 'toy' is registered by your own code") and "\n" not in err
+    assert "lm train" in err and not out.exists()
+    # a built-in name replaced by the user's code is theirs too: a new process would build the package's own
+    monkeypatch.setitem(E._REGISTRY, "lstm", E.EncoderSpec("lstm", ToyRNN))
+    assert not E.built_in("lstm") and E.built_in("gru") and not E.built_in("toy")
+    assert main([*argv, "--out", str(out), "--cells", "lstm"]) == 2
+    assert "encoder 'lstm' is registered by your own code" in capsys.readouterr().err
 
 
 def test_a_typed_flag_the_encoder_does_not_use_is_an_error(tmp_path, capsys):
@@ -321,6 +384,9 @@ def test_a_typed_flag_the_encoder_does_not_use_is_an_error(tmp_path, capsys):
     assert err.startswith("onlstm lm train:") and "--dropconnect does not apply to encoder 'sru'" in err
     assert "used by" in err and "lstm" in err and "\n" not in err
     assert not (tmp_path / "a").exists()
+    # docs/encoders.md quotes the message whole: held equal to it (it left out lstm-std once)
+    docs = " ".join((REPO / "docs" / "encoders.md").read_text(encoding="utf-8").split())
+    assert f"`{err.removeprefix('onlstm lm train: ')}`" in docs
     # tiny.yaml sets dropconnect: not typed, so SRU trains
     assert main([*base, "--out", str(tmp_path / "b"), "--cell", "sru"]) == 0
     capsys.readouterr()

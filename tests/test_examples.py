@@ -88,12 +88,48 @@ def test_logic_mix_reads_file_0_and_one_length_and_refuses_bad_lengths_in_one_li
     assert rows[0].startswith("train0: n=2 ") and "not-share=n/a" in rows[0] and rows[1].startswith("train5: n=1 ")
     assert mix.main([str(tmp_path), "train", "5"]) == 0
     assert capsys.readouterr().out.startswith("train5: n=1 ") and "not-share=1.000" in rows[1]
-    for bad in ("x", "6-1", "-3", "1-"):
+    for bad in ("x", "6-1", "-3", "1-", "13", "1-100000000000"):  # the last one was a MemoryError's traceback
         assert mix.main([str(tmp_path), "train", bad]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "give first-last file numbers, e.g. 1-6, or one, e.g. 5" in err, err
+        assert err.count("\n") == 1 and "give first-last file numbers from 0 to 12, e.g. 1-6, or one" in err, err
+    assert mix.main([str(tmp_path), "train", "0-12"]) == 0
     assert mix.main([str(tmp_path), "test", "1-6"]) == 2  # no test files: the reader's one line
     assert capsys.readouterr().err.startswith("logic_mix.py: ")
+
+
+@pytest.mark.parametrize("seed", [str(2**64), "-1", "x"])
+def test_layer_demo_refuses_a_seed_torch_cannot_take_in_one_line(layer_demo, capsys, seed):
+    with pytest.raises(SystemExit) as exc:
+        layer_demo.main(["--seed", seed])  # 2**64 was an overflow's traceback
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--seed: " in err and "Traceback" not in err
+
+
+def test_layer_demo_takes_the_largest_seed(layer_demo, one_thread, capsys):
+    assert layer_demo.run(seconds=0.01, seed=2**64 - 1, as_json=True)["steps"] >= 1
+
+
+def test_copy_task_takes_every_advertised_seed(copy_task, tmp_path, one_thread):
+    """``--help`` says the seed may be up to 2**64 - 1; the sequences' seed is derived from it (an overflow it was)."""
+    for seed in (18446744073709, 2**64 - 1):
+        done = copy_task.train(tmp_path / str(seed), {"seed": seed, "max_steps": 1, "batches": 1}, log=lambda _m: None)
+        assert (done.status, done.steps) == ("stopped", 1)
+
+
+def test_copy_task_says_how_to_go_on_with_the_runs_own_folder(copy_task, tmp_path, one_thread):
+    lines: list[str] = []
+    out = tmp_path / "a run"  # a space: the folder is quoted for the shell
+    copy_task.train(out, {"max_steps": 1, "batches": 2, "progress": False}, log=lines.append)
+    stop = next(line for line in lines if "to train further" in line)
+    assert f"python examples/copy_task.py --resume --out '{out}' --max-steps N" in stop and "DIR" not in stop
+
+
+def test_copy_task_refuses_a_delay_that_leaves_every_target_blank(copy_task, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert copy_task.main(["--out", str(out), "--delay", "10", "--length", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err == "copy_task: --delay 10 leaves every target blank: give one below --length 10\n"
+    assert not out.exists()
 
 
 def test_copy_task_fits_in_150_lines():

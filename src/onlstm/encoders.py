@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from .config import ConfigError, check_value, option
+from .errors import first_line
 from .nn import ONLSTM
 from .nn.functional import MASTER_INPUT_MODES
 from .nn.modules import dropconnect_call
@@ -114,13 +115,37 @@ def register(
 ) -> EncoderSpec:
     """Add an encoder to the registry (from the package or from user code; a name already there is an error
     unless ``replace=True``); returns its spec."""
-    if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
-        raise EncoderError(f"encoder name must be a non-empty word (letters, digits, - and _), got {name!r}")
+    # a name that cannot be typed as --cell NAME (one starting with -, read as a flag) would be registered for
+    # nothing
+    word = isinstance(name, str) and name.replace("_", "").replace("-", "").isalnum()
+    if not word or name.startswith("-"):
+        raise EncoderError(
+            f"encoder name must be a non-empty word (letters, digits, - and _) not starting with -, got {name!r}"
+        )
     if name in _REGISTRY and not replace:
         raise EncoderError(f"an encoder named {name!r} is already registered; pass replace=True to replace it")
-    spec = EncoderSpec(name, build, tuple(options), yields_distances, causal, stateful, description, check)
+    if not callable(build):
+        raise EncoderError(f"encoder {name!r}: build must be a class or function that returns the layer, got {build!r}")
+    options = tuple(options)
+    _check_options(name, options)
+    spec = EncoderSpec(name, build, options, yields_distances, causal, stateful, description, check)
     _REGISTRY[name] = spec
     return spec
+
+
+def _check_options(name: str, options: tuple) -> None:
+    """Every option an :class:`EncoderOption` whose default passes its own type, choices and bounds: else every
+    command would fail while building its parser, or every build of the encoder without the option."""
+    for o in options:
+        if not isinstance(o, EncoderOption):
+            raise EncoderError(
+                f"encoder {name!r}: options must be EncoderOption entries, got {o!r}; declare it as "
+                "EncoderOption(name, type, default, help)"
+            )
+        try:
+            check_value(o.field, o.type, o.default, f"encoder {name!r}: the default of option {o.name}")
+        except ConfigError as exc:
+            raise EncoderError(f"{exc}; change the default or the bounds") from None
 
 
 def unregister(name: str) -> None:
@@ -224,7 +249,16 @@ def check_option_clash(given: Mapping[str, Any]) -> None:
 def make_encoder(name: str, input_size: int, hidden_size: int, **options) -> nn.Module:
     """Build one layer of encoder ``name``; an option it does not declare is an :class:`EncoderError`."""
     spec = get(name)
-    return spec.build(input_size, hidden_size, **spec.validate(hidden_size, options))
+    opts = spec.validate(hidden_size, options)
+    try:
+        return spec.build(input_size, hidden_size, **opts)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:  # a user's build refusing its settings: a one-line CLI error too
+        raise EncoderError(
+            f"encoder {name!r} could not be built (input size {input_size}, hidden size {hidden_size}, options "
+            f"{opts}): {type(exc).__name__}: {first_line(exc)}"
+        ) from exc
 
 
 def has_distances(name: str) -> bool:
@@ -247,14 +281,18 @@ class TorchRNN(nn.Module):
 
 class ONLSTMLayer(nn.Module):
     """An :class:`~onlstm.nn.ONLSTM` with the encoder call; its DropConnect is its own, its distances are passed on
-    (the parameters are ``rnn.*``, as :class:`TorchRNN`'s)."""
+    unless ``distances=False`` (``lstm-std``: its master gates are constant, its distances would be zeros that
+    mean nothing; it gives None, as every encoder without master gates). The parameters are ``rnn.*``, as
+    :class:`TorchRNN`'s."""
 
-    def __init__(self, rnn: ONLSTM):
+    def __init__(self, rnn: ONLSTM, distances: bool = True):
         super().__init__()
-        self.rnn, self.hidden_size = rnn, rnn.hidden_size
+        self.rnn, self.hidden_size, self.distances = rnn, rnn.hidden_size, distances
 
     def forward(self, x, hx=None, return_distances: bool = False):
-        return self.rnn(x, hx, return_distances=True) if return_distances else (*self.rnn(x, hx), None)
+        if return_distances and self.distances:
+            return self.rnn(x, hx, return_distances=True)
+        return (*self.rnn(x, hx), None)
 
 
 def _check_divides(sizes: list[int], option: str, value: int, why: str) -> None:
@@ -295,7 +333,9 @@ for _cell in (nn.LSTM, nn.GRU):  # "lstm" and "gru"; the default argument binds 
 # gives exactly that (both master gates are then 1), through the layer's fast kernels (docs/encoders.md).
 register(
     "lstm-std",
-    lambda i, h, dropconnect: ONLSTMLayer(ONLSTM(i, h, chunk_size=h, master_input="reverse", dropconnect=dropconnect)),
+    lambda i, h, dropconnect: ONLSTMLayer(
+        ONLSTM(i, h, chunk_size=h, master_input="reverse", dropconnect=dropconnect), distances=False
+    ),
     options=(_DROPCONNECT,),
     description="the authors' LSTM baseline (their --std cell): an LSTM in ON-LSTM's layout and initialisation, "
     "through onlstm's kernels",
@@ -352,6 +392,25 @@ register(
         _DROPCONNECT,
     ),
 )
+
+#: The package's own encoders, as registered on import: all that a new process (a run of ``compare``) knows.
+_BUILT_IN = dict(_REGISTRY)
+
+
+def built_in(name: str) -> bool:
+    """Whether ``name`` is the package's own encoder, known to any process that imports onlstm; one registered
+    (or replaced) by the user's code exists only in the process that registered it."""
+    return name in _BUILT_IN and _REGISTRY.get(name) is _BUILT_IN[name]
+
+
+def check_in_new_processes(cells: Iterable[str], how: str) -> None:
+    """Refuse encoders registered by the user's code for runs trained in new processes (``how`` says which and
+    what to do instead): each would stop at its start, not knowing the encoder."""
+    own = [c for c in cells if isinstance(c, str) and c in _REGISTRY and not built_in(c)]
+    if own:
+        raise EncoderError(
+            f"encoder {own[0]!r} is registered by your own code, which a new process does not run, but {how}"
+        )
 
 
 def detach_state(state):

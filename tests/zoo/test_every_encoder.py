@@ -197,6 +197,15 @@ def test_language_model_command(name, corpus, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_distances_are_given_only_by_an_encoder_that_declares_them(name):
+    """docs/design.md §4.4: ``None`` for an encoder without master gates (lstm-std gave zeros)."""
+    x = torch.randn(6, 2, IN)
+    _, _, distances = build(name)(x, return_distances=True)
+    assert (distances is not None) == E.has_distances(name)
+    assert build(name)(x)[2] is None  # not asked for: none
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_logic_command(name, logic_data, tmp_path, capsys):
     run = tmp_path / "logic"
     sizes = ["--emb-size", "8", "--hidden-size", "16", "--mlp-hidden", "8"]

@@ -32,7 +32,7 @@ def reference(m, x: torch.Tensor) -> torch.Tensor:
     d = size // heads
     proj = x @ m.project.weight.T + m.project.bias if hasattr(m.project, "weight") else x
     h = F.layer_norm(proj, (size,), m.norm_in.weight, m.norm_in.bias)
-    pos = m.position[:t_len] if m.positions == "learned" else sinusoidal_positions(t_len, size).double()
+    pos = m.position[:t_len] if m.positions == "learned" else sinusoidal_positions(t_len, size, torch.float64)
     h = h + pos
     a_in = F.layer_norm(h, (size,), m.norm_attn.weight, m.norm_attn.bias)
     qkv = a_in @ m.qkv.weight.T + m.qkv.bias  # (T, 3H)
@@ -75,6 +75,17 @@ def test_sinusoidal_positions_by_hand():
             assert table[t, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
             assert table[t, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
     assert sinusoidal_positions(3, 5).shape == (3, 5)  # odd widths: the last feature is a sine
+
+
+def test_sinusoidal_positions_are_built_in_the_models_dtype():
+    """A float64 layer's table is float64 to the last bits (built in float32 and cast, it was 5e-6 off at step 600)."""
+    t, i = torch.arange(600, dtype=torch.float64).unsqueeze(1), torch.arange(0, 8, 2, dtype=torch.float64)
+    angle = t / 10000 ** (i / 8)
+    exact = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)  # (600, 8): sin, cos, sin, cos, ...
+    table = layer(5, 8).double().position_table(600, torch.zeros((), dtype=torch.float64))
+    assert table.dtype == torch.float64
+    torch.testing.assert_close(table, exact, rtol=0, atol=1e-12)
+    assert sinusoidal_positions(600, 8, torch.bfloat16).dtype == torch.bfloat16
 
 
 def test_changing_a_future_token_never_changes_an_earlier_output():

@@ -63,3 +63,22 @@ def test_a_formula_gets_the_same_encoding_alone_and_in_a_batch(cell):
     for j, f in enumerate(formulas):
         alone = model.encode(*pad_batch([token_ids(f)]))
         torch.testing.assert_close(batch[j], alone[0], rtol=1e-5, atol=1e-6)
+
+
+def test_learned_positions_shorter_than_the_formulas_are_refused_before_training(data, tmp_path, capsys):
+    from onlstm.logic.config import LogicTrainConfig
+    from onlstm.logic.data import load_test_examples, load_training_examples
+
+    longest = lambda examples: max(len(token_ids(f)) for ex in examples for f in (ex.a, ex.b))
+    trained, tested = longest(load_training_examples(data, LogicTrainConfig())), longest(load_test_examples(data))
+    assert trained < tested  # the test files hold longer formulas: only --score-test reads them
+    out = tmp_path / "run"
+    argv = ["logic", "train", "--data", str(data), "--out", str(out), "--cell", "transformer", "--max-steps", "1"]
+    argv += [*SMALL, "--encoder-options", "heads=2", "positions=learned"]
+    for limit, extra in ((trained - 1, []), (trained, ["--score-test"])):
+        assert main([*argv, f"max_length={limit}", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("onlstm logic train: the training") and "\n" not in err
+        assert f"up to {tested if extra else trained} tokens" in err and "positions=sinusoidal" in err
+        assert not out.exists()
+    assert main([*argv, f"max_length={trained}"]) == 0  # without --score-test the training formulas fit

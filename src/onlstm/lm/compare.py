@@ -75,6 +75,9 @@ def compare(
     """Train (unless ``finished_only``) and measure the grid ``cells`` x ``seeds``; ``explicit``: the settings every
     run shares (``{"model": ..., "train": ...}``; a cell or seed in them is the grid's to set, and dropped)."""
     explicit = shared_settings(explicit)
+    if not finished_only:
+        how = "lm compare trains each run in a new process: train its runs one by one with lm train instead"
+        encoders.check_in_new_processes(cells, how)
     check_study(explicit, cells, seeds, data_dir, yardsticks)  # every problem found before anything is written
     check_study_folder(Path(out))
     check_runs(Path(out), explicit, cells, seeds, Path(data_dir), log, training=not finished_only)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from .. import encoders
 from ..checkpoint import CheckpointError
 from ..device import resolve_device
 from ..errors import EXIT_INTERRUPTED, InputError
@@ -273,6 +274,9 @@ def _job(
     held = _Held.read(out / f"{mcfg.cell}-seed{tcfg.seed}", mcfg, tcfg, data)
     if _finished_run(held, tcfg)[0] is not None:
         return None
+    # every job is made before any starts: a run of the user's own encoder is refused before anything is written
+    how = f"--jobs {jobs} trains each run in a new process: train them in this one with --jobs 1 (the default)"
+    encoders.check_in_new_processes([mcfg.cell], how)
     tcfg = replace(tcfg, threads=threads_per_job(tcfg.threads, jobs))
     return logic_job(held.run_dir, mcfg, tcfg, data, _resumable(held, tcfg)[0], go_on)
 
