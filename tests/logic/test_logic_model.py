@@ -478,10 +478,10 @@ def test_compare_smoke_and_reuse(tiny_data, tmp_path, capsys):
         assert sum(v["correct"] for v in scored) / run_cfg["data"]["n_valid"] == pytest.approx(
             json.loads((Path(r["run_dir"]) / "results.json").read_text())["best_valid_accuracy"]
         )
-    # a setting that changes training is not reused
-    assert main([*args[:-4], "1", "--lengths", "1-9", "--lr", "0.0005"]) == 0  # seed 1 only
-    text = capsys.readouterr().out
-    assert "reusing" not in text and text.count("training into") == 2
+    # a setting that changes training: refused, the finished runs never trained over
+    assert main([*args[:-4], "1", "--lengths", "1-9", "--lr", "0.0005"]) == 2  # seed 1 only
+    err = capsys.readouterr().err
+    assert "holds a run trained with other settings (cannot change train.lr (run: 0.001, given: 0.0005))" in err
     # a larger budget extends the finished runs (their first epoch is not trained again)
     assert main([*args[:-4], "0", "--lengths", "1-9", "--epochs", "2"]) == 0  # seed 0 only
     text = capsys.readouterr().out

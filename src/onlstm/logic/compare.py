@@ -179,8 +179,8 @@ def _check_kept(held: _Held, tcfg: LogicTrainConfig) -> None:
     if held.header is None or _finished_run(held, tcfg)[0] is not None or _resumable(held, tcfg)[0]:
         return
     finished = held.result.get("status") in ("finished", "stopped")
-    if held.clash:
-        why = f"with other settings ({held.clash})"
+    if held.clash:  # its first clause: the rest of the line is about resuming, which is not what is asked here
+        why = f"with other settings ({held.clash.split(' when resuming', 1)[0]})"
     elif not held.same_data:
         why = f"on other data ({held.data_path})"
     elif finished:
