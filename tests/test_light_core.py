@@ -344,3 +344,21 @@ def test_the_list_of_commands_imports_no_torch_and_shows_each_commands_own_line(
 
     full = build_parser()._subparsers._group_actions[0]
     assert ast.literal_eval(listed) == {a.dest: a.help for a in full._choices_actions}
+
+
+def test_a_missing_dependency_of_onlstm_itself_is_one_line_naming_it(tmp_path):
+    """pip install --no-deps, or safetensors removed since: every command ended in a traceback while the parser
+    was built (the demo's registration imports the checkpoint code)."""
+    site = tmp_path / "blocker"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCKER.format(blocked=["safetensors"]))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), str(REPO / "src"), env.get("PYTHONPATH")]))
+    for command in (["info"], ["demo", "--help"]):
+        r = run(["-m", "onlstm", *command], env, tmp_path)
+        assert "Traceback" not in r.stderr, r.stderr
+        if command == ["info"]:
+            assert r.returncode == 0
+        else:
+            assert r.returncode == 2 and "needs safetensors, a dependency of onlstm" in r.stderr
+            assert "pip install safetensors" in r.stderr and len(r.stderr.strip().splitlines()) == 1

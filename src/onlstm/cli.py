@@ -18,7 +18,6 @@ from .config import option
 from .errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
-    INSTALL_EXPERIMENTS,
     InputError,
     OnlstmError,
     UserNote,
@@ -275,7 +274,7 @@ def _register_or_stand_in(sub, register, names: tuple[str, ...]) -> None:
         # every use of a stand-in, --help included, reports ``missing``; its prefix character is one nobody
         # types, so any option reaches the catch-all argument instead of failing with "unrecognized arguments"
         for name in (n for n in names if n not in sub.choices):
-            p = sub.add_parser(name, help=f"(not installed: {INSTALL_EXPERIMENTS})", add_help=False, prefix_chars="\0")
+            p = sub.add_parser(name, help=f"({missing})", add_help=False, prefix_chars="\0")
             p.add_argument("words", nargs="*")
             p.set_defaults(func=functools.partial(_raise, missing))
 

@@ -79,9 +79,18 @@ class MissingExtra(OnlstmError, ImportError):
     """A command needs a package of the ``experiments`` extra that is not installed."""
 
 
+#: onlstm's own dependencies (pyproject.toml) that pip may have left out (an install with --no-deps, a package
+#: removed since): their import name -> their name on PyPI.
+CORE_PACKAGES = {"safetensors": "safetensors", "numpy": "numpy", "ninja": "ninja"}
+
+
 def missing_extra(exc: ImportError) -> MissingExtra | None:
-    """``exc`` as a :class:`MissingExtra` when what failed to import is an experiments' package, else None."""
+    """``exc`` as a :class:`MissingExtra` when what failed to import is an experiments' package or one of onlstm's
+    own dependencies, else None."""
     name = (exc.name or "").split(".")[0]
+    if name in CORE_PACKAGES:
+        return MissingExtra(f"needs {CORE_PACKAGES[name]}, a dependency of onlstm, which is not installed: "
+                            f"pip install {CORE_PACKAGES[name]}")  # fmt: skip
     if name not in EXPERIMENT_PACKAGES:
         return None
     return MissingExtra(f"needs {EXPERIMENT_PACKAGES[name]}, which is not installed: {INSTALL_EXPERIMENTS}")
