@@ -171,20 +171,28 @@ def test_a_folder_holding_the_users_files_is_refused(data, tmp_path, capsys):
     assert "(notes.txt)" in capsys.readouterr().err and (out / "notes.txt").read_text() == "mine"
 
 
+def ctrl_c_at_batch(monkeypatch, n: int):
+    """A Ctrl-C (a real SIGINT) while the ``n``-th batch is made; returns the real ``collate`` to put back."""
+    from onlstm.logic import model as M
+
+    real, calls = M.collate, {"n": 0}
+
+    def collate(batch):
+        calls["n"] += 1
+        if calls["n"] == n:
+            signal.raise_signal(signal.SIGINT)
+        return real(batch)
+
+    monkeypatch.setattr(M, "collate", collate)
+    return real
+
+
 def test_ctrl_c_says_to_go_on_with_the_comparison(data, tmp_path, monkeypatch, capsys):
     """Ctrl-C in a run of a comparison: the run saves its resume file and the line says to run the comparison again
     (which resumes it), not `logic train --resume`; the command ends as every command does (`: interrupted`, 130)."""
     from onlstm.logic import model as M
 
-    real, calls = M.collate, {"n": 0}
-
-    def ctrl_c_in_the_ninth_batch(batch):
-        calls["n"] += 1
-        if calls["n"] == 9:
-            signal.raise_signal(signal.SIGINT)
-        return real(batch)
-
-    monkeypatch.setattr(M, "collate", ctrl_c_in_the_ninth_batch)
+    real = ctrl_c_at_batch(monkeypatch, 9)
     out = tmp_path / "s p a c e"
     argv = ["logic", "compare", "--data", str(data[0]), "--out", str(out), *FLAGS, "--cells", "onlstm"]
     assert main([*argv, "--epochs", "3", "--valid-every", "3", "--lr", "0.002"]) == 130
@@ -219,21 +227,11 @@ def test_an_interrupted_comparison_lists_every_run_it_did_not_score_and_its_tabl
     data, tmp_path, monkeypatch, capsys
 ):
     """After a Ctrl-C, compare.json said "unfinished": [] and table.md was left from an earlier call."""
-    from onlstm.logic import model as M
-
     out = tmp_path / "study"
     argv = ["logic", "compare", "--data", str(data[0]), "--out", str(out), *FLAGS, "--cells", "onlstm", "lstm"]
     assert main([*argv, "--seeds", "0"]) == 0
     assert (out / "accuracy_by_length.png").exists()
-    real, calls = M.collate, {"n": 0}
-
-    def ctrl_c_in_the_fifth_batch(batch):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            signal.raise_signal(signal.SIGINT)
-        return real(batch)
-
-    monkeypatch.setattr(M, "collate", ctrl_c_in_the_fifth_batch)
+    ctrl_c_at_batch(monkeypatch, 5)
     assert main([*argv, "--seeds", "1"]) == 130  # another grid in the same folder: nothing of it is scored
     capsys.readouterr()
     rep = json.loads((out / "compare.json").read_text())
