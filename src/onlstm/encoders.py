@@ -420,3 +420,14 @@ def detach_state(state):
     if isinstance(state, torch.Tensor):
         return state.detach()
     return tuple(detach_state(s) for s in state)
+
+
+def check_length_limit(limit: int | None, longest: int, what: str, cell: str, other_fix: str = "") -> None:
+    """An encoder with a length limit (``limit``: learned positions) must accept the longest sequence a run will
+    read (``longest``, of ``what``): checked before the run starts, not when that sequence comes hours into it."""
+    if limit is not None and longest > limit:
+        raise ConfigError(
+            f"{what} up to {longest} tokens but the {cell!r} encoder accepts at most {limit} (max_length); raise it "
+            f"(--encoder-options max_length={longest}){other_fix}, or (transformer) use positions=sinusoidal, which "
+            "has no limit"
+        )

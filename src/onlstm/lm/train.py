@@ -22,7 +22,7 @@ from ..data.ptb import Corpus, load_corpus, split_file
 from ..data.reader import TextReader
 from ..data.vocab import Vocab
 from ..device import StopRequest, precision_refusal, resolve_device
-from ..encoders import detach_state
+from ..encoders import check_length_limit, detach_state
 from ..errors import RunDirError
 from ..files import sha256_file, write_text
 from ..models.language_model import LanguageModel, use_onlstm_impl
@@ -203,17 +203,10 @@ class Trainer:
         if self.ctx.distributed:
             ids = [dev.index] if dev.type == "cuda" else None
             self.objective = torch.nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
-        # layers with a length limit (learned positions) must accept every segment of every epoch: checked now,
-        # not when a long segment is drawn hours into the run (drawing them is cheap)
-        limit = self.model.max_length
-        lengths = (s.length for e in range(1, cfg.epochs + 1) for s in self.schedule(e))  # drawn only with a limit
-        if limit is not None and (longest := max([cfg.bptt, *lengths])) > limit:
-            raise ConfigError(
-                f"the training schedule has segments of up to {longest} tokens (bptt {cfg.bptt}, bptt_std "
-                f"{cfg.bptt_std}) but the {self.model_config.cell!r} layers accept at most {limit} "
-                f"(max_length); raise it (--encoder-options max_length={2 * longest}), lower --bptt, or (transformer) "
-                "use positions=sinusoidal, which has no limit"
-            )
+        if (limit := self.model.max_length) is not None:  # every segment of every epoch (drawing them is cheap)
+            longest = max([cfg.bptt, *(s.length for e in range(1, cfg.epochs + 1) for s in self.schedule(e))])
+            lower = f", lower --bptt (now {cfg.bptt}, bptt_std {cfg.bptt_std})"
+            check_length_limit(limit, longest, "the training schedule has segments of", self.model_config.cell, lower)
 
     def log(self, msg: str) -> None:
         if self.ctx.is_main:

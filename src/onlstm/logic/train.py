@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from ..checkpoint import config_header
 from ..config import ConfigError, count_option, option
 from ..device import precision_refusal, prepare_kernel, runtime_device
+from ..encoders import check_length_limit
 from ..errors import quote
 from ..files import same_fingerprint, write_json
 from ..runs import RunDir
@@ -171,28 +172,16 @@ def _start(run: RunDir, model_cfg: LogicModelConfig, cfg: LogicTrainConfig, data
     task.resume_command = go_on or f"onlstm logic train --out {shlex.quote(str(run.path))} --resume"
     if cfg.score_test:
         task.set_test(load_test_examples(data))
-    _check_length_limit(task)
+    if (limit := getattr(task.model.encoder, "max_length", None)) is not None:  # before the run's folder is written
+        longest = max(len(side) for pair in (*task.train_data, *task.valid_data, *task.test_data) for side in pair[:2])
+        what = f"the training, validation{' and test (--score-test)' if task.test_data else ''} formulas have"
+        check_length_limit(limit, longest, what, model_cfg.cell)
     max_ops = max(ex.max_ops for ex in examples)
     data_summary = {"path": str(data), "n_train": len(train_ex), "n_valid": len(valid_ex), "max_ops": max_ops}
     data_summary[TRAIN_FINGERPRINT] = fingerprint
     task.header = config_header(KIND, model_cfg.to_dict(), train=cfg.to_dict(), data=data_summary)
     log(task.summary())
     return task
-
-
-def _check_length_limit(task: LogicTask) -> None:
-    """An encoder with a length limit (learned positions) must accept every formula the run will read: checked
-    before the run's folder is written, not at the first validation check that meets a long test formula."""
-    limit = getattr(task.model.encoder, "max_length", None)
-    pairs = (*task.train_data, *task.valid_data, *task.test_data)
-    longest = max((len(side) for pair in pairs for side in pair[:2]), default=0)
-    if limit is not None and longest > limit:
-        scored = "training, validation and test (--score-test)" if task.test_data else "training and validation"
-        raise ConfigError(
-            f"the {scored} formulas have up to {longest} tokens but the {task.model_cfg.cell!r} encoder accepts at "
-            f"most {limit} (max_length); raise it (--encoder-options max_length={longest}) or (transformer) use "
-            "positions=sinusoidal, which has no limit"
-        )
 
 
 class LogicTask:
