@@ -131,7 +131,11 @@ def _ended(job: Job, rc: int, log: Callable[[str], None]) -> Ended:
     saved = RunFiles(job.run_dir).resume_path.exists()  # a run stopped before its first save has nothing to go on from
     if rc < 0:  # killed by a signal (Popen's -N): not an exit status a command documents
         name = _signal_name(-rc)
-        kept = "its last checkpoint is kept, --resume goes on from it" if saved else "nothing saved: it starts again"
+        kept = (
+            "its last checkpoint is kept; the same command goes on from it"
+            if saved
+            else "nothing saved: it starts again"
+        )
         why = f"killed by {name}; {kept}"
         log(f"== {job.name}: {why}; log: {job.log_path}")
         return Ended(job.name, EXIT_INTERRUPTED, why, name)
