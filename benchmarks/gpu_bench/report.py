@@ -198,9 +198,11 @@ def _figures(run: dict[str, Any]) -> list[str]:
     if "seconds_per_step" in run:
         memory = "-" if run["peak_memory_gib"] is None else f"{run['peak_memory_gib']:.2f} GiB"
         return [
-            f"layers ran `{run['impl_used'] or 'nn.LSTM'}`; {run['steps']} steps, the last {run['timed_steps']} timed",
-            f"{run['seconds_per_step']:.4f} s/step; {_num(run['seconds_per_epoch'], ',.1f')} s/epoch "
-            f"({run['steps_per_epoch']} steps: {run['epoch_of']})",
+            # a run stopped before its first step has no layer, epoch or timing facts: "-" for each
+            f"layers ran `{run.get('impl_used', '-') or 'nn.LSTM'}`; {run['steps']} steps, "
+            f"the last {run['timed_steps']} timed",
+            f"{_num(run['seconds_per_step'], '.4f')} s/step; {_num(run['seconds_per_epoch'], ',.1f')} s/epoch "
+            f"({run.get('steps_per_epoch', '-')} steps: {run.get('epoch_of', '-')})",
             f"peak GPU memory: {memory}",
             f"CUDA graphs: {_graphs(run)}; TF32 for matrix products {_on(run.get('tf32_matmul'))}, "
             f"for cuDNN {_on(run.get('tf32_cudnn'))}",

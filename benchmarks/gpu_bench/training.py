@@ -106,14 +106,15 @@ def _lm(prof, args, work: Path, name: str, flags: tuple[str, ...], steps: int) -
         explicit = explicit_settings(a.config, a)
         start = time.perf_counter()
         result = train(a.out, a.data_dir, explicit, on_step=on_step, log=lambda _m: None)
+        stop_if_interrupted(result.status)
         warm = max(1, min(10, len(stamps) // 10))  # the first steps compile kernels and plan cuDNN: not timed
-        per_step = (stamps[-1] - stamps[warm - 1]) / (len(stamps) - warm)
+        per_step = seconds_per_step(stamps, warm)
         return {
             "status": result.status,
             "steps": len(stamps),
-            "timed_steps": len(stamps) - warm,
+            "timed_steps": max(0, len(stamps) - warm),
             "seconds_per_step": per_step,
-            "seconds_per_epoch": per_step * facts["steps_per_epoch"],
+            "seconds_per_epoch": None if per_step is None else per_step * facts["steps_per_epoch"],
             "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
             "step_seconds": [b - a for a, b in zip([start, *stamps], stamps)],
             "replayed_steps": replayed,
@@ -132,6 +133,20 @@ def _lm(prof, args, work: Path, name: str, flags: tuple[str, ...], steps: int) -
         return None
 
     return _guarded(f"lm train --config ptb-paper, {name}", argv, go, ok)
+
+
+def stop_if_interrupted(status: str) -> None:
+    """Go on stopping after a trainer caught Ctrl-C itself (saved, returned ``interrupted``): the report keeps the
+    sections finished before and exits 130, rather than record a failed check and run the other commands."""
+    if status == "interrupted":
+        raise KeyboardInterrupt
+
+
+def seconds_per_step(stamps: list[float], warm: int) -> float | None:
+    """Mean seconds of the steps after the first ``warm`` ones, from their end times; None when none was timed (a
+    run stopped after its warm-up: no figure, and the check says how many steps it made)."""
+    timed = len(stamps) - warm
+    return (stamps[-1] - stamps[warm - 1]) / timed if timed > 0 and warm > 0 else None
 
 
 def _model_flags(flags: tuple[str, ...], run: tuple[str, ...]) -> list[str]:
@@ -215,6 +230,7 @@ def _logic(prof, args, work: Path, steps: int, graphs: bool) -> tuple[Record, Re
         model_cfg, train_cfg, data, out, _ = resolve_settings(_parse(argv))
         with mock.patch.object(logic_train, "step_graphs", spy):
             r = logic_train.train(model_cfg, train_cfg, data, out, log=None)
+        stop_if_interrupted(r.stopped_by)
         per_s = r.steps / r.seconds if r.seconds > 0 else None
         figures = {"status": r.stopped_by, "updates": r.steps, "seconds": r.seconds, "updates_per_s": per_s}
         g = made[0] if made else None

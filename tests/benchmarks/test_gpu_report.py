@@ -248,3 +248,39 @@ def test_the_fused_cases_run_the_fused_step(monkeypatch):
             assert any(errors[k] > allowed[k] for k in errors) == fails, case
     finally:
         registry.unregister_kernel(name)
+
+
+def _fake_lm_train(status: str):
+    """``onlstm.lm.train.train`` that stops before its first step with ``status`` (as Ctrl-C makes it)."""
+    import types
+
+    return lambda *a, **kw: types.SimpleNamespace(status=status)
+
+
+@needs_triton
+def test_ctrl_c_in_the_training_section_stops_the_report_with_130(tmp_path, monkeypatch, capsys):
+    import onlstm.lm.train
+
+    monkeypatch.setattr(onlstm.lm.train, "train", _fake_lm_train("interrupted"))
+    out = tmp_path / "report"
+    argv = ["--smoke", "--out", str(out), "--skip", "correctness", "step", "pytest", "speed"]
+    assert main(argv) == 130
+    assert "interrupted" in capsys.readouterr().err
+    r = read(out)  # the sections before were kept; the training section is not recorded as a failure
+    assert r["speed"] == {"not_run": "--skip speed"} and r["summary"]["failed"] == 0
+    assert r["training"]["not_run"].startswith("not reached")
+
+
+def test_a_run_stopped_before_a_timed_step_is_a_failed_check_not_a_crash(tmp_path, monkeypatch):
+    import argparse
+
+    import gpu_report
+    import onlstm.lm.train
+
+    monkeypatch.setattr(onlstm.lm.train, "train", _fake_lm_train("stopped"))
+    args = argparse.Namespace(lm_data=None, lm_steps=None)
+    record, check = training._lm(gpu_report.SMOKE, args, tmp_path, "onlstm, eager", ("--no-cuda-graphs",), 3)
+    assert "error" not in record and record["seconds_per_step"] is None and record["seconds_per_epoch"] is None
+    assert check["passed"] is False and check["worst"] == "stopped after 0 steps"
+    assert "- s/step" in "\n".join(report._figures(record))
+    assert training.seconds_per_step([1.0], 1) is None and training.seconds_per_step([1.0, 2.0, 4.0], 1) == 1.5
