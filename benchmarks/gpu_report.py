@@ -6,7 +6,8 @@ experiments' training timed, written to DIR/report.md and DIR/report.json (docs/
     python benchmarks/gpu_report.py --out DIR            # on a CUDA GPU: planned to take under 8 minutes, no network
     python benchmarks/gpu_report.py --out DIR --smoke    # the same code on CPU tensors in Triton's interpreter
 
-Exit status 0, or 1 when a check failed, or 2 (one line) when it cannot run here. :func:`run` measures the
+Exit status 0, or 1 when a check failed, or 2 (one line) when it cannot run here, 4 (one line) when the disk
+refuses a write of the report (the one there before is kept whole), 130 on Ctrl-C (the sections finished kept). :func:`run` measures the
 sections (``gpu_bench``: layer, environment, training) and writes the report (``gpu_bench.report``).
 """
 

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from onlstm.files import write_text
+
 from .layer import FP32_TOLERANCE, HALF_TOLERANCE
 
 SECTIONS = ("correctness", "step", "pytest", "speed", "training")  # in the order they run
@@ -52,8 +54,9 @@ def write(out: Path, result: dict[str, Any], seconds: float) -> dict[str, Any]:
     full = result | {n: {"not_run": "not reached: the run stopped before it"} for n in SECTIONS if n not in result}
     full["seconds"] = round(seconds, 1)
     full["summary"] = summarize(full)
-    (out / "report.json").write_text(json.dumps(_plain(full), indent=1) + "\n")
-    (out / "report.md").write_text("\n".join(markdown(full)) + "\n")
+    # each file replaced in one rename: a refused write (WriteError, exit 4) leaves the report there before whole
+    write_text(out / "report.json", json.dumps(_plain(full), indent=1) + "\n")
+    write_text(out / "report.md", "\n".join(markdown(full)) + "\n")
     return full["summary"]
 
 

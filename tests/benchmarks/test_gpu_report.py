@@ -284,3 +284,28 @@ def test_a_run_stopped_before_a_timed_step_is_a_failed_check_not_a_crash(tmp_pat
     assert check["passed"] is False and check["worst"] == "stopped after 0 steps"
     assert "- s/step" in "\n".join(report._figures(record))
     assert training.seconds_per_step([1.0], 1) is None and training.seconds_per_step([1.0, 2.0, 4.0], 1) == 1.5
+
+
+@needs_triton
+def test_a_refused_write_is_one_line_exit_4_and_keeps_the_report_there_before(tmp_path):
+    import resource
+    import subprocess
+    import sys
+
+    from support import REPO
+
+    out = tmp_path / "report"
+    out.mkdir()
+    before = json.dumps({"complete": "x" * 4000})  # the new report is larger than the limit below, this one too
+    (out / "report.json").write_text(before)
+    skip = ["--skip", "correctness", "step", "pytest", "speed", "training"]
+    script = [sys.executable, str(REPO / "benchmarks" / "gpu_report.py"), "--smoke", "--out", str(out), *skip]
+
+    def limit_file_size() -> None:  # as `ulimit -f 1`: a write past 1 KiB fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    done = subprocess.run(script, capture_output=True, text=True, preexec_fn=limit_file_size, timeout=300)
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 4, done.stderr
+    assert len(err) == 1 and err[0].startswith("gpu_report.py: cannot write") and "EFBIG" in err[0]
+    assert (out / "report.json").read_text() == before
