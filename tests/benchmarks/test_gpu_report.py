@@ -105,6 +105,8 @@ def test_a_wrong_kernel_fails_the_correctness_checks_and_the_exit_status(tmp_pat
         (["--skip", "speedd"], "--skip: unknown section 'speedd'"),
         (["--syneval-data", "x.tsv"], "--syneval-data needs --lm-data"),
         (["--lm-steps", "1"], "--lm-steps must be at least 2"),
+        (["--pytest-timeout", "-5"], "--pytest-timeout must be a positive number of seconds, got -5"),
+        (["--pytest-timeout", "0"], "--pytest-timeout must be a positive number of seconds, got 0"),
     ],
 )
 def test_bad_options_are_one_line_errors(tmp_path, capsys, argv, message):
@@ -309,3 +311,12 @@ def test_a_refused_write_is_one_line_exit_4_and_keeps_the_report_there_before(tm
     assert done.returncode == 4, done.stderr
     assert len(err) == 1 and err[0].startswith("gpu_report.py: cannot write") and "EFBIG" in err[0]
     assert (out / "report.json").read_text() == before
+
+
+def test_the_recorded_command_keeps_the_pytest_timeout():
+    import gpu_report
+
+    args = gpu_report.build_parser().parse_args(["--out", "r", "--pytest-timeout", "60", "--skip", "speed"])
+    assert gpu_report._command(args) == "python benchmarks/gpu_report.py --out r --pytest-timeout 60 --skip speed"
+    default = gpu_report.build_parser().parse_args(["--out", "r"])
+    assert "--pytest-timeout" not in gpu_report._command(default)
