@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 import onlstm
+from bench_cli import command, nonnegative_int, positive_int
 from onlstm.device import machine_line, precision_refusal, resolve_device
 from onlstm.errors import InputError, OnlstmError
 from onlstm.lm.config import add_config_flags, load_config
@@ -57,15 +58,16 @@ def step(model, obj, opt, x, y, clip, precision="fp32"):
     update(opt, loss, model.parameters(), clip)
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", type=Path, default=Path("ptb-cpu"), help="YAML file or lm preset name")
     ap.add_argument("--cells", nargs="+", default=["onlstm", "lstm"])
-    ap.add_argument("--steps", type=int, default=10, help="steps per measurement (default 10)")
-    ap.add_argument("--repeats", type=int, default=3, help="measurements per model (default 3)")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per model first (default 2)")
-    ap.add_argument("--vocab", type=int, default=10000, help="vocabulary size (PTB: 10000)")
-    ap.add_argument("--seq-len", type=int, default=None, help="segment length (default: the preset's bptt)")
+    ap.add_argument("--steps", type=positive_int, default=10, help="steps per measurement (default 10)")
+    ap.add_argument("--repeats", type=positive_int, default=3, help="measurements per model (default 3)")
+    ap.add_argument("--warmup", type=nonnegative_int, default=2, help="untimed steps per model first (default 2)")
+    ap.add_argument("--vocab", type=positive_int, default=10000, help="vocabulary size (PTB: 10000)")
+    ap.add_argument("--seq-len", type=positive_int, default=None, help="segment length (default: the preset's bptt)")
     ap.add_argument("--onlstm-impls", default="", help="comma-separated impl= values to time the ON-LSTM model with")
     add_config_flags(ap)
     args = ap.parse_args(argv)

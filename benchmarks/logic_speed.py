@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 import layer_speed
+from bench_cli import command, nonnegative_int, positive_int
 from onlstm.device import machine_line, precision_refusal
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.data import load_training_examples
@@ -124,17 +125,18 @@ def roof_line(data, args) -> tuple[str, float]:
     return f"# GEMM roof on a layer of T={T} B={shape[1]} {shape[2]}->{shape[3]}: {text} GFLOP/s", best
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=Path("runs/logic/data"))
     ap.add_argument("--cells", nargs="+", default=["onlstm", "lstm", "lstm-std"])
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--hidden-size", type=int, default=400)
-    ap.add_argument("--chunk-size", type=int, default=10, help="ON-LSTM chunk size (default 10)")
-    ap.add_argument("--steps", type=int, default=20, help="steps per measurement (default 20)")
-    ap.add_argument("--repeats", type=int, default=5, help="measurements per model (default 5)")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the logic presets)")
+    ap.add_argument("--batch-size", type=positive_int, default=64)
+    ap.add_argument("--hidden-size", type=positive_int, default=400)
+    ap.add_argument("--chunk-size", type=positive_int, default=10, help="ON-LSTM chunk size (default 10)")
+    ap.add_argument("--steps", type=positive_int, default=20, help="steps per measurement (default 20)")
+    ap.add_argument("--repeats", type=positive_int, default=5, help="measurements per model (default 5)")
+    ap.add_argument("--warmup", type=nonnegative_int, default=3)
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1, as the logic presets)")
     ap.add_argument(
         "--bucketing", action="store_true", help="time random against length-bucketed batches (needs --data)"
     )
