@@ -63,6 +63,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-vocab", type=nonnegative_int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    from onlstm.device import machine_line  # here: the parent imports torch only to name the machine
+
+    print(f"# {machine_line()}", flush=True)  # the first line of every benchmark's output (CONTRIBUTING.md)
     with tempfile.TemporaryDirectory() as tmp:
         write_corpus(Path(tmp), args.words, args.types, args.seed)
         size = sum(p.stat().st_size for p in Path(tmp).iterdir())

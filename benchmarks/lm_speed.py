@@ -83,6 +83,7 @@ def main(argv=None) -> int:
     except OnlstmError as exc:
         print(f"lm_speed.py: {exc}", file=sys.stderr)
         return 2
+    print(f"# {where(device)}", flush=True)  # the first line of every benchmark's output (CONTRIBUTING.md)
     try:
         impls = onlstm_impls(args.onlstm_impls, t.onlstm_impl)
     except OnlstmError as exc:
@@ -131,10 +132,6 @@ def main(argv=None) -> int:
         f"batch {t.batch_size}, seq {seq}, vocab {args.vocab}, precision {t.precision}; {args.steps} steps x "
         f"{args.repeats} repeats, alternating"
     )
-    if device.type == "cuda":
-        print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.cuda.get_device_name(device)}")
-    else:
-        print(f"# {machine_line()}")
     print("| cell | params | tokens/s (median) | min .. max | ms/step | peak GPU MiB |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     rate = {}
@@ -161,6 +158,13 @@ def onlstm_impls(impls: str, config_impl: str) -> list[str]:
     if chosen and config_impl != "auto":
         raise InputError(f"--onlstm-impl {config_impl} and --onlstm-impls {impls}: give one of them")
     return chosen or ([config_impl] if config_impl != "auto" else [])
+
+
+def where(device: torch.device) -> str:
+    """The machine the figures are measured on: the CPU's line, or on CUDA the GPU's name."""
+    if device.type == "cuda":
+        return f"torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.cuda.get_device_name(device)}"
+    return machine_line()
 
 
 def impl_refusal(impl: str, device: torch.device, model=None) -> str | None:

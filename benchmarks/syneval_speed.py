@@ -131,6 +131,7 @@ def profile(model, vocab, items, batch_size: int) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     setup_torch(args.threads)
+    print(machine_line(), flush=True)  # the first line of every benchmark's output (CONTRIBUTING.md)
     cfg = load_config(args.config, {})
     model_fields = {**cfg.model, **({"cell": args.cell} if args.cell else {})}
     torch.manual_seed(args.seed)
@@ -141,7 +142,7 @@ def main(argv=None) -> int:
     print(f"model: {model.config.cell} {model.config.emb_size}-{model.config.hidden_sizes}, vocab {len(vocab)}, ")
     print(f"  {params / 1e6:.1f}M parameters; {source}: {workload(vocab, items)}")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"{machine_line()}; load average before: {load}")
+    print(f"load average before: {load}")
     if args.profile:
         profile(model, vocab, items, args.batch_size)
         return 0
