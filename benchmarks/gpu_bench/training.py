@@ -11,13 +11,14 @@ import json
 import random
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import torch
 
+from onlstm.device import StopRequest
 from onlstm.errors import exception_line
 from onlstm.nn import kernels, selfcheck
 from onlstm.runs import RunDir
@@ -47,10 +48,14 @@ def training_runs(prof, args, work: Path) -> Record:
 def _guarded(name: str, argv: list[str], fn: Callable[[], Record], ok: Callable[[Record], str | None]):
     """``(record, check)`` of ``onlstm ARGV``: its figures (``fn()``), and whether it did what was asked
     (``ok(record)``: the reason it did not, or None); an exception fails the check with its message."""
-    try:
-        record = {"name": name, "command": "onlstm " + shlex.join(argv), **fn()}
-    except Exception as exc:
-        record = {"name": name, "error": exception_line(exc, 300)}
+    with _stops_asked() as asked:
+        try:
+            record = {"name": name, "command": "onlstm " + shlex.join(argv), **fn()}
+        except Exception as exc:
+            record = {"name": name, "error": exception_line(exc, 300)}
+    if any(asked):  # Ctrl-C during the command, whatever it returned: the report stops too (exit 130)
+        raise KeyboardInterrupt
+    if "error" in record:
         return record, {"name": name, "passed": False, "worst": record["error"]}
     problem = ok(record)
     return record, {"name": name, "passed": problem is None, "worst": problem}
@@ -133,6 +138,22 @@ def _lm(prof, args, work: Path, name: str, flags: tuple[str, ...], steps: int) -
         return None
 
     return _guarded(f"lm train --config ptb-paper, {name}", argv, go, ok)
+
+
+@contextlib.contextmanager
+def _stops_asked() -> Iterator[list[bool]]:
+    """Whether each trainer's :class:`~onlstm.device.StopRequest` in the block caught Ctrl-C (or SIGTERM, SIGHUP):
+    a stop asked during the last step ends a run as its budget does (status ``stopped``), so the status alone
+    cannot tell."""
+    asked: list[bool] = []
+    leave = StopRequest.__exit__
+
+    def spy(self, *exc):
+        asked.append(self.requested)
+        return leave(self, *exc)
+
+    with mock.patch.object(StopRequest, "__exit__", spy):
+        yield asked
 
 
 def stop_if_interrupted(status: str) -> None:

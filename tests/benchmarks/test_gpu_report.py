@@ -273,6 +273,25 @@ def test_ctrl_c_in_the_training_section_stops_the_report_with_130(tmp_path, monk
     assert r["training"]["not_run"].startswith("not reached")
 
 
+@needs_triton
+def test_ctrl_c_at_a_trainers_last_step_stops_the_report_too(tmp_path, monkeypatch):
+    """A stop asked during the last step ends the run as its budget does (status stopped): still exit 130."""
+    import types
+
+    import onlstm.lm.train
+    from onlstm.device import StopRequest
+
+    def last_step_interrupted(*a, **kw):
+        with StopRequest() as stop:
+            stop.requested = True  # as its SIGINT handler does
+        return types.SimpleNamespace(status="stopped")
+
+    monkeypatch.setattr(onlstm.lm.train, "train", last_step_interrupted)
+    out = tmp_path / "report"
+    assert main(["--smoke", "--out", str(out), "--skip", "correctness", "step", "pytest", "speed"]) == 130
+    assert read(out)["training"]["not_run"].startswith("not reached")
+
+
 def test_a_run_stopped_before_a_timed_step_is_a_failed_check_not_a_crash(tmp_path, monkeypatch):
     import argparse
 
