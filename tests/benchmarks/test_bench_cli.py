@@ -109,3 +109,23 @@ def test_layer_speed_without_the_cpp_kernel_says_so_and_leaves_it_out(monkeypatc
     ran: list[int] = []
     layer_speed.on_backend(lambda: ran.append(1), None)()  # an auto row: runs, no backend to set
     assert ran == [1]
+
+
+@pytest.mark.parametrize(
+    "script, argv",
+    [("parse_speed", ["--batch-size", "0"]), ("master_input", ["--steps", "0"]), ("syneval_speed", ["--repeats", "0"])],
+)
+def test_the_other_scripts_refuse_a_zero_count_too(capsys, script, argv):
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(script).main(argv)
+    assert exit_.value.code == 2 and f"argument {argv[0]}: must be an integer of at least 1" in capsys.readouterr().err
+
+
+def test_every_script_main_is_wrapped():
+    """A script's user errors are one line (CONTRIBUTING.md); gpu_report and gpu_profile print theirs themselves."""
+    from support import REPO
+
+    for path in sorted((REPO / "benchmarks").glob("*.py")):
+        if path.stem in ("bench_cli", "gpu_report", "gpu_profile"):
+            continue
+        assert "@command\ndef main(" in path.read_text(), path.name
