@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_cli import command, nonnegative_int, positive_int
+
 CHILD = """
 import resource, sys, time
 import torch
@@ -53,13 +55,17 @@ def write_corpus(folder: Path, words: int, types: int, seed: int) -> None:
                 left -= k
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--words", type=int, default=10_000_000)
-    ap.add_argument("--types", type=int, default=50_000)
-    ap.add_argument("--max-vocab", type=int, default=0)
+    ap.add_argument("--words", type=positive_int, default=10_000_000)
+    ap.add_argument("--types", type=positive_int, default=50_000)
+    ap.add_argument("--max-vocab", type=nonnegative_int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    from onlstm.device import machine_line  # here: the parent imports torch only to name the machine
+
+    print(f"# {machine_line()}", flush=True)  # the first line of every benchmark's output (CONTRIBUTING.md)
     with tempfile.TemporaryDirectory() as tmp:
         write_corpus(Path(tmp), args.words, args.types, args.seed)
         size = sum(p.stat().st_size for p in Path(tmp).iterdir())

@@ -33,8 +33,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from bench_cli import command, positive_int
 from onlstm import encoders as E
 from onlstm.device import machine_line
+from onlstm.errors import InputError
 
 
 def param_count(module: nn.Module) -> int:
@@ -62,7 +64,7 @@ def next_accepted(name: str, hidden: int, chunk_size: int) -> int:
     for h in range(hidden, hidden + 1024):
         if accepts(name, h, chunk_size):
             return h
-    raise SystemExit(f"encoder {name!r} accepts no hidden size in {hidden}..{hidden + 1023}")
+    raise InputError(f"encoder {name!r} accepts no hidden size in {hidden}..{hidden + 1023}")
 
 
 def equal_budget_hidden(name: str, input_size: int, target: int, chunk_size: int) -> int:
@@ -164,21 +166,22 @@ def table(title: str, mods: dict[str, nn.Module], sizes: dict[str, int], x: torc
         )
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seq-len", type=int, default=35)
-    ap.add_argument("--batch", type=int, default=20)
-    ap.add_argument("--input", type=int, default=200, help="input width of the layer")
-    ap.add_argument("--hidden", type=int, default=200, help="hidden size of the reference nn.LSTM")
-    ap.add_argument("--chunk-size", type=int, default=10, help="for encoders that take one (ON-LSTM)")
+    ap.add_argument("--seq-len", type=positive_int, default=35)
+    ap.add_argument("--batch", type=positive_int, default=20)
+    ap.add_argument("--input", type=positive_int, default=200, help="input width of the layer")
+    ap.add_argument("--hidden", type=positive_int, default=200, help="hidden size of the reference nn.LSTM")
+    ap.add_argument("--chunk-size", type=positive_int, default=10, help="for encoders that take one (ON-LSTM)")
     ap.add_argument("--encoders", default=",".join(E.names()), help="comma-separated (default: the whole registry)")
-    ap.add_argument("--repeats", type=int, default=5, help="timed rounds (median reported)")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--repeats", type=positive_int, default=5, help="timed rounds (median reported)")
+    ap.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--wall", action="store_true", help="on CPU, time by the wall clock instead of CPU time")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: no CUDA device is visible")
+        raise InputError("--device cuda: no CUDA device is visible")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)

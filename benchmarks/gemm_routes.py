@@ -33,6 +33,7 @@ from collections.abc import Callable
 import torch
 
 import onlstm
+from bench_cli import command, positive_int
 from layer_speed import parse_shape  # one reading of TxBxINxHxC for both scripts
 from onlstm.device import machine_line
 from onlstm.nn import kernels
@@ -178,11 +179,12 @@ def print_in_situ(T: int, B: int, I: int, H: int, C: int, repeats: int) -> None:
     print(f"{'all (profiled)':<52} {1e3 * total:>8.1f}")
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", nargs="+", type=parse_shape, default=[(70, 20, 400, 650, 10), (70, 80, 400, 1150, 10)])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=positive_int, default=1)
+    ap.add_argument("--repeats", type=positive_int, default=3)
     ap.add_argument("--in-situ", action="store_true", help="profile the layer's calls instead of timing products")
     args = ap.parse_args(argv)
     if not hasattr(torch.ops.mkldnn, "_linear_pointwise") or not torch.backends.mkldnn.is_available():

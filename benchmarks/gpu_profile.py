@@ -8,13 +8,13 @@ number of kernels launched: a wall time well above the busy time means the step 
 launches, not on the GPU. It then replays the same forward+backward as a CUDA graph
 (``torch.cuda.make_graphed_callables``), checks the graph's output and gradients against the eager ones, and
 times it; ``nn.LSTM`` of the same size (cuDNN, TF32 on and off) is timed beside. Writes DIR/profile.json and
-prints a table. Exit status 0, or 2 (one line) without a CUDA device.
+prints a table. Exit status 0, or 2 (one line) without a CUDA device, or 4 (one line) when the disk refuses
+profile.json (the one there before is kept whole).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 import onlstm
-from onlstm.errors import exception_line
+from onlstm.errors import WriteError, exception_line
+from onlstm.files import write_text
 
 PAPER_LAYER = (70, 20, 400, 1150, 10)
 
@@ -197,9 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     for shape in args.shape or [PAPER_LAYER]:
         results.append(measure(tuple(shape), args.repeats))
         print("\n".join(table(results[-1])), flush=True)
-        args.out.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(OSError):
-            (args.out / "profile.json").write_text(json.dumps(results, indent=1))
+        try:  # after every shape, in one rename: a run cut short keeps what it measured
+            write_text(args.out / "profile.json", json.dumps(results, indent=1))
+        except WriteError as exc:
+            print(f"gpu_profile.py: {exc}", file=sys.stderr)
+            return exc.exit_code
     return 0
 
 

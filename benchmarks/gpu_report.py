@@ -6,7 +6,8 @@ experiments' training timed, written to DIR/report.md and DIR/report.json (docs/
     python benchmarks/gpu_report.py --out DIR            # on a CUDA GPU: planned to take under 8 minutes, no network
     python benchmarks/gpu_report.py --out DIR --smoke    # the same code on CPU tensors in Triton's interpreter
 
-Exit status 0, or 1 when a check failed, or 2 (one line) when it cannot run here. :func:`run` measures the
+Exit status 0, or 1 when a check failed, or 2 (one line) when it cannot run here, 4 (one line) when the disk
+refuses a write of the report (the one there before is kept whole), 130 on Ctrl-C (the sections finished kept). :func:`run` measures the
 sections (``gpu_bench``: layer, environment, training) and writes the report (``gpu_bench.report``).
 """
 
@@ -36,6 +37,7 @@ from onlstm.nn import kernels, selfcheck
 from onlstm.nn import triton_kernel as tk
 
 PAPER_LAYER: Shape = (70, 20, 400, 1150, 10)  # the paper's language-model layer (docs/lm.md)
+PYTEST_TIMEOUT = 900.0  # seconds for pytest -m cuda unless --pytest-timeout
 CPU_TABLE: tuple[Shape, ...] = ((70, 20, 400, 650, 10), (70, 80, 400, 1150, 10), (35, 20, 200, 200, 10))
 
 
@@ -118,7 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--skip", nargs="+", default=[], metavar="SECTION", help="leave out: " + ", ".join(report.SECTIONS))
     ap.add_argument("--lm-steps", type=int, help="lm train steps per implementation (default 200; --smoke 3)")
     ap.add_argument("--logic-steps", type=int, help="logic train updates (default 500; --smoke 2)")
-    ap.add_argument("--pytest-timeout", type=float, default=900.0, help="seconds for pytest -m cuda (default 900)")
+    ap.add_argument(
+        "--pytest-timeout", type=float, default=PYTEST_TIMEOUT, help="seconds for pytest -m cuda (default 900)"
+    )
     return ap
 
 
@@ -176,6 +180,8 @@ def _command(args: argparse.Namespace) -> str:
     for name in ("lm_data", "logic_data", "syneval_data", "work", "lm_steps", "logic_steps"):
         if getattr(args, name) is not None:
             words += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    if args.pytest_timeout != PYTEST_TIMEOUT:  # the default is left out, as the other options' are
+        words += ["--pytest-timeout", f"{args.pytest_timeout:g}"]
     return shlex.join(words + (["--skip", *args.skip] if args.skip else []))
 
 
@@ -208,6 +214,8 @@ def _preflight(args: argparse.Namespace) -> Profile:
     for flag, value in (("--lm-steps", args.lm_steps), ("--logic-steps", args.logic_steps)):
         if value is not None and value < 2:
             raise InputError(f"{flag} must be at least 2 (the first step is a warm-up), got {value}")
+    if not args.pytest_timeout > 0:  # also NaN: subprocess would wait forever or fail at once
+        raise InputError(f"--pytest-timeout must be a positive number of seconds, got {args.pytest_timeout:g}")
     if args.smoke:
         if not tk.triton_installed():
             raise InputError(

@@ -40,6 +40,7 @@ import time
 import torch
 
 import onlstm
+from bench_cli import command, positive_int
 from onlstm.device import machine_line
 from onlstm.nn import capabilities, cpp_gemm, kernels
 from onlstm.nn.fused import FusedKernel
@@ -57,6 +58,8 @@ def parse_shape(text: str) -> tuple[int, ...]:
         values = ()
     if len(values) != 5 or min(values) < 1:
         raise argparse.ArgumentTypeError(f"a shape is TxBxINxHxC, five positive integers: got {text!r}")
+    if values[3] % values[4]:  # the layer is cut into chunks of C units
+        raise argparse.ArgumentTypeError(f"{text!r}: the hidden size H={values[3]} is not a multiple of C={values[4]}")
     return values
 
 
@@ -90,6 +93,8 @@ def on_backend(run, backend: str | None, tiles: str = "auto"):
     from onlstm.nn.cpp_kernel import load_extension
 
     ext, kernel = load_extension(), kernels.load_kernel("cpp")
+    if ext is None or kernel is None:  # no C++ kernel here: nothing to set (an auto row runs another kernel)
+        return run
 
     def go():
         name = backend or (kernel.choice.backend if kernel.choice is not None else None)
@@ -134,11 +139,16 @@ def impl_name(impl: str, device: torch.device) -> str:
 
 
 def runs_here(impl: str, cuda: bool) -> bool:
-    """False, with a note, for a ``cpp:BACKEND`` row whose backend does not run here (or on CUDA)."""
+    """False, with a note, for a ``cpp`` or ``cpp:BACKEND`` row where the C++ kernel or that backend does not run
+    (or on CUDA)."""
+    from onlstm.nn.cpp_kernel import extension_error, load_extension
+
+    if impl == "cpp" and not cuda and load_extension() is None:
+        print(f"note: cpp left out: the C++ kernel is not available ({extension_error()})")
+        return False
     backend = backend_of(impl)
     if backend is None:
         return True
-    from onlstm.nn.cpp_kernel import extension_error, load_extension
 
     ext = None if cuda else load_extension()
     runs = ext.gemm_backends() if ext is not None else []
@@ -264,6 +274,7 @@ def measure(shape, impls, dtype_name, device, args):
     return rows, roof_line
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", type=parse_shape, nargs="+", default=None, metavar="TxBxINxHxC")
@@ -278,9 +289,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--dtypes", default=None, help="comma-separated from fp32,bf16,fp16 (default: fp32 on the CPU, "
                     "fp32,bf16 on CUDA); bf16/fp16 run under torch.autocast")  # fmt: skip
-    ap.add_argument("--repeats", type=int, default=5, help="timed rounds per shape (median reported)")
+    ap.add_argument("--repeats", type=positive_int, default=5, help="timed rounds per shape (median reported)")
     ap.add_argument("--master-input", default="paper", choices=["paper", "reverse"])
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -290,6 +301,8 @@ def main(argv=None) -> int:
         return 2
     cuda = device.type == "cuda"
     impls = [s for s in (args.impls or ("triton,fused,reference" if cuda else "cpp,fused,reference")).split(",") if s]
+    if bad := [i for i in impls if i.partition(":")[0] not in kernels.impl_choices()]:
+        ap.error(f"--impls: unknown {', '.join(bad)}; choose from {', '.join(kernels.impl_choices())} (or cpp:BACKEND)")
     if bad := [i for i in impls if backend_of(i) is not None and backend_of(i) not in cpp_gemm.BACKENDS]:
         ap.error(f"--impls: {', '.join(bad)}: cpp:BACKEND takes one of {', '.join(cpp_gemm.BACKENDS)}")
     dtypes = [s for s in (args.dtypes or ("fp32,bf16" if cuda else "fp32")).split(",") if s]

@@ -11,7 +11,7 @@ measurement is ``steps`` steps, and the median over ``repeats`` is reported, wit
 Any model or training field can be overridden like ``onlstm lm train`` flags, e.g. ``--hidden-sizes``.
 ``--device`` places the models and data (``auto``: CUDA when available; default of the preset);
 ``--onlstm-impls`` times the ON-LSTM model once per layer implementation (``impl=``: ``triton``,
-``reference``, ...); ``--precision bf16`` runs the steps under bfloat16 autocast, as ``lm train`` does (refused
+``reference``, ...; ``--onlstm-impl NAME``, as ``lm train`` takes it, is one such row), each with its ratio to LSTM; ``--precision bf16`` runs the steps under bfloat16 autocast, as ``lm train`` does (refused
 where the trainer refuses it); a kernel the device cannot run, or one that fails its self-check there (the layers
 would run the reference loop under the kernel's label), is refused with exit status 2. On CUDA every
 measurement ends with ``torch.cuda.synchronize()`` and the peak GPU memory of each model's steps is printed.
@@ -28,8 +28,9 @@ from pathlib import Path
 import torch
 
 import onlstm
+from bench_cli import command, nonnegative_int, positive_int
 from onlstm.device import machine_line, precision_refusal, resolve_device
-from onlstm.errors import OnlstmError
+from onlstm.errors import InputError, OnlstmError
 from onlstm.lm.config import add_config_flags, load_config
 from onlstm.lm.ntasgd import make_optimizer
 from onlstm.lm.train import _Objective
@@ -57,15 +58,16 @@ def step(model, obj, opt, x, y, clip, precision="fp32"):
     update(opt, loss, model.parameters(), clip)
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", type=Path, default=Path("ptb-cpu"), help="YAML file or lm preset name")
     ap.add_argument("--cells", nargs="+", default=["onlstm", "lstm"])
-    ap.add_argument("--steps", type=int, default=10, help="steps per measurement (default 10)")
-    ap.add_argument("--repeats", type=int, default=3, help="measurements per model (default 3)")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per model first (default 2)")
-    ap.add_argument("--vocab", type=int, default=10000, help="vocabulary size (PTB: 10000)")
-    ap.add_argument("--seq-len", type=int, default=None, help="segment length (default: the preset's bptt)")
+    ap.add_argument("--steps", type=positive_int, default=10, help="steps per measurement (default 10)")
+    ap.add_argument("--repeats", type=positive_int, default=3, help="measurements per model (default 3)")
+    ap.add_argument("--warmup", type=nonnegative_int, default=2, help="untimed steps per model first (default 2)")
+    ap.add_argument("--vocab", type=positive_int, default=10000, help="vocabulary size (PTB: 10000)")
+    ap.add_argument("--seq-len", type=positive_int, default=None, help="segment length (default: the preset's bptt)")
     ap.add_argument("--onlstm-impls", default="", help="comma-separated impl= values to time the ON-LSTM model with")
     add_config_flags(ap)
     args = ap.parse_args(argv)
@@ -81,7 +83,12 @@ def main(argv=None) -> int:
     except OnlstmError as exc:
         print(f"lm_speed.py: {exc}", file=sys.stderr)
         return 2
-    impls = [s for s in args.onlstm_impls.split(",") if s]
+    print(f"# {where(device)}", flush=True)  # the first line of every benchmark's output (CONTRIBUTING.md)
+    try:
+        impls = onlstm_impls(args.onlstm_impls, t.onlstm_impl)
+    except OnlstmError as exc:
+        print(f"lm_speed.py: {exc}", file=sys.stderr)
+        return exc.exit_code
     for cell in args.cells:
         why = precision_refusal(t.precision, device, cell)
         if why:
@@ -125,10 +132,6 @@ def main(argv=None) -> int:
         f"batch {t.batch_size}, seq {seq}, vocab {args.vocab}, precision {t.precision}; {args.steps} steps x "
         f"{args.repeats} repeats, alternating"
     )
-    if device.type == "cuda":
-        print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.cuda.get_device_name(device)}")
-    else:
-        print(f"# {machine_line()}")
     print("| cell | params | tokens/s (median) | min .. max | ms/step | peak GPU MiB |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     rate = {}
@@ -140,9 +143,28 @@ def main(argv=None) -> int:
             f"| {cell} | {n / 1e6:.2f}M | {rate[cell]:,.0f} | {tokens / max(ts):,.0f} .. {tokens / min(ts):,.0f} | "
             f"{1000 * statistics.median(ts) / args.steps:.0f} | {peak.get(cell, float('nan')):.0f} |"
         )
-    if "onlstm" in rate and "lstm" in rate:
-        print(f"ON-LSTM / LSTM tokens/s: {rate['onlstm'] / rate['lstm']:.2f}")
+    for name in names if "lstm" in rate else []:  # every ON-LSTM row: onlstm, or onlstm/<impl> per impl
+        if name == "onlstm" or name.startswith("onlstm/"):
+            label = "ON-LSTM" + name.removeprefix("onlstm")
+            print(f"{label} / LSTM tokens/s: {rate[name] / rate['lstm']:.2f}")
     return 0
+
+
+def onlstm_impls(impls: str, config_impl: str) -> list[str]:
+    """The ON-LSTM layers' implementations to time: ``--onlstm-impls``, else ``--onlstm-impl`` (``train.onlstm_impl``,
+    as ``lm train`` reads it) when not ``auto``; [] for one row on the layer's default. Both given is refused: one
+    of them would be ignored."""
+    chosen = [s for s in impls.split(",") if s]
+    if chosen and config_impl != "auto":
+        raise InputError(f"--onlstm-impl {config_impl} and --onlstm-impls {impls}: give one of them")
+    return chosen or ([config_impl] if config_impl != "auto" else [])
+
+
+def where(device: torch.device) -> str:
+    """The machine the figures are measured on: the CPU's line, or on CUDA the GPU's name."""
+    if device.type == "cuda":
+        return f"torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.cuda.get_device_name(device)}"
+    return machine_line()
 
 
 def impl_refusal(impl: str, device: torch.device, model=None) -> str | None:

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 import layer_speed
+from bench_cli import command, nonnegative_int, positive_int
 from onlstm.device import machine_line, precision_refusal
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.data import load_training_examples
@@ -80,19 +81,17 @@ def tokens(batches) -> int:
     return sum(int(b[1].sum() + b[3].sum()) for b in batches)
 
 
-def compare_bucketing(models, data, sorted_data, args) -> None:
+def compare_bucketing(run, cells, data, sorted_data, repeats: int) -> None:
     """Per cell, microseconds per token on random batches and on length-bucketed ones, timed in alternation:
-    with packed sequences the padding costs nothing, so bucketing pays only if the per-token cost falls."""
-    print(f"{'encoder':8s} {'batches':>9s} {'max T':>6s} {'us/token':>9s}")
-    for cell in args.cells:
-        m, opt = models[cell]
+    with packed sequences the padding costs nothing, so bucketing pays only if the per-token cost falls.
+    ``run(cell, batches)`` times one pass (each row on its backend and precision, as the main table's)."""
+    print("# mean T: each batch's longest formula (its padded length), averaged over the batches")
+    print(f"{'encoder':8s} {'batches':>9s} {'mean T':>6s} {'us/token':>9s}")
+    for cell in cells:
         times: dict[str, list[float]] = {"random": [], "bucketed": []}
-        for _ in range(args.repeats):
+        for _ in range(repeats):
             for name, bb in (("random", data), ("bucketed", sorted_data)):
-                t0 = time.perf_counter()
-                for batch in bb:
-                    train_step(m, opt, batch, clip=1.0)
-                times[name].append((time.perf_counter() - t0) / tokens(bb) * 1e6)
+                times[name].append(run(cell, bb) / tokens(bb) * 1e6)
         for name, bb in (("random", data), ("bucketed", sorted_data)):
             mean_t = statistics.mean(b[0].shape[0] for b in bb)
             print(f"{cell:8s} {name:>9s} {mean_t:6.1f} {statistics.median(times[name]):9.1f}")
@@ -126,17 +125,18 @@ def roof_line(data, args) -> tuple[str, float]:
     return f"# GEMM roof on a layer of T={T} B={shape[1]} {shape[2]}->{shape[3]}: {text} GFLOP/s", best
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=Path("runs/logic/data"))
     ap.add_argument("--cells", nargs="+", default=["onlstm", "lstm", "lstm-std"])
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--hidden-size", type=int, default=400)
-    ap.add_argument("--chunk-size", type=int, default=10, help="ON-LSTM chunk size (default 10)")
-    ap.add_argument("--steps", type=int, default=20, help="steps per measurement (default 20)")
-    ap.add_argument("--repeats", type=int, default=5, help="measurements per model (default 5)")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the logic presets)")
+    ap.add_argument("--batch-size", type=positive_int, default=64)
+    ap.add_argument("--hidden-size", type=positive_int, default=400)
+    ap.add_argument("--chunk-size", type=positive_int, default=10, help="ON-LSTM chunk size (default 10)")
+    ap.add_argument("--steps", type=positive_int, default=20, help="steps per measurement (default 20)")
+    ap.add_argument("--repeats", type=positive_int, default=5, help="measurements per model (default 5)")
+    ap.add_argument("--warmup", type=nonnegative_int, default=3)
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1, as the logic presets)")
     ap.add_argument(
         "--bucketing", action="store_true", help="time random against length-bucketed batches (needs --data)"
     )
@@ -145,6 +145,8 @@ def main(argv=None) -> int:
         ap.error(f"--cells: {', '.join(bad)}: CELL:BACKEND takes one of {', '.join(cpp_gemm.BACKENDS)}")
     if bad := [c for c in args.cells if c.partition("@")[2] not in ("", "bf16")]:
         ap.error(f"--cells: {', '.join(bad)}: CELL@bf16 is the only precision suffix")
+    torch.set_num_threads(args.threads)  # before the machine line, which names the threads
+    print(f"# {machine_line()}", flush=True)  # the first line of every benchmark's output (CONTRIBUTING.md)
     args.cells = [c for c in args.cells if bf16_runs_here(c)]
     bare = [c.partition("@")[0] for c in args.cells]
     args.cells = [
@@ -152,7 +154,6 @@ def main(argv=None) -> int:
     ]
     if "lstm" not in args.cells:
         ap.error("--cells must include lstm (the reference of the ratio)")
-    torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
     data, source = batches(args.data, args.batch_size, args.steps)
 
@@ -164,10 +165,10 @@ def main(argv=None) -> int:
         m.train()
         models[cell] = (m, torch.optim.Adam(m.parameters(), lr=1e-3), backend or None)
 
-    def run(cell: str, n: int) -> float:
+    def run(cell: str, batches: list) -> float:
         m, opt, backend = models[cell]
         bf16 = cell.endswith("@bf16")
-        steps = [lambda batch=batch: train_step(m, opt, batch, clip=1.0, bf16=bf16) for batch in data[:n]]
+        steps = [lambda batch=batch: train_step(m, opt, batch, clip=1.0, bf16=bf16) for batch in batches]
         if backend is not None or any(":" in c for c in models):  # each row on its own backend
             steps = [layer_speed.on_backend(step, backend) for step in steps]
         t0 = time.perf_counter()
@@ -176,23 +177,23 @@ def main(argv=None) -> int:
         return time.perf_counter() - t0
 
     for cell in args.cells:
-        run(cell, args.warmup)
+        run(cell, data[: args.warmup])
     if args.bucketing:
         sorted_data = bucketed(args.data, args.batch_size, args.steps)
         if sorted_data is None:
             ap.error("--bucketing needs --data with train files")
-        compare_bucketing(models, data, sorted_data, args)
+        compare_bucketing(run, args.cells, data, sorted_data, args.repeats)
         return 0
     times: dict[str, list[float]] = {c: [] for c in args.cells}
     for _ in range(args.repeats):
         for cell in args.cells:
-            times[cell].append(run(cell, args.steps))
+            times[cell].append(run(cell, data[: args.steps]))
 
     print(
         f"# logic classifier training step: {args.hidden_size} units, embedding 128, batch {args.batch_size} pairs "
         f"(<= 6 operators) from {source}"
     )
-    print(f"# {machine_line()}; {args.steps} steps x {args.repeats} repeats, alternating; median")
+    print(f"# {args.steps} steps x {args.repeats} repeats, alternating; median")
     roof_text, roof = roof_line(data, args)
     print(roof_text)
     ref = args.steps / statistics.median(times["lstm"])

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
+from bench_cli import command
 from onlstm.logic.cli import parse_buckets
 from onlstm.logic.config import LogicModelConfig
 from onlstm.logic.evaluate import read_test_examples
@@ -55,14 +57,15 @@ def row(name: str, figures: list[dict[int, float]], ks: list[int]) -> str:
     return f"| {name} | " + " | ".join(cells) + " |"
 
 
-def main() -> None:
+@command
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run directories of `onlstm logic train --cell onlstm`")
     ap.add_argument("--data", type=Path, required=True, help="directory of test{k} files")
     ap.add_argument("--lengths", default="1-12", help="file numbers whose pairs are read (default 1-12)")
     ap.add_argument("--split", default="test", choices=("test", "train"))
     ap.add_argument("--gate", default="forget", choices=GATES, help="whose distances split (default forget)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(1)
     formulas = distinct_formulas(read_test_examples(args.data, args.split, parse_buckets(args.lengths)))
     trained, before, gold = [], [], None
@@ -85,7 +88,8 @@ def main() -> None:
     for name in next(iter(baselines.values())):
         print(row(name, [{k: 100 * baselines[k][name]["sentence_f1"] for k in ks}], ks))
     print("| formulas | " + " | ".join(f"{len(golds[k]):,}" for k in ks) + " |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

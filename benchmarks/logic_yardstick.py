@@ -12,11 +12,13 @@ validation pairs share); pairs the run trained on are left out. ``--mix original
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
+from bench_cli import command, positive_int
 from onlstm.logic.config import LogicTrainConfig
 from onlstm.logic.data import load_training_examples, read_examples, split_train_valid
 from onlstm.logic.evaluate import evaluate_examples
@@ -34,14 +36,15 @@ def generated(mix: str, draws: int, seed: int, out: Path):
     return read_examples(out, split="train")
 
 
-def main() -> None:
+@command
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run directories of `onlstm logic train` on the original files")
     ap.add_argument("--mix", choices=("bowman", "original"), default="bowman")
-    ap.add_argument("--draws", type=int, default=500_000)
+    ap.add_argument("--draws", type=positive_int, default=500_000)
     ap.add_argument("--seed", type=int, default=2027)
     ap.add_argument("--lengths", default="1-6")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     lo, hi = (int(x) for x in args.lengths.split("-"))
     lengths = list(range(lo, hi + 1))
     torch.set_num_threads(1)
@@ -63,7 +66,8 @@ def main() -> None:
         name = f"{header['model']['cell']} seed {cfg.seed}"
         print(f"| {name} | " + " | ".join(cells) + f" | {pooled} |")
         print("|   pairs | " + " | ".join(f"{real.total.get(k, 0)} / {ours.total.get(k, 0)}" for k in lengths) + " | |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 import onlstm
+from bench_cli import command, positive_int
 
 
 def read_tokens(path: Path, vocab: dict, limit: int) -> torch.Tensor:
@@ -67,14 +68,15 @@ def evaluate(model, data, bptt=35):
     return math.exp(tot / cnt)
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb")
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--steps", type=positive_int, default=600)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--train-tokens", type=int, default=300_000)
-    ap.add_argument("--valid-tokens", type=int, default=30_000)
-    ap.add_argument("--chunk", type=int, default=20)
+    ap.add_argument("--train-tokens", type=positive_int, default=300_000)
+    ap.add_argument("--valid-tokens", type=positive_int, default=30_000)
+    ap.add_argument("--chunk", type=positive_int, default=20)
     args = ap.parse_args(argv)
     train_file = args.data_dir / "ptb.train.txt"
     if not train_file.exists():

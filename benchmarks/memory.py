@@ -50,6 +50,9 @@ import subprocess
 import sys
 import time
 
+from bench_cli import command, nonnegative_int, positive_int
+from onlstm.errors import InputError
+
 IMPLS_CPU = "cpp,fused,lstm"
 IMPLS_CUDA = "triton,reference,lstm"
 SCENARIOS = ("logic", "lm", "eval")
@@ -201,12 +204,14 @@ def child(args) -> int:
     torch.set_flush_denormal(True)
     torch.manual_seed(0)
     device = torch.device(args.device)
-    points = {0: "start", args.early: "early", args.steps: "end"}
+    points: dict[int, list[str]] = {}
+    for step, name in ((0, "start"), (args.early, "early"), (args.steps, "end")):
+        points.setdefault(step, []).append(name)  # --steps 1: the early step is the last one
     result: dict = {}
 
     def report(step: int) -> None:
-        if step in points:
-            result[points[step]] = peaks(device)
+        for name in points.get(step, []):
+            result[name] = peaks(device)
 
     impl, bf16 = split_model(args.model)
     start = time.perf_counter()
@@ -245,19 +250,23 @@ def row(scenario: str, model: str, r: dict, ref: dict | None, key: str) -> str:
     return line + (f"  {r['products']}" if "products" in r else "")
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated from {','.join(SCENARIOS)}")
     ap.add_argument("--impls", default=None, help=f"ON-LSTM impl= values and lstm (nn.LSTM); default {IMPLS_CPU} "
                     f"on the CPU, {IMPLS_CUDA} on CUDA")  # fmt: skip
-    ap.add_argument("--steps", type=int, default=None, help=f"steps per scenario (default {DEFAULT_STEPS})")
-    ap.add_argument("--early", type=int, default=None, help="the early step growth is measured from "
+    ap.add_argument("--steps", type=positive_int, default=None, help=f"steps per scenario (default {DEFAULT_STEPS})")
+    ap.add_argument("--early", type=positive_int, default=None, help="the early step growth is measured from "
                     "(default: a third of --steps)")  # fmt: skip
-    ap.add_argument("--batch", type=int, default=256, help="sequences per logic batch (default 256)")
+    ap.add_argument("--batch", type=positive_int, default=256, help="sequences per logic batch (default 256)")
     ap.add_argument(
-        "--eval-every", type=int, default=0, help="logic: a no-grad eval batch every K steps (default 0: none)"
+        "--eval-every",
+        type=nonnegative_int,
+        default=0,
+        help="logic: a no-grad eval batch every K steps (default 0: none)",
     )
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--child", nargs=2, metavar=("SCENARIO", "MODEL"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -276,6 +285,8 @@ def main(argv=None) -> int:
 
     from onlstm.device import machine_line
 
+    if args.device == "cuda" and not torch.cuda.is_available():  # every row's process would fail
+        raise InputError(f"--device cuda but no CUDA device is visible (torch {torch.__version__})")
     torch.set_num_threads(args.threads)  # as each row's process does: the header names the rows' threads
     print(f"# {machine_line()}; {args.device}; peak memory in MiB; each row is its own process")
     keys = [("rss", "peak RSS")] + ([("cuda", "peak CUDA allocated")] if args.device == "cuda" else [])

@@ -18,22 +18,26 @@ from pathlib import Path
 
 import torch
 
+from bench_cli import command, positive_int
 from onlstm.data.vocab import Vocab
 from onlstm.device import machine_line
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.parsing.induce import sentence_distances
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--treebank", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "treebank"
     )
-    ap.add_argument("--emb", type=int, default=200)
-    ap.add_argument("--hidden", type=int, nargs="+", default=[400, 400, 200])
-    ap.add_argument("--chunk", type=int, default=10)
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--one-by-one", type=int, default=300, help="sentences timed one at a time (the reference)")
+    ap.add_argument("--emb", type=positive_int, default=200)
+    ap.add_argument("--hidden", type=positive_int, nargs="+", default=[400, 400, 200])
+    ap.add_argument("--chunk", type=positive_int, default=10)
+    ap.add_argument("--batch-size", type=positive_int, default=128)
+    ap.add_argument(
+        "--one-by-one", type=positive_int, default=300, help="sentences timed one at a time (the reference)"
+    )
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     if args.treebank.exists():

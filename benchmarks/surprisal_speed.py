@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from bench_cli import command, positive_int
 from onlstm.data.vocab import Vocab
 from onlstm.device import machine_line, setup_torch
 from onlstm.lm.config import load_config
@@ -68,14 +69,15 @@ def one_by_one(model: LanguageModel, sentences: list[str]) -> None:
         model.surprisals([s], batch_size=1)
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "lm" / "ptb-cpu.yaml")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch-size", type=int, default=2048)
-    ap.add_argument("--ptb", type=int, default=2000, help="PTB test lines scored")
-    ap.add_argument("--reference", type=int, default=20, help="sentences of each set read one at a time")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=positive_int, default=2)
+    ap.add_argument("--batch-size", type=positive_int, default=2048)
+    ap.add_argument("--ptb", type=positive_int, default=2000, help="PTB test lines scored")
+    ap.add_argument("--reference", type=positive_int, default=20, help="sentences of each set read one at a time")
+    ap.add_argument("--repeats", type=positive_int, default=3)
     args = ap.parse_args(argv)
     setup_torch(args.threads)
     sets = {"syneval sample (distinct)": syneval_sentences(), f"PTB test (first {args.ptb})": ptb_sentences(args.ptb)}

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from bench_cli import command, nonnegative_int, positive_int
 from onlstm.data.vocab import Vocab
 from onlstm.device import machine_line, setup_torch
 from onlstm.lm.config import load_config
@@ -107,12 +108,12 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "lm" / "ptb-cpu.yaml")
     ap.add_argument("--cell", default=None, help="encoder (default: the preset's)")
-    ap.add_argument("--vocab", type=int, default=10000, help="vocabulary size (PTB: 10,000)")
-    ap.add_argument("--batch-size", type=int, default=2048, help="sentences per prefix tree (new)")
-    ap.add_argument("--old-batch-size", type=int, default=512, help="sentences per padded batch (old)")
-    ap.add_argument("--reference-items", type=int, default=50, help="items scored one by one (0: skip)")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--vocab", type=positive_int, default=10000, help="vocabulary size (PTB: 10,000)")
+    ap.add_argument("--batch-size", type=positive_int, default=2048, help="sentences per prefix tree (new)")
+    ap.add_argument("--old-batch-size", type=positive_int, default=512, help="sentences per padded batch (old)")
+    ap.add_argument("--reference-items", type=nonnegative_int, default=50, help="items scored one by one (0: skip)")
+    ap.add_argument("--repeats", type=positive_int, default=3)
+    ap.add_argument("--threads", type=positive_int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", action="store_true", help="instead: a torch.profiler table of one new-path pass")
     return ap.parse_args(argv)
@@ -128,9 +129,11 @@ def profile(model, vocab, items, batch_size: int) -> None:
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 
+@command
 def main(argv=None) -> int:
     args = parse_args(argv)
     setup_torch(args.threads)
+    print(machine_line(), flush=True)  # the first line of every benchmark's output (CONTRIBUTING.md)
     cfg = load_config(args.config, {})
     model_fields = {**cfg.model, **({"cell": args.cell} if args.cell else {})}
     torch.manual_seed(args.seed)
@@ -141,7 +144,7 @@ def main(argv=None) -> int:
     print(f"model: {model.config.cell} {model.config.emb_size}-{model.config.hidden_sizes}, vocab {len(vocab)}, ")
     print(f"  {params / 1e6:.1f}M parameters; {source}: {workload(vocab, items)}")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"{machine_line()}; load average before: {load}")
+    print(f"load average before: {load}")
     if args.profile:
         profile(model, vocab, items, args.batch_size)
         return 0

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from onlstm.files import write_text
+
 from .layer import FP32_TOLERANCE, HALF_TOLERANCE
 
 SECTIONS = ("correctness", "step", "pytest", "speed", "training")  # in the order they run
@@ -52,8 +54,9 @@ def write(out: Path, result: dict[str, Any], seconds: float) -> dict[str, Any]:
     full = result | {n: {"not_run": "not reached: the run stopped before it"} for n in SECTIONS if n not in result}
     full["seconds"] = round(seconds, 1)
     full["summary"] = summarize(full)
-    (out / "report.json").write_text(json.dumps(_plain(full), indent=1) + "\n")
-    (out / "report.md").write_text("\n".join(markdown(full)) + "\n")
+    # each file replaced in one rename: a refused write (WriteError, exit 4) leaves the report there before whole
+    write_text(out / "report.json", json.dumps(_plain(full), indent=1) + "\n")
+    write_text(out / "report.md", "\n".join(markdown(full)) + "\n")
     return full["summary"]
 
 
@@ -198,9 +201,11 @@ def _figures(run: dict[str, Any]) -> list[str]:
     if "seconds_per_step" in run:
         memory = "-" if run["peak_memory_gib"] is None else f"{run['peak_memory_gib']:.2f} GiB"
         return [
-            f"layers ran `{run['impl_used'] or 'nn.LSTM'}`; {run['steps']} steps, the last {run['timed_steps']} timed",
-            f"{run['seconds_per_step']:.4f} s/step; {_num(run['seconds_per_epoch'], ',.1f')} s/epoch "
-            f"({run['steps_per_epoch']} steps: {run['epoch_of']})",
+            # a run stopped before its first step has no layer, epoch or timing facts: "-" for each
+            f"layers ran `{run.get('impl_used', '-') or 'nn.LSTM'}`; {run['steps']} steps, "
+            f"the last {run['timed_steps']} timed",
+            f"{_num(run['seconds_per_step'], '.4f')} s/step; {_num(run['seconds_per_epoch'], ',.1f')} s/epoch "
+            f"({run.get('steps_per_epoch', '-')} steps: {run.get('epoch_of', '-')})",
             f"peak GPU memory: {memory}",
             f"CUDA graphs: {_graphs(run)}; TF32 for matrix products {_on(run.get('tf32_matmul'))}, "
             f"for cuDNN {_on(run.get('tf32_cudnn'))}",

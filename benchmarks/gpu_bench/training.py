@@ -11,13 +11,14 @@ import json
 import random
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import torch
 
+from onlstm.device import StopRequest
 from onlstm.errors import exception_line
 from onlstm.nn import kernels, selfcheck
 from onlstm.runs import RunDir
@@ -47,10 +48,14 @@ def training_runs(prof, args, work: Path) -> Record:
 def _guarded(name: str, argv: list[str], fn: Callable[[], Record], ok: Callable[[Record], str | None]):
     """``(record, check)`` of ``onlstm ARGV``: its figures (``fn()``), and whether it did what was asked
     (``ok(record)``: the reason it did not, or None); an exception fails the check with its message."""
-    try:
-        record = {"name": name, "command": "onlstm " + shlex.join(argv), **fn()}
-    except Exception as exc:
-        record = {"name": name, "error": exception_line(exc, 300)}
+    with _stops_asked() as asked:
+        try:
+            record = {"name": name, "command": "onlstm " + shlex.join(argv), **fn()}
+        except Exception as exc:
+            record = {"name": name, "error": exception_line(exc, 300)}
+    if any(asked):  # Ctrl-C during the command, whatever it returned: the report stops too (exit 130)
+        raise KeyboardInterrupt
+    if "error" in record:
         return record, {"name": name, "passed": False, "worst": record["error"]}
     problem = ok(record)
     return record, {"name": name, "passed": problem is None, "worst": problem}
@@ -106,14 +111,15 @@ def _lm(prof, args, work: Path, name: str, flags: tuple[str, ...], steps: int) -
         explicit = explicit_settings(a.config, a)
         start = time.perf_counter()
         result = train(a.out, a.data_dir, explicit, on_step=on_step, log=lambda _m: None)
+        stop_if_interrupted(result.status)
         warm = max(1, min(10, len(stamps) // 10))  # the first steps compile kernels and plan cuDNN: not timed
-        per_step = (stamps[-1] - stamps[warm - 1]) / (len(stamps) - warm)
+        per_step = seconds_per_step(stamps, warm)
         return {
             "status": result.status,
             "steps": len(stamps),
-            "timed_steps": len(stamps) - warm,
+            "timed_steps": max(0, len(stamps) - warm),
             "seconds_per_step": per_step,
-            "seconds_per_epoch": per_step * facts["steps_per_epoch"],
+            "seconds_per_epoch": None if per_step is None else per_step * facts["steps_per_epoch"],
             "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
             "step_seconds": [b - a for a, b in zip([start, *stamps], stamps)],
             "replayed_steps": replayed,
@@ -132,6 +138,36 @@ def _lm(prof, args, work: Path, name: str, flags: tuple[str, ...], steps: int) -
         return None
 
     return _guarded(f"lm train --config ptb-paper, {name}", argv, go, ok)
+
+
+@contextlib.contextmanager
+def _stops_asked() -> Iterator[list[bool]]:
+    """Whether each trainer's :class:`~onlstm.device.StopRequest` in the block caught Ctrl-C (or SIGTERM, SIGHUP):
+    a stop asked during the last step ends a run as its budget does (status ``stopped``), so the status alone
+    cannot tell."""
+    asked: list[bool] = []
+    leave = StopRequest.__exit__
+
+    def spy(self, *exc):
+        asked.append(self.requested)
+        return leave(self, *exc)
+
+    with mock.patch.object(StopRequest, "__exit__", spy):
+        yield asked
+
+
+def stop_if_interrupted(status: str) -> None:
+    """Go on stopping after a trainer caught Ctrl-C itself (saved, returned ``interrupted``): the report keeps the
+    sections finished before and exits 130, rather than record a failed check and run the other commands."""
+    if status == "interrupted":
+        raise KeyboardInterrupt
+
+
+def seconds_per_step(stamps: list[float], warm: int) -> float | None:
+    """Mean seconds of the steps after the first ``warm`` ones, from their end times; None when none was timed (a
+    run stopped after its warm-up: no figure, and the check says how many steps it made)."""
+    timed = len(stamps) - warm
+    return (stamps[-1] - stamps[warm - 1]) / timed if timed > 0 and warm > 0 else None
 
 
 def _model_flags(flags: tuple[str, ...], run: tuple[str, ...]) -> list[str]:
@@ -215,6 +251,7 @@ def _logic(prof, args, work: Path, steps: int, graphs: bool) -> tuple[Record, Re
         model_cfg, train_cfg, data, out, _ = resolve_settings(_parse(argv))
         with mock.patch.object(logic_train, "step_graphs", spy):
             r = logic_train.train(model_cfg, train_cfg, data, out, log=None)
+        stop_if_interrupted(r.stopped_by)
         per_s = r.steps / r.seconds if r.seconds > 0 else None
         figures = {"status": r.stopped_by, "updates": r.steps, "seconds": r.seconds, "updates_per_s": per_s}
         g = made[0] if made else None

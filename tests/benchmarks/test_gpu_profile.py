@@ -27,3 +27,14 @@ def test_without_a_gpu_it_says_so_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no CUDA device" in err[0]
     assert not (tmp_path / "p").exists()
+
+
+def test_a_refused_write_of_the_profile_is_one_line_exit_4(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(gpu_profile, "measure", lambda shape, repeats: {"shape": list(shape)})
+    monkeypatch.setattr(gpu_profile, "table", lambda r: [])
+    blocker = tmp_path / "file"  # --out names a file: no folder can be made there
+    blocker.write_text("kept")
+    assert gpu_profile.main(["--out", str(blocker), "--shape", "2", "1", "2", "4", "2"]) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpu_profile.py: cannot write") and "profile.json" in err[0]

@@ -105,6 +105,8 @@ def test_a_wrong_kernel_fails_the_correctness_checks_and_the_exit_status(tmp_pat
         (["--skip", "speedd"], "--skip: unknown section 'speedd'"),
         (["--syneval-data", "x.tsv"], "--syneval-data needs --lm-data"),
         (["--lm-steps", "1"], "--lm-steps must be at least 2"),
+        (["--pytest-timeout", "-5"], "--pytest-timeout must be a positive number of seconds, got -5"),
+        (["--pytest-timeout", "0"], "--pytest-timeout must be a positive number of seconds, got 0"),
     ],
 )
 def test_bad_options_are_one_line_errors(tmp_path, capsys, argv, message):
@@ -248,3 +250,92 @@ def test_the_fused_cases_run_the_fused_step(monkeypatch):
             assert any(errors[k] > allowed[k] for k in errors) == fails, case
     finally:
         registry.unregister_kernel(name)
+
+
+def _fake_lm_train(status: str):
+    """``onlstm.lm.train.train`` that stops before its first step with ``status`` (as Ctrl-C makes it)."""
+    import types
+
+    return lambda *a, **kw: types.SimpleNamespace(status=status)
+
+
+@needs_triton
+def test_ctrl_c_in_the_training_section_stops_the_report_with_130(tmp_path, monkeypatch, capsys):
+    import onlstm.lm.train
+
+    monkeypatch.setattr(onlstm.lm.train, "train", _fake_lm_train("interrupted"))
+    out = tmp_path / "report"
+    argv = ["--smoke", "--out", str(out), "--skip", "correctness", "step", "pytest", "speed"]
+    assert main(argv) == 130
+    assert "interrupted" in capsys.readouterr().err
+    r = read(out)  # the sections before were kept; the training section is not recorded as a failure
+    assert r["speed"] == {"not_run": "--skip speed"} and r["summary"]["failed"] == 0
+    assert r["training"]["not_run"].startswith("not reached")
+
+
+@needs_triton
+def test_ctrl_c_at_a_trainers_last_step_stops_the_report_too(tmp_path, monkeypatch):
+    """A stop asked during the last step ends the run as its budget does (status stopped): still exit 130."""
+    import types
+
+    import onlstm.lm.train
+    from onlstm.device import StopRequest
+
+    def last_step_interrupted(*a, **kw):
+        with StopRequest() as stop:
+            stop.requested = True  # as its SIGINT handler does
+        return types.SimpleNamespace(status="stopped")
+
+    monkeypatch.setattr(onlstm.lm.train, "train", last_step_interrupted)
+    out = tmp_path / "report"
+    assert main(["--smoke", "--out", str(out), "--skip", "correctness", "step", "pytest", "speed"]) == 130
+    assert read(out)["training"]["not_run"].startswith("not reached")
+
+
+def test_a_run_stopped_before_a_timed_step_is_a_failed_check_not_a_crash(tmp_path, monkeypatch):
+    import argparse
+
+    import gpu_report
+    import onlstm.lm.train
+
+    monkeypatch.setattr(onlstm.lm.train, "train", _fake_lm_train("stopped"))
+    args = argparse.Namespace(lm_data=None, lm_steps=None)
+    record, check = training._lm(gpu_report.SMOKE, args, tmp_path, "onlstm, eager", ("--no-cuda-graphs",), 3)
+    assert "error" not in record and record["seconds_per_step"] is None and record["seconds_per_epoch"] is None
+    assert check["passed"] is False and check["worst"] == "stopped after 0 steps"
+    assert "- s/step" in "\n".join(report._figures(record))
+    assert training.seconds_per_step([1.0], 1) is None and training.seconds_per_step([1.0, 2.0, 4.0], 1) == 1.5
+
+
+@needs_triton
+def test_a_refused_write_is_one_line_exit_4_and_keeps_the_report_there_before(tmp_path):
+    import resource
+    import subprocess
+    import sys
+
+    from support import REPO
+
+    out = tmp_path / "report"
+    out.mkdir()
+    before = json.dumps({"complete": "x" * 4000})  # the new report is larger than the limit below, this one too
+    (out / "report.json").write_text(before)
+    skip = ["--skip", "correctness", "step", "pytest", "speed", "training"]
+    script = [sys.executable, str(REPO / "benchmarks" / "gpu_report.py"), "--smoke", "--out", str(out), *skip]
+
+    def limit_file_size() -> None:  # as `ulimit -f 1`: a write past 1 KiB fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    done = subprocess.run(script, capture_output=True, text=True, preexec_fn=limit_file_size, timeout=300)
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 4, done.stderr
+    assert len(err) == 1 and err[0].startswith("gpu_report.py: cannot write") and "EFBIG" in err[0]
+    assert (out / "report.json").read_text() == before
+
+
+def test_the_recorded_command_keeps_the_pytest_timeout():
+    import gpu_report
+
+    args = gpu_report.build_parser().parse_args(["--out", "r", "--pytest-timeout", "60", "--skip", "speed"])
+    assert gpu_report._command(args) == "python benchmarks/gpu_report.py --out r --pytest-timeout 60 --skip speed"
+    default = gpu_report.build_parser().parse_args(["--out", "r"])
+    assert "--pytest-timeout" not in gpu_report._command(default)

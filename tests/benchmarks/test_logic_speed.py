@@ -69,3 +69,17 @@ def test_an_unknown_precision_is_one_line_and_exit_2(capsys):
     with pytest.raises(SystemExit) as exit_:
         logic_speed.main(["--cells", "onlstm@fp8", "lstm"])
     assert exit_.value.code == 2 and "CELL@bf16 is the only precision suffix" in capsys.readouterr().err
+
+
+def test_bucketing_times_every_row_and_the_machine_line_comes_first(tmp_path, capsys):
+    from onlstm.logic.generate import GenerateConfig, generate_dataset
+
+    data = tmp_path / "data"
+    generate_dataset(data, GenerateConfig(per_length=20, test_count=5), log=None)
+    argv = ["--data", str(data), "--bucketing", "--batch-size", "8", "--steps", "2", "--repeats", "2"]
+    assert logic_speed.main([*argv, "--warmup", "1", "--hidden-size", "20", "--cells", "onlstm", "lstm"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("# ") and "CPU" in lines[0]
+    assert any(line.split()[1:2] == ["mean"] for line in lines)  # the header says what the column holds
+    rows = [line.split() for line in lines if line.split()[:1] in (["onlstm"], ["lstm"])]
+    assert [(r[0], r[1]) for r in rows] == [(c, b) for c in ("onlstm", "lstm") for b in ("random", "bucketed")]

@@ -160,3 +160,16 @@ def test_info_says_what_autocast_runs_in(kernel, monkeypatch):
     assert kernel.describe_bf16() == "float32 (not available on this CPU: (injected))"
     kernel.bf16 = (True, "bfloat16 (timed)")
     assert kernel.describe_bf16() == "bfloat16 (timed)"
+
+
+@pytest.mark.parametrize("setting", ["on", "off"])
+def test_info_says_what_the_variable_forces(monkeypatch, kernel, setting):
+    """``onlstm info`` (before any call decided) says the route ONLSTM_CPU_BF16 forces, not the timing's."""
+    monkeypatch.setenv(cpp_gemm.BF16_ENV, setting)
+    monkeypatch.setattr(capabilities, "bf16_products_error", lambda: None)  # as on a CPU with bfloat16 products
+    said = kernel.describe_bf16()
+    if setting == "off":
+        assert said == f"float32 ({cpp_gemm.BF16_ENV}=off)"
+    else:
+        why = load_extension().bf16_why_not()  # a kernel built without bfloat16 products cannot be forced
+        assert said == (f"float32 ({why})" if why else f"bfloat16 ({cpp_gemm.BF16_ENV}=on)")

@@ -179,6 +179,22 @@ def choose_bf16(module: Any, inputs: Any, timer: Callable[[], float] = time.perf
     :data:`BF16_ENV` decides where set; else they are taken where they run here (the module's probe, and torch's
     oneDNN has bfloat16 products on this CPU) and time faster than float32 on the call's product shapes. Elsewhere
     autocast leaves the layer in float32: bfloat16 emulated would be slower, and no more exact."""
+    decided = forced_bf16(module)
+    if decided is not None:
+        return decided
+    from .capabilities import bf16_products_error
+
+    if bf16_products_error():
+        return False, "float32 (torch's oneDNN has no bfloat16 products on this CPU)"
+    ratio = bf16_speedup(inputs, timer)
+    if ratio > 1.0:
+        return True, f"bfloat16 (its products timed {ratio:.1f}x float32's on this layer's shapes)"
+    return False, f"float32 (bfloat16's products timed {ratio:.2f}x float32's on this layer's shapes)"
+
+
+def forced_bf16(module: Any) -> tuple[bool, str] | None:
+    """:func:`choose_bf16`'s answer where no timing is needed (``onlstm info`` says it too): :data:`BF16_ENV` set
+    to ``off``, or the module cannot run bfloat16 products (``on`` cannot force those), or ``on``; else None."""
     forced = os.environ.get(BF16_ENV, "").strip().lower()
     if forced not in ("", "on", "off"):
         print(f"onlstm: {BF16_ENV}={forced!r} ignored; use on or off", file=sys.stderr)
@@ -188,14 +204,7 @@ def choose_bf16(module: Any, inputs: Any, timer: Callable[[], float] = time.perf
         return False, f"float32 ({BF16_ENV}=off)" if forced == "off" else f"float32 ({why})"
     if forced == "on":
         return True, f"bfloat16 ({BF16_ENV}=on)"
-    from .capabilities import bf16_products_error
-
-    if bf16_products_error():
-        return False, "float32 (torch's oneDNN has no bfloat16 products on this CPU)"
-    ratio = bf16_speedup(inputs, timer)
-    if ratio > 1.0:
-        return True, f"bfloat16 (its products timed {ratio:.1f}x float32's on this layer's shapes)"
-    return False, f"float32 (bfloat16's products timed {ratio:.2f}x float32's on this layer's shapes)"
+    return None
 
 
 def bf16_speedup(inputs: Any, timer: Callable[[], float] = time.perf_counter) -> float:

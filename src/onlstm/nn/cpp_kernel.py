@@ -245,9 +245,12 @@ class CppKernel:
         """One line for ``onlstm info``: what the products run in under ``torch.autocast("cpu", torch.bfloat16)``."""
         if self.bf16 is not None:
             return self.bf16[1]
+        forced = cpp_gemm.forced_bf16(self._module)  # ONLSTM_CPU_BF16 decides before any timing, as at a call
+        if forced is not None:
+            return forced[1]
         from .capabilities import bf16_products_error
 
-        why = self._module.bf16_why_not() or bf16_products_error()
+        why = bf16_products_error()
         return (
             f"float32 ({why})"
             if why
