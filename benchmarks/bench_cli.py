@@ -10,6 +10,7 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from onlstm.errors import EXIT_INTERRUPTED, OnlstmError, cap
 
@@ -34,9 +35,12 @@ def _int_at_least(text: str, low: int) -> int:
     return value
 
 
-def command(main: Callable[..., int]) -> Callable[..., int]:
+def command(main: Callable[..., int] | None = None, *, interrupted: str = "interrupted") -> Any:
     """``main(argv)`` of a script with a user's error printed as ``SCRIPT: message`` (one line) and its exit status
-    returned, and Ctrl-C as exit 130, so that tests calling ``main`` see what a user sees."""
+    returned, and Ctrl-C as exit 130 (``SCRIPT: interrupted``, or the script's own words), so that tests calling
+    ``main`` see what a user sees. ``@command`` or ``@command(interrupted=...)``."""
+    if main is None:
+        return functools.partial(command, interrupted=interrupted)
 
     @functools.wraps(main)
     def run(argv: list[str] | None = None) -> int:
@@ -46,7 +50,7 @@ def command(main: Callable[..., int]) -> Callable[..., int]:
             print(f"{script_name(main)}: {cap(str(exc))}", file=sys.stderr)
             return exc.exit_code
         except KeyboardInterrupt:
-            print(f"{script_name(main)}: interrupted", file=sys.stderr)
+            print(f"{script_name(main)}: {interrupted}", file=sys.stderr)
             return EXIT_INTERRUPTED
 
     return run

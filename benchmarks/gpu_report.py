@@ -29,10 +29,11 @@ from unittest import mock
 
 import torch
 
+from bench_cli import command
 from gpu_bench import environment, layer, report, step, training
 from gpu_bench.layer import Shape
 from onlstm import graphs as shared_graphs
-from onlstm.errors import EXIT_FINDING, EXIT_INTERRUPTED, InputError, OnlstmError
+from onlstm.errors import EXIT_FINDING, InputError
 from onlstm.nn import kernels, selfcheck
 from onlstm.nn import triton_kernel as tk
 
@@ -126,18 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+@command(interrupted="interrupted (the report holds the sections finished before)")
 def main(argv: list[str] | None = None) -> int:
     """Run the report; a problem with the input or this machine is one line on stderr (exit status 2; 4 when
     the disk refuses a write of the report)."""
-    args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except OnlstmError as exc:
-        print(f"gpu_report.py: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("gpu_report.py: interrupted (the report holds the sections finished before)", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    return run(build_parser().parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:
