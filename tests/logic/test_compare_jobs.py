@@ -157,9 +157,12 @@ def test_what_an_ended_run_kept_is_said_as_it_is(tmp_path):
     assert "its last checkpoint is kept" in parallel._ended(job, -signal.SIGKILL, said.append).why
 
 
-def test_a_stop_while_a_runs_process_starts_is_one_line_in_its_log(tmp_path):
+@pytest.mark.parametrize("ignored", [False, True], ids=["SIGINT default", "SIGINT ignored"])
+def test_a_stop_while_a_runs_process_starts_is_one_line_in_its_log(tmp_path, ignored):
     """The parent passes a Ctrl-C on to its runs at once; one that is still importing torch (seconds) ended in a
-    KeyboardInterrupt's traceback in its log, and was said to be killed with a checkpoint kept."""
+    KeyboardInterrupt's traceback in its log, and was said to be killed with a checkpoint kept. A comparison started
+    in the background (`cmd &`, nohup) has SIGINT ignored and its children inherited that: the stop request it passes
+    on (a SIGINT) was lost, and the run went on."""
     import time
 
     from onlstm.logic.config import LogicTrainConfig
@@ -168,7 +171,11 @@ def test_a_stop_while_a_runs_process_starts_is_one_line_in_its_log(tmp_path):
     from onlstm.studies import parallel
 
     job = logic_job(tmp_path / "lstm-seed0", LogicModelConfig(cell="lstm"), LogicTrainConfig(seed=0), "data", False)
-    proc = parallel._start(job)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.default_int_handler)
+    try:
+        proc = parallel._start(job)
+    finally:
+        signal.signal(signal.SIGINT, before)
     time.sleep(0.3)  # the interpreter is up and importing (torch takes seconds), the training not begun
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=120) == 130

@@ -98,9 +98,12 @@ def _start(job: Job) -> subprocess.Popen:
     spec = {"entry": job.entry, "payload": job.payload, "parent": os.getpid(), "command": job.command}
     log = open(job.log_path, "a", encoding="utf-8")  # the child holds it open; closed here at once
     try:
-        # a stop request while the child imports torch (seconds) ends it in one line, not a traceback in its log
+        # a stop request while the child imports torch (seconds) ends it in one line, not a traceback in its log;
+        # SIGINT is set too: a parent started in the background (`cmd &`, nohup) hands its children SIGINT ignored,
+        # and the stop request this process passes on is a SIGINT
         code = (
             "import signal, sys\nsignal.signal(signal.SIGTERM, signal.default_int_handler)\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "try:\n    from onlstm.studies.parallel import child\nexcept KeyboardInterrupt:\n"
             "    print('stopped before the run began: nothing saved', flush=True)\n    sys.exit(130)\nchild()"
         )
