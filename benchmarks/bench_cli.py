@@ -12,7 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from onlstm.cli import OneLineParser
 from onlstm.errors import EXIT_INTERRUPTED, OnlstmError, cap
+
+
+def parser(description: str | None) -> argparse.ArgumentParser:
+    """A script's argument parser: a refusal is one line and exit 2, as the commands' (the usage left to --help)."""
+    return OneLineParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def positive_int(text: str) -> int:

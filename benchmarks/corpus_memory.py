@@ -11,7 +11,6 @@ themselves (8 bytes a token): the ratio says how much the reader needs beyond wh
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import subprocess
@@ -19,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_cli import command, nonnegative_int, positive_int
+from bench_cli import command, nonnegative_int, parser, positive_int
 
 CHILD = """
 import resource, sys, time
@@ -57,7 +56,7 @@ def write_corpus(folder: Path, words: int, types: int, seed: int) -> None:
 
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--words", type=positive_int, default=10_000_000)
     ap.add_argument("--types", type=positive_int, default=50_000)
     ap.add_argument("--max-vocab", type=nonnegative_int, default=0)

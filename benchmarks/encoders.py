@@ -25,7 +25,6 @@ on the encoder and grows with T*B; temporaries freed during the pass are not in 
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from bench_cli import command, positive_int
+from bench_cli import command, parser, positive_int
 from onlstm import encoders as E
 from onlstm.device import machine_line
 from onlstm.errors import InputError
@@ -168,7 +167,7 @@ def table(title: str, mods: dict[str, nn.Module], sizes: dict[str, int], x: torc
 
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--seq-len", type=positive_int, default=35)
     ap.add_argument("--batch", type=positive_int, default=20)
     ap.add_argument("--input", type=positive_int, default=200, help="input width of the layer")

@@ -25,7 +25,6 @@ oneDNN's matmul on the ``onednn`` one) and the rest (autograd, Python). The prof
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from collections.abc import Callable
 import torch
 
 import onlstm
-from bench_cli import command, positive_int
+from bench_cli import command, parser, positive_int
 from layer_speed import parse_shape  # one reading of TxBxINxHxC for both scripts
 from onlstm.device import machine_line
 from onlstm.nn import kernels
@@ -181,7 +180,7 @@ def print_in_situ(T: int, B: int, I: int, H: int, C: int, repeats: int) -> None:
 
 @command
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", nargs="+", type=parse_shape, default=[(70, 20, 400, 650, 10), (70, 80, 400, 1150, 10)])
     ap.add_argument("--threads", type=positive_int, default=1)
     ap.add_argument("--repeats", type=positive_int, default=3)

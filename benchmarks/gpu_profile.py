@@ -14,7 +14,6 @@ profile.json (the one there before is kept whole).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -27,6 +26,7 @@ import torch
 from torch import nn
 
 import onlstm
+from bench_cli import parser
 from onlstm.errors import WriteError, exception_line
 from onlstm.files import write_text
 
@@ -186,7 +186,7 @@ def table(r: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--out", type=Path, required=True, help="folder for profile.json")
     ap.add_argument("--shape", type=int, nargs=5, action="append", metavar=("T", "B", "I", "H", "C"))
     ap.add_argument("--repeats", type=int, default=20)

@@ -29,7 +29,7 @@ from unittest import mock
 
 import torch
 
-from bench_cli import command
+from bench_cli import command, parser
 from gpu_bench import environment, layer, report, step, training
 from gpu_bench.layer import Shape
 from onlstm import graphs as shared_graphs
@@ -107,7 +107,7 @@ SMOKE = Profile(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--out", type=Path, required=True, help="folder for report.md and report.json")
     ap.add_argument("--smoke", action="store_true", help="CPU tensors, Triton's interpreter, tiny sizes (~1 minute)")
     ap.add_argument("--lm-data", type=Path, help="PTB-layout folder for lm train (default: a generated corpus)")

@@ -40,7 +40,7 @@ import time
 import torch
 
 import onlstm
-from bench_cli import command, positive_int
+from bench_cli import command, parser, positive_int
 from onlstm.device import machine_line
 from onlstm.nn import capabilities, cpp_gemm, kernels
 from onlstm.nn.fused import FusedKernel
@@ -276,7 +276,7 @@ def measure(shape, impls, dtype_name, device, args):
 
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--shapes", type=parse_shape, nargs="+", default=None, metavar="TxBxINxHxC")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument(

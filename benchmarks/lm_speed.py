@@ -19,7 +19,6 @@ measurement ends with ``torch.cuda.synchronize()`` and the peak GPU memory of ea
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 import torch
 
 import onlstm
-from bench_cli import command, nonnegative_int, positive_int
+from bench_cli import command, nonnegative_int, parser, positive_int
 from onlstm.device import machine_line, precision_refusal, resolve_device
 from onlstm.errors import InputError, OnlstmError
 from onlstm.lm.config import add_config_flags, load_config
@@ -60,7 +59,7 @@ def step(model, obj, opt, x, y, clip, precision="fp32"):
 
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--config", type=Path, default=Path("ptb-cpu"), help="YAML file or lm preset name")
     ap.add_argument("--cells", nargs="+", default=["onlstm", "lstm"])
     ap.add_argument("--steps", type=positive_int, default=10, help="steps per measurement (default 10)")

@@ -22,7 +22,6 @@ its GFLOP/s count the same FLOPs, against the float32 roof.
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 import torch
 
 import layer_speed
-from bench_cli import command, nonnegative_int, positive_int
+from bench_cli import command, nonnegative_int, parser, positive_int
 from onlstm.device import machine_line, precision_refusal
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.data import load_training_examples
@@ -127,7 +126,7 @@ def roof_line(data, args) -> tuple[str, float]:
 
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--data", type=Path, default=Path("runs/logic/data"))
     ap.add_argument("--cells", nargs="+", default=["onlstm", "lstm", "lstm-std"])
     ap.add_argument("--batch-size", type=positive_int, default=64)

@@ -11,7 +11,6 @@ once, those of 3 or more tokens besides brackets; the scores those of ``onlstm p
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections import defaultdict
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from bench_cli import command
+from bench_cli import command, parser
 from onlstm.logic.cli import parse_buckets
 from onlstm.logic.config import LogicModelConfig
 from onlstm.logic.evaluate import read_test_examples
@@ -59,7 +58,7 @@ def row(name: str, figures: list[dict[int, float]], ks: list[int]) -> str:
 
 @command
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run directories of `onlstm logic train --cell onlstm`")
     ap.add_argument("--data", type=Path, required=True, help="directory of test{k} files")
     ap.add_argument("--lengths", default="1-12", help="file numbers whose pairs are read (default 1-12)")

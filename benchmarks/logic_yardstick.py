@@ -11,14 +11,13 @@ validation pairs share); pairs the run trained on are left out. ``--mix original
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-from bench_cli import command, positive_int
+from bench_cli import command, parser, positive_int
 from onlstm.logic.config import LogicTrainConfig
 from onlstm.logic.data import load_training_examples, read_examples, split_train_valid
 from onlstm.logic.evaluate import evaluate_examples
@@ -38,7 +37,7 @@ def generated(mix: str, draws: int, seed: int, out: Path):
 
 @command
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run directories of `onlstm logic train` on the original files")
     ap.add_argument("--mix", choices=("bowman", "original"), default="bowman")
     ap.add_argument("--draws", type=positive_int, default=500_000)

@@ -11,7 +11,6 @@ mean per mode. Without the data directory it exits with a message (nothing is do
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -22,7 +21,7 @@ import torch
 from torch import nn
 
 import onlstm
-from bench_cli import command, positive_int
+from bench_cli import command, parser, positive_int
 
 
 def read_tokens(path: Path, vocab: dict, limit: int) -> torch.Tensor:
@@ -70,7 +69,7 @@ def evaluate(model, data, bptt=35):
 
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb")
     ap.add_argument("--steps", type=positive_int, default=600)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])

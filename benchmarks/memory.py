@@ -50,7 +50,7 @@ import subprocess
 import sys
 import time
 
-from bench_cli import command, nonnegative_int, positive_int
+from bench_cli import command, nonnegative_int, parser, positive_int
 from onlstm.errors import InputError
 
 IMPLS_CPU = "cpp,fused,lstm"
@@ -252,7 +252,7 @@ def row(scenario: str, model: str, r: dict, ref: dict | None, key: str) -> str:
 
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated from {','.join(SCENARIOS)}")
     ap.add_argument("--impls", default=None, help=f"ON-LSTM impl= values and lstm (nn.LSTM); default {IMPLS_CPU} "
                     f"on the CPU, {IMPLS_CUDA} on CUDA")  # fmt: skip

@@ -10,7 +10,6 @@ depend on training) and a 10,000-word vocabulary. Sentences come from the treeba
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from bench_cli import command, positive_int
+from bench_cli import command, parser, positive_int
 from onlstm.data.vocab import Vocab
 from onlstm.device import machine_line
 from onlstm.models.language_model import LanguageModel, LMConfig
@@ -27,7 +26,7 @@ from onlstm.parsing.induce import sentence_distances
 
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument(
         "--treebank", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "treebank"
     )

@@ -13,7 +13,6 @@ printed (the machine may be shared). Goal of issue #37: >= 2,000 sentences/s on 
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import statistics
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from bench_cli import command, positive_int
+from bench_cli import command, parser, positive_int
 from onlstm.data.vocab import Vocab
 from onlstm.device import machine_line, setup_torch
 from onlstm.lm.config import load_config
@@ -71,7 +70,7 @@ def one_by_one(model: LanguageModel, sentences: list[str]) -> None:
 
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "lm" / "ptb-cpu.yaml")
     ap.add_argument("--threads", type=positive_int, default=2)
     ap.add_argument("--batch-size", type=positive_int, default=2048)

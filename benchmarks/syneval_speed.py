@@ -20,7 +20,6 @@ shared. Goal of issue #11: >= 2,000 sentences/s on 2 CPU cores.
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import statistics
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from bench_cli import command, nonnegative_int, positive_int
+from bench_cli import command, nonnegative_int, parser, positive_int
 from onlstm.data.vocab import Vocab
 from onlstm.device import machine_line, setup_torch
 from onlstm.lm.config import load_config
@@ -105,7 +104,7 @@ def workload(vocab: Vocab, items: list[Item]) -> str:
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "lm" / "ptb-cpu.yaml")
     ap.add_argument("--cell", default=None, help="encoder (default: the preset's)")
     ap.add_argument("--vocab", type=positive_int, default=10000, help="vocabulary size (PTB: 10,000)")
