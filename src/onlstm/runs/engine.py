@@ -464,7 +464,7 @@ class Engine:
         )
         figures.update({k: v / n for k, v in since.items() if k not in ("loss", "n", "seconds")})
         figures[f"{self.task.unit}_per_s"] = since.get("n", 0.0) / max(since.get("seconds", 0.0), 1e-9)
-        epoch, end = prog.epoch + prog.pos / max(n_batches, 1), prog.pos == n_batches
+        epoch, end = self.epochs(), prog.pos == n_batches  # the history's count (logic: by updates)
         self.report.log(
             prog.step, figures, epoch=epoch, elapsed=self.elapsed(), left=self.time_left(n_batches), end=end
         )
