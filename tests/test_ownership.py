@@ -278,7 +278,7 @@ def test_only_an_onlstm_export_written_before_markers_is_replaced_without_overwr
 def test_the_exported_kinds_are_the_registered_ones():
     import onlstm.lm
     import onlstm.logic  # noqa: F401
-    from onlstm.runs.dirs import kind_names
+    from onlstm.saved import kind_names
     from onlstm.sharing import EXPORTED_KINDS
 
     assert set(EXPORTED_KINDS) == set(kind_names())

@@ -13,12 +13,12 @@ import torch
 import onlstm.lm
 import onlstm.logic  # noqa: F401  (registers the "logic-classifier" kind)
 from onlstm import lock as lock_module
+from onlstm import saved as saved_module
 from onlstm.checkpoint import CheckpointError, config_header, save_weights
 from onlstm.errors import RunDirError, WriteError
 from onlstm.files import MARKER, write_json
 from onlstm.models import LanguageModel
 from onlstm.runs import RunDir, RunKind, check_output_dir, find_kind, kind_names, register_kind
-from onlstm.runs import dirs as dirs_module
 from support import REPO
 
 NAMES = {RunDir.CONFIG, RunDir.VOCAB, RunDir.HISTORY, RunDir.LOG, RunDir.RESULTS, RunDir.RESUME, RunDir.LOCK}
@@ -118,7 +118,7 @@ def test_an_unknown_kind_is_one_clear_error():
 
 
 def test_a_registered_kind_is_found_and_named(tmp_path, monkeypatch):
-    monkeypatch.setattr(dirs_module, "_KINDS", dict(dirs_module._KINDS))  # leave the real registry as it was
+    monkeypatch.setattr(saved_module, "_KINDS", dict(saved_module._KINDS))  # leave the real registry as it was
     kind = register_kind(RunKind("toy", "toy-model", torch.nn.Linear, lambda config: None))
     assert find_kind("toy") is kind and "toy" in kind_names()
     run = RunDir(tmp_path / "run")

@@ -20,6 +20,39 @@ from .errors import InputError, UserNote
 from .files import json_dict, write_json
 
 
+@dataclass(frozen=True)
+class RunKind:
+    """A kind of run (one registry: every experiment registers its own). ``name``: the header's ``kind``; ``title``: for people; ``model``: the class whose ``from_pretrained`` opens
+    such a run; ``command(header)``: the training command that reproduces it, or None."""
+
+    name: str
+    title: str
+    model: Any
+    command: Callable[[dict], str | None]
+
+
+_KINDS: dict[str, RunKind] = {}
+
+
+def register_kind(kind: RunKind) -> RunKind:
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def kind_names() -> list[str]:
+    return sorted(_KINDS)
+
+
+def find_kind(name: object, action: str = "open", where: object = "") -> RunKind:
+    """The registered kind ``name``, else a :class:`CheckpointError` naming those there are."""
+    if isinstance(name, str) and name in _KINDS:
+        return _KINDS[name]
+    prefix = f"{where}: " if where else ""
+    raise CheckpointError(
+        f"{prefix}cannot {action} a run of kind {name!r} (runs of kind {', '.join(kind_names()) or 'none'} can)"
+    )
+
+
 def _file(name: str) -> property:
     return property(lambda self: self.path / name, doc=f"``{name}`` in this directory")
 

@@ -1,8 +1,8 @@
 """Word-level language modelling (AWD-LSTM style) with ON-LSTM or baseline layers."""
 
 from ..models.language_model import KIND, LanguageModel, LMConfig, ParsedSentence
-from ..runs import RunKind, register_kind
 from ..runs.engine import TrainResult
+from ..saved import RunKind, register_kind
 from .config import RunConfig, TrainConfig, load_config, train_command
 from .train import train_language_model
 

@@ -4,7 +4,7 @@ training, evaluation by length and comparison of encoders; ``onlstm logic …`` 
 
 # ruff: noqa: F401  (the names imported below are the package's public API)
 
-from ..runs import RunKind, register_kind
+from ..saved import RunKind, register_kind
 from .cli import train_command
 from .compare import CompareResult
 from .compare import compare as compare_encoders  # not `compare`: that name is the submodule

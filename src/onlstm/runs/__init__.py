@@ -4,12 +4,12 @@ format (``resume.RESUME_FORMAT``). What a run needs from below lives in its own 
 (``onlstm.device``), opening a run (``onlstm.saved``), the output checks (``onlstm.files``), the lock (``onlstm.lock``)."""
 
 # each name imported `as` itself: re-exported (the project's way)
+from ..saved import RunKind as RunKind
+from ..saved import find_kind as find_kind
+from ..saved import kind_names as kind_names
+from ..saved import register_kind as register_kind
 from .dirs import RunDir as RunDir
-from .dirs import RunKind as RunKind
 from .dirs import check_output_dir as check_output_dir
-from .dirs import find_kind as find_kind
-from .dirs import kind_names as kind_names
-from .dirs import register_kind as register_kind
 from .engine import TrainResult as TrainResult
 from .resume import RESUME_FORMAT as RESUME_FORMAT
 from .resume import not_a_run as not_a_run

@@ -1,52 +1,16 @@
 """Run directories (:class:`RunDir`: what a training does with its files: its header, what it holds, its output
-check) and the registry of run kinds; docs/design.md §4.6. The files' names and opening a run are
-:mod:`onlstm.saved`'s, the lock :mod:`onlstm.lock`'s, sharing a model :mod:`onlstm.sharing`'s."""
+check); docs/design.md §4.6. The files' names, opening a run and the registry of run kinds are :mod:`onlstm.saved`'s, the lock :mod:`onlstm.lock`'s, sharing a model :mod:`onlstm.sharing`'s."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..checkpoint import CheckpointError, read_json
 from ..errors import RunDirError
 from ..files import check_work_folder
 from ..lock import RunLock, live_holder
-from ..saved import RunFiles, json_dict
-
-
-@dataclass(frozen=True)
-class RunKind:
-    """``name``: the header's ``kind``; ``title``: for people; ``model``: the class whose ``from_pretrained`` opens
-    such a run; ``command(header)``: the training command that reproduces it, or None."""
-
-    name: str
-    title: str
-    model: Any
-    command: Callable[[dict], str | None]
-
-
-_KINDS: dict[str, RunKind] = {}
-
-
-def register_kind(kind: RunKind) -> RunKind:
-    _KINDS[kind.name] = kind
-    return kind
-
-
-def kind_names() -> list[str]:
-    return sorted(_KINDS)
-
-
-def find_kind(name: object, action: str = "open", where: object = "") -> RunKind:
-    """The registered kind ``name``, else a :class:`CheckpointError` naming those there are."""
-    if isinstance(name, str) and name in _KINDS:
-        return _KINDS[name]
-    prefix = f"{where}: " if where else ""
-    raise CheckpointError(
-        f"{prefix}cannot {action} a run of kind {name!r} (runs of kind {', '.join(kind_names()) or 'none'} can)"
-    )
+from ..saved import RunFiles, find_kind, json_dict, kind_names
 
 
 class RunDir(RunFiles):
@@ -96,7 +60,7 @@ class RunDir(RunFiles):
         state = (
             f"a {status}" if status in ("finished", "stopped", "diverged") else ("an interrupted" if resume else "a")
         )
-        title = _KINDS[kind].title if kind in _KINDS else kind  # a kind not imported yet: by its name
+        title = find_kind(kind).title if kind in kind_names() else kind  # a kind not imported yet: by its name
         holder = live_holder(self.path)
         if holder is not None:  # an interrupted-looking run that a live process is training
             return f"a {title} run training now ({holder})"

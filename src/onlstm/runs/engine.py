@@ -19,8 +19,9 @@ from ..checkpoint import read_json, save_weights
 from ..device import StopRequest, resolve_device, setup_torch
 from ..errors import InputError, RunDirError, TrainingDiverged
 from ..files import write_json
+from ..saved import find_kind
 from .budget import BUDGETS, Budget, BudgetOptions, budget_refusal, budget_spent
-from .dirs import RunDir, find_kind
+from .dirs import RunDir
 from .dist import DistContext, setup, teardown
 from .report import Report
 from .resume import (
