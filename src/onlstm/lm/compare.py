@@ -78,15 +78,15 @@ def compare(
     if not finished_only:
         how = "lm compare trains each run in a new process: train its runs one by one with lm train instead"
         encoders.check_in_new_processes(cells, how)
-    check_study(explicit, cells, seeds, data_dir, yardsticks)  # every problem found before anything is written
+    trains = check_study(explicit, cells, seeds, data_dir, yardsticks)  # every problem found before anything is written
     check_study_folder(Path(out))
-    check_runs(Path(out), explicit, cells, seeds, Path(data_dir), log, training=not finished_only)
+    check_runs(Path(out), explicit, trains, Path(data_dir), log, training=not finished_only)
     if not finished_only:
-        check_corpus(explicit, cells, seeds, Path(data_dir), Path(out))
+        check_corpus(explicit, trains, Path(data_dir), Path(out))
     # one training study at a time in a folder; reading the finished runs needs no lock (a study may be training)
     lock = contextlib.nullcontext() if finished_only else RunLock(out, "onlstm lm compare", log=log)
     with lock:
-        return _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_only, log)
+        return _compare(explicit, trains, data_dir, out, cells, seeds, yardsticks, jobs, finished_only, log)
 
 
 def shared_settings(explicit: dict) -> dict:
@@ -100,12 +100,12 @@ def run_settings(explicit: dict, cell: str, seed: int) -> dict:
     return {"model": {**explicit.get("model", {}), "cell": cell}, "train": {**explicit.get("train", {}), "seed": seed}}
 
 
-def check_study(explicit: dict, cells: list[str], seeds: list[int], data_dir: Path, yardsticks: Yardsticks) -> None:
-    """Every cell's settings, the grid, the training text and the yardsticks' paths, checked before any run starts."""
+def check_study(explicit: dict, cells: list[str], seeds: list[int], data_dir: Path, yardsticks: Yardsticks) -> dict:
+    """Every cell's settings, the grid, the training text and the yardsticks' paths, checked before any run starts;
+    returns each run's training settings, ``{(cell, seed): TrainConfig}`` (built once, in the grid's order)."""
     for flag, values in (("--cells", cells), ("--seeds", seeds)):
         check_named_once(flag, values)  # one run would count as two
-    for cell in cells:
-        run_config(run_settings(explicit, cell, seeds[0] if seeds else 0))
+    trains = {(c, s): run_config(run_settings(explicit, c, s)).train for s in seeds for c in cells}
     train = explicit.get("train", {})
     if budget := [f"--{n.replace('_', '-')}" for n in ("max_steps", "time_limit") if train.get(n) is not None]:
         raise InputError(
@@ -118,16 +118,16 @@ def check_study(explicit: dict, cells: list[str], seeds: list[int], data_dir: Pa
                        ("--suites", yardsticks.suites)):  # fmt: skip
         if path is not None and not Path(path).exists():
             raise InputError(f"{flag} {path} does not exist; give the folder or file to measure every run on")
+    return trains
 
 
-def check_corpus(explicit: dict, cells: list[str], seeds: list[int], data_dir: Path, out: Path) -> None:
+def check_corpus(explicit: dict, trains: dict, data_dir: Path, out: Path) -> None:
     """The corpus read once as every run will read it, when a run is to train: a word of the validation or test
     file outside the training vocabulary is one line here, not the same failure in every run's process."""
     from ..data.ptb import load_corpus
 
-    grid = [(c, s) for s in seeds for c in cells]
-    if any(_to_train(run_dir(out, c, s), run_settings(explicit, c, s)["train"]) for c, s in grid):
-        train = run_config(run_settings(explicit, cells[0], seeds[0])).train
+    if any(_to_train(run_dir(out, c, s), run_settings(explicit, c, s)["train"]) for c, s in trains):
+        train = next(iter(trains.values()))
         load_corpus(data_dir, oov=train.oov, max_vocab=train.max_vocab)
 
 
@@ -142,16 +142,14 @@ def check_study_folder(out: Path) -> None:
     check_folder(out, "lm compare", "lm-compare", STUDY_FILES, folders=("evals",))
 
 
-def check_runs(
-    out: Path, explicit: dict, cells: list[str], seeds: list[int], data_dir: Path, log=print, training: bool = True
-) -> None:
+def check_runs(out: Path, explicit: dict, trains: dict, data_dir: Path, log=print, training: bool = True) -> None:
     """Every run already in the study trained with its settings and text (else refused, naming the run and what
     differs): a study neither counts a run trained otherwise nor trains over one. The budget and how a run runs
     (``RUNTIME_FIELDS``) may differ: a larger budget trains a run further, a smaller one is refused when
     ``training`` (reading a study, such a run is listed as past its budget); a run that records no fingerprint of its
     text (an older one) is said, not refused."""
     text, train = None, split_file(data_dir, "train")
-    for cell, seed in ((c, s) for s in seeds for c in cells):
+    for cell, seed in trains:
         run = RunDir(run_dir(out, cell, seed))
         if not run.config_path.exists():  # not started, or stopped before its header: trained from step 0
             continue
@@ -164,7 +162,7 @@ def check_runs(
             raise InputError(f"{first_line(exc)}") from None
         if clash:
             raise InputError(clash)
-        past = past_budget(_result(run.path) or {}, run_config(run_settings(explicit, cell, seed)).train)
+        past = past_budget(_result(run.path) or {}, trains[cell, seed])
         if past and training:
             raise InputError(
                 f"{run.path} holds a run trained {past}; give the study's own --epochs, or choose another --out"
@@ -175,7 +173,7 @@ def check_runs(
                          what="training text", fix=fix, warn=log, flag="--data-dir")  # fmt: skip
 
 
-def _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_only, log) -> StudyResult:
+def _compare(explicit, trains, data_dir, out, cells, seeds, yardsticks, jobs, finished_only, log) -> StudyResult:
     res = StudyResult(Path(out))
     grid = [(cell, seed) for seed in seeds for cell in cells]
     if not finished_only:
@@ -186,7 +184,7 @@ def _compare(explicit, data_dir, out, cells, seeds, yardsticks, jobs, finished_o
     test_sha256 = sha256_file(split_file(Path(data_dir), "test"))
     for cell, seed in grid:
         where = run_dir(res.out_dir, cell, seed)
-        status = _status(where, run_config(run_settings(explicit, cell, seed)).train, test_sha256)
+        status = _status(where, trains[cell, seed], test_sha256)
         if status != "finished":
             res.unfinished.append({"cell": cell, "seed": seed, "run_dir": str(where), "status": status})
             log(f"== {cell}, seed {seed}: not measured, {status}")
