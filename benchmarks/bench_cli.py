@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from onlstm.cli import OneLineParser
 from onlstm.errors import EXIT_INTERRUPTED, OnlstmError, cap
+from onlstm.flags import OneLineParser
 
 
 def parser(description: str | None) -> argparse.ArgumentParser:

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 from dataclasses import MISSING, asdict, dataclass, make_dataclass
@@ -18,7 +17,7 @@ from onlstm.checkpoint import config_header, load_weights
 from onlstm.config import ConfigError, count_option, flags_given, option, runtime_fields, seed_option
 from onlstm.errors import EXIT_INTERRUPTED, OnlstmError
 from onlstm.files import write_json
-from onlstm.flags import add_flags
+from onlstm.flags import OneLineParser, add_flags
 from onlstm.runs import RunDir, RunKind, register_kind
 from onlstm.runs.engine import BudgetOptions, Check, Plan, Progress, Saved, TrainResult, train_run, update
 
@@ -133,7 +132,7 @@ register_kind(RunKind(KIND, "copy-task example", CopyModel, lambda header: None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser = OneLineParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--out", required=True, help="the run directory")
     parser.add_argument("--resume", action="store_true", help="go on with the run in --out (a larger budget)")
     add_flags(parser, CopySettings, "train")

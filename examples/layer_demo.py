@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from onlstm import ONLSTM
+from onlstm.flags import OneLineParser
 
 LETTERS = "abcdefgh"
 VOCAB = ["<eos>", "(", ")"] + list(LETTERS)
@@ -185,7 +186,7 @@ def seed(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Train a tiny ON-LSTM on a bracket language and print its distances.")
+    ap = OneLineParser(description="Train a tiny ON-LSTM on a bracket language and print its distances.")
     ap.add_argument("--seconds", type=positive_seconds, default=20.0, help="training time budget (default 20)")
     ap.add_argument("--seed", type=seed, default=0, help="seed of the weights and the data, 0 to 2**64 - 1 (default 0)")
     ap.add_argument("--json", action="store_true", help="print the numbers as one JSON object")

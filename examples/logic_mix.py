@@ -13,6 +13,7 @@ import sys
 from collections import Counter
 
 from onlstm.errors import first_line
+from onlstm.flags import OneLineParser
 from onlstm.logic.data import LAST_BUCKET, read_examples
 from onlstm.logic.formulas import to_tokens
 
@@ -55,7 +56,7 @@ def file_numbers(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", help="a folder of train{k}/test{k} files")
     ap.add_argument("split", choices=("train", "test"))
     ap.add_argument("lengths", help=f"first-last file numbers (0 to {LAST_BUCKET}), e.g. 1-6, or one, e.g. 5")

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from .config import option
 from .errors import (
-    EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     InputError,
     OnlstmError,
@@ -29,7 +28,7 @@ from .errors import (
     stop_signals,
 )
 from .files import json_text
-from .flags import add_command, add_flags, add_group
+from .flags import OneLineParser, add_command, add_flags, add_group
 
 
 def _cmd_demo(args) -> int:
@@ -190,15 +189,6 @@ class ExportArgs:
 @dataclass(kw_only=True)
 class InfoArgs:
     json: bool = option(False, "print one JSON object")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with the commands' rule for a refusal: one line, exit 2 (docs/cli.md), the usage left to --help
-    (argparse prints it first, two to twenty lines above the one that says what is wrong). Sub-commands' parsers
-    are made by this class too (``add_subparsers`` uses the parent's)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

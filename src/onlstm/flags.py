@@ -25,6 +25,16 @@ from .config import (
     check_value,
     field_help,
 )
+from .errors import EXIT_BAD_INPUT
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with the commands' rule for a refusal: one line, exit 2 (docs/cli.md), the usage left to --help
+    (argparse prints it first, two to twenty lines above the one that says what is wrong). Sub-commands' parsers
+    are made by this class too (``add_subparsers`` uses the parent's)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _shown_default(f: dataclasses.Field) -> str:
