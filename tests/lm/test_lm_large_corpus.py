@@ -63,8 +63,20 @@ def test_lines_that_already_end_in_eos_get_no_second_one(tmp_path):
 def test_non_utf8_text_names_the_file(tmp_path):
     write(tmp_path, {"valid.txt": "a\n", "test.txt": "a\n"})
     (tmp_path / "train.txt").write_bytes(b"a b\n\xff\xfe c\n")
-    with pytest.raises(CorpusError, match=r"train.txt: not UTF-8 text near line"):
+    with pytest.raises(CorpusError, match=r"train.txt: not UTF-8 text at line 2 \(invalid start byte at byte 4 "):
         load_corpus(tmp_path)
+
+
+def test_a_byte_that_is_not_utf8_is_named_by_its_own_line_far_into_the_file(tmp_path):
+    """A latin-1 word on line 3,001 (past the text reader's first buffer): the line and the byte are its own, not
+    those of the buffer that held it ("near line 1", "position 903")."""
+    write(tmp_path, {"valid.txt": "a\n", "test.txt": "a\n"})
+    body = b"\xef\xbb\xbf" + b"the cat sat\r\n" * 3000
+    (tmp_path / "train.txt").write_bytes(body + "a caf\xe9 b\r\n".encode("latin-1"))
+    with pytest.raises(CorpusError) as err:
+        load_corpus(tmp_path)
+    assert f"not UTF-8 text at line 3001 (invalid continuation byte at byte {len(body) + 5} " in str(err.value)
+    assert "iconv" in str(err.value)
 
 
 def generated(path: Path, n_words: int, seed: int = 0) -> int:
