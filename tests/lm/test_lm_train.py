@@ -659,3 +659,22 @@ def test_a_ctrl_c_after_the_final_test_still_writes_the_result(tmp_path, corpus,
     result = train(tmp_path / "run", corpus, settings(), log=quiet)
     assert result.status == "finished"
     assert read_json(tmp_path / "run" / "results.json")["status"] == "finished"
+
+
+def test_valid_and_test_words_outside_the_training_vocabulary_are_counted_in_the_log(tmp_path):
+    """An open-vocabulary corpus of one's own: valid and test words the training text lacks become <unk> (a
+    perplexity flattered by them), and the training says how many, once, before training."""
+    data = write_corpus(tmp_path / "data")
+    with (data / "ptb.valid.txt").open("a") as f:
+        f.write("the zebra sat on a yak\n")
+    with (data / "ptb.test.txt").open("a") as f:
+        f.write("a gnu\n")
+    lines: list[str] = []
+    train(tmp_path / "run", data, settings(max_steps=1, final_test=False), log=lines.append)
+    said = [line for line in lines if "mapped to <unk>" in line]
+    assert len(said) == 1 and "valid" in said[0] and "2 mapped to <unk>" in said[0]
+    assert "test" in said[0] and "1 mapped to <unk>" in said[0]
+    quiet_lines: list[str] = []
+    train(tmp_path / "run2", write_corpus(tmp_path / "plain"), settings(max_steps=1), log=quiet_lines.append)
+    assert not [line for line in quiet_lines if "<unk>" in line]
+

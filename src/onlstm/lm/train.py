@@ -156,6 +156,8 @@ class Trainer:
         cfg, saved = self.cfg, self.rundir.header().get("data", {}) if self.resuming else None
         self.text_sha256 = same_training_text(split_file(self.data_dir, "train"), saved, self.rundir.path, self.log)
         self.corpus: Corpus = load_corpus(self.data_dir, oov=cfg.oov, max_vocab=cfg.max_vocab)
+        if any(s.n_unknown for s in self.corpus.splits.values()):  # perplexities flattered by <unk>: said once
+            self.log(f"data: {self.corpus.summary()}")
         # the bytes the final test reads, kept with its figure: a study checks that its test file is this one
         self.test_sha256 = sha256_file(self.corpus.splits["test"].path)
         if self.resuming:
