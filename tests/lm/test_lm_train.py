@@ -678,3 +678,18 @@ def test_valid_and_test_words_outside_the_training_vocabulary_are_counted_in_the
     train(tmp_path / "run2", write_corpus(tmp_path / "plain"), settings(max_steps=1), log=quiet_lines.append)
     assert not [line for line in quiet_lines if "<unk>" in line]
 
+
+def test_the_saved_text_convention_is_the_training_texts_even_when_a_cap_leaves_its_capitals_out(tmp_path):
+    """A cased corpus with punctuation whose --max-vocab keeps only lower-case words: the model was trained on
+    "The" and "." as <unk>, so it must read raw text cased and with punctuation (as <unk>), not lower-case
+    "The" into "the" nor drop the "." it saw."""
+    data = write_corpus(tmp_path / "data")
+    text = (data / "ptb.train.txt").read_text()
+    (data / "ptb.train.txt").write_text(text + "The cat sat on 1987 mats .\n")
+    run = tmp_path / "run"
+    train(run, data, settings(max_steps=1, final_test=False, max_vocab=8), log=quiet)
+    vocab = Vocab.load(run / "vocab.json").words
+    assert "The" not in vocab and "." not in vocab  # the cap left them out
+    reader = TextReader.from_dict(read_json(run / "config.json")["text"])
+    assert reader.lowercase is False and reader.punctuation is True and reader.number is None
+    assert reader.read("The cat sat .", vocab)[0] == ["The", "cat", "sat", "."]

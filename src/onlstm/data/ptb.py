@@ -13,6 +13,7 @@ import torch
 
 from ..errors import OnlstmError
 from ..files import UTF8
+from .reader import TextReader
 from .vocab import EOS, UNK, Vocab
 
 SPLITS = ("train", "valid", "test")
@@ -142,6 +143,7 @@ class Corpus:
     vocab: Vocab
     closed_vocab: bool  # the training text contains <unk>
     limited: bool = False  # the vocabulary leaves training words out (a vocab.txt or a cap): they are <unk>
+    text: TextReader | None = None  # the convention the training text shows (all its words, not the vocabulary's)
     splits: dict[str, Split] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Split:
@@ -222,8 +224,9 @@ def load_corpus(
             vocab = Vocab(vocab.words[:max_vocab])  # the file lists its words most frequent first
     elif vocab is None:
         vocab = vocab_from_counts(counts, max_vocab)
+    text = TextReader.detect(counts)  # a cap may leave out every capital or every "." the model was trained on
     del counts
-    corpus = Corpus(vocab, closed, limited=limited)
+    corpus = Corpus(vocab, closed, limited=limited, text=text)
     for name in splits:
         if name == "train":
             oov_train = "unk" if limited else oov

@@ -220,8 +220,9 @@ class Trainer:
         c, data_dir = self.corpus, str(self.data_dir.resolve())
         data = dict(data_dir=data_dir, closed_vocab=c.closed_vocab, vocab_limited=c.limited, oov=self.cfg.oov)
         data.update({f"{k}_tokens": s.n_tokens for k, s in c.splits.items()}, **{TEXT_FINGERPRINT: self.text_sha256})
-        # how the model reads English: the convention its training vocabulary shows (data/reader.py)
-        text = TextReader.detect(c.vocab.words).to_dict()
+        # how the model reads English: the convention its training text shows (data/reader.py); not its vocabulary's,
+        # which a cap or a vocab.txt may leave without a capital or a "." that the training text had (read as <unk>)
+        text = (c.text or TextReader.detect(c.vocab.words)).to_dict()
         return config_header("lm", self.model_config.to_dict(), train=self.cfg.to_dict(), data=data, text=text)
 
     def schedule(self, epoch: int) -> list:
