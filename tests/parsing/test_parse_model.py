@@ -487,3 +487,28 @@ def test_output_files_already_there_are_replaced_only_with_overwrite(tmp_path, c
     assert main([*evaluate, "--overwrite"]) == 0 and len(mine.read_text().splitlines()) == 2
     assert main([*evaluate, "--layers", "2"]) == 0  # one layer: the file named, not there yet
     assert len(trees.read_text().splitlines()) == 2
+
+
+def test_eval_parse_feeds_a_cased_model_the_treebank_words_in_its_own_convention(tmp_path, capsys):
+    """A model of one's own trained on cased text with digits (a WikiText-like corpus): eval-parse gives it
+    ``Bob`` and ``3`` as its training text wrote them, not the PTB normalisation's ``bob`` and ``N`` (words it
+    does not know: <unk>); the trees written keep the normalised gold words they are scored against."""
+    from onlstm.data.reader import TextReader
+
+    bank = tmp_path / "wsj"
+    bank.mkdir()
+    (bank / "wsj_0001.mrg").write_bytes(MRG.replace("\n", "\r\n").encode())
+    run = make_run(tmp_path, "The the cat sat on mat Bob saw 3 dogs".split())
+    cased = TextReader(lowercase=False, number=None, punctuation=True)
+    cfg = json.loads((run / "config.json").read_text())
+    cfg.pop("text_normalisation")
+    write_json(run / "config.json", {**cfg, "text": cased.to_dict()})
+    trees = tmp_path / "pred.txt"
+    args = ["parsing", "eval-parse", "--checkpoint", str(run), "--treebank", str(bank), "--json"]
+    assert main([*args, "--layers", "2", "--out-trees", str(trees)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["sentences"] == 2 and res["words"] == 10 and res["unknown_words"] == 0
+    assert "bob" in Path(res["trees_written"][0]).read_text()  # the gold's words, as before
+    write_json(run / "config.json", {**cfg, "text": TextReader().to_dict()})  # Mikolov's PTB: the paper's words
+    assert main([*args, "--layers", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["unknown_words"] == 2  # bob and N: not in this cased vocabulary

@@ -77,6 +77,11 @@ def _normalise(node: LabelledTree, labelled: type[LabelledTree]) -> LabelledTree
     return labelled(label, kids)
 
 
+def kept_words(tree: LabelledTree) -> tuple[str, ...]:
+    """The words of a raw PTB tree that :func:`normalise_tree` keeps (those of a word tag), as written."""
+    return tuple(node[0] for node in tree.subtrees(_is_preterminal) if node.label() in WORD_TAGS)
+
+
 def split_bracketings(text: str, source: str = "<text>") -> list[tuple[int, str]]:
     """A file's top-level bracketings as ``[(first_line, text), ...]``; :class:`TreebankError` naming
     ``source`` and the line for unbalanced brackets or text outside any bracket."""
@@ -198,6 +203,7 @@ class GoldSentence:
     file: str
     index: int
     section: str | None
+    raw_words: tuple[str, ...] = ()  # the same words as the treebank writes them (case and digits kept)
 
 
 @dataclass
@@ -285,7 +291,7 @@ def load_treebank(
             elif max_length is not None and len(words) > max_length:
                 skipped_long += 1
             else:
-                sentences.append(GoldSentence(words, unlabel(norm), norm, rel, k, section))
+                sentences.append(GoldSentence(words, unlabel(norm), norm, rel, k, section, kept_words(tree)))
     found_sections = tuple(sorted({s for s in map(file_section, files) if s is not None}))
     bank = Treebank(
         sentences, root, files, trees_read, skipped_empty, skipped_long, max_length, found_sections, empty_files

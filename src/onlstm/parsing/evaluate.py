@@ -4,13 +4,17 @@ per layer, next to the trivial baselines on the same sentences. The metrics them
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
+from ..data.reader import TextReader
 from ..saved import LoadedRun
 from .baselines import score_baselines
 from .induce import sentence_distances, trees_from_distances
 from .metrics import ParseEvaluation, evaluate
+
+_DIGITS = re.compile(r"\d+")  # a run of digits, as the treebank's normalisation replaces it (data/treebank.py)
 
 #: The paper's unsupervised-parsing figures (sentence-level F1, %), for the table's reference line.
 PAPER_SOURCE = "Shen et al. 2019, Table 2: layer 2 of the 1150-unit PTB model, 5 seeds, full WSJ"
@@ -41,6 +45,18 @@ class TreebankScores:
     seconds: float  # time spent computing distances
 
 
+def model_words(sentence, reader: TextReader) -> list[str]:
+    """A gold sentence's words as the model reads them (docs/parsing.md, "eval-parse"): the treebank's own words
+    in the case of the model's training text and with each run of digits as its number token, or kept when it
+    has none. Mikolov's PTB reader gives the paper's normalisation (``The`` -> ``the``, ``3.5`` -> ``N.N``); a cased
+    model with digits reads ``Paris`` and ``1,200`` as written, not ``paris`` and ``N,N`` (its ``<unk>``)."""
+    if not sentence.raw_words:  # a sentence built without them: the normalised words
+        return list(sentence.words)
+    words = [w.lower() for w in sentence.raw_words] if reader.lowercase else list(sentence.raw_words)
+    number = reader.number
+    return words if number is None else [_DIGITS.sub(lambda _: number, w) for w in words]
+
+
 def score_treebank(
     lm: LoadedRun, bank, layers: list[int], batch_size: int = 128, random_draws: int = 5
 ) -> TreebankScores:
@@ -49,7 +65,8 @@ def score_treebank(
     sentences = [list(w) for w in bank.words]
     gold = bank.labelled_trees
     t0 = time.perf_counter()
-    forget, _, unknown = sentence_distances(lm.model, lm.vocab, sentences, batch_size)
+    read = [model_words(s, lm.model.reader) for s in bank.sentences]
+    forget, _, unknown = sentence_distances(lm.model, lm.vocab, read, batch_size)
     seconds = time.perf_counter() - t0
     rows, trees = {}, {}
     for layer in layers:
