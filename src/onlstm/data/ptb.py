@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -224,7 +224,9 @@ def load_corpus(
             vocab = Vocab(vocab.words[:max_vocab])  # the file lists its words most frequent first
     elif vocab is None:
         vocab = vocab_from_counts(counts, max_vocab)
-    text = TextReader.detect(counts)  # a cap may leave out every capital or every "." the model was trained on
+    # case, numbers and punctuation as the whole text shows them (a cap may leave out every capital or every "."
+    # the model was trained on); the unknown word as the vocabulary has it (an open one gains <unk> when capped)
+    text = replace(TextReader.detect(counts), unknown=UNK if UNK in vocab.words else None)
     del counts
     corpus = Corpus(vocab, closed, limited=limited, text=text)
     for name in splits:
