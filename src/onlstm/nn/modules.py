@@ -394,6 +394,11 @@ class ONLSTM(nn.Module):
         """Any accepted input as packed rows ``(N, input_size)`` with its batch sizes."""
         if isinstance(input, PackedSequence):
             data, batch_sizes, sorted_idx, unsorted_idx = input
+            if data.dim() != 2:
+                raise ValueError(
+                    f"ONLSTM: a PackedSequence's data must have 2 dimensions (rows, input_size={self.input_size}), "
+                    f"got shape {tuple(data.shape)}; pack (seq, batch, input_size) tensors with pack_padded_sequence"
+                )
             self._check_features(data)
             Fn.check_batch_sizes(batch_sizes, data.shape[0])  # before any kernel trusts them
             if sorted_idx is not None and sorted_idx.numel() != int(batch_sizes[0]):
