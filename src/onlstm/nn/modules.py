@@ -377,18 +377,18 @@ class ONLSTM(nn.Module):
         flat = self._flatten_input(input)
         h0, c0 = self._initial_state(hx, flat.batch, flat.data, flat.unbatched, flat.sorted_idx)
         if flat.batch == 0:
-            out, h_n, c_n, dist = self._empty(flat, h0)
+            out, h_n, c_n, dist = self._empty(flat, h0, c0)
         else:
             out, h_n, c_n, dist = self._layers(flat, h0, c0, self.resolved_impl(flat.data.device, flat.data.dtype))
         return self._format_output(flat, out, h_n, c_n, dist, return_distances)
 
-    def _empty(self, flat: _Flat, h0: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def _empty(self, flat: _Flat, h0: Tensor, c0: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """What an empty batch gives (as ``nn.LSTM``): outputs of no rows, in the graph of the weights and the
         input (a sum over no elements is exactly 0), so that a loss over them still has a backward."""
-        anchor = flat.data.sum() + h0.sum() + sum(p[:0].sum() for p in self.parameters())
+        anchor = flat.data.sum() + h0.sum() + c0.sum() + sum(p[:0].sum() for p in self.parameters())
         dirs, layers = self.num_directions, self.num_layers * self.num_directions
         out = flat.data.new_zeros(0, self.hidden_size * dirs) + anchor
-        return out, h0 + anchor, h0 + anchor, flat.data.new_zeros(0, 2, layers) + anchor
+        return out, h0 + anchor, c0 + anchor, flat.data.new_zeros(0, 2, layers) + anchor
 
     def _flatten_input(self, input: Tensor | PackedSequence) -> _Flat:
         """Any accepted input as packed rows ``(N, input_size)`` with its batch sizes."""
