@@ -176,6 +176,8 @@ def test_flags_must_be_bools_as_in_nn_lstm(flag):
 
 def test_nn_lstm_arguments_where_they_differ():
     assert onlstm.ONLSTM(3, 4, proj_size=0).hidden_size == 4
+    # code written for nn.LSTM reads the attribute (the output width: proj_size or hidden_size)
+    assert onlstm.ONLSTM(3, 4).proj_size == torch.nn.LSTM(3, 4).proj_size == 0
     with pytest.raises(ValueError, match="no projection"):
         onlstm.ONLSTM(3, 4, proj_size=2)
     with pytest.raises(ValueError, match="4th positional argument is chunk_size"):

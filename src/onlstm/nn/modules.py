@@ -313,7 +313,7 @@ class ONLSTM(nn.Module):
         self.chunk_size, self.n_chunks = chunk_size, hidden_size // chunk_size
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
         self.dropout, self.dropconnect, self.master_input = float(dropout), float(dropconnect), master_input
-        self.num_directions = 2 if bidirectional else 1
+        self.num_directions, self.proj_size = (2 if bidirectional else 1), 0  # nn.LSTM's attribute, always 0 here
         self._flat_names = [
             _add_weights(self, f"_l{layer}{sfx}", input_size if layer == 0 else hidden_size * self.num_directions,
                          hidden_size, chunk_size, bias, device, dtype)
