@@ -154,6 +154,17 @@ def test_an_empty_batch_gives_nn_lstms_shapes_and_a_backward(kw):
         model(x.transpose(0, 1)[:0] if not kw.get("batch_first") else x.transpose(0, 1)[:, :0])
 
 
+def test_an_empty_batchs_final_cell_state_comes_from_c0():
+    """``c_n`` of an empty batch was built from ``h_0``: a loss on it sent its gradient to ``h_0`` and left ``c_0``
+    without one, where ``nn.LSTM`` gives both."""
+    model = onlstm.ONLSTM(3, 4, chunk_size=2, num_layers=2)
+    for rnn in (model, torch.nn.LSTM(3, 4, num_layers=2)):
+        h0, c0 = (torch.zeros(2, 0, 4, requires_grad=True) for _ in range(2))
+        _, (_, c_n) = rnn(torch.randn(5, 0, 3), (h0, c0))
+        c_n.sum().backward()
+        assert c0.grad is not None and c0.grad.shape == c0.shape, type(rnn).__name__
+
+
 @pytest.mark.parametrize("flag", ["bias", "batch_first", "bidirectional"])
 def test_flags_must_be_bools_as_in_nn_lstm(flag):
     with pytest.raises(TypeError, match=f"{flag} should be of type bool, got: str"):
@@ -165,6 +176,8 @@ def test_flags_must_be_bools_as_in_nn_lstm(flag):
 
 def test_nn_lstm_arguments_where_they_differ():
     assert onlstm.ONLSTM(3, 4, proj_size=0).hidden_size == 4
+    # code written for nn.LSTM reads the attribute (the output width: proj_size or hidden_size)
+    assert onlstm.ONLSTM(3, 4).proj_size == torch.nn.LSTM(3, 4).proj_size == 0
     with pytest.raises(ValueError, match="no projection"):
         onlstm.ONLSTM(3, 4, proj_size=2)
     with pytest.raises(ValueError, match="4th positional argument is chunk_size"):

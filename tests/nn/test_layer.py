@@ -415,6 +415,18 @@ def test_bfloat16_runs_on_the_reference_path():
     torch.testing.assert_close(out.float(), ref(x.float())[0], atol=5e-2, rtol=5e-2)
 
 
+@pytest.mark.parametrize("impl", ALL)
+def test_distances_under_autocast_have_the_outputs_dtype(impl):
+    """Under bfloat16 autocast the kernels give float32 outputs and distances; the reference loop (also what
+    torch.compile runs) gave float32 outputs but bfloat16 distances, computed from gates in the products' dtype."""
+    m = make(impl, 3, 6, num_layers=2, chunk_size=2, dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _, d = m(torch.randn(4, 2, 3), return_distances=True)
+        _, d_cell = onlstm.ONLSTMCell(3, 6, 2)(torch.randn(2, 3), return_distances=True)
+    assert d.forget.dtype == d.input.dtype == out.dtype == torch.float32
+    assert d_cell.forget.dtype == d_cell.input.dtype == torch.float32
+
+
 def test_parameter_names_match_nn_lstm():
     lstm = torch.nn.LSTM(5, 8, num_layers=2, bidirectional=True)
     m = onlstm.ONLSTM(5, 8, num_layers=2, chunk_size=4, bidirectional=True)

@@ -39,6 +39,17 @@ def test_bad_batch_sizes_are_a_value_error(impl, case):
     layer(packed([3, 2, 1]))  # a good one still runs
 
 
+@pytest.mark.parametrize("impl", ["reference", "fused"])
+def test_packed_data_of_other_than_two_dimensions_is_a_value_error(impl):
+    """A PackedSequence's data is (rows, input_size): one of (rows, 1, input_size) was a bare error from deep
+    inside the step (a reshape or a matrix product), not one line saying what the data should be."""
+    layer = ONLSTM(4, 8, chunk_size=4, impl=impl)
+    good = packed([3, 2, 1])
+    for data in (good.data[:, None], good.data[:, None, None]):
+        with pytest.raises(ValueError, match=r"data must have 2 dimensions \(rows, input_size=4\), got shape"):
+            layer(PackedSequence(data, good.batch_sizes, None, None))
+
+
 def test_the_check_itself():
     check_batch_sizes(torch.tensor([2, 2, 1]), 5)
     with pytest.raises(ValueError, match="1-D integer"):

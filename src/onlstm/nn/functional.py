@@ -76,8 +76,10 @@ def cell_update(pre: Tensor, c: Tensor, chunk_size: int, mode: str = "paper") ->
     i_hat = i * w + (mi[:, :, None] - w)
     c_new = f_hat * c.view(batch, n, chunk_size) + i_hat * c_hat
     h_new = o * torch.tanh(c_new)
-    d_f = 1.0 - mf.mean(-1)
-    d_i = mi.mean(-1)
+    # in the cell's dtype: under autocast the gates are in the products' dtype (bfloat16) and the cell state float32,
+    # and the kernels' distances are float32 like their outputs
+    d_f = (1.0 - mf.mean(-1)).to(c_new.dtype)
+    d_i = mi.mean(-1).to(c_new.dtype)
     return h_new.reshape(batch, hidden), c_new.reshape(batch, hidden), d_f, d_i
 
 

@@ -313,7 +313,7 @@ class ONLSTM(nn.Module):
         self.chunk_size, self.n_chunks = chunk_size, hidden_size // chunk_size
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
         self.dropout, self.dropconnect, self.master_input = float(dropout), float(dropconnect), master_input
-        self.num_directions = 2 if bidirectional else 1
+        self.num_directions, self.proj_size = (2 if bidirectional else 1), 0  # nn.LSTM's attribute, always 0 here
         self._flat_names = [
             _add_weights(self, f"_l{layer}{sfx}", input_size if layer == 0 else hidden_size * self.num_directions,
                          hidden_size, chunk_size, bias, device, dtype)
@@ -377,23 +377,28 @@ class ONLSTM(nn.Module):
         flat = self._flatten_input(input)
         h0, c0 = self._initial_state(hx, flat.batch, flat.data, flat.unbatched, flat.sorted_idx)
         if flat.batch == 0:
-            out, h_n, c_n, dist = self._empty(flat, h0)
+            out, h_n, c_n, dist = self._empty(flat, h0, c0)
         else:
             out, h_n, c_n, dist = self._layers(flat, h0, c0, self.resolved_impl(flat.data.device, flat.data.dtype))
         return self._format_output(flat, out, h_n, c_n, dist, return_distances)
 
-    def _empty(self, flat: _Flat, h0: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def _empty(self, flat: _Flat, h0: Tensor, c0: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """What an empty batch gives (as ``nn.LSTM``): outputs of no rows, in the graph of the weights and the
         input (a sum over no elements is exactly 0), so that a loss over them still has a backward."""
-        anchor = flat.data.sum() + h0.sum() + sum(p[:0].sum() for p in self.parameters())
+        anchor = flat.data.sum() + h0.sum() + c0.sum() + sum(p[:0].sum() for p in self.parameters())
         dirs, layers = self.num_directions, self.num_layers * self.num_directions
         out = flat.data.new_zeros(0, self.hidden_size * dirs) + anchor
-        return out, h0 + anchor, h0 + anchor, flat.data.new_zeros(0, 2, layers) + anchor
+        return out, h0 + anchor, c0 + anchor, flat.data.new_zeros(0, 2, layers) + anchor
 
     def _flatten_input(self, input: Tensor | PackedSequence) -> _Flat:
         """Any accepted input as packed rows ``(N, input_size)`` with its batch sizes."""
         if isinstance(input, PackedSequence):
             data, batch_sizes, sorted_idx, unsorted_idx = input
+            if data.dim() != 2:
+                raise ValueError(
+                    f"ONLSTM: a PackedSequence's data must have 2 dimensions (rows, input_size={self.input_size}), "
+                    f"got shape {tuple(data.shape)}; pack (seq, batch, input_size) tensors with pack_padded_sequence"
+                )
             self._check_features(data)
             Fn.check_batch_sizes(batch_sizes, data.shape[0])  # before any kernel trusts them
             if sorted_idx is not None and sorted_idx.numel() != int(batch_sizes[0]):
