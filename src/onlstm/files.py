@@ -236,9 +236,20 @@ def read_lines(path: str | Path) -> list[str]:
 
 
 def iter_lines(path: str | Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file as :func:`read_lines` gives them, streamed (newline="\\n": no other ends)."""
-    with open(path, encoding=UTF8, newline="\n") as f:
-        for line in f:
+    """The lines of a UTF-8 text file as :func:`read_lines` gives them, streamed (``\\n`` ends them, ``\\r\\n``
+    too), each decoded on its own: bytes that are not UTF-8 are an :class:`InputError` naming their line and their
+    offset in the file (a file decoded a block at a time knows neither). The OS errors are the caller's."""
+    with open(path, "rb") as f:
+        offset = 0
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode(UTF8 if lineno == 1 else "utf-8")  # a byte-order mark only where editors write it
+            except UnicodeDecodeError as e:
+                raise InputError(
+                    f"{path}: not UTF-8 text at line {lineno} ({e.reason} at byte {offset + e.start} of the file); "
+                    "convert it to UTF-8, e.g. with iconv -f latin1 -t utf-8"
+                ) from None
+            offset += len(raw)
             yield line.removesuffix("\n").removesuffix("\r")
 
 

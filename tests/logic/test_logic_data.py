@@ -312,9 +312,11 @@ def test_reader_errors_for_missing_or_empty_input(tmp_path):
     os.mkfifo(tmp_path / "fifo")  # there, but not a file: said so, never read (it would never end)
     with pytest.raises(D.LogicDataError, match="fifo: not a regular file"):
         D.read_examples(tmp_path / "fifo")
-    (tmp_path / "bytes").write_bytes(b"#\t( a )\t( b )\n\xff\xfe\n")
-    with pytest.raises(D.LogicDataError, match=r"bytes: not UTF-8 text"):
-        D.read_examples(tmp_path / "bytes")
+    (tmp_path / "bytes").write_bytes(b"<\ta\t( a ( and b ) )\n" * 3000 + b"\xff\xfe\n")
+    with pytest.raises(
+        D.LogicDataError, match=r"bytes: not UTF-8 text at line 3001 \(invalid start byte at byte 60000 "
+    ):
+        D.read_examples(tmp_path / "bytes")  # the line was not known: the file was decoded a block at a time
     (tmp_path / "fifo").unlink()
     (tmp_path / "bytes").unlink()
     (tmp_path / "train2").write_text("", encoding="utf-8")

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import torch
 
-from ..errors import OnlstmError
+from ..errors import InputError, OnlstmError
 from ..files import UTF8
+from ..files import iter_lines as iter_text_lines
 from .reader import TextReader
 from .vocab import EOS, UNK, Vocab
 
@@ -50,33 +51,18 @@ def split_file(data_dir: Path, split: str) -> Path:
     )
 
 
-def _text_lines(path: Path) -> Iterator[str]:
-    """The lines of ``path``, each decoded on its own (a leading byte-order mark dropped, ``\\r\\n`` ends read
-    as ``\\n``), so that bytes that are not UTF-8 are named by their line and their byte in the file."""
-    with open(path, "rb") as f:
-        offset = 0
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode(UTF8 if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise CorpusError(
-                    f"{path}: not UTF-8 text at line {lineno} ({e.reason} at byte {offset + e.start} of the file); "
-                    "convert it to UTF-8, e.g. with iconv -f latin1 -t utf-8"
-                ) from None
-            offset += len(raw)
-            yield line.removesuffix("\n").removesuffix("\r")
-
-
 def iter_lines(path: Path) -> Iterator[list[str]]:
     """The sentences of a text file one at a time (streamed), each as its words plus ``<eos>`` (unless the
     line already ends in ``<eos>``)."""
     path = Path(path)
     try:
-        for line in _text_lines(path):
+        for line in iter_text_lines(path):
             words = line.split()
             if not words or words[-1] != EOS:
                 words.append(EOS)
             yield words
+    except InputError as e:  # a byte that is not UTF-8, named by its line
+        raise CorpusError(str(e)) from None
     except OSError as e:
         raise CorpusError(f"cannot read {path}: {e}") from None
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import OnlstmError
+from ..errors import InputError, OnlstmError
 from ..files import atomic_write, iter_lines, sha256_files
 from .formulas import Formula, FormulaSyntaxError, count_operators_text, parse, to_text
 from .relations import RELATIONS, relation
@@ -139,8 +139,8 @@ def read_file(path: str | Path) -> list[Example]:
     split, number = parse_file_name(path) or (None, None)
     try:
         return [parse_line(line, str(path), i, split, number) for i, line in enumerate(iter_lines(path), start=1)]
-    except UnicodeDecodeError as exc:  # decoded a block at a time: which line is not known
-        raise LogicDataError(f"{path}: not UTF-8 text ({exc.reason}); is it a data file?") from None
+    except InputError as exc:  # a byte that is not UTF-8, named by its line
+        raise LogicDataError(str(exc)) from None
 
 
 def _check_split(split: str | None) -> None:
