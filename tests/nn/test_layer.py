@@ -530,7 +530,9 @@ def test_bad_forward_input(impl):
         m(torch.randn(2, 3, 3), (torch.zeros(2, 3, 4), torch.zeros(2, 3, 5)))
     with pytest.raises(ValueError, match=r"expected h_0 of shape \(2, 4\)"):
         m(torch.randn(5, 3), (torch.zeros(2, 3, 4), torch.zeros(2, 3, 4)))
-    with pytest.raises(ValueError, match="pair"):
+    # one tensor, as a GRU takes: the message names the layer, the pair and both shapes
+    pair = r"ONLSTM: hx must be a pair \(h_0, c_0\) of tensors of shape \(2, 3, 4\), got a tensor of shape \(2, 3, 4\)"
+    with pytest.raises(ValueError, match=pair):
         m(torch.randn(2, 3, 3), torch.zeros(2, 3, 4))
     with pytest.raises(ValueError, match="empty"):
         m(torch.randn(0, 3, 3))
