@@ -243,7 +243,7 @@ def iter_lines(path: str | Path) -> Iterator[str]:
         offset = 0
         for lineno, raw in enumerate(f, 1):
             try:
-                line = raw.decode(UTF8 if lineno == 1 else "utf-8")  # a byte-order mark only where editors write it
+                line = raw.decode(UTF8)  # a byte-order mark dropped on any line: files joined with cat keep theirs
             except UnicodeDecodeError as e:
                 raise InputError(
                     f"{path}: not UTF-8 text at line {lineno} ({e.reason} at byte {offset + e.start} of the file); "

@@ -141,3 +141,13 @@ def test_a_capped_run_trains_and_evaluates_with_words_outside_its_vocabulary(tmp
     capsys.readouterr()
     assert main(["lm", "eval", "--checkpoint", str(out), "--split", "valid", "--json", "--no-progress"]) == 0
     assert json.loads(capsys.readouterr().out)["unknown_words"] > 0
+
+
+def test_files_joined_with_cat_keep_no_byte_order_mark_in_a_word(tmp_path):
+    """Two files an editor wrote with a byte-order mark, joined with ``cat``: the second mark starts a line in the
+    middle of the file; it is not text, and was glued to that line's first word (``'\\ufeffthe'``, a word apart)."""
+    write(tmp_path, {"valid.txt": "the cat\n", "test.txt": "the cat\n"})
+    (tmp_path / "train.txt").write_bytes(("\ufeffthe cat\n" * 2 + "\ufeffthe dog\n").encode("utf-8"))
+    c = load_corpus(tmp_path)
+    assert decode(c, "train") == ["the", "cat", "<eos>"] * 2 + ["the", "dog", "<eos>"]
+    assert not any("\ufeff" in w for w in c.vocab.words)
