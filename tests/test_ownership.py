@@ -278,10 +278,12 @@ def test_only_an_onlstm_export_written_before_markers_is_replaced_without_overwr
 def test_the_exported_kinds_are_the_registered_ones():
     import onlstm.lm
     import onlstm.logic  # noqa: F401
-    from onlstm.saved import kind_names
+    from onlstm.saved import find_kind, kind_names
     from onlstm.sharing import EXPORTED_KINDS
 
-    assert set(EXPORTED_KINDS) == set(kind_names())
+    # the package's own kinds: an example or a test registers its own in the same process (copy_task.py)
+    ours = {k for k in kind_names() if find_kind(k).model.__module__.startswith("onlstm.")}
+    assert set(EXPORTED_KINDS) == ours and {"lm", "logic-classifier"} <= ours
 
 
 def test_a_write_killed_by_kill_9_is_cleared_by_the_next_one_and_a_live_ones_is_not(tmp_path):
