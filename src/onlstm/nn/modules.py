@@ -247,9 +247,9 @@ def _check_hx(hx, want: tuple, *, who: str, names: tuple[str, str], shape: str, 
     """``hx``, a pair of tensors of shape ``want`` and the weights' ``dtype`` (the messages name ``who``, ``names``
     and ``shape``); unbatched ones get their batch dimension ``dim`` back."""
     if not isinstance(hx, (tuple, list)) or len(hx) != 2:
-        got = f"a tensor of shape {tuple(hx.shape)}" if isinstance(hx, Tensor) else f"{type(hx).__name__}"
-        got += f" of {len(hx)}" if isinstance(hx, (tuple, list)) else ""
-        raise ValueError(f"{who}: hx must be a pair ({names[0]}, {names[1]}) of tensors of shape {want}, got {got}")
+        given = f"a tensor of shape {tuple(hx.shape)}" if isinstance(hx, Tensor) else f"{type(hx).__name__}"
+        given += f" of {len(hx)}" if isinstance(hx, (tuple, list)) else ""
+        raise ValueError(f"{who}: hx must be a pair ({names[0]}, {names[1]}) of tensors of shape {want}, got {given}")
     for name, t in zip(names, hx):
         if not isinstance(t, Tensor) or tuple(t.shape) != want:
             got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
