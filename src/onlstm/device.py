@@ -126,13 +126,15 @@ class StopRequest:
 @contextlib.contextmanager
 def evaluating(model: torch.nn.Module):
     """``model`` in eval mode inside the block and in its caller's mode after it: a scorer or parser called inside
-    a training loop must not leave dropout off."""
-    was_training = model.training
+    a training loop must not leave dropout off. Each submodule gets its own mode back (a frozen part left in eval
+    mode in a training model stays so)."""
+    modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
         yield model
     finally:
-        model.train(was_training)
+        for m, training in modes:
+            m.training = training
 
 
 def prepare_kernel(model: torch.nn.Module, device: torch.device) -> None:
