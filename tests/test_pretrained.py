@@ -299,6 +299,24 @@ def test_the_python_apis_bad_arguments_are_the_librarys_input_errors(tmp_path):
         LanguageModel.from_pretrained(tmp_path / "m", dtype="float64")
 
 
+def test_loading_a_model_leaves_the_callers_random_numbers_alone(tmp_path):
+    """from_pretrained built the model (random initial weights, then replaced by the saved ones) from the global RNG,
+    so ``torch.manual_seed(0); from_pretrained(...); torch.rand(3)`` drew other numbers than without the load."""
+    from onlstm.logic.model import LogicModelConfig
+
+    small_lm().save_pretrained(tmp_path / "lm", WORDS)
+    LogicClassifier(LogicModelConfig(emb_size=8, hidden_size=8, chunk_size=4)).save_pretrained(tmp_path / "logic")
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    for load in (
+        lambda: LanguageModel.from_pretrained(tmp_path / "lm"),
+        lambda: LogicClassifier.from_pretrained(tmp_path / "logic"),
+    ):
+        torch.manual_seed(0)
+        load()
+        assert torch.equal(torch.rand(3), expected)
+
+
 def test_save_pretrained_refuses_what_from_pretrained_could_not_read(tmp_path):
     from onlstm.errors import InputError
 

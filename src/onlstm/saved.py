@@ -202,7 +202,8 @@ def load_run(
     saved, weights = RunFiles.find(path, tag)
     config = saved.read_config(kind, what, hint)
     try:
-        model = build(config["model"])
+        with torch.random.fork_rng(devices=[]):  # the initial weights, replaced below, must not use the caller's RNG
+            model = build(config["model"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{saved.config_path}: bad model config ({exc})") from None
     run = LoadedRun(model, config, vocab(saved.vocab_path) if vocab else None, saved.path, weights)
