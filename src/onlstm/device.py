@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .errors import InputError, leave_closed_terminal, stop_signals
+from .errors import InputError, first_line, leave_closed_terminal, stop_signals
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -36,6 +36,13 @@ def as_device(device: str | torch.device) -> torch.device:
         raise InputError(f"device {device!r} was asked for but CUDA is not available; use device='cpu'")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise InputError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if dev.type == "meta":  # a model there has no weights: loading would drop them, the first call fail deep inside
+        raise InputError(f"device {device!r} holds no data, so the weights cannot be loaded onto it; use device='cpu'")
+    if dev.type not in ("cpu", "cuda"):  # mps, xpu, ...: torch's own error would come from deep inside the load
+        try:
+            torch.empty(0, device=dev)
+        except (RuntimeError, AssertionError) as exc:
+            raise InputError(f"device {device!r} cannot be used here ({first_line(exc)}); use device='cpu'") from None
     return dev
 
 
@@ -126,13 +133,15 @@ class StopRequest:
 @contextlib.contextmanager
 def evaluating(model: torch.nn.Module):
     """``model`` in eval mode inside the block and in its caller's mode after it: a scorer or parser called inside
-    a training loop must not leave dropout off."""
-    was_training = model.training
+    a training loop must not leave dropout off. Each submodule gets its own mode back (a frozen part left in eval
+    mode in a training model stays so)."""
+    modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
         yield model
     finally:
-        model.train(was_training)
+        for m, training in modes:
+            m.training = training
 
 
 def prepare_kernel(model: torch.nn.Module, device: torch.device) -> None:

@@ -198,11 +198,12 @@ def load_run(
     :meth:`RunFiles.read_config`. The model comes back in ``dtype``, or (None) in the one its weights were saved in.
     Every failure is a :class:`CheckpointError` naming the file."""
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise ValueError(f"dtype must be a floating-point torch.dtype such as torch.float64, got {dtype!r}")
+        raise InputError(f"dtype must be a floating-point torch.dtype such as torch.float64, got {dtype!r}")
     saved, weights = RunFiles.find(path, tag)
     config = saved.read_config(kind, what, hint)
     try:
-        model = build(config["model"])
+        with torch.random.fork_rng(devices=[]):  # the initial weights, replaced below, must not use the caller's RNG
+            model = build(config["model"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{saved.config_path}: bad model config ({exc})") from None
     run = LoadedRun(model, config, vocab(saved.vocab_path) if vocab else None, saved.path, weights)

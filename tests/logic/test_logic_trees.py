@@ -147,3 +147,22 @@ def test_formula_trees_refuses_a_text_that_is_no_formula(text):
     with pytest.raises(FormulaSyntaxError, match=r"formula 1 \(.*\) is not in the notation"):
         formula_trees(_model(), ["( a ( and b ) )", text])
     assert formula_trees(_model(), ["( a ( and b ) )"]).operators == [1]
+
+
+def test_formula_trees_reads_any_list_and_refuses_one_text_or_a_batch_size_below_one():
+    """One formula given alone was read character by character (``formula 0 ('(') is not in the notation``), a
+    generator failed with ``TypeError: object of type 'generator' has no len()``, and ``batch_size=0`` or ``-1``
+    with Python's own ``range()``/``zip()`` messages."""
+    from onlstm.errors import InputError
+    from onlstm.logic.trees import formula_trees
+
+    model, formulas = _model(), ["( a ( and b ) )", "( not ( c ( or d ) ) )", "a"]
+    expected = formula_trees(model, formulas).induced
+    assert formula_trees(model, (f for f in formulas)).induced == expected
+    assert induced_trees(model, (f for f in formulas)) == expected
+    assert formula_trees(model, tuple(formulas), batch_size=1).induced == expected
+    with pytest.raises(InputError, match="formulas must be a list of formulas .* got str; put one formula in a list"):
+        formula_trees(model, "( a ( and b ) )")
+    for batch_size in (0, -1, 1.5, True):
+        with pytest.raises(InputError, match="batch_size must be a whole number of at least 1"):
+            formula_trees(model, formulas, batch_size=batch_size)

@@ -16,6 +16,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_sequenc
 from ..checkpoint import CheckpointError, config_header, read_json
 from ..device import evaluating
 from ..encoders import make_encoder
+from ..errors import InputError
 from ..saved import LoadedRun, RunFiles, load_run
 from ..sharing import check_run_config, model_card, pretrained_path, save_pretrained
 from .config import MLP_ACTIVATIONS, LogicModelConfig
@@ -42,7 +43,7 @@ def token_ids(formula: Formula | str) -> list[int]:
     try:
         return [TOKEN_IDS[t] for t in tokens]
     except KeyError as exc:
-        raise ValueError(f"unknown token {exc.args[0]!r}; the vocabulary is {' '.join(VOCABULARY)}") from None
+        raise InputError(f"unknown token {exc.args[0]!r}; the vocabulary is {' '.join(VOCABULARY)}") from None
 
 
 def pad_batch(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,6 +54,12 @@ def pad_batch(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor
     if int(lengths.min()) == 0:
         raise ValueError("a formula has no tokens")
     return pad_sequence([torch.as_tensor(s, dtype=torch.int64) for s in seqs]), lengths
+
+
+def check_batch_size(batch_size: int) -> None:
+    """``batch_size`` of the Python API: a whole number of at least 1 (0 or -1 would read nothing)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
 
 
 def pair_features(h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
@@ -134,8 +141,7 @@ class LogicClassifier(nn.Module):
     def relation_probabilities(self, pairs, batch_size: int = 512) -> torch.Tensor:
         """``(N, 7)`` probabilities of the relations of ``pairs`` (as :meth:`predict` reads them), the columns in
         the order of :data:`~onlstm.logic.relations.RELATIONS`; in eval mode, the model's mode given back."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
+        check_batch_size(batch_size)
         return encoded_logits(self, encode_pairs(pairs), batch_size).softmax(-1)
 
     def save_pretrained(
@@ -216,13 +222,13 @@ def encode_pairs(pairs) -> list[Encoded]:
     """``(ids of A, ids of B, 0)`` for each pair ``(A, B)`` of formulas (texts or :class:`Formula` objects), each
     text read by :func:`~onlstm.logic.formulas.parse` (a ``FormulaSyntaxError`` names the pair and the side)."""
     if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
-        raise ValueError(f"pairs must be a list of (A, B) formula pairs, got {type(pairs).__name__}")
+        raise InputError(f"pairs must be a list of (A, B) formula pairs, got {type(pairs).__name__}")
     if not pairs:
-        raise ValueError("pairs is empty: give at least one (A, B) pair of formulas")
+        raise InputError("pairs is empty: give at least one (A, B) pair of formulas")
     out = []
     for k, pair in enumerate(pairs):
         if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
-            raise ValueError(f"pair {k} must be two formulas (A, B), got {pair!r}")
+            raise InputError(f"pair {k} must be two formulas (A, B), got {pair!r}")
         sides = []
         for which, f in zip(("first", "second"), pair):
             if isinstance(f, str):
@@ -231,7 +237,7 @@ def encode_pairs(pairs) -> list[Encoded]:
                 except FormulaSyntaxError as exc:
                     raise FormulaSyntaxError(f"pair {k}, {which} formula: {exc}") from None
             elif not isinstance(f, (Var, Not, Binary)):
-                raise ValueError(f"pair {k}, {which} formula: a text or a Formula, got {type(f).__name__}")
+                raise InputError(f"pair {k}, {which} formula: a text or a Formula, got {type(f).__name__}")
             sides.append(token_ids(f))
         out.append((sides[0], sides[1], 0))
     return out

@@ -21,11 +21,12 @@ from ..checkpoint import CheckpointError
 from ..data.trees import Tree, build_tree, leaves, parse_brackets, to_brackets
 from ..device import evaluating
 from ..encoders import has_distances
+from ..errors import InputError
 from ..files import write_text
 from ..nn import Distances
 from .data import Example
 from .formulas import FormulaSyntaxError, count_operators_text, parse
-from .model import TOKENS, LogicClassifier, pad_batch, token_ids
+from .model import TOKENS, LogicClassifier, check_batch_size, pad_batch, token_ids
 
 BRACKETS = ("(", ")")
 GATES = Distances._fields  # ("forget", "input"): which master gate's distances split a formula
@@ -61,6 +62,17 @@ def check_distances(model: LogicClassifier, where: object) -> None:
         )
 
 
+def formula_list(formulas: Iterable[str]) -> list[str]:
+    """``formulas`` (a list, a tuple, any iterable of texts) as a list; one text alone is refused: it would be read
+    as formulas of one character each."""
+    if isinstance(formulas, (str, bytes)) or not isinstance(formulas, Iterable):
+        raise InputError(
+            f"formulas must be a list of formulas (texts in the notation), got {type(formulas).__name__}; "
+            "put one formula in a list: [text]"
+        )
+    return list(formulas)
+
+
 @torch.no_grad()
 def formula_distances(
     model: LogicClassifier, formulas: Sequence[str], batch_size: int = 512, gate: str = "forget"
@@ -68,8 +80,10 @@ def formula_distances(
     """Per formula (text in the notation), the ``gate`` distance (:data:`GATES`) of each of its tokens, brackets
     included, from the last ON-LSTM layer of ``model``'s encoder, in eval mode (the model's mode is restored)."""
     check_distances(model, "formula_distances")
+    formulas = formula_list(formulas)
+    check_batch_size(batch_size)
     if gate not in GATES:
-        raise ValueError(f"gate must be one of {', '.join(GATES)}, not {gate!r}")
+        raise InputError(f"gate must be one of {', '.join(GATES)}, not {gate!r}")
     device, out = next(model.parameters()).device, []
     with evaluating(model):
         for i in range(0, len(formulas), batch_size):
@@ -85,7 +99,7 @@ def induced_trees(
 ) -> list[Tree]:
     """The tree ``model``'s ``gate`` distances induce for each formula (text in the notation), over its tokens
     without brackets (see the module's docstring); a formula of one token is that token."""
-    trees = []
+    formulas, trees = formula_list(formulas), []
     for text, dist in zip(formulas, formula_distances(model, formulas, batch_size, gate), strict=True):
         tree = without_brackets(build_tree(text.split(" "), dist))
         assert tree is not None, f"{text!r} has no token but brackets"  # token_ids accepted it: it has variables
@@ -134,6 +148,7 @@ def formula_trees(
 ) -> FormulaTrees:
     """:class:`FormulaTrees` of ``formulas`` (written in the notation, docs/logic.md) under ``model``, induced from
     its ``gate`` distances; a text that is no formula is a :class:`FormulaSyntaxError` naming it."""
+    formulas = formula_list(formulas)
     for k, text in enumerate(formulas):
         if not isinstance(text, str):
             raise FormulaSyntaxError(f"formula {k} is a {type(text).__name__}, not a text in the notation")

@@ -174,7 +174,7 @@ class LanguageModel(nn.Module):
         from ..data.trees import build_tree
 
         if not self.has_distances:
-            raise ValueError(f"a {self.config.cell!r} model has no master gates, so it induces no trees")
+            raise InputError(f"a {self.config.cell!r} model has no master gates, so it induces no trees")
         check_batch_size(batch_size)
         words = self.words(sentences)
         index = default_parse_layer(getattr(self, "run_config", {}), len(self.layers), layer)
@@ -253,7 +253,16 @@ class LanguageModel(nn.Module):
         """The vocabulary the scorers and the parser read with: they frame every sentence with ``<eos>``."""
         vocab = getattr(self, "vocab", None)
         if vocab is None:
-            raise ValueError("the model has no vocabulary: load it with from_pretrained, or set model.vocab")
+            raise InputError("the model has no vocabulary: load it with from_pretrained, or set model.vocab")
+        if not isinstance(vocab, Vocab):  # a list of words, as save_pretrained takes
+            if isinstance(vocab, (str, bytes)) or not isinstance(vocab, Sequence):
+                raise InputError(f"model.vocab must be a Vocab or a list of words, got {type(vocab).__name__}")
+            vocab = Vocab(check_words(list(vocab)))
+        if len(vocab) != self.config.vocab_size:
+            raise InputError(
+                f"model.vocab has {len(vocab)} words but the model expects {self.config.vocab_size} (its "
+                "vocab_size); set the vocabulary it was trained with"
+            )
         if EOS not in vocab:
             raise InputError(
                 f"the model's vocabulary has no {EOS}, which scoring and parsing read around every sentence (its "
@@ -310,10 +319,10 @@ class LanguageModel(nn.Module):
 
         vocab = getattr(self, "vocab", None) if vocab is None else vocab
         if vocab is None:
-            raise ValueError("no vocabulary: pass the model's vocabulary (a Vocab or a list of words)")
+            raise InputError("no vocabulary: pass the model's vocabulary (a Vocab or a list of words)")
         words = check_words(list(getattr(vocab, "words", vocab)))
         if len(words) != self.config.vocab_size:
-            raise ValueError(f"the vocabulary has {len(words)} words but the model expects {self.config.vocab_size}")
+            raise InputError(f"the vocabulary has {len(words)} words but the model expects {self.config.vocab_size}")
         from ..sharing import check_run_config
 
         run_config = check_run_config(getattr(self, "run_config", None) if run_config is None else run_config)
