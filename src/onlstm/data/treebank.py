@@ -40,9 +40,11 @@ class TreebankError(OnlstmError, ValueError):
     """A treebank that cannot be read; the message names the file and the problem."""
 
 
-def normalise_word(word: str) -> str:
-    """Lowercase and replace every run of digits by ``N``: ``"1987"`` -> ``"N"``, ``"3.5"`` -> ``"N.N"``."""
-    return _DIGITS.sub("N", word.lower())
+def normalise_word(word: str, lowercase: bool = True, number: str | None = "N") -> str:
+    """A treebank word in a training text's form; by default the paper's (Mikolov's PTB): lower case and every run
+    of digits as ``N`` (``"1987"`` -> ``"N"``, ``"3.5"`` -> ``"N.N"``); ``number`` None keeps the digits."""
+    word = word.lower() if lowercase else word
+    return word if number is None else _DIGITS.sub(lambda _: number, word)
 
 
 def normalise_tree(tree: LabelledTree) -> LabelledTree | None:

@@ -222,8 +222,8 @@ class CppKernel:
         # per layer size (cpp_gemm.size_class): one choice for every size kept what a first call timed (a smoke test
         # on one row chose MKL, 10x faster there, for a 400 -> 1150 layer on which it ran a third slower)
         self._by_size: dict[tuple[int, ...], cpp_gemm.Choice] = {}
-        # under bfloat16 autocast, per layer size (input, hidden, chunk, batch rounded up to a power of two):
-        # products in bfloat16?, and why; bf16 is the last decision, for onlstm info
+        # under bfloat16 autocast, per layer size (cpp_gemm.size_class, as the backend): products in bfloat16?, and
+        # why; bf16 is the last decision, for onlstm info
         self._bf16: dict[tuple[int, ...], tuple[bool, str]] = {}
         self.bf16: tuple[bool, str] | None = None
 
@@ -294,8 +294,7 @@ class CppKernel:
             return False
         if not inputs.batch_sizes.numel():  # nothing to time the products on
             return False
-        batch = 1 << (int(inputs.batch_sizes[0]) - 1).bit_length()
-        size = (inputs.x.shape[1], inputs.w_hh.shape[1], int(inputs.chunk), batch)
+        size = cpp_gemm.size_class(inputs)
         if size not in self._bf16:  # a small layer may be faster in float32 and a large one in bfloat16
             with torch.no_grad(), torch.autocast("cpu", enabled=False):
                 self._bf16[size] = cpp_gemm.choose_bf16(self._module, inputs)

@@ -4,17 +4,15 @@ per layer, next to the trivial baselines on the same sentences. The metrics them
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
 from ..data.reader import TextReader
+from ..data.treebank import normalise_word
 from ..saved import LoadedRun
 from .baselines import score_baselines
 from .induce import sentence_distances, trees_from_distances
 from .metrics import ParseEvaluation, evaluate
-
-_DIGITS = re.compile(r"\d+")  # a run of digits, as the treebank's normalisation replaces it (data/treebank.py)
 
 #: The paper's unsupervised-parsing figures (sentence-level F1, %), for the table's reference line.
 PAPER_SOURCE = "Shen et al. 2019, Table 2: layer 2 of the 1150-unit PTB model, 5 seeds, full WSJ"
@@ -52,9 +50,7 @@ def model_words(sentence, reader: TextReader) -> list[str]:
     model with digits reads ``Paris`` and ``1,200`` as written, not ``paris`` and ``N,N`` (its ``<unk>``)."""
     if not sentence.raw_words:  # a sentence built without them: the normalised words
         return list(sentence.words)
-    words = [w.lower() for w in sentence.raw_words] if reader.lowercase else list(sentence.raw_words)
-    number = reader.number
-    return words if number is None else [_DIGITS.sub(lambda _: number, w) for w in words]
+    return [normalise_word(w, reader.lowercase, reader.number) for w in sentence.raw_words]
 
 
 def score_treebank(
