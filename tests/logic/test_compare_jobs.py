@@ -158,27 +158,31 @@ def test_what_an_ended_run_kept_is_said_as_it_is(tmp_path):
 
 
 @pytest.mark.parametrize("ignored", [False, True], ids=["SIGINT default", "SIGINT ignored"])
-def test_a_stop_while_a_runs_process_starts_is_one_line_in_its_log(tmp_path, ignored):
-    """The parent passes a Ctrl-C on to its runs at once; one that is still importing torch (seconds) ended in a
-    KeyboardInterrupt's traceback in its log, and was said to be killed with a checkpoint kept. A comparison started
-    in the background (`cmd &`, nohup) has SIGINT ignored and its children inherited that: the stop request it passes
-    on (a SIGINT) was lost, and the run went on."""
-    import time
-
-    from onlstm.logic.config import LogicTrainConfig
-    from onlstm.logic.model import LogicModelConfig
-    from onlstm.logic.parallel import logic_job
+@pytest.mark.parametrize("phase", ["starting", "importing"])
+def test_a_stop_while_a_runs_process_starts_is_one_line_in_its_log(tmp_path, monkeypatch, ignored, phase):
+    """The parent passes a Ctrl-C on to its runs at once. A run still starting (its interpreter up) or importing
+    its trainer (torch: seconds; here an entry whose import takes 3 s, the stop sent once it began) ended in a
+    KeyboardInterrupt's traceback in its log, was said to be killed with a checkpoint kept, or, landing inside
+    torch's C++ start-up, went on or failed (exit 2, exit 1). A comparison started in the background (`cmd &`,
+    nohup) has SIGINT ignored and its children inherited that: the stop request (a SIGINT) was lost."""
     from onlstm.studies import parallel
 
-    job = logic_job(tmp_path / "lstm-seed0", LogicModelConfig(cell="lstm"), LogicTrainConfig(seed=0), "data", False)
+    started = tmp_path / "entry-import-started"
+    entry = f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(3)\n\ndef run(payload):\n    return 0\n"
+    (tmp_path / "slow_entry.py").write_text(entry)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    job = parallel.Job("slow, seed 0", tmp_path / "slow-seed0", False, "slow_entry:run", {}, "onlstm logic train")
     before = signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.default_int_handler)
     try:
         proc = parallel._start(job)
     finally:
         signal.signal(signal.SIGINT, before)
-    time.sleep(0.3)  # the interpreter is up and importing (torch takes seconds), the training not begun
+    if phase == "starting":  # the interpreter starting, or importing torch
+        time.sleep(0.05)
+    while phase == "importing" and not started.exists() and proc.poll() is None:  # importing the entry (3 s)
+        time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=120) == 130
+    assert proc.wait(timeout=60) == 130  # the stop is acted on once the import is done: not a run (0)
     text = job.log_path.read_text()
     assert "Traceback" not in text and "nothing saved" in text, text
     assert parallel._ended(job, proc.returncode, lambda line: None).why == "stopped before it saved anything"

@@ -98,13 +98,16 @@ def _start(job: Job) -> subprocess.Popen:
     spec = {"entry": job.entry, "payload": job.payload, "parent": os.getpid(), "command": job.command}
     log = open(job.log_path, "a", encoding="utf-8")  # the child holds it open; closed here at once
     try:
-        # a stop request while the child imports torch (seconds) ends it in one line, not a traceback in its log;
-        # SIGINT is set too: a parent started in the background (`cmd &`, nohup) hands its children SIGINT ignored,
-        # and the stop request this process passes on is a SIGINT
+        # a stop request while the child imports torch (seconds) is held until the import is done, then ends it in
+        # one line (a KeyboardInterrupt inside torch's C++ start-up failed the import: a traceback, exit 1); SIGINT
+        # is set too: a parent started in the background (`cmd &`, nohup) hands its children SIGINT ignored, and
+        # the stop request this process passes on is a SIGINT
         code = (
-            "import signal, sys\nsignal.signal(signal.SIGTERM, signal.default_int_handler)\n"
-            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-            "try:\n    from onlstm.studies.parallel import child\nexcept KeyboardInterrupt:\n"
+            "import signal, sys\nheld, stops = [], (signal.SIGINT, signal.SIGTERM)\n"
+            "for s in stops:\n    signal.signal(s, lambda n, f: held.append(n))\n"
+            "from onlstm.studies.parallel import child\ntry:\n"
+            "    for s in stops:\n        signal.signal(s, signal.default_int_handler)\n"
+            "    if held:\n        raise KeyboardInterrupt\nexcept KeyboardInterrupt:\n"
             "    print('stopped before the run began: nothing saved', flush=True)\n    sys.exit(130)\nchild()"
         )
         # the same onlstm as this process's, installed or not
@@ -171,7 +174,7 @@ def child() -> None:
     module, function = spec["entry"].split(":")
     try:
         _stop_with(spec["parent"])
-        status = getattr(importlib.import_module(module), function)(spec["payload"])
+        status = _held_import(module, function)(spec["payload"])
     except KeyboardInterrupt:  # a second stop request, or one before the training began: nothing saved
         sys.exit(EXIT_INTERRUPTED)
     except OnlstmError as exc:  # one line, as the command prints it, for the comparison to quote
@@ -182,6 +185,24 @@ def child() -> None:
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def _held_import(module: str, function: str) -> Callable:
+    """``module.function``, imported with a stop request held back until the import is done (torch's, seconds):
+    a KeyboardInterrupt raised inside torch's C++ start-up is no exception there (it aborted the process, or left
+    the import failed, exit 1); a request held is then one line and a KeyboardInterrupt, nothing saved."""
+    held: list[int] = []
+    signums = (signal.SIGINT, signal.SIGTERM)
+    before = [signal.signal(signum, lambda signum, frame: held.append(signum)) for signum in signums]
+    try:
+        entry = getattr(importlib.import_module(module), function)
+    finally:
+        for signum, old in zip(signums, before):
+            signal.signal(signum, old)
+    if held:
+        print("stopped before the run began: nothing saved", flush=True)
+        raise KeyboardInterrupt
+    return entry
 
 
 #: prctl's option: the signal this process gets when the thread that started it ends (linux/prctl.h).
