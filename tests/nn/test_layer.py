@@ -630,19 +630,34 @@ def test_torch_export_traces_the_layer_and_matches_eager():
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.slow  # compiling takes tens of seconds
-def test_torch_compile_fullgraph_matches_eager(monkeypatch):
-    if os.environ.get("ATEN_CPU_CAPABILITY") == "default":
-        # torch's inductor still writes vectorised C++ (at::vec) that its headers leave out at this capability and
-        # fails to compile it (torch 2.13); scalar code is what this setting asks for (docs/layer.md)
-        import torch._inductor.config as inductor
+COMPILED = """
+import os, torch, onlstm
+if os.environ.get("ATEN_CPU_CAPABILITY") == "default":
+    # torch's inductor still writes vectorised C++ (at::vec) that its headers leave out at this capability and
+    # fails to compile it (torch 2.13); scalar code is what this setting asks for (docs/layer.md)
+    import torch._inductor.config as inductor
+    inductor.cpp.simdlen = 1
+torch.manual_seed(0)
+layer, x = onlstm.ONLSTM(3, 4, chunk_size=2).eval(), torch.randn(3, 2, 3)  # impl 'auto': the fastest kernel
+out, (h, c) = layer(x)
+c_out, (c_h, c_c) = torch.compile(layer, fullgraph=True)(x)
+for got, want in ((c_out, out), (c_h, h), (c_c, c)):
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+print("COMPILED OK")
+"""
 
-        monkeypatch.setattr(inductor.cpp, "simdlen", 1)
-    layer, x = _tiny_layer_and_input()
-    out, (h, c) = layer(x)
-    c_out, (c_h, c_c) = torch.compile(layer, fullgraph=True)(x)
-    for got, want in ((c_out, out), (c_h, h), (c_c, c)):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+@pytest.mark.slow  # compiling takes tens of seconds
+def test_torch_compile_fullgraph_matches_eager():
+    # in a process of its own, as a user's script compiles it: in a test worker that had run others first, the
+    # compiled code twice died of a segmentation fault inside inductor's output (not reproduced alone, nor in one
+    # process with the layer's and kernels' tests; see the note on issue #46)
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, ["src", os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", COMPILED], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0 and "COMPILED OK" in r.stdout, r.stderr[-3000:]
 
 
 def test_batch_sizes_of_a_padded_input_come_from_its_shape(monkeypatch):
