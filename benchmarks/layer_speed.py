@@ -87,9 +87,9 @@ def runs_cpp(impl: str) -> bool:
 
 
 def on_backend(run, backend: str | None, tiles: str = "auto"):
-    """``run`` with the C++ kernel's products on ``backend``, or for None on the one the kernel chose (timed at its
-    first float32 call), and the avx2 tiles' orientation ``tiles``, set before each call: the rows of one process
-    alternate, each on its own backend."""
+    """``run`` with the C++ kernel's products on ``backend``, or for None on the one the kernel chooses (timed at
+    the first float32 call of each layer size), and the avx2 tiles' orientation ``tiles``, set before each call: the
+    rows of one process alternate, each on its own backend."""
     from onlstm.nn.cpp_kernel import load_extension
 
     ext, kernel = load_extension(), kernels.load_kernel("cpp")
@@ -97,9 +97,7 @@ def on_backend(run, backend: str | None, tiles: str = "auto"):
         return run
 
     def go():
-        name = backend or (kernel.choice.backend if kernel.choice is not None else None)
-        if name is not None:
-            ext.set_gemm_backend(name)
+        kernel.pin(backend)  # None: the kernel's own choice for each layer size
         if hasattr(ext, "set_avx2_tiles"):
             ext.set_avx2_tiles(tiles)
         run()

@@ -338,3 +338,45 @@ def test_onlstm_info_lists_the_choices_earlier_processes_kept(tmp_path, timings,
     assert cpp_gemm.cached_choices(tmp_path) == expected
     line = CppKernel(FakeModule(["linear", "mkl"], {}), tmp_path).describe()
     assert line.endswith(f"; chosen here before: {expected}; under bfloat16 autocast: float32 (no bfloat16 (test))")
+
+
+def test_each_layer_size_runs_on_the_backend_timed_for_it(monkeypatch):
+    """A product of a few rows runs fastest on MKL, a large layer's on a packed route: one choice for every size
+    kept what the first call timed (a smoke test on one row chose MKL for the real layer). Each size class is timed
+    once, at its first call, and every later call of that size (forward or backward, after calls of other sizes)
+    runs on its own; a pinned backend (benchmarks, tests) runs every call, and None gives the choice back."""
+    from onlstm.nn.cpp_kernel import CppKernel
+
+    asked: list = []
+
+    def by_batch(module, backends, sizes, timer):  # small batches: MKL fastest; large ones: the packed linear
+        asked.append(sizes)
+        fastest = "mkl" if sizes[3] < 16 else "linear"
+        return {b: 1.0 if b == fastest else 2.0 + (b == "onednn") for b in backends}
+
+    monkeypatch.setattr(cpp_gemm, "time_backends", by_batch)
+    monkeypatch.setattr(cpp_gemm, "load_average", lambda: (0.5, 2))
+    monkeypatch.delenv(cpp_gemm.ENV, raising=False)
+    module = FakeModule(["onednn", "linear", "mkl"], {})
+    kernel = CppKernel(module, None)
+    small, large = inputs(batch=1, steps=2), inputs(batch=64, steps=50)
+    kernel._set_backend(small)
+    assert module.backend == "mkl" and kernel.choice.backend == "mkl"
+    kernel._set_backend(large)
+    assert module.backend == "linear"
+    kernel._set_backend(small)  # the first size again (its backward, say): its own backend, not timed again
+    assert module.backend == "mkl" and len(asked) == 2
+    kernel._set_backend(inputs(batch=60, steps=3))  # the same class (a batch of up to 64) as the large call
+    assert module.backend == "linear" and len(asked) == 2
+    assert kernel.pin("mkl") and not kernel.pin("avx2")  # avx2 does not run on this module
+    kernel._set_backend(large)
+    assert module.backend == "mkl"
+    assert kernel.pin(None)
+    kernel._set_backend(large)
+    assert module.backend == "linear" and len(asked) == 2
+
+
+def test_the_size_class_rounds_the_batch_up_to_a_power_of_two_and_leaves_the_steps_out():
+    assert cpp_gemm.size_class(inputs(batch=20, steps=70)) == (5, 6, 2, 32)
+    assert cpp_gemm.size_class(inputs(batch=1, steps=1)) == (5, 6, 2, 1)
+    assert cpp_gemm.size_class(inputs(batch=32, steps=500)) == (5, 6, 2, 32)

@@ -12,6 +12,7 @@ import torch
 from torch.nn.utils.rnn import pack_sequence
 
 import onlstm
+from onlstm.nn import kernels
 from onlstm.nn.cpp_kernel import extension_error, load_extension
 
 
@@ -275,11 +276,6 @@ def _reference_case(size, lengths):
     return seqs, weights, _grads(ref, pack_sequence([s.double() for s in seqs]))
 
 
-def _backend_chosen() -> None:
-    """One float32 call of the C++ kernel: its backend is chosen (timed or cached) by then."""
-    onlstm.ONLSTM(3, 4, chunk_size=2, impl="cpp")(torch.zeros(2, 1, 3))
-
-
 HELD_TO_AVX2 = """
 import torch, onlstm
 from onlstm.nn.cpp_kernel import load_extension
@@ -324,7 +320,7 @@ def test_held_to_avx2_the_kernel_runs_the_routes_of_a_cpu_without_avx512():
         ((128, 400, 400, "reverse"), (9, 7, 7, 4, 2, 1)),  # the logic study's LSTM-like baseline: one chunk
     ],
 )
-def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, size, lengths):
+def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, size, lengths, monkeypatch):
     """Issue #34: float32 products run through oneDNN's matmul with padded row counts (or MKL); every padded
     product must leave the real rows as the reference computes them (float64, same weights). ``onednn``: the
     per-step products on a packed weight (where torch has the ops), ``onednn-plain``: on the weight as stored;
@@ -334,12 +330,16 @@ def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, si
     tiles chosen by the batch or forced to one orientation (``-rows``, ``-outputs``: rows or outputs along the
     vector lanes). Each is forced here, so a machine with every instruction runs the routes of machines without
     them."""
-    ext = load_extension()
-    assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
-    _backend_chosen()  # the kernel's own choice (cpp_gemm) made first, so that it does not replace the test's
-    before, packed_before = ext.gemm_backend(), ext.packed_steps()
-    if not ext.set_gemm_backend(backend.split("-")[0]):
+    ext, kernel = load_extension(), kernels.load_kernel("cpp")
+    assert ext is not None and kernel is not None, f"C++ kernel failed to build: {extension_error()}"
+    packed_before = ext.packed_steps()
+    if not kernel.pin(backend.split("-")[0]):
         pytest.skip(f"{backend} does not run here: {ext.gemm_why_not_onednn()}")
+    ran = []  # the backend in use at each call: the pinned one, not the kernel's own choice for the size
+    for name in ("forward", "backward"):
+        monkeypatch.setattr(
+            ext, name, functools.partial(lambda f, *a: ran.append(ext.gemm_backend()) or f(*a), getattr(ext, name))
+        )
     ext.set_packed_steps(not backend.endswith("-plain"))
     if backend.startswith("avx2-"):
         ext.set_avx2_tiles(backend.split("-")[1])
@@ -350,9 +350,10 @@ def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, si
         cpp.load_state_dict(weights)
         got = _grads(cpp, pack_sequence(seqs))
     finally:
-        ext.set_gemm_backend(before)
+        kernel.pin(None)
         ext.set_packed_steps(packed_before)
         ext.set_avx2_tiles("auto")
+    assert ran and set(ran) == {backend.split("-")[0]}, ran
     for i, (a, b) in enumerate(zip(want, got)):
         err = ((a - b).abs().max() / (1 + a.abs().max())).item()
         assert err < 1e-4, f"item {i}: relative error {err:.1e}"

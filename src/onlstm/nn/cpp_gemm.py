@@ -5,8 +5,9 @@ oneDNN accepts float32 matmul: AVX-512 or AVX-NE-CONVERT), oneDNN's linear on we
 (``linear``), that route with the per-step products and the weight gradient by the kernel's own AVX2 code
 (``avx2``, where the CPU has AVX2 and FMA), and ATen's GEMM (``mkl``, always). Which is fastest depends on the CPU
 and its load, not on its instruction set's name: on an AVX2-only AMD EPYC the packed linear beat MKL, on an AVX-512 one the matmul did
-(docs/layer.md, "Every CPU"). So at the first float32 call the kernel times every backend that runs here on that
-layer's own product shapes (each product timed alone, weighted by how often a call of that layer runs it; the
+(docs/layer.md, "Every CPU"), nor on one layer size alone: a product of a few rows runs fastest on MKL, a large
+layer's on a packed route. So at the first float32 call of each layer size (:func:`size_class`) the kernel times
+every backend that runs here on that layer's own product shapes (each product timed alone, weighted by how often a call of that layer runs it; the
 backends interleaved product by product, so that a slowdown of a shared host falls on every backend alike: 1.8-2.4 s
 for the paper's PTB layer, 3.9-4.4 s for 1150 -> 1150 at batch 80, on one thread of an AMD EPYC), keeps the
 fastest, and records the choice in ``gemm_choice.json`` beside the compiled library, keyed by the CPU, torch, the
@@ -136,6 +137,18 @@ def forced(module: Any) -> Choice | None:
               file=sys.stderr)  # fmt: skip
         return None
     return Choice(name, "forced")
+
+
+def size_class(inputs: Any) -> tuple[int, ...]:
+    """The layer size a choice holds for (as the bfloat16 decision's): input, hidden and chunk, and the batch
+    rounded up to a power of two. Not the steps: a training's every length would be timed, and each timing leaves
+    oneDNN primitives of its own shapes in memory (issue #25); the first call of the class is timed."""
+    return (
+        inputs.x.shape[1],
+        inputs.w_hh.shape[1],
+        int(inputs.chunk),
+        1 << (int(inputs.batch_sizes[0]) - 1).bit_length(),
+    )
 
 
 def choose(module: Any, inputs: Any, cache_dir: Path | None, timer: Callable[[], float] = time.perf_counter) -> Choice:

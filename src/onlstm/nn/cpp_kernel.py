@@ -212,15 +212,45 @@ def extension_error() -> str | None:
 
 class CppKernel:
     """The compiled module's ``forward``/``backward``; ``saved = (out, act, cells)``. The float32 products' backend
-    is forced by ``ONLSTM_CPU_GEMM`` or chosen by timing at the first float32 call (:mod:`~onlstm.nn.cpp_gemm`)."""
+    is forced by ``ONLSTM_CPU_GEMM`` (or :meth:`pin`), else chosen by timing at the first float32 call of each
+    layer size (:mod:`~onlstm.nn.cpp_gemm`) and set again before every call of that size, forward and backward."""
 
     def __init__(self, module: Any, cache_dir: Path | None = None) -> None:
         self._module, self._cache_dir = module, cache_dir
-        self.choice: cpp_gemm.Choice | None = cpp_gemm.forced(module)
-        # under bfloat16 autocast, per layer size (input, hidden, chunk, batch rounded up to a power of two):
-        # products in bfloat16?, and why; bf16 is the last decision, for onlstm info
+        self.choice: cpp_gemm.Choice | None = cpp_gemm.forced(module)  # the last call's, for onlstm info
+        self._env = self._pinned = None if self.choice is None else self.choice.backend
+        # per layer size (cpp_gemm.size_class): one choice for every size kept what a first call timed (a smoke test
+        # on one row chose MKL, 10x faster there, for a 400 -> 1150 layer on which it ran a third slower)
+        self._by_size: dict[tuple[int, ...], cpp_gemm.Choice] = {}
+        # under bfloat16 autocast, per layer size (cpp_gemm.size_class, as the backend): products in bfloat16?, and
+        # why; bf16 is the last decision, for onlstm info
         self._bf16: dict[tuple[int, ...], tuple[bool, str]] = {}
         self.bf16: tuple[bool, str] | None = None
+
+    def pin(self, backend: str | None) -> bool:
+        """Run every float32 call's products on ``backend`` (benchmarks and tests compare the backends in one
+        process), or for None as by default: on ``ONLSTM_CPU_GEMM``'s, else on the one timed fastest for the call's
+        layer size; False when ``backend`` does not run here (nothing changed)."""
+        if backend is not None and backend not in self._module.gemm_backends():
+            return False
+        self._pinned = self._env if backend is None else backend
+        return True
+
+    def _set_backend(self, inputs: KernelInputs) -> None:
+        """The float32 products' backend for this call: the pinned one, else the one timed for its layer size."""
+        if inputs.x.dtype != torch.float32 or not inputs.batch_sizes.numel():
+            return
+        if self._pinned is not None:
+            self._module.set_gemm_backend(self._pinned)
+            return
+        key = cpp_gemm.size_class(inputs)
+        choice = self._by_size.get(key)
+        if choice is None:
+            with torch.no_grad():
+                choice = self._by_size[key] = cpp_gemm.choose(self._module, inputs, self._cache_dir)
+        else:
+            self._module.set_gemm_backend(choice.backend)
+        self.choice = choice
 
     def forget_bf16(self) -> None:
         """Forget the bfloat16 decisions (tests, or after changing ``ONLSTM_CPU_BF16``): made again at the next call."""
@@ -239,7 +269,7 @@ class CppKernel:
         where = "" if self._cache_dir is None else f"; the timings kept in {self._cache_dir / cpp_gemm.CACHE_NAME}"
         before = cpp_gemm.cached_choices(self._cache_dir)
         before = f"; chosen here before: {before}" if before else ""
-        return f"products: the fastest of {runs}, timed at the first float32 call (float64: MKL){where}{before}"
+        return f"products: the fastest of {runs}, timed at the first float32 call of each layer size (float64: MKL){where}{before}"
 
     def describe_bf16(self) -> str:
         """One line for ``onlstm info``: what the products run in under ``torch.autocast("cpu", torch.bfloat16)``."""
@@ -264,8 +294,7 @@ class CppKernel:
             return False
         if not inputs.batch_sizes.numel():  # nothing to time the products on
             return False
-        batch = 1 << (int(inputs.batch_sizes[0]) - 1).bit_length()
-        size = (inputs.x.shape[1], inputs.w_hh.shape[1], int(inputs.chunk), batch)
+        size = cpp_gemm.size_class(inputs)
         if size not in self._bf16:  # a small layer may be faster in float32 and a large one in bfloat16
             with torch.no_grad(), torch.autocast("cpu", enabled=False):
                 self._bf16[size] = cpp_gemm.choose_bf16(self._module, inputs)
@@ -273,9 +302,7 @@ class CppKernel:
         return self.bf16[0]
 
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
-        if self.choice is None and inputs.x.dtype == torch.float32 and inputs.batch_sizes.numel():
-            with torch.no_grad():
-                self.choice = cpp_gemm.choose(self._module, inputs, self._cache_dir)
+        self._set_backend(inputs)
         bf16 = self._products_bf16(inputs)
         out, h_n, c_n, dist, act, cells = self._module.forward(*inputs, bf16)
         # the products' dtype travels with the saved tensors: backward runs outside the caller's autocast
@@ -284,6 +311,7 @@ class CppKernel:
 
     def backward(self, inputs: KernelInputs, saved: tuple[Tensor, ...], grads: OutputGrads) -> KernelGrads:
         i, (out, act, cells, marker) = inputs, saved
+        self._set_backend(i)  # another layer's call since this one's forward may have set another backend
         rest = (i.x, i.w_ih, i.w_hh, i.h0, i.c0, i.batch_sizes, act, cells, out, i.chunk, i.inclusive)
         return KernelGrads(*self._module.backward(*grads, *rest, marker.dtype == torch.bfloat16))
 
