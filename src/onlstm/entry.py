@@ -64,18 +64,33 @@ def _fill_closed_fds() -> None:
                 os.close(null)
 
 
+class held_signals:  # lower case: used as a function, ``with held_signals():``
+    """Ctrl-C and the signals that end a command (:func:`_ends`) held back while a block runs, then acted on: the
+    block's end raises KeyboardInterrupt if one came. For imports of torch: a KeyboardInterrupt raised inside its
+    C++ start-up is no exception there but std::terminate (exit 134), or an import failed with a traceback. A class,
+    not contextlib: nothing heavier than ``_signal`` may be imported before the handlers (onlstm.studies.parallel's
+    run processes use it too, before they import anything else)."""
+
+    def __enter__(self) -> "held_signals":
+        self.held: list[int] = []
+        self._signums = [signal.SIGINT, *_ends()]
+        self._before = [signal.signal(signum, self._hold) for signum in self._signums]
+        return self
+
+    def _hold(self, signum, frame) -> None:
+        self.held.append(signum)
+
+    def __exit__(self, kind, value, tb) -> None:
+        for signum, old in zip(self._signums, self._before):
+            signal.signal(signum, old)
+        if self.held and kind is None:
+            raise KeyboardInterrupt
+
+
 def _start_up() -> None:
     """Import what every command imports (torch, the experiments' modules) with Ctrl-C and SIGTERM held back until
-    it is done, then act on them: a KeyboardInterrupt raised inside torch's C++ start-up is not an exception there
-    but std::terminate (exit 134). An import that fails is left to onlstm.cli, which reports it."""
-    held: list[int] = []
-
-    def hold(signum, frame):
-        held.append(signum)
-
-    signums = [signal.SIGINT, *_ends()]
-    before = [signal.signal(signum, hold) for signum in signums]
-    try:
+    it is done, then act on them. An import that fails is left to onlstm.cli, which reports it."""
+    with held_signals():
         import importlib
 
         from . import cli
@@ -87,11 +102,6 @@ def _start_up() -> None:
                 importlib.import_module(name)
             except Exception:  # a missing extra, a bug: reported by the command, as it is without this
                 pass
-    finally:
-        for signum, old in zip(signums, before):
-            signal.signal(signum, old)
-    if held:
-        raise KeyboardInterrupt
 
 
 def _leave(rc: int) -> None:

@@ -69,7 +69,10 @@ def before_our_code(err: str) -> bool:
     Ctrl-C landed before the first line of onlstm ran (on a loaded machine that window lasts a tenth of a second),
     which no program can answer. A frame in any real file, onlstm's first of all, fails the test as before."""
     frames = re.findall(r'^\s*File "([^"]+)"', err, re.MULTILINE)
-    return "KeyboardInterrupt" in err and bool(frames) and all(f.startswith("<frozen ") for f in frames)
+    # "<string>": console_script's stand-in for pip's wrapper, at its import line (Python hides importlib's
+    # frames): onlstm's first file had not begun, or it would be in the traceback
+    ours = [f for f in frames if not f.startswith("<frozen ") and f != "<string>"]
+    return "KeyboardInterrupt" in err and bool(frames) and not ours
 
 
 def assert_interrupted(rc: int, err: str, what: str, out: str = "") -> None:
@@ -90,8 +93,11 @@ def test_a_signal_at_any_point_of_start_up_is_one_line_and_130(how, signum):
         rc, _, err = interrupt([*base, "presets"], delay, signum)
         if rc == 0:
             continue  # it finished first
-        if rc == -signum and not err.strip() and delay < max(0.05, bare_start_seconds()):
-            continue  # before Python's own start: no process can answer yet (longer on a loaded machine)
+        # killed silently: before Python's own start, no process can answer yet (longer on a loaded machine; twice
+        # a bare start measured afterwards, since the load moves between the run and the measure: seen at 0.079 s
+        # with four processes on two cores); a handler installed would have made it exit 130
+        if rc == -signum and not err.strip() and delay < max(0.05, 2 * bare_start_seconds()):
+            continue
         if before_our_code(err):
             continue  # Python's own runpy was still finding the module: no line of onlstm had run
         assert_interrupted(rc, err, f"{signal.Signals(signum).name} after {delay:.3f} s")

@@ -128,8 +128,8 @@ class Split:
 class Corpus:
     vocab: Vocab
     closed_vocab: bool  # the training text contains <unk>
+    text: TextReader  # the convention the training text shows (all its words, not the vocabulary's)
     limited: bool = False  # the vocabulary leaves training words out (a vocab.txt or a cap): they are <unk>
-    text: TextReader | None = None  # the convention the training text shows (all its words, not the vocabulary's)
     splits: dict[str, Split] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Split:
@@ -214,7 +214,7 @@ def load_corpus(
     # the model was trained on); the unknown word as the vocabulary has it (an open one gains <unk> when capped)
     text = replace(TextReader.detect(counts), unknown=UNK if UNK in vocab.words else None)
     del counts
-    corpus = Corpus(vocab, closed, limited=limited, text=text)
+    corpus = Corpus(vocab, closed, text, limited=limited)
     for name in splits:
         if name == "train":
             oov_train = "unk" if limited else oov

@@ -19,7 +19,6 @@ from torch import nn
 from ..checkpoint import CheckpointError, config_header, load_weights
 from ..config import ConfigError, Real, count_option, option
 from ..data.ptb import Corpus, load_corpus, split_file
-from ..data.reader import TextReader
 from ..data.vocab import Vocab
 from ..device import StopRequest, precision_refusal, resolve_device
 from ..encoders import check_length_limit, detach_state
@@ -222,7 +221,7 @@ class Trainer:
         data.update({f"{k}_tokens": s.n_tokens for k, s in c.splits.items()}, **{TEXT_FINGERPRINT: self.text_sha256})
         # how the model reads English: the convention its training text shows (data/reader.py); not its vocabulary's,
         # which a cap or a vocab.txt may leave without a capital or a "." that the training text had (read as <unk>)
-        text = (c.text or TextReader.detect(c.vocab.words)).to_dict()
+        text = c.text.to_dict()
         return config_header("lm", self.model_config.to_dict(), train=self.cfg.to_dict(), data=data, text=text)
 
     def schedule(self, epoch: int) -> list:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..device import StopRequest
+from ..entry import held_signals
 from ..errors import EXIT_INTERRUPTED, OnlstmError, first_line
 from ..saved import RunFiles
 
@@ -94,21 +95,20 @@ class Ended:
     signal: str = ""
 
 
+STOPPED_EARLY = "stopped before the run began: nothing saved"
+
+
 def _start(job: Job) -> subprocess.Popen:
     spec = {"entry": job.entry, "payload": job.payload, "parent": os.getpid(), "command": job.command}
     log = open(job.log_path, "a", encoding="utf-8")  # the child holds it open; closed here at once
     try:
         # a stop request while the child imports torch (seconds) is held until the import is done, then ends it in
-        # one line (a KeyboardInterrupt inside torch's C++ start-up failed the import: a traceback, exit 1); SIGINT
-        # is set too: a parent started in the background (`cmd &`, nohup) hands its children SIGINT ignored, and
-        # the stop request this process passes on is a SIGINT
+        # one line (a KeyboardInterrupt inside torch's C++ start-up failed the import: a traceback, exit 1); one
+        # while onlstm.entry loads (nothing heavy) ends it the same way
         code = (
-            "import signal, sys\nheld, stops = [], (signal.SIGINT, signal.SIGTERM)\n"
-            "for s in stops:\n    signal.signal(s, lambda n, f: held.append(n))\n"
-            "from onlstm.studies.parallel import child\ntry:\n"
-            "    for s in stops:\n        signal.signal(s, signal.default_int_handler)\n"
-            "    if held:\n        raise KeyboardInterrupt\nexcept KeyboardInterrupt:\n"
-            "    print('stopped before the run began: nothing saved', flush=True)\n    sys.exit(130)\nchild()"
+            "import sys\ntry:\n    from onlstm.entry import held_signals\n\n    with held_signals():\n"
+            "        from onlstm.studies.parallel import child\nexcept KeyboardInterrupt:\n"
+            f"    print({STOPPED_EARLY!r}, flush=True)\n    sys.exit({EXIT_INTERRUPTED})\nchild()"
         )
         # the same onlstm as this process's, installed or not
         here = str(Path(__file__).resolve().parents[2])
@@ -171,6 +171,9 @@ def child() -> None:
     130: interrupted, resume file saved), or one line and the error's status."""
     spec = json.loads(sys.argv[1])
     signal.signal(signal.SIGTERM, _interrupt)  # until the training's own handler: a stop before it began
+    # SIGINT too: a parent started in the background (`cmd &`, nohup) hands its children SIGINT ignored, and the
+    # stop request a comparison passes on is a SIGINT
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     module, function = spec["entry"].split(":")
     try:
         _stop_with(spec["parent"])
@@ -188,21 +191,14 @@ def _interrupt(signum, frame):
 
 
 def _held_import(module: str, function: str) -> Callable:
-    """``module.function``, imported with a stop request held back until the import is done (torch's, seconds):
-    a KeyboardInterrupt raised inside torch's C++ start-up is no exception there (it aborted the process, or left
-    the import failed, exit 1); a request held is then one line and a KeyboardInterrupt, nothing saved."""
-    held: list[int] = []
-    signums = (signal.SIGINT, signal.SIGTERM)
-    before = [signal.signal(signum, lambda signum, frame: held.append(signum)) for signum in signums]
+    """``module.function``, imported with a stop request held back until the import is done (torch's, seconds:
+    :class:`onlstm.entry.held_signals`); a request held is then one line and a KeyboardInterrupt, nothing saved."""
     try:
-        entry = getattr(importlib.import_module(module), function)
-    finally:
-        for signum, old in zip(signums, before):
-            signal.signal(signum, old)
-    if held:
-        print("stopped before the run began: nothing saved", flush=True)
-        raise KeyboardInterrupt
-    return entry
+        with held_signals():
+            return getattr(importlib.import_module(module), function)
+    except KeyboardInterrupt:
+        print(STOPPED_EARLY, flush=True)
+        raise
 
 
 #: prctl's option: the signal this process gets when the thread that started it ends (linux/prctl.h).
