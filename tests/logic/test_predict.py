@@ -42,6 +42,16 @@ def test_predict_is_the_evaluations_prediction_in_the_relations_order(examples):
     torch.testing.assert_close(single, probabilities[:6], rtol=1e-5, atol=1e-6)  # batches change no result
 
 
+def test_a_float64_model_gives_its_probabilities_in_float64(examples):
+    """They were cast to float32: a user who made the model float64 for exact values got 7 digits back."""
+    model, pairs = _model().double(), [(to_text(ex.a), to_text(ex.b)) for ex in examples]
+    got = model.relation_probabilities(pairs)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got.sum(1), torch.ones(len(pairs), dtype=torch.float64), rtol=0, atol=1e-12)
+    assert model.float().relation_probabilities(pairs).dtype == torch.float32
+    assert model.predict(pairs) == model.double().predict(pairs)
+
+
 @pytest.mark.parametrize("k", range(len(RELATIONS)))
 def test_the_column_of_each_relation_by_injected_weights(k):
     model = _model()

@@ -260,15 +260,18 @@ def operator_count(pair: Encoded) -> int:
 
 @torch.no_grad()
 def encoded_logits(model: LogicClassifier, data: list[Encoded], batch_size: int = 512) -> torch.Tensor:
-    """``(N, 7)`` float32 logits of the encoded pairs, on the CPU, in eval mode (the model's mode given back)."""
+    """``(N, 7)`` logits of the encoded pairs, on the CPU, in eval mode (the model's mode given back): float64 for a
+    float64 model (a float32 copy would drop what it was asked for), else float32 (a half-precision model's too)."""
     # Sorted by length, a batch's formulas are similar in length (faster; results do not change).
     order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
-    out, device = torch.empty(len(data), len(RELATIONS)), next(model.parameters()).device
+    weight = next(model.parameters())
+    dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32
+    out, device = torch.empty(len(data), len(RELATIONS), dtype=dtype), weight.device
     with evaluating(model):
         for i in range(0, len(order), batch_size):
             idx = order[i : i + batch_size]
             a, al, b, bl, _ = (t.to(device) for t in collate([data[j] for j in idx]))
-            out[idx] = model(a, al, b, bl).float().cpu()
+            out[idx] = model(a, al, b, bl).to(dtype).cpu()
     return out
 
 
