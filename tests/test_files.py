@@ -81,3 +81,43 @@ def test_read_text_refuses_what_is_not_a_text_file_naming_it(tmp_path):
             read_text(path)
     with pytest.raises(FileNotFoundError):
         read_text(tmp_path / "nope.txt")
+
+
+ENGLISH = "the cat sat on the mat\na dog ran\n"
+
+
+@pytest.mark.parametrize("reader", ["read_text", "iter_lines"])
+def test_utf16_text_is_named_with_the_way_to_convert_it(tmp_path, reader):
+    """Windows editors save "Unicode" as UTF-16: with its byte-order mark it is no UTF-8 and the message says which
+    encoding it is; without the mark it decodes as UTF-8 with a NUL after every letter, which was read as words."""
+    from onlstm import files
+
+    read = (lambda p: files.read_text(p)) if reader == "read_text" else (lambda p: list(files.iter_lines(p)))
+    marked, bare = tmp_path / "marked.txt", tmp_path / "bare.txt"
+    marked.write_bytes(ENGLISH.encode("utf-16"))  # the mark first, in the machine's byte order
+    bare.write_bytes(ENGLISH.encode("utf-16-le"))
+    with pytest.raises(InputError, match=r"it is UTF-16 .*iconv -f utf-16 -t utf-8"):
+        read(marked)
+    with pytest.raises(InputError, match=r"bare.txt: line 1 holds a NUL byte.*iconv -f utf-16 -t utf-8"):
+        read(bare)
+    late = tmp_path / "late.txt"
+    late.write_bytes(b"first line\nsecond\x00line\n")
+    with pytest.raises(InputError, match=r"late.txt: line 2 holds a NUL byte"):
+        read(late)
+    plain = tmp_path / "plain.txt"
+    plain.write_text(ENGLISH, encoding="utf-8")
+    assert read(plain) == (ENGLISH if reader == "read_text" else ENGLISH.splitlines())
+
+
+def test_a_utf16_corpus_is_one_line_and_its_exit_status(tmp_path, capsys):
+    from onlstm.cli import main
+    from onlstm.errors import EXIT_BAD_INPUT
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split in ("train", "valid", "test"):
+        (corpus / f"{split}.txt").write_bytes(ENGLISH.encode("utf-16-le"))
+    rc = main(["lm", "train", "--data-dir", str(corpus), "--out", str(tmp_path / "run"), "--epochs", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == EXIT_BAD_INPUT and len(err) == 1 and "train.txt: line 1 holds a NUL byte" in err[0], err
+    assert not (tmp_path / "run").exists()  # nothing written

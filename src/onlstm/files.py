@@ -210,6 +210,30 @@ def write_text(path: Path, text: str) -> None:
 UTF8 = "utf-8-sig"
 
 
+#: UTF-16's byte-order marks (little- and big-endian): what Windows editors save as "Unicode" starts with one.
+UTF16_MARKS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _convert_hint(head: bytes) -> str:
+    """How to make UTF-8 of a file that is not: from UTF-16 where it starts with its mark, else from Latin-1."""
+    if head.startswith(UTF16_MARKS):
+        return "it is UTF-16 (it starts with UTF-16's byte-order mark); convert it, e.g. with iconv -f utf-16 -t utf-8"
+    return "convert it to UTF-8, e.g. with iconv -f latin1 -t utf-8"
+
+
+def _no_nul(where: object, text: str, first_line: int = 1) -> str:
+    """``text``, unless it holds a NUL character: no text a user gives has one, while UTF-16 without its mark and a
+    binary file decode as UTF-8 with them (every other byte of English in UTF-16), words no model knows."""
+    nul = text.find("\x00")
+    if nul >= 0:
+        line = first_line + text.count("\n", 0, nul)
+        raise InputError(
+            f"{where}: line {line} holds a NUL byte, which text never has: a UTF-16 or binary file? give UTF-8 text "
+            "(from UTF-16: iconv -f utf-16 -t utf-8)"
+        )
+    return text
+
+
 def split_lines(text: str) -> list[str]:
     """``text``'s lines without their ends; a last line without ``"\\n"`` counts, a final ``"\\n"`` adds none."""
     lines = text.split("\n")
@@ -225,9 +249,11 @@ def read_text(path: str | Path) -> str:
     ``OSError``. A byte-order mark that some editors write first is not text: it is dropped (:data:`UTF8`)."""
     data = read_regular(path, give="a text file", os_errors=True)
     try:
-        return data.decode(UTF8)
+        return _no_nul(path, data.decode(UTF8))
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); give a text file") from None
+        raise InputError(
+            f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); {_convert_hint(data[:2])}"
+        ) from None
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -247,10 +273,10 @@ def iter_lines(path: str | Path) -> Iterator[str]:
             except UnicodeDecodeError as e:
                 raise InputError(
                     f"{path}: not UTF-8 text at line {lineno} ({e.reason} at byte {offset + e.start} of the file); "
-                    "convert it to UTF-8, e.g. with iconv -f latin1 -t utf-8"
+                    + _convert_hint(raw[:2] if lineno == 1 else b"")
                 ) from None
             offset += len(raw)
-            yield line.removesuffix("\n").removesuffix("\r")
+            yield _no_nul(path, line.removesuffix("\n").removesuffix("\r"), lineno)
 
 
 def read_stdin_text() -> str:
@@ -268,7 +294,7 @@ def read_input(path: str | Path | None) -> str:
     every problem one :class:`InputError` naming where it read."""
     where = "standard input" if path is None or str(path) == "-" else str(path)
     try:
-        return read_stdin_text() if where == "standard input" else read_text(path)  # type: ignore[arg-type]
+        return _no_nul(where, read_stdin_text()) if where == "standard input" else read_text(path)  # type: ignore[arg-type]
     except UnicodeDecodeError as exc:  # read_text says it for files: standard input's bytes
         raise InputError(f"standard input is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
