@@ -37,7 +37,7 @@ EXPERIMENTS = registered_experiments()
 #: Shared modules and packages below the experiments.
 SHARED = ("nn", "data", "errors", "files", "pickles", "config", "flags", "checkpoint", "saved", "sharing", "progress")
 SHARED += ("runs",)
-SHARED += ("lock", "optim_state")
+SHARED += ("lock", "optim_state", "stops")
 SHARED += ("device", "graphs", "studies", "encoders", "models", "zoo")
 #: The commands, above the experiments: they may import them, and nothing below imports them (``demo`` trains
 #: a language model and parses with it).

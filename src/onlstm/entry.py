@@ -6,18 +6,14 @@ import _signal as signal  # the C module: the signal module imports enum, which 
 import os
 import sys
 
+from .stops import end_signals as _ends
+from .stops import held_signals
+
 EXIT_INTERRUPTED = 130  # onlstm.errors.EXIT_INTERRUPTED, not imported: nothing may come before the handlers
 
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
-
-
-def _ends() -> list[int]:
-    """The signals besides Ctrl-C that end a command as it does (onlstm.errors.stop_signals, which cannot be
-    imported yet): SIGTERM, and SIGHUP (a closed terminal) unless ignored from the start (``nohup``)."""
-    hup = getattr(signal, "SIGHUP", None)
-    return [signal.SIGTERM] + ([] if hup is None or signal.getsignal(hup) == signal.SIG_IGN else [hup])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,29 +58,6 @@ def _fill_closed_fds() -> None:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
-
-
-class held_signals:  # lower case: used as a function, ``with held_signals():``
-    """Ctrl-C and the signals that end a command (:func:`_ends`) held back while a block runs, then acted on: the
-    block's end raises KeyboardInterrupt if one came. For imports of torch: a KeyboardInterrupt raised inside its
-    C++ start-up is no exception there but std::terminate (exit 134), or an import failed with a traceback. A class,
-    not contextlib: nothing heavier than ``_signal`` may be imported before the handlers (onlstm.studies.parallel's
-    run processes use it too, before they import anything else)."""
-
-    def __enter__(self) -> "held_signals":
-        self.held: list[int] = []
-        self._signums = [signal.SIGINT, *_ends()]
-        self._before = [signal.signal(signum, self._hold) for signum in self._signums]
-        return self
-
-    def _hold(self, signum, frame) -> None:
-        self.held.append(signum)
-
-    def __exit__(self, kind, value, tb) -> None:
-        for signum, old in zip(self._signums, self._before):
-            signal.signal(signum, old)
-        if self.held and kind is None:
-            raise KeyboardInterrupt
 
 
 def _start_up() -> None:

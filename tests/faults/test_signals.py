@@ -65,13 +65,12 @@ def bare_start_seconds() -> float:
 
 
 def before_our_code(err: str) -> bool:
-    """A KeyboardInterrupt whose every frame is Python's own start-up (``<frozen runpy>``, ``<frozen importlib…>``):
-    Ctrl-C landed before the first line of onlstm ran (on a loaded machine that window lasts a tenth of a second),
-    which no program can answer. A frame in any real file, onlstm's first of all, fails the test as before."""
+    """A KeyboardInterrupt with no frame in onlstm's files: Ctrl-C landed in Python's own start-up (``<frozen
+    runpy>``, ``<frozen importlib…>``, "Could not import runpy module", the standard library it loads) or in
+    console_script's stand-in for pip's wrapper (``<string>``) before the first line of onlstm ran (on a loaded
+    machine that window lasts a tenth of a second), which no program can answer. A frame in onlstm fails the test."""
     frames = re.findall(r'^\s*File "([^"]+)"', err, re.MULTILINE)
-    # "<string>": console_script's stand-in for pip's wrapper, at its import line (Python hides importlib's
-    # frames): onlstm's first file had not begun, or it would be in the traceback
-    ours = [f for f in frames if not f.startswith("<frozen ") and f != "<string>"]
+    ours = [f for f in frames if f"{os.sep}onlstm{os.sep}" in f]
     return "KeyboardInterrupt" in err and bool(frames) and not ours
 
 

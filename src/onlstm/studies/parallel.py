@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..device import StopRequest
-from ..entry import held_signals
 from ..errors import EXIT_INTERRUPTED, OnlstmError, first_line
 from ..saved import RunFiles
+from ..stops import held_signals
 
 
 @dataclass
@@ -104,9 +104,9 @@ def _start(job: Job) -> subprocess.Popen:
     try:
         # a stop request while the child imports torch (seconds) is held until the import is done, then ends it in
         # one line (a KeyboardInterrupt inside torch's C++ start-up failed the import: a traceback, exit 1); one
-        # while onlstm.entry loads (nothing heavy) ends it the same way
+        # while onlstm.stops loads (nothing heavy) ends it the same way
         code = (
-            "import sys\ntry:\n    from onlstm.entry import held_signals\n\n    with held_signals():\n"
+            "import sys\ntry:\n    from onlstm.stops import held_signals\n\n    with held_signals():\n"
             "        from onlstm.studies.parallel import child\nexcept KeyboardInterrupt:\n"
             f"    print({STOPPED_EARLY!r}, flush=True)\n    sys.exit({EXIT_INTERRUPTED})\nchild()"
         )
@@ -192,7 +192,7 @@ def _interrupt(signum, frame):
 
 def _held_import(module: str, function: str) -> Callable:
     """``module.function``, imported with a stop request held back until the import is done (torch's, seconds:
-    :class:`onlstm.entry.held_signals`); a request held is then one line and a KeyboardInterrupt, nothing saved."""
+    :class:`onlstm.stops.held_signals`); a request held is then one line and a KeyboardInterrupt, nothing saved."""
     try:
         with held_signals():
             return getattr(importlib.import_module(module), function)
