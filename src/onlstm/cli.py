@@ -25,10 +25,10 @@ from .errors import (
     first_line,
     leave_closed_terminal,
     missing_extra,
-    stop_signals,
 )
 from .files import json_text
 from .flags import OneLineParser, add_command, add_flags, add_group
+from .stops import end_signals
 
 
 def _cmd_demo(args) -> int:
@@ -375,7 +375,7 @@ def _sigterm_as_interrupt():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signums = [s for s in stop_signals() if s != signal.SIGINT]
+    signums = end_signals()
     old = [signal.signal(signum, _raise_interrupt) for signum in signums]
     try:
         yield

@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from .errors import InputError, first_line, leave_closed_terminal, stop_signals
+from .errors import InputError, first_line, leave_closed_terminal
+from .stops import stop_signals
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:

@@ -6,8 +6,7 @@ import _signal as signal  # the C module: the signal module imports enum, which 
 import os
 import sys
 
-from .stops import end_signals as _ends
-from .stops import held_signals
+from .stops import end_signals, held_signals, stop_signals
 
 EXIT_INTERRUPTED = 130  # onlstm.errors.EXIT_INTERRUPTED, not imported: nothing may come before the handlers
 
@@ -20,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command in ``argv`` (default: this process's command line, which owns the process's signals)."""
     own = argv is None
     if own:  # SIGTERM as Ctrl-C from the first moment (onlstm.cli and the trainers put this back when they end)
-        for signum in _ends():
+        for signum in end_signals():
             signal.signal(signum, _interrupt)
     try:
         if own:
@@ -81,7 +80,7 @@ def _leave(rc: int) -> None:
     """The command is over: a signal from now on changes nothing. After an interruption the process ends here:
     a Ctrl-C that met code torch runs through ``PyRun_*`` while it is imported leaves CPython's "unhandled
     KeyboardInterrupt" flag set, and the interpreter would then kill itself with SIGINT instead of exiting 130."""
-    for signum in (signal.SIGINT, *_ends()):
+    for signum in stop_signals():
         signal.signal(signum, signal.SIG_IGN)
     # under torchrun the process group is gone (runs.dist.teardown), but gloo's threads can still meet the
     # interpreter's finalization and abort the process ("terminate called without an active exception", exit

@@ -14,16 +14,6 @@ EXIT_WRITE_FAILED = 4  # the disk refused a write (WriteError); the file there b
 EXIT_INTERRUPTED = 130  # Ctrl-C, SIGTERM or SIGHUP (the trainers save a resumable checkpoint first)
 
 
-def stop_signals() -> list[int]:
-    """The signals that interrupt a command as Ctrl-C does (exit 130): SIGINT, SIGTERM and, where there is one,
-    SIGHUP (its terminal was closed), unless this process ignores it (``nohup``: asked to outlive the terminal)."""
-    import signal
-
-    hup = getattr(signal, "SIGHUP", None)
-    ignored = hup is None or signal.getsignal(hup) == signal.SIG_IGN
-    return [signal.SIGINT, signal.SIGTERM] + ([] if ignored else [hup])
-
-
 def leave_closed_terminal(signum: int) -> None:
     """After a SIGHUP the terminal is gone and every write to it fails (EIO): what went to it goes to the null
     device from now on, so that the command can still stop as asked, its files saved. Files and pipes are kept."""

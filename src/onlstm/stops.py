@@ -1,16 +1,21 @@
-"""Stop requests (Ctrl-C, SIGTERM, SIGHUP) held back while a process imports torch: a KeyboardInterrupt raised
-inside torch's C++ start-up is no exception there. For the ``onlstm`` command's start-up (onlstm.entry) and a
-comparison's run processes (onlstm.studies.parallel), before either imports anything else: this module imports
-only the C signal module."""
+"""The signals that stop a command (Ctrl-C, SIGTERM, SIGHUP), and stop requests held back while a process imports
+torch: a KeyboardInterrupt raised inside torch's C++ start-up is no exception there. For the trainers' stop requests
+(onlstm.device), the ``onlstm`` command's start-up (onlstm.entry) and a comparison's run processes
+(onlstm.studies.parallel), before either imports anything else: this module imports only the C signal module."""
 
 import _signal as signal  # the C module: the signal module imports enum, which takes milliseconds
 
 
 def end_signals() -> list[int]:
-    """The signals besides Ctrl-C that end a command as it does (onlstm.errors.stop_signals, which cannot be
-    imported yet): SIGTERM, and SIGHUP (a closed terminal) unless ignored from the start (``nohup``)."""
+    """The signals besides Ctrl-C that end a command as it does: SIGTERM, and SIGHUP (a closed terminal) unless
+    ignored from the start (``nohup``: asked to outlive the terminal)."""
     hup = getattr(signal, "SIGHUP", None)
     return [signal.SIGTERM] + ([] if hup is None or signal.getsignal(hup) == signal.SIG_IGN else [hup])
+
+
+def stop_signals() -> list[int]:
+    """The signals that interrupt a command as Ctrl-C does (exit 130): Ctrl-C's SIGINT and :func:`end_signals`."""
+    return [signal.SIGINT, *end_signals()]
 
 
 class held_signals:  # lower case: used as a function, ``with held_signals():``
@@ -22,7 +27,7 @@ class held_signals:  # lower case: used as a function, ``with held_signals():``
 
     def __enter__(self) -> "held_signals":
         self.held: list[int] = []
-        self._signums = [signal.SIGINT, *end_signals()]
+        self._signums = stop_signals()
         self._before = [signal.signal(signum, self._hold) for signum in self._signums]
         return self
 

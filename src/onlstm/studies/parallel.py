@@ -28,7 +28,6 @@ from pathlib import Path
 from ..device import StopRequest
 from ..errors import EXIT_INTERRUPTED, OnlstmError, first_line
 from ..saved import RunFiles
-from ..stops import held_signals
 
 
 @dataclass
@@ -102,13 +101,14 @@ def _start(job: Job) -> subprocess.Popen:
     spec = {"entry": job.entry, "payload": job.payload, "parent": os.getpid(), "command": job.command}
     log = open(job.log_path, "a", encoding="utf-8")  # the child holds it open; closed here at once
     try:
-        # a stop request while the child imports torch (seconds) is held until the import is done, then ends it in
-        # one line (a KeyboardInterrupt inside torch's C++ start-up failed the import: a traceback, exit 1); one
-        # while onlstm.stops loads (nothing heavy) ends it the same way
+        # a stop request while the child imports torch and the experiment (seconds) is held until the imports are
+        # done, then ends it in one line (a KeyboardInterrupt inside torch's C++ start-up failed the import: a
+        # traceback, exit 1); one while onlstm.stops loads (nothing heavy) ends it the same way
         code = (
             "import sys\ntry:\n    from onlstm.stops import held_signals\n\n    with held_signals():\n"
-            "        from onlstm.studies.parallel import child\nexcept KeyboardInterrupt:\n"
-            f"    print({STOPPED_EARLY!r}, flush=True)\n    sys.exit({EXIT_INTERRUPTED})\nchild()"
+            "        from onlstm.studies.parallel import child, entry\n\n        run = entry()\n"
+            f"except KeyboardInterrupt:\n    print({STOPPED_EARLY!r}, flush=True)\n    sys.exit({EXIT_INTERRUPTED})\n"
+            "child(run)"
         )
         # the same onlstm as this process's, installed or not
         here = str(Path(__file__).resolve().parents[2])
@@ -166,18 +166,23 @@ def _last_line(job: Job) -> str:
     return lines[-1] if lines else "no output"
 
 
-def child() -> None:
-    """A run's process: call its entry on its payload; exit with the status it returns (0: its budget ended it,
-    130: interrupted, resume file saved), or one line and the error's status."""
+def entry() -> Callable:
+    """This run's entry function (``module:function`` in the job's spec, this process's argument), imported."""
+    module, function = json.loads(sys.argv[1])["entry"].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def child(run: Callable) -> None:
+    """A run's process: call its entry ``run`` (:func:`entry`) on its payload; exit with the status it returns (0:
+    its budget ended it, 130: interrupted, resume file saved), or one line and the error's status."""
     spec = json.loads(sys.argv[1])
     signal.signal(signal.SIGTERM, _interrupt)  # until the training's own handler: a stop before it began
     # SIGINT too: a parent started in the background (`cmd &`, nohup) hands its children SIGINT ignored, and the
     # stop request a comparison passes on is a SIGINT
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    module, function = spec["entry"].split(":")
     try:
         _stop_with(spec["parent"])
-        status = _held_import(module, function)(spec["payload"])
+        status = run(spec["payload"])
     except KeyboardInterrupt:  # a second stop request, or one before the training began: nothing saved
         sys.exit(EXIT_INTERRUPTED)
     except OnlstmError as exc:  # one line, as the command prints it, for the comparison to quote
@@ -188,17 +193,6 @@ def child() -> None:
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
-
-
-def _held_import(module: str, function: str) -> Callable:
-    """``module.function``, imported with a stop request held back until the import is done (torch's, seconds:
-    :class:`onlstm.stops.held_signals`); a request held is then one line and a KeyboardInterrupt, nothing saved."""
-    try:
-        with held_signals():
-            return getattr(importlib.import_module(module), function)
-    except KeyboardInterrupt:
-        print(STOPPED_EARLY, flush=True)
-        raise
 
 
 #: prctl's option: the signal this process gets when the thread that started it ends (linux/prctl.h).
