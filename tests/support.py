@@ -38,3 +38,15 @@ def problem_lines(err: str) -> list[str]:
     """The lines of a command's stderr that say a problem: a refusal is one of them. A note said on the way (which
     weights were opened: ``onlstm export: note: no best weights ...``) is not one."""
     return [line for line in err.strip().splitlines() if ": note: " not in line]
+
+
+def without_cpp_kernel(monkeypatch) -> None:
+    """This test's layers take no C++ kernel, as under ``ONLSTM_NO_EXTENSION=1`` from the start, even where an earlier
+    test of the process loaded it (the variable is read at the first load, and the loaded kernel is remembered)."""
+    from onlstm.nn import cpp_kernel, kernels
+
+    monkeypatch.setenv("ONLSTM_NO_EXTENSION", "1")
+    monkeypatch.setattr(cpp_kernel, "_state", {"tried": False, "module": None, "error": None})
+    for name in ("_loaded", "_errors"):
+        monkeypatch.setattr(kernels, name, {})
+    monkeypatch.setattr(kernels, "_warned", set())

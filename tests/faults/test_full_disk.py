@@ -25,8 +25,7 @@ import onlstm.files
 from onlstm.cli import build_parser, main
 from onlstm.errors import EXIT_WRITE_FAILED, WriteError
 from onlstm.lock import RunLock
-from onlstm.nn import cpp_kernel
-from support import TINY_LM, write_corpus
+from support import TINY_LM, without_cpp_kernel, write_corpus
 
 LOGIC = ["--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "16", "--no-progress"]
 LOGIC += ["--batch-size", "8", "--valid-every", "4", "--epochs", "1", "--threads", "1"]
@@ -214,8 +213,7 @@ def _points(n: int) -> list[int]:
 def test_a_full_disk_at_every_write(name, tmp_path, monkeypatch):
     # no C++ kernel, even one an earlier test of this process loaded: its timed GEMM choice writes a cache the
     # first time only (and only on an idle machine), which made the first run's writes differ from the next ones'
-    monkeypatch.setenv("ONLSTM_NO_EXTENSION", "1")
-    monkeypatch.setattr(cpp_kernel, "_state", {"tried": False, "module": None, "error": None})
+    without_cpp_kernel(monkeypatch)
     clean = tmp_path / "clean"
     clean.mkdir()
     argv, target, resume = RECIPES[name](clean)
