@@ -90,3 +90,65 @@ def test_a_malformed_saved_reader_is_one_line(saved):
 def test_sentence_final_punctuation():
     assert is_sentence_end(".") and is_sentence_end(" ?! ") and is_sentence_end('."')
     assert not is_sentence_end(",") and not is_sentence_end("") and not is_sentence_end("here.")
+
+
+# -- WikiText's marks inside words (Merity et al. 2016): "role @-@ playing", "1 @,@ 200", "3 @.@ 5"
+WIKI = TextReader(lowercase=False, number=None, punctuation=True, split="wikitext")
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("a role-playing game", ["a", "role", "@-@", "playing", "game"]),
+        ("1,200 people paid 3.5 dollars.", ["1", "@,@", "200", "people", "paid", "3", "@.@", "5", "dollars", "."]),
+        (
+            "a 1.5-mile state-of-the-art",
+            ["a", "1", "@.@", "5", "@-@", "mile", "state", "@-@", "of", "@-@", "the", "@-@", "art"],
+        ),
+        # not inside a word: a leading minus, a dash between spaces, a comma after a number, a final hyphen
+        ("-5 - 1, 2 re-", ["-", "5", "-", "1", ",", "2", "re", "-"]),
+        ("He didn't (well-known).", ["He", "did", "n't", "(", "well", "@-@", "known", ")", "."]),
+    ],
+)
+def test_wikitext_marks_inside_words_are_tokens_of_their_own(text, words):
+    assert WIKI.read(text) == (words, [])
+
+
+def test_a_hyphenated_word_the_vocabulary_holds_stays_whole():
+    assert WIKI.read("an X-ray", {"X-ray"})[0] == ["an", "X-ray"]
+    assert PTB.read("a role-playing game")[0] == ["a", "role-playing", "game"]  # PTB's text keeps hyphens
+
+
+def _wikitext_lines(n: int, seed: int = 0) -> list[str]:
+    """Lines written as WikiText's are: hyphenated words and numbers with their marks as tokens, punctuation apart."""
+    import random
+
+    r = random.Random(seed)
+    words = ["the", "game", "was", "Sega", "real", "time", "role", "playing", "well", "known", "of", "art"]
+    lines = []
+    for _ in range(n):
+        tokens = []
+        for _ in range(r.randint(3, 12)):
+            kind = r.random()
+            if kind < 0.2:  # a hyphenated word of 2-4 parts
+                tokens += " @-@ ".join(r.choice(words) for _ in range(r.randint(2, 4))).split()
+            elif kind < 0.35:  # a number: thousands, a decimal, or a plain one
+                a, b = str(r.randint(1, 999)), str(r.randint(0, 999)).zfill(3)
+                tokens += r.choice([[a, "@,@", b], [a, "@.@", b[: r.randint(1, 3)]], [a]])
+            else:
+                tokens.append(r.choice(words))
+        lines.append(" ".join(tokens + [r.choice([".", ",", ";"])]))
+    return lines
+
+
+def test_wikitext_text_written_out_reads_back_as_wikitext_wrote_it():
+    """The generated lines' English (the marks joined back, punctuation attached) read by the reader detected from
+    their vocabulary gives back every line's tokens: the convention round-trips."""
+    lines = _wikitext_lines(300)
+    vocab = {w for line in lines for w in line.split()} | {"<eos>", "<unk>"}
+    reader = TextReader.detect(vocab)
+    assert reader.split == "wikitext" and reader.number is None and not reader.lowercase
+    for line in lines:
+        english = line.replace(" @-@ ", "-").replace(" @,@ ", ",").replace(" @.@ ", ".")
+        english = english[:-2] + english[-1]  # the final mark attached to its word
+        assert reader.read(english, vocab) == (line.split(), []), english

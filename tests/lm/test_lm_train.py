@@ -693,3 +693,19 @@ def test_the_saved_text_convention_is_the_training_texts_even_when_a_cap_leaves_
     reader = TextReader.from_dict(read_json(run / "config.json")["text"])
     assert reader.lowercase is False and reader.punctuation is True and reader.number is None
     assert reader.read("The cat sat .", vocab)[0] == ["The", "cat", "sat", "."]
+
+
+def test_a_model_trained_on_wikitext_style_text_reads_its_hyphens_and_numbers_as_marks(tmp_path):
+    """WikiText writes "role-playing" as ``role @-@ playing`` and 1,200 as ``1 @,@ 200``: a model trained on such
+    text reads raw English the same way (the reader saved with it), so surprisal and SyntaxGym items reach it in
+    its own tokens."""
+    data = write_corpus(tmp_path / "data")
+    text = (data / "ptb.train.txt").read_text()
+    (data / "ptb.train.txt").write_text(text + " The role @-@ playing cat sat on 1 @,@ 200 mats . \n")
+    run = tmp_path / "run"
+    train(run, data, settings(max_steps=1, final_test=False), log=quiet)
+    lm = LanguageModel.from_pretrained(run)
+    assert lm.reader.split == "wikitext"
+    assert lm.words(["The role-playing cat sat on 1,200 mats."]) == [
+        ["The", "role", "@-@", "playing", "cat", "sat", "on", "1", "@,@", "200", "mats", "."]
+    ]

@@ -15,7 +15,7 @@ from .vocab import EOS, UNK
 #: The key of a run's ``config.json`` that holds its reader; ``text_normalisation`` ("ptb" or "lower") is the
 #: older form, still read.
 HEADER_KEY, LEGACY_KEY = "text", "text_normalisation"
-SPLITS = ("ptb", "spaces")
+SPLITS = ("ptb", "wikitext", "spaces")
 
 _PUNCT = re.compile(r"^[^\w]+$")  # a token of punctuation only: ".", ",", "--", "``"
 _NUMBER = re.compile(r"[\d.,/\\]*\d[\d.,/\\]*")  # 1987, 1,200, 3.5, 1\/2 (PTB escapes the slash)
@@ -24,6 +24,9 @@ _CLITIC = re.compile(rf"^(.+?)({_CLITICS})$", re.IGNORECASE)
 _CLITIC_ALONE = re.compile(_CLITICS, re.IGNORECASE)
 _LEAD = re.compile(r"^[^\w<]+")  # "<" starts the special tokens (<unk>), which are never split
 _TRAIL = re.compile(r"[^\w>]+$")
+# WikiText's marks inside a word (Merity et al. 2016): a hyphen between letters or digits, a comma or a point
+# between digits, each a token of its own written with @ on both sides (``well @-@ known``, ``1 @,@ 200``)
+_AT_MARK = re.compile(r"(?<=\w)-(?=\w)|(?<=\d)[.,](?=\d)")
 #: Marks that end a sentence: a region of nothing else asks whether the sentence may end there (syntaxgym.py).
 SENTENCE_END = frozenset(".?!")
 
@@ -38,7 +41,9 @@ class TextReader:
     """The training text's convention. ``lowercase``: words lower-cased; ``number``: the token that stands for a
     number (Mikolov's PTB: ``N``), None to keep digits; ``punctuation``: punctuation tokens read (False: a token
     of punctuation only is dropped unless the vocabulary holds it, as PTB's ``$``, ``&`` and ``'``); ``split``:
-    ``ptb`` (punctuation and clitics split off words, ``don't`` -> ``do n't``) or ``spaces``; ``unknown``: the
+    ``ptb`` (punctuation and clitics split off words, ``don't`` -> ``do n't``), ``wikitext`` (as ``ptb``, then
+    WikiText's marks inside words: ``well-known`` -> ``well @-@ known``, ``1,200`` -> ``1 @,@ 200``) or
+    ``spaces``; ``unknown``: the
     token a word outside the vocabulary becomes (None: there is none); ``end``: the end of a sentence."""
 
     lowercase: bool = True
@@ -78,12 +83,14 @@ class TextReader:
     def detect(cls, words: Collection[str]) -> TextReader:
         """The convention a training vocabulary shows: lower case when no word has a capital letter; ``N`` for
         numbers when it holds ``N`` and no number written in digits; punctuation read when it holds one of
-        ``. , ? !``; PTB's splitting (which keeps whole any word the vocabulary holds, so it suits any)."""
+        ``. , ? !``; PTB's splitting (which keeps whole any word the vocabulary holds, so it suits any), with
+        WikiText's marks inside words when it holds ``@-@``."""
         plain = [w for w in words if not (w.startswith("<") and w.endswith(">"))]
         number = "N" if "N" in words and not any(_NUMBER.fullmatch(w) for w in plain) else None
         lowercase = not any(w != w.lower() for w in plain if w != number)
         punctuation = any(p in words for p in (".", ",", "?", "!"))
-        return cls(lowercase, number, punctuation, "ptb", UNK if UNK in words else None)
+        split = "wikitext" if "@-@" in words else "ptb"
+        return cls(lowercase, number, punctuation, split, UNK if UNK in words else None)
 
     # ---------------------------------------------------------------------------------- reading
 
@@ -128,7 +135,21 @@ class TextReader:
             core = core[: m.end() - 1]
         clitic = _CLITIC.match(core) if core and self.normalise(core) not in vocab else None
         middle = [clitic.group(1), clitic.group(2)] if clitic else ([core] if core else [])
+        if self.split == "wikitext":
+            middle = [piece for part in middle for piece in _at_marks(part, vocab, self.normalise)]
         return head + middle + tail
+
+
+def _at_marks(word: str, vocab: Collection[str], normalise) -> list[str]:
+    """``word`` with WikiText's marks inside it split off as tokens (``well-known`` -> ``well``, ``@-@``,
+    ``known``), unless the vocabulary holds it whole."""
+    if normalise(word) in vocab or not _AT_MARK.search(word):
+        return [word]
+    pieces, start = [], 0
+    for m in _AT_MARK.finditer(word):
+        pieces += [word[start : m.start()], f"@{m.group()}@"]
+        start = m.end()
+    return [*pieces, word[start:]]
 
 
 #: Mikolov's PTB text: lower case, numbers as ``N``, no punctuation, ``<unk>``, ``<eos>`` at each line's end.
