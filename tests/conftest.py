@@ -9,6 +9,14 @@ import sys
 import pytest
 import torch
 
+from support import REPO
+
+# benchmarks/ on the import path, as it is for a script run from there (``python benchmarks/gpu_report.py``
+# imports its sections as ``gpu_bench``): tests of the scripts live in tests/benchmarks, and tests elsewhere (the
+# layer's, the docs' commands) load them too, so the folder is added here, whichever tests are run
+if str(REPO / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+
 # Triton decides at its first import whether its kernels (its own library functions included) run in
 # the CPU interpreter. Without a GPU, choose the interpreter for the whole test process before anything
 # imports triton, so tests/nn/test_triton.py can run the Triton kernel on CPU tensors; with a GPU leave
