@@ -43,8 +43,8 @@ class TextReader:
     of punctuation only is dropped unless the vocabulary holds it, as PTB's ``$``, ``&`` and ``'``); ``split``:
     ``ptb`` (punctuation and clitics split off words, ``don't`` -> ``do n't``), ``wikitext`` (as ``ptb``, then
     WikiText's marks inside words: ``well-known`` -> ``well @-@ known``, ``1,200`` -> ``1 @,@ 200``) or
-    ``spaces``; ``unknown``: the
-    token a word outside the vocabulary becomes (None: there is none); ``end``: the end of a sentence."""
+    ``spaces``; ``unknown``: the token a word outside the vocabulary becomes (None: there is none); ``end``: the
+    end of a sentence."""
 
     lowercase: bool = True
     number: str | None = "N"
@@ -136,20 +136,19 @@ class TextReader:
         clitic = _CLITIC.match(core) if core and self.normalise(core) not in vocab else None
         middle = [clitic.group(1), clitic.group(2)] if clitic else ([core] if core else [])
         if self.split == "wikitext":
-            middle = [piece for part in middle for piece in _at_marks(part, vocab, self.normalise)]
+            middle = [piece for part in middle for piece in self._at_marks(part, vocab)]
         return head + middle + tail
 
-
-def _at_marks(word: str, vocab: Collection[str], normalise) -> list[str]:
-    """``word`` with WikiText's marks inside it split off as tokens (``well-known`` -> ``well``, ``@-@``,
-    ``known``), unless the vocabulary holds it whole."""
-    if normalise(word) in vocab or not _AT_MARK.search(word):
-        return [word]
-    pieces, start = [], 0
-    for m in _AT_MARK.finditer(word):
-        pieces += [word[start : m.start()], f"@{m.group()}@"]
-        start = m.end()
-    return [*pieces, word[start:]]
+    def _at_marks(self, word: str, vocab: Collection[str]) -> list[str]:
+        """``word`` with WikiText's marks inside it split off as tokens (``well-known`` -> ``well``, ``@-@``,
+        ``known``), unless the vocabulary holds it whole."""
+        if self.normalise(word) in vocab or not _AT_MARK.search(word):
+            return [word]
+        pieces, start = [], 0
+        for m in _AT_MARK.finditer(word):
+            pieces += [word[start : m.start()], f"@{m.group()}@"]
+            start = m.end()
+        return [*pieces, word[start:]]
 
 
 #: Mikolov's PTB text: lower case, numbers as ``N``, no punctuation, ``<unk>``, ``<eos>`` at each line's end.
