@@ -46,7 +46,8 @@ def without_cpp_kernel(monkeypatch) -> None:
     from onlstm.nn import cpp_kernel, kernels
 
     monkeypatch.setenv("ONLSTM_NO_EXTENSION", "1")
-    monkeypatch.setattr(cpp_kernel, "_state", {"tried": False, "module": None, "error": None})
+    # the extension's state as before its first load: its own keys, nothing tried (not a copy of its literal)
+    monkeypatch.setattr(cpp_kernel, "_state", {**dict.fromkeys(cpp_kernel._state), "tried": False})
     for name in ("_loaded", "_errors"):
         monkeypatch.setattr(kernels, name, {})
     monkeypatch.setattr(kernels, "_warned", set())
