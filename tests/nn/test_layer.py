@@ -630,6 +630,27 @@ def test_torch_export_traces_the_layer_and_matches_eager():
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow  # tracing takes seconds
+def test_torch_export_with_a_dynamic_batch_matches_eager_at_every_batch_size():
+    # int() on the batch sizes fixed the batch to the example's, and the reverse direction's row order was built
+    # from Python ints: an exported model served one batch size only. The time loop is Python, so the sequence
+    # length stays the example's (docs/layer.md, Compiling)
+    torch.manual_seed(0)
+    layer = onlstm.ONLSTM(3, 4, num_layers=2, chunk_size=2, bidirectional=True).eval()
+    x, hx = torch.randn(3, 2, 3), (torch.randn(4, 2, 4), torch.randn(4, 2, 4))
+    batch = torch.export.Dim("batch", min=1, max=64)
+    shapes = ({1: batch}, ({1: batch}, {1: batch}))
+    exported = torch.export.export(layer, (x, hx), dynamic_shapes=shapes).module()
+    for b in (1, 2, 5):
+        x_b, hx_b = torch.randn(3, b, 3), (torch.randn(4, b, 4), torch.randn(4, b, 4))
+        out, (h, c) = layer(x_b, hx_b)
+        e_out, (e_h, e_c) = exported(x_b, hx_b)
+        for got, want in ((e_out, out), (e_h, h), (e_c, c)):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(AssertionError, match=r"size\(\)\[0\] == 3"):  # another length: refused by a guard, not wrong
+        exported(torch.randn(4, 2, 3), hx)
+
+
 COMPILED = """
 import os, torch, onlstm
 if os.environ.get("ATEN_CPU_CAPABILITY") == "default":

@@ -96,8 +96,9 @@ def check_batch_sizes(batch_sizes: Tensor | Sequence[int], rows: int, where: str
                 f"{tuple(batch_sizes.shape)}"
             )
         sizes = [int(n) for n in batch_sizes.tolist()]
-    else:  # checked as Python ints, not as a tensor: torch.export and torch.compile trace a list of ints as it is
-        sizes = [int(n) for n in batch_sizes]
+    else:  # checked as Python ints, not as a tensor: torch.export and torch.compile trace a list of ints as it is;
+        # a symbolic size (a dynamic batch under torch.export) stays symbolic: int() would fix it to the example's
+        sizes = [n if isinstance(n, torch.SymInt) else int(n) for n in batch_sizes]
     if not sizes:
         raise ValueError(f"{where}: batch_sizes is empty (a packed sequence has at least one step)")
     if min(sizes) <= 0:

@@ -430,9 +430,7 @@ class ONLSTM(nn.Module):
     def _layers(self, flat: _Flat, h0: Tensor, c0: Tensor, impl: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Every layer and direction: last layer's rows ``(N, D*dirs)``, ``h_n, c_n``, ``dist (N, 2, L*dirs)``."""
         layer_input, results = flat.data, []
-        rev = (
-            kernels.index_on(kernels.reversed_rows(flat.size_list()), flat.data.device) if self.bidirectional else None
-        )
+        rev = self._reversed_rows(flat) if self.bidirectional else None
         for layer in range(self.num_layers):
             outs = []
             for d in range(self.num_directions):  # d = 1: the reverse direction, each sequence read backwards
@@ -448,6 +446,15 @@ class ONLSTM(nn.Module):
                 layer_input = F.dropout(layer_input, self.dropout, True)
         h_n, c_n, dists = zip(*results)
         return layer_input, torch.stack(h_n), torch.stack(c_n), torch.stack(dists, dim=-1)
+
+    @staticmethod
+    def _reversed_rows(flat: _Flat) -> Tensor:
+        """The row order of the reverse direction: every sequence read backwards. A padded input's is its steps
+        flipped, built on the device from the shape alone (a dynamic batch under ``torch.export`` stays symbolic)."""
+        if flat.packed:
+            return kernels.index_on(kernels.reversed_rows(flat.size_list()), flat.data.device)
+        rows = torch.arange(flat.steps * flat.batch, device=flat.data.device)
+        return rows.view(flat.steps, flat.batch).flip(0).reshape(-1)
 
     def _format_output(self, flat: _Flat, out: Tensor, h_n: Tensor, c_n: Tensor, dist: Tensor, return_distances: bool):
         """Lay the packed rows out like the input (``nn.LSTM``'s shapes), distances likewise."""
