@@ -651,6 +651,24 @@ def test_torch_export_with_a_dynamic_batch_matches_eager_at_every_batch_size():
         exported(torch.randn(4, 2, 3), hx)
 
 
+@pytest.mark.slow  # exporting takes seconds
+def test_onnx_export_with_a_dynamic_batch_runs_in_onnxruntime_as_eager(tmp_path):
+    # optional packages (not in the dev extra): the check a user deploying through ONNX makes, run where they are
+    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    layer, x = onlstm.ONLSTM(3, 4, num_layers=2, chunk_size=2, bidirectional=True).eval(), torch.randn(3, 2, 3)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    torch.onnx.export(layer, (x,), dynamic_shapes=({1: batch},), dynamo=True).save(str(tmp_path / "layer.onnx"))
+    session = ort.InferenceSession(str(tmp_path / "layer.onnx"))
+    for b in (1, 5):
+        x_b = torch.randn(3, b, 3)
+        out, (h, c) = layer(x_b)
+        got = session.run(None, {session.get_inputs()[0].name: x_b.numpy()})
+        for g, want in zip(got, (out, h, c)):
+            torch.testing.assert_close(torch.from_numpy(g), want, atol=1e-5, rtol=1e-5)
+
+
 COMPILED = """
 import os, torch, onlstm
 if os.environ.get("ATEN_CPU_CAPABILITY") == "default":
