@@ -7,11 +7,12 @@ import io
 import json
 import math
 import re
+import warnings
 from pathlib import Path
 
 import pytest
 
-from onlstm.errors import InputError
+from onlstm.errors import InputError, UserNote
 from onlstm.files import json_text, read_lines, read_stdin_text, split_lines, write_json
 
 
@@ -30,6 +31,14 @@ def test_split_lines(tmp_path, text, lines):
     assert split_lines(text) == lines
     (tmp_path / "f.txt").write_bytes(text.encode("utf-8"))
     assert read_lines(tmp_path / "f.txt") == lines
+
+
+def test_carriage_returns_without_a_line_feed_are_one_line_and_a_note():
+    with pytest.warns(UserNote, match=r"no line feed, so it is read as one line"):
+        assert split_lines("a b\rc d\r") == ["a b\rc d"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a line ending in \r alone, or \r inside lines that \n ends: no note
+        assert split_lines("a b\r") == ["a b"] and split_lines("a\rb\n") == ["a\rb"]
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])

@@ -15,11 +15,12 @@ import socket
 import stat
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, OnlstmError, WriteError
+from .errors import InputError, OnlstmError, UserNote, WriteError
 
 
 def _current_umask() -> int:
@@ -235,7 +236,16 @@ def _no_nul(where: object, text: str, first_line: int = 1) -> str:
 
 
 def split_lines(text: str) -> list[str]:
-    """``text``'s lines without their ends; a last line without ``"\\n"`` counts, a final ``"\\n"`` adds none."""
+    """``text``'s lines without their ends; a last line without ``"\\n"`` counts, a final ``"\\n"`` adds none. Text
+    with carriage returns between its words and no line feed at all is one line, said in a note: the lines of an old
+    Mac OS file end with a lone ``"\\r"``, and read as one they would silently become one long sentence."""
+    if "\n" not in text and "\r" in text.rstrip("\r"):
+        warnings.warn(
+            "the text has carriage returns (\\r) but no line feed, so it is read as one line; if its lines end with "
+            "\\r alone (an old Mac OS file), convert them: tr '\\r' '\\n' < IN > OUT",
+            UserNote,
+            stacklevel=2,
+        )
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()

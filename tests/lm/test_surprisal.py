@@ -148,3 +148,18 @@ def test_a_model_that_does_not_say_how_it_reads_reads_as_ptb_said_once(tmp_path,
     assert [line.split("\t")[2] for line in out.splitlines()[1:4]] == ["the", "cat", "sat"]
     notes = [line for line in err.splitlines() if "note:" in line]
     assert len(notes) == 1 and notes[0].startswith("onlstm lm surprisal: note: ") and "PTB" in notes[0]
+
+
+def test_a_file_whose_lines_end_with_a_lone_carriage_return_is_named_in_a_note(tmp_path, capsys):
+    # an old Mac OS file: no line feed at all, so the whole file is one line; read silently, it was one sentence
+    model = tiny()
+    model.save_pretrained(tmp_path / "model", run_config={"text": TextReader.detect(WORDS).to_dict()})
+    (tmp_path / "mac.txt").write_bytes(b"the cat sat\ra dog ran\r")
+    assert main(["lm", "surprisal", "--checkpoint", str(tmp_path / "model"), str(tmp_path / "mac.txt")]) == 0
+    got = capsys.readouterr()
+    assert "note: the text has carriage returns (\\r) but no line feed" in got.err
+    assert "tr '\\r' '\\n'" in got.err
+    (tmp_path / "unix.txt").write_bytes(b"the cat sat\na dog ran\n")  # the fix it names: two sentences, no note
+    assert main(["lm", "surprisal", "--checkpoint", str(tmp_path / "model"), str(tmp_path / "unix.txt")]) == 0
+    fixed = capsys.readouterr()
+    assert "note" not in fixed.err and {r.split("\t")[0] for r in fixed.out.splitlines()[1:]} == {"1", "2"}
