@@ -438,3 +438,44 @@ def test_second_derivatives_and_in_place_outputs(target):
     out[1:, 0] = 0
     h.mul_(2)
     assert not out[1:, 0].any()
+
+
+# --------------------------------------------------------------------------- the interpreter's shortcut
+
+
+def test_the_interpreters_shortcut_changes_no_bit_and_leaves_a_different_triton_alone(interpreter, monkeypatch):
+    """``patch_interpreter_once``: a ``@triton.jit`` helper called inside a launch no longer patches
+    ``triton.language`` again. Fewer patches, and the outputs and gradients of both steps (split, fused) are
+    bitwise those of Triton's own patching; a Triton without the patch scope it relies on is left as it is."""
+    from triton.runtime import interpreter as ti
+
+    from onlstm.nn.triton_kernel import patch_interpreter_once
+
+    original = getattr(ti._patch_lang, "original", ti._patch_lang)
+    calls = []
+
+    def counted(fn):
+        calls.append(fn)
+        return original(fn)
+
+    def run():
+        calls.clear()
+        m = layer("cpu", 3, 6, chunk_size=2, bidirectional=True)
+        x = torch.randn(4, 2, 3, generator=torch.Generator().manual_seed(5), requires_grad=True)
+        split = forward_backward(m, interpreter, x, None, seed=1)
+        gen = torch.Generator().manual_seed(0)
+        inputs = [torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((5, 3), (20, 3), (20, 4), (20,))]
+        inputs += [torch.zeros(2, 4, dtype=torch.float64)] * 2
+        fused = _layer_outputs_and_grads(_fused_kernel(interpreter), inputs, torch.tensor([2, 2, 1]), 2, False, True)
+        return split + fused, len(calls)
+
+    monkeypatch.setattr(ti, "_patch_lang", counted)  # Triton's own, counted
+    plain, plain_patches = run()
+    assert patch_interpreter_once() and ti._patch_lang.original is counted
+    fast, fast_patches = run()
+    assert 0 < fast_patches < plain_patches  # a launch still patches; its helpers' calls no longer do
+    assert all(torch.equal(a, b) for a, b in zip(fast, plain))
+
+    monkeypatch.setattr(ti, "_patch_lang", counted)
+    monkeypatch.delattr(ti, "_LangPatchScope")
+    assert not patch_interpreter_once() and ti._patch_lang is counted

@@ -239,13 +239,45 @@ def triton_installed() -> bool:
 def _steps_module() -> Any:
     from . import _triton_steps  # imports triton: only once a kernel is built
 
+    patch_interpreter_once()
     return _triton_steps
 
 
 def _fused_module() -> Any:
     from . import _triton_fused  # the fused step's kernels: only once one runs
 
+    patch_interpreter_once()
     return _triton_fused
+
+
+def patch_interpreter_once() -> bool:
+    """Under ``TRITON_INTERPRET=1``: Triton's interpreter patches ``triton.language`` at every launch (and undoes
+    it after), but also again at every call of a ``@triton.jit`` helper inside the launch, walking the whole
+    module each time (about 4 ms; our step kernels make thousands of such calls, a third to half of their time in
+    the interpreter). The second patch is a no-op in effect (the launch's is in place and is what gets undone), so
+    a helper's call whose ``triton.language`` is already patched skips it. Only where the interpreter has the
+    patch-and-undo scope this relies on (Triton 3.9: ``_patch_lang`` and ``_LangPatchScope``); elsewhere
+    nothing changes. True where the shortcut is in place."""
+    if not interpreter_requested():
+        return False
+    from triton.runtime import interpreter as ti
+
+    patch, scope = getattr(ti, "_patch_lang", None), getattr(ti, "_LangPatchScope", None)
+    if patch is None or scope is None:
+        return False
+    if hasattr(patch, "original"):  # in place already
+        return True
+    import triton.language as tl
+
+    def patch_unless_patched(fn: Any) -> Any:
+        langs = [m for m in fn.__globals__.values() if m is tl or m is tl.core]
+        if langs and not any(tl.core.is_builtin(m.load) for m in langs):  # a launch patched them (is_builtin: not)
+            return scope()  # nothing to undo
+        return patch(fn)
+
+    patch_unless_patched.original = patch  # type: ignore[attr-defined]
+    ti._patch_lang = patch_unless_patched
+    return True
 
 
 def load_cuda_kernel() -> TritonKernel:
