@@ -194,3 +194,20 @@ def test_a_kernels_first_use_draws_no_random_numbers():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "which, shape, named",
+    [(1, (18, 3), "w_ih"), (2, (20, 5), "w_hh"), (3, (18,), "bias"), (5, (2, 6), "c0"), (0, (5, 3, 1), "x must")],
+)
+def test_fused_layer_refuses_tensors_that_disagree_before_any_kernel_reads_them(toy, which, shape, named):
+    """The kernels index a layer's tensors by its sizes without looking (a wrong one read past a buffer: the
+    interpreted Triton kernel aborted the process); ``fused_layer`` names the tensor and the shape it needs."""
+    g = torch.Generator().manual_seed(0)
+    draw = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)
+    args = [draw(5, 3), draw(20, 3), draw(20, 4), draw(20), draw(2, 4), draw(2, 4)]  # hidden 4, chunks of 2
+    assert kernels.fused_layer(*args, torch.tensor([2, 2, 1]), 2, False, toy)[0].shape == (5, 4)
+    args[which] = draw(*shape)
+    with pytest.raises(ValueError, match=named) as err:
+        kernels.fused_layer(*args, torch.tensor([2, 2, 1]), 2, False, toy)
+    assert "\n" not in str(err.value) and toy.forward_calls == 1

@@ -214,8 +214,32 @@ def fused_layer(
         raise ValueError(
             f"ONLSTM: the initial state has {h0.shape[0]} rows but the first step {int(batch_sizes[0])} sequences"
         )
+    check_layer_shapes(x, w_ih, w_hh, bias, h0, c0, chunk)
     x, h0, c0 = x.contiguous(), h0.contiguous(), c0.contiguous()
     return _KernelFunction.apply(kernel, chunk, inclusive, x, w_ih, w_hh, bias, h0, c0, batch_sizes)
+
+
+def check_layer_shapes(
+    x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor, chunk: int
+) -> None:
+    """A layer's tensors agree with one another: the kernels index them by these sizes without looking, so a
+    mismatch would read or write past a buffer (a kernel plugged in by hand, or ``fused_layer`` called
+    directly; ``ONLSTM`` always agrees)."""
+    hidden = h0.shape[-1]
+    if x.dim() != 2 or h0.dim() != 2 or chunk < 1 or hidden % chunk:
+        raise ValueError(
+            f"ONLSTM: x must be (steps x rows, input) and h0 (rows, hidden) with hidden a multiple of chunk={chunk};"
+            f" got x {tuple(x.shape)}, h0 {tuple(h0.shape)}"
+        )
+    gates = 4 * hidden + 2 * (hidden // chunk)  # four gates per unit and two master gates per chunk
+    want = {"w_ih": (w_ih, (gates, x.shape[1])), "w_hh": (w_hh, (gates, hidden)), "bias": (bias, (gates,))}
+    want["c0"] = (c0, tuple(h0.shape))
+    for name, (t, shape) in want.items():
+        if t is not None and tuple(t.shape) != shape:
+            raise ValueError(
+                f"ONLSTM: {name} must have shape {shape} for input {x.shape[1]} and hidden {hidden} in chunks of"
+                f" {chunk}, got {tuple(t.shape)}"
+            )
 
 
 RESERVED = ("auto", "reference")
