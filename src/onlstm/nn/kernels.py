@@ -210,21 +210,19 @@ def fused_layer(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run ``kernel`` over one layer/direction of a packed sequence; returns ``out, h_n, c_n, dist``."""
     check_batch_sizes(batch_sizes, x.shape[0])
-    if h0.shape[0] != int(batch_sizes[0]) or c0.shape[0] != int(batch_sizes[0]):
-        raise ValueError(
-            f"ONLSTM: the initial state has {h0.shape[0]} rows but the first step {int(batch_sizes[0])} sequences"
-        )
-    check_layer_shapes(x, w_ih, w_hh, bias, h0, c0, chunk)
+    check_layer_shapes(x, w_ih, w_hh, bias, h0, c0, chunk, int(batch_sizes[0]))
     x, h0, c0 = x.contiguous(), h0.contiguous(), c0.contiguous()
     return _KernelFunction.apply(kernel, chunk, inclusive, x, w_ih, w_hh, bias, h0, c0, batch_sizes)
 
 
 def check_layer_shapes(
-    x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor, chunk: int
+    x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor | None, h0: Tensor, c0: Tensor, chunk: int, rows: int
 ) -> None:
-    """A layer's tensors agree with one another: the kernels index them by these sizes without looking, so a
-    mismatch would read or write past a buffer (a kernel plugged in by hand, or ``fused_layer`` called
-    directly; ``ONLSTM`` always agrees)."""
+    """A layer's tensors agree with one another and the initial state has a row for each of the first step's
+    ``rows`` sequences: the kernels index them by these sizes without looking, so a mismatch would read or write
+    past a buffer (a kernel plugged in by hand, or ``fused_layer`` called directly; ``ONLSTM`` always agrees)."""
+    if h0.shape[0] != rows or c0.shape[0] != rows:
+        raise ValueError(f"ONLSTM: the initial state has {h0.shape[0]} rows but the first step {rows} sequences")
     hidden = h0.shape[-1]
     if x.dim() != 2 or h0.dim() != 2 or chunk < 1 or hidden % chunk:
         raise ValueError(
