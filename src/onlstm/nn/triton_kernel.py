@@ -239,14 +239,12 @@ def triton_installed() -> bool:
 def _steps_module() -> Any:
     from . import _triton_steps  # imports triton: only once a kernel is built
 
-    patch_interpreter_once()
     return _triton_steps
 
 
 def _fused_module() -> Any:
     from . import _triton_fused  # the fused step's kernels: only once one runs
 
-    patch_interpreter_once()
     return _triton_fused
 
 
@@ -310,6 +308,7 @@ def load_interpreter_kernel() -> TritonKernel:
             "unavailable because Triton is not in interpreter mode: set TRITON_INTERPRET=1 in the environment "
             "before triton is first imported (e.g. TRITON_INTERPRET=1 python ...)"
         )
+    patch_interpreter_once()  # once, at the load: not in _fused_module, which every fused-step call runs
     return TritonKernel(steps)
 
 
