@@ -17,15 +17,22 @@ from unittest import mock
 import torch
 from torch import Tensor
 
-from ..errors import exception_line
+from ..errors import cap, exception_line
 from ..files import atomic_write
 from . import cpp_gemm
 from .kernels import KernelGrads, KernelInputs, KernelOutputs, KernelUnavailable, OutputGrads
 from .selfcheck import product_dtype
 
 _SOURCE = Path(__file__).parent / "csrc" / "onlstm_cpu.cpp"
-_CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"]
-_state: dict[str, Any] = {"tried": False, "module": None, "error": None}
+_EXACT = ["-O3", "-fno-math-errno", "-fno-trapping-math"]  # no -ffast-math: docs/layer.md, "Compiler flags"
+#: (compiler flags, linker flags) of each build. ``native``: for this CPU's instruction set, its own loops on
+#: OpenMP's threads. ``portable``: what any C++ compiler that builds against torch's headers accepts (Apple's clang
+#: has no -fopenmp; some compilers refuse -march=native): the AVX2 products are not built and its own loops
+#: (not the products, which are torch's) run on one thread. Tried when ``native`` fails to build.
+BUILDS = {"native": (_EXACT + ["-march=native", "-fopenmp"], ["-fopenmp"]), "portable": (_EXACT, [])}
+BUILD_ENV = "ONLSTM_CPU_BUILD"
+#: build: the one loaded; why: why that one (when not by default)
+_state: dict[str, Any] = {"tried": False, "module": None, "error": None, "build": None, "why": None}
 #: A build takes about a minute (a few on a busy machine): a build lock older than this was left by a build
 #: that was killed, not one still running.
 STALE_LOCK_S = 600.0
@@ -83,10 +90,73 @@ def load_extension() -> Any:
         _state["error"] = "disabled by ONLSTM_NO_EXTENSION"
         return None
     try:
-        _state["module"] = _build_and_load()
+        _state["module"] = _build_first(builds())
     except Exception as exc:
-        _state["error"] = exception_line(exc)
+        _state["error"] = build_error(exc)
     return _state["module"]
+
+
+def builds() -> list[str]:
+    """The builds to try, in order: ``native``, then ``portable``; only the one ``ONLSTM_CPU_BUILD`` names (a bad
+    value is said once, ignored); only ``portable`` where the native build failed before (:func:`_failure_file`)."""
+    name = os.environ.get(BUILD_ENV, "").strip().lower()
+    if name in BUILDS:
+        _state["why"] = f"{BUILD_ENV}={name}"
+        return [name]
+    if name:
+        print(f"onlstm: {BUILD_ENV}={name!r} ignored; use {' or '.join(BUILDS)}", file=sys.stderr)
+    with contextlib.suppress(OSError):
+        failed = _failure_file().read_text(encoding="utf-8").strip()
+        _state["why"] = f"the native build failed: {failed}; {BUILD_ENV}=native tries it again"
+        return ["portable"]
+    return list(BUILDS)
+
+
+def _failure_file() -> Path:
+    """Where a native build that failed while the portable one built is recorded (in the native build's
+    directory), so that later processes do not fail it again, each with a line and a compiler run."""
+    from torch.utils import cpp_extension
+
+    return Path(cpp_extension._get_build_directory(module_name("native"), verbose=False)) / "native-failed.txt"
+
+
+def _build_first(names: list[str]) -> Any:
+    """The module of the first build in ``names`` that compiles; the first one's error when none does."""
+    first: Exception | None = None
+    for name in names:
+        try:
+            module = _build_and_load(name)
+        except Exception as exc:
+            first = first or exc
+            continue
+        reason = None if first is None else build_error(first)
+        if reason is not None:  # said only when the retry built: with no compiler at all, one warning says why
+            _state["why"] = f"the native build failed: {reason}; {BUILD_ENV}=native tries it again"
+            print(f"onlstm: the C++ kernel's native build failed ({reason}); built it portable: without its AVX2 "
+                  f"products, its own loops on one thread ({BUILD_ENV}=native tries again)", file=sys.stderr)  # fmt: skip
+        if reason is not None or name == "native":
+            _record_native_failure(reason)
+        _state["build"] = name
+        return module
+    assert first is not None, "no build to try"
+    raise first
+
+
+def _record_native_failure(reason: str | None) -> None:
+    """Record why the native build failed (``None``: it built, the record goes). A record that cannot be written
+    costs each later process a failed compiler run and its line, nothing more."""
+    with contextlib.suppress(OSError):
+        if reason is None:
+            _failure_file().unlink(missing_ok=True)
+        else:
+            atomic_write(_failure_file(), lambda tmp: Path(tmp).write_text(reason + "\n", encoding="utf-8"))
+
+
+def build_error(exc: BaseException) -> str:
+    """One line for a failed build: the compiler's first ``error:`` line (PyTorch's message opens with the
+    build's whole command line), else the exception's first line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if "error:" in ln.lower()]
+    return cap(lines[0], 200) if lines else exception_line(exc)
 
 
 def cpu_features() -> str:
@@ -95,21 +165,21 @@ def cpu_features() -> str:
     return " | ".join(cpp_gemm.cpuinfo("model name", "flags")) or platform.processor() or platform.machine()
 
 
-def module_name() -> str:
+def module_name(build: str = "native") -> str:
     """The compiled module's name. It changes with the source, the flags, the torch version, the torch installation
     (the build's command line names the installation's headers: two environments sharing one build directory would
     rebuild it for each other) and the CPU: the kernel is built with ``-march=native``, so a build made on one CPU
     may use instructions another lacks (a home directory shared by the nodes of a cluster); each CPU kind builds
     its own."""
     where = str(Path(torch.__file__).resolve().parent)
-    parts = [" ".join(_CFLAGS), torch.__version__, where, cpu_features()]
+    parts = [" ".join(BUILDS[build][0]), torch.__version__, where, cpu_features()]
     return f"onlstm_cpu_{hashlib.sha1(_SOURCE.read_bytes() + ' | '.join(parts).encode()).hexdigest()[:12]}"
 
 
-def _build_and_load() -> Any:
+def _build_and_load(build: str) -> Any:
     from torch.utils import cpp_extension
 
-    name, source = module_name(), _SOURCE.read_bytes()
+    name, source, (cflags, ldflags) = module_name(build), _SOURCE.read_bytes(), BUILDS[build]
     build_dir = _state["build_dir"] = Path(cpp_extension._get_build_directory(name, verbose=False))
     clear_stale_lock(build_dir)
     # compiled from a copy inside the build directory: PyTorch rebuilds when the source's path changes, so two
@@ -121,11 +191,12 @@ def _build_and_load() -> Any:
     verified = check_cached_library(library)
     compiling, started = not library.exists(), time.monotonic()
     if compiling:
-        print(f"onlstm: compiling the C++ kernel ({COMPILE_TIME}) ...", file=sys.stderr, flush=True)
+        what = "the C++ kernel" + ("" if build == "native" else f" ({build} build)")
+        print(f"onlstm: compiling {what}, {COMPILE_TIME} ...", file=sys.stderr, flush=True)
     # PATH extended while the kernel builds; patch.dict restores it (or its absence) afterwards
     with mock.patch.dict(os.environ, {"PATH": build_path(os.environ.get("PATH") or os.defpath)}), _build_streams():
         module = cpp_extension.load(
-            name=name, sources=[str(copy)], extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], verbose=False
+            name=name, sources=[str(copy)], extra_cflags=cflags, extra_ldflags=ldflags, verbose=False
         )
     if compiling:
         print(f"onlstm: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
@@ -215,8 +286,8 @@ class CppKernel:
     is forced by ``ONLSTM_CPU_GEMM`` (or :meth:`pin`), else chosen by timing at the first float32 call of each
     layer size (:mod:`~onlstm.nn.cpp_gemm`) and set again before every call of that size, forward and backward."""
 
-    def __init__(self, module: Any, cache_dir: Path | None = None) -> None:
-        self._module, self._cache_dir = module, cache_dir
+    def __init__(self, module: Any, cache_dir: Path | None = None, build: str = "native", why: str | None = None):
+        self._module, self._cache_dir, self.build, self._why = module, cache_dir, build, why
         self.choice: cpp_gemm.Choice | None = cpp_gemm.forced(module)  # the last call's, for onlstm info
         self._env = self._pinned = None if self.choice is None else self.choice.backend
         # per layer size (cpp_gemm.size_class): one choice for every size kept what a first call timed (a smoke test
@@ -260,7 +331,12 @@ class CppKernel:
     def describe(self) -> str:
         """One line for ``onlstm info``: the matrix-product backend and how it was chosen; then what the products
         run in under bfloat16 autocast."""
-        return f"{self._describe_float32()}; under bfloat16 autocast: {self.describe_bf16()}"
+        built = (
+            "built for this CPU (-march=native, OpenMP)"
+            if self.build == "native"
+            else f"built portable ({self._why}; no -march=native, no OpenMP: its own loops on one thread)"
+        )
+        return f"{built}; {self._describe_float32()}; under bfloat16 autocast: {self.describe_bf16()}"
 
     def _describe_float32(self) -> str:
         if self.choice is not None:
@@ -322,4 +398,4 @@ def load_cpp_kernel() -> CppKernel:
     module = load_extension()
     if module is None:
         raise KernelUnavailable(extension_error() or "the C++ kernel could not be loaded")
-    return CppKernel(module, _state.get("build_dir"))
+    return CppKernel(module, _state.get("build_dir"), _state["build"] or "native", _state["why"])
