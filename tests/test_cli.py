@@ -196,6 +196,7 @@ def test_info_lists_every_registered_kernel(capsys):
     assert set(info["kernels"]) == set(kernels.kernel_names()) >= {"fused", "cpp"}
     assert info["kernels"]["fused"] == {"available": True, "reason": None}  # pure PyTorch: always there
     assert info["cpp_kernel"] == info["kernels"]["cpp"]["available"]
+    assert info["cpp_build"] in (("native", "portable") if info["cpp_kernel"] else (None,))
     assert info["triton_kernel"] == info["kernels"]["triton"]["available"]
     if not info["cuda"]:  # the CUDA path says why it is off
         assert not info["triton_kernel"] and "no CUDA device" in info["triton_kernel_error"]

@@ -47,7 +47,7 @@ def _cmd_info(args) -> int:
     from . import __version__
     from .device import cpu_line
     from .nn import cpp_gemm, selfcheck
-    from .nn.kernels import kernel_status
+    from .nn.kernels import kernel_status, load_kernel
 
     kernels = kernel_status()
     info = {"onlstm": __version__, "torch": torch.__version__, "threads": torch.get_num_threads()}
@@ -57,6 +57,7 @@ def _cmd_info(args) -> int:
     info["isa_limits"] = cpp_gemm.isa_limits() or "none"
     for name in ("cpp", "triton"):  # triton: the CUDA path (docs/layer.md, "The Triton path")
         info[f"{name}_kernel"], info[f"{name}_kernel_error"] = kernels[name]["available"], kernels[name]["reason"]
+    info["cpp_build"] = getattr(load_kernel("cpp"), "build", None)  # native or portable (docs/layer.md); None: none
     # kernel_selfcheck: the Triton kernel against the reference loop (nn/selfcheck.py)
     info.update(kernels=kernels, cuda=torch.cuda.is_available(), kernel_selfcheck=selfcheck.info())
     if args.json:
