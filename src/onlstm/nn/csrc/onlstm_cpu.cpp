@@ -12,7 +12,10 @@
 // by timing them (cpp_kernel.py); see "Matrix products" below for why several and how oneDNN's per-shape
 // caches are kept bounded.
 #include <atomic>
-#include <torch/extension.h>
+// ATen and pybind11 with its tensor casters, not <torch/extension.h>: that one also parses torch's whole C++ API
+// (nn, optim, data, jit), which this file does not use, and doubled the build's time and memory (docs/layer.md)
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <dlfcn.h>
