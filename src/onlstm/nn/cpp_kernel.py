@@ -176,7 +176,7 @@ def module_name(build: str = "native") -> str:
     return f"onlstm_cpu_{hashlib.sha1(_SOURCE.read_bytes() + ' | '.join(parts).encode()).hexdigest()[:12]}"
 
 
-def _build_and_load(build: str) -> Any:
+def _build_and_load(build: str = "native") -> Any:
     from torch.utils import cpp_extension
 
     name, source, (cflags, ldflags) = module_name(build), _SOURCE.read_bytes(), BUILDS[build]
