@@ -329,8 +329,8 @@ class CppKernel:
         self.bf16 = None
 
     def describe(self) -> str:
-        """One line for ``onlstm info``: the matrix-product backend and how it was chosen; then what the products
-        run in under bfloat16 autocast."""
+        """One line for ``onlstm info``: the build (native or portable, and why), the matrix-product backend and how
+        it was chosen, then what the products run in under bfloat16 autocast."""
         built = (
             "built for this CPU (-march=native, OpenMP)"
             if self.build == "native"
