@@ -106,10 +106,14 @@ def builds() -> list[str]:
     if name:
         print(f"onlstm: {BUILD_ENV}={name!r} ignored; use {' or '.join(BUILDS)}", file=sys.stderr)
     with contextlib.suppress(OSError):
-        failed = _failure_file().read_text(encoding="utf-8").strip()
-        _state["why"] = f"the native build failed: {failed}; {BUILD_ENV}=native tries it again"
+        _state["why"] = _native_failed(_failure_file().read_text(encoding="utf-8").strip())
         return ["portable"]
     return list(BUILDS)
+
+
+def _native_failed(reason: str) -> str:
+    """Why the build in use is the portable one, for ``onlstm info``."""
+    return f"the native build failed: {reason}; {BUILD_ENV}=native tries it again"
 
 
 def _failure_file() -> Path:
@@ -131,7 +135,7 @@ def _build_first(names: list[str]) -> Any:
             continue
         reason = None if first is None else build_error(first)
         if reason is not None:  # said only when the retry built: with no compiler at all, one warning says why
-            _state["why"] = f"the native build failed: {reason}; {BUILD_ENV}=native tries it again"
+            _state["why"] = _native_failed(reason)
             print(f"onlstm: the C++ kernel's native build failed ({reason}); built it portable: without its AVX2 "
                   f"products, its own loops on one thread ({BUILD_ENV}=native tries again)", file=sys.stderr)  # fmt: skip
         if reason is not None or name == "native":
