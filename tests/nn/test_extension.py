@@ -191,14 +191,20 @@ def test_products_over_all_rows_run_in_seven_block_shapes():
     assert ext is not None, f"C++ kernel failed to build: {extension_error()}"
     sizes = set()
     for n in [*range(1, 2100), 4095, 4096, 4097, 10_000]:
-        blocks = ext.row_blocks(n, True)
+        blocks = blocks_of(ext, n, True)
         starts = [s for s, _ in blocks]
         assert starts == [0] + list(itertools.accumulate(r for _, r in blocks))[:-1], n
         padded = blocks[-1][0] + blocks[-1][1]
         assert n <= padded < n + 16, (n, blocks)
         sizes.update(r for _, r in blocks)
     assert sizes == {16, 32, 64, 128, 256, 512, 1024}
-    assert ext.row_blocks(70, False) == [(0, 70)] and ext.row_blocks(0, True) == []
+    assert blocks_of(ext, 70, False) == [(0, 70)] and blocks_of(ext, 0, True) == []
+
+
+def blocks_of(ext, n: int, dnnl: bool) -> list[tuple[int, int]]:
+    """The kernel's (first row, rows) blocks over ``n`` rows (it returns them flat)."""
+    flat = ext.row_blocks(n, dnnl)
+    return list(zip(flat[::2], flat[1::2]))
 
 
 def test_cpp_kernel_under_cpu_autocast_computes_in_float32(monkeypatch):

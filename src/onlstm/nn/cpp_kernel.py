@@ -199,13 +199,14 @@ def _build_and_load(build: str = "native") -> Any:
         print(f"onlstm: compiling {what}, {COMPILE_TIME} ...", file=sys.stderr, flush=True)
     # PATH extended while the kernel builds; patch.dict restores it (or its absence) afterwards
     with mock.patch.dict(os.environ, {"PATH": build_path(os.environ.get("PATH") or os.defpath)}), _build_streams():
-        module = cpp_extension.load(
-            name=name, sources=[str(copy)], extra_cflags=cflags, extra_ldflags=ldflags, verbose=False
-        )
+        cpp_extension.load(
+            name=name, sources=[str(copy)], extra_cflags=cflags, extra_ldflags=ldflags, verbose=False,
+            is_python_module=False,
+        )  # fmt: skip
     if compiling:
         print(f"onlstm: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     _record_loaded(library, verified)
-    return module
+    return getattr(torch.ops, name)  # its operators (the library registers them under its name, not a module)
 
 
 @contextlib.contextmanager

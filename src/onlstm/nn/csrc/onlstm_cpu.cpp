@@ -12,10 +12,10 @@
 // by timing them (cpp_kernel.py); see "Matrix products" below for why several and how oneDNN's per-shape
 // caches are kept bounded.
 #include <atomic>
-// ATen and pybind11 with its tensor casters, not <torch/extension.h>: that one also parses torch's whole C++ API
-// (nn, optim, data, jit), which this file does not use, and doubled the build's time and memory (docs/layer.md)
+// ATen and torch's operator registration, not <torch/extension.h> (torch's whole C++ API: nn, optim, data, jit)
+// nor pybind11: each parsed longer than this file's own code (docs/results/layer.md, "Compiling the C++ kernel")
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <dlfcn.h>
@@ -1292,30 +1292,48 @@ std::vector<Tensor> onlstm_backward(const Tensor& grad_out, const Tensor& grad_h
   return {d_x, d_w.narrow(1, D, I), d_w.narrow(1, 0, D), dG.sum(0), dh, dc};
 }
 
+// row_blocks for the tests, flat: first row, rows, first row, rows, ...
+std::vector<int64_t> row_blocks_flat(int64_t N, bool dnnl) {
+  std::vector<int64_t> flat;
+  for (const auto& [first, rows] : row_blocks(N, dnnl)) flat.insert(flat.end(), {first, rows});
+  return flat;
+}
+
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("forward", &onlstm_forward, "ON-LSTM layer forward over a packed sequence");
-  m.def("backward", &onlstm_backward, "ON-LSTM layer backward over a packed sequence");
-  m.def("gemm_backend", &gemm_backend, "the matrix-product backend in use: onednn or mkl");
-  m.def("gemm_why_not_onednn", &gemm_why_not_onednn, "why oneDNN's matmul is not usable here (empty if it is)");
-  m.def("bf16_why_not", &bf16_why_not, "why the bfloat16 products cannot run here (empty if they can)");
-  m.def("bf16_packed", &bf16_packed, "whether the bfloat16 products read packed (oneDNN-blocked) weights");
-  m.def("set_bf16_packed", &set_bf16_packed, "bfloat16 products on packed weights on or off; false if unavailable");
-  m.def("set_gemm_backend", &set_gemm_backend, "use onednn, linear or mkl; false if that one does not run here");
-  m.def("gemm_backends", &gemm_backends, "the backends that run here (mkl always)");
-  m.def("matmul", &matmul, "c = a @ b through the named backend (for benchmarks)");
-  m.def("packed_steps", &packed_steps, "whether the per-step products read a packed (oneDNN-blocked) weight");
-  m.def("set_packed_steps", &set_packed_steps, "packed per-step products on or off; false if unavailable");
-  m.def("set_buffer_pool", &set_buffer_pool, "keep large buffers from call to call (on by default)");
-  m.def("buffer_pool_stats", &buffer_pool_stats, "the buffer pool: [buffers held, of which free, bytes held]");
-  m.def("bucket_rows", &bucket_rows, "the padded row count oneDNN's products use for m rows");
-  m.def("row_blocks", &row_blocks, "(first row, rows) of the blocks a product over n rows runs in");
-  m.def("avx2_pack", &own_pack_weight, "a float32 weight packed for avx2_matmul (transposed: for a @ w) on batches of "
-        "`rows` rows (the orientation of the tiles follows from it, as in the layer)", py::arg("w"),
-        py::arg("transposed"), py::arg("rows"));
-  m.def("set_avx2_tiles", &set_avx2_tiles, "the avx2 step products' orientation: auto (by the batch), rows or outputs");
-  m.def("avx2_tiles", &avx2_tiles, "the avx2 step products' orientation setting");
-  m.def("avx2_matmul", &own_matmul, "a @ w^T (or a @ w) by the avx2 backend's own step product, M outputs");
-  m.def("avx2_weight_grad", &own_weight_gradient, "dG^T @ hx by the avx2 backend's own blocked product");
+// The module's functions as operators of the namespace TORCH_EXTENSION_NAME (torch.ops.<that name>.forward, ...):
+// each build has its own name, so a native and a portable build can live in one process. The macro in between
+// expands the name before TORCH_LIBRARY pastes it.
+#define ONLSTM_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+ONLSTM_LIBRARY(TORCH_EXTENSION_NAME, m) {
+  // the layer over a packed sequence: forward -> out, h_n, c_n, dist, act, cells; backward -> the inputs' grads
+  m.def("forward(Tensor x, Tensor w_ih, Tensor w_hh, Tensor? bias, Tensor h0, Tensor c0, Tensor batch_sizes, "
+        "int chunk, bool inclusive, bool bf16) -> Tensor[]", &onlstm_forward);
+  m.def("backward(Tensor grad_out, Tensor grad_hn, Tensor grad_cn, Tensor? grad_dist, Tensor x, Tensor w_ih, "
+        "Tensor w_hh, Tensor h0, Tensor c0, Tensor batch_sizes, Tensor act, Tensor cells, Tensor out, int chunk, "
+        "bool inclusive, bool bf16) -> Tensor[]", &onlstm_backward);
+  // the matrix-product backends: which runs (onednn, linear, avx2 or mkl), which can, and why oneDNN cannot
+  m.def("gemm_backend() -> str", &gemm_backend);
+  m.def("gemm_backends() -> str[]", &gemm_backends);
+  m.def("gemm_why_not_onednn() -> str", &gemm_why_not_onednn);
+  m.def("set_gemm_backend(str backend) -> bool", &set_gemm_backend);  // false if it does not run here
+  m.def("matmul(Tensor a, Tensor b, Tensor(a!) c, str backend) -> ()", &matmul);  // c = a @ b, for benchmarks
+  m.def("packed_steps() -> bool", &packed_steps);  // the step products read a packed (oneDNN-blocked) weight
+  m.def("set_packed_steps(bool on) -> bool", &set_packed_steps);
+  // bfloat16 products: why they cannot run here (empty if they can), and on packed weights or not
+  m.def("bf16_why_not() -> str", &bf16_why_not);
+  m.def("bf16_packed() -> bool", &bf16_packed);
+  m.def("set_bf16_packed(bool on) -> bool", &set_bf16_packed);
+  // large buffers kept from call to call: on or off, and [buffers held, of which free, bytes held]
+  m.def("set_buffer_pool(bool on) -> ()", &set_buffer_pool);
+  m.def("buffer_pool_stats() -> int[]", &buffer_pool_stats);
+  m.def("bucket_rows(int m) -> int", &bucket_rows);  // the padded row count oneDNN's products use for m rows
+  m.def("row_blocks(int n, bool dnnl) -> int[]", &row_blocks_flat);
+  // the avx2 backend's own products: a weight packed for batches of `rows` rows (transposed: for a @ w), a @ w^T
+  // (or a @ w) with M outputs, dG^T @ hx; and the tiles' orientation (auto, by the batch; rows; outputs)
+  m.def("avx2_pack(Tensor w, bool transposed, int rows) -> Tensor", &own_pack_weight);
+  m.def("avx2_matmul(Tensor a, Tensor packed, int M) -> Tensor", &own_matmul);
+  m.def("avx2_weight_grad(Tensor dG, Tensor hx) -> Tensor", &own_weight_gradient);
+  m.def("set_avx2_tiles(str mode) -> bool", &set_avx2_tiles);
+  m.def("avx2_tiles() -> str", &avx2_tiles);
 }
