@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
+from . import cpp_ops, kernels, selfcheck
 from . import functional as Fn
-from . import kernels, selfcheck
 
 
 class Distances(NamedTuple):
@@ -360,12 +360,14 @@ class ONLSTM(nn.Module):
         first checks itself against the reference loop here, and where it fails that is the reference
         (:mod:`onlstm.nn.selfcheck`).
         """
-        if torch.compiler.is_compiling() or _functorch_active():
-            # torch.compile and torch.export trace PyTorch operations, and torch.func's transforms (vmap, grad,
-            # jacrev) wrap them; the kernels are opaque to both
+        if torch.compiler.is_exporting() or _functorch_active():
+            # torch.export keeps PyTorch operations (an exported graph runs where this package is not installed),
+            # and torch.func's transforms (vmap, grad, jacrev) wrap them; the kernels are opaque to both
             return "reference"
-        impl = kernels.resolve_impl(self.impl, device, dtype)
-        return selfcheck.verified(impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
+        if torch.compiler.is_compiling():  # the C++ kernel as an operator (cpp_ops.py), else the step loop
+            chosen = _chosen_impl(self.impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
+            return chosen if chosen == "cpp" else "reference"
+        return _chosen_impl(self.impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
 
     def __prepare_scriptable__(self):
         # torch.jit.script calls this first: say what to use instead of failing on an internal construct
@@ -509,12 +511,21 @@ class ONLSTM(nn.Module):
             return Fn.reference_layer(
                 x, w_ih, w_hh, b_ih, b_hh, h0, c0, flat.size_list(), self.chunk_size, self.master_input
             )
+        bias = None if b_ih is None or b_hh is None else b_ih + b_hh
+        inclusive = self.master_input == "reverse"
+        if torch.compiler.is_compiling():  # impl is "cpp" (resolved_impl) and the batch sizes come from the shape
+            return cpp_ops.cpp_layer(x, w_ih, w_hh, bias, h0, c0, flat.batch_sizes, self.chunk_size, inclusive)
         kernel = kernels.load_kernel(impl)
         assert kernel is not None, impl  # resolve_impl only returns kernels that loaded
-        bias = None if b_ih is None or b_hh is None else b_ih + b_hh
-        return kernels.fused_layer(
-            x, w_ih, w_hh, bias, h0, c0, flat.batch_sizes, self.chunk_size, self.master_input == "reverse", kernel
-        )
+        return kernels.fused_layer(x, w_ih, w_hh, bias, h0, c0, flat.batch_sizes, self.chunk_size, inclusive, kernel)
+
+
+@torch.compiler.assume_constant_result
+def _chosen_impl(impl: str, device: torch.device, dtype: torch.dtype, hidden: int, chunk: int, master: str) -> str:
+    """What runs the layers for ``impl``: the registry's choice, once it has checked itself. Under torch.compile
+    it is called while tracing, not traced (it loads and times kernels), and its answer is a constant of the
+    graph."""
+    return selfcheck.verified(kernels.resolve_impl(impl, device, dtype), device, dtype, hidden, chunk, master)
 
 
 selfcheck.register_layer(ONLSTM)
