@@ -4,7 +4,7 @@
     python benchmarks/layer_speed.py --device cuda          # triton, fused, reference vs cuDNN; fp32 and bf16
     python benchmarks/layer_speed.py --impls cpp,cpp:avx2,cpp:linear,cpp:mkl   # the C++ kernel's backends, one run
     python benchmarks/layer_speed.py --impls cpp:avx2-rows,cpp:avx2-outputs --shapes 70x20x400x650x10   # its tiles
-    python benchmarks/layer_speed.py --compile --impls cpp,reference   # every row under torch.compile
+    python benchmarks/layer_speed.py --compile --impls cpp,reference   # and each under torch.compile, beside
 
 For each shape (T, B, input, hidden, chunk) it times ``out.sum().backward()`` of a one-layer
 ``nn.LSTM`` and of each ON-LSTM implementation, interleaved round by round so that drifts in the
@@ -228,8 +228,10 @@ def measure(shape, impls, dtype_name, device, args):
     for impl in impls:
         name = "cpp" if backend_of(impl) else impl_name(impl, device)
         mods[impl] = onlstm.ONLSTM(I, H, chunk_size=C, impl=name, master_input=args.master_input).to(device)
-    # --compile: every row's module under torch.compile (inductor), nn.LSTM's too; its first call compiles
-    fns = {k: step_fn(torch.compile(m) if args.compile else m, x, device, DTYPES[dtype_name]) for k, m in mods.items()}
+    fns = {k: step_fn(m, x, device, DTYPES[dtype_name]) for k, m in mods.items()}
+    if args.compile:  # beside each ON-LSTM row, the same module under torch.compile (inductor), in the same rounds
+        compiled = {f"{k}+compile": torch.compile(m) for k, m in mods.items() if k != "nn.LSTM"}
+        fns.update({k: step_fn(m, x, device, DTYPES[dtype_name]) for k, m in compiled.items()})
     if device.type == "cpu" and any(map(runs_cpp, fns)):  # a backend per row
         fns = {k: on_backend(f, backend_of(k), tiles_of(k)) if runs_cpp(k) else f for k, f in fns.items()}
     for k, f in list(fns.items()):  # warm-up (kernel build and compilation); a failure skips that row only
@@ -237,7 +239,7 @@ def measure(shape, impls, dtype_name, device, args):
             t0 = time.perf_counter()
             f()
             sync(device)
-            if args.compile:
+            if k.endswith("+compile"):
                 print(
                     f"note: {k} at T={T} B={B} H={H} {dtype_name}: first call (compiling) {time.perf_counter() - t0:.1f} s"
                 )
@@ -247,8 +249,9 @@ def measure(shape, impls, dtype_name, device, args):
             print(f"note: {k} failed at T={T} B={B} H={H} {dtype_name}, left out: {type(exc).__name__}: {exc}")
             del fns[k]
     for k in [k for k in fns if k != "nn.LSTM"]:  # a row must time the kernel its label names
-        ran = ran_impl(mods[k], device, DTYPES[dtype_name])
-        if ran != mods[k].impl and mods[k].impl != "auto":
+        module = mods[k.removesuffix("+compile")]
+        ran = ran_impl(module, device, DTYPES[dtype_name])
+        if ran != module.impl and module.impl != "auto":
             why = "it does not fit the device or failed its self-check: onlstm info"
             print(f"note: {k} would run {ran} at T={T} B={B} H={H} {dtype_name} ({why}), left out")
             del fns[k]
@@ -296,8 +299,8 @@ def main(argv=None) -> int:
                     "fp32,bf16 on CUDA); bf16/fp16 run under torch.autocast")  # fmt: skip
     ap.add_argument("--repeats", type=positive_int, default=5, help="timed rounds per shape (median reported)")
     ap.add_argument("--master-input", default="paper", choices=["paper", "reverse"])
-    ap.add_argument("--compile", action="store_true", help="every row's module under torch.compile (the first, "
-                    "compiling call is not timed; its seconds are printed)")  # fmt: skip
+    ap.add_argument("--compile", action="store_true", help="beside each ON-LSTM row, a row IMPL+compile: the same "
+                    "module under torch.compile (the first, compiling call is not timed; its seconds are printed)")  # fmt: skip
     ap.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
     args = ap.parse_args(argv)
     device = torch.device(args.device)

@@ -78,12 +78,17 @@ def test_the_operators_pass_torch_librarys_checks():
     for t in args[:6]:
         t.requires_grad_()
     torch.library.opcheck(cpp_ops.cpp_forward, args)
+    out, h_n, c_n, dist, act, cells, bf16 = cpp_ops.cpp_forward(*args)
+    x, w_ih, w_hh, _, h0, c0, batch_sizes = (t.detach() for t in args[:7])
+    grads = [torch.randn_like(t) for t in (out, h_n, c_n, dist)]
+    saved = (x, w_ih, w_hh, h0, c0, batch_sizes, out.detach(), act.detach(), cells.detach(), bf16)
+    torch.library.opcheck(cpp_ops.cpp_backward, (*grads, *saved, chunk, False))
 
 
 def test_without_the_cpp_kernel_the_compiled_layer_traces_the_step_loop():
     torch.manual_seed(0)
     layer = onlstm.ONLSTM(3, 8, chunk_size=2, impl="fused")
-    x = torch.randn(4, 2, 3)
+    x = torch.randn(2, 2, 3)  # two steps: the loop is unrolled, each step traced
     compiled, graphs = _compile(layer)
     torch.testing.assert_close(compiled(x)[0], layer(x)[0], atol=1e-6, rtol=1e-6)
     assert not _ops(graphs[0])

@@ -21,10 +21,19 @@ def _kernel() -> Any:
     return kernel
 
 
-def _own(t: Tensor) -> Tensor:
-    # an operator's outputs may not share memory with one another: the kernel's final states can be views of
-    # its outputs (every sequence of one length), and the compiler may reuse a buffer it thinks is free
-    return t.clone() if t._is_view() else t
+def _apart(*tensors: Tensor) -> list[Tensor]:
+    """The tensors contiguous, as the fake implementations promise (the compiler checks the strides), and each
+    one that shares memory with an earlier one copied: an operator's outputs may not share memory (the compiler
+    may reuse a buffer it thinks is free), and the kernel's can (its final states are rows of its outputs when
+    every sequence has one length; the weights' gradients are two parts of one buffer). Callers list the large
+    ones first, so that the copies are the small ones."""
+    seen: set[int] = set()
+    result = []
+    for t in tensors:
+        where = t.untyped_storage().data_ptr()
+        result.append(t.clone(memory_format=torch.contiguous_format) if where in seen else t.contiguous())
+        seen.add(where)
+    return result
 
 
 @torch.library.custom_op("onlstm::cpp_forward", mutates_args=())
@@ -36,8 +45,8 @@ def cpp_forward(
     the activations ``act (N, G)``, the cells ``(N, D)`` and whether the products ran in bfloat16 (a bool)."""
     result = _kernel().forward(KernelInputs(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive))
     _, act, cells, marker = result.saved
-    bf16 = torch.tensor(marker.dtype == torch.bfloat16)
-    return result.out, _own(result.h_n), _own(result.c_n), result.dist, act, _own(cells), bf16
+    out, act, cells, dist, h_n, c_n = _apart(result.out, act, cells, result.dist, result.h_n, result.c_n)
+    return out, h_n, c_n, dist, act, cells, torch.tensor(marker.dtype == torch.bfloat16)
 
 
 @cpp_forward.register_fake
@@ -66,7 +75,8 @@ def cpp_backward(
     marker = x.new_empty(0, dtype=torch.bfloat16 if bool(bf16) else x.dtype)
     grads = OutputGrads(g_out.contiguous(), g_hn.contiguous(), g_cn.contiguous(), g_dist)
     g = _kernel().backward(inputs, (out, act, cells, marker), grads)
-    return tuple(_own(t) for t in g)  # type: ignore[return-value]  # the weights' grads: views of one buffer
+    d_x, d_w_hh, d_w_ih, d_bias, d_h0, d_c0 = _apart(g.x, g.w_hh, g.w_ih, g.bias, g.h0, g.c0)
+    return d_x, d_w_ih, d_w_hh, d_bias, d_h0, d_c0
 
 
 @cpp_backward.register_fake
