@@ -680,9 +680,12 @@ if os.environ.get("ATEN_CPU_CAPABILITY") == "default":
     inductor.cpp.simdlen = 1
 torch.manual_seed(0)
 layer, x = onlstm.ONLSTM(3, 4, chunk_size=2).eval(), torch.randn(3, 2, 3)  # impl 'auto': the fastest kernel
-out, (h, c) = layer(x)
-c_out, (c_h, c_c) = torch.compile(layer, fullgraph=True)(x)
-for got, want in ((c_out, out), (c_h, h), (c_c, c)):
+def run(model):  # outputs and the weights' gradients (the backward compiled too)
+    layer.zero_grad()
+    out, (h, c) = model(x)
+    (out.sum() + h.sum() + c.sum()).backward()
+    return [out, h, c] + [p.grad.clone() for p in layer.parameters()]
+for got, want in zip(run(torch.compile(layer, fullgraph=True)), run(layer)):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 print("COMPILED OK")
 """
