@@ -92,3 +92,17 @@ def test_without_the_cpp_kernel_the_compiled_layer_traces_the_step_loop():
     compiled, graphs = _compile(layer)
     torch.testing.assert_close(compiled(x)[0], layer(x)[0], atol=1e-6, rtol=1e-6)
     assert not _ops(graphs[0])
+
+
+def test_the_layer_marks_its_choice_constant_as_torch_does_without_importing_the_compiler():
+    import subprocess
+    import sys
+
+    from onlstm.nn import modules
+
+    def probe(): ...
+
+    torch.compiler.assume_constant_result(probe)
+    assert vars(probe) and vars(probe).items() <= vars(modules._chosen_impl).items()  # the same mark
+    code = "import sys, onlstm; print('torch._dynamo' in sys.modules)"  # the compiler costs seconds to import
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

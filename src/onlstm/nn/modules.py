@@ -520,12 +520,17 @@ class ONLSTM(nn.Module):
         return kernels.fused_layer(x, w_ih, w_hh, bias, h0, c0, flat.batch_sizes, self.chunk_size, inclusive, kernel)
 
 
-@torch.compiler.assume_constant_result
 def _chosen_impl(impl: str, device: torch.device, dtype: torch.dtype, hidden: int, chunk: int, master: str) -> str:
     """What runs the layers for ``impl``: the registry's choice, once it has checked itself. Under torch.compile
     it is called while tracing, not traced (it loads and times kernels), and its answer is a constant of the
     graph."""
     return selfcheck.verified(kernels.resolve_impl(impl, device, dtype), device, dtype, hidden, chunk, master)
+
+
+# What torch.compiler.assume_constant_result(_chosen_impl) does, without it: that function imports the compiler,
+# which took 3.6 s at every `import onlstm`; the compiler reads the mark when it runs (tests/nn/test_compiled.py
+# checks that the two mark alike)
+_chosen_impl._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 selfcheck.register_layer(ONLSTM)
