@@ -364,10 +364,10 @@ class ONLSTM(nn.Module):
             # torch.export keeps PyTorch operations (an exported graph runs where this package is not installed),
             # and torch.func's transforms (vmap, grad, jacrev) wrap them; the kernels are opaque to both
             return "reference"
+        chosen = _chosen_impl(self.impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
         if torch.compiler.is_compiling():  # the C++ kernel as an operator (cpp_ops.py), else the step loop
-            chosen = _chosen_impl(self.impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
             return chosen if chosen == "cpp" else "reference"
-        return _chosen_impl(self.impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
+        return chosen
 
     def __prepare_scriptable__(self):
         # torch.jit.script calls this first: say what to use instead of failing on an internal construct
