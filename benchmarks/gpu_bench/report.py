@@ -159,7 +159,8 @@ def _step(sec: dict[str, Any]) -> list[str]:
         "warm-up, every row of a shape timed in alternation. TF32: both `torch.backends.cuda.matmul.allow_tf32`",
         "(the ON-LSTM's products, cuBLAS or the fused kernel's `tl.dot`) and `torch.backends.cudnn.allow_tf32`",
         "(nn.LSTM) set as the row says; PyTorch's defaults are matmul off, cuDNN on. `split`: a torch product and",
-        "a Triton kernel per step; `fused`: one Triton launch per step (ONLSTM_TRITON_STEP=fused). Ratios are",
+        "a Triton kernel per step; `fused`: one Triton launch per step (ONLSTM_TRITON_STEP=fused); `torch.compile`:",
+        "the layer's kernel as one operator, the step replayed as CUDA graphs by the compiler. Ratios are",
         "against eager cuDNN `nn.LSTM` of the same size: with the same TF32 setting, and with TF32 on.",
         "",
         "| shape | model | TF32 | run | ms | tokens/s | x cuDNN same TF32 | x cuDNN TF32 on |",
@@ -167,7 +168,7 @@ def _step(sec: dict[str, Any]) -> list[str]:
     ]
     for row in sec["rows"]:
         head = f"| {row['shape']} | {row['model']} | {'on' if row['tf32'] else 'off'} | "
-        head += "CUDA graph" if row["graph"] else "eager"
+        head += row["run"]
         if "ms" not in row:
             lines.append(f"{head} | {row.get('not_run') or row.get('error')} | | | |")
             continue

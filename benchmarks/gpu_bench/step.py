@@ -1,8 +1,9 @@
 """The step section of ``benchmarks/gpu_report.py`` (issue #49; docs/layer.md, "The GPU report"): one
 forward+backward of a layer for every way the Triton path can run it (the split step, the fused step of
-``ONLSTM_TRITON_STEP=fused``, each eager and replayed as a CUDA graph) against cuDNN's ``nn.LSTM`` of the same size in
-the same process, each with TF32 off and on, stated per row (``torch.backends.cuda.matmul.allow_tf32`` and
-``torch.backends.cudnn.allow_tf32`` both set for the row).
+``ONLSTM_TRITON_STEP=fused``, each eager and replayed as a CUDA graph; at the paper's layer also the split step under
+``torch.compile(mode="reduce-overhead")``, how a user's own model gets CUDA graphs) against cuDNN's ``nn.LSTM`` of the
+same size in the same process, each with TF32 off and on, stated per row (``torch.backends.cuda.matmul.allow_tf32``
+and ``torch.backends.cudnn.allow_tf32`` both set for the row).
 """
 
 from __future__ import annotations
@@ -32,20 +33,30 @@ GOALS = (("eager", 0.7), ("graph", 1.0))
 
 @dataclass(frozen=True)
 class Variant:
-    """One row: the model (``nn.LSTM`` or the Triton kernel's ``split``/``fused`` step), TF32, eager or graph."""
+    """One row: the model (``nn.LSTM`` or the Triton kernel's ``split``/``fused`` step), TF32, eager or graph, or
+    compiled (``torch.compile``, whose ``reduce-overhead`` mode replays CUDA graphs of its own)."""
 
     model: str
     tf32: bool
     graph: bool
+    compiled: bool = False
+
+    @property
+    def run(self) -> str:
+        return COMPILED if self.compiled else "CUDA graph" if self.graph else "eager"
 
     @property
     def name(self) -> str:
-        return f"{self.model}, TF32 {'on' if self.tf32 else 'off'}, {'CUDA graph' if self.graph else 'eager'}"
+        return f"{self.model}, TF32 {'on' if self.tf32 else 'off'}, {self.run}"
 
 
-#: cuDNN eager (the baseline of every ratio), then the Triton path's two steps eager and as CUDA graphs
-VARIANTS = tuple(Variant(m, tf32, False) for m in (BASELINE, "split", "fused") for tf32 in (False, True)) + tuple(
-    Variant(m, tf32, True) for m in ("split", "fused") for tf32 in (False, True)
+COMPILED = 'torch.compile(mode="reduce-overhead")'
+#: cuDNN eager (the baseline of every ratio), then the Triton path's two steps eager and as CUDA graphs, then the split
+#: step compiled (at the paper's layer only: each compile takes seconds)
+VARIANTS = (
+    tuple(Variant(m, tf32, False) for m in (BASELINE, "split", "fused") for tf32 in (False, True))
+    + tuple(Variant(m, tf32, True) for m in ("split", "fused") for tf32 in (False, True))
+    + tuple(Variant("split", tf32, False, True) for tf32 in (False, True))
 )
 
 
@@ -56,26 +67,29 @@ def conditions(variant: Variant) -> contextlib.AbstractContextManager[None]:
 
 def not_run(variant: Variant, device: torch.device) -> str | None:
     """Why a variant cannot run here (TF32 and CUDA graphs are CUDA's), or None."""
-    if device.type != "cuda" and (variant.tf32 or variant.graph):
-        return f"{NEEDS_CUDA} ({'CUDA graphs' if variant.graph else 'TF32'})"
+    if device.type != "cuda" and (variant.tf32 or variant.graph or variant.compiled):
+        return f"{NEEDS_CUDA} ({'TF32' if variant.tf32 else 'CUDA graphs'})"
     return None
 
 
-def measure(shape: Shape, kernel: str, device: torch.device, repeats: int) -> tuple[list[dict], list[dict]]:
+def measure(
+    shape: Shape, kernel: str, device: torch.device, repeats: int, compiled: bool = False
+) -> tuple[list[dict], list[dict]]:
     """The rows of one shape (fp32), timed in alternating rounds after a warm-up, and the checks that every
-    graph replays its eager step."""
+    graph replays its eager step; the compiled rows only where ``compiled``."""
     T, B, I, H, C = shape
     torch.manual_seed(0)
     x = torch.randn(T, B, I, device=device, requires_grad=True)
     layers = {BASELINE: nn.LSTM(I, H).to(device), "onlstm": onlstm.ONLSTM(I, H, chunk_size=C, impl=kernel).to(device)}
     runs: dict[Variant, tuple[Callable, list[torch.Tensor]]] = {}
     rows, checks, errors = {}, [], {}
-    for v in VARIANTS:
-        rows[v] = {"shape": label(shape), "model": v.model, "tf32": v.tf32, "graph": v.graph, "name": v.name}
+    for v in (v for v in VARIANTS if compiled or not v.compiled):
+        rows[v] = {"shape": label(shape), "model": v.model, "tf32": v.tf32, "graph": v.graph, "run": v.run,
+                   "name": v.name}  # fmt: skip
         why = not_run(v, device)
         if why:
             rows[v]["not_run"] = why
-            if v.graph:
+            if v.graph or v.compiled:
                 checks.append({"name": f"{v.name} replays the eager step", "passed": None, "worst": why})
             continue
         try:
@@ -93,15 +107,19 @@ def measure(shape: Shape, kernel: str, device: torch.device, repeats: int) -> tu
 
 
 def _prepare(variant: Variant, layer: nn.Module, x: torch.Tensor, checks: list[dict]) -> Callable[[], Any]:
-    """The variant's callable after its warm-up (eager: one step; graph: captured, then checked against the eager
-    step under the same conditions)."""
+    """The variant's callable after its warm-up (eager: one step; graph: captured; compiled: compiled, its graphs
+    recorded), then checked against the eager step under the same conditions."""
     model = FirstOutput(layer)
     with conditions(variant):
         eager = _grads(model, layer, x)  # also the warm-up: compiles the kernels, plans cuDNN
-        if not variant.graph:
+        if variant.compiled:
+            graphed = torch.compile(FirstOutput(layer), mode="reduce-overhead", fullgraph=True)
+        elif variant.graph:
+            graphed = torch.cuda.make_graphed_callables(FirstOutput(layer), (x,))
+        else:
             return model
-        graphed = torch.cuda.make_graphed_callables(FirstOutput(layer), (x,))
-        replays = [_grads(graphed, layer, x) for _ in range(2)]  # the second replays graphs that already ran
+        # compiled: the first call compiles, the second records the graphs; the later ones replay them
+        replays = [_grads(graphed, layer, x) for _ in range(3 if variant.compiled else 2)][-2:]
     worst = max((rel_error(r.get(k), e) for r in replays for k, e in eager.items()), default=float("inf"))
     checks.append({"name": f"{variant.name} replays the eager step", "passed": worst <= FP32_TOLERANCE,
                    "error": worst, "tolerance": FP32_TOLERANCE,
@@ -150,7 +168,7 @@ def step_section(shapes: tuple[Shape, ...], kernel: str, device: torch.device, r
     goals at the last shape (the paper's layer)."""
     rows, checks = [], []
     for shape in shapes:
-        got_rows, got_checks = measure(shape, kernel, device, repeats)
+        got_rows, got_checks = measure(shape, kernel, device, repeats, compiled=shape == shapes[-1])
         rows += got_rows
         checks += got_checks
     failed = [f"{r['shape']} {r['name']}: {r['error']}" for r in rows if "error" in r]
@@ -164,7 +182,8 @@ def goals(rows: list[dict[str, Any]], paper: str, smoke: bool) -> list[dict[str,
     out = []
     for (mode, target), model, tf32 in ((g, m, t) for g in GOALS for m in ("split", "fused") for t in (False, True)):
         graph = mode == "graph"
-        row = next((r for r in rows if (r["shape"], r["model"], r["tf32"], r["graph"]) == (paper, model, tf32, graph)),
+        want = (paper, model, tf32, graph, False)
+        row = next((r for r in rows if (r["shape"], r["model"], r["tf32"], r["graph"], r.get("run") == COMPILED) == want),
                    {})  # fmt: skip
         value = row.get("x cuDNN same TF32")
         status = "not measured" if value is None else "met" if value >= target else "not met"

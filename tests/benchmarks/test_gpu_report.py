@@ -52,8 +52,8 @@ def test_smoke_run_writes_every_section_and_passes(tmp_path, capsys):
     measured = {(row["model"], row["tf32"], row["graph"]) for row in r["step"]["rows"] if "ms" in row}
     assert measured == {("nn.LSTM", False, False), ("split", False, False), ("fused", False, False)}
     assert all(row["not_run"].startswith("needs CUDA") for row in r["step"]["rows"] if "ms" not in row)
-    graphs = [c for c in r["step"]["checks"] if "CUDA graph" in c["name"]]
-    assert len(graphs) == 4 and all(c["passed"] is None for c in graphs)
+    graphs = [c for c in r["step"]["checks"] if "CUDA graph" in c["name"] or "torch.compile" in c["name"]]
+    assert len(graphs) == 6 and all(c["passed"] is None for c in graphs)  # compiled: at the paper's layer only
     assert {g["status"] for g in r["step"]["goals"]} == {"n/a (smoke: the interpreter is no speed)"}
     assert r["pytest"]["checks"][0]["passed"] is None  # no CUDA: recorded as not run, not as passed
     rows = {(row["dtype"], row["impl"]) for row in r["speed"]["rows"] if "tokens_per_s" in row}
@@ -200,14 +200,15 @@ def test_step_rows_say_what_needs_cuda_and_compare_with_cudnn_of_the_same_tf32()
     """The step section's plumbing on the CPU (the reference loop stands in for the kernel: no interpreter):
     the eager rows are timed, cuDNN's own row is 1.00x itself, TF32 and graph rows need CUDA, and so do the
     graphs' checks."""
-    rows, checks = step.measure((3, 2, 4, 6, 3), "reference", torch.device("cpu"), 1)
-    by = {(r["model"], r["tf32"], r["graph"]): r for r in rows}
-    assert len(rows) == len(step.VARIANTS) == 10
-    assert by[("nn.LSTM", False, False)]["x cuDNN same TF32"] == 1.0
-    assert all(by[(m, False, False)]["ms"] > 0 for m in ("nn.LSTM", "split", "fused"))
-    assert by[("fused", True, False)]["not_run"] == "needs CUDA (TF32)"
-    assert by[("split", False, True)]["not_run"] == "needs CUDA (CUDA graphs)"
-    assert [c["passed"] for c in checks] == [None] * 4
+    rows, checks = step.measure((3, 2, 4, 6, 3), "reference", torch.device("cpu"), 1, compiled=True)
+    by = {(r["model"], r["tf32"], r["run"]): r for r in rows}
+    assert len(rows) == len(step.VARIANTS) == 12
+    assert by[("nn.LSTM", False, "eager")]["x cuDNN same TF32"] == 1.0
+    assert all(by[(m, False, "eager")]["ms"] > 0 for m in ("nn.LSTM", "split", "fused"))
+    assert by[("fused", True, "eager")]["not_run"] == "needs CUDA (TF32)"
+    assert by[("split", False, "CUDA graph")]["not_run"] == "needs CUDA (CUDA graphs)"
+    assert by[("split", False, step.COMPILED)]["not_run"] == "needs CUDA (CUDA graphs)"
+    assert [c["passed"] for c in checks] == [None] * 6
 
 
 def test_step_goals_compare_like_with_like():

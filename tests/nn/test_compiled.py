@@ -1,7 +1,9 @@
-"""Under torch.compile the layer runs the C++ kernel as operators (``onlstm::cpp_forward``, ``cpp_backward``;
-src/onlstm/nn/cpp_ops.py) instead of tracing its step loop: the compiled model equals the eager one, outputs and
-gradients, and one graph serves every sequence length. These tests compile with ``aot_eager`` (the operators'
-autograd, no C++ code generation, seconds); tests/nn/test_layer.py compiles with inductor, the default."""
+"""Under torch.compile the layer runs its kernel as operators (``onlstm::layer_forward``, ``layer_backward``;
+src/onlstm/nn/kernel_ops.py) instead of tracing its step loop: the compiled model equals the eager one, outputs and
+gradients, and one graph serves every sequence length. The C++ kernel, and the Triton kernel in its CPU interpreter
+(the CUDA kernel's code, run by numpy: on a GPU the same operator runs it compiled). These tests compile with
+``aot_eager`` (the operators' autograd, no code generation, seconds); tests/nn/test_layer.py compiles with
+inductor, the default."""
 
 from __future__ import annotations
 
@@ -9,14 +11,20 @@ import pytest
 import torch
 
 import onlstm
-from onlstm.nn import cpp_ops
+from onlstm.nn import kernel_ops, kernels
 
 
-def _layer(**kw) -> onlstm.ONLSTM:
+@pytest.fixture(params=["cpp", "interpreter"], ids=["cpp", "triton_interpret"])
+def impl(request) -> str:
+    """The C++ kernel, or the Triton kernel in its interpreter (tests/nn/conftest.py)."""
+    return request.getfixturevalue(request.param) if request.param != "cpp" else "cpp"
+
+
+def _layer(impl="cpp", **kw) -> onlstm.ONLSTM:
     torch.manual_seed(0)
-    layer = onlstm.ONLSTM(3, 8, chunk_size=2, **kw)
-    if layer.resolved_impl(torch.device("cpu")) != "cpp":
-        pytest.skip("the C++ kernel does not run here: the compiled layer traces the step loop (tested below)")
+    layer = onlstm.ONLSTM(3, 8, chunk_size=2, impl="auto" if impl == "cpp" else impl, **kw)
+    if layer.resolved_impl(torch.device("cpu")) != impl:
+        pytest.skip(f"{impl} does not run here: the compiled layer traces the step loop (tested below)")
     return layer
 
 
@@ -44,19 +52,19 @@ def _outputs_and_grads(layer, x, hx):
     return [out, h, c, dist.forget, dist.input, x.grad] + [p.grad for p in layer.parameters()]
 
 
-def test_the_compiled_layer_runs_one_operator_per_layer_and_direction_and_equals_eager():
-    layer = _layer(num_layers=2, bidirectional=True, dropout=0.0)
+def test_the_compiled_layer_runs_one_operator_per_layer_and_direction_and_equals_eager(impl):
+    layer = _layer(impl, num_layers=2, bidirectional=True, dropout=0.0)
     x, hx = torch.randn(6, 3, 3), (torch.randn(4, 3, 8), torch.randn(4, 3, 8))
     want = _outputs_and_grads(layer, x, hx)
     compiled, graphs = _compile(layer)
     got = _outputs_and_grads(compiled, x, hx)
-    assert _ops(graphs[-1]) == ["onlstm.cpp_forward.default"] * 4
+    assert _ops(graphs[-1]) == ["onlstm.layer_forward.default"] * 4
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-6)  # the same kernel: equal up to summation order
 
 
 def test_one_graph_serves_every_sequence_length_and_batch():
-    layer = _layer()
+    layer = _layer("cpp")
     compiled, graphs = _compile(layer, dynamic=True)
     first = None
     for steps, batch in ((5, 2), (9, 2), (2, 3), (40, 4)):  # sizes of 1 get graphs of their own
@@ -66,23 +74,24 @@ def test_one_graph_serves_every_sequence_length_and_batch():
     assert len(graphs) == first, "compiled again for another length or batch"
 
 
-def test_the_operators_pass_torch_librarys_checks():
+@pytest.mark.parametrize("packed", [False, True], ids=["one length", "packed"])
+def test_the_operators_pass_torch_librarys_checks(impl, packed):
     # the fake implementations' shapes against the kernel's, the schema, the autograd registration
     torch.manual_seed(0)
-    _layer()
+    _layer(impl)
     steps, batch, hidden, chunk = 4, 3, 8, 2
-    gates = 4 * hidden + 2 * hidden // chunk
-    x, w_ih, w_hh = torch.randn(steps * batch, 3), torch.randn(gates, 3), torch.randn(gates, hidden)
+    gates, sizes = 4 * hidden + 2 * hidden // chunk, [3, 3, 2, 1] if packed else [batch] * steps
+    x, w_ih, w_hh = torch.randn(sum(sizes), 3), torch.randn(gates, 3), torch.randn(gates, hidden)
     args = (x, w_ih, w_hh, torch.randn(gates), torch.randn(batch, hidden), torch.randn(batch, hidden),
-            torch.full((steps,), batch), chunk, False)  # fmt: skip
+            torch.tensor(sizes) if packed else None, chunk, False, impl, torch.float32)  # fmt: skip
     for t in args[:6]:
         t.requires_grad_()
-    torch.library.opcheck(cpp_ops.cpp_forward, args)
-    out, h_n, c_n, dist, act, cells, bf16 = cpp_ops.cpp_forward(*args)
-    x, w_ih, w_hh, _, h0, c0, batch_sizes = (t.detach() for t in args[:7])
+    torch.library.opcheck(kernel_ops.layer_forward, args)
+    out, h_n, c_n, dist, act, cells, mm = kernel_ops.layer_forward(*args)
+    x, w_ih, w_hh, _, h0, c0 = (t.detach() for t in args[:6])
     grads = [torch.randn_like(t) for t in (out, h_n, c_n, dist)]
-    saved = (x, w_ih, w_hh, h0, c0, batch_sizes, out.detach(), act.detach(), cells.detach(), bf16)
-    torch.library.opcheck(cpp_ops.cpp_backward, (*grads, *saved, chunk, False))
+    saved = (x, w_ih, w_hh, h0, c0, args[6], out.detach(), act.detach(), cells.detach(), mm)
+    torch.library.opcheck(kernel_ops.layer_backward, (*grads, *saved, chunk, False, impl))
 
 
 def test_without_the_cpp_kernel_the_compiled_layer_traces_the_step_loop():
@@ -106,3 +115,38 @@ def test_the_layer_marks_its_choice_constant_as_torch_does_without_importing_the
     assert vars(probe) and vars(probe).items() <= vars(modules._chosen_impl).items()  # the same mark
     code = "import sys, onlstm; print('torch._dynamo' in sys.modules)"  # the compiler costs seconds to import
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("setting", ["on", "off"])
+def test_under_bfloat16_autocast_the_compiled_layer_takes_the_products_the_eager_one_takes(monkeypatch, setting):
+    # the autocast is inside the compiled function, where the compiler turns it into casts: the operator is told
+    # the products' dtype while tracing, and its backward reads the one the forward took
+    from onlstm.nn import cpp_gemm
+
+    layer, kernel = _layer("cpp"), kernels.load_kernel("cpp")
+    monkeypatch.setenv(cpp_gemm.BF16_ENV, setting)
+    kernel.forget_bf16()
+
+    def step(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return layer(x)[0].float()
+
+    x = torch.randn(5, 2, 3)
+    try:
+        want, got = [_grads_of(f, layer, x) for f in (step, torch.compile(step, fullgraph=True, backend="aot_eager"))]
+        plain = _grads_of(lambda t: layer(t)[0], layer, x)
+        assert kernel.bf16[0] == (setting == "on"), kernel.bf16
+    finally:
+        kernel.forget_bf16()
+    for g, w, p in zip(got, want, plain, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-6)  # the same kernel, the same products
+        # bfloat16 keeps 8 bits of mantissa: its products move the figures far beyond float32's summation order
+        assert (setting == "on") == (not torch.allclose(g, p, atol=1e-4, rtol=0))
+
+
+def _grads_of(fn, layer, x):
+    x = x.detach().requires_grad_()
+    layer.zero_grad()
+    out = fn(x)
+    out.pow(2).sum().backward()
+    return [out.detach(), x.grad] + [p.grad.clone() for p in layer.parameters()]

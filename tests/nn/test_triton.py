@@ -18,18 +18,7 @@ pytest.importorskip("triton")
 
 import onlstm
 from onlstm.nn import kernels
-from onlstm.nn.triton_kernel import load_interpreter_kernel, register_interpreter_kernel
-
-
-@pytest.fixture(scope="module")
-def interpreter():
-    """``impl='triton_interpret'`` registered for this module (skips when Triton is not interpreting)."""
-    name = register_interpreter_kernel()
-    if kernels.load_kernel(name) is None:
-        kernels.unregister_kernel(name)
-        pytest.skip(f"Triton interpreter not usable here: {kernels.kernel_error(name)}")
-    yield name
-    kernels.unregister_kernel(name)
+from onlstm.nn.triton_kernel import load_interpreter_kernel
 
 
 @pytest.fixture(params=["interpreter", pytest.param("cuda", marks=pytest.mark.cuda)])

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
-from . import cpp_ops, kernels, selfcheck
 from . import functional as Fn
+from . import kernel_ops, kernels, selfcheck
 
 
 class Distances(NamedTuple):
@@ -365,8 +365,8 @@ class ONLSTM(nn.Module):
             # and torch.func's transforms (vmap, grad, jacrev) wrap them; the kernels are opaque to both
             return "reference"
         chosen = _chosen_impl(self.impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
-        if torch.compiler.is_compiling():  # the C++ kernel as an operator (cpp_ops.py), else the step loop
-            return chosen if chosen == "cpp" else "reference"
+        if torch.compiler.is_compiling():  # the built-in kernels as operators (kernel_ops.py), else the step loop
+            return chosen if chosen in kernel_ops.OPERATOR_KERNELS else "reference"
         return chosen
 
     def __prepare_scriptable__(self):
@@ -513,8 +513,9 @@ class ONLSTM(nn.Module):
             )
         bias = None if b_ih is None or b_hh is None else b_ih + b_hh
         inclusive = self.master_input == "reverse"
-        if torch.compiler.is_compiling():  # impl is "cpp" (resolved_impl) and the batch sizes come from the shape
-            return cpp_ops.cpp_layer(x, w_ih, w_hh, bias, h0, c0, flat.batch_sizes, self.chunk_size, inclusive)
+        if torch.compiler.is_compiling():  # one of kernel_ops.OPERATOR_KERNELS (resolved_impl)
+            batch_sizes = flat.batch_sizes if flat.packed else None  # None: the operator builds them from the shape
+            return kernel_ops.kernel_layer(x, w_ih, w_hh, bias, h0, c0, batch_sizes, self.chunk_size, inclusive, impl)
         kernel = kernels.load_kernel(impl)
         assert kernel is not None, impl  # resolve_impl only returns kernels that loaded
         return kernels.fused_layer(x, w_ih, w_hh, bias, h0, c0, flat.batch_sizes, self.chunk_size, inclusive, kernel)
