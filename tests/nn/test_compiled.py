@@ -91,7 +91,7 @@ def test_the_operators_pass_torch_librarys_checks(impl, packed):
     x, w_ih, w_hh, _, h0, c0 = (t.detach() for t in args[:6])
     grads = [torch.randn_like(t) for t in (out, h_n, c_n, dist)]
     saved = (x, w_ih, w_hh, h0, c0, args[6], out.detach(), act.detach(), cells.detach(), mm)
-    torch.library.opcheck(kernel_ops.layer_backward, (*grads, *saved, chunk, False, impl))
+    torch.library.opcheck(kernel_ops.layer_backward, (*grads, *saved, chunk, False, impl, torch.float32))
 
 
 def test_without_the_cpp_kernel_the_compiled_layer_traces_the_step_loop():
@@ -150,3 +150,20 @@ def _grads_of(fn, layer, x):
     out = fn(x)
     out.pow(2).sum().backward()
     return [out.detach(), x.grad] + [p.grad.clone() for p in layer.parameters()]
+
+
+def test_on_cuda_the_operators_outputs_stay_on_the_gpu():
+    # what the compiler plans from, with fake CUDA tensors (no GPU needed): an output on the CPU would be a CPU node
+    # in the compiled graph, which torch.compile's CUDA graphs ("reduce-overhead") leave out of their capture
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    steps, batch, hidden, chunk = 4, 3, 8, 2
+    gates = 4 * hidden + 2 * hidden // chunk
+    with FakeTensorMode():
+        x, w_ih, w_hh = (torch.empty(*s, device="cuda") for s in ((steps * batch, 3), (gates, 3), (gates, hidden)))
+        h0 = torch.empty(batch, hidden, device="cuda")
+        outs = kernel_ops.layer_forward(x, w_ih, w_hh, None, h0, h0, None, chunk, False, "triton", torch.float32)
+        out, h_n, c_n, dist, act, cells, mm = outs
+        grads = kernel_ops.layer_backward(out, h_n, c_n, dist, x, w_ih, w_hh, h0, h0, None, out, act, cells, mm,
+                                          chunk, False, "triton", torch.float32)  # fmt: skip
+    assert {t.device.type for t in (*outs, *grads)} == {"cuda"}

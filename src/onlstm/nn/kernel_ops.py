@@ -20,8 +20,10 @@ from .triton_kernel import INTERPRETER_NAME
 #: The kernels the operators run: those whose ``saved`` is ``(out, act, cells, marker)``, the marker an empty
 #: tensor of the products' dtype (a kernel registered by a user is traced as the step loop instead).
 OPERATOR_KERNELS = frozenset({"cpp", "triton", INTERPRETER_NAME})
-#: The dtypes a kernel's products may run in; the forward returns the index of the one it used (a kernel may choose
-#: float32 where bfloat16 is allowed: the C++ kernel times both), which the backward reads.
+#: The dtypes a kernel's products may run in; the forward returns the index of the one it used, which the backward
+#: reads on the CPU, where a kernel may choose float32 where bfloat16 is allowed (the C++ kernel times both). On CUDA
+#: the Triton kernel takes what autocast asks, so the backward is told that and reads nothing: a read there would
+#: wait for the GPU, which a CUDA graph's capture (torch.compile's "reduce-overhead") does not allow.
 _PRODUCT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
@@ -67,20 +69,20 @@ def layer_forward(
     chunk: int, inclusive: bool, kernel: str, products: torch.dtype,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """One layer and direction run by ``kernel``: ``out, h_n, c_n, dist`` (as ``KernelOutputs``), then what the
-    backward reads: the activations ``act (N, G)``, the cells ``(N, D)`` and the products' dtype (``mm``, a CPU
-    int8 scalar indexing ``_PRODUCT_DTYPES``)."""
+    backward reads: the activations ``act (N, G)``, the cells ``(N, D)`` and the products' dtype (``mm``, an int8
+    scalar on ``x``'s device indexing ``_PRODUCT_DTYPES``)."""
     with _products(x, products):
         result = _kernel(kernel).forward(_inputs(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive))
     _, act, cells, marker = result.saved
     out, act, cells, dist, h_n, c_n = _apart(result.out, act, cells, result.dist, result.h_n, result.c_n)
-    return out, h_n, c_n, dist, act, cells, torch.tensor(_PRODUCT_DTYPES.index(marker.dtype), dtype=torch.int8)
+    return out, h_n, c_n, dist, act, cells, x.new_full((), _PRODUCT_DTYPES.index(marker.dtype), dtype=torch.int8)
 
 
 @layer_forward.register_fake
 def _(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive, kernel, products):
     rows, hidden, gates = x.shape[0], w_hh.shape[1], w_hh.shape[0]
     new = x.new_empty
-    mm = torch.empty((), dtype=torch.int8, device="cpu")
+    mm = x.new_empty((), dtype=torch.int8)
     return (
         new(rows, hidden),
         h0.new_empty(h0.shape),
@@ -96,29 +98,29 @@ def _(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive, kernel, produc
 def layer_backward(
     g_out: Tensor, g_hn: Tensor, g_cn: Tensor, g_dist: Tensor | None, x: Tensor, w_ih: Tensor, w_hh: Tensor,
     h0: Tensor, c0: Tensor, batch_sizes: Tensor | None, out: Tensor, act: Tensor, cells: Tensor, mm: Tensor,
-    chunk: int, inclusive: bool, kernel: str,
+    chunk: int, inclusive: bool, kernel: str, products: torch.dtype,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """The gradients of ``x, w_ih, w_hh, bias, h0, c0`` (``bias``: of ``b_ih + b_hh``)."""
     inputs = _inputs(x, w_ih, w_hh, None, h0, c0, batch_sizes, chunk, inclusive)
     dist = None if g_dist is None else g_dist.contiguous()  # a slice of the caller's distances, maybe
     grads = OutputGrads(g_out.contiguous(), g_hn.contiguous(), g_cn.contiguous(), dist)
-    marker = x.new_empty(0, dtype=_PRODUCT_DTYPES[int(mm)])
+    marker = x.new_empty(0, dtype=_PRODUCT_DTYPES[int(mm)] if mm.device.type == "cpu" else products)
     g = _kernel(kernel).backward(inputs, (out, act, cells, marker), grads)
     d_x, d_w_hh, d_w_ih, d_bias, d_h0, d_c0 = _apart(g.x, g.w_hh, g.w_ih, g.bias, g.h0, g.c0)
     return d_x, d_w_ih, d_w_hh, d_bias, d_h0, d_c0
 
 
 @layer_backward.register_fake
-def _(g_out, g_hn, g_cn, g_dist, x, w_ih, w_hh, h0, c0, batch_sizes, out, act, cells, mm, chunk, inclusive, kernel):
+def _(g_out, g_hn, g_cn, g_dist, x, w_ih, w_hh, h0, c0, batch_sizes, out, act, cells, mm, *config):
     like = (x, w_ih, w_hh, w_hh.new_empty(w_hh.shape[0]), h0, c0)
     return tuple(torch.empty_like(t) for t in like)
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
-    x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive, kernel, _ = inputs
+    x, w_ih, w_hh, bias, h0, c0, batch_sizes, *config = inputs
     out, _, _, _, act, cells, mm = output
     ctx.save_for_backward(x, w_ih, w_hh, h0, c0, batch_sizes, out, act, cells, mm)
-    ctx.config, ctx.has_bias = (chunk, inclusive, kernel), bias is not None
+    ctx.config, ctx.has_bias = config, bias is not None  # chunk, inclusive, kernel, products
 
 
 def _backward(ctx: Any, g_out, g_hn, g_cn, g_dist, *_unused) -> tuple[Tensor | None, ...]:
