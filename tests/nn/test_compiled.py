@@ -36,7 +36,7 @@ def _compile(layer, **kw):
         graphs.append(gm)
         return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
 
-    return torch.compile(layer, fullgraph=True, backend=backend, **kw), graphs
+    return torch.compile(layer, backend=backend, **{"fullgraph": True, **kw}), graphs
 
 
 def _ops(graph) -> list[str]:
@@ -61,6 +61,26 @@ def test_the_compiled_layer_runs_one_operator_per_layer_and_direction_and_equals
     assert _ops(graphs[-1]) == ["onlstm.layer_forward.default"] * 4
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-6)  # the same kernel: equal up to summation order
+
+
+def test_a_packed_sequence_compiles_in_pieces_and_still_runs_the_operators():
+    # its batch sizes are data: the compiler breaks the graph where they are read, the layers stay operators
+    from torch.nn.utils.rnn import pack_sequence
+
+    layer = _layer("cpp", num_layers=2)
+    xs = [torch.randn(n, 3) for n in (5, 2, 4)]
+
+    def run(model):
+        layer.zero_grad()
+        out, (h, c) = model(pack_sequence(xs, enforce_sorted=False))
+        (out.data.sin().sum() + h.sum() + c.cos().sum()).backward()
+        return [out.data.detach(), h.detach(), c.detach()] + [p.grad for p in layer.parameters()]
+
+    want = run(layer)
+    compiled, graphs = _compile(layer, fullgraph=False)
+    for g, w in zip(run(compiled), want, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-6)
+    assert [op for graph in graphs for op in _ops(graph)] == ["onlstm.layer_forward.default"] * 2
 
 
 def test_one_graph_serves_every_sequence_length_and_batch():
