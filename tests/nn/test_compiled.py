@@ -63,6 +63,21 @@ def test_the_compiled_layer_runs_one_operator_per_layer_and_direction_and_equals
         torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-6)  # the same kernel: equal up to summation order
 
 
+def test_outputs_left_out_of_the_loss_get_no_gradient_and_the_rest_are_right(impl):
+    layer = _layer(impl)
+    x = torch.randn(4, 2, 3, requires_grad=True)
+
+    def grads(model):
+        x.grad = None
+        layer.zero_grad()
+        model(x)[1][1].sum().backward()  # only c_n: the output, h_n and the distances get no gradient
+        return [x.grad] + [p.grad for p in layer.parameters()]
+
+    want = grads(layer)
+    for g, w in zip(grads(_compile(layer)[0]), want, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-6)
+
+
 def test_a_packed_sequence_compiles_in_pieces_and_still_runs_the_operators():
     # its batch sizes are data: the compiler breaks the graph where they are read, the layers stay operators
     from torch.nn.utils.rnn import pack_sequence
@@ -112,6 +127,8 @@ def test_the_operators_pass_torch_librarys_checks(impl, packed):
     grads = [torch.randn_like(t) for t in (out, h_n, c_n, dist)]
     saved = (x, w_ih, w_hh, h0, c0, args[6], out.detach(), act.detach(), cells.detach(), mm)
     torch.library.opcheck(kernel_ops.layer_backward, (*grads, *saved, chunk, False, impl, torch.float32))
+    torch.library.opcheck(kernel_ops.layer_backward, (None, None, grads[2], None, *saved, chunk, False, impl,
+                                                      torch.float32))  # fmt: skip
 
 
 def test_without_the_cpp_kernel_the_compiled_layer_traces_the_step_loop():

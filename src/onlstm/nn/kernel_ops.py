@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .kernels import KernelInputs, OutputGrads, load_kernel
+from .kernels import KernelInputs, load_kernel, output_grads
 from .selfcheck import product_dtype
 from .triton_kernel import INTERPRETER_NAME
 
@@ -96,14 +96,14 @@ def _(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive, kernel, produc
 
 @torch.library.custom_op("onlstm::layer_backward", mutates_args=())
 def layer_backward(
-    g_out: Tensor, g_hn: Tensor, g_cn: Tensor, g_dist: Tensor | None, x: Tensor, w_ih: Tensor, w_hh: Tensor,
-    h0: Tensor, c0: Tensor, batch_sizes: Tensor | None, out: Tensor, act: Tensor, cells: Tensor, mm: Tensor,
-    chunk: int, inclusive: bool, kernel: str, products: torch.dtype,
+    g_out: Tensor | None, g_hn: Tensor | None, g_cn: Tensor | None, g_dist: Tensor | None, x: Tensor, w_ih: Tensor,
+    w_hh: Tensor, h0: Tensor, c0: Tensor, batch_sizes: Tensor | None, out: Tensor, act: Tensor, cells: Tensor,
+    mm: Tensor, chunk: int, inclusive: bool, kernel: str, products: torch.dtype,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
-    """The gradients of ``x, w_ih, w_hh, bias, h0, c0`` (``bias``: of ``b_ih + b_hh``)."""
+    """The gradients of ``x, w_ih, w_hh, bias, h0, c0`` (``bias``: of ``b_ih + b_hh``); an output's gradient
+    ``None``: it was not used."""
     inputs = _inputs(x, w_ih, w_hh, None, h0, c0, batch_sizes, chunk, inclusive)
-    dist = None if g_dist is None else g_dist.contiguous()  # a slice of the caller's distances, maybe
-    grads = OutputGrads(g_out.contiguous(), g_hn.contiguous(), g_cn.contiguous(), dist)
+    grads = output_grads(inputs, g_out, g_hn, g_cn, g_dist)
     marker = x.new_empty(0, dtype=_PRODUCT_DTYPES[int(mm)] if mm.device.type == "cpu" else products)
     g = _kernel(kernel).backward(inputs, (out, act, cells, marker), grads)
     d_x, d_w_hh, d_w_ih, d_bias, d_h0, d_c0 = _apart(g.x, g.w_hh, g.w_ih, g.bias, g.h0, g.c0)
@@ -125,9 +125,6 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]
 
 def _backward(ctx: Any, g_out, g_hn, g_cn, g_dist, *_unused) -> tuple[Tensor | None, ...]:
     x, w_ih, w_hh, h0, c0, batch_sizes, out, act, cells, mm = ctx.saved_tensors
-    g_out = torch.zeros_like(out) if g_out is None else g_out
-    g_hn = torch.zeros_like(h0) if g_hn is None else g_hn
-    g_cn = torch.zeros_like(c0) if g_cn is None else g_cn
     rest = (x, w_ih, w_hh, h0, c0, batch_sizes, out, act, cells, mm, *ctx.config)
     gx, gw_ih, gw_hh, gb, gh0, gc0 = layer_backward(g_out, g_hn, g_cn, g_dist, *rest)
     return gx, gw_ih, gw_hh, gb if ctx.has_bias else None, gh0, gc0, None, None, None, None, None

@@ -162,14 +162,22 @@ class _KernelFunction(torch.autograd.Function):
         x, w_ih, w_hh, bias, h0, c0, batch_sizes, *saved = ctx.saved_tensors
         kernel, chunk, inclusive = ctx.config
         inputs = KernelInputs(x, w_ih, w_hh, bias, h0, c0, batch_sizes, chunk, inclusive)
-        grads = OutputGrads(
-            out=x.new_zeros(x.shape[0], w_hh.shape[1]) if g_out is None else g_out.contiguous(),
-            h_n=torch.zeros_like(h0) if g_hn is None else g_hn.contiguous(),
-            c_n=torch.zeros_like(c0) if g_cn is None else g_cn.contiguous(),
-            dist=None if g_dist is None else g_dist.contiguous(),
-        )
-        g = kernel.backward(inputs, tuple(saved), grads)
+        g = kernel.backward(inputs, tuple(saved), output_grads(inputs, g_out, g_hn, g_cn, g_dist))
         return None, None, None, g.x, g.w_ih, g.w_hh, (g.bias if bias is not None else None), g.h0, g.c0, None
+
+
+def output_grads(
+    inputs: KernelInputs, g_out: Tensor | None, g_hn: Tensor | None, g_cn: Tensor | None, g_dist: Tensor | None
+) -> OutputGrads:
+    """The gradients arriving at a layer's outputs as a kernel's backward takes them: contiguous (a gradient may be a
+    slice of the caller's), zeros for an output autograd gave none (``None``: not used), except the distances'."""
+    x, w_hh, h0, c0 = inputs.x, inputs.w_hh, inputs.h0, inputs.c0
+    return OutputGrads(
+        out=x.new_zeros(x.shape[0], w_hh.shape[1]) if g_out is None else g_out.contiguous(),
+        h_n=torch.zeros_like(h0) if g_hn is None else g_hn.contiguous(),
+        c_n=torch.zeros_like(c0) if g_cn is None else g_cn.contiguous(),
+        dist=None if g_dist is None else g_dist.contiguous(),
+    )
 
 
 def _differentiable_backward(ctx: Any, grads: tuple[Tensor | None, ...]) -> tuple[Tensor | None, ...]:
