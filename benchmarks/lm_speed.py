@@ -2,6 +2,7 @@
 
     python benchmarks/lm_speed.py [--config ptb-cpu] [--steps 10] [--repeats 3] [--threads N]
     python benchmarks/lm_speed.py --config ptb-paper --device cuda --onlstm-impls triton,reference
+    python benchmarks/lm_speed.py --compile   # and each model's step under torch.compile, beside it
 
 Times the trainer's full step (embedding/locked dropout, DropConnect, the recurrent layers, full
 softmax over a 10,000-word vocabulary, AR/TAR, backward, clipping, SGD) on random tokens, with the
@@ -13,8 +14,10 @@ Any model or training field can be overridden like ``onlstm lm train`` flags, e.
 ``--onlstm-impls`` times the ON-LSTM model once per layer implementation (``impl=``: ``triton``,
 ``reference``, ...; ``--onlstm-impl NAME``, as ``lm train`` takes it, is one such row), each with its ratio to LSTM; ``--precision bf16`` runs the steps under bfloat16 autocast, as ``lm train`` does (refused
 where the trainer refuses it); a kernel the device cannot run, or one that fails its self-check there (the layers
-would run the reference loop under the kernel's label), is refused with exit status 2. On CUDA every
-measurement ends with ``torch.cuda.synchronize()`` and the peak GPU memory of each model's steps is printed.
+would run the reference loop under the kernel's label), is refused with exit status 2. ``--compile`` adds a row
+``NAME+compile`` beside each model: its objective (the model and the loss, forward and backward) under
+``torch.compile`` (inductor), the optimizer step as before; the first call's compile is printed, not timed. On CUDA
+every measurement ends with ``torch.cuda.synchronize()`` and the peak GPU memory of each model's steps is printed.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from onlstm.nn import kernels
 from onlstm.runs.engine import update
 
 
-def build(cfg, cell: str, vocab: int, device: torch.device, impl: str | None = None):
+def build(cfg, cell: str, vocab: int, device: torch.device, impl: str | None = None, compiled: bool = False):
     torch.manual_seed(cfg.train.seed)
     model = LanguageModel(LMConfig(vocab_size=vocab, **{**cfg.model, "cell": cell})).to(device)
     for module in model.modules():
@@ -46,7 +49,7 @@ def build(cfg, cell: str, vocab: int, device: torch.device, impl: str | None = N
             module.impl = impl
     model.train()
     obj = _Objective(model, cfg.train.alpha, cfg.train.beta, cfg.train.ar_target)
-    return model, obj, make_optimizer(list(model.parameters()), cfg.train)
+    return model, torch.compile(obj) if compiled else obj, make_optimizer(list(model.parameters()), cfg.train)
 
 
 def step(model, obj, opt, x, y, clip, precision="fp32"):
@@ -68,6 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=positive_int, default=10000, help="vocabulary size (PTB: 10000)")
     ap.add_argument("--seq-len", type=positive_int, default=None, help="segment length (default: the preset's bptt)")
     ap.add_argument("--onlstm-impls", default="", help="comma-separated impl= values to time the ON-LSTM model with")
+    ap.add_argument("--compile", action="store_true", help="beside each model, a row NAME+compile: its objective "
+                    "under torch.compile (the first, compiling call is not timed; its seconds are printed)")  # fmt: skip
     add_config_flags(ap)
     args = ap.parse_args(argv)
     torch.set_flush_denormal(True)
@@ -101,17 +106,20 @@ def main(argv=None) -> int:
     data = torch.randint(0, args.vocab, (seq + 1, t.batch_size), generator=g).to(device)
     x, y = data[:-1], data[1:]
     runs, peak = {}, {}
-    for name, cell, impl in variants(args.cells, impls):
-        runs[name] = build(cfg, cell, args.vocab, device, impl)
+    for name, cell, impl in variants(args.cells, impls, args.compile):
+        runs[name] = build(cfg, cell, args.vocab, device, impl, compiled=name.endswith("+compile"))
         refusal = impl and impl_refusal(impl, device, runs[name][0])  # now with the model's layer sizes
         if refusal:
             print(f"lm_speed.py: --onlstm-impls {impl}: {refusal}; leave it out", file=sys.stderr)
             return 2
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        for _ in range(args.warmup):
+        compiled, t0 = name.endswith("+compile"), time.perf_counter()
+        for _ in range(max(args.warmup, compiled)):  # a compiled row compiles in an untimed step, whatever --warmup
             step(*runs[name], x, y, t.clip, t.precision)
         sync(device)
+        if compiled:
+            print(f"# {name}: warm-up, compiling included, {time.perf_counter() - t0:.1f} s")
         if device.type == "cuda":
             peak[name] = torch.cuda.max_memory_allocated(device) / 2**20
     names = list(runs)
@@ -146,6 +154,11 @@ def main(argv=None) -> int:
         if name == "onlstm" or name.startswith("onlstm/"):
             label = "ON-LSTM" + name.removeprefix("onlstm")
             print(f"{label} / LSTM tokens/s: {rate[name] / rate['lstm']:.2f}")
+    for name in names:  # every compiled row against the same model eager
+        if name.endswith("+compile"):
+            print(
+                f"{name} / {name.removesuffix('+compile')} tokens/s: {rate[name] / rate[name.removesuffix('+compile')]:.2f}"
+            )
     return 0
 
 
@@ -186,13 +199,14 @@ def impl_refusal(impl: str, device: torch.device, model=None) -> str | None:
     return f"the layers run {', '.join(sorted(fell_back))}: the kernel failed its self-check (see onlstm info)"
 
 
-def variants(cells: list[str], impls: list[str]) -> list[tuple[str, str, str | None]]:
-    """``(label, cell, impl)`` per model to time: the ON-LSTM once per ``impls`` entry (``onlstm/<impl>``)."""
+def variants(cells: list[str], impls: list[str], compiled: bool = False) -> list[tuple[str, str, str | None]]:
+    """``(label, cell, impl)`` per model to time: the ON-LSTM once per ``impls`` entry (``onlstm/<impl>``), and
+    with ``compiled`` each also as ``<label>+compile``."""
     out: list[tuple[str, str, str | None]] = []
     for cell in cells:
         chosen = impls if cell == "onlstm" else []
         out += [(f"onlstm/{impl}", cell, impl) for impl in chosen] or [(cell, cell, None)]
-    return out
+    return [(f"{n}{tag}", c, i) for n, c, i in out for tag in ("", "+compile")[: 1 + compiled]]
 
 
 def sync(device: torch.device) -> None:

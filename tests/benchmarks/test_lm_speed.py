@@ -51,3 +51,15 @@ def test_one_onlstm_row_without_impls(monkeypatch, capsys, impls):
     code, _ = timed_impls(monkeypatch, ["--onlstm-impls", impls] if impls else [])
     out = capsys.readouterr().out
     assert code == 0 and ("ON-LSTM / LSTM tokens/s:" in out if not impls else "ON-LSTM/auto / LSTM" in out)
+
+
+def test_compile_adds_a_compiled_row_beside_each_model_with_its_ratio(monkeypatch, capsys):
+    # aot_eager: the plumbing, in seconds (inductor's code generation is what a real run measures)
+    compile_ = lm_speed.torch.compile
+    monkeypatch.setattr(lm_speed.torch, "compile", lambda m: compile_(m, backend="aot_eager"))
+    code, _ = timed_impls(monkeypatch, ["--compile"])
+    out = capsys.readouterr().out
+    assert code == 0
+    for name in ("onlstm", "onlstm+compile", "lstm", "lstm+compile"):
+        assert f"| {name} |" in out
+    assert "onlstm+compile / onlstm tokens/s:" in out and "lstm+compile / lstm tokens/s:" in out
