@@ -109,9 +109,13 @@ def test_one_graph_serves_every_sequence_length_and_batch():
     assert len(graphs) == first, "compiled again for another length or batch"
 
 
-@pytest.mark.parametrize("packed", [False, True], ids=["one length", "packed"])
-def test_the_operators_pass_torch_librarys_checks(impl, packed):
+# packed once: the operators pass the batch sizes on, and the Triton kernel's packed path is tests/nn/test_triton.py's
+@pytest.mark.parametrize(
+    ("kernel", "packed"), [("cpp", False), ("cpp", True), ("interpreter", False)], ids=["cpp", "cpp-packed", "triton"]
+)
+def test_the_operators_pass_torch_librarys_checks(request, kernel, packed):
     # the fake implementations' shapes against the kernel's, the schema, the autograd registration
+    impl = request.getfixturevalue(kernel) if kernel != "cpp" else "cpp"
     torch.manual_seed(0)
     _layer(impl)
     steps, batch, hidden, chunk = 4, 3, 8, 2
