@@ -14,9 +14,10 @@ Any model or training field can be overridden like ``onlstm lm train`` flags, e.
 ``--onlstm-impls`` times the ON-LSTM model once per layer implementation (``impl=``: ``triton``,
 ``reference``, ...; ``--onlstm-impl NAME``, as ``lm train`` takes it, is one such row), each with its ratio to LSTM; ``--precision bf16`` runs the steps under bfloat16 autocast, as ``lm train`` does (refused
 where the trainer refuses it); a kernel the device cannot run, or one that fails its self-check there (the layers
-would run the reference loop under the kernel's label), is refused with exit status 2. ``--compile`` adds a row
-``NAME+compile`` beside each model: its objective (the model and the loss, forward and backward) under
-``torch.compile`` (inductor), the optimizer step as before; the first call's compile is printed, not timed. On CUDA
+would run the reference loop under the kernel's label), is refused with exit status 2. ``--compile`` (the trainer's
+flag) adds a row ``NAME+compile`` beside each model: its objective (the model and the loss, forward and backward)
+under ``torch.compile`` (inductor), as ``lm train --compile`` runs it, the optimizer step as before; the first
+call's compile is printed, not timed. On CUDA
 every measurement ends with ``torch.cuda.synchronize()`` and the peak GPU memory of each model's steps is printed.
 """
 
@@ -71,8 +72,6 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=positive_int, default=10000, help="vocabulary size (PTB: 10000)")
     ap.add_argument("--seq-len", type=positive_int, default=None, help="segment length (default: the preset's bptt)")
     ap.add_argument("--onlstm-impls", default="", help="comma-separated impl= values to time the ON-LSTM model with")
-    ap.add_argument("--compile", action="store_true", help="beside each model, a row NAME+compile: its objective "
-                    "under torch.compile (the first, compiling call is not timed; its seconds are printed)")  # fmt: skip
     add_config_flags(ap)
     args = ap.parse_args(argv)
     torch.set_flush_denormal(True)
@@ -106,7 +105,7 @@ def main(argv=None) -> int:
     data = torch.randint(0, args.vocab, (seq + 1, t.batch_size), generator=g).to(device)
     x, y = data[:-1], data[1:]
     runs, peak = {}, {}
-    for name, cell, impl in variants(args.cells, impls, args.compile):
+    for name, cell, impl in variants(args.cells, impls, t.compile):
         runs[name] = build(cfg, cell, args.vocab, device, impl, compiled=name.endswith("+compile"))
         refusal = impl and impl_refusal(impl, device, runs[name][0])  # now with the model's layer sizes
         if refusal:

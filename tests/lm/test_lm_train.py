@@ -709,3 +709,40 @@ def test_a_model_trained_on_wikitext_style_text_reads_its_hyphens_and_numbers_as
     assert lm.words(["The role-playing cat sat on 1,200 mats."]) == [
         ["The", "role", "@-@", "playing", "cat", "sat", "on", "1", "@,@", "200", "mats", "."]
     ]
+
+
+def test_a_compiled_training_step_trains_what_the_eager_one_trains(tmp_path, corpus, monkeypatch):
+    # aot_eager: the compiled graph's autograd without code generation (seconds), so the weights come out equal to
+    # the bit; inductor's fused code would differ in rounding (benchmarks/lm_speed.py --compile times it)
+    import onlstm.lm.train as lm_train
+
+    graphs, torch_compile = [], torch.compile
+
+    def compile_(model):
+        def backend(gm, example_inputs):
+            graphs.append(gm)
+            return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
+
+        return torch_compile(model, backend=backend)
+
+    s = settings(asgd_start_epoch=2)
+    eager = train(tmp_path / "eager", corpus, s, log=quiet)
+    monkeypatch.setattr(lm_train.torch, "compile", compile_)
+    compiled = train(tmp_path / "compiled", corpus, with_train(s, compile=True), log=quiet)
+    assert eager.status == compiled.status == "finished" and graphs
+    ops = {str(n.target) for g in graphs for n in g.graph.nodes if "onlstm" in str(n.target)}
+    assert ops == {"onlstm.layer_forward.default"}  # the layers ran their kernel, not a traced step loop
+    for name in ("model.last", "model.best"):
+        assert_same_tensors(tensors(tmp_path / "eager", name), tensors(tmp_path / "compiled", name))
+    assert log_rows(tmp_path / "eager") == log_rows(tmp_path / "compiled")
+
+
+def test_compile_under_torchrun_is_refused_before_anything_is_read(tmp_path, corpus):
+    from onlstm.config import ConfigError
+    from onlstm.lm.config import load_config
+    from onlstm.lm.train import Trainer
+    from onlstm.runs.dist import DistContext
+
+    cfg = load_config(TINY, {"train": {"compile": True}})
+    with pytest.raises(ConfigError, match="not supported under torchrun"):
+        Trainer(tmp_path / "run", corpus, cfg, ctx=DistContext(rank=0, world=2))

@@ -113,6 +113,12 @@ class TrainConfig(BudgetOptions):
         "on CUDA, replay each segment length's step (forward, loss, backward, clipping) as a CUDA graph "
         '(docs/lm.md, "Training on a GPU"); no effect elsewhere',
     )
+    compile: bool = runtime_option(
+        False,
+        "compile the training step's model and loss with torch.compile (inductor; each ON-LSTM layer stays its "
+        "kernel, one operator): a minute or so of compiling at the start of each session, then a few percent "
+        "faster (docs/lm.md); on CUDA it replaces the trainer's CUDA graphs; not under torchrun",
+    )
     log_every: int = runtime_option(
         100, "batches between reports: the progress bar's figures, a log line, a row of steps.csv", ge=1
     )

@@ -133,6 +133,8 @@ class Trainer:
         self.ctx, self._log = ctx or DistContext(device=resolve_device(cfg.device)), log
         if why := precision_refusal(cfg.precision, self.ctx.device, settings.model["cell"]):
             raise ConfigError(why)
+        if cfg.compile and self.ctx.distributed:
+            raise ConfigError("train.compile (--compile) is not supported under torchrun yet; leave it out")
         if self.ctx.distributed and cfg.batch_size % self.ctx.world:
             raise RunDirError(
                 f"batch_size {cfg.batch_size} is not divisible by the {self.ctx.world} processes; "
@@ -200,7 +202,10 @@ class Trainer:
         self.hidden = None
         self.may_average = cfg.optimizer == "sgd" and cfg.averaging  # NT-ASGD
         self.objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
-        self.graphs = step_graphs(cfg, self.ctx, self.model, functools.partial(self.objective, shard=None), self.log)
+        step = functools.partial(self.objective, shard=None)
+        self.graphs = None if cfg.compile else step_graphs(cfg, self.ctx, self.model, step, self.log)
+        if cfg.compile:  # compiles at its first calls: the first segment, the first with a state, another length
+            self.objective = torch.compile(self.objective)
         if self.ctx.distributed:
             ids = [dev.index] if dev.type == "cuda" else None
             self.objective = torch.nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
