@@ -41,6 +41,9 @@ from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.nn import kernels
 from onlstm.runs.engine import update
 
+#: the suffix of a compiled row's name
+COMPILED = "+compile"
+
 
 def build(cfg, cell: str, vocab: int, device: torch.device, impl: str | None = None, compiled: bool = False):
     torch.manual_seed(cfg.train.seed)
@@ -106,14 +109,14 @@ def main(argv=None) -> int:
     x, y = data[:-1], data[1:]
     runs, peak = {}, {}
     for name, cell, impl in variants(args.cells, impls, t.compile):
-        runs[name] = build(cfg, cell, args.vocab, device, impl, compiled=name.endswith("+compile"))
+        runs[name] = build(cfg, cell, args.vocab, device, impl, compiled=name.endswith(COMPILED))
         refusal = impl and impl_refusal(impl, device, runs[name][0])  # now with the model's layer sizes
         if refusal:
             print(f"lm_speed.py: --onlstm-impls {impl}: {refusal}; leave it out", file=sys.stderr)
             return 2
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        compiled, t0 = name.endswith("+compile"), time.perf_counter()
+        compiled, t0 = name.endswith(COMPILED), time.perf_counter()
         for _ in range(max(args.warmup, compiled)):  # a compiled row compiles in an untimed step, whatever --warmup
             step(*runs[name], x, y, t.clip, t.precision)
         sync(device)
@@ -154,10 +157,8 @@ def main(argv=None) -> int:
             label = "ON-LSTM" + name.removeprefix("onlstm")
             print(f"{label} / LSTM tokens/s: {rate[name] / rate['lstm']:.2f}")
     for name in names:  # every compiled row against the same model eager
-        if name.endswith("+compile"):
-            print(
-                f"{name} / {name.removesuffix('+compile')} tokens/s: {rate[name] / rate[name.removesuffix('+compile')]:.2f}"
-            )
+        if (eager := name.removesuffix(COMPILED)) != name:
+            print(f"{name} / {eager} tokens/s: {rate[name] / rate[eager]:.2f}")
     return 0
 
 
@@ -205,7 +206,7 @@ def variants(cells: list[str], impls: list[str], compiled: bool = False) -> list
     for cell in cells:
         chosen = impls if cell == "onlstm" else []
         out += [(f"onlstm/{impl}", cell, impl) for impl in chosen] or [(cell, cell, None)]
-    return [(f"{n}{tag}", c, i) for n, c, i in out for tag in ("", "+compile")[: 1 + compiled]]
+    return [(f"{n}{tag}", c, i) for n, c, i in out for tag in ("", COMPILED)[: 1 + compiled]]
 
 
 def sync(device: torch.device) -> None:

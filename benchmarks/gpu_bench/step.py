@@ -181,10 +181,8 @@ def goals(rows: list[dict[str, Any]], paper: str, smoke: bool) -> list[dict[str,
     """Issue #49's goals at the paper's layer, per step and TF32: ``met``, ``not met``, ``not measured`` or ``n/a``."""
     out = []
     for (mode, target), model, tf32 in ((g, m, t) for g in GOALS for m in ("split", "fused") for t in (False, True)):
-        graph = mode == "graph"
-        want = (paper, model, tf32, graph, False)
-        row = next((r for r in rows if (r["shape"], r["model"], r["tf32"], r["graph"], r.get("run") == COMPILED) == want),
-                   {})  # fmt: skip
+        want = (paper, model, tf32, Variant(model, tf32, mode == "graph").run)
+        row = next((r for r in rows if (r["shape"], r["model"], r["tf32"], r["run"]) == want), {})
         value = row.get("x cuDNN same TF32")
         status = "not measured" if value is None else "met" if value >= target else "not met"
         status = "n/a (smoke: the interpreter is no speed)" if smoke else status

@@ -214,9 +214,9 @@ def test_step_rows_say_what_needs_cuda_and_compare_with_cudnn_of_the_same_tf32()
 def test_step_goals_compare_like_with_like():
     paper = "T=70 B=20 in=400 H=1150 C=10"
     rows = [
-        {"shape": paper, "model": "fused", "tf32": False, "graph": False, "x cuDNN same TF32": 0.8},
-        {"shape": paper, "model": "split", "tf32": True, "graph": True, "x cuDNN same TF32": 0.9},
-        {"shape": "T=1 B=1 in=1 H=1 C=1", "model": "split", "tf32": False, "graph": False, "x cuDNN same TF32": 9},
+        {"shape": paper, "model": "fused", "tf32": False, "run": "eager", "x cuDNN same TF32": 0.8},
+        {"shape": paper, "model": "split", "tf32": True, "run": "CUDA graph", "x cuDNN same TF32": 0.9},
+        {"shape": "T=1 B=1 in=1 H=1 C=1", "model": "split", "tf32": False, "run": "eager", "x cuDNN same TF32": 9},
     ]
     status = {g["goal"]: g["status"] for g in step.goals(rows, paper, smoke=False)}
     assert status["fused eager x cuDNN >= 0.7 (fp32, TF32 off both sides, paper layer)"] == "met"
