@@ -76,7 +76,7 @@ def clear_stale_lock(build_dir: Path) -> None:
 
 #: What the first build costs, as the compile message says it (README.md and docs/layer.md say the same;
 #: measured as docs/results.md, "Compiling the C++ kernel", says).
-COMPILE_TIME = "once per torch installation: about 30 s on 2 cores"
+COMPILE_TIME = "once per torch installation: about 20-25 s on 2 cores"
 
 
 def load_extension() -> Any:

@@ -12,9 +12,17 @@
 // by timing them (cpp_kernel.py); see "Matrix products" below for why several and how oneDNN's per-shape
 // caches are kept bounded.
 #include <atomic>
-// ATen and torch's operator registration, not <torch/extension.h> (torch's whole C++ API: nn, optim, data, jit)
-// nor pybind11: each parsed longer than this file's own code (docs/results/layer.md, "Compiling the C++ kernel")
-#include <ATen/ATen.h>
+// ATen's tensor and the few operators called here (not <ATen/ATen.h>, which declares every operator), and torch's
+// operator registration, not <torch/extension.h> (torch's whole C++ API: nn, optim, data, jit) nor pybind11: each
+// parsed longer than this file's own code (docs/results/layer.md, "Compiling the C++ kernel")
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
