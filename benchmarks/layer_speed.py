@@ -48,6 +48,7 @@ from onlstm.nn.fused import FusedKernel
 
 SHAPES = [(70, 20, 400, 650, 10), (70, 80, 400, 1150, 10), (35, 20, 200, 200, 10)]
 PAPER_LAYER = (70, 20, 400, 1150, 10)  # the paper's language-model layer (docs/lm.md)
+COMPILED = "+compile"  # the label's suffix of a row under torch.compile (--compile)
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # autocast dtype (None: off)
 
 
@@ -230,7 +231,7 @@ def measure(shape, impls, dtype_name, device, args):
         mods[impl] = onlstm.ONLSTM(I, H, chunk_size=C, impl=name, master_input=args.master_input).to(device)
     fns = {k: step_fn(m, x, device, DTYPES[dtype_name]) for k, m in mods.items()}
     if args.compile:  # beside each ON-LSTM row, the same module under torch.compile (inductor), in the same rounds
-        compiled = {f"{k}+compile": torch.compile(m) for k, m in mods.items() if k != "nn.LSTM"}
+        compiled = {f"{k}{COMPILED}": torch.compile(m) for k, m in mods.items() if k != "nn.LSTM"}
         fns.update({k: step_fn(m, x, device, DTYPES[dtype_name]) for k, m in compiled.items()})
     if device.type == "cpu" and any(map(runs_cpp, fns)):  # a backend per row
         fns = {k: on_backend(f, backend_of(k), tiles_of(k)) if runs_cpp(k) else f for k, f in fns.items()}
@@ -239,7 +240,7 @@ def measure(shape, impls, dtype_name, device, args):
             t0 = time.perf_counter()
             f()
             sync(device)
-            if k.endswith("+compile"):
+            if k.endswith(COMPILED):
                 print(
                     f"note: {k} at T={T} B={B} H={H} {dtype_name}: first call (compiling) {time.perf_counter() - t0:.1f} s"
                 )
@@ -249,7 +250,7 @@ def measure(shape, impls, dtype_name, device, args):
             print(f"note: {k} failed at T={T} B={B} H={H} {dtype_name}, left out: {type(exc).__name__}: {exc}")
             del fns[k]
     for k in [k for k in fns if k != "nn.LSTM"]:  # a row must time the kernel its label names
-        module = mods[k.removesuffix("+compile")]
+        module = mods[k.removesuffix(COMPILED)]
         ran = ran_impl(module, device, DTYPES[dtype_name])
         if ran != module.impl and module.impl != "auto":
             why = "it does not fit the device or failed its self-check: onlstm info"

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -735,6 +738,46 @@ def test_a_compiled_training_step_trains_what_the_eager_one_trains(tmp_path, cor
     for name in ("model.last", "model.best"):
         assert_same_tensors(tensors(tmp_path / "eager", name), tensors(tmp_path / "compiled", name))
     assert log_rows(tmp_path / "eager") == log_rows(tmp_path / "compiled")
+
+
+#: The resume check of a compiled run under inductor, in a process of its own (its own inductor cache: see
+#: tests/nn/test_layer.py, test_torch_compile_fullgraph_matches_eager, for why and for the scalar code)
+INDUCTOR_RESUME = """
+import sys, torch
+import torch._inductor.cpu_vec_isa as isa
+isa.valid_vec_isa_list = lambda: []
+from pathlib import Path
+from test_lm_train import settings, steps_in_epoch, tensors, log_rows
+from support import quiet, with_train, write_corpus
+from onlstm.lm.train import train
+root = Path(sys.argv[1])
+corpus = write_corpus(root / "corpus")
+s = with_train(settings(asgd_start_epoch=2), compile=True)
+assert train(root / "full", corpus, s, log=quiet).status == "finished"
+stop_at = steps_in_epoch(corpus, s, 1) + 3  # in epoch 2, averaging
+assert train(root / "part", corpus, with_train(s, max_steps=stop_at), log=quiet).status == "stopped"
+assert train(root / "part", corpus, with_train(s, max_steps=None), resume=True, log=quiet).status == "finished"
+for name in ("model.last", "model.best", "resume"):
+    a, b = tensors(root / "full", name), tensors(root / "part", name)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+assert log_rows(root / "full") == log_rows(root / "part")
+print("RESUMED EXACTLY")
+"""
+
+
+@pytest.mark.skipif(
+    os.environ.get("ONLSTM_INDUCTOR") != "1", reason="inductor compiles for 1-2 minutes: ONLSTM_INDUCTOR=1"
+)
+def test_a_compiled_run_under_inductor_resumed_mid_epoch_equals_the_uninterrupted_one(tmp_path):
+    # inductor draws dropout and DropConnect masks with its own generator, seeded from torch's at each call of the
+    # graph: the resume file's random state must give it the same seeds (the aot_eager test above draws torch's)
+    here = Path(__file__).parent
+    path = [str(here.parents[1] / "src"), str(here.parent), str(here), os.environ.get("PYTHONPATH")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, path)))
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
+    args = [sys.executable, "-c", INDUCTOR_RESUME, str(tmp_path)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=1200, env=env)
+    assert r.returncode == 0 and "RESUMED EXACTLY" in r.stdout, r.stderr[-3000:]
 
 
 def test_compile_under_torchrun_is_refused_before_anything_is_read(tmp_path, corpus):
