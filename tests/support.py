@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -10,6 +11,21 @@ CONFIGS = REPO / "src" / "onlstm" / "configs"  # the presets (package data; `con
 TINY_LM = CONFIGS / "lm" / "tiny.yaml"
 # The real data sets sit beside the checkout in this project's workspace; tests that use them skip without them.
 SHARED_DATA = REPO.parent / "shared" / "data"
+#: The fault tests' whole matrices (every signal with every command, every delay) with ONLSTM_FAULTS_FULL=1; else the
+#: part CI's 10 minutes allow (fault_cases)
+FAULTS_FULL = os.environ.get("ONLSTM_FAULTS_FULL") == "1"
+
+
+def fault_cases(rows: list, columns: list, always: tuple = ()) -> list[tuple]:
+    """The ``(row, column)`` cases of a fault test: all of them with ONLSTM_FAULTS_FULL=1, else a diagonal that
+    takes each row and each column at least once, plus the cases in ``always`` (each costs processes of its own)."""
+    every = [(r, c) for r in rows for c in columns]
+    if FAULTS_FULL:
+        return every
+    n = max(len(rows), len(columns))
+    diagonal = {(rows[i % len(rows)], columns[i % len(columns)]) for i in range(n)}
+    return [case for case in every if case in diagonal or case in always]
+
 
 WORDS = "the cat dog sat on mat a big small red ran fast slow".split()
 

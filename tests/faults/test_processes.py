@@ -23,7 +23,7 @@ import pytest
 from onlstm.files import LEFTOVER
 from onlstm.lock import RunLock
 from onlstm.runs import RunDir
-from support import REPO, TINY_LM, write_corpus
+from support import REPO, TINY_LM, fault_cases, write_corpus
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl: Linux")
 
@@ -60,6 +60,8 @@ def commands(inputs: Path, out: Path) -> dict[str, tuple[list[str], list[Path]]]
 
 COMMANDS = list(commands(Path("in"), Path("out")))
 KILLS = [signal.SIGHUP, signal.SIGKILL]
+#: both kills of the comparison (its runs' processes must end with it), one of each trainer: the same engine
+KILLED = fault_cases(COMMANDS, KILLS, always=tuple((c, k) for c in COMMANDS if "compare" in c for k in KILLS))
 
 
 def descendants(pid: int) -> set[int]:
@@ -95,8 +97,7 @@ def wait_for(condition, what: str, proc: subprocess.Popen | None = None) -> None
 
 
 @pytest.mark.slow  # a process per case (torch's import, a tiny run until it reports, its stop): 5-15 s each
-@pytest.mark.parametrize("signum", KILLS, ids=[s.name for s in KILLS])
-@pytest.mark.parametrize("name", COMMANDS)
+@pytest.mark.parametrize(("name", "signum"), KILLED, ids=[f"{n}-{s.name}" for n, s in KILLED])
 def test_a_long_command_killed_leaves_no_process_running_and_no_lock_held(name, signum, inputs, tmp_path):
     argv, runs = commands(inputs, tmp_path)[name]
     cmd = [sys.executable, "-m", "onlstm", *argv]

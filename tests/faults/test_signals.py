@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from support import REPO
+from support import FAULTS_FULL, REPO, fault_cases
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "src"), "ONLSTM_NO_EXTENSION": "1", "PYTHONWARNINGS": "ignore"}
-FULL = os.environ.get("ONLSTM_FAULTS_FULL") == "1"
 SEED = int(os.environ.get("ONLSTM_FAULTS_SEED", "35"))
 
 
@@ -84,11 +83,14 @@ def assert_interrupted(rc: int, err: str, what: str, out: str = "") -> None:
 
 
 @pytest.mark.slow  # each run imports torch in a new process until the signal: about 1 s each
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("how", ["module", "script"])
+@pytest.mark.parametrize(
+    ("how", "signum"),
+    START_UP := fault_cases(["module", "script"], [signal.SIGTERM, signal.SIGINT]),
+    ids=[f"{how}-{s.name}" for how, s in START_UP],
+)
 def test_a_signal_at_any_point_of_start_up_is_one_line_and_130(how, signum):
     base = [sys.executable, "-m", "onlstm"] if how == "module" else console_script()
-    for delay in delays(12 if FULL else 3, 0.0, 1.5, f"{how}:{signum}"):
+    for delay in delays(12 if FAULTS_FULL else 3, 0.0, 1.5, f"{how}:{signum}"):
         rc, _, err = interrupt([*base, "presets"], delay, signum)
         if rc == 0:
             continue  # it finished first
@@ -163,18 +165,18 @@ def same_weights(a: Path, b: Path) -> None:
         assert x.keys() == y.keys() and all((x[k] == y[k]).all() for k in x), f"{name} differs from the baseline"
 
 
-#: In CI one signal per training (each costs two processes), both for the generator; every pair with FULL.
+#: In CI one signal per training (each costs two processes), both for the generator; every pair with FAULTS_FULL.
 CASES = [("lm train", signal.SIGINT), ("logic train", signal.SIGTERM)]
 CASES += [("logic generate", signal.SIGINT), ("logic generate", signal.SIGTERM)]
-if FULL:
+if FAULTS_FULL:
     CASES += [("lm train", signal.SIGTERM), ("logic train", signal.SIGINT)]
 
 
 @pytest.mark.slow  # one process per signal (torch's import, a tiny run) and the resumed run: ~10 s each
 @pytest.mark.parametrize(("name", "signum"), CASES, ids=[f"{n} {s.name}" for n, s in CASES])
 def test_a_signal_at_a_random_point_is_130_and_a_resume_ends_as_an_uninterrupted_run(name, signum, baselines, tmp_path):
-    for k, delay in enumerate(delays(4 if FULL else 1, 0.5, 6.0, f"{name}:{signum}")):
-        if not FULL:
+    for k, delay in enumerate(delays(4 if FAULTS_FULL else 1, 0.5, 6.0, f"{name}:{signum}")):
+        if not FAULTS_FULL:
             delay = random.Random(f"{SEED}:{name}:{signum}").uniform(0.5, 6.0)  # one point, not an end
         work = tmp_path / str(k)
         shutil.copytree(baselines, work, ignore=shutil.ignore_patterns("lm", "logic", "gen"))

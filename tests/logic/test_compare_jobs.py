@@ -17,6 +17,7 @@ import pytest
 from onlstm.cli import main
 from onlstm.logic.generate import GenerateConfig, generate_dataset
 from onlstm.runs import RunDir
+from support import fault_cases
 
 FLAGS = ["--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "16", "--threads", "1"]
 FLAGS += ["--batch-size", "32", "--no-progress", "--lengths", "1-6", "--cells", "onlstm", "lstm"]
@@ -172,8 +173,11 @@ def _wait_until_it_catches(pid: int, signum: int) -> None:
         time.sleep(0.001)
 
 
-@pytest.mark.parametrize("ignored", [False, True], ids=["SIGINT default", "SIGINT ignored"])
-@pytest.mark.parametrize("phase", ["starting", "importing"])
+@pytest.mark.parametrize(
+    ("phase", "ignored"),
+    STOPS := fault_cases(["starting", "importing"], [False, True]),
+    ids=[f"{phase}-SIGINT {'ignored' if ignored else 'default'}" for phase, ignored in STOPS],
+)
 def test_a_stop_while_a_runs_process_starts_is_one_line_in_its_log(tmp_path, monkeypatch, ignored, phase):
     """The parent passes a Ctrl-C on to its runs at once. A run still starting (its interpreter up) or importing
     its trainer (torch: seconds; here an entry whose import takes 3 s, the stop sent once it began) ended in a
