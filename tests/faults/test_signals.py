@@ -166,10 +166,8 @@ def same_weights(a: Path, b: Path) -> None:
 
 
 #: In CI one signal per training (each costs two processes), both for the generator; every pair with FAULTS_FULL.
-CASES = [("lm train", signal.SIGINT), ("logic train", signal.SIGTERM)]
-CASES += [("logic generate", signal.SIGINT), ("logic generate", signal.SIGTERM)]
-if FAULTS_FULL:
-    CASES += [("lm train", signal.SIGTERM), ("logic train", signal.SIGINT)]
+GENERATE = (("logic generate", signal.SIGINT), ("logic generate", signal.SIGTERM))
+CASES = fault_cases(["lm train", "logic train", "logic generate"], [signal.SIGINT, signal.SIGTERM], always=GENERATE)
 
 
 @pytest.mark.slow  # one process per signal (torch's import, a tiny run) and the resumed run: ~10 s each
