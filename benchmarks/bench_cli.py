@@ -15,6 +15,9 @@ from typing import Any
 from onlstm.errors import EXIT_INTERRUPTED, OnlstmError, cap
 from onlstm.flags import OneLineParser
 
+#: The suffix of a row's label timed under torch.compile (``--compile`` of layer_speed.py and lm_speed.py).
+COMPILED = "+compile"
+
 
 def parser(description: str | None) -> argparse.ArgumentParser:
     """A script's argument parser: a refusal is one line and exit 2, as the commands' (the usage left to --help)."""

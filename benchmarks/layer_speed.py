@@ -41,14 +41,13 @@ import time
 import torch
 
 import onlstm
-from bench_cli import command, parser, positive_int
+from bench_cli import COMPILED, command, parser, positive_int
 from onlstm.device import machine_line
 from onlstm.nn import capabilities, cpp_gemm, kernels
 from onlstm.nn.fused import FusedKernel
 
 SHAPES = [(70, 20, 400, 650, 10), (70, 80, 400, 1150, 10), (35, 20, 200, 200, 10)]
 PAPER_LAYER = (70, 20, 400, 1150, 10)  # the paper's language-model layer (docs/lm.md)
-COMPILED = "+compile"  # the label's suffix of a row under torch.compile (--compile)
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # autocast dtype (None: off)
 
 

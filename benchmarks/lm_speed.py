@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 import onlstm
-from bench_cli import command, nonnegative_int, parser, positive_int
+from bench_cli import COMPILED, command, nonnegative_int, parser, positive_int
 from onlstm.device import machine_line, precision_refusal, resolve_device
 from onlstm.errors import InputError, OnlstmError
 from onlstm.lm.config import add_config_flags, load_config
@@ -40,9 +40,6 @@ from onlstm.lm.train import _Objective
 from onlstm.models.language_model import LanguageModel, LMConfig
 from onlstm.nn import kernels
 from onlstm.runs.engine import update
-
-#: the suffix of a compiled row's name
-COMPILED = "+compile"
 
 
 def build(cfg, cell: str, vocab: int, device: torch.device, impl: str | None = None, compiled: bool = False):

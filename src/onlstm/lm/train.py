@@ -202,10 +202,11 @@ class Trainer:
         self.hidden = None
         self.may_average = cfg.optimizer == "sgd" and cfg.averaging  # NT-ASGD
         self.objective = _Objective(self.model, cfg.alpha, cfg.beta, cfg.ar_target)
-        step = functools.partial(self.objective, shard=None)
-        self.graphs = None if cfg.compile else step_graphs(cfg, self.ctx, self.model, step, self.log)
         if cfg.compile:  # compiles at its first calls: the first segment, the first with a state, another length
-            self.objective = torch.compile(self.objective)
+            self.graphs, self.objective = None, torch.compile(self.objective)
+        else:
+            step = functools.partial(self.objective, shard=None)
+            self.graphs = step_graphs(cfg, self.ctx, self.model, step, self.log)
         if self.ctx.distributed:
             ids = [dev.index] if dev.type == "cuda" else None
             self.objective = torch.nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
