@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 
@@ -108,6 +109,11 @@ def test_the_grid_is_trained_measured_and_reused(tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")} == stamps
     assert (out / "tables.md").read_text() == tables
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the study kept small (no weights, no resume files: what outlives its machine) reads the same tables
+    small = tmp_path / "small"
+    shutil.copytree(out, small, ignore=shutil.ignore_patterns("*.safetensors", "*.lock", "vocab.json"))
+    assert main([*argv[:7], str(small), *argv[8:], "--finished-only"]) == 0
+    assert (small / "tables.md").read_text() == tables
     # a run trained otherwise is neither counted nor trained over: refused, nothing changed
     assert main([*argv, "--lr", "3"]) == 2
     assert "cannot change train.lr (run: 10.0, given: 3.0)" in capsys.readouterr().err
