@@ -673,13 +673,28 @@ Tensor own_pack(const Tensor& w, bool transposed, int64_t width = kMr) {
   Tensor out = at::empty({P, K, width}, wc.options());
   const float* src = wc.data_ptr<float>();
   float* dst = out.data_ptr<float>();
-  at::parallel_for(0, P, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; ++p) {
-      for (int64_t k = 0; k < K; ++k) {
-        for (int64_t r = 0; r < width; ++r) {
-          const int64_t m = p * width + r;
-          dst[(p * K + k) * width + r] = m < M ? src[m * sm + k * sk] : 0.0f;
+  if (transposed) {  // row k holds every panel's values side by side: read it once, in order, into each panel
+    // (panel by panel instead, each panel's slice of every row would cost a cache line or two of a far row:
+    // 5-7 ms against about 1 for w_hh at H=650 on the AVX2 EPYC)
+    at::parallel_for(0, K, 64, [&](int64_t lo, int64_t hi) {
+      for (int64_t k = lo; k < hi; ++k) {
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t n = std::min(width, M - p * width);
+          const float* s = src + k * sk + p * width;
+          float* d = dst + (p * K + k) * width;
+          for (int64_t r = 0; r < n; ++r) d[r] = s[r];
+          for (int64_t r = n; r < width; ++r) d[r] = 0.0f;
         }
+      }
+    });
+    return out;
+  }
+  at::parallel_for(0, P, 1, [&](int64_t lo, int64_t hi) {  // output m's values are row m: read along it
+    for (int64_t p = lo; p < hi; ++p) {
+      float* d = dst + p * K * width;
+      for (int64_t r = 0; r < width; ++r) {
+        const int64_t m = p * width + r;
+        for (int64_t k = 0; k < K; ++k) d[k * width + r] = m < M ? src[m * sm + k] : 0.0f;
       }
     }
   });
