@@ -83,6 +83,16 @@ def test_finished_only_scores_the_finished_runs_and_lists_the_rest(data, tmp_pat
     assert rep["test_data"] == str(other)
     assert sum(v["total"] for v in rep["runs"][0]["test"]["by_length"].values()) == 4 * 9
     assert json.loads(record.read_text())["status"] == "interrupted"  # the listed run was left as it was
+    # the study kept small (no weights: what outlives its machine): a kept score stands, other pairs need weights
+    small, rep = tmp_path / "small", json.loads((out / "compare.json").read_text())
+    shutil.copytree(out, small, ignore=shutil.ignore_patterns("*.safetensors"))
+    small_base = [*base[:5], str(small), *base[6:]]
+    assert main([*small_base, "--seeds", "0", "--finished-only", "--test-data", str(other)]) == 0
+    kept = json.loads((small / "compare.json").read_text())["runs"]
+    assert [r["test"]["by_length"] for r in kept] == [r["test"]["by_length"] for r in rep["runs"]]
+    capsys.readouterr()
+    assert main([*small_base, "--seeds", "0", "--finished-only"]) == 2
+    assert "holds no weights and no kept score on these pairs" in capsys.readouterr().err
 
 
 def test_finished_only_with_no_finished_run_says_so(data, tmp_path, capsys):

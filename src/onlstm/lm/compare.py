@@ -29,7 +29,7 @@ from ..lock import RunLock
 from ..runs.budget import BUDGETS
 from ..runs.dirs import RunDir
 from ..runs.resume import resume_settings
-from ..studies.grid import check_named_once
+from ..studies.grid import check_named_once, same_inputs
 from ..studies.grid import check_study_folder as check_folder
 from ..studies.parallel import Ended, Job, threads_per_job, train_in_processes
 from ..studies.stats import mean_std, seed_difference
@@ -343,7 +343,7 @@ def _command(path: Path, args: list[str], inputs: dict, log: Callable[[str], Non
     running the command again while the inputs are the same, run again when they changed (another suite folder,
     other weights) or the kept file is not such a record (an earlier version's)."""
     kept = json_dict(path) or {}
-    if _same_inputs(kept.get("inputs"), inputs) and isinstance(kept.get("report"), dict):
+    if same_inputs(kept.get("inputs"), inputs) and isinstance(kept.get("report"), dict):
         return kept["report"]
     log(f"   onlstm {' '.join(args)}")
     done = subprocess.run([sys.executable, "-m", "onlstm", *args], capture_output=True, text=True)
@@ -354,15 +354,6 @@ def _command(path: Path, args: list[str], inputs: dict, log: Callable[[str], Non
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, {"inputs": inputs, "report": report})
     return report
-
-
-def _same_inputs(kept: object, inputs: dict) -> bool:
-    """Whether a kept measurement read ``inputs``. A finished run kept without its weights (a study folder with its
-    ``*.safetensors`` and resume files removed, to be stored or shared small) reads ``none`` for them: its kept
-    measurements stand for the weights they name, since no other weights can be read there."""
-    if isinstance(kept, dict) and inputs.get("weights") == "none":
-        kept = {**kept, "weights": "none"}
-    return kept == inputs
 
 
 def _parsing(report: dict) -> dict:

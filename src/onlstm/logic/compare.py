@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import time
@@ -15,16 +16,16 @@ from .. import encoders
 from ..checkpoint import CheckpointError
 from ..device import resolve_device
 from ..errors import EXIT_INTERRUPTED, InputError
-from ..files import write_json, write_text
+from ..files import json_dict, sha256_file, write_json, write_text
 from ..runs import RunDir
 from ..runs.budget import BUDGETS, Budget
 from ..runs.engine import resume_refusal as engine_refusal
 from ..runs.resume import resume_settings
-from ..studies.grid import check_study_folder
+from ..studies.grid import check_study_folder, same_inputs
 from ..studies.parallel import Ended, Job, threads_per_job, train_in_processes
 from ..studies.stats import seed_difference
 from .config import RUNTIME_FIELDS, read_sections
-from .data import load_training_examples, recorded_path, same_path, trained_on, validation_examples
+from .data import Example, load_training_examples, recorded_path, same_path, trained_on, validation_examples
 from .evaluate import (
     DEFAULT_BUCKETS,
     LengthAccuracy,
@@ -33,6 +34,7 @@ from .evaluate import (
     majority_baseline,
     read_test_examples,
 )
+from .formulas import to_text
 from .model import KIND, LogicModelConfig, load_classifier
 from .parallel import logic_job
 from .train import (
@@ -112,7 +114,7 @@ def compare(
             if summary is None:  # interrupted: keep what is done, say so, and list what is not
                 _list_the_rest(res, runs[runs.index((seed, cell)) :], model_cfg, train_cfg, data)
                 break
-        acc = _score_run(run_dir, tcfg, scored[seed], f"{cell}, seed {seed}: {split}", log)
+        acc = _score_run(run_dir, tcfg, scored[seed], split, f"{cell}, seed {seed}: {split}", log)
         res.results.setdefault(cell, []).append(acc)
         res.runs.append({"cell": cell, "seed": seed, "run_dir": str(run_dir), "train": summary, "test": acc.to_dict()})
         save()
@@ -131,7 +133,7 @@ def check_compare_folder(out: Path) -> None:
     ``logic-compare`` there, its :data:`COMPARE_FILES`; a folder holding anything else is the user's (a
     compare.json or a table.md of theirs would be written over), refused before any work. A run folder is the
     comparison's by its name: what is inside is checked when it is trained (a run of another kind is refused)."""
-    check_study_folder(out, "logic compare", "logic-compare", COMPARE_FILES)
+    check_study_folder(out, "logic compare", "logic-compare", COMPARE_FILES, folders=("evals",))
 
 
 def _scored_pairs(
@@ -233,16 +235,46 @@ def budget_text(cfg: LogicTrainConfig) -> str:
 
 
 def _score_run(
-    run_dir: Path, tcfg: LogicTrainConfig, examples: list, what: str, log: Callable[[str], None]
+    run_dir: Path, tcfg: LogicTrainConfig, examples: list[Example], split: str, what: str, log: Callable[[str], None]
 ) -> LengthAccuracy:
-    """Accuracy by length of ``run_dir``'s best model on ``examples``, logged as one line."""
-    model, _ = load_classifier(run_dir, "best", resolve_device(tcfg.device))
-    t0 = time.perf_counter()
-    acc = evaluate_examples(model, examples, tcfg.eval_batch_size)
+    """Accuracy by length of ``run_dir``'s best model on ``examples``, logged as one line, and kept in
+    ``OUT/evals/<run>/<split>.json`` with what it read (the weights, the pairs): read back while those are the same,
+    and for a run kept without its weights (:func:`~onlstm.studies.grid.same_inputs`)."""
+    path = _evals_path(run_dir, split)
+    inputs = {"pairs": _pairs_key(examples), "weights": _weights_key(run_dir)}
+    kept = json_dict(path) or {}
+    if same_inputs(kept.get("inputs"), inputs) and isinstance(kept.get("accuracy"), dict):
+        acc, how = LengthAccuracy.from_dict(kept["accuracy"]), "kept"
+    elif inputs["weights"] == "none":
+        raise InputError(f"{run_dir} holds no weights and no kept score on these pairs; score it where its weights are")
+    else:
+        model, _ = load_classifier(run_dir, "best", resolve_device(tcfg.device))
+        t0 = time.perf_counter()
+        acc, how = (
+            evaluate_examples(model, examples, tcfg.eval_batch_size),
+            f"{time.perf_counter() - t0:.0f} s to evaluate",
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, {"inputs": inputs, "accuracy": acc.to_dict()})
     parts = list(acc.summary().items())[:2]  # <=6 and 7-12
     shown = ", ".join(f"{name} {100 * v:.1f}%" for name, v in parts if v == v)  # NaN: no pairs of those lengths
-    log(f"{what} accuracy {shown} ({time.perf_counter() - t0:.0f} s to evaluate)")
+    log(f"{what} accuracy {shown} ({how})")
     return acc
+
+
+def _evals_path(run_dir: Path, split: str) -> Path:
+    return run_dir.parent / "evals" / run_dir.name / f"{split}.json"
+
+
+def _pairs_key(examples: list[Example]) -> str:
+    """The scored pairs' fingerprint: their labels and formulas, in order."""
+    text = "\n".join(f"{e.label}\t{to_text(e.a)}\t{to_text(e.b)}" for e in examples)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _weights_key(run_dir: Path) -> str:
+    best = RunDir(run_dir).weights("best")
+    return sha256_file(best) if best.is_file() else "none"
 
 
 def _train_or_reuse(
@@ -369,7 +401,8 @@ def _finished_run(held: _Held, tcfg: LogicTrainConfig) -> tuple[dict | None, str
     if not held.same_data:
         return None, f"trained on other data ({held.data_path})"
     done = result.get("status") in ("finished", "stopped") and _same_stop(header, result, tcfg)
-    if done and RunDir(held.run_dir).weights("best").exists():
+    kept = (held.run_dir.parent / "evals" / held.run_dir.name).is_dir()  # kept without its weights: its scores
+    if done and (RunDir(held.run_dir).weights("best").exists() or kept):
         return result, ""
     return None, _progress(held.run_dir, result.get("status") or header.get("status") or "running", tcfg)
 

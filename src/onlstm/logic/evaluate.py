@@ -51,6 +51,14 @@ class LengthAccuracy:
         """``{'<=6': …, '7-12': …, 'all': …}``."""
         return {"<=6": self.pooled(SEEN), "7-12": self.pooled(UNSEEN), "all": self.pooled()}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> LengthAccuracy:
+        """The counts of a :meth:`to_dict` record."""
+        rows = d["by_length"]
+        return cls(
+            {int(k): int(v["correct"]) for k, v in rows.items()}, {int(k): int(v["total"]) for k, v in rows.items()}
+        )
+
     def to_dict(self) -> dict:
         return {
             "by_length": {

@@ -1,6 +1,7 @@
 """What every study (``lm compare``, ``logic compare``) checks of its grid and its folder before any work: each cell
 and seed named once (:func:`check_named_once`), and an ``--out`` that is new, empty or the study's own
-(:func:`check_study_folder`; docs/cli.md, "Outputs")."""
+(:func:`check_study_folder`; docs/cli.md, "Outputs"); and when a measurement kept in its ``evals/`` still stands
+(:func:`same_inputs`)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,13 @@ def check_study_folder(out: Path, command: str, kind: str, files: Sequence[str],
             f"--out {out} holds files {command} did not write ({shown}); choose a new or empty --out (a study's "
             f"folder holds its runs <cell>-seed<seed>, their logs, {holds})"
         )
+
+
+def same_inputs(kept: object, inputs: dict) -> bool:
+    """Whether a measurement kept with ``kept`` (what it read) stands for ``inputs``. A finished run kept without its
+    weights (a study folder with its ``*.safetensors`` and resume files removed, to be stored or shared small) reads
+    ``none`` for them: its kept measurements stand for the weights they name, since no other weights can be read
+    there."""
+    if isinstance(kept, dict) and inputs.get("weights") == "none":
+        kept = {**kept, "weights": "none"}
+    return kept == inputs
