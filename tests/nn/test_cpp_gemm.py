@@ -41,7 +41,7 @@ def timings(monkeypatch):
     """Injected timings (the fake module's costs); records the sizes each timing was asked for."""
     asked: list = []
 
-    def fake(module, backends, sizes, timer):
+    def fake(module, backends, sizes, timer, rows=None):
         asked.append(sizes)
         return {b: module.cost[b] for b in backends}
 
@@ -142,9 +142,12 @@ def test_a_damaged_cache_or_a_cached_backend_that_no_longer_runs_is_timed_again(
     key = next(iter(json.loads((tmp_path / cpp_gemm.CACHE_NAME).read_text())))
     (tmp_path / cpp_gemm.CACHE_NAME).write_text(json.dumps({key: {"backend": "onednn", "seconds": {}, "load": 0.1}}))
     assert cpp_gemm.choose(module, inputs(), tmp_path, clock).backend == "mkl"
-    # a record of the version that cached busy timings too (no load): timed again, whatever it says
-    (tmp_path / cpp_gemm.CACHE_NAME).write_text(json.dumps({key: {"backend": "linear", "seconds": {}}}))
+    # a record of an earlier way of timing (ragged calls at their batch's rows only; before that, busy timings
+    # cached too): timed again, whatever it says
+    old = {"backend": "linear", "seconds": {"linear": 1.0, "mkl": 2.0}, "load": 0.1}
+    (tmp_path / cpp_gemm.CACHE_NAME).write_text(json.dumps({key: old}))
     assert cpp_gemm.choose(module, inputs(), tmp_path, clock).how == "measured"
+    assert cpp_gemm.choose(module, inputs(), tmp_path, clock).how == "cached"  # the record it wrote
 
 
 def test_a_record_timed_before_a_backend_was_added_is_timed_again(tmp_path, timings):
@@ -202,6 +205,36 @@ def test_each_timed_product_counts_as_often_as_a_call_runs_it(monkeypatch):
     names = ["pack", "step fwd", "step bwd", "block in", "block dx", "grad dw"]
     monkeypatch.setattr(cpp_gemm, "_products", lambda m, b, case: {n: (lambda: host.run(1.0), 4) for n in names})
     assert cpp_gemm.time_backends(None, ["linear"], (5, 6, 2, 4, 3), host) == {"linear": pytest.approx(10.0)}
+
+
+def test_a_ragged_call_is_timed_at_its_small_steps_too(monkeypatch):
+    """A ragged batch's steps shrink (packed sequences of many lengths; the logic classifier's): a route whose step
+    product pays a fixed cost beats another at the batch's rows and loses on a call whose steps are mostly small.
+    Each step costs what its rows cost, on the line through the timings at the batch's rows and the smallest step's
+    (the oneDNN routes' rows padded as the kernel pads them). Timed whole batches, the logic step chose oneDNN's
+    packed linear on the AVX2 EPYC, 8% slower there than MKL (docs/results/layer.md)."""
+    host = BurstyHost(1.0, 0)
+    host.edges = [(float("inf"), False)]  # never slowed
+
+    def products(module, backend, case):
+        r = case["h"].shape[0]
+        cost = 8.0 + r if backend == "linear" else 2.0 * r  # a fixed cost and one per row; two per row
+        return {"step fwd": (lambda: host.run(cost), 1), "step bwd": (lambda: host.run(cost), 1)}
+
+    monkeypatch.setattr(cpp_gemm, "_products", products)
+    sizes = (5, 6, 2, 16, 4)
+    full = cpp_gemm.time_backends(None, ["linear", "mkl"], sizes, host)  # 4 steps of 16 rows: 24 a product against 32
+    assert full == {"linear": pytest.approx(8 * 24.0), "mkl": pytest.approx(8 * 32.0)}
+    # steps of 16, 9, 2, 2 rows: linear pads 9 to 10 and costs 24, 8 + 10 = 18 (on the line through 24 at 16 and 10
+    # at 2), 10, 10; MKL 32, 18, 4, 4
+    ragged = cpp_gemm.time_backends(None, ["linear", "mkl"], sizes, host, rows=[16, 9, 2, 2])
+    assert ragged == {"linear": pytest.approx(2 * 62.0), "mkl": pytest.approx(2 * 58.0)}
+
+
+def test_the_padded_rows_are_the_kernels():
+    """bucket_rows mirrors the kernel's (csrc): m itself up to 4, then 4 steps per doubling."""
+    got = [cpp_gemm.bucket_rows(m) for m in (1, 4, 5, 8, 9, 16, 17, 150, 256, 257)]
+    assert got == [1, 4, 5, 8, 10, 16, 20, 160, 256, 320]
 
 
 @pytest.mark.parametrize("name", ["mkl", "linear", "avx2", "onednn"])
@@ -349,7 +382,9 @@ def test_each_layer_size_runs_on_the_backend_timed_for_it(monkeypatch):
 
     asked: list = []
 
-    def by_batch(module, backends, sizes, timer):  # small batches: MKL fastest; large ones: the packed linear
+    def by_batch(
+        module, backends, sizes, timer, rows=None
+    ):  # small batches: MKL fastest; large ones: the packed linear
         asked.append(sizes)
         fastest = "mkl" if sizes[3] < 16 else "linear"
         return {b: 1.0 if b == fastest else 2.0 + (b == "onednn") for b in backends}

@@ -43,6 +43,7 @@ LABELS = {
     "mkl": "MKL (ATen's GEMM)",
 }
 MAX_TIMED_STEPS, ROUNDS = 70, 3
+TIMING = 2  # the way of timing a kept record was made with (2: ragged calls at their small steps too)
 
 
 @dataclass
@@ -164,21 +165,22 @@ def choose(module: Any, inputs: Any, cache_dir: Path | None, timer: Callable[[],
     sizes = (inputs.x.shape[1], inputs.w_hh.shape[1], int(inputs.chunk), int(inputs.batch_sizes[0]), steps)
     key, path = cache_key(sizes), None if cache_dir is None else cache_dir / CACHE_NAME
     cached = _read(path).get(key)
-    # a record without the load it was timed under is of a version that cached busy timings too, and one timed
-    # over other backends than run here now (a backend added by a newer kernel, or one gone) did not weigh them
-    # all: both are timed again
+    # a record of an earlier way of timing (one that cached busy timings too, or timed a ragged call at its batch's
+    # rows only: TIMING) and one timed over other backends than run here now (a backend added by a newer kernel,
+    # or one gone) did not weigh them all: both are timed again
     record = cached if isinstance(cached, dict) else {}
-    if set(record.get("seconds") or {}) == set(candidates) and record.get("backend") in candidates and "load" in record:
+    same = set(record.get("seconds") or {}) == set(candidates) and record.get("timing") == TIMING
+    if same and record.get("backend") in candidates:
         module.set_gemm_backend(record["backend"])
         return Choice(record["backend"], "cached", {k: float(v) for k, v in record["seconds"].items()})
-    seconds = time_backends(module, candidates, sizes, timer)
+    seconds = time_backends(module, candidates, sizes, timer, rows=[int(b) for b in inputs.batch_sizes])
     best = min(candidates, key=lambda b: (seconds[b], BACKENDS.index(b)))
     module.set_gemm_backend(best)
     load, cpus = load_average()
     if load is not None and load > cpus:
         return Choice(best, f"measured on a busy machine (load {load:.1f} on {cpus} CPUs), not cached", seconds)
     if path is not None:
-        _write(path, key, {"backend": best, "seconds": seconds, "load": load})
+        _write(path, key, {"backend": best, "seconds": seconds, "load": load, "timing": TIMING})
     return Choice(best, "measured", seconds)
 
 
@@ -257,19 +259,67 @@ def load_average() -> tuple[float | None, int]:
         return None, cpus
 
 
-def time_backends(module: Any, backends: list[str], sizes: tuple[int, ...], timer) -> dict[str, float]:
+def time_backends(
+    module: Any, backends: list[str], sizes: tuple[int, ...], timer, rows: list[int] | None = None
+) -> dict[str, float]:
     """Each backend's time for the products of one layer call of ``sizes`` (input, hidden, chunk, batch, steps),
     from timings of its product shapes: per step, ``h @ w_hh^T`` and ``dG @ w_hh`` (packed weights for the oneDNN
     routes: their packing is paid once per call, and counted once); per block of up to 256 rows (the rate of the
     kernel's 1,024-row blocks), the input projection, ``d_x`` and the weight gradient. Each product is timed alone, the
     best of :data:`ROUNDS` rounds after one untimed call (oneDNN builds its primitives then), the backends
     interleaved product by product. Random values from a generator of its own: torch's would shift every later
-    random number."""
+    random number. ``rows``: the call's rows at each step (its ``batch_sizes``; None: ``batch`` at every step): a
+    ragged batch's steps shrink, so the step products are also timed at its smallest step and each step costs what
+    its rows cost between the two (the oneDNN routes' rows padded as the kernel pads them, :func:`bucket_rows`)."""
     n_in, hidden, chunk, batch, steps = sizes
+    rows = list(rows) if rows else [batch] * steps
     case = _product_case(n_in, hidden, chunk, batch, steps)
-    rows = batch * steps
-    blocks = rows / case["x"].shape[0]
     products = {b: _products(module, b, case) for b in backends}
+    low = min(rows)
+    if low < batch:  # the same products at the smallest step's rows (the tiles still chosen for the batch)
+        small = {**case, "h": case["h"][:low], "dg": case["dg"][:low]}
+        for b in backends:
+            steps_small = {k: v for k, v in _products(module, b, small).items() if k.startswith("step ")}
+            products[b].update({k.replace("step", "small"): v for k, v in steps_small.items()})
+    best = _best_times(products, backends, timer)
+    scale = steps / len(rows)  # the timed steps (capped) stand for the whole call
+    blocks = sum(rows) * scale / case["x"].shape[0]
+    weights = {"block": blocks, "grad": blocks, "pack": 1}
+    seconds = {}
+    for b in backends:
+        t = best[b]
+        fixed = sum(weights[name.split()[0]] * v for name, v in t.items() if name.split()[0] in weights)
+        padded = [bucket_rows(r) if b in PADDED else r for r in rows]
+        per_step = sum(
+            _step_time(t[f"step {d}"], t.get(f"small {d}"), low, batch, r) for d in ("fwd", "bwd") for r in padded
+        )
+        seconds[b] = fixed + scale * per_step
+    return seconds
+
+
+#: The routes whose step products read a padded number of rows (:func:`bucket_rows`): oneDNN's.
+PADDED = ("linear", "onednn")
+
+
+def bucket_rows(m: int) -> int:
+    """The rows a oneDNN step product reads for ``m`` (the kernel's ``bucket_rows``): ``m`` up to 4, then rounded
+    up to 4 steps per doubling, so that a ragged batch meets few shapes."""
+    if m <= 4:
+        return m
+    step = 1 << ((m - 1).bit_length() - 3)
+    return -(-m // step) * step
+
+
+def _step_time(full: float, small: float | None, low: int, batch: int, rows: int) -> float:
+    """A step product's time at ``rows``, from its times at the batch's rows (``full``) and at the smallest
+    step's (``small``, at ``low`` rows): on the line through both, or in proportion to ``full`` without it."""
+    if small is None or low >= batch:
+        return full * rows / batch
+    return small + (full - small) * (rows - low) / (batch - low)
+
+
+def _best_times(products: dict, backends: list[str], timer) -> dict[str, dict[str, float]]:
+    """Each backend's best time for each of its products (see :func:`time_backends`)."""
     names = list(dict.fromkeys(name for b in backends for name in products[b]))
     best: dict[str, dict[str, float]] = {b: {} for b in backends}
     for rnd in range(ROUNDS + 1):
@@ -284,10 +334,7 @@ def time_backends(module: Any, backends: list[str], sizes: tuple[int, ...], time
                     product()
                 if rnd:
                     best[b][name] = min(best[b].get(name, float("inf")), (timer() - start) / times)
-    # how often a call runs each: a step product once a step, a block product once a block (each was weighted
-    # twice, so a call's packing counted half what it costs against its products)
-    weights = {"step": steps, "block": blocks, "grad": blocks, "pack": 1}
-    return {b: sum(weights[name.split()[0]] * t for name, t in best[b].items()) for b in backends}
+    return best
 
 
 def _product_case(n_in: int, hidden: int, chunk: int, batch: int, steps: int) -> dict:
@@ -296,7 +343,7 @@ def _product_case(n_in: int, hidden: int, chunk: int, batch: int, steps: int) ->
     gates = 4 * hidden + 2 * (hidden // chunk)
     rows = min(batch * steps, 256)  # a block of the sequence-wide products: their rate, not all their rows
     w_ih, w_hh = rnd(gates, n_in), rnd(gates, hidden)
-    return {"h": rnd(batch, hidden), "dg": rnd(batch, gates), "x": rnd(rows, n_in), "dG": rnd(rows, gates), "hx": rnd(rows, hidden + n_in),
+    return {"h": rnd(batch, hidden), "dg": rnd(batch, gates), "tiles": batch, "x": rnd(rows, n_in), "dG": rnd(rows, gates), "hx": rnd(rows, hidden + n_in),
             "w_ih": w_ih, "w_hh": w_hh, "w_hh_t": w_hh.t().contiguous(), "w_ih_t": w_ih.t().contiguous()}  # fmt: skip
 
 
@@ -321,7 +368,7 @@ def _products(module: Any, backend: str, c: dict) -> dict[str, tuple[Callable[[]
     packed = {k: reorder(c[k], None) for k in keys}
     out: dict[str, tuple[Callable[[], Any], int]] = {"pack": (lambda: [reorder(c[k], None) for k in keys], 1)}
     if own:
-        (gates, hidden), rows = c["w_hh"].shape, c["h"].shape[0]  # the batch sets the tiles, as in the layer
+        (gates, hidden), rows = c["w_hh"].shape, c["tiles"]  # the batch sets the tiles, not a step's rows
         fwd, bwd = module.avx2_pack(c["w_hh"], False, rows), module.avx2_pack(c["w_hh"], True, rows)
         out["pack own"] = (lambda: [module.avx2_pack(c["w_hh"], flip, rows) for flip in (False, True)], 1)
         out["step fwd"] = (lambda: module.avx2_matmul(c["h"], fwd, gates), 4)
