@@ -85,7 +85,7 @@ def compare(
     log, out, cells, seeds, buckets = log or (lambda _m: None), Path(out), list(cells), list(seeds), list(buckets)
     check_compare_folder(out)
     scored = _scored_pairs(split, data, test_data, train_cfg, seeds, buckets)
-    res = CompareResult(out, baseline=majority_baseline(scored[seeds[0]]), budget=budget_text(train_cfg))
+    res = CompareResult(out, baseline=majority_baseline(scored[seeds[0]][0]), budget=budget_text(train_cfg))
     start = time.perf_counter()
     log(f"budget of every run: {res.budget}")
 
@@ -114,7 +114,7 @@ def compare(
             if summary is None:  # interrupted: keep what is done, say so, and list what is not
                 _list_the_rest(res, runs[runs.index((seed, cell)) :], model_cfg, train_cfg, data)
                 break
-        acc = _score_run(run_dir, tcfg, scored[seed], split, f"{cell}, seed {seed}: {split}", log)
+        acc = _score_run(run_dir, tcfg, *scored[seed], split, f"{cell}, seed {seed}: {split}", log)
         res.results.setdefault(cell, []).append(acc)
         res.runs.append({"cell": cell, "seed": seed, "run_dir": str(run_dir), "train": summary, "test": acc.to_dict()})
         save()
@@ -143,11 +143,15 @@ def _scored_pairs(
     cfg: LogicTrainConfig,
     seeds: list[int],
     buckets: list[int],
-) -> dict[int, list]:
-    """The pairs each seed's runs are scored on, read once and before any training (a problem fails early)."""
+) -> dict[int, tuple[list, str]]:
+    """The pairs each seed's runs are scored on and their fingerprint (:func:`_pairs_key`), read once and before
+    any training (a problem fails early)."""
     if split == "valid":
-        return {seed: validation_examples(data, replace(cfg, seed=seed), buckets) for seed in seeds}
-    return dict.fromkeys(seeds, read_test_examples(test_data or data, "test", buckets))
+        lists = {seed: validation_examples(data, replace(cfg, seed=seed), buckets) for seed in seeds}
+    else:
+        lists = dict.fromkeys(seeds, read_test_examples(test_data or data, "test", buckets))
+    keys = {id(v): _pairs_key(v) for v in lists.values()}  # once a list: the test split's seeds share one
+    return {seed: (v, keys[id(v)]) for seed, v in lists.items()}
 
 
 def _train_in_processes(res: CompareResult, todo: list[Job | None], jobs: int, log, go_on: str | None) -> None:
@@ -235,13 +239,19 @@ def budget_text(cfg: LogicTrainConfig) -> str:
 
 
 def _score_run(
-    run_dir: Path, tcfg: LogicTrainConfig, examples: list[Example], split: str, what: str, log: Callable[[str], None]
+    run_dir: Path,
+    tcfg: LogicTrainConfig,
+    examples: list[Example],
+    pairs_key: str,
+    split: str,
+    what: str,
+    log: Callable[[str], None],
 ) -> LengthAccuracy:
-    """Accuracy by length of ``run_dir``'s best model on ``examples``, logged as one line, and kept in
-    ``OUT/evals/<run>/<split>.json`` with what it read (the weights, the pairs): read back while those are the same,
-    and for a run kept without its weights (:func:`~onlstm.studies.grid.same_inputs`)."""
+    """Accuracy by length of ``run_dir``'s best model on ``examples`` (fingerprint ``pairs_key``), logged as one
+    line, and kept in ``OUT/evals/<run>/<split>.json`` with what it read (the weights, the pairs): read back while
+    those are the same, and for a run kept without its weights (:func:`~onlstm.studies.grid.same_inputs`)."""
     path = _evals_path(run_dir, split)
-    inputs = {"pairs": _pairs_key(examples), "weights": _weights_key(run_dir)}
+    inputs = {"pairs": pairs_key, "weights": _weights_key(run_dir)}
     kept = json_dict(path) or {}
     if same_inputs(kept.get("inputs"), inputs) and isinstance(kept.get("accuracy"), dict):
         acc, how = LengthAccuracy.from_dict(kept["accuracy"]), "kept"
