@@ -313,6 +313,24 @@ def test_the_avx2_tiles_put_the_outputs_on_the_lanes_where_the_rows_would_leave_
     assert packed.shape[2] == (16 if outputs_on_lanes else 6)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_the_own_avx2_products_hand_every_panel_to_one_thread(threads):
+    """The own products give their panels out in chunks to whichever thread is free (``parallel_chunks`` in csrc):
+    every panel is computed once, with two threads or more threads than some products have chunks (a test process
+    may run one thread, which takes the serial path)."""
+    ext = _ext_with("avx2")
+    torch.set_num_threads(threads)  # the autouse fixture puts the count back
+    gen = torch.Generator().manual_seed(threads)
+    close = dict(rtol=1e-4, atol=1e-4)  # sums of up to 273 products, in another order than ATen's
+    for rows, outputs, depth in [(20, 273, 65), (80, 97, 33), (3, 5, 7)]:
+        w, a = torch.randn(outputs, depth, generator=gen), torch.randn(rows, depth, generator=gen)
+        torch.testing.assert_close(ext.avx2_matmul(a, ext.avx2_pack(w, False, rows), outputs), a @ w.t(), **close)
+        g = torch.randn(rows, outputs, generator=gen)
+        torch.testing.assert_close(ext.avx2_matmul(g, ext.avx2_pack(w, True, rows), depth), g @ w, **close)
+    dG, hx = torch.randn(1100, 150, generator=gen), torch.randn(1100, 37, generator=gen)
+    torch.testing.assert_close(ext.avx2_weight_grad(dG, hx), dG.t() @ hx, **close)
+
+
 @pytest.mark.parametrize("rows,gates,width", [(3, 5, 7), (600, 20, 13), (1100, 150, 37), (1030, 140, 6)])
 def test_the_own_avx2_weight_gradient_is_the_plain_product(rows, gates, width):
     """``dG^T @ hx`` in blocks of 512 rows (k) and 8 row panels of 16 gate columns: one block or several of each,
