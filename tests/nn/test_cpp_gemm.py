@@ -314,10 +314,9 @@ def test_the_avx2_tiles_put_the_outputs_on_the_lanes_where_the_rows_would_leave_
 
 
 @pytest.mark.parametrize("threads", [2, 3])
-def test_the_own_avx2_products_hand_every_panel_to_one_thread(threads):
-    """The own products give their panels out in chunks to whichever thread is free (``parallel_chunks`` in csrc):
-    every panel is computed once, with two threads or more threads than some products have chunks (a test process
-    may run one thread, which takes the serial path)."""
+def test_the_own_avx2_products_split_over_threads_compute_every_panel_once(threads):
+    """The own products split their panels over the threads: every panel is computed once, with two threads and
+    with more threads than some products have panels (a test process may run one thread, the serial path)."""
     ext = _ext_with("avx2")
     torch.set_num_threads(threads)  # the autouse fixture puts the count back
     gen = torch.Generator().manual_seed(threads)

@@ -663,44 +663,24 @@ void lanes_tile_rows(int64_t R, const float* w, const float* a, int64_t lda, int
 
 #endif
 
-// f(lo, hi) over 0 .. n - 1, `chunk` at a time to whichever thread is free. at::parallel_for's static halves
-// made the tiles' threads wait on each other: on two threads of a shared AVX2 EPYC, perf's samples of each
-// thread put each one at the barrier for about 14 ms of a 230 ms forward+backward (B=20 H=650), the other
-// still in its half (issue #46).
-template <typename F>
-void parallel_chunks(int64_t n, int64_t chunk, const F& f) {
-  const int64_t tasks = (n + chunk - 1) / chunk, threads = std::min<int64_t>(tasks, at::get_num_threads());
-  if (threads <= 1 || at::in_parallel_region()) {
-    if (n > 0) f(0, n);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-    for (int64_t t = next.fetch_add(1, std::memory_order_relaxed); t < tasks;
-         t = next.fetch_add(1, std::memory_order_relaxed)) {
-      f(t * chunk, std::min(n, (t + 1) * chunk));
-    }
-  });
-}
-
 // w packed for out = a @ w^T (w: M x K) or, `transposed`, for out = a @ w (w: K x M): (panels, K, width),
 // panel p holding outputs p * width ... p * width + width - 1 (zeros past M); width kMr for tile_6x16 and
 // tile_12x8, kLanes for lanes_tile.
 Tensor own_pack(const Tensor& w, bool transposed, int64_t width = kMr) {
   const Tensor wc = w.contiguous();
   const int64_t M = transposed ? wc.size(1) : wc.size(0), K = transposed ? wc.size(0) : wc.size(1);
-  const int64_t P = (M + width - 1) / width;
+  const int64_t P = (M + width - 1) / width, sm = transposed ? 1 : K, sk = transposed ? M : 1;
   Tensor out = at::empty({P, K, width}, wc.options());
   const float* src = wc.data_ptr<float>();
   float* dst = out.data_ptr<float>();
   if (transposed) {  // row k holds every panel's values side by side: read it once, in order, into each panel
     // (panel by panel instead, each panel's slice of every row would cost a cache line or two of a far row:
     // 5-7 ms against about 1 for w_hh at H=650 on the AVX2 EPYC)
-    parallel_chunks(K, 64, [&](int64_t lo, int64_t hi) {
+    at::parallel_for(0, K, 64, [&](int64_t lo, int64_t hi) {
       for (int64_t k = lo; k < hi; ++k) {
         for (int64_t p = 0; p < P; ++p) {
           const int64_t n = std::min(width, M - p * width);
-          const float* s = src + k * M + p * width;
+          const float* s = src + k * sk + p * width;
           float* d = dst + (p * K + k) * width;
           for (int64_t r = 0; r < n; ++r) d[r] = s[r];
           for (int64_t r = n; r < width; ++r) d[r] = 0.0f;
@@ -709,16 +689,12 @@ Tensor own_pack(const Tensor& w, bool transposed, int64_t width = kMr) {
     });
     return out;
   }
-  parallel_chunks(P, 1, [&](int64_t lo, int64_t hi) {  // output m's values are row m: read along it
+  at::parallel_for(0, P, 1, [&](int64_t lo, int64_t hi) {  // output m's values are row m: read along it
     for (int64_t p = lo; p < hi; ++p) {
       float* d = dst + p * K * width;
       for (int64_t r = 0; r < width; ++r) {
         const int64_t m = p * width + r;
-        if (m < M) {
-          for (int64_t k = 0; k < K; ++k) d[k * width + r] = src[m * K + k];
-        } else {  // the last panel's outputs past M
-          for (int64_t k = 0; k < K; ++k) d[k * width + r] = 0.0f;
-        }
+        for (int64_t k = 0; k < K; ++k) d[k * width + r] = m < M ? src[m * sm + k] : 0.0f;
       }
     }
   });
@@ -728,24 +704,20 @@ Tensor own_pack(const Tensor& w, bool transposed, int64_t width = kMr) {
 // Row panels q0 .. q1 - 1 of `a` over k0 .. k0 + kl - 1, k-major, into `scratch` (panel q at (q - q0) * kl * kNr):
 // 16 wide, the last one 8 wide when it holds at most 8 rows (q >= full); zeros past a.b.
 void pack_rows(const Rows& a, int64_t q0, int64_t q1, int64_t full, int64_t k0, int64_t kl, float* scratch) {
-  // on every thread: the weight gradient packs 8 panels of 512 values 27 times a call at B=20 H=650, one thread
-  // doing it while the other waited (perf, issue #46)
-  at::parallel_for(q0, q1, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t q = lo; q < hi; ++q) {
-      float* dst = scratch + (q - q0) * kl * kNr;
-      const int64_t n = std::min(kNr, a.b - q * kNr), width = q < full ? kNr : 8;
-      const float* src = a.a + q * kNr * a.rs + k0 * a.ks;
-      if (a.ks == 1) {  // rows contiguous: read along k
-        for (int64_t c = 0; c < width; ++c) {
-          for (int64_t k = 0; k < kl; ++k) dst[k * width + c] = c < n ? src[c * a.rs + k] : 0.0f;
-        }
-      } else {  // a transposed matrix: read along the rows
-        for (int64_t k = 0; k < kl; ++k) {
-          for (int64_t c = 0; c < width; ++c) dst[k * width + c] = c < n ? src[c * a.rs + k * a.ks] : 0.0f;
-        }
+  for (int64_t q = q0; q < q1; ++q) {
+    float* dst = scratch + (q - q0) * kl * kNr;
+    const int64_t n = std::min(kNr, a.b - q * kNr), width = q < full ? kNr : 8;
+    const float* src = a.a + q * kNr * a.rs + k0 * a.ks;
+    if (a.ks == 1) {  // rows contiguous: read along k
+      for (int64_t c = 0; c < width; ++c) {
+        for (int64_t k = 0; k < kl; ++k) dst[k * width + c] = c < n ? src[c * a.rs + k] : 0.0f;
+      }
+    } else {  // a transposed matrix: read along the rows
+      for (int64_t k = 0; k < kl; ++k) {
+        for (int64_t c = 0; c < width; ++c) dst[k * width + c] = c < n ? src[c * a.rs + k * a.ks] : 0.0f;
       }
     }
-  });
+  }
 }
 
 // Row groups for lanes_tile that cost least: a group of R rows costs what kCost[R] says, per row in full tiles
@@ -778,7 +750,7 @@ void lanes_product(const Rows& a, const Tensor& packed, const TileOut& o, int64_
   const int64_t P = packed.size(0), K = packed.size(1);
   const float* w = packed.data_ptr<float>();
   const std::vector<int64_t> groups = lanes_groups(a.b);  // a copy: the workers' threads ask for their own
-  parallel_chunks(P, 4, [&](int64_t lo, int64_t hi) {
+  at::parallel_for(0, P, 4, [&](int64_t lo, int64_t hi) {
     for (int64_t p = lo; p < hi; ++p) {  // a weight panel (K x 16: L1 at K <= 400, L2 above) meets every row
       const int64_t cols = std::min(kLanes, M - p * kLanes);
       int64_t b0 = 0;
@@ -815,7 +787,7 @@ void own_product(const Rows& a, const Tensor& packed, const TileOut& o, int64_t 
       const int64_t q1 = std::min(q0 + qb, Q), fend = std::min(q1, full);
       pack_rows(a, q0, q1, full, k0, kl, scratch);
       // pairs of weight panels: each runs over the block's full row panels while it sits in L1
-      parallel_chunks((P + 1) / 2, 4, [&](int64_t lo, int64_t hi) {
+      at::parallel_for(0, (P + 1) / 2, 4, [&](int64_t lo, int64_t hi) {
         for (int64_t p = 2 * lo; p < std::min(2 * hi, P); p += 2) {
           const int64_t end = std::min(p + 2, P);
           for (int64_t pp = p; pp < end; ++pp) {
@@ -1232,19 +1204,11 @@ std::pair<Tensor, Tensor> weight_and_input_grads(const Tensor& dG, const Tensor&
   const int64_t Np = std::max(padded_rows(blocks), N);
   Tensor hx = pooled(kHx, {Np, D + I}, x.options());
   if (Np > N) hx.narrow(0, N, Np - N).zero_();  // padded rows add zero to the weight gradients
-  // each step's h_{t-1}: a step as wide as the one before it reads on where that one's rows stopped, so a run of
-  // such steps is one copy (a padded batch: two in all, where 70 calls of copy_ took ~0.8 ms at B=20 H=650)
-  Tensor hh = hx.narrow(1, 0, D);
-  if (!bs.empty()) hh.narrow(0, 0, bs[0]).copy_(h0.narrow(0, 0, bs[0]));
-  int64_t off = bs.empty() ? 0 : bs[0];
-  for (size_t t = 1; t < bs.size();) {
-    size_t e = t;
-    int64_t rows = 0;
-    while (e < bs.size() && bs[e] == bs[e - 1]) rows += bs[e++];
-    if (e == t) rows = bs[e++];  // narrower than the step before: its first rows, alone
-    hh.narrow(0, off, rows).copy_(out.narrow(0, off - bs[t - 1], rows));
-    off += rows;
-    t = e;
+  int64_t off = 0;
+  for (size_t t = 0; t < bs.size(); ++t) {
+    Tensor h_prev = t == 0 ? h0.narrow(0, 0, bs[0]) : out.narrow(0, off - bs[t - 1], bs[t]);
+    hx.narrow(1, 0, D).narrow(0, off, bs[t]).copy_(h_prev);
+    off += bs[t];
   }
   hx.narrow(1, D, I).narrow(0, 0, N).copy_(x);
   Tensor w_ih_c = w_ih.contiguous();
