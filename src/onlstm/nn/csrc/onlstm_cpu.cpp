@@ -663,6 +663,34 @@ void lanes_tile_rows(int64_t R, const float* w, const float* a, int64_t lda, int
 
 #endif
 
+// f(lo, hi) over 0 .. n - 1: each thread works through its own share (the same one at every step, as with
+// at::parallel_for), `chunk` at a time, then takes the chunks another thread has not started. Fixed halves left
+// each of two threads waiting ~14 ms of a 230 ms call (B=20 H=650, a shared AVX2 EPYC); chunks handed to any
+// free thread lost more than that in some windows (the panels moving between the threads' caches); this kept
+// 2-3% of a call in every window measured (docs/results/layer.md, "Panels to whichever thread is free").
+template <typename F>
+void parallel_shares(int64_t n, int64_t chunk, const F& f) {
+  const int64_t threads = std::min<int64_t>((n + chunk - 1) / chunk, at::get_num_threads());
+  if (threads <= 1 || at::in_parallel_region()) {
+    if (n > 0) f(0, n);
+    return;
+  }
+  const int64_t share = (n + threads - 1) / threads;
+  std::vector<std::atomic<int64_t>> next(threads);
+  for (int64_t t = 0; t < threads; ++t) next[t].store(t * share, std::memory_order_relaxed);
+  at::parallel_for(0, threads, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t me = lo; me < hi; ++me) {
+      for (int64_t i = 0; i < threads; ++i) {
+        const int64_t t = (me + i) % threads, end = std::min(n, (t + 1) * share);
+        for (int64_t s = next[t].fetch_add(chunk, std::memory_order_relaxed); s < end;
+             s = next[t].fetch_add(chunk, std::memory_order_relaxed)) {
+          f(s, std::min(end, s + chunk));
+        }
+      }
+    }
+  });
+}
+
 // w packed for out = a @ w^T (w: M x K) or, `transposed`, for out = a @ w (w: K x M): (panels, K, width),
 // panel p holding outputs p * width ... p * width + width - 1 (zeros past M); width kMr for tile_6x16 and
 // tile_12x8, kLanes for lanes_tile.
@@ -750,7 +778,7 @@ void lanes_product(const Rows& a, const Tensor& packed, const TileOut& o, int64_
   const int64_t P = packed.size(0), K = packed.size(1);
   const float* w = packed.data_ptr<float>();
   const std::vector<int64_t> groups = lanes_groups(a.b);  // a copy: the workers' threads ask for their own
-  at::parallel_for(0, P, 4, [&](int64_t lo, int64_t hi) {
+  parallel_shares(P, 4, [&](int64_t lo, int64_t hi) {
     for (int64_t p = lo; p < hi; ++p) {  // a weight panel (K x 16: L1 at K <= 400, L2 above) meets every row
       const int64_t cols = std::min(kLanes, M - p * kLanes);
       int64_t b0 = 0;
@@ -787,7 +815,7 @@ void own_product(const Rows& a, const Tensor& packed, const TileOut& o, int64_t 
       const int64_t q1 = std::min(q0 + qb, Q), fend = std::min(q1, full);
       pack_rows(a, q0, q1, full, k0, kl, scratch);
       // pairs of weight panels: each runs over the block's full row panels while it sits in L1
-      at::parallel_for(0, (P + 1) / 2, 4, [&](int64_t lo, int64_t hi) {
+      parallel_shares((P + 1) / 2, 4, [&](int64_t lo, int64_t hi) {
         for (int64_t p = 2 * lo; p < std::min(2 * hi, P); p += 2) {
           const int64_t end = std::min(p + 2, P);
           for (int64_t pp = p; pp < end; ++pp) {
