@@ -666,8 +666,8 @@ void lanes_tile_rows(int64_t R, const float* w, const float* a, int64_t lda, int
 // f(lo, hi) over 0 .. n - 1: each thread works through its own share (the same one at every step, as with
 // at::parallel_for), `chunk` at a time, then takes the chunks another thread has not started. Fixed halves left
 // each of two threads waiting ~14 ms of a 230 ms call (B=20 H=650, a shared AVX2 EPYC); chunks handed to any
-// free thread lost more than that in some windows (the panels moving between the threads' caches); this kept
-// 2-3% of a call in every window measured (docs/results/layer.md, "Panels to whichever thread is free").
+// free thread lost more than that in some windows (the panels moving between the threads' caches); this took
+// 2-3% off a call in every window measured (docs/results/layer.md, "Panels to whichever thread is free").
 template <typename F>
 void parallel_shares(int64_t n, int64_t chunk, const F& f) {
   const int64_t threads = std::min<int64_t>((n + chunk - 1) / chunk, at::get_num_threads());
