@@ -3,6 +3,8 @@
 #   lm_study.sh start   restore the runs kept here (lm-study/), install the plan's code (f59592b) apart, and train
 #                       the runs not kept, one worker per cell, one thread each, in the background (--resume)
 #   lm_study.sh lane C  (what start runs, once per cell C)
+#   lm_study.sh status  each run's progress: epochs trained (its last step's fraction too), last validation perplexity,
+#                       whether it averages, and whether it finished
 #   lm_study.sh keep    measure the finished runs with the study's read command and copy each, without its
 #                       weights, resume file and vocabulary, into lm-study/ here, to be committed
 # STUDY (default /work/lm-study) holds the install, the runs and the logs; DATA (default ../shared/data from the
@@ -59,5 +61,14 @@ case ${1:-} in
       echo "kept $name"
     done
     ;;
-  *) echo "usage: $0 start|keep" >&2; exit 2 ;;
+  status)
+    for run in "$RUNS"/*-seed*; do
+      [ -d "$run" ] || continue
+      last=$(tail -n 1 "$run/log.csv" 2>/dev/null | awk -F, '$1 ~ /^[0-9]+$/ {print "epoch " $1 ", valid " $6 ", averaging " $8}')
+      step=$(tail -n 1 "$run/steps.csv" 2>/dev/null | awk -F, '$2 ~ /^[0-9.]+$/ {print "at " $2 " epochs"}')
+      done_=$(grep -qs '"status": "finished"' "$run/results.json" && echo ", finished" || true)
+      echo "$(basename "$run"): ${last:-no epoch yet}; ${step:-no step yet}$done_"
+    done
+    ;;
+  *) echo "usage: $0 start|status|keep" >&2; exit 2 ;;
 esac
