@@ -15,13 +15,14 @@ REPO=$(cd "$HERE/../../.." && pwd)
 STUDY=${STUDY:-/work/lm-study}
 DATA=${DATA:-$(cd "$REPO/../shared/data" && pwd)}
 RUNS=$STUDY/runs/ptb
+finished() { grep -qs '"status": "finished"' "$1/results.json"; }  # a run that ended by its stopping rule
 PLAN=(--config ptb-cpu --epochs 30 --asgd-start-epoch 15 --patience 3 --threads 1)
 
 lane() {  # one cell's seeds in order: a kept or finished run is skipped, a started one resumed
   local cell=$1 seed out
   for seed in 141 142 143; do
     out=$RUNS/$cell-seed$seed
-    if grep -qs '"status": "finished"' "$out/results.json"; then continue; fi
+    if finished "$out"; then continue; fi
     if [ -d "$out" ]; then
       "$STUDY/venv/bin/onlstm" lm train --out "$out" --data-dir "$DATA/ptb" --resume --threads 1 --no-progress || return
     else
@@ -53,7 +54,7 @@ case ${1:-} in
       --treebank "$DATA/treebank" --syneval-data "$DATA/syneval-sample/syneval_sample.tsv" \
       --suites "$DATA/syntaxgym/suites" --eval-threads 1 > "$STUDY/logs/read.log" 2>&1
     for run in "$RUNS"/*-seed*; do
-      grep -qs '"status": "finished"' "$run/results.json" || continue
+      finished "$run" || continue
       name=$(basename "$run")
       mkdir -p "$HERE/lm-study/$name" "$HERE/lm-study/evals/$name"
       (cd "$run" && cp config.json results.json log.csv "$HERE/lm-study/$name/")
@@ -66,7 +67,7 @@ case ${1:-} in
       [ -d "$run" ] || continue
       last=$(tail -n 1 "$run/log.csv" 2>/dev/null | awk -F, '$1 ~ /^[0-9]+$/ {print "epoch " $1 ", valid " $6 ", averaging " $8}')
       step=$(tail -n 1 "$run/steps.csv" 2>/dev/null | awk -F, '$2 ~ /^[0-9.]+$/ {print "at " $2 " epochs"}')
-      done_=$(grep -qs '"status": "finished"' "$run/results.json" && echo ", finished" || true)
+      done_=$(finished "$run" && echo ", finished" || true)
       echo "$(basename "$run"): ${last:-no epoch yet}; ${step:-no step yet}$done_"
     done
     ;;
