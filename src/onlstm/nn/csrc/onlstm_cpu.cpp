@@ -697,7 +697,7 @@ void parallel_shares(int64_t n, int64_t chunk, const F& f) {
 Tensor own_pack(const Tensor& w, bool transposed, int64_t width = kMr) {
   const Tensor wc = w.contiguous();
   const int64_t M = transposed ? wc.size(1) : wc.size(0), K = transposed ? wc.size(0) : wc.size(1);
-  const int64_t P = (M + width - 1) / width, sm = transposed ? 1 : K, sk = transposed ? M : 1;
+  const int64_t P = (M + width - 1) / width;
   Tensor out = at::empty({P, K, width}, wc.options());
   const float* src = wc.data_ptr<float>();
   float* dst = out.data_ptr<float>();
@@ -708,7 +708,7 @@ Tensor own_pack(const Tensor& w, bool transposed, int64_t width = kMr) {
       for (int64_t k = lo; k < hi; ++k) {
         for (int64_t p = 0; p < P; ++p) {
           const int64_t n = std::min(width, M - p * width);
-          const float* s = src + k * sk + p * width;
+          const float* s = src + k * M + p * width;
           float* d = dst + (p * K + k) * width;
           for (int64_t r = 0; r < n; ++r) d[r] = s[r];
           for (int64_t r = n; r < width; ++r) d[r] = 0.0f;
@@ -722,7 +722,11 @@ Tensor own_pack(const Tensor& w, bool transposed, int64_t width = kMr) {
       float* d = dst + p * K * width;
       for (int64_t r = 0; r < width; ++r) {
         const int64_t m = p * width + r;
-        for (int64_t k = 0; k < K; ++k) d[k * width + r] = m < M ? src[m * sm + k] : 0.0f;
+        if (m < M) {
+          for (int64_t k = 0; k < K; ++k) d[k * width + r] = src[m * K + k];
+        } else {
+          for (int64_t k = 0; k < K; ++k) d[k * width + r] = 0.0f;
+        }
       }
     }
   });
