@@ -25,6 +25,22 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def worker_threads() -> int | None:
+    """Under pytest-xdist, torch's threads for each worker: the CPUs this process may use, shared among the workers
+    (None outside xdist). Left at torch's default, two workers of two threads each on two cores spent most of a
+    second-derivative test waiting on each other: 16.6 s against 2.4 s on one thread. Tests of the threaded
+    code paths set their own count (tests/nn/test_cpp_gemm.py, tests/nn/test_extension.py)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers <= 1:
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // workers)
+
+
+if (_threads := worker_threads()) is not None:
+    torch.set_num_threads(_threads)
+
+
 @pytest.fixture(autouse=True)
 def _restore_threads():
     """Commands set torch's thread count for the process; give every test the count it started with."""

@@ -316,6 +316,7 @@ def test_held_to_avx2_the_kernel_runs_the_routes_of_a_cpu_without_avx512():
     assert "ONEDNN_MAX_CPU_ISA=AVX2" in lines["DESCRIBE"] or "the only backend" in lines["DESCRIBE"]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("backend", ["onednn", "onednn-plain", "linear", "avx2", "avx2-rows", "avx2-outputs", "mkl"])
 @pytest.mark.parametrize(
     "size,lengths",
@@ -326,7 +327,7 @@ def test_held_to_avx2_the_kernel_runs_the_routes_of_a_cpu_without_avx512():
         ((128, 400, 400, "reverse"), (9, 7, 7, 4, 2, 1)),  # the logic study's LSTM-like baseline: one chunk
     ],
 )
-def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, size, lengths, monkeypatch):
+def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(threads, backend, size, lengths, monkeypatch):
     """Issue #34: float32 products run through oneDNN's matmul with padded row counts (or MKL); every padded
     product must leave the real rows as the reference computes them (float64, same weights). ``onednn``: the
     per-step products on a packed weight (where torch has the ops), ``onednn-plain``: on the weight as stored;
@@ -335,7 +336,9 @@ def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(backend, si
     of 16, of at most 8, and partial ones; 1,300 rows: several blocks of the weight gradient), its step products'
     tiles chosen by the batch or forced to one orientation (``-rows``, ``-outputs``: rows or outputs along the
     vector lanes). Each is forced here, so a machine with every instruction runs the routes of machines without
-    them."""
+    them; and each on one thread and on two (the products' panels split between the threads), whatever count the
+    test process was given."""
+    torch.set_num_threads(threads)  # the autouse fixture puts the count back
     ext, kernel = load_extension(), kernels.load_kernel("cpp")
     assert ext is not None and kernel is not None, f"C++ kernel failed to build: {extension_error()}"
     packed_before = ext.packed_steps()
