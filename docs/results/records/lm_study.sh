@@ -5,6 +5,8 @@
 #   lm_study.sh lane C  (what start runs, once per cell C)
 #   lm_study.sh status  each run's progress: epochs trained (its last step's fraction too), last validation perplexity,
 #                       whether it averages, and whether it finished
+#   lm_study.sh stop    stop the lanes and their trainings as Ctrl-C does (each writes its resume file first), for a
+#                       machine about to go; `start` later resumes them where they stopped
 #   lm_study.sh keep    measure the finished runs with the study's read command and copy each, without its
 #                       weights, resume file and vocabulary, into lm-study/ here, to be committed
 # STUDY (default /work/lm-study) holds the install, the runs and the logs; DATA (default ../shared/data from the
@@ -48,6 +50,12 @@ case ${1:-} in
     done
     ;;
   lane) lane "$2" ;;
+  stop)  # the lanes first, so that none starts the next seed; a paused training (a timing window) is continued
+    pkill -f 'lm_study.s[h] lane' || true
+    pkill -CONT -f 'onlstm l[m] train' || true
+    pkill -INT -f 'onlstm l[m] train' || true
+    for _ in $(seq 300); do pgrep -f 'onlstm l[m] train' > /dev/null || break; sleep 1; done  # resume files written
+    ;;
   keep)
     "$REPO/.venv/bin/onlstm" lm compare --config ptb-cpu --data-dir "$DATA/ptb" --out "$RUNS" --cells onlstm lstm \
       --seeds 141 142 143 --epochs 30 --asgd-start-epoch 15 --patience 3 --threads 1 --finished-only \
@@ -71,5 +79,5 @@ case ${1:-} in
       echo "$(basename "$run"): ${last:-no epoch yet}; ${step:-no step yet}$done_"
     done
     ;;
-  *) echo "usage: $0 start|status|keep" >&2; exit 2 ;;
+  *) echo "usage: $0 start|status|stop|keep" >&2; exit 2 ;;
 esac
