@@ -39,6 +39,7 @@ def worker_threads() -> int | None:
 
 if (_threads := worker_threads()) is not None:
     torch.set_num_threads(_threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))  # the commands a test runs as processes, too
 
 
 @pytest.fixture(autouse=True)

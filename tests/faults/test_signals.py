@@ -74,11 +74,13 @@ def before_our_code(err: str) -> bool:
 
 
 def assert_interrupted(rc: int, err: str, what: str, out: str = "") -> None:
-    """Exit 130 and ``onlstm <command>: interrupted``, or a trainer's stop report (on stdout) naming --resume."""
+    """Exit 130 and ``onlstm <command>: interrupted``, or a trainer's stop report (on stdout) naming what to run
+    next: ``--resume`` (stopped while training) or ``onlstm lm eval`` (stopped in the final test, training done)."""
     assert "Traceback" not in err, f"{what}:\n{err[-3000:]}"
     assert rc == 130, f"{what}: exit {rc}\n{err[-2000:]}"
     lines = [line for line in err.splitlines() if line.strip()]
-    stopped = "--resume" in (out.strip().splitlines() or [""])[-1] and len(lines) <= 1
+    last = (out.strip().splitlines() or [""])[-1]
+    stopped = ("--resume" in last or "onlstm lm eval" in last) and len(lines) <= 1
     assert stopped or (lines and lines[-1].endswith("interrupted")), f"{what}: {err[-2000:]}\n{out[-1000:]}"
 
 

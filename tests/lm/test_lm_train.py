@@ -20,6 +20,7 @@ from onlstm.checkpoint import CheckpointError, read_json, state_dict_for_saving
 from onlstm.cli import main
 from onlstm.data.reader import TextReader
 from onlstm.data.vocab import Vocab
+from onlstm.device import StopRequest
 from onlstm.errors import InputError
 from onlstm.lm import LanguageModel, LMConfig
 from onlstm.lm.config import explicit_settings
@@ -662,6 +663,37 @@ def test_a_ctrl_c_after_the_final_test_still_writes_the_result(tmp_path, corpus,
     result = train(tmp_path / "run", corpus, settings(), log=quiet)
     assert result.status == "finished"
     assert read_json(tmp_path / "run" / "results.json")["status"] == "finished"
+
+
+def test_a_ctrl_c_during_the_final_test_says_so_and_a_resume_scores_the_run(tmp_path, corpus, monkeypatch, capsys):
+    """Ctrl-C while the trained run's best weights are tested: the note says the test stops and the weights are
+    saved (it said a resumable checkpoint was being saved, which a run done training has no use for), the log
+    says to score the run later, and ``--resume`` scores it as an uninterrupted run was scored."""
+    from onlstm.lm import train as lm_train
+
+    s = settings()
+    full = train(tmp_path / "full", corpus, s, log=quiet)
+    real = lm_train.Trainer._perplexity
+
+    def interrupted_test(self, model, split, *args, **kw):
+        if split == "test":
+            signal.raise_signal(signal.SIGINT)  # what Ctrl-C sends; the handler sets the flag the test checks
+        return real(self, model, split, *args, **kw)
+
+    monkeypatch.setattr(lm_train.Trainer, "_perplexity", interrupted_test)
+    lines: list[str] = []
+    capsys.readouterr()
+    part = train(tmp_path / "part", corpus, s, log=lines.append)
+    err = capsys.readouterr().err
+    monkeypatch.undo()
+    assert part.status == "interrupted" and part.steps == full.steps
+    assert lm_train.SCORING in err and StopRequest.NOTE not in err
+    assert lines[-1] == "final test interrupted; score the run later with onlstm lm eval"
+    assert read_json(tmp_path / "part" / "results.json")["status"] == "interrupted"
+    assert train(tmp_path / "part", corpus, s, resume=True, log=quiet).status == "finished"
+    assert (
+        read_json(tmp_path / "part" / "results.json")["test"] == read_json(tmp_path / "full" / "results.json")["test"]
+    )
 
 
 def test_valid_and_test_words_outside_the_training_vocabulary_are_counted_in_the_log(tmp_path):
