@@ -103,6 +103,8 @@ class StopRequest:
     checkpoint; a second Ctrl-C aborts at once without saving."""
 
     NOTE = "stopping after this step and saving a resumable checkpoint (press Ctrl-C again to abort without saving)"
+    # a final test's: training is over and its weights are on disk, so nothing is left to save for a resume
+    SCORING = "stopping the final test; the trained weights are saved (press Ctrl-C again to abort)"
 
     def __init__(self, note: str = NOTE) -> None:
         self.requested, self.note = False, note

@@ -687,7 +687,7 @@ def test_a_ctrl_c_during_the_final_test_says_so_and_a_resume_scores_the_run(tmp_
     err = capsys.readouterr().err
     monkeypatch.undo()
     assert part.status == "interrupted" and part.steps == full.steps
-    assert lm_train.SCORING in err and StopRequest.NOTE not in err
+    assert StopRequest.SCORING in err and StopRequest.NOTE not in err
     assert lines[-1] == "final test interrupted; score the run later with onlstm lm eval"
     assert read_json(tmp_path / "part" / "results.json")["status"] == "interrupted"
     assert train(tmp_path / "part", corpus, s, resume=True, log=quiet).status == "finished"

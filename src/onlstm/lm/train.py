@@ -75,9 +75,6 @@ class LMResumeMeta:
 
 
 LOG_COLUMNS = tuple(f.name for f in fields(LMRow))[:-1]
-# what a Ctrl-C during the final test says: training is over and its weights are on disk, so nothing is left to
-# save for a resume (the trainers' note says that a checkpoint is saved)
-SCORING = "stopping the final test; the trained weights are saved (press Ctrl-C again to abort)"
 
 
 class _Objective(nn.Module):
@@ -410,7 +407,7 @@ class Trainer:
         model = LanguageModel(self.model_config).to(self.ctx.device)
         load_weights(best, model)
         try:
-            with StopRequest(SCORING) as stop:
+            with StopRequest(StopRequest.SCORING) as stop:
                 valid = self._perplexity(model, "valid", "batched", cfg.eval_batch_size, stop)
                 protocol = "paper" if cfg.test_batch_size == 1 else "batched"
                 test = self._perplexity(model, "test", protocol, cfg.test_batch_size, stop, progress=cfg.progress)
