@@ -27,9 +27,10 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
 
 def worker_threads() -> int | None:
     """Under pytest-xdist, torch's threads for each worker: the CPUs this process may use, shared among the workers
-    (None outside xdist). Left at torch's default, two workers of two threads each on two cores spent most of a
-    second-derivative test waiting on each other: 16.6 s against 2.4 s on one thread. Tests of the threaded
-    code paths set their own count (tests/nn/test_cpp_gemm.py, tests/nn/test_extension.py)."""
+    (None outside xdist). Left at torch's default, two workers of two threads each on two idle cores took 130-141 s
+    for tests/nn against 68-77 s with one thread each (OpenMP threads waiting on each other; on busy cores one
+    second-derivative test took 16.6 s on two threads, 2.4 s on one). Tests of the threaded code paths set their
+    own count (tests/nn/test_cpp_gemm.py, tests/nn/test_extension.py)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
     if workers <= 1:
         return None
