@@ -34,8 +34,9 @@ def worker_threads() -> int | None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
     if workers <= 1:
         return None
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cpus // workers)
+    from onlstm.nn.capabilities import usable_cpus  # here: the module above must choose Triton's mode first
+
+    return max(1, usable_cpus() // workers)
 
 
 if (_threads := worker_threads()) is not None:

@@ -5,6 +5,7 @@ module (the timing draws nothing from torch's random generator; every backend th
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pytest
@@ -432,3 +433,22 @@ def test_the_size_class_rounds_the_batch_up_to_a_power_of_two_and_leaves_the_ste
     assert cpp_gemm.size_class(inputs(batch=20, steps=70)) == (5, 6, 2, 32)
     assert cpp_gemm.size_class(inputs(batch=1, steps=1)) == (5, 6, 2, 1)
     assert cpp_gemm.size_class(inputs(batch=32, steps=500)) == (5, 6, 2, 32)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="this system keeps no CPU affinity")
+def test_the_usable_cpus_are_the_affinitys_and_jobs_share_them(monkeypatch):
+    """A process held to one CPU (a container's CPU set, ``taskset``) counts one, not the machine's: the GEMM
+    timing's load test and ``--jobs``' thread shares are cut from it."""
+    from onlstm.nn.capabilities import usable_cpus
+    from onlstm.studies import parallel
+
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(before)})
+        assert usable_cpus() == 1 and cpp_gemm.load_average()[1] == 1
+    finally:
+        os.sched_setaffinity(0, before)
+    assert usable_cpus() == len(before)
+    monkeypatch.setattr(parallel, "usable_cpus", lambda: 6)
+    assert [parallel.threads_per_job(None, j) for j in (1, 2, 4, 8)] == [6, 3, 1, 1]
+    assert parallel.threads_per_job(5, 2) == 5

@@ -6,6 +6,7 @@ on this CPU" instead of failing where a primitive does not exist (docs/layer.md,
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -13,6 +14,15 @@ from ..errors import exception_line
 
 #: What a caller prints where a primitive is missing; the reason follows it.
 NOT_AVAILABLE = "not available on this CPU"
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity where the system keeps one (a container's CPU set, ``taskset``),
+    else every CPU. What a share of threads is cut from (the GEMM timing's load test, ``--jobs``' runs)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 @functools.cache

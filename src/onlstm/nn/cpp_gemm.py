@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from ..files import write_json
+from .capabilities import usable_cpus
 
 ENV = "ONLSTM_CPU_GEMM"
 BACKENDS = ("onednn", "linear", "avx2", "mkl")  # also the order of preference between equal timings
@@ -249,10 +250,7 @@ def bf16_speedup(inputs: Any, timer: Callable[[], float] = time.perf_counter) ->
 
 def load_average() -> tuple[float | None, int]:
     """The one-minute load average (None where the system gives none) and the CPUs this process may use."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     try:
         return os.getloadavg()[0], cpus
     except (AttributeError, OSError):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..device import StopRequest
 from ..errors import EXIT_INTERRUPTED, OnlstmError, first_line
+from ..nn.capabilities import usable_cpus
 from ..saved import RunFiles
 
 
@@ -48,9 +49,9 @@ class Job:
 
 
 def threads_per_job(threads: int | None, jobs: int) -> int:
-    """A run's CPU threads: ``threads`` when set, else the cores shared out between ``jobs`` processes (each would
-    otherwise take every core)."""
-    return threads or max(1, (os.cpu_count() or 1) // jobs)
+    """A run's CPU threads: ``threads`` when set, else the CPUs this process may use shared out between ``jobs``
+    processes (each would otherwise take every core)."""
+    return threads or max(1, usable_cpus() // jobs)
 
 
 def train_in_processes(todo: list[Job], jobs: int, log: Callable[[str], None]) -> list[Ended]:
