@@ -105,6 +105,8 @@ class StopRequest:
     NOTE = "stopping after this step and saving a resumable checkpoint (press Ctrl-C again to abort without saving)"
     # a final test's: training is over and its weights are on disk, so nothing is left to save for a resume
     SCORING = "stopping the final test; the trained weights are saved (press Ctrl-C again to abort)"
+    # while a finished training's result is written: it is written first, else the run would be left without one
+    FINISHING = "the run's training is done: writing its final results first (press Ctrl-C again to abort)"
 
     def __init__(self, note: str = NOTE) -> None:
         self.requested, self.note = False, note

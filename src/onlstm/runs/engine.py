@@ -224,9 +224,6 @@ def resolve(plan: Plan, run: RunDir) -> dict[str, Any]:
     return settings
 
 
-FINISHING = "the run's training is done: writing its final results first (press Ctrl-C again to abort)"
-
-
 def train_run(plan: Plan, start: Callable[[RunDir, dict[str, Any], DistContext], Task]) -> TrainResult:
     """Train (or resume) the run ``plan`` describes, its task made by ``start(run, settings, ctx)`` once the
     settings are resolved (:func:`resolve`) and the run locked (by the first process under torchrun); returns
@@ -324,7 +321,7 @@ class Engine:
         self.log(f"{self.task.desc}: {line}" if self.task.desc else line)
         # a Ctrl-C during the final test waits for the result to be written: else a run that trained to its end
         # would be left without results.json (a second Ctrl-C still aborts)
-        with StopRequest(FINISHING if why not in ("interrupted", "aborted") else StopRequest.NOTE):
+        with StopRequest(StopRequest.FINISHING if why not in ("interrupted", "aborted") else StopRequest.NOTE):
             result = self.record(why, *self.task.finish(why, self.progress))
         if why == "patience":
             self.ctx.main_writes(lambda: self.run_dir.resume_path.unlink(missing_ok=True))
