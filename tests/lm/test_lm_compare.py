@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 
 import pytest
@@ -13,6 +14,7 @@ from onlstm.cli import main
 from onlstm.files import sha256_file
 from onlstm.lm import compare as study
 from onlstm.lm.config import TrainConfig
+from onlstm.runs.dirs import RunDir
 from onlstm.studies.stats import mean_std, seed_difference
 from support import TINY_LM, write_corpus
 
@@ -38,6 +40,8 @@ def test_tables_compare_the_first_cell_with_lower_perplexity_as_better():
     row = next(line for line in text.splitlines() if line.startswith("| PTB test perplexity"))
     assert "101.00 ± 1.00 (3)" in row and "111.00 ± 1.00 (3)" in row and "-10.00 (0.82): ahead" in row
     assert "not measured: lstm, seed 9: interrupted after 2.00 epochs" in text
+    res.runs = []  # none finished: a line says so, not a table of headers
+    assert study.tables(res, ["onlstm", "lstm"]).splitlines()[0] == "No run finished yet."
 
 
 def test_the_parsing_claim_is_each_layer_against_right_branching_and_an_lstm_row_has_no_verdict():
@@ -275,6 +279,8 @@ def test_an_unfinished_run_says_how_far_it_got(tmp_path):
     assert study._status(run, TrainConfig()).startswith(
         "unfinished (interrupted, or training again): 3 of 30 epochs done"
     )
+    with RunDir(run).lock("onlstm lm train"):  # a live process holds its lock: training now, and who
+        assert study._status(run, TrainConfig()).startswith(f"unfinished (training now, pid {os.getpid()} on host")
     (run / "results.json").write_text(json.dumps({"status": "stopped", "epochs": 3.5, "stopped_by": "max_steps"}))
     assert study._status(run, TrainConfig()) == "stopped after 3.50 epochs (by max_steps)"
 

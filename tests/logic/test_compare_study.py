@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shlex
 import shutil
@@ -15,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from onlstm.cli import main
-from onlstm.logic.compare import difference, difference_line, verdict_pool
+from onlstm.logic.compare import _progress, difference, difference_line, verdict_pool
 from onlstm.logic.config import LogicTrainConfig
 from onlstm.logic.data import TRAIN_FINGERPRINT, training_fingerprint
 from onlstm.logic.evaluate import LengthAccuracy
 from onlstm.logic.generate import GenerateConfig, generate_dataset
+from onlstm.runs.dirs import RunDir
 
 FLAGS = ["--emb-size", "8", "--hidden-size", "16", "--chunk-size", "4", "--mlp-hidden", "16", "--no-progress"]
 FLAGS += ["--epochs", "1", "--batch-size", "32", "--lengths", "1-9"]
@@ -74,6 +76,9 @@ def test_finished_only_scores_the_finished_runs_and_lists_the_rest(data, tmp_pat
     assert [(r["cell"], r["seed"]) for r in rep["runs"]] == [("onlstm", 0)]
     status = {(u["cell"], u["seed"]): u["status"] for u in rep["unfinished"]}
     assert status[("lstm", 0)].startswith("interrupted: epoch 1 of 1, best validation ")
+    with RunDir(out / "lstm-seed0").lock("onlstm logic train"):  # a live process trains it: that, not its record
+        held = _progress(out / "lstm-seed0", "interrupted", LogicTrainConfig(epochs=1))
+    assert held.startswith(f"training now (pid {os.getpid()} on host ") and held.endswith(status[("lstm", 0)][11:])
     assert status[("onlstm", 1)] == status[("lstm", 1)] == "not started"
     assert "not scored: lstm, seed 0: interrupted" in text and "reusing" not in text
     assert "pooled 7-12: not decided" in (out / "table.md").read_text()

@@ -25,7 +25,7 @@ from ..checkpoint import CheckpointError
 from ..data.ptb import split_file
 from ..errors import EXIT_INTERRUPTED, InputError, OnlstmError, first_line
 from ..files import json_dict, same_fingerprint, sha256_file, sha256_files, write_json, write_text
-from ..lock import RunLock
+from ..lock import RunLock, live_holder
 from ..runs.budget import BUDGETS
 from ..runs.dirs import RunDir
 from ..runs.resume import resume_settings
@@ -284,8 +284,15 @@ def _status(where: Path, train, test_sha256: str | None = None) -> str:
         return past_budget(result or {}, train) or "finished"
     if status not in (None, "interrupted"):  # stopped by a budget, or diverged: its record says how far
         return f"{status} after {result.get('epochs', 0):.2f} epochs (by {result.get('stopped_by')})"
-    # an interrupted run may be training again: its record is the last session's
-    when = "interrupted, or training again" if status else "training now, or killed"
+    holder = live_holder(where)  # its lock held by a live process: training now, whatever its record says
+    # else an interrupted run may be training again where locks cannot tell: its record is the last session's
+    when = (
+        f"training now, {holder}"
+        if holder
+        else "interrupted, or training again"
+        if status
+        else "training now, or killed"
+    )
     return f"unfinished ({when}): {_progress(RunDir(where))}"
 
 
@@ -446,7 +453,7 @@ def tables(res: StudyResult, cells: list[str]) -> str:
     per_cell = {c: [measures(r["figures"]) for r in res.runs if r["cell"] == c] for c in cells}
     first, *others = cells
     columns = ["measure", *cells, *(f"{first} - {o} (SE): verdict" for o in others)]
-    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"] if res.runs else ["No run finished yet."]
     for row in summary(res, cells):
         values = row["values"]
         cols = [_mean_cell(values[c]) for c in cells]

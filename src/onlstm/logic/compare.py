@@ -17,6 +17,7 @@ from ..checkpoint import CheckpointError
 from ..device import resolve_device
 from ..errors import EXIT_INTERRUPTED, InputError
 from ..files import json_dict, sha256_file, write_json, write_text
+from ..lock import live_holder
 from ..runs import RunDir
 from ..runs.budget import BUDGETS, Budget
 from ..runs.engine import resume_refusal as engine_refusal
@@ -418,7 +419,10 @@ def _finished_run(held: _Held, tcfg: LogicTrainConfig) -> tuple[dict | None, str
 
 
 def _progress(run_dir: Path, status: str, tcfg: LogicTrainConfig) -> str:
-    """How far a run got, from its history: ``STATUS: epoch E of N, best validation V%``."""
+    """How far a run got, from its history: ``STATUS: epoch E of N, best validation V%`` (STATUS says who trains it
+    when a live process holds its lock, whatever its record says)."""
+    holder = live_holder(run_dir)
+    status = f"training now ({holder})" if holder else status
     try:
         history = read_history(run_dir, "let the run write its next check")
     except CheckpointError:  # none yet, or unreadable: how far it got is then unknown
