@@ -13,17 +13,20 @@ from onlstm.cli import main
 from onlstm.data.reader import TextReader
 from onlstm.data.vocab import Vocab
 from onlstm.models.language_model import LanguageModel, LMConfig
+from onlstm.syneval.cli import format_suites
 from onlstm.syneval.data import SynevalDataError
 from onlstm.syneval.syntaxgym import (
     FormulaError,
     Region,
+    circuit,
     evaluate_formula,
     evaluate_suite,
     parse_formula,
     read_suite,
     regions_csv,
+    sg_score,
 )
-from support import SHARED_DATA
+from support import REPO, SHARED_DATA
 
 VALUES = {("mismatch", 2): 7.0, ("match", 2): 3.0, ("match", 1): 1.0, ("mismatch", 1): 1.5}
 
@@ -281,6 +284,52 @@ def test_no_and_the_reach_a_ptb_model_as_words(tmp_path, capsys):
 
 
 SUITES = SHARED_DATA / "syntaxgym" / "suites"
+#: Hu et al.'s circuits and how many of their 31 scored suites each holds (their notebooks/main.py at 43f1f86).
+PUBLISHED_CIRCUITS = {"Agreement": 3, "Center Embedding": 2, "Garden-Path Effects": 6, "Gross Syntactic State": 4,
+                      "Licensing": 10, "Long-Distance Dependencies": 6}  # fmt: skip
+
+
+def test_the_sg_score_is_hu_et_al_s_mean_over_their_suites_by_hand():
+    """Their rule: fgd-embed3/4, gardenpath* and nn-nv* are left out; a suite not scored (None) is named, not 0; a
+    suite of one's own counts in the score but in no circuit; circuits by the name's tag."""
+    got = sg_score({"number_src": 0.2, "number_orc": 0.4, "center_embed": 1.0, "fgd-embed3": 0.0, "nn-nv-rpl": 0.0,
+                    "npz_ambig": None, "my_suite": 0.6})  # fmt: skip
+    assert got["score"] == pytest.approx((0.2 + 0.4 + 1.0 + 0.6) / 4) and (got["suites"], got["of"]) == (4, 5)
+    assert got["not_scored"] == ["npz_ambig"] and got["left_out"] == ["fgd-embed3", "nn-nv-rpl"]
+    assert got["by_circuit"] == {"Agreement": {"score": pytest.approx(0.3), "suites": 2},
+                                 "Center Embedding": {"score": 1.0, "suites": 1}}  # fmt: skip
+    assert got["mean_all"] == pytest.approx(2.2 / 6)
+    assert circuit("subordination_orc-orc") == "Gross Syntactic State" and circuit("reflexive_prep_fem") == "Licensing"
+    assert circuit("fgd-embed4") == "Long-Distance Dependencies" and circuit("nn-nv-rpl") is None
+    assert sg_score({"npz_obj": None})["score"] is None and sg_score({})["mean_all"] is None
+
+
+def test_the_published_results_script_averages_seeds_of_suite_accuracies(tmp_path, capsys):
+    """docs/results/records/sg_published.py on a results file in Hu et al.'s layout (a row per seed, suite and
+    item): seed 1 scores 0.5 and 1.0 on two suites (0.75), seed 2 0.0 and 0.5 (0.25); fgd-embed3 left out;
+    --unscored takes number_src out of the mean."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sg_published", REPO / "docs/results/records/sg_published.py")
+    script = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(script)  # type: ignore[union-attr]
+    rows = ["model,suite,item,correct"]
+    for seed, marks in (("0001", {"number_src": "TF", "center_embed": "TT", "fgd-embed3": "FF"}),
+                        ("0002", {"number_src": "FF", "center_embed": "TF", "fgd-embed3": "TT"})):  # fmt: skip
+        rows += [
+            f"vanilla_bllip-xs_{seed},{suite},{k},{m == 'T'}" for suite, ms in marks.items() for k, m in enumerate(ms)
+        ]
+    (tmp_path / "syntaxgym_results_vanilla_bllip-xs.csv").write_text("\n".join(rows) + "\n")
+    assert script.main([str(tmp_path), "--models", "vanilla"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert (
+        lines[0]
+        == "vanilla bllip-xs: SG score 50.0 ± 35.4 over 2 seeds (75.0, 25.0); 2 of 2 suites; mean over every suite scored 50.0"
+    )
+    assert "  Agreement: 25.0 (1 suites)" in lines and "  Center Embedding: 75.0 (1 suites)" in lines
+    assert script.main([str(tmp_path), "--models", "vanilla", "--unscored", "number_src"]) == 0
+    assert "SG score 75.0 ± 35.4 over 2 seeds (100.0, 50.0); 1 of 2 suites" in capsys.readouterr().out
+    assert script.main([str(tmp_path), "--models", "ordered-neurons"]) == 2
 
 
 @pytest.mark.slow
@@ -294,7 +343,8 @@ def test_the_published_suites_on_a_small_ptb_model(tmp_path, capsys):
     model = LanguageModel(LMConfig(vocab_size=len(words), emb_size=8, hidden_sizes=[8], chunk_size=4)).eval()
     model.save_pretrained(tmp_path / "ptb", words, run_config={"text": TextReader.detect(words).to_dict()})
     assert main(["syneval", "--checkpoint", str(tmp_path / "ptb"), "--suite", str(SUITES), "--json"]) == 0
-    results = {r["suite"]: r for r in json.loads(capsys.readouterr().out)["models"][0]["suites"]}
+    report = json.loads(capsys.readouterr().out)
+    results = {r["suite"]: r for r in report["models"][0]["suites"]}
     assert len(results) == len(list(SUITES.glob("*.json"))) == 34
     for name, r in results.items():
         assert r["scored_items"] + r["not_scorable_items"] == r["items"]
@@ -308,6 +358,15 @@ def test_the_published_suites_on_a_small_ptb_model(tmp_path, capsys):
         assert {e["item_number"] for e in r["not_scorable"]} == unread
     counts = {name: r["not_scorable_items"] for name, r in results.items() if r["not_scorable_items"]}
     assert counts == {name: 24 for name in ("npz_ambig", "npz_ambig_mod", "npz_obj", "npz_obj_mod")}, counts
+    # Hu et al.'s score: 31 of the 34 suites in six circuits; the four npz suites (commas) not scored, named
+    sg = report["models"][0]["sg_score"]
+    assert (sg["suites"], sg["of"], sg["left_out"]) == (27, 31, ["fgd-embed3", "fgd-embed4", "nn-nv-rpl"])
+    assert sg["not_scored"] == sorted(counts)
+    scored = {c: v["suites"] for c, v in sg["by_circuit"].items()}
+    assert scored == PUBLISHED_CIRCUITS | {"Garden-Path Effects": 2}  # mvrr and mvrr_mod
+    text = format_suites(report)
+    assert f"SG score (Hu et al. 2020): {sg['score']:.3f} over 27 of 31 suites (not scored: npz_ambig, npz_ambig_mod, " \
+           "npz_obj, npz_obj_mod; left out by their rule: fgd-embed3, fgd-embed4, nn-nv-rpl)" in text  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -412,6 +471,9 @@ def test_the_command_scores_suites_and_writes_regions(tmp_path, capsys):
     assert main(["syneval", "--checkpoint", str(model), "--suite", str(folder)]) == 0
     text = capsys.readouterr().out
     assert text.index("hand") < text.index("other") and "covered" in text
+    # suites of one's own: their mean, and no SG score (none of Hu et al.'s suites among them)
+    mean = (report["models"][0]["suites"][0]["accuracy"] + report["models"][0]["suites"][1]["accuracy"]) / 2
+    assert f"  mean over every suite scored: {mean:.3f}" in text and "SG score" not in text
 
 
 def test_the_command_refuses_a_malformed_suite_in_one_line(tmp_path, capsys):

@@ -333,7 +333,9 @@ def measure(where: Path, evals: Path, yardsticks: Yardsticks, log: Callable[[str
         figures["marvin_linzen"] = _cases(_command(evals / "marvin_linzen.json", args, key, log))
     if yardsticks.suites is not None:
         args, key = [*syneval, "--suite", str(yardsticks.suites)], _inputs("sg", [], weights, yardsticks.suites)
-        figures["syntaxgym"] = _suites(_command(evals / "syntaxgym.json", args, key, log))
+        report = _command(evals / "syntaxgym.json", args, key, log)
+        figures["syntaxgym"] = _suites(report)
+        figures["sg_score"] = report["models"][0].get("sg_score")  # Hu et al.'s aggregation, as syneval gives it
     return figures
 
 
@@ -398,6 +400,11 @@ def measures(figures: dict) -> dict[str, tuple[float | None, bool]]:
     cases = figures.get("marvin_linzen") or {}
     if cases:
         out["Marvin & Linzen, mean over cases"] = (_mean_percent(cases), True)
+    sg = figures.get("sg_score") or {}
+    if sg:  # Hu et al.'s SG score and circuits (their 31 suites; the ones not scored named in the notes)
+        out["SyntaxGym SG score (Hu et al. 2020)"] = (_percent(sg.get("score")), True)
+        for name, c in (sg.get("by_circuit") or {}).items():
+            out[f"SyntaxGym circuit: {name}"] = (_percent(c.get("score")), True)
     suites = figures.get("syntaxgym") or {}
     if suites:  # over the suites the model can score: the others are named in the tables' notes (not_scored)
         out["SyntaxGym, mean over the suites scored"] = (_mean_percent(suites), True)
@@ -496,7 +503,14 @@ def coverage(res: StudyResult) -> list[str]:
     shown = [
         f"{case} {min(v):.0f}%" + (f"-{max(v):.0f}%" if max(v) - min(v) >= 0.5 else "") for case, v in by_case.items()
     ]
-    return [f"- Marvin & Linzen pairs covered by the vocabulary: {', '.join(shown)}"] if shown else []
+    notes = [f"- Marvin & Linzen pairs covered by the vocabulary: {', '.join(shown)}"] if shown else []
+    sgs = [r["figures"]["sg_score"] for r in res.runs if r["figures"].get("sg_score")]
+    if sgs:  # what the SG score averages: Hu et al.'s suites, those a run could not score named in not_scored
+        counts = sorted({f"{sg['suites']} of {sg['of']}" for sg in sgs})
+        left = sorted({name for sg in sgs for name in sg.get("left_out", [])})
+        notes.append(f"- SyntaxGym SG score: the mean over Hu et al.'s suites scored ({' or '.join(counts)}), "
+                     f"as their analysis takes it" + (f"; left out by their rule: {', '.join(left)}" if left else ""))  # fmt: skip
+    return notes
 
 
 def _mean_cell(values: list[float]) -> str:

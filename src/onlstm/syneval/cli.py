@@ -120,7 +120,7 @@ def run_suites(args: argparse.Namespace, cfg: SynevalConfig) -> int:
 
 
 def _score_suites(run, name: str, suites, batch_size: int) -> dict:
-    from .syntaxgym import evaluate_suite
+    from .syntaxgym import evaluate_suite, sg_score
 
     start = time.perf_counter()
     score = lambda toks: run.model.surprisals(toks, batch_size, pretokenized=True)  # read by the model's reader
@@ -129,7 +129,8 @@ def _score_suites(run, name: str, suites, batch_size: int) -> dict:
     except ValueError as exc:  # a vocabulary without <unk> meeting an unknown word, a malformed saved reader
         raise command_error(exc) from None
     return {"checkpoint": name, "cell": run.model.config.cell, "weights": str(run.weights),
-            "vocab_size": len(run.vocab), "seconds": round(time.perf_counter() - start, 3), "suites": results}  # fmt: skip
+            "vocab_size": len(run.vocab), "seconds": round(time.perf_counter() - start, 3), "suites": results,
+            "sg_score": sg_score({r["suite"]: r["accuracy"] for r in results})}  # fmt: skip
 
 
 def _write_suites_out(out: Path, report: dict) -> None:
@@ -165,7 +166,25 @@ def format_suites(report: dict) -> str:
             for p in r["predictions"]:
                 lines.append(f"    {_acc(p['accuracy'])}  {p['formula']}")
             lines += _not_scorable(r)
+        lines += _sg_lines(m["sg_score"])
     return "\n".join(lines)
+
+
+def _sg_lines(sg: dict) -> list[str]:
+    """The mean over every suite scored, and where Hu et al.'s (2020) suites are among them their SG score (their
+    mean over their suites) and its circuits."""
+    lines = [f"  mean over every suite scored: {sg['mean_all']:.3f}"] if sg["mean_all"] is not None else []
+    if not sg["by_circuit"]:  # none of their suites scored: their score would say nothing of them
+        return lines
+    apart = [f"not scored: {', '.join(sg['not_scored'])}"] * bool(sg["not_scored"])
+    apart += [f"left out by their rule: {', '.join(sg['left_out'])}"] * bool(sg["left_out"])
+    circuits = ", ".join(f"{c} {v['score']:.3f} ({v['suites']})" for c, v in sg["by_circuit"].items())
+    return [
+        f"  SG score (Hu et al. 2020): {sg['score']:.3f} over {sg['suites']} of {sg['of']} suites"
+        + (f" ({'; '.join(apart)})" if apart else ""),
+        f"    by circuit (suites scored): {circuits}",
+        *lines,
+    ]
 
 
 def _not_scorable(result: dict) -> list[str]:

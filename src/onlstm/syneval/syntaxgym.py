@@ -468,6 +468,43 @@ def _tally(suite: Suite, values: dict, rows: list[dict], tokens: dict, vocab, un
     }
 
 
+#: Hu et al. (2020)'s SyntaxGym score: the mean of the suites' accuracies, the suites matching this pattern left out
+#: (their analysis, notebooks/main.py of cpllab/syntactic-generalization at 43f1f86: 31 of the 34 published suites),
+#: and its six circuits, named by each suite's tag (its name up to the first ``-``, ``_`` or digit).
+SG_LEFT_OUT = re.compile(r"^fgd-embed[34]|^gardenpath|^nn-nv")
+CIRCUITS = {"npi": "Licensing", "reflexive": "Licensing", "fgd": "Long-Distance Dependencies",
+            "cleft": "Long-Distance Dependencies", "number": "Agreement", "npz": "Garden-Path Effects",
+            "mvrr": "Garden-Path Effects", "subordination": "Gross Syntactic State", "center": "Center Embedding"}  # fmt: skip
+
+
+def circuit(suite: str) -> str | None:
+    """The circuit of Hu et al. (2020) a suite belongs to, by its name's tag; None for a suite of none of them."""
+    return CIRCUITS.get(re.split(r"[-_0-9]", suite, maxsplit=1)[0])
+
+
+def sg_score(accuracies: dict[str, float | None]) -> dict:
+    """Hu et al.'s aggregation of suite accuracies by suite name (``None``: a suite with no scorable item):
+    ``score``, the mean over the suites their rule keeps that were scored, with ``suites`` counted, ``of`` those
+    kept, ``not_scored`` and ``left_out`` (given, but outside their score) named; ``by_circuit``, the same mean per circuit; ``mean_all``,
+    the mean over every suite scored, left-out ones included (None where nothing was scored)."""
+    counted = {name: acc for name, acc in accuracies.items() if not SG_LEFT_OUT.search(name)}
+    scored = {name: acc for name, acc in counted.items() if acc is not None}
+    mean = lambda xs: statistics.fmean(xs) if xs else None
+    by_circuit: dict[str, list[float]] = {}
+    for name, acc in scored.items():
+        if (c := circuit(name)) is not None:  # a suite of one's own counts in the score, in no circuit
+            by_circuit.setdefault(c, []).append(acc)
+    return {
+        "score": mean(list(scored.values())),
+        "suites": len(scored),
+        "of": len(counted),
+        "not_scored": sorted(name for name in counted if name not in scored),
+        "left_out": sorted(name for name in accuracies if name not in counted),
+        "by_circuit": {c: {"score": mean(v), "suites": len(v)} for c, v in sorted(by_circuit.items())},
+        "mean_all": mean([acc for acc in accuracies.values() if acc is not None]),
+    }
+
+
 REGION_COLUMNS = ("suite", "item_number", "condition_name", "region_number", "region", "content", "tokens",
                   "scored_by", "metric_value", "oovs")  # fmt: skip
 
