@@ -231,7 +231,7 @@ LISTED = {
     "logic": "logical inference (Bowman et al. 2015): generate, check, train, eval, predict, trees, compare, ...",
     "lm": "word-level language modelling (PTB): train, eval, surprisal, compare",
     "syneval": "targeted syntactic evaluation (Marvin & Linzen 2018 minimal pairs) of language models",
-    "data": "fetch the public data sets",
+    "data": "fetch or generate the public data sets",
 }
 _LIGHT = ("presets", "export", "info", "import")  # registered without torch
 

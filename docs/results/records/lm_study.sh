@@ -56,10 +56,11 @@ case ${1:-} in
     pkill -INT -f 'onlstm l[m] train' || true
     for _ in $(seq 300); do pgrep -f 'onlstm l[m] train' > /dev/null || break; sleep 1; done  # resume files written
     ;;
-  keep)
+  keep)  # Marvin & Linzen's suite generated whole (the plan's amendment of 3 December), then the study's read
+    [ -f "$STUDY/marvin-linzen/marvin_linzen.tsv" ] || "$REPO/.venv/bin/onlstm" data marvin-linzen --out "$STUDY/marvin-linzen"
     "$REPO/.venv/bin/onlstm" lm compare --config ptb-cpu --data-dir "$DATA/ptb" --out "$RUNS" --cells onlstm lstm \
       --seeds 141 142 143 --epochs 30 --asgd-start-epoch 15 --patience 3 --threads 1 --finished-only \
-      --treebank "$DATA/treebank" --syneval-data "$DATA/syneval-sample/syneval_sample.tsv" \
+      --treebank "$DATA/treebank" --syneval-data "$STUDY/marvin-linzen/marvin_linzen.tsv" \
       --suites "$DATA/syntaxgym/suites" --eval-threads 1 > "$STUDY/logs/read.log" 2>&1
     for run in "$RUNS"/*-seed*; do
       finished "$run" || continue

@@ -233,10 +233,36 @@ class DownloadArgs:
     )
 
 
+@dataclass(kw_only=True)
+class MarvinLinzenArgs:
+    out: Path = option(help="a new or empty folder for marvin_linzen.tsv (or one this command wrote)")
+    case: list[str] | None = option(None, "only this case (repeat for several; default: all 22)", repeat=True)
+    overwrite: bool = option(False, "replace --out even when it holds other files")
+
+
 def register(subparsers) -> None:
-    """Add ``onlstm data download CORPUS --to DIR``."""
-    sub = add_group(subparsers, "data", "fetch the public data sets", "Fetch the public data sets.")
+    """Add ``onlstm data download CORPUS --to DIR`` and ``onlstm data marvin-linzen --out DIR``."""
+    sub = add_group(
+        subparsers, "data", "fetch or generate the public data sets", "Fetch or generate the public data sets."
+    )
     add_command(sub, "download", _cmd_download, DownloadArgs)
+    add_command(sub, "marvin-linzen", _cmd_marvin_linzen, MarvinLinzenArgs)
+
+
+def _cmd_marvin_linzen(args: argparse.Namespace) -> int:
+    """write Marvin & Linzen's test suite, generated from its grammar
+
+    Every pair (and NPI triple) of the 22 cases of Marvin & Linzen (2018), generated from the suite's grammar and
+    lexicon, as the TSV that `onlstm syneval --data` reads (docs/syneval.md, "Marvin & Linzen's suite, generated").
+    """
+    from .marvin_linzen import CASES, FILE, write_suite
+
+    unknown = sorted(set(args.case or ()) - set(CASES))
+    if unknown:
+        raise InputError(f"no case {', '.join(unknown)} in Marvin & Linzen's suite; the cases: {', '.join(CASES)}")
+    counts = write_suite(args.out, args.case or CASES, overwrite=args.overwrite)
+    print(f"wrote {sum(counts.values()):,} items of {len(counts)} cases to {Path(args.out) / FILE}")
+    return 0
 
 
 def _cmd_download(args: argparse.Namespace) -> int:
