@@ -42,6 +42,14 @@ def test_every_pair_of_the_published_sample_is_generated_in_balanced_conditions(
         assert len(found) == 1, f"{line!r}: generated in {sorted(found) or 'no condition'}"
         spread[case].update(found)
     assert len(lines) == 1300 and len(spread) == 26
+    # an NPI case's i-th row and its i-th `:intrusive` row are the three sentences of one generated triple
+    triples = {(case, good, bad, intrusive) for case, _, good, bad, intrusive in rows if intrusive is not None}
+    by_case: dict[str, list[list[str]]] = defaultdict(list)
+    for line in lines:
+        by_case[line.split("\t")[0]].append(line.split("\t")[1:])
+    for case in NPI_CASES:
+        pairs = zip(by_case[case], by_case[f"{case}:intrusive"], strict=True)
+        assert all((case, g, b, i) in triples and g == g2 for (g, b), (g2, i) in pairs), case
     for case, counts in spread.items():
         assert set(counts) == conditions[case.split(":")[0]] and max(counts.values()) - min(counts.values()) <= 1
 
