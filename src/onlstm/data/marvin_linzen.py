@@ -165,7 +165,8 @@ def generate(cases: Sequence[str] = CASES) -> Iterator[Row]:
         yield from (_npi(case) if case in NPI_CASES else _agreement(case))
 
 
-#: What `onlstm data marvin-linzen` writes: the rows as the TSV dump `onlstm syneval --data` reads (docs/syneval.md).
+#: What `onlstm data marvin-linzen` writes: the rows as the TSV dump `onlstm syneval --data` reads (docs/syneval.md,
+#: "Data"), whose columns these are.
 FILE, KIND = "marvin_linzen.tsv", "marvin-linzen"
 HEADER = ("case", "condition", "grammatical", "ungrammatical", "intrusive")
 

@@ -9,11 +9,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.marvin_linzen import HEADER  # the dump's columns: the generated suite is written in them too
 from ..errors import OnlstmError, first_line, quote
 from ..files import read_lines, read_regular, write_text
 from ..pickles import PlainUnpickler, RefusedPickle
 
-HEADER = ("case", "condition", "grammatical", "ungrammatical", "intrusive")
 INTRUSIVE_SUFFIX = ":intrusive"
 
 
