@@ -161,6 +161,10 @@ def _logic_trees(work: Path):
     return [*argv, "--threads", "1"], work / "trees", None
 
 
+def _marvin_linzen(work: Path):
+    return ["data", "marvin-linzen", "--out", work / "ml", "--case", "simple_agrmt"], work / "ml", None
+
+
 RECIPES: dict[str, Callable] = {
     "lm train": _lm_train,
     "logic train": _logic_train,
@@ -170,6 +174,7 @@ RECIPES: dict[str, Callable] = {
     "export (over its own output)": lambda w: _export(w, again=True),
     "logic curves": _logic_curves,
     "logic trees": _logic_trees,
+    "data marvin-linzen": _marvin_linzen,
 }
 #: Commands this harness does not run, and why (each writes through the same writers, or writes nothing).
 NOT_COVERED = {
