@@ -72,7 +72,9 @@ class CompareArgs:
     jobs: int = option(1, "runs trained at once, each a process of its own", ge=1)
     finished_only: bool = option(False, "train nothing: measure the finished runs, list the others")
     treebank: Path | None = option(None, "Penn Treebank .mrg folder for the trees' F1 (e.g. NLTK's WSJ sample)")
-    syneval_data: Path | None = option(None, "Marvin & Linzen pairs (syneval --data) to score every run on")
+    syneval_data: Path | None = option(
+        None, "Marvin & Linzen pairs (syneval --data; the whole suite: onlstm data marvin-linzen) to score every run on"
+    )
     suites: Path | None = option(None, "a folder of SyntaxGym suites (syneval --suite) to score every run on")
     eval_threads: int = option(1, "CPU threads of each measuring command", ge=1)
 
