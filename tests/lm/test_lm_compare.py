@@ -249,6 +249,16 @@ def test_a_kept_measurement_is_reused_only_for_the_same_inputs(tmp_path, monkeyp
     assert study._command(path, ["syneval"], study._inputs("sg", [], "w2", suites), print) == {"n": 4}
     path.write_text(json.dumps({"n": 0}))  # an earlier version's file: the bare report, inputs unknown
     assert study._command(path, ["syneval"], study._inputs("sg", [], "w2", suites), print) == {"n": 5}
+    # a SyntaxGym record is kept without its region rows and item outcomes (about 10 MB for the 34 published
+    # suites): what the tables read of it stays
+    suite = {"suite": "a", "accuracy": 0.5, "items": 2, "not_scorable_items": 0, "regions": [{}] * 9, "outcomes": {}}
+    report = {"models": [{"sg_score": {"score": 0.5}, "suites": [suite]}]}
+    done = type("Done", (), {"returncode": 0, "stdout": json.dumps(report), "stderr": ""})()
+    monkeypatch.setattr(study.subprocess, "run", lambda cmd, **kw: done)
+    sg = tmp_path / "evals" / "syntaxgym.json"
+    kept = study._command(sg, ["syneval"], study._inputs("sg", [], "w3", suites), print, keep=study._without_regions)
+    assert '"regions"' not in sg.read_text() and '"outcomes"' not in sg.read_text()
+    assert study._suites(kept) == study._suites(report) and kept["models"][0]["sg_score"] == {"score": 0.5}
 
 
 def test_a_run_trained_on_another_text_is_refused_and_an_older_one_said(tmp_path, capsys):

@@ -333,7 +333,7 @@ def measure(where: Path, evals: Path, yardsticks: Yardsticks, log: Callable[[str
         figures["marvin_linzen"] = _cases(_command(evals / "marvin_linzen.json", args, key, log))
     if yardsticks.suites is not None:
         args, key = [*syneval, "--suite", str(yardsticks.suites)], _inputs("sg", [], weights, yardsticks.suites)
-        report = _command(evals / "syntaxgym.json", args, key, log)
+        report = _command(evals / "syntaxgym.json", args, key, log, keep=_without_regions)
         figures["syntaxgym"] = _suites(report)
         figures["sg_score"] = report["models"][0].get("sg_score")  # Hu et al.'s aggregation, as syneval gives it
     return figures
@@ -347,10 +347,11 @@ def _inputs(name: str, flags: list[str], weights: str, data: Path) -> dict:
     return {"measure": name, "flags": flags, "weights": weights, "data": sha256_files(files, root)}
 
 
-def _command(path: Path, args: list[str], inputs: dict, log: Callable[[str], None]) -> dict:
-    """The JSON a command printed, kept in ``path`` with its ``inputs`` (:func:`_inputs`): read back instead of
-    running the command again while the inputs are the same, run again when they changed (another suite folder,
-    other weights) or the kept file is not such a record (an earlier version's)."""
+def _command(path: Path, args: list[str], inputs: dict, log: Callable[[str], None], keep=lambda r: r) -> dict:
+    """The JSON a command printed (``keep`` of it: what the tables need), kept in ``path`` with its ``inputs``
+    (:func:`_inputs`): read back instead of running the command again while the inputs are the same, run again
+    when they changed (another suite folder, other weights) or the kept file is not such a record (an earlier
+    version's)."""
     kept = json_dict(path) or {}
     if same_inputs(kept.get("inputs"), inputs) and isinstance(kept.get("report"), dict):
         return kept["report"]
@@ -359,10 +360,17 @@ def _command(path: Path, args: list[str], inputs: dict, log: Callable[[str], Non
     if done.returncode != 0:
         why = first_line(RuntimeError(done.stderr.strip() or done.stdout.strip() or "no output"))
         raise InputError(f"onlstm {' '.join(args[:2])} failed (exit {done.returncode}): {why}")
-    report = json.loads(done.stdout)
+    report = keep(json.loads(done.stdout))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, {"inputs": inputs, "report": report})
     return report
+
+
+def _without_regions(report: dict) -> dict:
+    """A SyntaxGym report without its region rows and item outcomes (about 10 MB for the 34 suites; `syneval
+    --suite --out` writes them): a study's kept record stays small enough to share and commit."""
+    slim = lambda suite: {k: v for k, v in suite.items() if k not in ("regions", "outcomes")}
+    return {**report, "models": [{**m, "suites": [slim(s) for s in m["suites"]]} for m in report["models"]]}
 
 
 def _parsing(report: dict) -> dict:
