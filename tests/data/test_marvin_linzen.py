@@ -95,7 +95,8 @@ def test_the_command_writes_what_syneval_reads(tmp_path, capsys):
     items = read_items(out / FILE)
     expected = [r for r in generate(["simple_agrmt", "simple_npi_anim"])]
     assert [(i.case, i.condition, i.grammatical, i.ungrammatical, i.intrusive) for i in items] == expected
-    assert main(["data", "marvin-linzen", "--out", str(out), "--case", "simple_agrmt"]) == 0  # its own folder
+    again = ["--case", "simple_agrmt", "--case", "simple_agrmt"]  # its own folder, replaced; a case named twice
+    assert main(["data", "marvin-linzen", "--out", str(out), *again]) == 0 and len(read_items(out / FILE)) == 140
     assert main(["data", "marvin-linzen", "--out", str(out), "--case", "nope"]) == 2
     assert "no case nope in Marvin & Linzen's suite" in capsys.readouterr().err
     mine = tmp_path / "mine"

@@ -260,7 +260,8 @@ def _cmd_marvin_linzen(args: argparse.Namespace) -> int:
     unknown = sorted(set(args.case or ()) - set(CASES))
     if unknown:
         raise InputError(f"no case {', '.join(unknown)} in Marvin & Linzen's suite; the cases: {', '.join(CASES)}")
-    counts = write_suite(args.out, args.case or CASES, overwrite=args.overwrite)
+    cases = list(dict.fromkeys(args.case or CASES))  # a case named twice is written once
+    counts = write_suite(args.out, cases, overwrite=args.overwrite)
     print(f"wrote {sum(counts.values()):,} items of {len(counts)} cases to {Path(args.out) / FILE}")
     return 0
 
