@@ -9,7 +9,10 @@
 #                       machine about to go; `start` later resumes them where they stopped
 #   lm_study.sh keep    measure the finished runs with the study's read command and copy each, without its
 #                       weights, resume file and vocabulary, into lm-study/ here, to be committed
-# STUDY (default /work/lm-study) holds the install, the runs and the logs; DATA (default ../shared/data from the
+#   lm_study.sh grid S  issue #50's systematicity grid on split S (B or C; docs/results/logic.md, "The systematicity
+#                       rerun"), with its plan's code (f0232f5) installed apart: what a lane runs once its cell's
+#                       three language-model runs have finished (the ON-LSTM lane then B, the LSTM lane C)
+# STUDY (default /work/lm-study) holds the installs, the runs and the logs; DATA (default ../shared/data from the
 # repository) the shared data. A machine replaced later takes only the runs still training with it.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +22,21 @@ DATA=${DATA:-$(cd "$REPO/../shared/data" && pwd)}
 RUNS=$STUDY/runs/ptb
 finished() { grep -qs '"status": "finished"' "$1/results.json"; }  # a run that ended by its stopping rule
 PLAN=(--config ptb-cpu --epochs 30 --asgd-start-epoch 15 --patience 3 --threads 1)
+GRID=(--config paper --cells onlstm lstm-std --seeds 1111 1112 1113 --epochs 20 --jobs 1 --threads 1 --no-progress)
+declare -A SPLIT=([onlstm]=B [lstm]=C)  # the grid each lane runs after its language-model runs
+
+install() {  # install DIR COMMIT: the code of COMMIT in its own environment under $STUDY/DIR
+  [ -x "$STUDY/$1/venv/bin/onlstm" ] && return
+  git -C "$REPO" worktree add --detach "$STUDY/$1/code" "$2"
+  python3 -m venv "$STUDY/$1/venv"
+  "$STUDY/$1/venv/bin/pip" install --quiet torch==2.13.0 "$STUDY/$1/code[experiments]"
+}
+
+grid() {  # the #50 grid on split $1: its held-out data, then logic compare (reuses finished runs, resumes others)
+  local bin=$STUDY/sys/venv/bin/onlstm data=$STUDY/sys/data$1
+  [ -f "$data/.onlstm-output.json" ] || "$bin" logic holdout --data "$DATA/logic-train" --split "$1" --out "$data"
+  "$bin" logic compare "${GRID[@]}" --data "$data" --out "$STUDY/runs/sys$1"
+}
 
 lane() {  # one cell's seeds in order: a kept or finished run is skipped, a started one resumed
   local cell=$1 seed out
@@ -32,6 +50,8 @@ lane() {  # one cell's seeds in order: a kept or finished run is skipped, a star
         --out "$out" --no-progress || return
     fi
   done
+  for seed in 141 142 143; do finished "$RUNS/$cell-seed$seed" || return 0; done  # the grid only after all three
+  install sys f0232f5 && grid "${SPLIT[$cell]}"
 }
 
 case ${1:-} in
@@ -40,7 +60,7 @@ case ${1:-} in
     for kept in "$HERE"/lm-study/*-seed* "$HERE"/lm-study/evals; do
       [ -e "$kept" ] && [ ! -e "$RUNS/$(basename "$kept")" ] && cp -r "$kept" "$RUNS/"
     done
-    if [ ! -x "$STUDY/venv/bin/onlstm" ]; then
+    if [ ! -x "$STUDY/venv/bin/onlstm" ]; then  # the plan's code (f59592b) where earlier sessions installed it
       git -C "$REPO" worktree add --detach "$STUDY/code" f59592b
       python3 -m venv "$STUDY/venv"
       "$STUDY/venv/bin/pip" install --quiet torch==2.13.0 "$STUDY/code[experiments]"
@@ -50,11 +70,12 @@ case ${1:-} in
     done
     ;;
   lane) lane "$2" ;;
+  grid) install sys f0232f5 && grid "$2" ;;
   stop)  # the lanes first, so that none starts the next seed; a paused training (a timing window) is continued
-    pkill -f 'lm_study.s[h] lane' || true
-    pkill -CONT -f 'onlstm l[m] train' || true
-    pkill -INT -f 'onlstm l[m] train' || true
-    for _ in $(seq 300); do pgrep -f 'onlstm l[m] train' > /dev/null || break; sleep 1; done  # resume files written
+    pkill -f 'lm_study.s[h] (lane|grid)' || true
+    pkill -CONT -f 'onlstm (l[m]|logi[c]) (train|compare)' || true
+    pkill -INT -f 'onlstm (l[m]|logi[c]) (train|compare)' || true
+    for _ in $(seq 300); do pgrep -f 'onlstm (l[m]|logi[c]) (train|compare)' > /dev/null || break; sleep 1; done  # resume files
     ;;
   keep)  # Marvin & Linzen's suite generated whole (the plan's amendment of 3 December), then the study's read
     [ -f "$STUDY/marvin-linzen/marvin_linzen.tsv" ] || "$REPO/.venv/bin/onlstm" data marvin-linzen --out "$STUDY/marvin-linzen"
@@ -79,6 +100,11 @@ case ${1:-} in
       done_=$(finished "$run" && echo ", finished" || true)
       echo "$(basename "$run"): ${last:-no epoch yet}; ${step:-no step yet}$done_"
     done
+    for run in "$STUDY"/runs/sys*/*-seed*; do  # the #50 grid's runs: their status as their results say
+      [ -d "$run" ] || continue
+      state=$(grep -o '"status": "[a-z_]*"' "$run/results.json" 2>/dev/null || echo "no result yet")
+      echo "$(basename "$(dirname "$run")")/$(basename "$run"): $state"
+    done
     ;;
-  *) echo "usage: $0 start|status|stop|keep" >&2; exit 2 ;;
+  *) echo "usage: $0 start|status|stop|keep|grid B|C" >&2; exit 2 ;;
 esac
