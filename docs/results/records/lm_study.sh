@@ -10,8 +10,9 @@
 #   lm_study.sh keep    measure the finished runs with the study's read command and copy each, without its
 #                       weights, resume file and vocabulary, into lm-study/ here, to be committed
 #   lm_study.sh grid S  issue #50's systematicity grid on split S (B or C; docs/results/logic.md, "The systematicity
-#                       rerun"), with its plan's code (f0232f5) installed apart: what a lane runs once its cell's
-#                       three language-model runs have finished (the ON-LSTM lane then B, the LSTM lane C)
+#                       rerun"), with its plan's code (7b2b5d5) installed apart: what a lane runs once its cell's
+#                       three language-model runs have finished (the ON-LSTM lane then B, the LSTM lane C); `keep`
+#                       keeps its finished runs too (lm-study/sysB, sysC), and `start` restores them
 # STUDY (default /work/lm-study) holds the installs, the runs and the logs; DATA (default ../shared/data from the
 # repository) the shared data. A machine replaced later takes only the runs still training with it.
 set -euo pipefail
@@ -21,15 +22,18 @@ STUDY=${STUDY:-/work/lm-study}
 DATA=${DATA:-$(cd "$REPO/../shared/data" && pwd)}
 RUNS=$STUDY/runs/ptb
 finished() { grep -qs '"status": "finished"' "$1/results.json"; }  # a run that ended by its stopping rule
+ended() { grep -Eqs '"status": "(finished|stopped)"' "$1/results.json"; }  # a logic run: its rule or its budget
 PLAN=(--config ptb-cpu --epochs 30 --asgd-start-epoch 15 --patience 3 --threads 1)
 GRID=(--config paper --cells onlstm lstm-std --seeds 1111 1112 1113 --epochs 20 --jobs 1 --threads 1 --no-progress)
 declare -A SPLIT=([onlstm]=B [lstm]=C)  # the grid each lane runs after its language-model runs
 
-install() {  # install DIR COMMIT: the code of COMMIT in its own environment under $STUDY/DIR
-  [ -x "$STUDY/$1/venv/bin/onlstm" ] && return
+install() {  # install DIR COMMIT: the code of COMMIT in its own environment under $STUDY/DIR (another commit's replaced)
+  [ "$(cat "$STUDY/$1/commit" 2>/dev/null)" = "$2" ] && [ -x "$STUDY/$1/venv/bin/onlstm" ] && return
+  git -C "$REPO" worktree remove --force "$STUDY/$1/code" 2>/dev/null || true
+  rm -rf "$STUDY/$1/code" "$STUDY/$1/venv" "$STUDY/$1/commit"
   git -C "$REPO" worktree add --detach "$STUDY/$1/code" "$2"
   python3 -m venv "$STUDY/$1/venv"
-  "$STUDY/$1/venv/bin/pip" install --quiet torch==2.13.0 "$STUDY/$1/code[experiments]"
+  "$STUDY/$1/venv/bin/pip" install --quiet torch==2.13.0 "$STUDY/$1/code[experiments]" && echo "$2" > "$STUDY/$1/commit"
 }
 
 grid() {  # the #50 grid on split $1: its held-out data, then logic compare (reuses finished runs, resumes others)
@@ -51,7 +55,7 @@ lane() {  # one cell's seeds in order: a kept or finished run is skipped, a star
     fi
   done
   for seed in 141 142 143; do finished "$RUNS/$cell-seed$seed" || return 0; done  # the grid only after all three
-  install sys f0232f5 && grid "${SPLIT[$cell]}"
+  install sys 7b2b5d5 && grid "${SPLIT[$cell]}"
 }
 
 case ${1:-} in
@@ -59,6 +63,9 @@ case ${1:-} in
     mkdir -p "$RUNS" "$STUDY/logs"
     for kept in "$HERE"/lm-study/*-seed* "$HERE"/lm-study/evals; do
       [ -e "$kept" ] && [ ! -e "$RUNS/$(basename "$kept")" ] && cp -r "$kept" "$RUNS/"
+    done
+    for kept in "$HERE"/lm-study/sys[BC]; do  # the #50 grid's kept runs and their scores, beside any run here
+      [ -d "$kept" ] && mkdir -p "$STUDY/runs/$(basename "$kept")" && cp -rn "$kept"/. "$STUDY/runs/$(basename "$kept")/"
     done
     if [ ! -x "$STUDY/venv/bin/onlstm" ]; then  # the plan's code (f59592b) where earlier sessions installed it
       git -C "$REPO" worktree add --detach "$STUDY/code" f59592b
@@ -70,7 +77,7 @@ case ${1:-} in
     done
     ;;
   lane) lane "$2" ;;
-  grid) install sys f0232f5 && grid "$2" ;;
+  grid) install sys 7b2b5d5 && grid "$2" ;;
   stop)  # the lanes first, so that none starts the next seed; a paused training (a timing window) is continued
     pkill -f 'lm_study.s[h] (lane|grid)' || true
     pkill -CONT -f 'onlstm (l[m]|logi[c]) (train|compare)' || true
@@ -78,6 +85,7 @@ case ${1:-} in
     for _ in $(seq 300); do pgrep -f 'onlstm (l[m]|logi[c]) (train|compare)' > /dev/null || break; sleep 1; done  # resume files
     ;;
   keep)  # Marvin & Linzen's suite generated whole (the plan's amendment of 3 December), then the study's read
+    mkdir -p "$STUDY/logs"
     [ -f "$STUDY/marvin-linzen/marvin_linzen.tsv" ] || "$REPO/.venv/bin/onlstm" data marvin-linzen --out "$STUDY/marvin-linzen"
     "$REPO/.venv/bin/onlstm" lm compare --config ptb-cpu --data-dir "$DATA/ptb" --out "$RUNS" --cells onlstm lstm \
       --seeds 141 142 143 --epochs 30 --asgd-start-epoch 15 --patience 3 --threads 1 --finished-only \
@@ -90,6 +98,18 @@ case ${1:-} in
       (cd "$run" && cp config.json results.json log.csv "$HERE/lm-study/$name/")
       cp "$RUNS/evals/$name"/*.json "$HERE/lm-study/evals/$name/"
       echo "kept $name"
+    done
+    for S in B C; do  # the #50 grid's ended runs: scored by the study's read command, kept without their weights
+      [ -d "$STUDY/runs/sys$S" ] || continue
+      "$REPO/.venv/bin/onlstm" logic compare "${GRID[@]}" --data "$STUDY/sys/data$S" --out "$STUDY/runs/sys$S" \
+        --finished-only > "$STUDY/logs/read-sys$S.log" 2>&1
+      for run in "$STUDY/runs/sys$S"/*-seed*; do
+        ended "$run" && [ -d "$STUDY/runs/sys$S/evals/$(basename "$run")" ] || continue
+        mkdir -p "$HERE/lm-study/sys$S/$(basename "$run")" "$HERE/lm-study/sys$S/evals"
+        find "$run" -maxdepth 1 -type f ! -name '*.safetensors' ! -name '*.lock' -exec cp {} "$HERE/lm-study/sys$S/$(basename "$run")/" \;
+        cp -r "$STUDY/runs/sys$S/evals/$(basename "$run")" "$HERE/lm-study/sys$S/evals/"
+        echo "kept sys$S/$(basename "$run")"
+      done
     done
     ;;
   status)
