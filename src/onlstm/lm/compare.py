@@ -284,15 +284,10 @@ def _status(where: Path, train, test_sha256: str | None = None) -> str:
         return past_budget(result or {}, train) or "finished"
     if status not in (None, "interrupted"):  # stopped by a budget, or diverged: its record says how far
         return f"{status} after {result.get('epochs', 0):.2f} epochs (by {result.get('stopped_by')})"
-    holder = live_holder(where)  # its lock held by a live process: training now, whatever its record says
-    # else an interrupted run may be training again where locks cannot tell: its record is the last session's
-    when = (
-        f"training now, {holder}"
-        if holder
-        else "interrupted, or training again"
-        if status
-        else "training now, or killed"
-    )
+    if holder := live_holder(where):  # its lock held by a live process: training now, whatever its record says
+        when = f"training now, {holder}"
+    else:  # where locks cannot tell, an interrupted run may be training again: its record is the last session's
+        when = "interrupted, or training again" if status else "training now, or killed"
     return f"unfinished ({when}): {_progress(RunDir(where))}"
 
 

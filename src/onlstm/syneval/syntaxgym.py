@@ -485,8 +485,8 @@ def circuit(suite: str) -> str | None:
 def sg_score(accuracies: dict[str, float | None]) -> dict:
     """Hu et al.'s aggregation of suite accuracies by suite name (``None``: a suite with no scorable item):
     ``score``, the mean over the suites their rule keeps that were scored, with ``suites`` counted, ``of`` those
-    kept, ``not_scored`` and ``left_out`` (given, but outside their score) named; ``by_circuit``, the same mean per circuit; ``mean_all``,
-    the mean over every suite scored, left-out ones included (None where nothing was scored)."""
+    kept, ``not_scored`` and ``left_out`` (given, but outside their score) named; ``by_circuit``, the same mean
+    per circuit; ``mean_all``, the mean over every suite scored, left-out ones included (None: nothing scored)."""
     counted = {name: acc for name, acc in accuracies.items() if not SG_LEFT_OUT.search(name)}
     scored = {name: acc for name, acc in counted.items() if acc is not None}
     mean = lambda xs: statistics.fmean(xs) if xs else None
