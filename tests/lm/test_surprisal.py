@@ -72,7 +72,7 @@ def test_the_command_writes_lm_zoos_table(tmp_path, capsys):
     ]  # fmt: skip
     expected = stepwise_bits(model, "the cat sat".split()) + stepwise_bits(model, "a zebra ran".split())
     assert [float(r[3]) for r in rows[1:]] == pytest.approx(expected, abs=1e-5)
-    assert "1 read as <unk>" in out.err
+    assert "2 sentences, 8 tokens (1 read as <unk>)" in out.err
 
 
 def test_an_existing_output_is_kept_without_overwrite(tmp_path, capsys):

@@ -111,7 +111,7 @@ def test_parse_command_brackets_json_and_unknown_count(tmp_path, capsys):
     lines = out.splitlines()
     assert len(lines) == 3 and lines[1] == ""  # one output line per input line: blank -> empty line
     assert leaves(__import__("onlstm").parsing.parse_brackets(lines[0])) == "the cat sat on the mat".split()
-    assert "1 unknown" in err and "1 punctuation tokens dropped" in err
+    assert "2 sentences, 9 words, 1 unknown" in err and "1 punctuation token dropped" in err  # the singular
     assert main(["parsing", "parse", "--checkpoint", str(run), "--format", "json", "--layer", "3", str(text)]) == 0
     rows = [json.loads(l) for l in capsys.readouterr()[0].splitlines()]
     assert [r["line"] for r in rows] == [1, 2, 3] and rows[1]["tree"] is None and rows[2]["unknown"] == ["dog"]

@@ -183,7 +183,8 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
         sys.stdout.write(table)
     else:
         write_text(args.out, table)
-    print(f"{len(sentences)} sentences, {sum(map(len, tokens))} tokens ({unknown} read as <unk>)", file=sys.stderr)
+    n, total = len(sentences), sum(map(len, tokens))
+    print(f"{n} sentence{'s' * (n != 1)}, {total} token{'s' * (total != 1)} ({unknown} read as <unk>)", file=sys.stderr)
     return 0
 
 

@@ -262,10 +262,12 @@ def _cmd_parse(args) -> int:
     parsed = {line: (words, dist, tree) for words, dist, tree, line in zip(sentences, forget, trees, numbers)}
     for line in range(1, max(numbers + empty) + 1):  # one output per input line, in order
         _print_parse(args.format, line, parsed.get(line), lm.vocab)
-    total = sum(map(len, sentences))
-    notes = [f"{len(sentences)} sentences, {total} words, {unknown} unknown to the model (mapped to <unk>)"]
+    n, total = len(sentences), sum(map(len, sentences))
+    notes = [
+        f"{n} sentence{'s' * (n != 1)}, {total} word{'s' * (total != 1)}, {unknown} unknown to the model (mapped to <unk>)"
+    ]
     if dropped:
-        notes.append(f"{dropped} punctuation tokens dropped (the model's text has none)")
+        notes.append(f"{dropped} punctuation token{'s' * (dropped != 1)} dropped (the model's text has none)")
     if empty:
         shown = ", ".join(map(str, empty[:20])) + (f" and {len(empty) - 20} more" if len(empty) > 20 else "")
         notes.append(f"lines with nothing to parse (blank or only punctuation), written as empty output: {shown}")
