@@ -115,8 +115,10 @@ case ${1:-} in
   status)
     for run in "$RUNS"/*-seed*; do
       [ -d "$run" ] || continue
-      last=$(tail -n 1 "$run/log.csv" 2>/dev/null | awk -F, '$1 ~ /^[0-9]+$/ {print "epoch " $1 ", valid " $6 ", averaging " $8}')
-      step=$(tail -n 1 "$run/steps.csv" 2>/dev/null | awk -F, '$2 ~ /^[0-9.]+$/ {print "at " $2 " epochs"}')
+      # a kept run has no steps.csv (keep copies only its records): `|| true`, or pipefail would end the listing
+      last=$( (tail -n 1 "$run/log.csv" 2>/dev/null || true) | awk -F, '$1 ~ /^[0-9]+$/ {print "epoch " $1 ", valid " $6 ", averaging " $8}')
+      step=$( (tail -n 1 "$run/steps.csv" 2>/dev/null || true) | awk -F, '$2 ~ /^[0-9.]+$/ {print "at " $2 " epochs"}')
+      [ -f "$run/steps.csv" ] || step="kept without its step log"
       done_=$(finished "$run" && echo ", finished" || true)
       echo "$(basename "$run"): ${last:-no epoch yet}; ${step:-no step yet}$done_"
     done
