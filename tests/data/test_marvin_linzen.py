@@ -103,3 +103,23 @@ def test_the_command_writes_what_syneval_reads(tmp_path, capsys):
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
     assert main(["data", "marvin-linzen", "--out", str(mine)]) == 2 and (mine / "notes.txt").read_text() == "keep"
+
+
+#: The published suite's items per case and condition: the pickles of EMNLP2018/templates/ in
+#: github.com/BeckyMarvin/LM_syneval at edb7378, read by onlstm.syneval.data.read_items (the whole suite compared
+#: item for item: docs/results/records/ml_published_check.py, docs/syneval.md). 2,800 a condition unless listed.
+PUBLISHED = {
+    "long_vp_coord": 200, "npi_across_anim": 2400, "npi_across_inanim": 2880, "prep_anim": 4200, "prep_inanim": 1400,
+    "reflexive_sent_comp": 840, "reflexives_across": 5600, "sent_comp": 420, "simple_agrmt": 70,
+    "simple_npi_anim": 60, "simple_npi_inanim": 72, "simple_reflexives": 140, "vp_coord": 420,
+}  # fmt: skip
+
+
+def test_every_condition_holds_as_many_items_as_the_published_suite(rows):
+    """Each case's conditions (2 or 4; NPI: past and future) and the published number of items in each."""
+    counts = Counter((case, condition) for case, condition, *_ in rows)
+    conditions = Counter(case for case, _ in counts)
+    for (case, condition), n in counts.items():
+        assert n == PUBLISHED.get(case, 2800), (case, condition, n)
+    assert all(conditions[c] == (2 if c in NPI_CASES or "coord" in c or c.startswith("simple") else 4) for c in CASES)
+    assert sum(counts.values()) == 163_124

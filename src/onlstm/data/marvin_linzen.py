@@ -9,7 +9,9 @@ instead (docs/syneval.md, "Marvin & Linzen's suite, generated"). The lexicon is 
 quirks included: only a sentence's last phrase is checked against the words before it (a phrase, or its other
 number, already there drops the sentence), the grammatical and the ungrammatical lists of a condition are made
 apart and paired in order, and the cross-clause NPI case's intrusive sentence swaps the two determiners.
-``tests/data/test_marvin_linzen.py`` holds every pair of the shared sample among those generated.
+``tests/data/test_marvin_linzen.py`` holds every pair of the shared sample among those generated and pins the
+published count of every condition; against the authors' pickles the output is the published suite item for item
+(``docs/results/records/ml_published_check.py``).
 """
 
 from __future__ import annotations
