@@ -53,3 +53,9 @@ def test_a_changed_item_and_a_missing_case_are_named(script, tmp_path, capsys):
     named = "simple_agrmt: plur_MS_MV: 70 published, 70 generated, 1 differ, first at item 3: ('the altered sentence'"
     assert [line for line in out if line.startswith("simple_agrmt")][0].startswith(named)
     assert "vp_coord: only in the generated suite" in out and out[-1] == "the suites differ"
+
+
+def test_a_folder_without_the_pickles_is_one_line(script, tmp_path, capsys):
+    assert script.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tmp_path} holds no *.pickle or *.tsv files" in err

@@ -6,7 +6,8 @@ case, condition and item of the authors' `<case>.pickle` files, in order.
 TEMPLATES: the `EMNLP2018/templates/` folder of github.com/BeckyMarvin/LM_syneval (the suite of the paper; the
 repository's later `data/templates/` dropped a noun of the inanimate cases). The pickles are read by the project's
 own reader (`onlstm.syneval.data.read_items`: plain data only, nothing in them run). Per case: identical, or how
-many items differ and the first that does; exit status 0 when the two suites are the same item for item, 1 if not.
+many items differ and the first that does; exit status 0 when the two suites are the same item for item, 1 if not,
+2 with one line when TEMPLATES cannot be read.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from onlstm.data.marvin_linzen import generate
+from onlstm.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK, OnlstmError
 from onlstm.syneval.data import read_items
 
 
@@ -54,11 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("templates", type=Path, help="LM_syneval's EMNLP2018/templates/ folder")
     args = ap.parse_args(argv)
-    items = read_items(args.templates)
+    try:
+        items = read_items(args.templates)
+    except OnlstmError as exc:  # a folder without the pickles, a damaged or hostile one: the reader says which
+        print(f"ml_published_check: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     published = by_condition((i.case, i.condition, i.grammatical, i.ungrammatical, i.intrusive) for i in items)
     lines = compare(published, by_condition(generate()))
     print("\n".join(lines))
-    return 0 if lines[-1].startswith("the same") else 1
+    return EXIT_OK if lines[-1].startswith("the same") else EXIT_FINDING
 
 
 if __name__ == "__main__":
