@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
 
+from onlstm.errors import EXIT_BAD_INPUT, OnlstmError
 from onlstm.models.language_model import load_language_model_run
 from onlstm.syneval.data import read_items
 from onlstm.syneval.evaluate import score_items
@@ -77,7 +79,7 @@ def report(name: str, rows: dict) -> list[str]:
     return lines
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", type=Path, required=True)
     ap.add_argument("--sample", type=Path, required=True)
@@ -85,11 +87,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    items = read_items(args.suite)
-    sample = {(i.case, i.grammatical, i.ungrammatical, i.intrusive) for i in read_items(args.sample)}
+    try:
+        check(args.suite, args.sample, args.checkpoint)
+    except OnlstmError as exc:  # a file or run that cannot be read: the reader's one line names it
+        print(f"ml_sample_check: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
+
+
+def check(suite: Path, sample_path: Path, checkpoints: list[Path]) -> None:
+    items = read_items(suite)
+    sample = {(i.case, i.grammatical, i.ungrammatical, i.intrusive) for i in read_items(sample_path)}
     found = {(i.case, i.grammatical, i.ungrammatical, i.intrusive) for i in items} & sample
     print(f"{len(items):,} generated items; {len(found)} of the sample's {len(sample)} items among them")
-    for path in args.checkpoint:
+    for path in checkpoints:
         run = load_language_model_run(path, "best", torch.device("cpu"), reads_sentences=True)
         outcomes, _ = score_items(run.model, run.vocab, items, batch_size=2048)
         for covered_only in (False, True):
@@ -99,4 +110,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
