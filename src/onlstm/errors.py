@@ -150,6 +150,11 @@ def cap(message: str, limit: int = MESSAGE_LIMIT) -> str:
     return line if len(line) <= limit else line[: limit - 25] + f" ... ({len(line):,} characters)"
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun`` for a message, the noun plural unless there is one: ``counted(1, "sentence")``."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 def quote(value: object, limit: int = 200) -> str:
     """``repr(value)`` for a message, at most about ``limit`` characters, built without the whole repr (a YAML
     alias bomb's repr would not fit in memory)."""

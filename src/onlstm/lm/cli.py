@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import option, seed_option
-from ..errors import EXIT_INTERRUPTED, command_error
+from ..errors import EXIT_INTERRUPTED, command_error, counted
 from ..files import json_text, read_input, split_lines
 from ..flags import add_command, add_group, add_runtime_flags, runtime_settings
 from .config import EvalRuntime, add_config_flags
@@ -183,8 +183,8 @@ def _cmd_surprisal(args: argparse.Namespace) -> int:
         sys.stdout.write(table)
     else:
         write_text(args.out, table)
-    n, total = len(sentences), sum(map(len, tokens))
-    print(f"{n} sentence{'s' * (n != 1)}, {total} token{'s' * (total != 1)} ({unknown} read as <unk>)", file=sys.stderr)
+    words = counted(sum(map(len, tokens)), "token")
+    print(f"{counted(len(sentences), 'sentence')}, {words} ({unknown} read as <unk>)", file=sys.stderr)
     return 0
 
 

@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from ..errors import counted
 from ..files import save_figure
 from ..studies.stats import mean_std
 from .evaluate import LengthAccuracy
@@ -79,7 +80,7 @@ def plot_curves_by_ops(runs: list[tuple[str, list[dict]]], path: str | Path, max
             kw = {"color": colours[name]} if name in colours else {"label": name}
             (line,) = ax.plot([x for x, _ in pts], [y for _, y in pts], linewidth=1, **kw)
             colours.setdefault(name, line.get_color())
-        ax.set_title(f"{k} operator{'s' if k != 1 else ''}", fontsize=9)
+        ax.set_title(counted(k, "operator"), fontsize=9)
         ax.grid(alpha=0.3)
     _shade_curriculum(list(axes.flat)[: len(counts)], runs[0][1], max_train_ops)
     for ax in list(axes.flat)[len(counts) :]:

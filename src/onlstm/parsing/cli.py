@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..config import option
 from ..device import runtime_device
-from ..errors import InputError, command_error
+from ..errors import InputError, command_error, counted
 from ..files import (
     add_files,
     check_new_files,
@@ -262,12 +262,10 @@ def _cmd_parse(args) -> int:
     parsed = {line: (words, dist, tree) for words, dist, tree, line in zip(sentences, forget, trees, numbers)}
     for line in range(1, max(numbers + empty) + 1):  # one output per input line, in order
         _print_parse(args.format, line, parsed.get(line), lm.vocab)
-    n, total = len(sentences), sum(map(len, sentences))
-    notes = [
-        f"{n} sentence{'s' * (n != 1)}, {total} word{'s' * (total != 1)}, {unknown} unknown to the model (mapped to <unk>)"
-    ]
+    words = counted(sum(map(len, sentences)), "word")
+    notes = [f"{counted(len(sentences), 'sentence')}, {words}, {unknown} unknown to the model (mapped to <unk>)"]
     if dropped:
-        notes.append(f"{dropped} punctuation token{'s' * (dropped != 1)} dropped (the model's text has none)")
+        notes.append(f"{counted(dropped, 'punctuation token')} dropped (the model's text has none)")
     if empty:
         shown = ", ".join(map(str, empty[:20])) + (f" and {len(empty) - 20} more" if len(empty) > 20 else "")
         notes.append(f"lines with nothing to parse (blank or only punctuation), written as empty output: {shown}")
