@@ -115,10 +115,10 @@ case ${1:-} in
   status)
     for run in "$RUNS"/*-seed*; do
       [ -d "$run" ] || continue
-      # a kept run has no steps.csv (keep copies only its records): `|| true`, or pipefail would end the listing
-      last=$( (tail -n 1 "$run/log.csv" 2>/dev/null || true) | awk -F, '$1 ~ /^[0-9]+$/ {print "epoch " $1 ", valid " $6 ", averaging " $8}')
-      step=$( (tail -n 1 "$run/steps.csv" 2>/dev/null || true) | awk -F, '$2 ~ /^[0-9.]+$/ {print "at " $2 " epochs"}')
-      [ -f "$run/steps.csv" ] || step="kept without its step log"
+      # a file read only where it exists: a failed tail would end the script (pipefail); keep copies no steps.csv
+      last=$([ -f "$run/log.csv" ] && tail -n 1 "$run/log.csv" | awk -F, '$1 ~ /^[0-9]+$/ {print "epoch " $1 ", valid " $6 ", averaging " $8}' || true)
+      step="no step yet" && finished "$run" && step="kept without its step log"
+      [ -f "$run/steps.csv" ] && step=$(tail -n 1 "$run/steps.csv" | awk -F, '$2 ~ /^[0-9.]+$/ {print "at " $2 " epochs"}')
       done_=$(finished "$run" && echo ", finished" || true)
       echo "$(basename "$run"): ${last:-no epoch yet}; ${step:-no step yet}$done_"
     done

@@ -30,6 +30,12 @@ def by_condition(rows) -> dict[str, dict[str, list[tuple]]]:
     return out
 
 
+def read_published(templates: Path) -> dict[str, dict[str, list[tuple]]]:
+    """The authors' pickles (or any file `syneval --data` reads) as :func:`by_condition` arranges them."""
+    items = read_items(templates)
+    return by_condition((i.case, i.condition, i.grammatical, i.ungrammatical, i.intrusive) for i in items)
+
+
 def compare(published: dict, generated: dict) -> list[str]:
     """One line per case of either side: ``identical (n items)`` or what differs; the last line the verdict."""
     lines, same = [], True
@@ -57,11 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("templates", type=Path, help="LM_syneval's EMNLP2018/templates/ folder")
     args = ap.parse_args(argv)
     try:
-        items = read_items(args.templates)
+        published = read_published(args.templates)
     except OnlstmError as exc:  # a folder without the pickles, a damaged or hostile one: the reader says which
         print(f"ml_published_check: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    published = by_condition((i.case, i.condition, i.grammatical, i.ungrammatical, i.intrusive) for i in items)
     lines = compare(published, by_condition(generate()))
     print("\n".join(lines))
     return EXIT_OK if lines[-1].startswith("the same") else EXIT_FINDING
