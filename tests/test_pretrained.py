@@ -126,6 +126,39 @@ def test_logic_classifier_round_trip_and_export(tmp_path):
     assert LogicModelConfig.from_dict(flags_given(args, "model")) == model.config
 
 
+def test_the_card_says_the_results_in_words_and_offers_what_the_model_can_do(tmp_path):
+    """A card's reader gets the perplexities with their protocols and why training stopped in words (results.json's
+    ``best`` is a score, minus a loss); parsing is offered only to a model with master gates."""
+    from onlstm.runs.engine import STATUS
+    from onlstm.sharing import STOPPED_BY
+
+    results = {"stopped_by": "patience", "best": -4.6, "epochs": 12.5, "test": {"ppl": 80.0258, "protocol": "paper",
+               "batch_size": 1, "bptt": 35}, "valid": {"ppl": 83.1, "protocol": "batched", "batch_size": 10, "bptt": 35}}  # fmt: skip
+    small_lm().save_pretrained(tmp_path / "on", Vocab(WORDS), results=results)
+    card = (tmp_path / "on" / "README.md").read_text()
+    assert (
+        "Validation perplexity **83.10** (protocol batched: 10 columns, each from a zero state, segments of 35)."
+        in card
+    )
+    assert "Test perplexity **80.03** (protocol paper: one stream, batch 1, segments of 35)." in card
+    assert "Trained 12.5 epochs, stopped by its patience" in card and "onlstm parsing parse" in card
+    torch.manual_seed(0)
+    lstm = LanguageModel(LMConfig(vocab_size=len(WORDS), emb_size=8, hidden_sizes=[12, 8], cell="lstm"))
+    lstm.save_pretrained(tmp_path / "lstm", Vocab(WORDS), results={"test": {"ppl": 9.5}})
+    card = (tmp_path / "lstm" / "README.md").read_text()
+    assert "Test perplexity **9.50**." in card and "Trained" not in card  # nothing said that the file does not hold
+    assert "onlstm parsing parse" not in card and "onlstm lm surprisal" in card  # an LSTM induces no trees
+    # every way a run can end with a result has its words (interrupted runs are resumed, not shared)
+    assert set(STATUS) - {"interrupted", "aborted"} == set(STOPPED_BY)
+    clf = LogicClassifier(LogicModelConfig(emb_size=8, hidden_size=12, chunk_size=4, mlp_hidden=6))
+    clf.save_pretrained(tmp_path / "logic", results={"best_valid_accuracy": 0.971, "n_valid": 1200, "epochs": 20.0,
+                                                    "stopped_by": "epochs"})  # fmt: skip
+    card = (tmp_path / "logic" / "README.md").read_text()
+    assert (
+        "Best validation accuracy **97.10%** on 1,200 pairs. Trained 20 epochs, stopped by its limit of epochs." in card
+    )
+
+
 def test_hub_id_without_huggingface_hub_says_what_to_do(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as on a machine without it
     monkeypatch.chdir(tmp_path)

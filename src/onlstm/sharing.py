@@ -128,23 +128,48 @@ def pretrained_path(name_or_path: str | Path) -> Path:
         ) from None
 
 
-def model_card(title: str, config: dict, usage: str, command: str | None, results: dict | None) -> str:
+def model_card(
+    title: str, config: dict, usage: str, command: str | None, results: dict | None, headline: str = ""
+) -> str:
     """A shared model's card: Hub metadata, what it is, how to load it, the command that reproduces its
-    settings and its results, when known."""
+    settings and its results, when known: ``headline`` (the model kind's reading of them in words) above the
+    run's own ``results.json`` as YAML."""
     kind = config.get("kind", "?")
     yaml_block = lambda data: f"```yaml\n{simple_yaml(data)}\n```\n"
     if command:
         training = f"The command that reproduces its settings:\n\n```\n{command}\n```\n"
     else:
         training = f"The training command is not known; `{RunFiles.CONFIG}` holds every setting.\n"
+    shown = ""
+    # the headline in words first: results.json's own keys (``best`` is a score) are the run's, not a reader's
+    if results:
+        shown = "## Results\n\n" + (f"{headline.strip()}\n\n" if headline.strip() else "") + yaml_block(results) + "\n"
     return (
         f"---\nlibrary_name: onlstm\ntags: [onlstm, ordered-neurons, {kind}]\n---\n\n# {title}\n\n"
         f"An onlstm (Ordered Neurons LSTM) model of kind `{kind}`, saved by onlstm {config.get('onlstm_version', '?')} "
         f"(`save_pretrained`): `{RunFiles.CONFIG}`, `{RunFiles.SHARED_WEIGHTS}` (weights, no pickled code) and "
         f"`{RunFiles.VOCAB}`.\n\n## Use\n\n{usage.strip()}\n\n## Training\n\n{training}\n"
-        + (f"## Results\n\n{yaml_block(results)}\n" if results else "")
+        + shown
         + f"## Configuration\n\n{yaml_block({'model': config.get('model')})}"
     )
+
+
+#: Why a run stopped (``results.json``'s ``stopped_by``, the engine's ``STATUS`` keys), as a card says it.
+STOPPED_BY = {
+    "epochs": "by its limit of epochs",
+    "patience": "by its patience (validation no longer improving)",
+    "max_steps": "by its limit of updates",
+    "time_limit": "by its time limit",
+    "diverged": "because it diverged",
+}
+
+
+def stop_words(results: dict) -> str:
+    """How long a run trained and why it stopped, from its ``results.json``, for a card's headline ("" if unknown)."""
+    why = STOPPED_BY.get(str(results.get("stopped_by")))
+    if isinstance(results.get("epochs"), (int, float)) and why:
+        return f"Trained {results['epochs']:g} epochs, stopped {why}."
+    return ""
 
 
 def simple_yaml(data: Any, indent: int = 0) -> str:

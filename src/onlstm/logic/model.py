@@ -18,7 +18,7 @@ from ..device import evaluating
 from ..encoders import make_encoder
 from ..errors import InputError
 from ..saved import LoadedRun, RunFiles, load_run
-from ..sharing import check_run_config, model_card, pretrained_path, save_pretrained
+from ..sharing import check_run_config, model_card, pretrained_path, save_pretrained, stop_words
 from .config import MLP_ACTIVATIONS, LogicModelConfig
 from .data import Example
 from .formulas import VOCABULARY, Binary, Formula, FormulaSyntaxError, Not, Var, parse, to_tokens
@@ -158,7 +158,7 @@ class LogicClassifier(nn.Module):
         run_config = check_run_config(getattr(self, "run_config", None) if run_config is None else run_config)
         config = {**run_config, **config_header(KIND, self.config.to_dict())}
         title = f"{self.config.cell} logical-inference classifier ({self.config.hidden_size} units)"
-        card = model_card(title, config, LOGIC_USAGE, command, results)
+        card = model_card(title, config, LOGIC_USAGE, command, results, results_headline(results))
         return save_pretrained(directory, self, config, card, list(TOKENS), overwrite=overwrite)
 
     @classmethod
@@ -173,6 +173,18 @@ class LogicClassifier(nn.Module):
         model, config = load_classifier(pretrained_path(name_or_path), device=as_device(device), dtype=dtype)
         model.run_config = config
         return model
+
+
+def results_headline(results: dict | None) -> str:
+    """A logic run's ``results.json`` in words for its card: its best validation accuracy and why training stopped
+    ("" where it holds neither)."""
+    if not isinstance(results, dict):
+        return ""
+    said = []
+    if isinstance(results.get("best_valid_accuracy"), (int, float)):
+        pairs = f" on {results['n_valid']:,} pairs" if isinstance(results.get("n_valid"), int) else ""
+        said.append(f"Best validation accuracy **{100 * results['best_valid_accuracy']:.2f}%**{pairs}.")
+    return " ".join([*said, stop_words(results)]).strip()
 
 
 LOGIC_USAGE = """

@@ -328,7 +328,8 @@ class LanguageModel(nn.Module):
         run_config = check_run_config(getattr(self, "run_config", None) if run_config is None else run_config)
         config, c = {**run_config, **config_header(KIND, self.config.to_dict())}, self.config
         title = f"{c.cell} language model ({len(c.hidden_sizes)} layers, {c.vocab_size:,} words)"
-        return config, model_card(title, config, LM_USAGE, command, results), words
+        usage = LM_USAGE + (LM_PARSE_USAGE if self.has_distances else "")
+        return config, model_card(title, config, usage, command, results, results_headline(results)), words
 
     @classmethod
     def from_pretrained(
@@ -352,8 +353,34 @@ from onlstm.models import LanguageModel
 model = LanguageModel.from_pretrained("THIS_DIRECTORY")   # model.vocab: its words
 ```
 
-Parse sentences with it (ON-LSTM models): `onlstm parsing parse --checkpoint THIS_DIRECTORY sentences.txt`.
+Score sentences with it, read as its training text was written: `onlstm lm surprisal --checkpoint THIS_DIRECTORY
+sentences.txt` (a surprisal per word), `onlstm syneval --checkpoint THIS_DIRECTORY --suite SUITE.json` (SyntaxGym).
 """
+LM_PARSE_USAGE = """
+Parse sentences with it (trees from its master forget gates): `onlstm parsing parse --checkpoint THIS_DIRECTORY
+sentences.txt`.
+"""
+
+
+def results_headline(results: dict | None) -> str:
+    """A language-model run's ``results.json`` in words for its card: the perplexities with their protocols and
+    why training stopped ("" where it holds neither, as for weights other than the ones it measured)."""
+    if not isinstance(results, dict):
+        return ""
+    said = []
+    for split, name in (("valid", "Validation"), ("test", "Test")):
+        r = results.get(split)
+        if not isinstance(r, dict) or not isinstance(r.get("ppl"), (int, float)):
+            continue
+        rows, bptt = r.get("batch_size"), r.get("bptt")
+        how = ""
+        if isinstance(rows, int) and isinstance(bptt, int):  # a results.json of this version says how it read
+            read = "one stream, batch 1" if rows == 1 else f"{rows} columns, each from a zero state"
+            how = f" (protocol {r.get('protocol', '?')}: {read}, segments of {bptt})"
+        said.append(f"{name} perplexity **{r['ppl']:.2f}**{how}.")
+    from ..sharing import stop_words
+
+    return " ".join([*said, stop_words(results)]).strip()
 
 
 KIND = "lm"  # the kind of a language-model run (`onlstm lm train`, `onlstm demo`; registered by onlstm.lm)
