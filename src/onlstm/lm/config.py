@@ -116,8 +116,8 @@ class TrainConfig(BudgetOptions):
     compile: bool = runtime_option(
         False,
         "compile the training step's model and loss with torch.compile (inductor; each ON-LSTM layer stays its "
-        "kernel, one operator): a minute or so of compiling at the start of each session, then a few percent "
-        "faster (docs/lm.md); on CUDA it replaces the trainer's CUDA graphs; not under torchrun",
+        "kernel, one operator): 15-30 s of compiling at the start of each session, then a few percent faster "
+        "(docs/lm.md); on CUDA it replaces the trainer's CUDA graphs; not under torchrun",
     )
     log_every: int = runtime_option(
         100, "batches between reports: the progress bar's figures, a log line, a row of steps.csv", ge=1
