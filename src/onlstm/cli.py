@@ -98,7 +98,7 @@ def _cmd_presets(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    """save a trained run as a model to share (config.json, model.safetensors, card)"""
+    """save a trained run as a model to share (config.json, model.safetensors, vocab.json, card)"""
     # Hugging Face's layout, with a model card (docs/sharing.md). The run's kind (registered by its
     # experiment) opens the model and writes the command that reproduces its settings.
     from .runs import RunDir, find_kind

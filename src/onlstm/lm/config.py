@@ -105,7 +105,7 @@ class TrainConfig(BudgetOptions):
     precision: str = runtime_option(
         "fp32",
         "fp32, or bf16: training steps under torch.autocast (matrix products in bfloat16, the ON-LSTM cell "
-        "state and cumax and the loss in float32; meant for CUDA); evaluation always runs in float32",
+        "state and cumax and the loss in float32; on CUDA, or a CPU with bfloat16 products); evaluation always runs in float32",
         choices=("fp32", "bf16"),
     )
     cuda_graphs: bool = runtime_option(

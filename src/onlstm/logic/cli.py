@@ -640,7 +640,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     For each seed and each cell: train into OUT/<cell>-seed<seed> (a finished run with the same settings and
     training files is reused), evaluate its best checkpoint on the test files (or, with --split valid, on its own
     validation hold-out), then print one row per cell (mean ± sample std over seeds) and write OUT/compare.json,
-    OUT/table.md, OUT/accuracy_by_length.png and OUT/training_curves.png. OUT is new, empty or a comparison's.
+    OUT/table.md, OUT/accuracy_by_length.png, OUT/training_curves.png and OUT/curves_by_ops.png. OUT is new, empty or a comparison's.
     """
     from .compare import compare
 

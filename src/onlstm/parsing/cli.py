@@ -72,7 +72,9 @@ class EvalParseArgs(ModelArgs):
     wsj10: bool = option(False, "only sentences of at most 10 words after normalisation")
     sections: list[str] | None = option(None, "WSJ sections to use, e.g. 23 (default: all found)")
     layers: str = option("all", "'all' or comma-separated 1-based layers")
-    out_trees: Path | None = option(None, "write predicted trees here, one per line (PATH.layerN.txt per layer)")
+    out_trees: Path | None = option(
+        None, "write predicted trees here, one per line (one layer: PATH; several: STEM.layerN.txt each)"
+    )
     overwrite: bool = option(False, "replace --out-trees files already there")
     random_draws: int = option(5, "random-baseline draws", ge=1)
     batch_size: int = option(128, "sentences per batch", ge=1)

@@ -19,4 +19,6 @@ class SynevalConfig(Runtime):
     share_prefixes: bool = option(
         True, "run each distinct sentence prefix once (a prefix tree); --no-share-prefixes: right-padded batches"
     )
-    weights: str = option("best", "which weights of a run directory", choices=("best", "last"))
+    weights: str = option(
+        "best", "which weights of a run directory (best: the last while the run has no best)", choices=("best", "last")
+    )
