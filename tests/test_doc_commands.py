@@ -362,3 +362,21 @@ def test_the_docs_notation_is_read_as_a_reader_reads_it():
         "onlstm lm train: config file ptb-gpu does not exist",  # a line the command prints
     ]
     assert not refusals("```\n" + "\n".join(accepted) + "\n```\n")
+
+
+@pytest.mark.parametrize("doc, module", [("docs/lm.md", "onlstm.lm.config"), ("docs/logic.md", "onlstm.logic.config")])
+def test_the_settings_a_resume_may_change_are_the_ones_the_doc_lists(doc, module):
+    """docs/lm.md names the fields `--resume` lets change, docs/logic.md their flags: a field made runtime (or no longer
+    runtime) in the code without the doc would leave users told the wrong thing about resuming."""
+    runtime = set(importlib.import_module(module).RUNTIME_FIELDS)
+    text = " ".join((ROOT / doc).read_text(encoding="utf-8").split())
+    if doc.endswith("lm.md"):
+        listed = re.search(r"only runtime fields \(([^)]*)\) may change", text)
+        assert listed, "docs/lm.md no longer lists the fields --resume may change"
+        assert set(re.findall(r"`(\w+)`", listed.group(1))) == runtime
+        return
+    listed = re.search(r"changing what is learned is refused, except for (.*?) and the budget", text)
+    assert listed, "docs/logic.md no longer lists what --resume may change"
+    flags = {f.replace("-", "_") for f in re.findall(r"`--([\w-]+)`", listed.group(1))}
+    # in words there: the progress bar, the reports (--log-every, --tensorboard, flags above) and the budget
+    assert flags | {"progress"} | {"epochs", "max_steps", "time_limit"} == runtime
