@@ -132,7 +132,11 @@ def test_an_export_that_fails_half_way_leaves_the_earlier_export_whole(tmp_path,
     rc, err = run_main(["export", "--checkpoint", tmp_path / "run2", "--to", to], capsys)
     assert rc == 4 and f"cannot write {to / 'README.md'}" in err
     assert snapshot(to) == before and siblings(to) == []
-    assert LanguageModel.from_pretrained(to) is not None
+    # the earlier export still opens with the first run's weights, not the second's
+    first, second = LanguageModel.from_pretrained(run), LanguageModel.from_pretrained(tmp_path / "run2")
+    shared = LanguageModel.from_pretrained(to).state_dict()
+    assert all(torch.equal(v, shared[k]) for k, v in first.state_dict().items())
+    assert any(not torch.equal(v, shared[k]) for k, v in second.state_dict().items())
 
 
 def test_lm_train_refuses_an_ordinary_folder_and_a_restart_over_results(tmp_path, capsys):

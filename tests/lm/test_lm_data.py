@@ -221,8 +221,15 @@ def test_paper_preset_is_the_papers_command():
 
 @pytest.mark.parametrize("name", ["ptb-cpu.yaml", "tiny.yaml"])
 def test_other_presets_load(name):
-    cfg = load_config(CONFIGS / name)
-    cfg.model_config(100)
+    """Every field a preset file sets arrives in the loaded config (a typo'd or dropped key would not)."""
+    yaml = pytest.importorskip("yaml")
+    cfg, given = load_config(CONFIGS / name), yaml.safe_load((CONFIGS / name).read_text())
+    model = cfg.model_config(100)
+    for field, value in given.get("model", {}).items():
+        assert getattr(model, field) == value, field
+    for field, value in given.get("train", {}).items():
+        assert getattr(cfg.train, field) == value, field
+    assert given.get("model") or given.get("train")  # the check above checked something
 
 
 def test_config_errors_name_the_field(tmp_path):

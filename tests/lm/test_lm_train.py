@@ -314,10 +314,11 @@ def test_patience_counts_the_averaged_weights_checks_only(tmp_path, corpus, monk
     from onlstm.lm.evaluate import Perplexity
 
     injected = iter([5.0, 4.0, 4.5, 6.0, 3.0, 3.5, 3.2, 2.0, 1.0])
-    real = lm_train.perplexity
+    real, tested = lm_train.perplexity, {}
 
     def fake_perplexity(model, ids, protocol, batch_size, bptt, *args, **kwargs):
         if protocol != "batched" or kwargs.get("ctx") is None:  # the final test: computed for real
+            tested.update({k: v.clone() for k, v in state_dict_for_saving(model).items()})  # the weights it read
             return real(model, ids, protocol, batch_size, bptt, *args, **kwargs)
         return Perplexity(next(injected), 10, protocol, batch_size, bptt)
 
@@ -325,7 +326,9 @@ def test_patience_counts_the_averaged_weights_checks_only(tmp_path, corpus, monk
     out = train(tmp_path / "run", corpus, settings(epochs=9, nonmono=1, patience=2), log=quiet)
     assert [h["averaging"] for h in out.history] == [0, 0, 0, 0, 1, 1, 1]
     assert (out.status, out.stopped_by, out.epochs) == ("finished", "patience", 7)
-    assert out.figures["test"]["loss"] > 0  # the final test ran on the best weights (epoch 5's)
+    # the final test ran on the best weights (epoch 5's), not on the last ones (epoch 7's)
+    assert_same_tensors(tensors(tmp_path / "run", "model.best"), tested)
+    assert any(not torch.equal(v, tested[k]) for k, v in tensors(tmp_path / "run", "model.last").items())
     assert not (tmp_path / "run" / RunDir.RESUME).exists()  # final: nothing to resume
     with pytest.raises(RunDirError, match="ended by patience"):
         train(tmp_path / "run", corpus, settings(), resume=True, log=quiet)
