@@ -1071,8 +1071,11 @@ def test_bf16_precision_trains_close_to_fp32_with_float32_evaluation(tiny_data, 
     half = T.train(LogicModelConfig(**TINY), replace(cfg, precision="bf16"), tiny_data, tmp_path / "bf16", log=None)
     assert (True, torch.bfloat16) in seen and (False, torch.float32) in seen  # trained in bf16, validated in fp32
     a, b = full.history[-1], half.history[-1]
-    # bfloat16 parts the trajectories at once; after 2 epochs of tiny data the losses stay within 10%
-    assert abs(a["train_loss"] - b["train_loss"]) < 0.1 * a["train_loss"], (a, b)
+    # bfloat16 parts the trajectories at once. Measured: 6.2e-5 of the loss apart after these 2 epochs on a Zen 4's
+    # AVX-512 BF16 products, the same under ATEN_CPU_CAPABILITY default, avx2 and avx512 and on 1 and 2 threads
+    # (2026-12-04). 2% is 300 times that and five of bfloat16's roundings (2**-8), so other CPUs' summation orders
+    # pass, while products computed wrongly would not.
+    assert abs(a["train_loss"] - b["train_loss"]) < 0.02 * a["train_loss"], (a, b)
 
 
 def test_bf16_precision_is_refused_where_the_cpu_has_no_bfloat16_products(tiny_data, tmp_path, monkeypatch):
