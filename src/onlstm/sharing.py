@@ -132,8 +132,8 @@ def model_card(
     title: str, config: dict, usage: str, command: str | None, results: dict | None, headline: str = ""
 ) -> str:
     """A shared model's card: Hub metadata, what it is, how to load it, the command that reproduces its
-    settings and its results, when known: ``headline`` (the model kind's reading of them in words) above the
-    run's own ``results.json`` as YAML."""
+    settings and its results, when known: in words first (``headline``, the model kind's figures, then how long it
+    trained and why it stopped), then the run's own ``results.json`` as YAML."""
     kind = config.get("kind", "?")
     yaml_block = lambda data: f"```yaml\n{simple_yaml(data)}\n```\n"
     if command:
@@ -143,7 +143,8 @@ def model_card(
     shown = ""
     # the headline in words first: results.json's own keys (``best`` is a score) are the run's, not a reader's
     if results:
-        shown = "## Results\n\n" + (f"{headline.strip()}\n\n" if headline.strip() else "") + yaml_block(results) + "\n"
+        words = " ".join(w for w in (headline.strip(), stop_words(results)) if w)
+        shown = "## Results\n\n" + (f"{words}\n\n" if words else "") + yaml_block(results) + "\n"
     return (
         f"---\nlibrary_name: onlstm\ntags: [onlstm, ordered-neurons, {kind}]\n---\n\n# {title}\n\n"
         f"An onlstm (Ordered Neurons LSTM) model of kind `{kind}`, saved by onlstm {config.get('onlstm_version', '?')} "

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import torch
 
 from ..device import evaluating
+from ..models.language_model import stream_words
 from ..progress import progress_bar
 from ..runs.dist import DistContext
 from ..runs.engine import Interrupted  # raised inside an evaluation when should_stop() turned true
@@ -45,7 +46,7 @@ class Perplexity:
         return exp_loss(self.authors_loss)
 
     def describe(self) -> str:
-        what = "one stream, batch 1" if self.batch_size == 1 else f"{self.batch_size} columns, each from a zero state"
+        what = stream_words(self.batch_size)
         drop = f", {self.dropped} tokens at the end not scored" if self.dropped else ""
         return (
             f"perplexity {self.ppl:.2f} (loss {self.loss:.4f} nats/token over {self.tokens:,} tokens; "

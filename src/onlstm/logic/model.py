@@ -18,7 +18,7 @@ from ..device import evaluating
 from ..encoders import make_encoder
 from ..errors import InputError
 from ..saved import LoadedRun, RunFiles, load_run
-from ..sharing import check_run_config, model_card, pretrained_path, save_pretrained, stop_words
+from ..sharing import check_run_config, model_card, pretrained_path, save_pretrained
 from .config import MLP_ACTIVATIONS, LogicModelConfig
 from .data import Example
 from .formulas import VOCABULARY, Binary, Formula, FormulaSyntaxError, Not, Var, parse, to_tokens
@@ -176,15 +176,11 @@ class LogicClassifier(nn.Module):
 
 
 def results_headline(results: dict | None) -> str:
-    """A logic run's ``results.json`` in words for its card: its best validation accuracy and why training stopped
-    ("" where it holds neither)."""
-    if not isinstance(results, dict):
+    """A logic run's best validation accuracy in ``results.json``, in words for its card ("" where it holds none)."""
+    if not isinstance(results, dict) or not isinstance(results.get("best_valid_accuracy"), (int, float)):
         return ""
-    said = []
-    if isinstance(results.get("best_valid_accuracy"), (int, float)):
-        pairs = f" on {results['n_valid']:,} pairs" if isinstance(results.get("n_valid"), int) else ""
-        said.append(f"Best validation accuracy **{100 * results['best_valid_accuracy']:.2f}%**{pairs}.")
-    return " ".join([*said, stop_words(results)]).strip()
+    pairs = f" on {results['n_valid']:,} pairs" if isinstance(results.get("n_valid"), int) else ""
+    return f"Best validation accuracy **{100 * results['best_valid_accuracy']:.2f}%**{pairs}."
 
 
 LOGIC_USAGE = """

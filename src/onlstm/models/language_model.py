@@ -362,25 +362,25 @@ sentences.txt`.
 """
 
 
+def stream_words(batch_size: int) -> str:
+    """How an evaluation of ``batch_size`` columns reads its text (lm/evaluate.py's protocols), in words."""
+    return "one stream, batch 1" if batch_size == 1 else f"{batch_size} columns, each from a zero state"
+
+
 def results_headline(results: dict | None) -> str:
-    """A language-model run's ``results.json`` in words for its card: the perplexities with their protocols and
-    why training stopped ("" where it holds neither, as for weights other than the ones it measured)."""
-    if not isinstance(results, dict):
-        return ""
+    """A language-model run's perplexities in ``results.json``, with their protocols, in words for its card ("" where
+    it holds none, as for weights other than the ones it measured)."""
     said = []
     for split, name in (("valid", "Validation"), ("test", "Test")):
-        r = results.get(split)
+        r = results.get(split) if isinstance(results, dict) else None
         if not isinstance(r, dict) or not isinstance(r.get("ppl"), (int, float)):
             continue
         rows, bptt = r.get("batch_size"), r.get("bptt")
         how = ""
         if isinstance(rows, int) and isinstance(bptt, int):  # a results.json of this version says how it read
-            read = "one stream, batch 1" if rows == 1 else f"{rows} columns, each from a zero state"
-            how = f" (protocol {r.get('protocol', '?')}: {read}, segments of {bptt})"
+            how = f" (protocol {r.get('protocol', '?')}: {stream_words(rows)}, segments of {bptt})"
         said.append(f"{name} perplexity **{r['ppl']:.2f}**{how}.")
-    from ..sharing import stop_words
-
-    return " ".join([*said, stop_words(results)]).strip()
+    return " ".join(said)
 
 
 KIND = "lm"  # the kind of a language-model run (`onlstm lm train`, `onlstm demo`; registered by onlstm.lm)
