@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from support import REPO
+from support import REPO, needs_cpp
 
 # benchmarks/ on the import path, as it is for a script run from there (``python benchmarks/gpu_report.py``
 # imports its sections as ``gpu_bench``): tests of the scripts live in tests/benchmarks, and tests elsewhere (the
@@ -63,10 +63,16 @@ def one_thread():
 
 
 def pytest_collection_modifyitems(config, items):
-    """``@pytest.mark.cuda`` tests run only where a CUDA device is visible."""
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
+    """``@pytest.mark.cuda`` tests run only where a CUDA device is visible. Tests of the C++ kernel run wherever a
+    build is tried: they are skipped only where none can start (no C++ compiler, or ``ONLSTM_NO_EXTENSION=1``), so
+    a kernel that fails to compile on a machine with a compiler still fails them."""
+    from onlstm.nn import cpp_kernel
+
+    no_cuda = None if torch.cuda.is_available() else pytest.mark.skip(reason="needs a CUDA device")
+    why = cpp_kernel.unbuildable()
+    no_cpp = None if why is None else pytest.mark.skip(reason=f"the C++ kernel cannot be built here: {why}")
     for item in items:
-        if "cuda" in item.keywords:
-            item.add_marker(skip)
+        if no_cuda is not None and "cuda" in item.keywords:
+            item.add_marker(no_cuda)
+        if no_cpp is not None and needs_cpp(item):
+            item.add_marker(no_cpp)

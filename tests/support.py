@@ -56,6 +56,22 @@ def problem_lines(err: str) -> list[str]:
     return [line for line in err.strip().splitlines() if ": note: " not in line]
 
 
+def needs_cpp(item) -> bool:
+    """Marked ``cpp``, or run with the C++ kernel as a parameter (``impl`` of ``"cpp"``, ``"cpp:avx2"``, ...)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    named = any(isinstance(v, str) and (v == "cpp" or v.startswith("cpp:")) for v in params.values())
+    return named or item.get_closest_marker("cpp") is not None
+
+
+def buildable(impls: list[str]) -> list[str]:
+    """``impls`` without ``cpp`` where no C++ kernel can be built here (no compiler, or ``ONLSTM_NO_EXTENSION=1``):
+    a test that runs every implementation in turn checks the others there (tests/conftest.py skips those that run
+    ``cpp`` alone); where a build is tried, all of them, so a kernel that fails to compile fails the test."""
+    from onlstm.nn import cpp_kernel
+
+    return [i for i in impls if i != "cpp"] if cpp_kernel.unbuildable() else list(impls)
+
+
 def without_cpp_kernel(monkeypatch) -> None:
     """This test's layers take no C++ kernel, as under ``ONLSTM_NO_EXTENSION=1`` from the start, even where an earlier
     test of the process loaded it (the variable is read at the first load, and the loaded kernel is remembered)."""

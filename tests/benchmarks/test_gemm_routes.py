@@ -34,6 +34,7 @@ def test_the_table_names_every_product_and_both_layers(capsys):
         assert word in out
 
 
+@pytest.mark.cpp
 def test_in_situ_puts_every_operator_of_a_call_in_one_kind():
     rows = gemm_routes.in_situ(3, 4, 5, 6, 3, repeats=1)
     assert [kind for kind, _ in rows] == [kind for kind, _ in gemm_routes.IN_SITU_KINDS]

@@ -22,6 +22,7 @@ def test_a_child_records_what_its_layers_ran(capsys, model):
     assert result["ran"] == ["reference"] and result["end"]["rss"] > 0 and "products" not in result
 
 
+@pytest.mark.cpp
 def test_a_cpp_row_names_the_backend_its_products_ran(monkeypatch):
     # in a process of its own, as every row runs: the backend is forced (read once per process), so the record
     # must name it, whatever a timing would have chosen here

@@ -749,6 +749,7 @@ def test_a_model_trained_on_wikitext_style_text_reads_its_hyphens_and_numbers_as
     ]
 
 
+@pytest.mark.cpp  # the layers' kernel op in the graph is the C++ kernel's
 def test_a_compiled_training_step_trains_what_the_eager_one_trains(tmp_path, corpus, monkeypatch):
     # aot_eager: the compiled graph's autograd without code generation (seconds), so the weights come out equal to
     # the bit; inductor's fused code would differ in rounding (benchmarks/lm_speed.py --compile times it)

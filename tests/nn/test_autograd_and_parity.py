@@ -125,6 +125,7 @@ def test_outputs_may_be_changed_in_place(impl):
         out.zero_()
 
 
+@pytest.mark.cpp
 def test_an_output_changed_in_place_is_not_differentiated_wrongly():
     """Changing a saved output in place and then differentiating through it is refused (autograd's version
     check), as for any PyTorch operation; it never gives silently wrong gradients."""

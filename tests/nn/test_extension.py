@@ -16,6 +16,7 @@ from onlstm.nn import kernels
 from onlstm.nn.cpp_kernel import extension_error, load_extension
 
 
+@pytest.mark.cpp
 def test_kernel_builds_and_is_used_by_default():
     assert load_extension() is not None, f"C++ kernel failed to build: {extension_error()}"
     m = __import__("onlstm").ONLSTM(3, 4, chunk_size=2)
@@ -40,6 +41,51 @@ def test_no_compiler_falls_back_to_fused_kernel_with_a_warning(tmp_path):
     assert "STATUS False True True" in r.stdout
     warnings = [ln for ln in r.stderr.splitlines() if "C++ kernel unavailable" in ln]
     assert len(warnings) == 1, r.stderr
+    # the missing compiler is named, and no build starts: no compile message, none of PyTorch's build warnings
+    assert "no C++ compiler" in warnings[0] and "no-such-compiler" in warnings[0], warnings[0]
+    assert "compiling the C++ kernel" not in r.stderr and "WARNING" not in r.stderr, r.stderr
+
+
+def test_a_missing_compiler_is_known_before_any_build(tmp_path, monkeypatch):
+    """What PyTorch would call (CXX's first word, else c++), looked up on the build's PATH; the test suite skips the
+    kernel's tests on that answer (tests/conftest.py), so it must not say "missing" where a compiler is."""
+    from onlstm.nn.cpp_kernel import compiler_missing, unbuildable
+
+    monkeypatch.delenv("ONLSTM_NO_EXTENSION", raising=False)
+    monkeypatch.setenv("CXX", f"{sys.executable} -O2")  # any program that exists stands for a compiler here
+    assert compiler_missing() is None and unbuildable() is None
+    monkeypatch.setenv("CXX", f"{tmp_path / 'nope++'} -O2")
+    assert compiler_missing() == (
+        f"no C++ compiler: {str(tmp_path / 'nope++')!r} (CXX names it) is not on PATH; install g++ or set CXX to a "
+        "C++ compiler"
+    )
+    monkeypatch.delenv("CXX")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no c++ there (the environment's own bin dir is still searched)
+    if not os.path.exists(os.path.join(os.path.dirname(sys.executable), "c++")):
+        assert "'c++' (PyTorch calls it) is not on PATH" in compiler_missing()
+    monkeypatch.setenv("ONLSTM_NO_EXTENSION", "1")
+    assert unbuildable() == "disabled by ONLSTM_NO_EXTENSION"
+
+
+def test_the_suite_knows_which_tests_need_the_kernel():
+    """tests/conftest.py skips these where no build can start: a test run with ``impl="cpp"`` (or a forced backend,
+    ``"cpp:mkl"``) as a parameter or marked ``cpp``; none other (``"cppx"``, ``fused``)."""
+    from types import SimpleNamespace
+
+    from support import buildable, needs_cpp
+
+    def item(params=None, marked=False):
+        return SimpleNamespace(
+            callspec=SimpleNamespace(params=params or {}), get_closest_marker=lambda n: marked or None
+        )
+
+    assert (
+        needs_cpp(item({"impl": "cpp"}))
+        and needs_cpp(item({"impl": "cpp:mkl", "n": 3}))
+        and needs_cpp(item(marked=True))
+    )
+    assert not needs_cpp(item({"impl": "fused"})) and not needs_cpp(item({"name": "cppx"})) and not needs_cpp(item())
+    assert buildable(["reference", "cpp", "fused"]) in (["reference", "cpp", "fused"], ["reference", "fused"])
 
 
 def test_cpp_requested_but_unavailable_is_an_error(tmp_path):
@@ -82,6 +128,7 @@ def _compilers_only(tmp_path) -> str:
     return str(d)
 
 
+@pytest.mark.cpp
 def test_kernel_loads_without_ninja_on_path(tmp_path):
     """Issue 13: `.venv/bin/onlstm` run without activating the venv, on a machine with no system ninja."""
     code = "from onlstm.nn.cpp_kernel import load_extension, extension_error\nprint('LOADED', load_extension() is not None, extension_error())\n"
@@ -153,6 +200,7 @@ mark("END")
 """
 
 
+@pytest.mark.cpp
 @pytest.mark.parametrize("products", ["float32", "bfloat16"])
 def test_cpp_kernel_asks_onednn_for_a_bounded_set_of_shapes(products):
     """Issue #25: every new product shape made oneDNN build and cache a primitive (~0.6 MiB with its
@@ -183,6 +231,7 @@ def test_cpp_kernel_asks_onednn_for_a_bounded_set_of_shapes(products):
         assert heap_end - heap_warm < 4 * 2**20, f"heap in use grew by {(heap_end - heap_warm) / 2**20:.1f} MiB"
 
 
+@pytest.mark.cpp
 def test_products_over_all_rows_run_in_seven_block_shapes():
     """The input projection and the gradients over all rows of a sequence run in blocks: 1,024 rows, then the
     rest padded to a multiple of 16 and split into powers of two. Every row count must be covered from row 0
@@ -207,6 +256,7 @@ def blocks_of(ext, n: int, dnnl: bool) -> list[tuple[int, int]]:
     return list(zip(flat[::2], flat[1::2]))
 
 
+@pytest.mark.cpp
 def test_cpp_kernel_under_cpu_autocast_computes_in_float32(monkeypatch):
     """The kernel's products go through ATen, which torch.autocast would turn to bfloat16 under the step
     code that reads float32: with its own bfloat16 products off (ONLSTM_CPU_BF16=off, or a CPU without them) the
@@ -298,6 +348,7 @@ print('DESCRIBE', onlstm.nn.kernel_status()['cpp']['detail'])
 """
 
 
+@pytest.mark.cpp
 def test_held_to_avx2_the_kernel_runs_the_routes_of_a_cpu_without_avx512():
     """oneDNN told to use no more than AVX2 (``ONEDNN_MAX_CPU_ISA``, as a user imitates an AVX2-only CPU,
     docs/layer.md) closes its float32 matmul as on such a CPU: the kernel chooses among the other routes by
@@ -316,6 +367,7 @@ def test_held_to_avx2_the_kernel_runs_the_routes_of_a_cpu_without_avx512():
     assert "ONEDNN_MAX_CPU_ISA=AVX2" in lines["DESCRIBE"] or "the only backend" in lines["DESCRIBE"]
 
 
+@pytest.mark.cpp
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("backend", ["onednn", "onednn-plain", "linear", "avx2", "avx2-rows", "avx2-outputs", "mkl"])
 @pytest.mark.parametrize(
@@ -369,6 +421,7 @@ def test_cpp_kernel_in_float32_equals_the_reference_on_both_backends(threads, ba
         assert err < 1e-4, f"item {i}: relative error {err:.1e}"
 
 
+@pytest.mark.cpp
 def test_cpp_kernel_reuses_a_buffer_only_once_nothing_views_it():
     """The kernel keeps its large buffers from call to call (issue #34: fresh pages cost 10% of a call). A buffer
     must not be handed out again while a tensor returned by an earlier call still views it: outputs kept from one

@@ -60,6 +60,7 @@ def test_every_registered_kernel_is_reported_and_matches_the_reference(name):
     torch.testing.assert_close(m(x)[0], ref(x)[0])
 
 
+@pytest.mark.cpp  # the CPU's choice under 'auto' is the C++ kernel
 def test_registered_kernel_is_chosen_by_auto_where_it_runs(toy):
     m = onlstm.ONLSTM(3, 6, chunk_size=2).double()
     assert m.resolved_impl(torch.device("cpu"), torch.float64) == "toy"
@@ -88,6 +89,7 @@ def test_registered_kernel_by_name(toy):
         onlstm.ONLSTM(3, 6, chunk_size=2, impl="toy")
 
 
+@pytest.mark.cpp  # the CPU's choice under 'auto' is the C++ kernel
 def test_a_kernel_for_another_device_is_chosen_there():
     # above the built-in Triton kernel (priority 30), so it wins on CUDA whether or not Triton is there
     kernels.register_kernel(kernels.KernelSpec("gpu_toy", CountingKernel, ("cuda",), (torch.float32,), priority=40))
@@ -100,6 +102,7 @@ def test_a_kernel_for_another_device_is_chosen_there():
         kernels.unregister_kernel("gpu_toy")
 
 
+@pytest.mark.cpp  # the CPU's choice under 'auto' is the C++ kernel
 def test_unavailable_kernel_falls_back_with_one_warning():
     def load():
         raise kernels.KernelUnavailable("needs a driver this machine lacks")
@@ -174,6 +177,7 @@ def test_packed_row_helpers_agree_with_torch_packing():
         assert torch.equal(packed.data[kernels.reversed_rows(bs)], pack_padded_sequence(backwards, lengths).data)
 
 
+@pytest.mark.cpp  # the CPU's choice under 'auto' is the C++ kernel
 def test_a_kernels_first_use_draws_no_random_numbers():
     """A kernel's first use (loading, probing its backend, its self-check) must leave torch's generator alone: it
     ran at::randn once, so a resumed run (first use after the saved generator state is restored) drew different

@@ -11,8 +11,9 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 import onlstm
 from onlstm.nn import functional as Fn
 from onlstm.nn import kernels
+from support import buildable
 
-FAST = ["cpp", "fused"]
+FAST = buildable(["cpp", "fused"])
 ALL = ["reference"] + FAST
 
 

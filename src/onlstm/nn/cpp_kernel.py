@@ -8,6 +8,8 @@ import contextlib
 import hashlib
 import os
 import platform
+import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -79,15 +81,34 @@ def clear_stale_lock(build_dir: Path) -> None:
 COMPILE_TIME = "once per torch installation: about 20-25 s on 2 cores"
 
 
+def compiler_missing() -> str | None:
+    """Why no build can start here, known without trying one: the C++ compiler PyTorch would call (``CXX``, else
+    ``c++``) is not on the build's PATH (a slim container image, say). ``None`` when it is there."""
+    program = (shlex.split(os.environ.get("CXX", "")) or ["c++"])[0]  # CXX="ccache g++": its first word runs
+    if shutil.which(program, path=build_path(os.environ.get("PATH", ""))):
+        return None
+    where = "CXX names" if os.environ.get("CXX", "").strip() else "PyTorch calls"
+    return f"no C++ compiler: {program!r} ({where} it) is not on PATH; install g++ or set CXX to a C++ compiler"
+
+
+def unbuildable() -> str | None:
+    """Why the kernel will not be built in this process, known before any build: ``ONLSTM_NO_EXTENSION`` or no
+    compiler (:func:`compiler_missing`); ``None`` when a build would be tried (and may still fail)."""
+    if os.environ.get("ONLSTM_NO_EXTENSION", "") not in ("", "0"):
+        return "disabled by ONLSTM_NO_EXTENSION"
+    return compiler_missing()
+
+
 def load_extension() -> Any:
     """Return the compiled kernel module, or ``None`` if it cannot be built (the reason: :func:`extension_error`;
-    ``impl='auto'`` then falls back to ``fused`` with one warning). ``ONLSTM_NO_EXTENSION=1`` skips the build;
+    ``impl='auto'`` then falls back to ``fused`` with one warning). ``ONLSTM_NO_EXTENSION=1`` skips the build, and
+    so does a missing compiler (no build is started, so no compile message and none of PyTorch's);
     the build directory is PyTorch's (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``)."""
     if _state["tried"]:
         return _state["module"]
     _state["tried"] = True
-    if os.environ.get("ONLSTM_NO_EXTENSION", "") not in ("", "0"):
-        _state["error"] = "disabled by ONLSTM_NO_EXTENSION"
+    if (why := unbuildable()) is not None:
+        _state["error"] = why
         return None
     try:
         _state["module"] = _build_first(builds())
