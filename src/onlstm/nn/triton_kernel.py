@@ -284,7 +284,9 @@ def load_cuda_kernel() -> TritonKernel:
     if not triton_installed():
         reasons.append("Triton is not installed (pip install triton)")
     if not torch.cuda.is_available():
-        reasons.append("no CUDA device is visible (it is a GPU kernel; on the CPU the C++ kernel runs)")
+        reasons.append(
+            "no CUDA device is visible (it is a GPU kernel; on the CPU the C++ kernel runs, or `fused` without it)"
+        )
     if interpreter_requested():
         reasons.append("TRITON_INTERPRET=1 puts Triton in its CPU interpreter (unset it to use the GPU)")
     if reasons:
