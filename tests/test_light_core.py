@@ -362,3 +362,18 @@ def test_a_missing_dependency_of_onlstm_itself_is_one_line_naming_it(tmp_path):
         else:
             assert r.returncode == 2 and "needs safetensors, a dependency of onlstm" in r.stderr
             assert "pip install safetensors" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_oldest_torch_is_said_once_and_checked_at_import():
+    """pyproject.toml's floor is the one the layer checks at import: an older torch fails there with one line
+    naming the fix (before, ``import onlstm.nn`` on torch 2.3-2.6 ended in an AttributeError deep in an import)."""
+    from onlstm.nn.requires import MIN_TORCH, check
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    assert f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}" in deps
+    for ok in ("2.7.0", "2.7.1+cu126", "2.13.0+cpu", "2.14.0a0+git1234", "3.0.0"):
+        check(ok)
+    with pytest.raises(ImportError, match=r"^onlstm needs torch>=2\.7, and this is torch 2\.6\.0: pip install -U"):
+        check("2.6.0")

@@ -6,6 +6,7 @@ kernel compiles on first use, the Triton one imports Triton only when it can run
 
 import torch
 
+from . import requires  # noqa: F401 (first: the version check, before imports that would fail on an old torch)
 from .cpp_kernel import load_cpp_kernel
 from .functional import cumax, master_forget, master_input
 from .fused import FusedKernel
