@@ -8,7 +8,6 @@ import contextlib
 import hashlib
 import os
 import platform
-import shlex
 import shutil
 import sys
 import time
@@ -84,10 +83,11 @@ COMPILE_TIME = "once per torch installation: about 20-25 s on 2 cores"
 def compiler_missing() -> str | None:
     """Why no build can start here, known without trying one: the C++ compiler PyTorch would call (``CXX``, else
     ``c++``) is not on the build's PATH (a slim container image, say). ``None`` when it is there."""
-    program = (shlex.split(os.environ.get("CXX", "")) or ["c++"])[0]  # CXX="ccache g++": its first word runs
+    cxx = os.environ.get("CXX", "").strip()
+    program = cxx.split()[0] if cxx else "c++"  # CXX="ccache g++": its first word runs
     if shutil.which(program, path=build_path(os.environ.get("PATH", ""))):
         return None
-    where = "CXX names" if os.environ.get("CXX", "").strip() else "PyTorch calls"
+    where = "CXX names" if cxx else "PyTorch calls"
     return f"no C++ compiler: {program!r} ({where} it) is not on PATH; install g++ or set CXX to a C++ compiler"
 
 
