@@ -56,6 +56,17 @@ def problem_lines(err: str) -> list[str]:
     return [line for line in err.strip().splitlines() if ": note: " not in line]
 
 
+def command_parsers(parser, words: tuple[str, ...] = ()):
+    """``(command words, parser)`` of ``parser`` and of every sub-command below it (``onlstm.cli.build_parser()``)."""
+    import argparse
+
+    yield words, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from command_parsers(child, (*words, name))
+
+
 def needs_cpp(item) -> bool:
     """Marked ``cpp``, or run with the C++ kernel as a parameter (``impl`` of ``"cpp"``, ``"cpp:avx2"``, ...)."""
     params = getattr(getattr(item, "callspec", None), "params", {})

@@ -5,28 +5,24 @@ from __future__ import annotations
 
 import argparse
 import re
-from pathlib import Path
 
 import pytest
 
 from onlstm import cli
 from onlstm.lm.config import load_config
+from support import REPO, command_parsers
 
-ROOT = Path(__file__).resolve().parents[1]
 # the guides a user reads (results pages report runs; they are not where a flag is explained)
-GUIDES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+GUIDES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
-def flags(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+def flags(parser: argparse.ArgumentParser):
     """(command, long flag, setting name) for every flag of every sub-command, ``--help`` aside."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from flags(sub, (*path, name))
-            continue
-        for flag in action.option_strings:
-            if flag.startswith("--") and flag != "--help":
-                yield " ".join(path), flag, action.dest
+    for words, p in command_parsers(parser):
+        for action in p._actions:
+            for flag in action.option_strings:
+                if flag.startswith("--") and flag != "--help":
+                    yield " ".join(words), flag, action.dest
 
 
 def named(text: str, flag: str, dest: str) -> bool:
@@ -55,7 +51,7 @@ def test_the_flag_check_can_fail():
 
 def recipe_table() -> dict[str, tuple[str, str]]:
     """docs/lm.md's table of the recipe: setting -> (ptb-paper, ptb-cpu) as written."""
-    text = (ROOT / "docs" / "lm.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "lm.md").read_text(encoding="utf-8")
     start = text.index("| setting | `ptb-paper` | `ptb-cpu` |")
     rows = {}
     for line in text[start:].splitlines()[2:]:

@@ -8,23 +8,16 @@ import argparse
 import dataclasses
 
 from onlstm.cli import build_parser
+from support import command_parsers
 
 #: Arguments that are no setting: argparse's own.
 NOT_SETTINGS = (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)
 
 
-def _parsers(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
-    yield words, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                yield from _parsers(child, (*words, name))
-
-
 def undeclared(parser: argparse.ArgumentParser) -> list[str]:
     """``"command dest"`` of every argument not read from an ``option()`` field of the same name."""
     found = []
-    for words, p in _parsers(parser):
+    for words, p in command_parsers(parser):
         if p.prefix_chars == "\0":  # a stand-in for a command whose extra is not installed (onlstm.cli)
             continue
         for action in p._actions:
@@ -40,7 +33,7 @@ def undeclared(parser: argparse.ArgumentParser) -> list[str]:
 def test_every_argument_of_every_command_is_an_option_field():
     parser = build_parser()
     commands = [
-        w for w, p in _parsers(parser) if not any(isinstance(a, argparse._SubParsersAction) for a in p._actions)
+        w for w, p in command_parsers(parser) if not any(isinstance(a, argparse._SubParsersAction) for a in p._actions)
     ]
     assert len(commands) > 20  # every command was walked, not only the top level
     assert undeclared(parser) == []
