@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -279,12 +280,14 @@ def test_cpp_kernel_under_cpu_autocast_computes_in_float32(monkeypatch):
 
 
 def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_young_one_waited_for(tmp_path, monkeypatch, capsys):
-    """PyTorch waits forever on a build lock whose process was killed: an old lock is removed with one line; a
-    young one is waited for (here it goes away after two sleeps) with one line naming the file."""
+    """PyTorch (up to 2.13) waits forever on a build lock whose process was killed: an old lock is removed with one
+    line; a young one is waited for (here it goes away after two sleeps) with one line naming the file."""
     import os
     import time
 
     from onlstm.nn import cpp_kernel
+
+    monkeypatch.setattr(cpp_kernel, "torch_locks_by_existence", lambda: True)  # whatever this torch does
 
     lock = tmp_path / "lock"
     lock.touch()
@@ -306,6 +309,46 @@ def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_young_one_waited_f
     assert len(sleeps) == 2 and err.count("\n") == 1 and str(lock) in err
     cpp_kernel.clear_stale_lock(tmp_path)  # no lock: returns at once
     assert len(sleeps) == 2
+
+
+def test_with_torchs_os_lock_the_lock_file_is_left_alone_and_a_held_one_said(tmp_path, monkeypatch, capsys):
+    """torch 2.14 keeps its build lock file after every build and locks it with flock: an old file is no stale lock
+    (removing it would let two builds run at once); one held by another build gets one line, then torch waits.
+    Before this, every process of a torch 2.14 install waited 10 minutes on the file the first build left."""
+    import os
+    import time
+
+    fcntl = pytest.importorskip("fcntl")
+    from onlstm.nn import cpp_kernel
+
+    monkeypatch.setattr(cpp_kernel, "torch_locks_by_existence", lambda: False)  # whatever this torch does
+    monkeypatch.setattr(cpp_kernel.time, "sleep", lambda s: pytest.fail("waited on a lock torch manages"))
+    lock = tmp_path / "lock"
+    lock.touch()
+    old = time.time() - cpp_kernel.STALE_LOCK_S - 60
+    os.utime(lock, (old, old))
+    cpp_kernel.clear_stale_lock(tmp_path)  # released: nothing said, nothing removed
+    assert lock.exists() and capsys.readouterr().err == ""
+    fd = os.open(lock, os.O_RDWR)  # another open file: flock conflicts with it as with another process
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        cpp_kernel.clear_stale_lock(tmp_path)
+        err = capsys.readouterr().err
+        assert lock.exists() and err.count("\n") == 1 and str(lock) in err and "delete" not in err
+    finally:
+        os.close(fd)
+    cpp_kernel.clear_stale_lock(tmp_path / "none")  # no file at all
+    assert capsys.readouterr().err == ""
+
+
+def test_the_lock_kind_is_read_from_this_torch():
+    """torch_locks_by_existence answers for the torch installed: FileBaton up to 2.13, filelock from 2.14."""
+    from torch.utils import cpp_extension
+
+    from onlstm.nn import cpp_kernel
+
+    source = Path(cpp_extension.__file__).read_text(encoding="utf-8")
+    assert cpp_kernel.torch_locks_by_existence() == ("FileBaton(" in source)
 
 
 def _grads(m, x):

@@ -53,10 +53,51 @@ def build_path(path: str) -> str:
     return os.pathsep.join(dict.fromkeys(first + rest))  # in order, each directory once
 
 
+def torch_locks_by_existence() -> bool:
+    """Whether this torch's build lock is a file whose existence blocks (``FileBaton``, torch up to 2.13: a killed
+    build leaves it behind). From torch 2.14 the lock is an OS lock (``filelock``) on a file that stays after
+    every build: the kernel releases it when its holder dies, so the file alone says nothing."""
+    from torch.utils import cpp_extension
+
+    return hasattr(cpp_extension, "FileBaton")
+
+
+def lock_held(lock: Path) -> bool:
+    """Whether another process holds the OS lock on ``lock`` (torch 2.14's build lock) now."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): torch's own lock waits, without our line
+        return False
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _say_waiting(lock: Path, stale_possible: bool = True) -> None:
+    msg = f"onlstm: waiting for another process to finish building the C++ kernel ({lock})"
+    tail = "; if no build is running, delete that file" if stale_possible else ""
+    print(msg + tail, file=sys.stderr, flush=True)
+
+
 def clear_stale_lock(build_dir: Path) -> None:
     """Wait while another process builds the kernel; remove a build lock older than :data:`STALE_LOCK_S`, left
-    by a killed build (PyTorch would wait for it forever, silently, in every later process)."""
+    by a killed build (PyTorch would wait for it forever, silently, in every later process). With torch's OS lock
+    (2.14 on) no lock is stale and the file is never removed: one line when another build holds it, then torch
+    waits for it."""
     lock, said = build_dir / "lock", False
+    if not torch_locks_by_existence():
+        if lock_held(lock):
+            _say_waiting(lock, stale_possible=False)
+        return
     while True:
         try:
             age = time.time() - lock.stat().st_mtime
@@ -69,8 +110,7 @@ def clear_stale_lock(build_dir: Path) -> None:
             )
             return
         if not said:
-            msg = f"onlstm: waiting for another process to finish building the C++ kernel ({lock}); "
-            print(msg + "if no build is running, delete that file", file=sys.stderr, flush=True)
+            _say_waiting(lock)
             said = True
         time.sleep(1.0)
 
