@@ -92,6 +92,27 @@ def test_a_suite_the_model_cannot_score_is_named_apart_not_averaged():
 
 
 @pytest.mark.slow
+def test_the_per_run_table_has_a_row_a_run_with_how_it_ended(tmp_path):
+    """Each measured run is a row (cells, then seeds, in order): its epochs and what stopped it, NT-ASGD's switch
+    read from its log.csv, its perplexities and headline figures; a figure it lacks (an LSTM's trees) is "-"."""
+    log = tmp_path / "log.csv"
+    log.write_text("epoch,valid_ppl,averaging\n1,300,0\n2,200,0\n3,150,1\n4,140,1\n")
+    assert study.averaging_from(log) == 3 and study.averaging_from(tmp_path / "none.csv") is None
+    log.write_text("epoch,valid_ppl,averaging\n1,300,0\n")
+    assert study.averaging_from(log) is None  # SGD still
+    res = study.StudyResult(out_dir=None)  # type: ignore[arg-type]
+    wsj10 = {"layers": {"layer 2": 0.6125}, "baselines": {}}
+    base = {"epochs": 30.0, "stopped_by": "epochs", "averaging_from": 15, "valid_ppl": 83.456, "test_ppl": 80.0}
+    res.runs.append({"cell": "lstm", "seed": 2, "figures": dict(base, stopped_by="patience", epochs=27.0)})
+    res.runs.append({"cell": "onlstm", "seed": 1, "figures": dict(base, wsj10=wsj10)})
+    lines = study.tables(res, ["onlstm", "lstm"]).splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("| run |")))
+    head, _, first, second = lines[start : start + 4]
+    assert head.count("|") == first.count("|") == second.count("|") == 10
+    assert first.startswith("| lstm, seed 2 | 27 (patience) | 15 | 83.46 | 80.00 | - | - | - | - |")
+    assert second.startswith("| onlstm, seed 1 | 30 (epochs) | 15 | 83.46 | 80.00 | 61.25 | - |")
+
+
 def test_the_grid_is_trained_measured_and_reused(tmp_path, capsys):
     data = write_corpus(tmp_path / "corpus")
     (tmp_path / "bank").mkdir()
@@ -108,6 +129,7 @@ def test_the_grid_is_trained_measured_and_reused(tmp_path, capsys):
         figures = run["figures"]
         got = json.loads((out / f"{run['cell']}-seed{run['seed']}" / "results.json").read_text())
         assert figures["test_ppl"] == got["test"]["ppl"] > 1  # the run's own final test
+        assert figures["valid_ppl"] == got["valid"]["ppl"] > 1  # and its best validation
         if run["cell"] == "onlstm":  # an LSTM has no master gates: no trees
             assert set(figures["wsj10"]["layers"]) == {"layer 1", "layer 2"}
             # by hand: right-branching finds 3 of the gold spans (sat..mat, on..mat, the mat) and misses "the cat";

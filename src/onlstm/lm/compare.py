@@ -12,6 +12,7 @@ finished seeds and the first cell against each other (:func:`~onlstm.studies.sta
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import math
 import subprocess
@@ -309,6 +310,8 @@ def measure(where: Path, evals: Path, yardsticks: Yardsticks, log: Callable[[str
     result = run.results() or {}
     figures: dict = {"test_ppl": (result.get("test") or {}).get("ppl"), "epochs": result.get("epochs")}
     figures["stopped_by"] = result.get("stopped_by")
+    figures["valid_ppl"] = (result.get("valid") or {}).get("ppl")
+    figures["averaging_from"] = averaging_from(run.log_path)
     threads = ["--threads", str(yardsticks.threads)]
     cell = (run.header().get("model") or {}).get("cell")
     trees = cell in encoders.names() and encoders.has_distances(cell)  # trees need master gates
@@ -332,6 +335,14 @@ def measure(where: Path, evals: Path, yardsticks: Yardsticks, log: Callable[[str
         figures["syntaxgym"] = _suites(report)
         figures["sg_score"] = report["models"][0].get("sg_score")  # Hu et al.'s aggregation, as syneval gives it
     return figures
+
+
+def averaging_from(log_csv: Path) -> int | None:
+    """The first epoch whose validation read averaged weights (NT-ASGD's switch), from ``log.csv``; None before."""
+    if not log_csv.is_file():
+        return None
+    with open(log_csv, newline="", encoding="utf-8", errors="replace") as f:
+        return next((int(r["epoch"]) for r in csv.DictReader(f) if r.get("averaging") == "1"), None)
 
 
 def _inputs(name: str, flags: list[str], weights: str, data: Path) -> dict:
@@ -473,7 +484,34 @@ def tables(res: StudyResult, cells: list[str]) -> str:
     notes += not_scored(res) + coverage(res)
     notes += [f"- failed: {e.name}: {e.why}" for e in res.failed]
     rule = "ahead/behind: the difference of the means beyond twice its standard error over seeds, else level"
-    return "\n".join([*lines, "", *parsing_claim(per_cell), f"Verdicts for {first}; {rule}.", *notes])
+    return "\n".join([*lines, "", *parsing_claim(per_cell), f"Verdicts for {first}; {rule}.", *notes, "",
+                      *per_run(res)])  # fmt: skip
+
+
+#: The per-run table's columns: (header, the figure from a run's measures, format).
+PER_RUN = (
+    ("best validation perplexity", lambda f, m: f.get("valid_ppl"), "{:.2f}"),
+    ("test perplexity", lambda f, m: f.get("test_ppl"), "{:.2f}"),
+    ("WSJ10 F1, layer 2", lambda f, m: m.get("WSJ10 sentence F1, layer 2", (None,))[0], "{:.2f}"),
+    ("WSJ F1, layer 2", lambda f, m: m.get("WSJ all lengths sentence F1, layer 2", (None,))[0], "{:.2f}"),
+    ("M&L mean", lambda f, m: m.get("Marvin & Linzen, mean over cases", (None,))[0], "{:.2f}"),
+    ("SG score", lambda f, m: m.get("SyntaxGym SG score (Hu et al. 2020)", (None,))[0], "{:.2f}"),
+)
+
+
+def per_run(res: StudyResult) -> list[str]:
+    """One row per measured run: how it ended (epochs, by what, NT-ASGD's switch) and its headline figures."""
+    if not res.runs:
+        return []
+    head = ["run", "epochs (stopped by)", "averaging from epoch", *(h for h, _, _ in PER_RUN)]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for r in sorted(res.runs, key=lambda r: (r["cell"], r["seed"])):
+        f, m = r["figures"], measures(r["figures"])
+        ended = f"{f.get('epochs') or 0:g} ({f.get('stopped_by') or '?'})"
+        cols = [f"{r['cell']}, seed {r['seed']}", ended, str(f.get("averaging_from") or "-")]
+        cols += ["-" if (v := get(f, m)) is None else fmt.format(v) for _, get, fmt in PER_RUN]
+        lines.append("| " + " | ".join(cols) + " |")
+    return lines
 
 
 def parsing_claim(per_cell: dict[str, list[dict]]) -> list[str]:
