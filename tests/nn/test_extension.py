@@ -500,3 +500,29 @@ def test_each_cpu_kind_builds_its_own_kernel(monkeypatch):
     other = cpp_kernel.module_name()
     monkeypatch.setattr(cpp_kernel, "cpu_features", lambda: "Some CPU | fpu sse2 avx2 fma")
     assert len({here, other, cpp_kernel.module_name()}) == 3
+
+
+QUIET_IMPORT = """
+import os, sys, torch
+torch.cuda._is_compiled = lambda: True  # a CUDA build of torch on a machine with the toolkit and no GPU
+torch.version.cuda = "13.0"
+torch.cuda.is_available = lambda: False
+os.environ["CUDA_HOME"] = sys.argv[1]
+if sys.argv[2] == "ours":
+    from onlstm.nn.cpp_kernel import torch_cpp_extension
+    torch_cpp_extension()
+else:
+    import torch.utils.cpp_extension
+"""
+
+
+@pytest.mark.parametrize("how", ["torch", "ours"])
+def test_torchs_cuda_home_line_is_not_said_for_a_cpu_kernel(tmp_path, how):
+    """A CUDA build of torch logs "No CUDA runtime is found" when cpp_extension is imported on a machine with the CUDA
+    toolkit and no GPU (torch 2.14.1's default wheel on a GPU-less cluster node): the kernel, CPU code, imports it
+    without that line. The plain import says it here, so the check would see it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", QUIET_IMPORT, str(tmp_path), how], env=env, capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert ("No CUDA runtime is found" in r.stderr) == (how == "torch"), r.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import platform
 import shutil
@@ -53,11 +54,25 @@ def build_path(path: str) -> str:
     return os.pathsep.join(dict.fromkeys(first + rest))  # in order, each directory once
 
 
+def torch_cpp_extension() -> Any:
+    """``torch.utils.cpp_extension``, imported without the line a CUDA build of torch logs at that import on a
+    machine with the CUDA toolkit and no GPU ("No CUDA runtime is found, using CUDA_HOME=…"): the kernel is CPU
+    code, whose build reads nothing of CUDA, so the line would only puzzle (and torchrun prefixes it per rank)."""
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        from torch.utils import cpp_extension
+    finally:
+        log.setLevel(level)
+    return cpp_extension
+
+
 def torch_locks_by_existence() -> bool:
     """Whether this torch's build lock is a file whose existence blocks (``FileBaton``, torch up to 2.13: a killed
     build leaves it behind). From torch 2.14 the lock is an OS lock (``filelock``) on a file that stays after
     every build: the kernel releases it when its holder dies, so the file alone says nothing."""
-    from torch.utils import cpp_extension
+    cpp_extension = torch_cpp_extension()
 
     return hasattr(cpp_extension, "FileBaton")
 
@@ -180,7 +195,7 @@ def _native_failed(reason: str) -> str:
 def _failure_file() -> Path:
     """Where a native build that failed while the portable one built is recorded (in the native build's
     directory), so that later processes do not fail it again, each with a line and a compiler run."""
-    from torch.utils import cpp_extension
+    cpp_extension = torch_cpp_extension()
 
     return Path(cpp_extension._get_build_directory(module_name("native"), verbose=False)) / "native-failed.txt"
 
@@ -242,7 +257,7 @@ def module_name(build: str = "native") -> str:
 
 
 def _build_and_load(build: str = "native") -> Any:
-    from torch.utils import cpp_extension
+    cpp_extension = torch_cpp_extension()
 
     name, source, (cflags, ldflags) = module_name(build), _SOURCE.read_bytes(), BUILDS[build]
     build_dir = _state["build_dir"] = Path(cpp_extension._get_build_directory(name, verbose=False))
