@@ -63,6 +63,21 @@ def test_the_compiled_layer_runs_one_operator_per_layer_and_direction_and_equals
         torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-6)  # the same kernel: equal up to summation order
 
 
+def test_export_is_read_from_its_flag_not_from_the_call_a_compiler_may_fold(monkeypatch):
+    """torch 2.10's compiler folds ``torch.compiler.is_exporting()`` to True under any torch.compile, so the layer took
+    every compilation for an export and traced its reference loop (checked in a torch 2.10 environment: no operator
+    in the graph before, the operator after). The layer reads export's own flag; the call decides only in a torch
+    without the flag. (Forcing the call to True in a whole compilation would change torch's own paths as well.)"""
+    from onlstm.nn import modules
+
+    monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)  # what 2.10's compiler answers
+    assert not modules._exporting()  # the flag: False, no export running
+    monkeypatch.setattr(torch.compiler, "_is_exporting_flag", True)  # what torch.export sets
+    assert modules._exporting()
+    monkeypatch.delattr(torch.compiler, "_is_exporting_flag")
+    assert modules._exporting()  # no flag: the call
+
+
 def test_outputs_left_out_of_the_loss_get_no_gradient_and_the_rest_are_right(impl):
     layer = _layer(impl)
     x = torch.randn(4, 2, 3, requires_grad=True)

@@ -41,6 +41,14 @@ class _Flat(NamedTuple):
         return self.batch_sizes.tolist() if self.packed else [self.batch] * self.steps
 
 
+def _exporting() -> bool:
+    """Whether torch.export is tracing, read from the flag ``torch.compiler.is_exporting()`` returns: the compiler of
+    torch 2.10 folds that call itself to True under any ``torch.compile`` (so a compiled layer ran the reference
+    loop, not its kernel), while it reads the flag's value as it is."""
+    flag = getattr(torch.compiler, "_is_exporting_flag", None)
+    return torch.compiler.is_exporting() if flag is None else bool(flag)
+
+
 def _functorch_active() -> bool:
     """Whether a ``torch.func`` transform (vmap, grad, jacrev, ...) is running (a private torch function, so
     asked for by name: a torch without it has no such transform running)."""
@@ -360,7 +368,7 @@ class ONLSTM(nn.Module):
         first checks itself against the reference loop here, and where it fails that is the reference
         (:mod:`onlstm.nn.selfcheck`).
         """
-        if torch.compiler.is_exporting() or _functorch_active():
+        if _exporting() or _functorch_active():
             # torch.export keeps PyTorch operations (an exported graph runs where this package is not installed),
             # and torch.func's transforms (vmap, grad, jacrev) wrap them; the kernels are opaque to both
             return "reference"
