@@ -27,9 +27,10 @@ from ._triton_steps import _cell_backward, _cell_forward, _master_gates, _master
 
 @triton.jit
 def _dot(a, w, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    # out_dtype names the accumulator's type: Triton up to 3.6 takes float32 unless told and refuses a float64 acc
     if UPCAST:  # the interpreter multiplies bf16 tiles wrongly: the same rounded values, multiplied in fp32
-        return tl.dot(a.to(acc.dtype), w.to(acc.dtype), acc, input_precision=PRECISION)
-    return tl.dot(a, w, acc, input_precision=PRECISION)
+        return tl.dot(a.to(acc.dtype), w.to(acc.dtype), acc, input_precision=PRECISION, out_dtype=acc.dtype)
+    return tl.dot(a, w, acc, input_precision=PRECISION, out_dtype=acc.dtype)
 
 
 @triton.jit
