@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import logging
 import os
 import platform
@@ -59,12 +60,15 @@ def torch_cpp_extension() -> Any:
     machine with the CUDA toolkit and no GPU ("No CUDA runtime is found, using CUDA_HOME=…"): the kernel is CPU
     code, whose build reads nothing of CUDA, so the line would only puzzle (and torchrun prefixes it per rank)."""
     log = logging.getLogger("torch.utils.cpp_extension")
-    level = log.level
-    log.setLevel(logging.ERROR)
+    level, said = log.level, io.StringIO()
+    log.setLevel(logging.ERROR)  # torch 2.8 on logs it; up to 2.7 it printed it to stderr
     try:
-        from torch.utils import cpp_extension
+        with contextlib.redirect_stderr(said):
+            from torch.utils import cpp_extension
     finally:
         log.setLevel(level)
+    rest = [line for line in said.getvalue().splitlines(keepends=True) if "No CUDA runtime is found" not in line]
+    sys.stderr.write("".join(rest))  # anything else the import said, as it said it
     return cpp_extension
 
 
