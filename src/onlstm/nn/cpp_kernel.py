@@ -68,7 +68,8 @@ def torch_cpp_extension() -> Any:
     finally:
         log.setLevel(level)
     rest = [line for line in said.getvalue().splitlines(keepends=True) if "No CUDA runtime is found" not in line]
-    sys.stderr.write("".join(rest))  # anything else the import said, as it said it
+    if rest and sys.stderr is not None:  # anything else the import said, as it said it (None: stderr closed)
+        sys.stderr.write("".join(rest))
     return cpp_extension
 
 
