@@ -77,9 +77,7 @@ def torch_locks_by_existence() -> bool:
     """Whether this torch's build lock is a file whose existence blocks (``FileBaton``, torch up to 2.13: a killed
     build leaves it behind). From torch 2.14 the lock is an OS lock (``filelock``) on a file that stays after
     every build: the kernel releases it when its holder dies, so the file alone says nothing."""
-    cpp_extension = torch_cpp_extension()
-
-    return hasattr(cpp_extension, "FileBaton")
+    return hasattr(torch_cpp_extension(), "FileBaton")
 
 
 def lock_held(lock: Path) -> bool:
