@@ -488,14 +488,14 @@ def tables(res: StudyResult, cells: list[str]) -> str:
                       *per_run(res)])  # fmt: skip
 
 
-#: The per-run table's columns: (header, the figure from a run's measures, format).
+#: The per-run table's columns: header, and the run's figure (a key of its figures) or measure (of measures()).
 PER_RUN = (
-    ("best validation perplexity", lambda f, m: f.get("valid_ppl"), "{:.2f}"),
-    ("test perplexity", lambda f, m: f.get("test_ppl"), "{:.2f}"),
-    ("WSJ10 F1, layer 2", lambda f, m: m.get("WSJ10 sentence F1, layer 2", (None,))[0], "{:.2f}"),
-    ("WSJ F1, layer 2", lambda f, m: m.get("WSJ all lengths sentence F1, layer 2", (None,))[0], "{:.2f}"),
-    ("M&L mean", lambda f, m: m.get("Marvin & Linzen, mean over cases", (None,))[0], "{:.2f}"),
-    ("SG score", lambda f, m: m.get("SyntaxGym SG score (Hu et al. 2020)", (None,))[0], "{:.2f}"),
+    ("best validation perplexity", "valid_ppl"),
+    ("test perplexity", "test_ppl"),
+    ("WSJ10 F1, layer 2", "WSJ10 sentence F1, layer 2"),
+    ("WSJ F1, layer 2", "WSJ all lengths sentence F1, layer 2"),
+    ("M&L mean", "Marvin & Linzen, mean over cases"),
+    ("SG score", "SyntaxGym SG score (Hu et al. 2020)"),
 )
 
 
@@ -503,13 +503,14 @@ def per_run(res: StudyResult) -> list[str]:
     """One row per measured run: how it ended (epochs, by what, NT-ASGD's switch) and its headline figures."""
     if not res.runs:
         return []
-    head = ["run", "epochs (stopped by)", "averaging from epoch", *(h for h, _, _ in PER_RUN)]
+    head = ["run", "epochs (stopped by)", "averaging from epoch", *(h for h, _ in PER_RUN)]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for r in sorted(res.runs, key=lambda r: (r["cell"], r["seed"])):
-        f, m = r["figures"], measures(r["figures"])
+        f = r["figures"]
+        values = {**f, **{name: value for name, (value, _) in measures(f).items()}}
         ended = f"{f.get('epochs') or 0:g} ({f.get('stopped_by') or '?'})"
         cols = [f"{r['cell']}, seed {r['seed']}", ended, str(f.get("averaging_from") or "-")]
-        cols += ["-" if (v := get(f, m)) is None else fmt.format(v) for _, get, fmt in PER_RUN]
+        cols += ["-" if values.get(key) is None else f"{values[key]:.2f}" for _, key in PER_RUN]
         lines.append("| " + " | ".join(cols) + " |")
     return lines
 
