@@ -13,6 +13,8 @@
 #                       rerun"), with its plan's code (7b2b5d5) installed apart: what a lane runs once its cell's
 #                       three language-model runs have finished (the ON-LSTM lane then B, the LSTM lane C); `keep`
 #                       keeps its finished runs too (lm-study/sysB, sysC), and `start` restores them
+#   lm_study.sh help S  split S's grid from its far end (what a lane runs after its own grid): the lane done first
+#                       trains the other's last runs, so the two end together
 # STUDY (default /work/lm-study) holds the installs, the runs and the logs; DATA (default ../shared/data from the
 # repository) the shared data. A machine replaced later takes only the runs still training with it.
 set -euo pipefail
@@ -26,6 +28,7 @@ ended() { grep -Eqs '"status": "(finished|stopped)"' "$1/results.json"; }  # a l
 PLAN=(--config ptb-cpu --epochs 30 --asgd-start-epoch 15 --patience 3 --threads 1)
 GRID=(--config paper --cells onlstm lstm-std --seeds 1111 1112 1113 --epochs 20 --jobs 1 --threads 1 --no-progress)
 declare -A SPLIT=([onlstm]=B [lstm]=C)  # the grid each lane runs after its language-model runs
+declare -A OTHER=([onlstm]=C [lstm]=B)  # the grid it then helps with from the far end
 
 install() {  # install DIR COMMIT: the code of COMMIT in its own environment under $STUDY/DIR (another commit's replaced)
   [ "$(cat "$STUDY/$1/commit" 2>/dev/null)" = "$2" ] && [ -x "$STUDY/$1/venv/bin/onlstm" ] && return
@@ -36,10 +39,17 @@ install() {  # install DIR COMMIT: the code of COMMIT in its own environment und
   "$STUDY/$1/venv/bin/pip" install --quiet torch==2.13.0 "$STUDY/$1/code[experiments]" && echo "$2" > "$STUDY/$1/commit"
 }
 
-grid() {  # the #50 grid on split $1: its held-out data, then logic compare (reuses finished runs, resumes others)
+grid() {  # the #50 grid on split $1: its held-out data, then logic compare (reuses finished runs, resumes others);
+  # more arguments replace the grid's order (a later --cells or --seeds wins)
   local bin=$STUDY/sys/venv/bin/onlstm data=$STUDY/sys/data$1
   [ -f "$data/.onlstm-output.json" ] || "$bin" logic holdout --data "$DATA/logic-train" --split "$1" --out "$data"
-  "$bin" logic compare "${GRID[@]}" --data "$data" --out "$STUDY/runs/sys$1"
+  "$bin" logic compare "${GRID[@]}" --data "$data" --out "$STUDY/runs/sys$1" "${@:2}"
+}
+
+help_other() {  # a lane whose grid is done takes the other split's runs from the far end (last seed, LSTM first)
+  # until the two meet: the one that reaches a run the other is training stops there with the lock's one line
+  # (exit 2), nothing lost, and the other goes on; a run either finished is reused
+  grid "$1" --seeds 1113 1112 1111 --cells lstm-std onlstm || echo "lane ends here: the other lane trains the rest"
 }
 
 lane() {  # one cell's seeds in order: a kept or finished run is skipped, a started one resumed
@@ -55,7 +65,7 @@ lane() {  # one cell's seeds in order: a kept or finished run is skipped, a star
     fi
   done
   for seed in 141 142 143; do finished "$RUNS/$cell-seed$seed" || return 0; done  # the grid only after all three
-  install sys 7b2b5d5 && grid "${SPLIT[$cell]}"
+  install sys 7b2b5d5 && grid "${SPLIT[$cell]}" && help_other "${OTHER[$cell]}"
 }
 
 case ${1:-} in
@@ -78,8 +88,9 @@ case ${1:-} in
     ;;
   lane) lane "$2" ;;
   grid) install sys 7b2b5d5 && grid "$2" ;;
+  help) install sys 7b2b5d5 && help_other "$2" ;;
   stop)  # the lanes first, so that none starts the next seed; a paused training (a timing window) is continued
-    pkill -f 'lm_study.s[h] (lane|grid)' || true
+    pkill -f 'lm_study.s[h] (lane|grid|help)' || true
     pkill -CONT -f 'onlstm (l[m]|logi[c]) (train|compare)' || true
     pkill -INT -f 'onlstm (l[m]|logi[c]) (train|compare)' || true
     for _ in $(seq 300); do pgrep -f 'onlstm (l[m]|logi[c]) (train|compare)' > /dev/null || break; sleep 1; done  # resume files
