@@ -121,6 +121,8 @@ case ${1:-} in
         cp -r "$STUDY/runs/sys$S/evals/$(basename "$run")" "$HERE/lm-study/sys$S/evals/"
         echo "kept sys$S/$(basename "$run")"
       done
+      # the grid's table, published once every run of the split is scored (tests/logic/test_sys_records.py)
+      [ -f "$STUDY/runs/sys$S/table.md" ] && ! grep -q 'not scored' "$STUDY/runs/sys$S/table.md" && cp "$STUDY/runs/sys$S/table.md" "$HERE/lm-study/sys$S.md" || true
     done
     ;;
   status)
