@@ -220,6 +220,28 @@ def test_ctrl_c_says_to_go_on_with_the_comparison(data, tmp_path, monkeypatch, c
     assert "resuming the interrupted run in" in capsys.readouterr().out
 
 
+def test_two_comparisons_over_one_grid_meet_at_a_run_one_is_training(data, tmp_path, monkeypatch, capsys):
+    """Two processes over one grid (one taking it from the far end): the one reaching the run the other trains
+    stops there in one line naming that process, and leaves the run as it was; its log said "resuming" before."""
+    from onlstm.logic import model as M
+
+    real = ctrl_c_at_batch(monkeypatch, 9)
+    out = tmp_path / "study"
+    argv = ["logic", "compare", "--data", str(data[0]), "--out", str(out), *FLAGS, "--cells", "onlstm", "--seeds", "0"]
+    assert main([*argv, "--epochs", "3", "--valid-every", "3"]) == 130  # a run with its resume file, as in training
+    monkeypatch.setattr(M, "collate", real)
+    run = out / "onlstm-seed0"
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    capsys.readouterr()
+    with RunDir(run).lock("onlstm logic compare"):
+        assert main([*argv, "--epochs", "3", "--valid-every", "3"]) == 2
+        after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != RunDir.LOCK}
+    said = capsys.readouterr()
+    assert f"== onlstm, seed 0: training now (pid {os.getpid()} on host " in said.out and "resuming" not in said.out
+    assert f"in use by another training: pid {os.getpid()}" in said.err and len(said.err.strip().splitlines()) == 1
+    assert after == before
+
+
 def test_a_finished_run_is_never_deleted_to_train_it_again_with_other_settings(data, tmp_path, capsys):
     """A rerun with another --lr, or a lower budget, deleted every finished run and trained it again, its only line
     the one of a new run (forgetting --config paper wiped a study)."""

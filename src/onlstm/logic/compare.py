@@ -305,6 +305,8 @@ def _train_or_reuse(
         log(f"{what} reusing the finished run in {run_dir}")
         return reused
     resume, doing = _resumable(held, tcfg)
+    if holder := live_holder(run_dir):  # another comparison's run (two over one grid): its lock refuses this one
+        doing = f"training now ({holder}), not here:"
     log(f"{what} {doing} {run_dir}")
     trained = train(mcfg, tcfg, data, run_dir, log=log, resume=resume, replace=not resume, resume_command=go_on)
     return None if trained.interrupted else trained.record()
