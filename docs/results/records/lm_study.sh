@@ -138,6 +138,7 @@ case ${1:-} in
     for run in "$STUDY"/runs/sys*/*-seed*; do  # the #50 grid's runs: their status as their results say
       [ -d "$run" ] || continue
       state=$(grep -o '"status": "[a-z_]*"' "$run/results.json" 2>/dev/null || echo "no result yet")
+      [ -f "$run/steps.csv" ] && state="$state; at $(tail -n 1 "$run/steps.csv" | cut -d, -f2) of 20 epochs"
       echo "$(basename "$(dirname "$run")")/$(basename "$run"): $state"
     done
     ;;
