@@ -18,7 +18,7 @@ pytest.importorskip("triton")
 
 import onlstm
 from onlstm.nn import kernels
-from onlstm.nn.triton_kernel import load_interpreter_kernel
+from onlstm.nn.triton_kernel import fp64_dot, load_interpreter_kernel
 
 
 @pytest.fixture(params=["interpreter", pytest.param("cuda", marks=pytest.mark.cuda)])
@@ -299,6 +299,8 @@ def test_fused_step_equals_the_pytorch_kernel_in_float64(target, case):
     """The fused step (the product inside the step kernel) against the pure-PyTorch ``fused`` kernel, float64:
     outputs, final states, distances and the gradient of every input, to rounding."""
     impl, device = target
+    if not fp64_dot(device):
+        pytest.skip("this Triton has no float64 product (tl.dot): the fused step runs split in float64")
     n, C, bs, inclusive, use_distances = case
     D, G, I = n * C, 4 * n * C + 2 * n, 3
     gen = torch.Generator().manual_seed(0)
@@ -370,8 +372,13 @@ from onlstm.nn.triton_kernel import _fused_blocks
 names = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float64: "fp64"}
 ints = {"ROW0", "PREV0", "B", "NEXT0", "C_ROW0", "B_NEXT"}
 low = {"H_PREV", "W", "H_MM", "DG_MM"}  # the buffers in the products' dtype
-out = {}
-for dtype, mm in ((torch.float32, torch.float32), (torch.float32, torch.bfloat16), (torch.float64, torch.float64)):
+out, pairs = {}, [(torch.float32, torch.float32), (torch.float32, torch.bfloat16), (torch.float64, torch.float64)]
+try:  # a Triton without a float64 product (3.3) refuses it while compiling: the step then runs split in float64
+    triton.compile(ASTSource(F.probe_fp64_dot, {"a": "*fp64", "out": "*fp64"}, {}), target=GPUTarget("cuda", 90, 32))
+    fp64 = True
+except Exception:
+    fp64, pairs = False, pairs[:2]
+for dtype, mm in pairs:
     blocks = _fused_blocks(115, 10, dtype, mm, cuda=True)  # the paper's layer: 1150 units, chunks of 10
     options = {k: blocks.pop(k) for k in ("num_warps", "num_stages")}
     flags = {"INCLUSIVE": False, "HAS_HMM": mm != dtype, "HAS_GDIST": True, "HAS_MM": mm != dtype}
@@ -381,7 +388,7 @@ for dtype, mm in ((torch.float32, torch.float32), (torch.float32, torch.bfloat16
                for a in fn.arg_names}
         kernel = triton.compile(ASTSource(fn, sig, consts), target=GPUTarget("cuda", 90, 32), options=options)
         out[f"{fn.__name__} {names[dtype]}/{names[mm]}"] = kernel.metadata.shared
-print(json.dumps(out))
+print(json.dumps({"shared": out, "fp64_dot": fp64}))
 """
 
 
@@ -405,8 +412,11 @@ def test_fused_step_compiles_for_a_hopper_gpu_within_its_shared_memory():
     if r.returncode != 0 and ("ptxas" in r.stderr or "GPUTarget" in r.stderr or "No module named" in r.stderr):
         pytest.skip(f"this Triton cannot compile for sm_90 here: {r.stderr.strip().splitlines()[-1]}")
     assert r.returncode == 0, r.stderr[-2000:]
-    shared = json.loads(r.stdout.strip().splitlines()[-1])
-    assert len(shared) == 9 and all(0 <= v <= 227 * 1024 for v in shared.values()), shared
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    shared, fp64 = got["shared"], got["fp64_dot"]
+    assert len(shared) == (9 if fp64 else 6) and all(0 <= v <= 227 * 1024 for v in shared.values()), shared
+    # the layer asks this Triton the same question by running the product (the interpreter here, without a GPU)
+    assert fp64 == fp64_dot(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def test_second_derivatives_and_in_place_outputs(target):
@@ -427,6 +437,28 @@ def test_second_derivatives_and_in_place_outputs(target):
     out[1:, 0] = 0
     h.mul_(2)
     assert not out[1:, 0].any()
+
+
+def test_the_fused_step_runs_split_in_float64_where_triton_has_no_float64_product(target, monkeypatch):
+    """Triton 3.3 (torch 2.7's) refuses a float64 ``tl.dot``: the fused step asked for in float64 then runs split,
+    and a float64 layer gives the reference loop's outputs and gradients on either answer of the probe."""
+    from onlstm.nn import triton_kernel as tk
+
+    impl, device = target
+    kernel, x32, x64 = _fused_kernel(impl), torch.zeros(1, device=device), torch.zeros(1, device=device).double()
+    answer = tk.fp64_dot(device)
+    assert kernel.route(6, 2, x32) == "fused" and kernel.route(6, 2, x64) == ("fused" if answer else "split")
+    monkeypatch.setenv(tk.STEP_ENV, "fused")
+    m = layer(device, 3, 6, chunk_size=2).double()
+    x = torch.randn(4, 2, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(5)).to(device)
+    want = forward_backward(m, "reference", x.requires_grad_(), None, seed=1)
+    for said in (True, False):
+        monkeypatch.setitem(tk._fp64_dot, device.type, said)
+        assert kernel.route(6, 2, x64) == ("fused" if said else "split") and kernel.route(6, 2, x32) == "fused"
+        if said and not answer:
+            continue  # this Triton cannot run it
+        got = forward_backward(m, impl, x, None, seed=1)
+        assert all(torch.allclose(a, b, rtol=1e-9, atol=1e-10) for a, b in zip(got, want))
 
 
 # --------------------------------------------------------------------------- the interpreter's shortcut

@@ -34,6 +34,15 @@ def _dot(a, w, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def probe_fp64_dot(a, out):
+    """``out = a @ a`` for one 16x16 float64 tile by ``tl.dot``: Triton 3.3 (torch 2.7's) has no float64 product,
+    and the fused step runs split in float64 there (``triton_kernel.fp64_dot``)."""
+    i = tl.arange(0, 16)
+    tile = tl.load(a + i[:, None] * 16 + i[None, :])
+    tl.store(out + i[:, None] * 16 + i[None, :], tl.dot(tile, tile, out_dtype=tl.float64))
+
+
+@triton.jit
 def _program(B, NCH: tl.constexpr, CHUNK: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_CH: tl.constexpr,
              BLOCK_C: tl.constexpr):  # fmt: skip
     """This program's rows of the step (int64, and which exist) and unit columns: their chunk (clamped into

@@ -103,11 +103,11 @@ def check_batch_sizes(batch_sizes: Tensor | Sequence[int], rows: int, where: str
         raise ValueError(f"{where}: batch_sizes is empty (a packed sequence has at least one step)")
     if min(sizes) <= 0:
         raise ValueError(f"{where}: batch_sizes must be positive, got {min(sizes)} at step {sizes.index(min(sizes))}")
-    step = next((k for k in range(1, len(sizes)) if sizes[k] > sizes[k - 1]), None)
-    if step is not None:
-        raise ValueError(
-            f"{where}: batch_sizes must be non-increasing, got {sizes[step - 1]} then {sizes[step]} at step {step}"
-        )
+    for step in range(1, len(sizes)):  # a loop, not next() over a generator, which torch 2.7's compiler refused
+        if sizes[step] > sizes[step - 1]:
+            raise ValueError(
+                f"{where}: batch_sizes must be non-increasing, got {sizes[step - 1]} then {sizes[step]} at step {step}"
+            )
     total = sum(sizes)
     if total != rows:
         raise ValueError(f"{where}: batch_sizes sum to {total} but the packed data has {rows} rows")

@@ -372,7 +372,9 @@ class ONLSTM(nn.Module):
             # torch.export keeps PyTorch operations (an exported graph runs where this package is not installed),
             # and torch.func's transforms (vmap, grad, jacrev) wrap them; the kernels are opaque to both
             return "reference"
-        chosen = _chosen_impl(self.impl, device, dtype, self.hidden_size, self.chunk_size, self.master_input)
+        # the sizes as one string: under torch.compile(dynamic=True) torch 2.7 made a module's int attributes
+        # symbolic, and a symbolic argument of a function marked constant stopped the compilation
+        chosen = _chosen_impl(self.impl, device, dtype, f"{self.hidden_size} {self.chunk_size} {self.master_input}")
         if torch.compiler.is_compiling():  # the built-in kernels as operators (kernel_ops.py), else the step loop
             return chosen if chosen in kernel_ops.OPERATOR_KERNELS else "reference"
         return chosen
@@ -529,11 +531,12 @@ class ONLSTM(nn.Module):
         return kernels.fused_layer(x, w_ih, w_hh, bias, h0, c0, flat.batch_sizes, self.chunk_size, inclusive, kernel)
 
 
-def _chosen_impl(impl: str, device: torch.device, dtype: torch.dtype, hidden: int, chunk: int, master: str) -> str:
-    """What runs the layers for ``impl``: the registry's choice, once it has checked itself. Under torch.compile
-    it is called while tracing, not traced (it loads and times kernels), and its answer is a constant of the
-    graph."""
-    return selfcheck.verified(kernels.resolve_impl(impl, device, dtype), device, dtype, hidden, chunk, master)
+def _chosen_impl(impl: str, device: torch.device, dtype: torch.dtype, layer: str) -> str:
+    """What runs the layers for ``impl``: the registry's choice, once it has checked itself on a layer of these
+    sizes (``layer``: "HIDDEN CHUNK MASTER_INPUT"). Under torch.compile it is called while tracing, not traced
+    (it loads and times kernels), and its answer is a constant of the graph."""
+    hidden, chunk, master = layer.split()
+    return selfcheck.verified(kernels.resolve_impl(impl, device, dtype), device, dtype, int(hidden), int(chunk), master)
 
 
 # What torch.compiler.assume_constant_result(_chosen_impl) does, without it: that function imports the compiler,

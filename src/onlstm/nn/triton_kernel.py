@@ -62,6 +62,24 @@ def fused_fits(n: int, chunk: int) -> bool:
     return n <= FUSED_MAX_CHUNKS and chunk <= FUSED_MAX_CHUNK
 
 
+_fp64_dot: dict[str, bool] = {}  # by device kind: the answer of fp64_dot
+
+
+def fp64_dot(device: torch.device) -> bool:
+    """Whether this Triton multiplies float64 tiles (``tl.dot``), which the fused step needs in float64: asked
+    once per device kind by one 16x16 product (Triton 3.3, torch 2.7's, refuses it while compiling, and so does
+    its interpreter). Without it the fused step runs split in float64."""
+    if device.type not in _fp64_dot:
+        a = torch.randn(16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
+        out = torch.empty_like(a)
+        try:
+            _fused_module().probe_fp64_dot[(1,)](a, out)
+            _fp64_dot[device.type] = bool(torch.allclose(out, a @ a))
+        except Exception:  # a refusal is any of Triton's compile or interpreter errors
+            _fp64_dot[device.type] = False
+    return _fp64_dot[device.type]
+
+
 class TritonKernel:
     """The Triton kernel; ``saved = (out, act, cells, mm)``, ``mm`` an empty tensor of the matmul dtype.
 
@@ -75,10 +93,13 @@ class TritonKernel:
         self._steps = steps  # the module of @triton.jit kernels (compiled, or interpreted on the CPU)
         self._step = step
 
-    def route(self, hidden: int, chunk: int) -> str:
-        """``'fused'`` or ``'split'``: the step a call of a layer of this size runs now."""
+    def route(self, hidden: int, chunk: int, like: Tensor | None = None) -> str:
+        """``'fused'`` or ``'split'``: the step a call of a layer of this size, on tensors ``like`` this one
+        (dtype, device), runs now."""
         wanted = self._step or requested_step()
-        return "fused" if wanted == "fused" and fused_fits(hidden // chunk, chunk) else "split"
+        fp64 = like is not None and like.dtype == torch.float64
+        takes = not fp64 or fp64_dot(like.device)  # type: ignore[union-attr]
+        return "fused" if wanted == "fused" and fused_fits(hidden // chunk, chunk) and takes else "split"
 
     def describe(self) -> str:
         """For ``onlstm info``: which step runs."""
@@ -87,7 +108,8 @@ class TritonKernel:
             return f"split step: per step a torch product and one Triton kernel ({STEP_ENV}=fused: one launch)"
         return (
             f"fused step: one Triton launch per step each way, up to {FUSED_MAX_CHUNKS} chunks of up to "
-            f"{FUSED_MAX_CHUNK} units (else split); not yet measured on a GPU"
+            f"{FUSED_MAX_CHUNK} units (else split, and in float64 where this Triton has no float64 product); not "
+            "yet measured on a GPU"
         )
 
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
@@ -101,7 +123,7 @@ class TritonKernel:
         act, cells, out, dist = x.new_empty(N, G), x.new_empty(N, D), x.new_empty(N, D), x.new_empty(N, 2)
         h_mm = x.new_empty(N, D, dtype=mm) if low else out  # h_t as the next product reads it
         buffers = (xp, act, cells, out, h_mm, dist)
-        steps = self._fused_steps if self.route(D, chunk) == "fused" else self._split_steps
+        steps = self._fused_steps if self.route(D, chunk, x) == "fused" else self._split_steps
         steps(buffers, w_hh.to(mm), h0.to(mm), c0, bs, chunk, {"INCLUSIVE": inclusive, "HAS_HMM": low})
         last = last_rows(bs, out.device)  # h_n, c_n: each row's state after its own last step
         return KernelOutputs(out, out[last], cells[last], dist, saved=(out, act, cells, x.new_empty(0, dtype=mm)))
@@ -133,7 +155,7 @@ class TritonKernel:
         x, w_ih, w_hh, _, h0, c0, batch_sizes, chunk, inclusive = inputs
         out, act, cells, marker = saved
         bs, mm = batch_sizes.tolist(), marker.dtype
-        step_grads = self._fused_grads if self.route(w_hh.shape[1], chunk) == "fused" else self._step_grads
+        step_grads = self._fused_grads if self.route(w_hh.shape[1], chunk, w_hh) == "fused" else self._step_grads
         with torch.autocast(x.device.type, enabled=False):
             dG, dG_mm, dh, dc = step_grads(w_hh, c0, act, cells, bs, mm, chunk, inclusive, *grads)
             return KernelGrads(*_weight_grads(dG, dG_mm, x, w_ih, w_hh, h0, out, bs, mm), dh, dc)
