@@ -35,8 +35,8 @@ def _dot(a, w, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
 
 @triton.jit
 def probe_fp64_dot(a, out):
-    """``out = a @ a`` for one 16x16 float64 tile by ``tl.dot``: Triton 3.3 (torch 2.7's) has no float64 product,
-    and the fused step runs split in float64 there (``triton_kernel.fp64_dot``)."""
+    """``out = a @ a`` for one 16x16 float64 tile by ``tl.dot``: Triton 3.3 and 3.4 (torch 2.7's and 2.8's) have no
+    float64 product, and the fused step runs split in float64 there (``triton_kernel.fp64_dot``)."""
     i = tl.arange(0, 16)
     tile = tl.load(a + i[:, None] * 16 + i[None, :])
     tl.store(out + i[:, None] * 16 + i[None, :], tl.dot(tile, tile, out_dtype=tl.float64))

@@ -67,8 +67,8 @@ _fp64_dot: dict[str, bool] = {}  # by device kind: the answer of fp64_dot
 
 def fp64_dot(device: torch.device) -> bool:
     """Whether this Triton multiplies float64 tiles (``tl.dot``), which the fused step needs in float64: asked
-    once per device kind by one 16x16 product (Triton 3.3, torch 2.7's, refuses it while compiling, and so does
-    its interpreter). Without it the fused step runs split in float64."""
+    once per device kind by one 16x16 product (Triton 3.3 and 3.4, torch 2.7's and 2.8's, refuse it while
+    compiling, and so do their interpreters). Without it the fused step runs split in float64."""
     if device.type not in _fp64_dot:
         a = torch.randn(16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
         out = torch.empty_like(a)
@@ -97,8 +97,7 @@ class TritonKernel:
         """``'fused'`` or ``'split'``: the step a call of a layer of this size, on tensors ``like`` this one
         (dtype, device), runs now."""
         wanted = self._step or requested_step()
-        fp64 = like is not None and like.dtype == torch.float64
-        takes = not fp64 or fp64_dot(like.device)  # type: ignore[union-attr]
+        takes = like is None or like.dtype != torch.float64 or fp64_dot(like.device)
         return "fused" if wanted == "fused" and fused_fits(hidden // chunk, chunk) and takes else "split"
 
     def describe(self) -> str:
