@@ -440,7 +440,7 @@ def test_second_derivatives_and_in_place_outputs(target):
 
 
 def test_the_fused_step_runs_split_in_float64_where_triton_has_no_float64_product(target, monkeypatch):
-    """Triton 3.3 (torch 2.7's) refuses a float64 ``tl.dot``: the fused step asked for in float64 then runs split,
+    """Tritons 3.3 and 3.4 (torch 2.7's, 2.8's) refuse a float64 ``tl.dot``: the fused step asked for in float64 then runs split,
     and a float64 layer gives the reference loop's outputs and gradients on either answer of the probe."""
     from onlstm.nn import triton_kernel as tk
 
