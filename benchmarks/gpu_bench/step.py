@@ -73,17 +73,22 @@ def not_run(variant: Variant, device: torch.device) -> str | None:
 
 
 def measure(
-    shape: Shape, kernel: str, device: torch.device, repeats: int, compiled: bool = False
+    shape: Shape,
+    kernel: str,
+    device: torch.device,
+    repeats: int,
+    compiled: bool = False,
+    variants: tuple[Variant, ...] = VARIANTS,
 ) -> tuple[list[dict], list[dict]]:
-    """The rows of one shape (fp32), timed in alternating rounds after a warm-up, and the checks that every
-    graph replays its eager step; the compiled rows only where ``compiled``."""
+    """The rows of one shape (fp32) for ``variants``, timed in alternating rounds after a warm-up, and the checks
+    that every graph replays its eager step; the compiled rows only where ``compiled``."""
     T, B, I, H, C = shape
     torch.manual_seed(0)
     x = torch.randn(T, B, I, device=device, requires_grad=True)
     layers = {BASELINE: nn.LSTM(I, H).to(device), "onlstm": onlstm.ONLSTM(I, H, chunk_size=C, impl=kernel).to(device)}
     runs: dict[Variant, tuple[Callable, list[torch.Tensor]]] = {}
     rows, checks, errors = {}, [], {}
-    for v in (v for v in VARIANTS if compiled or not v.compiled):
+    for v in (v for v in variants if compiled or not v.compiled):
         rows[v] = {"shape": label(shape), "model": v.model, "tf32": v.tf32, "graph": v.graph, "run": v.run,
                    "name": v.name}  # fmt: skip
         why = not_run(v, device)
@@ -163,12 +168,18 @@ def _figures(rows: dict[Variant, dict], times: dict[Variant, list[float]], error
         row["x cuDNN TF32 on"] = med[default] / med[v] if default in med else None
 
 
-def step_section(shapes: tuple[Shape, ...], kernel: str, device: torch.device, repeats: int) -> dict[str, Any]:
+def step_section(
+    shapes: tuple[Shape, ...], kernel: str, device: torch.device, repeats: int, isolate: bool | None = None
+) -> dict[str, Any]:
     """The section: rows per shape, the graphs' checks, a check that every row that can run here ran, and the
-    goals at the last shape (the paper's layer)."""
+    goals at the last shape (the paper's layer). ``isolate`` (default: on CUDA) measures each row in a process of
+    its own (:mod:`gpu_bench.isolate`)."""
+    from . import isolate as isolated
+
+    run = isolated.measure if (device.type == "cuda" if isolate is None else isolate) else measure
     rows, checks = [], []
     for shape in shapes:
-        got_rows, got_checks = measure(shape, kernel, device, repeats, compiled=shape == shapes[-1])
+        got_rows, got_checks = run(shape, kernel, device, repeats, compiled=shape == shapes[-1])
         rows += got_rows
         checks += got_checks
     failed = [f"{r['shape']} {r['name']}: {r['error']}" for r in rows if "error" in r]

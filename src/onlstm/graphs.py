@@ -30,10 +30,18 @@ class CudaRecorder:
         current.wait_stream(self.stream)
 
     def record(self, body: Callable[[], None]) -> Callable[[], None]:
-        """Capture ``body`` (nothing runs) and return the replay."""
+        """Capture ``body`` (nothing runs) and return the replay. A capture that fails leaves the default CUDA
+        generator marked as capturing (the capture's end, which unmarks it, is what raised), and every random
+        draw after it would fail ("Offset increment outside graph capture"): its state from before is put back."""
+        generator = torch.cuda.default_generators[self.stream.device.index or 0]
+        before = generator.clone_state()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
-            body()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+                body()
+        except BaseException:
+            generator.graphsafe_set_state(before)
+            raise
         return graph.replay
 
 

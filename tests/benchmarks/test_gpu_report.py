@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 import pytest
 import torch
@@ -340,3 +341,35 @@ def test_the_recorded_command_keeps_the_pytest_timeout():
     assert gpu_report._command(args) == "python benchmarks/gpu_report.py --out r --pytest-timeout 60 --skip speed"
     default = gpu_report.build_parser().parse_args(["--out", "r"])
     assert "--pytest-timeout" not in gpu_report._command(default)
+
+
+def test_isolated_step_rows_match_the_in_process_ones_and_a_dead_child_fails_only_its_row(monkeypatch):
+    """Each row in a child process (the default on CUDA): the same rows as in one process, and a child that dies
+    (as one did on an H200 with an illegal memory access, which ends a process's CUDA context) makes its own row
+    an error naming the error line, while every other row is still measured."""
+    from gpu_bench import isolate
+
+    shape, cpu = (3, 2, 4, 6, 3), torch.device("cpu")
+    here = step.step_section((shape,), "reference", cpu, 1, isolate=False)
+    apart = step.step_section((shape,), "reference", cpu, 1, isolate=True)
+    key = ("model", "tf32", "run", "not_run")
+    assert [tuple(r.get(k) for k in key) for r in apart["rows"]] == [tuple(r.get(k) for k in key) for r in here["rows"]]
+    assert all(r["ms"] > 0 for r in apart["rows"] if "not_run" not in r)
+    fused = step.VARIANTS.index(step.Variant("fused", False, False))
+    run_child = isolate.run_child
+
+    def fused_dies(spec):
+        if spec["variant"] != fused:
+            return run_child(spec)
+        die = "import sys; sys.stderr.write('torch.AcceleratorError: CUDA error: an illegal memory access\\n'); sys.exit(6)"
+        return run_child(spec, [sys.executable, "-c", die])
+
+    monkeypatch.setattr(isolate, "run_child", fused_dies)
+    got = step.step_section((shape,), "reference", cpu, 1, isolate=True)
+    by = {(r["model"], r["tf32"], r["run"]): r for r in got["rows"]}
+    assert by[("fused", False, "eager")]["error"] == (
+        "its process ended (exit status 6): torch.AcceleratorError: CUDA error: an illegal memory access"
+    )
+    assert by[("split", False, "eager")]["ms"] > 0 and by[("nn.LSTM", False, "eager")]["ms"] > 0
+    measured = next(c for c in got["checks"] if c["name"] == "every step row that can run here measured")
+    assert measured["passed"] is False and "fused, TF32 off, eager" in measured["worst"]

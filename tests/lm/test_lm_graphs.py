@@ -156,3 +156,23 @@ def test_lm_eval_replays_its_segments_and_scores_what_it_scores_eagerly(tmp_path
         replays.append(recorder.replays)
     assert replays[0] >= 3 and replays[1] == replays[0]  # replayed with graphs; none with --no-cuda-graphs
     assert scores[0] == pytest.approx(scores[1], rel=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_failed_capture_leaves_the_random_draws_working():
+    """A capture that fails leaves torch's CUDA generator marked as capturing, and every later random draw failed
+    ("Offset increment outside graph capture encountered unexpectedly": on an H200, a failed recording in one
+    training run made every later run in that process fail). The recorder puts the generator's state back."""
+    recorder = shared_graphs.CudaRecorder(torch.device("cuda"))
+    x = torch.ones(4, device="cuda")
+
+    def unsafe():  # a host read while capturing: the capture fails
+        torch.rand(4, device="cuda")
+        x.sum().item()
+
+    with pytest.raises(RuntimeError):  # torch.AcceleratorError, a RuntimeError, where torch has it
+        recorder.record(unsafe)
+    torch.cuda.synchronize()
+    assert torch.rand(4, device="cuda").shape == (4,)  # raised RuntimeError before the fix
+    torch.nn.functional.dropout(x, 0.5)

@@ -107,8 +107,8 @@ class TritonKernel:
             return f"split step: per step a torch product and one Triton kernel ({STEP_ENV}=fused: one launch)"
         return (
             f"fused step: one Triton launch per step each way, up to {FUSED_MAX_CHUNKS} chunks of up to "
-            f"{FUSED_MAX_CHUNK} units (else split, and in float64 where this Triton has no float64 product); not "
-            "yet measured on a GPU"
+            f"{FUSED_MAX_CHUNK} units (else split, and in float64 where this Triton has no float64 product); "
+            "slower than the split step on an H200"
         )
 
     def forward(self, inputs: KernelInputs) -> KernelOutputs:
@@ -209,8 +209,9 @@ class TritonKernel:
 
 
 def _fused_blocks(n: int, chunk: int, dtype: torch.dtype, mm: torch.dtype, cuda: bool) -> dict[str, Any]:
-    """The fused step's tile constants (not yet tuned on a GPU): 16 rows and about 64 unit columns a program, the
-    products over blocks of 32; every ``tl.dot`` block at least 16, the GPU's smallest."""
+    """The fused step's tile constants, not tuned (on an H200 the step ran at 0.17-0.50x cuDNN, slower than the
+    split step): 16 rows and about 64 unit columns a program, the products over blocks of 32; every ``tl.dot``
+    block at least 16, the GPU's smallest."""
     import triton
 
     width = triton.next_power_of_2(chunk)
@@ -359,7 +360,8 @@ def _smoke_test(kernel: TritonKernel, device: torch.device) -> None:
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(3, 4, generator=g).to(device).requires_grad_()
-    w_ih, w_hh = torch.randn(18, 4, generator=g).to(device), torch.randn(18, 4, generator=g).to(device)
+    gates = 4 * 4 + 2 * (4 // 2)  # hidden 4 in chunks of 2: four gates per unit, two master gates per chunk
+    w_ih, w_hh = (torch.randn(gates, 4, generator=g).to(device) for _ in range(2))
     h0 = c0 = torch.zeros(1, 4, device=device)
     out = fused_layer(x, w_ih, w_hh, None, h0, c0, torch.tensor([1, 1, 1]), 2, False, kernel)[0]
     out.sum().backward()
