@@ -461,6 +461,43 @@ def test_dropconnect_one_mask_per_call_and_scaled_in_eval():
         m.train()
 
 
+def _flatten_like_cudnn(self):
+    """What ``nn.LSTM.flatten_parameters`` does on cuDNN (on the CPU it does nothing): the tensors the module holds
+    are copied into one new buffer and moved there (``set_``)."""
+    weights = self._flat_weights
+    buffer = torch.cat([w.detach().reshape(-1) for w in weights])
+    offset = 0
+    with torch.no_grad():
+        for w in weights:
+            w.set_(buffer.untyped_storage(), offset, w.shape)
+            offset += w.numel()
+
+
+def test_dropconnect_on_a_torch_lstm_leaves_its_parameters_where_they_are(monkeypatch):
+    """DropConnect on ``nn.LSTM`` (``dropconnect_call``) swaps ``weight_hh_l0``, after which cuDNN re-flattens the
+    weights the module holds. Given the module's own parameters, it moved them into a buffer of the call, and a CUDA
+    graph's replays copied stale values over the optimizer's updates (seen on an H200). The parameters must stay
+    where they are, and the call must still be the masked step, with a gradient for every parameter."""
+    from onlstm.nn.modules import dropconnect_call
+
+    monkeypatch.setattr(torch.nn.LSTM, "flatten_parameters", _flatten_like_cudnn)
+    lstm = torch.nn.LSTM(3, 4).double()
+    where = {n: p.data_ptr() for n, p in lstm.named_parameters()}
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    torch.manual_seed(3)
+    out, _ = dropconnect_call(lstm, 0.5, True, x)
+    assert {n: p.data_ptr() for n, p in lstm.named_parameters()} == where
+    torch.manual_seed(3)
+    keep = torch.empty_like(lstm.weight_hh_l0).uniform_() >= 0.5
+    plain = torch.nn.LSTM(3, 4).double()
+    plain.load_state_dict(lstm.state_dict())
+    with torch.no_grad():
+        plain.weight_hh_l0.mul_(keep)
+    torch.testing.assert_close(out, plain(x)[0])
+    out.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in lstm.parameters())
+
+
 def test_cell_step_loop_equals_layer():
     torch.manual_seed(0)
     cell = onlstm.ONLSTMCell(4, 6, chunk_size=3, dropconnect=0.3).double()

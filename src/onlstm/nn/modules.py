@@ -110,8 +110,13 @@ def dropconnect_call(rnn: Any, p: float, training: bool, *args: Any) -> Any:
     """``rnn(*args)`` for a one-layer torch RNN with the reference DropConnect on its ``weight_hh_l0``."""
     if not p:
         return rnn(*args)
-    w = dropconnect_weight(rnn.weight_hh_l0, p, training)
-    return torch.func.functional_call(rnn, {"weight_hh_l0": w}, args)
+    # Every weight goes in as a tensor of this call: once one weight is swapped, a torch RNN on cuDNN flattens the
+    # tensors it is given into a new buffer and moves them there (flatten_parameters). Given its own parameters
+    # it moved them, and a CUDA graph's replays then copied stale values over the optimizer's updates (an H200:
+    # the logic LSTM's graphs trained something else than its eager steps). Copies leave the parameters alone.
+    weights = {name: t.clone() for name, t in rnn.named_parameters()}
+    weights["weight_hh_l0"] = dropconnect_weight(rnn.weight_hh_l0, p, training)
+    return torch.func.functional_call(rnn, weights, args)
 
 
 class ONLSTMCell(nn.Module):
