@@ -12,7 +12,8 @@
 #   lm_study.sh grid S  issue #50's systematicity grid on split S (B or C; docs/results/logic.md, "The systematicity
 #                       rerun"), with its plan's code (7b2b5d5) installed apart: what a lane runs once its cell's
 #                       three language-model runs have finished (the ON-LSTM lane then B, the LSTM lane C); `keep`
-#                       keeps its finished runs too (lm-study/sysB, sysC), and `start` restores them
+#                       keeps its finished runs too (lm-study/sysB, sysC), and `start` restores them; with more
+#                       arguments (`grid B --seeds 1113 --cells onlstm`) a part of it, in that order
 #   lm_study.sh help S  split S's grid from its far end (what a lane runs after its own grid): the lane done first
 #                       trains the other's last runs, so the two end together
 # STUDY (default /work/lm-study) holds the installs, the runs and the logs; DATA (default ../shared/data from the
@@ -87,7 +88,7 @@ case ${1:-} in
     done
     ;;
   lane) lane "$2" ;;
-  grid) install sys 7b2b5d5 && grid "$2" ;;
+  grid) install sys 7b2b5d5 && grid "${@:2}" ;;  # more arguments: a part of the grid, in their order
   help) install sys 7b2b5d5 && help_other "$2" ;;
   stop)  # the lanes first, so that none starts the next seed; a paused training (a timing window) is continued
     pkill -f 'lm_study.s[h] (lane|grid|help)' || true
