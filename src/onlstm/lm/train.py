@@ -280,12 +280,8 @@ class Trainer:
         with torch.autocast(self.ctx.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
             loss, raw, hidden = self.objective(x, y, self.hidden, self.shard)
         update(self.optimizer, loss, self.params, cfg.clip)
-        # the carried state stays float32 whatever autocast made of it, so that evaluation, resume and a
-        # later fp32 session read it as they would without autocast. It is cut from this step's autograd graph
-        # now, not at the next eager step: that graph keeps every parameter's gradient accumulator alive, which
-        # torch 2.11 ties to the stream it was made on. An fp32 capture that ran while it lived failed in backward
-        # on an H200 ("operation would make the legacy stream depend on a capturing blocking stream"); that this
-        # was the cause is not yet checked on a GPU
+        # float32 whatever autocast made of it (evaluation and resume read it so), and cut from this step's graph at
+        # once: alive, it held every gradient accumulator into the next capture (docs/lm.md, "Training on a GPU")
         self.hidden = detach_state(hidden if cfg.precision == "fp32" else float32_state(hidden))
         return raw
 
