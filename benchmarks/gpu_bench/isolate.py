@@ -51,7 +51,7 @@ def measure(
             continue
         for w in baselines if v is None else (v,):
             where = f"; raised at {got['where']}" if got.get("where") else ""
-            rows.append(_row(shape, w) | {"error": got["error"] + where})
+            rows.append(step.row_of(shape, w) | {"error": got["error"] + where})
             if w.graph or w.compiled:
                 checks.append({"name": f"{w.name} replays the eager step", "passed": False, "worst": got["error"]})
     return rows, checks
@@ -103,9 +103,3 @@ def _failure(returncode: int, stderr: str) -> tuple[str, str | None]:
     said = (errors or lines or ["(nothing on stderr)"])[-1]
     frames = [f"{m[1]}/{m[2]}:{m[3]} {m[4]}" for m in map(OUR_FRAME.match, lines) if m]
     return f"its process ended (exit status {returncode}): {said[:300]}", " < ".join(frames[-2:][::-1]) or None
-
-
-def _row(shape: Shape, v: step.Variant) -> dict[str, Any]:
-    from .layer import label
-
-    return {"shape": label(shape), "model": v.model, "tf32": v.tf32, "graph": v.graph, "run": v.run, "name": v.name}

@@ -72,6 +72,11 @@ def not_run(variant: Variant, device: torch.device) -> str | None:
     return None
 
 
+def row_of(shape: Shape, v: Variant) -> dict[str, Any]:
+    """A row's name fields, before it is measured."""
+    return {"shape": label(shape), "model": v.model, "tf32": v.tf32, "graph": v.graph, "run": v.run, "name": v.name}
+
+
 def measure(
     shape: Shape,
     kernel: str,
@@ -89,8 +94,7 @@ def measure(
     runs: dict[Variant, tuple[Callable, list[torch.Tensor]]] = {}
     rows, checks, errors = {}, [], {}
     for v in (v for v in variants if compiled or not v.compiled):
-        rows[v] = {"shape": label(shape), "model": v.model, "tf32": v.tf32, "graph": v.graph, "run": v.run,
-                   "name": v.name}  # fmt: skip
+        rows[v] = row_of(shape, v)
         why = not_run(v, device)
         if why:
             rows[v]["not_run"] = why
