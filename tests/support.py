@@ -94,3 +94,12 @@ def without_cpp_kernel(monkeypatch) -> None:
     for name in ("_loaded", "_errors"):
         monkeypatch.setattr(kernels, name, {})
     monkeypatch.setattr(kernels, "_warned", set())
+
+
+def state_tensors(state):
+    """Every tensor of a carried state: a tensor, None, or nested tuples and lists of them."""
+    if isinstance(state, (tuple, list)):
+        for s in state:
+            yield from state_tensors(s)
+    elif state is not None:
+        yield state

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from onlstm import graphs as shared_graphs
 from onlstm.lm.config import explicit_settings
 from onlstm.lm.train import train
-from support import TINY_LM, quiet, write_corpus
+from support import TINY_LM, quiet, state_tensors, write_corpus
 
 TRANSFORMER = {"cell": "transformer", "encoder_options": {"heads": 2, "block_dropout": 0.1}}
 
@@ -97,16 +97,10 @@ def test_an_eager_step_leaves_no_autograd_graph_in_the_carried_state(tmp_path, c
     kept = []
 
     def record(trainer) -> None:
-        kept.extend(t for t in _leaves(trainer.hidden) if t.requires_grad or t.grad_fn is not None)
+        kept.extend(t for t in state_tensors(trainer.hidden) if t.requires_grad or t.grad_fn is not None)
 
     train(tmp_path / "run", corpus, settings(precision=precision, cuda_graphs=False), on_step=record, log=quiet)
     assert kept == []
-
-
-def _leaves(state):
-    if isinstance(state, torch.Tensor):
-        return [state]
-    return [t for s in state or () for t in _leaves(s)]
 
 
 @pytest.mark.cuda

@@ -13,7 +13,7 @@ from onlstm.cli import main
 from onlstm.lm.config import explicit_settings
 from onlstm.lm.train import train
 from onlstm.nn import ONLSTM, capabilities
-from support import TINY_LM, quiet, write_corpus
+from support import TINY_LM, quiet, state_tensors, write_corpus
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def bf16_run(tmp_path: Path, corpus: Path, cell: str, device: str = "cpu") -> No
     def watch(trainer):
         if not dtypes["decoder"]:
             trainer.model.decoder.register_forward_hook(lambda m, i, o: dtypes["decoder"].add(o.dtype))
-        dtypes["state"].update(t.dtype for t in _tensors(trainer.hidden))
+        dtypes["state"].update(t.dtype for t in state_tensors(trainer.hidden))
 
     full = train(tmp_path / "fp32", corpus, settings(cell, device=device), log=quiet)
     half = train(tmp_path / "bf16", corpus, settings(cell, device=device, precision="bf16"), on_step=watch, log=quiet)
@@ -112,14 +112,6 @@ def bf16_run(tmp_path: Path, corpus: Path, cell: str, device: str = "cpu") -> No
     # is a 50x margin.
     for key in ("train_loss", "valid_loss"):
         assert abs(a[key] - b[key]) < 0.03 * a[key], (key, a[key], b[key])
-
-
-def _tensors(state):
-    if isinstance(state, torch.Tensor):
-        yield state
-    elif state is not None:
-        for s in state:
-            yield from _tensors(s)
 
 
 @pytest.mark.parametrize(
