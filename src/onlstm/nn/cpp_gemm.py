@@ -10,9 +10,13 @@ layer's on a packed route. So at the first float32 call of each layer size (:fun
 every backend that runs here on that layer's own product shapes (each product timed alone, weighted by how often a call of that layer runs it; the
 backends interleaved product by product, so that a slowdown of a shared host falls on every backend alike: 1.8-2.4 s
 for the paper's PTB layer, 3.9-4.4 s for 1150 -> 1150 at batch 80, on one thread of an AMD EPYC), keeps the
-fastest, and records the choice in ``gemm_choice.json`` beside the compiled library, keyed by the CPU, torch, the
-instruction-set limits set in the environment (:data:`ISA_LIMITS`), the thread count and the layer's sizes: later processes read it instead of timing again (delete the file to measure
-again). A timing made while the machine is busy (its one-minute load average above its CPU count) measures the
+fastest, and records the timing in ``gemm_choice.json`` beside the compiled library, keyed by the CPU, torch, the
+instruction-set limits set in the environment (:data:`ISA_LIMITS`), the thread count and the layer's sizes. One
+timing is not kept as the answer: on a Zen 4 EPYC a kept timing had oneDNN's matmul 24% slower than every later
+one, and its choice ran the H=1150 layer at 0.91x ``nn.LSTM`` where the matmul ran 0.97x. So a choice is settled
+once two processes' timings name the same backend, or by each backend's median over three (:data:`SETTLE`); until
+then each new process times again and chooses by the median of the timings so far. Settled, later processes read it
+instead of timing (delete the file to measure again). A timing made while the machine is busy (its one-minute load average above its CPU count) measures the
 contention of that moment: on a 2-core AMD EPYC running three other processes it chose MKL for the H=1150 layer,
 which ran 0.77x ``nn.LSTM`` on the quiet machine where the packed linear ran 0.85-0.88x. Such a choice serves its
 own process and is not cached, so a later process times again. ``ONLSTM_CPU_GEMM=mkl|onednn|linear|avx2`` forces one backend and skips the timing (tests force each one)."""
@@ -45,6 +49,7 @@ LABELS = {
 }
 MAX_TIMED_STEPS, ROUNDS = 70, 3
 TIMING = 2  # the way of timing a kept record was made with (2: ragged calls at their small steps too)
+SETTLE = 3  # timings (one per process) after which a choice is settled whatever they say; two that agree settle it
 
 
 @dataclass
@@ -120,8 +125,10 @@ def cached_choices(cache_dir: Path | None, most: int = 6) -> str:
             continue
         if not isinstance(record, dict) or "backend" not in record:
             continue
+        timings = _timings(record, list(record.get("timings", [record.get("seconds") or {}])[0]))
+        unsettled = "" if _settled(timings) else f", {len(timings)} timing{'s' if len(timings) != 1 else ''} so far"
         found.append(f"{record['backend']} at {sizes[0]}->{sizes[1]} chunk {sizes[2]} batch {sizes[3]} ({threads} "
-                     f"thread{'s' if threads != '1' else ''})")  # fmt: skip
+                     f"thread{'s' if threads != '1' else ''}{unsettled})")  # fmt: skip
     more = f" and {len(found) - most} more" if len(found) > most else ""
     return ", ".join(found[:most]) + more
 
@@ -166,23 +173,53 @@ def choose(module: Any, inputs: Any, cache_dir: Path | None, timer: Callable[[],
     sizes = (inputs.x.shape[1], inputs.w_hh.shape[1], int(inputs.chunk), int(inputs.batch_sizes[0]), steps)
     key, path = cache_key(sizes), None if cache_dir is None else cache_dir / CACHE_NAME
     cached = _read(path).get(key)
-    # a record of an earlier way of timing (one that cached busy timings too, or timed a ragged call at its batch's
-    # rows only: TIMING) and one timed over other backends than run here now (a backend added by a newer kernel,
-    # or one gone) did not weigh them all: both are timed again
     record = cached if isinstance(cached, dict) else {}
-    same = set(record.get("seconds") or {}) == set(candidates) and record.get("timing") == TIMING
-    if same and record.get("backend") in candidates:
+    earlier = _timings(record, candidates)
+    if _settled(earlier) and record.get("backend") in candidates:
         module.set_gemm_backend(record["backend"])
-        return Choice(record["backend"], "cached", {k: float(v) for k, v in record["seconds"].items()})
+        return Choice(record["backend"], "cached", _median(earlier))
     seconds = time_backends(module, candidates, sizes, timer, rows=[int(b) for b in inputs.batch_sizes])
-    best = min(candidates, key=lambda b: (seconds[b], BACKENDS.index(b)))
-    module.set_gemm_backend(best)
     load, cpus = load_average()
     if load is not None and load > cpus:
+        best = _fastest(seconds, candidates)
+        module.set_gemm_backend(best)
         return Choice(best, f"measured on a busy machine (load {load:.1f} on {cpus} CPUs), not cached", seconds)
+    timings = earlier + [seconds]
+    best = _fastest(_median(timings), candidates)
+    module.set_gemm_backend(best)
     if path is not None:
-        _write(path, key, {"backend": best, "seconds": seconds, "load": load, "timing": TIMING})
-    return Choice(best, "measured", seconds)
+        _write(path, key, {"backend": best, "timings": timings, "load": load, "timing": TIMING})
+    how = "measured" if len(timings) == 1 else f"measured, the median of {len(timings)} processes' timings"
+    return Choice(best, how if _settled(timings) else how + "; not settled yet", _median(timings))
+
+
+def _timings(record: dict, candidates: list[str]) -> list[dict[str, float]]:
+    """The quiet timings a cache record holds for ``candidates``: none when it was made another way (:data:`TIMING`)
+    or over other backends than run here now (a backend added by a newer kernel, or one gone); a record of one
+    timing only (``seconds``, as earlier versions kept) counts as one."""
+    if record.get("timing") != TIMING:
+        return []
+    found = record.get("timings", [record["seconds"]] if isinstance(record.get("seconds"), dict) else [])
+    try:
+        timings = [{b: float(t[b]) for b in candidates} for t in found if set(t) == set(candidates)]
+    except (TypeError, ValueError):
+        return []
+    return timings if len(timings) == len(found) else []
+
+
+def _fastest(seconds: dict[str, float], candidates: list[str]) -> str:
+    return min(candidates, key=lambda b: (seconds[b], BACKENDS.index(b)))
+
+
+def _median(timings: list[dict[str, float]]) -> dict[str, float]:
+    """Each backend's median over ``timings`` (the lower middle of an even count: the faster of two)."""
+    return {b: sorted(t[b] for t in timings)[(len(timings) - 1) // 2] for b in timings[0]} if timings else {}
+
+
+def _settled(timings: list[dict[str, float]]) -> bool:
+    """Whether ``timings`` decide: :data:`SETTLE` of them, or two (or more) whose every one names the same backend."""
+    winners = {_fastest(t, sorted(t, key=BACKENDS.index)) for t in timings}
+    return len(timings) >= SETTLE or (len(timings) >= 2 and len(winners) == 1)
 
 
 #: ``on`` or ``off``: whether a float32 call under ``torch.autocast("cpu", torch.bfloat16)`` takes the bfloat16
