@@ -15,7 +15,10 @@ FLOPs of its matrix products, forward and backward: 6 (T B) G (input + hidden), 
 2 hidden/chunk + 4 hidden for ON-LSTM) and, per shape, the GEMM roof: the rate each backend reaches on the
 ON-LSTM layer's own products (each shape timed alone, best of 3, weighted by how often the layer runs it),
 measured in the same run: MKL (torch.mm with oneDNN disabled) and oneDNN (the matmul the C++ kernel calls).
-``% roof`` is the row's GFLOP/s against the better backend's. On CUDA every timing ends with ``torch.cuda.synchronize()``; one
+``% roof`` is the row's GFLOP/s against the better backend's (over 100 where the kernel's packed step products beat
+one plain product of the same shape). Where a ``cpp`` row runs, a line "Products alone" gives each backend's
+products of one call, timed as the kernel times them to choose, and ``nn.LSTM``'s whole call over that: the ratio
+the layer could reach if its element-wise work, copies and set-up took no time. On CUDA every timing ends with ``torch.cuda.synchronize()``; one
 warm-up round (kernel compilation included) is not timed. ``--dtypes bf16`` (or ``fp16``) runs every
 model, ``nn.LSTM`` too, under ``torch.autocast``.
 
@@ -218,6 +221,25 @@ def time_product(ext, backend: str, M: int, K: int, N: int, a_transposed: bool, 
     return 2.0 * M * K * N, best
 
 
+def products_ceiling(shape, lstm_seconds: float) -> str:
+    """The kernel's own timing of each backend's products for one call of ``shape`` (``cpp_gemm.time_backends``, as
+    the kernel times them to choose: each product alone, warm) against ``nn.LSTM``'s whole call: the ratio the layer
+    would reach if nothing but its products took time, an upper bound on what the backend can give."""
+    from onlstm.nn.cpp_kernel import load_extension
+
+    T, B, I, H, C = shape
+    ext = load_extension()
+    backends = [b for b in ext.gemm_backends() if b in cpp_gemm.BACKENDS] if ext is not None else []
+    seconds = cpp_gemm.time_backends(ext, backends, (I, H, C, B, T), time.perf_counter) if backends else {}
+    each = ", ".join(
+        f"{b} {1e3 * t:.0f} ms ({lstm_seconds / t:.2f}x)" for b, t in sorted(seconds.items(), key=lambda kv: kv[1])
+    )
+    return (
+        f"Products alone of T={T} B={B} H={H} (the kernel's timing; in brackets nn.LSTM's whole call, "
+        f"{1e3 * lstm_seconds:.0f} ms, over it: the ceiling of a layer that did nothing else): {each or 'no C++ kernel'}"
+    )
+
+
 def measure(shape, impls, dtype_name, device, args):
     """Rows ``(shape, dtype, impl, tokens/s, x nn.LSTM, x reference, GFLOP/s, % roof)`` of one shape and dtype
     (the last two NaN on CUDA and under autocast), and the GEMM roof line (empty there)."""
@@ -273,6 +295,8 @@ def measure(shape, impls, dtype_name, device, args):
         roof_line = (
             f"GEMM roof on the products of {label}: MKL {roofs['mkl']:.0f} GFLOP/s, oneDNN {roofs['onednn']:.0f}"
         )
+    if roofs and any(map(runs_cpp, med)):
+        roof_line += "\n" + products_ceiling(shape, med["nn.LSTM"])
     best = max((r for r in roofs.values() if r == r), default=nan)
     rows = []
     for k, m in med.items():

@@ -125,3 +125,25 @@ def test_compile_adds_each_row_under_torch_compile_and_says_what_compiling_took(
     rows = [r.split()[6] for r in out.splitlines() if r.startswith("T=3")]
     assert rows == ["nn.LSTM", "reference", "reference+compile"]
     assert out.count("first call (compiling)") == 1
+
+
+def test_the_products_alone_line_gives_each_backend_its_ceiling_against_nn_lstm(monkeypatch, capsys):
+    """Injected product timings: each backend's line is nn.LSTM's call over its products' time (a layer of nothing
+    but products), fastest first; a run with a ``cpp`` row prints the line, one without it does not."""
+    from onlstm.nn import cpp_gemm
+    from onlstm.nn.cpp_kernel import extension_error, load_extension
+
+    ext = load_extension()
+    if ext is None:
+        pytest.skip(f"the C++ kernel is not available: {extension_error()}")
+    backends = [b for b in ext.gemm_backends() if b in cpp_gemm.BACKENDS]
+    fake = {b: 0.1 * (i + 1) for i, b in enumerate(backends)}
+    asked = []
+    monkeypatch.setattr(cpp_gemm, "time_backends", lambda m, bs, sizes, timer: asked.append(sizes) or fake)
+    line = layer_speed.products_ceiling((3, 2, 4, 6, 3), 0.2)
+    assert asked == [(4, 6, 3, 2, 3)]  # input, hidden, chunk, batch, steps
+    assert line.endswith(", ".join(f"{b} {1e3 * t:.0f} ms ({0.2 / t:.2f}x)" for b, t in fake.items()))
+    assert layer_speed.main(["--impls", "reference", "--shapes", "3x2x4x6x3", "--repeats", "1"]) == 0
+    assert "Products alone" not in capsys.readouterr().out
+    assert layer_speed.main(["--impls", "cpp", "--shapes", "3x2x4x6x3", "--repeats", "1"]) == 0
+    assert "Products alone of T=3 B=2 H=6" in capsys.readouterr().out
