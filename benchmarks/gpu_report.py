@@ -30,7 +30,7 @@ from unittest import mock
 import torch
 
 from bench_cli import command, parser
-from gpu_bench import environment, layer, report, step, training
+from gpu_bench import environment, isolate, layer, report, step, training
 from gpu_bench.layer import Shape
 from onlstm import graphs as shared_graphs
 from onlstm.errors import EXIT_FINDING, InputError
@@ -186,9 +186,10 @@ def _section(name: str, prof: Profile, args: argparse.Namespace, work: Path, ker
         return {"not_run": "the Triton kernel is unavailable (see above)"}
     start = time.perf_counter()
     half = torch.bfloat16 if prof.device.type != "cuda" or torch.cuda.is_bf16_supported() else None
+    step_rows = isolate.measure if prof.device.type == "cuda" else step.measure  # a crash on CUDA fails one row
     measure = {
         "correctness": lambda: {"checks": layer.correctness(prof.kernel, prof.device, prof.small, prof.large, half)},
-        "step": lambda: step.step_section(prof.step_shapes, prof.kernel, prof.device, 2 * prof.repeats),
+        "step": lambda: step.step_section(prof.step_shapes, prof.kernel, prof.device, 2 * prof.repeats, step_rows),
         "pytest": lambda: environment.pytest_cuda(prof.smoke, work / "pytest-cuda.xml", args.pytest_timeout),
         "speed": lambda: layer.speed(prof.speed_shapes, prof.kernel, prof.device, prof.repeats, half),
         "training": lambda: training.training_runs(prof, args, work),

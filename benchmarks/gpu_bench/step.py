@@ -173,14 +173,12 @@ def _figures(rows: dict[Variant, dict], times: dict[Variant, list[float]], error
 
 
 def step_section(
-    shapes: tuple[Shape, ...], kernel: str, device: torch.device, repeats: int, isolate: bool | None = None
+    shapes: tuple[Shape, ...], kernel: str, device: torch.device, repeats: int, run: Callable[..., Any] | None = None
 ) -> dict[str, Any]:
     """The section: rows per shape, the graphs' checks, a check that every row that can run here ran, and the
-    goals at the last shape (the paper's layer). ``isolate`` (default: on CUDA) measures each row in a process of
-    its own (:mod:`gpu_bench.isolate`)."""
-    from . import isolate as isolated
-
-    run = isolated.measure if (device.type == "cuda" if isolate is None else isolate) else measure
+    goals at the last shape (the paper's layer). ``run`` measures one shape's rows: :func:`measure` in this
+    process by default; the report passes ``gpu_bench.isolate.measure`` on CUDA (each row in a process of its own)."""
+    run = run or measure
     rows, checks = [], []
     for shape in shapes:
         got_rows, got_checks = run(shape, kernel, device, repeats, compiled=shape == shapes[-1])

@@ -350,8 +350,8 @@ def test_isolated_step_rows_match_the_in_process_ones_and_a_dead_child_fails_onl
     from gpu_bench import isolate
 
     shape, cpu = (3, 2, 4, 6, 3), torch.device("cpu")
-    here = step.step_section((shape,), "reference", cpu, 1, isolate=False)
-    apart = step.step_section((shape,), "reference", cpu, 1, isolate=True)
+    here = step.step_section((shape,), "reference", cpu, 1)
+    apart = step.step_section((shape,), "reference", cpu, 1, isolate.measure)
     key = ("model", "tf32", "run", "not_run")
     assert [tuple(r.get(k) for k in key) for r in apart["rows"]] == [tuple(r.get(k) for k in key) for r in here["rows"]]
     assert all(r["ms"] > 0 for r in apart["rows"] if "not_run" not in r)
@@ -365,7 +365,7 @@ def test_isolated_step_rows_match_the_in_process_ones_and_a_dead_child_fails_onl
         return run_child(spec, [sys.executable, "-c", die])
 
     monkeypatch.setattr(isolate, "run_child", fused_dies)
-    got = step.step_section((shape,), "reference", cpu, 1, isolate=True)
+    got = step.step_section((shape,), "reference", cpu, 1, isolate.measure)
     by = {(r["model"], r["tf32"], r["run"]): r for r in got["rows"]}
     assert by[("fused", False, "eager")]["error"] == (
         "its process ended (exit status 6): torch.AcceleratorError: CUDA error: an illegal memory access"
