@@ -9,7 +9,9 @@ The products of a call of T steps, batch B, input I, hidden H, chunk C (G = 4H +
 per step ``h @ w_hh^T`` (B x H by H x G, forward) and ``dG @ w_hh`` (B x G by G x H, backward); over all rows the
 input projection ``x @ w_ih^T``, ``d_x = dG @ w_ih`` and the weight gradient ``dG^T @ [h | x]``. Routes: ``mm``
 (ATen's GEMM: MKL), ``linear`` (oneDNN's inner product on a weight packed once, ``mkldnn::_linear_pointwise``;
-the products over all rows in blocks of 1,024 rows, as the C++ kernel runs them), ``avx2`` for the step products
+the products over all rows in blocks of 1,024 rows, as the C++ kernel runs them), ``mkl packed`` for the step
+products (MKL's packed GEMM: the weight packed once, as the oneDNN routes pack theirs; where torch's MKL exports
+it), ``avx2`` for the step products
 and the weight gradient (the kernel's own code: the ``avx2`` backend, where the CPU has AVX2), for the weight gradient also
 MKL in blocks of 1,024 rows and oneDNN's inner-product backward (``aten::mkldnn_linear_backward_weights``, its
 operands converted to oneDNN tensors first, not timed). Each time is the best of ``--repeats`` after one untimed
@@ -25,9 +27,11 @@ oneDNN's matmul on the ``onednn`` one) and the rest (autograd, Python). The prof
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -74,7 +78,7 @@ def product_routes(T: int, B: int, I: int, H: int, C: int) -> list[tuple[str, st
 
     dG_m, hx_m = dG.to_mkldnn(), hx.to_mkldnn()
     step, rows, grad = 2 * T * B * H * G, 2 * N * I * G, 2 * N * G * (H + I)
-    own = own_routes(T, h, dg, w_hh, step) + own_grad_route(dG, hx, grad)
+    own = own_routes(T, h, dg, w_hh, step) + own_grad_route(dG, hx, grad) + mkl_packed_routes(T, h, dg, w_hh, step)
     return own + [
         ("step forward", "mm", step, lambda: [torch.mm(h, w_hh_t) for _ in range(T)]),
         ("step forward", "linear", step, lambda: [lin(h, p_hh) for _ in range(T)]),
@@ -112,6 +116,60 @@ def own_routes(T: int, h, dg, w_hh, flops: float) -> list[tuple[str, str, float,
     return [
         ("step forward", "avx2", flops, lambda: [ext.avx2_matmul(h, fwd, G) for _ in range(T)]),
         ("step backward", "avx2", flops, lambda: [ext.avx2_matmul(dg, bwd, H) for _ in range(T)]),
+    ]
+
+
+class MklPacked:
+    """MKL's packed GEMM (``cblas_sgemm_pack`` once, ``cblas_sgemm_compute`` at every step: the weight converted to
+    MKL's internal layout once per call, as the kernel's oneDNN routes pack theirs), called through ctypes in
+    torch's own library, which links MKL statically; :meth:`find` is None where that library does not export it
+    (a torch built without MKL, or on OpenBLAS)."""
+
+    ROW_MAJOR, NO_TRANS, TRANS, B_MATRIX, PACKED = 101, 111, 112, 162, 151  # MKL's CBLAS enumerations
+
+    def __init__(self, lib: ctypes.CDLL):
+        self.size, self.pack, self.compute = (
+            lib.cblas_sgemm_pack_get_size,
+            lib.cblas_sgemm_pack,
+            lib.cblas_sgemm_compute,
+        )
+        self.size.restype, self.size.argtypes = ctypes.c_size_t, [ctypes.c_int] * 4
+        self.pack.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        self.compute.argtypes = [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                                      ctypes.c_float, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
+
+    @classmethod
+    def find(cls) -> MklPacked | None:
+        try:
+            return cls(ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")))
+        except (OSError, AttributeError):
+            return None
+
+    def product(self, a: torch.Tensor, w: torch.Tensor, transposed: bool) -> Callable[[], torch.Tensor]:
+        """``a @ w.t()`` (``transposed``) or ``a @ w``, ``w`` packed now; the callable computes it with the packing."""
+        (m, k), n = a.shape, w.shape[0] if transposed else w.shape[1]
+        packed = torch.empty(-(-self.size(self.B_MATRIX, m, n, k) // 4))
+        trans = self.TRANS if transposed else self.NO_TRANS
+        self.pack(self.ROW_MAJOR, self.B_MATRIX, trans, m, n, k, 1.0, w.data_ptr(), w.shape[1], packed.data_ptr())
+        out = torch.empty(m, n)
+
+        def run() -> torch.Tensor:
+            self.compute(self.ROW_MAJOR, self.NO_TRANS, self.PACKED, m, n, k, a.data_ptr(), k, packed.data_ptr(),
+                         w.shape[1], 0.0, out.data_ptr(), n)  # fmt: skip
+            return out
+
+        return run
+
+
+def mkl_packed_routes(T: int, h, dg, w_hh, flops: float) -> list[tuple[str, str, float, Callable[[], object]]]:
+    """The step products on MKL's packed GEMM (issue #46 named it a candidate), where torch's MKL exports it."""
+    mkl = MklPacked.find()
+    if mkl is None:
+        return []
+    fwd, bwd = mkl.product(h, w_hh, True), mkl.product(dg, w_hh, False)
+    return [
+        ("step forward", "mkl packed", flops, lambda: [fwd() for _ in range(T)]),
+        ("step backward", "mkl packed", flops, lambda: [bwd() for _ in range(T)]),
     ]
 
 

@@ -56,3 +56,12 @@ def test_a_bad_shape_is_one_line_and_exit_2(bad, capsys):
     with pytest.raises(SystemExit) as exit_:
         gemm_routes.main(["--shapes", bad])
     assert exit_.value.code == 2 and "TxBxINxHxC" in capsys.readouterr().err
+
+
+def test_mkl_packed_steps_are_a_route_where_torch_exports_them_and_left_out_where_not(monkeypatch):
+    """MKL's packed GEMM is weighed beside the others (issue #46); a torch without it (forced) simply lacks the row."""
+    routes = lambda: {(p, r) for p, r, _, _ in gemm_routes.product_routes(3, 4, 5, 6, 3)}
+    if gemm_routes.MklPacked.find() is not None:
+        assert {("step forward", "mkl packed"), ("step backward", "mkl packed")} <= routes()
+    monkeypatch.setattr(gemm_routes.MklPacked, "find", classmethod(lambda cls: None))
+    assert not any(r == "mkl packed" for _, r in routes())
