@@ -230,7 +230,10 @@ def products_ceiling(shape, lstm_seconds: float) -> str:
     T, B, I, H, C = shape
     ext = load_extension()
     backends = [b for b in ext.gemm_backends() if b in cpp_gemm.BACKENDS] if ext is not None else []
-    seconds = cpp_gemm.time_backends(ext, backends, (I, H, C, B, T), time.perf_counter) if backends else {}
+    sizes, kernel_block = (I, H, C, B, T), 1024  # the blocks of the kernel's sequence-wide products, not a sample
+    seconds = (
+        cpp_gemm.time_backends(ext, backends, sizes, time.perf_counter, block_rows=kernel_block) if backends else {}
+    )
     each = ", ".join(
         f"{b} {1e3 * t:.0f} ms ({lstm_seconds / t:.2f}x)" for b, t in sorted(seconds.items(), key=lambda kv: kv[1])
     )

@@ -139,9 +139,11 @@ def test_the_products_alone_line_gives_each_backend_its_ceiling_against_nn_lstm(
     backends = [b for b in ext.gemm_backends() if b in cpp_gemm.BACKENDS]
     fake = {b: 0.1 * (i + 1) for i, b in enumerate(backends)}
     asked = []
-    monkeypatch.setattr(cpp_gemm, "time_backends", lambda m, bs, sizes, timer: asked.append(sizes) or fake)
+    monkeypatch.setattr(
+        cpp_gemm, "time_backends", lambda m, bs, sizes, timer, block_rows: asked.append((sizes, block_rows)) or fake
+    )
     line = layer_speed.products_ceiling((3, 2, 4, 6, 3), 0.2)
-    assert asked == [(4, 6, 3, 2, 3)]  # input, hidden, chunk, batch, steps
+    assert asked == [((4, 6, 3, 2, 3), 1024)]  # input, hidden, chunk, batch, steps; the kernel's blocks, not a sample
     assert line.endswith(", ".join(f"{b} {1e3 * t:.0f} ms ({0.2 / t:.2f}x)" for b, t in fake.items()))
     assert layer_speed.main(["--impls", "reference", "--shapes", "3x2x4x6x3", "--repeats", "1"]) == 0
     assert "Products alone" not in capsys.readouterr().out

@@ -295,12 +295,17 @@ def load_average() -> tuple[float | None, int]:
 
 
 def time_backends(
-    module: Any, backends: list[str], sizes: tuple[int, ...], timer, rows: list[int] | None = None
+    module: Any,
+    backends: list[str],
+    sizes: tuple[int, ...],
+    timer,
+    rows: list[int] | None = None,
+    block_rows: int = 256,
 ) -> dict[str, float]:
     """Each backend's time for the products of one layer call of ``sizes`` (input, hidden, chunk, batch, steps),
     from timings of its product shapes: per step, ``h @ w_hh^T`` and ``dG @ w_hh`` (packed weights for the oneDNN
-    routes: their packing is paid once per call, and counted once); per block of up to 256 rows (the rate of the
-    kernel's 1,024-row blocks), the input projection, ``d_x`` and the weight gradient. Each product is timed alone, the
+    routes: their packing is paid once per call, and counted once); per block of up to ``block_rows`` rows (256: a
+    sample of the rate of the kernel's 1,024-row blocks, quicker to time; a benchmark times 1,024), the input projection, ``d_x`` and the weight gradient. Each product is timed alone, the
     best of :data:`ROUNDS` rounds after one untimed call (oneDNN builds its primitives then), the backends
     interleaved product by product. Random values from a generator of its own: torch's would shift every later
     random number. ``rows``: the call's rows at each step (its ``batch_sizes``; None: ``batch`` at every step): a
@@ -308,7 +313,7 @@ def time_backends(
     its rows cost between the two (the oneDNN routes' rows padded as the kernel pads them, :func:`bucket_rows`)."""
     n_in, hidden, chunk, batch, steps = sizes
     rows = list(rows) if rows else [batch] * steps
-    case = _product_case(n_in, hidden, chunk, batch, steps)
+    case = _product_case(n_in, hidden, chunk, batch, steps, block_rows)
     products = {b: _products(module, b, case) for b in backends}
     low = min(rows)
     if low < batch:  # the same products at the smallest step's rows (the tiles still chosen for the batch)
@@ -372,11 +377,11 @@ def _best_times(products: dict, backends: list[str], timer) -> dict[str, dict[st
     return best
 
 
-def _product_case(n_in: int, hidden: int, chunk: int, batch: int, steps: int) -> dict:
+def _product_case(n_in: int, hidden: int, chunk: int, batch: int, steps: int, block_rows: int = 256) -> dict:
     gen = torch.Generator().manual_seed(0)
     rnd = lambda *shape: torch.randn(*shape, generator=gen) * 0.1
     gates = 4 * hidden + 2 * (hidden // chunk)
-    rows = min(batch * steps, 256)  # a block of the sequence-wide products: their rate, not all their rows
+    rows = min(batch * steps, block_rows)  # a block of the sequence-wide products: their rate, not all their rows
     w_ih, w_hh = rnd(gates, n_in), rnd(gates, hidden)
     return {"h": rnd(batch, hidden), "dg": rnd(batch, gates), "tiles": batch, "x": rnd(rows, n_in), "dG": rnd(rows, gates), "hx": rnd(rows, hidden + n_in),
             "w_ih": w_ih, "w_hh": w_hh, "w_hh_t": w_hh.t().contiguous(), "w_ih_t": w_ih.t().contiguous()}  # fmt: skip
