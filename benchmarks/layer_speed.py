@@ -243,6 +243,16 @@ def products_ceiling(shape, lstm_seconds: float) -> str:
     )
 
 
+def roof_lines(shape, label: str, med: dict[str, float]) -> tuple[dict[str, float], str]:
+    """The GEMM roof of each library on the layer's products, and the lines that say it (float32 on the CPU); with
+    a C++ kernel row, also its products alone against ``nn.LSTM``'s median call in ``med``."""
+    roofs = {b: gemm_roof(shape, b) for b in ("mkl", "onednn")}
+    line = f"GEMM roof on the products of {label}: MKL {roofs['mkl']:.0f} GFLOP/s, oneDNN {roofs['onednn']:.0f}"
+    if any(map(runs_cpp, med)):
+        line += "\n" + products_ceiling(shape, med["nn.LSTM"])
+    return roofs, line
+
+
 def measure(shape, impls, dtype_name, device, args):
     """Rows ``(shape, dtype, impl, tokens/s, x nn.LSTM, x reference, GFLOP/s, % roof)`` of one shape and dtype
     (the last two NaN on CUDA and under autocast), and the GEMM roof line (empty there)."""
@@ -292,14 +302,9 @@ def measure(shape, impls, dtype_name, device, args):
     label = f"T={T} B={B} in={I} H={H} C={C}"
     ref = med.get("reference")
     nan = float("nan")
-    roofs, roof_line = {}, ""
-    if device.type == "cpu" and DTYPES[dtype_name] is None:
-        roofs = {b: gemm_roof(shape, b) for b in ("mkl", "onednn")}
-        roof_line = (
-            f"GEMM roof on the products of {label}: MKL {roofs['mkl']:.0f} GFLOP/s, oneDNN {roofs['onednn']:.0f}"
-        )
-    if roofs and any(map(runs_cpp, med)):
-        roof_line += "\n" + products_ceiling(shape, med["nn.LSTM"])
+    roofs, roof_line = (
+        roof_lines(shape, label, med) if device.type == "cpu" and DTYPES[dtype_name] is None else ({}, "")
+    )
     best = max((r for r in roofs.values() if r == r), default=nan)
     rows = []
     for k, m in med.items():
