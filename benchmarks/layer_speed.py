@@ -235,11 +235,11 @@ def products_ceiling(shape, lstm_seconds: float) -> str:
         cpp_gemm.time_backends(ext, backends, sizes, time.perf_counter, block_rows=kernel_block) if backends else {}
     )
     each = ", ".join(
-        f"{b} {1e3 * t:.0f} ms ({lstm_seconds / t:.2f}x)" for b, t in sorted(seconds.items(), key=lambda kv: kv[1])
+        f"{b} {1e3 * t:.4g} ms ({lstm_seconds / t:.2f}x)" for b, t in sorted(seconds.items(), key=lambda kv: kv[1])
     )
     return (
         f"Products alone of T={T} B={B} H={H} (the kernel's timing; in brackets nn.LSTM's whole call, "
-        f"{1e3 * lstm_seconds:.0f} ms, over it: the ceiling of a layer that did nothing else): {each or 'no C++ kernel'}"
+        f"{1e3 * lstm_seconds:.4g} ms, over it: the ceiling of a layer that did nothing else): {each or 'no C++ kernel'}"
     )
 
 

@@ -144,7 +144,7 @@ def test_the_products_alone_line_gives_each_backend_its_ceiling_against_nn_lstm(
     )
     line = layer_speed.products_ceiling((3, 2, 4, 6, 3), 0.2)
     assert asked == [((4, 6, 3, 2, 3), 1024)]  # input, hidden, chunk, batch, steps; the kernel's blocks, not a sample
-    assert line.endswith(", ".join(f"{b} {1e3 * t:.0f} ms ({0.2 / t:.2f}x)" for b, t in fake.items()))
+    assert line.endswith(", ".join(f"{b} {1e3 * t:.4g} ms ({0.2 / t:.2f}x)" for b, t in fake.items()))
     assert layer_speed.main(["--impls", "reference", "--shapes", "3x2x4x6x3", "--repeats", "1"]) == 0
     assert "Products alone" not in capsys.readouterr().out
     assert layer_speed.main(["--impls", "cpp", "--shapes", "3x2x4x6x3", "--repeats", "1"]) == 0
