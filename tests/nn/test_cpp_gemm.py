@@ -192,6 +192,22 @@ def test_a_damaged_cache_or_a_cached_backend_that_no_longer_runs_is_timed_again(
     assert cpp_gemm.choose(module, inputs(), tmp_path, clock).how == "cached"  # the records it wrote
 
 
+@pytest.mark.parametrize(
+    "damaged",
+    [[], "fast", [{"linear": 1.0, "mkl": 2.0}, {"linear": "x", "mkl": 2.0}], [{"linear": 1.0, "turbo": 0.5}], [3]],
+)
+def test_a_damaged_record_of_timings_is_timed_again_and_listed_without_a_crash(tmp_path, timings, damaged):
+    """A hand-edited or half-written ``timings`` list counts as no timing: `onlstm info` still lists the record, and
+    the next process times afresh."""
+    key = cpp_gemm.cache_key((5, 6, 2, 4, 3))
+    record = {"backend": "linear", "timings": damaged, "load": 0.1, "timing": cpp_gemm.TIMING}
+    (tmp_path / cpp_gemm.CACHE_NAME).write_text(json.dumps({key: record}))
+    assert cpp_gemm.cached_choices(tmp_path).endswith("0 timings so far)")
+    module = FakeModule(["linear", "mkl"], {"linear": 2.0, "mkl": 1.0})
+    choice = cpp_gemm.choose(module, inputs(), tmp_path, clock)
+    assert (choice.backend, choice.how, len(timings)) == ("mkl", "measured; not settled yet", 1)
+
+
 def test_a_record_timed_before_a_backend_was_added_is_timed_again(tmp_path, timings):
     """A kernel that gained a backend (avx2) must not keep a choice made without timing it."""
     old = FakeModule(["linear", "mkl"], {"linear": 1.0, "mkl": 2.0})

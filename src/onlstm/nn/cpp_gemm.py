@@ -125,7 +125,7 @@ def cached_choices(cache_dir: Path | None, most: int = 6) -> str:
             continue
         if not isinstance(record, dict) or "backend" not in record:
             continue
-        timings = _timings(record, list(record.get("timings", [record.get("seconds") or {}])[0]))
+        timings = _timings(record)
         unsettled = "" if _settled(timings) else f", {len(timings)} timing{'s' if len(timings) != 1 else ''} so far"
         found.append(f"{record['backend']} at {sizes[0]}->{sizes[1]} chunk {sizes[2]} batch {sizes[3]} ({threads} "
                      f"thread{'s' if threads != '1' else ''}{unsettled})")  # fmt: skip
@@ -193,18 +193,22 @@ def choose(module: Any, inputs: Any, cache_dir: Path | None, timer: Callable[[],
     return Choice(best, how if _settled(timings) else how + "; not settled yet", _median(timings))
 
 
-def _timings(record: dict, candidates: list[str]) -> list[dict[str, float]]:
-    """The quiet timings a cache record holds for ``candidates``: none when it was made another way (:data:`TIMING`)
-    or over other backends than run here now (a backend added by a newer kernel, or one gone); a record of one
-    timing only (``seconds``, as earlier versions kept) counts as one."""
+def _timings(record: dict, candidates: list[str] | None = None) -> list[dict[str, float]]:
+    """The quiet timings a cache record holds for ``candidates`` (None: the backends it timed): none when it was made
+    another way (:data:`TIMING`), over other backends than run here now (a backend added by a newer kernel, or one
+    gone), or is damaged; a record of one timing only (``seconds``, as earlier versions kept) counts as one."""
     if record.get("timing") != TIMING:
         return []
     found = record.get("timings", [record["seconds"]] if isinstance(record.get("seconds"), dict) else [])
+    if not isinstance(found, list) or not found or not all(isinstance(t, dict) for t in found):
+        return []
+    names = set(found[0] if candidates is None else candidates)
+    if not names <= set(BACKENDS) or any(set(t) != names for t in found):
+        return []
     try:
-        timings = [{b: float(t[b]) for b in candidates} for t in found if set(t) == set(candidates)]
+        return [{b: float(t[b]) for b in names} for t in found]
     except (TypeError, ValueError):
         return []
-    return timings if len(timings) == len(found) else []
 
 
 def _fastest(seconds: dict[str, float], candidates: list[str]) -> str:
@@ -218,7 +222,7 @@ def _median(timings: list[dict[str, float]]) -> dict[str, float]:
 
 def _settled(timings: list[dict[str, float]]) -> bool:
     """Whether ``timings`` decide: :data:`SETTLE` of them, or two (or more) whose every one names the same backend."""
-    winners = {_fastest(t, sorted(t, key=BACKENDS.index)) for t in timings}
+    winners = {_fastest(t, list(t)) for t in timings}
     return len(timings) >= SETTLE or (len(timings) >= 2 and len(winners) == 1)
 
 
