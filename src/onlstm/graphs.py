@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -36,13 +38,53 @@ class CudaRecorder:
         generator = torch.cuda.default_generators[self.stream.device.index or 0]
         before = generator.clone_state()
         graph = torch.cuda.CUDAGraph()
+        compiled: list[str] = []
         try:
-            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+            with triton_compiles(compiled), torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
                 body()
-        except BaseException:
+        except BaseException as exc:
             generator.graphsafe_set_state(before)
+            if compiled and isinstance(exc, Exception):
+                raise RuntimeError(compiled_during_capture(exc, compiled)) from exc
             raise
         return graph.replay
+
+
+def compiled_during_capture(exc: BaseException, compiled: list[str]) -> str:
+    """A failed capture's first line, and the Triton kernels compiled inside it: loading a new kernel is an operation
+    a capture forbids, so a kernel first met there (not in the warm-up) is a likely cause (issue #49)."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"{first} (Triton compiled {', '.join(dict.fromkeys(compiled))} during the capture)"
+
+
+def _triton_runtime_knobs() -> Any:
+    """Triton's runtime settings where they have the hook called before each kernel compile, else None."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return None
+    return knobs.runtime if hasattr(knobs.runtime, "jit_cache_hook") else None
+
+
+@contextlib.contextmanager
+def triton_compiles(seen: list[str]) -> Iterator[None]:
+    """Inside, the name of every Triton kernel compiled is appended to ``seen`` (a hook set and then restored; a hook
+    already set still runs, and its answer is kept: a true one skips the compile)."""
+    knobs = _triton_runtime_knobs()
+    if knobs is None:
+        yield
+        return
+    before = knobs.jit_cache_hook
+
+    def hook(*args: Any, **kwargs: Any) -> Any:
+        seen.append(str(kwargs.get("repr", "a kernel")).split("[", 1)[0])
+        return before(*args, **kwargs) if before else None
+
+    knobs.jit_cache_hook = hook
+    try:
+        yield
+    finally:
+        knobs.jit_cache_hook = before
 
 
 class EagerRecorder:

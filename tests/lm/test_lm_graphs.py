@@ -190,3 +190,28 @@ def test_a_failed_capture_leaves_the_random_draws_working():
     torch.cuda.synchronize()
     assert torch.rand(4, device="cuda").shape == (4,)  # raised RuntimeError before the fix
     torch.nn.functional.dropout(x, 0.5)
+
+
+def test_the_triton_kernels_compiled_inside_are_named_and_the_hook_put_back(monkeypatch):
+    """A failed capture says which Triton kernels it compiled (loading one is what a capture forbids), through Triton's
+    compile hook: set inside, restored after, a hook already set still called and its answer kept. Injected knobs
+    (the interpreter compiles nothing); the installed Triton must still have the hook, or the diagnosis goes quiet."""
+    import types
+
+    calls = []
+    knobs = types.SimpleNamespace(jit_cache_hook=lambda *a, **k: calls.append(k["repr"]) or True)
+    user_hook = knobs.jit_cache_hook
+    monkeypatch.setattr(shared_graphs, "_triton_runtime_knobs", lambda: knobs)
+    seen: list[str] = []
+    with shared_graphs.triton_compiles(seen):
+        assert knobs.jit_cache_hook(repr="onlstm_step[num_warps=4](x: *fp32)") is True  # the user's answer kept
+        knobs.jit_cache_hook(repr="onlstm_step[num_warps=8](x: *fp32)")
+    assert seen == ["onlstm_step", "onlstm_step"] and len(calls) == 2 and knobs.jit_cache_hook is user_hook
+    message = shared_graphs.compiled_during_capture(RuntimeError("operation not permitted\nmore"), seen)
+    assert message == "operation not permitted (Triton compiled onlstm_step during the capture)"
+    monkeypatch.undo()
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return
+    assert shared_graphs._triton_runtime_knobs() is not None  # this Triton's hook is where the recorder sets it
