@@ -250,6 +250,9 @@ def roof_lines(shape, label: str, med: dict[str, float]) -> tuple[dict[str, floa
     line = f"GEMM roof on the products of {label}: MKL {roofs['mkl']:.0f} GFLOP/s, oneDNN {roofs['onednn']:.0f}"
     if any(map(runs_cpp, med)):
         line += "\n" + products_ceiling(shape, med["nn.LSTM"])
+    choice = getattr(kernels.load_kernel("cpp"), "choice", None) if {"cpp", "auto"} & set(med) else None
+    if choice is not None:  # the choice timed for this layer size (its first unpinned call), which cpp/auto ran
+        line += f"\nThe C++ kernel's products at {label}: {choice.describe()}"
     return roofs, line
 
 
@@ -378,8 +381,8 @@ def main(argv=None) -> int:
         if line:
             print(line)
     cpp = kernels.load_kernel("cpp") if not cuda and {"cpp", "auto"} & set(impls) else None
-    if cpp is not None and getattr(cpp, "choice", None) is not None:  # chosen at the first float32 call, once
-        print(f"C++ kernel {cpp.describe()} (the first shape's choice, kept for the process)")
+    if cpp is not None and getattr(cpp, "choice", None) is not None:  # each layer size's choice: under its rows
+        print(f"C++ kernel {cpp.describe()} (the last shape's choice)")
     return 0
 
 

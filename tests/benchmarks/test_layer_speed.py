@@ -129,7 +129,8 @@ def test_compile_adds_each_row_under_torch_compile_and_says_what_compiling_took(
 
 def test_the_products_alone_line_gives_each_backend_its_ceiling_against_nn_lstm(monkeypatch, capsys):
     """Injected product timings: each backend's line is nn.LSTM's call over its products' time (a layer of nothing
-    but products), fastest first; a run with a ``cpp`` row prints the line, one without it does not."""
+    but products), fastest first; a run with a ``cpp`` row prints the line and each shape's backend choice, one
+    without it neither."""
     from onlstm.nn import cpp_gemm
     from onlstm.nn.cpp_kernel import extension_error, load_extension
 
@@ -145,7 +146,12 @@ def test_the_products_alone_line_gives_each_backend_its_ceiling_against_nn_lstm(
     line = layer_speed.products_ceiling((3, 2, 4, 6, 3), 0.2)
     assert asked == [((4, 6, 3, 2, 3), 1024)]  # input, hidden, chunk, batch, steps; the kernel's blocks, not a sample
     assert line.endswith(", ".join(f"{b} {1e3 * t:.4g} ms ({0.2 / t:.2f}x)" for b, t in fake.items()))
+    monkeypatch.undo()  # the runs below time for real: the kernel times each new layer size with it too
     assert layer_speed.main(["--impls", "reference", "--shapes", "3x2x4x6x3", "--repeats", "1"]) == 0
-    assert "Products alone" not in capsys.readouterr().out
-    assert layer_speed.main(["--impls", "cpp", "--shapes", "3x2x4x6x3", "--repeats", "1"]) == 0
-    assert "Products alone of T=3 B=2 H=6" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Products alone" not in out and "The C++ kernel's products" not in out
+    assert layer_speed.main(["--impls", "cpp", "--shapes", "3x2x4x6x3", "4x3x4x8x4", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Products alone of T=3 B=2 H=6" in out
+    for label in ("T=3 B=2 in=4 H=6 C=3", "T=4 B=3 in=4 H=8 C=4"):  # each layer size's own choice, under its rows
+        assert f"The C++ kernel's products at {label}: " in out
