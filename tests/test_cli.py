@@ -173,17 +173,21 @@ def test_info_names_the_cpu_and_the_instruction_set_limits_set(capsys, monkeypat
 
 
 def test_the_benchmarks_machine_line_names_cpu_capability_limits_torch_and_threads(monkeypatch):
-    from onlstm.device import machine_line
+    from onlstm.device import SPEED_SETTINGS, machine_line
     from onlstm.nn import cpp_gemm
 
-    for name in cpp_gemm.ISA_LIMITS:
+    for name in (*cpp_gemm.ISA_LIMITS, *SPEED_SETTINGS):
         monkeypatch.delenv(name, raising=False)
     plain = machine_line()
+    assert "set:" not in plain
     capability = torch.backends.cpu.get_cpu_capability()
     assert plain.startswith(f"CPU: {cpp_gemm.cpu_name()} (ATen capability {capability})")
     assert f"torch {torch.__version__}, {torch.get_num_threads()} threads" in plain
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert f"(ATen capability {capability}, ONEDNN_MAX_CPU_ISA=AVX2)" in machine_line()
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "1")  # nn.LSTM, the reference of every ratio, 1.5x slower with it
+    monkeypatch.setenv("ONLSTM_CPU_GEMM", "avx2")
+    assert machine_line().endswith("threads; set: THP_MEM_ALLOC_ENABLE=1, ONLSTM_CPU_GEMM=avx2")
 
 
 def test_info_lists_every_registered_kernel(capsys):

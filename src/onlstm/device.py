@@ -4,6 +4,7 @@ after the current step (docs/design.md §4.6)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -65,10 +66,18 @@ def cpu_line(limits: bool = True) -> str:
     return f"{cpu_name()} (ATen capability {torch.backends.cpu.get_cpu_capability()}{', ' + held if held else ''})"
 
 
+#: Settings in the environment that change a speed figure beyond the instruction-set limits: torch's huge pages
+#: for large blocks (with them ``nn.LSTM``, which allocates its workspace at every call, ran 1.5x slower on a Zen 4
+#: EPYC where the ON-LSTM layer, which keeps its buffers, did not change) and the C++ kernel's forced routes.
+SPEED_SETTINGS = ("THP_MEM_ALLOC_ENABLE", "ONLSTM_CPU_GEMM", "ONLSTM_CPU_BF16")
+
+
 def machine_line() -> str:
     """The machine a figure is measured on, for the benchmarks' first line: the CPU (:func:`cpu_line`), torch and
-    its threads. A speed figure means nothing without them."""
-    return f"CPU: {cpu_line()}; torch {torch.__version__}, {torch.get_num_threads()} threads"
+    its threads, and any of :data:`SPEED_SETTINGS` set. A speed figure means nothing without them."""
+    settings = ", ".join(f"{v}={os.environ[v]}" for v in SPEED_SETTINGS if os.environ.get(v, "").strip())
+    line = f"CPU: {cpu_line()}; torch {torch.__version__}, {torch.get_num_threads()} threads"
+    return line + (f"; set: {settings}" if settings else "")
 
 
 #: The cells on one of torch's recurrent layers, whose bfloat16 autocast on the CPU is asked of torch.
