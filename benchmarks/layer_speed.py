@@ -229,7 +229,7 @@ def products_ceiling(shape, lstm_seconds: float) -> str:
 
     T, B, I, H, C = shape
     ext = load_extension()
-    backends = [b for b in ext.gemm_backends() if b in cpp_gemm.BACKENDS] if ext is not None else []
+    backends = cpp_gemm.runnable(ext) if ext is not None else []
     sizes, kernel_block = (I, H, C, B, T), 1024  # the blocks of the kernel's sequence-wide products, not a sample
     seconds = (
         cpp_gemm.time_backends(ext, backends, sizes, time.perf_counter, block_rows=kernel_block) if backends else {}

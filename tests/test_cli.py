@@ -185,6 +185,7 @@ def test_the_benchmarks_machine_line_names_cpu_capability_limits_torch_and_threa
     assert f"torch {torch.__version__}, {torch.get_num_threads()} threads" in plain
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert f"(ATen capability {capability}, ONEDNN_MAX_CPU_ISA=AVX2)" in machine_line()
+    assert {cpp_gemm.ENV, cpp_gemm.BF16_ENV} <= set(SPEED_SETTINGS)  # the kernel's own names, not copies gone stale
     monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "1")  # nn.LSTM, the reference of every ratio, 1.5x slower with it
     monkeypatch.setenv("ONLSTM_CPU_GEMM", "avx2")
     assert machine_line().endswith("threads; set: THP_MEM_ALLOC_ENABLE=1, ONLSTM_CPU_GEMM=avx2")

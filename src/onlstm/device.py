@@ -4,7 +4,6 @@ after the current step (docs/design.md §4.6)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -67,15 +66,18 @@ def cpu_line(limits: bool = True) -> str:
 
 
 #: Settings in the environment that change a speed figure beyond the instruction-set limits: torch's huge pages
-#: for large blocks (with them ``nn.LSTM``, which allocates its workspace at every call, ran 1.5x slower on a Zen 4
-#: EPYC where the ON-LSTM layer, which keeps its buffers, did not change) and the C++ kernel's forced routes.
+#: for large blocks (with them ``nn.LSTM``, which allocates its workspace at every call, ran 1.4x slower on a Zen 4
+#: EPYC where the ON-LSTM layer, which keeps its buffers, did not change) and the C++ kernel's forced routes
+#: (``cpp_gemm.ENV``, ``cpp_gemm.BF16_ENV``).
 SPEED_SETTINGS = ("THP_MEM_ALLOC_ENABLE", "ONLSTM_CPU_GEMM", "ONLSTM_CPU_BF16")
 
 
 def machine_line() -> str:
     """The machine a figure is measured on, for the benchmarks' first line: the CPU (:func:`cpu_line`), torch and
     its threads, and any of :data:`SPEED_SETTINGS` set. A speed figure means nothing without them."""
-    settings = ", ".join(f"{v}={os.environ[v]}" for v in SPEED_SETTINGS if os.environ.get(v, "").strip())
+    from .nn.cpp_gemm import set_in_environment
+
+    settings = set_in_environment(SPEED_SETTINGS)
     line = f"CPU: {cpu_line()}; torch {torch.__version__}, {torch.get_num_threads()} threads"
     return line + (f"; set: {settings}" if settings else "")
 

@@ -98,7 +98,17 @@ ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "
 
 def isa_limits() -> str:
     """The instruction-set limits set in the environment (``ONEDNN_MAX_CPU_ISA=AVX2, ...``); "" when none are."""
-    return ", ".join(f"{v}={os.environ[v]}" for v in ISA_LIMITS if os.environ.get(v, "").strip())
+    return set_in_environment(ISA_LIMITS)
+
+
+def set_in_environment(names: tuple[str, ...]) -> str:
+    """``NAME=value, ...`` for each of ``names`` set (not blank) in the environment; "" when none is."""
+    return ", ".join(f"{v}={os.environ[v]}" for v in names if os.environ.get(v, "").strip())
+
+
+def runnable(module: Any) -> list[str]:
+    """The backends of :data:`BACKENDS` that run here, as the compiled ``module`` says."""
+    return [b for b in module.gemm_backends() if b in BACKENDS]
 
 
 def machine() -> str:
@@ -163,7 +173,7 @@ def size_class(inputs: Any) -> tuple[int, ...]:
 def choose(module: Any, inputs: Any, cache_dir: Path | None, timer: Callable[[], float] = time.perf_counter) -> Choice:
     """Set the fastest backend for layers like ``inputs``' (a :class:`~onlstm.nn.kernels.KernelInputs`), from
     the cache in ``cache_dir`` when it has these conditions, else by timing every backend that runs here."""
-    candidates = [b for b in module.gemm_backends() if b in BACKENDS]
+    candidates = runnable(module)
     if len(candidates) == 1:
         module.set_gemm_backend(candidates[0])
         return Choice(candidates[0], "only")
