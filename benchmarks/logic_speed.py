@@ -32,6 +32,7 @@ import torch
 
 import layer_speed
 from bench_cli import command, nonnegative_int, parser, positive_int
+from onlstm import encoders
 from onlstm.device import machine_line, precision_refusal
 from onlstm.logic.config import LogicModelConfig, LogicTrainConfig
 from onlstm.logic.data import load_training_examples
@@ -205,7 +206,15 @@ def main(argv=None) -> int:
     cpp = kernels.load_kernel("cpp") if any(":" not in c for c in args.cells) else None
     if cpp is not None and getattr(cpp, "choice", None) is not None:  # what the rows without :BACKEND ran on
         print(f"# C++ kernel {cpp.describe()}")
+    print(legend(args.cells))
     return 0
+
+
+def legend(cells: list[str]) -> str:
+    """What each row's encoder is, from the registry: ``lstm-std`` (the authors' LSTM on onlstm's kernel) was twice
+    written up as ``nn.LSTM`` (``lstm``) from this table's names alone."""
+    bare = dict.fromkeys(c.partition("@")[0].partition(":")[0] for c in cells)
+    return "\n".join(f"# {name}: {encoders.get(name).description}" for name in bare)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,14 @@ def test_backend_rows_train_on_their_backend_beside_the_others(tmp_path, monkeyp
     assert "GEMM roof on a layer of" in out and all(float(r[3]) > 0 for r in rows)  # the products' GFLOP/s
     # what the onlstm row ran on: the kernel's build and its products
     assert any(ln.startswith("# C++ kernel built ") and "; products: " in ln for ln in out.splitlines())
+    # each encoder named for what it is, once, whatever its backends: lstm is nn.LSTM, not the authors' LSTM
+    assert "# lstm: torch.nn.LSTM" in out and out.count("# onlstm: Ordered Neurons LSTM") == 1
+
+
+def test_the_legend_tells_the_two_lstms_apart():
+    text = logic_speed.legend(["onlstm", "lstm-std:mkl", "lstm-std@bf16", "lstm"]).splitlines()
+    assert [line.split(":")[0] for line in text] == ["# onlstm", "# lstm-std", "# lstm"]
+    assert "onlstm's kernels" in text[1] and "torch.nn.LSTM" in text[2]
 
 
 def test_an_unknown_backend_is_one_line_and_exit_2(capsys):

@@ -110,9 +110,23 @@ def test_a_record_of_one_timing_from_an_earlier_version_counts_as_one(tmp_path, 
     cpp_gemm.choose(module, inputs(), tmp_path, clock)
     cache = tmp_path / cpp_gemm.CACHE_NAME
     key = next(iter(json.loads(cache.read_text())))
-    cache.write_text(json.dumps({key: {"backend": "mkl", "seconds": {"linear": 3.0, "mkl": 2.0}, "timing": 2}}))
+    record = {"backend": "mkl", "seconds": {"linear": 3.0, "mkl": 2.0}, "timing": cpp_gemm.TIMING}
+    cache.write_text(json.dumps({key: record}))
     assert cpp_gemm.choose(module, inputs(), tmp_path, clock).how.endswith("not settled yet")  # 1 each: no verdict
     assert json.loads(cache.read_text())[key]["timings"] == [{"linear": 3.0, "mkl": 2.0}, {"linear": 1.0, "mkl": 2.0}]
+
+
+def test_a_record_timed_the_earlier_way_is_timed_again(tmp_path, timings):
+    """Timing 2 gave oneDNN's matmul MKL's time whenever another backend was set: its settled choices are not kept."""
+    module = FakeModule(["onednn", "linear"], {"onednn": 1.0, "linear": 2.0})
+    cpp_gemm.choose(module, inputs(), tmp_path, clock)
+    cache = tmp_path / cpp_gemm.CACHE_NAME
+    key = next(iter(json.loads(cache.read_text())))
+    earlier = {"backend": "linear", "timings": [{"onednn": 3.0, "linear": 2.0}] * 3, "timing": cpp_gemm.TIMING - 1}
+    cache.write_text(json.dumps({key: earlier}))
+    choice = cpp_gemm.choose(module, inputs(), tmp_path, clock)
+    assert (choice.backend, choice.how) == ("onednn", "measured; not settled yet")  # the first timing of its kind
+    assert json.loads(cache.read_text())[key]["timing"] == cpp_gemm.TIMING
 
 
 @pytest.mark.parametrize("load", [(2.6, 2), (9.0, 4)])
@@ -416,6 +430,40 @@ def test_the_timed_avx2_products_are_the_products_of_the_other_routes():
     own, plain = cpp_gemm._products(ext, "avx2", case), cpp_gemm._products(ext, "mkl", case)
     for name in ("step fwd", "step bwd", "block in", "block dx", "grad dw"):
         torch.testing.assert_close(own[name][0](), plain[name][0](), msg=name)
+
+
+def _onednn_matmuls(capfd, run) -> int:
+    """How many oneDNN matmuls ``run()`` executes, from oneDNN's own log of each primitive it runs."""
+    import ctypes
+
+    import torch.backends.mkldnn as mkldnn
+
+    capfd.readouterr()
+    with mkldnn.verbose(mkldnn.VERBOSE_ON):
+        run()
+    ctypes.CDLL(None).fflush(None)  # oneDNN writes through C's stdout buffer
+    return sum(",exec,cpu,matmul," in line for line in capfd.readouterr().out.splitlines())
+
+
+@pytest.mark.parametrize("set_backend", cpp_gemm.BACKENDS)
+def test_onednns_timed_products_run_onednn_whatever_backend_is_set(set_backend, capfd):
+    """The timing of a second layer size runs with the first size's choice set: its oneDNN products must still be
+    oneDNN's (they took the set backend's route, MKL's GEMM under linear, avx2 or mkl, and a Zen 5 chose linear at
+    0.73x nn.LSTM where onednn ran 0.93-1.01x). The roofline's ``matmul(..., "mkl")`` stays MKL's."""
+    ext = _ext_with("onednn")
+    if set_backend not in ext.gemm_backends():
+        pytest.skip(f"{set_backend} does not run here")
+    case = cpp_gemm._product_case(5, 12, 3, 20, 2)
+    products = cpp_gemm._products(ext, "onednn", case)
+    a, b, c = torch.randn(7, 5), torch.randn(5, 9), torch.empty(7, 9)
+    assert ext.set_gemm_backend(set_backend)
+    try:
+        for name in ("block in", "block dx", "grad dw"):
+            assert _onednn_matmuls(capfd, products[name][0]) == 1, name
+        assert _onednn_matmuls(capfd, lambda: ext.matmul(a, b, c, "mkl")) == 0
+        torch.testing.assert_close(c, a @ b)
+    finally:
+        ext.set_gemm_backend(ext.gemm_backends()[0])
 
 
 def test_onlstm_info_names_the_file_that_keeps_the_timings(tmp_path, monkeypatch):

@@ -48,7 +48,7 @@ LABELS = {
     "mkl": "MKL (ATen's GEMM)",
 }
 MAX_TIMED_STEPS, ROUNDS = 70, 3
-TIMING = 2  # the way of timing a kept record was made with (2: ragged calls at their small steps too)
+TIMING = 3  # the way of timing a kept record was made with (3: oneDNN's matmul timed as itself, whatever is set)
 SETTLE = 3  # timings (one per process) after which a choice is settled whatever they say; two that agree settle it
 
 

@@ -300,12 +300,18 @@ Tensor pad_rows(const Tensor& x, int64_t rows) {
   return p;
 }
 
-// For the benchmark's roofline: one product through the named backend, no padding.
+// For the backend timing and the benchmarks' roofline: one product through the named library, no padding,
+// whatever backend the layers are set to. (Through gemm() it took the set backend's route: with linear, avx2
+// or mkl set, "onednn" ran MKL's GEMM, so a process's later timings gave oneDNN's matmul MKL's time; on a
+// Zen 5 that chose linear at 0.73x nn.LSTM where onednn ran 0.93-1.01x.)
 void matmul(const Tensor& a, const Tensor& b, Tensor c, const std::string& backend) {
   TORCH_CHECK(backend == "mkl" || backend == "onednn", "backend must be mkl or onednn, got ", backend);
-  const bool dnnl = backend == "onednn";
-  TORCH_CHECK(!dnnl || gemm_state().dnnl != nullptr, gemm_state().why_not);
-  gemm(a, b, c, false, dnnl);
+  if (backend == "mkl") {
+    at::mm_out(c, a, b);
+    return;
+  }
+  TORCH_CHECK(gemm_state().dnnl != nullptr, gemm_state().why_not);
+  gemm_state().dnnl(a, b, c, 0.0f, 1.0f);
 }
 
 // The per-step products (h @ w_hh^T forward, dG @ w_hh backward) read the same weight T times. oneDNN's
