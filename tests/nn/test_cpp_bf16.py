@@ -131,6 +131,26 @@ def test_the_decision_asks_the_probe_torch_and_the_timing(monkeypatch, capsys):
     assert cpp_gemm.choose_bf16(_Module("refused"), _inputs()) == (False, "float32 (refused)")  # on cannot force
 
 
+def test_float32_is_the_faster_of_mkl_and_onednn(monkeypatch):
+    """MKL's float32 at half oneDNN's rate (an AMD CPU): bfloat16 faster than MKL but slower than oneDNN keeps float32."""
+    clock, real_mm = [0.0], torch.mm
+
+    def mm(a, b):  # MKL's float32 "takes" 4, bfloat16 2
+        clock[0] += 4.0 if a.dtype == torch.float32 else 2.0
+        return real_mm(a, b)
+
+    class Onednn:
+        def gemm_backends(self):
+            return ["onednn", "mkl"]
+
+        def matmul(self, a, b, c, backend):
+            clock[0] += 1.0  # oneDNN's float32 "takes" 1
+
+    monkeypatch.setattr(torch, "mm", mm)
+    assert cpp_gemm.bf16_speedup(_inputs(), timer=lambda: clock[0]) == pytest.approx(2.0)  # against MKL alone
+    assert cpp_gemm.bf16_speedup(_inputs(), timer=lambda: clock[0], module=Onednn()) == pytest.approx(0.5)
+
+
 def test_the_timing_weighs_both_dtypes_products():
     ticks = iter(range(10_000))
     ratio = cpp_gemm.bf16_speedup(_inputs(), timer=lambda: float(next(ticks)))

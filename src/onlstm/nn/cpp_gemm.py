@@ -253,7 +253,7 @@ def choose_bf16(module: Any, inputs: Any, timer: Callable[[], float] = time.perf
 
     if bf16_products_error():
         return False, "float32 (torch's oneDNN has no bfloat16 products on this CPU)"
-    ratio = bf16_speedup(inputs, timer)
+    ratio = bf16_speedup(inputs, timer, module)
     if ratio > 1.0:
         return True, f"bfloat16 (its products timed {ratio:.1f}x float32's on this layer's shapes)"
     return False, f"float32 (bfloat16's products timed {ratio:.2f}x float32's on this layer's shapes)"
@@ -274,10 +274,12 @@ def forced_bf16(module: Any) -> tuple[bool, str] | None:
     return None
 
 
-def bf16_speedup(inputs: Any, timer: Callable[[], float] = time.perf_counter) -> float:
+def bf16_speedup(inputs: Any, timer: Callable[[], float] = time.perf_counter, module: Any = None) -> float:
     """How many times faster a layer call's products run in bfloat16 than in float32 here: a step's ``h @ w_hh^T``
     (``h`` rounded at every step, as in the kernel) and a block's input projection, weighted as a call runs them
-    (best of :data:`ROUNDS` after one untimed call; random values from a generator of its own)."""
+    (best of :data:`ROUNDS` after one untimed call; random values from a generator of its own). Float32 is the
+    faster of MKL's GEMM and, where ``module`` runs it, oneDNN's matmul: on AMD CPUs MKL's float32 can run at half
+    oneDNN's rate, and bfloat16 beating MKL alone would not make it beat the layer's float32."""
     steps = min(len(inputs.batch_sizes), MAX_TIMED_STEPS)
     sizes = (inputs.x.shape[1], inputs.w_hh.shape[1], int(inputs.chunk), int(inputs.batch_sizes[0]), steps)
     c = _product_case(*sizes)
@@ -286,6 +288,13 @@ def bf16_speedup(inputs: Any, timer: Callable[[], float] = time.perf_counter) ->
         "float32": (lambda: torch.mm(c["h"], c["w_hh_t"]), lambda: torch.mm(c["x"], c["w_ih_t"])),
         "bfloat16": (lambda: torch.mm(c["h"].bfloat16(), w16), lambda: torch.mm(x16, wi16)),
     }
+    if module is not None and "onednn" in runnable(module):
+        y_step, y_block = (
+            torch.empty(c["h"].shape[0], c["w_hh_t"].shape[1]),
+            torch.empty(c["x"].shape[0], c["w_ih_t"].shape[1]),
+        )
+        runs["float32 onednn"] = (lambda: module.matmul(c["h"], c["w_hh_t"], y_step, "onednn"),
+                                  lambda: module.matmul(c["x"], c["w_ih_t"], y_block, "onednn"))  # fmt: skip
     blocks = sizes[3] * steps / c["x"].shape[0]
     best: dict[str, list[float]] = {k: [float("inf")] * 2 for k in runs}
     for rnd in range(ROUNDS + 1):
@@ -296,7 +305,8 @@ def bf16_speedup(inputs: Any, timer: Callable[[], float] = time.perf_counter) ->
                 if rnd:
                     best[kind][i] = min(best[kind][i], timer() - start)
     cost = {k: steps * t[0] + blocks * t[1] for k, t in best.items()}
-    return cost["float32"] / max(cost["bfloat16"], 1e-12)
+    float32 = min(v for k, v in cost.items() if k.startswith("float32"))
+    return float32 / max(cost["bfloat16"], 1e-12)
 
 
 def load_average() -> tuple[float | None, int]:
