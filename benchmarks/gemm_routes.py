@@ -11,7 +11,8 @@ input projection ``x @ w_ih^T``, ``d_x = dG @ w_ih`` and the weight gradient ``d
 (ATen's GEMM: MKL), ``linear`` (oneDNN's inner product on a weight packed once, ``mkldnn::_linear_pointwise``;
 the products over all rows in blocks of 1,024 rows, as the C++ kernel runs them), ``mkl packed`` for the step
 products (MKL's packed GEMM: the weight packed once, as the oneDNN routes pack theirs; where torch's MKL exports
-it), ``avx2`` for the step products
+it), ``matmul`` for the products over all rows (oneDNN's matmul on the weights as stored, in blocks of 1,024
+rows: the ``onednn`` backend's route, where oneDNN runs float32), ``avx2`` for the step products
 and the weight gradient (the kernel's own code: the ``avx2`` backend, where the CPU has AVX2), for the weight gradient also
 MKL in blocks of 1,024 rows and oneDNN's inner-product backward (``aten::mkldnn_linear_backward_weights``, its
 operands converted to oneDNN tensors first, not timed). Each time is the best of ``--repeats`` after one untimed
@@ -79,6 +80,7 @@ def product_routes(T: int, B: int, I: int, H: int, C: int) -> list[tuple[str, st
     dG_m, hx_m = dG.to_mkldnn(), hx.to_mkldnn()
     step, rows, grad = 2 * T * B * H * G, 2 * N * I * G, 2 * N * G * (H + I)
     own = own_routes(T, h, dg, w_hh, step) + own_grad_route(dG, hx, grad) + mkl_packed_routes(T, h, dg, w_hh, step)
+    own += matmul_routes(x, dG, hx, w_ih, rows, grad)
     return own + [
         ("step forward", "mm", step, lambda: [torch.mm(h, w_hh_t) for _ in range(T)]),
         ("step forward", "linear", step, lambda: [lin(h, p_hh) for _ in range(T)]),
@@ -104,6 +106,32 @@ def own_grad_route(dG, hx, flops: float) -> list[tuple[str, str, float, Callable
     """The weight gradient on the C++ kernel's own blocked AVX2 product, where it runs here."""
     ext = own_kernel()
     return [] if ext is None else [("weight gradient", "avx2", flops, lambda: ext.avx2_weight_grad(dG, hx))]
+
+
+def matmul_routes(x, dG, hx, w_ih, rows: float, grad: float) -> list[tuple[str, str, float, Callable[[], object]]]:
+    """The products over all rows on oneDNN's matmul, as the ``onednn`` backend runs them (in blocks of 1,024 rows;
+    the input projection and the weight gradient adding each block to the sum so far), where it runs here."""
+    ext = load_extension()
+    if ext is None or "onednn" not in ext.gemm_backends():
+        return []
+    N, (G, I) = x.shape[0], w_ih.shape
+    w_ih_t, y, dx, d_w = w_ih.t().contiguous(), torch.zeros(N, G), torch.empty(N, I), torch.zeros(G, hx.shape[1])
+
+    def blocked(operands: Callable, add: bool) -> Callable[[], torch.Tensor]:
+        """``operands(s, n)``: a, b and c of the block of ``n`` rows from ``s``; the run returns the whole result."""
+
+        def run() -> torch.Tensor:
+            for s, n in blocks(N):
+                ext.matmul(*operands(s, n), "onednn", add)
+            return operands(0, N)[2]
+
+        return run
+
+    return [
+        ("input projection", "matmul", rows, blocked(lambda s, n: (x[s : s + n], w_ih_t, y[s : s + n]), True)),
+        ("d_x", "matmul", rows, blocked(lambda s, n: (dG[s : s + n], w_ih, dx[s : s + n]), False)),
+        ("weight gradient", "matmul", grad, blocked(lambda s, n: (dG[s : s + n].t(), hx[s : s + n], d_w), True)),
+    ]  # fmt: skip
 
 
 def own_routes(T: int, h, dg, w_hh, flops: float) -> list[tuple[str, str, float, Callable[[], object]]]:

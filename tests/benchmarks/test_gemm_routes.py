@@ -27,6 +27,24 @@ def test_each_route_of_a_product_computes_the_same_product():
             torch.testing.assert_close(other, outs[0], rtol=1e-4, atol=1e-5, msg=product)
 
 
+def test_the_blocked_routes_cover_every_row_of_a_long_sequence(monkeypatch):
+    """Over 1,024 rows the products run in blocks: each block must read its own rows (one shape holds 2,500)."""
+    monkeypatch.setattr(gemm_routes, "BLOCK", 1000)  # three blocks of 12 x 210 rows, the last short
+    torch.manual_seed(0)
+    results: dict[str, list] = {}
+    for product, route, _, fn in gemm_routes.product_routes(210, 12, 5, 6, 3):
+        if product.startswith("step") or route == "mm blocks":
+            continue
+        out = fn()
+        if isinstance(out, tuple):
+            out = out[0].to_dense() if out[0].is_mkldnn else out[0]
+        results.setdefault(product, []).append(torch.cat(out) if isinstance(out, list) else out)
+    for product, outs in results.items():
+        assert len(outs) >= 2, product
+        for other in outs[1:]:
+            torch.testing.assert_close(other, outs[0], rtol=1e-4, atol=1e-4, msg=product)
+
+
 def test_the_table_names_every_product_and_both_layers(capsys):
     assert gemm_routes.main(["--shapes", "3x4x5x6x3", "--repeats", "1"]) == 0
     out = capsys.readouterr().out

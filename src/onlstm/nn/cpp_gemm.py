@@ -441,17 +441,19 @@ def _products(module: Any, backend: str, c: dict) -> dict[str, tuple[Callable[[]
     else:
         out["step fwd"] = (lambda: lin(c["h"], packed["w_hh"]), 4)
         out["step bwd"] = (lambda: lin(c["dg"], packed["w_hh_t"]), 4)
+    # the weight gradient adds each row block's product to the sum so far, as the kernel does (so does the oneDNN
+    # matmul's input projection, onto the bias): the timing reads the sum too
+    dw = torch.zeros(c["dG"].shape[1], c["hx"].shape[1])
     if backend == "linear":  # ATen's GEMM for the weight gradient
-        out["grad dw"] = (lambda: torch.mm(c["dG"].t(), c["hx"]), 1)
+        out["grad dw"] = (lambda: dw.addmm_(c["dG"].t(), c["hx"]), 1)
     if backend in ("linear", "avx2"):
         out["block in"] = (lambda: lin(c["x"], packed["w_ih"]), 1)
         out["block dx"] = (lambda: lin(c["dG"], packed["w_ih_t"]), 1)
     else:  # oneDNN's matmul on the weights as stored
-        y, dx = torch.empty(c["x"].shape[0], c["w_ih"].shape[0]), torch.empty(c["dG"].shape[0], c["w_ih"].shape[1])
-        out["block in"] = (lambda: module.matmul(c["x"], c["w_ih_t"], y, "onednn"), 1)
+        y, dx = torch.zeros(c["x"].shape[0], c["w_ih"].shape[0]), torch.empty(c["dG"].shape[0], c["w_ih"].shape[1])
+        out["block in"] = (lambda: module.matmul(c["x"], c["w_ih_t"], y, "onednn", True), 1)
         out["block dx"] = (lambda: module.matmul(c["dG"], c["w_ih"], dx, "onednn"), 1)
-        dw = torch.empty(c["dG"].shape[1], c["hx"].shape[1])
-        out["grad dw"] = (lambda: module.matmul(c["dG"].t(), c["hx"], dw, "onednn"), 1)
+        out["grad dw"] = (lambda: module.matmul(c["dG"].t(), c["hx"], dw, "onednn", True), 1)
     return out
 
 

@@ -304,14 +304,15 @@ Tensor pad_rows(const Tensor& x, int64_t rows) {
 // whatever backend the layers are set to. (Through gemm() it took the set backend's route: with linear, avx2
 // or mkl set, "onednn" ran MKL's GEMM, so a process's later timings gave oneDNN's matmul MKL's time; on a
 // Zen 5 that chose linear at 0.73x nn.LSTM where onednn ran 0.93-1.01x.)
-void matmul(const Tensor& a, const Tensor& b, Tensor c, const std::string& backend) {
+// `accumulate`: c += a @ b, as the kernel's weight gradient adds its row blocks.
+void matmul(const Tensor& a, const Tensor& b, Tensor c, const std::string& backend, bool accumulate) {
   TORCH_CHECK(backend == "mkl" || backend == "onednn", "backend must be mkl or onednn, got ", backend);
   if (backend == "mkl") {
-    at::mm_out(c, a, b);
+    accumulate ? c.addmm_(a, b) : at::mm_out(c, a, b);
     return;
   }
   TORCH_CHECK(gemm_state().dnnl != nullptr, gemm_state().why_not);
-  gemm_state().dnnl(a, b, c, 0.0f, 1.0f);
+  gemm_state().dnnl(a, b, c, accumulate ? 1.0f : 0.0f, 1.0f);
 }
 
 // The per-step products (h @ w_hh^T forward, dG @ w_hh backward) read the same weight T times. oneDNN's
@@ -1378,7 +1379,7 @@ ONLSTM_LIBRARY(TORCH_EXTENSION_NAME, m) {
   m.def("gemm_backends() -> str[]", &gemm_backends);
   m.def("gemm_why_not_onednn() -> str", &gemm_why_not_onednn);
   m.def("set_gemm_backend(str backend) -> bool", &set_gemm_backend);  // false if it does not run here
-  m.def("matmul(Tensor a, Tensor b, Tensor(a!) c, str backend) -> ()", &matmul);  // c = a @ b, for benchmarks
+  m.def("matmul(Tensor a, Tensor b, Tensor(a!) c, str backend, bool accumulate=False) -> ()", &matmul);  // benchmarks
   m.def("packed_steps() -> bool", &packed_steps);  // the step products read a packed (oneDNN-blocked) weight
   m.def("set_packed_steps(bool on) -> bool", &set_packed_steps);
   // bfloat16 products: why they cannot run here (empty if they can), and on packed weights or not
