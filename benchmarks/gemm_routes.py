@@ -22,8 +22,8 @@ a layer built from separate products reaches ``nn.LSTM``'s speed only where its 
 ``--in-situ`` answers the other half of the question: how much of a layer call is products at all. It runs the
 ON-LSTM layer's forward+backward (``impl="cpp"``) under ``torch.profiler`` and sums the operators' own time by
 kind: the packed-linear products, ATen's GEMM (MKL), weight packing, copies and fills, the kernel's own code
-(its element-wise work; also what it computes without the dispatcher: the step products of the ``avx2`` backend,
-oneDNN's matmul on the ``onednn`` one) and the rest (autograd, Python). The profiler adds a little time of its own to every operator.
+(its operators and autograd function: its element-wise work, and what it computes without the dispatcher, the step
+products of the ``avx2`` backend, oneDNN's matmul on the ``onednn`` one) and the rest (autograd, Python). The profiler adds a little time of its own to every operator.
 """
 
 from __future__ import annotations
@@ -221,13 +221,16 @@ def layer_rows(T: int, B: int, I: int, H: int, C: int, repeats: int) -> list[tup
     return out
 
 
+OWN = "the kernel's own code (avx2: its step products; onednn: its matmul products)"
 #: ``--in-situ``: the profiler's operator names, by kind (the first kind whose test a name passes).
 IN_SITU_KINDS = (
     ("products: packed linear (oneDNN)", lambda op: op == "mkldnn::_linear_pointwise"),
     ("products: ATen GEMM (MKL)", lambda op: op in ("aten::mm", "aten::addmm", "aten::addmm_")),
     ("weight packing", lambda op: op == "mkldnn::_reorder_linear_weight"),
     ("copies, fills, sums", lambda op: op in ("aten::copy_", "aten::fill_", "aten::zero_", "aten::clone", "aten::sum", "aten::add_")),
-    ("the kernel's own code (avx2: its step products too)", lambda op: op.startswith("_KernelFunction")),
+    # the kernel's operators (onlstm_cpu_<build>::forward, ::backward) and its autograd function: their own time is
+    # the element-wise work and the products computed without the dispatcher (avx2's, oneDNN's matmul)
+    (OWN, lambda op: op.startswith(("_KernelFunction", "onlstm_cpu_"))),
     ("the rest (autograd, Python, views)", lambda op: True),
 )  # fmt: skip
 
@@ -258,10 +261,11 @@ def print_in_situ(T: int, B: int, I: int, H: int, C: int, repeats: int) -> None:
     total = sum(s for _, s in rows)
     cpp = kernels.load_kernel("cpp")
     print(f"\nT={T} B={B} in={I} H={H} C={C}: one ON-LSTM forward+backward, C++ kernel {cpp.describe()}")
-    print(f"{'kind':<52} {'ms':>8} {'share':>6}")
+    width = max(len(kind) for kind, _ in rows)
+    print(f"{'kind':<{width}} {'ms':>8} {'share':>6}")
     for kind, s in rows:
-        print(f"{kind:<52} {1e3 * s:>8.1f} {100 * s / total:>5.1f}%")
-    print(f"{'all (profiled)':<52} {1e3 * total:>8.1f}")
+        print(f"{kind:<{width}} {1e3 * s:>8.1f} {100 * s / total:>5.1f}%")
+    print(f"{'all (profiled)':<{width}} {1e3 * total:>8.1f}")
 
 
 @command
