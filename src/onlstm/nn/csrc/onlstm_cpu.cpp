@@ -301,10 +301,9 @@ Tensor pad_rows(const Tensor& x, int64_t rows) {
 }
 
 // For the backend timing and the benchmarks' roofline: one product through the named library, no padding,
-// whatever backend the layers are set to. (Through gemm() it took the set backend's route: with linear, avx2
-// or mkl set, "onednn" ran MKL's GEMM, so a process's later timings gave oneDNN's matmul MKL's time; on a
-// Zen 5 that chose linear at 0.73x nn.LSTM where onednn ran 0.93-1.01x.)
-// `accumulate`: c += a @ b, as the kernel's weight gradient adds its row blocks.
+// whatever backend the layers are set to (not through gemm(), which takes the set backend's route: the timing
+// of a second layer size runs with the first size's choice set). `accumulate`: c += a @ b, as the kernel's
+// weight gradient adds its row blocks.
 void matmul(const Tensor& a, const Tensor& b, Tensor c, const std::string& backend, bool accumulate) {
   TORCH_CHECK(backend == "mkl" || backend == "onednn", "backend must be mkl or onednn, got ", backend);
   if (backend == "mkl") {
