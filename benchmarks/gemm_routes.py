@@ -96,10 +96,10 @@ def product_routes(T: int, B: int, I: int, H: int, C: int) -> list[tuple[str, st
     ]  # fmt: skip
 
 
-def own_kernel():
-    """The compiled kernel where its own AVX2 products (the ``avx2`` backend) run here, else None."""
+def own_kernel(backend: str = "avx2"):
+    """The compiled kernel where its ``backend`` runs here (``avx2``: its own AVX2 products), else None."""
     ext = load_extension()
-    return ext if ext is not None and "avx2" in ext.gemm_backends() else None
+    return ext if ext is not None and backend in ext.gemm_backends() else None
 
 
 def own_grad_route(dG, hx, flops: float) -> list[tuple[str, str, float, Callable[[], object]]]:
@@ -111,8 +111,8 @@ def own_grad_route(dG, hx, flops: float) -> list[tuple[str, str, float, Callable
 def matmul_routes(x, dG, hx, w_ih, rows: float, grad: float) -> list[tuple[str, str, float, Callable[[], object]]]:
     """The products over all rows on oneDNN's matmul, as the ``onednn`` backend runs them (in blocks of 1,024 rows;
     the input projection and the weight gradient adding each block to the sum so far), where it runs here."""
-    ext = load_extension()
-    if ext is None or "onednn" not in ext.gemm_backends():
+    ext = own_kernel("onednn")
+    if ext is None:
         return []
     N, (G, I) = x.shape[0], w_ih.shape
     w_ih_t, y, dx, d_w = w_ih.t().contiguous(), torch.zeros(N, G), torch.empty(N, I), torch.zeros(G, hx.shape[1])
