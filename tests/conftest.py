@@ -24,6 +24,10 @@ if str(REPO / "benchmarks") not in sys.path:
 if "triton" not in sys.modules and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The C++ kernel keeps its backend timings beside its build, in the user's cache folder (onlstm.nn.cpp_gemm): the
+# tests' tiny layers would fill that file with sizes no model has. Tests of the file set their own folder.
+os.environ.setdefault("ONLSTM_CPU_GEMM_CACHE", "off")
+
 
 def worker_threads() -> int | None:
     """Under pytest-xdist, torch's threads for each worker: the CPUs this process may use, shared among the workers

@@ -476,6 +476,21 @@ def test_onlstm_info_names_the_file_that_keeps_the_timings(tmp_path, monkeypatch
     assert "kept in" not in CppKernel(FakeModule(["linear", "mkl"], {}), None).describe()
 
 
+def test_the_timings_are_kept_where_the_setting_says(tmp_path, timings, monkeypatch):
+    """Beside the build by default; in the folder ONLSTM_CPU_GEMM_CACHE names (made when first written), or in
+    none with ``off``, which the suite sets (tests/conftest.py) so that its tiny layers stay out of the user's file."""
+    build = tmp_path / "build"
+    monkeypatch.delenv(cpp_gemm.CACHE_ENV, raising=False)
+    assert cpp_gemm.cache_folder(build) == build and cpp_gemm.cache_folder(None) is None
+    monkeypatch.setenv(cpp_gemm.CACHE_ENV, "off")
+    assert cpp_gemm.cache_folder(build) is None
+    monkeypatch.setenv(cpp_gemm.CACHE_ENV, str(tmp_path / "kept"))
+    folder = cpp_gemm.cache_folder(build)
+    assert folder == tmp_path / "kept"
+    settle(FakeModule(["linear", "mkl"], {"linear": 2.0, "mkl": 1.0}), folder)
+    assert len(json.loads((folder / cpp_gemm.CACHE_NAME).read_text())) == 1 and not build.exists()
+
+
 def test_onlstm_info_lists_the_choices_earlier_processes_kept(tmp_path, timings, monkeypatch, capsys):
     """A new process has made no call yet: `onlstm info` names what earlier ones chose on this CPU and torch, by
     the layer's sizes and threads (docs/layer.md: "onlstm info names the backend"); a record of another CPU is not

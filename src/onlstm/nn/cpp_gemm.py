@@ -19,7 +19,8 @@ then each new process times again and chooses by the median of the timings so fa
 instead of timing (delete the file to measure again). A timing made while the machine is busy (its one-minute load average above its CPU count) measures the
 contention of that moment: on a 2-core AMD EPYC running three other processes it chose MKL for the H=1150 layer,
 which ran 0.77x ``nn.LSTM`` on the quiet machine where the packed linear ran 0.85-0.88x. Such a choice serves its
-own process and is not cached, so a later process times again. ``ONLSTM_CPU_GEMM=mkl|onednn|linear|avx2`` forces one backend and skips the timing (tests force each one)."""
+own process and is not cached, so a later process times again. ``ONLSTM_CPU_GEMM=mkl|onednn|linear|avx2`` forces one backend and skips the timing (tests force each one);
+``ONLSTM_CPU_GEMM_CACHE`` keeps the timings in another folder, or with ``off`` in none (:func:`cache_folder`)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from ..files import write_json
 from .capabilities import usable_cpus
 
 ENV = "ONLSTM_CPU_GEMM"
+CACHE_ENV = "ONLSTM_CPU_GEMM_CACHE"
 BACKENDS = ("onednn", "linear", "avx2", "mkl")  # also the order of preference between equal timings
 CACHE_NAME = "gemm_choice.json"
 LABELS = {
@@ -120,6 +122,14 @@ def machine() -> str:
 def cache_key(sizes: tuple[int, ...]) -> str:
     """The conditions a timing holds for: :func:`machine`, threads, the layer's (input, hidden, chunk, batch)."""
     return f"{machine()} | {torch.get_num_threads()} threads | sizes {sizes}"
+
+
+def cache_folder(build_dir: Path | None) -> Path | None:
+    """Where the timings are kept: the folder ``ONLSTM_CPU_GEMM_CACHE`` names, none with ``off`` (every process
+    times again), else the compiled kernel's build folder. The tests set ``off``, so that the timings of their tiny
+    layers do not fill the user's file (``onlstm info`` lists it)."""
+    where = os.environ.get(CACHE_ENV, "")
+    return build_dir if not where else None if where == "off" else Path(where).expanduser()
 
 
 def cached_choices(cache_dir: Path | None, most: int = 6) -> str:
@@ -467,6 +477,7 @@ def _read(path: Path | None) -> dict:
 
 def _write(path: Path, key: str, record: dict) -> None:
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, {**_read(path), key: record})
     except OSError:
         pass  # a read-only build folder: the next process times again

@@ -482,4 +482,4 @@ def load_cpp_kernel() -> CppKernel:
     module = load_extension()
     if module is None:
         raise KernelUnavailable(extension_error() or "the C++ kernel could not be loaded")
-    return CppKernel(module, _state.get("build_dir"), _state["build"] or "native", _state["why"])
+    return CppKernel(module, cpp_gemm.cache_folder(_state.get("build_dir")), _state["build"] or "native", _state["why"])
