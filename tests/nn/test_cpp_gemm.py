@@ -511,6 +511,15 @@ def test_onlstm_info_lists_the_choices_earlier_processes_kept(tmp_path, timings,
     assert line.endswith(f"; chosen here before: {expected}; under bfloat16 autocast: float32 (no bfloat16 (test))")
 
 
+def test_onlstm_info_lists_the_largest_layers_first(tmp_path, timings):
+    """The layers whose speed matters come first, whatever order the file has them in."""
+    for batch in (2, 16, 4):
+        settle(FakeModule(["linear", "mkl"], {"linear": 2.0, "mkl": 1.0}), tmp_path, batch=batch)
+    listed = cpp_gemm.cached_choices(tmp_path, most=2)
+    assert [part.split(" (")[0] for part in listed.split(", ")] == [f"mkl at 5->6 chunk 2 batch {b}" for b in (16, 4)]
+    assert listed.endswith(" and 1 more")
+
+
 def test_each_layer_size_runs_on_the_backend_timed_for_it(monkeypatch):
     """A product of a few rows runs fastest on MKL, a large layer's on a packed route: one choice for every size
     kept what the first call timed (a smoke test on one row chose MKL for the real layer). Each size class is timed

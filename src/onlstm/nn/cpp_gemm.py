@@ -134,9 +134,10 @@ def cache_folder(build_dir: Path | None) -> Path | None:
 
 def cached_choices(cache_dir: Path | None, most: int = 6) -> str:
     """The choices earlier processes kept for this CPU and torch (``gemm_choice.json``), in words: ``avx2 at
-    400->650 chunk 10 batch 20 (1 thread)``, at most ``most`` of them; "" when there are none."""
+    400->650 chunk 10 batch 20 (1 thread)``, at most ``most`` of them, the largest layers (products per step) first,
+    since those are the ones whose speed matters; "" when there are none."""
     mine = f"{machine()} | "
-    found = []
+    found: list[tuple[int, str]] = []
     for key, record in _read(None if cache_dir is None else cache_dir / CACHE_NAME).items():
         sizes = key.rpartition("| sizes ")[2].strip("()").split(", ")
         threads = key[len(mine) :].split(" threads", 1)[0]
@@ -147,10 +148,14 @@ def cached_choices(cache_dir: Path | None, most: int = 6) -> str:
             continue
         timings = _timings(record)
         unsettled = "" if _settled(timings) else f", {len(timings)} timing{'s' if len(timings) != 1 else ''} so far"
-        found.append(f"{record['backend']} at {sizes[0]}->{sizes[1]} chunk {sizes[2]} batch {sizes[3]} ({threads} "
-                     f"thread{'s' if threads != '1' else ''}{unsettled})")  # fmt: skip
+        work = (
+            (int(sizes[0]) + int(sizes[1])) * int(sizes[1]) * int(sizes[3]) if all(map(str.isdigit, sizes[:4])) else 0
+        )
+        found.append((work, f"{record['backend']} at {sizes[0]}->{sizes[1]} chunk {sizes[2]} batch {sizes[3]} "
+                            f"({threads} thread{'s' if threads != '1' else ''}{unsettled})"))  # fmt: skip
+    found.sort(key=lambda f: -f[0])  # stable: equal sizes keep the file's order
     more = f" and {len(found) - most} more" if len(found) > most else ""
-    return ", ".join(found[:most]) + more
+    return ", ".join(text for _, text in found[:most]) + more
 
 
 def forced(module: Any) -> Choice | None:
