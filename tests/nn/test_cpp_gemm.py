@@ -479,6 +479,7 @@ def test_onlstm_info_names_the_file_that_keeps_the_timings(tmp_path, monkeypatch
 def test_the_timings_are_kept_where_the_setting_says(tmp_path, timings, monkeypatch):
     """Beside the build by default; in the folder ONLSTM_CPU_GEMM_CACHE names (made when first written), or in
     none with ``off``, which the suite sets (tests/conftest.py) so that its tiny layers stay out of the user's file."""
+    assert cpp_gemm.CACHE_ENV in os.environ  # conftest's setting names the variable the kernel reads
     build = tmp_path / "build"
     monkeypatch.delenv(cpp_gemm.CACHE_ENV, raising=False)
     assert cpp_gemm.cache_folder(build) == build and cpp_gemm.cache_folder(None) is None
